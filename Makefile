@@ -1,0 +1,38 @@
+# Thin wrapper over CMake and ctest.  `make run` and `make test` install the
+# Debian packages they need first (deploy/install-deps.sh).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CTEST_ARGS ?=
+
+.PHONY: all deps build run test unit test-asan bench clean
+
+all: build
+
+deps:
+	@./deploy/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	@./deploy/run.sh $(BUILD)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+unit: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
+
+# Unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-asan: deps
+	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DBLOOMGRID_SANITIZE=ON >/dev/null
+	@cmake --build $(BUILD)-asan -j $(JOBS)
+	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		BLOOMGRID_FAST_TESTS=1 ctest --output-on-failure -j $(JOBS) -L unit
+
+bench: build
+	@./$(BUILD)/bench/bench_engine
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan

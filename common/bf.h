@@ -1,0 +1,232 @@
+/* bf: the Bloom-filter engine (blocked, classic, counting and scalable kinds).
+ *
+ * A struct bf owns one filter in memory: its parameters, its secret and one or
+ * more layers of bits (counters for the counting kind).  Non-scalable kinds have
+ * exactly one layer; the scalable kind grows a chain of blocked layers, each
+ * with a larger capacity and a tighter error rate.
+ *
+ * Hashing: every key is hashed once with XXH3-128 keyed by the filter's secret,
+ * giving a struct bf_hash {h1, h2}.  The bits are split so that the choices are
+ * independent (docs/FORMAT.md has the exact formulas):
+ *   - h1           picks the block (blocked) / the start position (classic,
+ *                  counting), with a fast range reduction of its high bits;
+ *   - low 32 of h2 is the double-hashing stride (and, with the low 32 bits of
+ *                  h1, the in-block positions of the blocked kind);
+ *   - high 32 of h2 are reserved for shard selection (bf_hash_shard) and are
+ *                  never used to place bits.
+ *
+ * Concurrency: any number of threads may add and query one filter at once
+ * without a lock (atomic ORs on 64-bit words, plain loads for queries), unless
+ * the filter was switched to single-writer mode with bf_set_exclusive().  The
+ * scalable kind takes a mutex only to append a layer.  bf_merge_from,
+ * bf_clear and bf_destroy need the caller to exclude other users.
+ *
+ * Memory: layer bodies are mmap'd anonymous memory with MADV_HUGEPAGE; they
+ * are never copied in normal operation.
+ *
+ * Errors: functions return 0 or a negative errno; constructors return a
+ * pointer or NULL and, where they take one, fill a caller's error buffer with
+ * a sentence a person can act on.
+ */
+#ifndef BLOOMGRID_BF_H
+#define BLOOMGRID_BF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BF_SECRET_LEN 32       /* bytes of per-filter secret */
+#define BF_HASH_XXH3_128 1     /* the only hash id so far */
+#define BF_MAX_LAYERS 48       /* scalable chain length limit */
+#define BF_BLOCK_BITS 512      /* one 64-byte cache line */
+#define BF_COUNTER_BITS 4      /* counting kind: 4-bit saturating counters */
+#define BF_COUNTER_MAX 15
+#define BF_ERRLEN 256          /* size of error buffers */
+
+enum bf_kind {
+    BF_KIND_BLOCKED = 1,
+    BF_KIND_CLASSIC = 2,
+    BF_KIND_COUNTING = 3,
+    BF_KIND_SCALABLE = 4,
+};
+
+struct bf_hash {
+    uint64_t h1;
+    uint64_t h2;
+};
+
+/* Creation parameters.  Zero fields take defaults (see bf_params_default). */
+struct bf_params {
+    enum bf_kind kind;
+    uint64_t capacity;      /* n: keys the filter is sized for (> 0) */
+    double error_rate;      /* p: target false-positive rate, in (0, 1) */
+    uint32_t shard_index;   /* which shard this filter is (0 for unsharded) */
+    uint32_t shard_count;   /* how many shards the logical filter has (>= 1) */
+    double growth;          /* scalable: capacity factor per layer (default 2) */
+    double tightening;      /* scalable: error factor per layer (default 0.5) */
+    const uint8_t *secret;  /* BF_SECRET_LEN bytes, or NULL for random */
+};
+
+/* Geometry of one layer, as stored in a filter file. */
+struct bf_layer_info {
+    uint64_t capacity;    /* keys this layer is sized for */
+    double error_rate;    /* this layer's target FPR */
+    uint64_t m;           /* bits (counters for counting) */
+    uint32_t k;           /* probes per key */
+    uint64_t count;       /* adds that changed this layer ("added" == true) */
+    uint64_t body_bytes;  /* size of the layer's body */
+};
+
+/* Everything that must be equal for two filters to be merged. */
+struct bf_fingerprint {
+    enum bf_kind kind;
+    uint32_t hash_id;
+    uint64_t m;           /* first layer */
+    uint32_t k;           /* first layer */
+    uint32_t shard_index;
+    uint32_t shard_count;
+    uint8_t secret[BF_SECRET_LEN];
+};
+
+/* Estimates computed by scanning the bits (O(m) time). */
+struct bf_stats {
+    uint64_t bits;            /* total bits (counters for counting) */
+    uint64_t bytes;           /* total body bytes */
+    uint64_t set;             /* bits set (counters > 0) */
+    double fill_ratio;        /* set / bits */
+    double estimated_count;   /* n-hat = -(m/k) ln(1 - X/m), summed per layer */
+    double estimated_fpr;     /* current FPR estimate from the fill */
+    double bits_per_key;      /* bits / capacity */
+    bool over_capacity;       /* n-hat exceeds capacity, or FPR exceeds p */
+    uint32_t layers;
+};
+
+struct bf;
+
+/* Fill unset fields of *p with defaults: kind blocked, shard 0 of 1, growth 2,
+ * tightening 0.5.  Does not touch capacity or error_rate. */
+void bf_params_default(struct bf_params *p);
+
+/* Check parameters without allocating anything.  Returns 0 or -EINVAL with a
+ * message in err (BF_ERRLEN bytes, may be NULL). */
+int bf_params_check(const struct bf_params *p, char *err);
+
+/* Create an empty filter.  Returns NULL with a message in err on bad
+ * parameters (-EINVAL) or when memory cannot be had. */
+struct bf *bf_create(const struct bf_params *p, char *err);
+
+/* Create an empty filter with the same kind, geometry and secret as tmpl (and
+ * the same scalable layer chain parameters), so the two can be merged. */
+struct bf *bf_create_like(const struct bf *tmpl, char *err);
+
+/* Free a filter and its bodies.  NULL is allowed. */
+void bf_destroy(struct bf *f);
+
+/* Switch single-writer mode on or off.  In exclusive mode adds use plain
+ * stores instead of atomic ORs; only one thread may then touch the filter. */
+void bf_set_exclusive(struct bf *f, bool exclusive);
+
+/* Hash a key with the filter's secret. */
+struct bf_hash bf_hash_key(const struct bf *f, const void *key, size_t len);
+
+/* The shard (0..shard_count-1) a hash belongs to: uses only the high 32 bits
+ * of h2, which never place bits. */
+static inline uint32_t bf_hash_shard(struct bf_hash h, uint32_t shard_count)
+{
+    return (uint32_t)(((h.h2 >> 32) * (uint64_t)shard_count) >> 32);
+}
+
+/* Single-key operations.  add returns true when the key was definitely absent
+ * before (at least one bit/counter went from 0 to set). */
+bool bf_add(struct bf *f, const void *key, size_t len);
+bool bf_may_contain(const struct bf *f, const void *key, size_t len);
+bool bf_add_hash(struct bf *f, struct bf_hash h);
+bool bf_may_contain_hash(const struct bf *f, struct bf_hash h);
+
+/* Batched operations; they prefetch ahead.  out may be NULL for adds.
+ * keys[i] has lens[i] bytes. */
+void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out);
+void bf_may_contain_hashes(const struct bf *f, const struct bf_hash *h, size_t n,
+                           bool *out);
+void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens,
+                 size_t n, bool *out);
+void bf_may_contain_keys(const struct bf *f, const void *const *keys,
+                         const size_t *lens, size_t n, bool *out);
+
+/* Counting kind only.  Returns 0 when the key's counters were decremented,
+ * -ENOENT when the key is definitely absent (nothing changed), -EOPNOTSUPP
+ * for other kinds.  Saturated counters (BF_COUNTER_MAX) never decrement. */
+int bf_remove(struct bf *f, const void *key, size_t len);
+int bf_remove_hash(struct bf *f, struct bf_hash h);
+
+/* Accessors. */
+enum bf_kind bf_kind(const struct bf *f);
+uint64_t bf_capacity(const struct bf *f);
+double bf_error_rate(const struct bf *f);
+uint32_t bf_shard_index(const struct bf *f);
+uint32_t bf_shard_count(const struct bf *f);
+double bf_growth(const struct bf *f);
+double bf_tightening(const struct bf *f);
+uint64_t bf_insert_count(const struct bf *f);   /* adds that returned true */
+const uint8_t *bf_secret(const struct bf *f);   /* BF_SECRET_LEN bytes */
+void bf_fingerprint(const struct bf *f, struct bf_fingerprint *fp);
+/* Short printable id of the fingerprint (hex of a hash of it; never reveals
+ * the secret).  buf must hold 17 bytes. */
+void bf_fingerprint_id(const struct bf *f, char buf[17]);
+
+uint32_t bf_layer_count(const struct bf *f);
+int bf_layer_info(const struct bf *f, uint32_t i, struct bf_layer_info *out);
+/* The body of layer i: body_bytes bytes of 64-bit little-endian words.  The
+ * pointer stays owned by the filter. */
+uint64_t *bf_layer_body(struct bf *f, uint32_t i);
+const uint64_t *bf_layer_body_const(const struct bf *f, uint32_t i);
+
+/* Scan the bits and compute estimates. */
+void bf_stats(const struct bf *f, struct bf_stats *out);
+
+/* The textbook / model FPR a layer geometry gives at n keys. */
+double bf_model_fpr(enum bf_kind kind, uint64_t m, uint32_t k, double n);
+
+/* Compare fingerprints.  Returns NULL when the filters may be merged, or the
+ * name of the first mismatching field ("kind", "hash", "bits", "hashes",
+ * "secret", "shard_index", "shard_count"). */
+const char *bf_mismatch(const struct bf *a, const struct bf *b);
+
+/* Projection of merging src into dst, without changing anything. */
+struct bf_merge_projection {
+    double fill_ratio;
+    double estimated_fpr;
+    double estimated_count;
+    bool over_target;     /* projected FPR above the filter's error rate */
+};
+int bf_merge_project(const struct bf *dst, const struct bf *src,
+                     struct bf_merge_projection *out, char *err);
+
+/* OR src into dst (counting: saturating add).  Scalable: layers are merged
+ * one by one and layers dst lacks are appended.  Returns -EINVAL with the
+ * mismatching field named in err when the fingerprints differ; dst is then
+ * untouched. */
+int bf_merge_from(struct bf *dst, const struct bf *src, char *err);
+
+/* Build a filter from its stored parts (used by the file loader).  Layer
+ * bodies are allocated empty; the caller fills bf_layer_body().  Returns NULL
+ * with err on impossible geometry. */
+struct bf *bf_assemble(const struct bf_params *p, uint32_t hash_id,
+                       uint32_t nlayers, const struct bf_layer_info *layers,
+                       char *err);
+
+/* Set the insert counter and per-layer counts (file loader). */
+void bf_set_counts(struct bf *f, uint64_t inserts, const uint64_t *layer_counts);
+
+/* The expected body size in bytes of a layer of the given kind and m. */
+uint64_t bf_body_bytes(enum bf_kind kind, uint64_t m);
+
+/* Geometry for (capacity, p) of a kind: m and k.  Returns 0 or -EINVAL. */
+int bf_size_for(enum bf_kind kind, uint64_t capacity, double p, uint64_t *m,
+                uint32_t *k);
+
+/* Names. */
+const char *bf_kind_name(enum bf_kind kind);
+int bf_kind_parse(const char *name, enum bf_kind *out);
+
+#endif

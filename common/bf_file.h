@@ -22,23 +22,42 @@
 
 #include "bf.h"
 
+#define BF_FILE_MAGIC "BLOOMGRD"     /* first 8 bytes, no terminator */
+#define BF_FILE_VERSION 1
+#define BF_FILE_HEADER_BYTES 128     /* fixed header */
+#define BF_FILE_LAYER_BYTES 48       /* one layer descriptor */
+
 /* Exact size in bytes of the serialized form of f. */
 uint64_t bf_file_size(const struct bf *f);
 
-/* Write f to path atomically.  On error the old file at path, if any, is
- * unchanged and no temp file is left behind. */
+/* Write f to path atomically: a temp file "<path>.tmp.XXXXXX" in the same
+ * directory, fsync, rename over path, fsync of the directory.  The new file
+ * keeps the mode of the one it replaces (0644 when new).  On error the old
+ * file at path, if any, is unchanged and no temp file is left behind; an
+ * error in the final directory fsync is reported although the rename took
+ * place. */
 int bf_file_save(const struct bf *f, const char *path, char *err);
 
-/* Load and verify a file.  Returns NULL with err set (and errno-style code in
- * *code when code is non-NULL) on any failed check. */
+/* Load and verify a file.  Returns a new filter owned by the caller
+ * (bf_destroy), or NULL with err set (and a negative errno in *code when code
+ * is non-NULL) on any failed check.  The message starts with the check that
+ * failed: "cannot open", "truncated", "bad size", "bad magic", "unsupported
+ * version", "bad geometry", "checksum mismatch" or "read failed".  Codes:
+ * -EBADMSG for a corrupt or truncated file, -EPROTONOSUPPORT for another
+ * format version, or the errno of a failed system call. */
 struct bf *bf_file_load(const char *path, char *err, int *code);
 
-/* Serialize f by calling write(ctx, buf, len) for consecutive pieces; stops
- * and returns the first negative value write returns. */
+/* Serialize f by calling write(ctx, buf, len) for consecutive pieces of at
+ * most 8 MiB; buf is only valid during the call.  Returns 0, -ENOMEM, or the
+ * first negative value write returns (serializing stops there).  The bytes
+ * checksummed are exactly the bytes passed to write, so the output verifies
+ * even when adds run concurrently (it is then not a point-in-time image). */
 typedef int (*bf_file_writer)(void *ctx, const void *buf, size_t len);
 int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx);
 
-/* Parse and verify a complete serialized file held in memory. */
+/* Parse and verify a complete serialized file held in memory (len bytes,
+ * nothing more).  Same checks and messages as bf_file_load; the buffer stays
+ * the caller's and the returned filter is the caller's (bf_destroy). */
 struct bf *bf_file_parse(const void *buf, size_t len, char *err);
 
 #endif

@@ -1,0 +1,152 @@
+/* cmd_inspect: `bloomgrid inspect FILE [--json]`: geometry, estimates and
+ * fingerprint of a filter file.  Loading verifies the checksum, so a file
+ * that is shown at all has checksum "ok"; a corrupt one is refused (exit 2).
+ * The secret is never printed, only the fingerprint id derived from it. */
+#include <getopt.h>
+#include <math.h>
+#include <string.h>
+
+#include "bf_file.h"
+#include "cli.h"
+
+static const struct option inspect_longopts[] = {
+    {"json", no_argument, NULL, 'j'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static void print_text(const char *path, const struct bf *f,
+                       const struct bf_stats *s, const char *fpid)
+{
+    printf("file:            %s\n", path);
+    printf("kind:            %s\n", bf_kind_name(bf_kind(f)));
+    printf("capacity:        %llu\n", (unsigned long long)bf_capacity(f));
+    printf("error rate:      %g\n", bf_error_rate(f));
+    printf("layers:          %u\n", s->layers);
+    printf("bits (m):        %llu\n", (unsigned long long)s->bits);
+    printf("bytes:           %llu (file %llu)\n", (unsigned long long)s->bytes,
+           (unsigned long long)bf_file_size(f));
+    printf("bits/key:        %.3f\n", s->bits_per_key);
+    printf("fill:            %.6f\n", s->fill_ratio);
+    printf("estimated keys:  %.0f\n", s->estimated_count);
+    printf("estimated FPR:   %.6g\n", s->estimated_fpr);
+    printf("over capacity:   %s\n", s->over_capacity ? "yes" : "no");
+    printf("inserts:         %llu\n", (unsigned long long)bf_insert_count(f));
+    printf("shard:           %u of %u\n", bf_shard_index(f), bf_shard_count(f));
+    printf("fingerprint:     %s\n", fpid);
+    printf("checksum:        ok\n");
+    if (bf_kind(f) == BF_KIND_SCALABLE)
+        printf("growth:          %g\ntightening:      %g\n", bf_growth(f),
+               bf_tightening(f));
+    for (uint32_t i = 0; i < s->layers; i++) {
+        struct bf_layer_info li;
+        if (bf_layer_info(f, i, &li) < 0)
+            continue;
+        printf("layer %u:         capacity %llu, error rate %g, m %llu, k %u, "
+               "count %llu, %llu bytes\n", i, (unsigned long long)li.capacity,
+               li.error_rate, (unsigned long long)li.m, li.k,
+               (unsigned long long)li.count,
+               (unsigned long long)li.body_bytes);
+    }
+}
+
+/* JSON has no NaN or infinity. */
+static void json_num(const char *name, double v, const char *sep)
+{
+    if (isfinite(v))
+        printf("  \"%s\": %.17g%s\n", name, v, sep);
+    else
+        printf("  \"%s\": null%s\n", name, sep);
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void json_layers(const struct bf *f, uint32_t n)
+{
+    printf("  \"layer_list\": [");
+    for (uint32_t i = 0; i < n; i++) {
+        struct bf_layer_info li = {0};
+        bf_layer_info(f, i, &li);
+        printf("%s\n    {\"capacity\": %llu, \"error_rate\": %.17g, "
+               "\"m\": %llu, \"k\": %u, \"count\": %llu, \"bytes\": %llu}",
+               i ? "," : "", (unsigned long long)li.capacity, li.error_rate,
+               (unsigned long long)li.m, li.k, (unsigned long long)li.count,
+               (unsigned long long)li.body_bytes);
+    }
+    printf("\n  ]\n");
+}
+
+static void print_json(const char *path, const struct bf *f,
+                       const struct bf_stats *s, const char *fpid)
+{
+    struct bf_layer_info l0 = {0};
+
+    bf_layer_info(f, 0, &l0);
+    printf("{\n  \"file\": ");
+    json_str(path);
+    printf(",\n  \"kind\": \"%s\",\n", bf_kind_name(bf_kind(f)));
+    printf("  \"capacity\": %llu,\n", (unsigned long long)bf_capacity(f));
+    json_num("error_rate", bf_error_rate(f), ",");
+    printf("  \"layers\": %u,\n  \"m\": %llu,\n  \"k\": %u,\n", s->layers,
+           (unsigned long long)s->bits, l0.k);
+    printf("  \"bytes\": %llu,\n  \"file_bytes\": %llu,\n",
+           (unsigned long long)s->bytes, (unsigned long long)bf_file_size(f));
+    json_num("bits_per_key", s->bits_per_key, ",");
+    json_num("fill", s->fill_ratio, ",");
+    json_num("estimated_count", s->estimated_count, ",");
+    json_num("estimated_fpr", s->estimated_fpr, ",");
+    printf("  \"over_capacity\": %s,\n", s->over_capacity ? "true" : "false");
+    printf("  \"inserts\": %llu,\n", (unsigned long long)bf_insert_count(f));
+    printf("  \"shard_index\": %u,\n  \"shard_count\": %u,\n",
+           bf_shard_index(f), bf_shard_count(f));
+    json_num("growth", bf_growth(f), ",");
+    json_num("tightening", bf_tightening(f), ",");
+    printf("  \"fingerprint\": \"%s\",\n  \"checksum\": \"ok\",\n", fpid);
+    json_layers(f, s->layers);
+    printf("}\n");
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    bool json = false;
+    struct bf_stats s;
+    char fpid[17];
+    struct bf *f;
+    int c;
+
+    cli_getopt_reset();
+    while ((c = getopt_long(argc, argv, ":jh", inspect_longopts, NULL)) != -1) {
+        if (c == 'h')
+            return help_print("inspect");
+        if (c != 'j')
+            return cli_bad_option("inspect", c, argv);
+        json = true;
+    }
+    if (argc - optind != 1)
+        return cli_fail("inspect: need exactly one FILE (see 'bloomgrid help "
+                        "inspect')");
+    f = cli_load(argv[optind]);
+    if (!f)
+        return CLI_ERR;
+    bf_stats(f, &s);
+    bf_fingerprint_id(f, fpid);
+    if (json)
+        print_json(argv[optind], f, &s, fpid);
+    else
+        print_text(argv[optind], f, &s, fpid);
+    bf_destroy(f);
+    return fflush(stdout) == 0 ? CLI_OK : cli_fail("cannot write the output");
+}

@@ -1,0 +1,222 @@
+/* cmd_keys: the commands that take a filter file and keys: `add`, `query`
+ * and `remove`.  Keys come from the arguments, or one per line from stdin
+ * when there are none. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "keys_input.h"
+#include "progress.h"
+
+struct keys_opts {
+    const char *cmd;
+    bool count_only;      /* query --count */
+    const char *file;
+    char **keys;
+    int nkeys;
+};
+
+static const struct option keys_longopts[] = {
+    {"count", no_argument, NULL, 'c'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* Parse "CMD [--count] FILE [KEY...]"; --count only for query. */
+static int keys_parse(struct keys_opts *o, int argc, char **argv)
+{
+    bool is_query = strcmp(o->cmd, "query") == 0;
+    int c;
+
+    cli_getopt_reset();
+    while ((c = getopt_long(argc, argv, is_query ? ":ch" : ":h",
+                            keys_longopts, NULL)) != -1) {
+        if (c == 'h') {
+            help_print(o->cmd);
+            return CLI_HELP_SHOWN;
+        }
+        if (c == 'c' && is_query)
+            o->count_only = true;
+        else
+            return cli_bad_option(o->cmd, c == 'c' ? '?' : c, argv);
+    }
+    if (optind >= argc)
+        return cli_fail("%s: missing FILE (see 'bloomgrid help %s')", o->cmd,
+                        o->cmd);
+    o->file = argv[optind];
+    o->keys = argv + optind + 1;
+    o->nkeys = argc - optind - 1;
+    return 0;
+}
+
+static int keys_run(struct keys_opts *o, keys_batch_fn fn, void *ctx)
+{
+    if (o->nkeys)
+        return keys_from_args(o->keys, o->nkeys, fn, ctx);
+    return keys_read_path("-", fn, ctx);
+}
+
+/* ---- add ------------------------------------------------------------------- */
+
+struct add_ctx {
+    struct bf *f;
+    struct progress prog;
+};
+
+static int add_batch(void *ctx, const void *const *keys, const size_t *lens,
+                     size_t n)
+{
+    struct add_ctx *a = ctx;
+
+    bf_add_keys(a->f, keys, lens, n, NULL);
+    progress_tick(&a->prog, n);
+    return 0;
+}
+
+int cmd_add(int argc, char **argv)
+{
+    struct keys_opts o = {.cmd = "add"};
+    struct add_ctx a = {0};
+    int rc = keys_parse(&o, argc, argv);
+
+    if (rc)
+        return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
+    a.f = cli_load(o.file);
+    if (!a.f)
+        return CLI_ERR;
+    bf_set_exclusive(a.f, true);
+    progress_init(&a.prog, a.f);
+    rc = keys_run(&o, add_batch, &a);
+    if (rc == 0) {
+        progress_done(&a.prog);
+        rc = cli_save(a.f, o.file);
+    }
+    bf_destroy(a.f);
+    return rc;
+}
+
+/* ---- query ----------------------------------------------------------------- */
+
+struct query_ctx {
+    const struct bf *f;
+    bool count_only;
+    uint64_t maybe, no;
+};
+
+static void query_print(const char *verdict, const void *key, size_t len)
+{
+    fputs(verdict, stdout);
+    fwrite(key, 1, len, stdout);
+    putchar('\n');
+}
+
+static int query_batch(void *ctx, const void *const *keys, const size_t *lens,
+                       size_t n)
+{
+    struct query_ctx *q = ctx;
+    bool present[KEYS_BATCH];
+
+    bf_may_contain_keys(q->f, keys, lens, n, present);
+    for (size_t i = 0; i < n; i++) {
+        if (present[i])
+            q->maybe++;
+        else
+            q->no++;
+        if (!q->count_only)
+            query_print(present[i] ? "maybe\t" : "no\t", keys[i], lens[i]);
+    }
+    return 0;
+}
+
+/* Make sure everything printed reached stdout (a full disk, a closed pipe). */
+static int flush_stdout(void)
+{
+    if (fflush(stdout) == EOF || ferror(stdout))
+        return cli_fail("cannot write the output: %s", strerror(errno));
+    return 0;
+}
+
+int cmd_query(int argc, char **argv)
+{
+    static char outbuf[1 << 20];
+    struct keys_opts o = {.cmd = "query"};
+    struct query_ctx q = {0};
+    struct bf *f;
+    int rc = keys_parse(&o, argc, argv);
+
+    if (rc)
+        return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
+    f = cli_load(o.file);
+    if (!f)
+        return CLI_ERR;
+    setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
+    q.f = f;
+    q.count_only = o.count_only;
+    rc = keys_run(&o, query_batch, &q);
+    if (rc == 0 && o.count_only)
+        printf("maybe %llu\nno %llu\n", (unsigned long long)q.maybe,
+               (unsigned long long)q.no);
+    if (rc == 0)
+        rc = flush_stdout();
+    bf_destroy(f);
+    if (rc)
+        return rc;
+    return q.no ? CLI_NO : CLI_OK;
+}
+
+/* ---- remove ---------------------------------------------------------------- */
+
+struct remove_ctx {
+    struct bf *f;
+    uint64_t removed, absent;
+};
+
+static int remove_batch(void *ctx, const void *const *keys, const size_t *lens,
+                        size_t n)
+{
+    struct remove_ctx *r = ctx;
+
+    for (size_t i = 0; i < n; i++) {
+        int rc = bf_remove(r->f, keys[i], lens[i]);
+        if (rc == 0)
+            r->removed++;
+        else if (rc == -ENOENT)
+            r->absent++;
+        else
+            return cli_fail("remove: %s", strerror(-rc));
+        query_print(rc == 0 ? "removed\t" : "no\t", keys[i], lens[i]);
+    }
+    return 0;
+}
+
+int cmd_remove(int argc, char **argv)
+{
+    struct keys_opts o = {.cmd = "remove"};
+    struct remove_ctx r = {0};
+    int rc = keys_parse(&o, argc, argv);
+
+    if (rc)
+        return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
+    r.f = cli_load(o.file);
+    if (!r.f)
+        return CLI_ERR;
+    if (bf_kind(r.f) != BF_KIND_COUNTING) {
+        rc = cli_fail("remove: %s is a %s filter; only counting filters "
+                      "support remove", o.file, bf_kind_name(bf_kind(r.f)));
+        goto out;
+    }
+    bf_set_exclusive(r.f, true);
+    rc = keys_run(&o, remove_batch, &r);
+    if (rc == 0)
+        rc = flush_stdout();
+    if (rc == 0 && r.removed)
+        rc = cli_save(r.f, o.file);
+    if (rc == 0 && r.absent)
+        rc = CLI_NO;
+out:
+    bf_destroy(r.f);
+    return rc;
+}

@@ -1,0 +1,29 @@
+/* progress: a one-line progress report on stderr while keys are added.
+ *
+ * Shown only when stderr is a terminal, refreshed about once a second: keys
+ * read, keys per second, and the fill and false-positive rate predicted from
+ * the insert counts (a bit scan per refresh would cost O(m) on filters of many
+ * GB).  Single-threaded, like the rest of the tool.
+ */
+#ifndef BLOOMGRID_PROGRESS_H
+#define BLOOMGRID_PROGRESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bf.h"
+
+struct progress {
+    const struct bf *f;
+    bool on;                 /* stderr is a terminal */
+    uint64_t keys;
+    double start, last;      /* seconds, monotonic */
+};
+
+void progress_init(struct progress *p, const struct bf *f);
+/* Count n more keys; redraw if a second has passed. */
+void progress_tick(struct progress *p, uint64_t n);
+/* Draw the final line and end it with a newline (if shown at all). */
+void progress_done(struct progress *p);
+
+#endif

@@ -1,0 +1,734 @@
+/* bf_file: save, load, serialize and parse bloomgrid filter files.
+ *
+ * Layout (docs/FORMAT.md is the reference): a 128-byte header, one 48-byte
+ * descriptor per layer, the layer bodies in order, and an XXH64 (seed 0) of
+ * every preceding byte.  All integers are little-endian, error rates are
+ * IEEE-754 binary64.
+ *
+ * Reading is one routine over a "source" (a file descriptor or a memory
+ * buffer), so save/load and write/parse cannot drift apart.  The header and
+ * descriptors are checked completely, and the total size they imply is
+ * compared with the real size, before anything is allocated; bodies are then
+ * read in large chunks straight into the filter's own memory while the
+ * checksum is computed.  The filter is handed out only after the checksum
+ * matches, so a bad file is never loaded in part.
+ */
+#include "bf_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* Bodies are stored as the host's 64-bit words; only little-endian hosts
+ * can do that without a byte swap, and those are all we build for. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "bf_file.c assumes a little-endian host"
+#endif
+
+#define CHUNK_BYTES (8u << 20)   /* large reads/writes run at disk speed */
+
+/* Header field offsets (bytes).  Keep in step with docs/FORMAT.md. */
+enum {
+    OFF_MAGIC = 0,
+    OFF_VERSION = 8,
+    OFF_KIND = 12,
+    OFF_HASH_ID = 16,
+    OFF_NLAYERS = 20,
+    OFF_SECRET = 24,
+    OFF_CAPACITY = 56,
+    OFF_ERROR_RATE = 64,
+    OFF_M = 72,
+    OFF_K = 80,
+    OFF_SHARD_INDEX = 84,
+    OFF_SHARD_COUNT = 88,
+    OFF_FLAGS = 92,
+    OFF_INSERTS = 96,
+    OFF_GROWTH = 104,
+    OFF_TIGHTENING = 112,
+    OFF_RESERVED = 120,
+};
+
+enum {
+    LOFF_CAPACITY = 0,
+    LOFF_ERROR_RATE = 8,
+    LOFF_M = 16,
+    LOFF_K = 24,
+    LOFF_RESERVED = 28,
+    LOFF_COUNT = 32,
+    LOFF_BODY_BYTES = 40,
+};
+
+_Static_assert(OFF_SECRET + BF_SECRET_LEN == OFF_CAPACITY, "secret size");
+_Static_assert(OFF_RESERVED + 8 == BF_FILE_HEADER_BYTES, "header size");
+_Static_assert(LOFF_BODY_BYTES + 8 == BF_FILE_LAYER_BYTES, "descriptor size");
+
+/* BF_FILE_MAGIC spelled out: a char[8] initialized from the 9-byte literal
+ * draws a warning on newer compilers. */
+static const char file_magic[8] = {'B', 'L', 'O', 'O', 'M', 'G', 'R', 'D'};
+
+/* ---- little-endian encoding ---------------------------------------------- */
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_f64(uint8_t *p, double d)
+{
+    uint64_t v;
+    memcpy(&v, &d, sizeof v);
+    put_u64(p, v);
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static double get_f64(const uint8_t *p)
+{
+    uint64_t v = get_u64(p);
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+
+static void set_err(char *err, const char *fmt, ...)
+{
+    if (!err)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, BF_ERRLEN, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- serializing ----------------------------------------------------------- */
+
+uint64_t bf_file_size(const struct bf *f)
+{
+    uint32_t n = bf_layer_count(f);
+    uint64_t size = BF_FILE_HEADER_BYTES + (uint64_t)n * BF_FILE_LAYER_BYTES + 8;
+
+    for (uint32_t i = 0; i < n; i++) {
+        struct bf_layer_info li;
+        if (bf_layer_info(f, i, &li) == 0)
+            size += li.body_bytes;
+    }
+    return size;
+}
+
+static void encode_header(const struct bf *f, uint8_t *h)
+{
+    struct bf_layer_info l0;
+    struct bf_fingerprint fp;
+
+    memset(h, 0, BF_FILE_HEADER_BYTES);
+    memset(&l0, 0, sizeof l0);
+    bf_layer_info(f, 0, &l0);
+    bf_fingerprint(f, &fp);
+    memcpy(h + OFF_MAGIC, file_magic, sizeof file_magic);
+    put_u32(h + OFF_VERSION, BF_FILE_VERSION);
+    put_u32(h + OFF_KIND, (uint32_t)bf_kind(f));
+    put_u32(h + OFF_HASH_ID, fp.hash_id);
+    put_u32(h + OFF_NLAYERS, bf_layer_count(f));
+    memcpy(h + OFF_SECRET, bf_secret(f), BF_SECRET_LEN);
+    put_u64(h + OFF_CAPACITY, bf_capacity(f));
+    put_f64(h + OFF_ERROR_RATE, bf_error_rate(f));
+    put_u64(h + OFF_M, l0.m);
+    put_u32(h + OFF_K, l0.k);
+    put_u32(h + OFF_SHARD_INDEX, bf_shard_index(f));
+    put_u32(h + OFF_SHARD_COUNT, bf_shard_count(f));
+    put_u64(h + OFF_INSERTS, bf_insert_count(f));
+    put_f64(h + OFF_GROWTH, bf_growth(f));
+    put_f64(h + OFF_TIGHTENING, bf_tightening(f));
+}
+
+static void encode_layer(const struct bf_layer_info *li, uint8_t *d)
+{
+    memset(d, 0, BF_FILE_LAYER_BYTES);
+    put_u64(d + LOFF_CAPACITY, li->capacity);
+    put_f64(d + LOFF_ERROR_RATE, li->error_rate);
+    put_u64(d + LOFF_M, li->m);
+    put_u32(d + LOFF_K, li->k);
+    put_u64(d + LOFF_COUNT, li->count);
+    put_u64(d + LOFF_BODY_BYTES, li->body_bytes);
+}
+
+/* Hash and emit one piece.  Hashing the same bytes that are handed to write
+ * keeps the checksum right even if adds change the filter meanwhile. */
+static int emit(XXH64_state_t *st, bf_file_writer write, void *ctx,
+                const void *buf, size_t len)
+{
+    XXH64_update(st, buf, len);
+    return write(ctx, buf, len);
+}
+
+/* Bodies go through a bounce buffer: concurrent adds may change a live
+ * body between hashing and writing, and the file must still verify. */
+static int emit_body(XXH64_state_t *st, bf_file_writer write, void *ctx,
+                     const uint8_t *body, uint64_t len, uint8_t *bounce)
+{
+    while (len > 0) {
+        size_t n = len < CHUNK_BYTES ? (size_t)len : CHUNK_BYTES;
+        memcpy(bounce, body, n);
+        int rc = emit(st, write, ctx, bounce, n);
+        if (rc < 0)
+            return rc;
+        body += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static int write_bodies(const struct bf *f, XXH64_state_t *st,
+                        bf_file_writer write, void *ctx)
+{
+    uint8_t *bounce = malloc(CHUNK_BYTES);
+    int rc = 0;
+
+    if (!bounce)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < bf_layer_count(f) && rc == 0; i++) {
+        struct bf_layer_info li;
+        rc = bf_layer_info(f, i, &li);
+        if (rc == 0)
+            rc = emit_body(st, write, ctx,
+                           (const uint8_t *)bf_layer_body_const(f, i),
+                           li.body_bytes, bounce);
+    }
+    free(bounce);
+    return rc;
+}
+
+static int write_descriptors(const struct bf *f, XXH64_state_t *st,
+                             bf_file_writer write, void *ctx)
+{
+    uint8_t h[BF_FILE_HEADER_BYTES];
+    uint8_t d[BF_FILE_LAYER_BYTES];
+    int rc;
+
+    encode_header(f, h);
+    rc = emit(st, write, ctx, h, sizeof h);
+    for (uint32_t i = 0; i < bf_layer_count(f) && rc >= 0; i++) {
+        struct bf_layer_info li;
+        rc = bf_layer_info(f, i, &li);
+        if (rc < 0)
+            break;
+        encode_layer(&li, d);
+        rc = emit(st, write, ctx, d, sizeof d);
+    }
+    return rc < 0 ? rc : 0;
+}
+
+int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
+{
+    XXH64_state_t *st = XXH64_createState();
+    uint8_t sum[8];
+    int rc;
+
+    if (!st)
+        return -ENOMEM;
+    XXH64_reset(st, 0);
+    rc = write_descriptors(f, st, write, ctx);
+    if (rc < 0)
+        goto out;
+    rc = write_bodies(f, st, write, ctx);
+    if (rc < 0)
+        goto out;
+    put_u64(sum, XXH64_digest(st));
+    rc = write(ctx, sum, sizeof sum);
+    if (rc > 0)
+        rc = 0;
+out:
+    XXH64_freeState(st);
+    return rc;
+}
+
+/* ---- atomic save ----------------------------------------------------------- */
+
+static int fd_write_all(void *ctx, const void *buf, size_t len)
+{
+    int fd = *(int *)ctx;
+    const uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* fsync the directory holding path, so the rename itself is durable. */
+static int fsync_parent(const char *path)
+{
+    char *copy = strdup(path);
+    int fd, rc = 0;
+
+    if (!copy)
+        return -ENOMEM;
+    fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) < 0)
+        rc = -errno;
+    if (fd >= 0)
+        close(fd);
+    free(copy);
+    return rc;
+}
+
+/* The temp file gets the mode of the file it replaces, or 0644. */
+static void set_mode_like(int fd, const char *path)
+{
+    struct stat st;
+    mode_t mode = 0644;
+
+    if (stat(path, &st) == 0)
+        mode = st.st_mode & 07777;
+    (void)fchmod(fd, mode);
+}
+
+static int save_to_temp(const struct bf *f, int fd, char *err)
+{
+    int rc = bf_file_write(f, fd_write_all, &fd);
+
+    if (rc < 0) {
+        set_err(err, "write failed: %s", strerror(-rc));
+        return rc;
+    }
+    if (fsync(fd) < 0) {
+        rc = -errno;
+        set_err(err, "fsync failed: %s", strerror(errno));
+    }
+    return rc;
+}
+
+int bf_file_save(const struct bf *f, const char *path, char *err)
+{
+    size_t len = strlen(path);
+    char *tmp = malloc(len + sizeof ".tmp.XXXXXX");
+    int fd = -1, rc;
+
+    if (!tmp) {
+        set_err(err, "out of memory");
+        return -ENOMEM;
+    }
+    memcpy(tmp, path, len);
+    memcpy(tmp + len, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        set_err(err, "cannot create temp file %s: %s", tmp, strerror(errno));
+        goto fail_nofile;
+    }
+    set_mode_like(fd, path);
+    rc = save_to_temp(f, fd, err);
+    if (rc < 0)
+        goto fail;
+    if (close(fd) < 0) {
+        fd = -1;
+        rc = -errno;
+        set_err(err, "close failed: %s", strerror(errno));
+        goto fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) < 0) {
+        rc = -errno;
+        set_err(err, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        goto fail;
+    }
+    free(tmp);
+    rc = fsync_parent(path);
+    if (rc < 0)
+        set_err(err, "fsync of the directory of %s failed: %s", path,
+                strerror(-rc));
+    return rc;
+
+fail:
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+fail_nofile:
+    free(tmp);
+    return rc;
+}
+
+/* ---- reading: one parser over a file descriptor or a memory buffer -------- */
+
+struct source {
+    int fd;                 /* >= 0: read from this file */
+    const uint8_t *mem;     /* otherwise: from this buffer */
+    uint64_t size;          /* total bytes available */
+    uint64_t pos;
+};
+
+/* Read exactly len bytes; the caller has already checked the size. */
+static int source_read(struct source *s, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+
+    if (!s->mem) {
+        while (len > 0) {
+            ssize_t n = read(s->fd, p, len);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0)
+                return -errno;
+            if (n == 0)
+                return -EBADMSG;   /* the file shrank under us */
+            p += n;
+            len -= (size_t)n;
+            s->pos += (uint64_t)n;
+        }
+        return 0;
+    }
+    memcpy(p, s->mem + s->pos, len);
+    s->pos += len;
+    return 0;
+}
+
+/* Everything the header and descriptors say, decoded. */
+struct file_meta {
+    uint32_t version;
+    uint32_t hash_id;
+    uint32_t nlayers;
+    uint64_t inserts;
+    struct bf_params params;
+    uint8_t secret[BF_SECRET_LEN];
+    uint64_t m0;
+    uint32_t k0;
+    uint32_t flags;
+    uint64_t reserved;
+    struct bf_layer_info layers[BF_MAX_LAYERS];
+    uint64_t total;   /* file size the header implies */
+};
+
+static void decode_header(const uint8_t *h, struct file_meta *fm)
+{
+    struct bf_params *p = &fm->params;
+
+    memset(fm, 0, sizeof *fm);
+    fm->version = get_u32(h + OFF_VERSION);
+    p->kind = (enum bf_kind)get_u32(h + OFF_KIND);
+    fm->hash_id = get_u32(h + OFF_HASH_ID);
+    fm->nlayers = get_u32(h + OFF_NLAYERS);
+    memcpy(fm->secret, h + OFF_SECRET, BF_SECRET_LEN);
+    p->secret = fm->secret;
+    p->capacity = get_u64(h + OFF_CAPACITY);
+    p->error_rate = get_f64(h + OFF_ERROR_RATE);
+    fm->m0 = get_u64(h + OFF_M);
+    fm->k0 = get_u32(h + OFF_K);
+    p->shard_index = get_u32(h + OFF_SHARD_INDEX);
+    p->shard_count = get_u32(h + OFF_SHARD_COUNT);
+    fm->flags = get_u32(h + OFF_FLAGS);
+    fm->inserts = get_u64(h + OFF_INSERTS);
+    p->growth = get_f64(h + OFF_GROWTH);
+    p->tightening = get_f64(h + OFF_TIGHTENING);
+    fm->reserved = get_u64(h + OFF_RESERVED);
+}
+
+static bool rate_ok(double p)
+{
+    return isfinite(p) && p > 0.0 && p < 1.0;
+}
+
+static int check_header(const struct file_meta *fm, char *err)
+{
+    const struct bf_params *p = &fm->params;
+
+    if (p->kind < BF_KIND_BLOCKED || p->kind > BF_KIND_SCALABLE)
+        return set_err(err, "bad geometry: unknown kind %u", (unsigned)p->kind),
+               -EBADMSG;
+    if (fm->hash_id != BF_HASH_XXH3_128)
+        return set_err(err, "bad geometry: unknown hash id %u", fm->hash_id),
+               -EBADMSG;
+    if (fm->nlayers == 0 || fm->nlayers > BF_MAX_LAYERS)
+        return set_err(err, "bad geometry: layer count %u not in 1..%d",
+                       fm->nlayers, BF_MAX_LAYERS), -EBADMSG;
+    if (p->kind != BF_KIND_SCALABLE && fm->nlayers != 1)
+        return set_err(err, "bad geometry: a %s filter has 1 layer, not %u",
+                       bf_kind_name(p->kind), fm->nlayers), -EBADMSG;
+    if (p->capacity == 0 || !rate_ok(p->error_rate))
+        return set_err(err, "bad geometry: capacity %llu / error rate %g",
+                       (unsigned long long)p->capacity, p->error_rate), -EBADMSG;
+    if (p->shard_count == 0 || p->shard_index >= p->shard_count)
+        return set_err(err, "bad geometry: shard index %u of %u shards",
+                       p->shard_index, p->shard_count), -EBADMSG;
+    if (p->kind == BF_KIND_SCALABLE &&
+        (!(p->growth >= 1.0 && p->growth <= 1e6) || !rate_ok(p->tightening)))
+        return set_err(err, "bad geometry: growth %g / tightening %g",
+                       p->growth, p->tightening), -EBADMSG;
+    if (fm->flags != 0 || fm->reserved != 0)
+        return set_err(err, "bad geometry: reserved header fields are not zero"),
+               -EBADMSG;
+    return 0;
+}
+
+static int check_layer(const struct file_meta *fm, uint32_t i, char *err)
+{
+    const struct bf_layer_info *li = &fm->layers[i];
+    enum bf_kind kind = fm->params.kind;
+
+    if (li->m == 0 || li->k == 0 || li->k > 64)
+        return set_err(err, "bad geometry: layer %u has m=%llu, k=%u", i,
+                       (unsigned long long)li->m, li->k), -EBADMSG;
+    if (li->capacity == 0 || !rate_ok(li->error_rate))
+        return set_err(err, "bad geometry: layer %u has capacity %llu, "
+                       "error rate %g", i, (unsigned long long)li->capacity,
+                       li->error_rate), -EBADMSG;
+    if (li->body_bytes != bf_body_bytes(kind, li->m))
+        return set_err(err, "bad geometry: layer %u body is %llu bytes, "
+                       "m=%llu needs %llu", i,
+                       (unsigned long long)li->body_bytes,
+                       (unsigned long long)li->m,
+                       (unsigned long long)bf_body_bytes(kind, li->m)),
+               -EBADMSG;
+    if (i == 0 && (li->m != fm->m0 || li->k != fm->k0))
+        return set_err(err, "bad geometry: header m/k differ from layer 0"),
+               -EBADMSG;
+    return 0;
+}
+
+static int decode_layers(const uint8_t *d, struct file_meta *fm, char *err)
+{
+    uint64_t total = BF_FILE_HEADER_BYTES + 8 +
+                     (uint64_t)fm->nlayers * BF_FILE_LAYER_BYTES;
+
+    for (uint32_t i = 0; i < fm->nlayers; i++, d += BF_FILE_LAYER_BYTES) {
+        struct bf_layer_info *li = &fm->layers[i];
+        li->capacity = get_u64(d + LOFF_CAPACITY);
+        li->error_rate = get_f64(d + LOFF_ERROR_RATE);
+        li->m = get_u64(d + LOFF_M);
+        li->k = get_u32(d + LOFF_K);
+        li->count = get_u64(d + LOFF_COUNT);
+        li->body_bytes = get_u64(d + LOFF_BODY_BYTES);
+        if (get_u32(d + LOFF_RESERVED) != 0)
+            return set_err(err, "bad geometry: layer %u reserved field is "
+                           "not zero", i), -EBADMSG;
+        int rc = check_layer(fm, i, err);
+        if (rc < 0)
+            return rc;
+        if (li->body_bytes > UINT64_MAX / 2 - total)
+            return set_err(err, "bad geometry: layer sizes overflow"), -EBADMSG;
+        total += li->body_bytes;
+    }
+    fm->total = total;
+    return 0;
+}
+
+static int check_size(const struct file_meta *fm, uint64_t size, char *err)
+{
+    if (size < fm->total)
+        return set_err(err, "truncated: %llu bytes, the header describes %llu",
+                       (unsigned long long)size,
+                       (unsigned long long)fm->total), -EBADMSG;
+    if (size > fm->total)
+        return set_err(err, "bad size: %llu bytes, the header describes %llu "
+                       "(trailing data)", (unsigned long long)size,
+                       (unsigned long long)fm->total), -EBADMSG;
+    return 0;
+}
+
+/* Read the header; check magic and version first, so that a file of some
+ * other kind is reported as such rather than as bad geometry. */
+static int read_header(struct source *s, XXH64_state_t *st,
+                       struct file_meta *fm, char *err)
+{
+    uint8_t h[BF_FILE_HEADER_BYTES];
+    int rc;
+
+    if (s->size < BF_FILE_HEADER_BYTES)
+        return set_err(err, "truncated: %llu bytes, shorter than the "
+                       "%d-byte header", (unsigned long long)s->size,
+                       BF_FILE_HEADER_BYTES), -EBADMSG;
+    rc = source_read(s, h, sizeof h);
+    if (rc < 0)
+        return set_err(err, "read failed: %s", strerror(-rc)), rc;
+    XXH64_update(st, h, sizeof h);
+    if (memcmp(h + OFF_MAGIC, file_magic, sizeof file_magic) != 0)
+        return set_err(err, "bad magic: not a bloomgrid filter file"), -EBADMSG;
+    decode_header(h, fm);
+    if (fm->version != BF_FILE_VERSION)
+        return set_err(err, "unsupported version: format version %u, this "
+                       "build reads version %d", fm->version, BF_FILE_VERSION),
+               -EPROTONOSUPPORT;
+    return check_header(fm, err);
+}
+
+static int read_meta(struct source *s, XXH64_state_t *st, struct file_meta *fm,
+                     char *err)
+{
+    uint8_t d[BF_MAX_LAYERS * BF_FILE_LAYER_BYTES];
+    size_t dlen;
+    int rc = read_header(s, st, fm, err);
+
+    if (rc < 0)
+        return rc;
+    dlen = (size_t)fm->nlayers * BF_FILE_LAYER_BYTES;
+    if (s->size < BF_FILE_HEADER_BYTES + dlen)
+        return set_err(err, "truncated: %llu bytes, the layer descriptors "
+                       "end at %llu", (unsigned long long)s->size,
+                       (unsigned long long)(BF_FILE_HEADER_BYTES + dlen)),
+               -EBADMSG;
+    rc = source_read(s, d, dlen);
+    if (rc < 0)
+        return set_err(err, "read failed: %s", strerror(-rc)), rc;
+    XXH64_update(st, d, dlen);
+    rc = decode_layers(d, fm, err);
+    if (rc < 0)
+        return rc;
+    return check_size(fm, s->size, err);
+}
+
+static int read_bodies(struct source *s, XXH64_state_t *st, struct bf *f,
+                       const struct file_meta *fm, char *err)
+{
+    for (uint32_t i = 0; i < fm->nlayers; i++) {
+        uint8_t *body = (uint8_t *)bf_layer_body(f, i);
+        uint64_t left = fm->layers[i].body_bytes;
+
+        while (left > 0) {
+            size_t n = left < CHUNK_BYTES ? (size_t)left : CHUNK_BYTES;
+            int rc = source_read(s, body, n);
+            if (rc < 0)
+                return set_err(err, rc == -EBADMSG ?
+                               "truncated: the file shrank while reading" :
+                               "read failed: %s", strerror(-rc)), rc;
+            XXH64_update(st, body, n);
+            body += n;
+            left -= n;
+        }
+    }
+    return 0;
+}
+
+static int read_checksum(struct source *s, XXH64_state_t *st, char *err)
+{
+    uint8_t sum[8];
+    int rc = source_read(s, sum, sizeof sum);
+    uint64_t want, got;
+
+    if (rc < 0)
+        return set_err(err, "read failed: %s", strerror(-rc)), rc;
+    want = get_u64(sum);
+    got = XXH64_digest(st);
+    if (want != got)
+        return set_err(err, "checksum mismatch: stored %016llx, computed "
+                       "%016llx (the file is corrupt)",
+                       (unsigned long long)want, (unsigned long long)got),
+               -EBADMSG;
+    return 0;
+}
+
+/* Build a filter from the checked metadata and fill it from the source. */
+static struct bf *load_from(struct source *s, char *err, int *code)
+{
+    XXH64_state_t *st = XXH64_createState();
+    struct file_meta *fm = malloc(sizeof *fm);
+    uint64_t counts[BF_MAX_LAYERS];
+    struct bf *f = NULL;
+    char aerr[BF_ERRLEN] = "";
+    int rc = -ENOMEM;
+
+    if (!st || !fm) {
+        set_err(err, "out of memory");
+        goto fail;
+    }
+    XXH64_reset(st, 0);
+    rc = read_meta(s, st, fm, err);
+    if (rc < 0)
+        goto fail;
+    f = bf_assemble(&fm->params, fm->hash_id, fm->nlayers, fm->layers, aerr);
+    if (!f) {
+        rc = -EBADMSG;
+        set_err(err, "bad geometry: %s", aerr[0] ? aerr : "refused by engine");
+        goto fail;
+    }
+    rc = read_bodies(s, st, f, fm, err);
+    if (rc == 0)
+        rc = read_checksum(s, st, err);
+    if (rc < 0)
+        goto fail;
+    for (uint32_t i = 0; i < fm->nlayers; i++)
+        counts[i] = fm->layers[i].count;
+    bf_set_counts(f, fm->inserts, counts);
+    XXH64_freeState(st);
+    free(fm);
+    if (code)
+        *code = 0;
+    return f;
+
+fail:
+    bf_destroy(f);
+    if (st)
+        XXH64_freeState(st);
+    free(fm);
+    if (code)
+        *code = rc;
+    return NULL;
+}
+
+struct bf *bf_file_load(const char *path, char *err, int *code)
+{
+    struct source s = {.fd = -1};
+    struct stat st;
+    struct bf *f;
+
+    s.fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s.fd < 0) {
+        if (code)
+            *code = -errno;
+        set_err(err, "cannot open: %s", strerror(errno));
+        return NULL;
+    }
+    if (fstat(s.fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        if (code)
+            *code = -EINVAL;
+        set_err(err, "cannot open: not a regular file");
+        close(s.fd);
+        return NULL;
+    }
+    s.size = (uint64_t)st.st_size;
+    (void)posix_fadvise(s.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    f = load_from(&s, err, code);
+    close(s.fd);
+    return f;
+}
+
+struct bf *bf_file_parse(const void *buf, size_t len, char *err)
+{
+    static const uint8_t empty[1];
+    struct source s = {.fd = -1, .mem = buf ? buf : empty, .size = len};
+
+    return load_from(&s, err, NULL);
+}

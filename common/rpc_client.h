@@ -1,0 +1,75 @@
+/* rpc_client: gRPC client calls over the gRPC C core.
+ *
+ * A struct rpc_channel is one HTTP/2 connection (re-established by gRPC when
+ * the server comes back) plus a cache of registered method paths.  It is
+ * thread-safe: any number of threads may make calls on one channel at once.
+ * Every call carries a deadline (timeout_ms > 0 is required).
+ *
+ * A struct rpc_cstream is one streaming call.  One thread may write while
+ * another reads; otherwise one thread at a time.
+ *
+ * Status: calls return 0 when the call ended with OK and -1 otherwise, with
+ * the code and message in *st (when st is not NULL).  Transport failures
+ * appear as UNAVAILABLE or DEADLINE_EXCEEDED, as gRPC reports them.  The
+ * caller owns grpc_init()/grpc_shutdown().
+ */
+#ifndef BLOOMGRID_RPC_CLIENT_H
+#define BLOOMGRID_RPC_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+#include <grpc/status.h>
+#include <protobuf-c/protobuf-c.h>
+
+#define RPC_CLIENT_MSGLEN 512
+
+struct rpc_status {
+    grpc_status_code code;
+    char message[RPC_CLIENT_MSGLEN];
+};
+
+struct rpc_channel;
+struct rpc_cstream;
+
+/* Open a channel to "host:port".  max_message bounds both directions
+ * (0: 64 MiB).  Returns NULL when out of memory. */
+struct rpc_channel *rpc_channel_create(const char *target, size_t max_message);
+void rpc_channel_destroy(struct rpc_channel *ch);
+
+/* Unary call with raw bytes.  On OK, *resp (when not NULL) receives the
+ * response bytes, owned by the caller (grpc_slice_unref).  method is a full
+ * path, "/bloomgrid.v1.BloomGrid/Add". */
+int rpc_call_raw(struct rpc_channel *ch, const char *method, const void *req,
+                 size_t len, grpc_slice *resp, int timeout_ms,
+                 struct rpc_status *st);
+
+/* Unary call with protobuf-c messages.  On OK, *resp is unpacked with
+ * resp_desc and owned by the caller (protobuf_c_message_free_unpacked).  A
+ * response that does not parse gives -1 with code INTERNAL. */
+int rpc_call(struct rpc_channel *ch, const char *method,
+             const ProtobufCMessage *req,
+             const ProtobufCMessageDescriptor *resp_desc,
+             ProtobufCMessage **resp, int timeout_ms, struct rpc_status *st);
+
+/* Open a streaming call; NULL when the call cannot be started. */
+struct rpc_cstream *rpc_cstream_open(struct rpc_channel *ch, const char *method,
+                                     int timeout_ms);
+/* Send one message.  Returns 0 or -1 (the call failed: see finish). */
+int rpc_cstream_write(struct rpc_cstream *s, const void *buf, size_t len);
+int rpc_cstream_write_msg(struct rpc_cstream *s, const ProtobufCMessage *msg);
+/* Half-close: no more messages from the client.  Returns 0 or -1. */
+int rpc_cstream_close_send(struct rpc_cstream *s);
+/* Receive one message into *out (caller unrefs).  Returns 1, 0 at the end of
+ * the server's messages, -1 when the call failed. */
+int rpc_cstream_read(struct rpc_cstream *s, grpc_slice *out);
+/* Wait for the final status and free the stream (also cancels it if messages
+ * are still flowing).  Returns 0 on OK, -1 otherwise. */
+int rpc_cstream_finish(struct rpc_cstream *s, struct rpc_status *st);
+
+/* Short name of a status code ("NOT_FOUND"). */
+const char *rpc_status_name(grpc_status_code code);
+
+#endif

@@ -1,0 +1,818 @@
+/* rpc_server: a small gRPC server over the gRPC C core (see rpc_server.h).
+ *
+ * Every posted request is a struct slot, the tag of its events.  A unary slot
+ * goes REQUESTED -> (handler runs on the worker) -> REPLYING -> freed.  A
+ * streaming slot owns a completion queue bound to its call; once the call
+ * arrives a thread runs the handler, which blocks on that queue for each of
+ * its operations, one at a time.  A generic slot catches unknown methods.
+ * Whenever a request completes, a fresh one is posted for the same method on
+ * the same queue, so there are always requests waiting.
+ */
+#include "rpc_server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+
+#include "grpc/health/v1/health.pb-c.h"
+#include "log.h"
+
+#define HEALTH_MAX 16
+
+struct rpc_method {
+    char *path;
+    void *handle;          /* grpc_server_register_method */
+    rpc_unary_fn unary;
+    rpc_stream_fn stream;
+    void *arg;
+};
+
+enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
+enum slot_state { SLOT_REQUESTED, SLOT_REPLYING };
+
+struct worker_cq {
+    grpc_completion_queue *cq;
+};
+
+/* One posted request and, once it arrives, the call. */
+struct slot {
+    enum slot_kind kind;
+    enum slot_state state;
+    struct rpc_server *srv;
+    struct rpc_method *m;        /* NULL for generic */
+    int cqi;                     /* notification queue index */
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_byte_buffer *payload;   /* unary request */
+    grpc_call_details details;   /* generic */
+    struct rpc_reply reply;
+    grpc_slice status_details;
+    bool has_status_details;
+    grpc_byte_buffer *send_buf;
+    int cancelled;
+    /* streaming only */
+    grpc_completion_queue *cq;   /* bound to the call */
+    bool md_sent, finished;
+    grpc_slice cur;              /* last message read */
+    bool has_cur;
+};
+
+struct health_entry {
+    char name[128];
+    bool serving;
+};
+
+struct rpc_server {
+    struct rpc_server_config cfg;
+    grpc_server *server;
+    int ncq;
+    struct worker_cq *cqs;
+    int nthreads;
+    pthread_t *threads;
+    struct rpc_method **methods;
+    size_t nmethods;
+    atomic_bool stopping;
+    bool started, shut;
+    pthread_mutex_t lock;        /* streams_active, health */
+    pthread_cond_t cond;
+    int streams_active;
+    struct health_entry health[HEALTH_MAX];
+    int nhealth;
+};
+
+static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi);
+static void post_generic(struct rpc_server *srv, int cqi);
+static void health_check(void *arg, const uint8_t *req, size_t len,
+                         struct rpc_reply *reply);
+
+static gpr_timespec inf_future(void)
+{
+    return gpr_inf_future(GPR_CLOCK_REALTIME);
+}
+
+/* ---- reply helpers ---- */
+
+void rpc_reply_error(struct rpc_reply *r, grpc_status_code code,
+                     const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    va_end(ap);
+    r->code = code;
+    if (r->has_body) {
+        grpc_slice_unref(r->body);
+        r->has_body = false;
+    }
+}
+
+uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len)
+{
+    if (r->has_body)
+        grpc_slice_unref(r->body);
+    r->body = grpc_slice_malloc(len);
+    r->has_body = true;
+    return GRPC_SLICE_START_PTR(r->body);
+}
+
+int rpc_reply_pack(struct rpc_reply *r, const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *p = rpc_reply_alloc(r, len);
+    if (!p)
+        return -ENOMEM;
+    protobuf_c_message_pack(msg, p);
+    return 0;
+}
+
+/* ---- slots ---- */
+
+static struct slot *slot_new(struct rpc_server *srv, enum slot_kind kind,
+                             struct rpc_method *m, int cqi)
+{
+    struct slot *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->kind = kind;
+    s->srv = srv;
+    s->m = m;
+    s->cqi = cqi;
+    grpc_metadata_array_init(&s->md);
+    if (kind == SLOT_GENERIC)
+        grpc_call_details_init(&s->details);
+    return s;
+}
+
+static void drain_cq(grpc_completion_queue *cq)
+{
+    grpc_completion_queue_shutdown(cq);
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(cq, inf_future(), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+    }
+    grpc_completion_queue_destroy(cq);
+}
+
+static void slot_free(struct slot *s)
+{
+    if (s->call)
+        grpc_call_unref(s->call);
+    grpc_metadata_array_destroy(&s->md);
+    if (s->kind == SLOT_GENERIC)
+        grpc_call_details_destroy(&s->details);
+    if (s->payload)
+        grpc_byte_buffer_destroy(s->payload);
+    if (s->send_buf)
+        grpc_byte_buffer_destroy(s->send_buf);
+    if (s->reply.has_body)
+        grpc_slice_unref(s->reply.body);
+    if (s->has_status_details)
+        grpc_slice_unref(s->status_details);
+    if (s->has_cur)
+        grpc_slice_unref(s->cur);
+    if (s->cq)
+        drain_cq(s->cq);
+    free(s);
+}
+
+static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi)
+{
+    if (atomic_load(&srv->stopping))
+        return;
+    bool stream = m->stream != NULL;
+    struct slot *s = slot_new(srv, stream ? SLOT_STREAM : SLOT_UNARY, m, cqi);
+    if (!s) {
+        log_error("out of memory posting a request for %s", m->path);
+        return;
+    }
+    grpc_completion_queue *ncq = srv->cqs[cqi].cq;
+    grpc_completion_queue *bound = ncq;
+    if (stream) {
+        s->cq = grpc_completion_queue_create_for_next(NULL);
+        bound = s->cq;
+    }
+    grpc_call_error e = grpc_server_request_registered_call(
+        srv->server, m->handle, &s->call, &s->deadline, &s->md,
+        stream ? NULL : &s->payload, bound, ncq, s);
+    if (e != GRPC_CALL_OK) {
+        log_error("grpc_server_request_registered_call(%s): %d", m->path, e);
+        slot_free(s);
+    }
+}
+
+static void post_generic(struct rpc_server *srv, int cqi)
+{
+    if (atomic_load(&srv->stopping))
+        return;
+    struct slot *s = slot_new(srv, SLOT_GENERIC, NULL, cqi);
+    if (!s)
+        return;
+    grpc_completion_queue *cq = srv->cqs[cqi].cq;
+    grpc_call_error e = grpc_server_request_call(srv->server, &s->call,
+                                                 &s->details, &s->md, cq, cq, s);
+    if (e != GRPC_CALL_OK) {
+        log_error("grpc_server_request_call: %d", e);
+        slot_free(s);
+    }
+}
+
+/* Send the status (and the body when OK) of a unary or generic call. */
+static void send_reply(struct slot *s)
+{
+    grpc_op ops[4];
+    size_t n = 0;
+    struct rpc_reply *r = &s->reply;
+
+    memset(ops, 0, sizeof ops);
+    ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+    n++;
+    if (r->code == GRPC_STATUS_OK) {
+        grpc_slice body = r->has_body ? r->body : grpc_empty_slice();
+        s->send_buf = grpc_raw_byte_buffer_create(&body, 1);
+        if (r->has_body) {
+            grpc_slice_unref(r->body);
+            r->has_body = false;
+        }
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n].data.send_message.send_message = s->send_buf;
+        n++;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = r->code;
+    if (r->code != GRPC_STATUS_OK) {
+        s->status_details = grpc_slice_from_copied_string(r->message);
+        s->has_status_details = true;
+        ops[n].data.send_status_from_server.status_details = &s->status_details;
+    }
+    n++;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n].data.recv_close_on_server.cancelled = &s->cancelled;
+    n++;
+    s->state = SLOT_REPLYING;
+    grpc_call_error e = grpc_call_start_batch(s->call, ops, n, s, NULL);
+    if (e != GRPC_CALL_OK) {
+        log_error("reply batch failed to start: %d", e);
+        slot_free(s);
+    }
+}
+
+static void unary_run(struct slot *s)
+{
+    struct rpc_reply *r = &s->reply;
+    r->code = GRPC_STATUS_OK;
+    if (!s->payload) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "%s: the request carried no message", s->m->path);
+    } else {
+        grpc_byte_buffer_reader rd;
+        if (!grpc_byte_buffer_reader_init(&rd, s->payload)) {
+            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "%s: the request message cannot be read",
+                            s->m->path);
+        } else {
+            grpc_slice sl = grpc_byte_buffer_reader_readall(&rd);
+            grpc_byte_buffer_reader_destroy(&rd);
+            s->m->unary(s->m->arg, GRPC_SLICE_START_PTR(sl),
+                        GRPC_SLICE_LENGTH(sl), r);
+            grpc_slice_unref(sl);
+        }
+        grpc_byte_buffer_destroy(s->payload);
+        s->payload = NULL;
+    }
+    send_reply(s);
+}
+
+static void *stream_main(void *p)
+{
+    struct slot *s = p;
+    struct rpc_server *srv = s->srv;
+
+    s->m->stream(s->m->arg, (struct rpc_stream *)s);
+    if (!s->finished)
+        rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_OK, "%s", "");
+    slot_free(s);
+    pthread_mutex_lock(&srv->lock);
+    srv->streams_active--;
+    pthread_cond_broadcast(&srv->cond);
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+}
+
+static void stream_start(struct slot *s)
+{
+    struct rpc_server *srv = s->srv;
+    pthread_t t;
+    pthread_attr_t at;
+
+    pthread_mutex_lock(&srv->lock);
+    srv->streams_active++;
+    pthread_mutex_unlock(&srv->lock);
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &at, stream_main, s) != 0) {
+        log_error("cannot start a thread for stream %s", s->m->path);
+        rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "server cannot start a thread for this stream");
+        slot_free(s);
+        pthread_mutex_lock(&srv->lock);
+        srv->streams_active--;
+        pthread_cond_broadcast(&srv->cond);
+        pthread_mutex_unlock(&srv->lock);
+    }
+    pthread_attr_destroy(&at);
+}
+
+static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
+{
+    if (s->state == SLOT_REPLYING) {
+        slot_free(s);
+        return;
+    }
+    if (!ok) {
+        /* Server shutting down: the request was never matched. */
+        slot_free(s);
+        return;
+    }
+    switch (s->kind) {
+    case SLOT_GENERIC: {
+        post_generic(srv, s->cqi);
+        char path[256];
+        size_t len = GRPC_SLICE_LENGTH(s->details.method);
+        if (len >= sizeof path)
+            len = sizeof path - 1;
+        memcpy(path, GRPC_SLICE_START_PTR(s->details.method), len);
+        path[len] = 0;
+        log_debug("unknown method %s", path);
+        rpc_reply_error(&s->reply, GRPC_STATUS_UNIMPLEMENTED,
+                        "unknown method %s", path);
+        send_reply(s);
+        break;
+    }
+    case SLOT_UNARY:
+        post_request(srv, s->m, s->cqi);
+        if (s->m->unary)
+            unary_run(s);
+        break;
+    case SLOT_STREAM:
+        post_request(srv, s->m, s->cqi);
+        stream_start(s);
+        break;
+    }
+}
+
+static void *worker_main(void *p)
+{
+    struct rpc_server *srv = ((void **)p)[0];
+    int cqi = (int)(intptr_t)((void **)p)[1];
+    free(p);
+    grpc_completion_queue *cq = srv->cqs[cqi].cq;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(cq, inf_future(), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        handle_event(srv, ev.tag, ev.success != 0);
+    }
+    return NULL;
+}
+
+/* ---- methods that answer UNIMPLEMENTED ---- */
+
+static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
+                                struct rpc_reply *reply)
+{
+    const char *path = arg;
+    (void)req;
+    (void)len;
+    rpc_reply_error(reply, GRPC_STATUS_UNIMPLEMENTED,
+                    "%s is not implemented by this server", path);
+}
+
+/* ---- server ---- */
+
+static int add_method(struct rpc_server *srv, const char *path,
+                      rpc_unary_fn unary, rpc_stream_fn stream, void *arg)
+{
+    struct rpc_method *m = calloc(1, sizeof *m);
+    struct rpc_method **nm =
+        realloc(srv->methods, (srv->nmethods + 1) * sizeof *srv->methods);
+    if (!m || !nm) {
+        free(m);
+        return -ENOMEM;
+    }
+    srv->methods = nm;
+    m->path = strdup(path);
+    if (!m->path) {
+        free(m);
+        return -ENOMEM;
+    }
+    m->unary = unary;
+    m->stream = stream;
+    m->arg = arg;
+    if (!unary && !stream) {
+        m->unary = unimplemented_unary;
+        m->arg = m->path;
+    }
+    m->handle = grpc_server_register_method(
+        srv->server, m->path, NULL,
+        m->stream ? GRPC_SRM_PAYLOAD_NONE : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+        0);
+    if (!m->handle) {
+        log_error("cannot register method %s", path);
+        free(m->path);
+        free(m);
+        return -EEXIST;
+    }
+    srv->methods[srv->nmethods++] = m;
+    return 0;
+}
+
+int rpc_server_add_service(struct rpc_server *srv,
+                           const ProtobufCServiceDescriptor *sd,
+                           const struct rpc_handler *handlers, void *arg)
+{
+    if (srv->started)
+        return -EBUSY;
+    for (unsigned i = 0; i < sd->n_methods; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "/%s/%s", sd->name, sd->methods[i].name);
+        int rc = add_method(srv, path, handlers[i].unary, handlers[i].stream, arg);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
+{
+    if (!cfg || !cfg->listen || cfg->threads < 1 || cfg->max_message < 64)
+        return NULL;
+    struct rpc_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return NULL;
+    srv->cfg = *cfg;
+    srv->cfg.listen = strdup(cfg->listen);
+    pthread_mutex_init(&srv->lock, NULL);
+    pthread_cond_init(&srv->cond, NULL);
+    atomic_init(&srv->stopping, false);
+    snprintf(srv->health[0].name, sizeof srv->health[0].name, "%s", "");
+    srv->health[0].serving = false;
+    srv->nhealth = 1;
+
+    grpc_arg args[4];
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)cfg->max_message;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = (int)cfg->max_message;
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_MAX_CONCURRENT_STREAMS;
+    args[2].value.integer = 1024;
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = GRPC_ARG_KEEPALIVE_TIME_MS;
+    args[3].value.integer = 60000;
+    grpc_channel_args cargs = {.num_args = 4, .args = args};
+    srv->server = grpc_server_create(&cargs, NULL);
+
+    /* Worker threads share a few queues, so that a handler blocked on a
+     * durable write does not hold up calls waiting on its queue. */
+    srv->nthreads = cfg->threads;
+    srv->ncq = cfg->threads < 2 ? 1 : 2;
+    srv->cqs = calloc((size_t)srv->ncq, sizeof *srv->cqs);
+    srv->threads = calloc((size_t)srv->nthreads, sizeof *srv->threads);
+    if (!srv->server || !srv->cqs || !srv->threads || !srv->cfg.listen)
+        goto fail;
+    for (int i = 0; i < srv->ncq; i++) {
+        srv->cqs[i].cq = grpc_completion_queue_create_for_next(NULL);
+        grpc_server_register_completion_queue(srv->server, srv->cqs[i].cq, NULL);
+    }
+    static const struct rpc_handler health_handlers[] = {
+        {.unary = health_check},
+        {0}, /* Watch: not implemented */
+    };
+    if (rpc_server_add_service(srv, &grpc__health__v1__health__descriptor,
+                               health_handlers, srv) < 0)
+        goto fail;
+    return srv;
+fail:
+    if (srv->server)
+        grpc_server_destroy(srv->server);
+    if (srv->cqs)
+        for (int i = 0; i < srv->ncq; i++)
+            if (srv->cqs[i].cq)
+                grpc_completion_queue_destroy(srv->cqs[i].cq);
+    free(srv->cqs);
+    free(srv->threads);
+    free((char *)srv->cfg.listen);
+    free(srv);
+    return NULL;
+}
+
+int rpc_server_start(struct rpc_server *srv)
+{
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    int port = grpc_server_add_http2_port(srv->server, srv->cfg.listen, creds);
+    grpc_server_credentials_release(creds);
+    if (port <= 0) {
+        log_error("cannot listen on %s", srv->cfg.listen);
+        return -EADDRINUSE;
+    }
+    grpc_server_start(srv->server);
+    srv->started = true;
+
+    int per_cq = srv->nthreads / srv->ncq + 1;
+    if (per_cq < 2)
+        per_cq = 2;
+    for (int q = 0; q < srv->ncq; q++) {
+        for (size_t i = 0; i < srv->nmethods; i++) {
+            int n = srv->methods[i]->stream ? 1 : per_cq;
+            for (int k = 0; k < n; k++)
+                post_request(srv, srv->methods[i], q);
+        }
+        post_generic(srv, q);
+    }
+    for (int i = 0; i < srv->nthreads; i++) {
+        void **p = malloc(2 * sizeof *p);
+        p[0] = srv;
+        p[1] = (void *)(intptr_t)(i % srv->ncq);
+        if (pthread_create(&srv->threads[i], NULL, worker_main, p) != 0) {
+            log_error("cannot start worker thread %d", i);
+            free(p);
+            srv->nthreads = i;
+            break;
+        }
+    }
+    return port;
+}
+
+void rpc_server_shutdown(struct rpc_server *srv)
+{
+    if (!srv || !srv->started || srv->shut)
+        return;
+    srv->shut = true;
+    atomic_store(&srv->stopping, true);
+
+    grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_server_shutdown_and_notify(srv->server, scq, srv);
+    gpr_timespec grace = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                      gpr_time_from_millis(srv->cfg.grace_ms,
+                                                           GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_pluck(scq, srv, grace, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+        log_info("cancelling calls still running after %d ms", srv->cfg.grace_ms);
+        grpc_server_cancel_all_calls(srv->server);
+        ev = grpc_completion_queue_pluck(scq, srv, inf_future(), NULL);
+    }
+    grpc_completion_queue_shutdown(scq);
+    grpc_completion_queue_pluck(scq, srv, inf_future(), NULL);
+    grpc_completion_queue_destroy(scq);
+
+    pthread_mutex_lock(&srv->lock);
+    while (srv->streams_active > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        if (pthread_cond_timedwait(&srv->cond, &srv->lock, &ts) == ETIMEDOUT)
+            grpc_server_cancel_all_calls(srv->server);
+    }
+    pthread_mutex_unlock(&srv->lock);
+
+    for (int i = 0; i < srv->ncq; i++)
+        grpc_completion_queue_shutdown(srv->cqs[i].cq);
+    for (int i = 0; i < srv->nthreads; i++)
+        pthread_join(srv->threads[i], NULL);
+    grpc_server_destroy(srv->server);
+    srv->server = NULL;
+    for (int i = 0; i < srv->ncq; i++)
+        grpc_completion_queue_destroy(srv->cqs[i].cq);
+    srv->ncq = 0;
+}
+
+void rpc_server_destroy(struct rpc_server *srv)
+{
+    if (!srv)
+        return;
+    if (srv->started)
+        rpc_server_shutdown(srv);
+    else if (srv->server) {
+        grpc_server_destroy(srv->server);
+        for (int i = 0; i < srv->ncq; i++)
+            grpc_completion_queue_destroy(srv->cqs[i].cq);
+    }
+    for (size_t i = 0; i < srv->nmethods; i++) {
+        free(srv->methods[i]->path);
+        free(srv->methods[i]);
+    }
+    free(srv->methods);
+    free(srv->cqs);
+    free(srv->threads);
+    free((char *)srv->cfg.listen);
+    pthread_mutex_destroy(&srv->lock);
+    pthread_cond_destroy(&srv->cond);
+    free(srv);
+}
+
+/* ---- health ---- */
+
+void rpc_server_set_health(struct rpc_server *srv, const char *service,
+                           bool serving)
+{
+    pthread_mutex_lock(&srv->lock);
+    int i;
+    for (i = 0; i < srv->nhealth; i++)
+        if (strcmp(srv->health[i].name, service) == 0)
+            break;
+    if (i == srv->nhealth && srv->nhealth < HEALTH_MAX) {
+        snprintf(srv->health[i].name, sizeof srv->health[i].name, "%s", service);
+        srv->nhealth++;
+    }
+    if (i < srv->nhealth)
+        srv->health[i].serving = serving;
+    pthread_mutex_unlock(&srv->lock);
+}
+
+static void health_check(void *arg, const uint8_t *req, size_t len,
+                         struct rpc_reply *reply)
+{
+    struct rpc_server *srv = arg;
+    Grpc__Health__V1__HealthCheckRequest *rq =
+        grpc__health__v1__health_check_request__unpack(NULL, len, req);
+    if (!rq) {
+        rpc_reply_error(reply, GRPC_STATUS_INVALID_ARGUMENT,
+                        "HealthCheckRequest does not parse");
+        return;
+    }
+    int found = -1;
+    pthread_mutex_lock(&srv->lock);
+    for (int i = 0; i < srv->nhealth; i++)
+        if (strcmp(srv->health[i].name, rq->service) == 0)
+            found = srv->health[i].serving ? 1 : 0;
+    pthread_mutex_unlock(&srv->lock);
+    if (found < 0) {
+        rpc_reply_error(reply, GRPC_STATUS_NOT_FOUND,
+                        "unknown service \"%.100s\"", rq->service);
+    } else {
+        Grpc__Health__V1__HealthCheckResponse resp =
+            GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+        resp.status = found ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                            : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+        rpc_reply_pack(reply, &resp.base);
+    }
+    grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
+}
+
+/* ---- streams ---- */
+
+static bool stream_wait(struct slot *s, grpc_op *ops, size_t n)
+{
+    grpc_call_error e = grpc_call_start_batch(s->call, ops, n, s, NULL);
+    if (e != GRPC_CALL_OK) {
+        log_error("stream batch failed to start: %d", e);
+        return false;
+    }
+    grpc_event ev = grpc_completion_queue_next(s->cq, inf_future(), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
+{
+    struct slot *s = (struct slot *)st;
+    grpc_byte_buffer *bb = NULL;
+    grpc_op op;
+
+    if (s->has_cur) {
+        grpc_slice_unref(s->cur);
+        s->has_cur = false;
+    }
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &bb;
+    if (!stream_wait(s, &op, 1)) {
+        if (bb)
+            grpc_byte_buffer_destroy(bb);
+        return -ECANCELED;
+    }
+    if (!bb)
+        return 0;
+    grpc_byte_buffer_reader rd;
+    if (!grpc_byte_buffer_reader_init(&rd, bb)) {
+        grpc_byte_buffer_destroy(bb);
+        return -ECANCELED;
+    }
+    s->cur = grpc_byte_buffer_reader_readall(&rd);
+    s->has_cur = true;
+    grpc_byte_buffer_reader_destroy(&rd);
+    grpc_byte_buffer_destroy(bb);
+    *buf = GRPC_SLICE_START_PTR(s->cur);
+    *len = GRPC_SLICE_LENGTH(s->cur);
+    return 1;
+}
+
+int rpc_stream_write_slice(struct rpc_stream *st, grpc_slice body)
+{
+    struct slot *s = (struct slot *)st;
+    grpc_op ops[2];
+    size_t n = 0;
+
+    memset(ops, 0, sizeof ops);
+    if (!s->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        s->md_sent = true;
+    }
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&body, 1);
+    grpc_slice_unref(body);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = bb;
+    n++;
+    bool ok = stream_wait(s, ops, n);
+    grpc_byte_buffer_destroy(bb);
+    return ok ? 0 : -ECANCELED;
+}
+
+int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    grpc_slice sl = grpc_slice_malloc(len);
+    protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(sl));
+    return rpc_stream_write_slice(st, sl);
+}
+
+int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
+                      const char *fmt, ...)
+{
+    struct slot *s = (struct slot *)st;
+    char msg[RPC_MSGLEN];
+    va_list ap;
+    grpc_op ops[3];
+    size_t n = 0;
+
+    if (s->finished)
+        return 0;
+    s->finished = true;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    memset(ops, 0, sizeof ops);
+    if (!s->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        s->md_sent = true;
+    }
+    grpc_slice details = grpc_slice_from_copied_string(msg);
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    if (code != GRPC_STATUS_OK)
+        ops[n].data.send_status_from_server.status_details = &details;
+    n++;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n].data.recv_close_on_server.cancelled = &s->cancelled;
+    n++;
+    bool ok = stream_wait(s, ops, n);
+    grpc_slice_unref(details);
+    return ok ? 0 : -ECANCELED;
+}
+
+size_t rpc_stream_max_message(const struct rpc_stream *st)
+{
+    return ((const struct slot *)st)->srv->cfg.max_message;
+}
+
+/* ---- signals ---- */
+
+static void signal_set(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+}
+
+void rpc_signals_block(void)
+{
+    sigset_t set;
+    signal_set(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int rpc_signals_wait(void)
+{
+    sigset_t set;
+    int sig = 0;
+    signal_set(&set);
+    while (sigwait(&set, &sig) != 0)
+        ;
+    return sig;
+}

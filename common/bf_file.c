@@ -339,6 +339,11 @@ int bf_file_save(const struct bf *f, const char *path, char *err)
     char *tmp = malloc(len + sizeof ".tmp.XXXXXX");
     int fd = -1, rc;
 
+    if (len == 0) {
+        free(tmp);
+        set_err(err, "cannot create temp file: empty path");
+        return -EINVAL;
+    }
     if (!tmp) {
         set_err(err, "out of memory");
         return -ENOMEM;

@@ -89,6 +89,19 @@ static uint64_t get64(const uint8_t *p)
     return le64toh(v);
 }
 
+/* snprintf that may truncate: messages are cut, and paths cannot be too
+ * long because the directory length is checked when it is first given. */
+static void strfmt(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void strfmt(char *buf, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+}
+
 static void seterr(char *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void seterr(char *err, const char *fmt, ...)
@@ -142,7 +155,7 @@ static int fsync_dir(const char *dir)
 
 static void seg_name(char *buf, size_t len, uint64_t first)
 {
-    snprintf(buf, len, "wal-%016" PRIx64 ".log", first);
+    strfmt(buf, len, "wal-%016" PRIx64 ".log", first);
 }
 
 static bool seg_parse_name(const char *name, uint64_t *first)
@@ -229,7 +242,7 @@ static int seg_publish(const char *dir, int fd, const char *tmp, uint64_t first,
 
     seg_header(h, first);
     seg_name(name, sizeof(name), first);
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    strfmt(path, sizeof(path), "%s/%s", dir, name);
     rc = write_all(fd, h, sizeof(h));
     if (rc == 0 && wal__fdatasync(fd) < 0)
         rc = errno ? -errno : -EIO;
@@ -250,7 +263,7 @@ static int seg_tmp_open(const char *dir, char *tmp, size_t len, char *err)
 {
     int fd;
 
-    snprintf(tmp, len, "%s/.wal-new.tmp", dir);
+    strfmt(tmp, len, "%s/.wal-new.tmp", dir);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int rc = -errno;
@@ -276,6 +289,10 @@ struct wal *wal_open(const char *dir, uint64_t next_seq, int durability,
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     pthread_mutex_init(&w->rotate_mu, NULL);
+    if (strlen(dir) > 3800) {
+        seterr(err, "WAL directory path is too long");
+        goto fail;
+    }
     if (!(w->dir = strdup(dir))) {
         seterr(err, "out of memory");
         goto fail;
@@ -305,7 +322,7 @@ static void wal_fail(struct wal *w, int rc, const char *what)
     seg_name(name, sizeof(name), w->seg_first);
     if (!w->err) {
         w->err = -EIO;
-        snprintf(w->errtext, sizeof(w->errtext), "%s of %s/%s failed: %s",
+        strfmt(w->errtext, sizeof(w->errtext), "%s of %s/%s failed: %s",
                  what, w->dir, name, strerror(-rc));
     }
 }
@@ -577,7 +594,7 @@ int wal_discard(const char *dir, uint64_t upto)
         char path[4096];
         if (v[i + 1].first > upto + 1)
             break;
-        snprintf(path, sizeof(path), "%s/%s", dir, v[i].name);
+        strfmt(path, sizeof(path), "%s/%s", dir, v[i].name);
         if (unlink(path) < 0 && errno != ENOENT) {
             rc = -errno;
             break;
@@ -650,7 +667,7 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
     size_t size, off;
     int fd, rc = 0;
 
-    snprintf(path, sizeof(path), "%s/%s", r->dir, e->name);
+    strfmt(path, sizeof(path), "%s/%s", r->dir, e->name);
     fd = open(path, last ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) < 0) {
         rc = -errno;
@@ -741,6 +758,10 @@ int wal_recover(const char *dir, uint64_t after, wal_replay_fn fn, void *ctx,
     int rc;
 
     memset(out, 0, sizeof(*out));
+    if (strlen(dir) > 3800) {
+        seterr(err, "WAL directory path is too long");
+        return -ENAMETOOLONG;
+    }
     if ((rc = seg_list(dir, true, &v, &n)) < 0) {
         seterr(err, "cannot list WAL segments in %s: %s", dir, strerror(-rc));
         return rc;

@@ -1,0 +1,60 @@
+/* bf_internal: the layout of struct bf, shared by the engine's own files only
+ * (bf.c, bf_ops.c, bf_merge.c).  Everyone else goes through bf.h. */
+#ifndef BLOOMGRID_BF_INTERNAL_H
+#define BLOOMGRID_BF_INTERNAL_H
+
+#include <pthread.h>
+
+#include "bf.h"
+
+#define BF_XSECRET_LEN 192   /* XXH3 secret derived from the filter secret */
+
+struct bf_layer {
+    uint64_t capacity;
+    double error_rate;
+    uint64_t m;          /* bits, or counters for the counting kind */
+    uint32_t k;
+    uint64_t nblocks;    /* blocked kind: m / BF_BLOCK_BITS */
+    uint64_t words;      /* 64-bit words in body */
+    uint64_t *body;      /* mmap'd, map_bytes long */
+    size_t map_bytes;
+    uint64_t count;      /* adds that changed this layer; atomic */
+};
+
+struct bf {
+    unsigned char xsecret[BF_XSECRET_LEN] __attribute__((aligned(64)));
+    enum bf_kind kind;
+    uint32_t hash_id;
+    uint64_t capacity;
+    double error_rate;
+    uint32_t shard_index;
+    uint32_t shard_count;
+    double growth;
+    double tightening;
+    uint8_t secret[BF_SECRET_LEN];
+    bool exclusive;
+    uint32_t nlayers;    /* atomic: the scalable kind appends layers */
+    uint64_t inserts;    /* adds that returned true; atomic */
+    pthread_mutex_t grow_lock;
+    struct bf_layer layers[BF_MAX_LAYERS];
+};
+
+/* Geometry of scalable layer i of a filter with these parameters. */
+void bf__scalable_layer_params(const struct bf *f, uint32_t i, uint64_t *capacity,
+                               double *error_rate);
+
+/* Allocate layer storage for (capacity, p) or for a given (m, k). */
+int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
+                   double p, uint64_t m, uint32_t k, char *err);
+void bf__layer_deinit(struct bf_layer *l);
+
+/* Per-layer probes (bf_ops.c). */
+bool bf__layer_add(const struct bf *f, struct bf_layer *l, struct bf_hash h);
+bool bf__layer_test(const struct bf *f, const struct bf_layer *l, struct bf_hash h);
+
+static inline uint32_t bf__nlayers(const struct bf *f)
+{
+    return __atomic_load_n(&f->nlayers, __ATOMIC_ACQUIRE);
+}
+
+#endif

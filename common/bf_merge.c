@@ -1,0 +1,226 @@
+/* bf_merge.c: estimates from the fill, fingerprint comparison and merging.
+ *
+ * A Bloom filter is a grow-only set and OR is its join: idempotent,
+ * commutative and associative, so partial filters built anywhere with the
+ * same fingerprint merge in any order, any number of times.  Counting filters
+ * merge by saturating addition of their 4-bit counters (a saturated counter
+ * never decrements again, so no key is ever lost).
+ *
+ * The distinct-count estimate is n^ = -(m/k) ln(1 - X/m) with X the bits set
+ * (Swamidass and Baldi); the current FPR estimate is the kind's model
+ * evaluated at n^.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bf_internal.h"
+
+/* Bits set (counters above zero for the counting kind) in one layer. */
+static uint64_t layer_set(enum bf_kind kind, const struct bf_layer *l)
+{
+    uint64_t set = 0;
+
+    if (kind != BF_KIND_COUNTING) {
+        for (uint64_t i = 0; i < l->words; i++)
+            set += (uint64_t)__builtin_popcountll(
+                __atomic_load_n(&l->body[i], __ATOMIC_RELAXED));
+        return set;
+    }
+    for (uint64_t i = 0; i < l->words; i++) {
+        uint64_t w = __atomic_load_n(&l->body[i], __ATOMIC_RELAXED);
+        /* One bit per nonzero nibble. */
+        uint64_t nz = (w | w >> 1 | w >> 2 | w >> 3) & 0x1111111111111111ULL;
+        set += (uint64_t)__builtin_popcountll(nz);
+    }
+    return set;
+}
+
+static double estimate_count(uint64_t m, uint32_t k, uint64_t set)
+{
+    if (set >= m)
+        return INFINITY;
+    return -((double)m / (double)k) * log(1.0 - (double)set / (double)m);
+}
+
+/* Combine per-layer FPRs: a query is a false positive when any layer says yes. */
+static double combine_fpr(double acc_not, double fpr)
+{
+    return acc_not * (1.0 - fpr);
+}
+
+void bf_stats(const struct bf *f, struct bf_stats *out)
+{
+    uint32_t n = bf__nlayers(f);
+    double not_fp = 1.0;
+
+    memset(out, 0, sizeof(*out));
+    out->layers = n;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct bf_layer *l = &f->layers[i];
+        uint64_t set = layer_set(f->kind, l);
+        double est = estimate_count(l->m, l->k, set);
+        double fpr = set >= l->m ? 1.0 : bf_model_fpr(f->kind, l->m, l->k, est);
+        if (f->kind != BF_KIND_BLOCKED && f->kind != BF_KIND_SCALABLE && set < l->m)
+            fpr = pow((double)set / (double)l->m, (double)l->k);
+        out->bits += l->m;
+        out->bytes += l->words * 8;
+        out->set += set;
+        out->estimated_count += est;
+        not_fp = combine_fpr(not_fp, fpr);
+    }
+    out->fill_ratio = out->bits ? (double)out->set / (double)out->bits : 0.0;
+    out->estimated_fpr = 1.0 - not_fp;
+    out->bits_per_key = (double)out->bits / (double)f->capacity;
+    if (f->kind == BF_KIND_SCALABLE)
+        out->over_capacity = out->estimated_fpr > f->error_rate ||
+                             (n == BF_MAX_LAYERS &&
+                              f->layers[n - 1].count >= f->layers[n - 1].capacity);
+    else
+        out->over_capacity = out->estimated_count > (double)f->capacity ||
+                             out->estimated_fpr > f->error_rate;
+}
+
+const char *bf_mismatch(const struct bf *a, const struct bf *b)
+{
+    if (a->kind != b->kind)
+        return "kind";
+    if (a->hash_id != b->hash_id)
+        return "hash";
+    if (memcmp(a->secret, b->secret, BF_SECRET_LEN) != 0)
+        return "secret";
+    if (a->shard_count != b->shard_count)
+        return "shard_count";
+    if (a->shard_index != b->shard_index)
+        return "shard_index";
+    if (a->kind == BF_KIND_SCALABLE &&
+        (a->growth != b->growth || a->tightening != b->tightening))
+        return "growth";
+    uint32_t n = bf__nlayers(a) < bf__nlayers(b) ? bf__nlayers(a) : bf__nlayers(b);
+    for (uint32_t i = 0; i < n; i++) {
+        if (a->layers[i].m != b->layers[i].m)
+            return "bits";
+        if (a->layers[i].k != b->layers[i].k)
+            return "hashes";
+    }
+    return NULL;
+}
+
+static int check_mergeable(const struct bf *dst, const struct bf *src, char *err)
+{
+    const char *field = bf_mismatch(dst, src);
+
+    if (!field)
+        return 0;
+    if (err)
+        snprintf(err, BF_ERRLEN,
+                 "filters are not compatible: %s differs (both must come from one "
+                 "template, e.g. create --like)", field);
+    return -EINVAL;
+}
+
+static inline uint64_t nibble_sat_add(uint64_t a, uint64_t b)
+{
+    uint64_t r = 0;
+
+    for (int s = 0; s < 64; s += 4) {
+        unsigned x = (unsigned)(a >> s & 15) + (unsigned)(b >> s & 15);
+        r |= (uint64_t)(x > BF_COUNTER_MAX ? BF_COUNTER_MAX : x) << s;
+    }
+    return r;
+}
+
+/* OR one layer into another.  Words that add nothing are not written, and
+ * the rest use atomic ORs, so adds and queries may run meanwhile. */
+static void merge_bits(struct bf_layer *d, const struct bf_layer *s)
+{
+    for (uint64_t w = 0; w < d->words; w++) {
+        uint64_t sv = s->body[w];
+        if (sv & ~__atomic_load_n(&d->body[w], __ATOMIC_RELAXED))
+            __atomic_fetch_or(&d->body[w], sv, __ATOMIC_RELEASE);
+    }
+}
+
+static void merge_counters(struct bf_layer *d, const struct bf_layer *s)
+{
+    for (uint64_t w = 0; w < d->words; w++) {
+        uint64_t sv = s->body[w];
+        if (!sv)
+            continue;
+        uint64_t old = __atomic_load_n(&d->body[w], __ATOMIC_RELAXED);
+        while (!__atomic_compare_exchange_n(&d->body[w], &old, nibble_sat_add(old, sv),
+                                            true, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+            ;
+    }
+}
+
+int bf_merge_project(const struct bf *dst, const struct bf *src,
+                     struct bf_merge_projection *out, char *err)
+{
+    int rc = check_mergeable(dst, src, err);
+    uint32_t nd = bf__nlayers(dst), ns = bf__nlayers(src);
+    uint32_t n = nd > ns ? nd : ns;
+    uint64_t bits = 0, set = 0;
+    double not_fp = 1.0, count = 0.0;
+
+    if (rc < 0)
+        return rc;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct bf_layer *a = i < nd ? &dst->layers[i] : NULL;
+        const struct bf_layer *b = i < ns ? &src->layers[i] : NULL;
+        const struct bf_layer *g = a ? a : b;
+        uint64_t s = 0;
+        for (uint64_t w = 0; w < g->words; w++) {
+            uint64_t x = (a ? a->body[w] : 0) | (b ? b->body[w] : 0);
+            if (dst->kind == BF_KIND_COUNTING)
+                x = (x | x >> 1 | x >> 2 | x >> 3) & 0x1111111111111111ULL;
+            s += (uint64_t)__builtin_popcountll(x);
+        }
+        double est = estimate_count(g->m, g->k, s);
+        double fpr = s >= g->m ? 1.0 : bf_model_fpr(dst->kind, g->m, g->k, est);
+        bits += g->m;
+        set += s;
+        count += est;
+        not_fp *= 1.0 - fpr;
+    }
+    out->fill_ratio = bits ? (double)set / (double)bits : 0.0;
+    out->estimated_fpr = 1.0 - not_fp;
+    out->estimated_count = count;
+    out->over_target = out->estimated_fpr > dst->error_rate;
+    return 0;
+}
+
+int bf_merge_from(struct bf *dst, const struct bf *src, char *err)
+{
+    int rc = check_mergeable(dst, src, err);
+    uint32_t nd = bf__nlayers(dst), ns = bf__nlayers(src);
+
+    if (rc < 0)
+        return rc;
+    for (uint32_t i = 0; i < ns; i++) {
+        const struct bf_layer *s = &src->layers[i];
+        if (i >= nd) {
+            /* A layer only the source has grown: append a copy. */
+            struct bf_layer *d = &dst->layers[i];
+            rc = bf__layer_init(d, dst->kind, s->capacity, s->error_rate, s->m, s->k, err);
+            if (rc < 0)
+                return rc;
+            memcpy(d->body, s->body, s->words * 8);
+            d->count = s->count;
+            __atomic_store_n(&dst->nlayers, i + 1, __ATOMIC_RELEASE);
+            continue;
+        }
+        struct bf_layer *d = &dst->layers[i];
+        if (dst->kind == BF_KIND_COUNTING)
+            merge_counters(d, s);
+        else
+            merge_bits(d, s);
+        /* The merged count is unknown; the larger one is a lower bound. */
+        if (s->count > d->count)
+            d->count = s->count;
+    }
+    if (src->inserts > dst->inserts)
+        dst->inserts = src->inserts;
+    return 0;
+}

@@ -1,0 +1,698 @@
+/* Unit tests of the filter engine: hashing, placement, kinds, concurrency,
+ * measured false-positive rates, estimates and merging. */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf.h"
+
+static const uint8_t fixed_secret[BF_SECRET_LEN] = {
+    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+    16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+
+/* Sanitizer builds run the statistical tests on smaller samples. */
+static bool fast_mode(void)
+{
+    const char *v = getenv("BLOOMGRID_FAST_TESTS");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static struct bf *make(enum bf_kind kind, uint64_t n, double p, const uint8_t *secret)
+{
+    struct bf_params pr = {.kind = kind, .capacity = n, .error_rate = p, .secret = secret};
+    char err[BF_ERRLEN];
+    struct bf *f = bf_create(&pr, err);
+
+    ck_assert_msg(f != NULL, "bf_create: %s", err);
+    return f;
+}
+
+static size_t key_of(char *buf, const char *prefix, uint64_t i)
+{
+    return (size_t)snprintf(buf, 48, "%s%llu", prefix, (unsigned long long)i);
+}
+
+START_TEST(hash_known_answers)
+{
+    struct bf *f = make(BF_KIND_BLOCKED, 1000, 0.01, fixed_secret);
+    struct bf_hash h = bf_hash_key(f, "hello", 5);
+    struct bf_hash e = bf_hash_key(f, "", 0);
+
+    /* Pinned: a change here silently relocates every key in every file. */
+    ck_assert_uint_eq(h.h1, 0x2e21c5aad7f7f42cULL);
+    ck_assert_uint_eq(h.h2, 0xdc81c3d78a701285ULL);
+    ck_assert_uint_eq(e.h1, 0x43db5bb2756287ebULL);
+    ck_assert_uint_eq(e.h2, 0x51ff867e424bb5f5ULL);
+    bf_destroy(f);
+}
+END_TEST
+
+START_TEST(shard_selection_known_answers)
+{
+    struct bf_hash h = {.h1 = 0xffffffffffffffffULL, .h2 = 0x00000000ffffffffULL};
+
+    /* Only the high 32 bits of h2 choose the shard. */
+    ck_assert_uint_eq(bf_hash_shard(h, 64), 0);
+    h.h2 = 0x8000000000000000ULL;
+    ck_assert_uint_eq(bf_hash_shard(h, 64), 32);
+    h.h2 = 0xffffffff00000000ULL;
+    ck_assert_uint_eq(bf_hash_shard(h, 64), 63);
+    ck_assert_uint_eq(bf_hash_shard(h, 1), 0);
+    h.h2 = 0x5555555600000000ULL;
+    ck_assert_uint_eq(bf_hash_shard(h, 3), 1);
+    h.h2 = 0x5555555500000000ULL;
+    ck_assert_uint_eq(bf_hash_shard(h, 3), 0);
+
+    struct bf *f = make(BF_KIND_BLOCKED, 1000, 0.01, fixed_secret);
+    ck_assert_uint_eq(bf_hash_shard(bf_hash_key(f, "hello", 5), 64), 55);
+    ck_assert_uint_eq(bf_hash_shard(bf_hash_key(f, "slug-42", 7), 64), 60);
+    bf_destroy(f);
+}
+END_TEST
+
+/* Which words of a fresh filter a single key sets, as (index, value) pairs. */
+static int set_words(struct bf *f, uint64_t *idx, uint64_t *val, int max)
+{
+    struct bf_layer_info li;
+    const uint64_t *body = bf_layer_body_const(f, 0);
+    int n = 0;
+
+    bf_layer_info(f, 0, &li);
+    for (uint64_t i = 0; i < li.body_bytes / 8; i++) {
+        if (body[i] && n < max) {
+            idx[n] = i;
+            val[n] = body[i];
+            n++;
+        }
+    }
+    return n;
+}
+
+START_TEST(placement_known_answers)
+{
+    static const uint64_t blocked_idx[] = {2848, 2849, 2852, 2853, 2854};
+    static const uint64_t blocked_val[] = {0x0000000000000100ULL, 0x0000000400000000ULL,
+                                           0x1000010000000000ULL, 0x0000001000000000ULL,
+                                           0x0000800000020000ULL};
+    static const uint64_t classic_idx[] = {2698, 3369, 4039, 7914, 8585, 13130, 13800};
+    static const uint64_t classic_val[] = {
+        0x0200000000000000ULL, 0x0000000000010000ULL, 0x0000010000000000ULL,
+        0x0000080000000000ULL, 0x0000000000000008ULL, 0x0000000040000000ULL,
+        0x0020000000000000ULL};
+    uint64_t idx[16], val[16];
+    struct bf *f = make(BF_KIND_BLOCKED, 100000, 0.01, fixed_secret);
+    struct bf_layer_info li;
+
+    bf_layer_info(f, 0, &li);
+    ck_assert_uint_eq(li.m, 1012224);
+    ck_assert_uint_eq(li.k, 7);
+    bf_add(f, "hello", 5);
+    int n = set_words(f, idx, val, 16);
+    ck_assert_int_eq(n, 5);
+    for (int i = 0; i < n; i++) {
+        /* All probes inside one 64-byte block. */
+        ck_assert_uint_eq(idx[i] / 8, 2848 / 8);
+        ck_assert_uint_eq(idx[i], blocked_idx[i]);
+        ck_assert_uint_eq(val[i], blocked_val[i]);
+    }
+    bf_destroy(f);
+
+    f = make(BF_KIND_CLASSIC, 100000, 0.01, fixed_secret);
+    bf_layer_info(f, 0, &li);
+    ck_assert_uint_eq(li.m, 958528);
+    ck_assert_uint_eq(li.k, 7);
+    bf_add(f, "hello", 5);
+    n = set_words(f, idx, val, 16);
+    ck_assert_int_eq(n, 7);
+    for (int i = 0; i < n; i++) {
+        ck_assert_uint_eq(idx[i], classic_idx[i]);
+        ck_assert_uint_eq(val[i], classic_val[i]);
+    }
+    bf_destroy(f);
+}
+END_TEST
+
+static void check_no_false_negatives(enum bf_kind kind)
+{
+    uint64_t n = fast_mode() ? 100000 : 1000000;
+    struct bf *f = make(kind, n, 0.01, NULL);
+    uint64_t *keys = malloc(n * sizeof(*keys));
+    FILE *ur = fopen("/dev/urandom", "rb");
+
+    ck_assert_ptr_nonnull(ur);
+    ck_assert_uint_eq(fread(keys, sizeof(*keys), n, ur), n);
+    fclose(ur);
+    for (uint64_t i = 0; i < n; i++)
+        bf_add(f, &keys[i], sizeof(keys[i]));
+    for (uint64_t i = 0; i < n; i++)
+        ck_assert_msg(bf_may_contain(f, &keys[i], sizeof(keys[i])),
+                      "%s: key %llu lost", bf_kind_name(kind), (unsigned long long)i);
+    free(keys);
+    bf_destroy(f);
+}
+
+START_TEST(no_false_negatives_blocked) { check_no_false_negatives(BF_KIND_BLOCKED); }
+END_TEST
+START_TEST(no_false_negatives_classic) { check_no_false_negatives(BF_KIND_CLASSIC); }
+END_TEST
+START_TEST(no_false_negatives_counting) { check_no_false_negatives(BF_KIND_COUNTING); }
+END_TEST
+START_TEST(no_false_negatives_scalable) { check_no_false_negatives(BF_KIND_SCALABLE); }
+END_TEST
+
+struct conc {
+    struct bf *f;
+    int id;
+    uint64_t n;
+    uint64_t published;   /* keys [0, published) of each writer are acknowledged */
+    struct conc *writers;
+    int nwriters;
+    uint64_t misses;
+};
+
+static void *writer_main(void *arg)
+{
+    struct conc *c = arg;
+    char key[48];
+
+    for (uint64_t i = 0; i < c->n; i++) {
+        size_t len = (size_t)snprintf(key, sizeof(key), "w%d-%llu", c->id, (unsigned long long)i);
+        bf_add(c->f, key, len);
+        __atomic_store_n(&c->published, i + 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static void *reader_main(void *arg)
+{
+    struct conc *c = arg;
+    char key[48];
+    bool done = false;
+
+    while (!done) {
+        done = true;
+        for (int w = 0; w < c->nwriters; w++) {
+            uint64_t upto = __atomic_load_n(&c->writers[w].published, __ATOMIC_ACQUIRE);
+            if (upto < c->writers[w].n)
+                done = false;
+            /* Check a sliding window of the newest acknowledged keys. */
+            for (uint64_t i = upto > 2000 ? upto - 2000 : 0; i < upto; i++) {
+                size_t len = (size_t)snprintf(key, sizeof(key), "w%d-%llu", w,
+                                              (unsigned long long)i);
+                if (!bf_may_contain(c->f, key, len))
+                    c->misses++;
+            }
+        }
+    }
+    return NULL;
+}
+
+static void check_concurrent(enum bf_kind kind)
+{
+    uint64_t n = fast_mode() ? 50000 : 400000;
+    struct bf *f = make(kind, 2 * n, 0.01, NULL);
+    struct conc w[2], r[2];
+    pthread_t tw[2], tr[2];
+
+    for (int i = 0; i < 2; i++)
+        w[i] = (struct conc){.f = f, .id = i, .n = n};
+    for (int i = 0; i < 2; i++) {
+        r[i] = (struct conc){.f = f, .writers = w, .nwriters = 2};
+        pthread_create(&tr[i], NULL, reader_main, &r[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_create(&tw[i], NULL, writer_main, &w[i]);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(tw[i], NULL);
+        pthread_join(tr[i], NULL);
+    }
+    ck_assert_uint_eq(r[0].misses + r[1].misses, 0);
+    char key[48];
+    for (int id = 0; id < 2; id++)
+        for (uint64_t i = 0; i < n; i++) {
+            size_t len = (size_t)snprintf(key, sizeof(key), "w%d-%llu", id, (unsigned long long)i);
+            ck_assert(bf_may_contain(f, key, len));
+        }
+    bf_destroy(f);
+}
+
+START_TEST(concurrent_adds_and_queries_blocked) { check_concurrent(BF_KIND_BLOCKED); }
+END_TEST
+START_TEST(concurrent_adds_and_queries_counting) { check_concurrent(BF_KIND_COUNTING); }
+END_TEST
+START_TEST(concurrent_adds_and_queries_scalable) { check_concurrent(BF_KIND_SCALABLE); }
+END_TEST
+
+/* Add n keys, probe `probes` absent keys; returns the measured FPR. */
+static double measure_fpr(struct bf *f, uint64_t n, uint64_t probes)
+{
+    char key[48];
+    uint64_t fp = 0;
+
+    for (uint64_t i = 0; i < n; i++)
+        bf_add(f, key, key_of(key, "present-", i));
+    for (uint64_t i = 0; i < probes; i++)
+        fp += bf_may_contain(f, key, key_of(key, "absent-", i));
+    return (double)fp / (double)probes;
+}
+
+static void check_blocked_fpr(double p)
+{
+    uint64_t n = fast_mode() ? 200000 : 1000000;
+    uint64_t probes = fast_mode() ? 2000000 : 10000000;
+    struct bf *f = make(BF_KIND_BLOCKED, n, p, NULL);
+    double fpr = measure_fpr(f, n, probes);
+    struct bf_stats st;
+
+    bf_stats(f, &st);
+    ck_assert_msg(fpr <= 1.1 * p, "blocked p=%g measured %g", p, fpr);
+    /* And not absurdly oversized: within a factor 2 below the target. */
+    ck_assert_msg(fpr >= 0.5 * p, "blocked p=%g measured %g (oversized?)", p, fpr);
+    if (p == 0.01)
+        ck_assert_msg(st.bits_per_key <= 10.5, "bits/key %g", st.bits_per_key);
+    bf_destroy(f);
+}
+
+START_TEST(blocked_fpr_at_capacity_1pct) { check_blocked_fpr(0.01); }
+END_TEST
+START_TEST(blocked_fpr_at_capacity_01pct) { check_blocked_fpr(0.001); }
+END_TEST
+
+static void check_classic_fpr(double p)
+{
+    uint64_t n = fast_mode() ? 200000 : 1000000;
+    uint64_t probes = fast_mode() ? 2000000 : 10000000;
+    struct bf *f = make(BF_KIND_CLASSIC, n, p, NULL);
+    struct bf_layer_info li;
+
+    bf_layer_info(f, 0, &li);
+    double fpr = measure_fpr(f, n, probes);
+    double model = pow(1.0 - exp(-(double)li.k * (double)n / (double)li.m), li.k);
+    ck_assert_msg(fabs(fpr - model) <= 0.1 * model, "classic p=%g measured %g model %g", p,
+                  fpr, model);
+    bf_destroy(f);
+}
+
+START_TEST(classic_fpr_matches_textbook_1pct) { check_classic_fpr(0.01); }
+END_TEST
+START_TEST(classic_fpr_matches_textbook_01pct) { check_classic_fpr(0.001); }
+END_TEST
+
+static void check_scalable_fpr(double p)
+{
+    uint64_t n0 = fast_mode() ? 2000 : 10000;
+    uint64_t probes = fast_mode() ? 2000000 : 10000000;
+    struct bf *f = make(BF_KIND_SCALABLE, n0, p, NULL);
+    double fpr = measure_fpr(f, 100 * n0, probes);
+
+    ck_assert_uint_gt(bf_layer_count(f), 5);
+    ck_assert_msg(fpr <= p, "scalable p=%g after 100x: measured %g", p, fpr);
+    bf_destroy(f);
+}
+
+START_TEST(scalable_fpr_after_100x_1pct) { check_scalable_fpr(0.01); }
+END_TEST
+START_TEST(scalable_fpr_after_100x_01pct) { check_scalable_fpr(0.001); }
+END_TEST
+
+START_TEST(add_reports_new_keys)
+{
+    enum bf_kind kinds[] = {BF_KIND_BLOCKED, BF_KIND_CLASSIC, BF_KIND_COUNTING,
+                            BF_KIND_SCALABLE};
+    for (size_t i = 0; i < 4; i++) {
+        struct bf *f = make(kinds[i], 1000, 0.01, NULL);
+        ck_assert(bf_add(f, "slug", 4));
+        ck_assert(!bf_add(f, "slug", 4));
+        ck_assert(bf_may_contain(f, "slug", 4));
+        ck_assert_uint_eq(bf_insert_count(f), 1);
+        bf_destroy(f);
+    }
+}
+END_TEST
+
+START_TEST(batched_forms_match_single)
+{
+    enum bf_kind kinds[] = {BF_KIND_BLOCKED, BF_KIND_CLASSIC, BF_KIND_COUNTING,
+                            BF_KIND_SCALABLE};
+    enum { N = 5000 };
+    static char store[N][24];
+    const void *keys[N];
+    size_t lens[N];
+    bool out[N], out2[N];
+    struct bf_hash hs[N];
+
+    for (int i = 0; i < N; i++) {
+        lens[i] = (size_t)snprintf(store[i], sizeof(store[i]), "batch-%d", i);
+        keys[i] = store[i];
+    }
+    for (size_t k = 0; k < 4; k++) {
+        struct bf *a = make(kinds[k], N, 0.01, fixed_secret);
+        struct bf *b = make(kinds[k], N, 0.01, fixed_secret);
+        bf_add_keys(a, keys, lens, N / 2, out);
+        for (int i = 0; i < N / 2; i++) {
+            ck_assert(out[i] == bf_add(b, keys[i], lens[i]) || kinds[k] == BF_KIND_SCALABLE);
+            hs[i] = bf_hash_key(a, keys[i], lens[i]);
+        }
+        bf_may_contain_keys(a, keys, lens, N, out);
+        for (int i = N / 2; i < N; i++)
+            hs[i] = bf_hash_key(a, keys[i], lens[i]);
+        bf_may_contain_hashes(b, hs, N, out2);
+        for (int i = 0; i < N; i++) {
+            ck_assert(out[i] == out2[i]);
+            if (i < N / 2)
+                ck_assert(out[i]);
+        }
+        bf_add_hashes(b, hs + N / 2, N / 2, NULL);
+        bf_may_contain_hashes(b, hs, N, out2);
+        for (int i = 0; i < N; i++)
+            ck_assert(out2[i]);
+        bf_destroy(a);
+        bf_destroy(b);
+    }
+}
+END_TEST
+
+START_TEST(counting_remove)
+{
+    struct bf *f = make(BF_KIND_COUNTING, 10000, 0.01, NULL);
+    char key[48];
+
+    ck_assert_int_eq(bf_remove(f, "ghost", 5), -ENOENT);
+    bf_add(f, "slug", 4);
+    bf_add(f, "slug", 4);
+    ck_assert_int_eq(bf_remove(f, "slug", 4), 0);
+    ck_assert(bf_may_contain(f, "slug", 4));
+    ck_assert_int_eq(bf_remove(f, "slug", 4), 0);
+    ck_assert(!bf_may_contain(f, "slug", 4));
+    /* Removing some keys never loses the others. */
+    for (int i = 0; i < 5000; i++)
+        bf_add(f, key, key_of(key, "k", (uint64_t)i));
+    for (int i = 0; i < 5000; i += 2)
+        ck_assert_int_eq(bf_remove(f, key, key_of(key, "k", (uint64_t)i)), 0);
+    for (int i = 1; i < 5000; i += 2)
+        ck_assert(bf_may_contain(f, key, key_of(key, "k", (uint64_t)i)));
+    bf_destroy(f);
+
+    f = make(BF_KIND_BLOCKED, 1000, 0.01, NULL);
+    bf_add(f, "slug", 4);
+    ck_assert_int_eq(bf_remove(f, "slug", 4), -EOPNOTSUPP);
+    ck_assert(bf_may_contain(f, "slug", 4));
+    bf_destroy(f);
+}
+END_TEST
+
+START_TEST(counting_saturated_counter_never_decrements)
+{
+    struct bf *f = make(BF_KIND_COUNTING, 100, 0.01, NULL);
+
+    for (int i = 0; i < 40; i++)
+        bf_add(f, "hot", 3);
+    /* 40 adds saturate every counter at 15; 40 removes cannot empty them. */
+    for (int i = 0; i < 40; i++)
+        bf_remove(f, "hot", 3);
+    ck_assert(bf_may_contain(f, "hot", 3));
+    bf_destroy(f);
+}
+END_TEST
+
+START_TEST(estimates_track_count)
+{
+    enum bf_kind kinds[] = {BF_KIND_BLOCKED, BF_KIND_CLASSIC, BF_KIND_COUNTING};
+    char key[48];
+
+    for (size_t k = 0; k < 3; k++) {
+        struct bf *f = make(kinds[k], 100000, 0.01, NULL);
+        struct bf_stats st;
+        bf_stats(f, &st);
+        ck_assert_uint_eq(st.set, 0);
+        ck_assert(!st.over_capacity);
+        for (uint64_t i = 0; i < 50000; i++)
+            bf_add(f, key, key_of(key, "e", i));
+        bf_stats(f, &st);
+        ck_assert_msg(fabs(st.estimated_count - 50000) < 0.03 * 50000, "%s n^=%g",
+                      bf_kind_name(kinds[k]), st.estimated_count);
+        ck_assert(st.fill_ratio > 0.2 && st.fill_ratio < 0.6);
+        ck_assert(st.estimated_fpr < 0.01);
+        ck_assert(!st.over_capacity);
+        for (uint64_t i = 50000; i < 250000; i++)
+            bf_add(f, key, key_of(key, "e", i));
+        bf_stats(f, &st);
+        ck_assert(st.over_capacity);
+        ck_assert(st.estimated_fpr > 0.01);
+        bf_destroy(f);
+    }
+}
+END_TEST
+
+static void fill_range(struct bf *f, const char *prefix, uint64_t from, uint64_t to)
+{
+    char key[48];
+
+    for (uint64_t i = from; i < to; i++)
+        bf_add(f, key, key_of(key, prefix, i));
+}
+
+static bool same_bits(struct bf *a, struct bf *b)
+{
+    if (bf_layer_count(a) != bf_layer_count(b))
+        return false;
+    for (uint32_t i = 0; i < bf_layer_count(a); i++) {
+        struct bf_layer_info la, lb;
+        bf_layer_info(a, i, &la);
+        bf_layer_info(b, i, &lb);
+        if (la.body_bytes != lb.body_bytes ||
+            memcmp(bf_layer_body_const(a, i), bf_layer_body_const(b, i), la.body_bytes))
+            return false;
+    }
+    return true;
+}
+
+START_TEST(merge_equals_union_bit_for_bit)
+{
+    enum bf_kind kinds[] = {BF_KIND_BLOCKED, BF_KIND_CLASSIC, BF_KIND_COUNTING};
+    char err[BF_ERRLEN];
+
+    for (size_t k = 0; k < 3; k++) {
+        struct bf *a = make(kinds[k], 100000, 0.01, NULL);
+        struct bf *b = bf_create_like(a, err);
+        struct bf *u = bf_create_like(a, err);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_ptr_nonnull(u);
+        fill_range(a, "x", 0, 30000);
+        fill_range(b, "x", 20000, 60000);
+        fill_range(u, "x", 0, 60000);
+        if (kinds[k] == BF_KIND_COUNTING) {
+            /* Counters add: the union of multisets, so build u the same way. */
+            bf_destroy(u);
+            u = bf_create_like(a, err);
+            fill_range(u, "x", 0, 30000);
+            fill_range(u, "x", 20000, 60000);
+        }
+        struct bf_merge_projection pj;
+        ck_assert_int_eq(bf_merge_project(a, b, &pj, err), 0);
+        ck_assert_int_eq(bf_merge_from(a, b, err), 0);
+        ck_assert_msg(same_bits(a, u), "%s merge differs from union", bf_kind_name(kinds[k]));
+        struct bf_stats st;
+        bf_stats(a, &st);
+        ck_assert(fabs(st.fill_ratio - pj.fill_ratio) < 1e-12);
+        ck_assert(fabs(st.estimated_fpr - pj.estimated_fpr) < 1e-9);
+        /* OR is idempotent: merging again changes nothing (counters add). */
+        if (kinds[k] != BF_KIND_COUNTING) {
+            ck_assert_int_eq(bf_merge_from(a, b, err), 0);
+            ck_assert(same_bits(a, u));
+        }
+        bf_destroy(a);
+        bf_destroy(b);
+        bf_destroy(u);
+    }
+}
+END_TEST
+
+START_TEST(merge_scalable_appends_layers)
+{
+    char err[BF_ERRLEN];
+    struct bf *a = make(BF_KIND_SCALABLE, 1000, 0.01, NULL);
+    struct bf *b = bf_create_like(a, err);
+
+    fill_range(a, "a", 0, 500);
+    fill_range(b, "b", 0, 10000);
+    ck_assert_uint_eq(bf_layer_count(a), 1);
+    ck_assert_uint_gt(bf_layer_count(b), 1);
+    ck_assert_int_eq(bf_merge_from(a, b, err), 0);
+    ck_assert_uint_eq(bf_layer_count(a), bf_layer_count(b));
+    char key[48];
+    for (uint64_t i = 0; i < 500; i++)
+        ck_assert(bf_may_contain(a, key, key_of(key, "a", i)));
+    for (uint64_t i = 0; i < 10000; i++)
+        ck_assert(bf_may_contain(a, key, key_of(key, "b", i)));
+    bf_destroy(a);
+    bf_destroy(b);
+}
+END_TEST
+
+static void expect_refused(struct bf *a, struct bf *b, const char *field)
+{
+    char err[BF_ERRLEN] = "";
+    struct bf_merge_projection pj;
+    struct bf_layer_info li;
+
+    bf_layer_info(a, 0, &li);
+    uint64_t *copy = malloc(li.body_bytes);
+    memcpy(copy, bf_layer_body_const(a, 0), li.body_bytes);
+    ck_assert_str_eq(bf_mismatch(a, b), field);
+    ck_assert_int_eq(bf_merge_from(a, b, err), -EINVAL);
+    ck_assert_msg(strstr(err, field) != NULL, "message '%s' lacks '%s'", err, field);
+    ck_assert_int_eq(bf_merge_project(a, b, &pj, err), -EINVAL);
+    ck_assert(memcmp(copy, bf_layer_body_const(a, 0), li.body_bytes) == 0);
+    free(copy);
+}
+
+START_TEST(merge_refuses_every_mismatch)
+{
+    struct bf *a = make(BF_KIND_BLOCKED, 10000, 0.01, fixed_secret);
+    uint8_t other_secret[BF_SECRET_LEN] = {9};
+    struct bf_params p = {.kind = BF_KIND_BLOCKED, .capacity = 10000, .error_rate = 0.01,
+                          .secret = fixed_secret, .shard_count = 1};
+    struct bf_layer_info li;
+    char err[BF_ERRLEN];
+
+    fill_range(a, "m", 0, 100);
+    struct bf *b = make(BF_KIND_CLASSIC, 10000, 0.01, fixed_secret);
+    expect_refused(a, b, "kind");
+    bf_destroy(b);
+
+    b = make(BF_KIND_BLOCKED, 10000, 0.01, other_secret);
+    expect_refused(a, b, "secret");
+    bf_destroy(b);
+
+    b = make(BF_KIND_BLOCKED, 20000, 0.01, fixed_secret);
+    expect_refused(a, b, "bits");
+    bf_destroy(b);
+
+    bf_layer_info(a, 0, &li);
+    li.k += 1;
+    li.count = 0;
+    b = bf_assemble(&p, BF_HASH_XXH3_128, 1, &li, err);
+    ck_assert_ptr_nonnull(b);
+    expect_refused(a, b, "hashes");
+    bf_destroy(b);
+
+    p.shard_count = 4;
+    p.shard_index = 0;
+    b = bf_create(&p, err);
+    expect_refused(a, b, "shard_count");
+    bf_destroy(b);
+
+    struct bf *s0 = bf_create(&p, err);
+    p.shard_index = 1;
+    b = bf_create(&p, err);
+    expect_refused(s0, b, "shard_index");
+    bf_destroy(b);
+    bf_destroy(s0);
+
+    struct bf_params sp = {.kind = BF_KIND_SCALABLE, .capacity = 1000, .error_rate = 0.01,
+                           .secret = fixed_secret, .growth = 2};
+    struct bf *x = bf_create(&sp, err);
+    sp.growth = 4;
+    b = bf_create(&sp, err);
+    expect_refused(x, b, "growth");
+    bf_destroy(b);
+    bf_destroy(x);
+    bf_destroy(a);
+}
+END_TEST
+
+START_TEST(params_are_checked)
+{
+    char err[BF_ERRLEN];
+    struct bf_params p = {.kind = BF_KIND_BLOCKED, .capacity = 0, .error_rate = 0.01};
+
+    ck_assert_ptr_null(bf_create(&p, err));
+    ck_assert(strstr(err, "capacity") != NULL);
+    p.capacity = 10;
+    double bad[] = {0.0, 1.0, -0.5, 2.0, NAN};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        p.error_rate = bad[i];
+        ck_assert_ptr_null(bf_create(&p, err));
+        ck_assert(strstr(err, "error rate") != NULL);
+    }
+    p.error_rate = 0.01;
+    p.kind = (enum bf_kind)9;
+    ck_assert_ptr_null(bf_create(&p, err));
+    ck_assert(strstr(err, "kind") != NULL);
+    p.kind = BF_KIND_BLOCKED;
+    p.shard_count = 4;
+    p.shard_index = 4;
+    ck_assert_ptr_null(bf_create(&p, err));
+    ck_assert(strstr(err, "shard") != NULL);
+
+    enum bf_kind k;
+    ck_assert_int_eq(bf_kind_parse("counting", &k), 0);
+    ck_assert_int_eq(k, BF_KIND_COUNTING);
+    ck_assert_int_eq(bf_kind_parse("cuckoo", &k), -EINVAL);
+}
+END_TEST
+
+START_TEST(like_shares_fingerprint)
+{
+    char err[BF_ERRLEN], id1[17], id2[17], id3[17];
+    struct bf *a = make(BF_KIND_COUNTING, 5000, 0.02, NULL);
+    struct bf *b = bf_create_like(a, err);
+    struct bf *c = make(BF_KIND_COUNTING, 5000, 0.02, NULL);
+
+    ck_assert_ptr_null(bf_mismatch(a, b));
+    bf_fingerprint_id(a, id1);
+    bf_fingerprint_id(b, id2);
+    bf_fingerprint_id(c, id3);
+    ck_assert_str_eq(id1, id2);
+    ck_assert_str_ne(id1, id3);
+    ck_assert(memcmp(bf_secret(a), bf_secret(b), BF_SECRET_LEN) == 0);
+    bf_destroy(a);
+    bf_destroy(b);
+    bf_destroy(c);
+}
+END_TEST
+
+Suite *bf_suite(void)
+{
+    Suite *s = suite_create("bf");
+    TCase *tc = tcase_create("core");
+
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, hash_known_answers);
+    tcase_add_test(tc, shard_selection_known_answers);
+    tcase_add_test(tc, placement_known_answers);
+    tcase_add_test(tc, add_reports_new_keys);
+    tcase_add_test(tc, batched_forms_match_single);
+    tcase_add_test(tc, counting_remove);
+    tcase_add_test(tc, counting_saturated_counter_never_decrements);
+    tcase_add_test(tc, estimates_track_count);
+    tcase_add_test(tc, merge_equals_union_bit_for_bit);
+    tcase_add_test(tc, merge_scalable_appends_layers);
+    tcase_add_test(tc, merge_refuses_every_mismatch);
+    tcase_add_test(tc, params_are_checked);
+    tcase_add_test(tc, like_shares_fingerprint);
+    tcase_add_test(tc, no_false_negatives_blocked);
+    tcase_add_test(tc, no_false_negatives_classic);
+    tcase_add_test(tc, no_false_negatives_counting);
+    tcase_add_test(tc, no_false_negatives_scalable);
+    tcase_add_test(tc, concurrent_adds_and_queries_blocked);
+    tcase_add_test(tc, concurrent_adds_and_queries_counting);
+    tcase_add_test(tc, concurrent_adds_and_queries_scalable);
+    suite_add_tcase(s, tc);
+
+    TCase *st = tcase_create("fpr");
+    tcase_set_timeout(st, 900);
+    tcase_add_test(st, blocked_fpr_at_capacity_1pct);
+    tcase_add_test(st, blocked_fpr_at_capacity_01pct);
+    tcase_add_test(st, classic_fpr_matches_textbook_1pct);
+    tcase_add_test(st, classic_fpr_matches_textbook_01pct);
+    tcase_add_test(st, scalable_fpr_after_100x_1pct);
+    tcase_add_test(st, scalable_fpr_after_100x_01pct);
+    suite_add_tcase(s, st);
+    return s;
+}

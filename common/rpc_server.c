@@ -91,6 +91,8 @@ struct rpc_server {
 };
 
 static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi);
+static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
+                                struct rpc_reply *reply);
 static void post_generic(struct rpc_server *srv, int cqi);
 static void health_check(void *arg, const uint8_t *req, size_t len,
                          struct rpc_reply *reply);
@@ -271,7 +273,9 @@ static void unary_run(struct slot *s)
 {
     struct rpc_reply *r = &s->reply;
     r->code = GRPC_STATUS_OK;
-    if (!s->payload) {
+    if (s->m->unary == unimplemented_unary) {
+        unimplemented_unary(s->m->arg, NULL, 0, r);
+    } else if (!s->payload) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                         "%s: the request carried no message", s->m->path);
     } else {
@@ -287,6 +291,8 @@ static void unary_run(struct slot *s)
                         GRPC_SLICE_LENGTH(sl), r);
             grpc_slice_unref(sl);
         }
+    }
+    if (s->payload) {
         grpc_byte_buffer_destroy(s->payload);
         s->payload = NULL;
     }

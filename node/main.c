@@ -1,0 +1,198 @@
+/* bloomgrid-node: serves named Bloom filters over gRPC.
+ *
+ * Start-up: parse settings, block SIGINT/SIGTERM (before grpc_init so every
+ * gRPC thread inherits the mask), start listening with health NOT_SERVING,
+ * then open the store (recovering every filter) on a background thread; the
+ * main thread waits for a signal.  A housekeeping thread keeps health in
+ * step with the filters' states and retries recovery of failed filters.
+ * Shutdown: stop the server (in-flight calls finish or are cancelled), close
+ * the store (final snapshots), exit 0.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "bloomgrid/v1/bloomgrid.pb-c.h"
+#include "bloomgrid/v1/internal.pb-c.h"
+#include "log.h"
+#include "node.h"
+#include "rpc_server.h"
+#include "store.h"
+
+#define RECOVER_RETRY_S 30
+
+static atomic_int exit_code;
+
+static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid",
+                                           "bloomgrid.v1.Internal"};
+
+static void set_health(struct node *n, bool serving)
+{
+    for (size_t i = 0; i < sizeof health_names / sizeof health_names[0]; i++)
+        rpc_server_set_health(n->srv, health_names[i], serving);
+}
+
+/* Check every filter; retry recovery of failed ones now and then.  Returns
+ * true when every filter is READY. */
+static bool check_filters(struct node *n, bool retry)
+{
+    struct store *s = node_store(n);
+    char **names = NULL;
+    size_t nn = 0;
+    bool all_ready = true;
+
+    if (!s || store_list(s, &names, &nn) < 0)
+        return false;
+    for (size_t i = 0; i < nn; i++) {
+        struct store_filter *sf = store_get(s, names[i]);
+        if (!sf)
+            continue;
+        char why[STORE_ERRLEN] = "";
+        enum store_state st = store_filter_state(sf, why);
+        if (st == STORE_FAILED && retry) {
+            char err[STORE_ERRLEN] = "";
+            log_warn("filter %s is FAILED (%s); retrying recovery", names[i], why);
+            if (store_filter_recover(sf, err) == 0) {
+                log_info("filter %s recovered", names[i]);
+                st = STORE_READY;
+            } else {
+                log_error("filter %s stays FAILED: %s", names[i], err);
+            }
+        }
+        if (st != STORE_READY && st != STORE_DROPPED)
+            all_ready = false;
+        store_put(sf);
+    }
+    store_list_free(names, nn);
+    return all_ready;
+}
+
+static void *housekeeping_main(void *arg)
+{
+    struct node *n = arg;
+    char err[STORE_ERRLEN] = "";
+    struct store_options o = {
+        .dir = n->cfg.data_dir,
+        .durability = strcmp(n->cfg.durability, "none") == 0 ? STORE_DURABLE_NONE
+                                                             : STORE_DURABLE_FSYNC,
+        .snapshot_interval_ms = (unsigned)(n->cfg.snapshot_interval_s * 1000),
+        .snapshot_wal_bytes = n->cfg.snapshot_wal_mb << 20,
+    };
+
+    log_info("opening data directory %s", n->cfg.data_dir);
+    struct store *s = store_open(&o, err);
+    if (!s) {
+        log_error("cannot open data directory %s: %s", n->cfg.data_dir, err);
+        atomic_store(&exit_code, 1);
+        kill(getpid(), SIGTERM);
+        return NULL;
+    }
+    atomic_store_explicit(&n->store, s, memory_order_release);
+    bool ready = check_filters(n, false);
+    set_health(n, ready);
+    log_info("data directory %s open; %s", n->cfg.data_dir,
+             ready ? "every filter is ready: SERVING"
+                   : "some filters are not ready: NOT_SERVING");
+
+    time_t last_retry = time(NULL);
+    while (!atomic_load(&n->stopping)) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        bool retry = time(NULL) - last_retry >= RECOVER_RETRY_S;
+        if (retry)
+            last_retry = time(NULL);
+        bool now = check_filters(n, retry);
+        if (now != ready) {
+            log_info("health: %s", now ? "SERVING" : "NOT_SERVING");
+            ready = now;
+        }
+        set_health(n, ready);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    static struct node n;
+    int rc = node_config_load(&n.cfg, argc, argv);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+
+    enum log_level lvl;
+    if (log_level_parse(n.cfg.log_level, &lvl) == 0)
+        log_set_level(lvl);
+    log_set_ident("bloomgrid-node");
+    if (strcmp(n.cfg.durability, "none") == 0)
+        log_warn("durability none: writes are acknowledged before they reach "
+                 "the disk; a machine crash loses the most recent ones");
+
+    rpc_signals_block();
+    grpc_init();
+
+    struct rpc_server_config sc = {
+        .listen = n.cfg.listen,
+        .threads = (int)n.cfg.threads,
+        .max_message = n.cfg.max_message_size,
+        .grace_ms = (int)n.cfg.shutdown_grace_ms,
+    };
+    n.srv = rpc_server_create(&sc);
+    if (!n.srv) {
+        log_error("cannot create the gRPC server");
+        grpc_shutdown();
+        return 1;
+    }
+    if (bloomgrid__v1__bloom_grid__descriptor.n_methods != node_rpc_public_count ||
+        bloomgrid__v1__internal__descriptor.n_methods != node_rpc_internal_count) {
+        log_error("handler tables do not match the service descriptors");
+        return 1;
+    }
+    rpc_server_add_service(n.srv, &bloomgrid__v1__bloom_grid__descriptor,
+                           node_rpc_public, &n);
+    rpc_server_add_service(n.srv, &bloomgrid__v1__internal__descriptor,
+                           node_rpc_internal, &n);
+    set_health(&n, false);
+    int port = rpc_server_start(n.srv);
+    if (port < 0) {
+        log_error("cannot listen on %s (address in use or invalid)", n.cfg.listen);
+        rpc_server_destroy(n.srv);
+        grpc_shutdown();
+        return 1;
+    }
+    /* Tests and scripts read the bound port from this line. */
+    char host[256];
+    snprintf(host, sizeof host, "%s", n.cfg.listen);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = 0;
+    printf("bloomgrid-node listening on %s:%d\n", host, port);
+    fflush(stdout);
+    log_info("listening on %s:%d (data %s, durability %s)", host, port,
+             n.cfg.data_dir, n.cfg.durability);
+
+    pthread_t hk;
+    if (pthread_create(&hk, NULL, housekeeping_main, &n) != 0) {
+        log_error("cannot start the housekeeping thread");
+        return 1;
+    }
+
+    int sig = rpc_signals_wait();
+    log_info("%s: shutting down", strsignal(sig));
+    atomic_store(&n.stopping, true);
+    set_health(&n, false);
+    rpc_server_shutdown(n.srv);
+    pthread_join(hk, NULL);
+    struct store *s = node_store(&n);
+    if (s)
+        store_close(s);
+    rpc_server_destroy(n.srv);
+    grpc_shutdown();
+    log_info("stopped");
+    return atomic_load(&exit_code);
+}

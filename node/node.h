@@ -1,0 +1,40 @@
+/* node: the state of one bloomgrid-node process shared by its RPC handlers.
+ *
+ * The store is opened (and its filters recovered) by a background thread
+ * after the server starts listening; until then node_store() is NULL and
+ * every data call answers UNAVAILABLE while health says NOT_SERVING.
+ */
+#ifndef BLOOMGRID_NODE_H
+#define BLOOMGRID_NODE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "node_config.h"
+#include "rpc_server.h"
+#include "store.h"
+
+struct node {
+    struct node_config cfg;
+    struct rpc_server *srv;
+    _Atomic(struct store *) store;   /* NULL until recovery finished */
+    atomic_bool stopping;
+};
+
+static inline struct store *node_store(struct node *n)
+{
+    return atomic_load_explicit(&n->store, memory_order_acquire);
+}
+
+/* Handler tables in descriptor order (node_rpc.c). */
+extern const struct rpc_handler node_rpc_public[];
+extern const struct rpc_handler node_rpc_internal[];
+extern const size_t node_rpc_public_count, node_rpc_internal_count;
+
+/* Store name of shard index of count shards of filter (count 1: the filter
+ * name itself, else "<filter>.shard-<index>").  Returns 0 or -EINVAL when it
+ * does not fit STORE_NAME_MAX. */
+int node_shard_store_name(char *out, size_t outlen, const char *filter,
+                          unsigned index, unsigned count);
+
+#endif

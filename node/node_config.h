@@ -1,0 +1,38 @@
+/* node_config: the settings of bloomgrid-node, from a config file and flags.
+ *
+ * One table (node_config.c) lists every setting: its name (the INI key in
+ * section [node] and, with '_' as '-', the --flag), type, bounds, default
+ * and the field it fills.  Precedence: defaults < config file < flags.  The
+ * file is parsed with libinih.
+ */
+#ifndef BLOOMGRID_NODE_CONFIG_H
+#define BLOOMGRID_NODE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct node_config {
+    char listen[256];
+    char data_dir[1024];
+    char durability[16];          /* "fsync" or "none" */
+    uint64_t snapshot_interval_s;
+    uint64_t snapshot_wal_mb;
+    uint64_t max_batch_keys;
+    uint64_t max_key_size;
+    uint64_t max_message_size;
+    uint64_t threads;
+    uint64_t shutdown_grace_ms;
+    char log_level[16];
+};
+
+/* Parse argv (and the --config file it names).  Returns 0 when the node
+ * should run, 1 when it printed --help / --version and should exit 0, or -1
+ * after printing an error naming the setting (exit 2). */
+int node_config_load(struct node_config *c, int argc, char **argv);
+
+/* Print the --help text with every setting. */
+void node_config_usage(FILE *out, const char *prog);
+
+#endif

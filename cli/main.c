@@ -2,6 +2,7 @@
  * argument names a command, which gets the remaining arguments.  Offline
  * commands work on filter files; online ones (talking to a server) will be
  * added to the same table. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,9 @@ int main(int argc, char **argv)
 {
     const struct command *c;
 
+    /* Over a file-size limit, fail the write (and remove the temp file)
+     * instead of being killed with the temp file left behind. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         help_overview(stderr);
         return CLI_ERR;

@@ -144,7 +144,7 @@ uint64_t bf_file_size(const struct bf *f)
     return size;
 }
 
-static void encode_header(const struct bf *f, uint8_t *h)
+static void encode_header(const struct bf *f, uint32_t nlayers, uint8_t *h)
 {
     struct bf_layer_info l0;
     struct bf_fingerprint fp;
@@ -157,7 +157,7 @@ static void encode_header(const struct bf *f, uint8_t *h)
     put_u32(h + OFF_VERSION, BF_FILE_VERSION);
     put_u32(h + OFF_KIND, (uint32_t)bf_kind(f));
     put_u32(h + OFF_HASH_ID, fp.hash_id);
-    put_u32(h + OFF_NLAYERS, bf_layer_count(f));
+    put_u32(h + OFF_NLAYERS, nlayers);
     memcpy(h + OFF_SECRET, bf_secret(f), BF_SECRET_LEN);
     put_u64(h + OFF_CAPACITY, bf_capacity(f));
     put_f64(h + OFF_ERROR_RATE, bf_error_rate(f));
@@ -207,15 +207,15 @@ static int emit_body(XXH64_state_t *st, bf_file_writer write, void *ctx,
     return 0;
 }
 
-static int write_bodies(const struct bf *f, XXH64_state_t *st,
-                        bf_file_writer write, void *ctx)
+static int write_bodies(const struct bf *f, uint32_t nlayers,
+                        XXH64_state_t *st, bf_file_writer write, void *ctx)
 {
     uint8_t *bounce = malloc(CHUNK_BYTES);
     int rc = 0;
 
     if (!bounce)
         return -ENOMEM;
-    for (uint32_t i = 0; i < bf_layer_count(f) && rc == 0; i++) {
+    for (uint32_t i = 0; i < nlayers && rc == 0; i++) {
         struct bf_layer_info li;
         rc = bf_layer_info(f, i, &li);
         if (rc == 0)
@@ -227,16 +227,16 @@ static int write_bodies(const struct bf *f, XXH64_state_t *st,
     return rc;
 }
 
-static int write_descriptors(const struct bf *f, XXH64_state_t *st,
-                             bf_file_writer write, void *ctx)
+static int write_descriptors(const struct bf *f, uint32_t nlayers,
+                             XXH64_state_t *st, bf_file_writer write, void *ctx)
 {
     uint8_t h[BF_FILE_HEADER_BYTES];
     uint8_t d[BF_FILE_LAYER_BYTES];
     int rc;
 
-    encode_header(f, h);
+    encode_header(f, nlayers, h);
     rc = emit(st, write, ctx, h, sizeof h);
-    for (uint32_t i = 0; i < bf_layer_count(f) && rc >= 0; i++) {
+    for (uint32_t i = 0; i < nlayers && rc >= 0; i++) {
         struct bf_layer_info li;
         rc = bf_layer_info(f, i, &li);
         if (rc < 0)
@@ -250,16 +250,19 @@ static int write_descriptors(const struct bf *f, XXH64_state_t *st,
 int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
 {
     XXH64_state_t *st = XXH64_createState();
+    /* Counted once: a scalable filter may grow a layer meanwhile, and the
+     * header, descriptors and bodies must agree. */
+    uint32_t nlayers = bf_layer_count(f);
     uint8_t sum[8];
     int rc;
 
     if (!st)
         return -ENOMEM;
     XXH64_reset(st, 0);
-    rc = write_descriptors(f, st, write, ctx);
+    rc = write_descriptors(f, nlayers, st, write, ctx);
     if (rc < 0)
         goto out;
-    rc = write_bodies(f, st, write, ctx);
+    rc = write_bodies(f, nlayers, st, write, ctx);
     if (rc < 0)
         goto out;
     put_u64(sum, XXH64_digest(st));

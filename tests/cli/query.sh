@@ -57,6 +57,7 @@ seq 10001 15000 > c.txt
 expect_ok "$BG" build s.bf -n 20000 -p 0.001 < a.txt
 expect_ok "$BG" query --count s.bf < a.txt
 [ "$(head -1 out.txt)" = "maybe 5000" ] || fail "stdin build: $(cat out.txt)"
+[ ! -s err.txt ] || fail "build wrote on stderr that is not a terminal: $(cat err.txt)"
 cat b.txt | { expect_ok "$BG" build m.bf -n 20000 -p 0.001 a.txt - c.txt; }
 seq 1 15000 | { expect_ok "$BG" query --count m.bf; }
 [ "$(head -1 out.txt)" = "maybe 15000" ] || fail "file build: $(cat out.txt)"
@@ -65,6 +66,13 @@ run "$BG" query --count m.bf < absent.txt
 [ "$rc" -eq 1 ] || fail "absent keys exit $rc"
 no=$(sed -n 's/^no //p' out.txt)
 [ "$no" -ge 9900 ] || fail "too many false positives at p=0.001: $(cat out.txt)"
+
+# On a terminal, build shows a progress line (script(1) provides the tty).
+if command -v script > /dev/null; then
+    script -qec "\"$BG\" build tty.bf -n 20000 -p 0.01 a.txt" /dev/null > tty.txt
+    grep -q 'keys/s.*fill.*est. FPR' tty.txt || fail "no progress line: $(cat tty.txt)"
+    grep -q ' 5000 keys' tty.txt || fail "progress lacks the key count: $(cat tty.txt)"
+fi
 
 # Every kind builds, answers and inspects; inspect --json is valid JSON.
 for kind in blocked classic counting scalable; do

@@ -457,13 +457,6 @@ void bf_set_exclusive(struct bf *f, bool exclusive)
     f->exclusive = exclusive;
 }
 
-struct bf_hash bf_hash_key(const struct bf *f, const void *key, size_t len)
-{
-    XXH128_hash_t x = XXH3_128bits_withSecret(key, len, f->xsecret, BF_XSECRET_LEN);
-    struct bf_hash h = {x.low64, x.high64};
-    return h;
-}
-
 enum bf_kind bf_kind(const struct bf *f) { return f->kind; }
 uint64_t bf_capacity(const struct bf *f) { return f->capacity; }
 double bf_error_rate(const struct bf *f) { return f->error_rate; }

@@ -125,7 +125,10 @@ struct bf *bf_create_like(const struct bf *tmpl, char *err);
 void bf_destroy(struct bf *f);
 
 /* Switch single-writer mode on or off.  In exclusive mode adds use plain
- * stores instead of atomic ORs; only one thread may then touch the filter. */
+ * (relaxed atomic) stores instead of locked ORs, which is several times
+ * faster: at most one thread may then add at a time (callers serialize adds,
+ * e.g. with a mutex per filter, amortized over a batch), while any number of
+ * threads may still query. */
 void bf_set_exclusive(struct bf *f, bool exclusive);
 
 /* Hash a key with the filter's secret. */

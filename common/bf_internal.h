@@ -48,9 +48,6 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
                    double p, uint64_t m, uint32_t k, char *err);
 void bf__layer_deinit(struct bf_layer *l);
 
-/* Per-layer probes (bf_ops.c). */
-bool bf__layer_add(const struct bf *f, struct bf_layer *l, struct bf_hash h);
-bool bf__layer_test(const struct bf *f, const struct bf_layer *l, struct bf_hash h);
 
 static inline uint32_t bf__nlayers(const struct bf *f)
 {

@@ -23,6 +23,9 @@
 #include <errno.h>
 #include <string.h>
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #include "bf_internal.h"
 
 #define BF_CHUNK 32
@@ -39,20 +42,28 @@ static inline uint64_t classic_stride(struct bf_hash h)
     return ((uint64_t)(uint32_t)h.h2 * PHI64) | 1;
 }
 
-/* The eight word masks of a key's k bits inside its block. */
-static inline void blocked_masks(uint32_t k, struct bf_hash h, uint64_t mask[8])
-{
-    uint64_t g = ((uint64_t)(uint32_t)h.h1 << 32) | (uint32_t)h.h2;
-    uint64_t y = ((uint64_t)(uint32_t)h.h2 * PHI64) | 1;
-    uint64_t z = (uint64_t)(uint32_t)h.h1 * C64;
+/* The in-block probe sequence; see the comment at the top of the file. */
+struct probe {
+    uint64_t g, y, z;
+};
 
-    memset(mask, 0, 8 * sizeof(uint64_t));
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t bit = (uint32_t)(g >> 55);
-        mask[bit >> 6] |= 1ULL << (bit & 63);
-        g += y;
-        y += z;
-    }
+static inline struct probe probe_start(struct bf_hash h)
+{
+    struct probe p;
+
+    p.g = ((uint64_t)(uint32_t)h.h1 << 32) | (uint32_t)h.h2;
+    p.y = ((uint64_t)(uint32_t)h.h2 * PHI64) | 1;
+    p.z = (uint64_t)(uint32_t)h.h1 * C64;
+    return p;
+}
+
+static inline unsigned probe_next(struct probe *p)
+{
+    unsigned bit = (unsigned)(p->g >> 55);
+
+    p->g += p->y;
+    p->y += p->z;
+    return bit;
 }
 
 static inline uint64_t *blocked_block(const struct bf_layer *l, struct bf_hash h)
@@ -60,62 +71,71 @@ static inline uint64_t *blocked_block(const struct bf_layer *l, struct bf_hash h
     return l->body + fastrange64(h.h1, l->nblocks) * 8;
 }
 
-static bool blocked_add(const struct bf *f, struct bf_layer *l, struct bf_hash h)
+static inline bool blocked_add(const struct bf *f, struct bf_layer *l, struct bf_hash h)
 {
-    uint64_t mask[8];
     uint64_t *blk = blocked_block(l, h);
-    bool added = false;
+    struct probe p = probe_start(h);
+    uint64_t missing = 0;
 
-    blocked_masks(l->k, h, mask);
-    for (int w = 0; w < 8; w++) {
-        uint64_t cur = __atomic_load_n(&blk[w], __ATOMIC_RELAXED);
-        if ((cur & mask[w]) == mask[w])
-            continue;
-        if (f->exclusive) {
-            blk[w] = cur | mask[w];
-            added = true;
-        } else {
-            uint64_t old = __atomic_fetch_or(&blk[w], mask[w], __ATOMIC_RELEASE);
-            added |= (old & mask[w]) != mask[w];
+    if (f->exclusive) {
+        /* Branch-free: a data-dependent branch per probe mispredicts half
+         * the time on a filling filter. */
+        for (uint32_t i = 0; i < l->k; i++) {
+            unsigned bit = probe_next(&p);
+            uint64_t *w = &blk[bit >> 6];
+            uint64_t b = 1ULL << (bit & 63);
+            uint64_t cur = __atomic_load_n(w, __ATOMIC_RELAXED);
+            missing |= b & ~cur;
+            __atomic_store_n(w, cur | b, __ATOMIC_RELAXED);
         }
+        return missing != 0;
     }
-    return added;
+    for (uint32_t i = 0; i < l->k; i++) {
+        unsigned bit = probe_next(&p);
+        uint64_t *w = &blk[bit >> 6];
+        uint64_t b = 1ULL << (bit & 63);
+        /* Skip the locked OR when the bit is there already. */
+        if (__atomic_load_n(w, __ATOMIC_RELAXED) & b)
+            continue;
+        missing |= b & ~__atomic_fetch_or(w, b, __ATOMIC_RELEASE);
+    }
+    return missing != 0;
 }
 
-static bool blocked_test(const struct bf_layer *l, struct bf_hash h)
+static inline bool blocked_test(const struct bf_layer *l, struct bf_hash h)
 {
-    uint64_t mask[8];
     const uint64_t *blk = blocked_block(l, h);
-    uint64_t miss = 0;
+    struct probe p = probe_start(h);
 
-    blocked_masks(l->k, h, mask);
-    for (int w = 0; w < 8; w++)
-        miss |= mask[w] & ~__atomic_load_n(&blk[w], __ATOMIC_RELAXED);
-    return miss == 0;
+    for (uint32_t i = 0; i < l->k; i++) {
+        unsigned bit = probe_next(&p);
+        if (!(__atomic_load_n(&blk[bit >> 6], __ATOMIC_RELAXED) & (1ULL << (bit & 63))))
+            return false;
+    }
+    return true;
 }
 
-static bool classic_add(const struct bf *f, struct bf_layer *l, struct bf_hash h)
+static inline bool classic_add(const struct bf *f, struct bf_layer *l, struct bf_hash h)
 {
     uint64_t g = h.h1, y = classic_stride(h);
-    bool added = false;
+    uint64_t missing = 0;
 
     for (uint32_t i = 0; i < l->k; i++, g += y) {
         uint64_t pos = fastrange64(g, l->m);
-        uint64_t bit = 1ULL << (pos & 63);
+        uint64_t b = 1ULL << (pos & 63);
         uint64_t *w = &l->body[pos >> 6];
-        if (__atomic_load_n(w, __ATOMIC_RELAXED) & bit)
-            continue;
+        uint64_t cur = __atomic_load_n(w, __ATOMIC_RELAXED);
         if (f->exclusive) {
-            *w |= bit;
-            added = true;
-        } else {
-            added |= !(__atomic_fetch_or(w, bit, __ATOMIC_RELEASE) & bit);
+            missing |= b & ~cur;
+            __atomic_store_n(w, cur | b, __ATOMIC_RELAXED);
+        } else if (!(cur & b)) {
+            missing |= b & ~__atomic_fetch_or(w, b, __ATOMIC_RELEASE);
         }
     }
-    return added;
+    return missing != 0;
 }
 
-static bool classic_test(const struct bf_layer *l, struct bf_hash h)
+static inline bool classic_test(const struct bf_layer *l, struct bf_hash h)
 {
     uint64_t g = h.h1, y = classic_stride(h);
 
@@ -145,7 +165,7 @@ static unsigned counter_step(const struct bf *f, uint64_t *w, uint64_t pos, int 
             return c;
         uint64_t nw = delta > 0 ? old + (1ULL << shift) : old - (1ULL << shift);
         if (f->exclusive) {
-            *w = nw;
+            __atomic_store_n(w, nw, __ATOMIC_RELAXED);
             return c;
         }
         if (__atomic_compare_exchange_n(w, &old, nw, true, __ATOMIC_RELEASE,
@@ -178,7 +198,7 @@ static bool counting_test(const struct bf_layer *l, struct bf_hash h)
     return true;
 }
 
-bool bf__layer_add(const struct bf *f, struct bf_layer *l, struct bf_hash h)
+static inline bool layer_add(const struct bf *f, struct bf_layer *l, struct bf_hash h)
 {
     switch (f->kind) {
     case BF_KIND_BLOCKED:
@@ -192,7 +212,7 @@ bool bf__layer_add(const struct bf *f, struct bf_layer *l, struct bf_hash h)
     return false;
 }
 
-bool bf__layer_test(const struct bf *f, const struct bf_layer *l, struct bf_hash h)
+static inline bool layer_test(const struct bf *f, const struct bf_layer *l, struct bf_hash h)
 {
     switch (f->kind) {
     case BF_KIND_BLOCKED:
@@ -237,31 +257,60 @@ static bool scalable_add(struct bf *f, struct bf_hash h)
     return true;
 }
 
-bool bf_add_hash(struct bf *f, struct bf_hash h)
+/* Add without touching the counters; callers count the adds that returned
+ * true with count_adds, once per batch, to keep atomic increments off the
+ * per-key path.  The scalable kind counts its layer itself: it grows on it. */
+static inline bool add_hash(struct bf *f, struct bf_hash h)
 {
-    bool added;
-
-    if (f->kind == BF_KIND_SCALABLE) {
-        added = scalable_add(f, h);
-    } else {
-        added = bf__layer_add(f, &f->layers[0], h);
-        if (added)
-            __atomic_add_fetch(&f->layers[0].count, 1, __ATOMIC_RELAXED);
-    }
-    if (added)
-        __atomic_add_fetch(&f->inserts, 1, __ATOMIC_RELAXED);
-    return added;
+    if (f->kind == BF_KIND_SCALABLE)
+        return scalable_add(f, h);
+    return layer_add(f, &f->layers[0], h);
 }
 
-bool bf_may_contain_hash(const struct bf *f, struct bf_hash h)
+static void count_adds(struct bf *f, uint64_t n)
+{
+    if (!n)
+        return;
+    if (f->exclusive) {
+        f->inserts += n;
+        if (f->kind != BF_KIND_SCALABLE)
+            f->layers[0].count += n;
+        return;
+    }
+    __atomic_add_fetch(&f->inserts, n, __ATOMIC_RELAXED);
+    if (f->kind != BF_KIND_SCALABLE)
+        __atomic_add_fetch(&f->layers[0].count, n, __ATOMIC_RELAXED);
+}
+
+static inline bool test_hash(const struct bf *f, struct bf_hash h)
 {
     if (f->kind != BF_KIND_SCALABLE)
-        return bf__layer_test(f, &f->layers[0], h);
+        return layer_test(f, &f->layers[0], h);
     uint32_t n = bf__nlayers(f);
     for (uint32_t i = 0; i < n; i++)
         if (blocked_test(&f->layers[i], h))
             return true;
     return false;
+}
+
+struct bf_hash bf_hash_key(const struct bf *f, const void *key, size_t len)
+{
+    XXH128_hash_t x = XXH3_128bits_withSecret(key, len, f->xsecret, BF_XSECRET_LEN);
+    struct bf_hash h = {x.low64, x.high64};
+    return h;
+}
+
+bool bf_add_hash(struct bf *f, struct bf_hash h)
+{
+    bool added = add_hash(f, h);
+
+    count_adds(f, added);
+    return added;
+}
+
+bool bf_may_contain_hash(const struct bf *f, struct bf_hash h)
+{
+    return test_hash(f, h);
 }
 
 bool bf_add(struct bf *f, const void *key, size_t len)
@@ -271,7 +320,7 @@ bool bf_add(struct bf *f, const void *key, size_t len)
 
 bool bf_may_contain(const struct bf *f, const void *key, size_t len)
 {
-    return bf_may_contain_hash(f, bf_hash_key(f, key, len));
+    return test_hash(f, bf_hash_key(f, key, len));
 }
 
 /* Prefetch the first cache line a hash touches in the first layer. */
@@ -302,16 +351,19 @@ static inline void prefetch_hash(const struct bf *f, struct bf_hash h, int write
 void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out)
 {
     const size_t ahead = 8;
+    uint64_t added = 0;
 
     for (size_t i = 0; i < n && i < ahead; i++)
         prefetch_hash(f, h[i], 1);
     for (size_t i = 0; i < n; i++) {
         if (i + ahead < n)
             prefetch_hash(f, h[i + ahead], 1);
-        bool a = bf_add_hash(f, h[i]);
+        bool a = add_hash(f, h[i]);
+        added += a;
         if (out)
             out[i] = a;
     }
+    count_adds(f, added);
 }
 
 void bf_may_contain_hashes(const struct bf *f, const struct bf_hash *h, size_t n, bool *out)
@@ -323,7 +375,7 @@ void bf_may_contain_hashes(const struct bf *f, const struct bf_hash *h, size_t n
     for (size_t i = 0; i < n; i++) {
         if (i + ahead < n)
             prefetch_hash(f, h[i + ahead], 0);
-        out[i] = bf_may_contain_hash(f, h[i]);
+        out[i] = test_hash(f, h[i]);
     }
 }
 
@@ -331,6 +383,7 @@ void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens, size
                  bool *out)
 {
     struct bf_hash hs[BF_CHUNK];
+    uint64_t added = 0;
 
     for (size_t base = 0; base < n; base += BF_CHUNK) {
         size_t c = n - base < BF_CHUNK ? n - base : BF_CHUNK;
@@ -339,11 +392,13 @@ void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens, size
             prefetch_hash(f, hs[i], 1);
         }
         for (size_t i = 0; i < c; i++) {
-            bool a = bf_add_hash(f, hs[i]);
+            bool a = add_hash(f, hs[i]);
+            added += a;
             if (out)
                 out[base + i] = a;
         }
     }
+    count_adds(f, added);
 }
 
 void bf_may_contain_keys(const struct bf *f, const void *const *keys, const size_t *lens,
@@ -358,7 +413,7 @@ void bf_may_contain_keys(const struct bf *f, const void *const *keys, const size
             prefetch_hash(f, hs[i], 0);
         }
         for (size_t i = 0; i < c; i++)
-            out[base + i] = bf_may_contain_hash(f, hs[i]);
+            out[base + i] = test_hash(f, hs[i]);
     }
 }
 

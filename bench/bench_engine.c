@@ -1,0 +1,287 @@
+/* bench_engine: one core, 16-byte keys, hashing included.  Prints ns/key for
+ * add, query-present and query-absent, single and batched, with bits/key and
+ * the measured false-positive rate, for the blocked and classic kinds and for
+ * Debian's libbloom side by side, on a filter that fits in cache and on one
+ * far larger than the last-level cache.
+ *
+ * Keys are generated into a buffer before each timed chunk, so key
+ * generation is not timed.  Add is timed in four quarters of the fill:
+ * single/batched, each with atomic ORs (the service's mode) and in exclusive
+ * single-writer mode (the offline tool's mode).
+ */
+#include <bloom.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bf.h"
+
+#define CHUNK 4096
+
+struct keybuf {
+    uint64_t k[CHUNK][2];
+    const void *ptr[CHUNK];
+    size_t len[CHUNK];
+};
+
+static uint64_t splitmix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+/* Keys [from, from+n) of a stream; stream 0 is added, stream 1 is absent. */
+static void gen(struct keybuf *b, int stream, uint64_t from, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x = (from + i) * 2 + (uint64_t)stream;
+        b->k[i][0] = splitmix(x);
+        b->k[i][1] = splitmix(x ^ 0x5bd1e995ULL);
+        b->ptr[i] = b->k[i];
+        b->len[i] = 16;
+    }
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+enum op { OP_ADD, OP_ADD_BATCH, OP_QUERY, OP_QUERY_BATCH };
+
+/* The thing being measured: our filter or libbloom. */
+struct target {
+    const char *name;
+    struct bf *f;
+    struct bloom *lb;
+    uint64_t capacity;
+    double bits_per_key;
+};
+
+/* Run op over keys [from, from+n) of stream; returns ns and counts hits. */
+static double run(struct target *t, enum op op, int stream, uint64_t from, uint64_t n,
+                  uint64_t *hits)
+{
+    static struct keybuf b;
+    static bool out[CHUNK];
+    double ns = 0;
+
+    for (uint64_t done = 0; done < n;) {
+        size_t c = n - done < CHUNK ? (size_t)(n - done) : CHUNK;
+        gen(&b, stream, from + done, c);
+        double t0 = now_ns();
+        uint64_t h = 0;
+        if (t->lb) {
+            for (size_t i = 0; i < c; i++) {
+                if (op == OP_ADD || op == OP_ADD_BATCH)
+                    bloom_add(t->lb, b.k[i], 16);
+                else
+                    h += bloom_check(t->lb, b.k[i], 16) == 1;
+            }
+        } else {
+            switch (op) {
+            case OP_ADD:
+                for (size_t i = 0; i < c; i++)
+                    bf_add(t->f, b.k[i], 16);
+                break;
+            case OP_ADD_BATCH:
+                bf_add_keys(t->f, b.ptr, b.len, c, NULL);
+                break;
+            case OP_QUERY:
+                for (size_t i = 0; i < c; i++)
+                    h += bf_may_contain(t->f, b.k[i], 16);
+                break;
+            case OP_QUERY_BATCH:
+                bf_may_contain_keys(t->f, b.ptr, b.len, c, out);
+                for (size_t i = 0; i < c; i++)
+                    h += out[i];
+                break;
+            }
+        }
+        ns += now_ns() - t0;
+        if (hits)
+            *hits += h;
+        done += c;
+    }
+    return ns;
+}
+
+struct result {
+    double add[4];            /* single atomic, batch atomic, single excl, batch excl */
+    double qp, qp_batch, qa, qa_batch;
+    double fpr;
+    uint64_t present_hits, present_n;
+};
+
+static void print_row(const char *size, struct target *t, const struct result *r)
+{
+    char add[64], addx[64], qpb[16], qab[16];
+
+    if (t->lb) {
+        snprintf(add, sizeof(add), "%6.1f      -", r->add[0]);
+        snprintf(addx, sizeof(addx), "     -      -");
+        snprintf(qpb, sizeof(qpb), "     -");
+        snprintf(qab, sizeof(qab), "     -");
+    } else {
+        snprintf(add, sizeof(add), "%6.1f %6.1f", r->add[0], r->add[1]);
+        snprintf(addx, sizeof(addx), "%6.1f %6.1f", r->add[2], r->add[3]);
+        snprintf(qpb, sizeof(qpb), "%6.1f", r->qp_batch);
+        snprintf(qab, sizeof(qab), "%6.1f", r->qa_batch);
+    }
+    printf("| %-7s | %-9s | %s | %s | %6.1f %s | %6.1f %s | %6.2f | %.4f%% |\n", size,
+           t->name, add, addx, r->qp, qpb, r->qa, qab, t->bits_per_key, r->fpr * 100.0);
+    fflush(stdout);
+}
+
+static void measure(struct target *t, uint64_t probes, int rounds, struct result *r)
+{
+    uint64_t n = t->capacity, q = n / 4, hits = 0;
+
+    memset(r, 0, sizeof(*r));
+    if (t->lb) {
+        r->add[0] = run(t, OP_ADD, 0, 0, n, NULL) / (double)n;
+    } else {
+        bf_set_exclusive(t->f, false);
+        r->add[0] = run(t, OP_ADD, 0, 0, q, NULL) / (double)q;
+        r->add[1] = run(t, OP_ADD_BATCH, 0, q, q, NULL) / (double)q;
+        bf_set_exclusive(t->f, true);
+        r->add[2] = run(t, OP_ADD, 0, 2 * q, q, NULL) / (double)q;
+        r->add[3] = run(t, OP_ADD_BATCH, 0, 3 * q, n - 3 * q, NULL) / (double)(n - 3 * q);
+        bf_set_exclusive(t->f, false);
+    }
+    /* Present keys: cycle over what was added, `rounds` times for small filters. */
+    uint64_t pn = probes < n ? probes : n;
+    for (int i = 0; i < rounds; i++) {
+        r->qp += run(t, OP_QUERY, 0, 0, pn, &hits);
+        if (!t->lb)
+            r->qp_batch += run(t, OP_QUERY_BATCH, 0, 0, pn, &hits);
+    }
+    r->present_hits = hits;
+    r->present_n = pn * (uint64_t)rounds * (t->lb ? 1 : 2);
+    r->qp /= (double)(pn * (uint64_t)rounds);
+    r->qp_batch /= (double)(pn * (uint64_t)rounds);
+    hits = 0;
+    r->qa = run(t, OP_QUERY, 1, 0, probes, &hits) / (double)probes;
+    if (!t->lb)
+        r->qa_batch = run(t, OP_QUERY_BATCH, 1, probes, probes, &hits) / (double)probes;
+    r->fpr = (double)hits / (double)(t->lb ? probes : 2 * probes);
+}
+
+static int bench_ours(const char *size, enum bf_kind kind, uint64_t n, uint64_t probes,
+                      int rounds)
+{
+    struct bf_params p = {.kind = kind, .capacity = n, .error_rate = 0.01};
+    char err[BF_ERRLEN];
+    struct target t = {.name = bf_kind_name(kind), .capacity = n};
+    struct result r;
+    struct bf_stats st;
+
+    t.f = bf_create(&p, err);
+    if (!t.f) {
+        fprintf(stderr, "bench_engine: %s\n", err);
+        return -1;
+    }
+    bf_stats(t.f, &st);
+    t.bits_per_key = (double)st.bits / (double)n;
+    measure(&t, probes, rounds, &r);
+    if (r.present_hits != r.present_n) {
+        fprintf(stderr, "bench_engine: FALSE NEGATIVES in %s\n", t.name);
+        return -1;
+    }
+    print_row(size, &t, &r);
+    bf_destroy(t.f);
+    return 0;
+}
+
+static int bench_libbloom(const char *size, uint64_t n, uint64_t probes, int rounds)
+{
+    struct bloom lb;
+    struct target t = {.name = "libbloom", .capacity = n, .lb = &lb};
+    struct result r;
+
+    if (bloom_init(&lb, (int)n, 0.01) != 0) {
+        fprintf(stderr, "bench_engine: libbloom cannot hold %llu entries\n",
+                (unsigned long long)n);
+        return -1;
+    }
+    t.bits_per_key = (double)lb.bits / (double)n;
+    measure(&t, probes, rounds, &r);
+    print_row(size, &t, &r);
+    bloom_free(&lb);
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: bench_engine [--large-mb N] [--small-kb N] [--probes N] [--skip-large]\n"
+            "  --large-mb N   size of the out-of-cache blocked/classic filters (default 1024)\n"
+            "  --small-kb N   size of the in-cache filters (default 1024)\n"
+            "  --probes N     queries per measurement (default 20000000)\n"
+            "  --skip-large   only the in-cache filters (a quick run)\n"
+            "All filters target a 1%% false-positive rate and are filled to capacity.\n"
+            "libbloom stores its bit count in an int, so its large filter is capped\n"
+            "at 2^31 bits (256 MB).\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"large-mb", required_argument, 0, 'L'}, {"small-kb", required_argument, 0, 'S'},
+        {"probes", required_argument, 0, 'P'},   {"skip-large", no_argument, 0, 'x'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    uint64_t large_mb = 1024, small_kb = 1024, probes = 20000000;
+    bool skip_large = false;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'L': large_mb = strtoull(optarg, NULL, 10); break;
+        case 'S': small_kb = strtoull(optarg, NULL, 10); break;
+        case 'P': probes = strtoull(optarg, NULL, 10); break;
+        case 'x': skip_large = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!large_mb || !small_kb || !probes) {
+        usage(stderr);
+        return 2;
+    }
+    printf("ns/key, one core, 16-byte keys, hashing included; p = 1%%, filled to capacity.\n"
+           "add: single / batched, atomic ORs | exclusive writer; q+ present, q- absent.\n\n");
+    printf("| size    | kind      | add atomic    | add exclusive | q+ single batch | "
+           "q- single batch | bits/key | FPR |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+
+    /* Capacity for a body of the given bytes at ~10.1 bits/key (blocked). */
+    uint64_t small_n = small_kb * 1024 * 8 / 10.2;
+    int rounds = (int)(probes / small_n) + 1;
+    char label[32];
+    snprintf(label, sizeof(label), "%lluK", (unsigned long long)small_kb);
+    if (bench_ours(label, BF_KIND_BLOCKED, small_n, probes, rounds) < 0 ||
+        bench_ours(label, BF_KIND_CLASSIC, small_n, probes, rounds) < 0 ||
+        bench_libbloom(label, small_n, probes, rounds) < 0)
+        return 1;
+    if (skip_large)
+        return 0;
+    uint64_t large_n = (uint64_t)((double)large_mb * 1024 * 1024 * 8 / 10.2);
+    snprintf(label, sizeof(label), "%lluM", (unsigned long long)large_mb);
+    if (bench_ours(label, BF_KIND_BLOCKED, large_n, probes, 1) < 0 ||
+        bench_ours(label, BF_KIND_CLASSIC, large_n, probes, 1) < 0)
+        return 1;
+    /* libbloom's int bit count caps it near 2^31 bits. */
+    uint64_t lb_n = (uint64_t)((double)INT_MAX / 9.6);
+    snprintf(label, sizeof(label), "%lluM", (unsigned long long)(lb_n * 9.6 / 8 / 1048576));
+    if (bench_libbloom(label, lb_n, probes, 1) < 0)
+        return 1;
+    return 0;
+}

@@ -18,12 +18,16 @@ static const struct option inspect_longopts[] = {
 static void print_text(const char *path, const struct bf *f,
                        const struct bf_stats *s, const char *fpid)
 {
+    struct bf_layer_info l0 = {0};
+
+    bf_layer_info(f, 0, &l0);
     printf("file:            %s\n", path);
     printf("kind:            %s\n", bf_kind_name(bf_kind(f)));
     printf("capacity:        %llu\n", (unsigned long long)bf_capacity(f));
     printf("error rate:      %g\n", bf_error_rate(f));
     printf("layers:          %u\n", s->layers);
     printf("bits (m):        %llu\n", (unsigned long long)s->bits);
+    printf("hashes (k):      %u\n", l0.k);
     printf("bytes:           %llu (file %llu)\n", (unsigned long long)s->bytes,
            (unsigned long long)bf_file_size(f));
     printf("bits/key:        %.3f\n", s->bits_per_key);

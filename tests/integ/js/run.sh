@@ -1,0 +1,15 @@
+#!/bin/sh
+# Run the grpc-js client test.  Installs its npm dependencies into WORK (in
+# the build tree) the first time.
+# usage: run.sh SRC_DIR WORK_DIR NODE_BINARY PROTO_DIR
+set -eu
+src=$1 work=$2 node_bin=$3 proto=$4
+mkdir -p "$work"
+cp "$src/package.json" "$src/test_node.js" "$work/"
+if [ ! -d "$work/node_modules/@grpc/grpc-js" ] || [ ! -d "$work/node_modules/@grpc/proto-loader" ]; then
+  (cd "$work" && npm install --no-audit --no-fund --loglevel=error >&2)
+fi
+mkdir -p "${BLOOMGRID_TEST_TMP:-/tmp}"
+data=$(mktemp -d "${BLOOMGRID_TEST_TMP:-/tmp}/integ-js-XXXXXX")
+cd "$work"
+node test_node.js "$node_bin" "$proto" "$data/data"

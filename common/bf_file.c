@@ -74,7 +74,7 @@ _Static_assert(LOFF_BODY_BYTES + 8 == BF_FILE_LAYER_BYTES, "descriptor size");
  * draws a warning on newer compilers. */
 static const char file_magic[8] = {'B', 'L', 'O', 'O', 'M', 'G', 'R', 'D'};
 
-/* ---- little-endian encoding ---------------------------------------------- */
+/* ---- little-endian encoding -------------------------------------------- */
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -120,6 +120,11 @@ static double get_f64(const uint8_t *p)
 }
 
 static void set_err(char *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int refuse(char *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, const char *fmt, ...)
 {
     if (!err)
         return;
@@ -129,12 +134,25 @@ static void set_err(char *err, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- serializing ----------------------------------------------------------- */
+/* Set the message and return code, for one-line refusals. */
+static int refuse(char *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, BF_ERRLEN, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* ---- serializing ------------------------------------------------------- */
 
 uint64_t bf_file_size(const struct bf *f)
 {
     uint32_t n = bf_layer_count(f);
-    uint64_t size = BF_FILE_HEADER_BYTES + (uint64_t)n * BF_FILE_LAYER_BYTES + 8;
+    uint64_t size = BF_FILE_HEADER_BYTES + 8 +
+                    (uint64_t)n * BF_FILE_LAYER_BYTES;
 
     for (uint32_t i = 0; i < n; i++) {
         struct bf_layer_info li;
@@ -274,7 +292,7 @@ out:
     return rc;
 }
 
-/* ---- atomic save ----------------------------------------------------------- */
+/* ---- atomic save ------------------------------------------------------- */
 
 static int fd_write_all(void *ctx, const void *buf, size_t len)
 {
@@ -391,7 +409,7 @@ fail_nofile:
     return rc;
 }
 
-/* ---- reading: one parser over a file descriptor or a memory buffer -------- */
+/* ---- reading: one parser over a file descriptor or a memory buffer ---- */
 
 struct source {
     int fd;                 /* >= 0: read from this file */
@@ -475,30 +493,34 @@ static int check_header(const struct file_meta *fm, char *err)
     const struct bf_params *p = &fm->params;
 
     if (p->kind < BF_KIND_BLOCKED || p->kind > BF_KIND_SCALABLE)
-        return set_err(err, "bad geometry: unknown kind %u", (unsigned)p->kind),
-               -EBADMSG;
+        return refuse(err, -EBADMSG, "bad geometry: unknown kind %u",
+                      (unsigned)p->kind);
     if (fm->hash_id != BF_HASH_XXH3_128)
-        return set_err(err, "bad geometry: unknown hash id %u", fm->hash_id),
-               -EBADMSG;
+        return refuse(err, -EBADMSG, "bad geometry: unknown hash id %u",
+                      fm->hash_id);
     if (fm->nlayers == 0 || fm->nlayers > BF_MAX_LAYERS)
-        return set_err(err, "bad geometry: layer count %u not in 1..%d",
-                       fm->nlayers, BF_MAX_LAYERS), -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "bad geometry: layer count %u not in 1..%d", fm->nlayers,
+                      BF_MAX_LAYERS);
     if (p->kind != BF_KIND_SCALABLE && fm->nlayers != 1)
-        return set_err(err, "bad geometry: a %s filter has 1 layer, not %u",
-                       bf_kind_name(p->kind), fm->nlayers), -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "bad geometry: a %s filter has 1 layer, not %u",
+                      bf_kind_name(p->kind), fm->nlayers);
     if (p->capacity == 0 || !rate_ok(p->error_rate))
-        return set_err(err, "bad geometry: capacity %llu / error rate %g",
-                       (unsigned long long)p->capacity, p->error_rate), -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "bad geometry: capacity %llu / error rate %g",
+                      (unsigned long long)p->capacity, p->error_rate);
     if (p->shard_count == 0 || p->shard_index >= p->shard_count)
-        return set_err(err, "bad geometry: shard index %u of %u shards",
-                       p->shard_index, p->shard_count), -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "bad geometry: shard index %u of %u shards",
+                      p->shard_index, p->shard_count);
     if (p->kind == BF_KIND_SCALABLE &&
         (!(p->growth >= 1.0 && p->growth <= 1e6) || !rate_ok(p->tightening)))
-        return set_err(err, "bad geometry: growth %g / tightening %g",
-                       p->growth, p->tightening), -EBADMSG;
+        return refuse(err, -EBADMSG, "bad geometry: growth %g / tightening %g",
+                      p->growth, p->tightening);
     if (fm->flags != 0 || fm->reserved != 0)
-        return set_err(err, "bad geometry: reserved header fields are not zero"),
-               -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "bad geometry: reserved header fields are not zero");
     return 0;
 }
 
@@ -508,29 +530,30 @@ static int check_layer(const struct file_meta *fm, uint32_t i, char *err)
     enum bf_kind kind = fm->params.kind;
 
     if (li->m == 0 || li->k == 0 || li->k > 64)
-        return set_err(err, "bad geometry: layer %u has m=%llu, k=%u", i,
-                       (unsigned long long)li->m, li->k), -EBADMSG;
+        return refuse(err, -EBADMSG, "bad geometry: layer %u has m=%llu, k=%u",
+                      i, (unsigned long long)li->m, li->k);
     if (li->capacity == 0 || !rate_ok(li->error_rate))
-        return set_err(err, "bad geometry: layer %u has capacity %llu, "
-                       "error rate %g", i, (unsigned long long)li->capacity,
-                       li->error_rate), -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "bad geometry: layer %u has capacity %llu, error "
+                      "rate %g", i, (unsigned long long)li->capacity,
+                      li->error_rate);
     if (li->body_bytes != bf_body_bytes(kind, li->m))
-        return set_err(err, "bad geometry: layer %u body is %llu bytes, "
-                       "m=%llu needs %llu", i,
-                       (unsigned long long)li->body_bytes,
-                       (unsigned long long)li->m,
-                       (unsigned long long)bf_body_bytes(kind, li->m)),
-               -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "bad geometry: layer %u body is %llu bytes, "
+                      "m=%llu needs %llu",
+                      i, (unsigned long long)li->body_bytes,
+                      (unsigned long long)li->m,
+                      (unsigned long long)bf_body_bytes(kind, li->m));
     if (i == 0 && (li->m != fm->m0 || li->k != fm->k0))
-        return set_err(err, "bad geometry: header m/k differ from layer 0"),
-               -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "bad geometry: header m/k differ from layer 0");
     return 0;
 }
 
 static int decode_layers(const uint8_t *d, struct file_meta *fm, char *err)
 {
-    uint64_t total = BF_FILE_HEADER_BYTES + 8 +
-                     (uint64_t)fm->nlayers * BF_FILE_LAYER_BYTES;
+    uint64_t total =
+        BF_FILE_HEADER_BYTES + 8 + (uint64_t)fm->nlayers * BF_FILE_LAYER_BYTES;
 
     for (uint32_t i = 0; i < fm->nlayers; i++, d += BF_FILE_LAYER_BYTES) {
         struct bf_layer_info *li = &fm->layers[i];
@@ -541,13 +564,14 @@ static int decode_layers(const uint8_t *d, struct file_meta *fm, char *err)
         li->count = get_u64(d + LOFF_COUNT);
         li->body_bytes = get_u64(d + LOFF_BODY_BYTES);
         if (get_u32(d + LOFF_RESERVED) != 0)
-            return set_err(err, "bad geometry: layer %u reserved field is "
-                           "not zero", i), -EBADMSG;
+            return refuse(err, -EBADMSG,
+                          "bad geometry: layer %u reserved field is not "
+                          "zero", i);
         int rc = check_layer(fm, i, err);
         if (rc < 0)
             return rc;
         if (li->body_bytes > UINT64_MAX / 2 - total)
-            return set_err(err, "bad geometry: layer sizes overflow"), -EBADMSG;
+            return refuse(err, -EBADMSG, "bad geometry: layer sizes overflow");
         total += li->body_bytes;
     }
     fm->total = total;
@@ -557,13 +581,14 @@ static int decode_layers(const uint8_t *d, struct file_meta *fm, char *err)
 static int check_size(const struct file_meta *fm, uint64_t size, char *err)
 {
     if (size < fm->total)
-        return set_err(err, "truncated: %llu bytes, the header describes %llu",
-                       (unsigned long long)size,
-                       (unsigned long long)fm->total), -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "truncated: %llu bytes, the header describes %llu",
+                      (unsigned long long)size, (unsigned long long)fm->total);
     if (size > fm->total)
-        return set_err(err, "bad size: %llu bytes, the header describes %llu "
-                       "(trailing data)", (unsigned long long)size,
-                       (unsigned long long)fm->total), -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "bad size: %llu bytes, the header describes %llu "
+                      "(trailing data)",
+                      (unsigned long long)size, (unsigned long long)fm->total);
     return 0;
 }
 
@@ -576,20 +601,21 @@ static int read_header(struct source *s, XXH64_state_t *st,
     int rc;
 
     if (s->size < BF_FILE_HEADER_BYTES)
-        return set_err(err, "truncated: %llu bytes, shorter than the "
-                       "%d-byte header", (unsigned long long)s->size,
-                       BF_FILE_HEADER_BYTES), -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "truncated: %llu bytes, shorter than the %d-byte "
+                      "header", (unsigned long long)s->size,
+                      BF_FILE_HEADER_BYTES);
     rc = source_read(s, h, sizeof h);
     if (rc < 0)
-        return set_err(err, "read failed: %s", strerror(-rc)), rc;
+        return refuse(err, rc, "read failed: %s", strerror(-rc));
     XXH64_update(st, h, sizeof h);
     if (memcmp(h + OFF_MAGIC, file_magic, sizeof file_magic) != 0)
-        return set_err(err, "bad magic: not a bloomgrid filter file"), -EBADMSG;
+        return refuse(err, -EBADMSG, "bad magic: not a bloomgrid filter file");
     decode_header(h, fm);
     if (fm->version != BF_FILE_VERSION)
-        return set_err(err, "unsupported version: format version %u, this "
-                       "build reads version %d", fm->version, BF_FILE_VERSION),
-               -EPROTONOSUPPORT;
+        return refuse(err, -EPROTONOSUPPORT,
+                      "unsupported version: format version %u, this "
+                      "build reads version %d", fm->version, BF_FILE_VERSION);
     return check_header(fm, err);
 }
 
@@ -604,13 +630,13 @@ static int read_meta(struct source *s, XXH64_state_t *st, struct file_meta *fm,
         return rc;
     dlen = (size_t)fm->nlayers * BF_FILE_LAYER_BYTES;
     if (s->size < BF_FILE_HEADER_BYTES + dlen)
-        return set_err(err, "truncated: %llu bytes, the layer descriptors "
-                       "end at %llu", (unsigned long long)s->size,
-                       (unsigned long long)(BF_FILE_HEADER_BYTES + dlen)),
-               -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "truncated: %llu bytes, the layer descriptors "
+                      "end at %llu", (unsigned long long)s->size,
+                      (unsigned long long)(BF_FILE_HEADER_BYTES + dlen));
     rc = source_read(s, d, dlen);
     if (rc < 0)
-        return set_err(err, "read failed: %s", strerror(-rc)), rc;
+        return refuse(err, rc, "read failed: %s", strerror(-rc));
     XXH64_update(st, d, dlen);
     rc = decode_layers(d, fm, err);
     if (rc < 0)
@@ -628,10 +654,11 @@ static int read_bodies(struct source *s, XXH64_state_t *st, struct bf *f,
         while (left > 0) {
             size_t n = left < CHUNK_BYTES ? (size_t)left : CHUNK_BYTES;
             int rc = source_read(s, body, n);
+            if (rc == -EBADMSG)
+                return refuse(err, rc, "truncated: the file shrank while "
+                              "it was read");
             if (rc < 0)
-                return set_err(err, rc == -EBADMSG ?
-                               "truncated: the file shrank while reading" :
-                               "read failed: %s", strerror(-rc)), rc;
+                return refuse(err, rc, "read failed: %s", strerror(-rc));
             XXH64_update(st, body, n);
             body += n;
             left -= n;
@@ -647,14 +674,14 @@ static int read_checksum(struct source *s, XXH64_state_t *st, char *err)
     uint64_t want, got;
 
     if (rc < 0)
-        return set_err(err, "read failed: %s", strerror(-rc)), rc;
+        return refuse(err, rc, "read failed: %s", strerror(-rc));
     want = get_u64(sum);
     got = XXH64_digest(st);
     if (want != got)
-        return set_err(err, "checksum mismatch: stored %016llx, computed "
-                       "%016llx (the file is corrupt)",
-                       (unsigned long long)want, (unsigned long long)got),
-               -EBADMSG;
+        return refuse(err, -EBADMSG,
+                      "checksum mismatch: stored %016llx, computed "
+                      "%016llx (the file is corrupt)",
+                      (unsigned long long)want, (unsigned long long)got);
     return 0;
 }
 

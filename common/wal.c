@@ -480,6 +480,15 @@ int wal_rotate(struct wal *w, uint64_t *upto, char *err)
         rc = -EIO;
         goto out;
     }
+    if (w->cur.len == 0 && w->next_seq == w->seg_first) {
+        /* The current segment is empty: it already starts at the cut. */
+        *upto = w->next_seq - 1;
+        pthread_mutex_unlock(&w->mu);
+        close(fd);
+        unlink(tmp);
+        pthread_mutex_unlock(&w->rotate_mu);
+        return 0;
+    }
     /* The cut: everything submitted so far goes to the old segment. */
     b = w->cur;
     last = w->next_seq - 1;

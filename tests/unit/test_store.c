@@ -1,0 +1,912 @@
+/* Tests of the durable store: catalog, recovery from snapshots and WAL,
+ * corruption handling, imports, failed fsyncs and SIGKILL crashes. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bf_file.h"
+#include "log.h"
+#include "store.h"
+#include "wal.h"
+
+static char tdir[4096];
+static struct timespec t0;
+
+static int rm_one(const char *p, const struct stat *st, int f, struct FTW *w)
+{
+    (void)st;
+    (void)f;
+    (void)w;
+    return remove(p);
+}
+
+static void setup(void)
+{
+    const char *base = getenv("BLOOMGRID_TEST_TMP");
+
+    if (!base || !*base)
+        base = "/tmp";
+    mkdir(base, 0755);
+    log_set_level(LOG_LEVEL_WARN);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    snprintf(tdir, sizeof(tdir), "%s/store-XXXXXX", base);
+    ck_assert_ptr_nonnull(mkdtemp(tdir));
+}
+
+static void teardown(void)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (getenv("STORE_TEST_TIMES"))
+        fprintf(stderr, "test took %.2fs\n", (double)(t1.tv_sec - t0.tv_sec) +
+                (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+    nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static struct bf_hash hash_of(uint64_t i)
+{
+    return (struct bf_hash){mix(i), mix(i ^ 0x5555555555555555ull)};
+}
+
+static void hashes(uint64_t base, size_t n, struct bf_hash *out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = hash_of(base + i);
+}
+
+static struct store *open_store(int durability, unsigned interval_ms,
+                                uint64_t wal_bytes)
+{
+    struct store_options o = {tdir, durability, interval_ms, wal_bytes};
+    char err[STORE_ERRLEN];
+    struct store *s = store_open(&o, err);
+
+    ck_assert_msg(s != NULL, "store_open: %s", err);
+    return s;
+}
+
+static void params(struct bf_params *p, enum bf_kind kind, uint64_t cap)
+{
+    memset(p, 0, sizeof(*p));
+    p->kind = kind;
+    bf_params_default(p);
+    p->capacity = cap;
+    p->error_rate = 0.01;
+}
+
+static void create(struct store *s, const char *name, enum bf_kind kind,
+                   uint64_t cap)
+{
+    struct bf_params p;
+    char err[STORE_ERRLEN];
+
+    params(&p, kind, cap);
+    ck_assert_msg(store_create(s, name, &p, err) == 0, "create: %s", err);
+}
+
+static void add_range(struct store_filter *sf, uint64_t base, size_t n)
+{
+    struct bf_hash h[256];
+    char err[STORE_ERRLEN];
+
+    while (n) {
+        size_t k = n < 256 ? n : 256;
+        hashes(base, k, h);
+        ck_assert_msg(store_add_hashes(sf, h, k, NULL, err) == 0, "add: %s",
+                      err);
+        base += k;
+        n -= k;
+    }
+}
+
+/* How many of [base, base+n) the filter does not contain. */
+static size_t missing_range(struct store_filter *sf, uint64_t base, size_t n)
+{
+    struct bf_hash h[256];
+    bool pr[256];
+    size_t miss = 0;
+
+    while (n) {
+        size_t k = n < 256 ? n : 256;
+        hashes(base, k, h);
+        ck_assert_int_eq(store_may_contain_hashes(sf, h, k, pr), 0);
+        for (size_t i = 0; i < k; i++)
+            miss += !pr[i];
+        base += k;
+        n -= k;
+    }
+    return miss;
+}
+
+/* Run fn in a child that exits without closing the store: a crash as far
+ * as the files are concerned. */
+static void in_crashing_child(void (*fn)(void *), void *arg)
+{
+    int status;
+    pid_t pid = fork();
+
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        fn(arg);
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "child failed");
+}
+
+static void filter_path(char *out, size_t len, const char *name,
+                        const char *prefix, bool newest)
+{
+    char dir[4096], best[256] = "";
+    struct dirent *de;
+    DIR *d;
+
+    ck_assert_int_lt(snprintf(dir, sizeof(dir), "%s/%s", tdir, name),
+                     (int)sizeof(dir));
+    ck_assert_ptr_nonnull(d = opendir(dir));
+    while ((de = readdir(d)))
+        if (!strncmp(de->d_name, prefix, strlen(prefix)) &&
+            (!best[0] || (strcmp(de->d_name, best) > 0) == newest))
+            memcpy(best, de->d_name, strlen(de->d_name) + 1);
+    closedir(d);
+    ck_assert_msg(best[0], "no %s* in %s", prefix, dir);
+    ck_assert_int_lt(snprintf(out, len, "%s/%s", dir, best), (int)len);
+}
+
+static void flip_byte(const char *path, off_t off)
+{
+    int fd = open(path, O_RDWR);
+    unsigned char c;
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pread(fd, &c, 1, off), 1);
+    c ^= 0x5a;
+    ck_assert_int_eq(pwrite(fd, &c, 1, off), 1);
+    close(fd);
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+
+    ck_assert_int_eq(stat(path, &st), 0);
+    return st.st_size;
+}
+
+/* ---- catalog ---- */
+
+START_TEST(create_list_drop_and_reopen)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    char err[STORE_ERRLEN], **names;
+    struct bf_params p;
+    size_t n;
+
+    create(s, "beta", BF_KIND_BLOCKED, 1000);
+    create(s, "alpha", BF_KIND_CLASSIC, 1000);
+    params(&p, BF_KIND_BLOCKED, 1000);
+    ck_assert_int_eq(store_create(s, "alpha", &p, err), -EEXIST);
+    ck_assert_ptr_nonnull(strstr(err, "already exists"));
+    p.error_rate = 2;
+    ck_assert_int_eq(store_create(s, "gamma", &p, err), -EINVAL);
+    ck_assert_ptr_null(store_get(s, "gamma"));
+
+    ck_assert_int_eq(store_list(s, &names, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(names[0], "alpha");
+    ck_assert_str_eq(names[1], "beta");
+    store_list_free(names, n);
+
+    struct store_filter *held = store_get(s, "beta");
+    ck_assert_ptr_nonnull(held);
+    ck_assert_int_eq(store_filter_state(held, NULL), STORE_READY);
+    ck_assert_int_eq(store_drop(s, "beta", err), 0);
+    ck_assert_int_eq(store_drop(s, "beta", err), -ENOENT);
+    ck_assert_ptr_null(store_get(s, "beta"));
+    /* The held handle sees the drop and refuses work. */
+    ck_assert_int_eq(store_filter_state(held, NULL), STORE_DROPPED);
+    struct bf_hash h = hash_of(1);
+    ck_assert_int_eq(store_add_hashes(held, &h, 1, NULL, err), -ENOENT);
+    store_put(held);
+    /* The name can be used again at once. */
+    create(s, "beta", BF_KIND_BLOCKED, 1000);
+    ck_assert_int_eq(store_drop(s, "beta", err), 0);
+    store_close(s);
+
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    ck_assert_int_eq(store_list(s, &names, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(names[0], "alpha");
+    store_list_free(names, n);
+    struct store_filter *sf = store_get(s, "alpha");
+    ck_assert_int_eq(bf_kind(store_filter_bf(sf)), BF_KIND_CLASSIC);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+START_TEST(names_are_validated)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    char err[STORE_ERRLEN], longname[200];
+    struct bf_params p;
+
+    params(&p, BF_KIND_BLOCKED, 1000);
+    memset(longname, 'a', sizeof(longname));
+    longname[129] = 0;
+    const char *bad[] = {"", ".hidden", "a/b", "..", "x y", "caf\xc3\xa9",
+                         longname};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = 0;
+        ck_assert_int_eq(store_create(s, bad[i], &p, err), -EINVAL);
+        ck_assert(err[0]);
+    }
+    longname[128] = 0;
+    create(s, longname, BF_KIND_BLOCKED, 1000);
+    create(s, "Ok-name_1.2", BF_KIND_BLOCKED, 1000);
+    ck_assert_int_eq(store_drop(s, "../x", err), -ENOENT);
+    store_close(s);
+}
+END_TEST
+
+START_TEST(second_open_of_a_directory_is_refused)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_options o = {tdir, STORE_DURABLE_FSYNC, 0, 0};
+    char err[STORE_ERRLEN];
+    int status;
+    pid_t pid = fork();
+
+    if (pid == 0)
+        _exit(store_open(&o, err) == NULL ? 0 : 1);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    store_close(s);
+}
+END_TEST
+
+/* ---- recovery ---- */
+
+static void child_add_batches(void *arg)
+{
+    const char *name = arg;
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, 0);
+    struct store_filter *sf = store_get(s, name);
+
+    for (int b = 0; b < 10; b++)
+        add_range(sf, (uint64_t)b * 100, 100);
+    /* no store_close: the child "crashes" */
+}
+
+START_TEST(acknowledged_adds_survive_a_crash)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    uint64_t v;
+
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    store_close(s);
+    in_crashing_child(child_add_batches, "f");
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
+    ck_assert_uint_eq(missing_range(sf, 0, 1000), 0);
+    v = store_filter_version(sf);
+    ck_assert_uint_eq(v, 10);
+    add_range(sf, 5000, 10);
+    ck_assert_uint_gt(store_filter_version(sf), v);
+    store_put(sf);
+    store_close(s);
+    /* Closing snapshotted: the version carries over. */
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_uint_eq(store_filter_version(sf), v + 1);
+    ck_assert_uint_eq(missing_range(sf, 0, 1000), 0);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+START_TEST(torn_wal_tail_is_cut_and_the_filter_served)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    char wal[4096];
+    int fd;
+
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    store_close(s);
+    in_crashing_child(child_add_batches, "f");
+    filter_path(wal, sizeof(wal), "f", "wal-", true);
+    off_t size = file_size(wal);
+    /* A record cut short by the crash, as a partial write leaves it. */
+    fd = open(wal, O_WRONLY | O_APPEND);
+    ck_assert_int_eq(write(fd, "BGWR\1\0\0\0\0\1\0\0\0\0\0\0garbage", 23), 23);
+    close(fd);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
+    ck_assert_uint_eq(missing_range(sf, 0, 1000), 0);
+    ck_assert_int_eq(file_size(wal), size);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+START_TEST(corrupt_wal_middle_fails_only_that_filter)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf, *other;
+    char wal[4096], why[STORE_ERRLEN], err[STORE_ERRLEN];
+    struct bf_hash h = hash_of(1);
+    bool pr;
+
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    create(s, "other", BF_KIND_BLOCKED, 100000);
+    other = store_get(s, "other");
+    add_range(other, 0, 500);
+    store_put(other);
+    store_close(s);
+    in_crashing_child(child_add_batches, "f");
+    filter_path(wal, sizeof(wal), "f", "wal-", true);
+    /* First record's payload (32-byte segment header, 40-byte record
+     * header); nine records committed after it follow. */
+    flip_byte(wal, 32 + 40 + 700);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, why), STORE_FAILED);
+    ck_assert_ptr_nonnull(strstr(why, "offset 32"));
+    ck_assert_ptr_nonnull(strstr(why, wal));
+    ck_assert_int_eq(store_may_contain_hashes(sf, &h, 1, &pr), -EIO);
+    ck_assert_int_eq(store_add_hashes(sf, &h, 1, NULL, err), -EIO);
+    ck_assert_ptr_null(store_filter_bf(sf));
+    /* Still refused on a retry: the file is untouched. */
+    ck_assert_int_lt(store_filter_recover(sf, err), 0);
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_FAILED);
+    store_put(sf);
+    other = store_get(s, "other");
+    ck_assert_int_eq(store_filter_state(other, NULL), STORE_READY);
+    ck_assert_uint_eq(missing_range(other, 0, 500), 0);
+    store_put(other);
+    store_close(s);
+}
+END_TEST
+
+START_TEST(corrupt_snapshot_fails_the_filter)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    char snap[4096], why[STORE_ERRLEN], err[STORE_ERRLEN];
+
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    sf = store_get(s, "f");
+    add_range(sf, 0, 1000);
+    ck_assert_int_eq(store_snapshot_now(s, err), 0);
+    store_put(sf);
+    store_close(s);
+    filter_path(snap, sizeof(snap), "f", "snapshot-", true);
+    ck_assert_ptr_null(strstr(snap, "snapshot-0000000000000000"));
+    flip_byte(snap, file_size(snap) / 2);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, why), STORE_FAILED);
+    ck_assert_ptr_nonnull(strstr(why, snap));
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+static void copy_file(const char *from, const char *to)
+{
+    char buf[65536];
+    int in = open(from, O_RDONLY), out;
+    ssize_t n;
+
+    ck_assert_int_ge(in, 0);
+    out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(out, 0);
+    while ((n = read(in, buf, sizeof(buf))) > 0)
+        ck_assert_int_eq(write(out, buf, (size_t)n), n);
+    close(in);
+    close(out);
+}
+
+static void child_snapshot_then_add(void *arg)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, 0);
+    struct store_filter *sf = store_get(s, "f");
+    char err[STORE_ERRLEN];
+
+    (void)arg;
+    ck_assert_int_eq(store_filter_snapshot(sf, err), 0);
+    add_range(sf, 5000, 300);
+}
+
+START_TEST(corrupt_snapshot_falls_back_to_older_one_with_full_wal)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    char snap0[4096], wal1[4096], keep0[4096], keep1[4096], snap[4096];
+
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    store_close(s);
+    in_crashing_child(child_add_batches, "f");   /* 0..999 in the WAL */
+    filter_path(snap0, sizeof(snap0), "f", "snapshot-", true);
+    filter_path(wal1, sizeof(wal1), "f", "wal-", false);
+    ck_assert_int_lt(snprintf(keep0, sizeof(keep0), "%s/k0", tdir), 4096);
+    ck_assert_int_lt(snprintf(keep1, sizeof(keep1), "%s/k1", tdir), 4096);
+    copy_file(snap0, keep0);
+    copy_file(wal1, keep1);
+    /* A newer snapshot replaces them; then more adds. */
+    in_crashing_child(child_snapshot_then_add, NULL);
+    filter_path(snap, sizeof(snap), "f", "snapshot-", true);
+    ck_assert_str_ne(snap, snap0);
+    /* As if the old files had survived, and the new snapshot rots. */
+    copy_file(keep0, snap0);
+    copy_file(keep1, wal1);
+    flip_byte(snap, file_size(snap) / 2);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
+    ck_assert_uint_eq(missing_range(sf, 0, 1000), 0);
+    ck_assert_uint_eq(missing_range(sf, 5000, 300), 0);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+/* ---- snapshots racing with adds ---- */
+
+struct race {
+    struct store *s;
+    struct store_filter *sf;
+    int id;
+    volatile bool stop;
+    uint64_t acked;   /* batches acknowledged */
+    int wfd;          /* pipe for acknowledged batch ids, or -1 */
+};
+
+#define RACE_BATCH 64
+
+static uint64_t batch_base(uint64_t id)
+{
+    return id * RACE_BATCH;
+}
+
+static void *race_adder(void *p)
+{
+    struct race *r = p;
+    struct bf_hash h[RACE_BATCH];
+    char err[STORE_ERRLEN];
+
+    for (uint64_t k = 0; !r->stop; k++) {
+        uint64_t id = (uint64_t)r->id * 100000000ull + k;
+        hashes(batch_base(id), RACE_BATCH, h);
+        if (store_add_hashes(r->sf, h, RACE_BATCH, NULL, err) != 0)
+            break;
+        r->acked = k + 1;
+        if (r->wfd >= 0 && write(r->wfd, &id, sizeof(id)) != sizeof(id))
+            break;
+    }
+    return NULL;
+}
+
+static void child_race(void *arg)
+{
+    struct store *s = open_store(STORE_DURABLE_NONE, 5, 16384);
+    struct store_filter *sf = store_get(s, "f");
+    struct race r[2];
+    pthread_t t[2];
+    char err[STORE_ERRLEN];
+
+    for (int i = 0; i < 2; i++) {
+        r[i] = (struct race){s, sf, i + 1, false, 0, -1};
+        pthread_create(&t[i], NULL, race_adder, &r[i]);
+    }
+    /* Snapshots from here and from the store's own thread. */
+    for (int i = 0; i < 40; i++) {
+        ck_assert_int_eq(store_filter_snapshot(sf, err), 0);
+        usleep(5000);
+    }
+    for (int i = 0; i < 2; i++) {
+        r[i].stop = true;
+        pthread_join(t[i], NULL);
+    }
+    /* Report through a file: the parent reads it after the "crash". */
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/acked", tdir);
+    FILE *f = fopen(path, "w");
+    fprintf(f, "%llu %llu\n", (unsigned long long)r[0].acked,
+            (unsigned long long)r[1].acked);
+    fclose(f);
+    (void)arg;
+}
+
+static void race_check(enum bf_kind kind)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    unsigned long long a[2];
+    char path[4200];
+    size_t miss = 0;
+
+    create(s, "f", kind, 2000000);
+    store_close(s);
+    in_crashing_child(child_race, NULL);
+    snprintf(path, sizeof(path), "%s/acked", tdir);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fscanf(f, "%llu %llu", &a[0], &a[1]), 2);
+    fclose(f);
+    ck_assert_uint_gt(a[0] + a[1], 10);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
+    for (int i = 0; i < 2; i++)
+        for (uint64_t k = 0; k < a[i]; k++)
+            miss += missing_range(
+                sf, batch_base((uint64_t)(i + 1) * 100000000ull + k),
+                RACE_BATCH);
+    ck_assert_uint_eq(miss, 0);
+    store_put(sf);
+    store_close(s);
+}
+
+START_TEST(snapshots_during_adds_lose_nothing_blocked)
+{
+    race_check(BF_KIND_BLOCKED);
+}
+END_TEST
+
+START_TEST(snapshots_during_adds_lose_nothing_counting)
+{
+    race_check(BF_KIND_COUNTING);
+}
+END_TEST
+
+START_TEST(snapshots_during_adds_lose_nothing_scalable)
+{
+    race_check(BF_KIND_SCALABLE);
+}
+END_TEST
+
+/* ---- import, export, remove ---- */
+
+START_TEST(import_mismatch_changes_nothing)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *a, *b;
+    char err[STORE_ERRLEN];
+    struct bf *src, *other;
+
+    create(s, "a", BF_KIND_BLOCKED, 10000);
+    a = store_get(s, "a");
+    /* Same secret, other size: the bits differ. */
+    struct bf_params p;
+    params(&p, BF_KIND_BLOCKED, 20000);
+    p.secret = bf_secret(store_filter_bf(a));
+    ck_assert_int_eq(store_create(s, "b", &p, err), 0);
+    b = store_get(s, "b");
+    add_range(a, 0, 100);
+    add_range(b, 1000, 100);
+    uint64_t v = store_filter_version(a);
+    ck_assert_ptr_nonnull(other = store_filter_copy(b));
+    ck_assert_int_eq(store_import(a, other, err), -EINVAL);
+    ck_assert_msg(strstr(err, "bits") != NULL, "%s", err);
+    bf_destroy(other);
+
+    /* Same geometry, different secret. */
+    create(s, "c", BF_KIND_BLOCKED, 10000);
+    struct store_filter *c = store_get(s, "c");
+    add_range(c, 2000, 100);
+    ck_assert_ptr_nonnull(other = store_filter_copy(c));
+    ck_assert_int_eq(store_import(a, other, err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "secret"));
+    bf_destroy(other);
+    store_put(c);
+
+    ck_assert_uint_eq(store_filter_version(a), v);
+    ck_assert_uint_eq(missing_range(a, 1000, 100), 100);
+    ck_assert_uint_eq(missing_range(a, 2000, 100), 100);
+
+    /* A compatible import merges, and survives a restart from the WAL. */
+    ck_assert_ptr_nonnull(src = store_filter_copy(a));
+    ck_assert_ptr_nonnull(other = bf_create_like(src, err));
+    for (uint64_t i = 0; i < 100; i++)
+        bf_add_hash(other, hash_of(3000 + i));
+    ck_assert_int_eq(store_import(a, other, err), 0);
+    ck_assert_uint_gt(store_filter_version(a), v);
+    ck_assert_uint_eq(missing_range(a, 3000, 100), 0);
+    bf_destroy(src);
+    bf_destroy(other);
+    store_put(a);
+    store_put(b);
+    store_close(s);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    a = store_get(s, "a");
+    ck_assert_uint_eq(missing_range(a, 0, 100), 0);
+    ck_assert_uint_eq(missing_range(a, 3000, 100), 0);
+    store_put(a);
+    store_close(s);
+}
+END_TEST
+
+static void child_import(void *arg)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, 0);
+    struct store_filter *sf = store_get(s, "f");
+    struct bf *copy = store_filter_copy(sf), *src;
+    char err[STORE_ERRLEN];
+
+    (void)arg;
+    src = bf_create_like(copy, err);
+    for (uint64_t i = 0; i < 500; i++)
+        bf_add_hash(src, hash_of(7000 + i));
+    ck_assert_int_eq(store_import(sf, src, err), 0);
+    bf_destroy(src);
+    bf_destroy(copy);
+}
+
+START_TEST(import_is_replayed_from_the_wal)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+
+    create(s, "f", BF_KIND_COUNTING, 10000);
+    store_close(s);
+    in_crashing_child(child_import, NULL);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
+    ck_assert_uint_eq(missing_range(sf, 7000, 500), 0);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+struct membuf {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+static int membuf_write(void *ctx, const void *buf, size_t len)
+{
+    struct membuf *m = ctx;
+
+    if (m->len + len > m->cap) {
+        m->cap = (m->len + len) * 2;
+        m->p = realloc(m->p, m->cap);
+    }
+    memcpy(m->p + m->len, buf, len);
+    m->len += len;
+    return 0;
+}
+
+START_TEST(export_writes_a_loadable_file)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    struct membuf m = {0};
+    char err[STORE_ERRLEN];
+    struct bf *f;
+
+    create(s, "f", BF_KIND_BLOCKED, 10000);
+    sf = store_get(s, "f");
+    add_range(sf, 0, 1000);
+    ck_assert_int_eq(store_export(sf, membuf_write, &m), 0);
+    ck_assert_uint_eq(m.len, bf_file_size(store_filter_bf(sf)));
+    ck_assert_ptr_nonnull(f = bf_file_parse(m.p, m.len, err));
+    ck_assert_ptr_null(bf_mismatch(f, store_filter_bf(sf)));
+    for (uint64_t i = 0; i < 1000; i++)
+        ck_assert(bf_may_contain_hash(f, hash_of(i)));
+    bf_destroy(f);
+    free(m.p);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+static void child_remove(void *arg)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, 0);
+    struct store_filter *sf = store_get(s, "f");
+    struct bf_hash h[100];
+    bool rm[100];
+    char err[STORE_ERRLEN];
+
+    (void)arg;
+    add_range(sf, 0, 200);
+    hashes(0, 100, h);
+    ck_assert_int_eq(store_remove_hashes(sf, h, 100, rm, err), 0);
+    for (int i = 0; i < 100; i++)
+        ck_assert(rm[i]);
+}
+
+START_TEST(remove_is_counting_only_and_durable)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    struct bf_hash h = hash_of(1);
+    char err[STORE_ERRLEN];
+
+    create(s, "b", BF_KIND_BLOCKED, 10000);
+    create(s, "f", BF_KIND_COUNTING, 100000);
+    sf = store_get(s, "b");
+    ck_assert_int_eq(store_remove_hashes(sf, &h, 1, NULL, err), -EOPNOTSUPP);
+    ck_assert_ptr_nonnull(strstr(err, "counting"));
+    store_put(sf);
+    store_close(s);
+    in_crashing_child(child_remove, NULL);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_uint_eq(missing_range(sf, 100, 100), 0);
+    /* Removed keys are gone again (a shared counter would be rare). */
+    ck_assert_uint_ge(missing_range(sf, 0, 100), 95);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+/* ---- failed fsync ---- */
+
+static int failing_fdatasync(int fd)
+{
+    (void)fd;
+    errno = EIO;
+    return -1;
+}
+
+START_TEST(failed_fsync_refuses_writes_until_recovered)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, 0);
+    struct store_filter *sf;
+    char err[STORE_ERRLEN], why[STORE_ERRLEN];
+    struct bf_hash h[10];
+    bool pr;
+
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    sf = store_get(s, "f");
+    add_range(sf, 0, 100);
+    uint64_t v = store_filter_version(sf);
+    hashes(500, 10, h);
+    wal__fdatasync = failing_fdatasync;
+    ck_assert_int_eq(store_add_hashes(sf, h, 10, NULL, err), -EIO);
+    ck_assert_ptr_nonnull(strstr(err, "fdatasync"));
+    ck_assert_int_eq(store_filter_state(sf, why), STORE_FAILED);
+    ck_assert_ptr_nonnull(strstr(why, "fdatasync"));
+    ck_assert_uint_eq(store_filter_version(sf), v);   /* nothing acked */
+    wal__fdatasync = fdatasync;
+    /* Never retried by itself, even with a healthy disk again. */
+    ck_assert_int_eq(store_add_hashes(sf, h, 10, NULL, err), -EIO);
+    ck_assert_int_eq(store_may_contain_hashes(sf, h, 1, &pr), -EIO);
+    ck_assert_int_eq(store_filter_recover(sf, err), 0);
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
+    ck_assert_uint_eq(missing_range(sf, 0, 100), 0);
+    add_range(sf, 1000, 100);
+    store_put(sf);
+    store_close(s);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_uint_eq(missing_range(sf, 0, 100), 0);
+    ck_assert_uint_eq(missing_range(sf, 1000, 100), 0);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+/* ---- SIGKILL at random moments ---- */
+
+#define KILL_ROUNDS 24
+
+START_TEST(sigkill_loses_no_acknowledged_add)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    uint64_t *ids = NULL;
+    size_t nids = 0, cap = 0;
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+
+    srand(seed);
+    create(s, "f", BF_KIND_BLOCKED, 4000000);
+    store_close(s);
+    for (int round = 0; round < KILL_ROUNDS; round++) {
+        int fd[2], status;
+        uint64_t id;
+        pid_t pid;
+
+        ck_assert_int_eq(pipe(fd), 0);
+        pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            close(fd[0]);
+            /* Distinct ids per round: thread ids 2*round+1, 2*round+2. */
+            struct store *cs = open_store(STORE_DURABLE_FSYNC, 20, 32768);
+            struct store_filter *sf = store_get(cs, "f");
+            struct race r[2];
+            pthread_t t[2];
+            for (int i = 0; i < 2; i++) {
+                r[i] = (struct race){cs, sf, round * 2 + i + 1, false, 0,
+                                     fd[1]};
+                pthread_create(&t[i], NULL, race_adder, &r[i]);
+            }
+            for (;;)
+                pause();
+        }
+        close(fd[1]);
+        usleep(20000 + (useconds_t)(rand() % 150000));
+        kill(pid, SIGKILL);
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFSIGNALED(status));
+        while (read(fd[0], &id, sizeof(id)) == sizeof(id)) {
+            if (nids == cap) {
+                cap = cap ? cap * 2 : 4096;
+                ids = realloc(ids, cap * sizeof(*ids));
+            }
+            ids[nids++] = id;
+        }
+        close(fd[0]);
+
+        s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+        struct store_filter *sf = store_get(s, "f");
+        char why[STORE_ERRLEN];
+        ck_assert_msg(store_filter_state(sf, why) == STORE_READY,
+                      "round %d (seed %u): %s", round, seed, why);
+        size_t lost = 0;
+        for (size_t i = 0; i < nids; i++)
+            lost += missing_range(sf, batch_base(ids[i]), RACE_BATCH);
+        ck_assert_msg(lost == 0, "round %d (seed %u): %zu hashes lost", round,
+                      seed, lost);
+        store_put(sf);
+        store_close(s);
+    }
+    ck_assert_uint_gt(nids, KILL_ROUNDS);
+    free(ids);
+}
+END_TEST
+
+Suite *store_suite(void)
+{
+    Suite *s = suite_create("store");
+    TCase *tc = tcase_create("store");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, create_list_drop_and_reopen);
+    tcase_add_test(tc, names_are_validated);
+    tcase_add_test(tc, second_open_of_a_directory_is_refused);
+    tcase_add_test(tc, acknowledged_adds_survive_a_crash);
+    tcase_add_test(tc, torn_wal_tail_is_cut_and_the_filter_served);
+    tcase_add_test(tc, corrupt_wal_middle_fails_only_that_filter);
+    tcase_add_test(tc, corrupt_snapshot_fails_the_filter);
+    tcase_add_test(tc, corrupt_snapshot_falls_back_to_older_one_with_full_wal);
+    tcase_add_test(tc, snapshots_during_adds_lose_nothing_blocked);
+    tcase_add_test(tc, snapshots_during_adds_lose_nothing_counting);
+    tcase_add_test(tc, snapshots_during_adds_lose_nothing_scalable);
+    tcase_add_test(tc, import_mismatch_changes_nothing);
+    tcase_add_test(tc, import_is_replayed_from_the_wal);
+    tcase_add_test(tc, export_writes_a_loadable_file);
+    tcase_add_test(tc, remove_is_counting_only_and_durable);
+    tcase_add_test(tc, failed_fsync_refuses_writes_until_recovered);
+    tcase_add_test(tc, sigkill_loses_no_acknowledged_add);
+    suite_add_tcase(s, tc);
+    return s;
+}

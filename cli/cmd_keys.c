@@ -38,10 +38,9 @@ static int keys_parse(struct keys_opts *o, int argc, char **argv)
             help_print(o->cmd);
             return CLI_HELP_SHOWN;
         }
-        if (c == 'c' && is_query)
-            o->count_only = true;
-        else
-            return cli_bad_option(o->cmd, c == 'c' ? '?' : c, argv);
+        if (c != 'c')
+            return cli_bad_option(o->cmd, c, argv);
+        o->count_only = true;   /* only query's optstring has 'c' */
     }
     if (optind >= argc)
         return cli_fail("%s: missing FILE (see 'bloomgrid help %s')", o->cmd,
@@ -59,7 +58,7 @@ static int keys_run(struct keys_opts *o, keys_batch_fn fn, void *ctx)
     return keys_read_path("-", fn, ctx);
 }
 
-/* ---- add ------------------------------------------------------------------- */
+/* ---- add ------------------------------------------------------------- */
 
 struct add_ctx {
     struct bf *f;
@@ -98,7 +97,7 @@ int cmd_add(int argc, char **argv)
     return rc;
 }
 
-/* ---- query ----------------------------------------------------------------- */
+/* ---- query ----------------------------------------------------------- */
 
 struct query_ctx {
     const struct bf *f;
@@ -167,7 +166,7 @@ int cmd_query(int argc, char **argv)
     return q.no ? CLI_NO : CLI_OK;
 }
 
-/* ---- remove ---------------------------------------------------------------- */
+/* ---- remove ---------------------------------------------------------- */
 
 struct remove_ctx {
     struct bf *f;

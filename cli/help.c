@@ -9,11 +9,12 @@ struct help_entry {
 };
 
 #define CREATE_OPTIONS \
-    "  -n, --capacity N      keys the filter is sized for (> 0; 1000000, 1M, 2.5G)\n" \
-    "  -p, --error-rate P    target false-positive rate, 0 < P < 1 (0.01 or 1%)\n" \
-    "  -k, --kind KIND       blocked (default), classic, counting or scalable\n" \
-    "  -l, --like TEMPLATE   copy kind, geometry and secret from another filter\n" \
-    "                        file, so the two can be merged later\n" \
+    "  -n, --capacity N      keys the filter is sized for (> 0): 1000000,\n" \
+    "                        1M, 2.5G\n" \
+    "  -p, --error-rate P    target false-positive rate, 0 < P < 1: 0.01, 1%\n" \
+    "  -k, --kind KIND       blocked (default), classic, counting, scalable\n" \
+    "  -l, --like TEMPLATE   copy kind, geometry and secret from another\n" \
+    "                        filter file, so the two can be merged later\n" \
     "  -f, --force           replace FILE if it exists\n"
 
 static const struct help_entry help_entries[] = {

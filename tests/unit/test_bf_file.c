@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,7 @@ struct membuf {
     uint8_t *data;
     size_t len, cap;
     size_t fail_after;   /* writer fails once this many bytes were taken */
+    bool slow;           /* pause before copying, to widen races */
 };
 
 static int mem_write(void *ctx, const void *buf, size_t len)
@@ -70,6 +72,8 @@ static int mem_write(void *ctx, const void *buf, size_t len)
 
     if (m->fail_after && m->len + len > m->fail_after)
         return -EIO;
+    if (m->slow)
+        usleep(300);
     if (m->len + len > m->cap) {
         m->cap = (m->len + len) * 2;
         m->data = realloc(m->data, m->cap);
@@ -322,6 +326,60 @@ START_TEST(writer_error_stops_serializing)
     ck_assert_uint_le(m.len, BF_FILE_HEADER_BYTES + 10);
     bf_destroy(f);
     free(m.data);
+}
+END_TEST
+
+struct adder {
+    struct bf *f;
+    volatile int stop;
+};
+
+static void *adder_run(void *arg)
+{
+    struct adder *a = arg;
+    char key[32];
+
+    for (uint64_t i = 1000000; !a->stop; i++) {
+        size_t len = key_of(key, i);
+        bf_add(a->f, key, len);
+    }
+    return NULL;
+}
+
+/* Serializing while another thread adds (and a scalable filter grows new
+ * layers) still yields files that verify, holding every key added before
+ * the write began. */
+START_TEST(write_during_adds_verifies)
+{
+    enum bf_kind kind = all_kinds[_i];
+    struct bf_params p = {.kind = kind, .error_rate = 0.01,
+                          .capacity = kind == BF_KIND_SCALABLE ? 2000 : 200000};
+    char err[BF_ERRLEN] = "", key[32];
+    struct bf *f = bf_create(&p, err);
+    struct adder a = {.f = f};
+    pthread_t t;
+
+    ck_assert_msg(f != NULL, "%s", err);
+    for (uint64_t i = 0; i < 1000; i++) {
+        size_t len = key_of(key, i);
+        bf_add(f, key, len);
+    }
+    ck_assert_int_eq(pthread_create(&t, NULL, adder_run, &a), 0);
+    for (int round = 0; round < 50; round++) {
+        struct membuf m = {.slow = true};
+        ck_assert_int_eq(bf_file_write(f, mem_write, &m), 0);
+        struct bf *g = bf_file_parse(m.data, m.len, err);
+        ck_assert_msg(g != NULL, "round %d: %s", round, err);
+        for (uint64_t i = 0; i < 1000; i += 7) {
+            size_t len = key_of(key, i);
+            ck_assert(bf_may_contain(g, key, len));
+        }
+        bf_destroy(g);
+        free(m.data);
+    }
+    a.stop = 1;
+    pthread_join(t, NULL);
+    bf_destroy(f);
 }
 END_TEST
 
@@ -701,6 +759,7 @@ Suite *bf_file_suite(void)
     tcase_add_test(tc, round_trip_keeps_shard_fields);
     tcase_add_loop_test(tc, memory_form_equals_file_form, 0, nkinds);
     tcase_add_test(tc, writer_error_stops_serializing);
+    tcase_add_loop_test(tc, write_during_adds_verifies, 0, nkinds);
     tcase_add_loop_test(tc, truncated_file_refused, 0, nkinds);
     tcase_add_test(tc, truncated_file_on_disk_refused);
     tcase_add_test(tc, trailing_bytes_refused);

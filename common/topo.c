@@ -1,0 +1,367 @@
+/* topo: topology file parsing and rendezvous placement (see topo.h).
+ *
+ * The file is read with libinih through a line reader of our own, so every
+ * handler call knows the line it comes from and every message names it.
+ *
+ * Placement is rendezvous (highest-random-weight) hashing, Thaler and Ravishankar
+ * 1996: each (filter, shard) scores every group with a hash and goes to the
+ * highest.  Unlike "shard i mod G", adding a group moves only the shards that
+ * now score highest on it (about S/(G+1)) and removing one moves only its own.
+ */
+#include "topo.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+struct reader {
+    const char *p;             /* next unread byte */
+    int line;                  /* line last handed to inih */
+    int section_line;          /* line of the last [section] header */
+    int sections;              /* headers seen so far */
+};
+
+struct parse_ctx {
+    struct reader rd;
+    const char *origin;
+    struct topo_group *groups;
+    int *group_section;        /* which header (rd.sections) opened each group */
+    unsigned ngroups, cap;
+    char err[TOPO_ERRLEN];
+    bool failed;
+};
+
+static char *read_line(char *str, int num, void *stream)
+{
+    struct reader *rd = stream;
+    int n = 0;
+
+    if (!*rd->p)
+        return NULL;
+    while (*rd->p && n < num - 1) {
+        char c = *rd->p++;
+        str[n++] = c;
+        if (c == '\n')
+            break;
+    }
+    /* A line longer than the buffer: drop the rest, it is refused below. */
+    if (n == num - 1 && str[n - 1] != '\n')
+        while (*rd->p && *rd->p++ != '\n')
+            ;
+    str[n] = 0;
+    rd->line++;
+    const char *s = str;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    if (*s == '[') {
+        rd->section_line = rd->line;
+        rd->sections++;
+    }
+    return str;
+}
+
+static bool fail(struct parse_ctx *x, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool fail(struct parse_ctx *x, int line, const char *fmt, ...)
+{
+    if (x->failed)
+        return false;
+    int n = snprintf(x->err, sizeof x->err, "%s:%d: ", x->origin, line);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof x->err)
+        vsnprintf(x->err + n, sizeof x->err - (size_t)n, fmt, ap);
+    va_end(ap);
+    x->failed = true;
+    return false;
+}
+
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > TOPO_NAME_MAX)
+        return false;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '.' && *s != '_' && *s != '-')
+            return false;
+    return true;
+}
+
+int topo_addr_check(const char *addr)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || strlen(addr) > TOPO_ADDR_MAX)
+        return -EINVAL;
+    for (const char *s = addr; s < colon; s++)
+        if (isspace((unsigned char)*s))
+            return -EINVAL;
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || port < 1 || port > 65535)
+        return -EINVAL;
+    return 0;
+}
+
+/* Is addr already used by any group (as primary or replica)? */
+static const char *addr_owner(const struct parse_ctx *x, const char *addr)
+{
+    for (unsigned i = 0; i < x->ngroups; i++) {
+        const struct topo_group *g = &x->groups[i];
+        if (strcmp(g->primary, addr) == 0)
+            return g->name;
+        for (unsigned r = 0; r < g->nreplicas; r++)
+            if (strcmp(g->replicas[r], addr) == 0)
+                return g->name;
+    }
+    return NULL;
+}
+
+static struct topo_group *group_get(struct parse_ctx *x, const char *name)
+{
+    int line = x->rd.line;
+    for (unsigned i = 0; i < x->ngroups; i++) {
+        if (strcmp(x->groups[i].name, name) != 0)
+            continue;
+        if (x->group_section[i] != x->rd.sections) {
+            fail(x, x->rd.section_line,
+                 "group \"%s\" is defined twice (first at line %d)", name,
+                 x->groups[i].line);
+            return NULL;
+        }
+        return &x->groups[i];
+    }
+    if (!name_ok(name)) {
+        fail(x, x->rd.section_line,
+             "group name \"%s\" must be 1..%d characters of [A-Za-z0-9._-]", name,
+             TOPO_NAME_MAX);
+        return NULL;
+    }
+    if (x->ngroups >= TOPO_MAX_GROUPS) {
+        fail(x, line, "more than %d groups", TOPO_MAX_GROUPS);
+        return NULL;
+    }
+    if (x->ngroups == x->cap) {
+        unsigned cap = x->cap ? 2 * x->cap : 8;
+        struct topo_group *g = realloc(x->groups, cap * sizeof *g);
+        if (g)
+            x->groups = g;
+        int *gs = realloc(x->group_section, cap * sizeof *gs);
+        if (gs)
+            x->group_section = gs;
+        if (!g || !gs) {
+            fail(x, line, "out of memory");
+            return NULL;
+        }
+        x->cap = cap;
+    }
+    struct topo_group *g = &x->groups[x->ngroups];
+    memset(g, 0, sizeof *g);
+    snprintf(g->name, sizeof g->name, "%s", name);
+    g->line = x->rd.section_line;
+    x->group_section[x->ngroups] = x->rd.sections;
+    x->ngroups++;
+    return g;
+}
+
+static bool set_addr(struct parse_ctx *x, struct topo_group *g, const char *key,
+                     const char *value, char *dst)
+{
+    int line = x->rd.line;
+    const char *owner;
+    if (topo_addr_check(value) < 0)
+        return fail(x, line, "%s \"%s\" of group %s is not host:port "
+                    "(port 1..65535)", key, value, g->name);
+    if ((owner = addr_owner(x, value)) != NULL)
+        return fail(x, line, "node %s is listed twice (already in group %s)",
+                    value, owner);
+    snprintf(dst, TOPO_ADDR_MAX + 1, "%s", value);
+    return true;
+}
+
+static int on_entry(void *user, const char *section, const char *name,
+                    const char *value)
+{
+    struct parse_ctx *x = user;
+    int line = x->rd.line;
+
+    if (x->failed)
+        return 0;
+    if (strncmp(section, "group ", 6) != 0)
+        return fail(x, x->rd.section_line,
+                    "unknown section [%s] (expected [group NAME])", section);
+    const char *gname = section + 6;
+    while (*gname == ' ')
+        gname++;
+    struct topo_group *g = group_get(x, gname);
+    if (!g)
+        return 0;
+    if (!name)   /* a new section with no entry yet */
+        return 1;
+    if (strcmp(name, "primary") == 0) {
+        if (g->primary[0])
+            return fail(x, line, "group %s has a second primary", g->name);
+        return set_addr(x, g, name, value, g->primary);
+    }
+    if (strcmp(name, "replica") == 0) {
+        if (g->nreplicas >= TOPO_MAX_REPLICAS)
+            return fail(x, line, "group %s has more than %d replicas", g->name,
+                        TOPO_MAX_REPLICAS);
+        if (!set_addr(x, g, name, value, g->replicas[g->nreplicas]))
+            return 0;
+        g->nreplicas++;
+        return 1;
+    }
+    if (strcmp(name, "datacenter") == 0) {
+        if (!name_ok(value))
+            return fail(x, line, "datacenter \"%s\" must be 1..%d characters of "
+                        "[A-Za-z0-9._-]", value, TOPO_NAME_MAX);
+        snprintf(g->datacenter, sizeof g->datacenter, "%s", value);
+        return 1;
+    }
+    return fail(x, line, "unknown setting \"%s\" in group %s (expected primary, "
+                "replica or datacenter)", name, g->name);
+}
+
+static int group_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct topo_group *)a)->name,
+                  ((const struct topo_group *)b)->name);
+}
+
+struct topo *topo_parse(const char *text, const char *origin, char *err)
+{
+    struct parse_ctx x;
+    struct topo *t = NULL;
+
+    memset(&x, 0, sizeof x);
+    x.rd.p = text;
+    x.origin = origin;
+    int rc = ini_parse_stream(read_line, &x.rd, on_entry, &x);
+    if (rc > 0 && !x.failed)
+        fail(&x, rc, "syntax error (expected [group NAME], name = value, or a "
+             "comment starting with ; or #)");
+    if (rc < 0 && !x.failed)
+        fail(&x, 0, "cannot parse (out of memory)");
+    if (x.failed)
+        goto out;
+    if (x.ngroups == 0) {
+        fail(&x, x.rd.line, "no [group NAME] section: a topology needs at least "
+             "one group");
+        goto out;
+    }
+    for (unsigned i = 0; i < x.ngroups; i++) {
+        if (!x.groups[i].primary[0]) {
+            fail(&x, x.groups[i].line, "group %s has no primary", x.groups[i].name);
+            goto out;
+        }
+    }
+    qsort(x.groups, x.ngroups, sizeof *x.groups, group_cmp);
+    t = calloc(1, sizeof *t);
+    if (!t) {
+        fail(&x, 0, "out of memory");
+        goto out;
+    }
+    atomic_init(&t->refs, 1);
+    t->groups = x.groups;
+    t->ngroups = x.ngroups;
+    snprintf(t->origin, sizeof t->origin, "%s", origin);
+    x.groups = NULL;
+out:
+    if (!t && err)
+        snprintf(err, TOPO_ERRLEN, "%s", x.err);
+    free(x.groups);
+    free(x.group_section);
+    return t;
+}
+
+struct topo *topo_load(const char *path, char *err)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = NULL;
+    size_t len = 0;
+    struct topo *t = NULL;
+
+    if (!f) {
+        snprintf(err, TOPO_ERRLEN, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    FILE *mem = open_memstream(&buf, &len);
+    char chunk[4096];
+    size_t n;
+    while (mem && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        fwrite(chunk, 1, n, mem);
+    bool rerr = ferror(f);
+    fclose(f);
+    if (!mem || fclose(mem) != 0 || rerr) {
+        snprintf(err, TOPO_ERRLEN, "%s: cannot read", path);
+        goto out;
+    }
+    if (memchr(buf, 0, len)) {
+        snprintf(err, TOPO_ERRLEN, "%s: contains a NUL byte: not a text file", path);
+        goto out;
+    }
+    t = topo_parse(buf, path, err);
+out:
+    free(buf);
+    return t;
+}
+
+struct topo *topo_ref(struct topo *t)
+{
+    if (t)
+        atomic_fetch_add(&t->refs, 1);
+    return t;
+}
+
+void topo_unref(struct topo *t)
+{
+    if (t && atomic_fetch_sub(&t->refs, 1) == 1) {
+        free(t->groups);
+        free(t);
+    }
+}
+
+uint64_t topo_score(const char *filter, uint32_t shard, const char *group)
+{
+    size_t fl = strlen(filter), gl = strlen(group);
+    uint8_t stackbuf[512];
+    size_t len = fl + 1 + 4 + 1 + gl;
+    uint8_t *buf = len <= sizeof stackbuf ? stackbuf : malloc(len);
+    if (!buf)
+        return 0;
+    uint8_t *p = buf;
+    memcpy(p, filter, fl);
+    p += fl;
+    *p++ = 0;
+    for (int i = 0; i < 4; i++)
+        *p++ = (uint8_t)(shard >> (8 * i));
+    *p++ = 0;
+    memcpy(p, group, gl);
+    uint64_t h = XXH3_64bits(buf, len);
+    if (buf != stackbuf)
+        free(buf);
+    return h;
+}
+
+unsigned topo_group_for(const struct topo *t, const char *filter, uint32_t shard)
+{
+    unsigned best = 0;
+    uint64_t best_score = 0;
+    for (unsigned i = 0; i < t->ngroups; i++) {
+        uint64_t s = topo_score(filter, shard, t->groups[i].name);
+        /* Groups are sorted by name: a tie keeps the smaller name. */
+        if (i == 0 || s > best_score) {
+            best = i;
+            best_score = s;
+        }
+    }
+    return best;
+}

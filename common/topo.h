@@ -1,0 +1,75 @@
+/* topo: the cluster topology (shard groups) and the shard placement rule.
+ *
+ * A topology file (INI, read with libinih; docs/TOPOLOGY.md) names the shard
+ * groups.  Each group has one primary node, zero or more replica nodes and an
+ * optional datacenter tag:
+ *
+ *     [group g0]
+ *     primary = 10.0.0.1:7400
+ *     replica = 10.0.1.1:7400
+ *     datacenter = eu-west
+ *
+ * Placement: shard i of filter F lives on the group with the highest
+ * rendezvous score topo_score(F, i, group name) (highest-random-weight
+ * hashing; ties go to the smaller name).  Adding or removing a group moves
+ * only the shards that the change must move; the order of the groups in the
+ * file does not matter.
+ *
+ * A struct topo is immutable once parsed: any number of threads may read it.
+ * Callers that swap topologies at run time (SIGHUP) keep them alive with
+ * topo_ref/topo_unref.
+ *
+ * Errors: topo_load and topo_parse return NULL and write a sentence naming
+ * the file and line into err.
+ */
+#ifndef BLOOMGRID_TOPO_H
+#define BLOOMGRID_TOPO_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOPO_NAME_MAX 63        /* group and datacenter names */
+#define TOPO_ADDR_MAX 127       /* "host:port" */
+#define TOPO_MAX_REPLICAS 8
+#define TOPO_MAX_GROUPS 1024
+#define TOPO_ERRLEN 512
+
+struct topo_group {
+    char name[TOPO_NAME_MAX + 1];
+    char datacenter[TOPO_NAME_MAX + 1];      /* "" when not tagged */
+    char primary[TOPO_ADDR_MAX + 1];
+    char replicas[TOPO_MAX_REPLICAS][TOPO_ADDR_MAX + 1];
+    unsigned nreplicas;
+    int line;                                /* line of its [group] header */
+};
+
+struct topo {
+    atomic_int refs;
+    unsigned ngroups;
+    struct topo_group *groups;               /* sorted by name */
+    char origin[256];                        /* file name, for messages */
+};
+
+/* Parse a topology file.  Returns a topology holding one reference, or NULL
+ * with a message ("FILE:LINE: ...") in err (TOPO_ERRLEN bytes). */
+struct topo *topo_load(const char *path, char *err);
+
+/* Parse topology text; origin names it in messages. */
+struct topo *topo_parse(const char *text, const char *origin, char *err);
+
+/* Take / drop a reference.  The last unref frees.  NULL is allowed. */
+struct topo *topo_ref(struct topo *t);
+void topo_unref(struct topo *t);
+
+/* Rendezvous score of (filter, shard) on a group name: XXH3-64 (seed 0) of
+ * the bytes  filter '\0' shard (4 bytes, little-endian) '\0' group. */
+uint64_t topo_score(const char *filter, uint32_t shard, const char *group);
+
+/* Index (into t->groups) of the group holding shard of filter. */
+unsigned topo_group_for(const struct topo *t, const char *filter, uint32_t shard);
+
+/* Is a "host:port" address well formed (non-empty host, port 1..65535)? */
+int topo_addr_check(const char *addr);
+
+#endif

@@ -1,0 +1,221 @@
+/* Tests of the topology parser, the rendezvous placement rule and the shard
+ * selection of keys (known answers: a change of either rule moves data and
+ * must be caught here). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bf.h"
+#include "topo.h"
+
+static const char *three =
+    "; three groups\n"
+    "[group g0]\n"
+    "primary = 10.0.0.1:7400\n"
+    "replica = 10.0.1.1:7400\n"
+    "datacenter = dc1\n"
+    "\n"
+    "[group g1]\n"
+    "primary = 10.0.0.2:7400\n"
+    "[group g2]\n"
+    "primary = 10.0.0.3:7400\n"
+    "replica = 10.0.1.3:7400\n"
+    "replica = 10.0.2.3:7400\n";
+
+/* Parse text that must fail; return the message. */
+static const char *parse_fails(const char *text)
+{
+    static char err[TOPO_ERRLEN];
+    err[0] = 0;
+    struct topo *t = topo_parse(text, "t.ini", err);
+    ck_assert_msg(t == NULL, "parsed a bad topology: %s", text);
+    return err;
+}
+
+START_TEST(parse_reads_groups_sorted_with_replicas)
+{
+    char err[TOPO_ERRLEN];
+    const char *shuffled = "[group b]\nprimary=h2:2\n[group a]\nprimary=h1:1\n";
+    struct topo *t = topo_parse(three, "t.ini", err);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(t->ngroups, 3);
+    ck_assert_str_eq(t->groups[0].name, "g0");
+    ck_assert_str_eq(t->groups[0].primary, "10.0.0.1:7400");
+    ck_assert_uint_eq(t->groups[0].nreplicas, 1);
+    ck_assert_str_eq(t->groups[0].replicas[0], "10.0.1.1:7400");
+    ck_assert_str_eq(t->groups[0].datacenter, "dc1");
+    ck_assert_int_eq(t->groups[0].line, 2);
+    ck_assert_uint_eq(t->groups[2].nreplicas, 2);
+    ck_assert_str_eq(t->groups[1].datacenter, "");
+    topo_unref(t);
+
+    t = topo_parse(shuffled, "t.ini", err);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_str_eq(t->groups[0].name, "a");
+    ck_assert_str_eq(t->groups[1].name, "b");
+    topo_unref(t);
+}
+END_TEST
+
+START_TEST(parse_errors_name_the_line)
+{
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\nprimry = h:2\n"),
+                     "t.ini:3: unknown setting \"primry\" in group a (expected "
+                     "primary, replica or datacenter)");
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n[nodes]\nx = 1\n"),
+                     "t.ini:3: unknown section [nodes] (expected [group NAME])");
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = nohost\n"),
+                     "t.ini:2: primary \"nohost\" of group a is not host:port "
+                     "(port 1..65535)");
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:70000\n"),
+                     "t.ini:2: primary \"h:70000\" of group a is not host:port "
+                     "(port 1..65535)");
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n\n[group b]\n"
+                                 "primary = h:1\n"),
+                     "t.ini:5: node h:1 is listed twice (already in group a)");
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\nprimary = h:2\n"),
+                     "t.ini:3: group a has a second primary");
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n[group a]\n"
+                                 "primary = h:2\n"),
+                     "t.ini:3: group \"a\" is defined twice (first at line 1)");
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n[group b]\n"
+                                 "datacenter = x\n"),
+                     "t.ini:3: group b has no primary");
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\nthis is not ini\n"),
+                     "t.ini:3: syntax error (expected [group NAME], name = value, "
+                     "or a comment starting with ; or #)");
+    ck_assert_str_eq(parse_fails("[group a/b]\nprimary = h:1\n"),
+                     "t.ini:1: group name \"a/b\" must be 1..63 characters of "
+                     "[A-Za-z0-9._-]");
+    ck_assert_str_eq(parse_fails("; nothing\n"),
+                     "t.ini:1: no [group NAME] section: a topology needs at "
+                     "least one group");
+}
+END_TEST
+
+START_TEST(load_reads_a_file_and_names_it_in_errors)
+{
+    char path[] = "/tmp/topo-XXXXXX", err[TOPO_ERRLEN];
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    const char *bad = "[group a]\nprimary = h:1\nreplica = \n";
+    ck_assert_int_eq(write(fd, three, strlen(three)), (ssize_t)strlen(three));
+    close(fd);
+    struct topo *t = topo_load(path, err);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_uint_eq(t->ngroups, 3);
+    topo_unref(t);
+
+    FILE *f = fopen(path, "w");
+    fputs(bad, f);
+    fclose(f);
+    ck_assert_ptr_null(topo_load(path, err));
+    char want[600];
+    snprintf(want, sizeof want, "%s:3: replica \"\" of group a is not host:port "
+             "(port 1..65535)", path);
+    ck_assert_str_eq(err, want);
+    unlink(path);
+    ck_assert_ptr_null(topo_load(path, err));
+    ck_assert_ptr_nonnull(strstr(err, "cannot open"));
+}
+END_TEST
+
+/* Known answers of the placement rule: XXH3-64 of filter\0shard(le32)\0group. */
+START_TEST(placement_known_answers)
+{
+    char err[TOPO_ERRLEN];
+    static const unsigned want[16] = {1, 0, 0, 1, 0, 1, 2, 2, 0, 0, 2, 1, 1, 1, 2, 0};
+    ck_assert_uint_eq(topo_score("f", 0, "g0"), 0xe4716220ac4c6db7ULL);
+    struct topo *t = topo_parse("[group g0]\nprimary=a:1\n[group g1]\nprimary=b:1\n"
+                                "[group g2]\nprimary=c:1\n", "t.ini", err);
+    ck_assert_ptr_nonnull(t);
+    for (uint32_t i = 0; i < 16; i++)
+        ck_assert_uint_eq(topo_group_for(t, "slugs", i), want[i]);
+    unsigned count[3] = {0};
+    for (uint32_t i = 0; i < 64; i++)
+        count[topo_group_for(t, "slugs", i)]++;
+    ck_assert_uint_eq(count[0], 20);
+    ck_assert_uint_eq(count[1], 20);
+    ck_assert_uint_eq(count[2], 24);
+    topo_unref(t);
+}
+END_TEST
+
+START_TEST(placement_ignores_file_order_and_moves_little_on_a_new_group)
+{
+    char err[TOPO_ERRLEN];
+    struct topo *a = topo_parse("[group g0]\nprimary=a:1\n[group g1]\nprimary=b:1\n"
+                                "[group g2]\nprimary=c:1\n", "a", err);
+    struct topo *b = topo_parse("[group g2]\nprimary=c:1\n[group g0]\nprimary=a:1\n"
+                                "[group g1]\nprimary=b:1\n", "b", err);
+    struct topo *c = topo_parse("[group g2]\nprimary=c:1\n[group g0]\nprimary=a:1\n"
+                                "[group g1]\nprimary=b:1\n[group g3]\nprimary=d:1\n",
+                                "c", err);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(c);
+    unsigned moved = 0;
+    for (uint32_t i = 0; i < 1024; i++) {
+        unsigned ga = topo_group_for(a, "f", i);
+        ck_assert_str_eq(a->groups[ga].name, b->groups[topo_group_for(b, "f", i)].name);
+        const char *gc = c->groups[topo_group_for(c, "f", i)].name;
+        if (strcmp(gc, a->groups[ga].name) != 0) {
+            ck_assert_str_eq(gc, "g3");   /* only to the new group */
+            moved++;
+        }
+    }
+    /* About a quarter moves. */
+    ck_assert_uint_gt(moved, 200);
+    ck_assert_uint_lt(moved, 320);
+    topo_unref(a);
+    topo_unref(b);
+    topo_unref(c);
+}
+END_TEST
+
+/* Known answers of key hashing and shard selection (bf_hash_key with the
+ * secret 00 01 .. 1f; the shard is the high 32 bits of h2 scaled to S). */
+START_TEST(shard_selection_known_answers)
+{
+    uint8_t secret[BF_SECRET_LEN];
+    char err[BF_ERRLEN];
+    for (int i = 0; i < BF_SECRET_LEN; i++)
+        secret[i] = (uint8_t)i;
+    struct bf_params p = {.capacity = 1, .error_rate = 0.5, .secret = secret};
+    struct bf *f = bf_create(&p, err);
+    ck_assert_ptr_nonnull(f);
+    struct bf_hash h = bf_hash_key(f, "key-0", 5);
+    ck_assert_uint_eq(h.h1, 0xe9b10cbec4a7e125ULL);
+    ck_assert_uint_eq(h.h2, 0x63b351ed4ce5a93eULL);
+    ck_assert_uint_eq(bf_hash_shard(h, 64), 24);
+    h = bf_hash_key(f, "key-1", 5);
+    ck_assert_uint_eq(h.h2, 0x341c3172070f9da8ULL);
+    ck_assert_uint_eq(bf_hash_shard(h, 64), 13);
+    h = bf_hash_key(f, "key-2", 5);
+    ck_assert_uint_eq(bf_hash_shard(h, 64), 28);
+    /* The low 32 bits of h2 never choose the shard. */
+    struct bf_hash g = {0, 0x8000000000000000ULL};
+    ck_assert_uint_eq(bf_hash_shard(g, 64), 32);
+    g.h2 |= 0xffffffffULL;
+    g.h1 = ~0ULL;
+    ck_assert_uint_eq(bf_hash_shard(g, 64), 32);
+    ck_assert_uint_eq(bf_hash_shard(g, 1), 0);
+    bf_destroy(f);
+}
+END_TEST
+
+Suite *topo_suite(void)
+{
+    Suite *s = suite_create("topo");
+    TCase *tc = tcase_create("topo");
+    tcase_add_test(tc, parse_reads_groups_sorted_with_replicas);
+    tcase_add_test(tc, parse_errors_name_the_line);
+    tcase_add_test(tc, load_reads_a_file_and_names_it_in_errors);
+    tcase_add_test(tc, placement_known_answers);
+    tcase_add_test(tc, placement_ignores_file_order_and_moves_little_on_a_new_group);
+    tcase_add_test(tc, shard_selection_known_answers);
+    suite_add_tcase(s, tc);
+    return s;
+}

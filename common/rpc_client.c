@@ -276,6 +276,113 @@ int rpc_call(struct rpc_channel *c, const char *method,
     return 0;
 }
 
+/* ---- fan-out: many unary calls on one completion queue ---- */
+
+struct multi_state {
+    grpc_call *call;
+    grpc_op ops[6];
+    grpc_byte_buffer *send, *recv;
+    grpc_metadata_array md_initial, md_trailing;
+    grpc_status_code code;
+    grpc_slice details;
+    const char *err_string;
+    bool started;
+};
+
+size_t rpc_call_many(struct rpc_multi *calls, size_t n)
+{
+    struct multi_state *ms = calloc(n ? n : 1, sizeof *ms);
+    size_t failed = 0, pending = 0;
+
+    if (!ms) {
+        for (size_t i = 0; i < n; i++) {
+            calls[i].rc = -1;
+            calls[i].resp = grpc_empty_slice();
+            set_status(&calls[i].st, GRPC_STATUS_RESOURCE_EXHAUSTED, NULL,
+                       "out of memory");
+        }
+        return n;
+    }
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    for (size_t i = 0; i < n; i++) {
+        struct rpc_multi *c = &calls[i];
+        struct multi_state *m = &ms[i];
+        c->rc = -1;
+        c->resp = grpc_empty_slice();
+        m->details = grpc_empty_slice();
+        m->code = GRPC_STATUS_UNKNOWN;
+        grpc_metadata_array_init(&m->md_initial);
+        grpc_metadata_array_init(&m->md_trailing);
+        m->call = call_create(c->ch, c->method, cq, c->timeout_ms);
+        m->send = grpc_raw_byte_buffer_create(&c->req, 1);
+        grpc_op *ops = m->ops;
+        ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[1].op = GRPC_OP_SEND_MESSAGE;
+        ops[1].data.send_message.send_message = m->send;
+        ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+        ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+        ops[3].data.recv_initial_metadata.recv_initial_metadata = &m->md_initial;
+        ops[4].op = GRPC_OP_RECV_MESSAGE;
+        ops[4].data.recv_message.recv_message = &m->recv;
+        ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+        ops[5].data.recv_status_on_client.trailing_metadata = &m->md_trailing;
+        ops[5].data.recv_status_on_client.status = &m->code;
+        ops[5].data.recv_status_on_client.status_details = &m->details;
+        ops[5].data.recv_status_on_client.error_string = &m->err_string;
+        if (m->call && grpc_call_start_batch(m->call, ops, 6, m, NULL) == GRPC_CALL_OK) {
+            m->started = true;
+            pending++;
+        } else {
+            set_status(&c->st, GRPC_STATUS_INTERNAL, NULL, "cannot start the call");
+        }
+    }
+    while (pending > 0) {
+        grpc_event ev = grpc_completion_queue_next(
+            cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE)
+            break;
+        struct multi_state *m = ev.tag;
+        struct rpc_multi *c = &calls[m - ms];
+        pending--;
+        if (!ev.success) {
+            set_status(&c->st, GRPC_STATUS_INTERNAL, NULL, "call batch failed");
+            continue;
+        }
+        set_status(&c->st, m->code, &m->details, m->err_string);
+        if (m->code == GRPC_STATUS_OK) {
+            if (m->recv) {
+                c->resp = buffer_to_slice(m->recv);
+                c->rc = 0;
+            } else {
+                set_status(&c->st, GRPC_STATUS_INTERNAL, NULL, "OK without a message");
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct multi_state *m = &ms[i];
+        if (calls[i].rc != 0)
+            failed++;
+        if (m->recv)
+            grpc_byte_buffer_destroy(m->recv);
+        if (m->send)
+            grpc_byte_buffer_destroy(m->send);
+        grpc_slice_unref(m->details);
+        if (m->err_string)
+            gpr_free((void *)m->err_string);
+        grpc_metadata_array_destroy(&m->md_initial);
+        grpc_metadata_array_destroy(&m->md_trailing);
+        if (m->call)
+            grpc_call_unref(m->call);
+    }
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(cq);
+    free(ms);
+    return failed;
+}
+
 /* ---- streams ---- */
 
 static bool stream_batch(struct rpc_cstream *s, grpc_op *ops, size_t n, void *tag)

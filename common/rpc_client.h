@@ -54,6 +54,24 @@ int rpc_call(struct rpc_channel *ch, const char *method,
              const ProtobufCMessageDescriptor *resp_desc,
              ProtobufCMessage **resp, int timeout_ms, struct rpc_status *st);
 
+/* One unary call of a fan-out (rpc_call_many).  The caller fills ch, method,
+ * req (borrowed: kept alive by the caller until rpc_call_many returns) and
+ * timeout_ms; rpc_call_many fills rc, st and, on OK, resp (owned by the
+ * caller: grpc_slice_unref). */
+struct rpc_multi {
+    struct rpc_channel *ch;
+    const char *method;
+    grpc_slice req;
+    int timeout_ms;
+    int rc;                 /* 0 on OK, -1 otherwise */
+    struct rpc_status st;
+    grpc_slice resp;
+};
+
+/* Start n unary calls on one completion queue, then wait until every one has
+ * ended (each bounded by its own deadline).  Returns how many failed. */
+size_t rpc_call_many(struct rpc_multi *calls, size_t n);
+
 /* Open a streaming call; NULL when the call cannot be started. */
 struct rpc_cstream *rpc_cstream_open(struct rpc_channel *ch, const char *method,
                                      int timeout_ms);

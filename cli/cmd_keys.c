@@ -19,8 +19,13 @@ struct keys_opts {
     int nkeys;
 };
 
-static const struct option keys_longopts[] = {
+static const struct option query_longopts[] = {
     {"count", no_argument, NULL, 'c'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static const struct option keys_longopts[] = {
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -33,14 +38,15 @@ static int keys_parse(struct keys_opts *o, int argc, char **argv)
 
     cli_getopt_reset();
     while ((c = getopt_long(argc, argv, is_query ? ":ch" : ":h",
-                            keys_longopts, NULL)) != -1) {
+                            is_query ? query_longopts : keys_longopts,
+                            NULL)) != -1) {
         if (c == 'h') {
             help_print(o->cmd);
             return CLI_HELP_SHOWN;
         }
         if (c != 'c')
             return cli_bad_option(o->cmd, c, argv);
-        o->count_only = true;   /* only query's optstring has 'c' */
+        o->count_only = true;   /* only query's options have 'c' */
     }
     if (optind >= argc)
         return cli_fail("%s: missing FILE (see 'bloomgrid help %s')", o->cmd,

@@ -484,6 +484,7 @@ struct race {
     volatile bool stop;
     uint64_t acked;   /* batches acknowledged */
     int wfd;          /* pipe for acknowledged batch ids, or -1 */
+    uint64_t max;     /* stop after this many batches (0: no limit) */
 };
 
 #define RACE_BATCH 64
@@ -499,7 +500,7 @@ static void *race_adder(void *p)
     struct bf_hash h[RACE_BATCH];
     char err[STORE_ERRLEN];
 
-    for (uint64_t k = 0; !r->stop; k++) {
+    for (uint64_t k = 0; !r->stop && (!r->max || k < r->max); k++) {
         uint64_t id = (uint64_t)r->id * 100000000ull + k;
         hashes(batch_base(id), RACE_BATCH, h);
         if (store_add_hashes(r->sf, h, RACE_BATCH, NULL, err) != 0)
@@ -520,7 +521,7 @@ static void child_race(void *arg)
     char err[STORE_ERRLEN];
 
     for (int i = 0; i < 2; i++) {
-        r[i] = (struct race){s, sf, i + 1, false, 0, -1};
+        r[i] = (struct race){s, sf, i + 1, false, 0, -1, 3000};
         pthread_create(&t[i], NULL, race_adder, &r[i]);
     }
     /* Snapshots from here and from the store's own thread. */
@@ -550,7 +551,7 @@ static void race_check(enum bf_kind kind)
     char path[4200];
     size_t miss = 0;
 
-    create(s, "f", kind, 2000000);
+    create(s, "f", kind, 500000);
     store_close(s);
     in_crashing_child(child_race, NULL);
     snprintf(path, sizeof(path), "%s/acked", tdir);
@@ -845,7 +846,7 @@ START_TEST(sigkill_loses_no_acknowledged_add)
             pthread_t t[2];
             for (int i = 0; i < 2; i++) {
                 r[i] = (struct race){cs, sf, round * 2 + i + 1, false, 0,
-                                     fd[1]};
+                                     fd[1], 0};
                 pthread_create(&t[i], NULL, race_adder, &r[i]);
             }
             for (;;)

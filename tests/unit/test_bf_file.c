@@ -588,6 +588,25 @@ START_TEST(body_size_not_matching_m_refused)
 }
 END_TEST
 
+/* A blocked m that is not a whole number of blocks but rounds to the stored
+ * body size: only the engine's own check (bf_assemble) can refuse it. */
+START_TEST(engine_geometry_check_applies)
+{
+    struct bf *f = make_filled(BF_KIND_BLOCKED, 0, 1);
+    struct membuf m = serialize(f);
+    uint64_t m2 = get64(m.data + 72) - 64;
+
+    ck_assert_uint_eq(bf_body_bytes(BF_KIND_BLOCKED, m2),
+                      get64(m.data + D0 + 40));
+    put64(m.data + 72, m2);
+    put64(m.data + D0 + 16, m2);
+    fix_checksum(m.data, m.len);
+    assert_refused(m.data, m.len, "bad geometry", "m not a block multiple");
+    bf_destroy(f);
+    free(m.data);
+}
+END_TEST
+
 /* A huge m with a matching body size must be refused by the size check
  * before anything is allocated. */
 START_TEST(huge_geometry_refused_before_allocating)
@@ -768,6 +787,7 @@ Suite *bf_file_suite(void)
     tcase_add_test(tc, wrong_version_refused);
     tcase_add_loop_test(tc, impossible_geometry_refused, 0, nedits);
     tcase_add_test(tc, body_size_not_matching_m_refused);
+    tcase_add_test(tc, engine_geometry_check_applies);
     tcase_add_test(tc, huge_geometry_refused_before_allocating);
     tcase_add_test(tc, missing_file_refused);
     tcase_add_test(tc, save_replaces_atomically);

@@ -54,6 +54,7 @@ struct opts {
     double error_rate;
     bool no_redis;
     const char *only;            /* run only workloads whose name has this */
+    const char *node_threads;    /* --threads of the started node */
 };
 
 static struct opts o = {
@@ -524,7 +525,8 @@ static void start_node(char *addr, size_t len)
         dup2(lfd, 2);
         close(pfd[0]);
         execl(o.node_bin, o.node_bin, "--listen", "127.0.0.1:0", "--data-dir", data,
-              "--durability", o.durability, "--log-level", "warn", (char *)NULL);
+              "--durability", o.durability, "--log-level", "warn", "--threads",
+              o.node_threads ? o.node_threads : "8", (char *)NULL);
         _exit(127);
     }
     close(pfd[1]);
@@ -613,6 +615,7 @@ static void usage(void)
            "  --batch N           keys per batched call [%d]\n"
            "  --window N          batches in flight per stream [%d]\n"
            "  --capacity N        filter capacity [%llu]\n"
+           "  --node-threads N    RPC worker threads of the started node [8]\n"
            "  --only TEXT         run only workloads whose name contains TEXT\n"
            "                      (e.g. \"MayContain batch\")\n",
            o.node_bin, o.durability, o.redis_bin, o.duration, o.threads, o.batch,
@@ -626,7 +629,7 @@ int main(int argc, char **argv)
         {"redis", 1, 0, 'r'},    {"redis-bin", 1, 0, 'R'}, {"no-redis", 0, 0, 'N'},
         {"duration", 1, 0, 't'}, {"threads", 1, 0, 'T'}, {"batch", 1, 0, 'B'},
         {"window", 1, 0, 'w'},   {"capacity", 1, 0, 'c'}, {"help", 0, 0, 'h'},
-        {"only", 1, 0, 'o'},
+        {"only", 1, 0, 'o'},     {"node-threads", 1, 0, 'W'},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -643,6 +646,7 @@ int main(int argc, char **argv)
         case 'w': o.window = atoi(optarg); break;
         case 'c': o.capacity = strtoull(optarg, NULL, 10); break;
         case 'o': o.only = optarg; break;
+        case 'W': o.node_threads = optarg; break;
         case 'h': usage(); return 0;
         default: usage(); return 2;
         }

@@ -487,6 +487,11 @@ int rpc_cstream_read(struct rpc_cstream *s, grpc_slice *out)
     return 1;
 }
 
+void rpc_cstream_cancel(struct rpc_cstream *s)
+{
+    grpc_call_cancel(s->call, NULL);
+}
+
 int rpc_cstream_finish(struct rpc_cstream *s, struct rpc_status *st)
 {
     grpc_op ops[3];

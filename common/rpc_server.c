@@ -65,6 +65,10 @@ struct slot {
     bool md_sent, finished;
     grpc_slice cur;              /* last message read */
     bool has_cur;
+    /* A RECV_CLOSE_ON_SERVER posted early (health Watch) to learn when the
+     * client goes away; its completion has the tag &close_tag. */
+    bool close_posted, close_done;
+    char close_tag;
 };
 
 struct health_entry {
@@ -85,6 +89,7 @@ struct rpc_server {
     bool started, shut;
     pthread_mutex_t lock;        /* streams_active, health */
     pthread_cond_t cond;
+    pthread_cond_t health_cond;  /* broadcast on every health change */
     int streams_active;
     struct health_entry health[HEALTH_MAX];
     int nhealth;
@@ -96,6 +101,7 @@ static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
 static void post_generic(struct rpc_server *srv, int cqi);
 static void health_check(void *arg, const uint8_t *req, size_t len,
                          struct rpc_reply *reply);
+static void health_watch(void *arg, struct rpc_stream *st);
 
 static gpr_timespec inf_future(void)
 {
@@ -472,6 +478,7 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     srv->cfg.listen = strdup(cfg->listen);
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->cond, NULL);
+    pthread_cond_init(&srv->health_cond, NULL);
     atomic_init(&srv->stopping, false);
     snprintf(srv->health[0].name, sizeof srv->health[0].name, "%s", "");
     srv->health[0].serving = false;
@@ -508,7 +515,7 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     }
     static const struct rpc_handler health_handlers[] = {
         {.unary = health_check},
-        {0}, /* Watch: not implemented */
+        {.stream = health_watch},
     };
     if (rpc_server_add_service(srv, &grpc__health__v1__health__descriptor,
                                health_handlers, srv) < 0)
@@ -629,6 +636,7 @@ void rpc_server_destroy(struct rpc_server *srv)
     free((char *)srv->cfg.listen);
     pthread_mutex_destroy(&srv->lock);
     pthread_cond_destroy(&srv->cond);
+    pthread_cond_destroy(&srv->health_cond);
     free(srv);
 }
 
@@ -646,8 +654,10 @@ void rpc_server_set_health(struct rpc_server *srv, const char *service,
         snprintf(srv->health[i].name, sizeof srv->health[i].name, "%s", service);
         srv->nhealth++;
     }
-    if (i < srv->nhealth)
+    if (i < srv->nhealth && srv->health[i].serving != serving) {
         srv->health[i].serving = serving;
+        pthread_cond_broadcast(&srv->health_cond);
+    }
     pthread_mutex_unlock(&srv->lock);
 }
 
@@ -681,6 +691,91 @@ static void health_check(void *arg, const uint8_t *req, size_t len,
     grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
 }
 
+/* 1 SERVING, 0 NOT_SERVING, -1 unknown service.  Called with srv->lock. */
+static int health_lookup(struct rpc_server *srv, const char *service)
+{
+    for (int i = 0; i < srv->nhealth; i++)
+        if (strcmp(srv->health[i].name, service) == 0)
+            return srv->health[i].serving ? 1 : 0;
+    return -1;
+}
+
+/* Watch: the current status at once, then every change, until the client
+ * cancels or the server stops.  An unknown service is SERVICE_UNKNOWN. */
+static void health_watch(void *arg, struct rpc_stream *st)
+{
+    struct rpc_server *srv = arg;
+    struct slot *s = (struct slot *)st;
+    const uint8_t *buf;
+    size_t len;
+    char service[128];
+
+    if (rpc_stream_read(st, &buf, &len) <= 0) {
+        rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT, "Watch needs a request");
+        return;
+    }
+    Grpc__Health__V1__HealthCheckRequest *rq =
+        grpc__health__v1__health_check_request__unpack(NULL, len, buf);
+    if (!rq) {
+        rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT,
+                          "HealthCheckRequest does not parse");
+        return;
+    }
+    snprintf(service, sizeof service, "%s", rq->service);
+    grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
+
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &s->cancelled;
+    if (grpc_call_start_batch(s->call, &op, 1, &s->close_tag, NULL) != GRPC_CALL_OK)
+        return;
+    s->close_posted = true;
+
+    int last = -2;
+    while (!atomic_load(&srv->stopping) && !s->close_done) {
+        pthread_mutex_lock(&srv->lock);
+        int now = health_lookup(srv, service);
+        if (now == last) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&srv->health_cond, &srv->lock, &ts);
+            now = health_lookup(srv, service);
+        }
+        pthread_mutex_unlock(&srv->lock);
+        if (now != last) {
+            Grpc__Health__V1__HealthCheckResponse resp =
+                GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+            resp.status =
+                now < 0 ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
+                : now ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                      : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+            if (rpc_stream_write(st, &resp.base) < 0)
+                break;
+            last = now;
+        }
+        /* Has the client gone away? */
+        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_time_0(GPR_CLOCK_REALTIME),
+                                                   NULL);
+        if (ev.type == GRPC_OP_COMPLETE && ev.tag == &s->close_tag)
+            s->close_done = true;
+    }
+    if (!s->close_done)
+        rpc_stream_finish(st, GRPC_STATUS_UNAVAILABLE, "server shutting down");
+    s->finished = true;
+    /* Collect the early RECV_CLOSE_ON_SERVER before the queue is drained. */
+    while (!s->close_done) {
+        grpc_event ev = grpc_completion_queue_next(s->cq, inf_future(), NULL);
+        if (ev.type != GRPC_OP_COMPLETE || ev.tag == &s->close_tag)
+            s->close_done = true;
+    }
+}
+
 /* ---- streams ---- */
 
 static bool stream_wait(struct slot *s, grpc_op *ops, size_t n)
@@ -690,8 +785,16 @@ static bool stream_wait(struct slot *s, grpc_op *ops, size_t n)
         log_error("stream batch failed to start: %d", e);
         return false;
     }
-    grpc_event ev = grpc_completion_queue_next(s->cq, inf_future(), NULL);
-    return ev.type == GRPC_OP_COMPLETE && ev.success;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(s->cq, inf_future(), NULL);
+        if (ev.type != GRPC_OP_COMPLETE)
+            return false;
+        if (ev.tag == &s->close_tag) {
+            s->close_done = true;
+            continue;
+        }
+        return ev.success != 0;
+    }
 }
 
 int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
@@ -783,9 +886,11 @@ int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
     if (code != GRPC_STATUS_OK)
         ops[n].data.send_status_from_server.status_details = &details;
     n++;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n].data.recv_close_on_server.cancelled = &s->cancelled;
-    n++;
+    if (!s->close_posted) {
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n].data.recv_close_on_server.cancelled = &s->cancelled;
+        n++;
+    }
     bool ok = stream_wait(s, ops, n);
     grpc_slice_unref(details);
     return ok ? 0 : -ECANCELED;

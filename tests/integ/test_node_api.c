@@ -131,6 +131,21 @@ static void expect(int got, int want, const struct rpc_status *st, const char *w
     printf("  %-40s %s: %s\n", what, rpc_status_name(got), st->message);
 }
 
+/* The next status a Watch stream sends, or -1. */
+static int watch_next(struct rpc_cstream *w)
+{
+    grpc_slice sl;
+    if (rpc_cstream_read(w, &sl) != 1)
+        return -1;
+    Grpc__Health__V1__HealthCheckResponse *r = grpc__health__v1__health_check_response__unpack(
+        NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+    grpc_slice_unref(sl);
+    int s = r ? (int)r->status : -1;
+    if (r)
+        grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+    return s;
+}
+
 static void test_errors(struct node_proc *np)
 {
     struct rpc_status st;
@@ -226,7 +241,30 @@ static void test_errors(struct node_proc *np)
     CHECK(node_health(np, "") == 1, "alive after junk");
     CHECK(t_keys(ch, "MayContain", "f", k1, 1, out, &st) == 0, "still serving");
 
-    /* A deadline that passes gives DEADLINE_EXCEEDED on the client side only. */
+    /* Health Watch: a cancelled watch goes away quietly. */
+    Grpc__Health__V1__HealthCheckRequest hrq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    hrq.service = "";
+    struct rpc_cstream *w = rpc_cstream_open(ch, "/grpc.health.v1.Health/Watch", 5000);
+    CHECK(w && rpc_cstream_write_msg(w, &hrq.base) == 0, "watch");
+    CHECK(watch_next(w) == 1, "watch starts SERVING");
+    rpc_cstream_cancel(w);
+    rpc_cstream_finish(w, &st);
+    hrq.service = "no.such.Service";
+    w = rpc_cstream_open(ch, "/grpc.health.v1.Health/Watch", 5000);
+    CHECK(w && rpc_cstream_write_msg(w, &hrq.base) == 0, "watch");
+    CHECK(watch_next(w) == 3, "unknown service: SERVICE_UNKNOWN");
+    rpc_cstream_cancel(w);
+    rpc_cstream_finish(w, &st);
+
+    /* SIGTERM: a watcher sees NOT_SERVING, then the node exits 0. */
+    hrq.service = "";
+    w = rpc_cstream_open(ch, "/grpc.health.v1.Health/Watch", 10000);
+    CHECK(w && rpc_cstream_write_msg(w, &hrq.base) == 0, "watch");
+    CHECK(watch_next(w) == 1, "watch SERVING");
+    kill(np->pid, SIGTERM);
+    CHECK(watch_next(w) == 2, "watch sees NOT_SERVING on SIGTERM");
+    rpc_cstream_finish(w, &st);
+    printf("  health Watch: SERVING, then NOT_SERVING on SIGTERM\n");
     CHECK(node_stop(np, SIGTERM) == 0, "SIGTERM: exit 0");
     printf("  SIGTERM: exit 0\n");
 }

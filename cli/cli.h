@@ -31,7 +31,7 @@ int cli_bad_option(const char *cmd, int c, char **argv);
 /* Reset getopt_long before parsing a command's arguments. */
 void cli_getopt_reset(void);
 
-/* Parse --capacity ("1000000", "1M", "2.5G" are accepted; must be > 0) and
+/* Parse --capacity ("1000000", "1e6", "1M", "2.5G"; a whole number > 0) and
  * --error-rate (a number or percentage strictly between 0 and 1).  Print the
  * error and return CLI_ERR on bad input, else 0. */
 int cli_parse_capacity(const char *s, uint64_t *out);

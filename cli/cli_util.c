@@ -63,14 +63,14 @@ static uint64_t suffix_scale(const char *s)
     return 0;
 }
 
-/* "2.5M" style: a fraction is allowed only with a suffix. */
+/* "2.5M" or "1e6": allowed when the result is a whole number. */
 static int parse_fraction(const char *s, uint64_t *out)
 {
     char *end;
     double v = strtod(s, &end);
     uint64_t scale = suffix_scale(end);
 
-    if (end == s || scale <= 1 || !isfinite(v))
+    if (end == s || scale == 0 || !isfinite(v))
         return -1;
     v *= (double)scale;
     if (v != floor(v) || v > 1e18)
@@ -89,7 +89,7 @@ int cli_parse_capacity(const char *s, uint64_t *out)
         goto bad;
     errno = 0;
     v = strtoull(s, &end, 10);
-    if (*end == '.') {
+    if (*end == '.' || *end == 'e' || *end == 'E') {
         if (parse_fraction(s, &n) < 0)
             goto bad;
     } else {

@@ -9,7 +9,7 @@ struct help_entry {
 };
 
 #define CREATE_OPTIONS \
-    "  -n, --capacity N      keys the filter is sized for (> 0): 1000000,\n" \
+    "  -n, --capacity N      keys the filter is sized for (> 0): 1000000, 1e6,\n" \
     "                        1M, 2.5G\n" \
     "  -p, --error-rate P    target false-positive rate, 0 < P < 1: 0.01, 1%\n" \
     "  -k, --kind KIND       blocked (default), classic, counting, scalable\n" \

@@ -9,11 +9,16 @@ expect_ok "$BG" create f.bf --capacity 1000 --error-rate 0.01
 F=$(sum f.bf)
 
 # Capacity.
-for bad in 0 abc -5 1.5 10X ""; do
+for bad in 0 abc -5 1.5 10X "" 1e-3 1e30 0x10; do
     expect_err 2 "--capacity must be a positive whole number.*'$bad'" \
         "$BG" create f.bf --force --capacity "$bad" --error-rate 0.01
 done
 same_file f.bf "$F"
+for good in 1e3 2.5k 1M; do
+    expect_ok "$BG" create "cap-$good.bf" --capacity "$good" --error-rate 0.1
+done
+expect_ok "$BG" inspect --json cap-2.5k.bf
+grep -q '"capacity": 2500,' out.txt || fail "2.5k is not 2500: $(cat out.txt)"
 
 # Error rate outside (0, 1).
 for bad in 0 1 1.5 -0.1 abc 0.01x nan inf 100%; do

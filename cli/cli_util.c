@@ -12,12 +12,14 @@
 #include <sys/stat.h>
 
 #include "bf_file.h"
+#include "progress.h"
 
 int cli_fail(const char *fmt, ...)
 {
     va_list ap;
 
     fflush(stdout);
+    progress_interrupt();
     fputs("bloomgrid: ", stderr);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);

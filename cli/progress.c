@@ -6,6 +6,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A progress line is on the terminal without its newline yet. */
+static bool line_open;
+
 static double now_seconds(void)
 {
     struct timespec ts;
@@ -40,10 +43,12 @@ static void draw(struct progress *p, double t)
     double fill, fpr, dt = t - p->start;
 
     predict(p->f, &fill, &fpr);
-    fprintf(stderr, "\r%12llu keys  %7.2f M keys/s  fill %.4f  est. FPR %.3g   ",
+    fprintf(stderr, "\r%12llu keys  %7.2f M keys/s  fill %.4f  est. FPR %.3g%s",
             (unsigned long long)p->keys,
-            dt > 0 ? (double)p->keys / dt / 1e6 : 0.0, fill, fpr);
+            dt > 0 ? (double)p->keys / dt / 1e6 : 0.0, fill, fpr,
+            fpr > bf_error_rate(p->f) ? "  (above target) " : "   ");
     fflush(stderr);
+    line_open = true;
 }
 
 void progress_init(struct progress *p, const struct bf *f)
@@ -71,5 +76,12 @@ void progress_done(struct progress *p)
     if (!p->on)
         return;
     draw(p, now_seconds());
-    fputc('\n', stderr);
+    progress_interrupt();
+}
+
+void progress_interrupt(void)
+{
+    if (line_open)
+        fputc('\n', stderr);
+    line_open = false;
 }

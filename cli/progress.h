@@ -25,5 +25,8 @@ void progress_init(struct progress *p, const struct bf *f);
 void progress_tick(struct progress *p, uint64_t n);
 /* Draw the final line and end it with a newline (if shown at all). */
 void progress_done(struct progress *p);
+/* End a progress line left open, so an error message starts on its own
+ * line.  Safe to call at any time. */
+void progress_interrupt(void);
 
 #endif

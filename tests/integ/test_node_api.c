@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "harness.h"
@@ -545,6 +546,72 @@ static void test_internal(struct node_proc *np)
                    &st) < 0 && st.code == GS(NOT_FOUND), "drop twice");
 }
 
+/* Settings: file, flags overriding it, refusals naming the line, --help. */
+static void test_config(const char *base)
+{
+    char ini[600], dir[600], cmd[1400], line[512];
+    struct rpc_status st;
+    bool out[30];
+    snprintf(ini, sizeof ini, "%s/node.ini", base);
+    snprintf(dir, sizeof dir, "%s/data", base);
+    FILE *f = fopen(ini, "w");
+    CHECK(f, "write %s", ini);
+    fprintf(f, "; test settings\n[node]\nmax_batch_keys = 10\nlog_level = warn\n"
+               "durability = none\n");
+    fclose(f);
+    struct node_proc np;
+    const char *const flags[] = {"--config", ini, "--max-batch-keys", "20", NULL};
+    node_start(&np, dir, flags);
+    CHECK(node_wait_health(&np, true, 10000), "SERVING");
+    CHECK(t_create(np.ch, "c", 1000, 0.01, 0, &st) == 0, "create");
+    char **keys = make_keys("c", 25);
+    CHECK(t_keys(np.ch, "Add", "c", keys, 15, out, &st) == 0,
+          "15 keys: the flag (20) overrides the file (10): %s", st.message);
+    CHECK(t_keys(np.ch, "Add", "c", keys, 25, out, &st) == GS(RESOURCE_EXHAUSTED),
+          "25 keys over the limit");
+    free_keys(keys, 25);
+    CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
+
+    /* A bad setting is refused with the file and line named; exit 2. */
+    f = fopen(ini, "w");
+    fprintf(f, "[node]\nlisten = 127.0.0.1:0\nmax_batch_keys = lots\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s --config %s 2>&1", harness_node_bin, ini);
+    FILE *p = popen(cmd, "r");
+    CHECK(p && fgets(line, sizeof line, p), "run with a bad config");
+    int status = pclose(p);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "bad config: exit 2");
+    CHECK(strstr(line, "node.ini:3") && strstr(line, "max_batch_keys"),
+          "message names file, line and setting: %s", line);
+    printf("  bad config: %s", line);
+    snprintf(cmd, sizeof cmd, "%s --no-such-flag 1 2>&1", harness_node_bin);
+    p = popen(cmd, "r");
+    CHECK(p && fgets(line, sizeof line, p), "unknown flag");
+    status = pclose(p);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2 && strstr(line, "--no-such-flag"),
+          "unknown flag refused: %s", line);
+
+    /* --help documents every setting. */
+    snprintf(cmd, sizeof cmd, "%s --help", harness_node_bin);
+    p = popen(cmd, "r");
+    char all[8192] = "";
+    size_t used = 0;
+    while (p && fgets(line, sizeof line, p) && used + strlen(line) < sizeof all) {
+        strcat(all + used, line);
+        used += strlen(line);
+    }
+    status = pclose(p);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "--help exits 0");
+    static const char *const names[] = {
+        "--listen", "--data-dir", "--durability", "--snapshot-interval",
+        "--snapshot-wal-mb", "--max-batch-keys", "--max-key-size",
+        "--max-message-size", "--threads", "--shutdown-grace-ms", "--log-level",
+        "--config"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        CHECK(strstr(all, names[i]), "--help lacks %s", names[i]);
+    printf("  --help documents every setting\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -556,6 +623,12 @@ int main(int argc, char **argv)
     char dir[512];
     struct node_proc np;
     harness_tmpdir(dir, sizeof dir, argv[2]);
+    if (strcmp(argv[2], "config") == 0) {
+        test_config(dir);
+        grpc_shutdown();
+        printf("config: ok\n");
+        return 0;
+    }
     strncat(dir, "/data", sizeof dir - strlen(dir) - 1);
     const char *const limits[] = {"--max-batch-keys", "100", "--max-key-size", "4096",
                                   NULL};

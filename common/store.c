@@ -300,8 +300,10 @@ static int snap_cmp_desc(const void *a, const void *b)
     return x->seq > y->seq ? -1 : x->seq < y->seq;
 }
 
-/* Snapshots in dir, newest first. */
-static int snap_list(const char *dir, struct snap_ent **out, size_t *n)
+/* Snapshots in dir, newest first.  clean: also remove temp files of
+ * snapshot saves a crash interrupted (only while nothing writes to dir). */
+static int snap_list(const char *dir, bool clean, struct snap_ent **out,
+                     size_t *n)
 {
     DIR *d = opendir(dir);
     struct snap_ent *v = NULL;
@@ -312,6 +314,11 @@ static int snap_list(const char *dir, struct snap_ent **out, size_t *n)
         return -errno;
     while ((de = readdir(d))) {
         uint64_t seq;
+        if (clean && !strncmp(de->d_name, "snapshot-", 9) &&
+            strstr(de->d_name, ".bf.tmp.")) {
+            unlinkat(dirfd(d), de->d_name, 0);
+            continue;
+        }
         if (!snap_parse_name(de->d_name, &seq))
             continue;
         if (len == cap) {
@@ -342,7 +349,7 @@ static void snap_prune(const char *dir, uint64_t seq)
     struct snap_ent *v;
     size_t n;
 
-    if (snap_list(dir, &v, &n) < 0)
+    if (snap_list(dir, false, &v, &n) < 0)
         return;
     for (size_t i = 0; i < n; i++) {
         char path[PATH_LEN];
@@ -412,7 +419,7 @@ static int filter_load(struct store_filter *sf, char *err)
     uint64_t covered = 0;
     int rc;
 
-    if ((rc = snap_list(sf->path, &v, &n)) < 0) {
+    if ((rc = snap_list(sf->path, true, &v, &n)) < 0) {
         strfmt(why, sizeof(why), "cannot list %s: %s", sf->path,
                  strerror(-rc));
         goto fail;
@@ -529,13 +536,16 @@ static int catalog_add(struct store *s, struct store_filter *sf)
     return 0;
 }
 
-static void catalog_remove(struct store *s, struct store_filter *sf)
+/* Returns whether sf was there; the caller then owns the catalog's
+ * reference. */
+static bool catalog_remove(struct store *s, struct store_filter *sf)
 {
     for (size_t i = 0; i < s->n; i++)
         if (s->v[i] == sf) {
             s->v[i] = s->v[--s->n];
-            return;
+            return true;
         }
+    return false;
 }
 
 struct store_filter *store_get(struct store *s, const char *name)
@@ -625,6 +635,8 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
         seterr(err, "out of memory");
         return -ENOMEM;
     }
+    /* A drop of the reserved name waits for the files to be in place. */
+    pthread_mutex_lock(&sf->snap_mu);
     pthread_mutex_unlock(&s->mu);
 
     /* Build the directory under a dot name and rename it into place, so a
@@ -660,6 +672,7 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
         sf->state = STORE_FAILED;
         strfmt(sf->why, sizeof(sf->why), "%s", e2);
         pthread_rwlock_unlock(&sf->lock);
+        pthread_mutex_unlock(&sf->snap_mu);
         seterr(err, "%s", e2);
         return -EIO;
     }
@@ -671,13 +684,16 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
     sf->state = STORE_READY;
     pthread_rwlock_unlock(&sf->lock);
     sf->snap_time_ms = now_ms();
+    pthread_mutex_unlock(&sf->snap_mu);
     return 0;
 fail:
     rm_rf(tmp);
+    pthread_mutex_unlock(&sf->snap_mu);
     pthread_mutex_lock(&s->mu);
-    catalog_remove(s, sf);
+    bool mine = catalog_remove(s, sf);
     pthread_mutex_unlock(&s->mu);
-    store_put(sf);
+    if (mine)
+        store_put(sf);
     return rc;
 }
 
@@ -721,7 +737,9 @@ int store_drop(struct store *s, const char *name, char *err)
     pthread_rwlock_wrlock(&sf->lock);
     sf->state = STORE_DROPPED;
     pthread_rwlock_unlock(&sf->lock);
-    if (rename(sf->path, tomb) < 0 || fsync_dir(s->dir) < 0) {
+    /* ENOENT: a creation that failed left nothing on disk. */
+    if ((rename(sf->path, tomb) < 0 && errno != ENOENT) ||
+        fsync_dir(s->dir) < 0) {
         rc = -errno;
         seterr(err, "cannot remove %s: %s", sf->path, strerror(-rc));
         log_error("store: drop of '%s' incomplete: %s", name, strerror(-rc));
@@ -729,11 +747,12 @@ int store_drop(struct store *s, const char *name, char *err)
     pthread_mutex_unlock(&sf->snap_mu);
 
     pthread_mutex_lock(&s->mu);
-    catalog_remove(s, sf);
+    bool mine = catalog_remove(s, sf);
     pthread_mutex_unlock(&s->mu);
     if (rc == 0)
         rm_rf(tomb);
-    store_put(sf);   /* the catalog's reference */
+    if (mine)
+        store_put(sf);   /* the catalog's reference */
     return rc;
 }
 

@@ -12,7 +12,9 @@
  * its WAL record is on disk (STORE_DURABLE_FSYNC: fdatasync, shared between
  * concurrent callers by group commit).  STORE_DURABLE_NONE only write()s the
  * record: it survives a crash of the process but not of the machine, so
- * acknowledged writes from the last moments before a power loss are lost.
+ * acknowledged writes from the last moments before a power loss are lost
+ * (and if the disk kept later pages but not earlier ones, the filter comes
+ * back FAILED rather than served with holes).
  *
  * Snapshot vs WAL ordering: a mutation FIRST changes the bits in memory and
  * THEN appends its WAL record.  A snapshot rotates the WAL under its lock at

@@ -750,6 +750,12 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
         r->expect++;
         off += WAL_REC_HDR + (size_t)len;
     }
+    /* Records replayed from the page cache after a failed fsync must be on
+     * disk before new segments are built on top of them. */
+    if (last && fdatasync(fd) < 0) {
+        rc = -errno;
+        seterr(r->err, "cannot fdatasync %s: %s", path, strerror(-rc));
+    }
 out:
     if (m)
         munmap((void *)m, size);

@@ -139,8 +139,8 @@ static void store_error(struct rpc_reply *r, struct store_filter *sf,
         if (sf)
             store_filter_state(sf, why);
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
-                        "filter \"%s\" is not serving (%s); nothing was "
-                        "acknowledged", name,
+                        "filter \"%s\" is not serving (%s); no write to it is "
+                        "acknowledged until it recovers", name,
                         why[0] ? why : (err && err[0] ? err : "I/O error"));
         break;
     case -EEXIST:
@@ -155,6 +155,10 @@ static void store_error(struct rpc_reply *r, struct store_filter *sf,
         rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
                         "filter \"%s\" is not a COUNTING filter: Remove needs one",
                         name);
+        break;
+    case -ENOMEM:
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "filter \"%s\": %s", name,
+                        err && err[0] ? err : "out of memory");
         break;
     case -ENOSPC:
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
@@ -789,15 +793,59 @@ static void finish_reply(struct rpc_stream *st, const struct rpc_reply *r)
     rpc_stream_finish(st, r->code, "%s", r->message);
 }
 
+/* Export writer: fills a chunk and sends it whenever it is full. */
+struct chunker {
+    struct rpc_stream *st;
+    uint8_t *buf;
+    size_t cap, len;
+    uint64_t offset, total;
+    bool failed;
+};
+
+static int chunk_flush(struct chunker *c)
+{
+    Bloomgrid__V1__FileChunk fc = BLOOMGRID__V1__FILE_CHUNK__INIT;
+    fc.offset = c->offset;
+    fc.data.data = c->buf;
+    fc.data.len = c->len;
+    fc.total_size = c->total;
+    if (rpc_stream_write(c->st, &fc.base) < 0) {
+        c->failed = true;
+        return -ECANCELED;
+    }
+    c->offset += c->len;
+    c->len = 0;
+    return 0;
+}
+
+static int chunk_write(void *ctx, const void *buf, size_t len)
+{
+    struct chunker *c = ctx;
+    const uint8_t *p = buf;
+    while (len) {
+        size_t n = c->cap - c->len < len ? c->cap - c->len : len;
+        memcpy(c->buf + c->len, p, n);
+        c->len += n;
+        p += n;
+        len -= n;
+        if (c->len == c->cap && chunk_flush(c) < 0)
+            return -ECANCELED;
+    }
+    return 0;
+}
+
+/* Export: a point-in-time copy of the filter (no lock held while sending),
+ * serialized straight into chunks. */
 static void h_export(void *arg, struct rpc_stream *st)
 {
     struct node *n = arg;
     struct rpc_reply r = {.code = GRPC_STATUS_OK};
     const uint8_t *buf;
     size_t len;
-    struct membuf mb = {0};
     struct store_filter *sf = NULL;
+    struct bf *copy = NULL;
     Bloomgrid__V1__ExportRequest *m = NULL;
+    struct chunker c = {.st = st};
 
     int rc = rpc_stream_read(st, &buf, &len);
     if (rc < 0)
@@ -817,37 +865,45 @@ static void h_export(void *arg, struct rpc_stream *st)
     sf = get_filter(s, m->filter, &r);
     if (!sf)
         goto done;
-    size_t chunk = m->chunk_size ? m->chunk_size : EXPORT_CHUNK_DEFAULT;
-    if (chunk > EXPORT_CHUNK_MAX)
-        chunk = EXPORT_CHUNK_MAX;
-    if (chunk + 64 > rpc_stream_max_message(st))
-        chunk = rpc_stream_max_message(st) - 64;
-    rc = store_export(sf, membuf_write, &mb);
-    if (rc < 0) {
-        store_error(&r, sf, m->filter, rc == -ENOMEM ? -ENOMEM : rc, NULL);
+    c.cap = m->chunk_size ? m->chunk_size : EXPORT_CHUNK_DEFAULT;
+    if (c.cap > EXPORT_CHUNK_MAX)
+        c.cap = EXPORT_CHUNK_MAX;
+    if (c.cap + 64 > rpc_stream_max_message(st))
+        c.cap = rpc_stream_max_message(st) - 64;
+    copy = store_filter_copy(sf);
+    if (!copy) {
+        enum store_state state = store_filter_state(sf, NULL);
+        store_error(&r, sf, m->filter, state == STORE_READY ? -ENOMEM : state_errno(state),
+                    "not enough memory for a copy of the filter");
         goto done;
     }
-    for (size_t off = 0; off < mb.len || off == 0; off += chunk) {
-        Bloomgrid__V1__FileChunk fc = BLOOMGRID__V1__FILE_CHUNK__INIT;
-        size_t nb = mb.len - off < chunk ? mb.len - off : chunk;
-        fc.offset = off;
-        fc.data.data = mb.p + off;
-        fc.data.len = nb;
-        fc.total_size = mb.len;
-        if (rpc_stream_write(st, &fc.base) < 0)
-            goto out; /* client went away */
-        if (mb.len == 0)
-            break;
+    c.buf = malloc(c.cap);
+    if (!c.buf) {
+        rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto done;
     }
-    log_info("exported filter %s (%zu bytes)", m->filter, mb.len);
+    c.total = bf_file_size(copy);
+    rc = bf_file_write(copy, chunk_write, &c);
+    if (rc == 0 && (c.len > 0 || c.offset == 0))
+        rc = chunk_flush(&c);
+    if (c.failed)
+        goto out; /* the client went away */
+    if (rc < 0) {
+        rpc_reply_error(&r, GRPC_STATUS_INTERNAL, "cannot serialize filter \"%s\": %s",
+                        m->filter, strerror(-rc));
+        goto done;
+    }
+    log_info("exported filter %s (%llu bytes)", m->filter,
+             (unsigned long long)c.total);
 done:
     finish_reply(st, &r);
 out:
+    bf_destroy(copy);
+    free(c.buf);
     if (sf)
         store_put(sf);
     if (m)
         bloomgrid__v1__export_request__free_unpacked(m, NULL);
-    free(mb.p);
 }
 
 static void h_import(void *arg, struct rpc_stream *st)

@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,35 @@ struct scratch {
     size_t cap;
 };
 
-static __thread struct scratch tls_scratch;
+static void scratch_free(struct scratch *sc);
+
+/* Worker threads keep their scratch between calls; it is freed when the
+ * thread exits (server shutdown). */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_destroy(void *p)
+{
+    scratch_free(p);
+    free(p);
+}
+
+static void scratch_key_init(void)
+{
+    pthread_key_create(&scratch_key, scratch_destroy);
+}
+
+static struct scratch *thread_scratch(void)
+{
+    pthread_once(&scratch_once, scratch_key_init);
+    struct scratch *sc = pthread_getspecific(scratch_key);
+    if (!sc) {
+        sc = calloc(1, sizeof *sc);
+        if (sc)
+            pthread_setspecific(scratch_key, sc);
+    }
+    return sc;
+}
 
 static int scratch_reserve(struct scratch *sc, size_t n)
 {
@@ -516,7 +545,12 @@ static void key_unary(struct node *n, enum key_op op, const uint8_t *req,
                       size_t len, struct rpc_reply *r)
 {
     struct filter_ref fr = {0};
-    run_key_batch(n, op, req, len, &tls_scratch, &fr, r);
+    struct scratch *sc = thread_scratch();
+    if (!sc) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    run_key_batch(n, op, req, len, sc, &fr, r);
     filter_ref_drop(&fr);
 }
 
@@ -1254,10 +1288,14 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
         return;
     UNPACK_OR_FAIL(Bloomgrid__V1__HashesRequest, bloomgrid__v1__hashes_request, m,
                    req, len, r);
-    struct scratch *sc = &tls_scratch;
+    struct scratch *sc = thread_scratch();
     struct store_filter *sf = NULL;
     char err[STORE_ERRLEN] = "";
     size_t cnt = m->hashes.len / 16;
+    if (!sc) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
     if (m->hashes.len % 16) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                         "hashes is %zu bytes: not a multiple of 16", m->hashes.len);

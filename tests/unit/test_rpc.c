@@ -241,6 +241,46 @@ START_TEST(shutdown_cancels_open_streams)
 }
 END_TEST
 
+START_TEST(many_calls_complete_independently)
+{
+    struct fixture f;
+    setup(&f);
+    struct rpc_multi c[8];
+    uint8_t req[8][32];
+    static const char *const names[8] = {"a", "b", "missing", "d", "e", "f", "g", "h"};
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < 8; i++) {
+        Bloomgrid__V1__GetFilterRequest rq = BLOOMGRID__V1__GET_FILTER_REQUEST__INIT;
+        rq.name = (char *)names[i];
+        c[i].ch = f.ch;
+        c[i].method = i == 7 ? "/x.Y/Z" : "/bloomgrid.v1.BloomGrid/GetFilter";
+        size_t len = protobuf_c_message_pack(&rq.base, req[i]);
+        c[i].req = grpc_slice_from_copied_buffer((const char *)req[i], len);
+        c[i].timeout_ms = 5000;
+    }
+    ck_assert_uint_eq(rpc_call_many(c, 8), 2);
+    for (int i = 0; i < 8; i++)
+        grpc_slice_unref(c[i].req);
+    for (int i = 0; i < 8; i++) {
+        if (i == 2) {
+            ck_assert_int_eq(c[i].rc, -1);
+            ck_assert_int_eq(c[i].st.code, GRPC_STATUS_NOT_FOUND);
+        } else if (i == 7) {
+            ck_assert_int_eq(c[i].st.code, GRPC_STATUS_UNIMPLEMENTED);
+        } else {
+            ck_assert_int_eq(c[i].rc, 0);
+            Bloomgrid__V1__FilterInfo *fi = bloomgrid__v1__filter_info__unpack(
+                NULL, GRPC_SLICE_LENGTH(c[i].resp), GRPC_SLICE_START_PTR(c[i].resp));
+            ck_assert_ptr_nonnull(fi);
+            ck_assert_str_eq(fi->name, names[i]);
+            bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+            grpc_slice_unref(c[i].resp);
+        }
+    }
+    teardown(&f);
+}
+END_TEST
+
 static int health(struct fixture *f, const char *service)
 {
     Grpc__Health__V1__HealthCheckRequest rq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -283,6 +323,7 @@ Suite *rpc_suite(void)
     tcase_add_test(tc, stream_answers_each_message_in_order);
     tcase_add_test(tc, shutdown_cancels_open_streams);
     tcase_add_test(tc, health_follows_set_health);
+    tcase_add_test(tc, many_calls_complete_independently);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,138 @@
+/* bloomgrid-router: the public BloomGrid API in front of many nodes.
+ *
+ * Start-up: parse settings, load the topology (refusing to start on a bad
+ * one), block SIGINT/SIGTERM/SIGHUP (before grpc_init so every gRPC thread
+ * inherits the mask), start listening.  The main thread waits for signals:
+ * SIGHUP reloads the topology (calls in flight keep the one they started
+ * with; a bad file is refused and logged with its line), SIGTERM/SIGINT stop
+ * the server (in-flight calls finish or are cancelled) and exit 0.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/grpc.h>
+
+#include "bloomgrid/v1/bloomgrid.pb-c.h"
+#include "log.h"
+#include "router.h"
+#include "router_config.h"
+#include "router_rpc.h"
+#include "rpc_server.h"
+#include "topo.h"
+
+static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid"};
+
+static void set_health(struct router *r, bool serving)
+{
+    for (size_t i = 0; i < sizeof health_names / sizeof health_names[0]; i++)
+        rpc_server_set_health(r->srv, health_names[i], serving);
+}
+
+static void log_topology(const struct topo *t)
+{
+    for (unsigned i = 0; i < t->ngroups; i++)
+        log_info("group %s: primary %s, %u replicas%s%s", t->groups[i].name,
+                 t->groups[i].primary, t->groups[i].nreplicas,
+                 t->groups[i].datacenter[0] ? ", datacenter " : "",
+                 t->groups[i].datacenter);
+}
+
+int main(int argc, char **argv)
+{
+    static struct router r;
+    struct router_config cfg;
+    char err[TOPO_ERRLEN];
+    sigset_t set;
+
+    int rc = router_config_load(&cfg, argc, argv);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    enum log_level lvl;
+    if (log_level_parse(cfg.log_level, &lvl) == 0)
+        log_set_level(lvl);
+    log_set_ident("bloomgrid-router");
+
+    struct topo *t = topo_load(cfg.topology, err);
+    if (!t) {
+        fprintf(stderr, "%s: bad topology: %s\n", argv[0], err);
+        return 2;
+    }
+    router_init(&r, &cfg, t);
+    log_info("topology %s: %u groups", cfg.topology, t->ngroups);
+    log_topology(t);
+
+    /* SIGHUP joins the signals rpc_signals_block blocks in every thread. */
+    sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    rpc_signals_block();
+    grpc_init();
+
+    struct rpc_server_config sc = {
+        .listen = cfg.listen,
+        .threads = (int)cfg.threads,
+        .max_message = cfg.max_message_size,
+        .grace_ms = (int)cfg.shutdown_grace_ms,
+    };
+    r.srv = rpc_server_create(&sc);
+    if (!r.srv) {
+        log_error("cannot create the gRPC server");
+        return 1;
+    }
+    if (bloomgrid__v1__bloom_grid__descriptor.n_methods != router_rpc_public_count) {
+        log_error("handler table does not match the service descriptor");
+        return 1;
+    }
+    rpc_server_add_service(r.srv, &bloomgrid__v1__bloom_grid__descriptor,
+                           router_rpc_public, &r);
+    int port = rpc_server_start(r.srv);
+    if (port < 0) {
+        log_error("cannot listen on %s (address in use or invalid)", cfg.listen);
+        rpc_server_destroy(r.srv);
+        grpc_shutdown();
+        return 1;
+    }
+    set_health(&r, true);
+    /* Tests and scripts read the bound port from this line. */
+    char host[256];
+    snprintf(host, sizeof host, "%s", cfg.listen);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = 0;
+    printf("bloomgrid-router listening on %s:%d\n", host, port);
+    fflush(stdout);
+    log_info("listening on %s:%d (topology %s, %llu shards by default)", host, port,
+             cfg.topology, (unsigned long long)cfg.default_shards);
+
+    sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int sig = 0;
+    for (;;) {
+        if (sigwait(&set, &sig) != 0)
+            continue;
+        if (sig != SIGHUP)
+            break;
+        if (router_reload(&r, err) < 0) {
+            log_error("SIGHUP: topology refused, the old one stays: %s", err);
+        } else {
+            struct topo *nt = router_topo(&r);
+            log_info("SIGHUP: topology %s reloaded: %u groups", cfg.topology,
+                     nt->ngroups);
+            log_topology(nt);
+            topo_unref(nt);
+        }
+    }
+    log_info("%s: shutting down", strsignal(sig));
+    set_health(&r, false);
+    rpc_server_shutdown(r.srv);
+    rpc_server_destroy(r.srv);
+    router_deinit(&r);
+    grpc_shutdown();
+    log_info("stopped");
+    return 0;
+}

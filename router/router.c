@@ -1,0 +1,211 @@
+/* router: topology, node channels and the filter cache (see router.h). */
+#include "router.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "log.h"
+
+int router_init(struct router *r, const struct router_config *cfg, struct topo *t)
+{
+    memset(r, 0, sizeof *r);
+    r->cfg = *cfg;
+    r->topo = t;
+    pthread_mutex_init(&r->lock, NULL);
+    return 0;
+}
+
+void router_deinit(struct router *r)
+{
+    for (size_t i = 0; i < r->nfilters; i++)
+        router_filter_unref(r->filters[i]);
+    free(r->filters);
+    for (size_t i = 0; i < r->nnodes; i++) {
+        rpc_channel_destroy(r->nodes[i]->ch);
+        free(r->nodes[i]);
+    }
+    free(r->nodes);
+    topo_unref(r->topo);
+    pthread_mutex_destroy(&r->lock);
+    memset(r, 0, sizeof *r);
+}
+
+struct topo *router_topo(struct router *r)
+{
+    pthread_mutex_lock(&r->lock);
+    struct topo *t = topo_ref(r->topo);
+    pthread_mutex_unlock(&r->lock);
+    return t;
+}
+
+int router_reload(struct router *r, char *err)
+{
+    struct topo *t = topo_load(r->cfg.topology, err);
+    if (!t)
+        return -EINVAL;
+    pthread_mutex_lock(&r->lock);
+    struct topo *old = r->topo;
+    r->topo = t;
+    pthread_mutex_unlock(&r->lock);
+    /* Calls that started on the old topology keep their own references. */
+    topo_unref(old);
+    return 0;
+}
+
+struct rpc_channel *router_channel(struct router *r, const char *addr)
+{
+    struct rpc_channel *ch = NULL;
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->nnodes; i++) {
+        if (strcmp(r->nodes[i]->addr, addr) == 0) {
+            ch = r->nodes[i]->ch;
+            goto out;
+        }
+    }
+    if (r->nnodes == r->nodes_cap) {
+        size_t cap = r->nodes_cap ? 2 * r->nodes_cap : 16;
+        struct router_node **p = realloc(r->nodes, cap * sizeof *p);
+        if (!p)
+            goto out;
+        r->nodes = p;
+        r->nodes_cap = cap;
+    }
+    struct router_node *n = calloc(1, sizeof *n);
+    if (!n)
+        goto out;
+    snprintf(n->addr, sizeof n->addr, "%s", addr);
+    n->ch = rpc_channel_create(addr, r->cfg.max_message_size);
+    if (!n->ch) {
+        free(n);
+        goto out;
+    }
+    r->nodes[r->nnodes++] = n;
+    ch = n->ch;
+    log_info("channel to node %s opened", addr);
+out:
+    pthread_mutex_unlock(&r->lock);
+    return ch;
+}
+
+void router_filter_unref(struct router_filter *f)
+{
+    if (!f || atomic_fetch_sub(&f->refs, 1) != 1)
+        return;
+    bf_destroy(f->hasher);
+    topo_unref(f->topo);
+    free(f->group);
+    free((void *)f->seen_version);
+    free(f);
+}
+
+/* Index of name in the cache, or -1.  Caller holds the lock. */
+static ssize_t cache_find(struct router *r, const char *name)
+{
+    for (size_t i = 0; i < r->nfilters; i++)
+        if (strcmp(r->filters[i]->name, name) == 0)
+            return (ssize_t)i;
+    return -1;
+}
+
+struct router_filter *router_filter_get(struct router *r, const char *name,
+                                        const struct topo *t,
+                                        struct router_filter **stale)
+{
+    struct router_filter *f = NULL;
+    if (stale)
+        *stale = NULL;
+    pthread_mutex_lock(&r->lock);
+    ssize_t i = cache_find(r, name);
+    if (i >= 0) {
+        struct router_filter *c = r->filters[i];
+        bool fresh = c->topo == t &&
+                     time(NULL) - c->fetched < (time_t)r->cfg.secret_ttl_s;
+        atomic_fetch_add(&c->refs, 1);
+        if (fresh)
+            f = c;
+        else if (stale)
+            *stale = c;
+        else
+            atomic_fetch_sub(&c->refs, 1);   /* the cache still holds one */
+    }
+    pthread_mutex_unlock(&r->lock);
+    return f;
+}
+
+struct router_filter *router_filter_add(struct router *r, const char *name,
+                                        const uint8_t *secret, uint32_t shards,
+                                        struct topo *t,
+                                        const struct router_filter *prev)
+{
+    char err[BF_ERRLEN];
+    struct router_filter *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    atomic_init(&f->refs, 2);
+    snprintf(f->name, sizeof f->name, "%s", name);
+    f->shards = shards;
+    memcpy(f->secret, secret, BF_SECRET_LEN);
+    struct bf_params p = {.capacity = 1, .error_rate = 0.5, .secret = secret};
+    f->hasher = bf_create(&p, err);
+    f->group = calloc(shards, sizeof *f->group);
+    f->seen_version = calloc(shards, sizeof *f->seen_version);
+    if (!f->hasher || !f->group || !f->seen_version) {
+        bf_destroy(f->hasher);
+        free(f->group);
+        free((void *)f->seen_version);
+        free(f);
+        return NULL;
+    }
+    f->topo = topo_ref(t);
+    for (uint32_t i = 0; i < shards; i++)
+        f->group[i] = (uint16_t)topo_group_for(t, name, i);
+    bool same = prev && prev->shards == shards &&
+                memcmp(prev->secret, secret, BF_SECRET_LEN) == 0;
+    for (uint32_t i = 0; same && i < shards; i++)
+        f->seen_version[i] = atomic_load(&prev->seen_version[i]);
+    f->fetched = time(NULL);
+
+    pthread_mutex_lock(&r->lock);
+    ssize_t i = cache_find(r, name);
+    if (i >= 0) {
+        router_filter_unref(r->filters[i]);
+        r->filters[i] = f;
+    } else {
+        if (r->nfilters == r->filters_cap) {
+            size_t cap = r->filters_cap ? 2 * r->filters_cap : 16;
+            struct router_filter **p = realloc(r->filters, cap * sizeof *p);
+            if (p) {
+                r->filters = p;
+                r->filters_cap = cap;
+            }
+        }
+        if (r->nfilters < r->filters_cap)
+            r->filters[r->nfilters++] = f;
+        else
+            atomic_fetch_sub(&f->refs, 1);   /* not cached */
+    }
+    pthread_mutex_unlock(&r->lock);
+    return f;
+}
+
+void router_filter_forget(struct router *r, const char *name)
+{
+    pthread_mutex_lock(&r->lock);
+    ssize_t i = cache_find(r, name);
+    if (i >= 0) {
+        router_filter_unref(r->filters[i]);
+        r->filters[i] = r->filters[--r->nfilters];
+    }
+    pthread_mutex_unlock(&r->lock);
+}
+
+void router_filter_saw_version(struct router_filter *f, uint32_t shard,
+                               uint64_t version)
+{
+    uint64_t cur = atomic_load(&f->seen_version[shard]);
+    while (cur < version &&
+           !atomic_compare_exchange_weak(&f->seen_version[shard], &cur, version))
+        ;
+}

@@ -1,0 +1,105 @@
+/* router: the state of one bloomgrid-router process shared by its handlers.
+ *
+ * The router owns
+ *   - the current topology (swapped whole on SIGHUP; calls hold a reference
+ *     to the one they started with, so a reload never disturbs them);
+ *   - one gRPC channel per node address, created on first use and kept for
+ *     the life of the process (gRPC reconnects it after a node restarts);
+ *   - a cache of filters it has seen: secret, shard count and the placement
+ *     of every shard under a topology.  Entries are immutable and reference
+ *     counted; a stale one (older than secret_ttl_s, or computed for an older
+ *     topology) is replaced, never changed in place.
+ * Every function may be called from any thread.
+ */
+#ifndef BLOOMGRID_ROUTER_H
+#define BLOOMGRID_ROUTER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "bf.h"
+#include "router_config.h"
+#include "rpc_client.h"
+#include "rpc_server.h"
+#include "topo.h"
+
+#define ROUTER_NAME_MAX 128     /* filter names, as on a node */
+#define ROUTER_MAX_SHARDS 4096
+
+/* A node address and its channel. */
+struct router_node {
+    char addr[TOPO_ADDR_MAX + 1];
+    struct rpc_channel *ch;
+};
+
+/* One filter as the router knows it. */
+struct router_filter {
+    atomic_int refs;
+    char name[ROUTER_NAME_MAX + 1];
+    uint32_t shards;
+    uint8_t secret[BF_SECRET_LEN];
+    struct bf *hasher;          /* a one-bit-sized filter holding the secret */
+    struct topo *topo;          /* the topology the placement is for (a ref) */
+    uint16_t *group;            /* shards entries: index into topo->groups */
+    /* Per shard: highest version a primary reported to this router.  A
+     * replica counts as caught up for reads when it reports at least this. */
+    _Atomic uint64_t *seen_version;
+    time_t fetched;
+};
+
+struct router {
+    struct router_config cfg;
+    struct rpc_server *srv;
+    pthread_mutex_t lock;       /* guards everything below */
+    struct topo *topo;
+    struct router_node **nodes;
+    size_t nnodes, nodes_cap;
+    struct router_filter **filters;
+    size_t nfilters, filters_cap;
+};
+
+/* Set up with cfg (copied) and the topology already loaded (takes over its
+ * reference).  Returns 0 or -ENOMEM. */
+int router_init(struct router *r, const struct router_config *cfg, struct topo *t);
+/* Free channels, cache and topology.  No call may be running. */
+void router_deinit(struct router *r);
+
+/* The current topology with a reference for the caller (topo_unref). */
+struct topo *router_topo(struct router *r);
+
+/* Re-read the topology file.  On error the old topology stays and err
+ * (TOPO_ERRLEN) says why, naming the line.  Returns 0 or -EINVAL. */
+int router_reload(struct router *r, char *err);
+
+/* The channel of a node address (created on first use; owned by the
+ * router, valid until router_deinit).  NULL when out of memory. */
+struct rpc_channel *router_channel(struct router *r, const char *addr);
+
+/* A cached filter with a reference for the caller, or NULL when it is not
+ * cached, is older than secret_ttl_s, or was placed under another topology
+ * than t (then *stale gets the old entry with a reference, or NULL). */
+struct router_filter *router_filter_get(struct router *r, const char *name,
+                                        const struct topo *t,
+                                        struct router_filter **stale);
+
+/* Build an entry for name (secret, shards) placed under t; the caller gets
+ * one reference and the cache another.  prev (may be NULL) lends its seen
+ * versions when the shard count matches.  NULL when out of memory. */
+struct router_filter *router_filter_add(struct router *r, const char *name,
+                                        const uint8_t *secret, uint32_t shards,
+                                        struct topo *t,
+                                        const struct router_filter *prev);
+
+/* Forget a filter (dropped, or a node said it does not exist). */
+void router_filter_forget(struct router *r, const char *name);
+
+void router_filter_unref(struct router_filter *f);
+
+/* Raise the highest version seen from shard's primary. */
+void router_filter_saw_version(struct router_filter *f, uint32_t shard,
+                               uint64_t version);
+
+#endif

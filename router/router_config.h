@@ -1,0 +1,36 @@
+/* router_config: the settings of bloomgrid-router, from a config file and flags.
+ *
+ * One table (router_config.c) lists every setting: its name (the INI key in
+ * section [router] and, with '_' as '-', the --flag), type, bounds, default
+ * and the field it fills.  Precedence: defaults < config file < flags.  The
+ * file is parsed with libinih.
+ */
+#ifndef BLOOMGRID_ROUTER_CONFIG_H
+#define BLOOMGRID_ROUTER_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct router_config {
+    char listen[256];
+    char topology[1024];
+    uint64_t default_shards;
+    uint64_t node_timeout_ms;
+    uint64_t secret_ttl_s;
+    uint64_t max_batch_keys;
+    uint64_t max_key_size;
+    uint64_t max_message_size;
+    uint64_t threads;
+    uint64_t shutdown_grace_ms;
+    char log_level[16];
+};
+
+/* Parse argv (and the --config file it names).  Returns 0 when the router
+ * should run, 1 when it printed --help and should exit 0, or -1 after
+ * printing an error naming the setting (exit 2). */
+int router_config_load(struct router_config *c, int argc, char **argv);
+
+/* Print the --help text with every setting. */
+void router_config_usage(FILE *out, const char *prog);
+
+#endif

@@ -1,0 +1,92 @@
+/* router_nodes: what the router asks of the nodes, in the project's own
+ * terms.  router_rpc_nodes.c implements it over the internal service
+ * (bloomgrid.v1.Internal); router_rpc.c calls it from the public handlers.
+ *
+ * Fan-out: a key batch is hashed once, split by shard and sent as one
+ * AddHashes / MayContainHashes / RemoveHashes call per shard, all started on
+ * one completion queue (rpc_call_many) and collected; answers are put back in
+ * request order.  Catalog calls (create, drop, describe, list) fan out the
+ * same way.
+ *
+ * Failures: every function returns 0 or -1 with a status code and a message
+ * naming the shard(s) and node(s) in *st.
+ */
+#ifndef BLOOMGRID_ROUTER_NODES_H
+#define BLOOMGRID_ROUTER_NODES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/status.h>
+
+#include "router.h"
+
+struct router_status {
+    grpc_status_code code;
+    char msg[RPC_MSGLEN];
+};
+
+enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
+
+/* Run one batch of n keys (keys[i] has lens[i] bytes) on filter.  out[i]
+ * receives the answer of key i.  A write (Add, Remove) that fails on some
+ * shard fails as a whole with UNAVAILABLE; the message names the failed
+ * shard(s) and node(s) and lists the keys that were acknowledged anyway
+ * (docs/ROUTER.md). */
+int router_keys(struct router *r, const char *filter, enum router_key_op op,
+                const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                bool *out, struct router_status *st);
+
+/* One shard as a node describes it. */
+struct router_shard_desc {
+    bool ok;                   /* false: the fields below are not known */
+    uint32_t index;
+    char node[TOPO_ADDR_MAX + 1];
+    int state;                 /* bloomgrid.v1.FilterState */
+    char reason[256];
+    int kind;                  /* bloomgrid.v1.FilterKind */
+    uint64_t capacity;
+    double error_rate;
+    uint64_t bits, bytes;
+    uint32_t hashes, layers;
+    double fill_ratio, estimated_count, estimated_error_rate;
+    bool over_capacity;
+    uint64_t version, insert_count;
+    char fingerprint[17];
+};
+
+struct router_filter_desc {
+    char name[ROUTER_NAME_MAX + 1];
+    uint32_t shards;
+    struct router_shard_desc *shard;   /* shards entries (owned) */
+};
+
+void router_filter_desc_free(struct router_filter_desc *d);
+
+struct router_create {
+    const char *name;
+    uint64_t capacity;
+    double error_rate;
+    int kind;                  /* bloomgrid.v1.FilterKind */
+    uint32_t shards;           /* resolved (> 0) */
+};
+
+/* Create every shard on its group, or none: shards created before a failure
+ * are dropped again.  On success *out describes the new filter. */
+int router_create_filter(struct router *r, const struct router_create *c,
+                         struct router_filter_desc *out, struct router_status *st);
+
+/* Drop every shard (shard 0 last, so a failed drop can be retried). */
+int router_drop_filter(struct router *r, const char *name, struct router_status *st);
+
+/* Describe every shard of one filter. */
+int router_describe_filter(struct router *r, const char *name,
+                           struct router_filter_desc *out, struct router_status *st);
+
+/* Every filter on the primaries, sorted by name.  Free with
+ * router_filter_desc_free on each, then free(*out). */
+int router_list_filters(struct router *r, struct router_filter_desc **out,
+                        size_t *n, struct router_status *st);
+
+#endif

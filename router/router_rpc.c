@@ -1,0 +1,608 @@
+/* router_rpc: the public bloomgrid.v1.BloomGrid handlers of bloomgrid-router.
+ * With router_rpc_nodes.c, the only place of the router that converts wire
+ * messages.
+ *
+ * Key batches (Add, MayContain, Remove and their streams) are decoded by hand
+ * in one bounds-checked pass that records where each key lies inside the
+ * request buffer, and answered with one hand-encoded packed repeated bool, as
+ * on a node.  Catalog calls use the generated protobuf-c code; FilterInfo of
+ * a sharded filter is the aggregate of its shards (sums of bits, bytes, n-hat
+ * and inserts; fill weighted by bits; estimated FPR the mean over shards,
+ * since a random absent key lands on a random shard).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "bloomgrid/v1/bloomgrid.pb-c.h"
+#include "log.h"
+#include "router.h"
+#include "router_nodes.h"
+#include "router_rpc.h"
+#include "rpc_server.h"
+
+#define SHARD_SUFFIX ".shard-"
+
+/* ---- key batches ---- */
+
+struct keybuf {
+    const uint8_t **ptr;
+    uint32_t *len;
+    bool *out;
+    size_t cap;
+};
+
+static __thread struct keybuf tls_kb;
+
+static int keybuf_reserve(struct keybuf *kb, size_t n)
+{
+    if (n <= kb->cap)
+        return 0;
+    size_t cap = kb->cap ? kb->cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    const uint8_t **p = realloc(kb->ptr, cap * sizeof *p);
+    if (p)
+        kb->ptr = p;
+    uint32_t *l = realloc(kb->len, cap * sizeof *l);
+    if (l)
+        kb->len = l;
+    bool *o = realloc(kb->out, cap * sizeof *o);
+    if (o)
+        kb->out = o;
+    if (!p || !l || !o)
+        return -ENOMEM;
+    kb->cap = cap;
+    return 0;
+}
+
+static void keybuf_free(struct keybuf *kb)
+{
+    free(kb->ptr);
+    free(kb->len);
+    free(kb->out);
+    memset(kb, 0, sizeof *kb);
+}
+
+static inline bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    const uint8_t *q = *p;
+    for (int shift = 0; shift < 70 && q < end; shift += 7) {
+        uint8_t b = *q++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *p = q;
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static inline size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Decode an AddRequest / MayContainRequest / RemoveRequest (1 = filter,
+ * 2 = repeated bytes keys).  filter gets "" when absent.  Returns false with
+ * the reply set. */
+static bool decode_keys(struct router *r, const uint8_t *buf, size_t len,
+                        struct keybuf *kb, char *filter, size_t *nkeys,
+                        struct rpc_reply *rep)
+{
+    const uint8_t *p = buf, *end = buf + len;
+    uint64_t max_keys = r->cfg.max_batch_keys, max_key = r->cfg.max_key_size;
+    size_t n = 0;
+
+    filter[0] = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        if (!get_varint(&p, end, &tag))
+            goto malformed;
+        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
+        if (field == 0 || (wt != 2 && (field == 1 || field == 2)))
+            goto malformed;
+        switch (wt) {
+        case 0:
+            if (!get_varint(&p, end, &v))
+                goto malformed;
+            break;
+        case 1:
+            if (end - p < 8)
+                goto malformed;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4)
+                goto malformed;
+            p += 4;
+            break;
+        case 2:
+            if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+                goto malformed;
+            if (field == 1) {
+                if (v > ROUTER_NAME_MAX) {
+                    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "filter name is %" PRIu64 " bytes; the limit "
+                                    "is %d", v, ROUTER_NAME_MAX);
+                    return false;
+                }
+                memcpy(filter, p, v);
+                filter[v] = 0;
+            } else if (field == 2) {
+                if (n >= max_keys) {
+                    rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "more than %" PRIu64 " keys in one batch "
+                                    "(max_batch_keys); split the batch", max_keys);
+                    return false;
+                }
+                if (v == 0 || v > max_key) {
+                    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "key %zu is %" PRIu64 " bytes; keys must be "
+                                    "1..%" PRIu64 " bytes (max_key_size)", n, v,
+                                    max_key);
+                    return false;
+                }
+                if (n >= kb->cap && keybuf_reserve(kb, n + 1) < 0) {
+                    rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "out of memory decoding the batch");
+                    return false;
+                }
+                kb->ptr[n] = p;
+                kb->len[n] = (uint32_t)v;
+                n++;
+            }
+            p += v;
+            break;
+        default:
+            goto malformed;
+        }
+    }
+    *nkeys = n;
+    return true;
+malformed:
+    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                    "malformed request message (byte %zu of %zu)",
+                    (size_t)(p - buf), len);
+    return false;
+}
+
+static void encode_bools(struct rpc_reply *rep, const bool *v, size_t n)
+{
+    size_t len = n ? 1 + varint_len(n) + n : 0;
+    uint8_t *p = rpc_reply_alloc(rep, len);
+    if (!p) {
+        rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    if (n) {
+        *p++ = 0x0a;
+        p = put_varint(p, n);
+        for (size_t i = 0; i < n; i++)
+            p[i] = v[i] ? 1 : 0;
+    }
+}
+
+static bool name_ok(const char *name, struct rpc_reply *rep)
+{
+    size_t n = strlen(name);
+    bool ok = n >= 1 && n <= ROUTER_NAME_MAX;
+    for (const char *s = name; ok && *s; s++)
+        ok = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+             (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' || *s == '-';
+    if (!ok) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                        "filter name \"%.*s\" must be 1..%d characters of "
+                        "[A-Za-z0-9._-]", 140, name, ROUTER_NAME_MAX);
+        return false;
+    }
+    if (strstr(name, SHARD_SUFFIX)) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                        "filter name \"%s\": \"" SHARD_SUFFIX "\" is reserved "
+                        "for shards", name);
+        return false;
+    }
+    return true;
+}
+
+static const char *const op_names[] = {"Add", "MayContain", "Remove"};
+
+/* One key batch; *cur is the filter of the stream so far ("" for none). */
+static void run_keys(struct router *r, enum router_key_op op, const uint8_t *buf,
+                     size_t len, struct keybuf *kb, char *cur, struct rpc_reply *rep)
+{
+    char filter[ROUTER_NAME_MAX + 1];
+    size_t n = 0;
+    struct router_status st;
+
+    if (!decode_keys(r, buf, len, kb, filter, &n, rep))
+        return;
+    if (filter[0]) {
+        if (!name_ok(filter, rep))
+            return;
+        memcpy(cur, filter, sizeof filter);
+    } else if (!cur[0]) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                        "%s: the request names no filter", op_names[op]);
+        return;
+    }
+    if (keybuf_reserve(kb, n ? n : 1) < 0) {
+        rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    if (router_keys(r, cur, op, kb->ptr, kb->len, n, kb->out, &st) < 0) {
+        rpc_reply_error(rep, st.code, "%s", st.msg);
+        return;
+    }
+    encode_bools(rep, kb->out, n);
+}
+
+static void key_unary(void *arg, enum router_key_op op, const uint8_t *req,
+                      size_t len, struct rpc_reply *rep)
+{
+    char cur[ROUTER_NAME_MAX + 1] = "";
+    run_keys(arg, op, req, len, &tls_kb, cur, rep);
+}
+
+static void h_add(void *arg, const uint8_t *req, size_t len, struct rpc_reply *rep)
+{
+    key_unary(arg, ROUTER_ADD, req, len, rep);
+}
+
+static void h_may_contain(void *arg, const uint8_t *req, size_t len,
+                          struct rpc_reply *rep)
+{
+    key_unary(arg, ROUTER_MAY_CONTAIN, req, len, rep);
+}
+
+static void h_remove(void *arg, const uint8_t *req, size_t len, struct rpc_reply *rep)
+{
+    key_unary(arg, ROUTER_REMOVE, req, len, rep);
+}
+
+static void key_stream(struct router *r, enum router_key_op op, struct rpc_stream *s)
+{
+    struct keybuf kb = {0};
+    char cur[ROUTER_NAME_MAX + 1] = "";
+    const uint8_t *buf;
+    size_t len;
+
+    for (;;) {
+        int rc = rpc_stream_read(s, &buf, &len);
+        if (rc < 0)
+            goto out;
+        if (rc == 0)
+            break;
+        struct rpc_reply rep = {.code = GRPC_STATUS_OK};
+        run_keys(r, op, buf, len, &kb, cur, &rep);
+        if (rep.code != GRPC_STATUS_OK) {
+            rpc_stream_finish(s, rep.code, "%s", rep.message);
+            goto out;
+        }
+        if (rpc_stream_write_slice(s, rep.has_body ? rep.body : grpc_empty_slice()) < 0)
+            goto out;
+    }
+    rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
+out:
+    keybuf_free(&kb);
+}
+
+static void h_add_stream(void *arg, struct rpc_stream *s)
+{
+    key_stream(arg, ROUTER_ADD, s);
+}
+
+static void h_may_contain_stream(void *arg, struct rpc_stream *s)
+{
+    key_stream(arg, ROUTER_MAY_CONTAIN, s);
+}
+
+/* ---- FilterInfo of a sharded filter ---- */
+
+struct info_buf {
+    Bloomgrid__V1__FilterInfo fi;
+    Bloomgrid__V1__ShardInfo *si;
+    Bloomgrid__V1__ShardInfo **sip;
+    char reason[300];
+    char fp[17];
+};
+
+static int info_build(struct info_buf *ib, struct router_filter_desc *d)
+{
+    Bloomgrid__V1__FilterInfo *fi = &ib->fi;
+    uint32_t S = d->shards, ok = 0, failed = 0, recovering = 0;
+    double fill_bits = 0, fpr_sum = 0;
+    const struct router_shard_desc *bad = NULL;
+    XXH3_state_t *xs = XXH3_createState();
+
+    bloomgrid__v1__filter_info__init(fi);
+    ib->si = calloc(S ? S : 1, sizeof *ib->si);
+    ib->sip = calloc(S ? S : 1, sizeof *ib->sip);
+    if (!ib->si || !ib->sip || !xs) {
+        free(ib->si);
+        free(ib->sip);
+        XXH3_freeState(xs);
+        return -ENOMEM;
+    }
+    XXH3_64bits_reset(xs);
+    ib->reason[0] = 0;
+    fi->name = d->name;
+    fi->shards = S;
+    fi->reason = ib->reason;
+    fi->fingerprint = ib->fp;
+    for (uint32_t s = 0; s < S; s++) {
+        const struct router_shard_desc *sd = &d->shard[s];
+        Bloomgrid__V1__ShardInfo *si = &ib->si[s];
+        bloomgrid__v1__shard_info__init(si);
+        ib->sip[s] = si;
+        si->index = s;
+        si->node = (char *)sd->node;
+        si->state = sd->state;
+        si->reason = (char *)sd->reason;
+        if (sd->state == BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_RECOVERING)
+            recovering++;
+        else if (sd->state != BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY)
+            failed++;
+        if (sd->state != BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY && !bad)
+            bad = sd;
+        if (!sd->ok)
+            continue;
+        si->bits = sd->bits;
+        si->bytes = sd->bytes;
+        si->fill_ratio = sd->fill_ratio;
+        si->estimated_count = sd->estimated_count;
+        si->version = sd->version;
+        if (sd->state != BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY)
+            continue;
+        if (!ok++) {
+            fi->kind = sd->kind;
+            fi->error_rate = sd->error_rate;
+            fi->hashes = sd->hashes;
+        }
+        fi->capacity += sd->capacity;
+        fi->bits += sd->bits;
+        fi->bytes += sd->bytes;
+        fill_bits += sd->fill_ratio * (double)sd->bits;
+        fi->estimated_count += sd->estimated_count;
+        fpr_sum += sd->estimated_error_rate;
+        fi->version += sd->version;
+        fi->insert_count += sd->insert_count;
+        fi->over_capacity |= sd->over_capacity;
+        if (sd->layers > fi->layers)
+            fi->layers = sd->layers;
+        XXH3_64bits_update(xs, sd->fingerprint, strlen(sd->fingerprint) + 1);
+    }
+    fi->fill_ratio = fi->bits ? fill_bits / (double)fi->bits : 0;
+    fi->estimated_error_rate = ok ? fpr_sum / ok : 0;
+    if (ok && fi->estimated_error_rate > fi->error_rate)
+        fi->over_capacity = true;
+    snprintf(ib->fp, sizeof ib->fp, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(xs));
+    XXH3_freeState(xs);
+    if (failed)
+        fi->state = BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_FAILED;
+    else if (recovering)
+        fi->state = BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_RECOVERING;
+    else
+        fi->state = BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY;
+    if (bad)
+        snprintf(ib->reason, sizeof ib->reason, "%u of %u shards not ready; shard "
+                 "%u on node %.64s: %.160s", failed + recovering, S, bad->index, bad->node,
+                 bad->reason[0] ? bad->reason : "not ready");
+    fi->n_shard_info = S;
+    fi->shard_info = ib->sip;
+    return 0;
+}
+
+static void info_free(struct info_buf *ib)
+{
+    free(ib->si);
+    free(ib->sip);
+}
+
+/* ---- catalog ---- */
+
+#define UNPACK_OR_FAIL(type, fn, var, req, len, rep)                          \
+    type *var = fn##__unpack(NULL, len, req);                                  \
+    if (!var) {                                                                \
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,                     \
+                        "malformed " #type " message");                       \
+        return;                                                                \
+    }
+
+static void reply_desc(struct router_filter_desc *d, struct rpc_reply *rep)
+{
+    struct info_buf ib;
+    if (info_build(&ib, d) < 0) {
+        rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    rpc_reply_pack(rep, &ib.fi.base);
+    info_free(&ib);
+}
+
+static void h_create_filter(void *arg, const uint8_t *req, size_t len,
+                            struct rpc_reply *rep)
+{
+    struct router *r = arg;
+    UNPACK_OR_FAIL(Bloomgrid__V1__CreateFilterRequest,
+                   bloomgrid__v1__create_filter_request, m, req, len, rep);
+    struct router_status st;
+    struct router_filter_desc d;
+    struct router_create c = {
+        .name = m->name,
+        .capacity = m->capacity,
+        .error_rate = m->error_rate,
+        .kind = m->kind,
+        .shards = m->shards ? m->shards : (uint32_t)r->cfg.default_shards,
+    };
+    if (!name_ok(m->name, rep))
+        goto out;
+    if (m->capacity == 0) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                        "capacity must be > 0 (the number of keys the filter is "
+                        "sized for)");
+        goto out;
+    }
+    if (!(m->error_rate > 0.0 && m->error_rate < 1.0)) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                        "error_rate must be strictly between 0 and 1 (e.g. 0.01), "
+                        "not %g", m->error_rate);
+        goto out;
+    }
+    if (m->kind < 0 || m->kind > BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_SCALABLE) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                        "unknown filter kind %d (BLOCKED=1, CLASSIC=2, COUNTING=3, "
+                        "SCALABLE=4)", m->kind);
+        goto out;
+    }
+    if (c.shards > ROUTER_MAX_SHARDS) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
+                        "shards = %u: at most %d", c.shards, ROUTER_MAX_SHARDS);
+        goto out;
+    }
+    if (router_create_filter(r, &c, &d, &st) < 0) {
+        rpc_reply_error(rep, st.code, "%s", st.msg);
+        goto out;
+    }
+    reply_desc(&d, rep);
+    router_filter_desc_free(&d);
+out:
+    bloomgrid__v1__create_filter_request__free_unpacked(m, NULL);
+}
+
+static void h_drop_filter(void *arg, const uint8_t *req, size_t len,
+                          struct rpc_reply *rep)
+{
+    struct router *r = arg;
+    UNPACK_OR_FAIL(Bloomgrid__V1__DropFilterRequest,
+                   bloomgrid__v1__drop_filter_request, m, req, len, rep);
+    struct router_status st;
+    if (name_ok(m->name, rep)) {
+        if (router_drop_filter(r, m->name, &st) < 0) {
+            rpc_reply_error(rep, st.code, "%s", st.msg);
+        } else {
+            Bloomgrid__V1__DropFilterResponse resp =
+                BLOOMGRID__V1__DROP_FILTER_RESPONSE__INIT;
+            rpc_reply_pack(rep, &resp.base);
+        }
+    }
+    bloomgrid__v1__drop_filter_request__free_unpacked(m, NULL);
+}
+
+static void h_get_filter(void *arg, const uint8_t *req, size_t len,
+                         struct rpc_reply *rep)
+{
+    struct router *r = arg;
+    UNPACK_OR_FAIL(Bloomgrid__V1__GetFilterRequest,
+                   bloomgrid__v1__get_filter_request, m, req, len, rep);
+    struct router_status st;
+    struct router_filter_desc d;
+    if (name_ok(m->name, rep)) {
+        if (router_describe_filter(r, m->name, &d, &st) < 0) {
+            rpc_reply_error(rep, st.code, "%s", st.msg);
+        } else {
+            reply_desc(&d, rep);
+            router_filter_desc_free(&d);
+        }
+    }
+    bloomgrid__v1__get_filter_request__free_unpacked(m, NULL);
+}
+
+static void h_list_filters(void *arg, const uint8_t *req, size_t len,
+                           struct rpc_reply *rep)
+{
+    struct router *r = arg;
+    UNPACK_OR_FAIL(Bloomgrid__V1__ListFiltersRequest,
+                   bloomgrid__v1__list_filters_request, m, req, len, rep);
+    bloomgrid__v1__list_filters_request__free_unpacked(m, NULL);
+    struct router_status st;
+    struct router_filter_desc *d = NULL;
+    size_t nd = 0, k = 0;
+    if (router_list_filters(r, &d, &nd, &st) < 0) {
+        rpc_reply_error(rep, st.code, "%s", st.msg);
+        return;
+    }
+    struct info_buf *ibs = calloc(nd ? nd : 1, sizeof *ibs);
+    Bloomgrid__V1__FilterInfo **fis = calloc(nd ? nd : 1, sizeof *fis);
+    if (!ibs || !fis) {
+        rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (; k < nd; k++) {
+        if (info_build(&ibs[k], &d[k]) < 0) {
+            rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            goto out;
+        }
+        fis[k] = &ibs[k].fi;
+    }
+    Bloomgrid__V1__ListFiltersResponse resp = BLOOMGRID__V1__LIST_FILTERS_RESPONSE__INIT;
+    resp.n_filters = nd;
+    resp.filters = fis;
+    rpc_reply_pack(rep, &resp.base);
+out:
+    for (size_t i = 0; ibs && i < k; i++)
+        info_free(&ibs[i]);
+    for (size_t i = 0; i < nd; i++)
+        router_filter_desc_free(&d[i]);
+    free(d);
+    free(ibs);
+    free(fis);
+}
+
+/* ---- Export / Import ---- */
+
+static void h_export(void *arg, struct rpc_stream *s)
+{
+    (void)arg;
+    rpc_stream_finish(s, GRPC_STATUS_UNIMPLEMENTED,
+                      "Export through bloomgrid-router is not available yet: the "
+                      "nodes cannot stream one shard of a sharded filter");
+}
+
+static void h_import(void *arg, struct rpc_stream *s)
+{
+    (void)arg;
+    rpc_stream_finish(s, GRPC_STATUS_UNIMPLEMENTED,
+                      "Import through bloomgrid-router is not available yet: the "
+                      "nodes cannot take one shard of a sharded filter");
+}
+
+/* Descriptor order: CreateFilter, DropFilter, ListFilters, GetFilter, Add,
+ * MayContain, Remove, AddStream, MayContainStream, Export, Import. */
+const struct rpc_handler router_rpc_public[] = {
+    {.unary = h_create_filter},
+    {.unary = h_drop_filter},
+    {.unary = h_list_filters},
+    {.unary = h_get_filter},
+    {.unary = h_add},
+    {.unary = h_may_contain},
+    {.unary = h_remove},
+    {.stream = h_add_stream},
+    {.stream = h_may_contain_stream},
+    {.stream = h_export},
+    {.stream = h_import},
+};
+
+const size_t router_rpc_public_count =
+    sizeof router_rpc_public / sizeof router_rpc_public[0];

@@ -1,0 +1,657 @@
+/* Integration tests of bloomgrid-router: real nodes and routers on loopback.
+ *
+ * usage: test_router NODE_BIN ROUTER_BIN TEST
+ *   cluster   3 nodes, 2 routers: 1M keys added through one router are all
+ *             present through the other; FPR at capacity; answers in request
+ *             order; aggregated GetFilter / ListFilters
+ *   create    create-all-or-nothing with one node down
+ *   kill      a node killed mid-batch: UNAVAILABLE naming it; after its
+ *             restart every acknowledged key is present
+ *   reload    SIGHUP: benign reloads drop no call, a bad file is refused
+ *             (the old topology stays), a new group takes new shards
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "harness.h"
+
+#define MAXN 4
+
+static const char *router_bin;
+
+struct cluster {
+    char dir[512];
+    char topo[600];
+    struct node_proc node[MAXN];
+    char node_dir[MAXN][600];
+    int nnodes;
+    struct node_proc router[2];
+    int nrouters;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Write a topology with one group per node in [0, n) (optionally reordered). */
+static void write_topo(struct cluster *c, int n, bool reversed, const char *extra)
+{
+    FILE *f = fopen(c->topo, "w");
+    CHECK(f, "open %s", c->topo);
+    fprintf(f, "; test topology\n");
+    for (int k = 0; k < n; k++) {
+        int i = reversed ? n - 1 - k : k;
+        fprintf(f, "[group g%d]\nprimary = %s\n\n", i, c->node[i].addr);
+    }
+    if (extra)
+        fputs(extra, f);
+    fclose(f);
+}
+
+static void start_node(struct cluster *c, int i, const char *durability, int port)
+{
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    const char *extra[] = {"--durability", durability, "--threads", "4",
+                           "--listen", listen, NULL};
+    if (!port)
+        extra[4] = NULL;
+    node_start(&c->node[i], c->node_dir[i], extra);
+    CHECK(node_wait_health(&c->node[i], true, 20000), "node %d not serving", i);
+}
+
+static void start_router(struct cluster *c, int i)
+{
+    struct node_proc *rp = &c->router[i];
+    int pfd[2];
+    char log[sizeof rp->log];
+    snprintf(log, sizeof log, "%s/router%d.log", c->dir, i);
+    memset(rp, 0, sizeof *rp);
+    memcpy(rp->log, log, sizeof log);
+    CHECK(pipe(pfd) == 0, "pipe");
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        int lfd = open(rp->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(pfd[1], 1);
+        if (lfd >= 0)
+            dup2(lfd, 2);
+        close(pfd[0]);
+        close(pfd[1]);
+        execl(router_bin, router_bin, "--listen", "127.0.0.1:0", "--topology",
+              c->topo, "--node-timeout-ms", "3000", "--threads", "4", (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char buf[256];
+    size_t got = 0;
+    while (got < sizeof buf - 1) {
+        ssize_t r = read(pfd[0], buf + got, sizeof buf - 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        buf[got] = 0;
+        if (strchr(buf, '\n'))
+            break;
+    }
+    close(pfd[0]);
+    buf[got] = 0;
+    char *p = strstr(buf, "listening on ");
+    CHECK(p, "router did not start (see %s): \"%s\"", rp->log, buf);
+    p += strlen("listening on ");
+    p[strcspn(p, "\n")] = 0;
+    snprintf(rp->addr, sizeof rp->addr, "%s", p);
+    rp->pid = pid;
+    rp->ch = rpc_channel_create(rp->addr, 0);
+    CHECK(node_wait_health(rp, true, 10000), "router %d not serving", i);
+}
+
+static void cluster_start(struct cluster *c, const char *tag, int nnodes,
+                          int nrouters, const char *durability)
+{
+    memset(c, 0, sizeof *c);
+    harness_tmpdir(c->dir, sizeof c->dir, tag);
+    snprintf(c->topo, sizeof c->topo, "%s/topology.ini", c->dir);
+    c->nnodes = nnodes;
+    for (int i = 0; i < nnodes; i++) {
+        snprintf(c->node_dir[i], sizeof c->node_dir[i], "%s/node%d", c->dir, i);
+        start_node(c, i, durability, 0);
+    }
+    write_topo(c, nnodes, false, NULL);
+    c->nrouters = nrouters;
+    for (int i = 0; i < nrouters; i++)
+        start_router(c, i);
+}
+
+static void cluster_stop(struct cluster *c)
+{
+    for (int i = 0; i < c->nrouters; i++)
+        CHECK(node_stop(&c->router[i], SIGTERM) == 0, "router %d exit status", i);
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->node[i].pid > 0)
+            node_stop(&c->node[i], SIGTERM);
+}
+
+/* ---- key batches over the raw public API ---- */
+
+static char **make_keys(const char *prefix, size_t from, size_t n)
+{
+    char **k = malloc(n * sizeof *k);
+    for (size_t i = 0; i < n; i++) {
+        k[i] = malloc(32);
+        snprintf(k[i], 32, "%s-%010zu", prefix, from + i);
+    }
+    return k;
+}
+
+static void free_keys(char **k, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(k[i]);
+    free(k);
+}
+
+static int create_sharded(struct rpc_channel *ch, const char *name, uint64_t cap,
+                          double p, uint32_t shards, Bloomgrid__V1__FilterInfo **out,
+                          struct rpc_status *st)
+{
+    Bloomgrid__V1__CreateFilterRequest rq = BLOOMGRID__V1__CREATE_FILTER_REQUEST__INIT;
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+    rq.name = (char *)name;
+    rq.capacity = cap;
+    rq.error_rate = p;
+    rq.shards = shards;
+    if (rpc_call(ch, "/bloomgrid.v1.BloomGrid/CreateFilter", &rq.base,
+                 &bloomgrid__v1__filter_info__descriptor, (ProtobufCMessage **)&fi,
+                 TIMEOUT_MS, st) < 0)
+        return st->code;
+    if (out)
+        *out = fi;
+    else
+        bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    return 0;
+}
+
+/* Shards of filter held by a node (ListShards). */
+static int shards_on(struct node_proc *np, const char *filter)
+{
+    Bloomgrid__V1__ListShardsRequest rq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    Bloomgrid__V1__ListShardsResponse *resp = NULL;
+    struct rpc_status st;
+    CHECK(rpc_call(np->ch, "/bloomgrid.v1.Internal/ListShards", &rq.base,
+                   &bloomgrid__v1__list_shards_response__descriptor,
+                   (ProtobufCMessage **)&resp, TIMEOUT_MS, &st) == 0,
+          "ListShards on %s: %s", np->addr, st.message);
+    int n = 0;
+    for (size_t i = 0; i < resp->n_shards; i++)
+        n += strcmp(resp->shards[i]->filter, filter) == 0;
+    bloomgrid__v1__list_shards_response__free_unpacked(resp, NULL);
+    return n;
+}
+
+/* ---- cluster: 1M keys, FPR, order, info ---- */
+
+static void test_cluster(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    const size_t N = 1000000, B = 10000;
+    const double P = 0.01;
+    bool *out = malloc(B * sizeof *out);
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+
+    cluster_start(&c, "router-cluster", 3, 2, "none");
+    struct rpc_channel *a = c.router[0].ch, *b = c.router[1].ch;
+    CHECK(create_sharded(a, "big", N, P, 0, &fi, &st) == 0, "create: %s", st.message);
+    CHECK(fi->shards == 64, "default shards %u", fi->shards);
+    CHECK(fi->n_shard_info == 64, "shard infos %zu", fi->n_shard_info);
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    for (int i = 0; i < 3; i++) {
+        int n = shards_on(&c.node[i], "big");
+        CHECK(n > 5 && n < 40, "node %d holds %d shards", i, n);
+    }
+    CHECK(create_sharded(b, "big", N, P, 0, NULL, &st) == GRPC_STATUS_ALREADY_EXISTS,
+          "second create: %d %s", st.code, st.message);
+
+    double t0 = now_s();
+    for (size_t from = 0; from < N; from += B) {
+        char **k = make_keys("present", from, B);
+        CHECK(t_keys(a, "Add", "big", k, B, out, &st) == 0, "Add: %s", st.message);
+        free_keys(k, B);
+    }
+    double t1 = now_s();
+    for (size_t from = 0; from < N; from += B) {
+        char **k = make_keys("present", from, B);
+        CHECK(t_keys(b, "MayContain", "big", k, B, out, &st) == 0, "MayContain: %s",
+              st.message);
+        for (size_t i = 0; i < B; i++)
+            CHECK(out[i], "key %s missing through the other router", k[i]);
+        free_keys(k, B);
+    }
+    double t2 = now_s();
+    size_t fp = 0;
+    for (size_t from = 0; from < N; from += B) {
+        char **k = make_keys("absent", from, B);
+        CHECK(t_keys(b, "MayContain", "big", k, B, out, &st) == 0, "MayContain: %s",
+              st.message);
+        for (size_t i = 0; i < B; i++)
+            fp += out[i];
+        free_keys(k, B);
+    }
+    double fpr = (double)fp / N;
+    printf("1M adds %.2fs, 1M present %.2fs, 1M absent %.2fs; FPR %.5f (p %.3f)\n",
+           t1 - t0, t2 - t1, now_s() - t2, fpr, P);
+    CHECK(fpr <= 1.1 * P, "FPR %.5f above 1.1 p", fpr);
+
+    /* Request order: present and absent keys interleaved over every shard;
+     * the same keys asked one at a time must give the same answers. */
+    const size_t M = 3000;
+    char **mix = malloc(M * sizeof *mix);
+    for (size_t i = 0; i < M; i++) {
+        mix[i] = malloc(32);
+        snprintf(mix[i], 32, i % 3 == 0 ? "present-%010zu" : "absent-%010zu",
+                 (i * 7919) % N);
+    }
+    bool *ans = malloc(M * sizeof *ans);
+    CHECK(t_keys(a, "MayContain", "big", mix, M, ans, &st) == 0, "mix: %s", st.message);
+    size_t neg = 0;
+    for (size_t i = 0; i < M; i++) {
+        if (i % 3 == 0)
+            CHECK(ans[i], "present key %zu answered absent", i);
+        neg += !ans[i];
+        if (i % 10 == 0) {
+            bool one;
+            CHECK(t_keys(b, "MayContain", "big", &mix[i], 1, &one, &st) == 0, "one: %s",
+                  st.message);
+            CHECK(one == ans[i], "key %zu: batch says %d, alone %d", i, ans[i], one);
+        }
+    }
+    CHECK(neg > M / 2, "too few absent answers: %zu", neg);
+    free_keys(mix, M);
+    free(ans);
+
+    /* Aggregated info. */
+    CHECK(t_get(b, "big", &fi, &st) == 0, "GetFilter: %s", st.message);
+    CHECK(fi->shards == 64 && fi->n_shard_info == 64, "shards");
+    CHECK(fi->state == BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY, "state %d: %s",
+          fi->state, fi->reason);
+    CHECK(fi->estimated_count > 0.95 * N && fi->estimated_count < 1.05 * N,
+          "n-hat %.0f", fi->estimated_count);
+    CHECK(fi->capacity >= N && fi->capacity < N + 64, "capacity %llu",
+          (unsigned long long)fi->capacity);
+    CHECK(fi->estimated_error_rate > 0.5 * P && fi->estimated_error_rate < 1.5 * P,
+          "estimated FPR %g", fi->estimated_error_rate);
+    uint64_t bits = 0;
+    for (size_t i = 0; i < fi->n_shard_info; i++) {
+        CHECK(fi->shard_info[i]->index == i, "shard order");
+        CHECK(fi->shard_info[i]->node[0], "shard %zu names no node", i);
+        bits += fi->shard_info[i]->bits;
+    }
+    CHECK(bits == fi->bits, "bits %llu vs sum %llu", (unsigned long long)fi->bits,
+          (unsigned long long)bits);
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+
+    Bloomgrid__V1__ListFiltersRequest lr = BLOOMGRID__V1__LIST_FILTERS_REQUEST__INIT;
+    Bloomgrid__V1__ListFiltersResponse *ls = NULL;
+    CHECK(rpc_call(a, "/bloomgrid.v1.BloomGrid/ListFilters", &lr.base,
+                   &bloomgrid__v1__list_filters_response__descriptor,
+                   (ProtobufCMessage **)&ls, TIMEOUT_MS, &st) == 0, "List: %s",
+          st.message);
+    CHECK(ls->n_filters == 1 && strcmp(ls->filters[0]->name, "big") == 0 &&
+          ls->filters[0]->shards == 64 && ls->filters[0]->n_shard_info == 64,
+          "ListFilters");
+    bloomgrid__v1__list_filters_response__free_unpacked(ls, NULL);
+
+    /* Errors. */
+    char *k1[] = {"x"};
+    CHECK(t_keys(a, "MayContain", "nosuch", k1, 1, out, &st) == GRPC_STATUS_NOT_FOUND,
+          "unknown filter: %d", st.code);
+    char *empty[] = {""};
+    CHECK(t_keys(a, "Add", "big", empty, 1, out, &st) == GRPC_STATUS_INVALID_ARGUMENT,
+          "empty key: %d", st.code);
+    CHECK(t_keys(a, "Remove", "big", k1, 1, out, &st) ==
+          GRPC_STATUS_FAILED_PRECONDITION, "Remove on blocked: %d %s", st.code,
+          st.message);
+
+    /* Drop through one router; the other notices. */
+    CHECK(t_drop(a, "big", &st) == 0, "drop: %s", st.message);
+    for (int i = 0; i < 3; i++)
+        CHECK(shards_on(&c.node[i], "big") == 0, "node %d kept shards", i);
+    CHECK(t_keys(b, "MayContain", "big", k1, 1, out, &st) == GRPC_STATUS_NOT_FOUND,
+          "after drop: %d %s", st.code, st.message);
+    CHECK(t_drop(a, "big", &st) == GRPC_STATUS_NOT_FOUND, "drop twice");
+    free(out);
+    cluster_stop(&c);
+}
+
+/* ---- create all or nothing ---- */
+
+static void test_create(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    cluster_start(&c, "router-create", 3, 1, "none");
+    struct rpc_channel *a = c.router[0].ch;
+    int port = c.node[1].port;
+    node_stop(&c.node[1], SIGTERM);
+
+    int code = create_sharded(a, "half", 100000, 0.01, 32, NULL, &st);
+    CHECK(code == GRPC_STATUS_UNAVAILABLE, "create with a node down: %d %s", code,
+          st.message);
+    CHECK(strstr(st.message, c.node[1].addr), "message names the node: %s",
+          st.message);
+    CHECK(strstr(st.message, "shard "), "message names the shard: %s", st.message);
+    printf("create with a node down: %s\n", st.message);
+    CHECK(shards_on(&c.node[0], "half") == 0, "node 0 kept shards");
+    CHECK(shards_on(&c.node[2], "half") == 0, "node 2 kept shards");
+    Bloomgrid__V1__FilterInfo *fi;
+    CHECK(t_get(a, "half", &fi, &st) == GRPC_STATUS_UNAVAILABLE ||
+          st.code == GRPC_STATUS_NOT_FOUND, "get: %d", st.code);
+
+    start_node(&c, 1, "none", port);
+    /* The router's channel reconnects within its backoff (at most 1 s). */
+    int tries = 0;
+    while ((code = create_sharded(a, "half", 100000, 0.01, 32, NULL, &st)) ==
+               GRPC_STATUS_UNAVAILABLE && tries++ < 100)
+        sleep_ms(50);
+    CHECK(code == 0, "create after restart: %s", st.message);
+    int total = 0;
+    for (int i = 0; i < 3; i++)
+        total += shards_on(&c.node[i], "half");
+    CHECK(total == 32, "%d shards", total);
+
+    /* A shard that already exists is never dropped by a failed create. */
+    CHECK(create_sharded(a, "half", 100000, 0.01, 32, NULL, &st) ==
+          GRPC_STATUS_ALREADY_EXISTS, "duplicate: %d %s", st.code, st.message);
+    total = 0;
+    for (int i = 0; i < 3; i++)
+        total += shards_on(&c.node[i], "half");
+    CHECK(total == 32, "%d shards after a duplicate create", total);
+    CHECK(create_sharded(a, "bad.shard-1", 10, 0.01, 2, NULL, &st) ==
+          GRPC_STATUS_INVALID_ARGUMENT, "reserved name");
+    CHECK(create_sharded(a, "zero", 0, 0.01, 2, NULL, &st) ==
+          GRPC_STATUS_INVALID_ARGUMENT, "capacity 0");
+    CHECK(create_sharded(a, "p1", 10, 1.0, 2, NULL, &st) ==
+          GRPC_STATUS_INVALID_ARGUMENT, "p = 1");
+    CHECK(create_sharded(a, "many", 10, 0.01, 5000, NULL, &st) ==
+          GRPC_STATUS_INVALID_ARGUMENT, "5000 shards");
+    cluster_stop(&c);
+}
+
+/* ---- node killed mid-batch ---- */
+
+struct adder {
+    struct rpc_channel *ch;
+    atomic_bool stop;
+    size_t batches_ok;     /* batches [0, batches_ok) acknowledged */
+    size_t failed_batch;   /* first batch that failed */
+    char failed_msg[RPC_CLIENT_MSGLEN];
+    int failed_code;
+};
+
+#define KB 5000
+
+static void *adder_main(void *arg)
+{
+    struct adder *ad = arg;
+    bool *out = malloc(KB * sizeof *out);
+    struct rpc_status st;
+    for (size_t b = 0; !atomic_load(&ad->stop); b++) {
+        char **k = make_keys("acked", b * KB, KB);
+        int code = t_keys(ad->ch, "Add", "kill", k, KB, out, &st);
+        free_keys(k, KB);
+        if (code != 0) {
+            ad->failed_batch = b;
+            ad->failed_code = code;
+            snprintf(ad->failed_msg, sizeof ad->failed_msg, "%s", st.message);
+            break;
+        }
+        ad->batches_ok = b + 1;
+    }
+    free(out);
+    return NULL;
+}
+
+/* Parse "not acknowledged: 1,4-9,..." into a bitmap; false when truncated. */
+static bool parse_unacked(const char *msg, bool *unacked, size_t n)
+{
+    const char *p = strstr(msg, "not acknowledged: ");
+    if (!p)
+        return false;
+    p += strlen("not acknowledged: ");
+    while (*p) {
+        if (*p == '.')
+            return false;
+        char *e;
+        size_t a = strtoul(p, &e, 10), b = a;
+        if (e == p)
+            return false;
+        if (*e == '-')
+            b = strtoul(e + 1, &e, 10);
+        for (size_t i = a; i <= b && i < n; i++)
+            unacked[i] = true;
+        p = e;
+        if (*p == ',')
+            p++;
+        else
+            break;
+    }
+    return true;
+}
+
+static void test_kill(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    cluster_start(&c, "router-kill", 3, 1, "fsync");
+    struct rpc_channel *a = c.router[0].ch;
+    CHECK(create_sharded(a, "kill", 1000000, 0.01, 48, NULL, &st) == 0, "create: %s",
+          st.message);
+    struct adder ad = {.ch = a};
+    pthread_t th;
+    pthread_create(&th, NULL, adder_main, &ad);
+    while (ad.batches_ok < 10)
+        sleep_ms(10);
+    int port = c.node[2].port;
+    char addr[64];
+    snprintf(addr, sizeof addr, "%s", c.node[2].addr);
+    node_stop(&c.node[2], SIGKILL);
+    pthread_join(th, NULL);
+    printf("after %zu acknowledged batches: %s: %s\n", ad.batches_ok,
+           rpc_status_name(ad.failed_code), ad.failed_msg);
+    CHECK(ad.failed_code == GRPC_STATUS_UNAVAILABLE, "code %d", ad.failed_code);
+    CHECK(strstr(ad.failed_msg, addr), "message names the node %s", addr);
+    CHECK(strstr(ad.failed_msg, "shard "), "message names the shard");
+    bool unacked[KB] = {0};
+    bool listed = parse_unacked(ad.failed_msg, unacked, KB);
+
+    /* Reads of the dead node's shards fail naming it too. */
+    char **k = make_keys("acked", 0, 1000);
+    bool *out = malloc(KB * sizeof *out);
+    CHECK(t_keys(a, "MayContain", "kill", k, 1000, out, &st) == GRPC_STATUS_UNAVAILABLE,
+          "read with a node down: %d", st.code);
+    CHECK(strstr(st.message, addr), "read message names the node: %s", st.message);
+    free_keys(k, 1000);
+
+    start_node(&c, 2, "fsync", port);
+    /* The channel reconnects: retry briefly while it does. */
+    for (size_t b = 0; b < ad.batches_ok; b++) {
+        k = make_keys("acked", b * KB, KB);
+        int code, tries = 0;
+        while ((code = t_keys(a, "MayContain", "kill", k, KB, out, &st)) ==
+                   GRPC_STATUS_UNAVAILABLE && tries++ < 100)
+            sleep_ms(50);
+        CHECK(code == 0, "MayContain after restart: %s", st.message);
+        for (size_t i = 0; i < KB; i++)
+            CHECK(out[i], "acknowledged key %s lost", k[i]);
+        free_keys(k, KB);
+    }
+    size_t extra = 0;
+    if (listed) {
+        k = make_keys("acked", ad.failed_batch * KB, KB);
+        CHECK(t_keys(a, "MayContain", "kill", k, KB, out, &st) == 0, "%s", st.message);
+        for (size_t i = 0; i < KB; i++) {
+            if (!unacked[i]) {
+                CHECK(out[i], "key %s reported acknowledged but missing", k[i]);
+                extra++;
+            }
+        }
+        free_keys(k, KB);
+    }
+    printf("%zu batches and %zu keys of the failed batch verified present\n",
+           ad.batches_ok, extra);
+    free(out);
+    cluster_stop(&c);
+}
+
+/* ---- topology reload ---- */
+
+struct reader {
+    struct rpc_channel *ch;
+    atomic_bool stop;
+    size_t calls, failures;
+    char msg[RPC_CLIENT_MSGLEN];
+};
+
+static void *reader_main(void *arg)
+{
+    struct reader *rd = arg;
+    char **k = make_keys("r", 0, 500);
+    bool out[500];
+    struct rpc_status st;
+    while (!atomic_load(&rd->stop)) {
+        if (t_keys(rd->ch, "MayContain", "f1", k, 500, out, &st) != 0) {
+            rd->failures++;
+            snprintf(rd->msg, sizeof rd->msg, "%s", st.message);
+        } else {
+            for (int i = 0; i < 500; i++)
+                if (!out[i])
+                    rd->failures++;
+        }
+        rd->calls++;
+    }
+    free_keys(k, 500);
+    return NULL;
+}
+
+static bool log_has(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[2048];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f))
+        found = strstr(line, needle) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+static void test_reload(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    bool out[500];
+    cluster_start(&c, "router-reload", 3, 1, "none");
+    /* A fourth node, not yet in the topology. */
+    snprintf(c.node_dir[3], sizeof c.node_dir[3], "%s/node3", c.dir);
+    start_node(&c, 3, "none", 0);
+    c.nnodes = 4;
+    struct rpc_channel *a = c.router[0].ch;
+    CHECK(create_sharded(a, "f1", 10000, 0.01, 16, NULL, &st) == 0, "%s", st.message);
+    char **k = make_keys("r", 0, 500);
+    CHECK(t_keys(a, "Add", "f1", k, 500, out, &st) == 0, "%s", st.message);
+    free_keys(k, 500);
+
+    struct reader rd = {.ch = a};
+    pthread_t th;
+    pthread_create(&th, NULL, reader_main, &rd);
+    /* Benign reloads (same groups, another order) while calls run. */
+    for (int i = 0; i < 10; i++) {
+        write_topo(&c, 3, i % 2, NULL);
+        kill(c.router[0].pid, SIGHUP);
+        sleep_ms(50);
+    }
+    /* A bad file: refused, the old topology stays. */
+    write_topo(&c, 3, false, "[group g9]\nprimary = 127.0.0.1:1\nbogus line\n");
+    kill(c.router[0].pid, SIGHUP);
+    sleep_ms(300);
+    atomic_store(&rd.stop, true);
+    pthread_join(th, NULL);
+    printf("%zu calls during reloads, %zu failures %s\n", rd.calls, rd.failures, rd.msg);
+    CHECK(rd.calls > 5 && rd.failures == 0, "calls dropped during reload: %s", rd.msg);
+    char want[700];
+    snprintf(want, sizeof want, "%s:13: syntax error", c.topo);
+    CHECK(log_has(c.router[0].log, want), "router log lacks \"%s\"", want);
+    CHECK(log_has(c.router[0].log, "the old one stays"), "log says the old stays");
+    k = make_keys("r", 0, 500);
+    CHECK(t_keys(a, "MayContain", "f1", k, 500, out, &st) == 0, "%s", st.message);
+    free_keys(k, 500);
+    CHECK(create_sharded(a, "f2", 10000, 0.01, 32, NULL, &st) == 0, "%s", st.message);
+    CHECK(shards_on(&c.node[3], "f2") == 0, "node 3 used before it is in the topology");
+
+    /* A fourth group: new filters use it. */
+    write_topo(&c, 4, false, NULL);
+    kill(c.router[0].pid, SIGHUP);
+    for (int i = 0; i < 100 && !log_has(c.router[0].log, "reloaded: 4 groups"); i++)
+        sleep_ms(20);
+    CHECK(log_has(c.router[0].log, "reloaded: 4 groups"), "reload not logged");
+    CHECK(create_sharded(a, "f3", 10000, 0.01, 32, NULL, &st) == 0, "%s", st.message);
+    int on3 = shards_on(&c.node[3], "f3");
+    CHECK(on3 > 0, "the new group holds no shard of a new filter");
+    k = make_keys("f3", 0, 500);
+    CHECK(t_keys(a, "Add", "f3", k, 500, out, &st) == 0, "%s", st.message);
+    CHECK(t_keys(a, "MayContain", "f3", k, 500, out, &st) == 0, "%s", st.message);
+    for (int i = 0; i < 500; i++)
+        CHECK(out[i], "f3 key %d missing", i);
+    free_keys(k, 500);
+    printf("after adding a group: %d of 32 shards of a new filter on it\n", on3);
+    cluster_stop(&c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN cluster|create|kill|reload\n",
+                argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    harness_node_bin = argv[1];
+    router_bin = argv[2];
+    grpc_init();
+    if (strcmp(argv[3], "cluster") == 0)
+        test_cluster();
+    else if (strcmp(argv[3], "create") == 0)
+        test_create();
+    else if (strcmp(argv[3], "kill") == 0)
+        test_kill();
+    else if (strcmp(argv[3], "reload") == 0)
+        test_reload();
+    else {
+        fprintf(stderr, "unknown test %s\n", argv[3]);
+        return 2;
+    }
+    grpc_shutdown();
+    printf("ok\n");
+    return 0;
+}

@@ -69,6 +69,10 @@ struct slot {
      * client goes away; its completion has the tag &close_tag. */
     bool close_posted, close_done;
     char close_tag;
+    /* One message send may run while the handler reads (rpc_stream_send). */
+    char write_tag;
+    bool write_pending, write_failed;
+    grpc_byte_buffer *write_buf;
 };
 
 struct health_entry {
@@ -191,6 +195,8 @@ static void slot_free(struct slot *s)
         grpc_slice_unref(s->cur);
     if (s->cq)
         drain_cq(s->cq);
+    if (s->write_buf)
+        grpc_byte_buffer_destroy(s->write_buf);
     free(s);
 }
 
@@ -778,6 +784,37 @@ static void health_watch(void *arg, struct rpc_stream *st)
 
 /* ---- streams ---- */
 
+/* Account for a completion that is not the batch being waited for. */
+static void stream_side_event(struct slot *s, const grpc_event *ev)
+{
+    if (ev->tag == &s->close_tag) {
+        s->close_done = true;
+    } else if (ev->tag == &s->write_tag) {
+        s->write_pending = false;
+        if (!ev->success)
+            s->write_failed = true;
+        if (s->write_buf) {
+            grpc_byte_buffer_destroy(s->write_buf);
+            s->write_buf = NULL;
+        }
+    }
+}
+
+/* Wait for the send started by rpc_stream_send, if any. */
+static int stream_drain_write(struct slot *s)
+{
+    while (s->write_pending) {
+        grpc_event ev = grpc_completion_queue_next(s->cq, inf_future(), NULL);
+        if (ev.type != GRPC_OP_COMPLETE) {
+            s->write_pending = false;
+            s->write_failed = true;
+            break;
+        }
+        stream_side_event(s, &ev);
+    }
+    return s->write_failed ? -ECANCELED : 0;
+}
+
 static bool stream_wait(struct slot *s, grpc_op *ops, size_t n)
 {
     grpc_call_error e = grpc_call_start_batch(s->call, ops, n, s, NULL);
@@ -789,8 +826,8 @@ static bool stream_wait(struct slot *s, grpc_op *ops, size_t n)
         grpc_event ev = grpc_completion_queue_next(s->cq, inf_future(), NULL);
         if (ev.type != GRPC_OP_COMPLETE)
             return false;
-        if (ev.tag == &s->close_tag) {
-            s->close_done = true;
+        if (ev.tag != s) {
+            stream_side_event(s, &ev);
             continue;
         }
         return ev.success != 0;
@@ -831,12 +868,46 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     return 1;
 }
 
+int rpc_stream_send(struct rpc_stream *st, grpc_slice body)
+{
+    struct slot *s = (struct slot *)st;
+    grpc_op ops[2];
+    size_t n = 0;
+
+    if (stream_drain_write(s) < 0) {
+        grpc_slice_unref(body);
+        return -ECANCELED;
+    }
+    memset(ops, 0, sizeof ops);
+    if (!s->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        s->md_sent = true;
+    }
+    s->write_buf = grpc_raw_byte_buffer_create(&body, 1);
+    grpc_slice_unref(body);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = s->write_buf;
+    n++;
+    if (grpc_call_start_batch(s->call, ops, n, &s->write_tag, NULL) != GRPC_CALL_OK) {
+        grpc_byte_buffer_destroy(s->write_buf);
+        s->write_buf = NULL;
+        s->write_failed = true;
+        return -ECANCELED;
+    }
+    s->write_pending = true;
+    return 0;
+}
+
 int rpc_stream_write_slice(struct rpc_stream *st, grpc_slice body)
 {
     struct slot *s = (struct slot *)st;
     grpc_op ops[2];
     size_t n = 0;
 
+    if (stream_drain_write(s) < 0) {
+        grpc_slice_unref(body);
+        return -ECANCELED;
+    }
     memset(ops, 0, sizeof ops);
     if (!s->md_sent) {
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -872,6 +943,7 @@ int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
     if (s->finished)
         return 0;
     s->finished = true;
+    stream_drain_write(s);
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);

@@ -119,6 +119,11 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len);
 int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg);
 /* Send one message already encoded; takes over the slice reference. */
 int rpc_stream_write_slice(struct rpc_stream *st, grpc_slice body);
+/* Start sending one encoded message and return at once, so the handler can
+ * read the next request meanwhile; the next send, write or finish waits for
+ * it.  Takes over the slice reference.  Returns 0 or -ECANCELED (this or an
+ * earlier send failed). */
+int rpc_stream_send(struct rpc_stream *st, grpc_slice body);
 /* End the call with a status.  Returns 0 or -ECANCELED. */
 int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
                       const char *fmt, ...) __attribute__((format(printf, 3, 4)));

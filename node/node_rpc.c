@@ -590,7 +590,7 @@ static void key_stream(struct node *n, enum key_op op, struct rpc_stream *st)
             goto out;
         }
         grpc_slice body = r.has_body ? r.body : grpc_empty_slice();
-        if (rpc_stream_write_slice(st, body) < 0)
+        if (rpc_stream_send(st, body) < 0) /* overlaps the next read */
             goto out;
     }
     rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");

@@ -40,6 +40,7 @@
 
 #define DEFAULT_INTERVAL_MS 60000u
 #define DEFAULT_WAL_BYTES (UINT64_C(64) << 20)
+#define DEFAULT_RETRY_MS 1000u
 #define TICK_MS 200u
 #define PATH_LEN 4096
 
@@ -61,6 +62,9 @@ struct store_filter {
     _Atomic uint64_t version;
     uint64_t snap_seq;           /* under snap_mu */
     uint64_t snap_time_ms;       /* under snap_mu */
+    bool retry;                  /* FAILED by an I/O error: the snapshot
+                                    thread re-runs recovery (under lock) */
+    uint64_t failed_ms;          /* when; under lock */
 };
 
 struct store {
@@ -68,6 +72,7 @@ struct store {
     int durability;
     unsigned interval_ms;
     uint64_t wal_bytes;
+    unsigned retry_ms;
     int lock_fd;
     pthread_mutex_t mu;
     struct store_filter **v;     /* catalog, under mu */
@@ -263,6 +268,8 @@ static void filter_wal_failed(struct store_filter *sf, struct wal *w,
     pthread_rwlock_wrlock(&sf->lock);
     if (sf->wal == w && sf->state == STORE_READY) {
         sf->state = STORE_FAILED;
+        sf->retry = true;
+        sf->failed_ms = now_ms();
         strfmt(sf->why, sizeof(sf->why), "%s; writes are refused until "
                  "the filter is recovered", wal_error_text(w));
         log_error("store: filter '%s' failed: %s", sf->name, sf->why);
@@ -466,6 +473,7 @@ static int filter_load(struct store_filter *sf, char *err)
     sf->serial = bf_kind(f) == BF_KIND_COUNTING;
     sf->state = STORE_READY;
     sf->why[0] = 0;
+    sf->retry = false;
     pthread_rwlock_unlock(&sf->lock);
     version_raise(sf, rec.next_seq - 1);
     sf->snap_seq = covered;
@@ -479,6 +487,9 @@ fail:
     pthread_rwlock_wrlock(&sf->lock);
     sf->state = STORE_FAILED;
     strfmt(sf->why, sizeof(sf->why), "%s", why);
+    /* Damaged files stay refused; a disk that failed may come back. */
+    sf->retry = rc != -EBADMSG;
+    sf->failed_ms = now_ms();
     pthread_rwlock_unlock(&sf->lock);
     log_error("store: filter '%s' is not served: %s", sf->name, why);
     seterr(err, "filter '%s' is not served: %s", sf->name, why);
@@ -903,6 +914,8 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         rc = wal_wait(sf->wal, seq);
     if (rc == -EIO) {
         sf->state = STORE_FAILED;
+        sf->retry = true;
+        sf->failed_ms = now_ms();
         strfmt(sf->why, sizeof(sf->why), "%s; writes are refused until the "
                  "filter is recovered", wal_error_text(sf->wal));
         seterr(err, "import into '%s' is not durable: %s", sf->name,
@@ -1118,10 +1131,25 @@ static bool filter_due(struct store_filter *sf, uint64_t now)
     return due;
 }
 
+/* Is a filter FAILED by an I/O error and due for another recovery? */
+static bool filter_retry_due(struct store_filter *sf, uint64_t now)
+{
+    bool due;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    due = sf->state == STORE_FAILED && sf->retry &&
+          now - sf->failed_ms >= sf->s->retry_ms;
+    pthread_rwlock_unlock(&sf->lock);
+    return due;
+}
+
 static void *snapshot_main(void *arg)
 {
     struct store *s = arg;
     unsigned tick = s->interval_ms < TICK_MS ? s->interval_ms : TICK_MS;
+
+    if (s->retry_ms < tick)
+        tick = s->retry_ms;
 
     pthread_mutex_lock(&s->tmu);
     while (!s->stop) {
@@ -1142,6 +1170,10 @@ static void *snapshot_main(void *arg)
             if (filter_due(v[i], now_ms()) &&
                 filter_snapshot(v[i], false, err) < 0)
                 log_warn("store: %s", err);
+            if (filter_retry_due(v[i], now_ms()) &&
+                store_filter_recover(v[i], err) == 0)
+                log_info("store: filter '%s' recovered after a write error",
+                         v[i]->name);
             store_put(v[i]);
         }
         free(v);
@@ -1235,6 +1267,8 @@ struct store *store_open(const struct store_options *o, char *err)
                                              : DEFAULT_INTERVAL_MS;
     s->wal_bytes = o->snapshot_wal_bytes ? o->snapshot_wal_bytes
                                          : DEFAULT_WAL_BYTES;
+    s->retry_ms = o->recover_retry_ms ? o->recover_retry_ms
+                                      : DEFAULT_RETRY_MS;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tmu, NULL);
     pthread_cond_init(&s->tcv, NULL);

@@ -43,7 +43,11 @@
  *
  * Failed writes: if a WAL write or fdatasync fails the filter turns FAILED
  * (the fsync is never retried); every later mutation fails with -EIO and
- * nothing is acknowledged.  store_filter_recover() reloads it from disk.
+ * nothing is acknowledged.  store_filter_recover() reloads it from disk, and
+ * the store's thread does that by itself every recover_retry_ms for filters
+ * FAILED by an I/O error (recovery re-reads the files, makes them durable
+ * and starts a new WAL segment).  Filters FAILED by damaged files stay so
+ * until store_filter_recover is called (e.g. after an operator's repair).
  *
  * Threads: every function may be called from any thread at once, except
  * store_close.  A background thread per store writes snapshots every
@@ -81,6 +85,8 @@ struct store_options {
     int durability;                  /* enum store_durability */
     unsigned snapshot_interval_ms;   /* 0: default 60000 */
     uint64_t snapshot_wal_bytes;     /* 0: default 64 MiB */
+    unsigned recover_retry_ms;       /* 0: default 1000; see "Failed
+                                        writes" */
 };
 
 enum store_state {

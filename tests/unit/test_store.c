@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +77,9 @@ static void hashes(uint64_t base, size_t n, struct bf_hash *out)
 static struct store *open_store(int durability, unsigned interval_ms,
                                 uint64_t wal_bytes)
 {
-    struct store_options o = {tdir, durability, interval_ms, wal_bytes};
+    struct store_options o = {.dir = tdir, .durability = durability,
+                             .snapshot_interval_ms = interval_ms,
+                             .snapshot_wal_bytes = wal_bytes};
     char err[STORE_ERRLEN];
     struct store *s = store_open(&o, err);
 
@@ -272,7 +275,7 @@ END_TEST
 START_TEST(second_open_of_a_directory_is_refused)
 {
     struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
-    struct store_options o = {tdir, STORE_DURABLE_FSYNC, 0, 0};
+    struct store_options o = {.dir = tdir};
     char err[STORE_ERRLEN];
     int status;
     pid_t pid = fork();
@@ -481,8 +484,8 @@ struct race {
     struct store *s;
     struct store_filter *sf;
     int id;
-    volatile bool stop;
-    uint64_t acked;   /* batches acknowledged */
+    _Atomic bool stop;
+    _Atomic uint64_t acked;   /* batches acknowledged */
     int wfd;          /* pipe for acknowledged batch ids, or -1 */
     uint64_t max;     /* stop after this many batches (0: no limit) */
 };
@@ -815,6 +818,36 @@ START_TEST(failed_fsync_refuses_writes_until_recovered)
 }
 END_TEST
 
+START_TEST(write_failed_filter_is_recovered_by_the_store)
+{
+    struct store_options o = {.dir = tdir, .snapshot_interval_ms = 3600000,
+                             .recover_retry_ms = 50};
+    char err[STORE_ERRLEN];
+    struct store *s = store_open(&o, err);
+    struct store_filter *sf;
+    struct bf_hash h = hash_of(999999);
+    int i;
+
+    ck_assert_ptr_nonnull(s);
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    sf = store_get(s, "f");
+    add_range(sf, 0, 100);
+    wal__fdatasync = failing_fdatasync;
+    ck_assert_int_eq(store_add_hashes(sf, &h, 1, NULL, err), -EIO);
+    /* While the disk still fails, retries fail too. */
+    usleep(200000);
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_FAILED);
+    wal__fdatasync = fdatasync;
+    for (i = 0; i < 100 && store_filter_state(sf, NULL) != STORE_READY; i++)
+        usleep(20000);
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
+    ck_assert_uint_eq(missing_range(sf, 0, 100), 0);
+    add_range(sf, 200, 100);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
 /* ---- SIGKILL at random moments ---- */
 
 #define KILL_ROUNDS 24
@@ -907,6 +940,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, export_writes_a_loadable_file);
     tcase_add_test(tc, remove_is_counting_only_and_durable);
     tcase_add_test(tc, failed_fsync_refuses_writes_until_recovered);
+    tcase_add_test(tc, write_failed_filter_is_recovered_by_the_store);
     tcase_add_test(tc, sigkill_loses_no_acknowledged_add);
     suite_add_tcase(s, tc);
     return s;

@@ -1045,9 +1045,9 @@ static int filter_snapshot(struct store_filter *sf, bool force, char *err)
     pthread_rwlock_unlock(&sf->lock);
     if (rc < 0) {
         seterr(err, "snapshot of '%s' failed: %s", sf->name, e2);
-        pthread_mutex_unlock(&sf->snap_mu);
         if (wal_error(w))
             filter_wal_failed(sf, w, NULL);
+        pthread_mutex_unlock(&sf->snap_mu);
         return rc;
     }
     strfmt(path, sizeof(path), "%s/snapshot-%016" PRIx64 ".bf", sf->path,
@@ -1055,9 +1055,10 @@ static int filter_snapshot(struct store_filter *sf, bool force, char *err)
     rc = bf_file_save(copy, path, e2);
     bf_destroy(copy);
     if (rc < 0) {
-        /* The old snapshot and every WAL segment are still there. */
+        /* The old snapshot and every WAL segment are still there; try again
+         * after an interval rather than at every tick. */
         seterr(err, "snapshot of '%s' failed: %s", sf->name, e2);
-        log_warn("store: %s", err ? err : e2);
+        sf->snap_time_ms = now_ms();
         pthread_mutex_unlock(&sf->snap_mu);
         return rc;
     }

@@ -173,13 +173,12 @@ static double blocked_fpr(uint64_t nblocks, uint32_t k, double n)
         pl *= lambda / (double)(l + 1);
     }
     pl = pm;
-    for (uint64_t l = mode; l > 0; l--) {
+    double lo = lambda - 12.0 * sqrt(lambda) - 32.0;
+    for (uint64_t l = mode; l > 0 && (double)l > lo; l--) {
         pl *= (double)l / lambda;
         double fill = 1.0 - pow(keep, (double)k * (double)(l - 1));
         sum += pl * probe_fpr(pd, k, fill);
         weight += pl;
-        if (pl < 1e-30 && (double)l < lambda)
-            break;
     }
     return weight > 0 ? sum / weight : sum;
 }
@@ -201,9 +200,16 @@ static int size_blocked(uint64_t n, double p, uint64_t *m_out, uint32_t *k_out)
     uint64_t best_blocks = 0;
     uint32_t best_k = 0;
 
+    /* A blocked filter never needs fewer bits than the textbook optimum, so
+     * the search starts there (and the mixture stays short: ~50 keys/block). */
+    double ln2 = log(2.0);
+    uint64_t floor_blocks = (uint64_t)(-(double)n * log(p) / (ln2 * ln2) / BF_BLOCK_BITS);
+
+    if (floor_blocks < 1)
+        floor_blocks = 1;
     for (uint32_t k = 1; k <= 24; k++) {
         /* Binary search the smallest block count meeting the target. */
-        uint64_t lo = 1, hi = 1;
+        uint64_t lo = floor_blocks, hi = floor_blocks;
         while (blocked_fpr(hi, k, (double)n) > target) {
             if (hi > BF_MAX_BITS / BF_BLOCK_BITS)
                 break;

@@ -191,6 +191,7 @@ struct run {
     enum mode mode;
     bool add;
     int batch;
+    int threads;                 /* client threads of this run */
     unsigned id;                 /* keeps keys unique between runs */
     struct rpc_channel *ch;
     struct sockaddr_in redis;
@@ -468,19 +469,19 @@ static void *worker_main(void *p)
 static void run_one(struct run *r, const char *sysname)
 {
     static unsigned next_id = 1;
-    struct worker *ws = calloc((size_t)o.threads, sizeof *ws);
+    struct worker *ws = calloc((size_t)r->threads, sizeof *ws);
     r->id = next_id++;
     atomic_store(&r->failed, false);
     uint64_t t0 = now_ns();
     r->deadline = t0 + (uint64_t)(o.duration * 1e9);
-    for (int t = 0; t < o.threads; t++) {
+    for (int t = 0; t < r->threads; t++) {
         ws[t].r = r;
         ws[t].t = (unsigned)t;
         pthread_create(&ws[t].thr, NULL, worker_main, &ws[t]);
     }
     struct lat all = {0};
     uint64_t keys = 0, calls = 0;
-    for (int t = 0; t < o.threads; t++) {
+    for (int t = 0; t < r->threads; t++) {
         pthread_join(ws[t].thr, NULL);
         keys += ws[t].keys;
         calls += ws[t].calls;
@@ -493,8 +494,8 @@ static void run_one(struct run *r, const char *sysname)
     static const char *const modes[] = {"single", "batch", "stream"};
     char work[64];
     snprintf(work, sizeof work, "%s %s", r->add ? "Add" : "MayContain", modes[r->mode]);
-    printf("| %-6s | %-18s | %5d | %12.0f | %9.0f | %8.1f | %8.1f | %8.1f |%s\n",
-           sysname, work, r->batch, (double)keys / secs, (double)calls / secs,
+    printf("| %-6s | %-18s | %7d | %5d | %12.0f | %9.0f | %8.1f | %8.1f | %8.1f |%s\n",
+           sysname, work, r->threads, r->batch, (double)keys / secs, (double)calls / secs,
            pct(&all, 0.5), pct(&all, 0.99), pct(&all, 0.999),
            atomic_load(&r->failed) ? " FAILED" : "");
     fflush(stdout);
@@ -709,16 +710,21 @@ int main(int argc, char **argv)
     uint64_t m = (uint64_t)ceil(-(double)o.capacity * log(o.error_rate) / (ln2 * ln2));
     uint32_t k = (uint32_t)lround((double)m / (double)o.capacity * ln2);
 
-    printf("node %s (durability %s), %d client threads, %.1f s per workload, "
+    printf("node %s (durability %s), %d client threads (unless 1), %.1f s per workload, "
            "%d keys per batch, stream window %d, %u-byte keys\n\n",
            addr, o.durability, o.threads, o.duration, o.batch, o.window, KEYLEN);
-    printf("| system | workload           | keys/call | keys/s | calls/s | p50 µs | p99 µs | p999 µs |\n");
-    printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    printf("| system | workload           | threads | keys/call | keys/s | calls/s | p50 µs | p99 µs | p999 µs |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    /* Single keys run twice: one client thread (latency without queueing)
+     * and --threads (throughput). */
     struct {
         enum mode mode;
         bool add;
-    } plan[] = {{M_SINGLE, false}, {M_SINGLE, true}, {M_BATCH, true},
-                {M_BATCH, false},  {M_STREAM, true}, {M_STREAM, false}};
+        bool one_thread;
+    } plan[] = {{M_SINGLE, false, true}, {M_SINGLE, false, false},
+                {M_SINGLE, true, true},  {M_SINGLE, true, false},
+                {M_BATCH, true, false},  {M_BATCH, false, false},
+                {M_STREAM, true, false}, {M_STREAM, false, false}};
     static const char *const mode_names[] = {"single", "batch", "stream"};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
         char name[64];
@@ -730,6 +736,7 @@ int main(int argc, char **argv)
         r.mode = plan[i].mode;
         r.add = plan[i].add;
         r.batch = r.mode == M_SINGLE ? 1 : o.batch;
+        r.threads = plan[i].one_thread ? 1 : o.threads;
         run_one(&r, "node");
         if (!o.no_redis && r.mode != M_STREAM) {
             struct run rr = r;

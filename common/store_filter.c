@@ -1,0 +1,720 @@
+/* store_filter: one filter of the store: recovery from its snapshot and
+ * WAL, data operations, imports, copies and snapshots.  See store.h for the
+ * ordering rule between snapshots and the WAL, store_internal.h for locks.
+ */
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "store_internal.h"
+#include "wal.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "WAL payloads store struct bf_hash as is: little-endian hosts only"
+#endif
+
+struct store_filter *store__filter_new(struct store *s, const char *name)
+{
+    struct store_filter *sf = calloc(1, sizeof(*sf));
+    pthread_rwlockattr_t a;
+
+    if (!sf)
+        return NULL;
+    sf->s = s;
+    sf->name = strdup(name);
+    if (!sf->name || asprintf(&sf->path, "%s/%s", s->dir, name) < 0) {
+        free(sf->name);
+        free(sf);
+        return NULL;
+    }
+    atomic_init(&sf->refs, 1);
+    atomic_init(&sf->version, 0);
+    pthread_mutex_init(&sf->snap_mu, NULL);
+    pthread_mutex_init(&sf->write_mu, NULL);
+    pthread_rwlockattr_init(&a);
+    pthread_rwlockattr_setkind_np(
+        &a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&sf->lock, &a);
+    pthread_rwlockattr_destroy(&a);
+    sf->state = STORE_RECOVERING;
+    return sf;
+}
+
+void store__filter_free(struct store_filter *sf)
+{
+    wal_close(sf->wal);
+    bf_destroy(sf->bf);
+    pthread_mutex_destroy(&sf->snap_mu);
+    pthread_mutex_destroy(&sf->write_mu);
+    pthread_rwlock_destroy(&sf->lock);
+    free(sf->name);
+    free(sf->path);
+    free(sf);
+}
+
+void store_put(struct store_filter *sf)
+{
+    if (sf && atomic_fetch_sub(&sf->refs, 1) == 1)
+        store__filter_free(sf);
+}
+
+static void version_raise(struct store_filter *sf, uint64_t seq)
+{
+    uint64_t v = atomic_load(&sf->version);
+
+    while (v < seq && !atomic_compare_exchange_weak(&sf->version, &v, seq))
+        ;
+}
+
+/* The error a data call returns in a state other than READY. */
+static int state_errno(enum store_state st)
+{
+    switch (st) {
+    case STORE_READY:
+        return 0;
+    case STORE_RECOVERING:
+        return -EAGAIN;
+    case STORE_DROPPED:
+        return -ENOENT;
+    default:
+        return -EIO;
+    }
+}
+
+static void state_err(struct store_filter *sf, char *err)
+{
+    switch (sf->state) {
+    case STORE_RECOVERING:
+        store__seterr(err, "filter '%s' is recovering; retry shortly",
+                      sf->name);
+        break;
+    case STORE_DROPPED:
+        store__seterr(err, "filter '%s' was dropped", sf->name);
+        break;
+    case STORE_FAILED:
+        store__seterr(err, "filter '%s' is not served: %s", sf->name, sf->why);
+        break;
+    default:
+        break;
+    }
+}
+
+/* After a WAL failure seen by a data call: refuse the filter until it is
+ * recovered.  w is the WAL the caller used, so a newer one is not blamed. */
+static void filter_wal_failed(struct store_filter *sf, struct wal *w,
+                              char *err)
+{
+    pthread_rwlock_wrlock(&sf->lock);
+    if (sf->wal == w && sf->state == STORE_READY) {
+        sf->state = STORE_FAILED;
+        sf->retry = true;
+        sf->failed_ms = store__now_ms();
+        store__strfmt(sf->why, sizeof(sf->why), "%s; writes are refused until "
+                      "the filter is recovered", wal_error_text(w));
+        log_error("store: filter '%s' failed: %s", sf->name, sf->why);
+    }
+    store__seterr(err, "write to filter '%s' is not durable: %s", sf->name,
+                  wal_error_text(w));
+    pthread_rwlock_unlock(&sf->lock);
+}
+
+const char *store_filter_name(const struct store_filter *sf)
+{
+    return sf->name;
+}
+
+struct snap_ent {
+    uint64_t seq;
+    char name[40];
+};
+
+static bool snap_parse_name(const char *name, uint64_t *seq)
+{
+    char *end;
+
+    if (strlen(name) != 28 || strncmp(name, "snapshot-", 9) != 0 ||
+        strcmp(name + 25, ".bf") != 0)
+        return false;
+    for (int i = 9; i < 25; i++)
+        if (!strchr("0123456789abcdef", name[i]))
+            return false;
+    *seq = strtoull(name + 9, &end, 16);
+    return end == name + 25;
+}
+
+static int snap_cmp_desc(const void *a, const void *b)
+{
+    const struct snap_ent *x = a, *y = b;
+
+    return x->seq > y->seq ? -1 : x->seq < y->seq;
+}
+
+/* Snapshots in dir, newest first.  clean: also remove temp files of
+ * snapshot saves a crash interrupted (only while nothing writes to dir). */
+static int snap_list(const char *dir, bool clean, struct snap_ent **out,
+                     size_t *n)
+{
+    DIR *d = opendir(dir);
+    struct snap_ent *v = NULL;
+    size_t len = 0, cap = 0;
+    struct dirent *de;
+
+    if (!d)
+        return -errno;
+    while ((de = readdir(d))) {
+        uint64_t seq;
+        if (clean && !strncmp(de->d_name, "snapshot-", 9) &&
+            strstr(de->d_name, ".bf.tmp.")) {
+            unlinkat(dirfd(d), de->d_name, 0);
+            continue;
+        }
+        if (!snap_parse_name(de->d_name, &seq))
+            continue;
+        if (len == cap) {
+            cap = cap ? 2 * cap : 4;
+            struct snap_ent *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                free(v);
+                closedir(d);
+                return -ENOMEM;
+            }
+            v = nv;
+        }
+        v[len].seq = seq;
+        memcpy(v[len].name, de->d_name, 29);   /* 28 chars, checked */
+        len++;
+    }
+    closedir(d);
+    if (len)
+        qsort(v, len, sizeof(*v), snap_cmp_desc);
+    *out = v;
+    *n = len;
+    return 0;
+}
+
+/* Remove the snapshots older than seq (the newest one makes them useless). */
+static void snap_prune(const char *dir, uint64_t seq)
+{
+    struct snap_ent *v;
+    size_t n;
+
+    if (snap_list(dir, false, &v, &n) < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        char path[STORE_PATH_LEN];
+        if (v[i].seq >= seq)
+            continue;
+        store__strfmt(path, sizeof(path), "%s/%s", dir, v[i].name);
+        unlink(path);
+    }
+    free(v);
+}
+
+/* Apply one WAL record to the filter being recovered. */
+static int replay_one(void *ctx, uint32_t type, uint64_t seq,
+                      const void *payload, uint64_t len)
+{
+    struct bf *f = ctx;
+    struct bf_hash h[512];
+    const uint8_t *p = payload;
+    char err[BF_ERRLEN];
+
+    (void)seq;
+    switch (type) {
+    case WAL_REC_ADD:
+    case WAL_REC_REMOVE:
+        if (len % sizeof(struct bf_hash))
+            return -EBADMSG;
+        /* Copy out: records are not aligned for struct access. */
+        while (len) {
+            size_t k = len / sizeof(h[0]);
+            if (k > 512)
+                k = 512;
+            memcpy(h, p, k * sizeof(h[0]));
+            if (type == WAL_REC_ADD)
+                bf_add_hashes(f, h, k, NULL);
+            else
+                for (size_t i = 0; i < k; i++)
+                    (void)bf_remove_hash(f, h[i]);
+            p += k * sizeof(h[0]);
+            len -= k * sizeof(h[0]);
+        }
+        return 0;
+    case WAL_REC_IMPORT: {
+        struct bf *src = bf_file_parse(payload, (size_t)len, err);
+        int rc;
+        if (!src)
+            return -EBADMSG;
+        rc = bf_merge_from(f, src, err);
+        bf_destroy(src);
+        return rc;
+    }
+    default:
+        return -EBADMSG;
+    }
+}
+
+/* Load a filter from its directory: newest loadable snapshot + WAL replay.
+ * Called with snap_mu held and the filter in RECOVERING with no bf/wal;
+ * leaves it READY or FAILED. */
+int store__filter_load(struct store_filter *sf, char *err)
+{
+    struct snap_ent *v = NULL;
+    size_t n = 0, i;
+    struct bf *f = NULL;
+    struct wal *w = NULL;
+    struct wal_recovery rec;
+    char why[STORE_ERRLEN] = "", e2[STORE_ERRLEN], path[STORE_PATH_LEN];
+    uint64_t covered = 0;
+    int rc;
+
+    if ((rc = snap_list(sf->path, true, &v, &n)) < 0) {
+        store__strfmt(why, sizeof(why), "cannot list %s: %s", sf->path,
+                      strerror(-rc));
+        goto fail;
+    }
+    for (i = 0; i < n && !f; i++) {
+        store__strfmt(path, sizeof(path), "%s/%s", sf->path, v[i].name);
+        f = bf_file_load(path, e2, NULL);
+        if (f)
+            covered = v[i].seq;
+        else if (!why[0])
+            store__strfmt(why, sizeof(why), "snapshot %s is unusable: %.160s",
+                          path,
+                          e2);
+    }
+    if (!f) {
+        rc = -EBADMSG;
+        if (!why[0])
+            store__strfmt(why, sizeof(why), "no snapshot in %s", sf->path);
+        goto fail;
+    }
+    if (why[0])
+        log_warn("store: %s; trying the older snapshot-%016" PRIx64 ".bf with "
+                 "the WAL after it", why, covered);
+    bf_set_exclusive(f, true);
+    rc = wal_recover(sf->path, covered, replay_one, f, &rec, e2);
+    bf_set_exclusive(f, false);
+    if (rc < 0) {
+        size_t l = strlen(why);
+        store__strfmt(why + l, sizeof(why) - l, "%s%s", l ? "; then " : "",
+                      e2);
+        goto fail;
+    }
+    if (rec.truncated)
+        log_warn("store: filter '%s': cut a torn WAL tail of %" PRIu64
+                 " bytes (never acknowledged)", sf->name, rec.truncated);
+    if (!(w = wal_open(sf->path, rec.next_seq, sf->s->durability, e2))) {
+        rc = -EIO;
+        store__strfmt(why, sizeof(why), "%s", e2);
+        goto fail;
+    }
+    free(v);
+    pthread_rwlock_wrlock(&sf->lock);
+    sf->bf = f;
+    sf->wal = w;
+    sf->exact = bf_kind(f) == BF_KIND_COUNTING ||
+                bf_kind(f) == BF_KIND_SCALABLE;
+    sf->serial = bf_kind(f) == BF_KIND_COUNTING;
+    sf->state = STORE_READY;
+    sf->why[0] = 0;
+    sf->retry = false;
+    pthread_rwlock_unlock(&sf->lock);
+    version_raise(sf, rec.next_seq - 1);
+    sf->snap_seq = covered;
+    sf->snap_time_ms = store__now_ms();
+    log_info("store: filter '%s' ready: snapshot seq %" PRIu64 ", %" PRIu64
+             " WAL records replayed", sf->name, covered, rec.records);
+    return 0;
+fail:
+    free(v);
+    bf_destroy(f);
+    pthread_rwlock_wrlock(&sf->lock);
+    sf->state = STORE_FAILED;
+    store__strfmt(sf->why, sizeof(sf->why), "%s", why);
+    /* Damaged files stay refused; a disk that failed may come back. */
+    sf->retry = rc != -EBADMSG;
+    sf->failed_ms = store__now_ms();
+    pthread_rwlock_unlock(&sf->lock);
+    log_error("store: filter '%s' is not served: %s", sf->name, why);
+    store__seterr(err, "filter '%s' is not served: %s", sf->name, why);
+    return rc < 0 ? rc : -EIO;
+}
+
+int store_filter_recover(struct store_filter *sf, char *err)
+{
+    struct bf *f;
+    struct wal *w;
+    int rc;
+
+    pthread_mutex_lock(&sf->snap_mu);
+    pthread_rwlock_wrlock(&sf->lock);
+    if (sf->state == STORE_DROPPED) {
+        state_err(sf, err);
+        pthread_rwlock_unlock(&sf->lock);
+        pthread_mutex_unlock(&sf->snap_mu);
+        return -ENOENT;
+    }
+    f = sf->bf;
+    w = sf->wal;
+    sf->bf = NULL;
+    sf->wal = NULL;
+    sf->state = STORE_RECOVERING;
+    pthread_rwlock_unlock(&sf->lock);
+    wal_close(w);
+    bf_destroy(f);
+    rc = store__filter_load(sf, err);
+    pthread_mutex_unlock(&sf->snap_mu);
+    return rc;
+}
+
+enum store_state store_filter_state(struct store_filter *sf, char *why)
+{
+    enum store_state st;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    st = sf->state;
+    if (why)
+        store__strfmt(why, STORE_ERRLEN, "%s",
+                      st == STORE_FAILED ? sf->why : "");
+    pthread_rwlock_unlock(&sf->lock);
+    return st;
+}
+
+/* Apply a batch of hashes and log it.  Bits first, then the WAL record (the
+ * order store.h relies on); the wait for durability happens under the shared
+ * lock so the WAL cannot be swapped out by a recovery meanwhile. */
+static int filter_mutate(struct store_filter *sf, uint32_t type,
+                         const struct bf_hash *h, size_t n, bool *out,
+                         char *err)
+{
+    struct wal *w;
+    uint64_t seq;
+    int rc;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = state_errno(sf->state)) < 0) {
+        state_err(sf, err);
+        pthread_rwlock_unlock(&sf->lock);
+        return rc;
+    }
+    if (type == WAL_REC_REMOVE && bf_kind(sf->bf) != BF_KIND_COUNTING) {
+        store__seterr(err, "filter '%s' is a %s filter; only counting filters "
+                      "support remove", sf->name,
+                      bf_kind_name(bf_kind(sf->bf)));
+        pthread_rwlock_unlock(&sf->lock);
+        return -EOPNOTSUPP;
+    }
+    if (n == 0) {
+        pthread_rwlock_unlock(&sf->lock);
+        return 0;
+    }
+    w = sf->wal;
+    if (sf->serial)
+        pthread_mutex_lock(&sf->write_mu);
+    if (type == WAL_REC_ADD)
+        bf_add_hashes(sf->bf, h, n, out);
+    else
+        for (size_t i = 0; i < n; i++) {
+            int r = bf_remove_hash(sf->bf, h[i]);
+            if (out)
+                out[i] = r == 0;
+        }
+    rc = wal_submit(w, type, h, (uint64_t)n * sizeof(*h), &seq);
+    if (sf->serial)
+        pthread_mutex_unlock(&sf->write_mu);
+    if (rc == 0)
+        rc = wal_wait(w, seq);
+    pthread_rwlock_unlock(&sf->lock);
+    if (rc == -EIO) {
+        filter_wal_failed(sf, w, err);
+        return rc;
+    }
+    if (rc < 0) {
+        store__seterr(err, "cannot log the write to '%s': %s", sf->name,
+                      strerror(-rc));
+        return rc;
+    }
+    version_raise(sf, seq);
+    return 0;
+}
+
+int store_add_hashes(struct store_filter *sf, const struct bf_hash *h,
+                     size_t n, bool *added, char *err)
+{
+    return filter_mutate(sf, WAL_REC_ADD, h, n, added, err);
+}
+
+int store_remove_hashes(struct store_filter *sf, const struct bf_hash *h,
+                        size_t n, bool *removed, char *err)
+{
+    return filter_mutate(sf, WAL_REC_REMOVE, h, n, removed, err);
+}
+
+int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
+                             size_t n, bool *present)
+{
+    int rc;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = state_errno(sf->state)) == 0)
+        bf_may_contain_hashes(sf->bf, h, n, present);
+    pthread_rwlock_unlock(&sf->lock);
+    return rc;
+}
+
+struct membuf {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+static int membuf_write(void *ctx, const void *buf, size_t len)
+{
+    struct membuf *m = ctx;
+
+    if (m->len + len > m->cap)
+        return -EOVERFLOW;
+    memcpy(m->p + m->len, buf, len);
+    m->len += len;
+    return 0;
+}
+
+int store_import(struct store_filter *sf, const struct bf *src, char *err)
+{
+    struct membuf m = {0};
+    const char *field;
+    uint64_t seq, size;
+    int rc;
+
+    /* Serialize outside the lock: the WAL record carries the whole file. */
+    size = bf_file_size(src);
+    if (size > WAL_MAX_PAYLOAD || !(m.p = malloc(size ? size : 1))) {
+        store__seterr(err, "cannot buffer an import of %" PRIu64 " bytes",
+                      size);
+        return -ENOMEM;
+    }
+    m.cap = size;
+    if ((rc = bf_file_write(src, membuf_write, &m)) < 0 || m.len != size) {
+        store__seterr(err, "cannot serialize the imported filter");
+        free(m.p);
+        return rc < 0 ? rc : -EINVAL;
+    }
+    pthread_rwlock_wrlock(&sf->lock);   /* bf_merge_from needs exclusion */
+    if ((rc = state_errno(sf->state)) < 0) {
+        state_err(sf, err);
+        goto out;
+    }
+    if ((field = bf_mismatch(sf->bf, src))) {
+        store__seterr(err, "cannot import into '%s': the filters differ in %s",
+                      sf->name, field);
+        rc = -EINVAL;
+        goto out;
+    }
+    if ((rc = bf_merge_from(sf->bf, src, err)) < 0)
+        goto out;
+    if ((rc = wal_submit(sf->wal, WAL_REC_IMPORT, m.p, m.len, &seq)) == 0)
+        rc = wal_wait(sf->wal, seq);
+    if (rc == -EIO) {
+        sf->state = STORE_FAILED;
+        sf->retry = true;
+        sf->failed_ms = store__now_ms();
+        store__strfmt(sf->why, sizeof(sf->why), "%s; writes are refused "
+                      "until the filter is recovered",
+                      wal_error_text(sf->wal));
+        store__seterr(err, "import into '%s' is not durable: %s", sf->name,
+                      wal_error_text(sf->wal));
+    } else if (rc < 0) {
+        store__seterr(err, "cannot log the import into '%s': %s", sf->name,
+                      strerror(-rc));
+    } else {
+        version_raise(sf, seq);
+    }
+out:
+    pthread_rwlock_unlock(&sf->lock);
+    free(m.p);
+    return rc;
+}
+
+/* A copy of the live filter; the caller holds the lock (exclusive for the
+ * exact kinds). */
+static struct bf *filter_copy_locked(struct store_filter *sf, char *err)
+{
+    uint64_t counts[BF_MAX_LAYERS] = {0};
+    struct bf *c = bf_create_like(sf->bf, err);
+    uint32_t nl;
+
+    if (!c)
+        return NULL;
+    if (bf_merge_from(c, sf->bf, err) < 0) {
+        bf_destroy(c);
+        return NULL;
+    }
+    nl = bf_layer_count(sf->bf);
+    for (uint32_t i = 0; i < nl && i < BF_MAX_LAYERS; i++) {
+        struct bf_layer_info li;
+        if (bf_layer_info(sf->bf, i, &li) == 0)
+            counts[i] = li.count;
+    }
+    bf_set_counts(c, bf_insert_count(sf->bf), counts);
+    return c;
+}
+
+static void filter_lock_for_copy(struct store_filter *sf)
+{
+    if (sf->exact)
+        pthread_rwlock_wrlock(&sf->lock);
+    else
+        pthread_rwlock_rdlock(&sf->lock);
+}
+
+struct bf *store_filter_copy(struct store_filter *sf)
+{
+    struct bf *c = NULL;
+
+    /* exact is fixed once READY; read it under the lock to be sure. */
+    pthread_rwlock_rdlock(&sf->lock);
+    bool ready = sf->state == STORE_READY, exact = sf->exact;
+    if (ready && !exact)
+        c = filter_copy_locked(sf, NULL);
+    pthread_rwlock_unlock(&sf->lock);
+    if (ready && exact) {
+        pthread_rwlock_wrlock(&sf->lock);
+        if (sf->state == STORE_READY)
+            c = filter_copy_locked(sf, NULL);
+        pthread_rwlock_unlock(&sf->lock);
+    }
+    return c;
+}
+
+int store_export(struct store_filter *sf, bf_file_writer w, void *ctx)
+{
+    struct bf *c = store_filter_copy(sf);
+    int rc;
+
+    if (!c) {
+        enum store_state st = store_filter_state(sf, NULL);
+        return st == STORE_READY ? -ENOMEM : state_errno(st);
+    }
+    rc = bf_file_write(c, w, ctx);
+    bf_destroy(c);
+    return rc;
+}
+
+const struct bf *store_filter_bf(struct store_filter *sf)
+{
+    const struct bf *f;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    f = sf->state == STORE_READY ? sf->bf : NULL;
+    pthread_rwlock_unlock(&sf->lock);
+    return f;
+}
+
+uint64_t store_filter_version(struct store_filter *sf)
+{
+    return atomic_load(&sf->version);
+}
+
+/* Write snapshot-C (C from a WAL rotation), then drop the WAL and the
+ * snapshots it makes redundant.  force: even if nothing changed. */
+int store__filter_snapshot(struct store_filter *sf, bool force, char *err)
+{
+    char path[STORE_PATH_LEN], e2[STORE_ERRLEN];
+    struct bf *copy = NULL;
+    struct wal *w;
+    uint64_t upto;
+    int rc;
+
+    pthread_mutex_lock(&sf->snap_mu);
+    filter_lock_for_copy(sf);
+    if (sf->state != STORE_READY) {
+        pthread_rwlock_unlock(&sf->lock);
+        pthread_mutex_unlock(&sf->snap_mu);
+        return 0;   /* nothing to snapshot */
+    }
+    w = sf->wal;
+    if (!force && wal_last_seq(w) == sf->snap_seq) {
+        pthread_rwlock_unlock(&sf->lock);
+        pthread_mutex_unlock(&sf->snap_mu);
+        return 0;
+    }
+    /* Rotate first, copy second: every record <= upto set its bits before
+     * it was submitted, hence before this copy starts. */
+    rc = wal_rotate(w, &upto, e2);
+    if (rc == 0 && !(copy = filter_copy_locked(sf, e2)))
+        rc = -ENOMEM;
+    pthread_rwlock_unlock(&sf->lock);
+    if (rc < 0) {
+        store__seterr(err, "snapshot of '%s' failed: %s", sf->name, e2);
+        if (wal_error(w))
+            filter_wal_failed(sf, w, NULL);
+        pthread_mutex_unlock(&sf->snap_mu);
+        return rc;
+    }
+    store__strfmt(path, sizeof(path), "%s/snapshot-%016" PRIx64 ".bf",
+                  sf->path,
+                  upto);
+    rc = bf_file_save(copy, path, e2);
+    bf_destroy(copy);
+    if (rc < 0) {
+        /* The old snapshot and every WAL segment are still there; try again
+         * after an interval rather than at every tick. */
+        store__seterr(err, "snapshot of '%s' failed: %s", sf->name, e2);
+        sf->snap_time_ms = store__now_ms();
+        pthread_mutex_unlock(&sf->snap_mu);
+        return rc;
+    }
+    sf->snap_seq = upto;
+    sf->snap_time_ms = store__now_ms();
+    snap_prune(sf->path, upto);
+    if ((rc = wal_discard(sf->path, upto)) < 0)
+        log_warn("store: cannot discard WAL of '%s' up to %" PRIu64 ": %s",
+                 sf->name, upto, strerror(-rc));
+    pthread_mutex_unlock(&sf->snap_mu);
+    return 0;
+}
+
+int store_filter_snapshot(struct store_filter *sf, char *err)
+{
+    return store__filter_snapshot(sf, true, err);
+}
+
+/* Does a filter need a snapshot: its WAL grew past the limit, or it changed
+ * and the interval passed. */
+bool store__filter_due(struct store_filter *sf, uint64_t now)
+{
+    struct store *s = sf->s;
+    bool due = false;
+
+    pthread_mutex_lock(&sf->snap_mu);
+    pthread_rwlock_rdlock(&sf->lock);
+    if (sf->state == STORE_READY)
+        due = wal_last_seq(sf->wal) != sf->snap_seq &&
+              (wal_bytes(sf->wal) >= s->wal_bytes ||
+               now - sf->snap_time_ms >= s->interval_ms);
+    pthread_rwlock_unlock(&sf->lock);
+    pthread_mutex_unlock(&sf->snap_mu);
+    return due;
+}
+
+/* Is a filter FAILED by an I/O error and due for another recovery? */
+bool store__filter_retry_due(struct store_filter *sf, uint64_t now)
+{
+    bool due;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    due = sf->state == STORE_FAILED && sf->retry &&
+          now - sf->failed_ms >= sf->s->retry_ms;
+    pthread_rwlock_unlock(&sf->lock);
+    return due;
+}

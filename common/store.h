@@ -116,7 +116,7 @@ void store_close(struct store *s);
 int store_name_check(const char *name, char *err);
 
 /* Create an empty filter.  Returns 0 once it is durable; -EINVAL (bad name
- * or parameters, see bf_params_check), -EEXIST, or an I/O error. */
+ * or parameters, see bf_params_check), -EEXIST, -ENOMEM or an I/O error. */
 int store_create(struct store *s, const char *name, const struct bf_params *p,
                  char *err);
 
@@ -129,7 +129,8 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
  * first).  Returns -ENOENT when there is no such filter. */
 int store_drop(struct store *s, const char *name, char *err);
 
-/* Names of all filters (any state), sorted.  On success *names is a
+/* Names of all filters (any state but dropped), sorted.  On success *names
+ * is a
  * malloc'd array of *n malloc'd strings; free with store_list_free. */
 int store_list(struct store *s, char ***names, size_t *n);
 void store_list_free(char **names, size_t n);
@@ -175,16 +176,27 @@ int store_remove_hashes(struct store_filter *sf, const struct bf_hash *h,
 int store_import(struct store_filter *sf, const struct bf *src, char *err);
 
 /* Serialize a consistent copy of the filter (every change acknowledged
- * before the call is in it) through w; returns 0 or w's / an I/O error. */
+ * before the call is in it) through w, outside the filter's lock.  Returns
+ * 0, w's error, -ENOMEM, or -EAGAIN / -ENOENT / -EIO when not READY. */
 int store_export(struct store_filter *sf, bf_file_writer w, void *ctx);
 
 /* A point-in-time copy of the filter, owned by the caller (bf_destroy).
  * NULL when the filter is not READY or memory is short. */
 struct bf *store_filter_copy(struct store_filter *sf);
 
-/* The live filter, for read-only inspection (bf_stats, accessors); valid
- * while the handle is held and the filter is READY.  NULL otherwise. */
+/* The live filter, for read-only inspection (bf_stats, accessors), or NULL
+ * when not READY.  The pointer is valid while the handle is held and until
+ * the filter is dropped or recovered (store_filter_recover, or the store's
+ * own retry after a write error, replace it); prefer store_filter_inspect
+ * where that matters. */
 const struct bf *store_filter_bf(struct store_filter *sf);
+
+/* Call fn(f, ctx) with the live filter under the filter's shared lock, so f
+ * cannot be replaced meanwhile.  fn must only read f and must not call back
+ * into the store for this filter; adds run concurrently.  Returns 0, or
+ * -EAGAIN / -ENOENT / -EIO when the filter is not READY (fn not called). */
+int store_filter_inspect(struct store_filter *sf,
+                         void (*fn)(const struct bf *f, void *ctx), void *ctx);
 
 /* Monotonically increasing (also across restarts): the sequence number of
  * the filter's latest WAL record; bumps on every change. */

@@ -620,6 +620,18 @@ const struct bf *store_filter_bf(struct store_filter *sf)
     return f;
 }
 
+int store_filter_inspect(struct store_filter *sf,
+                         void (*fn)(const struct bf *f, void *ctx), void *ctx)
+{
+    int rc;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = state_errno(sf->state)) == 0)
+        fn(sf->bf, ctx);
+    pthread_rwlock_unlock(&sf->lock);
+    return rc;
+}
+
 uint64_t store_filter_version(struct store_filter *sf)
 {
     return atomic_load(&sf->version);

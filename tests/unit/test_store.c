@@ -706,6 +706,11 @@ static int membuf_write(void *ctx, const void *buf, size_t len)
     return 0;
 }
 
+static void stats_of(const struct bf *f, void *ctx)
+{
+    bf_stats(f, ctx);
+}
+
 START_TEST(export_writes_a_loadable_file)
 {
     struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
@@ -725,6 +730,10 @@ START_TEST(export_writes_a_loadable_file)
         ck_assert(bf_may_contain_hash(f, hash_of(i)));
     bf_destroy(f);
     free(m.p);
+    struct bf_stats st;
+    ck_assert_int_eq(store_filter_inspect(sf, stats_of, &st), 0);
+    ck_assert_double_gt(st.estimated_count, 900);
+    ck_assert_double_lt(st.estimated_count, 1100);
     store_put(sf);
     store_close(s);
 }

@@ -169,10 +169,11 @@ int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
 int store_remove_hashes(struct store_filter *sf, const struct bf_hash *h,
                         size_t n, bool *removed, char *err);
 
-/* OR-merge src into the filter, durably (a WAL import record carrying src).
- * -EINVAL naming the mismatching field (nothing changed) when the
- * fingerprints differ; I/O errors as store_add_hashes.  src stays the
- * caller's. */
+/* OR-merge src into the filter, durably (a WAL import record carrying src,
+ * so the WAL holds a copy of src until the next snapshot).  -EINVAL naming
+ * the mismatching field (nothing changed) when the fingerprints differ; I/O
+ * errors as store_add_hashes.  src stays the caller's.  Adds wait while
+ * the merge runs. */
 int store_import(struct store_filter *sf, const struct bf *src, char *err);
 
 /* Serialize a consistent copy of the filter (every change acknowledged

@@ -272,6 +272,34 @@ START_TEST(names_are_validated)
 }
 END_TEST
 
+START_TEST(interrupted_create_and_drop_are_swept)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    char path[4200], **names;
+    size_t n;
+
+    create(s, "gone", BF_KIND_BLOCKED, 1000);
+    create(s, "kept", BF_KIND_BLOCKED, 1000);
+    store_close(s);
+    /* A drop that crashed after its rename, and a half-made creation. */
+    char from[4200];
+    snprintf(from, sizeof(from), "%s/gone", tdir);
+    snprintf(path, sizeof(path), "%s/.dropped-7-gone", tdir);
+    ck_assert_int_eq(rename(from, path), 0);
+    snprintf(path, sizeof(path), "%s/.creating-new", tdir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    ck_assert_int_eq(store_list(s, &names, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(names[0], "kept");
+    store_list_free(names, n);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    snprintf(path, sizeof(path), "%s/.dropped-7-gone", tdir);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    store_close(s);
+}
+END_TEST
+
 START_TEST(second_open_of_a_directory_is_refused)
 {
     struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
@@ -935,6 +963,7 @@ Suite *store_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, create_list_drop_and_reopen);
     tcase_add_test(tc, names_are_validated);
+    tcase_add_test(tc, interrupted_create_and_drop_are_swept);
     tcase_add_test(tc, second_open_of_a_directory_is_refused);
     tcase_add_test(tc, acknowledged_adds_survive_a_crash);
     tcase_add_test(tc, torn_wal_tail_is_cut_and_the_filter_served);

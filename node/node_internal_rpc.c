@@ -1,0 +1,340 @@
+/* node_internal_rpc: the internal service (bloomgrid.v1.Internal) for
+ * routers and the merger: shards by (filter, index) and operations on
+ * precomputed hashes.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf.h"
+#include "bf_file.h"
+#include "log.h"
+#include "node.h"
+#include "node_rpc.h"
+#include "rpc_server.h"
+#include "store.h"
+
+/* ---- internal service ---- */
+
+static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *isi,
+                            struct info_buf *ib, struct store_filter *sf,
+                            const char *filter, unsigned index, bool secret)
+{
+    bloomgrid__v1__internal_shard_info__init(isi);
+    node_rpc__info_fill(n, ib, sf, filter);
+    isi->filter = ib->name;
+    isi->shard_index = index;
+    isi->info = &ib->fi;
+    isi->hash_id = BF_HASH_XXH3_128;
+    const struct bf *f = store_filter_bf(sf);
+    if (f) {
+        isi->shard_count = bf_shard_count(f);
+        isi->shard_index = bf_shard_index(f);
+        if (secret) {
+            isi->secret.data = (uint8_t *)bf_secret(f);
+            isi->secret.len = BF_SECRET_LEN;
+        }
+    }
+}
+
+/* Split a store name into filter and shard index. */
+static void split_store_name(const char *sname, char *filter, size_t flen,
+                             unsigned *index)
+{
+    const char *suf = strstr(sname, SHARD_SUFFIX);
+    *index = 0;
+    if (!suf) {
+        snprintf(filter, flen, "%s", sname);
+        return;
+    }
+    snprintf(filter, flen, "%.*s", (int)(suf - sname), sname);
+    *index = (unsigned)strtoul(suf + strlen(SHARD_SUFFIX), NULL, 10);
+}
+
+void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
+                           struct rpc_reply *r)
+{
+    struct node *n = arg;
+    struct store *s = node_rpc__need_store(n, r);
+    if (!s)
+        return;
+    UNPACK_OR_FAIL(Bloomgrid__V1__CreateShardRequest,
+                   bloomgrid__v1__create_shard_request, m, req, len, r);
+    struct bf_params p = {0};
+    char sname[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
+    if (!node_rpc__public_name_ok(m->filter, r) ||
+        !node_rpc__params_ok(m->capacity, m->error_rate, r) ||
+        !node_rpc__kind_from_wire(m->kind, &p.kind, r))
+        goto out;
+    if (m->shard_count < 1 || m->shard_count > MAX_SHARDS ||
+        m->shard_index >= m->shard_count) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "shard %u of %u: need 1 <= shard_count <= %d and "
+                        "shard_index < shard_count", m->shard_index,
+                        m->shard_count, MAX_SHARDS);
+        goto out;
+    }
+    if (m->secret.len != 0 && m->secret.len != BF_SECRET_LEN) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "secret must be %d bytes (or empty), not %zu",
+                        BF_SECRET_LEN, m->secret.len);
+        goto out;
+    }
+    if (m->secret.len == 0 && m->shard_count > 1) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "a sharded filter needs one secret shared by every shard");
+        goto out;
+    }
+    if (node_shard_store_name(sname, sizeof sname, m->filter, m->shard_index,
+                              m->shard_count) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "filter name too long for a shard name");
+        goto out;
+    }
+    p.capacity = m->capacity;
+    p.error_rate = m->error_rate;
+    p.shard_index = m->shard_index;
+    p.shard_count = m->shard_count;
+    p.secret = m->secret.len ? m->secret.data : NULL;
+    bf_params_default(&p);
+    int rc = store_create(s, sname, &p, err);
+    if (rc < 0) {
+        node_rpc__store_error(r, NULL, sname, rc, err);
+        goto out;
+    }
+    log_info("created shard %u/%u of filter %s", m->shard_index, m->shard_count,
+             m->filter);
+    struct store_filter *sf = store_get(s, sname);
+    if (!sf) {
+        rpc_reply_error(r, GRPC_STATUS_NOT_FOUND, "shard dropped during creation");
+        goto out;
+    }
+    Bloomgrid__V1__InternalShardInfo isi;
+    struct info_buf ib;
+    shard_info_fill(n, &isi, &ib, sf, m->filter, m->shard_index, false);
+    rpc_reply_pack(r, &isi.base);
+    store_put(sf);
+out:
+    bloomgrid__v1__create_shard_request__free_unpacked(m, NULL);
+}
+
+/* Find the store filter of (filter, index): the plain name holds a
+ * single-shard filter, "<filter>.shard-<index>" one shard of many. */
+struct store_filter *node_rpc__get_shard(struct store *s, const char *filter,
+                                      unsigned index, struct rpc_reply *r)
+{
+    char sname[STORE_NAME_MAX + 1];
+    struct store_filter *sf = NULL;
+    if (!node_rpc__public_name_ok(filter, r))
+        return NULL;
+    if (node_shard_store_name(sname, sizeof sname, filter, index, 2) == 0)
+        sf = store_get(s, sname);
+    if (!sf && index == 0)
+        sf = store_get(s, filter);
+    if (!sf)
+        rpc_reply_error(r, GRPC_STATUS_NOT_FOUND,
+                        "shard %u of filter \"%s\" is not on this node", index,
+                        filter);
+    return sf;
+}
+
+void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
+                         struct rpc_reply *r)
+{
+    struct node *n = arg;
+    struct store *s = node_rpc__need_store(n, r);
+    if (!s)
+        return;
+    UNPACK_OR_FAIL(Bloomgrid__V1__ShardRef, bloomgrid__v1__shard_ref, m, req, len, r);
+    struct store_filter *sf = node_rpc__get_shard(s, m->filter, m->shard_index, r);
+    if (sf) {
+        char sname[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
+        snprintf(sname, sizeof sname, "%s", store_filter_name(sf));
+        store_put(sf);
+        int rc = store_drop(s, sname, err);
+        if (rc < 0) {
+            node_rpc__store_error(r, NULL, sname, rc, err);
+        } else {
+            Bloomgrid__V1__DropShardResponse resp =
+                BLOOMGRID__V1__DROP_SHARD_RESPONSE__INIT;
+            rpc_reply_pack(r, &resp.base);
+        }
+    }
+    bloomgrid__v1__shard_ref__free_unpacked(m, NULL);
+}
+
+void node_rpc__h_get_shard(void *arg, const uint8_t *req, size_t len,
+                        struct rpc_reply *r)
+{
+    struct node *n = arg;
+    struct store *s = node_rpc__need_store(n, r);
+    if (!s)
+        return;
+    UNPACK_OR_FAIL(Bloomgrid__V1__GetShardRequest, bloomgrid__v1__get_shard_request,
+                   m, req, len, r);
+    struct store_filter *sf = node_rpc__get_shard(s, m->filter, m->shard_index, r);
+    if (sf) {
+        Bloomgrid__V1__InternalShardInfo isi;
+        struct info_buf ib;
+        shard_info_fill(n, &isi, &ib, sf, m->filter, m->shard_index,
+                        m->include_secret);
+        rpc_reply_pack(r, &isi.base);
+        store_put(sf);
+    }
+    bloomgrid__v1__get_shard_request__free_unpacked(m, NULL);
+}
+
+void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
+                          struct rpc_reply *r)
+{
+    struct node *n = arg;
+    struct store *s = node_rpc__need_store(n, r);
+    if (!s)
+        return;
+    UNPACK_OR_FAIL(Bloomgrid__V1__ListShardsRequest,
+                   bloomgrid__v1__list_shards_request, m, req, len, r);
+    bloomgrid__v1__list_shards_request__free_unpacked(m, NULL);
+    char **names = NULL;
+    size_t nn = 0;
+    if (store_list(s, &names, &nn) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "cannot list the shards");
+        return;
+    }
+    struct info_buf *ibs = calloc(nn ? nn : 1, sizeof *ibs);
+    Bloomgrid__V1__InternalShardInfo *isis = calloc(nn ? nn : 1, sizeof *isis);
+    Bloomgrid__V1__InternalShardInfo **ptrs = calloc(nn ? nn : 1, sizeof *ptrs);
+    size_t k = 0;
+    if (!ibs || !isis || !ptrs) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        char filter[STORE_NAME_MAX + 1];
+        unsigned index;
+        split_store_name(names[i], filter, sizeof filter, &index);
+        struct store_filter *sf = store_get(s, names[i]);
+        if (!sf)
+            continue;
+        shard_info_fill(n, &isis[k], &ibs[k], sf, filter, index, false);
+        ibs[k].fi.shard_info = &ibs[k].sip;
+        isis[k].info = &ibs[k].fi;
+        isis[k].filter = ibs[k].name;
+        ptrs[k] = &isis[k];
+        store_put(sf);
+        k++;
+    }
+    Bloomgrid__V1__ListShardsResponse resp = BLOOMGRID__V1__LIST_SHARDS_RESPONSE__INIT;
+    resp.n_shards = k;
+    resp.shards = ptrs;
+    rpc_reply_pack(r, &resp.base);
+out:
+    free(ptrs);
+    free(isis);
+    free(ibs);
+    store_list_free(names, nn);
+}
+
+static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
+                        size_t len, struct rpc_reply *r)
+{
+    struct store *s = node_rpc__need_store(n, r);
+    if (!s)
+        return;
+    UNPACK_OR_FAIL(Bloomgrid__V1__HashesRequest, bloomgrid__v1__hashes_request, m,
+                   req, len, r);
+    struct scratch *sc = node_rpc__thread_scratch();
+    struct store_filter *sf = NULL;
+    char err[STORE_ERRLEN] = "";
+    size_t cnt = m->hashes.len / 16;
+    if (!sc) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    if (m->hashes.len % 16) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "hashes is %zu bytes: not a multiple of 16", m->hashes.len);
+        goto out;
+    }
+    if (cnt > n->cfg.max_batch_keys) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                        "%zu hashes in one batch; the limit is %llu (max_batch_keys)",
+                        cnt, (unsigned long long)n->cfg.max_batch_keys);
+        goto out;
+    }
+    sf = node_rpc__get_shard(s, m->filter, m->shard_index, r);
+    if (!sf)
+        goto out;
+    if (node_rpc__scratch_reserve(sc, cnt ? cnt : 1) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *p = m->hashes.data + 16 * i;
+        uint64_t h1 = 0, h2 = 0;
+        for (int b = 7; b >= 0; b--) {
+            h1 = (h1 << 8) | p[b];
+            h2 = (h2 << 8) | p[8 + b];
+        }
+        sc->hashes[i].h1 = h1;
+        sc->hashes[i].h2 = h2;
+    }
+    if (m->check_shard) {
+        const struct bf *f = store_filter_bf(sf);
+        uint32_t count = f ? bf_shard_count(f) : 1;
+        for (size_t i = 0; f && i < cnt; i++) {
+            if (bf_hash_shard(sc->hashes[i], count) != m->shard_index) {
+                rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                                "hash %zu belongs to shard %u, not %u", i,
+                                bf_hash_shard(sc->hashes[i], count), m->shard_index);
+                goto out;
+            }
+        }
+    }
+    int rc = 0;
+    if (cnt) {
+        switch (op) {
+        case OP_ADD:
+            rc = store_add_hashes(sf, sc->hashes, cnt, sc->out, err);
+            break;
+        case OP_MAY_CONTAIN:
+            rc = store_may_contain_hashes(sf, sc->hashes, cnt, sc->out);
+            break;
+        case OP_REMOVE:
+            rc = store_remove_hashes(sf, sc->hashes, cnt, sc->out, err);
+            break;
+        }
+    }
+    if (rc < 0) {
+        char label[STORE_NAME_MAX + 32];
+        snprintf(label, sizeof label, "%s shard %u", m->filter, m->shard_index);
+        node_rpc__store_error(r, sf, label, rc, err);
+        goto out;
+    }
+    node_rpc__encode_bools(r, sc->out, cnt, true, store_filter_version(sf));
+out:
+    if (sf)
+        store_put(sf);
+    bloomgrid__v1__hashes_request__free_unpacked(m, NULL);
+}
+
+void node_rpc__h_add_hashes(void *arg, const uint8_t *req, size_t len,
+                         struct rpc_reply *r)
+{
+    hashes_call(arg, OP_ADD, req, len, r);
+}
+
+void node_rpc__h_may_contain_hashes(void *arg, const uint8_t *req, size_t len,
+                                 struct rpc_reply *r)
+{
+    hashes_call(arg, OP_MAY_CONTAIN, req, len, r);
+}
+
+void node_rpc__h_remove_hashes(void *arg, const uint8_t *req, size_t len,
+                            struct rpc_reply *r)
+{
+    hashes_call(arg, OP_REMOVE, req, len, r);
+}
+

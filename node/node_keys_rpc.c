@@ -1,0 +1,336 @@
+/* node_keys_rpc: Add, MayContain, Remove and their streams.
+ *
+ * These calls skip protobuf-c: a hand-written decoder walks the request once,
+ * bounds-checking every length, and records (pointer, length) of each key
+ * inside the request buffer, so a batch of a million keys costs no per-key
+ * allocation.  Replies (one packed repeated bool) are encoded by hand too.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf.h"
+#include "bf_file.h"
+#include "log.h"
+#include "node.h"
+#include "node_rpc.h"
+#include "rpc_server.h"
+#include "store.h"
+
+static const char *const op_names[] = {"Add", "MayContain", "Remove"};
+
+/* ---- hand-written wire codec for the key batches ---- */
+
+/* Read a varint at *p (< end).  Returns false when truncated or longer than
+ * 10 bytes. */
+static inline bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    const uint8_t *q = *p;
+    for (int shift = 0; shift < 70 && q < end; shift += 7) {
+        uint8_t b = *q++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *p = q;
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static inline size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Decoded key batch (AddRequest, MayContainRequest, RemoveRequest share the
+ * layout: 1 = filter name, 2 = repeated bytes keys). */
+struct key_batch {
+    char filter[STORE_NAME_MAX + 2];
+    bool has_filter;
+    size_t n;
+};
+
+/* Decode a key batch into sc.  Returns a status code; on error the reply
+ * message says what is wrong. */
+static grpc_status_code decode_key_batch(struct node *n, const uint8_t *buf,
+                                         size_t len, struct scratch *sc,
+                                         struct key_batch *kb, struct rpc_reply *r)
+{
+    const uint8_t *p = buf, *end = buf + len;
+    uint64_t max_keys = n->cfg.max_batch_keys, max_key = n->cfg.max_key_size;
+
+    kb->n = 0;
+    kb->has_filter = false;
+    kb->filter[0] = 0;
+    while (p < end) {
+        uint64_t tag, v;
+        if (!get_varint(&p, end, &tag))
+            goto malformed;
+        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
+        if (field == 0)
+            goto malformed;
+        switch (wt) {
+        case 0:
+            if (!get_varint(&p, end, &v))
+                goto malformed;
+            if (field == 1 || field == 2)
+                goto malformed;
+            break;
+        case 1:
+            if ((size_t)(end - p) < 8 || field == 1 || field == 2)
+                goto malformed;
+            p += 8;
+            break;
+        case 5:
+            if ((size_t)(end - p) < 4 || field == 1 || field == 2)
+                goto malformed;
+            p += 4;
+            break;
+        case 2:
+            if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+                goto malformed;
+            if (field == 1) {
+                if (v > STORE_NAME_MAX) {
+                    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "filter name is %llu bytes; the limit is %d",
+                                    (unsigned long long)v, STORE_NAME_MAX);
+                    return r->code;
+                }
+                memcpy(kb->filter, p, v);
+                kb->filter[v] = 0;
+                kb->has_filter = v > 0;
+            } else if (field == 2) {
+                if (kb->n >= max_keys) {
+                    rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "more than %llu keys in one batch "
+                                    "(max_batch_keys); split the batch",
+                                    (unsigned long long)max_keys);
+                    return r->code;
+                }
+                if (v == 0) {
+                    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "key %zu is empty; keys must be 1..%llu bytes",
+                                    kb->n, (unsigned long long)max_key);
+                    return r->code;
+                }
+                if (v > max_key) {
+                    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                                    "key %zu is %llu bytes; the limit is %llu "
+                                    "(max_key_size)", kb->n,
+                                    (unsigned long long)v,
+                                    (unsigned long long)max_key);
+                    return r->code;
+                }
+                if (kb->n >= sc->cap && node_rpc__scratch_reserve(sc, kb->n + 1) < 0) {
+                    rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "out of memory decoding the batch");
+                    return r->code;
+                }
+                sc->key_ptr[kb->n] = p;
+                sc->key_len[kb->n] = (uint32_t)v;
+                kb->n++;
+            }
+            p += v;
+            break;
+        default:
+            goto malformed;
+        }
+    }
+    return GRPC_STATUS_OK;
+malformed:
+    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                    "malformed request message (byte %zu of %zu)",
+                    (size_t)(p - buf), len);
+    return r->code;
+}
+
+/* Encode "repeated bool field 1 [packed]" (+ optional uint64 field 2). */
+void node_rpc__encode_bools(struct rpc_reply *r, const bool *v, size_t n,
+                         bool with_version, uint64_t version)
+{
+    size_t len = 0;
+    if (n)
+        len += 1 + varint_len(n) + n;
+    if (with_version && version)
+        len += 1 + varint_len(version);
+    uint8_t *p = rpc_reply_alloc(r, len);
+    if (n) {
+        *p++ = 0x0a;
+        p = put_varint(p, n);
+        for (size_t i = 0; i < n; i++)
+            *p++ = v[i] ? 1 : 0;
+    }
+    if (with_version && version) {
+        *p++ = 0x10;
+        p = put_varint(p, version);
+    }
+}
+
+/* A cached filter handle (streams keep it across messages). */
+struct filter_ref {
+    char name[STORE_NAME_MAX + 2];
+    struct store_filter *sf;
+};
+
+static void filter_ref_drop(struct filter_ref *fr)
+{
+    if (fr->sf)
+        store_put(fr->sf);
+    fr->sf = NULL;
+    fr->name[0] = 0;
+}
+
+/* Run one key batch: decode, hash, apply, encode. */
+static void run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
+                          size_t len, struct scratch *sc, struct filter_ref *fr,
+                          struct rpc_reply *r)
+{
+    struct key_batch kb;
+    char err[STORE_ERRLEN] = "";
+    struct store *s = node_rpc__need_store(n, r);
+    if (!s)
+        return;
+    if (decode_key_batch(n, buf, len, sc, &kb, r) != GRPC_STATUS_OK)
+        return;
+    if (kb.has_filter && (!fr->sf || strcmp(kb.filter, fr->name) != 0)) {
+        filter_ref_drop(fr);
+        fr->sf = store_get(s, kb.filter);
+        if (!fr->sf) {
+            if (!node_rpc__public_name_ok(kb.filter, r))
+                return;
+            rpc_reply_error(r, GRPC_STATUS_NOT_FOUND,
+                            "filter \"%s\" does not exist", kb.filter);
+            return;
+        }
+        memcpy(fr->name, kb.filter, sizeof fr->name);
+    } else if (!kb.has_filter && !fr->sf) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "%s: the request names no filter", op_names[op]);
+        return;
+    }
+    if (node_rpc__scratch_reserve(sc, kb.n ? kb.n : 1) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    const struct bf *f = store_filter_bf(fr->sf);
+    if (!f) {
+        node_rpc__store_error(r, fr->sf, fr->name,
+                    node_rpc__state_errno(store_filter_state(fr->sf, NULL)), NULL);
+        if (r->code == GRPC_STATUS_OK)
+            rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "filter \"%s\" is not ready",
+                            fr->name);
+        return;
+    }
+    for (size_t i = 0; i < kb.n; i++)
+        sc->hashes[i] = bf_hash_key(f, sc->key_ptr[i], sc->key_len[i]);
+    int rc = 0;
+    if (kb.n) {
+        switch (op) {
+        case OP_ADD:
+            rc = store_add_hashes(fr->sf, sc->hashes, kb.n, sc->out, err);
+            break;
+        case OP_MAY_CONTAIN:
+            rc = store_may_contain_hashes(fr->sf, sc->hashes, kb.n, sc->out);
+            break;
+        case OP_REMOVE:
+            rc = store_remove_hashes(fr->sf, sc->hashes, kb.n, sc->out, err);
+            break;
+        }
+    } else if (op == OP_REMOVE && bf_kind(f) != BF_KIND_COUNTING) {
+        rc = -EOPNOTSUPP;
+    }
+    if (rc < 0) {
+        node_rpc__store_error(r, fr->sf, fr->name, rc, err);
+        return;
+    }
+    node_rpc__encode_bools(r, sc->out, kb.n, false, 0);
+}
+
+static void key_unary(struct node *n, enum key_op op, const uint8_t *req,
+                      size_t len, struct rpc_reply *r)
+{
+    struct filter_ref fr = {0};
+    struct scratch *sc = node_rpc__thread_scratch();
+    if (!sc) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    run_key_batch(n, op, req, len, sc, &fr, r);
+    filter_ref_drop(&fr);
+}
+
+void node_rpc__h_add(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
+{
+    key_unary(arg, OP_ADD, req, len, r);
+}
+
+void node_rpc__h_may_contain(void *arg, const uint8_t *req, size_t len,
+                          struct rpc_reply *r)
+{
+    key_unary(arg, OP_MAY_CONTAIN, req, len, r);
+}
+
+void node_rpc__h_remove(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
+{
+    key_unary(arg, OP_REMOVE, req, len, r);
+}
+
+static void key_stream(struct node *n, enum key_op op, struct rpc_stream *st)
+{
+    struct scratch sc = {0};
+    struct filter_ref fr = {0};
+    const uint8_t *buf;
+    size_t len;
+
+    for (;;) {
+        int rc = rpc_stream_read(st, &buf, &len);
+        if (rc < 0)
+            goto out;
+        if (rc == 0)
+            break;
+        struct rpc_reply r = {.code = GRPC_STATUS_OK};
+        run_key_batch(n, op, buf, len, &sc, &fr, &r);
+        if (r.code != GRPC_STATUS_OK) {
+            rpc_stream_finish(st, r.code, "%s", r.message);
+            goto out;
+        }
+        grpc_slice body = r.has_body ? r.body : grpc_empty_slice();
+        if (rpc_stream_send(st, body) < 0) /* overlaps the next read */
+            goto out;
+    }
+    rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
+out:
+    filter_ref_drop(&fr);
+    node_rpc__scratch_free(&sc);
+}
+
+void node_rpc__h_add_stream(void *arg, struct rpc_stream *st)
+{
+    key_stream(arg, OP_ADD, st);
+}
+
+void node_rpc__h_may_contain_stream(void *arg, struct rpc_stream *st)
+{
+    key_stream(arg, OP_MAY_CONTAIN, st);
+}
+

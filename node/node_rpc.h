@@ -1,0 +1,117 @@
+/* node_rpc: internals shared by the node's RPC handler files.
+ *
+ * The node's handlers are split by topic: node_rpc.c (catalog, FilterInfo,
+ * error translation, handler tables), node_keys_rpc.c (the hot key batches
+ * with their hand-written codec), node_transfer_rpc.c (Export, Import) and
+ * node_internal_rpc.c (the internal service).  These *_rpc.c files are the
+ * only place that converts wire messages to and from the project's structs.
+ * Every call validates the whole request before it changes anything.
+ */
+#ifndef BLOOMGRID_NODE_RPC_H
+#define BLOOMGRID_NODE_RPC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bf.h"
+#include "bloomgrid/v1/bloomgrid.pb-c.h"
+#include "bloomgrid/v1/internal.pb-c.h"
+#include "node.h"
+#include "rpc_server.h"
+#include "store.h"
+
+#define SHARD_SUFFIX ".shard-"
+#define MAX_SHARDS 4096
+
+enum key_op { OP_ADD, OP_MAY_CONTAIN, OP_REMOVE };
+
+/* Per-thread (or per-stream) buffers reused across calls. */
+struct scratch {
+    const uint8_t **key_ptr;
+    uint32_t *key_len;
+    struct bf_hash *hashes;
+    bool *out;
+    size_t cap;
+};
+
+/* The calling thread's scratch (kept until the thread exits), or NULL. */
+struct scratch *node_rpc__thread_scratch(void);
+/* Grow to hold n keys.  Returns 0 or -ENOMEM. */
+int node_rpc__scratch_reserve(struct scratch *sc, size_t n);
+void node_rpc__scratch_free(struct scratch *sc);
+
+/* A FilterInfo with the storage its strings point into. */
+struct info_buf {
+    Bloomgrid__V1__FilterInfo fi;
+    Bloomgrid__V1__ShardInfo si;
+    Bloomgrid__V1__ShardInfo *sip;
+    char name[STORE_NAME_MAX + 1];
+    char reason[STORE_ERRLEN];
+    char fp[17];
+};
+
+/* Fill ib for the filter behind sf, described under public_name. */
+void node_rpc__info_fill(struct node *n, struct info_buf *ib, struct store_filter *sf,
+                         const char *public_name);
+
+/* Checks that set an INVALID_ARGUMENT reply and return false. */
+bool node_rpc__public_name_ok(const char *name, struct rpc_reply *r);
+bool node_rpc__kind_from_wire(int k, enum bf_kind *out, struct rpc_reply *r);
+bool node_rpc__params_ok(uint64_t capacity, double error_rate, struct rpc_reply *r);
+
+/* The store, or NULL with UNAVAILABLE set while the node recovers. */
+struct store *node_rpc__need_store(struct node *n, struct rpc_reply *r);
+/* A handle on a filter, or NULL with NOT_FOUND set. */
+struct store_filter *node_rpc__get_filter(struct store *s, const char *name,
+                                          struct rpc_reply *r);
+/* A handle on shard index of filter (the plain name for a single-shard
+ * filter), or NULL with NOT_FOUND set. */
+struct store_filter *node_rpc__get_shard(struct store *s, const char *filter,
+                                         unsigned index, struct rpc_reply *r);
+/* Translate a store error (negative errno) about filter name to a status. */
+void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
+                           const char *name, int rc, const char *err);
+/* The errno a filter state maps to (0 for READY). */
+int node_rpc__state_errno(enum store_state st);
+/* Encode "repeated bool field 1 [packed]" (+ uint64 field 2 when
+ * with_version and version != 0) as the reply body. */
+void node_rpc__encode_bools(struct rpc_reply *r, const bool *v, size_t n,
+                            bool with_version, uint64_t version);
+/* End a stream with the status of r. */
+void node_rpc__finish_reply(struct rpc_stream *st, const struct rpc_reply *r);
+
+#define UNPACK_OR_FAIL(type, fn, var, req, len, r)                            \
+    type *var = fn##__unpack(NULL, len, req);                                  \
+    if (!var) {                                                                \
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,                       \
+                        "malformed " #type " message");                       \
+        return;                                                                \
+    }
+
+
+/* Handlers (node_keys_rpc.c, node_transfer_rpc.c, node_internal_rpc.c). */
+void node_rpc__h_add(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r);
+void node_rpc__h_may_contain(void *arg, const uint8_t *req, size_t len,
+                             struct rpc_reply *r);
+void node_rpc__h_remove(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r);
+void node_rpc__h_add_stream(void *arg, struct rpc_stream *st);
+void node_rpc__h_may_contain_stream(void *arg, struct rpc_stream *st);
+void node_rpc__h_export(void *arg, struct rpc_stream *st);
+void node_rpc__h_import(void *arg, struct rpc_stream *st);
+void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
+                              struct rpc_reply *r);
+void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
+                            struct rpc_reply *r);
+void node_rpc__h_get_shard(void *arg, const uint8_t *req, size_t len,
+                           struct rpc_reply *r);
+void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
+                             struct rpc_reply *r);
+void node_rpc__h_add_hashes(void *arg, const uint8_t *req, size_t len,
+                            struct rpc_reply *r);
+void node_rpc__h_may_contain_hashes(void *arg, const uint8_t *req, size_t len,
+                                    struct rpc_reply *r);
+void node_rpc__h_remove_hashes(void *arg, const uint8_t *req, size_t len,
+                               struct rpc_reply *r);
+
+#endif

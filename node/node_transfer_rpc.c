@@ -1,0 +1,289 @@
+/* node_transfer_rpc: Export (a point-in-time copy streamed in the file
+ * format) and Import (a streamed file, verified whole, OR-merged durably).
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf.h"
+#include "bf_file.h"
+#include "log.h"
+#include "node.h"
+#include "node_rpc.h"
+#include "rpc_server.h"
+#include "store.h"
+
+#define EXPORT_CHUNK_DEFAULT (1u << 20)
+#define EXPORT_CHUNK_MAX (4u << 20)
+
+/* ---- Export / Import ---- */
+
+struct membuf {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+static int membuf_write(void *ctx, const void *buf, size_t len)
+{
+    struct membuf *mb = ctx;
+    if (mb->len + len > mb->cap) {
+        size_t cap = mb->cap ? mb->cap : 1 << 16;
+        while (cap < mb->len + len)
+            cap *= 2;
+        uint8_t *p = realloc(mb->p, cap);
+        if (!p)
+            return -ENOMEM;
+        mb->p = p;
+        mb->cap = cap;
+    }
+    memcpy(mb->p + mb->len, buf, len);
+    mb->len += len;
+    return 0;
+}
+
+void node_rpc__finish_reply(struct rpc_stream *st, const struct rpc_reply *r)
+{
+    rpc_stream_finish(st, r->code, "%s", r->message);
+}
+
+/* Export writer: fills a chunk and sends it whenever it is full. */
+struct chunker {
+    struct rpc_stream *st;
+    uint8_t *buf;
+    size_t cap, len;
+    uint64_t offset, total;
+    bool failed;
+};
+
+static int chunk_flush(struct chunker *c)
+{
+    Bloomgrid__V1__FileChunk fc = BLOOMGRID__V1__FILE_CHUNK__INIT;
+    fc.offset = c->offset;
+    fc.data.data = c->buf;
+    fc.data.len = c->len;
+    fc.total_size = c->total;
+    if (rpc_stream_write(c->st, &fc.base) < 0) {
+        c->failed = true;
+        return -ECANCELED;
+    }
+    c->offset += c->len;
+    c->len = 0;
+    return 0;
+}
+
+static int chunk_write(void *ctx, const void *buf, size_t len)
+{
+    struct chunker *c = ctx;
+    const uint8_t *p = buf;
+    while (len) {
+        size_t n = c->cap - c->len < len ? c->cap - c->len : len;
+        memcpy(c->buf + c->len, p, n);
+        c->len += n;
+        p += n;
+        len -= n;
+        if (c->len == c->cap && chunk_flush(c) < 0)
+            return -ECANCELED;
+    }
+    return 0;
+}
+
+/* Export: a point-in-time copy of the filter (no lock held while sending),
+ * serialized straight into chunks. */
+void node_rpc__h_export(void *arg, struct rpc_stream *st)
+{
+    struct node *n = arg;
+    struct rpc_reply r = {.code = GRPC_STATUS_OK};
+    const uint8_t *buf;
+    size_t len;
+    struct store_filter *sf = NULL;
+    struct bf *copy = NULL;
+    Bloomgrid__V1__ExportRequest *m = NULL;
+    struct chunker c = {.st = st};
+
+    int rc = rpc_stream_read(st, &buf, &len);
+    if (rc < 0)
+        return;
+    if (rc == 0) {
+        rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT, "Export needs a request");
+        goto done;
+    }
+    m = bloomgrid__v1__export_request__unpack(NULL, len, buf);
+    if (!m) {
+        rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT, "malformed ExportRequest");
+        goto done;
+    }
+    struct store *s = node_rpc__need_store(n, &r);
+    if (!s || !node_rpc__public_name_ok(m->filter, &r))
+        goto done;
+    sf = node_rpc__get_filter(s, m->filter, &r);
+    if (!sf)
+        goto done;
+    c.cap = m->chunk_size ? m->chunk_size : EXPORT_CHUNK_DEFAULT;
+    if (c.cap > EXPORT_CHUNK_MAX)
+        c.cap = EXPORT_CHUNK_MAX;
+    if (c.cap + 64 > rpc_stream_max_message(st))
+        c.cap = rpc_stream_max_message(st) - 64;
+    copy = store_filter_copy(sf);
+    if (!copy) {
+        enum store_state state = store_filter_state(sf, NULL);
+        node_rpc__store_error(&r, sf, m->filter,
+                              state == STORE_READY ? -ENOMEM : node_rpc__state_errno(state),
+                    "not enough memory for a copy of the filter");
+        goto done;
+    }
+    c.buf = malloc(c.cap);
+    if (!c.buf) {
+        rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto done;
+    }
+    c.total = bf_file_size(copy);
+    rc = bf_file_write(copy, chunk_write, &c);
+    if (rc == 0 && (c.len > 0 || c.offset == 0))
+        rc = chunk_flush(&c);
+    if (c.failed)
+        goto out; /* the client went away */
+    if (rc < 0) {
+        rpc_reply_error(&r, GRPC_STATUS_INTERNAL, "cannot serialize filter \"%s\": %s",
+                        m->filter, strerror(-rc));
+        goto done;
+    }
+    log_info("exported filter %s (%llu bytes)", m->filter,
+             (unsigned long long)c.total);
+done:
+    node_rpc__finish_reply(st, &r);
+out:
+    bf_destroy(copy);
+    free(c.buf);
+    if (sf)
+        store_put(sf);
+    if (m)
+        bloomgrid__v1__export_request__free_unpacked(m, NULL);
+}
+
+
+/* Import: the whole file is collected and verified before the merge. */
+void node_rpc__h_import(void *arg, struct rpc_stream *st)
+{
+    struct node *n = arg;
+    struct rpc_reply r = {.code = GRPC_STATUS_OK};
+    const uint8_t *buf;
+    size_t len;
+    struct membuf mb = {0};
+    struct store_filter *sf = NULL;
+    struct bf *src = NULL;
+    char name[STORE_NAME_MAX + 1] = "";
+    char err[STORE_ERRLEN] = "";
+    size_t limit = 0;
+
+    struct store *s = node_rpc__need_store(n, &r);
+    if (!s)
+        goto done;
+    for (;;) {
+        int rc = rpc_stream_read(st, &buf, &len);
+        if (rc < 0)
+            goto out;
+        if (rc == 0)
+            break;
+        Bloomgrid__V1__ImportRequest *m =
+            bloomgrid__v1__import_request__unpack(NULL, len, buf);
+        if (!m) {
+            rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "malformed ImportRequest message");
+            goto done;
+        }
+        if (!sf) {
+            if (!m->filter[0]) {
+                rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                                "the first ImportRequest must name the filter");
+            } else if (node_rpc__public_name_ok(m->filter, &r)) {
+                snprintf(name, sizeof name, "%s", m->filter);
+                sf = node_rpc__get_filter(s, name, &r);
+                const struct bf *f = sf ? store_filter_bf(sf) : NULL;
+                if (sf && !f) {
+                    int e = node_rpc__state_errno(store_filter_state(sf, NULL));
+                    node_rpc__store_error(&r, sf, name, e, NULL);
+                }
+                if (f) {
+                    /* A compatible file is the filter's size; scalable ones
+                     * may have grown more layers. */
+                    uint64_t sz = bf_file_size(f);
+                    limit = bf_kind(f) == BF_KIND_SCALABLE ? (size_t)sz * 64 + (16u << 20)
+                                                            : (size_t)sz + (1u << 20);
+                }
+            }
+        } else if (m->filter[0] && strcmp(m->filter, name) != 0) {
+            rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "ImportRequest names filter \"%s\" after \"%s\"",
+                            m->filter, name);
+        }
+        if (r.code == GRPC_STATUS_OK) {
+            if (mb.len + m->data.len > limit)
+                rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                "import is larger (%zu+ bytes) than any file "
+                                "compatible with filter \"%s\" (%zu bytes)",
+                                mb.len + m->data.len, name, limit);
+            else if (membuf_write(&mb, m->data.data, m->data.len) < 0)
+                rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        }
+        bloomgrid__v1__import_request__free_unpacked(m, NULL);
+        if (r.code != GRPC_STATUS_OK)
+            goto done;
+    }
+    if (!sf) {
+        rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "Import received no message naming a filter");
+        goto done;
+    }
+    src = bf_file_parse(mb.p, mb.len, err);
+    if (!src) {
+        rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "imported file refused: %s", err);
+        goto done;
+    }
+    const struct bf *dst = store_filter_bf(sf);
+    struct bf_merge_projection proj = {0};
+    if (!dst) {
+        node_rpc__store_error(&r, sf, name,
+                              node_rpc__state_errno(store_filter_state(sf, NULL)), NULL);
+        goto done;
+    }
+    const char *field = bf_mismatch(dst, src);
+    if (field) {
+        rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "imported filter is incompatible with \"%s\": field "
+                        "\"%s\" differs", name, field);
+        goto done;
+    }
+    bf_merge_project(dst, src, &proj, err);
+    int rc = store_import(sf, src, err);
+    if (rc == -EINVAL) {
+        rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "imported filter is incompatible with \"%s\": %s", name, err);
+        goto done;
+    }
+    if (rc < 0) {
+        node_rpc__store_error(&r, sf, name, rc, err);
+        goto done;
+    }
+    log_info("imported %zu bytes into filter %s", mb.len, name);
+    struct info_buf ib;
+    node_rpc__info_fill(n, &ib, sf, name);
+    Bloomgrid__V1__ImportResponse resp = BLOOMGRID__V1__IMPORT_RESPONSE__INIT;
+    resp.info = &ib.fi;
+    resp.bytes_received = mb.len;
+    resp.projected_fill_ratio = proj.fill_ratio;
+    resp.projected_error_rate = proj.estimated_fpr;
+    resp.over_target = proj.over_target;
+    if (rpc_stream_write(st, &resp.base) < 0)
+        goto out;
+done:
+    node_rpc__finish_reply(st, &r);
+out:
+    bf_destroy(src);
+    if (sf)
+        store_put(sf);
+    free(mb.p);
+}

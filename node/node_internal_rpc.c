@@ -19,9 +19,25 @@
 
 /* ---- internal service ---- */
 
+/* What a shard reply needs of the live filter (secret copied out). */
+struct shard_facts {
+    uint32_t count, index;
+    uint8_t secret[BF_SECRET_LEN];
+};
+
+static void shard_facts_read(const struct bf *f, void *ctx)
+{
+    struct shard_facts *sf = ctx;
+    sf->count = bf_shard_count(f);
+    sf->index = bf_shard_index(f);
+    memcpy(sf->secret, bf_secret(f), BF_SECRET_LEN);
+}
+
+/* isi points into ib and facts, which must outlive its packing. */
 static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *isi,
-                            struct info_buf *ib, struct store_filter *sf,
-                            const char *filter, unsigned index, bool secret)
+                            struct info_buf *ib, struct shard_facts *facts,
+                            struct store_filter *sf, const char *filter,
+                            unsigned index, bool secret)
 {
     bloomgrid__v1__internal_shard_info__init(isi);
     node_rpc__info_fill(n, ib, sf, filter);
@@ -29,12 +45,11 @@ static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *is
     isi->shard_index = index;
     isi->info = &ib->fi;
     isi->hash_id = BF_HASH_XXH3_128;
-    const struct bf *f = store_filter_bf(sf);
-    if (f) {
-        isi->shard_count = bf_shard_count(f);
-        isi->shard_index = bf_shard_index(f);
+    if (store_filter_inspect(sf, shard_facts_read, facts) == 0) {
+        isi->shard_count = facts->count;
+        isi->shard_index = facts->index;
         if (secret) {
-            isi->secret.data = (uint8_t *)bf_secret(f);
+            isi->secret.data = facts->secret;
             isi->secret.len = BF_SECRET_LEN;
         }
     }
@@ -114,7 +129,8 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     }
     Bloomgrid__V1__InternalShardInfo isi;
     struct info_buf ib;
-    shard_info_fill(n, &isi, &ib, sf, m->filter, m->shard_index, false);
+    struct shard_facts facts;
+    shard_info_fill(n, &isi, &ib, &facts, sf, m->filter, m->shard_index, false);
     rpc_reply_pack(r, &isi.base);
     store_put(sf);
 out:
@@ -179,7 +195,8 @@ void node_rpc__h_get_shard(void *arg, const uint8_t *req, size_t len,
     if (sf) {
         Bloomgrid__V1__InternalShardInfo isi;
         struct info_buf ib;
-        shard_info_fill(n, &isi, &ib, sf, m->filter, m->shard_index,
+        struct shard_facts facts;
+        shard_info_fill(n, &isi, &ib, &facts, sf, m->filter, m->shard_index,
                         m->include_secret);
         rpc_reply_pack(r, &isi.base);
         store_put(sf);
@@ -218,7 +235,8 @@ void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
         struct store_filter *sf = store_get(s, names[i]);
         if (!sf)
             continue;
-        shard_info_fill(n, &isis[k], &ibs[k], sf, filter, index, false);
+        struct shard_facts facts;
+        shard_info_fill(n, &isis[k], &ibs[k], &facts, sf, filter, index, false);
         ibs[k].fi.shard_info = &ibs[k].sip;
         isis[k].info = &ibs[k].fi;
         isis[k].filter = ibs[k].name;
@@ -282,9 +300,10 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
         sc->hashes[i].h2 = h2;
     }
     if (m->check_shard) {
-        const struct bf *f = store_filter_bf(sf);
-        uint32_t count = f ? bf_shard_count(f) : 1;
-        for (size_t i = 0; f && i < cnt; i++) {
+        struct shard_facts facts = {.count = 0};
+        store_filter_inspect(sf, shard_facts_read, &facts);
+        uint32_t count = facts.count;
+        for (size_t i = 0; count && i < cnt; i++) {
             if (bf_hash_shard(sc->hashes[i], count) != m->shard_index) {
                 rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
                                 "hash %zu belongs to shard %u, not %u", i,

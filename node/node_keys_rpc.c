@@ -200,6 +200,22 @@ static void filter_ref_drop(struct filter_ref *fr)
     fr->name[0] = 0;
 }
 
+/* Hash the decoded keys with the filter's secret (under its shared lock, so
+ * a recovery cannot swap the filter meanwhile). */
+struct hash_job {
+    struct scratch *sc;
+    size_t n;
+    enum bf_kind kind;
+};
+
+static void hash_keys(const struct bf *f, void *ctx)
+{
+    struct hash_job *j = ctx;
+    for (size_t i = 0; i < j->n; i++)
+        j->sc->hashes[i] = bf_hash_key(f, j->sc->key_ptr[i], j->sc->key_len[i]);
+    j->kind = bf_kind(f);
+}
+
 /* Run one key batch: decode, hash, apply, encode. */
 static void run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
                           size_t len, struct scratch *sc, struct filter_ref *fr,
@@ -232,18 +248,12 @@ static void run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    const struct bf *f = store_filter_bf(fr->sf);
-    if (!f) {
-        node_rpc__store_error(r, fr->sf, fr->name,
-                    node_rpc__state_errno(store_filter_state(fr->sf, NULL)), NULL);
-        if (r->code == GRPC_STATUS_OK)
-            rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "filter \"%s\" is not ready",
-                            fr->name);
+    struct hash_job job = {.sc = sc, .n = kb.n};
+    int rc = store_filter_inspect(fr->sf, hash_keys, &job);
+    if (rc < 0) {
+        node_rpc__store_error(r, fr->sf, fr->name, rc, NULL);
         return;
     }
-    for (size_t i = 0; i < kb.n; i++)
-        sc->hashes[i] = bf_hash_key(f, sc->key_ptr[i], sc->key_len[i]);
-    int rc = 0;
     if (kb.n) {
         switch (op) {
         case OP_ADD:
@@ -256,7 +266,7 @@ static void run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
             rc = store_remove_hashes(fr->sf, sc->hashes, kb.n, sc->out, err);
             break;
         }
-    } else if (op == OP_REMOVE && bf_kind(f) != BF_KIND_COUNTING) {
+    } else if (op == OP_REMOVE && job.kind != BF_KIND_COUNTING) {
         rc = -EOPNOTSUPP;
     }
     if (rc < 0) {

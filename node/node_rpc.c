@@ -199,6 +199,8 @@ int node_rpc__state_errno(enum store_state st)
 /* ---- FilterInfo ---- */
 
 
+static void info_from_bf(const struct bf *f, void *ctx);
+
 static Bloomgrid__V1__FilterState state_to_wire(enum store_state st)
 {
     switch (st) {
@@ -233,9 +235,14 @@ void node_rpc__info_fill(struct node *n, struct info_buf *ib, struct store_filte
     ib->fi.version = store_filter_version(sf);
     ib->si.version = ib->fi.version;
     ib->fi.shards = 1;
-    const struct bf *f = st == STORE_READY ? store_filter_bf(sf) : NULL;
-    if (!f)
-        return;
+    if (st == STORE_READY)
+        store_filter_inspect(sf, info_from_bf, ib);
+}
+
+/* Geometry and estimates, read under the filter's shared lock. */
+static void info_from_bf(const struct bf *f, void *ctx)
+{
+    struct info_buf *ib = ctx;
     struct bf_stats stats;
     struct bf_layer_info li;
     bf_stats(f, &stats);
@@ -458,7 +465,8 @@ const struct rpc_handler node_rpc_public[] = {
 };
 
 /* CreateShard, DropShard, GetShard, ListShards, AddHashes, MayContainHashes,
- * RemoveHashes, PullPages (not yet), PushPages (not yet). */
+ * RemoveHashes, PullPages (not yet), PushPages (not yet), ExportShard,
+ * ImportShard. */
 const struct rpc_handler node_rpc_internal[] = {
     {.unary = node_rpc__h_create_shard},
     {.unary = node_rpc__h_drop_shard},
@@ -469,6 +477,8 @@ const struct rpc_handler node_rpc_internal[] = {
     {.unary = node_rpc__h_remove_hashes},
     {0},
     {0},
+    {.stream = node_rpc__h_export_shard},
+    {.stream = node_rpc__h_import_shard},
 };
 
 const size_t node_rpc_public_count = sizeof node_rpc_public / sizeof node_rpc_public[0];

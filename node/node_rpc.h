@@ -99,6 +99,9 @@ void node_rpc__h_add_stream(void *arg, struct rpc_stream *st);
 void node_rpc__h_may_contain_stream(void *arg, struct rpc_stream *st);
 void node_rpc__h_export(void *arg, struct rpc_stream *st);
 void node_rpc__h_import(void *arg, struct rpc_stream *st);
+/* Internal ExportShard / ImportShard: the same for one shard. */
+void node_rpc__h_export_shard(void *arg, struct rpc_stream *st);
+void node_rpc__h_import_shard(void *arg, struct rpc_stream *st);
 void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                               struct rpc_reply *r);
 void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,

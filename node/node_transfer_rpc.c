@@ -91,16 +91,16 @@ static int chunk_write(void *ctx, const void *buf, size_t len)
 }
 
 /* Export: a point-in-time copy of the filter (no lock held while sending),
- * serialized straight into chunks. */
-void node_rpc__h_export(void *arg, struct rpc_stream *st)
+ * serialized straight into chunks.  shard: the request is an
+ * ExportShardRequest naming one shard (internal ExportShard). */
+static void export_run(struct node *n, struct rpc_stream *st, bool shard)
 {
-    struct node *n = arg;
     struct rpc_reply r = {.code = GRPC_STATUS_OK};
     const uint8_t *buf;
     size_t len;
     struct store_filter *sf = NULL;
     struct bf *copy = NULL;
-    Bloomgrid__V1__ExportRequest *m = NULL;
+    Bloomgrid__V1__ExportShardRequest *m = NULL;
     struct chunker c = {.st = st};
 
     int rc = rpc_stream_read(st, &buf, &len);
@@ -110,15 +110,21 @@ void node_rpc__h_export(void *arg, struct rpc_stream *st)
         rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT, "Export needs a request");
         goto done;
     }
-    m = bloomgrid__v1__export_request__unpack(NULL, len, buf);
+    /* ExportRequest is ExportShardRequest without shard_index. */
+    m = (Bloomgrid__V1__ExportShardRequest *)protobuf_c_message_unpack(
+        shard ? &bloomgrid__v1__export_shard_request__descriptor
+              : &bloomgrid__v1__export_request__descriptor, NULL, len, buf);
     if (!m) {
         rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT, "malformed ExportRequest");
         goto done;
     }
     struct store *s = node_rpc__need_store(n, &r);
-    if (!s || !node_rpc__public_name_ok(m->filter, &r))
+    if (!s)
         goto done;
-    sf = node_rpc__get_filter(s, m->filter, &r);
+    if (shard)
+        sf = node_rpc__get_shard(s, m->filter, m->shard_index, &r);
+    else if (node_rpc__public_name_ok(m->filter, &r))
+        sf = node_rpc__get_filter(s, m->filter, &r);
     if (!sf)
         goto done;
     c.cap = m->chunk_size ? m->chunk_size : EXPORT_CHUNK_DEFAULT;
@@ -160,14 +166,51 @@ out:
     if (sf)
         store_put(sf);
     if (m)
-        bloomgrid__v1__export_request__free_unpacked(m, NULL);
+        protobuf_c_message_free_unpacked(&m->base, NULL);
+}
+
+void node_rpc__h_export(void *arg, struct rpc_stream *st)
+{
+    export_run(arg, st, false);
+}
+
+void node_rpc__h_export_shard(void *arg, struct rpc_stream *st)
+{
+    export_run(arg, st, true);
 }
 
 
-/* Import: the whole file is collected and verified before the merge. */
-void node_rpc__h_import(void *arg, struct rpc_stream *st)
+/* The most bytes a file compatible with f can have: f's own size; a
+ * scalable filter's file may have grown more layers. */
+static void import_limit(const struct bf *f, void *ctx)
 {
-    struct node *n = arg;
+    size_t *limit = ctx;
+    uint64_t sz = bf_file_size(f);
+    *limit = bf_kind(f) == BF_KIND_SCALABLE ? (size_t)sz * 64 + (16u << 20)
+                                            : (size_t)sz + (1u << 20);
+}
+
+/* Compatibility and the projected result, read under the shared lock. */
+struct merge_check {
+    const struct bf *src;
+    const char *field;
+    struct bf_merge_projection proj;
+};
+
+static void merge_check_run(const struct bf *dst, void *ctx)
+{
+    struct merge_check *mc = ctx;
+    char err[BF_ERRLEN];
+    mc->field = bf_mismatch(dst, mc->src);
+    if (!mc->field)
+        bf_merge_project(dst, mc->src, &mc->proj, err);
+}
+
+/* Import: the whole file is collected and verified before the merge.
+ * shard: the messages are ImportShardRequests naming one shard (internal
+ * ImportShard). */
+static void import_run(struct node *n, struct rpc_stream *st, bool shard)
+{
     struct rpc_reply r = {.code = GRPC_STATUS_OK};
     const uint8_t *buf;
     size_t len;
@@ -187,8 +230,11 @@ void node_rpc__h_import(void *arg, struct rpc_stream *st)
             goto out;
         if (rc == 0)
             break;
-        Bloomgrid__V1__ImportRequest *m =
-            bloomgrid__v1__import_request__unpack(NULL, len, buf);
+        /* ImportRequest is ImportShardRequest without shard_index. */
+        Bloomgrid__V1__ImportShardRequest *m =
+            (Bloomgrid__V1__ImportShardRequest *)protobuf_c_message_unpack(
+                shard ? &bloomgrid__v1__import_shard_request__descriptor
+                      : &bloomgrid__v1__import_request__descriptor, NULL, len, buf);
         if (!m) {
             rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
                             "malformed ImportRequest message");
@@ -198,21 +244,13 @@ void node_rpc__h_import(void *arg, struct rpc_stream *st)
             if (!m->filter[0]) {
                 rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
                                 "the first ImportRequest must name the filter");
-            } else if (node_rpc__public_name_ok(m->filter, &r)) {
+            } else if (shard || node_rpc__public_name_ok(m->filter, &r)) {
                 snprintf(name, sizeof name, "%s", m->filter);
-                sf = node_rpc__get_filter(s, name, &r);
-                const struct bf *f = sf ? store_filter_bf(sf) : NULL;
-                if (sf && !f) {
-                    int e = node_rpc__state_errno(store_filter_state(sf, NULL));
+                sf = shard ? node_rpc__get_shard(s, name, m->shard_index, &r)
+                           : node_rpc__get_filter(s, name, &r);
+                int e = sf ? store_filter_inspect(sf, import_limit, &limit) : 0;
+                if (e < 0)
                     node_rpc__store_error(&r, sf, name, e, NULL);
-                }
-                if (f) {
-                    /* A compatible file is the filter's size; scalable ones
-                     * may have grown more layers. */
-                    uint64_t sz = bf_file_size(f);
-                    limit = bf_kind(f) == BF_KIND_SCALABLE ? (size_t)sz * 64 + (16u << 20)
-                                                            : (size_t)sz + (1u << 20);
-                }
             }
         } else if (m->filter[0] && strcmp(m->filter, name) != 0) {
             rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
@@ -228,7 +266,7 @@ void node_rpc__h_import(void *arg, struct rpc_stream *st)
             else if (membuf_write(&mb, m->data.data, m->data.len) < 0)
                 rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         }
-        bloomgrid__v1__import_request__free_unpacked(m, NULL);
+        protobuf_c_message_free_unpacked(&m->base, NULL);
         if (r.code != GRPC_STATUS_OK)
             goto done;
     }
@@ -243,22 +281,20 @@ void node_rpc__h_import(void *arg, struct rpc_stream *st)
                         "imported file refused: %s", err);
         goto done;
     }
-    const struct bf *dst = store_filter_bf(sf);
-    struct bf_merge_projection proj = {0};
-    if (!dst) {
-        node_rpc__store_error(&r, sf, name,
-                              node_rpc__state_errno(store_filter_state(sf, NULL)), NULL);
+    struct merge_check mc = {.src = src};
+    int rc = store_filter_inspect(sf, merge_check_run, &mc);
+    if (rc < 0) {
+        node_rpc__store_error(&r, sf, name, rc, NULL);
         goto done;
     }
-    const char *field = bf_mismatch(dst, src);
-    if (field) {
+    if (mc.field) {
         rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
                         "imported filter is incompatible with \"%s\": field "
-                        "\"%s\" differs", name, field);
+                        "\"%s\" differs", name, mc.field);
         goto done;
     }
-    bf_merge_project(dst, src, &proj, err);
-    int rc = store_import(sf, src, err);
+    struct bf_merge_projection proj = mc.proj;
+    rc = store_import(sf, src, err);
     if (rc == -EINVAL) {
         rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
                         "imported filter is incompatible with \"%s\": %s", name, err);
@@ -286,4 +322,14 @@ out:
     if (sf)
         store_put(sf);
     free(mb.p);
+}
+
+void node_rpc__h_import(void *arg, struct rpc_stream *st)
+{
+    import_run(arg, st, false);
+}
+
+void node_rpc__h_import_shard(void *arg, struct rpc_stream *st)
+{
+    import_run(arg, st, true);
 }

@@ -4,7 +4,8 @@
  * gRPC thread inherits the mask), start listening with health NOT_SERVING,
  * then open the store (recovering every filter) on a background thread; the
  * main thread waits for a signal.  A housekeeping thread keeps health in
- * step with the filters' states and retries recovery of failed filters.
+ * step with the filters' states (the store itself retries recovery of
+ * filters failed by a write error; damaged files stay refused).
  * Shutdown: stop the server (in-flight calls finish or are cancelled), close
  * the store (final snapshots), exit 0.
  */
@@ -26,8 +27,6 @@
 #include "rpc_server.h"
 #include "store.h"
 
-#define RECOVER_RETRY_S 30
-
 static atomic_int exit_code;
 
 static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid",
@@ -39,9 +38,8 @@ static void set_health(struct node *n, bool serving)
         rpc_server_set_health(n->srv, health_names[i], serving);
 }
 
-/* Check every filter; retry recovery of failed ones now and then.  Returns
- * true when every filter is READY. */
-static bool check_filters(struct node *n, bool retry)
+/* Returns true when every filter is READY. */
+static bool check_filters(struct node *n)
 {
     struct store *s = node_store(n);
     char **names = NULL;
@@ -54,18 +52,7 @@ static bool check_filters(struct node *n, bool retry)
         struct store_filter *sf = store_get(s, names[i]);
         if (!sf)
             continue;
-        char why[STORE_ERRLEN] = "";
-        enum store_state st = store_filter_state(sf, why);
-        if (st == STORE_FAILED && retry) {
-            char err[STORE_ERRLEN] = "";
-            log_warn("filter %s is FAILED (%s); retrying recovery", names[i], why);
-            if (store_filter_recover(sf, err) == 0) {
-                log_info("filter %s recovered", names[i]);
-                st = STORE_READY;
-            } else {
-                log_error("filter %s stays FAILED: %s", names[i], err);
-            }
-        }
+        enum store_state st = store_filter_state(sf, NULL);
         if (st != STORE_READY && st != STORE_DROPPED)
             all_ready = false;
         store_put(sf);
@@ -95,20 +82,16 @@ static void *housekeeping_main(void *arg)
         return NULL;
     }
     atomic_store_explicit(&n->store, s, memory_order_release);
-    bool ready = check_filters(n, false);
+    bool ready = check_filters(n);
     set_health(n, ready);
     log_info("data directory %s open; %s", n->cfg.data_dir,
              ready ? "every filter is ready: SERVING"
                    : "some filters are not ready: NOT_SERVING");
 
-    time_t last_retry = time(NULL);
     while (!atomic_load(&n->stopping)) {
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
-        bool retry = time(NULL) - last_retry >= RECOVER_RETRY_S;
-        if (retry)
-            last_retry = time(NULL);
-        bool now = check_filters(n, retry);
+        bool now = check_filters(n);
         if (now != ready) {
             log_info("health: %s", now ? "SERVING" : "NOT_SERVING");
             ready = now;

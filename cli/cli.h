@@ -55,7 +55,8 @@ int cmd_remove(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 
-/* Help: the overview, and the text of one command (NULL if unknown). */
+/* Help: the overview, and the text of one command (NULL if unknown; the
+ * offline text when a command has both forms). */
 void help_overview(FILE *out);
 const char *help_command(const char *cmd);
 /* Print the command's help on stdout and return CLI_OK. */

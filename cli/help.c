@@ -103,13 +103,169 @@ static const struct help_entry help_entries[] = {
     {NULL, NULL},
 };
 
+/* Online commands.  Every one takes --server HOST:PORT (default: the
+ * BLOOMGRID_SERVER environment variable) and --deadline MS. */
+#define SERVER_OPTIONS \
+    "  --server HOST:PORT    the node or router (default: $BLOOMGRID_SERVER);\n" \
+    "                        may also come before the command name\n" \
+    "  --deadline MS         give up on a call after MS milliseconds\n"
+
+#define KEYS_OPTIONS \
+    "  -b, --batch N         keys per call (default 1000)\n" \
+    "  -i, --inflight N      calls in flight at once (default 8)\n" \
+    SERVER_OPTIONS "                        (default 10000, per call)\n"
+
+#define SERVER_ERRORS \
+    "A failed call prints the server's status and message on one line,\n" \
+    "\"bloomgrid: server: NOT_FOUND: filter \\\"x\\\" does not exist\", and\n" \
+    "exits 2; an unreachable server gives \"bloomgrid: cannot reach server\n" \
+    "HOST:PORT: ...\" and exit status 2.\n"
+
+static const struct help_entry online_help_entries[] = {
+    {"create",
+     "usage: bloomgrid --server HOST:PORT create NAME --capacity N\n"
+     "                 --error-rate P [--kind KIND] [--shards S] [--json]\n"
+     "\n"
+     "Create a filter on the server and print its description (as 'info').\n"
+     "Capacity, error rate and shard count are checked by the server.\n"
+     "\n"
+     "  -n, --capacity N      keys the filter is sized for: 1000000, 1e6, 1M\n"
+     "  -p, --error-rate P    target false-positive rate: 0.01, 1%\n"
+     "  -k, --kind KIND       blocked (default), classic, counting, scalable\n"
+     "  -s, --shards S        shards (0 or absent: the server's default)\n"
+     "  -j, --json            machine-readable output\n"
+     SERVER_OPTIONS
+     "\n" SERVER_ERRORS
+     "\n"
+     "examples:\n"
+     "  bloomgrid --server localhost:7400 create users -n 10M -p 1%\n"
+     "  BLOOMGRID_SERVER=router:7500 bloomgrid create slugs -n 1G -p 0.001 "
+     "--shards 64\n"},
+    {"drop",
+     "usage: bloomgrid [--server HOST:PORT] drop NAME\n"
+     "\n"
+     "Drop a filter on the server and delete its data.\n"
+     "\n" SERVER_OPTIONS
+     "\n" SERVER_ERRORS
+     "\n"
+     "example:\n"
+     "  bloomgrid --server localhost:7400 drop users\n"},
+    {"list",
+     "usage: bloomgrid [--server HOST:PORT] list [--json]\n"
+     "\n"
+     "List the server's filters, sorted by name: kind, capacity, error rate,\n"
+     "shards, bytes, fill, estimated keys and state.\n"
+     "\n"
+     "  -j, --json            machine-readable output (an array of 'info')\n"
+     SERVER_OPTIONS
+     "\n"
+     "example:\n"
+     "  bloomgrid --server localhost:7400 list\n"},
+    {"info",
+     "usage: bloomgrid [--server HOST:PORT] info NAME [--json]\n"
+     "\n"
+     "Describe a filter: state, kind, geometry (bits, hashes, bytes), fill,\n"
+     "estimated key count and false-positive rate, version, fingerprint id,\n"
+     "and the state of each shard when the server reports them.\n"
+     "\n"
+     "  -j, --json            machine-readable output\n"
+     SERVER_OPTIONS
+     "\n" SERVER_ERRORS
+     "\n"
+     "example:\n"
+     "  bloomgrid --server localhost:7400 info users --json\n"},
+    {"add",
+     "usage: bloomgrid --server HOST:PORT add NAME [--verbose] [KEY...]\n"
+     "\n"
+     "Add keys to a filter on the server.  Without KEY arguments, keys are\n"
+     "read one per line from stdin (a trailing \\r is stripped; an empty line\n"
+     "is an error).  Keys travel in batches; the server acknowledges a batch\n"
+     "once it is durable.  Prints nothing unless --verbose.  If an error\n"
+     "stops a run, keys before it may already be added: adding is safe to\n"
+     "repeat.\n"
+     "\n"
+     "  -v, --verbose         print \"added<TAB>KEY\" (was definitely absent) or\n"
+     "                        \"present<TAB>KEY\" (may have been there already)\n"
+     KEYS_OPTIONS
+     "\n"
+     "Exit status: 0 when every key was added, 2 on error.  A progress line\n"
+     "is shown on stderr when it is a terminal.\n"
+     "\n"
+     "examples:\n"
+     "  bloomgrid --server localhost:7400 add users alice bob\n"
+     "  cut -f1 new-users.tsv | bloomgrid --server localhost:7400 add users\n"},
+    {"check",
+     "usage: bloomgrid [--server HOST:PORT] check NAME [--count] [KEY...]\n"
+     "\n"
+     "Ask the server whether keys may be in a filter; the online 'query'.\n"
+     "Prints one line per key, in input order: \"maybe<TAB>KEY\" (maybe\n"
+     "present) or \"no<TAB>KEY\" (definitely absent).  Without KEY arguments,\n"
+     "keys are read one per line from stdin.\n"
+     "\n"
+     "  -c, --count           print only the totals: \"maybe N\" and \"no M\"\n"
+     KEYS_OPTIONS
+     "\n"
+     "Exit status: 0 when every key may be present, 1 when at least one is\n"
+     "definitely absent, 2 on error.\n"
+     "\n"
+     "examples:\n"
+     "  bloomgrid --server localhost:7400 check users alice carol\n"
+     "  bloomgrid check users --count < candidates.txt\n"},
+    {"remove",
+     "usage: bloomgrid --server HOST:PORT remove NAME [KEY...]\n"
+     "\n"
+     "Remove keys from a counting filter on the server.  Prints\n"
+     "\"removed<TAB>KEY\" or \"no<TAB>KEY\" (definitely absent, nothing changed);\n"
+     "exit status 1 when some key was absent.  Only remove keys that were\n"
+     "added.  Other kinds refuse with FAILED_PRECONDITION (exit 2).\n"
+     "\n" KEYS_OPTIONS
+     "\n"
+     "example:\n"
+     "  bloomgrid --server localhost:7400 remove sessions s-1234\n"},
+    {"export",
+     "usage: bloomgrid [--server HOST:PORT] export NAME FILE [--force]\n"
+     "\n"
+     "Save a point-in-time copy of a server's filter as a filter file.  The\n"
+     "bytes go to a temp file next to FILE, which is synced and verified\n"
+     "(checksum and geometry) before it replaces FILE; on any failure FILE is\n"
+     "left as it was.  The file works with every offline command, and with\n"
+     "'build --like' to make partial filters that 'import' can merge back.\n"
+     "A multi-shard filter is exported through a router, not a node.\n"
+     "\n"
+     "  -f, --force           replace FILE if it exists\n"
+     SERVER_OPTIONS
+     "                        (default 600000: the whole transfer)\n"
+     "\n"
+     "examples:\n"
+     "  bloomgrid --server localhost:7400 export users users.bf\n"
+     "  bloomgrid query users.bf alice\n"},
+    {"import",
+     "usage: bloomgrid [--server HOST:PORT] import NAME FILE\n"
+     "\n"
+     "OR-merge a filter file into a server's filter.  The file must be\n"
+     "compatible (same kind, geometry, secret and shard: make it with\n"
+     "'build --like' from an export of the filter); otherwise the server\n"
+     "refuses with FAILED_PRECONDITION naming the field, and nothing changes.\n"
+     "Reports the bytes sent and the projected fill and false-positive rate\n"
+     "on stderr.\n"
+     "\n" SERVER_OPTIONS
+     "                        (default 600000: the whole transfer)\n"
+     "\n"
+     "example:\n"
+     "  bloomgrid --server localhost:7400 export users users.bf\n"
+     "  bloomgrid build batch.bf --like users.bf < todays-users.txt\n"
+     "  bloomgrid --server localhost:7400 import users batch.bf\n"},
+    {NULL, NULL},
+};
+
 void help_overview(FILE *out)
 {
     fputs("usage: bloomgrid COMMAND [ARGS...]\n"
           "\n"
-          "Build, query and merge Bloom-filter files.\n"
+          "Build, query and merge Bloom-filter files, and use filters on a\n"
+          "bloomgrid server (node or router).\n"
           "\n"
-          "commands:\n"
+          "offline commands (filter files):\n"
           "  create    create an empty filter file\n"
           "  build     create a filter file from keys, one per line\n"
           "  add       add keys to a filter file\n"
@@ -117,29 +273,59 @@ void help_overview(FILE *out)
           "  remove    remove keys from a counting filter\n"
           "  merge     OR-merge compatible filter files\n"
           "  inspect   show a filter file's geometry and estimates\n"
+          "\n"
+          "online commands (bloomgrid --server HOST:PORT COMMAND ...):\n"
+          "  create    create a filter on the server\n"
+          "  drop      drop a filter\n"
+          "  list      list the filters\n"
+          "  info      show a filter's geometry, fill, estimates and shards\n"
+          "  add       add keys (arguments or stdin)\n"
+          "  check     ask whether keys may be present (exit 1 if one is absent)\n"
+          "  remove    remove keys from a counting filter\n"
+          "  export    save a server's filter as a filter file\n"
+          "  import    OR-merge a filter file into a server's filter\n"
+          "\n"
           "  help      show help for a command\n"
           "\n"
           "  --help, --version\n"
+          "  --server HOST:PORT  the server (default: $BLOOMGRID_SERVER); create,\n"
+          "                      add and remove work on a FILE when no server is\n"
+          "                      named (BLOOMGRID_SERVER= to force file mode)\n"
+          "  --deadline MS       per-call deadline of online commands\n"
           "\n"
           "Run 'bloomgrid help COMMAND' for a command's options and examples.\n"
           "Exit status: 0 success, 1 a queried key is definitely absent,\n"
           "2 error.\n", out);
 }
 
-const char *help_command(const char *cmd)
+static const char *find(const struct help_entry *table, const char *cmd)
 {
-    for (const struct help_entry *e = help_entries; e->cmd; e++)
+    for (const struct help_entry *e = table; e->cmd; e++)
         if (strcmp(e->cmd, cmd) == 0)
             return e->text;
     return NULL;
 }
 
+const char *help_command(const char *cmd)
+{
+    const char *text = find(help_entries, cmd);
+
+    return text ? text : find(online_help_entries, cmd);
+}
+
 int help_print(const char *cmd)
 {
-    const char *text = help_command(cmd);
+    const char *offline = find(help_entries, cmd),
+               *online = find(online_help_entries, cmd);
 
-    if (!text)
+    if (!offline && !online)
         return cli_fail("unknown command '%s' (see 'bloomgrid --help')", cmd);
-    fputs(text, stdout);
+    if (offline)
+        fputs(offline, stdout);
+    if (offline && online)
+        fputs("\nOn a server (--server HOST:PORT or BLOOMGRID_SERVER):\n\n",
+              stdout);
+    if (online)
+        fputs(online, stdout);
     return CLI_OK;
 }

@@ -1,13 +1,18 @@
 /* bloomgrid: the command-line tool.  main() only dispatches: the first
  * argument names a command, which gets the remaining arguments.  Offline
- * commands work on filter files; online ones (talking to a server) will be
- * added to the same table. */
+ * commands work on filter files, online ones talk to a server (node or
+ * router).  create, add and remove exist in both forms: they go online when
+ * a server is named (--server before or after the command name, or the
+ * BLOOMGRID_SERVER environment variable), and work on a file otherwise. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bf_file.h"
 #include "cli.h"
+#include "online.h"
+#include "online_cmd.h"
 
 #ifndef BLOOMGRID_VERSION
 #define BLOOMGRID_VERSION "unknown"
@@ -15,18 +20,25 @@
 
 struct command {
     const char *name;
-    int (*run)(int argc, char **argv);
+    int (*offline)(int argc, char **argv);   /* on files */
+    int (*online)(int argc, char **argv);    /* against a server */
 };
 
 static const struct command commands[] = {
-    {"create", cmd_create},
-    {"build", cmd_build},
-    {"add", cmd_add},
-    {"query", cmd_query},
-    {"remove", cmd_remove},
-    {"merge", cmd_merge},
-    {"inspect", cmd_inspect},
-    {NULL, NULL},
+    {"create", cmd_create, cmd_online_create},
+    {"build", cmd_build, NULL},
+    {"add", cmd_add, cmd_online_add},
+    {"query", cmd_query, NULL},
+    {"remove", cmd_remove, cmd_online_remove},
+    {"merge", cmd_merge, NULL},
+    {"inspect", cmd_inspect, NULL},
+    {"drop", NULL, cmd_online_drop},
+    {"list", NULL, cmd_online_list},
+    {"info", NULL, cmd_online_info},
+    {"check", NULL, cmd_online_check},
+    {"export", NULL, cmd_online_export},
+    {"import", NULL, cmd_online_import},
+    {NULL, NULL, NULL},
 };
 
 static const struct command *command_find(const char *name)
@@ -35,6 +47,56 @@ static const struct command *command_find(const char *name)
         if (strcmp(c->name, name) == 0)
             return c;
     return NULL;
+}
+
+/* Does a command with both forms go online? */
+static bool wants_server(int argc, char **argv)
+{
+    const char *env = getenv(ONLINE_ENV_SERVER);
+
+    if (online_global.server || (env && env[0]))
+        return true;
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--server") == 0 ||
+            strncmp(argv[i], "--server=", 9) == 0)
+            return true;
+    return false;
+}
+
+/* Options before the command name: --server and --deadline.  Returns how
+ * many arguments they took, or -1 after printing an error. */
+static int global_options(int argc, char **argv)
+{
+    int i = 1;
+
+    while (i < argc) {
+        const char *a = argv[i], *v = NULL;
+        int used = 1;
+        bool server = strcmp(a, "--server") == 0,
+             deadline = strcmp(a, "--deadline") == 0;
+        if (strncmp(a, "--server=", 9) == 0) {
+            server = true;
+            v = a + 9;
+        } else if (strncmp(a, "--deadline=", 11) == 0) {
+            deadline = true;
+            v = a + 11;
+        } else if (server || deadline) {
+            if (i + 1 >= argc) {
+                cli_fail("option '%s' needs a value", a);
+                return -1;
+            }
+            v = argv[i + 1];
+            used = 2;
+        } else {
+            break;
+        }
+        if (server)
+            online_global.server = v;
+        else if (online_parse_deadline(v, &online_global.deadline_ms))
+            return -1;
+        i += used;
+    }
+    return i - 1;
 }
 
 static int run_help(int argc, char **argv)
@@ -49,10 +111,16 @@ static int run_help(int argc, char **argv)
 int main(int argc, char **argv)
 {
     const struct command *c;
+    int skip;
 
     /* Over a file-size limit, fail the write (and remove the temp file)
      * instead of being killed with the temp file left behind. */
     signal(SIGXFSZ, SIG_IGN);
+    skip = global_options(argc, argv);
+    if (skip < 0)
+        return CLI_ERR;
+    argc -= skip;
+    argv += skip;
     if (argc < 2) {
         help_overview(stderr);
         return CLI_ERR;
@@ -70,5 +138,7 @@ int main(int argc, char **argv)
     if (!c)
         return cli_fail("unknown command '%s' (see 'bloomgrid --help')",
                         argv[1]);
-    return c->run(argc - 1, argv + 1);
+    if (c->online && (!c->offline || wants_server(argc - 1, argv + 1)))
+        return c->online(argc - 1, argv + 1);
+    return c->offline(argc - 1, argv + 1);
 }

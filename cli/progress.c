@@ -42,6 +42,18 @@ static void draw(struct progress *p, double t)
 {
     double fill, fpr, dt = t - p->start;
 
+    if (p->bytes || !p->f) {
+        double v = (double)p->keys, rate = dt > 0 ? v / dt : 0.0;
+        if (p->bytes)
+            fprintf(stderr, "\r%12.1f MiB  %9.1f MiB/s   ", v / 1048576.0,
+                    rate / 1048576.0);
+        else
+            fprintf(stderr, "\r%12llu keys  %7.2f M keys/s   ",
+                    (unsigned long long)p->keys, rate / 1e6);
+        fflush(stderr);
+        line_open = true;
+        return;
+    }
     predict(p->f, &fill, &fpr);
     fprintf(stderr, "\r%12llu keys  %7.2f M keys/s  fill %.4f  est. FPR %.3g%s",
             (unsigned long long)p->keys,
@@ -54,9 +66,16 @@ static void draw(struct progress *p, double t)
 void progress_init(struct progress *p, const struct bf *f)
 {
     p->f = f;
+    p->bytes = false;
     p->on = isatty(STDERR_FILENO);
     p->keys = 0;
     p->start = p->last = now_seconds();
+}
+
+void progress_init_bytes(struct progress *p)
+{
+    progress_init(p, NULL);
+    p->bytes = true;
 }
 
 void progress_tick(struct progress *p, uint64_t n)

@@ -1,0 +1,266 @@
+/* cmd_online_file: `export` (a server's filter into a file) and `import` (a
+ * filter file OR-merged into a server's filter).
+ *
+ * Export writes like bf_file_save: the chunks go to "<FILE>.tmp.XXXXXX" in
+ * the same directory, which is fsynced, then loaded and verified (magic,
+ * geometry, checksum) before it is renamed over FILE and the directory is
+ * fsynced.  Any failure removes the temp file and leaves FILE as it was.
+ * Import sends the file as it is; the server verifies it whole before
+ * merging anything.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bf_file.h"
+#include "cli.h"
+#include "online.h"
+#include "online_cmd.h"
+#include "progress.h"
+
+/* ---- export ----------------------------------------------------------- */
+
+struct export_ctx {
+    const char *tmp;
+    int fd;
+    uint64_t written, total;
+    bool have_total;
+    struct progress prog;
+};
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int export_chunk(void *ctx, uint64_t offset, const void *data,
+                        size_t len, uint64_t total)
+{
+    struct export_ctx *e = ctx;
+    int rc;
+
+    if (e->have_total && total != e->total)
+        return cli_fail("export: the server changed the file size during "
+                        "the transfer (%llu, then %llu bytes)",
+                        (unsigned long long)e->total,
+                        (unsigned long long)total);
+    e->total = total;
+    e->have_total = true;
+    if (offset != e->written)
+        return cli_fail("export: the server sent bytes at offset %llu, "
+                        "expected %llu", (unsigned long long)offset,
+                        (unsigned long long)e->written);
+    if (len > total - e->written)
+        return cli_fail("export: the server sent more than the announced "
+                        "%llu bytes", (unsigned long long)total);
+    if ((rc = write_all(e->fd, data, len)) < 0)
+        return cli_fail("%s: cannot write: %s", e->tmp, strerror(-rc));
+    e->written += len;
+    progress_tick(&e->prog, len);
+    return 0;
+}
+
+static int fsync_parent(const char *path)
+{
+    char *copy = strdup(path);
+    int fd, rc = 0;
+
+    if (!copy)
+        return -ENOMEM;
+    fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) < 0)
+        rc = -errno;
+    if (fd >= 0)
+        close(fd);
+    free(copy);
+    return rc;
+}
+
+/* The temp file holds the whole export: sync it, verify it, rename it. */
+static int export_commit(struct export_ctx *e, const char *path)
+{
+    char err[BF_ERRLEN] = "";
+    struct bf *f;
+    int rc;
+
+    if (!e->have_total || e->written != e->total)
+        return cli_fail("export: the transfer ended after %llu of %llu bytes",
+                        (unsigned long long)e->written,
+                        (unsigned long long)e->total);
+    if (fsync(e->fd) < 0)
+        return cli_fail("%s: fsync failed: %s", e->tmp, strerror(errno));
+    f = bf_file_load(e->tmp, err, NULL);
+    if (!f)
+        return cli_fail("export: the received file does not verify: %s", err);
+    bf_destroy(f);
+    if (rename(e->tmp, path) < 0)
+        return cli_fail("cannot rename %s to %s: %s", e->tmp, path,
+                        strerror(errno));
+    if ((rc = fsync_parent(path)) < 0)
+        return cli_fail("fsync of the directory of %s failed: %s", path,
+                        strerror(-rc));
+    return 0;
+}
+
+static const struct option export_longopts[] = {
+    {"force", no_argument, NULL, 'f'},
+    ONLINE_COMMON_LONGOPTS,
+};
+
+int cmd_online_export(int argc, char **argv)
+{
+    struct export_ctx e = {.fd = -1};
+    struct online o;
+    struct rpc_status st;
+    bool force = false, renamed = false;
+    const char *path;
+    char *tmp = NULL;
+    int c, rc;
+
+    online_cmd_init(&o);
+    cli_getopt_reset();
+    while ((c = getopt_long(argc, argv, ":fh", export_longopts, NULL)) != -1) {
+        if (c == 'f') {
+            force = true;
+            continue;
+        }
+        if ((rc = online_common_opt(&o, "export", c, argv)))
+            return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
+    }
+    if ((rc = online_need_args("export", argc - optind, 2, "NAME and FILE")))
+        return rc;
+    path = argv[optind + 1];
+    if (!force && cli_exists(path))
+        return cli_fail("export: %s already exists (use --force to replace "
+                        "it)", path);
+    if (o.deadline_ms <= 0)
+        o.deadline_ms = ONLINE_TRANSFER_DEADLINE_MS;
+    if ((rc = online_open(&o)))
+        return rc;
+    if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0) {
+        tmp = NULL;
+        rc = cli_fail("out of memory");
+        goto out;
+    }
+    e.tmp = tmp;
+    e.fd = mkostemp(tmp, O_CLOEXEC);
+    if (e.fd < 0) {
+        rc = cli_fail("cannot create temp file %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    fchmod(e.fd, 0644);
+    progress_init_bytes(&e.prog);
+    rc = online_export(&o, argv[optind], export_chunk, &e, &st);
+    if (rc < 0)
+        rc = online_report(&o, &st);
+    if (rc == 0)
+        rc = export_commit(&e, path);
+    renamed = rc == 0;
+    if (rc == 0)
+        progress_done(&e.prog);
+out:
+    if (e.fd >= 0) {
+        close(e.fd);
+        if (!renamed)
+            unlink(tmp);
+    }
+    free(tmp);
+    online_close(&o);
+    return rc;
+}
+
+/* ---- import ----------------------------------------------------------- */
+
+struct import_ctx {
+    const char *path;
+    int fd;
+    struct progress prog;
+};
+
+static ssize_t import_read(void *ctx, void *buf, size_t cap)
+{
+    struct import_ctx *im = ctx;
+    size_t got = 0;
+
+    /* Full chunks: short reads only at the end of the file. */
+    while (got < cap) {
+        ssize_t n = read(im->fd, (char *)buf + got, cap - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            cli_fail("%s: cannot read: %s", im->path, strerror(errno));
+            return -1;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    progress_tick(&im->prog, got);
+    return (ssize_t)got;
+}
+
+int cmd_online_import(int argc, char **argv)
+{
+    struct import_ctx im = {.fd = -1};
+    struct online_import_result res;
+    struct online o;
+    struct rpc_status st;
+    struct stat sb;
+    int c, rc;
+
+    online_cmd_init(&o);
+    cli_getopt_reset();
+    while ((c = getopt_long(argc, argv, ":h", export_longopts + 1,
+                            NULL)) != -1) {
+        if ((rc = online_common_opt(&o, "import", c, argv)))
+            return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
+    }
+    if ((rc = online_need_args("import", argc - optind, 2, "NAME and FILE")))
+        return rc;
+    im.path = argv[optind + 1];
+    im.fd = open(im.path, O_RDONLY | O_CLOEXEC);
+    if (im.fd < 0)
+        return cli_fail("%s: cannot open: %s", im.path, strerror(errno));
+    if (fstat(im.fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        close(im.fd);
+        return cli_fail("%s: is a directory", im.path);
+    }
+    if (o.deadline_ms <= 0)
+        o.deadline_ms = ONLINE_TRANSFER_DEADLINE_MS;
+    if ((rc = online_open(&o))) {
+        close(im.fd);
+        return rc;
+    }
+    progress_init_bytes(&im.prog);
+    rc = online_import(&o, argv[optind], import_read, &im, &res, &st);
+    if (rc < 0) {
+        rc = online_report(&o, &st);
+    } else if (rc == 0) {
+        progress_done(&im.prog);
+        fprintf(stderr, "import: %s into %s: %llu bytes, projected fill "
+                "%.4f, estimated FPR %.4g%s\n", im.path, argv[optind],
+                (unsigned long long)res.bytes_received,
+                res.projected_fill_ratio, res.projected_error_rate,
+                res.over_target ? " (above the target error rate)" : "");
+        online_info_deinit(&res.info);
+    }
+    close(im.fd);
+    online_close(&o);
+    return rc;
+}

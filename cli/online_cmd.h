@@ -1,0 +1,47 @@
+/* online_cmd: option handling shared by the online commands (cmd_online*.c).
+ *
+ * Every online command accepts --server HOST:PORT, --deadline MS and --help
+ * after its name, on top of the same options given before the command name
+ * (online_global) and the BLOOMGRID_SERVER environment variable, in that
+ * order of precedence: command option, global option, environment.
+ */
+#ifndef BLOOMGRID_ONLINE_CMD_H
+#define BLOOMGRID_ONLINE_CMD_H
+
+#include "online.h"
+
+/* getopt_long codes of the long-only common options. */
+#define OPT_SERVER 0x100
+#define OPT_DEADLINE 0x101
+
+#define ONLINE_COMMON_LONGOPTS                                  \
+    {"server", required_argument, NULL, OPT_SERVER},            \
+    {"deadline", required_argument, NULL, OPT_DEADLINE},        \
+    {"help", no_argument, NULL, 'h'},                           \
+    {NULL, 0, NULL, 0}
+
+/* Fill o from online_global and the environment (no channel yet). */
+void online_cmd_init(struct online *o);
+
+/* Handle a common option (or report c as unknown).  Returns 0, CLI_ERR, or
+ * CLI_HELP_SHOWN after printing the command's help. */
+int online_common_opt(struct online *o, const char *cmd, int c, char **argv);
+
+/* Parse --deadline: milliseconds > 0.  Returns 0 or CLI_ERR (printed). */
+int online_parse_deadline(const char *s, int *out);
+
+/* Check the count of positional arguments; what names the missing ones. */
+int online_need_args(const char *cmd, int have, int want, const char *what);
+
+/* Commands. */
+int cmd_online_create(int argc, char **argv);
+int cmd_online_drop(int argc, char **argv);
+int cmd_online_list(int argc, char **argv);
+int cmd_online_info(int argc, char **argv);
+int cmd_online_add(int argc, char **argv);
+int cmd_online_check(int argc, char **argv);
+int cmd_online_remove(int argc, char **argv);
+int cmd_online_export(int argc, char **argv);
+int cmd_online_import(int argc, char **argv);
+
+#endif

@@ -430,6 +430,11 @@ int wal_wait(struct wal *w, uint64_t seq)
     int rc = 0;
 
     pthread_mutex_lock(&w->mu);
+    if (seq >= w->next_seq) {
+        /* Never submitted: waiting would never end. */
+        pthread_mutex_unlock(&w->mu);
+        return -EINVAL;
+    }
     while (w->durable_seq < seq) {
         if (w->err) {
             rc = -EIO;

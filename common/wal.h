@@ -95,8 +95,9 @@ void wal_close(struct wal *w);
 int wal_submit(struct wal *w, uint32_t type, const void *payload, uint64_t len,
                uint64_t *seq);
 
-/* Wait until every record up to seq is durable.  Returns 0, or -EIO if the
- * WAL failed before that (then nothing from seq on is acknowledged). */
+/* Wait until every record up to seq is durable.  Returns 0, -EIO if the
+ * WAL failed before that (then nothing from seq on is acknowledged), or
+ * -EINVAL for a seq not yet submitted. */
 int wal_wait(struct wal *w, uint64_t seq);
 
 /* wal_submit + wal_wait. */

@@ -131,6 +131,7 @@ START_TEST(append_then_recover_in_order)
     ck_assert_ptr_nonnull(w);
     append_n(w, 100, 1);
     ck_assert_uint_eq(wal_last_seq(w), 100);
+    ck_assert_int_eq(wal_wait(w, 101), -EINVAL);
     ck_assert_uint_eq(wal_durable_seq(w), 100);
     wal_close(w);
     ck_assert_int_eq(recover(0, &s, &r, err), 0);

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "bf.h"
 #include "bf_file.h"
 #include "log.h"
@@ -299,10 +301,18 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
         sc->hashes[i].h1 = h1;
         sc->hashes[i].h2 = h2;
     }
-    if (m->check_shard) {
+    if (m->check_shard || m->secret_id) {
         struct shard_facts facts = {.count = 0};
         store_filter_inspect(sf, shard_facts_read, &facts);
-        uint32_t count = facts.count;
+        uint32_t count = m->check_shard ? facts.count : 0;
+        if (m->secret_id && facts.count &&
+            XXH3_64bits(facts.secret, BF_SECRET_LEN) != m->secret_id) {
+            rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                            "shard %u of filter \"%s\" has another secret than the "
+                            "hashes were made with (the filter was re-created): "
+                            "fetch the secret again", m->shard_index, m->filter);
+            goto out;
+        }
         for (size_t i = 0; count && i < cnt; i++) {
             if (bf_hash_shard(sc->hashes[i], count) != m->shard_index) {
                 rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,

@@ -4,8 +4,8 @@
 # error messages, export/import round trips with the offline commands, and a
 # 200k-key transfer through stdin.
 set -eu
-BG=$1
-NODE=$2
+BG=$(realpath "$1")
+NODE=$(realpath "$2")
 . "$CLI_TEST_LIB"
 TAB=$(printf '\t')
 

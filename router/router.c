@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include <xxhash.h>
+
 #include "log.h"
 
 int router_init(struct router *r, const struct router_config *cfg, struct topo *t)
@@ -147,6 +149,7 @@ struct router_filter *router_filter_add(struct router *r, const char *name,
     snprintf(f->name, sizeof f->name, "%s", name);
     f->shards = shards;
     memcpy(f->secret, secret, BF_SECRET_LEN);
+    f->secret_id = XXH3_64bits(secret, BF_SECRET_LEN);
     struct bf_params p = {.capacity = 1, .error_rate = 0.5, .secret = secret};
     f->hasher = bf_create(&p, err);
     f->group = calloc(shards, sizeof *f->group);

@@ -41,6 +41,7 @@ struct router_filter {
     char name[ROUTER_NAME_MAX + 1];
     uint32_t shards;
     uint8_t secret[BF_SECRET_LEN];
+    uint64_t secret_id;         /* XXH3-64 of the secret, checked by nodes */
     struct bf *hasher;          /* a one-bit-sized filter holding the secret */
     struct topo *topo;          /* the topology the placement is for (a ref) */
     uint16_t *group;            /* shards entries: index into topo->groups */

@@ -27,6 +27,18 @@ struct router_status {
     char msg[RPC_MSGLEN];
 };
 
+void router_status_set(struct router_status *st, grpc_status_code code,
+                       const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Is a status one of a node that is down, slow or going away? */
+bool router_node_down(grpc_status_code c);
+
+/* The filter as this router knows it (secret, shard count, placement under
+ * t), fetched from shard 0's group when not cached or stale.  Returns a
+ * reference (router_filter_unref) or NULL with st set (NOT_FOUND, ...). */
+struct router_filter *router_filter_lookup(struct router *r, const struct topo *t,
+                                          const char *name, struct router_status *st);
+
 enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
 
 /* Run one batch of n keys (keys[i] has lens[i] bytes) on filter.  out[i]

@@ -204,7 +204,7 @@ static void encode_bools(struct rpc_reply *rep, const bool *v, size_t n)
     }
 }
 
-static bool name_ok(const char *name, struct rpc_reply *rep)
+bool router_rpc__name_ok(const char *name, struct rpc_reply *rep)
 {
     size_t n = strlen(name);
     bool ok = n >= 1 && n <= ROUTER_NAME_MAX;
@@ -239,7 +239,7 @@ static void run_keys(struct router *r, enum router_key_op op, const uint8_t *buf
     if (!decode_keys(r, buf, len, kb, filter, &n, rep))
         return;
     if (filter[0]) {
-        if (!name_ok(filter, rep))
+        if (!router_rpc__name_ok(filter, rep))
             return;
         memcpy(cur, filter, sizeof filter);
     } else if (!cur[0]) {
@@ -456,7 +456,7 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         .kind = m->kind,
         .shards = m->shards ? m->shards : (uint32_t)r->cfg.default_shards,
     };
-    if (!name_ok(m->name, rep))
+    if (!router_rpc__name_ok(m->name, rep))
         goto out;
     if (m->capacity == 0) {
         rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
@@ -498,7 +498,7 @@ static void h_drop_filter(void *arg, const uint8_t *req, size_t len,
     UNPACK_OR_FAIL(Bloomgrid__V1__DropFilterRequest,
                    bloomgrid__v1__drop_filter_request, m, req, len, rep);
     struct router_status st;
-    if (name_ok(m->name, rep)) {
+    if (router_rpc__name_ok(m->name, rep)) {
         if (router_drop_filter(r, m->name, &st) < 0) {
             rpc_reply_error(rep, st.code, "%s", st.msg);
         } else {
@@ -518,7 +518,7 @@ static void h_get_filter(void *arg, const uint8_t *req, size_t len,
                    bloomgrid__v1__get_filter_request, m, req, len, rep);
     struct router_status st;
     struct router_filter_desc d;
-    if (name_ok(m->name, rep)) {
+    if (router_rpc__name_ok(m->name, rep)) {
         if (router_describe_filter(r, m->name, &d, &st) < 0) {
             rpc_reply_error(rep, st.code, "%s", st.msg);
         } else {
@@ -570,22 +570,19 @@ out:
     free(fis);
 }
 
-/* ---- Export / Import ---- */
-
-static void h_export(void *arg, struct rpc_stream *s)
+int router_rpc__write_info(struct rpc_stream *s, Bloomgrid__V1__ImportResponse *resp,
+                           struct router_filter_desc *d)
 {
-    (void)arg;
-    rpc_stream_finish(s, GRPC_STATUS_UNIMPLEMENTED,
-                      "Export through bloomgrid-router is not available yet: the "
-                      "nodes cannot stream one shard of a sharded filter");
-}
-
-static void h_import(void *arg, struct rpc_stream *s)
-{
-    (void)arg;
-    rpc_stream_finish(s, GRPC_STATUS_UNIMPLEMENTED,
-                      "Import through bloomgrid-router is not available yet: the "
-                      "nodes cannot take one shard of a sharded filter");
+    struct info_buf ib;
+    if (info_build(&ib, d) < 0) {
+        rpc_stream_finish(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    resp->info = &ib.fi;
+    int rc = rpc_stream_write(s, &resp->base);
+    resp->info = NULL;
+    info_free(&ib);
+    return rc;
 }
 
 /* Descriptor order: CreateFilter, DropFilter, ListFilters, GetFilter, Add,
@@ -600,8 +597,8 @@ const struct rpc_handler router_rpc_public[] = {
     {.unary = h_remove},
     {.stream = h_add_stream},
     {.stream = h_may_contain_stream},
-    {.stream = h_export},
-    {.stream = h_import},
+    {.stream = router_rpc__export},
+    {.stream = router_rpc__import},
 };
 
 const size_t router_rpc_public_count =

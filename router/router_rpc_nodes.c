@@ -34,10 +34,7 @@ static const char *const key_methods[] = {
 };
 static const char *const op_names[] = {"Add", "MayContain", "Remove"};
 
-static void status_set(struct router_status *st, grpc_status_code code,
-                       const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void status_set(struct router_status *st, grpc_status_code code,
+void router_status_set(struct router_status *st, grpc_status_code code,
                        const char *fmt, ...)
 {
     va_list ap;
@@ -48,7 +45,7 @@ static void status_set(struct router_status *st, grpc_status_code code,
 }
 
 /* Transport-like failures: the node is down, slow or going away. */
-static bool node_down(grpc_status_code c)
+bool router_node_down(grpc_status_code c)
 {
     return c == GRPC_STATUS_UNAVAILABLE || c == GRPC_STATUS_DEADLINE_EXCEEDED ||
            c == GRPC_STATUS_CANCELLED || c == GRPC_STATUS_UNKNOWN ||
@@ -120,8 +117,8 @@ static int fetch_secret(struct router *r, const char *addr, const char *name,
 /* The filter as this router knows it, fetching its secret from shard 0's
  * group (primary, then replicas) when it is not cached or is stale.  A stale
  * entry still serves when no node of that group answers. */
-static struct router_filter *filter_lookup(struct router *r, const struct topo *t,
-                                           const char *name, struct router_status *st)
+struct router_filter *router_filter_lookup(struct router *r, const struct topo *t,
+                                          const char *name, struct router_status *st)
 {
     struct router_filter *stale = NULL;
     struct router_filter *f = router_filter_get(r, name, t, &stale);
@@ -133,7 +130,7 @@ static struct router_filter *filter_lookup(struct router *r, const struct topo *
     uint32_t shards = 0;
     int rc = fetch_secret(r, g->primary, name, secret, &shards, &rs);
     const char *addr = g->primary;
-    for (unsigned i = 0; rc < 0 && node_down(rs.code) && i < g->nreplicas; i++) {
+    for (unsigned i = 0; rc < 0 && router_node_down(rs.code) && i < g->nreplicas; i++) {
         addr = g->replicas[i];
         rc = fetch_secret(r, addr, name, secret, &shards, &rs);
     }
@@ -141,22 +138,22 @@ static struct router_filter *filter_lookup(struct router *r, const struct topo *
         if (rs.code == GRPC_STATUS_NOT_FOUND) {
             router_filter_forget(r, name);
             router_filter_unref(stale);
-            status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist",
+            router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist",
                        name);
             return NULL;
         }
-        if (stale && node_down(rs.code)) {
+        if (stale && router_node_down(rs.code)) {
             log_warn("cannot re-check filter %s on %s (%s); using the cached secret",
                      name, addr, rs.message);
             f = router_filter_add(r, name, stale->secret, stale->shards,
                                   (struct topo *)t, stale);
             router_filter_unref(stale);
             if (!f)
-                status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             return f;
         }
         router_filter_unref(stale);
-        status_set(st, node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
+        router_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
                    "filter \"%s\": shard 0 on node %s (group %s): %s: %s", name,
                    addr, g->name, rpc_status_name(rs.code), rs.message);
         return NULL;
@@ -166,7 +163,7 @@ static struct router_filter *filter_lookup(struct router *r, const struct topo *
     f = router_filter_add(r, name, secret, shards, (struct topo *)t, stale);
     router_filter_unref(stale);
     if (!f)
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return f;
 }
 
@@ -391,7 +388,7 @@ static void batch_failure(struct router_status *st, enum router_key_op op,
     grpc_status_code code = GRPC_STATUS_UNAVAILABLE;
     bool all_down = true;
     for (size_t i = 0; i < nfail; i++)
-        if (!node_down(fails[i].code) && fails[i].code != GRPC_STATUS_NOT_FOUND) {
+        if (!router_node_down(fails[i].code) && fails[i].code != GRPC_STATUS_NOT_FOUND) {
             code = fails[i].code;   /* e.g. FAILED_PRECONDITION: pass it on */
             all_down = false;
             break;
@@ -422,12 +419,14 @@ static void batch_failure(struct router_status *st, enum router_key_op op,
     st->code = code;
 }
 
-int router_keys(struct router *r, const char *filter, enum router_key_op op,
-                const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                bool *out, struct router_status *st)
+/* One attempt at a key batch; *stale is set when a node says the cached
+ * secret is no longer the filter's. */
+static int keys_once(struct router *r, const char *filter, enum router_key_op op,
+                     const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                     bool *out, struct router_status *st, bool *stale)
 {
     struct topo *t = router_topo(r);
-    struct router_filter *f = filter_lookup(r, t, filter, st);
+    struct router_filter *f = router_filter_lookup(r, t, filter, st);
     struct rpc_multi *calls = NULL;
     struct shard_fail *fails = NULL;
     bool *failed_shard = NULL;
@@ -438,7 +437,7 @@ int router_keys(struct router *r, const char *filter, enum router_key_op op,
         goto out;
     struct scratch *sc = scratch_get(n ? n : 1);
     if (!sc) {
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     uint32_t S = f->shards;
@@ -463,7 +462,7 @@ int router_keys(struct router *r, const char *filter, enum router_key_op op,
     if (!calls || !fails || !failed_shard || !call_of || !wp) {
         free(call_of);
         free(wp);
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     /* One HashesRequest per shard, hashes written in place. */
@@ -472,8 +471,8 @@ int router_keys(struct router *r, const char *filter, enum router_key_op op,
         if (!sc->count[s])
             continue;
         size_t hb = 16 * (size_t)sc->count[s];
-        size_t len = 1 + varint_len(flen) + flen + (s ? 1 + varint_len(s) : 0) + 1 +
-                     varint_len(hb) + hb + 2;
+        size_t len = 1 + varint_len(flen) + flen + (s ? 1 + varint_len(s) : 0) + 2 +
+                     9 + 1 + varint_len(hb) + hb;
         struct rpc_multi *c = &calls[ncalls];
         c->req = grpc_slice_malloc(len);
         c->resp = grpc_empty_slice();
@@ -488,6 +487,9 @@ int router_keys(struct router *r, const char *filter, enum router_key_op op,
         }
         *p++ = 0x20;     /* check_shard = true: the node refuses strays */
         *p++ = 0x01;
+        *p++ = 0x29;     /* secret_id: the node refuses another secret */
+        put_le64(p, f->secret_id);
+        p += 8;
         *p++ = 0x1a;
         p = put_varint(p, hb);
         wp[s] = p;
@@ -508,7 +510,7 @@ int router_keys(struct router *r, const char *filter, enum router_key_op op,
     for (size_t i = 0; i < ncalls; i++)
         if (!calls[i].ch) {
             free(call_of);
-            status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
         }
     rpc_call_many(calls, ncalls);
@@ -527,7 +529,7 @@ int router_keys(struct router *r, const char *filter, enum router_key_op op,
             snprintf(c->st.message, sizeof c->st.message,
                      "answer does not parse or has the wrong number of results");
         }
-        if (op == ROUTER_MAY_CONTAIN && node_down(c->st.code) &&
+        if (op == ROUTER_MAY_CONTAIN && router_node_down(c->st.code) &&
             read_from_replica(r, t, f, s, c->req, sc->count[s], idx, out))
             continue;
         struct shard_fail *sf = &fails[nfail++];
@@ -543,12 +545,21 @@ int router_keys(struct router *r, const char *filter, enum router_key_op op,
         goto out;
     }
     size_t notfound = 0;
-    for (size_t i = 0; i < nfail; i++)
+    for (size_t i = 0; i < nfail; i++) {
         notfound += fails[i].code == GRPC_STATUS_NOT_FOUND;
+        if (fails[i].code == GRPC_STATUS_FAILED_PRECONDITION &&
+            strstr(fails[i].msg, "another secret"))
+            *stale = true;
+    }
+    if (*stale) {
+        router_filter_forget(r, filter);
+        router_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, "%s", fails[0].msg);
+        goto out;
+    }
     if (notfound) /* dropped or re-created elsewhere: fetch it again next time */
         router_filter_forget(r, filter);
     if (notfound == nfail && nfail == ncalls) {
-        status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", filter);
+        router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", filter);
         goto out;
     }
     batch_failure(st, op, filter, fails, nfail, failed_shard, sc->shard, n);
@@ -560,6 +571,22 @@ out:
     free(failed_shard);
     router_filter_unref(f);
     topo_unref(t);
+    return rc;
+}
+
+int router_keys(struct router *r, const char *filter, enum router_key_op op,
+                const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                bool *out, struct router_status *st)
+{
+    bool stale = false;
+    int rc = keys_once(r, filter, op, keys, lens, n, out, st, &stale);
+    if (rc < 0 && stale) {
+        /* The filter was re-created elsewhere: nothing was applied with the
+         * old secret; fetch the new one and run the batch again. */
+        log_info("filter %s has a new secret; fetching it", filter);
+        stale = false;
+        rc = keys_once(r, filter, op, keys, lens, n, out, st, &stale);
+    }
     return rc;
 }
 
@@ -662,20 +689,20 @@ int router_create_filter(struct router *r, const struct router_create *c,
 
     memset(out, 0, sizeof *out);
     if (getrandom(secret, sizeof secret, 0) != (ssize_t)sizeof secret) {
-        status_set(st, GRPC_STATUS_INTERNAL, "cannot read random bytes");
+        router_status_set(st, GRPC_STATUS_INTERNAL, "cannot read random bytes");
         goto out;
     }
     /* A placement entry, not cached until every shard exists. */
     f = router_filter_add(r, c->name, secret, S, t, NULL);
     if (!f) {
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     router_filter_forget(r, c->name);
     calls = calloc(S, sizeof *calls);
     out->shard = calloc(S, sizeof *out->shard);
     if (!calls || !out->shard) {
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     snprintf(out->name, sizeof out->name, "%s", c->name);
@@ -697,7 +724,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
         calls[s].method = M_CREATE;
         calls[s].timeout_ms = (int)r->cfg.node_timeout_ms;
         if (!calls[s].ch) {
-            status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             S = s + 1;
             goto out;
         }
@@ -729,7 +756,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
         if (calls[s].rc == 0 || calls[s].st.code == GRPC_STATUS_DEADLINE_EXCEEDED) {
             if (undo)
                 undo[nundo++] = s;
-        } else if (!first || (node_down(first->st.code) && !node_down(calls[s].st.code))) {
+        } else if (!first || (router_node_down(first->st.code) && !router_node_down(calls[s].st.code))) {
             first = &calls[s];
         }
     }
@@ -746,9 +773,9 @@ int router_create_filter(struct router *r, const struct router_create *c,
     if (!drops && nundo)
         left = nundo;
     grpc_status_code code = first->st.code;
-    if (node_down(code))
+    if (router_node_down(code))
         code = GRPC_STATUS_UNAVAILABLE;
-    status_set(st, code, "CreateFilter \"%s\": shard %u on node %s (group %s): %s: "
+    router_status_set(st, code, "CreateFilter \"%s\": shard %u on node %s (group %s): %s: "
                "%s; %zu of %u shards failed; %s", c->name, fs,
                group_primary(t, f, fs), t->groups[f->group[fs]].name,
                rpc_status_name(first->st.code), first->st.message, failed, S,
@@ -772,7 +799,7 @@ out:
 int router_drop_filter(struct router *r, const char *name, struct router_status *st)
 {
     struct topo *t = router_topo(r);
-    struct router_filter *f = filter_lookup(r, t, name, st);
+    struct router_filter *f = router_filter_lookup(r, t, name, st);
     uint32_t *list = NULL;
     int rc = -1;
 
@@ -780,7 +807,7 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
         goto out;
     list = calloc(f->shards, sizeof *list);
     if (!list) {
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     /* Shard 0 last: while it exists, the filter can be found and dropped. */
@@ -795,7 +822,7 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
             continue;
         struct rpc_multi *calls = shard_calls(r, t, f, list, n, M_DROP, false);
         if (!calls) {
-            status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
         }
         size_t bad = 0, first = 0;
@@ -803,7 +830,7 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
             if (calls[i].rc != 0 && calls[i].st.code != GRPC_STATUS_NOT_FOUND && !bad++)
                 first = i;
         if (bad) {
-            status_set(st, GRPC_STATUS_UNAVAILABLE,
+            router_status_set(st, GRPC_STATUS_UNAVAILABLE,
                        "DropFilter \"%s\": shard %u on node %s: %s: %s; %zu shards "
                        "not dropped; retry DropFilter to finish", name, list[first],
                        group_primary(t, f, list[first]),
@@ -828,7 +855,7 @@ int router_describe_filter(struct router *r, const char *name,
                            struct router_filter_desc *out, struct router_status *st)
 {
     struct topo *t = router_topo(r);
-    struct router_filter *f = filter_lookup(r, t, name, st);
+    struct router_filter *f = router_filter_lookup(r, t, name, st);
     uint32_t *list = NULL;
     struct rpc_multi *calls = NULL;
     int rc = -1;
@@ -839,14 +866,14 @@ int router_describe_filter(struct router *r, const char *name,
     list = calloc(f->shards, sizeof *list);
     out->shard = calloc(f->shards, sizeof *out->shard);
     if (!list || !out->shard) {
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     for (uint32_t s = 0; s < f->shards; s++)
         list[s] = s;
     calls = shard_calls(r, t, f, list, f->shards, M_GET, true);
     if (!calls) {
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     snprintf(out->name, sizeof out->name, "%s", name);
@@ -874,7 +901,7 @@ int router_describe_filter(struct router *r, const char *name,
     }
     if (notfound == f->shards) {
         router_filter_forget(r, name);
-        status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", name);
+        router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", name);
         goto out;
     }
     rc = 0;
@@ -908,7 +935,7 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
     *out = NULL;
     *nout = 0;
     if (!calls) {
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     Bloomgrid__V1__ListShardsRequest lreq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
@@ -919,7 +946,7 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
         calls[g].method = M_LIST;
         calls[g].timeout_ms = (int)r->cfg.node_timeout_ms;
         if (!calls[g].ch) {
-            status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
         }
     }

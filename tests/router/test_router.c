@@ -9,6 +9,8 @@
  *             restart every acknowledged key is present
  *   reload    SIGHUP: benign reloads drop no call, a bad file is refused
  *             (the old topology stays), a new group takes new shards
+ *   transfer  Export of a 16-shard filter as one bundle, Import back (damaged
+ *             bundles and another filter's bundle refused)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -628,10 +630,139 @@ static void test_reload(void)
     cluster_stop(&c);
 }
 
+/* ---- Export / Import of a sharded filter ---- */
+
+static size_t export_bundle(struct rpc_channel *ch, const char *name, uint8_t **out,
+                            struct rpc_status *st)
+{
+    Bloomgrid__V1__ExportRequest rq = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
+    rq.filter = (char *)name;
+    rq.chunk_size = 100000;
+    struct rpc_cstream *cs = rpc_cstream_open(ch, "/bloomgrid.v1.BloomGrid/Export",
+                                              TIMEOUT_MS);
+    CHECK(cs, "open Export");
+    CHECK(rpc_cstream_write_msg(cs, &rq.base) == 0 && rpc_cstream_close_send(cs) == 0,
+          "send ExportRequest");
+    size_t len = 0;
+    uint8_t *buf = NULL;
+    grpc_slice sl;
+    while (rpc_cstream_read(cs, &sl) == 1) {
+        Bloomgrid__V1__FileChunk *fc = bloomgrid__v1__file_chunk__unpack(
+            NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+        CHECK(fc && fc->offset == len, "chunk at %zu", len);
+        buf = realloc(buf, len + fc->data.len);
+        memcpy(buf + len, fc->data.data, fc->data.len);
+        len += fc->data.len;
+        CHECK(fc->total_size >= len, "total_size");
+        bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
+        grpc_slice_unref(sl);
+    }
+    if (rpc_cstream_finish(cs, st) < 0) {
+        free(buf);
+        return 0;
+    }
+    *out = buf;
+    return len;
+}
+
+static int import_bundle(struct rpc_channel *ch, const char *name, const uint8_t *buf,
+                         size_t len, struct rpc_status *st)
+{
+    struct rpc_cstream *cs = rpc_cstream_open(ch, "/bloomgrid.v1.BloomGrid/Import",
+                                              TIMEOUT_MS);
+    CHECK(cs, "open Import");
+    for (size_t off = 0; off < len; off += 65536) {
+        Bloomgrid__V1__ImportRequest rq = BLOOMGRID__V1__IMPORT_REQUEST__INIT;
+        rq.filter = off == 0 ? (char *)name : "";
+        rq.data.data = (uint8_t *)buf + off;
+        rq.data.len = len - off < 65536 ? len - off : 65536;
+        if (rpc_cstream_write_msg(cs, &rq.base) < 0)
+            break;
+    }
+    rpc_cstream_close_send(cs);
+    grpc_slice sl;
+    while (rpc_cstream_read(cs, &sl) == 1) {
+        Bloomgrid__V1__ImportResponse *ir = bloomgrid__v1__import_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+        CHECK(ir && ir->bytes_received == len && ir->info && ir->info->shards == 16,
+              "ImportResponse");
+        bloomgrid__v1__import_response__free_unpacked(ir, NULL);
+        grpc_slice_unref(sl);
+    }
+    return rpc_cstream_finish(cs, st) < 0 ? (int)st->code : 0;
+}
+
+static void test_transfer(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    const size_t N = 2000;
+    bool out[2000];
+    cluster_start(&c, "router-transfer", 3, 2, "none");
+    struct rpc_channel *a = c.router[0].ch, *b = c.router[1].ch;
+    Bloomgrid__V1__CreateFilterRequest rq = BLOOMGRID__V1__CREATE_FILTER_REQUEST__INIT;
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+    rq.name = "cnt";
+    rq.capacity = 20000;
+    rq.error_rate = 0.01;
+    rq.kind = BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_COUNTING;
+    rq.shards = 16;
+    CHECK(rpc_call(a, "/bloomgrid.v1.BloomGrid/CreateFilter", &rq.base,
+                   &bloomgrid__v1__filter_info__descriptor, (ProtobufCMessage **)&fi,
+                   TIMEOUT_MS, &st) == 0, "create counting: %s", st.message);
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    char **k = make_keys("t", 0, N);
+    CHECK(t_keys(a, "Add", "cnt", k, N, out, &st) == 0, "%s", st.message);
+
+    uint8_t *bundle = NULL;
+    size_t len = export_bundle(b, "cnt", &bundle, &st);
+    CHECK(len > 0, "Export: %s", st.message);
+    printf("bundle of 16 shards: %zu bytes\n", len);
+    CHECK(t_keys(b, "Remove", "cnt", k, N, out, &st) == 0, "Remove: %s", st.message);
+    CHECK(t_keys(a, "MayContain", "cnt", k, N, out, &st) == 0, "%s", st.message);
+    size_t present = 0;
+    for (size_t i = 0; i < N; i++)
+        present += out[i];
+    CHECK(present < N / 10, "%zu keys still present after Remove", present);
+
+    /* Damaged bundles are refused before anything changes. */
+    bundle[len / 2] ^= 1;
+    CHECK(import_bundle(a, "cnt", bundle, len, &st) == GRPC_STATUS_INVALID_ARGUMENT,
+          "damaged bundle: %d %s", st.code, st.message);
+    bundle[len / 2] ^= 1;
+    CHECK(import_bundle(a, "cnt", bundle, len - 9, &st) == GRPC_STATUS_INVALID_ARGUMENT,
+          "truncated bundle: %d %s", st.code, st.message);
+    CHECK(import_bundle(a, "cnt", bundle, len, &st) == 0, "Import: %s", st.message);
+    CHECK(t_keys(b, "MayContain", "cnt", k, N, out, &st) == 0, "%s", st.message);
+    for (size_t i = 0; i < N; i++)
+        CHECK(out[i], "key %s missing after Import", k[i]);
+
+    /* Another filter of the same name (a new secret) refuses the bundle. */
+    CHECK(t_drop(a, "cnt", &st) == 0, "drop: %s", st.message);
+    CHECK(rpc_call(a, "/bloomgrid.v1.BloomGrid/CreateFilter", &rq.base,
+                   &bloomgrid__v1__filter_info__descriptor, (ProtobufCMessage **)&fi,
+                   TIMEOUT_MS, &st) == 0, "re-create: %s", st.message);
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    /* Router b still caches the old secret: the nodes refuse its hashes and
+     * it fetches the new secret; nothing is written with the old one. */
+    CHECK(t_keys(b, "Add", "cnt", k, N, out, &st) == 0, "Add via b: %s", st.message);
+    CHECK(t_keys(a, "MayContain", "cnt", k, N, out, &st) == 0, "%s", st.message);
+    for (size_t i = 0; i < N; i++)
+        CHECK(out[i], "key %s added through a router with a stale secret is missing",
+              k[i]);
+    CHECK(import_bundle(b, "cnt", bundle, len, &st) == GRPC_STATUS_FAILED_PRECONDITION,
+          "other secret: %d %s", st.code, st.message);
+    CHECK(strstr(st.message, "secret"), "message names the field: %s", st.message);
+    printf("refused: %s\n", st.message);
+    free(bundle);
+    free_keys(k, N);
+    cluster_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN cluster|create|kill|reload\n",
+        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN cluster|create|kill|reload|transfer\n",
                 argv[0]);
         return 2;
     }
@@ -647,6 +778,8 @@ int main(int argc, char **argv)
         test_kill();
     else if (strcmp(argv[3], "reload") == 0)
         test_reload();
+    else if (strcmp(argv[3], "transfer") == 0)
+        test_transfer();
     else {
         fprintf(stderr, "unknown test %s\n", argv[3]);
         return 2;

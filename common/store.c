@@ -270,14 +270,7 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
         store__seterr(err, "%s", e2);
         return -EIO;
     }
-    pthread_rwlock_wrlock(&sf->lock);
-    sf->bf = f;
-    sf->wal = w;
-    sf->exact = bf_kind(f) == BF_KIND_COUNTING ||
-                bf_kind(f) == BF_KIND_SCALABLE;
-    sf->serial = bf_kind(f) == BF_KIND_COUNTING;
-    sf->state = STORE_READY;
-    pthread_rwlock_unlock(&sf->lock);
+    store__filter_install(sf, f, w);
     sf->snap_time_ms = store__now_ms();
     pthread_mutex_unlock(&sf->snap_mu);
     return 0;

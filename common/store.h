@@ -24,9 +24,11 @@
  * acknowledged change.  The copy may hold extra bits of records > C (or of
  * writes that later failed); for the OR-only kinds that is harmless.  The
  * counting and scalable kinds, where applying a record twice is not
- * harmless or where the layer chain may grow, take the filter's exclusive
- * lock for the rotation and the copy so the copy is exactly "records <= C";
- * their mutations are also serialized so the WAL order is the apply order.
+ * harmless or where the layer chain may grow, hold mutations (not queries)
+ * off during the rotation and the copy, so the copy is exactly "records
+ * <= C".  Mutations of one filter are applied one at a time (the WAL order
+ * is the apply order; the fsync wait is shared); queries never wait for a
+ * snapshot.
  * A side effect of bits-first: a query may say "maybe" for a key whose add
  * has not been (or is never) acknowledged; it never says "absent" for an
  * acknowledged one.

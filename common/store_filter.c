@@ -128,6 +128,22 @@ static void filter_wal_failed(struct store_filter *sf, struct wal *w,
     pthread_rwlock_unlock(&sf->lock);
 }
 
+void store__filter_install(struct store_filter *sf, struct bf *f,
+                           struct wal *w)
+{
+    pthread_rwlock_wrlock(&sf->lock);
+    sf->bf = f;
+    sf->wal = w;
+    sf->exact = bf_kind(f) == BF_KIND_COUNTING ||
+                bf_kind(f) == BF_KIND_SCALABLE;
+    /* Mutations are serialized by write_mu, so plain stores suffice. */
+    bf_set_exclusive(f, true);
+    sf->state = STORE_READY;
+    sf->why[0] = 0;
+    sf->retry = false;
+    pthread_rwlock_unlock(&sf->lock);
+}
+
 const char *store_filter_name(const struct store_filter *sf)
 {
     return sf->name;
@@ -304,7 +320,6 @@ int store__filter_load(struct store_filter *sf, char *err)
                  "the WAL after it", why, covered);
     bf_set_exclusive(f, true);
     rc = wal_recover(sf->path, covered, replay_one, f, &rec, e2);
-    bf_set_exclusive(f, false);
     if (rc < 0) {
         size_t l = strlen(why);
         store__strfmt(why + l, sizeof(why) - l, "%s%s", l ? "; then " : "",
@@ -320,16 +335,7 @@ int store__filter_load(struct store_filter *sf, char *err)
         goto fail;
     }
     free(v);
-    pthread_rwlock_wrlock(&sf->lock);
-    sf->bf = f;
-    sf->wal = w;
-    sf->exact = bf_kind(f) == BF_KIND_COUNTING ||
-                bf_kind(f) == BF_KIND_SCALABLE;
-    sf->serial = bf_kind(f) == BF_KIND_COUNTING;
-    sf->state = STORE_READY;
-    sf->why[0] = 0;
-    sf->retry = false;
-    pthread_rwlock_unlock(&sf->lock);
+    store__filter_install(sf, f, w);
     version_raise(sf, rec.next_seq - 1);
     sf->snap_seq = covered;
     sf->snap_time_ms = store__now_ms();
@@ -392,8 +398,10 @@ enum store_state store_filter_state(struct store_filter *sf, char *why)
 }
 
 /* Apply a batch of hashes and log it.  Bits first, then the WAL record (the
- * order store.h relies on); the wait for durability happens under the shared
- * lock so the WAL cannot be swapped out by a recovery meanwhile. */
+ * order store.h relies on), both under write_mu: one writer at a time lets
+ * the engine use plain stores, and the WAL order is the apply order.  The
+ * wait for durability happens outside write_mu, so batches share fsyncs,
+ * but under the shared lock, so a recovery cannot swap the WAL meanwhile. */
 static int filter_mutate(struct store_filter *sf, uint32_t type,
                          const struct bf_hash *h, size_t n, bool *out,
                          char *err)
@@ -420,8 +428,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
         return 0;
     }
     w = sf->wal;
-    if (sf->serial)
-        pthread_mutex_lock(&sf->write_mu);
+    pthread_mutex_lock(&sf->write_mu);
     if (type == WAL_REC_ADD)
         bf_add_hashes(sf->bf, h, n, out);
     else
@@ -431,8 +438,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
                 out[i] = r == 0;
         }
     rc = wal_submit(w, type, h, (uint64_t)n * sizeof(*h), &seq);
-    if (sf->serial)
-        pthread_mutex_unlock(&sf->write_mu);
+    pthread_mutex_unlock(&sf->write_mu);
     if (rc == 0)
         rc = wal_wait(w, seq);
     pthread_rwlock_unlock(&sf->lock);
@@ -545,8 +551,7 @@ out:
     return rc;
 }
 
-/* A copy of the live filter; the caller holds the lock (exclusive for the
- * exact kinds). */
+/* A copy of the live filter; the caller holds filter_lock_for_copy. */
 static struct bf *filter_copy_locked(struct store_filter *sf, char *err)
 {
     uint64_t counts[BF_MAX_LAYERS] = {0};
@@ -569,30 +574,30 @@ static struct bf *filter_copy_locked(struct store_filter *sf, char *err)
     return c;
 }
 
+/* Queries go on during a copy.  The exact kinds also stop mutations
+ * (write_mu) so the copy is exactly "every record submitted so far". */
 static void filter_lock_for_copy(struct store_filter *sf)
 {
+    pthread_rwlock_rdlock(&sf->lock);
     if (sf->exact)
-        pthread_rwlock_wrlock(&sf->lock);
-    else
-        pthread_rwlock_rdlock(&sf->lock);
+        pthread_mutex_lock(&sf->write_mu);
+}
+
+static void filter_unlock_for_copy(struct store_filter *sf)
+{
+    if (sf->exact)
+        pthread_mutex_unlock(&sf->write_mu);
+    pthread_rwlock_unlock(&sf->lock);
 }
 
 struct bf *store_filter_copy(struct store_filter *sf)
 {
     struct bf *c = NULL;
 
-    /* exact is fixed once READY; read it under the lock to be sure. */
-    pthread_rwlock_rdlock(&sf->lock);
-    bool ready = sf->state == STORE_READY, exact = sf->exact;
-    if (ready && !exact)
+    filter_lock_for_copy(sf);
+    if (sf->state == STORE_READY)
         c = filter_copy_locked(sf, NULL);
-    pthread_rwlock_unlock(&sf->lock);
-    if (ready && exact) {
-        pthread_rwlock_wrlock(&sf->lock);
-        if (sf->state == STORE_READY)
-            c = filter_copy_locked(sf, NULL);
-        pthread_rwlock_unlock(&sf->lock);
-    }
+    filter_unlock_for_copy(sf);
     return c;
 }
 
@@ -650,13 +655,13 @@ int store__filter_snapshot(struct store_filter *sf, bool force, char *err)
     pthread_mutex_lock(&sf->snap_mu);
     filter_lock_for_copy(sf);
     if (sf->state != STORE_READY) {
-        pthread_rwlock_unlock(&sf->lock);
+        filter_unlock_for_copy(sf);
         pthread_mutex_unlock(&sf->snap_mu);
         return 0;   /* nothing to snapshot */
     }
     w = sf->wal;
     if (!force && wal_last_seq(w) == sf->snap_seq) {
-        pthread_rwlock_unlock(&sf->lock);
+        filter_unlock_for_copy(sf);
         pthread_mutex_unlock(&sf->snap_mu);
         return 0;
     }
@@ -665,7 +670,7 @@ int store__filter_snapshot(struct store_filter *sf, bool force, char *err)
     rc = wal_rotate(w, &upto, e2);
     if (rc == 0 && !(copy = filter_copy_locked(sf, e2)))
         rc = -ENOMEM;
-    pthread_rwlock_unlock(&sf->lock);
+    filter_unlock_for_copy(sf);
     if (rc < 0) {
         store__seterr(err, "snapshot of '%s' failed: %s", sf->name, e2);
         if (wal_error(w))

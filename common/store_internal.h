@@ -7,12 +7,15 @@
  *   filter.snap_mu    one creation, snapshot, recovery or drop of a filter at
  *                     a time;
  *   filter.lock       rwlock: shared for data operations (including the wait
- *                     for durability, so the WAL stays alive), exclusive for
- *                     state changes, imports and exact copies;
- *   filter.write_mu   counting kind: makes apply + WAL submit one step, so
- *                     the WAL order is the apply order.
- * The rwlock prefers writers so a snapshot cannot be starved by a stream of
- * adds; readers then wait at most for one exact copy.
+ *                     for durability, so the WAL stays alive) and copies,
+ *                     exclusive for state changes and imports;
+ *   filter.write_mu   one mutation at a time: apply + WAL submit are one
+ *                     step (the WAL order is the apply order, and the engine
+ *                     runs in single-writer mode); copies of the counting
+ *                     and scalable kinds hold it to stop mutations (never
+ *                     queries).
+ * The rwlock prefers writers so an import or a drop is not starved by a
+ * stream of adds.
  */
 #ifndef BLOOMGRID_STORE_INTERNAL_H
 #define BLOOMGRID_STORE_INTERNAL_H
@@ -40,8 +43,8 @@ struct store_filter {
     char why[STORE_ERRLEN];      /* under lock */
     struct bf *bf;               /* under lock */
     struct wal *wal;             /* under lock */
-    bool exact;                  /* copies need the exclusive lock */
-    bool serial;                 /* mutations take write_mu */
+    bool exact;                  /* counting, scalable: copies take
+                                    write_mu too */
     _Atomic uint64_t version;
     uint64_t snap_seq;           /* under snap_mu */
     uint64_t snap_time_ms;       /* under snap_mu */
@@ -82,6 +85,10 @@ int store__rm_rf(const char *path);
  * last store_put. */
 struct store_filter *store__filter_new(struct store *s, const char *name);
 void store__filter_free(struct store_filter *sf);
+
+/* Make the filter READY with f and w (ownership moves to sf). */
+void store__filter_install(struct store_filter *sf, struct bf *f,
+                           struct wal *w);
 
 /* Newest loadable snapshot + WAL replay; the caller holds snap_mu and the
  * filter has no bf/wal.  Leaves it READY (0) or FAILED (negative errno). */

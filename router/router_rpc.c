@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,6 @@ struct keybuf {
     size_t cap;
 };
 
-static __thread struct keybuf tls_kb;
 
 static int keybuf_reserve(struct keybuf *kb, size_t n)
 {
@@ -66,6 +66,35 @@ static void keybuf_free(struct keybuf *kb)
     free(kb->len);
     free(kb->out);
     memset(kb, 0, sizeof *kb);
+}
+
+/* One keybuf per worker thread, freed when the thread exits. */
+static pthread_key_t kb_key;
+static pthread_once_t kb_once = PTHREAD_ONCE_INIT;
+
+static void kb_destroy(void *p)
+{
+    keybuf_free(p);
+    free(p);
+}
+
+static void kb_key_init(void)
+{
+    pthread_key_create(&kb_key, kb_destroy);
+}
+
+static struct keybuf *thread_keybuf(void)
+{
+    pthread_once(&kb_once, kb_key_init);
+    struct keybuf *kb = pthread_getspecific(kb_key);
+    if (!kb) {
+        kb = calloc(1, sizeof *kb);
+        if (!kb || pthread_setspecific(kb_key, kb) != 0) {
+            free(kb);
+            return NULL;
+        }
+    }
+    return kb;
 }
 
 static inline bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
@@ -262,7 +291,12 @@ static void key_unary(void *arg, enum router_key_op op, const uint8_t *req,
                       size_t len, struct rpc_reply *rep)
 {
     char cur[ROUTER_NAME_MAX + 1] = "";
-    run_keys(arg, op, req, len, &tls_kb, cur, rep);
+    struct keybuf *kb = thread_keybuf();
+    if (!kb) {
+        rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    run_keys(arg, op, req, len, kb, cur, rep);
 }
 
 static void h_add(void *arg, const uint8_t *req, size_t len, struct rpc_reply *rep)

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,16 +177,34 @@ struct scratch {
     uint32_t count[ROUTER_MAX_SHARDS + 1], start[ROUTER_MAX_SHARDS + 1];
 };
 
-static __thread struct scratch *tls;
+/* One scratch per thread, freed when the thread exits. */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *p)
+{
+    struct scratch *s = p;
+    free(s->h);
+    free(s->shard);
+    free(s->idx);
+    free(s);
+}
+
+static void scratch_key_init(void)
+{
+    pthread_key_create(&scratch_key, scratch_free);
+}
 
 static struct scratch *scratch_get(size_t n)
 {
-    struct scratch *s = tls;
+    pthread_once(&scratch_once, scratch_key_init);
+    struct scratch *s = pthread_getspecific(scratch_key);
     if (!s) {
         s = calloc(1, sizeof *s);
-        if (!s)
+        if (!s || pthread_setspecific(scratch_key, s) != 0) {
+            free(s);
             return NULL;
-        tls = s;
+        }
     }
     if (n > s->cap) {
         size_t cap = s->cap ? s->cap : 4096;

@@ -41,6 +41,9 @@ bool cli_exists(const char *path);
 /* True when a and b name the same existing file. */
 bool cli_same_file(const char *a, const char *b);
 
+/* fsync the directory holding path (after a rename).  0 or -errno. */
+int cli_fsync_parent(const char *path);
+
 /* Load a filter file, printing "bloomgrid: PATH: <reason>" on failure. */
 struct bf *cli_load(const char *path);
 /* Save atomically, printing the reason on failure.  Returns 0 or CLI_ERR. */

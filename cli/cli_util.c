@@ -4,14 +4,18 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bf_file.h"
+#include "bundle.h"
 #include "progress.h"
 
 int cli_fail(const char *fmt, ...)
@@ -150,9 +154,14 @@ struct bf *cli_load(const char *path)
     char err[BF_ERRLEN] = "";
     struct bf *f = bf_file_load(path, err, NULL);
 
-    if (!f)
+    if (f)
+        return f;
+    if (bundle_file_is(path))
+        cli_fail("%s: a shard bundle (a router's export of every shard): "
+                 "only query, add, inspect and --like take one", path);
+    else
         cli_fail("%s: %s", path, err);
-    return f;
+    return NULL;
 }
 
 int cli_save(const struct bf *f, const char *path)
@@ -162,4 +171,20 @@ int cli_save(const struct bf *f, const char *path)
     if (bf_file_save(f, path, err) < 0)
         return cli_fail("%s: cannot save: %s", path, err);
     return 0;
+}
+
+int cli_fsync_parent(const char *path)
+{
+    char *copy = strdup(path);
+    int fd, rc = 0;
+
+    if (!copy)
+        return -ENOMEM;
+    fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) < 0)
+        rc = -errno;
+    if (fd >= 0)
+        close(fd);
+    free(copy);
+    return rc;
 }

@@ -1,8 +1,12 @@
 /* cmd_create: `bloomgrid create` (an empty filter file) and `bloomgrid
- * build` (a new filter file filled with keys from files or stdin). */
+ * build` (a new filter file filled with keys from files or stdin).  With
+ * --like a shard bundle (a router's export), both make a bundle of empty
+ * shards like it, each key going to its shard: a partial that the router
+ * can import. */
 #include <getopt.h>
 #include <string.h>
 
+#include "bundle.h"
 #include "cli.h"
 #include "keys_input.h"
 #include "progress.h"
@@ -119,6 +123,49 @@ static struct bf *create_filter(struct create_opts *o)
     return f;
 }
 
+/* A new empty bundle like the bundle o->like. */
+static struct bundle *create_bundle(struct create_opts *o)
+{
+    char err[BF_ERRLEN] = "";
+    struct bundle *tmpl = bundle_load(o->like, err), *b = NULL;
+
+    if (!tmpl) {
+        cli_fail("%s: %s", o->like, err);
+        return NULL;
+    }
+    b = bundle_create_like(tmpl, err);
+    bundle_destroy(tmpl);
+    if (!b)
+        cli_fail("%s: %s", o->cmd, err);
+    return b;
+}
+
+static int bundle_batch(void *ctx, const void *const *keys, const size_t *lens,
+                        size_t n)
+{
+    bundle_add_keys(ctx, keys, lens, n);
+    return 0;
+}
+
+/* create/build --like BUNDLE. */
+static int build_bundle(struct create_opts *o)
+{
+    char err[BF_ERRLEN] = "";
+    struct bundle *b = create_bundle(o);
+    int rc = 0;
+
+    if (!b)
+        return CLI_ERR;
+    for (uint32_t i = 0; i < b->count; i++)
+        bf_set_exclusive(b->shard[i], true);
+    if (strcmp(o->cmd, "build") == 0)
+        rc = keys_read_paths(o->inputs, o->ninputs, bundle_batch, b);
+    if (rc == 0 && bundle_save(b, o->file, err) < 0)
+        rc = cli_fail("%s: cannot save: %s", o->file, err);
+    bundle_destroy(b);
+    return rc;
+}
+
 int cmd_create(int argc, char **argv)
 {
     struct create_opts o = {.cmd = "create"};
@@ -130,6 +177,8 @@ int cmd_create(int argc, char **argv)
     if (o.ninputs)
         return cli_fail("create: unexpected argument '%s' (to add keys, use "
                         "'bloomgrid build')", o.inputs[0]);
+    if (o.like && bundle_file_is(o.like))
+        return build_bundle(&o);
     f = create_filter(&o);
     if (!f)
         return CLI_ERR;
@@ -161,6 +210,8 @@ int cmd_build(int argc, char **argv)
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
+    if (o.like && bundle_file_is(o.like))
+        return build_bundle(&o);
     b.f = create_filter(&o);
     if (!b.f)
         return CLI_ERR;

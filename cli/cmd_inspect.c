@@ -1,12 +1,14 @@
 /* cmd_inspect: `bloomgrid inspect FILE [--json]`: geometry, estimates and
  * fingerprint of a filter file.  Loading verifies the checksum, so a file
  * that is shown at all has checksum "ok"; a corrupt one is refused (exit 2).
- * The secret is never printed, only the fingerprint id derived from it. */
+ * The secret is never printed, only the fingerprint id derived from it.
+ * A shard bundle (a router's export) is shown as a list of its shards. */
 #include <getopt.h>
 #include <math.h>
 #include <string.h>
 
 #include "bf_file.h"
+#include "bundle.h"
 #include "cli.h"
 
 static const struct option inspect_longopts[] = {
@@ -123,6 +125,53 @@ static void print_json(const char *path, const struct bf *f,
     printf("}\n");
 }
 
+/* One line (or JSON object) per shard of a bundle. */
+static int inspect_bundle(const char *path, bool json)
+{
+    char err[BF_ERRLEN] = "", fpid[17];
+    struct bundle *b = bundle_load(path, err);
+    struct bf_stats s;
+
+    if (!b)
+        return cli_fail("%s: %s", path, err);
+    if (json) {
+        printf("{\n  \"file\": ");
+        json_str(path);
+        printf(",\n  \"format\": \"shard bundle\",\n  \"shards\": %u,\n"
+               "  \"shard_list\": [", b->count);
+    } else {
+        printf("file:            %s\n", path);
+        printf("format:          shard bundle (version %d), checksum ok\n",
+               BUNDLE_VERSION);
+        printf("shards:          %u\n", b->count);
+        printf("kind:            %s\n", bf_kind_name(bf_kind(b->shard[0])));
+    }
+    for (uint32_t i = 0; i < b->count; i++) {
+        const struct bf *f = b->shard[i];
+        bf_stats(f, &s);
+        bf_fingerprint_id(f, fpid);
+        if (json)
+            printf("%s\n    {\"index\": %u, \"capacity\": %llu, \"m\": %llu, "
+                   "\"bytes\": %llu, \"fill\": %.17g, \"estimated_count\": "
+                   "%.17g, \"inserts\": %llu, \"fingerprint\": \"%s\"}",
+                   i ? "," : "", i, (unsigned long long)bf_capacity(f),
+                   (unsigned long long)s.bits, (unsigned long long)s.bytes,
+                   s.fill_ratio, s.estimated_count,
+                   (unsigned long long)bf_insert_count(f), fpid);
+        else
+            printf("shard %-4u       capacity %llu, m %llu, %llu bytes, fill "
+                   "%.6f, estimated keys %.0f, inserts %llu, fingerprint %s\n",
+                   i, (unsigned long long)bf_capacity(f),
+                   (unsigned long long)s.bits, (unsigned long long)s.bytes,
+                   s.fill_ratio, s.estimated_count,
+                   (unsigned long long)bf_insert_count(f), fpid);
+    }
+    if (json)
+        printf("\n  ]\n}\n");
+    bundle_destroy(b);
+    return fflush(stdout) == 0 ? CLI_OK : cli_fail("cannot write the output");
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     bool json = false;
@@ -142,6 +191,8 @@ int cmd_inspect(int argc, char **argv)
     if (argc - optind != 1)
         return cli_fail("inspect: need exactly one FILE (see 'bloomgrid help "
                         "inspect')");
+    if (bundle_file_is(argv[optind]))
+        return inspect_bundle(argv[optind], json);
     f = cli_load(argv[optind]);
     if (!f)
         return CLI_ERR;

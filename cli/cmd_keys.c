@@ -1,12 +1,14 @@
 /* cmd_keys: the commands that take a filter file and keys: `add`, `query`
  * and `remove`.  Keys come from the arguments, or one per line from stdin
- * when there are none. */
+ * when there are none.  query and add also take a shard bundle (a router's
+ * export): each key goes to its shard. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bundle.h"
 #include "cli.h"
 #include "keys_input.h"
 #include "progress.h"
@@ -68,6 +70,7 @@ static int keys_run(struct keys_opts *o, keys_batch_fn fn, void *ctx)
 
 struct add_ctx {
     struct bf *f;
+    struct bundle *b;         /* instead of f for a shard bundle */
     struct progress prog;
 };
 
@@ -76,9 +79,42 @@ static int add_batch(void *ctx, const void *const *keys, const size_t *lens,
 {
     struct add_ctx *a = ctx;
 
-    bf_add_keys(a->f, keys, lens, n, NULL);
+    if (a->b)
+        bundle_add_keys(a->b, keys, lens, n);
+    else
+        bf_add_keys(a->f, keys, lens, n, NULL);
     progress_tick(&a->prog, n);
     return 0;
+}
+
+static struct bundle *load_bundle(const char *path)
+{
+    char err[BF_ERRLEN] = "";
+    struct bundle *b = bundle_load(path, err);
+
+    if (!b)
+        cli_fail("%s: %s", path, err);
+    return b;
+}
+
+static int add_bundle(struct keys_opts *o, struct add_ctx *a)
+{
+    char err[BF_ERRLEN] = "";
+    int rc;
+
+    if (!(a->b = load_bundle(o->file)))
+        return CLI_ERR;
+    for (uint32_t i = 0; i < a->b->count; i++)
+        bf_set_exclusive(a->b->shard[i], true);
+    progress_init(&a->prog, NULL);
+    rc = keys_run(o, add_batch, a);
+    if (rc == 0) {
+        progress_done(&a->prog);
+        if (bundle_save(a->b, o->file, err) < 0)
+            rc = cli_fail("%s: cannot save: %s", o->file, err);
+    }
+    bundle_destroy(a->b);
+    return rc;
 }
 
 int cmd_add(int argc, char **argv)
@@ -89,6 +125,8 @@ int cmd_add(int argc, char **argv)
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
+    if (bundle_file_is(o.file))
+        return add_bundle(&o, &a);
     a.f = cli_load(o.file);
     if (!a.f)
         return CLI_ERR;
@@ -107,6 +145,7 @@ int cmd_add(int argc, char **argv)
 
 struct query_ctx {
     const struct bf *f;
+    const struct bundle *b;   /* instead of f for a shard bundle */
     bool count_only;
     uint64_t maybe, no;
 };
@@ -124,7 +163,10 @@ static int query_batch(void *ctx, const void *const *keys, const size_t *lens,
     struct query_ctx *q = ctx;
     bool present[KEYS_BATCH];
 
-    bf_may_contain_keys(q->f, keys, lens, n, present);
+    if (q->b)
+        bundle_may_contain_keys(q->b, keys, lens, n, present);
+    else
+        bf_may_contain_keys(q->f, keys, lens, n, present);
     for (size_t i = 0; i < n; i++) {
         if (present[i])
             q->maybe++;
@@ -149,16 +191,21 @@ int cmd_query(int argc, char **argv)
     static char outbuf[1 << 20];
     struct keys_opts o = {.cmd = "query"};
     struct query_ctx q = {0};
-    struct bf *f;
+    struct bundle *b = NULL;
+    struct bf *f = NULL;
     int rc = keys_parse(&o, argc, argv);
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
-    f = cli_load(o.file);
-    if (!f)
+    if (bundle_file_is(o.file))
+        b = load_bundle(o.file);
+    else
+        f = cli_load(o.file);
+    if (!f && !b)
         return CLI_ERR;
     setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
     q.f = f;
+    q.b = b;
     q.count_only = o.count_only;
     rc = keys_run(&o, query_batch, &q);
     if (rc == 0 && o.count_only)
@@ -167,6 +214,7 @@ int cmd_query(int argc, char **argv)
     if (rc == 0)
         rc = flush_stdout();
     bf_destroy(f);
+    bundle_destroy(b);
     if (rc)
         return rc;
     return q.no ? CLI_NO : CLI_OK;

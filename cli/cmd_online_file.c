@@ -3,21 +3,21 @@
  *
  * Export writes like bf_file_save: the chunks go to "<FILE>.tmp.XXXXXX" in
  * the same directory, which is fsynced, then loaded and verified (magic,
- * geometry, checksum) before it is renamed over FILE and the directory is
- * fsynced.  Any failure removes the temp file and leaves FILE as it was.
+ * geometry, checksum; every shard of a router's shard bundle) before it is
+ * renamed over FILE and the directory is fsynced.  Any failure removes the temp file and leaves FILE as it was.
  * Import sends the file as it is; the server verifies it whole before
  * merging anything.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "bf_file.h"
+#include "bundle.h"
 #include "cli.h"
 #include "online.h"
 #include "online_cmd.h"
@@ -76,22 +76,6 @@ static int export_chunk(void *ctx, uint64_t offset, const void *data,
     return 0;
 }
 
-static int fsync_parent(const char *path)
-{
-    char *copy = strdup(path);
-    int fd, rc = 0;
-
-    if (!copy)
-        return -ENOMEM;
-    fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) < 0)
-        rc = -errno;
-    if (fd >= 0)
-        close(fd);
-    free(copy);
-    return rc;
-}
-
 /* The temp file holds the whole export: sync it, verify it, rename it. */
 static int export_commit(struct export_ctx *e, const char *path)
 {
@@ -105,14 +89,24 @@ static int export_commit(struct export_ctx *e, const char *path)
                         (unsigned long long)e->total);
     if (fsync(e->fd) < 0)
         return cli_fail("%s: fsync failed: %s", e->tmp, strerror(errno));
-    f = bf_file_load(e->tmp, err, NULL);
-    if (!f)
-        return cli_fail("export: the received file does not verify: %s", err);
-    bf_destroy(f);
+    /* A router sends every shard in one bundle; a node one filter file. */
+    if (bundle_file_is(e->tmp)) {
+        struct bundle *b = bundle_load(e->tmp, err);
+        if (!b)
+            return cli_fail("export: the received bundle does not verify: %s",
+                            err);
+        bundle_destroy(b);
+    } else {
+        f = bf_file_load(e->tmp, err, NULL);
+        if (!f)
+            return cli_fail("export: the received file does not verify: %s",
+                            err);
+        bf_destroy(f);
+    }
     if (rename(e->tmp, path) < 0)
         return cli_fail("cannot rename %s to %s: %s", e->tmp, path,
                         strerror(errno));
-    if ((rc = fsync_parent(path)) < 0)
+    if ((rc = cli_fsync_parent(path)) < 0)
         return cli_fail("fsync of the directory of %s failed: %s", path,
                         strerror(-rc));
     return 0;

@@ -49,5 +49,8 @@ Logs and data:  $BLOOMGRID_STATE/{node*,router*}/  (status: deploy/local/status.
 Reload the topology after editing $BLOOMGRID_STATE/topology.ini:
   kill -HUP \$(cat $BLOOMGRID_STATE/router1/pid)
 Stop the cluster (SIGTERM, nodes snapshot their filters; data stays):
-  make stop        or        BLOOMGRID_STATE=$BLOOMGRID_STATE deploy/local/stop.sh
+  BLOOMGRID_STATE=$BLOOMGRID_STATE deploy/local/stop.sh
 EOT
+if grep -q '^stop:' Makefile 2>/dev/null; then
+  echo "  (or: make stop)"
+fi

@@ -153,7 +153,8 @@ expect_ok "$BG" --server "$S" create nums -n 10000 -p 0.01
 expect_ok "$BG" --server "$S" add nums < added.txt
 expect_ok "$BG" --server "$S" export nums nums.bf
 expect_ok "$BG" inspect nums.bf
-grep -q '^inserts: *3000$' out.txt || fail "exported inserts: $(cat out.txt)"
+ins=$(sed -n 's/^inserts: *//p' out.txt)
+[ "$ins" -le 3000 ] && [ "$ins" -ge 2990 ] || fail "exported inserts: $(cat out.txt)"
 ls nums.bf.tmp.* 2>/dev/null && fail "export left a temp file"
 run "$BG" query nums.bf < probe.txt
 cp out.txt offline.txt
@@ -217,7 +218,10 @@ expect_ok "$BG" --server "$S" check bulk < bulk.txt
 [ "$(wc -l < out.txt)" -eq 200000 ] || fail "bulk check lines"
 cut -f2 out.txt | cmp -s - bulk.txt || fail "bulk check out of order"
 expect_ok "$BG" --server "$S" info bulk
-grep -q '^inserts: *200000$' out.txt || fail "bulk inserts: $(cat out.txt)"
+# A key whose bits were all set already (a false positive while adding)
+# does not count as an insert: a few of 200000 may be missing.
+ins=$(sed -n 's/^inserts: *//p' out.txt)
+[ "$ins" -le 200000 ] && [ "$ins" -ge 199000 ] || fail "bulk inserts: $(cat out.txt)"
 
 # ---- drop --------------------------------------------------------------------
 expect_ok "$BG" --server "$S" drop bulk

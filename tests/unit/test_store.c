@@ -924,7 +924,14 @@ START_TEST(sigkill_loses_no_acknowledged_add)
                 pause();
         }
         close(fd[1]);
-        usleep(20000 + (useconds_t)(rand() % 150000));
+        /* Kill at a random moment once adds are flowing. */
+        ck_assert_int_eq(read(fd[0], &id, sizeof(id)), sizeof(id));
+        if (nids == cap) {
+            cap = cap ? cap * 2 : 4096;
+            ids = realloc(ids, cap * sizeof(*ids));
+        }
+        ids[nids++] = id;
+        usleep((useconds_t)(rand() % 150000));
         kill(pid, SIGKILL);
         ck_assert_int_eq(waitpid(pid, &status, 0), pid);
         ck_assert(WIFSIGNALED(status));

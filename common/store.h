@@ -21,14 +21,16 @@
  * sequence C (records <= C in the old segments, > C in the new one) and only
  * then copies the bits, so every record <= C has its bits in the copy and
  * every record > C stays in the WAL: snapshot-C + WAL(> C) covers every
- * acknowledged change.  The copy may hold extra bits of records > C (or of
- * writes that later failed); for the OR-only kinds that is harmless.  The
- * counting and scalable kinds, where applying a record twice is not
- * harmless or where the layer chain may grow, hold mutations (not queries)
- * off during the rotation and the copy, so the copy is exactly "records
+ * acknowledged change.  The copy of a blocked or classic filter, taken
+ * while adds go on, may hold extra bits of records > C (or of writes that
+ * later failed); replaying an OR twice is harmless.  For the counting kind a
+ * record applied twice would decrement twice, and the scalable kind's layer
+ * chain must not grow under the copy, so these hold mutations (not queries)
+ * off during the rotation and the copy, which is then exactly "records
  * <= C".  Mutations of one filter are applied one at a time (the WAL order
  * is the apply order; the fsync wait is shared); queries never wait for a
- * snapshot.
+ * snapshot.  Only the newest snapshot is kept once it is durable, with the
+ * WAL segments after it.
  * A side effect of bits-first: a query may say "maybe" for a key whose add
  * has not been (or is never) acknowledged; it never says "absent" for an
  * acknowledged one.

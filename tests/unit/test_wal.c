@@ -395,6 +395,34 @@ START_TEST(failed_fsync_fails_the_wal_for_good)
 }
 END_TEST
 
+static int counted_syncs;
+static int counting_fdatasync(int fd)
+{
+    counted_syncs++;
+    return fdatasync(fd);
+}
+
+START_TEST(durability_none_writes_without_fsync)
+{
+    char err[WAL_ERRLEN];
+    struct wal *w = wal_open(tdir, 1, WAL_SYNC_NONE, err);
+    struct wal_recovery r;
+    struct seen s;
+
+    ck_assert_ptr_nonnull(w);
+    wal__fdatasync = counting_fdatasync;
+    counted_syncs = 0;
+    append_n(w, 20, 1);
+    ck_assert_int_eq(counted_syncs, 0);
+    ck_assert_uint_eq(wal_durable_seq(w), 20);
+    wal__fdatasync = fdatasync;
+    wal_close(w);
+    /* write() alone is enough for another process to see the records. */
+    ck_assert_int_eq(recover(0, &s, &r, err), 0);
+    ck_assert_uint_eq(s.n, 20);
+}
+END_TEST
+
 START_TEST(no_segment_is_an_error)
 {
     char err[WAL_ERRLEN];
@@ -421,6 +449,7 @@ Suite *wal_suite(void)
     tcase_add_test(tc, rotation_cut_discard_and_gaps);
     tcase_add_test(tc, corrupt_closed_segment_is_refused);
     tcase_add_test(tc, failed_fsync_fails_the_wal_for_good);
+    tcase_add_test(tc, durability_none_writes_without_fsync);
     tcase_add_test(tc, no_segment_is_an_error);
     suite_add_tcase(s, tc);
     return s;

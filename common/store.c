@@ -296,7 +296,7 @@ int store_create(struct store *s, const char *name, const struct bf_params *p,
     if ((rc = bf_params_check(p, err)) < 0)
         return rc;
     if (!(f = bf_create(p, err)))
-        return -EINVAL;
+        return -ENOMEM;   /* the parameters passed the check above */
     if ((rc = store_create_from(s, name, f, err)) < 0)
         bf_destroy(f);
     return rc;

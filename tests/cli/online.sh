@@ -7,19 +7,11 @@ set -eu
 BG=$(realpath "$1")
 NODE=$(realpath "$2")
 . "$CLI_TEST_LIB"
+. "$(dirname "$CLI_TEST_LIB")/online_lib.sh"
 TAB=$(printf '\t')
 
-"$NODE" --listen 127.0.0.1:0 --data-dir "$WORK/data" >node.out 2>node.log &
-NODE_PID=$!
-trap 'kill $NODE_PID 2>/dev/null || true; wait $NODE_PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
-i=0
-while ! grep -q 'listening on ' node.out; do
-    kill -0 $NODE_PID 2>/dev/null || fail "node exited: $(cat node.log)"
-    i=$((i + 1))
-    [ $i -lt 200 ] || fail "node did not start: $(cat node.log)"
-    sleep 0.05
-done
-S=$(sed -n 's/.*listening on //p' node.out)
+start_server node "$NODE" --data-dir "$WORK/data"
+S=$ADDR
 unset BLOOMGRID_SERVER
 
 # ---- help -----------------------------------------------------------------
@@ -226,5 +218,5 @@ ins=$(sed -n 's/^inserts: *//p' out.txt)
 # ---- drop --------------------------------------------------------------------
 expect_ok "$BG" --server "$S" drop bulk
 expect_err 2 '^bloomgrid: server: NOT_FOUND: ' "$BG" --server "$S" info bulk
-kill -0 $NODE_PID || fail "the node died: $(cat node.log)"
+all_alive
 echo "online: ok"

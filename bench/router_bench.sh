@@ -44,20 +44,24 @@ echo "router bench: $(nproc) cores, everything on this machine; durability $DUR;
 "$LOADGEN" --no-redis --node "$solo" "${OPTS[@]}" > "$TMP/direct.txt"
 
 echo
-echo "| workload | keys/call | direct keys/s | router keys/s | direct p50 µs | router p50 µs | direct p99 µs | router p99 µs | router/direct p50 |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| workload | client threads | keys/call | direct keys/s | router keys/s | direct p50 µs | router p50 µs | direct p99 µs | router p99 µs | router/direct p50 |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+# Columns are found by their header names, so loadgen may add columns.
 awk -F'|' '
+  function trim(x) { gsub(/^ +| +$/, "", x); return x }
   FNR == 1 { file++ }
+  $2 ~ /system/ { for (i = 2; i < NF; i++) col[trim($i)] = i; next }
   $2 ~ /node/ {
-    w = $3; gsub(/^ +| +$/, "", w)
-    kc[w] = $4 + 0
-    if (file == 1) { rk[w] = $5 + 0; r50[w] = $7 + 0; r99[w] = $8 + 0; order[++n] = w }
-    else           { dk[w] = $5 + 0; d50[w] = $7 + 0; d99[w] = $8 + 0 }
+    w = trim($col["workload"]); th = ("threads" in col) ? trim($col["threads"]) : "-"
+    id = w SUBSEP th
+    kc[id] = trim($col["keys/call"])
+    if (file == 1) { rk[id] = $col["keys/s"]; r50[id] = $col["p50 µs"]; r99[id] = $col["p99 µs"]; order[++n] = id; name[id] = w; thr[id] = th }
+    else           { dk[id] = $col["keys/s"]; d50[id] = $col["p50 µs"]; d99[id] = $col["p99 µs"] }
   }
   END {
     for (i = 1; i <= n; i++) {
-      w = order[i]
-      printf "| %s | %d | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", w, kc[w],
-             dk[w], rk[w], d50[w], r50[w], d99[w], r99[w], d50[w] ? r50[w] / d50[w] : 0
+      id = order[i]
+      printf "| %s | %s | %s | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.2f |\n", name[id], thr[id],
+             kc[id], dk[id], rk[id], d50[id], r50[id], d99[id], r99[id], d50[id] ? r50[id] / d50[id] : 0
     }
   }' "$TMP/router.txt" "$TMP/direct.txt"

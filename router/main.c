@@ -61,6 +61,10 @@ int main(int argc, char **argv)
         return 2;
     }
     router_init(&r, &cfg, t);
+    if (cfg.default_shards <= t->ngroups)
+        log_warn("default_shards %llu is not more than the %u groups: some groups "
+                 "get no shard of a filter created with the default",
+                 (unsigned long long)cfg.default_shards, t->ngroups);
     log_info("topology %s: %u groups", cfg.topology, t->ngroups);
     log_topology(t);
 

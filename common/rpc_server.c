@@ -106,6 +106,7 @@ static void post_generic(struct rpc_server *srv, int cqi);
 static void health_check(void *arg, const uint8_t *req, size_t len,
                          struct rpc_reply *reply);
 static void health_watch(void *arg, struct rpc_stream *st);
+static void stream_side_event(struct slot *s, const grpc_event *ev);
 
 static gpr_timespec inf_future(void)
 {
@@ -738,11 +739,14 @@ static void health_watch(void *arg, struct rpc_stream *st)
         return;
     s->close_posted = true;
 
+    /* stopping is read before the status, so the change a server makes
+     * just before it stops (NOT_SERVING) is still sent. */
     int last = -2;
-    while (!atomic_load(&srv->stopping) && !s->close_done) {
+    for (;;) {
+        bool stop = atomic_load(&srv->stopping) || s->close_done;
         pthread_mutex_lock(&srv->lock);
         int now = health_lookup(srv, service);
-        if (now == last) {
+        if (!stop && now == last) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 200 * 1000 * 1000;
@@ -754,7 +758,7 @@ static void health_watch(void *arg, struct rpc_stream *st)
             now = health_lookup(srv, service);
         }
         pthread_mutex_unlock(&srv->lock);
-        if (now != last) {
+        if (now != last && !s->close_done) {
             Grpc__Health__V1__HealthCheckResponse resp =
                 GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
             resp.status =
@@ -765,11 +769,13 @@ static void health_watch(void *arg, struct rpc_stream *st)
                 break;
             last = now;
         }
+        if (stop)
+            break;
         /* Has the client gone away? */
         grpc_event ev = grpc_completion_queue_next(s->cq, gpr_time_0(GPR_CLOCK_REALTIME),
                                                    NULL);
-        if (ev.type == GRPC_OP_COMPLETE && ev.tag == &s->close_tag)
-            s->close_done = true;
+        if (ev.type == GRPC_OP_COMPLETE)
+            stream_side_event(s, &ev);
     }
     if (!s->close_done)
         rpc_stream_finish(st, GRPC_STATUS_UNAVAILABLE, "server shutting down");

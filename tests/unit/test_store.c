@@ -22,7 +22,6 @@
 #include "wal.h"
 
 static char tdir[4096];
-static struct timespec t0;
 
 static int rm_one(const char *p, const struct stat *st, int f, struct FTW *w)
 {
@@ -40,18 +39,12 @@ static void setup(void)
         base = "/tmp";
     mkdir(base, 0755);
     log_set_level(LOG_LEVEL_WARN);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     snprintf(tdir, sizeof(tdir), "%s/store-XXXXXX", base);
     ck_assert_ptr_nonnull(mkdtemp(tdir));
 }
 
 static void teardown(void)
 {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (getenv("STORE_TEST_TIMES"))
-        fprintf(stderr, "test took %.2fs\n", (double)(t1.tv_sec - t0.tv_sec) +
-                (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
     nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 

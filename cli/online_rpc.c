@@ -19,6 +19,9 @@
 
 #define SVC "/bloomgrid.v1.BloomGrid/"
 #define IMPORT_CHUNK (1u << 20)
+/* rpc_cstream_open gives no status: the server is down, or did not answer
+ * before the deadline. */
+#define STREAM_NOT_STARTED "cannot start the call"
 
 struct online_opts online_global;
 
@@ -72,11 +75,16 @@ static bool unreachable(const struct rpc_status *st)
         return false;
     return !m[0] || strstr(m, "connect") || strstr(m, "Connect") ||
            strstr(m, "resolution") || strstr(m, "resolve") ||
-           strstr(m, "Socket closed") || strstr(m, "cannot start");
+           strstr(m, "Socket closed");
 }
 
 int online_report(const struct online *o, const struct rpc_status *st)
 {
+    if (st->code == GRPC_STATUS_UNAVAILABLE &&
+        strcmp(st->message, STREAM_NOT_STARTED) == 0)
+        return cli_fail("cannot reach server %s: the call could not start "
+                        "within %d ms (see --deadline)", o->server,
+                        o->deadline_ms);
     if (unreachable(st))
         return cli_fail("cannot reach server %s: %s", o->server,
                         st->message[0] ? st->message : "UNAVAILABLE");
@@ -463,7 +471,7 @@ static struct rpc_cstream *stream_open(struct online *o, const char *method,
     struct rpc_cstream *s = rpc_cstream_open(o->ch, method, o->deadline_ms);
 
     if (!s)
-        status_set(st, GRPC_STATUS_UNAVAILABLE, "cannot start the call");
+        status_set(st, GRPC_STATUS_UNAVAILABLE, STREAM_NOT_STARTED);
     return s;
 }
 

@@ -12,6 +12,7 @@ TAB=$(printf '\t')
 
 start_server node "$NODE" --data-dir "$WORK/data"
 S=$ADDR
+NODE_PID=$pid
 unset BLOOMGRID_SERVER
 
 # ---- help -----------------------------------------------------------------
@@ -134,6 +135,21 @@ expect_err 2 'HOST:PORT' "$BG" --server nonsense list
 expect_err 2 '^bloomgrid: cannot reach server 127\.0\.0\.1:1: ' \
     "$BG" --server 127.0.0.1:1 check users alice
 expect_err 2 '^bloomgrid: cannot reach server ' "$BG" --server 127.0.0.1:1 list
+# A server that does not answer: the deadline ends the call.
+kill -STOP $NODE_PID
+set +e
+"$BG" --server "$S" --deadline 300 check users alice >out.txt 2>err.txt
+rc1=$?
+"$BG" --server "$S" --deadline 300 export users stopped.bf >out2.txt 2>err2.txt
+rc2=$?
+set -e
+kill -CONT $NODE_PID
+[ "$rc1" -eq 2 ] && grep -q '^bloomgrid: server: DEADLINE_EXCEEDED: .*300 ms' err.txt ||
+    fail "deadline: exit $rc1: $(cat err.txt)"
+[ "$rc2" -eq 2 ] && grep -q '^bloomgrid: .*300 ms' err2.txt ||
+    fail "export deadline: exit $rc2: $(cat err2.txt)"
+[ ! -e stopped.bf ] && ! ls stopped.bf.tmp.* 2>/dev/null || fail "export left files"
+expect_ok "$BG" --server "$S" check users alice
 # Without a server, create/add/remove stay offline commands on files.
 expect_ok "$BG" create local.bf -n 100 -p 0.01
 [ -f local.bf ] || fail "offline create made no file"

@@ -14,7 +14,9 @@ struct help_entry {
     "  -p, --error-rate P    target false-positive rate, 0 < P < 1: 0.01, 1%\n" \
     "  -k, --kind KIND       blocked (default), classic, counting, scalable\n" \
     "  -l, --like TEMPLATE   copy kind, geometry and secret from another\n" \
-    "                        filter file, so the two can be merged later\n" \
+    "                        filter file, so the two can be merged later; a\n" \
+    "                        shard bundle (a router's export) gives a bundle\n" \
+    "                        of empty shards, each key going to its shard\n" \
     "  -f, --force           replace FILE if it exists\n"
 
 static const struct help_entry help_entries[] = {
@@ -45,8 +47,9 @@ static const struct help_entry help_entries[] = {
     {"add",
      "usage: bloomgrid add FILE [KEY...]\n"
      "\n"
-     "Add keys to an existing filter file and save it atomically.  Without KEY\n"
-     "arguments, keys are read one per line from stdin.\n"
+     "Add keys to an existing filter file (or shard bundle) and save it\n"
+     "atomically.  Without KEY arguments, keys are read one per line from\n"
+     "stdin.\n"
      "\n"
      "examples:\n"
      "  bloomgrid add users.bf alice bob\n"
@@ -56,7 +59,8 @@ static const struct help_entry help_entries[] = {
      "\n"
      "Ask whether keys may be in the filter.  Prints one line per key:\n"
      "\"maybe<TAB>KEY\" (maybe present) or \"no<TAB>KEY\" (definitely absent).\n"
-     "Without KEY arguments, keys are read one per line from stdin.\n"
+     "Without KEY arguments, keys are read one per line from stdin.  FILE may\n"
+     "also be a shard bundle exported from a router.\n"
      "\n"
      "  -c, --count   print only the totals: \"maybe N\" and \"no M\"\n"
      "\n"
@@ -95,6 +99,7 @@ static const struct help_entry help_entries[] = {
      "capacity, error rate, size, bits/key, fill, estimated key count and\n"
      "false-positive rate, insert count, shard and fingerprint id (the secret\n"
      "itself is never shown).  A corrupt file is refused with exit status 2.\n"
+     "A shard bundle (a router's export) is shown shard by shard.\n"
      "\n"
      "  -j, --json    machine-readable output\n"
      "\n"
@@ -189,7 +194,9 @@ static const struct help_entry online_help_entries[] = {
      KEYS_OPTIONS
      "\n"
      "Exit status: 0 when every key was added, 2 on error.  A progress line\n"
-     "is shown on stderr when it is a terminal.\n"
+     "is shown on stderr when it is a terminal.  Through a router a batch is\n"
+     "split among the filter's shards: with many shards, larger batches\n"
+     "(--batch 10000) go much faster.\n"
      "\n"
      "examples:\n"
      "  bloomgrid --server localhost:7400 add users alice bob\n"
@@ -228,9 +235,11 @@ static const struct help_entry online_help_entries[] = {
      "Save a point-in-time copy of a server's filter as a filter file.  The\n"
      "bytes go to a temp file next to FILE, which is synced and verified\n"
      "(checksum and geometry) before it replaces FILE; on any failure FILE is\n"
-     "left as it was.  The file works with every offline command, and with\n"
-     "'build --like' to make partial filters that 'import' can merge back.\n"
-     "A multi-shard filter is exported through a router, not a node.\n"
+     "left as it was.  A node sends a filter file, which works with every\n"
+     "offline command; a router sends a shard bundle (every shard in one\n"
+     "file), which 'query', 'add', 'inspect' and '--like' read.  Both work\n"
+     "with 'build --like' to make partials that 'import' merges back.  A\n"
+     "multi-shard filter is exported through a router, not a node.\n"
      "\n"
      "  -f, --force           replace FILE if it exists\n"
      SERVER_OPTIONS
@@ -244,8 +253,10 @@ static const struct help_entry online_help_entries[] = {
      "\n"
      "OR-merge a filter file into a server's filter.  The file must be\n"
      "compatible (same kind, geometry, secret and shard: make it with\n"
-     "'build --like' from an export of the filter); otherwise the server\n"
-     "refuses with FAILED_PRECONDITION naming the field, and nothing changes.\n"
+     "'build --like' from an export of the filter; a router takes a shard\n"
+     "bundle); otherwise the server refuses with FAILED_PRECONDITION naming\n"
+     "the field, and nothing changes.  A damaged file is refused with\n"
+     "INVALID_ARGUMENT.\n"
      "Reports the bytes sent and the projected fill and false-positive rate\n"
      "on stderr.\n"
      "\n" SERVER_OPTIONS

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,6 +33,27 @@ struct export_ctx {
     bool have_total;
     struct progress prog;
 };
+
+/* The temp file of an export in progress, removed if a signal ends the
+ * command (unlink is async-signal-safe). */
+static const char *volatile export_tmp;
+
+static void export_signal(int sig)
+{
+    if (export_tmp)
+        unlink(export_tmp);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void export_guard(const char *tmp)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+
+    export_tmp = tmp;
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        signal(sigs[i], tmp ? export_signal : SIG_DFL);
+}
 
 static int write_all(int fd, const void *buf, size_t len)
 {
@@ -158,6 +180,7 @@ int cmd_online_export(int argc, char **argv)
         rc = cli_fail("cannot create temp file %s: %s", tmp, strerror(errno));
         goto out;
     }
+    export_guard(tmp);
     fchmod(e.fd, 0644);
     progress_init_bytes(&e.prog);
     rc = online_export(&o, argv[optind], export_chunk, &e, &st);
@@ -173,6 +196,7 @@ out:
         close(e.fd);
         if (!renamed)
             unlink(tmp);
+        export_guard(NULL);
     }
     free(tmp);
     online_close(&o);

@@ -37,14 +37,33 @@ static void status_set(struct rpc_status *st, grpc_status_code code,
     snprintf(st->message, sizeof st->message, "%s", msg);
 }
 
+/* HOST:PORT with a valid port; gRPC's own target forms (unix:PATH,
+ * dns:///HOST:PORT, ...) are passed on as they are. */
+static bool target_ok(const char *t)
+{
+    const char *colon = strrchr(t, ':');
+    char *end;
+    long port;
+
+    if (strncmp(t, "unix:", 5) == 0 || strstr(t, ":///"))
+        return true;
+    if (!colon || colon == t)
+        return false;
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    return !errno && end != colon + 1 && *end == '\0' && port >= 1 &&
+           port <= 65535;
+}
+
 int online_open(struct online *o)
 {
     o->ch = NULL;
     if (!o->server || !o->server[0])
         return cli_fail("no server: give --server HOST:PORT or set %s",
                         ONLINE_ENV_SERVER);
-    if (!strchr(o->server, ':'))
-        return cli_fail("--server must be HOST:PORT, got '%s'", o->server);
+    if (!target_ok(o->server))
+        return cli_fail("--server must be HOST:PORT with a port from 1 to "
+                        "65535, got '%s'", o->server);
     if (o->deadline_ms <= 0)
         o->deadline_ms = ONLINE_DEADLINE_MS;
     grpc_init();

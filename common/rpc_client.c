@@ -38,7 +38,12 @@ struct rpc_cstream {
     grpc_status_code status;
     grpc_slice details;
     bool md_received, closed;
-    char tags[3]; /* distinct addresses: write, read, finish */
+    /* Initial metadata goes out with the first operation that sends, so
+     * opening never waits for the server; md_lock orders it between a
+     * writer and a reader thread. */
+    pthread_mutex_t md_lock;
+    bool md_sent;
+    char tags[4]; /* distinct addresses: write, read, finish, metadata */
 };
 
 static const char *const status_names[] = {
@@ -405,19 +410,58 @@ struct rpc_cstream *rpc_cstream_open(struct rpc_channel *c, const char *method,
     grpc_metadata_array_init(&s->md_initial);
     grpc_metadata_array_init(&s->md_trailing);
     s->details = grpc_empty_slice();
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (!s->call || !stream_batch(s, &op, 1, &s->tags[0])) {
-        if (s->call)
-            grpc_call_unref(s->call);
+    if (!s->call) {
         drain_pluck(s->cq);
         grpc_metadata_array_destroy(&s->md_initial);
         grpc_metadata_array_destroy(&s->md_trailing);
         free(s);
         return NULL;
     }
+    pthread_mutex_init(&s->md_lock, NULL);
     return s;
+}
+
+/* Start a sending batch, prefixed with the initial metadata when it has not
+ * gone out yet, and wait for it. */
+static bool stream_send(struct rpc_cstream *s, grpc_op *op, void *tag)
+{
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    pthread_mutex_lock(&s->md_lock);
+    if (!s->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        s->md_sent = true;
+    }
+    ops[n++] = *op;
+    grpc_call_error e = grpc_call_start_batch(s->call, ops, n, tag, NULL);
+    pthread_mutex_unlock(&s->md_lock);
+    if (e != GRPC_CALL_OK)
+        return false;
+    grpc_event ev = grpc_completion_queue_pluck(
+        s->cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+/* Make sure the initial metadata is on its way (before a read). */
+static bool stream_send_md(struct rpc_cstream *s)
+{
+    pthread_mutex_lock(&s->md_lock);
+    if (s->md_sent) {
+        pthread_mutex_unlock(&s->md_lock);
+        return true;
+    }
+    s->md_sent = true;
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    grpc_call_error e = grpc_call_start_batch(s->call, &op, 1, &s->tags[3], NULL);
+    pthread_mutex_unlock(&s->md_lock);
+    if (e != GRPC_CALL_OK)
+        return false;
+    grpc_event ev = grpc_completion_queue_pluck(
+        s->cq, &s->tags[3], gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
 int rpc_cstream_write(struct rpc_cstream *s, const void *buf, size_t len)
@@ -431,7 +475,7 @@ int rpc_cstream_write(struct rpc_cstream *s, const void *buf, size_t len)
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_MESSAGE;
     op.data.send_message.send_message = bb;
-    bool ok = stream_batch(s, &op, 1, &s->tags[0]);
+    bool ok = stream_send(s, &op, &s->tags[0]);
     grpc_byte_buffer_destroy(bb);
     return ok ? 0 : -1;
 }
@@ -456,7 +500,7 @@ int rpc_cstream_close_send(struct rpc_cstream *s)
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    return stream_batch(s, &op, 1, &s->tags[0]) ? 0 : -1;
+    return stream_send(s, &op, &s->tags[0]) ? 0 : -1;
 }
 
 int rpc_cstream_read(struct rpc_cstream *s, grpc_slice *out)
@@ -465,6 +509,8 @@ int rpc_cstream_read(struct rpc_cstream *s, grpc_slice *out)
     size_t n = 0;
     grpc_byte_buffer *bb = NULL;
 
+    if (!stream_send_md(s))
+        return -1;
     memset(ops, 0, sizeof ops);
     if (!s->md_received) {
         ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
@@ -494,13 +540,17 @@ void rpc_cstream_cancel(struct rpc_cstream *s)
 
 int rpc_cstream_finish(struct rpc_cstream *s, struct rpc_status *st)
 {
-    grpc_op ops[3];
+    grpc_op ops[4];
     size_t n = 0;
     const char *err_string = NULL;
     int rc = -1;
 
     s->status = GRPC_STATUS_UNKNOWN;
     memset(ops, 0, sizeof ops);
+    if (!s->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        s->md_sent = true;
+    }
     if (!s->md_received) {
         ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
         ops[n].data.recv_initial_metadata.recv_initial_metadata = &s->md_initial;
@@ -533,6 +583,7 @@ int rpc_cstream_finish(struct rpc_cstream *s, struct rpc_status *st)
     grpc_metadata_array_destroy(&s->md_trailing);
     grpc_call_unref(s->call);
     drain_pluck(s->cq);
+    pthread_mutex_destroy(&s->md_lock);
     free(s);
     return rc;
 }

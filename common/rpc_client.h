@@ -72,7 +72,11 @@ struct rpc_multi {
  * ended (each bounded by its own deadline).  Returns how many failed. */
 size_t rpc_call_many(struct rpc_multi *calls, size_t n);
 
-/* Open a streaming call; NULL when the call cannot be started. */
+/* Open a streaming call.  Nothing is sent yet (the initial metadata goes
+ * with the first write, read or finish), so this does not wait for the
+ * server: a server that is down or silent shows as a failed write or read
+ * and its status comes from rpc_cstream_finish.  NULL only when the call
+ * cannot be created locally. */
 struct rpc_cstream *rpc_cstream_open(struct rpc_channel *ch, const char *method,
                                      int timeout_ms);
 /* Send one message.  Returns 0 or -1 (the call failed: see finish). */

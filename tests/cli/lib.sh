@@ -1,5 +1,7 @@
 # Helpers shared by the CLI test scripts.  Source with BG set to the binary.
 set -eu
+# create, add and remove would talk to a server named here.
+unset BLOOMGRID_SERVER
 
 WORK=$(mktemp -d "${CLI_TEST_TMP:-/tmp}/cli.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT

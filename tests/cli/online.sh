@@ -132,6 +132,7 @@ expect_ok "$BG" check --deadline=5000 --server="$S" users alice
 expect_err 2 'no server' "$BG" check users alice
 expect_err 2 '--deadline must be' "$BG" --server "$S" --deadline 0 list
 expect_err 2 'HOST:PORT' "$BG" --server nonsense list
+expect_err 2 'port from 1 to 65535' "$BG" --server 127.0.0.1:99999 list
 expect_err 2 '^bloomgrid: cannot reach server 127\.0\.0\.1:1: ' \
     "$BG" --server 127.0.0.1:1 check users alice
 expect_err 2 '^bloomgrid: cannot reach server ' "$BG" --server 127.0.0.1:1 list

@@ -9,6 +9,8 @@
  *             restart every acknowledged key is present
  *   reload    SIGHUP: benign reloads drop no call, a bad file is refused
  *             (the old topology stays), a new group takes new shards
+ *   replica   with the primary down, reads go to a replica that reports at
+ *             least the version the router saw; writes fail naming the primary
  *   transfer  Export of a 16-shard filter as one bundle, Import back (damaged
  *             bundles and another filter's bundle refused)
  */
@@ -26,6 +28,7 @@
 
 #include <grpc/grpc.h>
 
+#include "bf.h"
 #include "harness.h"
 
 #define MAXN 4
@@ -759,10 +762,114 @@ static void test_transfer(void)
     cluster_stop(&c);
 }
 
+/* ---- reads fall back to a caught-up replica ---- */
+
+static void test_replica(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    const size_t N = 1000;
+    const uint32_t S = 4;
+    bool out[1000];
+    cluster_start(&c, "router-replica", 2, 1, "none");
+    /* One group: node 0 primary, node 1 its replica. */
+    FILE *f = fopen(c.topo, "w");
+    fprintf(f, "[group g0]\nprimary = %s\nreplica = %s\n", c.node[0].addr,
+            c.node[1].addr);
+    fclose(f);
+    kill(c.router[0].pid, SIGHUP);
+    for (int i = 0; i < 100 && !log_has(c.router[0].log, "reloaded: 1 groups"); i++)
+        sleep_ms(20);
+    CHECK(log_has(c.router[0].log, "reloaded: 1 groups"), "reload");
+    struct rpc_channel *a = c.router[0].ch;
+    CHECK(create_sharded(a, "rep", 10000, 0.01, S, NULL, &st) == 0, "%s", st.message);
+    CHECK(shards_on(&c.node[0], "rep") == (int)S, "all shards on the primary");
+
+    /* The same shards on the replica, with the primary's secret. */
+    Bloomgrid__V1__GetShardRequest gq = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
+    Bloomgrid__V1__InternalShardInfo *isi = NULL;
+    gq.filter = "rep";
+    gq.include_secret = true;
+    CHECK(rpc_call(c.node[0].ch, "/bloomgrid.v1.Internal/GetShard", &gq.base,
+                   &bloomgrid__v1__internal_shard_info__descriptor,
+                   (ProtobufCMessage **)&isi, TIMEOUT_MS, &st) == 0, "%s", st.message);
+    CHECK(isi->secret.len == BF_SECRET_LEN, "secret");
+    uint8_t secret[BF_SECRET_LEN];
+    memcpy(secret, isi->secret.data, BF_SECRET_LEN);
+    uint64_t cap = isi->info->capacity;
+    bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+    for (uint32_t s = 0; s < S; s++) {
+        Bloomgrid__V1__CreateShardRequest cq = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
+        ProtobufCMessage *resp = NULL;
+        cq.filter = "rep";
+        cq.shard_index = s;
+        cq.shard_count = S;
+        cq.capacity = cap;
+        cq.error_rate = 0.01;
+        cq.secret.data = secret;
+        cq.secret.len = BF_SECRET_LEN;
+        CHECK(rpc_call(c.node[1].ch, "/bloomgrid.v1.Internal/CreateShard", &cq.base,
+                       &bloomgrid__v1__internal_shard_info__descriptor, &resp,
+                       TIMEOUT_MS, &st) == 0, "replica shard %u: %s", s, st.message);
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    char **k = make_keys("rep", 0, N);
+    CHECK(t_keys(a, "Add", "rep", k, N, out, &st) == 0, "%s", st.message);
+
+    /* Bring the replica up to (and past) the primary's versions: every
+     * shard's hashes twice. */
+    char err[BF_ERRLEN];
+    struct bf_params bp = {.capacity = 1, .error_rate = 0.5, .secret = secret};
+    struct bf *hasher = bf_create(&bp, err);
+    CHECK(hasher, "%s", err);
+    uint8_t *hb = malloc(16 * N);
+    for (uint32_t s = 0; s < S; s++) {
+        size_t n = 0;
+        for (size_t i = 0; i < N; i++) {
+            struct bf_hash h = bf_hash_key(hasher, k[i], strlen(k[i]));
+            if (bf_hash_shard(h, S) != s)
+                continue;
+            for (int b = 0; b < 8; b++) {
+                hb[16 * n + b] = (uint8_t)(h.h1 >> (8 * b));
+                hb[16 * n + 8 + b] = (uint8_t)(h.h2 >> (8 * b));
+            }
+            n++;
+        }
+        for (int rep = 0; rep < 2; rep++) {
+            Bloomgrid__V1__HashesRequest hq = BLOOMGRID__V1__HASHES_REQUEST__INIT;
+            ProtobufCMessage *resp = NULL;
+            hq.filter = "rep";
+            hq.shard_index = s;
+            hq.hashes.data = hb;
+            hq.hashes.len = 16 * n;
+            CHECK(rpc_call(c.node[1].ch, "/bloomgrid.v1.Internal/AddHashes", &hq.base,
+                           &bloomgrid__v1__hashes_response__descriptor, &resp,
+                           TIMEOUT_MS, &st) == 0, "AddHashes: %s", st.message);
+            protobuf_c_message_free_unpacked(resp, NULL);
+        }
+    }
+    free(hb);
+    bf_destroy(hasher);
+
+    /* The primary dies: reads are served by the replica. */
+    node_stop(&c.node[0], SIGKILL);
+    CHECK(t_keys(a, "MayContain", "rep", k, N, out, &st) == 0,
+          "read with the primary down: %s", st.message);
+    for (size_t i = 0; i < N; i++)
+        CHECK(out[i], "key %s missing from the replica read", k[i]);
+    CHECK(log_has(c.router[0].log, "read from replica"), "replica read not logged");
+    /* Writes are never sent to a replica. */
+    CHECK(t_keys(a, "Add", "rep", k, 10, out, &st) == GRPC_STATUS_UNAVAILABLE,
+          "write with the primary down: %d", st.code);
+    CHECK(strstr(st.message, c.node[0].addr), "write names the primary: %s", st.message);
+    free_keys(k, N);
+    cluster_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN cluster|create|kill|reload|transfer\n",
+        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN cluster|create|kill|reload|replica|transfer\n",
                 argv[0]);
         return 2;
     }
@@ -780,6 +887,8 @@ int main(int argc, char **argv)
         test_reload();
     else if (strcmp(argv[3], "transfer") == 0)
         test_transfer();
+    else if (strcmp(argv[3], "replica") == 0)
+        test_replica();
     else {
         fprintf(stderr, "unknown test %s\n", argv[3]);
         return 2;

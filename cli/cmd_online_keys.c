@@ -77,14 +77,15 @@ static int okeys_parse(struct okeys *k, int argc, char **argv)
     cli_getopt_reset();
     while ((c = getopt_long(argc, argv, ":b:i:cvh", okeys_longopts,
                             NULL)) != -1) {
+        rc = 0;
         if (c == 'b')
             rc = parse_count("--batch", optarg, MAX_BATCH, &k->batch);
         else if (c == 'i')
             rc = parse_count("--inflight", optarg, MAX_INFLIGHT, &k->inflight);
         else if (c == 'c' && k->op == ONLINE_MAY_CONTAIN)
-            k->count_only = true, rc = 0;
+            k->count_only = true;
         else if (c == 'v' && k->op == ONLINE_ADD)
-            k->verbose = true, rc = 0;
+            k->verbose = true;
         else if (c == 'c' || c == 'v')
             rc = cli_fail("%s: unknown option '%s' (see 'bloomgrid help %s')",
                           k->cmd, argv[optind - 1], k->cmd);

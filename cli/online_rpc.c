@@ -451,10 +451,13 @@ size_t online_keys_call(struct online *o, enum online_op op,
                         struct online_batch *b, size_t n,
                         struct rpc_status *st)
 {
-    struct rpc_multi calls[n ? n : 1];
+    struct rpc_multi *calls = calloc(n ? n : 1, sizeof *calls);
     size_t first_bad = n;
 
-    memset(calls, 0, sizeof calls);
+    if (!calls) {
+        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return 0;
+    }
     for (size_t i = 0; i < n; i++) {
         calls[i].ch = o->ch;
         calls[i].method = op_methods[op];
@@ -479,6 +482,7 @@ size_t online_keys_call(struct online *o, enum online_op op,
         grpc_slice_unref(calls[i].req);
         grpc_slice_unref(calls[i].resp);
     }
+    free(calls);
     return first_bad;
 }
 

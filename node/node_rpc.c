@@ -140,8 +140,7 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
         if (sf)
             store_filter_state(sf, why);
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
-                        "filter \"%s\" is not serving (%s); no write to it is "
-                        "acknowledged until it recovers", name,
+                        "filter \"%s\" is not serving: %s", name,
                         why[0] ? why : (err && err[0] ? err : "I/O error"));
         break;
     case -EEXIST:

@@ -232,6 +232,17 @@ expect_ok "$BG" --server "$S" info bulk
 ins=$(sed -n 's/^inserts: *//p' out.txt)
 [ "$ins" -le 200000 ] && [ "$ins" -ge 199000 ] || fail "bulk inserts: $(cat out.txt)"
 
+# On a terminal, a progress line is drawn on stderr.
+if command -v script >/dev/null; then
+    expect_ok "$BG" --server "$S" create tty -n 400000 -p 0.01
+    script -qec "'$BG' --server '$S' add tty < bulk.txt" /dev/null > tty.txt ||
+        fail "add on a terminal: $(cat tty.txt)"
+    grep -q '200000 keys .*M keys/s' tty.txt || fail "no progress line: $(cat tty.txt)"
+    script -qec "'$BG' --server '$S' export tty tty.bf" /dev/null > tty.txt ||
+        fail "export on a terminal: $(cat tty.txt)"
+    grep -q 'MiB/s' tty.txt || fail "no export progress line: $(cat tty.txt)"
+fi
+
 # ---- drop --------------------------------------------------------------------
 expect_ok "$BG" --server "$S" drop bulk
 expect_err 2 '^bloomgrid: server: NOT_FOUND: ' "$BG" --server "$S" info bulk

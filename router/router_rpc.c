@@ -334,7 +334,8 @@ static void key_stream(struct router *r, enum router_key_op op, struct rpc_strea
             rpc_stream_finish(s, rep.code, "%s", rep.message);
             goto out;
         }
-        if (rpc_stream_write_slice(s, rep.has_body ? rep.body : grpc_empty_slice()) < 0)
+        /* Overlaps sending this answer with reading the next batch. */
+        if (rpc_stream_send(s, rep.has_body ? rep.body : grpc_empty_slice()) < 0)
             goto out;
     }
     rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");

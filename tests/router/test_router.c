@@ -11,7 +11,7 @@
  *             (the old topology stays), a new group takes new shards
  *   replica   with the primary down, reads go to a replica that reports at
  *             least the version the router saw; writes fail naming the primary
- *   transfer  Export of a 16-shard filter as one bundle, Import back (damaged
+ *   transfer  AddStream / MayContainStream in order; Export of a 16-shard filter as one bundle, Import back (damaged
  *             bundles and another filter's bundle refused)
  */
 #include <errno.h>
@@ -695,6 +695,48 @@ static int import_bundle(struct rpc_channel *ch, const char *name, const uint8_t
     return rpc_cstream_finish(cs, st) < 0 ? (int)st->code : 0;
 }
 
+/* A bidirectional key stream: nb batches of n keys each (the first names the
+ * filter, later ones leave it empty); answers in out[nb * n]. */
+static int stream_keys(struct rpc_channel *ch, const char *method, const char *filter,
+                       char **keys, size_t n, size_t nb, bool *out,
+                       struct rpc_status *st)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/bloomgrid.v1.BloomGrid/%s", method);
+    struct rpc_cstream *cs = rpc_cstream_open(ch, path, TIMEOUT_MS);
+    CHECK(cs, "open %s", method);
+    ProtobufCBinaryData *kd = calloc(n, sizeof *kd);
+    for (size_t b = 0; b < nb; b++) {
+        Bloomgrid__V1__AddRequest rq = BLOOMGRID__V1__ADD_REQUEST__INIT;
+        rq.filter = b == 0 ? (char *)filter : "";
+        rq.n_keys = n;
+        rq.keys = kd;
+        for (size_t i = 0; i < n; i++) {
+            kd[i].data = (uint8_t *)keys[b * n + i];
+            kd[i].len = strlen(keys[b * n + i]);
+        }
+        CHECK(rpc_cstream_write_msg(cs, &rq.base) == 0, "stream write %zu", b);
+    }
+    free(kd);
+    rpc_cstream_close_send(cs);
+    grpc_slice sl;
+    size_t b = 0;
+    while (rpc_cstream_read(cs, &sl) == 1) {
+        Bloomgrid__V1__AddResponse *resp = bloomgrid__v1__add_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+        CHECK(resp && resp->n_added == n && b < nb, "stream answer %zu", b);
+        for (size_t i = 0; i < n; i++)
+            out[b * n + i] = resp->added[i];
+        b++;
+        bloomgrid__v1__add_response__free_unpacked(resp, NULL);
+        grpc_slice_unref(sl);
+    }
+    if (rpc_cstream_finish(cs, st) < 0)
+        return st->code;
+    CHECK(b == nb, "%zu answers for %zu batches", b, nb);
+    return 0;
+}
+
 static void test_transfer(void)
 {
     struct cluster c;
@@ -715,7 +757,29 @@ static void test_transfer(void)
                    TIMEOUT_MS, &st) == 0, "create counting: %s", st.message);
     bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
     char **k = make_keys("t", 0, N);
-    CHECK(t_keys(a, "Add", "cnt", k, N, out, &st) == 0, "%s", st.message);
+    /* Streams: 4 batches of 500 in, answers in order. */
+    CHECK(stream_keys(a, "AddStream", "cnt", k, N / 4, 4, out, &st) == 0,
+          "AddStream: %s", st.message);
+    size_t added = 0;
+    for (size_t i = 0; i < N; i++)
+        added += out[i];
+    CHECK(added > N * 9 / 10, "only %zu of %zu stream adds were new", added, N);
+    char **mixed = malloc(N * sizeof *mixed);
+    char **absent = make_keys("never", 0, N);
+    for (size_t i = 0; i < N; i++)
+        mixed[i] = i % 2 ? absent[i] : k[i];
+    CHECK(stream_keys(b, "MayContainStream", "cnt", mixed, N / 4, 4, out, &st) == 0,
+          "MayContainStream: %s", st.message);
+    size_t neg = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (i % 2 == 0)
+            CHECK(out[i], "stream answer %zu: present key absent", i);
+        else
+            neg += !out[i];
+    }
+    CHECK(neg > N / 2 * 9 / 10, "stream: %zu of %zu absent keys said absent", neg, N / 2);
+    free(mixed);
+    free_keys(absent, N);
 
     uint8_t *bundle = NULL;
     size_t len = export_bundle(b, "cnt", &bundle, &st);

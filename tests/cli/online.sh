@@ -136,6 +136,9 @@ expect_err 2 'port from 1 to 65535' "$BG" --server 127.0.0.1:99999 list
 expect_err 2 '^bloomgrid: cannot reach server 127\.0\.0\.1:1: ' \
     "$BG" --server 127.0.0.1:1 check users alice
 expect_err 2 '^bloomgrid: cannot reach server ' "$BG" --server 127.0.0.1:1 list
+expect_err 2 '^bloomgrid: cannot reach server ' "$BG" --server 127.0.0.1:1 export users gone.bf
+[ ! -e gone.bf ] && ! ls gone.bf.tmp.* 2>/dev/null || fail "export to nowhere left files"
+expect_err 2 '^bloomgrid: cannot reach server ' "$BG" --server 127.0.0.1:1 import users in.txt
 # A server that does not answer: the deadline ends the call.
 kill -STOP $NODE_PID
 set +e

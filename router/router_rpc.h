@@ -7,6 +7,7 @@
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "router_nodes.h"
+#include "rpc_client.h"
 #include "rpc_server.h"
 
 /* Handler table in descriptor order. */
@@ -22,6 +23,15 @@ bool router_rpc__name_ok(const char *name, struct rpc_reply *rep);
  * -1 (the stream is gone or was finished with an error). */
 int router_rpc__write_info(struct rpc_stream *s, Bloomgrid__V1__ImportResponse *resp,
                            struct router_filter_desc *d);
+
+/* Helpers of the node-side files (router_rpc_nodes.c). */
+/* Pack a message into a new slice (the caller unrefs it). */
+grpc_slice router_rpc__pack_slice(const ProtobufCMessage *m);
+/* Unref every request and response slice of calls[0..n) and free calls. */
+void router_rpc__multi_free(struct rpc_multi *calls, size_t n);
+/* Address of the primary of shard's group. */
+const char *router_rpc__primary(const struct topo *t, const struct router_filter *f,
+                                uint32_t shard);
 
 /* Export and Import of sharded filters (router_rpc_transfer.c). */
 void router_rpc__export(void *arg, struct rpc_stream *s);

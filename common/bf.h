@@ -193,8 +193,10 @@ void bf_stats(const struct bf *f, struct bf_stats *out);
 double bf_model_fpr(enum bf_kind kind, uint64_t m, uint32_t k, double n);
 
 /* Compare fingerprints.  Returns NULL when the filters may be merged, or the
- * name of the first mismatching field ("kind", "hash", "bits", "hashes",
- * "secret", "shard_index", "shard_count"). */
+ * name of the first mismatching field, checked in this order: "kind", "hash",
+ * "secret", "shard_count", "shard_index", "growth" (scalable), then per layer
+ * "bits" and "hashes".  Filters with different secrets never share a
+ * template, so "secret" is reported before any geometry difference. */
 const char *bf_mismatch(const struct bf *a, const struct bf *b);
 
 /* Projection of merging src into dst, without changing anything. */

@@ -408,10 +408,10 @@ static void test_create(void)
 struct adder {
     struct rpc_channel *ch;
     atomic_bool stop;
-    size_t batches_ok;     /* batches [0, batches_ok) acknowledged */
+    atomic_size_t batches_ok;   /* batches [0, batches_ok) acknowledged */
     size_t failed_batch;   /* first batch that failed */
     char failed_msg[RPC_CLIENT_MSGLEN];
-    int failed_code;
+    atomic_int failed_code;
 };
 
 #define KB 5000
@@ -475,8 +475,9 @@ static void test_kill(void)
     struct adder ad = {.ch = a};
     pthread_t th;
     pthread_create(&th, NULL, adder_main, &ad);
-    while (ad.batches_ok < 10)
+    for (int i = 0; i < 3000 && ad.batches_ok < 10 && !ad.failed_code; i++)
         sleep_ms(10);
+    CHECK(ad.batches_ok >= 10, "adder stalled: %s", ad.failed_msg);
     int port = c.node[2].port;
     char addr[64];
     snprintf(addr, sizeof addr, "%s", c.node[2].addr);

@@ -567,6 +567,8 @@ static void test_internal(struct node_proc *np)
                    &st) < 0 && st.code == GS(NOT_FOUND), "drop twice");
 }
 
+static const char *example_dir = ".";
+
 /* Settings: file, flags overriding it, refusals naming the line, --help. */
 static void test_config(const char *base)
 {
@@ -592,6 +594,19 @@ static void test_config(const char *base)
           "25 keys over the limit");
     free_keys(keys, 25);
     CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
+
+    /* The shipped example parses and holds every default. */
+    {
+        char ex[700];
+        snprintf(ex, sizeof ex, "%s/node/bloomgrid-node.example.ini", example_dir);
+        const char *const eflags[] = {"--config", ex, NULL};
+        char edir[700];
+        snprintf(edir, sizeof edir, "%s/example", base);
+        struct node_proc ep;
+        node_start(&ep, edir, eflags);
+        CHECK(node_wait_health(&ep, true, 10000), "node with the example config");
+        CHECK(node_stop(&ep, SIGTERM) == 0, "SIGTERM");
+    }
 
     /* A bad setting is refused with the file and line named; exit 2. */
     f = fopen(ini, "w");
@@ -645,6 +660,8 @@ int main(int argc, char **argv)
     struct node_proc np;
     harness_tmpdir(dir, sizeof dir, argv[2]);
     if (strcmp(argv[2], "config") == 0) {
+        if (argc > 3)
+            example_dir = argv[3];
         test_config(dir);
         grpc_shutdown();
         printf("config: ok\n");

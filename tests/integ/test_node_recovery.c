@@ -327,6 +327,7 @@ static void test_crash(const char *dir, int rounds)
     memset(w, 0, sizeof w);
     srand((unsigned)time(NULL));
     uint64_t total_checked = 0;
+    int refused_during_recovery = 0, not_serving_seen = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
 
@@ -339,6 +340,27 @@ static void test_crash(const char *dir, int rounds)
             nanosleep(&ts, NULL);
             node_stop(&np, SIGKILL);
             continue;
+        }
+        /* Straight after start the node may still be recovering: it must
+         * then refuse (UNAVAILABLE), never answer "absent". */
+        if (round > 0 && atomic_load(&w[0].acked) > 0) {
+            uint64_t n = atomic_load(&w[0].acked);
+            size_t q = n < 2000 ? (size_t)n : 2000;
+            bool *early_out = malloc(q * sizeof *early_out);
+            int hc = node_health(&np, "");
+            int qc = add_range(np.ch, "crash", 0, 0, q, "MayContain", early_out, &st);
+            if (qc == 0) {
+                for (size_t i = 0; i < q; i++)
+                    CHECK(early_out[i], "round %d: key k0-%zu absent during start-up",
+                          round, i);
+            } else {
+                CHECK(qc == GS(UNAVAILABLE), "round %d: start-up query: %s %s", round,
+                      rpc_status_name(qc), st.message);
+                refused_during_recovery++;
+            }
+            if (hc == 2)
+                not_serving_seen++;
+            free(early_out);
         }
         CHECK(node_wait_health(&np, true, 30000), "round %d: never SERVING (log %s)",
               round, np.log);
@@ -376,6 +398,10 @@ static void test_crash(const char *dir, int rounds)
            "(%.1f s)\n", rounds, (unsigned long long)acked,
            (unsigned long long)total_checked,
            (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    printf("  start-up: health NOT_SERVING seen in %d rounds, queries refused "
+           "(UNAVAILABLE) in %d rounds, never a wrong answer\n", not_serving_seen,
+           refused_during_recovery);
+    CHECK(not_serving_seen > 0, "health never said NOT_SERVING while recovering");
 }
 
 int main(int argc, char **argv)

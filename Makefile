@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build run test unit test-asan bench clean
+.PHONY: all deps build run stop status test unit test-asan bench clean
 
 all: build
 
@@ -17,6 +17,12 @@ build: deps
 
 run: build
 	@./deploy/run.sh $(BUILD)
+
+stop:
+	@./deploy/local/stop.sh
+
+status:
+	@./deploy/local/status.sh
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)

@@ -29,7 +29,16 @@ The cluster is up.  Clients talk gRPC (service bloomgrid.v1.BloomGrid,
 proto/bloomgrid/v1/bloomgrid.proto) to the router at $router; every filter
 created there is split into 64 shards over the nodes (docs/TOPOLOGY.md).
 
-Try it:
+Try it with the bloomgrid tool:
+  export BLOOMGRID_SERVER=$router
+  $BUILD/cli/bloomgrid create slugs --capacity 1M --error-rate 0.01
+  $BUILD/cli/bloomgrid add slugs alice bob
+  $BUILD/cli/bloomgrid check slugs alice carol     # maybe alice, no carol (exit 1)
+  seq 100000 | $BUILD/cli/bloomgrid add slugs --batch 10000
+  $BUILD/cli/bloomgrid info slugs
+  $BUILD/cli/bloomgrid help                        # every command, offline and online
+
+Or with other clients:
   # load: create a filter "bench" (64 shards), then batched / single-key /
   # streamed Add and MayContain through the router, with a latency table
   $BUILD/bench/loadgen --node $router --no-redis --duration 2

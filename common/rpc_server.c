@@ -6,9 +6,11 @@
  * arrives a thread runs the handler, which blocks on that queue for each of
  * its operations, one at a time.  A generic slot catches unknown methods.
  * Whenever a request completes, a fresh one is posted for the same method on
- * the same queue, so there are always requests waiting.
+ * the same queue, so there are always requests waiting.  Streaming calls are
+ * driven by rpc_stream.c, the Health service lives in rpc_health.c.
  */
 #include "rpc_server.h"
+#include "rpc_server_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -26,92 +28,10 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
 
-#define HEALTH_MAX 16
-
-struct rpc_method {
-    char *path;
-    void *handle;          /* grpc_server_register_method */
-    rpc_unary_fn unary;
-    rpc_stream_fn stream;
-    void *arg;
-};
-
-enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
-enum slot_state { SLOT_REQUESTED, SLOT_REPLYING };
-
-struct worker_cq {
-    grpc_completion_queue *cq;
-};
-
-/* One posted request and, once it arrives, the call. */
-struct slot {
-    enum slot_kind kind;
-    enum slot_state state;
-    struct rpc_server *srv;
-    struct rpc_method *m;        /* NULL for generic */
-    int cqi;                     /* notification queue index */
-    grpc_call *call;
-    gpr_timespec deadline;
-    grpc_metadata_array md;
-    grpc_byte_buffer *payload;   /* unary request */
-    grpc_call_details details;   /* generic */
-    struct rpc_reply reply;
-    grpc_slice status_details;
-    bool has_status_details;
-    grpc_byte_buffer *send_buf;
-    int cancelled;
-    /* streaming only */
-    grpc_completion_queue *cq;   /* bound to the call */
-    bool md_sent, finished;
-    grpc_slice cur;              /* last message read */
-    bool has_cur;
-    /* A RECV_CLOSE_ON_SERVER posted early (health Watch) to learn when the
-     * client goes away; its completion has the tag &close_tag. */
-    bool close_posted, close_done;
-    char close_tag;
-    /* One message send may run while the handler reads (rpc_stream_send). */
-    char write_tag;
-    bool write_pending, write_failed;
-    grpc_byte_buffer *write_buf;
-};
-
-struct health_entry {
-    char name[128];
-    bool serving;
-};
-
-struct rpc_server {
-    struct rpc_server_config cfg;
-    grpc_server *server;
-    int ncq;
-    struct worker_cq *cqs;
-    int nthreads;
-    pthread_t *threads;
-    struct rpc_method **methods;
-    size_t nmethods;
-    atomic_bool stopping;
-    bool started, shut;
-    pthread_mutex_t lock;        /* streams_active, health */
-    pthread_cond_t cond;
-    pthread_cond_t health_cond;  /* broadcast on every health change */
-    int streams_active;
-    struct health_entry health[HEALTH_MAX];
-    int nhealth;
-};
-
 static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi);
 static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
                                 struct rpc_reply *reply);
 static void post_generic(struct rpc_server *srv, int cqi);
-static void health_check(void *arg, const uint8_t *req, size_t len,
-                         struct rpc_reply *reply);
-static void health_watch(void *arg, struct rpc_stream *st);
-static void stream_side_event(struct slot *s, const grpc_event *ev);
-
-static gpr_timespec inf_future(void)
-{
-    return gpr_inf_future(GPR_CLOCK_REALTIME);
-}
 
 /* ---- reply helpers ---- */
 
@@ -170,7 +90,7 @@ static void drain_cq(grpc_completion_queue *cq)
 {
     grpc_completion_queue_shutdown(cq);
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(cq, inf_future(), NULL);
+        grpc_event ev = grpc_completion_queue_next(cq, rpc_server__inf_future(), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
     }
@@ -397,7 +317,7 @@ static void *worker_main(void *p)
     free(p);
     grpc_completion_queue *cq = srv->cqs[cqi].cq;
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(cq, inf_future(), NULL);
+        grpc_event ev = grpc_completion_queue_next(cq, rpc_server__inf_future(), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
         if (ev.type != GRPC_OP_COMPLETE)
@@ -521,8 +441,8 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
         grpc_server_register_completion_queue(srv->server, srv->cqs[i].cq, NULL);
     }
     static const struct rpc_handler health_handlers[] = {
-        {.unary = health_check},
-        {.stream = health_watch},
+        {.unary = rpc_server__health_check},
+        {.stream = rpc_server__health_watch},
     };
     if (rpc_server_add_service(srv, &grpc__health__v1__health__descriptor,
                                health_handlers, srv) < 0)
@@ -595,10 +515,10 @@ void rpc_server_shutdown(struct rpc_server *srv)
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
         log_info("cancelling calls still running after %d ms", srv->cfg.grace_ms);
         grpc_server_cancel_all_calls(srv->server);
-        ev = grpc_completion_queue_pluck(scq, srv, inf_future(), NULL);
+        ev = grpc_completion_queue_pluck(scq, srv, rpc_server__inf_future(), NULL);
     }
     grpc_completion_queue_shutdown(scq);
-    grpc_completion_queue_pluck(scq, srv, inf_future(), NULL);
+    grpc_completion_queue_pluck(scq, srv, rpc_server__inf_future(), NULL);
     grpc_completion_queue_destroy(scq);
 
     pthread_mutex_lock(&srv->lock);
@@ -645,338 +565,6 @@ void rpc_server_destroy(struct rpc_server *srv)
     pthread_cond_destroy(&srv->cond);
     pthread_cond_destroy(&srv->health_cond);
     free(srv);
-}
-
-/* ---- health ---- */
-
-void rpc_server_set_health(struct rpc_server *srv, const char *service,
-                           bool serving)
-{
-    pthread_mutex_lock(&srv->lock);
-    int i;
-    for (i = 0; i < srv->nhealth; i++)
-        if (strcmp(srv->health[i].name, service) == 0)
-            break;
-    if (i == srv->nhealth && srv->nhealth < HEALTH_MAX) {
-        snprintf(srv->health[i].name, sizeof srv->health[i].name, "%s", service);
-        srv->nhealth++;
-    }
-    if (i < srv->nhealth && srv->health[i].serving != serving) {
-        srv->health[i].serving = serving;
-        pthread_cond_broadcast(&srv->health_cond);
-    }
-    pthread_mutex_unlock(&srv->lock);
-}
-
-static void health_check(void *arg, const uint8_t *req, size_t len,
-                         struct rpc_reply *reply)
-{
-    struct rpc_server *srv = arg;
-    Grpc__Health__V1__HealthCheckRequest *rq =
-        grpc__health__v1__health_check_request__unpack(NULL, len, req);
-    if (!rq) {
-        rpc_reply_error(reply, GRPC_STATUS_INVALID_ARGUMENT,
-                        "HealthCheckRequest does not parse");
-        return;
-    }
-    int found = -1;
-    pthread_mutex_lock(&srv->lock);
-    for (int i = 0; i < srv->nhealth; i++)
-        if (strcmp(srv->health[i].name, rq->service) == 0)
-            found = srv->health[i].serving ? 1 : 0;
-    pthread_mutex_unlock(&srv->lock);
-    if (found < 0) {
-        rpc_reply_error(reply, GRPC_STATUS_NOT_FOUND,
-                        "unknown service \"%.100s\"", rq->service);
-    } else {
-        Grpc__Health__V1__HealthCheckResponse resp =
-            GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-        resp.status = found ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                            : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-        rpc_reply_pack(reply, &resp.base);
-    }
-    grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
-}
-
-/* 1 SERVING, 0 NOT_SERVING, -1 unknown service.  Called with srv->lock. */
-static int health_lookup(struct rpc_server *srv, const char *service)
-{
-    for (int i = 0; i < srv->nhealth; i++)
-        if (strcmp(srv->health[i].name, service) == 0)
-            return srv->health[i].serving ? 1 : 0;
-    return -1;
-}
-
-/* Watch: the current status at once, then every change, until the client
- * cancels or the server stops.  An unknown service is SERVICE_UNKNOWN. */
-static void health_watch(void *arg, struct rpc_stream *st)
-{
-    struct rpc_server *srv = arg;
-    struct slot *s = (struct slot *)st;
-    const uint8_t *buf;
-    size_t len;
-    char service[128];
-
-    if (rpc_stream_read(st, &buf, &len) <= 0) {
-        rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT, "Watch needs a request");
-        return;
-    }
-    Grpc__Health__V1__HealthCheckRequest *rq =
-        grpc__health__v1__health_check_request__unpack(NULL, len, buf);
-    if (!rq) {
-        rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT,
-                          "HealthCheckRequest does not parse");
-        return;
-    }
-    snprintf(service, sizeof service, "%s", rq->service);
-    grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
-
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &s->cancelled;
-    if (grpc_call_start_batch(s->call, &op, 1, &s->close_tag, NULL) != GRPC_CALL_OK)
-        return;
-    s->close_posted = true;
-
-    /* stopping is read before the status, so the change a server makes
-     * just before it stops (NOT_SERVING) is still sent. */
-    int last = -2;
-    for (;;) {
-        bool stop = atomic_load(&srv->stopping) || s->close_done;
-        pthread_mutex_lock(&srv->lock);
-        int now = health_lookup(srv, service);
-        if (!stop && now == last) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 200 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
-            pthread_cond_timedwait(&srv->health_cond, &srv->lock, &ts);
-            now = health_lookup(srv, service);
-        }
-        pthread_mutex_unlock(&srv->lock);
-        if (now != last && !s->close_done) {
-            Grpc__Health__V1__HealthCheckResponse resp =
-                GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-            resp.status =
-                now < 0 ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
-                : now ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                      : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-            if (rpc_stream_write(st, &resp.base) < 0)
-                break;
-            last = now;
-        }
-        if (stop)
-            break;
-        /* Has the client gone away? */
-        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_time_0(GPR_CLOCK_REALTIME),
-                                                   NULL);
-        if (ev.type == GRPC_OP_COMPLETE)
-            stream_side_event(s, &ev);
-    }
-    if (!s->close_done)
-        rpc_stream_finish(st, GRPC_STATUS_UNAVAILABLE, "server shutting down");
-    s->finished = true;
-    /* Collect the early RECV_CLOSE_ON_SERVER before the queue is drained. */
-    while (!s->close_done) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, inf_future(), NULL);
-        if (ev.type != GRPC_OP_COMPLETE || ev.tag == &s->close_tag)
-            s->close_done = true;
-    }
-}
-
-/* ---- streams ---- */
-
-/* Account for a completion that is not the batch being waited for. */
-static void stream_side_event(struct slot *s, const grpc_event *ev)
-{
-    if (ev->tag == &s->close_tag) {
-        s->close_done = true;
-    } else if (ev->tag == &s->write_tag) {
-        s->write_pending = false;
-        if (!ev->success)
-            s->write_failed = true;
-        if (s->write_buf) {
-            grpc_byte_buffer_destroy(s->write_buf);
-            s->write_buf = NULL;
-        }
-    }
-}
-
-/* Wait for the send started by rpc_stream_send, if any. */
-static int stream_drain_write(struct slot *s)
-{
-    while (s->write_pending) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, inf_future(), NULL);
-        if (ev.type != GRPC_OP_COMPLETE) {
-            s->write_pending = false;
-            s->write_failed = true;
-            break;
-        }
-        stream_side_event(s, &ev);
-    }
-    return s->write_failed ? -ECANCELED : 0;
-}
-
-static bool stream_wait(struct slot *s, grpc_op *ops, size_t n)
-{
-    grpc_call_error e = grpc_call_start_batch(s->call, ops, n, s, NULL);
-    if (e != GRPC_CALL_OK) {
-        log_error("stream batch failed to start: %d", e);
-        return false;
-    }
-    for (;;) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, inf_future(), NULL);
-        if (ev.type != GRPC_OP_COMPLETE)
-            return false;
-        if (ev.tag != s) {
-            stream_side_event(s, &ev);
-            continue;
-        }
-        return ev.success != 0;
-    }
-}
-
-int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
-{
-    struct slot *s = (struct slot *)st;
-    grpc_byte_buffer *bb = NULL;
-    grpc_op op;
-
-    if (s->has_cur) {
-        grpc_slice_unref(s->cur);
-        s->has_cur = false;
-    }
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_MESSAGE;
-    op.data.recv_message.recv_message = &bb;
-    if (!stream_wait(s, &op, 1)) {
-        if (bb)
-            grpc_byte_buffer_destroy(bb);
-        return -ECANCELED;
-    }
-    if (!bb)
-        return 0;
-    grpc_byte_buffer_reader rd;
-    if (!grpc_byte_buffer_reader_init(&rd, bb)) {
-        grpc_byte_buffer_destroy(bb);
-        return -ECANCELED;
-    }
-    s->cur = grpc_byte_buffer_reader_readall(&rd);
-    s->has_cur = true;
-    grpc_byte_buffer_reader_destroy(&rd);
-    grpc_byte_buffer_destroy(bb);
-    *buf = GRPC_SLICE_START_PTR(s->cur);
-    *len = GRPC_SLICE_LENGTH(s->cur);
-    return 1;
-}
-
-int rpc_stream_send(struct rpc_stream *st, grpc_slice body)
-{
-    struct slot *s = (struct slot *)st;
-    grpc_op ops[2];
-    size_t n = 0;
-
-    if (stream_drain_write(s) < 0) {
-        grpc_slice_unref(body);
-        return -ECANCELED;
-    }
-    memset(ops, 0, sizeof ops);
-    if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        s->md_sent = true;
-    }
-    s->write_buf = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = s->write_buf;
-    n++;
-    if (grpc_call_start_batch(s->call, ops, n, &s->write_tag, NULL) != GRPC_CALL_OK) {
-        grpc_byte_buffer_destroy(s->write_buf);
-        s->write_buf = NULL;
-        s->write_failed = true;
-        return -ECANCELED;
-    }
-    s->write_pending = true;
-    return 0;
-}
-
-int rpc_stream_write_slice(struct rpc_stream *st, grpc_slice body)
-{
-    struct slot *s = (struct slot *)st;
-    grpc_op ops[2];
-    size_t n = 0;
-
-    if (stream_drain_write(s) < 0) {
-        grpc_slice_unref(body);
-        return -ECANCELED;
-    }
-    memset(ops, 0, sizeof ops);
-    if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        s->md_sent = true;
-    }
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = bb;
-    n++;
-    bool ok = stream_wait(s, ops, n);
-    grpc_byte_buffer_destroy(bb);
-    return ok ? 0 : -ECANCELED;
-}
-
-int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg)
-{
-    size_t len = protobuf_c_message_get_packed_size(msg);
-    grpc_slice sl = grpc_slice_malloc(len);
-    protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(sl));
-    return rpc_stream_write_slice(st, sl);
-}
-
-int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
-                      const char *fmt, ...)
-{
-    struct slot *s = (struct slot *)st;
-    char msg[RPC_MSGLEN];
-    va_list ap;
-    grpc_op ops[3];
-    size_t n = 0;
-
-    if (s->finished)
-        return 0;
-    s->finished = true;
-    stream_drain_write(s);
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    memset(ops, 0, sizeof ops);
-    if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        s->md_sent = true;
-    }
-    grpc_slice details = grpc_slice_from_copied_string(msg);
-    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = code;
-    if (code != GRPC_STATUS_OK)
-        ops[n].data.send_status_from_server.status_details = &details;
-    n++;
-    if (!s->close_posted) {
-        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-        ops[n].data.recv_close_on_server.cancelled = &s->cancelled;
-        n++;
-    }
-    bool ok = stream_wait(s, ops, n);
-    grpc_slice_unref(details);
-    return ok ? 0 : -ECANCELED;
-}
-
-size_t rpc_stream_max_message(const struct rpc_stream *st)
-{
-    return ((const struct slot *)st)->srv->cfg.max_message;
 }
 
 /* ---- signals ---- */

@@ -17,7 +17,6 @@
 #include "rpc_server.h"
 #include "store.h"
 
-
 /* Worker threads keep their scratch between calls; it is freed when the
  * thread exits (server shutdown). */
 static pthread_key_t scratch_key;
@@ -197,7 +196,6 @@ int node_rpc__state_errno(enum store_state st)
 
 /* ---- FilterInfo ---- */
 
-
 static void info_from_bf(const struct bf *f, void *ctx);
 
 static Bloomgrid__V1__FilterState state_to_wire(enum store_state st)
@@ -266,7 +264,6 @@ static void info_from_bf(const struct bf *f, void *ctx)
     ib->si.fill_ratio = stats.fill_ratio;
     ib->si.estimated_count = stats.estimated_count;
 }
-
 
 bool node_rpc__kind_from_wire(int k, enum bf_kind *out, struct rpc_reply *r)
 {

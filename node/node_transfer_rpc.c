@@ -179,7 +179,6 @@ void node_rpc__h_export_shard(void *arg, struct rpc_stream *st)
     export_run(arg, st, true);
 }
 
-
 /* The most bytes a file compatible with f can have: f's own size; a
  * scalable filter's file may have grown more layers. */
 static void import_limit(const struct bf *f, void *ctx)

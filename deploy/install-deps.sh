@@ -8,8 +8,12 @@ PKGS=(
   libxxhash-dev check libsubunit-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev
   libbloom-dev redis-server
-  nodejs npm
 )
+# Node.js runs the independent client test.  Some machines carry a Node.js
+# build that bundles npm (and conflicts with Debian's npm package), so these
+# two are wanted only when their commands are missing.
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef BLOOMGRID_VERSION
+#define BLOOMGRID_VERSION "unknown"
+#endif
+
 enum setting_type { T_STRING, T_UINT, T_ENUM };
 
 struct setting {
@@ -156,7 +160,8 @@ void node_config_usage(FILE *out, const char *prog)
             "the file.  SIGTERM or SIGINT: stop accepting calls, let in-flight calls\n"
             "finish, snapshot, exit 0.\n\n"
             "  --config FILE            read settings from FILE first\n"
-            "  --help                   print this text\n\n",
+            "  --help                   print this text\n"
+            "  --version                print the version\n\n",
             prog);
     for (size_t i = 0; i < NSETTINGS; i++) {
         const struct setting *s = &settings[i];
@@ -204,6 +209,10 @@ int node_config_load(struct node_config *c, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             node_config_usage(stdout, argv[0]);
+            return 1;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("bloomgrid-node %s\n", BLOOMGRID_VERSION);
             return 1;
         }
         if (strcmp(argv[i], "--config") == 0) {

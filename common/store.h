@@ -180,6 +180,24 @@ int store_remove_hashes(struct store_filter *sf, const struct bf_hash *h,
  * the merge runs. */
 int store_import(struct store_filter *sf, const struct bf *src, char *err);
 
+/* One page of a layer body to OR in (store_or_pages).  offset and len are
+ * multiples of 8; data holds len bytes of little-endian 64-bit words. */
+struct store_page {
+    uint32_t layer;
+    uint64_t offset;
+    const void *data;
+    size_t len;
+};
+
+/* OR n pages into the filter's bits, durably: one WAL record of type
+ * WAL_REC_PAGES (bits first, then the record, as every mutation).  Blocked
+ * and classic filters only (-EOPNOTSUPP otherwise: counters do not OR).
+ * Every page is checked against the geometry before any bit changes
+ * (-EINVAL naming the page); I/O errors as store_add_hashes.  Idempotent:
+ * applying the same pages again changes nothing but the version. */
+int store_or_pages(struct store_filter *sf, const struct store_page *pages,
+                   size_t n, char *err);
+
 /* Serialize a consistent copy of the filter (every change acknowledged
  * before the call is in it) through w, outside the filter's lock.  Returns
  * 0, w's error, -ENOMEM, or -EAGAIN / -ENOENT / -EIO when not READY. */

@@ -236,6 +236,56 @@ static void snap_prune(const char *dir, uint64_t seq)
     free(v);
 }
 
+/* OR len bytes of words at byte offset off of layer `layer` of f.  The
+ * caller has checked the geometry (pages_check); the writer is exclusive. */
+static void pages_or_one(struct bf *f, uint32_t layer, uint64_t off,
+                         const uint8_t *data, size_t len)
+{
+    uint64_t *body = bf_layer_body(f, layer) + off / 8;
+
+    for (size_t i = 0; i < len / 8; i++) {
+        uint64_t w;
+        memcpy(&w, data + 8 * i, 8);   /* payloads are not aligned */
+        if (w)
+            __atomic_fetch_or(&body[i], w, __ATOMIC_RELAXED);
+    }
+}
+
+/* Is a page inside f's geometry (and f a kind whose bits OR)?  Returns 0,
+ * -EOPNOTSUPP or -EINVAL. */
+static int pages_check(const struct bf *f, uint32_t layer, uint64_t off,
+                       uint64_t len)
+{
+    struct bf_layer_info li;
+
+    if (bf_kind(f) != BF_KIND_BLOCKED && bf_kind(f) != BF_KIND_CLASSIC)
+        return -EOPNOTSUPP;
+    if (bf_layer_info(f, layer, &li) < 0 || off % 8 || len % 8 ||
+        off > li.body_bytes || len > li.body_bytes - off)
+        return -EINVAL;
+    return 0;
+}
+
+/* Replay a WAL_REC_PAGES payload into f. */
+static int replay_pages(struct bf *f, const uint8_t *p, uint64_t len)
+{
+    while (len) {
+        uint32_t layer, plen;
+        uint64_t off;
+        if (len < 16)
+            return -EBADMSG;
+        memcpy(&layer, p, 4);
+        memcpy(&plen, p + 4, 4);
+        memcpy(&off, p + 8, 8);
+        if (len - 16 < plen || pages_check(f, layer, off, plen) < 0)
+            return -EBADMSG;
+        pages_or_one(f, layer, off, p + 16, plen);
+        p += 16 + (uint64_t)plen;
+        len -= 16 + (uint64_t)plen;
+    }
+    return 0;
+}
+
 /* Apply one WAL record to the filter being recovered. */
 static int replay_one(void *ctx, uint32_t type, uint64_t seq,
                       const void *payload, uint64_t len)
@@ -275,6 +325,8 @@ static int replay_one(void *ctx, uint32_t type, uint64_t seq,
         bf_destroy(src);
         return rc;
     }
+    case WAL_REC_PAGES:
+        return replay_pages(f, payload, len);
     default:
         return -EBADMSG;
     }
@@ -548,6 +600,86 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
 out:
     pthread_rwlock_unlock(&sf->lock);
     free(m.p);
+    return rc;
+}
+
+int store_or_pages(struct store_filter *sf, const struct store_page *pages,
+                   size_t n, char *err)
+{
+    uint8_t *rec = NULL, *q;
+    uint64_t size = 0, seq;
+    struct wal *w;
+    int rc;
+
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i].len > UINT32_MAX) {
+            store__seterr(err, "page %zu is too large", i);
+            return -EINVAL;
+        }
+        size += 16 + pages[i].len;
+    }
+    if (size > WAL_MAX_PAYLOAD || !(rec = malloc(size ? size : 1))) {
+        store__seterr(err, "cannot buffer %" PRIu64 " bytes of pages", size);
+        return -ENOMEM;
+    }
+    q = rec;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t plen = (uint32_t)pages[i].len;
+        memcpy(q, &pages[i].layer, 4);
+        memcpy(q + 4, &plen, 4);
+        memcpy(q + 8, &pages[i].offset, 8);
+        memcpy(q + 16, pages[i].data, plen);
+        q += 16 + (uint64_t)plen;
+    }
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = state_errno(sf->state)) < 0) {
+        state_err(sf, err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        rc = pages_check(sf->bf, pages[i].layer, pages[i].offset,
+                         pages[i].len);
+        if (rc == -EOPNOTSUPP) {
+            store__seterr(err, "filter '%s' is a %s filter; only blocked and "
+                          "classic filters merge page by page", sf->name,
+                          bf_kind_name(bf_kind(sf->bf)));
+            goto out;
+        }
+        if (rc < 0) {
+            store__seterr(err, "page %zu (layer %" PRIu32 ", offset %" PRIu64
+                          ", %zu bytes) is outside filter '%s'", i,
+                          pages[i].layer, pages[i].offset, pages[i].len,
+                          sf->name);
+            goto out;
+        }
+    }
+    if (n == 0)
+        goto out;
+    w = sf->wal;
+    pthread_mutex_lock(&sf->write_mu);
+    for (size_t i = 0; i < n; i++)
+        pages_or_one(sf->bf, pages[i].layer, pages[i].offset, pages[i].data,
+                     pages[i].len);
+    rc = wal_submit(w, WAL_REC_PAGES, rec, size, &seq);
+    pthread_mutex_unlock(&sf->write_mu);
+    if (rc == 0)
+        rc = wal_wait(w, seq);
+    pthread_rwlock_unlock(&sf->lock);
+    free(rec);
+    if (rc == -EIO) {
+        filter_wal_failed(sf, w, err);
+        return rc;
+    }
+    if (rc < 0) {
+        store__seterr(err, "cannot log the pages merged into '%s': %s",
+                      sf->name, strerror(-rc));
+        return rc;
+    }
+    version_raise(sf, seq);
+    return 0;
+out:
+    pthread_rwlock_unlock(&sf->lock);
+    free(rec);
     return rc;
 }
 

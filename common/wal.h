@@ -55,6 +55,8 @@ enum wal_rec_type {
     WAL_REC_ADD = 1,      /* n * 16 bytes: struct bf_hash {h1, h2}, LE */
     WAL_REC_REMOVE = 2,   /* same layout, counting filters */
     WAL_REC_IMPORT = 3,   /* a complete filter file (bf_file format) */
+    WAL_REC_PAGES = 4,    /* pages to OR in: per page u32 layer, u32 len,
+                             u64 byte offset, len bytes (store_or_pages) */
 };
 
 struct wal;

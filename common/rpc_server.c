@@ -255,8 +255,20 @@ static void stream_start(struct slot *s)
     pthread_attr_t at;
 
     pthread_mutex_lock(&srv->lock);
-    srv->streams_active++;
+    bool full = srv->streams_active >= srv->cfg.max_streams;
+    if (!full)
+        srv->streams_active++;
     pthread_mutex_unlock(&srv->lock);
+    if (full) {
+        /* Each stream has a thread: refuse rather than run out of them. */
+        log_warn("refusing stream %s: %d streams open", s->m->path,
+                 srv->cfg.max_streams);
+        rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "server has %d streams open, its limit; retry later",
+                          srv->cfg.max_streams);
+        slot_free(s);
+        return;
+    }
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&t, &at, stream_main, s) != 0) {
@@ -403,6 +415,8 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
         return NULL;
     srv->cfg = *cfg;
     srv->cfg.listen = strdup(cfg->listen);
+    if (srv->cfg.max_streams <= 0)
+        srv->cfg.max_streams = RPC_DEFAULT_MAX_STREAMS;
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->cond, NULL);
     pthread_cond_init(&srv->health_cond, NULL);

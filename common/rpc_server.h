@@ -39,12 +39,16 @@
 #include <protobuf-c/protobuf-c.h>
 
 #define RPC_MSGLEN 512 /* size of status message buffers */
+#define RPC_DEFAULT_MAX_STREAMS 256
 
 struct rpc_server_config {
     const char *listen;      /* "host:port"; port 0 picks a free one */
     int threads;             /* worker threads (completion queues), >= 1 */
     size_t max_message;      /* max message size, both directions (bytes) */
     int grace_ms;            /* how long shutdown lets calls finish */
+    int max_streams;         /* open streaming calls at once (each has a
+                                thread); more get RESOURCE_EXHAUSTED.
+                                0: RPC_DEFAULT_MAX_STREAMS */
 };
 
 /* The outcome of a unary call, filled by its handler.  The handler either

@@ -124,6 +124,7 @@ int main(int argc, char **argv)
         .threads = (int)n.cfg.threads,
         .max_message = n.cfg.max_message_size,
         .grace_ms = (int)n.cfg.shutdown_grace_ms,
+        .max_streams = (int)n.cfg.max_streams,
     };
     n.srv = rpc_server_create(&sc);
     if (!n.srv) {

@@ -46,6 +46,9 @@ static const struct setting settings[] = {
      FIELD(max_message_size), "largest gRPC message in bytes, both directions"},
     {"threads", T_UINT, 1, 256, NULL, "8", FIELD(threads),
      "RPC worker threads (handlers may wait for fsync: more than cores)"},
+    {"max_streams", T_UINT, 1, 100000, NULL, "256", FIELD(max_streams),
+     "streaming calls open at once (each has a thread); more get "
+     "RESOURCE_EXHAUSTED"},
     {"shutdown_grace_ms", T_UINT, 0, 600000, NULL, "3000", FIELD(shutdown_grace_ms),
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
     {"log_level", T_ENUM, 0, 0, "debug|info|warn|error", "info", FIELD(log_level),

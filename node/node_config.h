@@ -23,6 +23,7 @@ struct node_config {
     uint64_t max_key_size;
     uint64_t max_message_size;
     uint64_t threads;
+    uint64_t max_streams;
     uint64_t shutdown_grace_ms;
     char log_level[16];
 };

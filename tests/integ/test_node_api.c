@@ -641,7 +641,8 @@ static void test_config(const char *base)
     static const char *const names[] = {
         "--listen", "--data-dir", "--durability", "--snapshot-interval",
         "--snapshot-wal-mb", "--max-batch-keys", "--max-key-size",
-        "--max-message-size", "--threads", "--shutdown-grace-ms", "--log-level",
+        "--max-message-size", "--threads", "--max-streams", "--shutdown-grace-ms",
+        "--log-level",
         "--config"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         CHECK(strstr(all, names[i]), "--help lacks %s", names[i]);

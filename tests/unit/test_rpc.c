@@ -281,6 +281,48 @@ START_TEST(many_calls_complete_independently)
 }
 END_TEST
 
+START_TEST(streams_over_the_limit_are_refused)
+{
+    struct rpc_status st;
+    static struct rpc_handler h[11];
+    memset(h, 0, sizeof h);
+    h[7].stream = add_stream;
+    grpc_init();
+    struct rpc_server_config c = {.listen = "127.0.0.1:0", .threads = 2,
+                                  .max_message = 1 << 20, .grace_ms = 200,
+                                  .max_streams = 2};
+    struct rpc_server *srv = rpc_server_create(&c);
+    ck_assert_int_eq(rpc_server_add_service(srv, &bloomgrid__v1__bloom_grid__descriptor,
+                                            h, NULL), 0);
+    int port = rpc_server_start(srv);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    struct rpc_channel *ch = rpc_channel_create(addr, 0);
+    struct rpc_cstream *s[3];
+    Bloomgrid__V1__AddRequest rq = BLOOMGRID__V1__ADD_REQUEST__INIT;
+    for (int i = 0; i < 3; i++) {
+        s[i] = rpc_cstream_open(ch, "/bloomgrid.v1.BloomGrid/AddStream", 5000);
+        ck_assert_ptr_nonnull(s[i]);
+        rpc_cstream_write_msg(s[i], &rq.base);
+        grpc_slice sl;
+        int rc = rpc_cstream_read(s[i], &sl);
+        if (i < 2) {
+            ck_assert_int_eq(rc, 1);
+            grpc_slice_unref(sl);
+        } else {
+            ck_assert_int_le(rc, 0);
+            ck_assert_int_lt(rpc_cstream_finish(s[i], &st), 0);
+            ck_assert_int_eq(st.code, GRPC_STATUS_RESOURCE_EXHAUSTED);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(rpc_cstream_finish(s[i], &st), 0);
+    rpc_channel_destroy(ch);
+    rpc_server_destroy(srv);
+    grpc_shutdown();
+}
+END_TEST
+
 static int health(struct fixture *f, const char *service)
 {
     Grpc__Health__V1__HealthCheckRequest rq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
@@ -324,6 +366,7 @@ Suite *rpc_suite(void)
     tcase_add_test(tc, shutdown_cancels_open_streams);
     tcase_add_test(tc, health_follows_set_health);
     tcase_add_test(tc, many_calls_complete_independently);
+    tcase_add_test(tc, streams_over_the_limit_are_refused);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -230,10 +230,12 @@ static void run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
         return;
     if (kb.has_filter && (!fr->sf || strcmp(kb.filter, fr->name) != 0)) {
         filter_ref_drop(fr);
+        /* Shards of router-managed filters are reachable only through the
+         * internal service (their keys must be placed by shard). */
+        if (!node_rpc__public_name_ok(kb.filter, r))
+            return;
         fr->sf = store_get(s, kb.filter);
         if (!fr->sf) {
-            if (!node_rpc__public_name_ok(kb.filter, r))
-                return;
             rpc_reply_error(r, GRPC_STATUS_NOT_FOUND,
                             "filter \"%s\" does not exist", kb.filter);
             return;

@@ -526,6 +526,12 @@ static void test_internal(struct node_proc *np)
     CHECK(hashes_call(ch, "MayContainHashes", "big", 1, h, N, out, &st) == 0, "query");
     for (size_t i = 0; i < N; i++)
         CHECK(out[i], "hash %zu missing", i);
+    {
+        /* A shard is not a public filter: the public API refuses its name. */
+        char *k[] = {"x"};
+        CHECK(t_keys(ch, "Add", "big.shard-1", k, 1, out, &st) == GS(INVALID_ARGUMENT),
+              "public Add to a shard name: %s", st.message);
+    }
     CHECK(hashes_call(ch, "AddHashes", "big", 3, h, N, out, &st) == GS(FAILED_PRECONDITION),
           "wrong shard refused: %s", st.message);
     CHECK(hashes_call(ch, "RemoveHashes", "big", 1, h, 1, out, &st) == GS(FAILED_PRECONDITION),

@@ -257,6 +257,75 @@ out:
     store_list_free(names, nn);
 }
 
+int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
+                           unsigned index, const uint8_t *data, size_t cnt,
+                           bool check_shard, uint64_t secret_id,
+                           struct bf_hash *h, bool *out, uint64_t *version,
+                           struct rpc_reply *r)
+{
+    char err[STORE_ERRLEN] = "";
+    struct store_filter *sf = node_rpc__get_shard(s, filter, index, r);
+    int rc = -1;
+    if (!sf)
+        return -1;
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *p = data + 16 * i;
+        uint64_t h1 = 0, h2 = 0;
+        for (int b = 7; b >= 0; b--) {
+            h1 = (h1 << 8) | p[b];
+            h2 = (h2 << 8) | p[8 + b];
+        }
+        h[i].h1 = h1;
+        h[i].h2 = h2;
+    }
+    if (check_shard || secret_id) {
+        struct shard_facts facts = {.count = 0};
+        store_filter_inspect(sf, shard_facts_read, &facts);
+        uint32_t count = check_shard ? facts.count : 0;
+        if (secret_id && facts.count &&
+            XXH3_64bits(facts.secret, BF_SECRET_LEN) != secret_id) {
+            rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                            "shard %u of filter \"%s\" has another secret than the "
+                            "hashes were made with (the filter was re-created): "
+                            "fetch the secret again", index, filter);
+            goto out;
+        }
+        for (size_t i = 0; count && i < cnt; i++) {
+            if (bf_hash_shard(h[i], count) != index) {
+                rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                                "hash %zu belongs to shard %u, not %u", i,
+                                bf_hash_shard(h[i], count), index);
+                goto out;
+            }
+        }
+    }
+    int src = 0;
+    if (cnt) {
+        switch (op) {
+        case OP_ADD:
+            src = store_add_hashes(sf, h, cnt, out, err);
+            break;
+        case OP_MAY_CONTAIN:
+            src = store_may_contain_hashes(sf, h, cnt, out);
+            break;
+        case OP_REMOVE:
+            src = store_remove_hashes(sf, h, cnt, out, err);
+            break;
+        }
+    }
+    if (src < 0) {
+        char label[STORE_NAME_MAX + 32];
+        snprintf(label, sizeof label, "%s shard %u", filter, index);
+        node_rpc__store_error(r, sf, label, src, err);
+        goto out;
+    }
+    *version = store_filter_version(sf);
+    rc = 0;
+out:
+    store_put(sf);
+    return rc;
+}
+
 static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
                         size_t len, struct rpc_reply *r)
 {
@@ -266,9 +335,8 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
     UNPACK_OR_FAIL(Bloomgrid__V1__HashesRequest, bloomgrid__v1__hashes_request, m,
                    req, len, r);
     struct scratch *sc = node_rpc__thread_scratch();
-    struct store_filter *sf = NULL;
-    char err[STORE_ERRLEN] = "";
     size_t cnt = m->hashes.len / 16;
+    uint64_t version = 0;
     if (!sc) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
@@ -284,68 +352,16 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
                         cnt, (unsigned long long)n->cfg.max_batch_keys);
         goto out;
     }
-    sf = node_rpc__get_shard(s, m->filter, m->shard_index, r);
-    if (!sf)
-        goto out;
     if (node_rpc__scratch_reserve(sc, cnt ? cnt : 1) < 0) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < cnt; i++) {
-        const uint8_t *p = m->hashes.data + 16 * i;
-        uint64_t h1 = 0, h2 = 0;
-        for (int b = 7; b >= 0; b--) {
-            h1 = (h1 << 8) | p[b];
-            h2 = (h2 << 8) | p[8 + b];
-        }
-        sc->hashes[i].h1 = h1;
-        sc->hashes[i].h2 = h2;
-    }
-    if (m->check_shard || m->secret_id) {
-        struct shard_facts facts = {.count = 0};
-        store_filter_inspect(sf, shard_facts_read, &facts);
-        uint32_t count = m->check_shard ? facts.count : 0;
-        if (m->secret_id && facts.count &&
-            XXH3_64bits(facts.secret, BF_SECRET_LEN) != m->secret_id) {
-            rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
-                            "shard %u of filter \"%s\" has another secret than the "
-                            "hashes were made with (the filter was re-created): "
-                            "fetch the secret again", m->shard_index, m->filter);
-            goto out;
-        }
-        for (size_t i = 0; count && i < cnt; i++) {
-            if (bf_hash_shard(sc->hashes[i], count) != m->shard_index) {
-                rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
-                                "hash %zu belongs to shard %u, not %u", i,
-                                bf_hash_shard(sc->hashes[i], count), m->shard_index);
-                goto out;
-            }
-        }
-    }
-    int rc = 0;
-    if (cnt) {
-        switch (op) {
-        case OP_ADD:
-            rc = store_add_hashes(sf, sc->hashes, cnt, sc->out, err);
-            break;
-        case OP_MAY_CONTAIN:
-            rc = store_may_contain_hashes(sf, sc->hashes, cnt, sc->out);
-            break;
-        case OP_REMOVE:
-            rc = store_remove_hashes(sf, sc->hashes, cnt, sc->out, err);
-            break;
-        }
-    }
-    if (rc < 0) {
-        char label[STORE_NAME_MAX + 32];
-        snprintf(label, sizeof label, "%s shard %u", m->filter, m->shard_index);
-        node_rpc__store_error(r, sf, label, rc, err);
+    if (node_rpc__shard_hashes(s, op, m->filter, m->shard_index, m->hashes.data,
+                               cnt, m->check_shard, m->secret_id, sc->hashes,
+                               sc->out, &version, r) < 0)
         goto out;
-    }
-    node_rpc__encode_bools(r, sc->out, cnt, true, store_filter_version(sf));
+    node_rpc__encode_bools(r, sc->out, cnt, true, version);
 out:
-    if (sf)
-        store_put(sf);
     bloomgrid__v1__hashes_request__free_unpacked(m, NULL);
 }
 

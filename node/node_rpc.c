@@ -462,7 +462,7 @@ const struct rpc_handler node_rpc_public[] = {
 
 /* CreateShard, DropShard, GetShard, ListShards, AddHashes, MayContainHashes,
  * RemoveHashes, PullPages (not yet), PushPages (not yet), ExportShard,
- * ImportShard. */
+ * ImportShard, AddMultiHashes, MayContainMultiHashes, RemoveMultiHashes. */
 const struct rpc_handler node_rpc_internal[] = {
     {.unary = node_rpc__h_create_shard},
     {.unary = node_rpc__h_drop_shard},
@@ -475,6 +475,9 @@ const struct rpc_handler node_rpc_internal[] = {
     {0},
     {.stream = node_rpc__h_export_shard},
     {.stream = node_rpc__h_import_shard},
+    {.unary = node_rpc__h_add_multi_hashes},
+    {.unary = node_rpc__h_may_contain_multi_hashes},
+    {.unary = node_rpc__h_remove_multi_hashes},
 };
 
 const size_t node_rpc_public_count = sizeof node_rpc_public / sizeof node_rpc_public[0];

@@ -116,5 +116,25 @@ void node_rpc__h_may_contain_hashes(void *arg, const uint8_t *req, size_t len,
                                     struct rpc_reply *r);
 void node_rpc__h_remove_hashes(void *arg, const uint8_t *req, size_t len,
                                struct rpc_reply *r);
+/* AddMultiHashes, MayContainMultiHashes, RemoveMultiHashes
+ * (node_multi_rpc.c). */
+void node_rpc__h_add_multi_hashes(void *arg, const uint8_t *req, size_t len,
+                                  struct rpc_reply *r);
+void node_rpc__h_may_contain_multi_hashes(void *arg, const uint8_t *req,
+                                          size_t len, struct rpc_reply *r);
+void node_rpc__h_remove_multi_hashes(void *arg, const uint8_t *req, size_t len,
+                                     struct rpc_reply *r);
+
+/* The work of AddHashes / MayContainHashes / RemoveHashes on one shard
+ * (node_internal_rpc.c): decode cnt packed hashes from data into h, check
+ * them (check_shard, secret_id as in HashesRequest) and apply op.  out[i]
+ * gets hash i's answer and *version the shard's version.  Returns 0, or -1
+ * with r set to the shard's error (nothing was changed unless a write
+ * failed in the store).  h and out hold cnt entries, owned by the caller. */
+int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
+                           unsigned index, const uint8_t *data, size_t cnt,
+                           bool check_shard, uint64_t secret_id,
+                           struct bf_hash *h, bool *out, uint64_t *version,
+                           struct rpc_reply *r);
 
 #endif

@@ -5,9 +5,10 @@
 set -eu
 src=$1 work=$2 node_bin=$3 proto=$4
 mkdir -p "$work"
-cp "$src/package.json" "$src/test_node.js" "$work/"
+cp "$src/package.json" "$src/package-lock.json" "$src/test_node.js" "$work/"
 if [ ! -d "$work/node_modules/@grpc/grpc-js" ] || [ ! -d "$work/node_modules/@grpc/proto-loader" ]; then
-  (cd "$work" && npm install --no-audit --no-fund --loglevel=error >&2)
+  # The lock file pins the exact versions the test was written against.
+  (cd "$work" && npm ci --no-audit --no-fund --loglevel=error >&2)
 fi
 mkdir -p "${BLOOMGRID_TEST_TMP:-/tmp}"
 data=$(mktemp -d "${BLOOMGRID_TEST_TMP:-/tmp}/integ-js-XXXXXX")

@@ -2,11 +2,13 @@
  * terms.  router_rpc_nodes.c implements it over the internal service
  * (bloomgrid.v1.Internal); router_rpc.c calls it from the public handlers.
  *
- * Fan-out: a key batch is hashed once, split by shard and sent as one
- * AddHashes / MayContainHashes / RemoveHashes call per shard, all started on
- * one completion queue (rpc_call_many) and collected; answers are put back in
- * request order.  Catalog calls (create, drop, describe, list) fan out the
- * same way.
+ * Fan-out: a key batch is hashed once, split by shard, and the shards are
+ * grouped by node: one AddMultiHashes / MayContainMultiHashes /
+ * RemoveMultiHashes call per node carries every shard of that node, all
+ * calls started on one completion queue (rpc_call_many) and collected;
+ * answers are put back in request order, and each shard succeeds or fails
+ * on its own.  Catalog calls (create, drop, describe, list) fan out one call
+ * per shard.
  *
  * Failures: every function returns 0 or -1 with a status code and a message
  * naming the shard(s) and node(s) in *st.

@@ -2,11 +2,18 @@
  * router_nodes.h).  With router_rpc.c, the only place of the router that
  * converts wire messages.
  *
- * Hash batches are encoded by hand straight into the slice that is sent
- * (HashesRequest: 1 filter, 2 shard_index, 3 hashes, 4 check_shard,
- * 5 secret_id), and answers (HashesResponse: 1 packed bools, 2 version) are
- * decoded by hand into the caller's output in request order: a batch costs
- * no per-key allocation.  The catalog calls are in router_rpc_catalog.c.
+ * Key batches go out as one call per node: the shards that have keys are
+ * grouped by the primary of their group, and each node gets one
+ * MultiHashesRequest (1 filter, 2 repeated ShardHashes {1 shard_index,
+ * 2 hashes}, 3 check_shard, 4 secret_id) encoded by hand straight into the
+ * slice that is sent.  Its answer (MultiHashesResponse: one ShardResult per
+ * shard {1 shard_index, 2 packed bools, 3 version, 4 code, 5 message}) is
+ * decoded by hand into the caller's output in request order, so every shard
+ * still succeeds or fails on its own: a batch costs no per-key allocation.
+ * One-shard HashesRequests (1 filter, 2 shard_index, 3 hashes, 4 check_shard,
+ * 5 secret_id) remain for reads retried on a replica and for nodes that do
+ * not serve the multi-shard calls (UNIMPLEMENTED).  The catalog calls are in
+ * router_rpc_catalog.c.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -30,6 +37,11 @@ static const char *const key_methods[] = {
     "/bloomgrid.v1.Internal/RemoveHashes",
 };
 static const char *const op_names[] = {"Add", "MayContain", "Remove"};
+static const char *const multi_methods[] = {
+    "/bloomgrid.v1.Internal/AddMultiHashes",
+    "/bloomgrid.v1.Internal/MayContainMultiHashes",
+    "/bloomgrid.v1.Internal/RemoveMultiHashes",
+};
 
 void router_status_set(struct router_status *st, grpc_status_code code,
                        const char *fmt, ...)
@@ -331,6 +343,13 @@ struct shard_fail {
     char msg[200];
 };
 
+static int shard_fail_cmp(const void *a, const void *b)
+{
+    uint32_t x = ((const struct shard_fail *)a)->shard;
+    uint32_t y = ((const struct shard_fail *)b)->shard;
+    return x < y ? -1 : x > y;
+}
+
 /* Try a failed read on the replicas of its group that are known to be caught
  * up: they must report at least the version this router last saw from the
  * primary.  Returns true when a replica answered. */
@@ -434,6 +453,360 @@ static void batch_failure(struct router_status *st, enum router_key_op op,
     st->code = code;
 }
 
+/* ---- one call per node ---- */
+
+/* One shard's outcome inside a node's answer. */
+struct shard_res {
+    grpc_status_code code;
+    uint64_t version;
+    char msg[200];
+};
+
+/* Skip one field of wire type wt.  Returns false when it does not parse. */
+static bool skip_field(const uint8_t **p, const uint8_t *end, unsigned wt)
+{
+    uint64_t v;
+    switch (wt) {
+    case 0:
+        return get_varint(p, end, &v);
+    case 1:
+        if (end - *p < 8)
+            return false;
+        *p += 8;
+        return true;
+    case 2:
+        if (!get_varint(p, end, &v) || v > (uint64_t)(end - *p))
+            return false;
+        *p += v;
+        return true;
+    case 5:
+        if (end - *p < 4)
+            return false;
+        *p += 4;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Decode one ShardResult [p, end) for shard s with want results into
+ * out[idx[k]].  Returns false when it does not parse, names another shard
+ * or (on OK) has the wrong number of results. */
+static bool decode_shard_result(const uint8_t *p, const uint8_t *end, uint32_t s,
+                                size_t want, const uint32_t *idx, bool *out,
+                                struct shard_res *res)
+{
+    uint64_t tag, v, index = 0;
+    size_t got = 0;
+    res->code = GRPC_STATUS_OK;
+    res->version = 0;
+    res->msg[0] = 0;
+    while (p < end) {
+        if (!get_varint(&p, end, &tag))
+            return false;
+        switch (tag) {
+        case 0x08:
+            if (!get_varint(&p, end, &index))
+                return false;
+            break;
+        case 0x12: /* packed bools */
+            if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p) ||
+                got + v > want)
+                return false;
+            for (uint64_t k = 0; k < v; k++)
+                out[idx[got++]] = p[k] != 0;
+            p += v;
+            break;
+        case 0x10: /* one unpacked bool */
+            if (!get_varint(&p, end, &v) || got >= want)
+                return false;
+            out[idx[got++]] = v != 0;
+            break;
+        case 0x18:
+            if (!get_varint(&p, end, &res->version))
+                return false;
+            break;
+        case 0x20:
+            if (!get_varint(&p, end, &v))
+                return false;
+            res->code = (grpc_status_code)(int32_t)v;
+            break;
+        case 0x2a:
+            if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+                return false;
+            snprintf(res->msg, sizeof res->msg, "%.*s", (int)(v < 199 ? v : 199),
+                     (const char *)p);
+            p += v;
+            break;
+        default:
+            if (!skip_field(&p, end, (unsigned)(tag & 7)))
+                return false;
+        }
+    }
+    if (index != s)
+        return false;
+    if (res->code == GRPC_STATUS_OK && got != want)
+        return false;
+    if (res->code != GRPC_STATUS_OK && !res->msg[0])
+        snprintf(res->msg, sizeof res->msg, "%s", rpc_status_name(res->code));
+    return true;
+}
+
+/* A key batch in flight: the shards that have keys, grouped into one call
+ * per node. */
+struct batch {
+    struct router *r;
+    const struct topo *t;
+    struct router_filter *f;
+    const char *filter;
+    enum router_key_op op;
+    struct scratch *sc;
+    bool *out;
+    uint32_t *order;          /* used shards, grouped by call, ascending */
+    uint32_t *call_first;     /* per call: its first entry in order */
+    uint32_t *call_n;         /* per call: how many shards */
+    struct rpc_multi *calls;
+    size_t ncalls;
+    struct shard_res *res;    /* per entry of order */
+};
+
+/* Keys of shard s in request order (valid after the hashes are placed). */
+static const uint32_t *shard_idx(const struct scratch *sc, uint32_t s)
+{
+    return sc->idx + sc->start[s] - sc->count[s];
+}
+
+/* A one-shard HashesRequest for shard s (fallbacks: replicas, nodes that do
+ * not serve the multi-shard calls). */
+static grpc_slice shard_request(const struct batch *b, uint32_t s)
+{
+    const struct scratch *sc = b->sc;
+    size_t flen = strlen(b->filter), cnt = sc->count[s], hb = 16 * cnt;
+    size_t len = 1 + varint_len(flen) + flen + (s ? 1 + varint_len(s) : 0) + 2 +
+                 9 + 1 + varint_len(hb) + hb;
+    grpc_slice sl = grpc_slice_malloc(len);
+    uint8_t *p = GRPC_SLICE_START_PTR(sl);
+    const uint32_t *idx = shard_idx(sc, s);
+    *p++ = 0x0a;
+    p = put_varint(p, flen);
+    memcpy(p, b->filter, flen);
+    p += flen;
+    if (s) {
+        *p++ = 0x10;
+        p = put_varint(p, s);
+    }
+    *p++ = 0x20;     /* check_shard = true: the node refuses strays */
+    *p++ = 0x01;
+    *p++ = 0x29;     /* secret_id: the node refuses another secret */
+    put_le64(p, b->f->secret_id);
+    p += 8;
+    *p++ = 0x1a;
+    p = put_varint(p, hb);
+    for (size_t k = 0; k < cnt; k++, p += 16) {
+        put_le64(p, sc->h[idx[k]].h1);
+        put_le64(p + 8, sc->h[idx[k]].h2);
+    }
+    return sl;
+}
+
+/* Length of shard s's ShardHashes entry (without its tag and length). */
+static size_t entry_len(uint32_t s, size_t cnt)
+{
+    return (s ? 1 + varint_len(s) : 0) + 1 + varint_len(16 * cnt) + 16 * cnt;
+}
+
+/* Group the used shards by the primary of their group and start one
+ * MultiHashesRequest per node, hashes written in place.  Returns 0 or
+ * -ENOMEM. */
+static int batch_build(struct batch *b, size_t n, uint32_t nused)
+{
+    struct scratch *sc = b->sc;
+    const struct topo *t = b->t;
+    uint32_t S = b->f->shards;
+    uint32_t *call_of_group = malloc(t->ngroups * sizeof *call_of_group);
+    uint32_t *call_of = malloc(S * sizeof *call_of);
+    uint8_t **wp = malloc(S * sizeof *wp);
+    const char **addr = calloc(nused, sizeof *addr);   /* per call */
+    int rc = -ENOMEM;
+
+    b->order = malloc(nused * sizeof *b->order);
+    b->call_first = calloc(nused, sizeof *b->call_first);
+    b->call_n = calloc(nused, sizeof *b->call_n);
+    b->calls = calloc(nused, sizeof *b->calls);
+    b->res = calloc(nused, sizeof *b->res);
+    if (!call_of_group || !call_of || !wp || !addr || !b->order || !b->call_first ||
+        !b->call_n || !b->calls || !b->res)
+        goto out;
+    for (unsigned g = 0; g < t->ngroups; g++)
+        call_of_group[g] = UINT32_MAX;
+    /* Calls by node: groups that share a primary share its call. */
+    for (uint32_t s = 0; s < S; s++) {
+        if (!sc->count[s])
+            continue;
+        uint32_t g = b->f->group[s];
+        if (call_of_group[g] == UINT32_MAX) {
+            const char *a = t->groups[g].primary;
+            uint32_t c = 0;
+            while (c < b->ncalls && strcmp(addr[c], a) != 0)
+                c++;
+            if (c == b->ncalls)
+                addr[b->ncalls++] = a;
+            call_of_group[g] = c;
+        }
+        call_of[s] = call_of_group[g];
+        b->call_n[call_of[s]]++;
+    }
+    for (size_t c = 1; c < b->ncalls; c++)
+        b->call_first[c] = b->call_first[c - 1] + b->call_n[c - 1];
+    size_t flen = strlen(b->filter);
+    size_t *len = calloc(b->ncalls, sizeof *len);
+    uint32_t *fill = calloc(b->ncalls, sizeof *fill);
+    if (!len || !fill) {
+        free(len);
+        free(fill);
+        goto out;
+    }
+    for (uint32_t s = 0; s < S; s++) {
+        if (!sc->count[s])
+            continue;
+        uint32_t c = call_of[s];
+        size_t e = entry_len(s, sc->count[s]);
+        b->order[b->call_first[c] + fill[c]++] = s;
+        len[c] += 1 + varint_len(e) + e;
+    }
+    for (size_t c = 0; c < b->ncalls; c++) {
+        struct rpc_multi *m = &b->calls[c];
+        m->ch = router_channel(b->r, addr[c]);
+        m->method = multi_methods[b->op];
+        m->timeout_ms = (int)b->r->cfg.node_timeout_ms;
+        m->resp = grpc_empty_slice();
+        m->req = grpc_slice_malloc(1 + varint_len(flen) + flen + len[c] + 2 + 9);
+        uint8_t *p = GRPC_SLICE_START_PTR(m->req);
+        *p++ = 0x0a;
+        p = put_varint(p, flen);
+        memcpy(p, b->filter, flen);
+        p += flen;
+        for (uint32_t k = 0; k < b->call_n[c]; k++) {
+            uint32_t s = b->order[b->call_first[c] + k];
+            size_t cnt = sc->count[s];
+            *p++ = 0x12;
+            p = put_varint(p, entry_len(s, cnt));
+            if (s) {
+                *p++ = 0x08;
+                p = put_varint(p, s);
+            }
+            *p++ = 0x12;
+            p = put_varint(p, 16 * cnt);
+            wp[s] = p;
+            p += 16 * cnt;
+        }
+        *p++ = 0x18;     /* check_shard = true: the node refuses strays */
+        *p++ = 0x01;
+        *p++ = 0x21;     /* secret_id: each shard refuses another secret */
+        put_le64(p, b->f->secret_id);
+    }
+    free(len);
+    free(fill);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = sc->shard[i];
+        put_le64(wp[s], sc->h[i].h1);
+        put_le64(wp[s] + 8, sc->h[i].h2);
+        wp[s] += 16;
+        sc->idx[sc->start[s]++] = (uint32_t)i;
+    }
+    /* start[s] now points at the end of shard s's keys (shard_idx). */
+    rc = 0;
+    for (size_t c = 0; c < b->ncalls; c++)
+        if (!b->calls[c].ch)
+            rc = -ENOMEM;
+out:
+    free(call_of_group);
+    free(call_of);
+    free(wp);
+    free(addr);
+    return rc;
+}
+
+/* Put call c's answer into out and res, entry by entry. */
+static void batch_collect(struct batch *b, size_t c)
+{
+    struct rpc_multi *m = &b->calls[c];
+    struct shard_res *res = b->res + b->call_first[c];
+    const uint32_t *order = b->order + b->call_first[c];
+    uint32_t n = b->call_n[c];
+
+    if (m->rc == 0) {
+        const uint8_t *p = GRPC_SLICE_START_PTR(m->resp);
+        const uint8_t *end = p + GRPC_SLICE_LENGTH(m->resp);
+        uint32_t k = 0;
+        bool ok = true;
+        while (ok && p < end) {
+            uint64_t tag, v;
+            ok = get_varint(&p, end, &tag);
+            if (ok && tag != 0x0a) {
+                ok = skip_field(&p, end, (unsigned)(tag & 7));
+                continue;
+            }
+            ok = ok && get_varint(&p, end, &v) && v <= (uint64_t)(end - p) && k < n;
+            if (ok) {
+                uint32_t s = order[k];
+                ok = decode_shard_result(p, p + v, s, b->sc->count[s],
+                                         shard_idx(b->sc, s), b->out, &res[k]);
+                p += v;
+                k++;
+            }
+        }
+        if (ok && k == n)
+            return;
+        m->st.code = GRPC_STATUS_INTERNAL;
+        snprintf(m->st.message, sizeof m->st.message,
+                 "answer does not parse or has the wrong number of results");
+    } else if (m->st.code == GRPC_STATUS_UNIMPLEMENTED) {
+        /* A node that does not serve the multi-shard calls: one call per
+         * shard, as before. */
+        struct rpc_multi *one = calloc(n, sizeof *one);
+        if (one) {
+            for (uint32_t k = 0; k < n; k++) {
+                one[k].ch = m->ch;
+                one[k].method = key_methods[b->op];
+                one[k].req = shard_request(b, order[k]);
+                one[k].timeout_ms = m->timeout_ms;
+            }
+            rpc_call_many(one, n);
+            for (uint32_t k = 0; k < n; k++) {
+                uint32_t s = order[k];
+                res[k].code = one[k].st.code;
+                res[k].version = 0;
+                snprintf(res[k].msg, sizeof res[k].msg, "%.199s", one[k].st.message);
+                if (one[k].rc == 0 &&
+                    !decode_results(one[k].resp, b->sc->count[s], shard_idx(b->sc, s),
+                                    b->out, &res[k].version)) {
+                    res[k].code = GRPC_STATUS_INTERNAL;
+                    snprintf(res[k].msg, sizeof res[k].msg, "answer does not parse "
+                             "or has the wrong number of results");
+                }
+            }
+            router_rpc__multi_free(one, n);
+            return;
+        }
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        res[k].code = m->st.code;
+        res[k].version = 0;
+        snprintf(res[k].msg, sizeof res[k].msg, "%.199s", m->st.message);
+    }
+}
+
+static void batch_free(struct batch *b)
+{
+    if (b->calls)
+        router_rpc__multi_free(b->calls, b->ncalls);
+    free(b->order);
+    free(b->call_first);
+    free(b->call_n);
+    free(b->res);
+}
+
 /* One attempt at a key batch; *stale is set when a node says the cached
  * secret is no longer the filter's. */
 static int keys_once(struct router *r, const char *filter, enum router_key_op op,
@@ -441,16 +814,18 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
                      bool *out, struct router_status *st, bool *stale)
 {
     struct topo *t = router_topo(r);
-    struct router_filter *f = router_filter_lookup(r, t, filter, st);
-    struct rpc_multi *calls = NULL;
+    struct batch b = {.r = r, .t = t, .filter = filter, .op = op, .out = out};
     struct shard_fail *fails = NULL;
     bool *failed_shard = NULL;
-    size_t ncalls = 0, nfail = 0;
+    size_t nfail = 0;
+    uint32_t nused = 0;
     int rc = -1;
 
-    if (!f)
+    b.f = router_filter_lookup(r, t, filter, st);
+    if (!b.f)
         goto out;
-    struct scratch *sc = scratch_get(n ? n : 1);
+    struct router_filter *f = b.f;
+    struct scratch *sc = b.sc = scratch_get(n ? n : 1);
     if (!sc) {
         router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
@@ -463,102 +838,52 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
         sc->shard[i] = bf_hash_shard(sc->h[i], S);
         sc->count[sc->shard[i]]++;
     }
-    size_t used = 0;
     for (uint32_t s = 0, off = 0; s < S; s++) {
         sc->start[s] = off;
         off += sc->count[s];
-        used += sc->count[s] > 0;
+        nused += sc->count[s] > 0;
     }
-    calls = calloc(used ? used : 1, sizeof *calls);
-    fails = calloc(used ? used : 1, sizeof *fails);
+    if (nused == 0) {
+        rc = 0;
+        goto out;
+    }
+    fails = calloc(nused, sizeof *fails);
     failed_shard = calloc(S, sizeof *failed_shard);
-    uint32_t *call_of = calloc(S, sizeof *call_of);
-    uint8_t **wp = calloc(S, sizeof *wp);
-    if (!calls || !fails || !failed_shard || !call_of || !wp) {
-        free(call_of);
-        free(wp);
+    if (!fails || !failed_shard || batch_build(&b, n, nused) < 0) {
         router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    /* One HashesRequest per shard, hashes written in place. */
-    size_t flen = strlen(filter);
-    for (uint32_t s = 0; s < S; s++) {
-        if (!sc->count[s])
-            continue;
-        size_t hb = 16 * (size_t)sc->count[s];
-        size_t len = 1 + varint_len(flen) + flen + (s ? 1 + varint_len(s) : 0) + 2 +
-                     9 + 1 + varint_len(hb) + hb;
-        struct rpc_multi *c = &calls[ncalls];
-        c->req = grpc_slice_malloc(len);
-        c->resp = grpc_empty_slice();
-        uint8_t *p = GRPC_SLICE_START_PTR(c->req);
-        *p++ = 0x0a;
-        p = put_varint(p, flen);
-        memcpy(p, filter, flen);
-        p += flen;
-        if (s) {
-            *p++ = 0x10;
-            p = put_varint(p, s);
-        }
-        *p++ = 0x20;     /* check_shard = true: the node refuses strays */
-        *p++ = 0x01;
-        *p++ = 0x29;     /* secret_id: the node refuses another secret */
-        put_le64(p, f->secret_id);
-        p += 8;
-        *p++ = 0x1a;
-        p = put_varint(p, hb);
-        wp[s] = p;
-        c->ch = router_channel(r, router_rpc__primary(t, f, s));
-        c->method = key_methods[op];
-        c->timeout_ms = (int)r->cfg.node_timeout_ms;
-        call_of[s] = (uint32_t)ncalls++;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t s = sc->shard[i];
-        put_le64(wp[s], sc->h[i].h1);
-        put_le64(wp[s] + 8, sc->h[i].h2);
-        wp[s] += 16;
-        sc->idx[sc->start[s]++] = (uint32_t)i;
-    }
-    free(wp);
-    /* start[s] now points at the end of shard s's keys. */
-    for (size_t i = 0; i < ncalls; i++)
-        if (!calls[i].ch) {
-            free(call_of);
-            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-            goto out;
-        }
-    rpc_call_many(calls, ncalls);
-    for (uint32_t s = 0; s < S; s++) {
-        if (!sc->count[s])
-            continue;
-        struct rpc_multi *c = &calls[call_of[s]];
-        const uint32_t *idx = sc->idx + sc->start[s] - sc->count[s];
-        uint64_t version = 0;
-        if (c->rc == 0 && decode_results(c->resp, sc->count[s], idx, out, &version)) {
-            router_filter_saw_version(f, s, version);
+    rpc_call_many(b.calls, b.ncalls);
+    for (size_t c = 0; c < b.ncalls; c++)
+        batch_collect(&b, c);
+    for (uint32_t k = 0; k < nused; k++) {
+        uint32_t s = b.order[k];
+        struct shard_res *res = &b.res[k];
+        if (res->code == GRPC_STATUS_OK) {
+            router_filter_saw_version(f, s, res->version);
             continue;
         }
-        if (c->rc == 0) {
-            c->st.code = GRPC_STATUS_INTERNAL;
-            snprintf(c->st.message, sizeof c->st.message,
-                     "answer does not parse or has the wrong number of results");
+        if (op == ROUTER_MAY_CONTAIN && router_node_down(res->code)) {
+            grpc_slice req = shard_request(&b, s);
+            bool ok = read_from_replica(r, t, f, s, req, sc->count[s],
+                                       shard_idx(sc, s), out);
+            grpc_slice_unref(req);
+            if (ok)
+                continue;
         }
-        if (op == ROUTER_MAY_CONTAIN && router_node_down(c->st.code) &&
-            read_from_replica(r, t, f, s, c->req, sc->count[s], idx, out))
-            continue;
         struct shard_fail *sf = &fails[nfail++];
         sf->shard = s;
         sf->node = router_rpc__primary(t, f, s);
-        sf->code = c->st.code;
-        snprintf(sf->msg, sizeof sf->msg, "%.199s", c->st.message);
+        sf->code = res->code;
+        snprintf(sf->msg, sizeof sf->msg, "%s", res->msg);
         failed_shard[s] = true;
     }
-    free(call_of);
     if (nfail == 0) {
         rc = 0;
         goto out;
     }
+    /* Failures in shard order, as the messages list them. */
+    qsort(fails, nfail, sizeof *fails, shard_fail_cmp);
     size_t notfound = 0;
     for (size_t i = 0; i < nfail; i++) {
         notfound += fails[i].code == GRPC_STATUS_NOT_FOUND;
@@ -573,18 +898,17 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
     }
     if (notfound) /* dropped or re-created elsewhere: fetch it again next time */
         router_filter_forget(r, filter);
-    if (notfound == nfail && nfail == ncalls) {
+    if (notfound == nfail && nfail == nused) {
         router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", filter);
         goto out;
     }
     batch_failure(st, op, filter, fails, nfail, failed_shard, sc->shard, n);
     log_warn("%s", st->msg);
 out:
-    if (calls)
-        router_rpc__multi_free(calls, ncalls);
+    batch_free(&b);
     free(fails);
     free(failed_shard);
-    router_filter_unref(f);
+    router_filter_unref(b.f);
     topo_unref(t);
     return rc;
 }

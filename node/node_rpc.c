@@ -461,7 +461,7 @@ const struct rpc_handler node_rpc_public[] = {
 };
 
 /* CreateShard, DropShard, GetShard, ListShards, AddHashes, MayContainHashes,
- * RemoveHashes, PullPages (not yet), PushPages (not yet), ExportShard,
+ * RemoveHashes, PullPages, PushPages, ExportShard,
  * ImportShard, AddMultiHashes, MayContainMultiHashes, RemoveMultiHashes. */
 const struct rpc_handler node_rpc_internal[] = {
     {.unary = node_rpc__h_create_shard},
@@ -471,8 +471,8 @@ const struct rpc_handler node_rpc_internal[] = {
     {.unary = node_rpc__h_add_hashes},
     {.unary = node_rpc__h_may_contain_hashes},
     {.unary = node_rpc__h_remove_hashes},
-    {0},
-    {0},
+    {.stream = node_rpc__h_pull_pages},
+    {.stream = node_rpc__h_push_pages},
     {.stream = node_rpc__h_export_shard},
     {.stream = node_rpc__h_import_shard},
     {.unary = node_rpc__h_add_multi_hashes},

@@ -102,6 +102,13 @@ void node_rpc__h_import(void *arg, struct rpc_stream *st);
 /* Internal ExportShard / ImportShard: the same for one shard. */
 void node_rpc__h_export_shard(void *arg, struct rpc_stream *st);
 void node_rpc__h_import_shard(void *arg, struct rpc_stream *st);
+/* Internal PullPages / PushPages (node_pages_rpc.c). */
+void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st);
+void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
+/* The highest source_version pushed into a shard (by its store name): what
+ * a read replica reports as its version; 0 when nothing was pushed since
+ * the node started. */
+uint64_t node_pages_replica_version(const char *sname);
 void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                               struct rpc_reply *r);
 void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,

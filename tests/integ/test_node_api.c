@@ -211,7 +211,7 @@ static void test_errors(struct node_proc *np)
            GS(UNIMPLEMENTED), &st, "unknown service");
     expect(rpc_call_raw(ch, "/bloomgrid.v1.Internal/PullPages", "", 0, &resp, 2000,
                         &st) < 0 ? st.code : 0,
-           GS(UNIMPLEMENTED), &st, "reserved internal method");
+           GS(INVALID_ARGUMENT), &st, "PullPages without a filter");
     CHECK(node_health(np, "no.such.Service") == -GS(NOT_FOUND), "health unknown service");
 
     /* Malformed messages: INVALID_ARGUMENT and the server lives on. */

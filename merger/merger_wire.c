@@ -1,0 +1,220 @@
+/* merger_wire: PullPages / PushPages / GetShard / CreateShard clients. */
+#include "merger_wire.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "bloomgrid/v1/internal.pb-c.h"
+
+static void st_set(struct rpc_status *st, grpc_status_code code,
+                   const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void st_set(struct rpc_status *st, grpc_status_code code,
+                   const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!st)
+        return;
+    st->code = code;
+    va_start(ap, fmt);
+    vsnprintf(st->message, sizeof st->message, fmt, ap);
+    va_end(ap);
+}
+
+int mw_pull(struct rpc_channel *ch, const char *filter, uint32_t shard,
+            uint64_t since, uint64_t epoch, mw_page_fn fn, void *ctx,
+            struct mw_pull_end *end, int timeout_ms, struct rpc_status *st)
+{
+    Bloomgrid__V1__PullPagesRequest req =
+        BLOOMGRID__V1__PULL_PAGES_REQUEST__INIT;
+    struct rpc_cstream *s = rpc_cstream_open(ch, MW_PATH_PULL, timeout_ms);
+    grpc_slice msg;
+    bool got_last = false, failed = false;
+    int rc;
+
+    memset(end, 0, sizeof *end);
+    if (!s) {
+        st_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot open a call");
+        return -1;
+    }
+    req.filter = (char *)filter;
+    req.shard_index = shard;
+    req.since_version = since;
+    req.epoch = epoch;
+    if (rpc_cstream_write_msg(s, &req.base) < 0 ||
+        rpc_cstream_close_send(s) < 0)
+        return rpc_cstream_finish(s, st);
+    while (!failed && (rc = rpc_cstream_read(s, &msg)) == 1) {
+        Bloomgrid__V1__Page *pg = bloomgrid__v1__page__unpack(
+            NULL, GRPC_SLICE_LENGTH(msg), GRPC_SLICE_START_PTR(msg));
+        grpc_slice_unref(msg);
+        if (!pg) {
+            st_set(st, GRPC_STATUS_INTERNAL, "malformed Page message");
+            failed = true;
+            break;
+        }
+        if (pg->last) {
+            end->version = pg->version;
+            end->store_version = pg->store_version;
+            end->epoch = pg->epoch;
+            snprintf(end->fp, sizeof end->fp, "%s", pg->fingerprint);
+            got_last = true;
+        } else if (XXH64(pg->data.data, pg->data.len, 0) != pg->checksum) {
+            st_set(st, GRPC_STATUS_DATA_LOSS,
+                   "page at offset %" PRIu64 " of shard %u of \"%s\" fails "
+                   "its checksum", pg->offset, shard, filter);
+            failed = true;
+        } else if (pg->layer != 0) {
+            st_set(st, GRPC_STATUS_INTERNAL, "page of layer %u", pg->layer);
+            failed = true;
+        } else {
+            end->pages++;
+            end->bytes += pg->data.len;
+            if (fn && fn(ctx, pg->offset, pg->data.data, pg->data.len) < 0) {
+                st_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+                       "page at offset %" PRIu64 " (%zu bytes) of shard %u "
+                       "of \"%s\" does not fit", pg->offset, pg->data.len,
+                       shard, filter);
+                failed = true;
+            }
+        }
+        bloomgrid__v1__page__free_unpacked(pg, NULL);
+    }
+    if (failed) {
+        rpc_cstream_cancel(s);
+        rpc_cstream_finish(s, NULL);
+        return -1;
+    }
+    if (rpc_cstream_finish(s, st) < 0)
+        return -1;
+    if (!got_last) {
+        st_set(st, GRPC_STATUS_INTERNAL, "PullPages ended without its last "
+               "message");
+        return -1;
+    }
+    return 0;
+}
+
+int mw_push(struct rpc_channel *ch, const char *filter, uint32_t shard,
+            const char *fp, uint64_t source_version, const struct mw_page *pages,
+            size_t n, uint64_t *merged, int timeout_ms, struct rpc_status *st)
+{
+    Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
+    struct rpc_cstream *s = rpc_cstream_open(ch, MW_PATH_PUSH, timeout_ms);
+    grpc_slice msg;
+    int rc;
+
+    if (!s) {
+        st_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot open a call");
+        return -1;
+    }
+    ref.filter = (char *)filter;
+    ref.shard_index = shard;
+    for (size_t i = 0; i < n || i == 0; i++) {
+        Bloomgrid__V1__PushPagesRequest m =
+            BLOOMGRID__V1__PUSH_PAGES_REQUEST__INIT;
+        if (i == 0) {
+            m.shard = &ref;
+            m.fingerprint = (char *)fp;
+            m.source_version = source_version;
+        }
+        if (i < n) {
+            m.offset = pages[i].offset;
+            m.data.data = (uint8_t *)pages[i].data;
+            m.data.len = pages[i].len;
+            m.checksum = XXH64(pages[i].data, pages[i].len, 0);
+        } else {
+            m.checksum = XXH64(NULL, 0, 0);
+        }
+        if (rpc_cstream_write_msg(s, &m.base) < 0)
+            return rpc_cstream_finish(s, st);
+    }
+    if (rpc_cstream_close_send(s) < 0)
+        return rpc_cstream_finish(s, st);
+    if ((rc = rpc_cstream_read(s, &msg)) == 1) {
+        Bloomgrid__V1__PushPagesResponse *r =
+            bloomgrid__v1__push_pages_response__unpack(
+                NULL, GRPC_SLICE_LENGTH(msg), GRPC_SLICE_START_PTR(msg));
+        grpc_slice_unref(msg);
+        if (r && merged)
+            *merged = r->pages_merged;
+        if (r)
+            bloomgrid__v1__push_pages_response__free_unpacked(r, NULL);
+    }
+    return rpc_cstream_finish(s, st);
+}
+
+int mw_get_shard(struct rpc_channel *ch, const char *filter, uint32_t shard,
+                 struct mw_shard *out, int timeout_ms, struct rpc_status *st)
+{
+    Bloomgrid__V1__GetShardRequest req = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
+    Bloomgrid__V1__InternalShardInfo *isi = NULL;
+
+    req.filter = (char *)filter;
+    req.shard_index = shard;
+    req.include_secret = true;
+    if (rpc_call(ch, "/bloomgrid.v1.Internal/GetShard", &req.base,
+                 &bloomgrid__v1__internal_shard_info__descriptor,
+                 (ProtobufCMessage **)&isi, timeout_ms, st) < 0)
+        return -1;
+    memset(out, 0, sizeof *out);
+    if (!isi->info || isi->secret.len != BF_SECRET_LEN) {
+        st_set(st, GRPC_STATUS_INTERNAL, "GetShard answered without the "
+               "geometry or the secret");
+        bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+        return -1;
+    }
+    out->shard_index = isi->shard_index;
+    out->shard_count = isi->shard_count ? isi->shard_count : 1;
+    out->kind = isi->info->kind;
+    out->capacity = isi->info->capacity;
+    out->error_rate = isi->info->error_rate;
+    out->version = isi->info->version;
+    memcpy(out->secret, isi->secret.data, BF_SECRET_LEN);
+    bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+    return 0;
+}
+
+int mw_create_shard(struct rpc_channel *ch, const char *filter,
+                    const struct mw_shard *sh, int timeout_ms,
+                    struct rpc_status *st)
+{
+    Bloomgrid__V1__CreateShardRequest req =
+        BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
+    Bloomgrid__V1__InternalShardInfo *isi = NULL;
+
+    req.filter = (char *)filter;
+    req.shard_index = sh->shard_index;
+    req.shard_count = sh->shard_count;
+    req.kind = sh->kind;
+    req.capacity = sh->capacity;
+    req.error_rate = sh->error_rate;
+    req.secret.data = (uint8_t *)sh->secret;
+    req.secret.len = BF_SECRET_LEN;
+    if (rpc_call(ch, "/bloomgrid.v1.Internal/CreateShard", &req.base,
+                 &bloomgrid__v1__internal_shard_info__descriptor,
+                 (ProtobufCMessage **)&isi, timeout_ms, st) < 0)
+        return -1;
+    bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+    return 0;
+}
+
+struct bf *mw_shard_filter(const struct mw_shard *sh, char *err)
+{
+    struct bf_params p = {.kind = (enum bf_kind)sh->kind,
+                          .capacity = sh->capacity,
+                          .error_rate = sh->error_rate,
+                          .shard_index = sh->shard_index,
+                          .shard_count = sh->shard_count,
+                          .secret = sh->secret};
+
+    bf_params_default(&p);
+    return bf_create(&p, err);
+}

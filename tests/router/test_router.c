@@ -327,6 +327,37 @@ static void test_cluster(void)
           "ListFilters");
     bloomgrid__v1__list_filters_response__free_unpacked(ls, NULL);
 
+    /* A shard gone from its node while the node's other shards answer (one
+     * call carries them all): the batch fails naming that shard and its
+     * node, and says which keys were acknowledged. */
+    CHECK(create_sharded(a, "part", 10000, P, 8, NULL, &st) == 0, "create part: %s",
+          st.message);
+    int holder = -1;
+    for (int i = 0; i < 3; i++) {
+        Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
+        ProtobufCMessage *dr = NULL;
+        ref.filter = "part";
+        ref.shard_index = 3;
+        if (rpc_call(c.node[i].ch, "/bloomgrid.v1.Internal/DropShard", &ref.base,
+                     &bloomgrid__v1__drop_shard_response__descriptor, &dr,
+                     TIMEOUT_MS, &st) == 0) {
+            holder = i;
+            protobuf_c_message_free_unpacked(dr, NULL);
+        }
+    }
+    CHECK(holder >= 0, "no node held shard 3 of part");
+    char **pk = make_keys("part", 0, 200);
+    char want[128];
+    snprintf(want, sizeof want, "shard 3 on node %s: NOT_FOUND", c.node[holder].addr);
+    CHECK(t_keys(a, "Add", "part", pk, 200, out, &st) == GRPC_STATUS_UNAVAILABLE,
+          "Add with shard 3 gone: %d %s", st.code, st.message);
+    CHECK(strstr(st.message, want) && strstr(st.message, "of 200 keys; not acknowledged"),
+          "Add with shard 3 gone: %s", st.message);
+    CHECK(t_keys(b, "MayContain", "part", pk, 200, out, &st) == GRPC_STATUS_UNAVAILABLE &&
+          strstr(st.message, want), "MayContain with shard 3 gone: %d %s", st.code,
+          st.message);
+    free_keys(pk, 200);
+
     /* Errors. */
     char *k1[] = {"x"};
     CHECK(t_keys(a, "MayContain", "nosuch", k1, 1, out, &st) == GRPC_STATUS_NOT_FOUND,

@@ -711,8 +711,16 @@ int main(int argc, char **argv)
     uint32_t k = (uint32_t)lround((double)m / (double)o.capacity * ln2);
 
     printf("node %s (durability %s), %d client threads (unless 1), %.1f s per workload, "
-           "%d keys per batch, stream window %d, %u-byte keys\n\n",
+           "%d keys per batch, stream window %d, %u-byte keys\n",
            addr, o.durability, o.threads, o.duration, o.batch, o.window, KEYLEN);
+    /* Other work on the machine moves every figure: say how busy it was. */
+    FILE *la = fopen("/proc/loadavg", "r");
+    double l1 = 0;
+    if (la && fscanf(la, "%lf", &l1) == 1)
+        printf("load average at start %.2f on %ld CPUs\n", l1, sysconf(_SC_NPROCESSORS_ONLN));
+    if (la)
+        fclose(la);
+    printf("\n");
     printf("| system | workload           | threads | keys/call | keys/s | calls/s | p50 µs | p99 µs | p999 µs |\n");
     printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     /* Single keys run twice: one client thread (latency without queueing)

@@ -16,6 +16,42 @@
 
 const char *harness_node_bin = "bloomgrid-node";
 
+/* Nodes still running when the test exits (a failed CHECK) are killed, so a
+ * failure never leaves processes behind. */
+#define MAX_LIVE 64
+static pid_t live[MAX_LIVE];
+
+static void kill_live(void)
+{
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (live[i] > 0) {
+            kill(live[i], SIGKILL);
+            waitpid(live[i], NULL, 0);
+            live[i] = 0;
+        }
+}
+
+static void live_add(pid_t pid)
+{
+    static bool registered;
+    if (!registered) {
+        atexit(kill_live);
+        registered = true;
+    }
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (live[i] == 0) {
+            live[i] = pid;
+            return;
+        }
+}
+
+static void live_remove(pid_t pid)
+{
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (live[i] == pid)
+            live[i] = 0;
+}
+
 void harness_tmpdir(char *out, size_t len, const char *tag)
 {
     const char *base = getenv("BLOOMGRID_TEST_TMP");
@@ -58,6 +94,7 @@ void node_start(struct node_proc *np, const char *dir, const char *const *extra)
         _exit(127);
     }
     close(pfd[1]);
+    live_add(pid);
     char buf[256];
     size_t got = 0;
     while (got < sizeof buf - 1) {
@@ -96,6 +133,7 @@ int node_stop(struct node_proc *np, int sig)
         return -1;
     kill(np->pid, sig);
     CHECK(waitpid(np->pid, &status, 0) == np->pid, "waitpid");
+    live_remove(np->pid);
     np->pid = 0;
     if (WIFEXITED(status))
         return WEXITSTATUS(status);

@@ -1,0 +1,112 @@
+/* merger_sources: the sources file of bloomgrid-merger (libinih).
+ *
+ *     [filter events]
+ *     datacenter = dc1 /etc/bloomgrid/topology-dc1.ini   ; repeatable
+ *     datacenter = dc2 /etc/bloomgrid/topology-dc2.ini
+ *     partial = /data/partials/events-batch-7.bf         ; repeatable
+ */
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "merger.h"
+
+struct parse {
+    struct mg_filter_conf *out;
+    size_t max, n;
+    const char *path;
+    char *err;
+    char msg[300];
+    bool failed;
+};
+
+/* libinih returns the line of the first entry a handler refused. */
+static int fail(struct parse *p, const char *what, const char *v)
+{
+    if (!p->failed)
+        snprintf(p->msg, sizeof p->msg, "%s%s%.200s", what, v ? ": " : "",
+                 v ? v : "");
+    p->failed = true;
+    return 0;
+}
+
+static int on_entry(void *user, const char *section, const char *name,
+                    const char *value)
+{
+    struct parse *p = user;
+    struct mg_filter_conf *f;
+
+    if (strncmp(section, "filter ", 7) != 0 || !section[7])
+        return fail(p, "sections must be [filter NAME]", section);
+    if (p->n == 0 || strcmp(p->out[p->n - 1].name, section + 7) != 0) {
+        for (size_t i = 0; i < p->n; i++)
+            if (!strcmp(p->out[i].name, section + 7))
+                return fail(p, "filter listed twice", section + 7);
+        if (p->n == p->max)
+            return fail(p, "too many filters", NULL);
+        if (strlen(section + 7) >= sizeof p->out[0].name)
+            return fail(p, "filter name too long", section + 7);
+        f = &p->out[p->n++];
+        memset(f, 0, sizeof *f);
+        snprintf(f->name, sizeof f->name, "%s", section + 7);
+    }
+    f = &p->out[p->n - 1];
+    if (!strcmp(name, "datacenter")) {
+        char dc[64], path[MG_PATH_MAX];
+        if (f->ndc == MG_MAX_DC)
+            return fail(p, "too many datacenters", NULL);
+        if (sscanf(value, "%63s %1023s", dc, path) != 2)
+            return fail(p, "expected \"datacenter = NAME TOPOLOGY-FILE\"",
+                        value);
+        for (unsigned i = 0; i < f->ndc; i++)
+            if (!strcmp(f->dc[i], dc))
+                return fail(p, "datacenter listed twice", dc);
+        snprintf(f->dc[f->ndc], sizeof f->dc[0], "%s", dc);
+        snprintf(f->topo[f->ndc++], MG_PATH_MAX, "%s", path);
+    } else if (!strcmp(name, "partial")) {
+        if (f->npart == MG_MAX_PARTIALS)
+            return fail(p, "too many partials", NULL);
+        snprintf(f->part[f->npart++], MG_PATH_MAX, "%s", value);
+    } else {
+        return fail(p, "unknown key (datacenter, partial)", name);
+    }
+    return 1;
+}
+
+int merger_sources_load(const char *path, struct mg_filter_conf *out,
+                        size_t max, char *err)
+{
+    struct parse p = {.out = out, .max = max, .path = path, .err = err};
+    int rc = ini_parse(path, on_entry, &p);
+
+    if (rc < 0) {
+        snprintf(err, MG_ERRLEN, "cannot read sources file %.400s", path);
+        return -1;
+    }
+    if (p.failed) {
+        snprintf(err, MG_ERRLEN, "%.180s:%d: %.300s", path, rc, p.msg);
+        return -1;
+    }
+    if (rc > 0) {
+        snprintf(err, MG_ERRLEN, "%.400s:%d: syntax error", path, rc);
+        return -1;
+    }
+    if (p.n == 0) {
+        snprintf(err, MG_ERRLEN, "%.400s: no [filter NAME] section", path);
+        return -1;
+    }
+    for (size_t i = 0; i < p.n; i++)
+        if (out[i].ndc == 0 && out[i].npart == 0) {
+            snprintf(err, MG_ERRLEN, "%.200s: filter \"%.128s\" has no datacenter "
+                     "and no partial", path, out[i].name);
+            return -1;
+        }
+        else if (out[i].ndc == 0) {
+            snprintf(err, MG_ERRLEN, "%.200s: filter \"%.128s\" needs at least one "
+                     "datacenter (the shards' template and where the merged "
+                     "result goes)", path, out[i].name);
+            return -1;
+        }
+    return (int)p.n;
+}

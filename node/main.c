@@ -24,6 +24,7 @@
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "log.h"
 #include "node.h"
+#include "node_rpc.h"
 #include "rpc_server.h"
 #include "store.h"
 
@@ -109,6 +110,7 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
 
     enum log_level lvl;
+    node_pages_set_replica(strcmp(n.cfg.role, "replica") == 0);
     if (log_level_parse(n.cfg.log_level, &lvl) == 0)
         log_set_level(lvl);
     log_set_ident("bloomgrid-node");

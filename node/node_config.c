@@ -35,6 +35,10 @@ static const struct setting settings[] = {
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
+    {"role", SETTING_ENUM, 0, 0, "primary|replica", "primary", F(role),
+     "replica: a read replica fed by bloomgrid-merger (PushPages): serves "
+     "queries, refuses writes with FAILED_PRECONDITION and reports the "
+     "primary's version it covers (docs/MERGER.md)"},
 };
 
 static const struct settings_spec spec = {

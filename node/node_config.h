@@ -26,6 +26,7 @@ struct node_config {
     uint64_t max_streams;
     uint64_t shutdown_grace_ms;
     char log_level[16];
+    char role[16];                /* "primary" or "replica" */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node

@@ -268,6 +268,9 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
     int rc = -1;
     if (!sf)
         return -1;
+    if (op != OP_MAY_CONTAIN &&
+        node_rpc__refuse_on_replica(r, op == OP_ADD ? "Add" : "Remove"))
+        goto out;
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *p = data + 16 * i;
         uint64_t h1 = 0, h2 = 0;
@@ -319,7 +322,10 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
         node_rpc__store_error(r, sf, label, src, err);
         goto out;
     }
-    *version = store_filter_version(sf);
+    /* A replica's version is the primary's that its pages cover. */
+    *version = node_pages_is_replica()
+                   ? node_pages_replica_version(store_filter_name(sf))
+                   : store_filter_version(sf);
     rc = 0;
 out:
     store_put(sf);

@@ -246,6 +246,9 @@ static void run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
                         "%s: the request names no filter", op_names[op]);
         return;
     }
+    if (op != OP_MAY_CONTAIN &&
+        node_rpc__refuse_on_replica(r, op == OP_ADD ? "Add" : "Remove"))
+        return;
     if (node_rpc__scratch_reserve(sc, kb.n ? kb.n : 1) < 0) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;

@@ -109,6 +109,12 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
  * a read replica reports as its version; 0 when nothing was pushed since
  * the node started. */
 uint64_t node_pages_replica_version(const char *sname);
+/* Read-replica mode (setting role = replica), set once at start-up. */
+void node_pages_set_replica(bool replica);
+bool node_pages_is_replica(void);
+/* On a read replica, set FAILED_PRECONDITION for a write (what: "Add")
+ * and return true. */
+bool node_rpc__refuse_on_replica(struct rpc_reply *r, const char *what);
 void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                               struct rpc_reply *r);
 void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,

@@ -221,7 +221,7 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     size_t limit = 0;
 
     struct store *s = node_rpc__need_store(n, &r);
-    if (!s)
+    if (!s || node_rpc__refuse_on_replica(&r, "Import"))
         goto done;
     for (;;) {
         int rc = rpc_stream_read(st, &buf, &len);

@@ -7,7 +7,9 @@
  *   converge  disjoint keys added in each datacenter; after one round every
  *             key is present through both routers and on every replica; a
  *             second round ships 0 bytes; keys added while a round runs are
- *             present after the next one; the daemon's RunRound and Status
+ *             present after the next one; the daemon's RunRound and Status;
+ *             replicas refuse Add, and with a primary killed the router
+ *             reads from its caught-up replica
  *   kill      the merger killed (SIGKILL) between its pulls and its pushes,
  *             and again mid-push, then restarted: everything converges, and
  *             no replica ever answers "absent" for a key it reported before
@@ -140,6 +142,7 @@ static void write_topo(const char *path, const struct dc *d, bool view)
 static void start_dcs(void)
 {
     const char *fast[] = {"--durability", "none", NULL};
+    const char *replica[] = {"--durability", "none", "--role", "replica", NULL};
     for (int i = 0; i < 2; i++) {
         struct dc *d = &dcs[i];
         char dir[600];
@@ -147,7 +150,7 @@ static void start_dcs(void)
             snprintf(dir, sizeof dir, "%s/%s-p%d", tdir, d->name, g);
             node_start(&d->prim[g], dir, fast);
             snprintf(dir, sizeof dir, "%s/%s-r%d", tdir, d->name, g);
-            node_start(&d->repl[g], dir, fast);
+            node_start(&d->repl[g], dir, replica);
         }
         snprintf(d->topo, sizeof d->topo, "%s/%s.ini", tdir, d->name);
         snprintf(d->view_topo, sizeof d->view_topo, "%s/%s-view.ini", tdir,
@@ -427,6 +430,18 @@ static void test_converge(void)
     CHECK(ms->rounds >= 2 && ms->last && ms->last->round >= 2, "status rounds");
     bloomgrid__v1__merger_status__free_unpacked(ms, NULL);
     proc_stop(&md);
+
+    /* Replicas refuse writes; with a primary gone, the router reads from
+     * its replica, which covers every version the router has seen. */
+    bool one = false;
+    CHECK(t_keys(dcs[0].view.ch, "Add", "f", k1, 1, &one, &st) ==
+              GRPC_STATUS_FAILED_PRECONDITION && strstr(st.message, "replica"),
+          "Add on a replica: %d %s", st.code, st.message);
+    node_stop(&dcs[0].prim[0], SIGKILL);
+    CHECK(count_present(dcs[0].router.ch, k1, NKEYS, NULL) == NKEYS,
+          "reads did not fall back to the caught-up replica");
+    CHECK(count_present(dcs[0].router.ch, k2, NKEYS, NULL) == NKEYS,
+          "reads did not fall back to the caught-up replica (dc2 keys)");
 
     free_keys(k1, NKEYS);
     free_keys(k2, NKEYS);

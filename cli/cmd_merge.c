@@ -3,11 +3,13 @@
  * Inputs are loaded one at a time into the first one, so memory holds two
  * filters at most.  Before each merge the projected fill and false-positive
  * rate are reported, so an over-full result is visible before it is used.
- * OUT is written only after every input merged cleanly.
+ * OUT is written only after every input merged cleanly.  Shard bundles (a
+ * router's export, or partials built --like one) merge shard by shard.
  */
 #include <getopt.h>
 #include <string.h>
 
+#include "bundle.h"
 #include "cli.h"
 
 struct merge_opts {
@@ -59,6 +61,66 @@ static int merge_parse(struct merge_opts *o, int argc, char **argv)
     return merge_check_out(o);
 }
 
+/* Merge src (from file path) into dst, reporting the projection; src stays
+ * the caller's. */
+static int merge_filter(struct bf *dst, const char *first, const char *path,
+                        const struct bf *src)
+{
+    struct bf_merge_projection proj;
+    char err[BF_ERRLEN] = "";
+    const char *field;
+
+    field = bf_mismatch(dst, src);
+    if (field)
+        return cli_fail("merge: %s cannot be merged into %s: different %s",
+                        path, first, field);
+    if (bf_merge_project(dst, src, &proj, err) < 0)
+        return cli_fail("merge: %s: %s", path, err);
+    if (proj.over_target)
+        fprintf(stderr, "merge: + %s: shard %u: projected FPR %.4g is above "
+                "the target error rate\n", path, bf_shard_index(dst),
+                proj.estimated_fpr);
+    if (bf_merge_from(dst, src, err) < 0)
+        return cli_fail("merge: %s: %s", path, err);
+    return 0;
+}
+
+/* Bundles: every input a bundle with the same shard count, merged shard by
+ * shard into the first. */
+static int merge_bundles(const struct merge_opts *o)
+{
+    char err[BF_ERRLEN] = "";
+    struct bundle *dst = bundle_load(o->inputs[0], err);
+    int rc = 0;
+
+    if (!dst)
+        return cli_fail("merge: %s: %s", o->inputs[0], err);
+    for (int i = 1; i < o->ninputs && rc == 0; i++) {
+        struct bundle *src = bundle_load(o->inputs[i], err);
+        if (!src) {
+            rc = cli_fail("merge: %s: %s%s", o->inputs[i], err,
+                          bundle_file_is(o->inputs[i]) ? ""
+                          : " (bundles merge only with bundles)");
+            break;
+        }
+        if (src->count != dst->count)
+            rc = cli_fail("merge: %s cannot be merged into %s: different "
+                          "shard_count (%u, not %u)", o->inputs[i],
+                          o->inputs[0], src->count, dst->count);
+        for (uint32_t s = 0; rc == 0 && s < dst->count; s++)
+            rc = merge_filter(dst->shard[s], o->inputs[0], o->inputs[i],
+                              src->shard[s]);
+        if (rc == 0)
+            fprintf(stderr, "merge: + %s: %u shards\n", o->inputs[i],
+                    src->count);
+        bundle_destroy(src);
+    }
+    if (rc == 0 && bundle_save(dst, o->out, err) < 0)
+        rc = cli_fail("merge: cannot write %s: %s", o->out, err);
+    bundle_destroy(dst);
+    return rc;
+}
+
 /* Merge the filter in file path into dst, reporting the projection. */
 static int merge_one(struct bf *dst, const char *first, const char *path)
 {
@@ -102,6 +164,8 @@ int cmd_merge(int argc, char **argv)
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
+    if (bundle_file_is(o.inputs[0]))
+        return merge_bundles(&o);
     dst = cli_load(o.inputs[0]);
     if (!dst)
         return CLI_ERR;

@@ -89,6 +89,8 @@ static const struct help_entry help_entries[] = {
      "the mismatching field is named and nothing is written.  The projected\n"
      "fill and false-positive rate are reported on stderr.  OUT may be new or\n"
      "one of the inputs; replacing another existing file needs --force.\n"
+     "Shard bundles (a router's export, or partials built --like one) merge\n"
+     "shard by shard, with bundles only.\n"
      "\n"
      "example:\n"
      "  bloomgrid merge all.bf part-0.bf part-1.bf part-2.bf\n"},

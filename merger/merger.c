@@ -60,6 +60,8 @@ struct mg_shard {
     char fp[17];
     uint64_t body_bytes, npages;
     uint64_t *stamp;           /* per page: round of the last change */
+    uint8_t *have;             /* this round, per page: bit d when the
+                                  primary of datacenter d sent it whole */
     struct mg_src src[MG_MAX_DC];
     struct mg_target *tg;
     size_t ntg, captg;
@@ -290,7 +292,8 @@ static int shard_init(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     s->body_bytes = li.body_bytes;
     s->npages = (li.body_bytes + PAGE_BYTES - 1) / PAGE_BYTES;
     s->stamp = calloc(s->npages ? s->npages : 1, sizeof *s->stamp);
-    if (!s->stamp) {
+    s->have = calloc(s->npages ? s->npages : 1, 1);
+    if (!s->stamp || !s->have) {
         strfmt(err, MG_ERRLEN, "out of memory");
         return -ENOMEM;
     }
@@ -407,9 +410,12 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
     return 0;
 }
 
+/* Pull from one datacenter's primary and OR the pages in.  The pages stay
+ * in *pp (the caller frees pp->buf) to tell later which of them the source
+ * already holds in full. */
 static void pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                      unsigned d, const char *addr, uint64_t round,
-                     struct mg_report *rep)
+                     struct mg_report *rep, struct pulled *pp)
 {
     struct rpc_channel *ch = chan(m, addr);
     struct pulled p = {.s = s};
@@ -452,7 +458,7 @@ static void pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         rep->pages_changed += shard_or(s, off, p.buf + o + 16, len, round);
         o += 16 + len;
     }
-    free(p.buf);
+    *pp = p;
     rep->pages_pulled += end.pages;
     rep->bytes_pulled += end.bytes;
     s->src[d] = (struct mg_src){end.epoch, end.version, end.store_version, t0};
@@ -557,7 +563,8 @@ static void push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     if (!pg)
         return;
     for (uint64_t p = 0; p < s->npages; p++) {
-        if (s->stamp[p] <= t->acked)
+        if (s->stamp[p] <= t->acked ||
+            (!t->replica && (s->have[p] & (1u << t->dc))))
             continue;
         uint64_t off = p * PAGE_BYTES;
         size_t len = s->body_bytes - off < PAGE_BYTES
@@ -654,6 +661,7 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
                 for (uint32_t j = 0; j <= i; j++) {
                     bf_destroy(f->sh[j].g);
                     free(f->sh[j].stamp);
+                    free(f->sh[j].have);
                 }
                 free(f->sh);
                 f->sh = NULL;
@@ -674,12 +682,30 @@ static void shard_round(struct merger *m, struct mg_filter *f,
 
     memcpy(old, s->src, sizeof old);
 
+    struct pulled pl[MG_MAX_DC] = {{0}};
     for (unsigned d = 0; d < f->c.ndc; d++) {
         unsigned g = topo_group_for(topos[d], f->c.name, s->index);
-        pull_one(m, f, s, d, topos[d]->groups[g].primary, round, rep);
+        pull_one(m, f, s, d, topos[d]->groups[g].primary, round, rep, &pl[d]);
     }
     for (unsigned i = 0; i < f->c.npart; i++)
         partial_one(f, s, i, round, rep);
+    /* A page a primary sent that equals the merged page needs no push back
+     * to that primary. */
+    memset(s->have, 0, s->npages);
+    const uint8_t *body = (const uint8_t *)bf_layer_body_const(s->g, 0);
+    for (unsigned d = 0; d < f->c.ndc; d++) {
+        for (size_t o = 0; o < pl[d].len;) {
+            uint64_t off, len;
+            memcpy(&off, pl[d].buf + o, 8);
+            memcpy(&len, pl[d].buf + o + 8, 8);
+            if (off % PAGE_BYTES == 0 &&
+                (len == PAGE_BYTES || off + len == s->body_bytes) &&
+                memcmp(pl[d].buf + o + 16, body + off, len) == 0)
+                s->have[off / PAGE_BYTES] |= (uint8_t)(1u << d);
+            o += 16 + len;
+        }
+        free(pl[d].buf);
+    }
     if (rep->pages_changed != before) {
         struct bf_stats bs;
         bf_stats(s->g, &bs);
@@ -867,6 +893,7 @@ void merger_destroy(struct merger *m)
         for (uint32_t j = 0; m->f[i].sh && j < m->f[i].nshards; j++) {
             bf_destroy(m->f[i].sh[j].g);
             free(m->f[i].sh[j].stamp);
+            free(m->f[i].sh[j].have);
             free(m->f[i].sh[j].tg);
         }
         free(m->f[i].sh);

@@ -358,6 +358,65 @@ static void test_cluster(void)
           st.message);
     free_keys(pk, 200);
 
+    /* The node's multi-shard call directly: each entry answers on its own. */
+    Bloomgrid__V1__ListShardsRequest lsr = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    Bloomgrid__V1__ListShardsResponse *lsp = NULL;
+    CHECK(rpc_call(c.node[holder].ch, "/bloomgrid.v1.Internal/ListShards", &lsr.base,
+                   &bloomgrid__v1__list_shards_response__descriptor,
+                   (ProtobufCMessage **)&lsp, TIMEOUT_MS, &st) == 0, "ListShards: %s",
+          st.message);
+    int other = -1;
+    for (size_t i = 0; i < lsp->n_shards; i++)
+        if (strcmp(lsp->shards[i]->filter, "part") == 0)
+            other = (int)lsp->shards[i]->shard_index;
+    bloomgrid__v1__list_shards_response__free_unpacked(lsp, NULL);
+    CHECK(other >= 0 && other != 3, "node %d holds no other shard of part", holder);
+    uint8_t hbytes[32] = {1, 2, 3};
+    Bloomgrid__V1__ShardHashes e0 = BLOOMGRID__V1__SHARD_HASHES__INIT;
+    Bloomgrid__V1__ShardHashes e1 = BLOOMGRID__V1__SHARD_HASHES__INIT;
+    Bloomgrid__V1__ShardHashes *ents[] = {&e0, &e1};
+    Bloomgrid__V1__MultiHashesRequest mq = BLOOMGRID__V1__MULTI_HASHES_REQUEST__INIT;
+    Bloomgrid__V1__MultiHashesResponse *mr = NULL;
+    e0.shard_index = (uint32_t)other;
+    e0.hashes.data = hbytes;
+    e0.hashes.len = 32;
+    e1.shard_index = 3;
+    e1.hashes.data = hbytes;
+    e1.hashes.len = 16;
+    mq.filter = "part";
+    mq.n_shards = 2;
+    mq.shards = ents;
+    CHECK(rpc_call(c.node[holder].ch, "/bloomgrid.v1.Internal/MayContainMultiHashes",
+                   &mq.base, &bloomgrid__v1__multi_hashes_response__descriptor,
+                   (ProtobufCMessage **)&mr, TIMEOUT_MS, &st) == 0, "multi: %s",
+          st.message);
+    CHECK(mr->n_shards == 2, "multi: %zu results", mr->n_shards);
+    CHECK(mr->shards[0]->shard_index == (uint32_t)other && mr->shards[0]->code == 0 &&
+          mr->shards[0]->n_results == 2, "multi entry 0: shard %u code %d, %zu results",
+          mr->shards[0]->shard_index, mr->shards[0]->code, mr->shards[0]->n_results);
+    CHECK(mr->shards[1]->shard_index == 3 &&
+          mr->shards[1]->code == GRPC_STATUS_NOT_FOUND &&
+          strstr(mr->shards[1]->message, "shard 3") && mr->shards[1]->n_results == 0,
+          "multi entry 1: code %d: %s", mr->shards[1]->code, mr->shards[1]->message);
+    bloomgrid__v1__multi_hashes_response__free_unpacked(mr, NULL);
+    mq.secret_id = 12345;   /* not this filter's secret: refused per shard */
+    mq.n_shards = 1;
+    CHECK(rpc_call(c.node[holder].ch, "/bloomgrid.v1.Internal/AddMultiHashes",
+                   &mq.base, &bloomgrid__v1__multi_hashes_response__descriptor,
+                   (ProtobufCMessage **)&mr, TIMEOUT_MS, &st) == 0, "multi: %s",
+          st.message);
+    CHECK(mr->n_shards == 1 && mr->shards[0]->code == GRPC_STATUS_FAILED_PRECONDITION &&
+          strstr(mr->shards[0]->message, "another secret"), "multi secret: %d %s",
+          mr->n_shards ? mr->shards[0]->code : -1,
+          mr->n_shards ? mr->shards[0]->message : "");
+    bloomgrid__v1__multi_hashes_response__free_unpacked(mr, NULL);
+    e0.hashes.len = 15;     /* not a multiple of 16: the call is refused */
+    CHECK(rpc_call(c.node[holder].ch, "/bloomgrid.v1.Internal/MayContainMultiHashes",
+                   &mq.base, &bloomgrid__v1__multi_hashes_response__descriptor,
+                   (ProtobufCMessage **)&mr, TIMEOUT_MS, &st) ==
+          -1 && st.code == GRPC_STATUS_INVALID_ARGUMENT, "multi 15 bytes: %d %s",
+          st.code, st.message);
+
     /* Errors. */
     char *k1[] = {"x"};
     CHECK(t_keys(a, "MayContain", "nosuch", k1, 1, out, &st) == GRPC_STATUS_NOT_FOUND,

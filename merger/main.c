@@ -49,6 +49,8 @@ static const struct setting settings[] = {
      "four times as much"},
     {"max_message_size", SETTING_UINT, 1u << 20, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
+    {"workers", SETTING_UINT, 1, 256, NULL, "4", F(workers),
+     "shards pulled, merged and pushed at once (threads)"},
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info",
      F(log_level), "least severe log level printed"},
 };

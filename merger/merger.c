@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,7 @@ struct merger {
     struct mg_chan *chans;
     size_t nchans, capchans;
     uint64_t round;
+    pthread_mutex_t chan_mu;   /* chans */
     pthread_mutex_t mu;        /* last, rounds_done, total */
     struct mg_report last;
     uint64_t rounds_done, total;
@@ -134,24 +136,29 @@ static void rep_msg(struct mg_report *rep, bool error, const char *fmt, ...)
         strfmt(rep->msg[rep->nmsg++], MG_ERRLEN, "%s", buf);
 }
 
+/* The channel to a node (kept for the merger's life); thread-safe. */
 static struct rpc_channel *chan(struct merger *m, const char *addr)
 {
-    for (size_t i = 0; i < m->nchans; i++)
+    struct rpc_channel *ch = NULL;
+
+    pthread_mutex_lock(&m->chan_mu);
+    for (size_t i = 0; i < m->nchans && !ch; i++)
         if (!strcmp(m->chans[i].addr, addr))
-            return m->chans[i].ch;
-    if (m->nchans == m->capchans) {
+            ch = m->chans[i].ch;
+    if (!ch && m->nchans == m->capchans) {
         size_t cap = m->capchans ? 2 * m->capchans : 16;
         void *nv = realloc(m->chans, cap * sizeof *m->chans);
         if (!nv)
-            return NULL;
+            goto out;
         m->chans = nv;
         m->capchans = cap;
     }
-    struct rpc_channel *ch = rpc_channel_create(addr, m->cfg.max_message_size);
-    if (!ch)
-        return NULL;
-    strfmt(m->chans[m->nchans].addr, TOPO_ADDR_MAX + 1, "%s", addr);
-    m->chans[m->nchans++].ch = ch;
+    if (!ch && (ch = rpc_channel_create(addr, m->cfg.max_message_size))) {
+        strfmt(m->chans[m->nchans].addr, TOPO_ADDR_MAX + 1, "%s", addr);
+        m->chans[m->nchans++].ch = ch;
+    }
+out:
+    pthread_mutex_unlock(&m->chan_mu);
     return ch;
 }
 
@@ -779,6 +786,81 @@ static void report_lag(struct merger *m, struct mg_report *rep)
     rep->nlag = k;
 }
 
+/* Shards of one filter are independent: workers take them in turn from one
+ * counter, each with a report of its own, added up at the end. */
+struct shard_pool {
+    struct merger *m;
+    struct mg_filter *f;
+    struct topo **topos;
+    uint64_t round;
+    atomic_uint next;
+};
+
+struct shard_work {
+    struct shard_pool *pool;
+    pthread_t th;
+    bool started;
+    struct mg_report rep;
+};
+
+static void rep_add(struct mg_report *to, const struct mg_report *from)
+{
+    to->bytes_pulled += from->bytes_pulled;
+    to->bytes_pushed += from->bytes_pushed;
+    to->pages_pulled += from->pages_pulled;
+    to->pages_pushed += from->pages_pushed;
+    to->pages_changed += from->pages_changed;
+    to->errors += from->errors;
+    for (unsigned i = 0; i < from->nmsg && to->nmsg < 16; i++)
+        memcpy(to->msg[to->nmsg++], from->msg[i], MG_ERRLEN);
+}
+
+static void *shard_worker(void *arg)
+{
+    struct shard_work *w = arg;
+    struct shard_pool *p = w->pool;
+    unsigned j;
+
+    while ((j = atomic_fetch_add(&p->next, 1)) < p->f->nshards)
+        shard_round(p->m, p->f, &p->f->sh[j], p->topos, p->round, &w->rep);
+    return NULL;
+}
+
+static void filter_round(struct merger *m, struct mg_filter *f,
+                         struct topo **topos, struct mg_report *rep)
+{
+    struct shard_pool pool = {.m = m, .f = f, .topos = topos,
+                              .round = rep->round};
+    unsigned nw = (unsigned)m->cfg.workers;
+    struct shard_work *w;
+
+    if (nw < 1)
+        nw = 1;
+    if (nw > f->nshards)
+        nw = f->nshards;
+    atomic_init(&pool.next, 0);
+    if (!(w = calloc(nw, sizeof *w))) {
+        rep_msg(rep, true, "out of memory for %u workers", nw);
+        return;
+    }
+    for (unsigned i = 0; i < nw; i++) {
+        w[i].pool = &pool;
+        w[i].rep.round = rep->round;
+        /* Worker 0 is this thread; a worker that cannot start is not
+         * needed (the others take its shards). */
+        if (i > 0)
+            w[i].started = pthread_create(&w[i].th, NULL, shard_worker,
+                                          &w[i]) == 0;
+    }
+    shard_worker(&w[0]);
+    for (unsigned i = 0; i < nw; i++) {
+        if (w[i].started)
+            pthread_join(w[i].th, NULL);
+        rep_add(rep, &w[i].rep);
+    }
+    free(w);
+}
+
 int merger_round(struct merger *m, struct mg_report *rep)
 {
     char err[TOPO_ERRLEN];
@@ -797,8 +879,7 @@ int merger_round(struct merger *m, struct mg_report *rep)
                 ok = false;
             }
         if (ok && filter_prepare(m, f, topos, rep) == 0)
-            for (uint32_t j = 0; j < f->nshards; j++)
-                shard_round(m, f, &f->sh[j], topos, rep->round, rep);
+            filter_round(m, f, topos, rep);
         for (unsigned d = 0; d < f->c.ndc; d++)
             topo_unref(topos[d]);
     }
@@ -879,6 +960,7 @@ struct merger *merger_create(const struct merger_config *cfg,
     for (size_t i = 0; i < n; i++)
         m->f[i].c = filters[i];
     m->nf = n;
+    pthread_mutex_init(&m->chan_mu, NULL);
     /* Round 1 is what was loaded from disk: the first round is 2. */
     m->round = 1;
     pthread_mutex_init(&m->mu, NULL);
@@ -903,6 +985,7 @@ void merger_destroy(struct merger *m)
     free(m->chans);
     mg_report_free(&m->last);
     pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->chan_mu);
     free(m->f);
     free(m);
 }

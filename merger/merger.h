@@ -18,7 +18,9 @@
  * and secret of the first datacenter that has them.
  *
  * Threads: merger_round is called by one thread at a time (the caller
- * serializes); merger_last_report may be called from any thread.
+ * serializes); it runs the shards of a filter on `workers` threads (each
+ * shard's state is touched by one of them only).  merger_last_report may be
+ * called from any thread.
  */
 #ifndef BLOOMGRID_MERGER_H
 #define BLOOMGRID_MERGER_H
@@ -40,6 +42,7 @@ struct merger_config {
     uint64_t interval_s;
     uint64_t node_timeout_ms;
     uint64_t max_message_size;
+    uint64_t workers;             /* shards handled at once */
     char log_level[16];
 };
 

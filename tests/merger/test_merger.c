@@ -15,7 +15,9 @@
  *             no replica ever answers "absent" for a key it reported before
  *   refuse    a partial file of another filter is refused naming the field
  *             (secret), one of the same filter is merged; a shard re-created
- *             with another secret in one datacenter is refused
+ *             with another secret in one datacenter is refused; a partial
+ *             that over-fills a shard is merged with a warning; a broken
+ *             sources file is refused naming its line
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -549,6 +551,49 @@ static void test_refuse(void)
           "shard with another secret not refused:\n%s", o.text);
     free(k);
     free_keys(all, 5000);
+
+    /* A partial that over-fills shard 3 is merged with a warning. */
+    for (g = 0; g < 2; g++)
+        if (mw_get_shard(dcs[0].prim[g].ch, "f", 3, &sh, TIMEOUT_MS, &st) == 0)
+            break;
+    CHECK(g < 2, "shard 3 not found");
+    p = mw_shard_filter(&sh, err);
+    uint64_t x = 1;
+    for (int i = 0; i < 3000000; i++) {
+        struct bf_hash h;
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        h.h1 = x;
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        h.h2 = x;
+        bf_add_hash(p, h);
+    }
+    char full[700];
+    snprintf(full, sizeof full, "%s/full.bf", tdir);
+    CHECK(bf_file_save(p, full, err) == 0, "%s", err);
+    bf_destroy(p);
+    snprintf(partials, sizeof partials, "partial = %s\n", full);
+    write_merger_config(partials);
+    merger_once(&o, 0, 0);
+    /* (The round still reports shard 2's other secret: exit 1.) */
+    CHECK(strstr(o.text, "full.bf") && strstr(o.text, "exceeds the target"),
+          "over-full partial not warned about:\n%s", o.text);
+
+    /* A broken sources file is refused naming the file and line. */
+    FILE *f = fopen(sources, "w");
+    fprintf(f, "[filter f]\ndatacenter = dc1\n");
+    fclose(f);
+    merger_once(&o, 0, 0);
+    char log[700], text[4096] = "";
+    snprintf(log, sizeof log, "%s/merger.log", tdir);
+    f = fopen(log, "r");
+    CHECK(f, "merger log");
+    fseek(f, 0, SEEK_END);
+    long end = ftell(f);
+    fseek(f, end > 4000 ? end - 4000 : 0, SEEK_SET);
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    CHECK(o.status == 2 && strstr(text, "sources.ini:2"),
+          "bad sources file: exit %d, log tail:\n%s", o.status, text);
     stop_all();
 }
 

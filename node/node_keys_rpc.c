@@ -19,48 +19,11 @@
 #include "node_rpc.h"
 #include "rpc_server.h"
 #include "store.h"
+#include "wire.h"
 
 static const char *const op_names[] = {"Add", "MayContain", "Remove"};
 
 /* ---- hand-written wire codec for the key batches ---- */
-
-/* Read a varint at *p (< end).  Returns false when truncated or longer than
- * 10 bytes. */
-static inline bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    uint64_t x = 0;
-    const uint8_t *q = *p;
-    for (int shift = 0; shift < 70 && q < end; shift += 7) {
-        uint8_t b = *q++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *p = q;
-            *v = x;
-            return true;
-        }
-    }
-    return false;
-}
-
-static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static inline size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
 
 /* Decoded key batch (AddRequest, MayContainRequest, RemoveRequest share the
  * layout: 1 = filter name, 2 = repeated bytes keys). */

@@ -25,6 +25,7 @@
 #include "node_rpc.h"
 #include "rpc_server.h"
 #include "store.h"
+#include "wire.h"
 
 #define MULTI_THREADS 8     /* threads (the caller's included) per write */
 
@@ -59,26 +60,6 @@ static void *job_worker(void *p)
             return NULL;
         job_run_entry(j, k);
     }
-}
-
-static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static inline size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
 }
 
 /* Length of entry k's ShardResult (without its own tag and length). */

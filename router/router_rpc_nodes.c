@@ -28,6 +28,7 @@
 #include "router_nodes.h"
 #include "router_rpc.h"
 #include "rpc_client.h"
+#include "wire.h"
 
 #define M_GET "/bloomgrid.v1.Internal/GetShard"
 
@@ -232,42 +233,6 @@ static struct scratch *scratch_get(size_t n)
         s->cap = cap;
     }
     return s;
-}
-
-static inline uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
-static inline size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static inline bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    uint64_t x = 0;
-    const uint8_t *q = *p;
-    for (int shift = 0; shift < 70 && q < end; shift += 7) {
-        uint8_t b = *q++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *p = q;
-            *v = x;
-            return true;
-        }
-    }
-    return false;
 }
 
 static inline void put_le64(uint8_t *p, uint64_t v)

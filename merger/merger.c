@@ -580,9 +580,8 @@ static void push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         bytes += len;
     }
     /* A primary needs nothing when nothing changed; a replica still hears
-     * the version it now covers. */
-    if (n == 0 && (!t->replica ||
-                   t->version == s->src[t->dc].store_version)) {
+     * the version it covers every round (it forgets it when it restarts). */
+    if (n == 0 && !t->replica) {
         t->acked = round;
         free(pg);
         return;

@@ -285,6 +285,12 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
                         "PullPages needs one PullPagesRequest");
         goto done;
     }
+    if (m->page_size != 0 && m->page_size != PAGE_BYTES) {
+        rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "page_size %u: this node tracks pages of %u bytes "
+                        "(send 0)", m->page_size, PAGE_BYTES);
+        goto done;
+    }
     if (!(sf = pages_shard(n, m->filter, m->shard_index, sname, &g, &r)))
         goto done;
     if (!(t = track_lock(sname, &g))) {

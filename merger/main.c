@@ -39,7 +39,8 @@ static const struct setting settings[] = {
     {"sources", SETTING_STRING, 0, 0, NULL, "./merger-sources.ini", F(sources),
      "sources file: per filter, [filter NAME] with repeatable keys "
      "\"datacenter = NAME TOPOLOGY-FILE\" (a cluster: its primaries are "
-     "pulled, its primaries and replicas pushed to) and \"partial = FILE\" "
+     "pulled, its primaries and replicas pushed to; or HOST:PORT of a single "
+     "node) and \"partial = FILE\" "
      "(a filter file of the same geometry and secret, ORed in whenever it "
      "changes)"},
     {"interval_s", SETTING_UINT, 1, 86400, NULL, "60", F(interval_s),

@@ -860,6 +860,18 @@ static void filter_round(struct merger *m, struct mg_filter *f,
     free(w);
 }
 
+/* A datacenter is a topology file, or the address of its one node (a
+ * single-node deployment: one group, no replicas). */
+static struct topo *dc_topology(const char *where, char *err)
+{
+    char text[TOPO_ADDR_MAX + 64];
+
+    if (strchr(where, '/') || topo_addr_check(where) != 0)
+        return topo_load(where, err);
+    strfmt(text, sizeof text, "[group single]\nprimary = %s\n", where);
+    return topo_parse(text, where, err);
+}
+
 int merger_round(struct merger *m, struct mg_report *rep)
 {
     char err[TOPO_ERRLEN];
@@ -873,7 +885,7 @@ int merger_round(struct merger *m, struct mg_report *rep)
         bool ok = true;
         /* Topologies are read every round: a changed file takes effect. */
         for (unsigned d = 0; d < f->c.ndc; d++)
-            if (!(topos[d] = topo_load(f->c.topo[d], err))) {
+            if (!(topos[d] = dc_topology(f->c.topo[d], err))) {
                 rep_msg(rep, true, "datacenter %s: %s", f->c.dc[d], err);
                 ok = false;
             }

@@ -2,7 +2,7 @@
  *
  *     [filter events]
  *     datacenter = dc1 /etc/bloomgrid/topology-dc1.ini   ; repeatable
- *     datacenter = dc2 /etc/bloomgrid/topology-dc2.ini
+ *     datacenter = dc2 10.0.2.1:7400    ; a single node serving the filter
  *     partial = /data/partials/events-batch-7.bf         ; repeatable
  */
 #include <ini.h>

@@ -18,6 +18,8 @@
  *             with another secret in one datacenter is refused; a partial
  *             that over-fills a shard is merged with a warning; a broken
  *             sources file is refused naming its line
+ *   single    two stand-alone nodes named by address (no topology file)
+ *             converge on an unsharded filter
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -597,6 +599,45 @@ static void test_refuse(void)
     stop_all();
 }
 
+/* Two stand-alone nodes (no topology, no router) with an unsharded filter,
+ * each named by its address in the sources file. */
+static void test_single(void)
+{
+    struct node_proc a, b;
+    char da[600], db[600];
+    struct rpc_status st;
+    struct round_out o;
+    const char *fast[] = {"--durability", "none", NULL};
+
+    harness_tmpdir(tdir, sizeof tdir, "merger-single");
+    snprintf(da, sizeof da, "%s/a", tdir);
+    snprintf(db, sizeof db, "%s/b", tdir);
+    node_start(&a, da, fast);
+    node_start(&b, db, fast);
+    CHECK(t_create(a.ch, "f", 100000, 0.01, 1, &st) == 0, "create: %s", st.message);
+    char **ka = make_keys("a", 5000), **kb = make_keys("b", 5000);
+    add_keys(a.ch, ka, 5000);
+    write_merger_config(NULL);
+    FILE *f = fopen(sources, "w");
+    CHECK(f, "sources");
+    fprintf(f, "[filter f]\ndatacenter = a %s\ndatacenter = b %s\n", a.addr,
+            b.addr);
+    fclose(f);
+    merger_once(&o, 0, 0);
+    CHECK(o.status == 0, "round 1:\n%s", o.text);
+    CHECK(count_present(b.ch, ka, 5000, NULL) == 5000, "b lacks a's keys");
+    add_keys(b.ch, kb, 5000);
+    merger_once(&o, 0, 0);
+    CHECK(o.status == 0, "round 2:\n%s", o.text);
+    CHECK(count_present(a.ch, kb, 5000, NULL) == 5000, "a lacks b's keys");
+    merger_once(&o, 0, 0);
+    CHECK(o.status == 0 && o.pulled == 0 && o.pushed == 0, "quiet:\n%s", o.text);
+    free_keys(ka, 5000);
+    free_keys(kb, 5000);
+    node_stop(&a, SIGTERM);
+    node_stop(&b, SIGTERM);
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc >= 5, "usage: test_merger NODE_BIN ROUTER_BIN MERGER_BIN TEST");
@@ -611,6 +652,8 @@ int main(int argc, char **argv)
         test_kill();
     else if (!strcmp(argv[4], "refuse"))
         test_refuse();
+    else if (!strcmp(argv[4], "single"))
+        test_single();
     else
         CHECK(0, "unknown test %s", argv[4]);
     grpc_shutdown();

@@ -468,6 +468,14 @@ static void pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     *pp = p;
     rep->pages_pulled += end.pages;
     rep->bytes_pulled += end.bytes;
+    /* Another epoch: the node restarted, or its shard was re-created (and
+     * may have lost what it had): push it every page again. */
+    if (s->src[d].epoch && s->src[d].epoch != end.epoch)
+        for (size_t i = 0; i < s->ntg; i++)
+            if (!strcmp(s->tg[i].addr, addr)) {
+                s->tg[i].acked = 0;
+                s->tg[i].ready = false;
+            }
     s->src[d] = (struct mg_src){end.epoch, end.version, end.store_version, t0};
 }
 

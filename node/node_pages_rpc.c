@@ -60,6 +60,8 @@ struct page_track {
     uint64_t *stamp;                 /* per page */
     uint8_t *shadow;                 /* body_bytes, allocated on first pull */
     uint64_t replica_version;        /* highest source_version pushed */
+    const void *sf_id;               /* the store filter it tracks */
+    uint64_t last_v;                 /* its version when last seen */
     struct page_track *next;
 };
 
@@ -131,9 +133,13 @@ static void track_reset(struct page_track *t, const struct shard_geo *g)
 }
 
 /* The tracker of a shard, locked, made (or reset) for the shard's current
- * fingerprint; NULL when out of memory.  Unlock with track_unlock. */
+ * fingerprint; NULL when out of memory.  Unlock with track_unlock.  A shard
+ * dropped and created again (another store filter object, or a version
+ * below the one last seen) gets a new tracker and epoch even with the same
+ * secret, so a merger pushes it everything again. */
 static struct page_track *track_lock(const char *sname,
-                                     const struct shard_geo *g)
+                                     const struct shard_geo *g,
+                                     struct store_filter *sf)
 {
     struct page_track *t;
 
@@ -150,9 +156,13 @@ static struct page_track *track_lock(const char *sname,
     if (!t)
         return NULL;
     pthread_mutex_lock(&t->mu);
+    uint64_t v = store_filter_version(sf);
     if (strcmp(t->fp, g->fp) != 0 || t->body_bytes != g->body_bytes ||
-        !t->stamp)
+        !t->stamp || t->sf_id != (const void *)sf || v < t->last_v) {
         track_reset(t, g);
+        t->sf_id = sf;
+    }
+    t->last_v = v;
     if (!t->stamp) {
         pthread_mutex_unlock(&t->mu);
         return NULL;
@@ -293,7 +303,7 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
     }
     if (!(sf = pages_shard(n, m->filter, m->shard_index, sname, &g, &r)))
         goto done;
-    if (!(t = track_lock(sname, &g))) {
+    if (!(t = track_lock(sname, &g, sf))) {
         rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
     }
@@ -484,7 +494,7 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
                         label, h->fingerprint, g.fp);
         goto done;
     }
-    if (!(t = track_lock(sname, &g)) ||
+    if (!(t = track_lock(sname, &g, sf)) ||
         !(pages = calloc(pm.n, sizeof *pages))) {
         rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
@@ -511,6 +521,7 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
         BLOOMGRID__V1__PUSH_PAGES_RESPONSE__INIT;
     resp.pages_merged = np;
     resp.version = store_filter_version(sf);
+    t->last_v = resp.version;
     track_unlock(t);
     t = NULL;
     if (np)

@@ -19,7 +19,8 @@
  *             that over-fills a shard is merged with a warning; a broken
  *             sources file is refused naming its line
  *   single    two stand-alone nodes named by address (no topology file)
- *             converge on an unsharded filter
+ *             converge on an unsharded filter; one that loses its filter
+ *             (re-created empty) is refilled by the next round
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -632,6 +633,21 @@ static void test_single(void)
     CHECK(count_present(a.ch, kb, 5000, NULL) == 5000, "a lacks b's keys");
     merger_once(&o, 0, 0);
     CHECK(o.status == 0 && o.pulled == 0 && o.pushed == 0, "quiet:\n%s", o.text);
+
+    /* b loses its filter (dropped, re-created empty with the same secret):
+     * its new epoch makes the merger push it everything again. */
+    struct mw_shard sh;
+    CHECK(mw_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
+          st.message);
+    CHECK(t_drop(b.ch, "f", &st) == 0, "drop: %s", st.message);
+    CHECK(mw_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0, "re-create: %s",
+          st.message);
+    CHECK(count_present(b.ch, kb, 5000, NULL) < 100, "re-created filter not empty");
+    merger_once(&o, 0, 0);
+    CHECK(o.status == 0, "round after re-create:\n%s", o.text);
+    CHECK(count_present(b.ch, ka, 5000, NULL) == 5000 &&
+          count_present(b.ch, kb, 5000, NULL) == 5000,
+          "re-created filter not refilled");
     free_keys(ka, 5000);
     free_keys(kb, 5000);
     node_stop(&a, SIGTERM);

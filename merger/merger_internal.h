@@ -1,0 +1,127 @@
+/* merger_internal: what merger.c (rounds, workers, reports) and
+ * merger_shard.c (one shard: its snapshot and sidecar, pulls, partials,
+ * pushes) share.  Not part of the merger's interface (merger.h).
+ *
+ * A struct mg_shard is touched by one worker thread at a time (the one
+ * running its round); struct merger's channel cache has its own mutex.
+ */
+#ifndef BLOOMGRID_MERGER_INTERNAL_H
+#define BLOOMGRID_MERGER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "bf.h"
+#include "merger.h"
+#include "merger_wire.h"
+#include "rpc_client.h"
+#include "topo.h"
+
+#define PAGE_BYTES (64u << 10)
+
+struct mg_src {
+    uint64_t epoch, since, store_version;
+    uint64_t pulled_ms; /* wall clock of the last complete pull */
+};
+
+struct mg_target {
+    char addr[TOPO_ADDR_MAX + 1];
+    unsigned dc;
+    bool replica;
+    bool ready;       /* the shard is known to exist there */
+    uint64_t acked;   /* last round received in full */
+    uint64_t version; /* replicas: source store version held */
+    uint64_t data_ms; /* replicas: when that pull was taken */
+    bool was_synced;  /* as last written to the sidecar */
+    char error[256];
+};
+
+struct mg_part {
+    time_t mtime;
+    off_t size;
+    bool merged;
+};
+
+struct mg_shard {
+    uint32_t index;
+    struct bf *g; /* the global snapshot of this shard */
+    char fp[17];
+    uint64_t body_bytes, npages;
+    uint64_t *stamp; /* per page: round of the last change */
+    uint8_t *have;   /* this round, per page: bit d when the
+                                  primary of datacenter d sent it whole */
+    struct mg_src src[MG_MAX_DC];
+    struct mg_target *tg;
+    size_t ntg, captg;
+    struct mg_part part[MG_MAX_PARTIALS];
+};
+
+struct mg_filter {
+    struct mg_filter_conf c;
+    struct mw_shard tmpl; /* geometry and secret of shard 0 */
+    bool have_tmpl;
+    uint32_t nshards;
+    struct mg_shard *sh;
+};
+
+struct mg_chan {
+    char addr[TOPO_ADDR_MAX + 1];
+    struct rpc_channel *ch;
+};
+
+struct merger {
+    struct merger_config cfg;
+    struct mg_filter *f;
+    size_t nf;
+    struct mg_chan *chans;
+    size_t nchans, capchans;
+    uint64_t round;
+    pthread_mutex_t chan_mu; /* chans */
+    pthread_mutex_t mu;      /* last, rounds_done, total */
+    struct mg_report last;
+    uint64_t rounds_done, total;
+};
+
+/* Pages of one pull, buffered: (u64 offset, u64 length, bytes) each. */
+struct pulled {
+    struct mg_shard *s;
+    uint8_t *buf;
+    size_t len, cap;
+};
+
+/* Formatting that may be cut short (messages, paths). */
+void merger__strfmt(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+uint64_t merger__now_ms(void);
+/* Record an error (counted) or a warning in the report and the log. */
+void merger__rep_msg(struct mg_report *rep, bool error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The channel to a node, kept for the merger's life; NULL when out of
+ * memory.  Thread-safe. */
+struct rpc_channel *merger__chan(struct merger *m, const char *addr);
+
+/* merger_shard.c */
+void merger__shard_path(const struct merger *m, const struct mg_filter *f,
+                        uint32_t i, const char *ext, char *out, size_t len);
+bool merger__target_synced(const struct mg_shard *s, const struct mg_target *t);
+int merger__state_save(const struct merger *m, const struct mg_filter *f,
+                       struct mg_shard *s);
+/* Load the saved snapshot (or an empty one like the template) and sidecar.
+ * Returns 0 or a negative errno with err (MG_ERRLEN bytes). */
+int merger__shard_init(struct merger *m, struct mg_filter *f,
+                       struct mg_shard *s, char *err);
+void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
+                      unsigned d, const char *addr, uint64_t round,
+                      struct mg_report *rep, struct pulled *pp);
+void merger__partial_one(struct mg_filter *f, struct mg_shard *s, unsigned i,
+                         uint64_t round, struct mg_report *rep);
+struct mg_target *merger__target_get(struct mg_shard *s, const char *addr,
+                                     unsigned dc, bool replica);
+void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
+                      struct mg_target *t, uint64_t round,
+                      struct mg_report *rep);
+
+#endif

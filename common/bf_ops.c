@@ -29,6 +29,9 @@
 #include "bf_internal.h"
 
 #define BF_CHUNK 32
+#ifndef BF_AHEAD
+#define BF_AHEAD 8
+#endif
 #define PHI64 0x9E3779B97F4A7C15ULL
 #define C64 0xC2B2AE3D27D4EB4FULL
 
@@ -102,17 +105,19 @@ static inline bool blocked_add(const struct bf *f, struct bf_layer *l, struct bf
     return missing != 0;
 }
 
+/* Branch-free: every probe reads the same cache line, so checking all k
+ * costs less than the mispredicted early exit that absent keys would take. */
 static inline bool blocked_test(const struct bf_layer *l, struct bf_hash h)
 {
     const uint64_t *blk = blocked_block(l, h);
     struct probe p = probe_start(h);
+    uint64_t missing = 0;
 
     for (uint32_t i = 0; i < l->k; i++) {
         unsigned bit = probe_next(&p);
-        if (!(__atomic_load_n(&blk[bit >> 6], __ATOMIC_RELAXED) & (1ULL << (bit & 63))))
-            return false;
+        missing |= (1ULL << (bit & 63)) & ~__atomic_load_n(&blk[bit >> 6], __ATOMIC_RELAXED);
     }
-    return true;
+    return missing == 0;
 }
 
 static inline bool classic_add(const struct bf *f, struct bf_layer *l, struct bf_hash h)
@@ -342,15 +347,15 @@ static inline void prefetch_hash(const struct bf *f, struct bf_hash h, int write
     default:
         return;
     }
-    if (write)
-        __builtin_prefetch(p, 1, 3);
-    else
-        __builtin_prefetch(p, 0, 3);
+    (void)write;
+    /* An asm statement, not __builtin_prefetch: GCC 12 dropped the builtin
+     * from these loops as a side-effect-free computation. */
+    __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
 }
 
 void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out)
 {
-    const size_t ahead = 8;
+    const size_t ahead = BF_AHEAD;
     uint64_t added = 0;
 
     for (size_t i = 0; i < n && i < ahead; i++)
@@ -368,7 +373,7 @@ void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out)
 
 void bf_may_contain_hashes(const struct bf *f, const struct bf_hash *h, size_t n, bool *out)
 {
-    const size_t ahead = 8;
+    const size_t ahead = BF_AHEAD;
 
     for (size_t i = 0; i < n && i < ahead; i++)
         prefetch_hash(f, h[i], 0);

@@ -16,7 +16,8 @@
  *
  * Adds are atomic ORs (fetch-or tells whether a bit was new); a word whose
  * bits are all set already is not written at all, which keeps re-adds cheap
- * and cache lines shared.  Queries use relaxed atomic loads (plain moves on
+ * and cache lines shared.  In exclusive (single-writer) mode adds are
+ * branch-free load/OR/store sequences instead.  Queries use relaxed atomic loads (plain moves on
  * x86-64).  Batched forms hash a chunk of keys first, prefetching each block
  * as soon as its hash is known, then probe the chunk.
  */

@@ -62,29 +62,19 @@ void harness_tmpdir(char *out, size_t len, const char *tag)
     CHECK(mkdtemp(out) != NULL, "mkdtemp %s: %s", out, strerror(errno));
 }
 
-void node_start(struct node_proc *np, const char *dir, const char *const *extra)
+void proc_spawn(struct node_proc *p, const char *log, const char *const *argv)
 {
     int pfd[2];
-    const char *argv[64];
-    int a = 0;
+    char buf[256];
+    size_t got = 0;
 
-    memset(np, 0, sizeof *np);
-    snprintf(np->dir, sizeof np->dir, "%s", dir);
-    snprintf(np->log, sizeof np->log, "%s.log", dir);
-    argv[a++] = harness_node_bin;
-    argv[a++] = "--listen";
-    argv[a++] = "127.0.0.1:0";
-    argv[a++] = "--data-dir";
-    argv[a++] = dir;
-    for (int i = 0; extra && extra[i] && a < 62; i++)
-        argv[a++] = extra[i];
-    argv[a] = NULL;
-
+    memset(p, 0, sizeof *p);
+    snprintf(p->log, sizeof p->log, "%s", log);
     CHECK(pipe(pfd) == 0, "pipe");
     pid_t pid = fork();
     CHECK(pid >= 0, "fork");
     if (pid == 0) {
-        int lfd = open(np->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         dup2(pfd[1], 1);
         if (lfd >= 0)
             dup2(lfd, 2);
@@ -95,8 +85,6 @@ void node_start(struct node_proc *np, const char *dir, const char *const *extra)
     }
     close(pfd[1]);
     live_add(pid);
-    char buf[256];
-    size_t got = 0;
     while (got < sizeof buf - 1) {
         ssize_t r = read(pfd[0], buf + got, sizeof buf - 1 - got);
         if (r <= 0)
@@ -108,18 +96,35 @@ void node_start(struct node_proc *np, const char *dir, const char *const *extra)
     }
     close(pfd[0]);
     buf[got] = 0;
-    char *p = strstr(buf, "listening on ");
-    CHECK(p != NULL, "node did not start (see %s): \"%s\"", np->log, buf);
-    p += strlen("listening on ");
-    char *nl = strchr(p, '\n');
-    if (nl)
-        *nl = 0;
-    snprintf(np->addr, sizeof np->addr, "%s", p);
-    char *colon = strrchr(np->addr, ':');
-    np->port = colon ? atoi(colon + 1) : 0;
-    np->pid = pid;
-    np->ch = rpc_channel_create(np->addr, 0);
-    CHECK(np->ch != NULL, "channel");
+    char *s = strstr(buf, "listening on ");
+    CHECK(s != NULL, "%s did not start (see %s): \"%s\"", argv[0], log, buf);
+    s += strlen("listening on ");
+    s[strcspn(s, "\n")] = 0;
+    snprintf(p->addr, sizeof p->addr, "%s", s);
+    char *colon = strrchr(p->addr, ':');
+    p->port = colon ? atoi(colon + 1) : 0;
+    p->pid = pid;
+    p->ch = rpc_channel_create(p->addr, 0);
+    CHECK(p->ch != NULL, "channel");
+}
+
+void node_start(struct node_proc *np, const char *dir, const char *const *extra)
+{
+    const char *argv[64];
+    char log[sizeof np->log];
+    int a = 0;
+
+    snprintf(log, sizeof log, "%s.log", dir);
+    argv[a++] = harness_node_bin;
+    argv[a++] = "--listen";
+    argv[a++] = "127.0.0.1:0";
+    argv[a++] = "--data-dir";
+    argv[a++] = dir;
+    for (int i = 0; extra && extra[i] && a < 62; i++)
+        argv[a++] = extra[i];
+    argv[a] = NULL;
+    proc_spawn(np, log, argv);
+    snprintf(np->dir, sizeof np->dir, "%s", dir);
 }
 
 int node_stop(struct node_proc *np, int sig)

@@ -46,6 +46,11 @@ void harness_tmpdir(char *out, size_t len, const char *tag);
 
 /* Start a node on dir with extra flags (NULL-terminated, may be NULL).
  * Opens np->ch.  Dies on failure. */
+/* Start argv[0] with stdout read until its "listening on HOST:PORT" line and
+ * stderr appended to log; fills p (address, port, pid, channel).  The process
+ * is killed at exit if a test fails before stopping it. */
+void proc_spawn(struct node_proc *p, const char *log, const char *const *argv);
+
 void node_start(struct node_proc *np, const char *dir, const char *const *extra);
 /* Send sig and wait; returns the exit status (or 128+signal). */
 int node_stop(struct node_proc *np, int sig);

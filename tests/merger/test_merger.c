@@ -62,58 +62,11 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Start a process that prints "listening on HOST:PORT" on stdout. */
-static void spawn_listening(struct node_proc *p, const char *log,
-                            const char *const *argv)
-{
-    int pfd[2];
-
-    memset(p, 0, sizeof *p);
-    snprintf(p->log, sizeof p->log, "%s", log);
-    CHECK(pipe(pfd) == 0, "pipe");
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(pfd[1], 1);
-        if (lfd >= 0)
-            dup2(lfd, 2);
-        close(pfd[0]);
-        close(pfd[1]);
-        execv(argv[0], (char **)argv);
-        _exit(127);
-    }
-    close(pfd[1]);
-    char buf[256];
-    size_t got = 0;
-    while (got < sizeof buf - 1) {
-        ssize_t r = read(pfd[0], buf + got, sizeof buf - 1 - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-        buf[got] = 0;
-        if (strchr(buf, '\n'))
-            break;
-    }
-    close(pfd[0]);
-    buf[got] = 0;
-    char *s = strstr(buf, "listening on ");
-    CHECK(s, "%s did not start (see %s): \"%s\"", argv[0], log, buf);
-    s += strlen("listening on ");
-    s[strcspn(s, "\n")] = 0;
-    snprintf(p->addr, sizeof p->addr, "%s", s);
-    p->pid = pid;
-    p->ch = rpc_channel_create(p->addr, 0);
-}
-
 static void proc_stop(struct node_proc *p)
 {
-    if (p->pid > 0) {
-        kill(p->pid, SIGTERM);
-        waitpid(p->pid, NULL, 0);
-        p->pid = 0;
-    }
-    if (p->ch)
+    if (p->pid > 0)
+        node_stop(p, SIGTERM);
+    else if (p->ch)
         rpc_channel_destroy(p->ch);
     p->ch = NULL;
 }
@@ -124,7 +77,7 @@ static void start_router(struct node_proc *p, const char *topo, const char *tag)
     snprintf(log, sizeof log, "%s/%s.log", tdir, tag);
     const char *argv[] = {router_bin, "--listen", "127.0.0.1:0", "--topology",
                           topo, "--node-timeout-ms", "3000", NULL};
-    spawn_listening(p, log, argv);
+    proc_spawn(p, log, argv);
 }
 
 static void write_topo(const char *path, const struct dc *d, bool view)
@@ -391,7 +344,7 @@ static void test_converge(void)
     snprintf(log, sizeof log, "%s/merger-daemon.log", tdir);
     struct node_proc md;
     const char *argv[] = {merger_bin, "--config", mcfg, NULL};
-    spawn_listening(&md, log, argv);
+    proc_spawn(&md, log, argv);
     struct rpc_status st;
     Bloomgrid__V1__RunRoundRequest rr = BLOOMGRID__V1__RUN_ROUND_REQUEST__INIT;
     Bloomgrid__V1__RoundReport *rep = NULL;

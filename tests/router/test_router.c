@@ -88,46 +88,12 @@ static void start_node(struct cluster *c, int i, const char *durability, int por
 static void start_router(struct cluster *c, int i)
 {
     struct node_proc *rp = &c->router[i];
-    int pfd[2];
     char log[sizeof rp->log];
+    const char *argv[] = {router_bin, "--listen", "127.0.0.1:0", "--topology", c->topo,
+                          "--node-timeout-ms", "3000", "--threads", "4", NULL};
+
     snprintf(log, sizeof log, "%s/router%d.log", c->dir, i);
-    memset(rp, 0, sizeof *rp);
-    memcpy(rp->log, log, sizeof log);
-    CHECK(pipe(pfd) == 0, "pipe");
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        int lfd = open(rp->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(pfd[1], 1);
-        if (lfd >= 0)
-            dup2(lfd, 2);
-        close(pfd[0]);
-        close(pfd[1]);
-        execl(router_bin, router_bin, "--listen", "127.0.0.1:0", "--topology",
-              c->topo, "--node-timeout-ms", "3000", "--threads", "4", (char *)NULL);
-        _exit(127);
-    }
-    close(pfd[1]);
-    char buf[256];
-    size_t got = 0;
-    while (got < sizeof buf - 1) {
-        ssize_t r = read(pfd[0], buf + got, sizeof buf - 1 - got);
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-        buf[got] = 0;
-        if (strchr(buf, '\n'))
-            break;
-    }
-    close(pfd[0]);
-    buf[got] = 0;
-    char *p = strstr(buf, "listening on ");
-    CHECK(p, "router did not start (see %s): \"%s\"", rp->log, buf);
-    p += strlen("listening on ");
-    p[strcspn(p, "\n")] = 0;
-    snprintf(rp->addr, sizeof rp->addr, "%s", p);
-    rp->pid = pid;
-    rp->ch = rpc_channel_create(rp->addr, 0);
+    proc_spawn(rp, log, argv);
     CHECK(node_wait_health(rp, true, 10000), "router %d not serving", i);
 }
 

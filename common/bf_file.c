@@ -706,7 +706,11 @@ static struct bf *load_from(struct source *s, char *err, int *code)
     f = bf_assemble(&fm->params, fm->hash_id, fm->nlayers, fm->layers, aerr);
     if (!f) {
         rc = -EBADMSG;
-        set_err(err, "bad geometry: %s", aerr[0] ? aerr : "refused by engine");
+        /* The engine's own messages already start "impossible geometry: ". */
+        const char *why = aerr;
+        if (strncmp(why, "impossible geometry: ", 21) == 0)
+            why += 21;
+        set_err(err, "bad geometry: %s", why[0] ? why : "refused by engine");
         goto fail;
     }
     rc = read_bodies(s, st, f, fm, err);

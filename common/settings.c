@@ -59,7 +59,8 @@ static int set_value(void *cfg, const struct setting *s, const char *v, char *er
         snprintf(err, errlen, "%s must be one of %s, not \"%s\"", s->name, s->choices, v);
         return -1;
     }
-    if (strlen(v) >= s->size || !*v) {
+    /* Empty is allowed only where it is the default (meaning "off"). */
+    if (strlen(v) >= s->size || (!*v && s->def && *s->def)) {
         snprintf(err, errlen, "%s must be 1..%zu characters", s->name, s->size - 1);
         return -1;
     }

@@ -1,5 +1,6 @@
 /* merger_wire: the client side of the internal page calls (PullPages,
- * PushPages) and of GetShard / CreateShard as the merger uses them.
+ * PushPages) and of GetShard / CreateShard as the merger uses them (the
+ * node links it too: a read replica pulls from its primary with mw_pull).
  *
  * Every function is a blocking call on a struct rpc_channel (thread-safe)
  * and returns 0 on OK or -1 with the status in *st (when st is not NULL).

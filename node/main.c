@@ -3,7 +3,8 @@
  * Start-up: parse settings, block SIGINT/SIGTERM (before grpc_init so every
  * gRPC thread inherits the mask), start listening with health NOT_SERVING,
  * then open the store (recovering every filter) on a background thread; the
- * main thread waits for a signal.  A housekeeping thread keeps health in
+ * main thread waits for a signal.  A replica with a primary also runs the
+ * thread that pulls changed pages from it (node_replicate.c).  A housekeeping thread keeps health in
  * step with the filters' states (the store itself retries recovery of
  * filters failed by a write error; damaged files stay refused).
  * Shutdown: stop the server (in-flight calls finish or are cancelled), close
@@ -168,12 +169,22 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    struct node_replicate *repl = NULL;
+    if (n.cfg.primary[0] && strcmp(n.cfg.role, "replica") != 0) {
+        log_warn("primary = %s is ignored: only a node with role = replica "
+                 "pulls from a primary", n.cfg.primary);
+    } else if (n.cfg.primary[0] && !(repl = node_replicate_start(&n))) {
+        log_error("cannot start replicating from %s", n.cfg.primary);
+        return 1;
+    }
+
     int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));
     atomic_store(&n.stopping, true);
     set_health(&n, false);
     rpc_server_shutdown(n.srv);
     pthread_join(hk, NULL);
+    node_replicate_stop(repl);
     struct store *s = node_store(&n);
     if (s)
         store_close(s);

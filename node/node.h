@@ -31,6 +31,15 @@ extern const struct rpc_handler node_rpc_public[];
 extern const struct rpc_handler node_rpc_internal[];
 extern const size_t node_rpc_public_count, node_rpc_internal_count;
 
+/* The replica's pull of changed pages from its primary (node_replicate.c;
+ * settings primary and replicate_interval_ms).  start returns the running
+ * puller or NULL (out of memory, no thread); stop, called after
+ * n->stopping was set and before the store closes, joins it and frees it
+ * (NULL is a no-op). */
+struct node_replicate;
+struct node_replicate *node_replicate_start(struct node *n);
+void node_replicate_stop(struct node_replicate *r);
+
 /* Store name of shard index of count shards of filter (count 1: the filter
  * name itself, else "<filter>.shard-<index>").  Returns 0 or -EINVAL when it
  * does not fit STORE_NAME_MAX. */

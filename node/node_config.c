@@ -36,9 +36,16 @@ static const struct setting settings[] = {
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
     {"role", SETTING_ENUM, 0, 0, "primary|replica", "primary", F(role),
-     "replica: a read replica fed by bloomgrid-merger (PushPages): serves "
+     "replica: a read replica fed by bloomgrid-merger (PushPages) and, with "
+     "primary set, by pulls from its primary: serves "
      "queries, refuses writes with FAILED_PRECONDITION and reports the "
      "primary's version it covers (docs/MERGER.md)"},
+    {"primary", SETTING_STRING, 0, 0, NULL, "", F(primary),
+     "replica only: host:port of the primary to pull changed pages from "
+     "(PullPages) every replicate_interval_ms; empty: fed by the merger only"},
+    {"replicate_interval_ms", SETTING_UINT, 10, 60000, NULL, "200",
+     F(replicate_interval_ms),
+     "replica with a primary: milliseconds between pulls of changed pages"},
 };
 
 static const struct settings_spec spec = {

@@ -27,6 +27,8 @@ struct node_config {
     uint64_t shutdown_grace_ms;
     char log_level[16];
     char role[16];                /* "primary" or "replica" */
+    char primary[256];            /* replica: HOST:PORT to pull from, or "" */
+    uint64_t replicate_interval_ms;
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node

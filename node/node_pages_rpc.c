@@ -1,5 +1,6 @@
 /* node_pages_rpc: change tracking per shard and the internal PullPages /
- * PushPages calls used by the merger (docs/MERGER.md).
+ * PushPages calls used by the merger and by read replicas pulling from
+ * their primary (node_replicate.c, docs/MERGER.md).
  *
  * Change tracking diffs against a shadow copy at pull time: the add path is
  * untouched (no cost per key).  Each tracked shard has a shadow copy of its
@@ -363,6 +364,71 @@ gone:
         bloomgrid__v1__pull_pages_request__free_unpacked(m, NULL);
 }
 
+/* After pages from elsewhere were ORed into the live filter: OR them into
+ * the shadow too (the sender has them: do not pull them back) and raise
+ * the primary version the shard covers.  t is locked. */
+static void track_absorb(struct page_track *t, const struct store_page *pages,
+                         size_t np, uint64_t source_version)
+{
+    for (size_t i = 0; t->shadow && i < np; i++) {
+        uint64_t *sh = (uint64_t *)(t->shadow + pages[i].offset);
+        const uint8_t *d = pages[i].data;
+        for (size_t w = 0; w < pages[i].len / 8; w++) {
+            uint64_t x;
+            memcpy(&x, d + 8 * w, 8);
+            sh[w] |= x;
+        }
+    }
+    if (source_version > t->replica_version)
+        t->replica_version = source_version;
+}
+
+int node_pages_apply(struct store_filter *sf, const char *fp,
+                     const struct store_page *pages, size_t n,
+                     uint64_t source_version, char *err)
+{
+    struct shard_geo g;
+    struct page_track *t;
+    int rc;
+
+    if ((rc = store_filter_inspect(sf, geo_read, &g)) < 0)
+        return rc;
+    if ((g.kind != BF_KIND_BLOCKED && g.kind != BF_KIND_CLASSIC) ||
+        g.layers != 1) {
+        if (err)
+            snprintf(err, STORE_ERRLEN, "a %s filter does not merge page by "
+                     "page", bf_kind_name(g.kind));
+        return -EOPNOTSUPP;
+    }
+    if (strcmp(fp, g.fp) != 0) {
+        if (err)
+            snprintf(err, STORE_ERRLEN, "pages of fingerprint \"%s\" refused: "
+                     "the shard's is \"%s\"", fp, g.fp);
+        return -ESTALE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (pages[i].layer != 0 || pages[i].offset % 8 || pages[i].len % 8 ||
+            pages[i].offset > g.body_bytes ||
+            pages[i].len > g.body_bytes - pages[i].offset) {
+            if (err)
+                snprintf(err, STORE_ERRLEN, "page at offset %" PRIu64 " (%zu "
+                         "bytes) is outside the %" PRIu64 "-byte body",
+                         pages[i].offset, pages[i].len, g.body_bytes);
+            return -EINVAL;
+        }
+    }
+    if (!(t = track_lock(store_filter_name(sf), &g, sf)))
+        return -ENOMEM;
+    if (n && (rc = store_or_pages(sf, pages, n, err)) < 0) {
+        track_unlock(t);
+        return rc;
+    }
+    track_absorb(t, pages, n, source_version);
+    t->last_v = store_filter_version(sf);
+    track_unlock(t);
+    return 0;
+}
+
 /* PushPages: every message is collected and every page checked before any
  * bit changes; then one durable store_or_pages. */
 struct push_msgs {
@@ -505,18 +571,7 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
         node_rpc__store_error(&r, sf, label, rc, err);
         goto done;
     }
-    /* The merger has these bits: do not pull them back. */
-    for (size_t i = 0; t->shadow && i < np; i++) {
-        uint64_t *sh = (uint64_t *)(t->shadow + pages[i].offset);
-        const uint8_t *d = pages[i].data;
-        for (size_t w = 0; w < pages[i].len / 8; w++) {
-            uint64_t x;
-            memcpy(&x, d + 8 * w, 8);
-            sh[w] |= x;
-        }
-    }
-    if (h->source_version > t->replica_version)
-        t->replica_version = h->source_version;
+    track_absorb(t, pages, np, h->source_version);
     Bloomgrid__V1__PushPagesResponse resp =
         BLOOMGRID__V1__PUSH_PAGES_RESPONSE__INIT;
     resp.pages_merged = np;

@@ -20,32 +20,19 @@
 #include "log.h"
 #include "store.h"
 #include "wal.h"
+#include "unit_tmpdir.h"
 
 static char tdir[4096];
 
-static int rm_one(const char *p, const struct stat *st, int f, struct FTW *w)
-{
-    (void)st;
-    (void)f;
-    (void)w;
-    return remove(p);
-}
-
 static void setup(void)
 {
-    const char *base = getenv("BLOOMGRID_TEST_TMP");
-
-    if (!base || !*base)
-        base = "/tmp";
-    mkdir(base, 0755);
     log_set_level(LOG_LEVEL_WARN);
-    snprintf(tdir, sizeof(tdir), "%s/store-XXXXXX", base);
-    ck_assert_ptr_nonnull(mkdtemp(tdir));
+    unit_tmpdir_make(tdir, sizeof(tdir), "store");
 }
 
 static void teardown(void)
 {
-    nftw(tdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    unit_tmpdir_remove(tdir);
 }
 
 static uint64_t mix(uint64_t x)

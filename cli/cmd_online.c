@@ -236,6 +236,17 @@ static const struct option create_longopts[] = {
     ONLINE_COMMON_LONGOPTS,
 };
 
+/* Print a filter's info as text or JSON, then release it. */
+static int show_info(struct online_info *info, bool json)
+{
+    if (json)
+        print_json(info, 0);
+    else
+        print_text(info);
+    online_info_deinit(info);
+    return finish_output();
+}
+
 int cmd_online_create(int argc, char **argv)
 {
     struct online o;
@@ -291,16 +302,10 @@ int cmd_online_create(int argc, char **argv)
     if ((rc = online_open(&o)))
         return rc;
     if (online_create(&o, argv[optind], capacity, rate, kind,
-                      (uint32_t)shards, &info, &st) < 0) {
+                      (uint32_t)shards, &info, &st) < 0)
         rc = online_report(&o, &st);
-    } else {
-        if (json)
-            print_json(&info, 0);
-        else
-            print_text(&info);
-        online_info_deinit(&info);
-        rc = finish_output();
-    }
+    else
+        rc = show_info(&info, json);
     online_close(&o);
     return rc;
 }
@@ -370,16 +375,10 @@ int cmd_online_info(int argc, char **argv)
         return rc;
     if ((rc = online_open(&o)))
         return rc;
-    if (online_get(&o, argv[optind], &info, &st) < 0) {
+    if (online_get(&o, argv[optind], &info, &st) < 0)
         rc = online_report(&o, &st);
-    } else {
-        if (json)
-            print_json(&info, 0);
-        else
-            print_text(&info);
-        online_info_deinit(&info);
-        rc = finish_output();
-    }
+    else
+        rc = show_info(&info, json);
     online_close(&o);
     return rc;
 }

@@ -141,6 +141,38 @@ static void print_row(const char *size, struct target *t, const struct result *r
     fflush(stdout);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Query keys [from, from+n) of stream `reps` times, timing SEGMENTS equal
+ * slices of each pass; returns the median ns/key over the slices.  The median
+ * keeps a burst of work from other tenants of a shared machine out of the
+ * figure without picking the luckiest slice. */
+#define SEGMENTS 16
+static double query_rate(struct target *t, enum op op, int stream, uint64_t from, uint64_t n,
+                         int reps, uint64_t *hits)
+{
+    double *rate = malloc(sizeof(double) * SEGMENTS * (size_t)reps);
+    uint64_t seg = n / SEGMENTS;
+    int m = 0;
+
+    for (int r = 0; r < reps; r++) {
+        for (int s = 0; s < SEGMENTS; s++) {
+            uint64_t lo = from + (uint64_t)s * seg;
+            uint64_t len = s == SEGMENTS - 1 ? n - (uint64_t)s * seg : seg;
+            rate[m++] = run(t, op, stream, lo, len, hits) / (double)len;
+        }
+    }
+    qsort(rate, (size_t)m, sizeof(double), cmp_double);
+    double med = rate[m / 2];
+    free(rate);
+    return med;
+}
+
 static void measure(struct target *t, uint64_t probes, int rounds, struct result *r)
 {
     uint64_t n = t->capacity, q = n / 4, hits = 0;
@@ -159,19 +191,15 @@ static void measure(struct target *t, uint64_t probes, int rounds, struct result
     }
     /* Present keys: cycle over what was added, `rounds` times for small filters. */
     uint64_t pn = probes < n ? probes : n;
-    for (int i = 0; i < rounds; i++) {
-        r->qp += run(t, OP_QUERY, 0, 0, pn, &hits);
-        if (!t->lb)
-            r->qp_batch += run(t, OP_QUERY_BATCH, 0, 0, pn, &hits);
-    }
+    r->qp = query_rate(t, OP_QUERY, 0, 0, pn, rounds, &hits);
+    if (!t->lb)
+        r->qp_batch = query_rate(t, OP_QUERY_BATCH, 0, 0, pn, rounds, &hits);
     r->present_hits = hits;
     r->present_n = pn * (uint64_t)rounds * (t->lb ? 1 : 2);
-    r->qp /= (double)(pn * (uint64_t)rounds);
-    r->qp_batch /= (double)(pn * (uint64_t)rounds);
     hits = 0;
-    r->qa = run(t, OP_QUERY, 1, 0, probes, &hits) / (double)probes;
+    r->qa = query_rate(t, OP_QUERY, 1, 0, probes, 1, &hits);
     if (!t->lb)
-        r->qa_batch = run(t, OP_QUERY_BATCH, 1, probes, probes, &hits) / (double)probes;
+        r->qa_batch = query_rate(t, OP_QUERY_BATCH, 1, probes, probes, 1, &hits);
     r->fpr = (double)hits / (double)(t->lb ? probes : 2 * probes);
 }
 

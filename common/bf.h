@@ -131,6 +131,13 @@ void bf_destroy(struct bf *f);
  * threads may still query. */
 void bf_set_exclusive(struct bf *f, bool exclusive);
 
+/* Queries of blocked (and scalable) filters use AVX-512 when the CPU has
+ * AVX-512F and DQ, unless BLOOMGRID_NO_AVX512 is set in the environment; the
+ * answers are the same either way.  enable = 1 or 0 switches the vector
+ * probes on (where supported) or off for the whole process, -1 only asks.
+ * Returns whether they are in use. */
+bool bf_vector_probes(int enable);
+
 /* Hash a key with the filter's secret. */
 struct bf_hash bf_hash_key(const struct bf *f, const void *key, size_t len);
 

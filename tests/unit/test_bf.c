@@ -136,6 +136,66 @@ START_TEST(placement_known_answers)
 }
 END_TEST
 
+/* The AVX-512 query of blocked layers must answer exactly like the portable
+ * one, for every k (one and several vector steps, partial last steps), on
+ * filters from nearly empty to nearly full. */
+START_TEST(vector_probes_match_scalar)
+{
+    static const uint32_t ks[] = {1, 2, 3, 5, 7, 8, 9, 10, 15, 16, 17, 23, 24, 33, 64};
+    enum { N = 20000 };
+    static struct bf_hash hs[N];
+    static bool scalar[N], vec[N];
+    bool had = bf_vector_probes(-1);
+    uint64_t seed = 0x1234567;
+
+    if (!bf_vector_probes(1)) {
+        /* Switching on must be refused on a CPU without AVX-512. */
+        ck_assert(!bf_vector_probes(-1));
+        fprintf(stderr, "vector_probes_match_scalar: no AVX-512 here, portable path only\n");
+        return;
+    }
+    for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+        for (int fill = 0; fill < 3; fill++) {
+            struct bf_params p = {.kind = BF_KIND_BLOCKED, .capacity = 1000,
+                                  .error_rate = 0.01, .shard_count = 1,
+                                  .secret = fixed_secret};
+            struct bf_layer_info li = {.capacity = 1000, .error_rate = 0.01,
+                                       .m = 64 * 512, .k = ks[ki]};
+            char err[BF_ERRLEN];
+            struct bf *f = bf_assemble(&p, BF_HASH_XXH3_128, 1, &li, err);
+            ck_assert_msg(f != NULL, "bf_assemble: %s", err);
+            /* 0, 300 or 3000 keys' worth of bits over 64 blocks. */
+            uint64_t adds = fill == 0 ? 0 : fill == 1 ? 300 / ks[ki] + 1 : 3000 / ks[ki] + 1;
+            for (int i = 0; i < N; i++) {
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                hs[i].h1 = seed;
+                seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+                hs[i].h2 = seed ^ (seed >> 29);
+            }
+            for (uint64_t i = 0; i < adds; i++)
+                bf_add_hash(f, hs[i % N]);
+            bf_vector_probes(0);
+            bf_may_contain_hashes(f, hs, N, scalar);
+            bf_vector_probes(1);
+            bf_may_contain_hashes(f, hs, N, vec);
+            int yes = 0;
+            for (int i = 0; i < N; i++) {
+                ck_assert_msg(scalar[i] == vec[i], "k=%u fill=%d hash %d: scalar %d, vector %d",
+                              ks[ki], fill, i, scalar[i], vec[i]);
+                ck_assert(bf_may_contain_hash(f, hs[i]) == scalar[i]);
+                yes += scalar[i];
+            }
+            /* Every added hash answers yes; the empty filter answers no. */
+            ck_assert_int_ge(yes, (int)(adds < N ? adds : N));
+            if (fill == 0)
+                ck_assert_int_eq(yes, 0);
+            bf_destroy(f);
+        }
+    }
+    bf_vector_probes(had);
+}
+END_TEST
+
 static void check_no_false_negatives(enum bf_kind kind)
 {
     uint64_t n = fast_mode() ? 100000 : 1000000;
@@ -666,6 +726,7 @@ Suite *bf_suite(void)
     tcase_add_test(tc, hash_known_answers);
     tcase_add_test(tc, shard_selection_known_answers);
     tcase_add_test(tc, placement_known_answers);
+    tcase_add_test(tc, vector_probes_match_scalar);
     tcase_add_test(tc, add_reports_new_keys);
     tcase_add_test(tc, batched_forms_match_single);
     tcase_add_test(tc, counting_remove);

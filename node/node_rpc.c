@@ -478,6 +478,7 @@ const struct rpc_handler node_rpc_internal[] = {
     {.unary = node_rpc__h_add_multi_hashes},
     {.unary = node_rpc__h_may_contain_multi_hashes},
     {.unary = node_rpc__h_remove_multi_hashes},
+    {.unary = node_rpc__h_node_info},
 };
 
 const size_t node_rpc_public_count = sizeof node_rpc_public / sizeof node_rpc_public[0];

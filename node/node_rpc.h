@@ -147,6 +147,9 @@ void node_rpc__h_may_contain_multi_hashes(void *arg, const uint8_t *req,
                                           size_t len, struct rpc_reply *r);
 void node_rpc__h_remove_multi_hashes(void *arg, const uint8_t *req, size_t len,
                                      struct rpc_reply *r);
+/* NodeInfo (node_internal_rpc.c): the frame port. */
+void node_rpc__h_node_info(void *arg, const uint8_t *req, size_t len,
+                           struct rpc_reply *r);
 
 /* The work of AddHashes / MayContainHashes / RemoveHashes on one shard
  * (node_internal_rpc.c): decode cnt packed hashes from data into h, check

@@ -26,6 +26,8 @@ void router_deinit(struct router *r)
     free(r->filters);
     for (size_t i = 0; i < r->nnodes; i++) {
         rpc_channel_destroy(r->nodes[i]->ch);
+        rpc_frame_pool_destroy(r->nodes[i]->frames);
+        pthread_mutex_destroy(&r->nodes[i]->flock);
         free(r->nodes[i]);
     }
     free(r->nodes);
@@ -56,13 +58,13 @@ int router_reload(struct router *r, char *err)
     return 0;
 }
 
-struct rpc_channel *router_channel(struct router *r, const char *addr)
+struct router_node *router_node_get(struct router *r, const char *addr)
 {
-    struct rpc_channel *ch = NULL;
+    struct router_node *n = NULL;
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->nnodes; i++) {
         if (strcmp(r->nodes[i]->addr, addr) == 0) {
-            ch = r->nodes[i]->ch;
+            n = r->nodes[i];
             goto out;
         }
     }
@@ -74,21 +76,34 @@ struct rpc_channel *router_channel(struct router *r, const char *addr)
         r->nodes = p;
         r->nodes_cap = cap;
     }
-    struct router_node *n = calloc(1, sizeof *n);
+    n = calloc(1, sizeof *n);
     if (!n)
         goto out;
     snprintf(n->addr, sizeof n->addr, "%s", addr);
     n->ch = rpc_channel_create(addr, r->cfg.max_message_size);
     if (!n->ch) {
         free(n);
+        n = NULL;
         goto out;
     }
+    /* Frames need a plain host:port (not a gRPC target such as unix:...). */
+    char host[TOPO_ADDR_MAX + 1];
+    int port;
+    if (rpc_frame_split_addr(addr, host, sizeof host, &port) == 0)
+        n->frames = rpc_frame_pool_create(host, 0, r->cfg.max_message_size);
+    pthread_mutex_init(&n->flock, NULL);
+    n->fport = -1;
     r->nodes[r->nnodes++] = n;
-    ch = n->ch;
     log_info("channel to node %s opened", addr);
 out:
     pthread_mutex_unlock(&r->lock);
-    return ch;
+    return n;
+}
+
+struct rpc_channel *router_channel(struct router *r, const char *addr)
+{
+    struct router_node *n = router_node_get(r, addr);
+    return n ? n->ch : NULL;
 }
 
 void router_filter_unref(struct router_filter *f)

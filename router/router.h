@@ -23,16 +23,22 @@
 #include "bf.h"
 #include "router_config.h"
 #include "rpc_client.h"
+#include "rpc_frame.h"
 #include "rpc_server.h"
 #include "topo.h"
 
 #define ROUTER_NAME_MAX 128     /* filter names, as on a node */
 #define ROUTER_MAX_SHARDS 4096
 
-/* A node address and its channel. */
+/* A node address, its channel and its frame transport. */
 struct router_node {
     char addr[TOPO_ADDR_MAX + 1];
     struct rpc_channel *ch;
+    struct rpc_frame_pool *frames;  /* NULL when addr is not host:port */
+    pthread_mutex_t flock;          /* guards the three below */
+    int fport;                      /* > 0 known port; 0 none; -1 not known */
+    int64_t fnext_ms;               /* when to ask the node (NodeInfo) again */
+    bool fasking;
 };
 
 /* One filter as the router knows it. */
@@ -78,6 +84,19 @@ int router_reload(struct router *r, char *err);
 /* The channel of a node address (created on first use; owned by the
  * router, valid until router_deinit).  NULL when out of memory. */
 struct rpc_channel *router_channel(struct router *r, const char *addr);
+
+/* The node of an address, with its channel (created on first use; valid
+ * until router_deinit).  NULL when out of memory. */
+struct router_node *router_node_get(struct router *r, const char *addr);
+
+/* The node's frame pool when its frame port is known, else NULL (use gRPC).
+ * The first time, and again a while after a failure, asks the node for its
+ * port (Internal/NodeInfo, a short gRPC call).  NULL when frames = off. */
+struct rpc_frame_pool *router_node_frames(struct router *r, struct router_node *n);
+
+/* The frame port failed at the transport level (refused, reset, silent):
+ * forget it, use gRPC, and ask the node again shortly. */
+void router_node_frames_failed(struct router *r, struct router_node *n);
 
 /* A cached filter with a reference for the caller, or NULL when it is not
  * cached, is older than secret_ttl_s, or was placed under another topology

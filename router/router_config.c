@@ -29,6 +29,12 @@ static const struct setting settings[] = {
      F(max_message_size), "largest gRPC message in bytes, both directions"},
     {"threads", SETTING_UINT, 1, 256, NULL, "8", F(threads),
      "RPC worker threads (each waits for its fan-out: more than cores)"},
+    {"frames", SETTING_ENUM, 0, 0, "on|off", "on", F(frames),
+     "send key batches over the nodes' frame transport where they offer it "
+     "(Internal/NodeInfo; lower latency than gRPC), else over gRPC"},
+    {"frame_spin_us", SETTING_UINT, 0, 10000, NULL, "50", F(frame_spin_us),
+     "microseconds one waiting call at a time busy-waits for a node's frame "
+     "answer before it sleeps (0: never; saves a thread wake-up per call)"},
     {"shutdown_grace_ms", SETTING_UINT, 0, 600000, NULL, "3000", F(shutdown_grace_ms),
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info", F(log_level),

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "bloomgrid/v1/internal.pb-c.h"
@@ -43,6 +44,178 @@ static const char *const multi_methods[] = {
     "/bloomgrid.v1.Internal/MayContainMultiHashes",
     "/bloomgrid.v1.Internal/RemoveMultiHashes",
 };
+
+static const char *const multi_names[] = {
+    "AddMultiHashes", "MayContainMultiHashes", "RemoveMultiHashes",
+};
+
+/* ---- the frame transport (rpc_frame.h, docs/ROUTER.md) ---- */
+
+#define FRAMES_RETRY_MS 1000        /* after a failure to learn the port */
+#define FRAMES_RECHECK_MS 30000     /* after a node said it has none */
+#define FRAMES_AFTER_LOSS_MS 200    /* after the port failed (a restart?) */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct rpc_frame_pool *router_node_frames(struct router *r, struct router_node *n)
+{
+    if (!n->frames || strcmp(r->cfg.frames, "on") != 0)
+        return NULL;
+    pthread_mutex_lock(&n->flock);
+    if (n->fport > 0) {
+        pthread_mutex_unlock(&n->flock);
+        return n->frames;
+    }
+    if (n->fasking || mono_ms() < n->fnext_ms) {
+        pthread_mutex_unlock(&n->flock);
+        return NULL;
+    }
+    n->fasking = true;
+    pthread_mutex_unlock(&n->flock);
+
+    Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    struct rpc_status st;
+    int timeout = r->cfg.node_timeout_ms < 1000 ? (int)r->cfg.node_timeout_ms : 1000;
+    int rc = rpc_call(n->ch, "/bloomgrid.v1.Internal/NodeInfo", &rq.base,
+                      &bloomgrid__v1__node_info_response__descriptor, &resp, timeout, &st);
+    int port = -1;
+    int64_t again = FRAMES_RETRY_MS;
+    if (rc == 0) {
+        port = (int)((Bloomgrid__V1__NodeInfoResponse *)resp)->frame_port;
+        protobuf_c_message_free_unpacked(resp, NULL);
+        if (port <= 0 || port > 65535) {
+            port = 0;
+            again = FRAMES_RECHECK_MS;
+        }
+    } else if (st.code == GRPC_STATUS_UNIMPLEMENTED) {
+        port = 0;                   /* a node without frames */
+        again = FRAMES_RECHECK_MS;
+    }
+    pthread_mutex_lock(&n->flock);
+    n->fasking = false;
+    n->fport = port;
+    if (port > 0) {
+        rpc_frame_pool_set_port(n->frames, port);
+        log_info("node %s: key batches over its frame port %d", n->addr, port);
+    } else {
+        n->fnext_ms = mono_ms() + again;
+    }
+    pthread_mutex_unlock(&n->flock);
+    return port > 0 ? n->frames : NULL;
+}
+
+void router_node_frames_failed(struct router *r, struct router_node *n)
+{
+    (void)r;
+    pthread_mutex_lock(&n->flock);
+    if (n->fport > 0) {
+        log_info("node %s: frame port %d failed; gRPC until it is known again",
+                 n->addr, n->fport);
+        rpc_frame_pool_set_port(n->frames, 0);
+    }
+    n->fport = -1;
+    n->fnext_ms = mono_ms() + FRAMES_AFTER_LOSS_MS;
+    pthread_mutex_unlock(&n->flock);
+}
+
+/* Run the calls of a batch: over frames to the nodes that offer them, over
+ * gRPC to the others, and over gRPC again for frame calls that never left
+ * this process (no connection).  A frame call that was sent and then lost
+ * fails like a gRPC call whose connection broke (UNAVAILABLE). */
+static void call_nodes(struct router *r, struct rpc_multi *calls,
+                       struct router_node *const *nodes, size_t n, uint32_t method)
+{
+    struct rpc_frame_call fstack[8], *fc = n <= 8 ? fstack : calloc(n, sizeof *fc);
+    size_t fmap_stack[8], *fmap = n <= 8 ? fmap_stack : calloc(n, sizeof *fmap);
+    bool gstack[8], *grpc = n <= 8 ? gstack : calloc(n, sizeof *grpc);
+    size_t nf = 0, ng = 0;
+
+    if (!fc || !fmap || !grpc) {
+        if (fc != fstack)
+            free(fc);
+        if (fmap != fmap_stack)
+            free(fmap);
+        if (grpc != gstack)
+            free(grpc);
+        rpc_call_many(calls, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct rpc_frame_pool *p = nodes[i] ? router_node_frames(r, nodes[i]) : NULL;
+        grpc[i] = !p;
+        if (!p)
+            continue;
+        memset(&fc[nf], 0, sizeof fc[nf]);
+        fc[nf].pool = p;
+        fc[nf].method = method;
+        fc[nf].req = GRPC_SLICE_START_PTR(calls[i].req);
+        fc[nf].len = GRPC_SLICE_LENGTH(calls[i].req);
+        fc[nf].timeout_ms = calls[i].timeout_ms;
+        fmap[nf++] = i;
+    }
+    if (nf)
+        rpc_frame_call_many(fc, nf);
+    for (size_t k = 0; k < nf; k++) {
+        struct rpc_multi *c = &calls[fmap[k]];
+        if (!fc[k].answered)
+            router_node_frames_failed(r, nodes[fmap[k]]);
+        if (!fc[k].sent) {
+            grpc[fmap[k]] = true;
+            continue;
+        }
+        c->rc = fc[k].rc;
+        c->st = fc[k].st;
+        c->resp = fc[k].resp;
+    }
+    for (size_t i = 0; i < n; i++)
+        ng += grpc[i];
+    if (ng == n) {
+        rpc_call_many(calls, n);
+    } else if (ng) {
+        struct rpc_multi *g = calloc(ng, sizeof *g);
+        size_t j = 0;
+        if (!g) {
+            for (size_t i = 0; i < n; i++) {
+                if (!grpc[i])
+                    continue;
+                calls[i].rc = -1;
+                calls[i].resp = grpc_empty_slice();
+                calls[i].st.code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+                snprintf(calls[i].st.message, sizeof calls[i].st.message, "out of memory");
+            }
+        } else {
+            for (size_t i = 0; i < n; i++)
+                if (grpc[i])
+                    g[j++] = calls[i];
+            rpc_call_many(g, ng);
+            j = 0;
+            for (size_t i = 0; i < n; i++)
+                if (grpc[i])
+                    calls[i] = g[j++];
+            free(g);
+        }
+    }
+    if (fc != fstack)
+        free(fc);
+    if (fmap != fmap_stack)
+        free(fmap);
+    if (grpc != gstack)
+        free(grpc);
+}
+
+/* Index of an Internal method, as frames name it. */
+static uint32_t internal_method(const char *name)
+{
+    const ProtobufCMethodDescriptor *m = protobuf_c_service_descriptor_get_method_by_name(
+        &bloomgrid__v1__internal__descriptor, name);
+    return m ? (uint32_t)(m - bloomgrid__v1__internal__descriptor.methods) : UINT32_MAX;
+}
 
 void router_status_set(struct router_status *st, grpc_status_code code,
                        const char *fmt, ...)
@@ -531,6 +704,7 @@ struct batch {
     uint32_t *call_first;     /* per call: its first entry in order */
     uint32_t *call_n;         /* per call: how many shards */
     struct rpc_multi *calls;
+    struct router_node **node;  /* per call */
     size_t ncalls;
     struct shard_res *res;    /* per entry of order */
 };
@@ -598,9 +772,10 @@ static int batch_build(struct batch *b, size_t n, uint32_t nused)
     b->call_first = calloc(nused, sizeof *b->call_first);
     b->call_n = calloc(nused, sizeof *b->call_n);
     b->calls = calloc(nused, sizeof *b->calls);
+    b->node = calloc(nused, sizeof *b->node);
     b->res = calloc(nused, sizeof *b->res);
     if (!call_of_group || !call_of || !wp || !addr || !b->order || !b->call_first ||
-        !b->call_n || !b->calls || !b->res)
+        !b->call_n || !b->calls || !b->node || !b->res)
         goto out;
     for (unsigned g = 0; g < t->ngroups; g++)
         call_of_group[g] = UINT32_MAX;
@@ -641,7 +816,8 @@ static int batch_build(struct batch *b, size_t n, uint32_t nused)
     }
     for (size_t c = 0; c < b->ncalls; c++) {
         struct rpc_multi *m = &b->calls[c];
-        m->ch = router_channel(b->r, addr[c]);
+        b->node[c] = router_node_get(b->r, addr[c]);
+        m->ch = b->node[c] ? b->node[c]->ch : NULL;
         m->method = multi_methods[b->op];
         m->timeout_ms = (int)b->r->cfg.node_timeout_ms;
         m->resp = grpc_empty_slice();
@@ -769,6 +945,7 @@ static void batch_free(struct batch *b)
     free(b->order);
     free(b->call_first);
     free(b->call_n);
+    free(b->node);
     free(b->res);
 }
 
@@ -818,7 +995,7 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
         router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    rpc_call_many(b.calls, b.ncalls);
+    call_nodes(r, b.calls, b.node, b.ncalls, internal_method(multi_names[op]));
     for (size_t c = 0; c < b.ncalls; c++)
         batch_collect(&b, c);
     for (uint32_t k = 0; k < nused; k++) {

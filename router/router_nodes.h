@@ -5,7 +5,8 @@
  * Fan-out: a key batch is hashed once, split by shard, and the shards are
  * grouped by node: one AddMultiHashes / MayContainMultiHashes /
  * RemoveMultiHashes call per node carries every shard of that node, all
- * calls started on one completion queue (rpc_call_many) and collected;
+ * calls made at once (over the nodes' frame transport where offered, else
+ * on one gRPC completion queue with rpc_call_many) and collected;
  * answers are put back in request order, and each shard succeeds or fails
  * on its own.  Catalog calls (create, drop, describe, list) fan out one call
  * per shard.

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,7 +21,7 @@
 #include "log.h"
 
 #define MAX_STATUS_MSG 4096     /* longest status message a client accepts */
-#define POOL_IDLE_MAX 64        /* idle connections kept per pool */
+#define POOL_IDLE_MAX 16        /* idle connections kept per pool */
 
 static inline uint32_t get_le32(const uint8_t *p)
 {
@@ -272,7 +273,21 @@ static void *accept_main(void *p)
         set_nodelay(fd);
         pthread_mutex_lock(&s->mu);
         if (s->stopping || s->nconns >= s->max_conns) {
+            int max = s->max_conns;
+            bool stopping = s->stopping;
             pthread_mutex_unlock(&s->mu);
+            /* Tell the caller its request will not run, so that it can go
+             * another way; then close. */
+            char msg[96];
+            uint8_t h[RPC_FRAME_HDR];
+            int ml = snprintf(msg, sizeof msg, stopping ? "shutting down"
+                              : "at the limit of %d frame connections", max);
+            header(h, GRPC_STATUS_UNAVAILABLE, (uint32_t)ml, 0);
+            put_le32(h, RPC_FRAME_REFUSED);
+            struct iovec iov[2] = {{h, sizeof h}, {msg, (size_t)ml}};
+            struct timeval tv = {0, 100 * 1000};
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+            writev_full(fd, iov, 2);
             close(fd);
             continue;
         }
@@ -686,6 +701,13 @@ static int recv_some(struct rpc_frame_call *c, struct cstate *cs)
             cs->code = get_le32(cs->hdr + 4);
             cs->mlen = get_le32(cs->hdr + 8);
             cs->blen = get_le32(cs->hdr + 12);
+            if (get_le32(cs->hdr) == RPC_FRAME_REFUSED) {
+                c->sent = false;
+                c->refused = true;
+                fail(c, GRPC_STATUS_UNAVAILABLE, "%s:%d: refused the connection",
+                     c->pool->host, cs->port);
+                return -1;
+            }
             if (get_le32(cs->hdr) != RPC_FRAME_MAGIC || cs->mlen > MAX_STATUS_MSG ||
                 cs->blen > c->pool->max_message) {
                 fail(c, GRPC_STATUS_INTERNAL, "%s:%d: malformed response frame",
@@ -757,12 +779,14 @@ size_t rpc_frame_call_many(struct rpc_frame_call *calls, size_t n)
         c->rc = -1;
         c->sent = false;
         c->answered = false;
+        c->refused = false;
         c->resp = grpc_empty_slice();
         c->st.code = GRPC_STATUS_UNKNOWN;
         c->st.message[0] = 0;
         s->body = grpc_empty_slice();
         s->deadline = t0 + (c->timeout_ms > 0 ? c->timeout_ms : 1);
         s->fd = conn_get(c->pool, s->deadline, &s->gen, &s->port, why, sizeof why);
+        c->port = s->port;
         if (s->fd < 0) {
             fail(c, GRPC_STATUS_UNAVAILABLE, "%s:%d: cannot connect to the frame port: %s",
                  c->pool->host, s->port, why);

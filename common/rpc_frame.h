@@ -14,7 +14,10 @@
  * method is the index of the method in the service descriptor; status is a
  * grpc_status_code.  A frame with a bad magic, or longer than the server's
  * max_message, ends the connection (after a RESOURCE_EXHAUSTED response for
- * the too-long case).  Streaming methods answer UNIMPLEMENTED.
+ * the too-long case).  Streaming methods answer UNIMPLEMENTED.  A server at
+ * its connection limit writes a refusal ("BGFR" | UNAVAILABLE | msg_len | 0,
+ * then the message) on a new connection before reading anything, and closes
+ * it: the caller's request was not run.
  * docs/ROUTER.md describes how the router finds a node's frame port
  * (Internal/NodeInfo) and when it falls back to gRPC.
  */
@@ -29,6 +32,7 @@
 #include "rpc_server.h"
 
 #define RPC_FRAME_MAGIC 0x31464742u   /* "BGF1" */
+#define RPC_FRAME_REFUSED 0x52464742u /* "BGFR" */
 #define RPC_FRAME_HDR 16
 
 /* ---- server ---- */
@@ -78,6 +82,9 @@ struct rpc_frame_call {
                              * so the call can be made again another way */
     bool answered;          /* a response frame arrived (rc and st are the
                              * server's); false: a transport failure */
+    bool refused;           /* the server was at its connection limit and
+                             * did not run the call (sent is false) */
+    int port;               /* the port the call went to */
     struct rpc_status st;
     grpc_slice resp;        /* on OK: the response (caller unrefs) */
 };

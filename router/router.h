@@ -94,9 +94,10 @@ struct router_node *router_node_get(struct router *r, const char *addr);
  * port (Internal/NodeInfo, a short gRPC call).  NULL when frames = off. */
 struct rpc_frame_pool *router_node_frames(struct router *r, struct router_node *n);
 
-/* The frame port failed at the transport level (refused, reset, silent):
- * forget it, use gRPC, and ask the node again shortly. */
-void router_node_frames_failed(struct router *r, struct router_node *n);
+/* A call to frame port `port` failed at the transport level (no
+ * connection, reset, silent): unless a newer port is known by now, forget
+ * it, use gRPC, and ask the node again shortly. */
+void router_node_frames_failed(struct router *r, struct router_node *n, int port);
 
 /* A cached filter with a reference for the caller, or NULL when it is not
  * cached, is older than secret_ttl_s, or was placed under another topology

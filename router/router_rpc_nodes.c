@@ -110,10 +110,15 @@ struct rpc_frame_pool *router_node_frames(struct router *r, struct router_node *
     return port > 0 ? n->frames : NULL;
 }
 
-void router_node_frames_failed(struct router *r, struct router_node *n)
+void router_node_frames_failed(struct router *r, struct router_node *n, int port)
 {
     (void)r;
     pthread_mutex_lock(&n->flock);
+    if (n->fport != port) {
+        /* Another call learned a newer port meanwhile. */
+        pthread_mutex_unlock(&n->flock);
+        return;
+    }
     if (n->fport > 0) {
         log_info("node %s: frame port %d failed; gRPC until it is known again",
                  n->addr, n->fport);
@@ -163,8 +168,8 @@ static void call_nodes(struct router *r, struct rpc_multi *calls,
         rpc_frame_call_many(fc, nf);
     for (size_t k = 0; k < nf; k++) {
         struct rpc_multi *c = &calls[fmap[k]];
-        if (!fc[k].answered)
-            router_node_frames_failed(r, nodes[fmap[k]]);
+        if (!fc[k].answered && !fc[k].refused)
+            router_node_frames_failed(r, nodes[fmap[k]], fc[k].port);
         if (!fc[k].sent) {
             grpc[fmap[k]] = true;
             continue;

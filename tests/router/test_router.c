@@ -13,7 +13,12 @@
  *             least the version the router saw; writes fail naming the primary
  *   transfer  AddStream / MayContainStream in order; Export of a 16-shard filter as one bundle, Import back (damaged
  *             bundles and another filter's bundle refused)
+ *   frames    key batches over the nodes' frame ports where offered, gRPC
+ *             to a node and from a router with --frames off (same answers);
+ *             a node restarted on a new frame port: the router learns it
+ *             again and no acknowledged key is lost
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -73,28 +78,56 @@ static void write_topo(struct cluster *c, int n, bool reversed, const char *extr
     fclose(f);
 }
 
-static void start_node(struct cluster *c, int i, const char *durability, int port)
+#define MAX_MORE 8
+
+/* Start node i (port 0: a free port) with further flags more (NULL-terminated,
+ * may be NULL). */
+static void start_node_args(struct cluster *c, int i, const char *durability, int port,
+                            const char *const *more)
 {
     char listen[64];
+    const char *extra[6 + MAX_MORE + 1] = {"--durability", durability, "--threads", "4"};
+    int a = 4;
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
-    const char *extra[] = {"--durability", durability, "--threads", "4",
-                           "--listen", listen, NULL};
-    if (!port)
-        extra[4] = NULL;
+    if (port) {
+        extra[a++] = "--listen";
+        extra[a++] = listen;
+    }
+    for (int k = 0; more && more[k]; k++) {
+        CHECK(k < MAX_MORE, "too many node flags");
+        extra[a++] = more[k];
+    }
+    extra[a] = NULL;
     node_start(&c->node[i], c->node_dir[i], extra);
     CHECK(node_wait_health(&c->node[i], true, 20000), "node %d not serving", i);
 }
 
-static void start_router(struct cluster *c, int i)
+static void start_node(struct cluster *c, int i, const char *durability, int port)
+{
+    start_node_args(c, i, durability, port, NULL);
+}
+
+static void start_router_args(struct cluster *c, int i, const char *const *more)
 {
     struct node_proc *rp = &c->router[i];
     char log[sizeof rp->log];
-    const char *argv[] = {router_bin, "--listen", "127.0.0.1:0", "--topology", c->topo,
-                          "--node-timeout-ms", "3000", "--threads", "4", NULL};
-
+    const char *argv[10 + MAX_MORE + 1] = {router_bin, "--listen", "127.0.0.1:0",
+                                           "--topology", c->topo, "--node-timeout-ms",
+                                           "3000", "--threads", "4"};
+    int a = 9;
+    for (int k = 0; more && more[k]; k++) {
+        CHECK(k < MAX_MORE, "too many router flags");
+        argv[a++] = more[k];
+    }
+    argv[a] = NULL;
     snprintf(log, sizeof log, "%s/router%d.log", c->dir, i);
     proc_spawn(rp, log, argv);
     CHECK(node_wait_health(rp, true, 10000), "router %d not serving", i);
+}
+
+static void start_router(struct cluster *c, int i)
+{
+    start_router_args(c, i, NULL);
 }
 
 static void cluster_start(struct cluster *c, const char *tag, int nnodes,
@@ -987,10 +1020,324 @@ static void test_replica(void)
     cluster_stop(&c);
 }
 
+/* ---- key batches over the nodes' frame transport ---- */
+
+#define FB 2000     /* keys per batch */
+
+/* The frame port a node reports through Internal/NodeInfo (0: frames off). */
+static int node_frame_port(struct node_proc *np)
+{
+    Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;
+    Bloomgrid__V1__NodeInfoResponse *resp = NULL;
+    struct rpc_status st;
+    CHECK(rpc_call(np->ch, "/bloomgrid.v1.Internal/NodeInfo", &rq.base,
+                   &bloomgrid__v1__node_info_response__descriptor,
+                   (ProtobufCMessage **)&resp, TIMEOUT_MS, &st) == 0,
+          "NodeInfo on %s: %s", np->addr, st.message);
+    int port = (int)resp->frame_port;
+    bloomgrid__v1__node_info_response__free_unpacked(resp, NULL);
+    return port;
+}
+
+/* The numbers right after needle on the log lines that hold it, in order
+ * (at most max); returns how many lines hold it. */
+static int log_numbers(const char *path, const char *needle, int *nums, int max)
+{
+    FILE *f = fopen(path, "r");
+    char line[2048];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, needle);
+        if (!p)
+            continue;
+        if (n < max)
+            nums[n] = atoi(p + strlen(needle));
+        n++;
+    }
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Router log lines for node addr: the ports it learned, or those that failed. */
+static int learned_ports(const char *log, const char *addr, int *ports, int max)
+{
+    char needle[128];
+    snprintf(needle, sizeof needle, "node %s: key batches over its frame port ", addr);
+    return log_numbers(log, needle, ports, max);
+}
+
+static int failed_ports(const char *log, const char *addr, int *ports, int max)
+{
+    char needle[128];
+    snprintf(needle, sizeof needle, "node %s: frame port ", addr);
+    return log_numbers(log, needle, ports, max);
+}
+
+/* Established TCP connections of process pid to port on loopback: the
+ * socket inodes among its descriptors, looked up in /proc/net/tcp{,6}. */
+static int conns_to(pid_t pid, int port)
+{
+    unsigned long inode[1024];
+    int ni = 0, n = 0;
+    char path[64], link[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    CHECK(d, "%s: %s", path, strerror(errno));
+    for (struct dirent *e; (e = readdir(d)) && ni < 1024;) {
+        char fp[320];
+        snprintf(fp, sizeof fp, "%s/%s", path, e->d_name);
+        ssize_t l = readlink(fp, link, sizeof link - 1);
+        if (l > 0) {
+            link[l] = 0;
+            if (sscanf(link, "socket:[%lu]", &inode[ni]) == 1)
+                ni++;
+        }
+    }
+    closedir(d);
+    const char *tabs[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tabs[t], "r");
+        while (f && fgets(line, sizeof line, f)) {
+            unsigned rport, st;
+            unsigned long ino;
+            if (sscanf(line, "%*s %*s %*[0-9A-Fa-f]:%x %x %*s %*s %*s %*s %*s %lu",
+                       &rport, &st, &ino) != 3 || rport != (unsigned)port || st != 1)
+                continue;
+            for (int i = 0; i < ni; i++)
+                n += inode[i] == ino;
+        }
+        if (f)
+            fclose(f);
+    }
+    return n;
+}
+
+/* Send method for keys prefix-[from, from + n) in batches of FB through ch;
+ * answers in out[n]. */
+static void key_batches(struct rpc_channel *ch, const char *method, const char *filter,
+                        const char *prefix, size_t from, size_t n, bool *out)
+{
+    struct rpc_status st;
+    for (size_t b = 0; b < n; b += FB) {
+        size_t m = n - b < FB ? n - b : FB;
+        char **k = make_keys(prefix, from + b, m);
+        CHECK(t_keys(ch, method, filter, k, m, out + b, &st) == 0, "%s %s: %s", method,
+              prefix, st.message);
+        free_keys(k, m);
+    }
+}
+
+static void check_all(const bool *out, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        CHECK(out[i], "%s: key %zu missing", what, i);
+}
+
+/* Nodes 0 and 1 offer frames, node 2 runs with --frames off; router 0 uses
+ * frames, router 1 runs with --frames off.  fsync: a killed node keeps
+ * every acknowledged key. */
+static void frames_cluster_start(struct cluster *c, int *fport)
+{
+    static const char *const off[] = {"--frames", "off", NULL};
+    memset(c, 0, sizeof *c);
+    harness_tmpdir(c->dir, sizeof c->dir, "router-frames");
+    snprintf(c->topo, sizeof c->topo, "%s/topology.ini", c->dir);
+    c->nnodes = 3;
+    for (int i = 0; i < 3; i++) {
+        snprintf(c->node_dir[i], sizeof c->node_dir[i], "%s/node%d", c->dir, i);
+        start_node_args(c, i, "fsync", 0, i == 2 ? off : NULL);
+        fport[i] = node_frame_port(&c->node[i]);
+        int logged[2];
+        int n = log_numbers(c->node[i].log, "frame transport on 127.0.0.1:", logged, 2);
+        if (i < 2)
+            CHECK(fport[i] > 0 && n == 1 && logged[0] == fport[i],
+                  "node %d: NodeInfo port %d, %d log lines (first %d)", i, fport[i], n,
+                  n ? logged[0] : -1);
+        else
+            CHECK(fport[i] == 0 && n == 0, "node with --frames off: port %d, %d lines",
+                  fport[i], n);
+    }
+    write_topo(c, 3, false, NULL);
+    c->nrouters = 2;
+    start_router(c, 0);
+    start_router_args(c, 1, off);
+}
+
+/* Remove over frames too: on a counting filter, removed keys go, the others
+ * stay, whichever router asks. */
+static void frames_remove(struct cluster *c)
+{
+    Bloomgrid__V1__CreateFilterRequest rq = BLOOMGRID__V1__CREATE_FILTER_REQUEST__INIT;
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+    struct rpc_status st;
+    bool out[2 * FB];
+    rq.name = "cnt";
+    rq.capacity = 10000;
+    rq.error_rate = 0.01;
+    rq.kind = BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_COUNTING;
+    rq.shards = 16;
+    CHECK(rpc_call(c->router[0].ch, "/bloomgrid.v1.BloomGrid/CreateFilter", &rq.base,
+                   &bloomgrid__v1__filter_info__descriptor, (ProtobufCMessage **)&fi,
+                   TIMEOUT_MS, &st) == 0, "create counting: %s", st.message);
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    key_batches(c->router[0].ch, "Add", "cnt", "c", 0, 2 * FB, out);
+    key_batches(c->router[0].ch, "Remove", "cnt", "c", 0, FB, out);
+    for (int r = 0; r < 2; r++) {
+        key_batches(c->router[r].ch, "MayContain", "cnt", "c", 0, 2 * FB, out);
+        size_t left = 0;
+        for (size_t i = 0; i < FB; i++)
+            left += out[i];
+        CHECK(left < FB / 20, "router %d: %zu of %d removed keys present", r, left, FB);
+        check_all(out + FB, FB, "kept key of the counting filter");
+    }
+}
+
+/* Kill node i (SIGKILL) and start it again on its gRPC port and data;
+ * returns its new frame port, which differs from old (should the kernel
+ * hand out the old port again, the node is restarted once more: the point
+ * is a port the router does not know yet). */
+static int frames_restart(struct cluster *c, int i, int old)
+{
+    int gport = c->node[i].port, port = old;
+    for (int tries = 0; port == old && tries < 3; tries++) {
+        node_stop(&c->node[i], SIGKILL);
+        start_node_args(c, i, "fsync", gport, NULL);
+        port = node_frame_port(&c->node[i]);
+    }
+    CHECK(port > 0 && port != old, "restarted node: frame port %d (was %d)", port, old);
+    return port;
+}
+
+static void test_frames(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    const size_t N = 20000;
+    const double P = 0.01;
+    int fport[3];
+    bool *in = malloc(N * sizeof *in), *abs_a = malloc(N * sizeof *abs_a);
+    bool *abs_b = malloc(N * sizeof *abs_b);
+
+    frames_cluster_start(&c, fport);
+    struct rpc_channel *a = c.router[0].ch, *b = c.router[1].ch;
+    const char *r0log = c.router[0].log, *r1log = c.router[1].log;
+    CHECK(create_sharded(a, "fr", N, P, 32, NULL, &st) == 0, "create: %s", st.message);
+    for (int i = 0; i < 3; i++)
+        CHECK(shards_on(&c.node[i], "fr") > 0, "node %d holds no shard", i);
+
+    /* Mixed cluster: every batch spans frame and gRPC nodes. */
+    double t0 = now_s();
+    key_batches(a, "Add", "fr", "present", 0, N, in);
+    key_batches(a, "MayContain", "fr", "present", 0, N, in);
+    check_all(in, N, "router 0");
+    key_batches(a, "MayContain", "fr", "absent", 0, N, abs_a);
+    size_t fp = 0;
+    for (size_t i = 0; i < N; i++)
+        fp += abs_a[i];
+    printf("mixed cluster: %zu keys in, out and absent in %.2fs; FPR %.4f\n", N,
+           now_s() - t0, (double)fp / N);
+    CHECK((double)fp / N < 2 * P, "FPR %.4f at p %.2f", (double)fp / N, P);
+
+    /* Frames to nodes 0 and 1 at the ports they report, never to node 2. */
+    int ports[8];
+    for (int i = 0; i < 2; i++) {
+        int n = learned_ports(r0log, c.node[i].addr, ports, 8);
+        CHECK(n == 1 && ports[0] == fport[i], "router 0, node %d: %d lines, port %d "
+              "(node says %d)", i, n, n ? ports[0] : -1, fport[i]);
+    }
+    CHECK(learned_ports(r0log, c.node[2].addr, ports, 8) == 0 &&
+          failed_ports(r0log, c.node[2].addr, ports, 8) == 0,
+          "router 0 names a frame port for the node with --frames off");
+
+    /* Its pooled connections say the same: open to both frame ports. */
+    for (int i = 0; i < 2; i++)
+        CHECK(conns_to(c.router[0].pid, fport[i]) > 0,
+              "router 0 holds no connection to node %d's frame port", i);
+
+    /* A router with --frames off: the same answers, all over gRPC. */
+    key_batches(b, "MayContain", "fr", "present", 0, N, in);
+    check_all(in, N, "router 1");
+    key_batches(b, "MayContain", "fr", "absent", 0, N, abs_b);
+    CHECK(memcmp(abs_a, abs_b, N * sizeof *abs_a) == 0,
+          "the routers answer absent keys differently");
+    frames_remove(&c);
+    CHECK(!log_has(r1log, "frame port"), "router with --frames off used frames");
+    for (int i = 0; i < 2; i++)
+        CHECK(conns_to(c.router[1].pid, fport[i]) == 0,
+              "router with --frames off connected to node %d's frame port", i);
+
+    /* Node 1 restarts on another frame port.  The router's first call finds
+     * the old port closed, goes over gRPC, and learns the new port ~200 ms
+     * later.  At most the first two batches may fail (UNAVAILABLE, while the
+     * node's gRPC connection comes back); once one succeeds every later one
+     * must. */
+    int newport = frames_restart(&c, 1, fport[1]);
+    char relearned[160];
+    snprintf(relearned, sizeof relearned, "node %s: key batches over its frame port %d",
+             c.node[1].addr, newport);
+    size_t ok = 0, fails = 0, after = 0;
+    t0 = now_s();
+    while ((ok < 10 || !log_has(r0log, relearned)) && now_s() - t0 < 5) {
+        char **k = make_keys("after", ok * FB, FB);
+        int code = t_keys(a, "Add", "fr", k, FB, in, &st);
+        free_keys(k, FB);
+        if (code == 0) {
+            after = ++ok * FB;
+            sleep_ms(20);
+            continue;
+        }
+        CHECK(code == GRPC_STATUS_UNAVAILABLE && ok == 0 && ++fails <= 2,
+              "batch %zu after the restart (%zu failed before): %s: %s", ok, fails,
+              rpc_status_name(code), st.message);
+        sleep_ms(200);
+    }
+    printf("after the restart: %zu batches in %.2fs, %zu failed first; frame port "
+           "%d -> %d\n", ok, now_s() - t0, fails, fport[1], newport);
+    CHECK(ok >= 10, "%zu batches succeeded in 5 s after the restart", ok);
+    CHECK(log_has(r0log, relearned), "router 0 did not learn port %d", newport);
+    CHECK(conns_to(c.router[0].pid, newport) > 0 &&
+          conns_to(c.router[0].pid, fport[1]) == 0,
+          "router 0's connections to node 1: %d to the new port, %d to the old",
+          conns_to(c.router[0].pid, newport), conns_to(c.router[0].pid, fport[1]));
+
+    /* The router log tells the story: old port learned, failed, new one
+     * learned; nodes 0 and 2 unaffected. */
+    int n = learned_ports(r0log, c.node[1].addr, ports, 8);
+    CHECK(n >= 2 && ports[0] == fport[1] && ports[n - 1] == newport,
+          "node 1 ports learned: %d lines, first %d, last %d", n, ports[0],
+          ports[n < 8 ? n - 1 : 7]);
+    int nf = failed_ports(r0log, c.node[1].addr, ports, 8);
+    CHECK(nf >= 1 && ports[0] == fport[1], "old port failure not logged (%d lines)", nf);
+    for (int i = 0; i < nf && i < 8; i++)
+        CHECK(ports[i] != newport, "the new port %d failed", newport);
+    CHECK(learned_ports(r0log, c.node[0].addr, ports, 8) == 1 &&
+          failed_ports(r0log, c.node[0].addr, ports, 8) == 0,
+          "node 0's port was dropped for node 1's restart");
+    CHECK(learned_ports(r0log, c.node[2].addr, ports, 8) == 0, "node 2 over frames");
+    n = log_numbers(c.node[1].log, "frame transport on 127.0.0.1:", ports, 8);
+    CHECK(n == 2 && ports[0] == fport[1] && ports[1] == newport,
+          "node 1 log: %d frame transport lines", n);
+
+    /* Nothing acknowledged was lost, through either transport. */
+    key_batches(a, "MayContain", "fr", "present", 0, N, in);
+    check_all(in, N, "router 0 after the restart");
+    key_batches(b, "MayContain", "fr", "present", 0, N, in);
+    check_all(in, N, "router 1 after the restart");
+    bool *more = malloc(after * sizeof *more);
+    key_batches(b, "MayContain", "fr", "after", 0, after, more);
+    check_all(more, after, "batch added after the restart");
+    free(more);
+    free(in);
+    free(abs_a);
+    free(abs_b);
+    cluster_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN cluster|create|kill|reload|replica|transfer\n",
+        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN cluster|create|kill|reload|replica|transfer|frames\n",
                 argv[0]);
         return 2;
     }
@@ -1010,6 +1357,8 @@ int main(int argc, char **argv)
         test_transfer();
     else if (strcmp(argv[3], "replica") == 0)
         test_replica();
+    else if (strcmp(argv[3], "frames") == 0)
+        test_frames();
     else {
         fprintf(stderr, "unknown test %s\n", argv[3]);
         return 2;

@@ -322,6 +322,37 @@ START_TEST(bad_frames_close_only_their_connection)
 }
 END_TEST
 
+START_TEST(connection_limit_refuses_without_running)
+{
+    int port;
+    char err[256];
+    grpc_init();
+    struct rpc_frame_server *s =
+        rpc_frame_server_start("127.0.0.1", 0, handlers, 4, NULL, 1 << 20, 1, &port, err);
+    ck_assert_msg(s != NULL, "%s", err);
+    struct rpc_frame_pool *a = rpc_frame_pool_create("127.0.0.1", port, 0);
+    struct rpc_frame_pool *b = rpc_frame_pool_create("127.0.0.1", port, 0);
+
+    /* a's idle connection is the one the server allows. */
+    struct rpc_frame_call c = call_of(a, 0, "mine", 2000);
+    rpc_frame_call_many(&c, 1);
+    expect_body(&c, "enim");
+    c = call_of(b, 0, "yours", 2000);
+    ck_assert_uint_eq(rpc_frame_call_many(&c, 1), 1);
+    ck_assert(c.refused && !c.sent && !c.answered);
+    ck_assert_int_eq(c.st.code, GRPC_STATUS_UNAVAILABLE);
+    ck_assert_int_eq(c.port, port);
+    /* The allowed connection still works. */
+    c = call_of(a, 0, "again", 2000);
+    rpc_frame_call_many(&c, 1);
+    expect_body(&c, "niaga");
+    rpc_frame_pool_destroy(a);
+    rpc_frame_pool_destroy(b);
+    rpc_frame_server_stop(s);
+    grpc_shutdown();
+}
+END_TEST
+
 START_TEST(addresses_split)
 {
     char h[64];
@@ -352,6 +383,7 @@ Suite *rpc_frame_suite(void)
     tcase_add_test(tc, slow_answer_hits_the_deadline);
     tcase_add_test(tc, restarted_server_is_reconnected);
     tcase_add_test(tc, bad_frames_close_only_their_connection);
+    tcase_add_test(tc, connection_limit_refuses_without_running);
     tcase_add_test(tc, addresses_split);
     suite_add_tcase(s, tc);
     return s;

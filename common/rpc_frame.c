@@ -105,18 +105,41 @@ struct conn_arg {
     struct conn *c;
 };
 
-static int read_full(int fd, void *buf, size_t len)
+/* Read len bytes.  With started, the bytes are the rest of a frame that has
+ * begun and must come within stall_ms; otherwise the first read may wait as
+ * long as the connection stays idle. */
+static atomic_int stall_ms = 10000;
+
+void rpc_frame_set_stall_ms(int ms)
+{
+    atomic_store(&stall_ms, ms > 0 ? ms : 1);
+}
+
+static int read_full(int fd, void *buf, size_t len, bool started)
 {
     uint8_t *p = buf;
 
     while (len > 0) {
-        ssize_t r = read(fd, p, len);
+        ssize_t r = started ? recv(fd, p, len, MSG_DONTWAIT) : read(fd, p, len);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r < 0 && started && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            int ms = atomic_load(&stall_ms);
+            int pr = poll(&pf, 1, ms);
+            if (pr == 0) {
+                log_warn("frame connection: a frame stalled for %d ms; closing it", ms);
+                return -1;
+            }
+            if (pr < 0 && errno != EINTR)
+                return -1;
+            continue;
+        }
         if (r <= 0)
             return -1;
         p += r;
         len -= (size_t)r;
+        started = true;
     }
     return 0;
 }
@@ -186,7 +209,7 @@ static void serve_conn(struct rpc_frame_server *s, int fd)
     size_t cap = 0;
 
     for (;;) {
-        if (read_full(fd, h, sizeof h) < 0)
+        if (read_full(fd, h, sizeof h, false) < 0)
             break;
         if (get_le32(h) != RPC_FRAME_MAGIC) {
             log_warn("frame connection: bad magic 0x%08x; closing it", get_le32(h));
@@ -213,7 +236,7 @@ static void serve_conn(struct rpc_frame_server *s, int fd)
             buf = nb;
             cap = len;
         }
-        if (len && read_full(fd, buf, len) < 0)
+        if (len && read_full(fd, buf, len, true) < 0)
             break;
         if (method >= s->n || !s->handlers[method].unary)
             rpc_reply_error(&rep, GRPC_STATUS_UNIMPLEMENTED,

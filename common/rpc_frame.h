@@ -49,6 +49,11 @@ struct rpc_frame_server *rpc_frame_server_start(const char *host, int port,
                                                 size_t max_message, int max_conns,
                                                 int *bound_port, char *err);
 
+/* How long the rest of a frame may take once its first bytes arrived
+ * before the server closes the connection (default 10000 ms; an idle
+ * connection between frames is never timed out).  Process-wide. */
+void rpc_frame_set_stall_ms(int ms);
+
 /* Stop accepting, end every connection (a call being handled finishes
  * first; its response may be lost), join the threads and free.  NULL is
  * allowed. */

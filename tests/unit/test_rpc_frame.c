@@ -297,6 +297,24 @@ START_TEST(bad_frames_close_only_their_connection)
     ck_assert_ptr_nonnull(memmem(buf + 16, (size_t)n - 16, "limit", 5));
     close(fd);
 
+    /* A frame that stops half-way is dropped after the stall limit, while
+     * an idle connection (no frame begun) stays open. */
+    rpc_frame_set_stall_ms(300);
+    int idle = raw_connect(port);
+    fd = raw_connect(port);
+    ck_assert_int_eq(write(fd, h, 7), 7);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ck_assert_int_eq(read_to_eof(fd, buf, sizeof buf), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    ck_assert_msg(ms >= 250 && ms < 1900, "stalled frame closed after %.0f ms", ms);
+    close(fd);
+    struct pollfd ipf = {.fd = idle, .events = POLLIN};
+    ck_assert_int_eq(poll(&ipf, 1, 100), 0);
+    close(idle);
+    rpc_frame_set_stall_ms(10000);
+
     /* Random bytes and truncated frames, many times: the server lives on. */
     srand(7);
     for (int i = 0; i < 300; i++) {

@@ -30,7 +30,9 @@
 
 #include "bf_internal.h"
 
-#define BF_CHUNK 32
+#ifndef BF_CHUNK
+#define BF_CHUNK 64
+#endif
 #ifndef BF_AHEAD
 #define BF_AHEAD 8
 #endif

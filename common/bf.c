@@ -284,6 +284,7 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
     l->error_rate = p;
     l->m = m;
     l->k = k;
+    l->kmask = (uint8_t)(k >= 8 ? 0xff : (1u << k) - 1);
     l->nblocks = m / BF_BLOCK_BITS;
     uint64_t bytes = bf_body_bytes(kind, m);
     l->words = bytes / 8;

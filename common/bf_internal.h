@@ -14,6 +14,7 @@ struct bf_layer {
     double error_rate;
     uint64_t m;          /* bits, or counters for the counting kind */
     uint32_t k;
+    uint8_t kmask;       /* one bit per probe among the first 8 (vector test) */
     uint64_t nblocks;    /* blocked kind: m / BF_BLOCK_BITS */
     uint64_t words;      /* 64-bit words in body */
     uint64_t *body;      /* mmap'd, map_bytes long */

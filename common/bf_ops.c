@@ -140,23 +140,20 @@ BF_VEC_TARGET static inline bool blocked_test_vec(const struct bf_layer *l, stru
     struct probe p = probe_start(h);
     const __m512i lane = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
     const __m512i tri = _mm512_set_epi64(21, 15, 10, 6, 3, 1, 0, 0);
-    const __m512i one = _mm512_set1_epi64(1);
     __m512i z = _mm512_set1_epi64((long long)p.z);
     __m512i g = _mm512_add_epi64(_mm512_set1_epi64((long long)p.g),
                                  _mm512_add_epi64(_mm512_mullo_epi64(lane, _mm512_set1_epi64((long long)p.y)),
                                                   _mm512_mullo_epi64(tri, z)));
     __m512i block = _mm512_loadu_si512(blk);
-    unsigned bad = 0;
+    /* Word bit >> 6 = g >> 61 of the block; the bit inside it, bit & 63,
+     * rotated up to bit 63 (rotation counts are taken mod 64) where
+     * movepi64_mask reads it. */
+    const __m512i up = _mm512_set1_epi64(63);
+    __m512i word = _mm512_permutexvar_epi64(_mm512_srli_epi64(g, 61), block);
+    __m512i rot = _mm512_rorv_epi64(word, _mm512_sub_epi64(_mm512_srli_epi64(g, 55), up));
+    unsigned bad = (unsigned)l->kmask & ~(unsigned)_mm512_movepi64_mask(rot);
 
-    for (uint32_t left = l->k, i = 0;; i += 8) {
-        /* Word bit >> 6 = g >> 61 of the block; the bit inside it, bit & 63,
-         * rotated down to bit 0 (rotation counts are taken mod 64). */
-        __m512i word = _mm512_permutexvar_epi64(_mm512_srli_epi64(g, 61), block);
-        __m512i rot = _mm512_rorv_epi64(word, _mm512_srli_epi64(g, 55));
-        __mmask8 want = left >= 8 ? (__mmask8)0xff : (__mmask8)((1u << left) - 1);
-        bad |= (unsigned)want & ~(unsigned)_mm512_mask_test_epi64_mask(want, rot, one);
-        if (left <= 8)
-            break;
+    for (uint32_t left = l->k, i = 0; left > 8; i += 8) {
         left -= 8;
         /* Eight steps on: g_{j+8} = g_j + 8*y_j + 28*z, where
          * y_j = y_0 + j*z for lane j's current probe index. */
@@ -164,6 +161,10 @@ BF_VEC_TARGET static inline bool blocked_test_vec(const struct bf_layer *l, stru
         __m512i y = _mm512_add_epi64(_mm512_set1_epi64((long long)p.y), _mm512_mullo_epi64(idx, z));
         g = _mm512_add_epi64(g, _mm512_add_epi64(_mm512_slli_epi64(y, 3),
                                                  _mm512_mullo_epi64(_mm512_set1_epi64(28), z)));
+        __mmask8 want = left >= 8 ? (__mmask8)0xff : (__mmask8)((1u << left) - 1);
+        word = _mm512_permutexvar_epi64(_mm512_srli_epi64(g, 61), block);
+        rot = _mm512_rorv_epi64(word, _mm512_sub_epi64(_mm512_srli_epi64(g, 55), up));
+        bad |= (unsigned)want & ~(unsigned)_mm512_movepi64_mask(rot);
     }
     return bad == 0;
 }

@@ -775,9 +775,10 @@ void rpc_frame_set_spin(long us)
 
 size_t rpc_frame_call_many(struct rpc_frame_call *calls, size_t n)
 {
-    struct cstate stack[8], *cs = n <= 8 ? stack : calloc(n, sizeof *cs);
-    struct pollfd pstack[8], *pf = n <= 8 ? pstack : calloc(n, sizeof *pf);
-    size_t *which = calloc(n ? n : 1, sizeof *which);
+    size_t m = n ? n : 1;
+    struct cstate *cs = calloc(m, sizeof *cs);
+    struct pollfd *pf = calloc(m, sizeof *pf);
+    size_t *which = calloc(m, sizeof *which);
     size_t pending = 0, failed = 0;
     char why[160];
 
@@ -787,14 +788,9 @@ size_t rpc_frame_call_many(struct rpc_frame_call *calls, size_t n)
             calls[i].resp = grpc_empty_slice();
             fail(&calls[i], GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         }
-        if (cs != stack)
-            free(cs);
-        if (pf != pstack)
-            free(pf);
-        free(which);
-        return n;
+        failed = n;
+        n = 0;
     }
-    memset(cs, 0, n * sizeof *cs);
     int64_t t0 = now_ms();
     for (size_t i = 0; i < n; i++) {
         struct rpc_frame_call *c = &calls[i];
@@ -889,10 +885,8 @@ size_t rpc_frame_call_many(struct rpc_frame_call *calls, size_t n)
         }
         failed += calls[i].rc != 0;
     }
-    if (cs != stack)
-        free(cs);
-    if (pf != pstack)
-        free(pf);
+    free(cs);
+    free(pf);
     free(which);
     return failed;
 }

@@ -136,27 +136,21 @@ void router_node_frames_failed(struct router *r, struct router_node *n, int port
 static void call_nodes(struct router *r, struct rpc_multi *calls,
                        struct router_node *const *nodes, size_t n, uint32_t method)
 {
-    struct rpc_frame_call fstack[8], *fc = n <= 8 ? fstack : calloc(n, sizeof *fc);
-    size_t fmap_stack[8], *fmap = n <= 8 ? fmap_stack : calloc(n, sizeof *fmap);
-    bool gstack[8], *grpc = n <= 8 ? gstack : calloc(n, sizeof *grpc);
-    size_t nf = 0, ng = 0;
+    size_t m = n ? n : 1, nf = 0, ng = 0;
+    struct rpc_frame_call *fc = calloc(m, sizeof *fc);
+    size_t *fmap = calloc(m, sizeof *fmap);
+    struct rpc_multi *g = calloc(m, sizeof *g);
+    bool *grpc = calloc(m, sizeof *grpc);
 
-    if (!fc || !fmap || !grpc) {
-        if (fc != fstack)
-            free(fc);
-        if (fmap != fmap_stack)
-            free(fmap);
-        if (grpc != gstack)
-            free(grpc);
+    if (!fc || !fmap || !g || !grpc) {
         rpc_call_many(calls, n);
-        return;
+        goto out;
     }
     for (size_t i = 0; i < n; i++) {
         struct rpc_frame_pool *p = nodes[i] ? router_node_frames(r, nodes[i]) : NULL;
         grpc[i] = !p;
         if (!p)
             continue;
-        memset(&fc[nf], 0, sizeof fc[nf]);
         fc[nf].pool = p;
         fc[nf].method = method;
         fc[nf].req = GRPC_SLICE_START_PTR(calls[i].req);
@@ -178,40 +172,21 @@ static void call_nodes(struct router *r, struct rpc_multi *calls,
         c->st = fc[k].st;
         c->resp = fc[k].resp;
     }
+    /* The rest over gRPC, as one fan-out. */
     for (size_t i = 0; i < n; i++)
-        ng += grpc[i];
-    if (ng == n) {
-        rpc_call_many(calls, n);
-    } else if (ng) {
-        struct rpc_multi *g = calloc(ng, sizeof *g);
-        size_t j = 0;
-        if (!g) {
-            for (size_t i = 0; i < n; i++) {
-                if (!grpc[i])
-                    continue;
-                calls[i].rc = -1;
-                calls[i].resp = grpc_empty_slice();
-                calls[i].st.code = GRPC_STATUS_RESOURCE_EXHAUSTED;
-                snprintf(calls[i].st.message, sizeof calls[i].st.message, "out of memory");
-            }
-        } else {
-            for (size_t i = 0; i < n; i++)
-                if (grpc[i])
-                    g[j++] = calls[i];
-            rpc_call_many(g, ng);
-            j = 0;
-            for (size_t i = 0; i < n; i++)
-                if (grpc[i])
-                    calls[i] = g[j++];
-            free(g);
-        }
+        if (grpc[i])
+            g[ng++] = calls[i];
+    if (ng) {
+        rpc_call_many(g, ng);
+        for (size_t i = 0, j = 0; i < n; i++)
+            if (grpc[i])
+                calls[i] = g[j++];
     }
-    if (fc != fstack)
-        free(fc);
-    if (fmap != fmap_stack)
-        free(fmap);
-    if (grpc != gstack)
-        free(grpc);
+out:
+    free(fc);
+    free(fmap);
+    free(g);
+    free(grpc);
 }
 
 /* Index of an Internal method, as frames name it. */

@@ -16,8 +16,10 @@
  *   frames    key batches over the nodes' frame ports where offered, gRPC
  *             to a node and from a router with --frames off (same answers);
  *             a node restarted on a new frame port: the router learns it
- *             again and no acknowledged key is lost
+ *             again and no acknowledged key is lost; a fixed --frame-port is
+ *             served, reported and used
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1024,6 +1027,20 @@ static void test_replica(void)
 
 #define FB 2000     /* keys per batch */
 
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+static int free_tcp_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t al = sizeof a;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &al) == 0,
+          "no free port");
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
 /* The frame port a node reports through Internal/NodeInfo (0: frames off). */
 static int node_frame_port(struct node_proc *np)
 {
@@ -1327,6 +1344,30 @@ static void test_frames(void)
     bool *more = malloc(after * sizeof *more);
     key_batches(b, "MayContain", "fr", "after", 0, after, more);
     check_all(more, after, "batch added after the restart");
+
+    /* A fixed frame_port is the one the node serves and reports, and the
+     * router follows it there. */
+    int fixed = free_tcp_port();
+    char fixed_s[16], fixed_line[160];
+    snprintf(fixed_s, sizeof fixed_s, "%d", fixed);
+    const char *const fixed_args[] = {"--frame-port", fixed_s, NULL};
+    node_stop(&c.node[0], SIGTERM);
+    start_node_args(&c, 0, "fsync", c.node[0].port, fixed_args);
+    CHECK(node_frame_port(&c.node[0]) == fixed, "node 0 reports frame port %d, not %d",
+          node_frame_port(&c.node[0]), fixed);
+    snprintf(fixed_line, sizeof fixed_line, "node %s: key batches over its frame port %d",
+             c.node[0].addr, fixed);
+    t0 = now_s();
+    bool learned = false;
+    while (!learned && now_s() - t0 < 5) {
+        key_batches(a, "MayContain", "fr", "present", 0, N, in);
+        learned = log_has(r0log, fixed_line);
+        if (!learned)
+            sleep_ms(100);
+    }
+    check_all(in, N, "router 0 with node 0 on a fixed frame port");
+    CHECK(learned, "router 0 did not move to node 0's fixed frame port %d", fixed);
+    CHECK(conns_to(c.router[0].pid, fixed) > 0, "no connection to the fixed port %d", fixed);
     free(more);
     free(in);
     free(abs_a);

@@ -12,6 +12,7 @@
 #include <bloom.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,29 +204,59 @@ static void measure(struct target *t, uint64_t probes, int rounds, struct result
     r->fpr = (double)hits / (double)(t->lb ? probes : 2 * probes);
 }
 
+/* Whole measurements per row (--repeat); the row prints the median of each
+ * figure over them. */
+static int repeat = 1;
+
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void median_result(const struct result *rs, int n, struct result *out)
+{
+    double v[64];
+    size_t fields[] = {offsetof(struct result, add[0]), offsetof(struct result, add[1]),
+                       offsetof(struct result, add[2]), offsetof(struct result, add[3]),
+                       offsetof(struct result, qp),     offsetof(struct result, qp_batch),
+                       offsetof(struct result, qa),     offsetof(struct result, qa_batch),
+                       offsetof(struct result, fpr)};
+
+    *out = rs[0];
+    for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+        for (int i = 0; i < n; i++)
+            v[i] = *(const double *)((const char *)&rs[i] + fields[f]);
+        *(double *)((char *)out + fields[f]) = median_of(v, n);
+    }
+}
+
 static int bench_ours(const char *size, enum bf_kind kind, uint64_t n, uint64_t probes,
                       int rounds)
 {
     struct bf_params p = {.kind = kind, .capacity = n, .error_rate = 0.01};
     char err[BF_ERRLEN];
     struct target t = {.name = bf_kind_name(kind), .capacity = n};
-    struct result r;
+    struct result rs[64], r;
     struct bf_stats st;
 
-    t.f = bf_create(&p, err);
-    if (!t.f) {
-        fprintf(stderr, "bench_engine: %s\n", err);
-        return -1;
+    for (int i = 0; i < repeat; i++) {
+        t.f = bf_create(&p, err);
+        if (!t.f) {
+            fprintf(stderr, "bench_engine: %s\n", err);
+            return -1;
+        }
+        bf_stats(t.f, &st);
+        t.bits_per_key = (double)st.bits / (double)n;
+        measure(&t, probes, rounds, &rs[i]);
+        bf_destroy(t.f);
+        if (rs[i].present_hits != rs[i].present_n) {
+            fprintf(stderr, "bench_engine: FALSE NEGATIVES in %s\n", t.name);
+            return -1;
+        }
     }
-    bf_stats(t.f, &st);
-    t.bits_per_key = (double)st.bits / (double)n;
-    measure(&t, probes, rounds, &r);
-    if (r.present_hits != r.present_n) {
-        fprintf(stderr, "bench_engine: FALSE NEGATIVES in %s\n", t.name);
-        return -1;
-    }
+    median_result(rs, repeat, &r);
     print_row(size, &t, &r);
-    bf_destroy(t.f);
     return 0;
 }
 
@@ -233,28 +264,35 @@ static int bench_libbloom(const char *size, uint64_t n, uint64_t probes, int rou
 {
     struct bloom lb;
     struct target t = {.name = "libbloom", .capacity = n, .lb = &lb};
-    struct result r;
+    struct result rs[64], r;
 
-    if (bloom_init(&lb, (int)n, 0.01) != 0) {
-        fprintf(stderr, "bench_engine: libbloom cannot hold %llu entries\n",
-                (unsigned long long)n);
-        return -1;
+    for (int i = 0; i < repeat; i++) {
+        if (bloom_init(&lb, (int)n, 0.01) != 0) {
+            fprintf(stderr, "bench_engine: libbloom cannot hold %llu entries\n",
+                    (unsigned long long)n);
+            return -1;
+        }
+        t.bits_per_key = (double)lb.bits / (double)n;
+        measure(&t, probes, rounds, &rs[i]);
+        bloom_free(&lb);
     }
-    t.bits_per_key = (double)lb.bits / (double)n;
-    measure(&t, probes, rounds, &r);
+    median_result(rs, repeat, &r);
     print_row(size, &t, &r);
-    bloom_free(&lb);
     return 0;
 }
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: bench_engine [--large-mb N] [--small-kb N] [--probes N] [--skip-large]\n"
+            "usage: bench_engine [--large-mb N] [--small-kb N] [--probes N] [--repeat N]\n"
+            "                    [--skip-large]\n"
             "  --large-mb N   size of the out-of-cache blocked/classic filters (default 1024)\n"
             "  --small-kb N   size of the in-cache filters (default 1024)\n"
             "  --probes N     queries per measurement (default 20000000)\n"
             "  --skip-large   only the in-cache filters (a quick run)\n"
+            "  --repeat N     measure every row N times (fresh filters) and print the\n"
+            "                 median of each figure (default 1; at most 64): steadier\n"
+            "                 figures on a machine shared with other work\n"
             "All filters target a 1%% false-positive rate and are filled to capacity.\n"
             "libbloom stores its bit count in an int, so its large filter is capped\n"
             "at 2^31 bits (256 MB).\n");
@@ -265,6 +303,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"large-mb", required_argument, 0, 'L'}, {"small-kb", required_argument, 0, 'S'},
         {"probes", required_argument, 0, 'P'},   {"skip-large", no_argument, 0, 'x'},
+        {"repeat", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     uint64_t large_mb = 1024, small_kb = 1024, probes = 20000000;
     bool skip_large = false;
@@ -276,11 +315,12 @@ int main(int argc, char **argv)
         case 'S': small_kb = strtoull(optarg, NULL, 10); break;
         case 'P': probes = strtoull(optarg, NULL, 10); break;
         case 'x': skip_large = true; break;
+        case 'R': repeat = atoi(optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (!large_mb || !small_kb || !probes) {
+    if (!large_mb || !small_kb || !probes || repeat < 1 || repeat > 64) {
         usage(stderr);
         return 2;
     }

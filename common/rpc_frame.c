@@ -248,6 +248,12 @@ static void serve_conn(struct rpc_frame_server *s, int fd)
             grpc_slice_unref(rep.body);
         if (w < 0)
             break;
+        if (cap > (4u << 20)) {
+            /* An idle connection does not keep a big batch's buffer. */
+            free(buf);
+            buf = NULL;
+            cap = 0;
+        }
     }
     free(buf);
 }

@@ -37,9 +37,9 @@ static inline void put_le32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)(v >> 24);
 }
 
-static void header(uint8_t *h, uint32_t a, uint32_t b, uint32_t c)
+static void header(uint8_t *h, uint32_t magic, uint32_t a, uint32_t b, uint32_t c)
 {
-    put_le32(h, RPC_FRAME_MAGIC);
+    put_le32(h, magic);
     put_le32(h + 4, a);
     put_le32(h + 8, b);
     put_le32(h + 12, c);
@@ -184,14 +184,14 @@ static int send_response(int fd, const struct rpc_reply *rep)
 
     if (rep->code == GRPC_STATUS_OK) {
         size_t len = rep->has_body ? GRPC_SLICE_LENGTH(rep->body) : 0;
-        header(h, GRPC_STATUS_OK, 0, (uint32_t)len);
+        header(h, RPC_FRAME_MAGIC, GRPC_STATUS_OK, 0, (uint32_t)len);
         if (len) {
             iov[n].iov_base = (void *)GRPC_SLICE_START_PTR(rep->body);
             iov[n++].iov_len = len;
         }
     } else {
         size_t ml = strnlen(rep->message, sizeof rep->message);
-        header(h, (uint32_t)rep->code, (uint32_t)ml, 0);
+        header(h, RPC_FRAME_MAGIC, (uint32_t)rep->code, (uint32_t)ml, 0);
         if (ml) {
             iov[n].iov_base = (void *)rep->message;
             iov[n++].iov_len = ml;
@@ -311,8 +311,7 @@ static void *accept_main(void *p)
             uint8_t h[RPC_FRAME_HDR];
             int ml = snprintf(msg, sizeof msg, stopping ? "shutting down"
                               : "at the limit of %d frame connections", max);
-            header(h, GRPC_STATUS_UNAVAILABLE, (uint32_t)ml, 0);
-            put_le32(h, RPC_FRAME_REFUSED);
+            header(h, RPC_FRAME_REFUSED, GRPC_STATUS_UNAVAILABLE, (uint32_t)ml, 0);
             struct iovec iov[2] = {{h, sizeof h}, {msg, (size_t)ml}};
             struct timeval tv = {0, 100 * 1000};
             setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -658,7 +657,8 @@ static bool send_request(struct rpc_frame_call *c, struct cstate *cs)
     struct iovec *v = iov;
     int n = c->len ? 2 : 1;
 
-    header(h, c->method, c->timeout_ms > 0 ? (uint32_t)c->timeout_ms : 0, (uint32_t)c->len);
+    header(h, RPC_FRAME_MAGIC, c->method, c->timeout_ms > 0 ? (uint32_t)c->timeout_ms : 0,
+           (uint32_t)c->len);
     while (n > 0) {
         ssize_t w = send_iov(cs->fd, v, n);
         if (w < 0 && errno == EINTR)

@@ -394,6 +394,31 @@ static inline void put_le64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* One `repeated bool results` field of a response: packed (a length and
+ * one byte per result) or a single unpacked value, at *p.  Stores into
+ * out[idx[*got]] onwards; false when it does not parse or would exceed want
+ * results. */
+static bool read_bools(const uint8_t **p, const uint8_t *end, bool packed, size_t want,
+                       const uint32_t *idx, bool *out, size_t *got)
+{
+    uint64_t v;
+
+    if (!get_varint(p, end, &v))
+        return false;
+    if (!packed) {
+        if (*got >= want)
+            return false;
+        out[idx[(*got)++]] = v != 0;
+        return true;
+    }
+    if (v > (uint64_t)(end - *p) || *got + v > want)
+        return false;
+    for (uint64_t k = 0; k < v; k++)
+        out[idx[(*got)++]] = (*p)[k] != 0;
+    *p += v;
+    return true;
+}
+
 /* Decode a HashesResponse of want results into out[idx[k]].  Returns false
  * when it does not parse or has the wrong number of results. */
 static bool decode_results(grpc_slice resp, size_t want, const uint32_t *idx,
@@ -407,18 +432,10 @@ static bool decode_results(grpc_slice resp, size_t want, const uint32_t *idx,
         if (!get_varint(&p, end, &tag))
             return false;
         switch (tag) {
-        case 0x0a: /* packed bools */
-            if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p) ||
-                got + v > want)
+        case 0x0a: /* results, packed */
+        case 0x08: /* one result, unpacked */
+            if (!read_bools(&p, end, tag == 0x0a, want, idx, out, &got))
                 return false;
-            for (uint64_t k = 0; k < v; k++)
-                out[idx[got++]] = p[k] != 0;
-            p += v;
-            break;
-        case 0x08: /* one unpacked bool */
-            if (!get_varint(&p, end, &v) || got >= want)
-                return false;
-            out[idx[got++]] = v != 0;
             break;
         case 0x10:
             if (!get_varint(&p, end, version))
@@ -627,18 +644,10 @@ static bool decode_shard_result(const uint8_t *p, const uint8_t *end, uint32_t s
             if (!get_varint(&p, end, &index))
                 return false;
             break;
-        case 0x12: /* packed bools */
-            if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p) ||
-                got + v > want)
+        case 0x12: /* results, packed */
+        case 0x10: /* one result, unpacked */
+            if (!read_bools(&p, end, tag == 0x12, want, idx, out, &got))
                 return false;
-            for (uint64_t k = 0; k < v; k++)
-                out[idx[got++]] = p[k] != 0;
-            p += v;
-            break;
-        case 0x10: /* one unpacked bool */
-            if (!get_varint(&p, end, &v) || got >= want)
-                return false;
-            out[idx[got++]] = v != 0;
             break;
         case 0x18:
             if (!get_varint(&p, end, &res->version))

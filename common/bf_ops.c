@@ -17,7 +17,10 @@
  * Adds are atomic ORs (fetch-or tells whether a bit was new); a word whose
  * bits are all set already is not written at all, which keeps re-adds cheap
  * and cache lines shared.  In exclusive (single-writer) mode adds are
- * branch-free load/OR/store sequences instead.  Queries use relaxed atomic loads (plain moves on
+ * branch-free load/OR/store sequences instead.  With AVX-512 a blocked add
+ * gathers its k bits into a register image of the block first, then writes
+ * only the words that gain a bit: one masked store (exclusive) or one atomic
+ * OR per such word.  Queries use relaxed atomic loads (plain moves on
  * x86-64).  Batched forms hash a chunk of keys first, prefetching each block
  * as soon as its hash is known, then probe the chunk.
  */
@@ -167,6 +170,51 @@ BF_VEC_TARGET static inline bool blocked_test_vec(const struct bf_layer *l, stru
         bad |= (unsigned)want & ~(unsigned)_mm512_movepi64_mask(rot);
     }
     return bad == 0;
+}
+
+/* The add with AVX-512: the k probes are OR-ed into a register image of the
+ * block (lane w of bf_word_lane[w] picks word w), then compared with the block
+ * in one load.  Exclusive mode writes back only the words that gain a bit
+ * (one masked store, none for a re-add); atomic mode does one atomic OR per
+ * such word instead of one per probe.  Sets exactly the bits blocked_add
+ * sets (the unit tests compare the two). */
+static const uint64_t bf_word_lane[8][8] __attribute__((aligned(64))) = {
+    {~0ULL, 0, 0, 0, 0, 0, 0, 0}, {0, ~0ULL, 0, 0, 0, 0, 0, 0},
+    {0, 0, ~0ULL, 0, 0, 0, 0, 0}, {0, 0, 0, ~0ULL, 0, 0, 0, 0},
+    {0, 0, 0, 0, ~0ULL, 0, 0, 0}, {0, 0, 0, 0, 0, ~0ULL, 0, 0},
+    {0, 0, 0, 0, 0, 0, ~0ULL, 0}, {0, 0, 0, 0, 0, 0, 0, ~0ULL}};
+
+BF_VEC_TARGET static inline bool blocked_add_vec(const struct bf *f, struct bf_layer *l,
+                                                 struct bf_hash h)
+{
+    uint64_t *blk = blocked_block(l, h);
+    struct probe p = probe_start(h);
+    __m512i set = _mm512_setzero_si512();
+
+    for (uint32_t i = 0; i < l->k; i++) {
+        unsigned bit = probe_next(&p);
+        __m512i b = _mm512_set1_epi64((long long)(1ULL << (bit & 63)));
+        /* set |= b & lane(bit >> 6) */
+        set = _mm512_ternarylogic_epi64(set, b, _mm512_load_si512(bf_word_lane[bit >> 6]), 0xF8);
+    }
+    __m512i cur = _mm512_loadu_si512(blk);
+    __m512i miss = _mm512_andnot_si512(cur, set);
+    __mmask8 need = _mm512_test_epi64_mask(miss, miss);
+
+    if (f->exclusive) {
+        _mm512_mask_storeu_epi64(blk, need, _mm512_or_si512(cur, set));
+        return need != 0;
+    }
+    if (!need)
+        return false;
+    uint64_t words[8] __attribute__((aligned(64)));
+    uint64_t missing = 0;
+    _mm512_store_si512(words, set);
+    for (unsigned w = need; w; w &= w - 1) {
+        unsigned j = (unsigned)__builtin_ctz(w);
+        missing |= words[j] & ~__atomic_fetch_or(&blk[j], words[j], __ATOMIC_RELEASE);
+    }
+    return missing != 0;
 }
 
 static bool vec_enabled;
@@ -399,20 +447,6 @@ struct bf_hash bf_hash_key(const struct bf *f, const void *key, size_t len)
     return hash_key(f, key, len);
 }
 
-bool bf_add_hash(struct bf *f, struct bf_hash h)
-{
-    bool added = add_hash(f, h);
-
-    count_adds(f, added);
-    return added;
-}
-
-
-bool bf_add(struct bf *f, const void *key, size_t len)
-{
-    return bf_add_hash(f, hash_key(f, key, len));
-}
-
 
 /* Prefetch the first cache line a hash touches in the first layer. */
 static inline void prefetch_hash(const struct bf *f, struct bf_hash h, int write)
@@ -439,7 +473,17 @@ static inline void prefetch_hash(const struct bf *f, struct bf_hash h, int write
     __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
 }
 
-void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out)
+/* The batched loops are written once (always inlined) and built twice on
+ * x86-64: as they are, and inside functions compiled for AVX-512 where the
+ * add and test of a blocked filter are blocked_add_vec and blocked_test_vec.
+ * Entry points pick the build once per call. */
+typedef bool (*test_fn)(const struct bf *f, struct bf_hash h);
+typedef bool (*add_fn)(struct bf *f, struct bf_hash h);
+
+#define BF_INLINE static inline __attribute__((always_inline))
+
+BF_INLINE uint64_t add_hashes_loop(struct bf *f, const struct bf_hash *h, size_t n, bool *out,
+                                   add_fn add)
 {
     const size_t ahead = BF_AHEAD;
     uint64_t added = 0;
@@ -449,17 +493,16 @@ void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out)
     for (size_t i = 0; i < n; i++) {
         if (i + ahead < n)
             prefetch_hash(f, h[i + ahead], 1);
-        bool a = add_hash(f, h[i]);
+        bool a = add(f, h[i]);
         added += a;
         if (out)
             out[i] = a;
     }
-    count_adds(f, added);
+    return added;
 }
 
-
-void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens, size_t n,
-                 bool *out)
+BF_INLINE uint64_t add_keys_loop(struct bf *f, const void *const *keys, const size_t *lens,
+                                 size_t n, bool *out, add_fn add)
 {
     struct bf_hash hs[BF_CHUNK];
     uint64_t added = 0;
@@ -471,22 +514,14 @@ void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens, size
             prefetch_hash(f, hs[i], 1);
         }
         for (size_t i = 0; i < c; i++) {
-            bool a = add_hash(f, hs[i]);
+            bool a = add(f, hs[i]);
             added += a;
             if (out)
                 out[base + i] = a;
         }
     }
-    count_adds(f, added);
+    return added;
 }
-
-/* Queries.  The loops are written once (always inlined) and built twice on
- * x86-64: as they are, and inside functions compiled for AVX-512 where the
- * test of a blocked filter is blocked_test_vec.  Entry points pick the build
- * once per call. */
-typedef bool (*test_fn)(const struct bf *f, struct bf_hash h);
-
-#define BF_INLINE static inline __attribute__((always_inline))
 
 BF_INLINE void hashes_loop(const struct bf *f, const struct bf_hash *h, size_t n, bool *out,
                            test_fn test)
@@ -525,6 +560,28 @@ BF_VEC_TARGET static inline bool test_blocked_vec(const struct bf *f, struct bf_
     return blocked_test_vec(&f->layers[0], h);
 }
 
+BF_VEC_TARGET static inline bool add_blocked_vec(struct bf *f, struct bf_hash h)
+{
+    return blocked_add_vec(f, &f->layers[0], h);
+}
+
+BF_VEC_TARGET static bool add_hash_vec(struct bf *f, struct bf_hash h)
+{
+    return add_blocked_vec(f, h);
+}
+
+BF_VEC_TARGET static uint64_t add_hashes_vec(struct bf *f, const struct bf_hash *h, size_t n,
+                                             bool *out)
+{
+    return add_hashes_loop(f, h, n, out, add_blocked_vec);
+}
+
+BF_VEC_TARGET static uint64_t add_keys_vec(struct bf *f, const void *const *keys,
+                                           const size_t *lens, size_t n, bool *out)
+{
+    return add_keys_loop(f, keys, lens, n, out, add_blocked_vec);
+}
+
 BF_VEC_TARGET __attribute__((flatten)) static bool may_contain_vec(const struct bf *f, const void *key, size_t len)
 {
     return test_blocked_vec(f, hash_key(f, key, len));
@@ -544,6 +601,48 @@ BF_VEC_TARGET static void keys_vec(const struct bf *f, const void *const *keys,
 
 #define USE_VEC(f) (vec_enabled && (f)->kind == BF_KIND_BLOCKED)
 #endif
+
+bool bf_add_hash(struct bf *f, struct bf_hash h)
+{
+    bool added;
+
+#ifdef BF_HAVE_VEC
+    if (USE_VEC(f))
+        added = add_hash_vec(f, h);
+    else
+#endif
+        added = add_hash(f, h);
+    count_adds(f, added);
+    return added;
+}
+
+bool bf_add(struct bf *f, const void *key, size_t len)
+{
+    return bf_add_hash(f, hash_key(f, key, len));
+}
+
+void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out)
+{
+#ifdef BF_HAVE_VEC
+    if (USE_VEC(f)) {
+        count_adds(f, add_hashes_vec(f, h, n, out));
+        return;
+    }
+#endif
+    count_adds(f, add_hashes_loop(f, h, n, out, add_hash));
+}
+
+void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens, size_t n,
+                 bool *out)
+{
+#ifdef BF_HAVE_VEC
+    if (USE_VEC(f)) {
+        count_adds(f, add_keys_vec(f, keys, lens, n, out));
+        return;
+    }
+#endif
+    count_adds(f, add_keys_loop(f, keys, lens, n, out, add_hash));
+}
 
 bool bf_may_contain_hash(const struct bf *f, struct bf_hash h)
 {

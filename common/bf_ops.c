@@ -129,8 +129,8 @@ static inline bool blocked_test(const struct bf_layer *l, struct bf_hash h)
 
 /* The same test with AVX-512, eight probes per step: lane i computes g_i in
  * closed form, g_i = g_0 + i*y_0 + (i*(i-1)/2)*z, picks its word of the
- * block (held in one register) with a permute and its bit with a variable
- * shift.  Answers exactly as blocked_test (the unit tests compare the two);
+ * block (held in one register) with a permute and tests its bit against a
+ * rotated 1.  Answers exactly as blocked_test (the unit tests compare the two);
  * about half the instructions.  Used when the CPU has AVX-512F and DQ. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -148,13 +148,13 @@ BF_VEC_TARGET static inline bool blocked_test_vec(const struct bf_layer *l, stru
                                  _mm512_add_epi64(_mm512_mullo_epi64(lane, _mm512_set1_epi64((long long)p.y)),
                                                   _mm512_mullo_epi64(tri, z)));
     __m512i block = _mm512_loadu_si512(blk);
-    /* Word bit >> 6 = g >> 61 of the block; the bit inside it, bit & 63,
-     * rotated up to bit 63 (rotation counts are taken mod 64) where
-     * movepi64_mask reads it. */
-    const __m512i up = _mm512_set1_epi64(63);
+    /* Word bit >> 6 = g >> 61 of the block, tested against 1 << (bit & 63):
+     * a rotate of 1 by bit, as rotation counts are taken mod 64. */
+    const __m512i one = _mm512_set1_epi64(1);
     __m512i word = _mm512_permutexvar_epi64(_mm512_srli_epi64(g, 61), block);
-    __m512i rot = _mm512_rorv_epi64(word, _mm512_sub_epi64(_mm512_srli_epi64(g, 55), up));
-    unsigned bad = (unsigned)l->kmask & ~(unsigned)_mm512_movepi64_mask(rot);
+    __m512i b = _mm512_rolv_epi64(one, _mm512_srli_epi64(g, 55));
+    unsigned kmask = l->kmask;
+    unsigned bad = kmask & ~(unsigned)_mm512_mask_test_epi64_mask((__mmask8)kmask, word, b);
 
     for (uint32_t left = l->k, i = 0; left > 8; i += 8) {
         left -= 8;
@@ -166,8 +166,8 @@ BF_VEC_TARGET static inline bool blocked_test_vec(const struct bf_layer *l, stru
                                                  _mm512_mullo_epi64(_mm512_set1_epi64(28), z)));
         __mmask8 want = left >= 8 ? (__mmask8)0xff : (__mmask8)((1u << left) - 1);
         word = _mm512_permutexvar_epi64(_mm512_srli_epi64(g, 61), block);
-        rot = _mm512_rorv_epi64(word, _mm512_sub_epi64(_mm512_srli_epi64(g, 55), up));
-        bad |= (unsigned)want & ~(unsigned)_mm512_movepi64_mask(rot);
+        b = _mm512_rolv_epi64(one, _mm512_srli_epi64(g, 55));
+        bad |= (unsigned)want & ~(unsigned)_mm512_mask_test_epi64_mask(want, word, b);
     }
     return bad == 0;
 }
@@ -653,13 +653,20 @@ bool bf_may_contain_hash(const struct bf *f, struct bf_hash h)
     return test_hash(f, h);
 }
 
+/* Out of line, so that bf_may_contain is two tail calls and needs no frame. */
+static __attribute__((noinline)) bool may_contain_any(const struct bf *f, const void *key,
+                                                      size_t len)
+{
+    return test_hash(f, hash_key(f, key, len));
+}
+
 bool bf_may_contain(const struct bf *f, const void *key, size_t len)
 {
 #ifdef BF_HAVE_VEC
     if (USE_VEC(f))
         return may_contain_vec(f, key, len);
 #endif
-    return test_hash(f, hash_key(f, key, len));
+    return may_contain_any(f, key, len);
 }
 
 void bf_may_contain_hashes(const struct bf *f, const struct bf_hash *h, size_t n, bool *out)

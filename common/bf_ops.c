@@ -582,8 +582,19 @@ BF_VEC_TARGET static uint64_t add_keys_vec(struct bf *f, const void *const *keys
     return add_keys_loop(f, keys, lens, n, out, add_blocked_vec);
 }
 
-BF_VEC_TARGET __attribute__((flatten)) static bool may_contain_vec(const struct bf *f, const void *key, size_t len)
+BF_VEC_TARGET __attribute__((flatten, noinline)) static bool
+may_contain_vec_long(const struct bf *f, const void *key, size_t len)
 {
+    return test_blocked_vec(f, hash_key(f, key, len));
+}
+
+/* Keys of up to 16 bytes hash without XXH3's long-input state, so this path
+ * needs no stack frame; longer keys go to may_contain_vec_long. */
+BF_VEC_TARGET __attribute__((flatten)) static bool may_contain_vec(const struct bf *f,
+                                                                   const void *key, size_t len)
+{
+    if (len > 16)
+        return may_contain_vec_long(f, key, len);
     return test_blocked_vec(f, hash_key(f, key, len));
 }
 

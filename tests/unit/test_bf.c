@@ -288,6 +288,35 @@ START_TEST(vector_adds_match_scalar)
 }
 END_TEST
 
+/* bf_may_contain takes a separate path for keys over 16 bytes (and XXH3
+ * has its own for 0, 1-3, 4-8, 9-16, 17-128, 129-240 and longer): every
+ * length answers as the hash-based query does, with and without AVX-512. */
+START_TEST(single_query_every_key_length)
+{
+    static unsigned char buf[400];
+    bool had = bf_vector_probes(-1);
+    struct bf *f = make(BF_KIND_BLOCKED, 2000, 0.01, fixed_secret);
+
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (unsigned char)(i * 131 + 7);
+    /* Keys are prefixes of buf; the even lengths are added. */
+    for (size_t len = 0; len <= 300; len += 2)
+        bf_add(f, buf, len);
+    for (int vec = 0; vec < 2; vec++) {
+        bf_vector_probes(vec);
+        for (size_t len = 0; len <= 300; len++) {
+            bool want = bf_may_contain_hash(f, bf_hash_key(f, buf, len));
+            ck_assert_msg(bf_may_contain(f, buf, len) == want, "length %zu, vector %d", len,
+                          vec);
+            if (len % 2 == 0)
+                ck_assert_msg(want, "length %zu added but not found", len);
+        }
+    }
+    bf_vector_probes(had);
+    bf_destroy(f);
+}
+END_TEST
+
 static void check_no_false_negatives(enum bf_kind kind)
 {
     uint64_t n = fast_mode() ? 100000 : 1000000;
@@ -820,6 +849,7 @@ Suite *bf_suite(void)
     tcase_add_test(tc, placement_known_answers);
     tcase_add_test(tc, vector_probes_match_scalar);
     tcase_add_test(tc, vector_adds_match_scalar);
+    tcase_add_test(tc, single_query_every_key_length);
     tcase_add_test(tc, add_reports_new_keys);
     tcase_add_test(tc, batched_forms_match_single);
     tcase_add_test(tc, counting_remove);

@@ -357,7 +357,7 @@ static inline bool layer_add(const struct bf *f, struct bf_layer *l, struct bf_h
     switch (f->kind) {
     case BF_KIND_BLOCKED:
     case BF_KIND_SCALABLE:
-        return blocked_add_any(f, l, h);
+        return blocked_add(f, l, h);
     case BF_KIND_CLASSIC:
         return classic_add(f, l, h);
     case BF_KIND_COUNTING:
@@ -577,6 +577,11 @@ BF_VEC_TARGET static inline bool add_blocked_vec(struct bf *f, struct bf_hash h)
     return blocked_add_vec(f, &f->layers[0], h);
 }
 
+BF_VEC_TARGET static bool add_hash_vec(struct bf *f, struct bf_hash h)
+{
+    return add_blocked_vec(f, h);
+}
+
 BF_VEC_TARGET static uint64_t add_hashes_vec(struct bf *f, const struct bf_hash *h, size_t n,
                                              bool *out)
 {
@@ -622,8 +627,14 @@ BF_VEC_TARGET static void keys_vec(const struct bf *f, const void *const *keys,
 
 bool bf_add_hash(struct bf *f, struct bf_hash h)
 {
-    bool added = add_hash(f, h);
+    bool added;
 
+#ifdef BF_HAVE_VEC
+    if (USE_VEC(f))
+        added = add_hash_vec(f, h);
+    else
+#endif
+        added = add_hash(f, h);
     count_adds(f, added);
     return added;
 }

@@ -236,13 +236,6 @@ static inline bool blocked_query(const struct bf_layer *l, struct bf_hash h)
     return blocked_test(l, h);
 }
 
-static inline bool blocked_add_any(const struct bf *f, struct bf_layer *l, struct bf_hash h)
-{
-    if (vec_enabled)
-        return blocked_add_vec(f, l, h);
-    return blocked_add(f, l, h);
-}
-
 bool bf_vector_probes(int enable)
 {
     if (enable >= 0) {
@@ -255,11 +248,6 @@ bool bf_vector_probes(int enable)
 static inline bool blocked_query(const struct bf_layer *l, struct bf_hash h)
 {
     return blocked_test(l, h);
-}
-
-static inline bool blocked_add_any(const struct bf *f, struct bf_layer *l, struct bf_hash h)
-{
-    return blocked_add(f, l, h);
 }
 
 bool bf_vector_probes(int enable)
@@ -403,7 +391,7 @@ static bool scalable_add(struct bf *f, struct bf_hash h)
         if (blocked_query(&f->layers[i], h))
             return false;
     struct bf_layer *last = &f->layers[n - 1];
-    if (!blocked_add_any(f, last, h))
+    if (!blocked_add(f, last, h))
         return false;
     uint64_t c = __atomic_add_fetch(&last->count, 1, __ATOMIC_RELAXED);
     if (c >= last->capacity)

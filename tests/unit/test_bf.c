@@ -288,50 +288,6 @@ START_TEST(vector_adds_match_scalar)
 }
 END_TEST
 
-/* The scalable kind adds to its newest blocked layer with the same code:
- * the layers grow at the same keys and hold the same bits either way. */
-START_TEST(vector_adds_match_scalar_scalable)
-{
-    enum { N = 6000 };
-    static bool a_out[N], b_out[N];
-    bool had = bf_vector_probes(-1);
-
-    if (!bf_vector_probes(1)) {
-        fprintf(stderr, "vector_adds_match_scalar_scalable: no AVX-512 here\n");
-        return;
-    }
-    for (int mode = 0; mode < 2; mode++) {
-        struct bf *a = make(BF_KIND_SCALABLE, 500, 0.01, fixed_secret);
-        struct bf *b = make(BF_KIND_SCALABLE, 500, 0.01, fixed_secret);
-        bf_set_exclusive(a, mode);
-        bf_set_exclusive(b, mode);
-        for (int i = 0; i < N; i++) {
-            /* Every fourth key repeats an earlier one. */
-            uint64_t key = (uint64_t)(i % 4 == 3 ? i / 2 : i) * 0x9E3779B97F4A7C15ULL;
-            bf_vector_probes(0);
-            a_out[i] = bf_add(a, &key, sizeof(key));
-            bf_vector_probes(1);
-            b_out[i] = bf_add(b, &key, sizeof(key));
-            ck_assert_msg(a_out[i] == b_out[i], "%s add %d: portable %d, vector %d",
-                          mode ? "exclusive" : "atomic", i, a_out[i], b_out[i]);
-        }
-        ck_assert_uint_ge(bf_layer_count(a), 3);
-        ck_assert_uint_eq(bf_layer_count(a), bf_layer_count(b));
-        for (uint32_t l = 0; l < bf_layer_count(a); l++) {
-            struct bf_layer_info li;
-            ck_assert_int_eq(bf_layer_info(a, l, &li), 0);
-            ck_assert_msg(memcmp(bf_layer_body_const(a, l), bf_layer_body_const(b, l),
-                                 bf_body_bytes(BF_KIND_SCALABLE, li.m)) == 0,
-                          "%s: layer %u differs", mode ? "exclusive" : "atomic", l);
-        }
-        ck_assert_uint_eq(bf_insert_count(a), bf_insert_count(b));
-        bf_destroy(a);
-        bf_destroy(b);
-    }
-    bf_vector_probes(had);
-}
-END_TEST
-
 /* bf_may_contain takes a separate path for keys over 16 bytes (and XXH3
  * has its own for 0, 1-3, 4-8, 9-16, 17-128, 129-240 and longer): every
  * length answers as the hash-based query does, with and without AVX-512. */
@@ -893,7 +849,6 @@ Suite *bf_suite(void)
     tcase_add_test(tc, placement_known_answers);
     tcase_add_test(tc, vector_probes_match_scalar);
     tcase_add_test(tc, vector_adds_match_scalar);
-    tcase_add_test(tc, vector_adds_match_scalar_scalable);
     tcase_add_test(tc, single_query_every_key_length);
     tcase_add_test(tc, add_reports_new_keys);
     tcase_add_test(tc, batched_forms_match_single);

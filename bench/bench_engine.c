@@ -225,7 +225,7 @@ static double min_of(const double *v, int n)
     return m;
 }
 
-static void median_result(const struct result *rs, int n, struct result *out)
+static void combine_results(const struct result *rs, int n, struct result *out)
 {
     double v[64];
     size_t fields[] = {offsetof(struct result, add[0]), offsetof(struct result, add[1]),
@@ -267,7 +267,7 @@ static int bench_ours(const char *size, enum bf_kind kind, uint64_t n, uint64_t 
             return -1;
         }
     }
-    median_result(rs, repeat, &r);
+    combine_results(rs, repeat, &r);
     print_row(size, &t, &r);
     return 0;
 }
@@ -288,7 +288,7 @@ static int bench_libbloom(const char *size, uint64_t n, uint64_t probes, int rou
         measure(&t, probes, rounds, &rs[i]);
         bloom_free(&lb);
     }
-    median_result(rs, repeat, &r);
+    combine_results(rs, repeat, &r);
     print_row(size, &t, &r);
     return 0;
 }

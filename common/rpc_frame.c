@@ -155,6 +155,20 @@ static ssize_t send_iov(int fd, struct iovec *iov, int n)
     return sendmsg(fd, &mh, MSG_NOSIGNAL);
 }
 
+/* Drop the first w bytes from an iovec array of n entries, after a short write. */
+static void iov_advance(struct iovec **iov, int *n, size_t w)
+{
+    while (*n > 0 && w >= (*iov)->iov_len) {
+        w -= (*iov)->iov_len;
+        (*iov)++;
+        (*n)--;
+    }
+    if (*n > 0) {
+        (*iov)->iov_base = (uint8_t *)(*iov)->iov_base + w;
+        (*iov)->iov_len -= w;
+    }
+}
+
 static int writev_full(int fd, struct iovec *iov, int n)
 {
     while (n > 0) {
@@ -163,15 +177,7 @@ static int writev_full(int fd, struct iovec *iov, int n)
             continue;
         if (w < 0)
             return -1;
-        while (n > 0 && (size_t)w >= iov->iov_len) {
-            w -= (ssize_t)iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (uint8_t *)iov->iov_base + w;
-            iov->iov_len -= (size_t)w;
-        }
+        iov_advance(&iov, &n, (size_t)w);
     }
     return 0;
 }
@@ -679,15 +685,7 @@ static bool send_request(struct rpc_frame_call *c, struct cstate *cs)
             return false;
         }
         c->sent = true;
-        while (n > 0 && (size_t)w >= v->iov_len) {
-            w -= (ssize_t)v->iov_len;
-            v++;
-            n--;
-        }
-        if (n > 0) {
-            v->iov_base = (uint8_t *)v->iov_base + w;
-            v->iov_len -= (size_t)w;
-        }
+        iov_advance(&v, &n, (size_t)w);
     }
     return true;
 }

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,67 @@ START_TEST(calls_round_trip_with_status)
 
     rpc_frame_pool_destroy(p);
     rpc_frame_server_stop(s);
+    grpc_shutdown();
+}
+END_TEST
+
+/* A peer that stalls before reading, on a frame larger than the socket
+ * buffers hold, makes the sender's writes partial: the bytes that arrive are
+ * still the whole frame, in order. */
+struct stall_peer {
+    int lfd;
+    uint8_t *got;
+    size_t cap, len;
+};
+
+static void *stall_peer_run(void *arg)
+{
+    struct stall_peer *sp = arg;
+    int fd = accept(sp->lfd, NULL, NULL);
+    struct timespec ts = {0, 300 * 1000 * 1000};
+
+    if (fd < 0)
+        return NULL;
+    nanosleep(&ts, NULL);
+    ssize_t r = read_to_eof(fd, sp->got, sp->cap);
+    sp->len = r > 0 ? (size_t)r : 0;
+    close(fd);
+    return NULL;
+}
+
+START_TEST(partial_writes_send_every_byte)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t alen = sizeof a;
+    struct stall_peer sp = {.cap = RPC_FRAME_HDR + (8u << 20)};
+    size_t n = 8u << 20;   /* more than the socket buffers hold */
+    char *req = malloc(n + 1);
+    pthread_t th;
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sp.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(sp.lfd, 0);
+    ck_assert_int_eq(bind(sp.lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(sp.lfd, 1), 0);
+    ck_assert_int_eq(getsockname(sp.lfd, (struct sockaddr *)&a, &alen), 0);
+    sp.got = malloc(sp.cap);
+    for (size_t k = 0; k < n; k++)
+        req[k] = (char)('a' + (k * 7) % 26);
+    req[n] = 0;
+    grpc_init();
+    ck_assert_int_eq(pthread_create(&th, NULL, stall_peer_run, &sp), 0);
+    struct rpc_frame_pool *p = rpc_frame_pool_create("127.0.0.1", ntohs(a.sin_port), 0);
+    struct rpc_frame_call c = call_of(p, 0, req, 3000);
+    /* The peer reads the whole frame, then closes without answering. */
+    ck_assert_uint_eq(rpc_frame_call_many(&c, 1), 1);
+    ck_assert(c.sent && !c.answered);
+    pthread_join(th, NULL);
+    ck_assert_uint_eq(sp.len, RPC_FRAME_HDR + n);
+    ck_assert(memcmp(sp.got + RPC_FRAME_HDR, req, n) == 0);
+    rpc_frame_pool_destroy(p);
+    close(sp.lfd);
+    free(sp.got);
+    free(req);
     grpc_shutdown();
 }
 END_TEST
@@ -396,6 +458,7 @@ Suite *rpc_frame_suite(void)
     TCase *tc = tcase_create("rpc_frame");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, calls_round_trip_with_status);
+    tcase_add_test(tc, partial_writes_send_every_byte);
     tcase_add_test(tc, calls_to_several_servers_at_once);
     tcase_add_test(tc, unreachable_server_fails_unsent);
     tcase_add_test(tc, slow_answer_hits_the_deadline);

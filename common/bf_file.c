@@ -14,6 +14,7 @@
  * matches, so a bad file is never loaded in part.
  */
 #include "bf_file.h"
+#include "durable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -296,116 +297,26 @@ out:
 
 static int fd_write_all(void *ctx, const void *buf, size_t len)
 {
-    int fd = *(int *)ctx;
-    const uint8_t *p = buf;
-
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-/* fsync the directory holding path, so the rename itself is durable. */
-static int fsync_parent(const char *path)
-{
-    char *copy = strdup(path);
-    int fd, rc = 0;
-
-    if (!copy)
-        return -ENOMEM;
-    fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) < 0)
-        rc = -errno;
-    if (fd >= 0)
-        close(fd);
-    free(copy);
-    return rc;
-}
-
-/* The temp file gets the mode of the file it replaces, or 0644. */
-static void set_mode_like(int fd, const char *path)
-{
-    struct stat st;
-    mode_t mode = 0644;
-
-    if (stat(path, &st) == 0)
-        mode = st.st_mode & 07777;
-    (void)fchmod(fd, mode);
-}
-
-static int save_to_temp(const struct bf *f, int fd, char *err)
-{
-    int rc = bf_file_write(f, fd_write_all, &fd);
-
-    if (rc < 0) {
-        set_err(err, "write failed: %s", strerror(-rc));
-        return rc;
-    }
-    if (fsync(fd) < 0) {
-        rc = -errno;
-        set_err(err, "fsync failed: %s", strerror(errno));
-    }
-    return rc;
+    return durable_write_all(*(int *)ctx, buf, len);
 }
 
 int bf_file_save(const struct bf *f, const char *path, char *err)
 {
-    size_t len = strlen(path);
-    char *tmp = malloc(len + sizeof ".tmp.XXXXXX");
-    int fd = -1, rc;
+    struct durable_file df;
+    char derr[DURABLE_ERRLEN] = "";
+    int rc = durable_open(&df, path, NULL, 0, derr);
 
-    if (len == 0) {
-        free(tmp);
-        set_err(err, "cannot create temp file: empty path");
-        return -EINVAL;
+    if (rc < 0) {
+        set_err(err, "%s", derr);
+        return rc;
     }
-    if (!tmp) {
-        set_err(err, "out of memory");
-        return -ENOMEM;
+    if ((rc = bf_file_write(f, fd_write_all, &df.fd)) < 0) {
+        set_err(err, "write failed: %s", strerror(-rc));
+        durable_abort(&df);
+        return rc;
     }
-    memcpy(tmp, path, len);
-    memcpy(tmp + len, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
-    fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) {
-        rc = -errno;
-        set_err(err, "cannot create temp file %s: %s", tmp, strerror(errno));
-        goto fail_nofile;
-    }
-    set_mode_like(fd, path);
-    rc = save_to_temp(f, fd, err);
-    if (rc < 0)
-        goto fail;
-    if (close(fd) < 0) {
-        fd = -1;
-        rc = -errno;
-        set_err(err, "close failed: %s", strerror(errno));
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) < 0) {
-        rc = -errno;
-        set_err(err, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        goto fail;
-    }
-    free(tmp);
-    rc = fsync_parent(path);
-    if (rc < 0)
-        set_err(err, "fsync of the directory of %s failed: %s", path,
-                strerror(-rc));
-    return rc;
-
-fail:
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-fail_nofile:
-    free(tmp);
+    if ((rc = durable_commit(&df, derr)) < 0)
+        set_err(err, "%s", derr);
     return rc;
 }
 

@@ -2,6 +2,7 @@
  * opening and closing, and the snapshot thread.  The per-filter work lives in
  * store_filter.c; the locks are described in store_internal.h.
  */
+#include "durable.h"
 #include "store.h"
 
 #include <dirent.h>
@@ -59,18 +60,6 @@ uint64_t store__now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-int store__fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
 
 static int rm_one(const char *path, const struct stat *st, int flag,
                   struct FTW *ftw)
@@ -254,8 +243,7 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
         goto fail;
     }
     wal_close(w);
-    if (rename(tmp, sf->path) < 0 || store__fsync_dir(s->dir) < 0) {
-        rc = -errno;
+    if ((rc = durable_rename(tmp, sf->path)) < 0) {
         store__seterr(err, "cannot publish %s: %s", sf->path, strerror(-rc));
         goto fail;
     }
@@ -326,9 +314,10 @@ int store_drop(struct store *s, const char *name, char *err)
     sf->state = STORE_DROPPED;
     pthread_rwlock_unlock(&sf->lock);
     /* ENOENT: a creation that failed left nothing on disk. */
-    if ((rename(sf->path, tomb) < 0 && errno != ENOENT) ||
-        store__fsync_dir(s->dir) < 0) {
-        rc = -errno;
+    rc = durable_rename(sf->path, tomb);
+    if (rc == -ENOENT)
+        rc = durable_fsync_dir(s->dir);
+    if (rc < 0) {
         store__seterr(err, "cannot remove %s: %s", sf->path, strerror(-rc));
         log_error("store: drop of '%s' incomplete: %s", name, strerror(-rc));
     }

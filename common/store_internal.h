@@ -78,7 +78,6 @@ void store__strfmt(char *buf, size_t size, const char *fmt, ...)
 void store__seterr(char *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 uint64_t store__now_ms(void);
-int store__fsync_dir(const char *dir);
 int store__rm_rf(const char *path);
 
 /* A filter object in state RECOVERING holding one reference; freed by the

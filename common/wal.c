@@ -8,6 +8,7 @@
  * waiter.  While it does I/O, appenders fill the next batch, so the cost of
  * one fdatasync is shared by every record submitted during the previous one.
  */
+#include "durable.h"
 #include "wal.h"
 
 #include <dirent.h>
@@ -140,18 +141,6 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
 
 static void seg_name(char *buf, size_t len, uint64_t first)
 {
@@ -251,8 +240,7 @@ static int seg_publish(const char *dir, int fd, const char *tmp, uint64_t first,
                strerror(-rc));
         return rc;
     }
-    if (rename(tmp, path) < 0 || fsync_dir(dir) < 0) {
-        rc = -errno;
+    if ((rc = durable_rename(tmp, path)) < 0) {
         seterr(err, "cannot publish WAL segment %s: %s", path, strerror(-rc));
         return rc;
     }
@@ -617,7 +605,7 @@ int wal_discard(const char *dir, uint64_t upto)
     }
     free(v);
     if (removed) {
-        int r2 = fsync_dir(dir);
+        int r2 = durable_fsync_dir(dir);
         if (rc == 0)
             rc = r2;
     }

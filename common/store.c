@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "rules.h"
 #include "store_internal.h"
 #include "wal.h"
 
@@ -79,28 +80,7 @@ int store__rm_rf(const char *path)
 
 int store_name_check(const char *name, char *err)
 {
-    size_t len = name ? strlen(name) : 0;
-
-    if (len == 0 || len > STORE_NAME_MAX) {
-        store__seterr(err, "filter name must be 1 to %d characters long",
-                      STORE_NAME_MAX);
-        return -EINVAL;
-    }
-    if (name[0] == '.') {
-        store__seterr(err, "filter name must not start with a dot");
-        return -EINVAL;
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)name[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) {
-            store__seterr(err, "filter name may contain only letters, "
-                          "digits, '.', '_' and '-' (bad character at "
-                          "position %zu)", i);
-            return -EINVAL;
-        }
-    }
-    return 0;
+    return rules_store_name_check(name, name ? strlen(name) : 0, err);
 }
 
 static struct store_filter *catalog_find(struct store *s, const char *name)

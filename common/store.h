@@ -74,9 +74,10 @@
 
 #include "bf.h"
 #include "bf_file.h"
+#include "rules.h"
 
 #define STORE_ERRLEN BF_ERRLEN
-#define STORE_NAME_MAX 128
+#define STORE_NAME_MAX RULES_STORE_NAME_MAX
 
 enum store_durability {
     STORE_DURABLE_FSYNC = 0,   /* default: acknowledge after fdatasync */
@@ -115,8 +116,9 @@ struct store *store_open(const struct store_options *o, char *err);
  * everything.  No handle may be held.  NULL is allowed. */
 void store_close(struct store *s);
 
-/* Is name acceptable: [A-Za-z0-9._-]{1,128}, not starting with a dot.
- * Returns 0 or -EINVAL with the reason in err. */
+/* Is name acceptable as a store name (rules_store_name_check: a filter
+ * name or a shard name of one)?  Returns 0 or -EINVAL with the reason in
+ * err. */
 int store_name_check(const char *name, char *err);
 
 /* Create an empty filter.  Returns 0 once it is durable; -EINVAL (bad name

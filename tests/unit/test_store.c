@@ -236,7 +236,7 @@ START_TEST(names_are_validated)
 
     params(&p, BF_KIND_BLOCKED, 1000);
     memset(longname, 'a', sizeof(longname));
-    longname[129] = 0;
+    longname[STORE_NAME_MAX + 1] = 0;
     const char *bad[] = {"", ".hidden", "a/b", "..", "x y", "caf\xc3\xa9",
                          longname};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -244,7 +244,7 @@ START_TEST(names_are_validated)
         ck_assert_int_eq(store_create(s, bad[i], &p, err), -EINVAL);
         ck_assert(err[0]);
     }
-    longname[128] = 0;
+    longname[STORE_NAME_MAX] = 0; /* the longest shard name */
     create(s, longname, BF_KIND_BLOCKED, 1000);
     create(s, "Ok-name_1.2", BF_KIND_BLOCKED, 1000);
     ck_assert_int_eq(store_drop(s, "../x", err), -ENOENT);

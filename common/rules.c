@@ -1,0 +1,235 @@
+/* rules: names and limits shared by every process (see rules.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rules.h"
+
+static void seterr(char *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void seterr(char *err, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, RULES_ERRLEN, fmt, ap);
+    va_end(ap);
+}
+
+/* A printable copy of the first bytes of s for a message: bytes outside
+ * printable ASCII become \xNN; long names end in "...". */
+static void quote(char *out, size_t outlen, const void *s, size_t len)
+{
+    const unsigned char *p = s;
+    size_t o = 0, shown = len > 48 ? 48 : len;
+
+    for (size_t i = 0; i < shown && o + 5 < outlen; i++) {
+        if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '"' && p[i] != '\\')
+            out[o++] = (char)p[i];
+        else
+            o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", p[i]);
+    }
+    if (shown < len && o + 4 < outlen) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    out[o < outlen ? o : outlen - 1] = 0;
+}
+
+bool rules_utf8_valid(const void *s, size_t len)
+{
+    const unsigned char *p = s, *end = p + len;
+
+    while (p < end) {
+        unsigned c = *p;
+        size_t n;
+        uint32_t cp, min;
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        if ((c & 0xe0) == 0xc0) {
+            n = 1, cp = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            n = 2, cp = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            n = 3, cp = c & 0x07, min = 0x10000;
+        } else {
+            return false;
+        }
+        if ((size_t)(end - p) <= n)
+            return false;
+        for (size_t i = 1; i <= n; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (p[i] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        p += n + 1;
+    }
+    return true;
+}
+
+int rules_string_check(const char *what, const void *s, size_t len, char *err)
+{
+    const char *nul = len ? memchr(s, 0, len) : NULL;
+    char q[256];
+
+    if (nul) {
+        quote(q, sizeof q, s, len);
+        seterr(err, "%s \"%s\" contains a NUL byte at position %zu", what, q,
+               (size_t)(nul - (const char *)s));
+        return -EINVAL;
+    }
+    if (!rules_utf8_valid(s, len)) {
+        quote(q, sizeof q, s, len);
+        seterr(err, "%s \"%s\" is not valid UTF-8", what, q);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* The alphabet and length part of both name rules. */
+static int name_check(const char *what, const void *name, size_t len,
+                      size_t max, char *err)
+{
+    const unsigned char *p = name;
+    char q[256];
+
+    if (len == 0 || len > max) {
+        quote(q, sizeof q, name, len);
+        seterr(err, "%s \"%s\" is %zu bytes long; it must be 1 to %zu", what,
+               q, len, max);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = p[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) {
+            quote(q, sizeof q, name, len);
+            seterr(err, "%s \"%s\" may contain only letters, digits, '.', '_' "
+                   "and '-' (bad byte 0x%02x at position %zu)", what, q, c, i);
+            return -EINVAL;
+        }
+    }
+    if (p[0] == '.') {
+        quote(q, sizeof q, name, len);
+        seterr(err, "%s \"%s\" must not start with a dot", what, q);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static bool has_suffix_text(const void *name, size_t len)
+{
+    const size_t sl = sizeof RULES_SHARD_SUFFIX - 1;
+    const char *p = name;
+
+    for (size_t i = 0; i + sl <= len; i++)
+        if (memcmp(p + i, RULES_SHARD_SUFFIX, sl) == 0)
+            return true;
+    return false;
+}
+
+int rules_filter_name_check(const void *name, size_t len, char *err)
+{
+    int rc = name_check("filter name", name, len, RULES_FILTER_NAME_MAX, err);
+
+    if (rc < 0)
+        return rc;
+    if (has_suffix_text(name, len)) {
+        char q[256];
+        quote(q, sizeof q, name, len);
+        seterr(err, "filter name \"%s\": \"" RULES_SHARD_SUFFIX "\" is "
+               "reserved for shards", q);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int rules_store_name_check(const void *name, size_t len, char *err)
+{
+    return name_check("filter name", name, len, RULES_STORE_NAME_MAX, err);
+}
+
+int rules_shard_count_check(uint64_t shards, char *err)
+{
+    if (shards < 1 || shards > RULES_SHARDS_MAX) {
+        seterr(err, "shards = %llu: a filter has 1 to %d shards",
+               (unsigned long long)shards, RULES_SHARDS_MAX);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int rules_shard_name(char *out, size_t outlen, const char *filter,
+                     unsigned index, unsigned count, char *err)
+{
+    int rc, n;
+
+    if (outlen)
+        out[0] = 0;
+    if ((rc = rules_filter_name_check(filter, strlen(filter), err)) < 0 ||
+        (rc = rules_shard_count_check(count, err)) < 0)
+        return rc;
+    if (index >= count) {
+        seterr(err, "shard_index %u is not below shard_count %u", index, count);
+        return -EINVAL;
+    }
+    if (count == 1)
+        n = snprintf(out, outlen, "%s", filter);
+    else
+        n = snprintf(out, outlen, "%s" RULES_SHARD_SUFFIX "%u", filter, index);
+    if (n < 0 || (size_t)n >= outlen) {
+        seterr(err, "shard name buffer too small");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+bool rules_is_shard_name(const char *name)
+{
+    return has_suffix_text(name, strlen(name));
+}
+
+int rules_key_check(size_t i, size_t len, uint64_t max, char *err)
+{
+    if (len == 0) {
+        seterr(err, "key %zu is empty; keys must be 1..%llu bytes", i,
+               (unsigned long long)max);
+        return -EINVAL;
+    }
+    if (len > max) {
+        seterr(err, "key %zu is %zu bytes; the limit is %llu (max_key_size)",
+               i, len, (unsigned long long)max);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int rules_params_check(uint64_t capacity, double error_rate, char *err)
+{
+    if (capacity == 0) {
+        seterr(err, "capacity must be > 0 (the number of keys the filter is "
+               "sized for)");
+        return -EINVAL;
+    }
+    if (!(error_rate > 0.0 && error_rate < 1.0)) {
+        seterr(err, "error_rate must be strictly between 0 and 1 (e.g. 0.01), "
+               "not %g", error_rate);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+uint64_t rules_shard_capacity(uint64_t capacity, uint32_t shards)
+{
+    if (shards <= 1)
+        return capacity;
+    return capacity / shards + (capacity % shards != 0);
+}

@@ -9,6 +9,7 @@
  * the same queue, so there are always requests waiting.  Streaming calls are
  * driven by rpc_stream.c, the Health service lives in rpc_health.c.
  */
+#include "rpc_check.h"
 #include "rpc_server.h"
 #include "rpc_server_internal.h"
 
@@ -220,8 +221,13 @@ static void unary_run(struct slot *s)
         } else {
             grpc_slice sl = grpc_byte_buffer_reader_readall(&rd);
             grpc_byte_buffer_reader_destroy(&rd);
-            s->m->unary(s->m->arg, GRPC_SLICE_START_PTR(sl),
-                        GRPC_SLICE_LENGTH(sl), r);
+            char msg[RPC_MSGLEN];
+            if (rpc_check_strings(s->m->input, GRPC_SLICE_START_PTR(sl),
+                                  GRPC_SLICE_LENGTH(sl), msg, sizeof msg) < 0)
+                rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", msg);
+            else
+                s->m->unary(s->m->arg, GRPC_SLICE_START_PTR(sl),
+                            GRPC_SLICE_LENGTH(sl), r);
             grpc_slice_unref(sl);
         }
     }
@@ -354,8 +360,11 @@ static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
 /* ---- server ---- */
 
 static int add_method(struct rpc_server *srv, const char *path,
-                      rpc_unary_fn unary, rpc_stream_fn stream, void *arg)
+                      const struct rpc_handler *h,
+                      const ProtobufCMessageDescriptor *input, void *arg)
 {
+    rpc_unary_fn unary = h->unary;
+    rpc_stream_fn stream = h->stream;
     struct rpc_method *m = calloc(1, sizeof *m);
     struct rpc_method **nm =
         realloc(srv->methods, (srv->nmethods + 1) * sizeof *srv->methods);
@@ -372,6 +381,7 @@ static int add_method(struct rpc_server *srv, const char *path,
     m->unary = unary;
     m->stream = stream;
     m->arg = arg;
+    m->input = h->checks_strings ? NULL : input;
     if (!unary && !stream) {
         m->unary = unimplemented_unary;
         m->arg = m->path;
@@ -399,7 +409,7 @@ int rpc_server_add_service(struct rpc_server *srv,
     for (unsigned i = 0; i < sd->n_methods; i++) {
         char path[256];
         snprintf(path, sizeof path, "/%s/%s", sd->name, sd->methods[i].name);
-        int rc = add_method(srv, path, handlers[i].unary, handlers[i].stream, arg);
+        int rc = add_method(srv, path, &handlers[i], sd->methods[i].input, arg);
         if (rc < 0)
             return rc;
     }

@@ -73,10 +73,19 @@ typedef void (*rpc_stream_fn)(void *arg, struct rpc_stream *st);
 
 /* One entry per method of a service descriptor, in descriptor order.  Set
  * unary for unary methods, stream for any streaming method, neither for a
- * method this server does not implement (UNIMPLEMENTED). */
+ * method this server does not implement (UNIMPLEMENTED).
+ *
+ * Before a handler sees a request message (unary, or each message a stream
+ * handler reads), the server checks every string field of it against the
+ * method's input descriptor (rpc_check_strings: no NUL byte, valid UTF-8)
+ * and answers INVALID_ARGUMENT itself when one breaks the rule; a stream
+ * read then returns -EINVAL and the call ends with that status whatever
+ * the handler finishes it with.  checks_strings: the handler decodes the
+ * message by hand and checks its strings itself (hot paths). */
 struct rpc_handler {
     rpc_unary_fn unary;
     rpc_stream_fn stream;
+    bool checks_strings;
 };
 
 /* Create a server (not yet listening).  NULL on bad config. */
@@ -117,7 +126,8 @@ uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len);
 
 /* Read the next message.  Returns 1 with *buf and *len set (valid until the next
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED
- * when the call failed or was cancelled. */
+ * when the call failed or was cancelled, -EINVAL when the message broke the
+ * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT). */
 int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len);
 /* Send one message.  Returns 0 or -ECANCELED (call gone) / -ENOMEM. */
 int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg);

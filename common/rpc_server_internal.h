@@ -22,6 +22,7 @@ struct rpc_method {
     rpc_unary_fn unary;
     rpc_stream_fn stream;
     void *arg;
+    const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
 };
 
 enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
@@ -61,6 +62,9 @@ struct slot {
     char write_tag;
     bool write_pending, write_failed;
     grpc_byte_buffer *write_buf;
+    /* A message broke the string rule: the status the call ends with. */
+    bool bad_request;
+    char bad_msg[RPC_MSGLEN];
 };
 
 struct health_entry {

@@ -18,6 +18,7 @@
 #include <grpc/support/time.h>
 
 #include "log.h"
+#include "rpc_check.h"
 #include "rpc_server.h"
 #include "rpc_server_internal.h"
 
@@ -102,6 +103,13 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     grpc_byte_buffer_destroy(bb);
     *buf = GRPC_SLICE_START_PTR(s->cur);
     *len = GRPC_SLICE_LENGTH(s->cur);
+    if (s->m && rpc_check_strings(s->m->input, *buf, *len, s->bad_msg,
+                                  sizeof s->bad_msg) < 0) {
+        s->bad_request = true;
+        *buf = NULL;
+        *len = 0;
+        return -EINVAL;
+    }
     return 1;
 }
 
@@ -181,9 +189,14 @@ int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
         return 0;
     s->finished = true;
     stream_drain_write(s);
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    if (s->bad_request) {
+        code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, sizeof msg, "%s", s->bad_msg);
+    } else {
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+    }
     memset(ops, 0, sizeof ops);
     if (!s->md_sent) {
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;

@@ -15,6 +15,7 @@
 #include "router_nodes.h"
 #include "router_rpc.h"
 #include "rpc_client.h"
+#include "rules.h"
 
 #define M_CREATE "/bloomgrid.v1.Internal/CreateShard"
 #define M_DROP "/bloomgrid.v1.Internal/DropShard"
@@ -72,11 +73,14 @@ static void shard_desc_failed(struct router_shard_desc *d, uint32_t index,
              rpc_status_name(rs->code), rs->message);
 }
 
-/* Send one ShardRef-like request per shard in list[0..n) and collect. */
+/* Send one ShardRef-like request per shard in list[0..n) and collect.
+ * secret_id (ShardRef only; 0: any) limits a drop to shards of that
+ * secret. */
 static struct rpc_multi *shard_calls(struct router *r, const struct topo *t,
                                      const struct router_filter *f,
                                      const uint32_t *list, size_t n,
-                                     const char *method, bool get)
+                                     const char *method, bool get,
+                                     uint64_t secret_id)
 {
     struct rpc_multi *calls = calloc(n ? n : 1, sizeof *calls);
     if (!calls)
@@ -92,6 +96,7 @@ static struct rpc_multi *shard_calls(struct router *r, const struct topo *t,
             Bloomgrid__V1__ShardRef m = BLOOMGRID__V1__SHARD_REF__INIT;
             m.filter = (char *)f->name;
             m.shard_index = s;
+            m.secret_id = secret_id;
             calls[i].req = router_rpc__pack_slice(&m.base);
         }
         calls[i].resp = grpc_empty_slice();
@@ -106,6 +111,82 @@ static struct rpc_multi *shard_calls(struct router *r, const struct topo *t,
         }
     rpc_call_many(calls, n);
     return calls;
+}
+
+/* The failure of a CreateFilter that tells most: one from a node that
+ * answered (a bad parameter, a name taken) before one of a node that is
+ * down or slow. */
+static const struct rpc_multi *telling_failure(const struct rpc_multi *calls,
+                                               uint32_t S)
+{
+    const struct rpc_multi *first = NULL;
+
+    for (uint32_t s = 0; s < S; s++) {
+        if (calls[s].rc == 0)
+            continue;
+        if (!first || (router_node_down(first->st.code) &&
+                       !router_node_down(calls[s].st.code)))
+            first = &calls[s];
+    }
+    return first;
+}
+
+/* Undo a CreateFilter that failed on some shards: drop every shard this
+ * call may have created (those that answered OK, and those whose answer
+ * was lost with a node down or slow) -- each only if it still has this
+ * call's secret, so a shard of the same name that another call created
+ * meanwhile stays.  st gets the failure, and names any shard that could
+ * not be dropped. */
+static void rollback(struct router *r, const struct topo *t,
+                     const struct router_filter *f, const char *name,
+                     const struct rpc_multi *calls, uint32_t S, size_t failed,
+                     struct router_status *st)
+{
+    const struct rpc_multi *first = telling_failure(calls, S);
+    uint32_t fs = (uint32_t)(first - calls);
+    uint32_t *undo = calloc(S, sizeof *undo), nundo = 0;
+    struct rpc_multi *drops = NULL;
+    char left[RPC_MSGLEN] = "";
+    size_t nleft = 0, off = 0;
+
+    for (uint32_t s = 0; undo && s < S; s++)
+        if (calls[s].rc == 0 || router_node_down(calls[s].st.code))
+            undo[nundo++] = s;
+    if (undo && nundo)
+        drops = shard_calls(r, t, f, undo, nundo, M_DROP, false, f->secret_id);
+    for (uint32_t i = 0; i < nundo; i++) {
+        grpc_status_code dc = drops ? drops[i].st.code : GRPC_STATUS_RESOURCE_EXHAUSTED;
+        /* NOT_FOUND: never created; FAILED_PRECONDITION: another call's. */
+        if (drops && (drops[i].rc == 0 || dc == GRPC_STATUS_NOT_FOUND ||
+                      dc == GRPC_STATUS_FAILED_PRECONDITION))
+            continue;
+        const char *node = router_rpc__primary(t, f, undo[i]);
+        log_error("create %s: rollback cannot drop shard %u on %s: %s", name,
+                  undo[i], node, drops ? drops[i].st.message : "out of memory");
+        if (off + 80 < sizeof left)
+            off += (size_t)snprintf(left + off, sizeof left - off, "%s%u on %.64s",
+                                    nleft ? ", " : "", undo[i], node);
+        nleft++;
+    }
+    if (!undo)
+        snprintf(left, sizeof left, "all (out of memory)");
+    grpc_status_code code = first->st.code;
+    if (router_node_down(code))
+        code = GRPC_STATUS_UNAVAILABLE;
+    router_status_set(st, code, "CreateFilter \"%s\": shard %u on node %s (group "
+                      "%s): %s: %s; %zu of %u shards failed; %s%s%s", name, fs,
+                      router_rpc__primary(t, f, fs), t->groups[f->group[fs]].name,
+                      rpc_status_name(first->st.code), first->st.message, failed, S,
+                      nleft || !undo ? "shards this call may have created could "
+                                       "not be dropped: "
+                                     : "the shards created by this call were "
+                                       "dropped",
+                      left, nleft || !undo ? "; drop the filter once they are "
+                                             "reachable" : "");
+    log_warn("%s", st->msg);
+    if (drops)
+        router_rpc__multi_free(drops, nundo);
+    free(undo);
 }
 
 int router_create_filter(struct router *r, const struct router_create *c,
@@ -138,7 +219,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
     }
     snprintf(out->name, sizeof out->name, "%s", c->name);
     out->shards = S;
-    uint64_t per_shard = (c->capacity + S - 1) / S;
+    uint64_t per_shard = rules_shard_capacity(c->capacity, S);
     for (uint32_t s = 0; s < S; s++) {
         Bloomgrid__V1__CreateShardRequest m = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
         m.filter = (char *)c->name;
@@ -179,44 +260,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
         rc = 0;
         goto out;
     }
-    /* Roll back: drop what this call created (never a shard that already
-     * existed), and shards whose answer was lost to a deadline. */
-    uint32_t *undo = calloc(S, sizeof *undo), nundo = 0;
-    struct rpc_multi *first = NULL;
-    for (uint32_t s = 0; s < S; s++) {
-        if (calls[s].rc == 0 || calls[s].st.code == GRPC_STATUS_DEADLINE_EXCEEDED) {
-            if (undo)
-                undo[nundo++] = s;
-        } else if (!first || (router_node_down(first->st.code) && !router_node_down(calls[s].st.code))) {
-            first = &calls[s];
-        }
-    }
-    uint32_t fs = (uint32_t)(first - calls);
-    struct rpc_multi *drops = undo ? shard_calls(r, t, f, undo, nundo, M_DROP, false)
-                                   : NULL;
-    size_t left = 0;
-    for (uint32_t i = 0; drops && i < nundo; i++)
-        if (drops[i].rc != 0 && drops[i].st.code != GRPC_STATUS_NOT_FOUND) {
-            log_error("create %s: rollback cannot drop shard %u on %s: %s", c->name,
-                      undo[i], router_rpc__primary(t, f, undo[i]), drops[i].st.message);
-            left++;
-        }
-    if (!drops && nundo)
-        left = nundo;
-    grpc_status_code code = first->st.code;
-    if (router_node_down(code))
-        code = GRPC_STATUS_UNAVAILABLE;
-    router_status_set(st, code, "CreateFilter \"%s\": shard %u on node %s (group %s): %s: "
-               "%s; %zu of %u shards failed; %s", c->name, fs,
-               router_rpc__primary(t, f, fs), t->groups[f->group[fs]].name,
-               rpc_status_name(first->st.code), first->st.message, failed, S,
-               left ? "some created shards could not be dropped (see the router "
-                      "log); drop the filter to clean up"
-                    : "the shards created by this call were dropped");
-    log_warn("%s", st->msg);
-    if (drops)
-        router_rpc__multi_free(drops, nundo);
-    free(undo);
+    rollback(r, t, f, c->name, calls, S, failed, st);
 out:
     if (rc < 0)
         router_filter_desc_free(out);
@@ -251,7 +295,7 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
             list[n++] = 0;
         if (!n)
             continue;
-        struct rpc_multi *calls = shard_calls(r, t, f, list, n, M_DROP, false);
+        struct rpc_multi *calls = shard_calls(r, t, f, list, n, M_DROP, false, 0);
         if (!calls) {
             router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
@@ -302,7 +346,7 @@ int router_describe_filter(struct router *r, const char *name,
     }
     for (uint32_t s = 0; s < f->shards; s++)
         list[s] = s;
-    calls = shard_calls(r, t, f, list, f->shards, M_GET, true);
+    calls = shard_calls(r, t, f, list, f->shards, M_GET, true, 0);
     if (!calls) {
         router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;

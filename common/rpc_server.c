@@ -36,18 +36,41 @@ static void post_generic(struct rpc_server *srv, int cqi);
 
 /* ---- reply helpers ---- */
 
+static void reply_verror(struct rpc_reply *r, grpc_status_code code,
+                         enum rpc_reason reason, const char *fmt, va_list ap)
+{
+    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    r->code = code;
+    r->reason = reason;
+    if (r->has_body) {
+        grpc_slice_unref(r->body);
+        r->has_body = false;
+    }
+}
+
 void rpc_reply_error(struct rpc_reply *r, grpc_status_code code,
                      const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    reply_verror(r, code, RPC_REASON_NONE, fmt, ap);
     va_end(ap);
-    r->code = code;
-    if (r->has_body) {
-        grpc_slice_unref(r->body);
-        r->has_body = false;
-    }
+}
+
+void rpc_reply_fail(struct rpc_reply *r, grpc_status_code code,
+                    enum rpc_reason reason, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_verror(r, code, reason, fmt, ap);
+    va_end(ap);
+}
+
+void rpc_reply_status(const struct rpc_reply *r, struct rpc_status *st)
+{
+    st->code = r->code;
+    st->reason = r->reason;
+    snprintf(st->message, sizeof st->message, "%s", r->message);
 }
 
 uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len)
@@ -190,6 +213,13 @@ static void send_reply(struct slot *s)
         s->status_details = grpc_slice_from_copied_string(r->message);
         s->has_status_details = true;
         ops[n].data.send_status_from_server.status_details = &s->status_details;
+        if (r->reason != RPC_REASON_NONE) {
+            s->reason_md.key = grpc_slice_from_static_string(RPC_REASON_KEY);
+            s->reason_md.value =
+                grpc_slice_from_static_string(rpc_reason_name(r->reason));
+            ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+            ops[n].data.send_status_from_server.trailing_metadata = &s->reason_md;
+        }
     }
     n++;
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;

@@ -38,7 +38,8 @@
 #include <grpc/status.h>
 #include <protobuf-c/protobuf-c.h>
 
-#define RPC_MSGLEN 512 /* size of status message buffers */
+#include "rpc_status.h"
+
 #define RPC_DEFAULT_MAX_STREAMS 256
 
 struct rpc_server_config {
@@ -56,6 +57,7 @@ struct rpc_server_config {
  * rpc_reply_error.  The server owns and frees the body. */
 struct rpc_reply {
     grpc_status_code code;
+    enum rpc_reason reason;      /* sent as "bloomgrid-reason" when set */
     char message[RPC_MSGLEN];
     grpc_slice body;
     bool has_body;
@@ -116,6 +118,14 @@ void rpc_server_destroy(struct rpc_server *srv);
 /* Unary reply helpers. */
 void rpc_reply_error(struct rpc_reply *r, grpc_status_code code,
                      const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An error with a typed reason (rpc_status.h). */
+void rpc_reply_fail(struct rpc_reply *r, grpc_status_code code,
+                    enum rpc_reason reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The reply's status as a struct rpc_status. */
+void rpc_reply_status(const struct rpc_reply *r, struct rpc_status *st);
+/* End a stream with st (code, reason and message). */
+int rpc_stream_finish_status(struct rpc_stream *s, const struct rpc_status *st);
 /* Pack msg as the body.  Returns 0 or -ENOMEM. */
 int rpc_reply_pack(struct rpc_reply *r, const ProtobufCMessage *msg);
 /* Allocate a body of len bytes and return where to write it (hand-written

@@ -47,6 +47,7 @@ struct slot {
     struct rpc_reply reply;
     grpc_slice status_details;
     bool has_status_details;
+    grpc_metadata reason_md;     /* trailing "bloomgrid-reason" */
     grpc_byte_buffer *send_buf;
     int cancelled;
     /* streaming only */

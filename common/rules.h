@@ -48,6 +48,10 @@
 #define RULES_CHUNK_DEFAULT (1u << 20)
 #define RULES_CHUNK_MAX (4u << 20)
 
+/* The answer to a Remove on a filter whose kind has no counters (%s: the
+ * filter's public name), from a node or a router alike. */
+#define RULES_MSG_NOT_COUNTING "filter \"%s\" is not a COUNTING filter: Remove needs one"
+
 /* Is s (len bytes) valid UTF-8 (no overlong forms, no surrogates, nothing
  * above U+10FFFF)? */
 bool rules_utf8_valid(const void *s, size_t len);

@@ -130,7 +130,7 @@ void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
         goto out;
     }
     if (m->secret_id && facts.secret_id != m->secret_id) {
-        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+        rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_SECRET_MISMATCH,
                         "shard %u of filter \"%s\" has another secret than "
                         "the one named (another call created it): not dropped",
                         m->shard_index, m->filter);

@@ -136,9 +136,8 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
                         err && err[0] ? err : "invalid argument");
         break;
     case -EOPNOTSUPP:
-        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
-                        "filter \"%s\" is not a COUNTING filter: Remove needs one",
-                        name);
+        rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_NOT_COUNTING,
+                       RULES_MSG_NOT_COUNTING, name);
         break;
     case -ENOMEM:
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "filter \"%s\": %s", name,
@@ -340,7 +339,8 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
         node_rpc__shard_facts(sf, &facts);
         uint32_t count = check_shard ? facts.count : 0;
         if (secret_id && facts.count && facts.secret_id != secret_id) {
-            rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+            rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION,
+                           RPC_REASON_SECRET_MISMATCH,
                             "shard %u of filter \"%s\" has another secret than the "
                             "hashes were made with (the filter was re-created): "
                             "fetch the secret again", index, filter);
@@ -348,7 +348,8 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
         }
         for (size_t i = 0; count && i < cnt; i++) {
             if (bf_hash_shard(h[i], count) != index) {
-                rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION,
+                               RPC_REASON_WRONG_SHARD,
                                 "hash %zu belongs to shard %u, not %u", i,
                                 bf_hash_shard(h[i], count), index);
                 goto out;

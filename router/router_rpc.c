@@ -364,7 +364,9 @@ static int info_build(struct info_buf *ib, struct router_filter_desc *d)
             fi->error_rate = sd->error_rate;
             fi->hashes = sd->hashes;
         }
-        fi->capacity += sd->capacity;
+        /* Saturating: S shards of ceil(capacity / S) can sum past 2^64. */
+        fi->capacity = fi->capacity > UINT64_MAX - sd->capacity
+                           ? UINT64_MAX : fi->capacity + sd->capacity;
         fi->bits += sd->bits;
         fi->bytes += sd->bytes;
         fill_bits += sd->fill_ratio * (double)sd->bits;

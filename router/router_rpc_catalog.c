@@ -133,10 +133,9 @@ static const struct rpc_multi *telling_failure(const struct rpc_multi *calls,
 
 /* Undo a CreateFilter that failed on some shards: drop every shard this
  * call may have created (those that answered OK, and those whose answer
- * was lost with a node down or slow) -- each only if it still has this
- * call's secret, so a shard of the same name that another call created
- * meanwhile stays.  st gets the failure, and names any shard that could
- * not be dropped. */
+ * was lost with a node down or slow), each only if it has this call's
+ * secret, so a shard of the same name that another call created stays.
+ * st gets the failure, and names any shard that could not be dropped. */
 static void rollback(struct router *r, const struct topo *t,
                      const struct router_filter *f, const char *name,
                      const struct rpc_multi *calls, uint32_t S, size_t failed,
@@ -149,9 +148,10 @@ static void rollback(struct router *r, const struct topo *t,
     char left[RPC_MSGLEN] = "";
     size_t nleft = 0, off = 0;
 
+    /* Every shard: one whose create failed may still have been created
+     * (an answer lost to a deadline); a drop by secret leaves others' be. */
     for (uint32_t s = 0; undo && s < S; s++)
-        if (calls[s].rc == 0 || router_node_down(calls[s].st.code))
-            undo[nundo++] = s;
+        undo[nundo++] = s;
     if (undo && nundo)
         drops = shard_calls(r, t, f, undo, nundo, M_DROP, false, f->secret_id);
     for (uint32_t i = 0; i < nundo; i++) {

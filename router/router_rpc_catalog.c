@@ -271,6 +271,78 @@ out:
     return rc;
 }
 
+/* Drop every shard named filter on the groups' primaries, whatever its
+ * shard count or secret: what is left of a filter whose shard 0 is gone (a
+ * rollback that could not reach every node, a drop cut short).  Returns how
+ * many were dropped, or -1 with st set when a node could not be asked. */
+static int sweep(struct router *r, const struct topo *t, const char *name,
+                 struct router_status *st)
+{
+    unsigned G = t->ngroups;
+    struct rpc_multi *calls = calloc(G, sizeof *calls);
+    Bloomgrid__V1__ListShardsRequest lreq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    int dropped = 0, rc = 0;
+
+    if (!calls) {
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    for (unsigned g = 0; g < G; g++) {
+        calls[g].req = router_rpc__pack_slice(&lreq.base);
+        calls[g].resp = grpc_empty_slice();
+        calls[g].ch = router_channel(r, t->groups[g].primary);
+        calls[g].method = M_LIST;
+        calls[g].timeout_ms = (int)r->cfg.node_timeout_ms;
+    }
+    for (unsigned g = 0; g < G; g++)
+        if (!calls[g].ch) {
+            router_rpc__multi_free(calls, G);
+            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            return -1;
+        }
+    rpc_call_many(calls, G);
+    for (unsigned g = 0; g < G && rc == 0; g++) {
+        const char *node = t->groups[g].primary;
+        if (calls[g].rc != 0) {
+            router_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": node %s "
+                              "(group %s) cannot list its shards: %s: %s; retry "
+                              "DropFilter to finish", name, node, t->groups[g].name,
+                              rpc_status_name(calls[g].st.code), calls[g].st.message);
+            rc = -1;
+            break;
+        }
+        Bloomgrid__V1__ListShardsResponse *lr = bloomgrid__v1__list_shards_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(calls[g].resp), GRPC_SLICE_START_PTR(calls[g].resp));
+        for (size_t k = 0; lr && k < lr->n_shards; k++) {
+            const Bloomgrid__V1__InternalShardInfo *isi = lr->shards[k];
+            if (!isi->filter || strcmp(isi->filter, name) != 0)
+                continue;
+            Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
+            ref.filter = (char *)name;
+            ref.shard_index = isi->shard_index;
+            ProtobufCMessage *resp = NULL;
+            struct rpc_status rs;
+            if (rpc_call(calls[g].ch, M_DROP, &ref.base,
+                         &bloomgrid__v1__drop_shard_response__descriptor, &resp,
+                         (int)r->cfg.node_timeout_ms, &rs) == 0) {
+                protobuf_c_message_free_unpacked(resp, NULL);
+                dropped++;
+            } else if (rs.code != GRPC_STATUS_NOT_FOUND) {
+                router_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": "
+                                  "shard %u on node %s: %s: %s; retry DropFilter to "
+                                  "finish", name, isi->shard_index, node,
+                                  rpc_status_name(rs.code), rs.message);
+                rc = -1;
+                break;
+            }
+        }
+        if (lr)
+            bloomgrid__v1__list_shards_response__free_unpacked(lr, NULL);
+    }
+    router_rpc__multi_free(calls, G);
+    return rc < 0 ? -1 : dropped;
+}
+
 int router_drop_filter(struct router *r, const char *name, struct router_status *st)
 {
     struct topo *t = router_topo(r);
@@ -278,6 +350,18 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
     uint32_t *list = NULL;
     int rc = -1;
 
+    if (!f && st->code == GRPC_STATUS_NOT_FOUND) {
+        /* No shard 0: sweep up any other shard of that name. */
+        int n = sweep(r, t, name, st);
+        if (n > 0) {
+            log_info("dropped %d stray shards of filter %s", n, name);
+            rc = 0;
+        } else if (n == 0) {
+            router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not "
+                              "exist", name);
+        }
+        goto out;
+    }
     if (!f)
         goto out;
     list = calloc(f->shards, sizeof *list);

@@ -10,7 +10,8 @@
  *   shards   internal calls on a node: DropShard with another secret drops
  *            nothing, with the right one drops; names with a NUL refused
  *   rollback a failed CreateFilter through the router drops the shards it
- *            created and never a shard of the same name with another secret
+ *            created and never a shard of the same name with another secret;
+ *            a filter whose shard 0 is gone can still be dropped
  *   stall    a node stopped (SIGSTOP) during CreateFilter: the caller gets
  *            an error naming what could not be dropped, the router stays
  *            up, and once the node is back a drop cleans up and a create
@@ -448,6 +449,22 @@ static void test_rollback(void)
         CHECK(n == 1, "node %d holds %d shards of dup after the rollback", i, n);
     }
     CHECK(node_health(&pr.router, "") == 1, "router not serving");
+
+    /* A filter whose shard 0 is gone can still be dropped: the router
+     * sweeps up the other shards of that name. */
+    m = create_msg("half", 4, 8000, 0.01, 0, 8);
+    CHECK(call(pr.router.ch, SVC "CreateFilter", &m, &st, NULL) == 0, "create half: %s",
+          st.message);
+    for (int i = 0; i < 2; i++)
+        drop_shard(nodes[i].ch, "half", 4, 0, 0, &st);
+    CHECK(shard_count_on(nodes[0].ch, "half") + shard_count_on(nodes[1].ch, "half") == 7,
+          "shard 0 of half not dropped");
+    CHECK(t_drop(pr.router.ch, "half", &st) == 0, "drop of a filter without shard 0: %s",
+          st.message);
+    CHECK(shard_count_on(nodes[0].ch, "half") + shard_count_on(nodes[1].ch, "half") == 0,
+          "shards of half left behind");
+    CHECK(t_drop(pr.router.ch, "half", &st) == GS(NOT_FOUND), "drop twice: %s",
+          st.message);
     CHECK(node_stop(&pr.router, SIGTERM) == 0, "router exit status");
     for (int i = 0; i < 2; i++)
         CHECK(node_stop(&nodes[i], SIGTERM) == 0, "node exit status");

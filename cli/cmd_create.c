@@ -4,7 +4,6 @@
  * export) as template gives a bundle of empty shards like it, each key going
  * to its shard: a partial that the router can import. */
 #include <getopt.h>
-#include <string.h>
 
 #include "cli.h"
 #include "keys_input.h"

@@ -206,6 +206,75 @@ struct store_page {
 int store_or_pages(struct store_filter *sf, const struct store_page *pages,
                    size_t n, char *err);
 
+/* Change tracking: which pages of a filter's bits changed since a point,
+ * for pullers that keep copies in step (the merger, read replicas).
+ *
+ * Pages are RULES_PAGE_BYTES of the layer body at offsets that are
+ * multiples of it (the last one may be shorter).  Only blocked and classic
+ * filters are tracked (one layer whose bits OR).  A puller keeps the
+ * (epoch, version) a walk returned and asks for what changed since; a page
+ * is reported when its bits may have changed after that version, so a
+ * puller that ORs every page it got has every bit the filter had at the
+ * walk's store_version.  Versions only grow within an epoch.
+ *
+ * The tracking belongs to the filter object: it starts at the first
+ * store_pages_since and is freed with the filter (the last store_put after
+ * a drop, or store_close).  Its epoch is random and new for every filter
+ * object, so after a restart, or a drop and a create under the same name,
+ * a puller naming an older epoch gets every non-empty page.
+ *
+ * Costs: a tracked filter holds about as much memory again as its bits,
+ * from its first store_pages_since until it is freed, and each walk reads
+ * the whole body once; nothing is added to the add path.
+ *
+ * Threads: walks and merges of one filter run one at a time (a walk holds
+ * the filter's tracking lock while its callback runs); adds, queries and
+ * snapshots go on meanwhile. */
+
+/* Where a walk left a filter's tracking (store_pages_since). */
+struct store_pages_mark {
+    uint64_t epoch;           /* of the filter object's tracking, never 0 */
+    uint64_t version;         /* pass as since next time, with epoch */
+    uint64_t store_version;   /* every write acknowledged up to this
+                                 store_filter_version has its bits in the
+                                 pages reported by this walk or by earlier
+                                 ones of the epoch */
+    char fp[17];              /* bf_fingerprint_id of the filter */
+    uint64_t pages, bytes;    /* reported by this walk so far */
+};
+
+/* Called for each page of a walk.  pg->data is the store's and valid only
+ * during the call.  A negative return stops the walk. */
+typedef int (*store_page_fn)(void *ctx, const struct store_page *pg);
+
+/* Report every page changed after version since of epoch through fn (may
+ * be NULL: only count), in offset order; every non-empty page when since
+ * is 0 or epoch is not the filter's.  *mark is filled before fn is first
+ * called (pages and bytes then count up).  fn runs under the tracking lock
+ * only, so it may be slow (a network stream) without holding up writes,
+ * but it must not call store_pages_since or store_pages_merge for this
+ * filter.  Returns 0; -EOPNOTSUPP for a kind that is not tracked; -ENOMEM
+ * when tracking cannot start (err says how much it needs); -EAGAIN /
+ * -ENOENT / -EIO when the filter is not READY; or fn's negative return.
+ * err (STORE_ERRLEN bytes, may be NULL) says why. */
+int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
+                      store_page_fn fn, void *ctx,
+                      struct store_pages_mark *mark, char *err);
+
+/* OR n pages that a peer already holds (a merger's push, a replica's pull
+ * from its primary) into the filter with store_or_pages (same checks, same
+ * errors, durable), then: later walks do not report these bits back as
+ * changes (bits set here meanwhile still are), and the source version
+ * rises to source_version.  n may be 0: only the source version moves
+ * (the filter must be READY).  pages stay the caller's. */
+int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
+                      size_t n, uint64_t source_version, char *err);
+
+/* The highest source_version store_pages_merge took for this filter object
+ * (0 before the first: since the start or since the filter was created):
+ * the version of the pages' source that a read replica reports. */
+uint64_t store_pages_source_version(struct store_filter *sf);
+
 /* Serialize a consistent copy of the filter (every change acknowledged
  * before the call is in it) through w, outside the filter's lock.  Returns
  * 0, w's error, -ENOMEM, or -EAGAIN / -ENOENT / -EIO when not READY. */

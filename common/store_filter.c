@@ -39,7 +39,9 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
     }
     atomic_init(&sf->refs, 1);
     atomic_init(&sf->version, 0);
+    atomic_init(&sf->source_version, 0);
     pthread_mutex_init(&sf->snap_mu, NULL);
+    pthread_mutex_init(&sf->pages_mu, NULL);
     pthread_mutex_init(&sf->write_mu, NULL);
     pthread_rwlockattr_init(&a);
     pthread_rwlockattr_setkind_np(
@@ -54,7 +56,9 @@ void store__filter_free(struct store_filter *sf)
 {
     wal_close(sf->wal);
     bf_destroy(sf->bf);
+    store__pages_free(sf->pages);   /* the tracking dies with the filter */
     pthread_mutex_destroy(&sf->snap_mu);
+    pthread_mutex_destroy(&sf->pages_mu);
     pthread_mutex_destroy(&sf->write_mu);
     pthread_rwlock_destroy(&sf->lock);
     free(sf->name);
@@ -68,16 +72,15 @@ void store_put(struct store_filter *sf)
         store__filter_free(sf);
 }
 
-static void version_raise(struct store_filter *sf, uint64_t seq)
+void store__raise(_Atomic uint64_t *a, uint64_t v)
 {
-    uint64_t v = atomic_load(&sf->version);
+    uint64_t cur = atomic_load(a);
 
-    while (v < seq && !atomic_compare_exchange_weak(&sf->version, &v, seq))
+    while (cur < v && !atomic_compare_exchange_weak(a, &cur, v))
         ;
 }
 
-/* The error a data call returns in a state other than READY. */
-static int state_errno(enum store_state st)
+int store__state_errno(enum store_state st)
 {
     switch (st) {
     case STORE_READY:
@@ -91,7 +94,7 @@ static int state_errno(enum store_state st)
     }
 }
 
-static void state_err(struct store_filter *sf, char *err)
+void store__state_err(struct store_filter *sf, char *err)
 {
     switch (sf->state) {
     case STORE_RECOVERING:
@@ -388,7 +391,7 @@ int store__filter_load(struct store_filter *sf, char *err)
     }
     free(v);
     store__filter_install(sf, f, w);
-    version_raise(sf, rec.next_seq - 1);
+    store__raise(&sf->version, rec.next_seq - 1);
     sf->snap_seq = covered;
     sf->snap_time_ms = store__now_ms();
     log_info("store: filter '%s' ready: snapshot seq %" PRIu64 ", %" PRIu64
@@ -418,7 +421,7 @@ int store_filter_recover(struct store_filter *sf, char *err)
     pthread_mutex_lock(&sf->snap_mu);
     pthread_rwlock_wrlock(&sf->lock);
     if (sf->state == STORE_DROPPED) {
-        state_err(sf, err);
+        store__state_err(sf, err);
         pthread_rwlock_unlock(&sf->lock);
         pthread_mutex_unlock(&sf->snap_mu);
         return -ENOENT;
@@ -463,8 +466,8 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
     int rc;
 
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = state_errno(sf->state)) < 0) {
-        state_err(sf, err);
+    if ((rc = store__state_errno(sf->state)) < 0) {
+        store__state_err(sf, err);
         pthread_rwlock_unlock(&sf->lock);
         return rc;
     }
@@ -503,7 +506,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
                       strerror(-rc));
         return rc;
     }
-    version_raise(sf, seq);
+    store__raise(&sf->version, seq);
     return 0;
 }
 
@@ -525,7 +528,7 @@ int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
     int rc;
 
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = state_errno(sf->state)) == 0)
+    if ((rc = store__state_errno(sf->state)) == 0)
         bf_may_contain_hashes(sf->bf, h, n, present);
     pthread_rwlock_unlock(&sf->lock);
     return rc;
@@ -568,8 +571,8 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         return rc < 0 ? rc : -EINVAL;
     }
     pthread_rwlock_wrlock(&sf->lock);   /* bf_merge_from needs exclusion */
-    if ((rc = state_errno(sf->state)) < 0) {
-        state_err(sf, err);
+    if ((rc = store__state_errno(sf->state)) < 0) {
+        store__state_err(sf, err);
         goto out;
     }
     if ((field = bf_mismatch(sf->bf, src))) {
@@ -595,7 +598,7 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         store__seterr(err, "cannot log the import into '%s': %s", sf->name,
                       strerror(-rc));
     } else {
-        version_raise(sf, seq);
+        store__raise(&sf->version, seq);
     }
 out:
     pthread_rwlock_unlock(&sf->lock);
@@ -632,8 +635,8 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
         q += 16 + (uint64_t)plen;
     }
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = state_errno(sf->state)) < 0) {
-        state_err(sf, err);
+    if ((rc = store__state_errno(sf->state)) < 0) {
+        store__state_err(sf, err);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -675,7 +678,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
                       sf->name, strerror(-rc));
         return rc;
     }
-    version_raise(sf, seq);
+    store__raise(&sf->version, seq);
     return 0;
 out:
     pthread_rwlock_unlock(&sf->lock);
@@ -740,7 +743,7 @@ int store_export(struct store_filter *sf, bf_file_writer w, void *ctx)
 
     if (!c) {
         enum store_state st = store_filter_state(sf, NULL);
-        return st == STORE_READY ? -ENOMEM : state_errno(st);
+        return st == STORE_READY ? -ENOMEM : store__state_errno(st);
     }
     rc = bf_file_write(c, w, ctx);
     bf_destroy(c);
@@ -763,7 +766,7 @@ int store_filter_inspect(struct store_filter *sf,
     int rc;
 
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = state_errno(sf->state)) == 0)
+    if ((rc = store__state_errno(sf->state)) == 0)
         fn(sf->bf, ctx);
     pthread_rwlock_unlock(&sf->lock);
     return rc;

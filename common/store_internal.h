@@ -14,6 +14,9 @@
  *                     runs in single-writer mode); copies of the counting
  *                     and scalable kinds hold it to stop mutations (never
  *                     queries).
+ * filter.pages_mu (change tracking, store_pages.c) is taken before
+ * filter.lock and never while holding snap_mu or lock: a walk holds it while
+ * its callback streams pages, and a merge across its durable write.
  * The rwlock prefers writers so an import or a drop is not starved by a
  * stream of adds.
  */
@@ -51,6 +54,10 @@ struct store_filter {
     bool retry;                  /* FAILED by an I/O error: the snapshot
                                     thread re-runs recovery (under lock) */
     uint64_t failed_ms;          /* when; under lock */
+    pthread_mutex_t pages_mu;
+    struct store_pages *pages;   /* change tracking, under pages_mu; NULL
+                                    until first asked for */
+    _Atomic uint64_t source_version;   /* store_pages_source_version */
 };
 
 struct store {
@@ -80,10 +87,21 @@ void store__seterr(char *err, const char *fmt, ...)
 uint64_t store__now_ms(void);
 int store__rm_rf(const char *path);
 
+/* Raise *a to v unless it is already higher. */
+void store__raise(_Atomic uint64_t *a, uint64_t v);
+
+/* The error a data call returns in state st (0 for READY), and the
+ * sentence that goes with it in err; the caller holds sf->lock. */
+int store__state_errno(enum store_state st);
+void store__state_err(struct store_filter *sf, char *err);
+
 /* A filter object in state RECOVERING holding one reference; freed by the
  * last store_put. */
 struct store_filter *store__filter_new(struct store *s, const char *name);
 void store__filter_free(struct store_filter *sf);
+
+/* Free the change tracking of a filter (NULL allowed). */
+void store__pages_free(struct store_pages *t);
 
 /* Make the filter READY with f and w (ownership moves to sf). */
 void store__filter_install(struct store_filter *sf, struct bf *f,

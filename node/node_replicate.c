@@ -7,7 +7,7 @@
  * start, or after the primary restarted with a new epoch, ships every
  * non-empty page).  The pages of a pull are checked by their checksums
  * (merger_wire) and buffered; only when the whole pull succeeded and its
- * fingerprint is the shard's are they ORed in with node_pages_apply (the
+ * fingerprint is the shard's are they ORed in with store_pages_merge (the
  * durable path PushPages takes), and only then does the shard report the
  * primary's store version the pull covers.  A failed pull changes nothing
  * and is retried at the next wake-up; failures are logged once per change
@@ -120,6 +120,7 @@ struct shard_id {
     uint32_t index, count;
     enum bf_kind kind;
     uint32_t layers;
+    char fp[17];
 };
 
 static void id_read(const struct bf *f, void *ctx)
@@ -130,6 +131,7 @@ static void id_read(const struct bf *f, void *ctx)
     id->count = bf_shard_count(f);
     id->kind = bf_kind(f);
     id->layers = bf_layer_count(f);
+    bf_fingerprint_id(f, id->fp);
 }
 
 static void replicate_shard(struct node_replicate *r, struct store_filter *sf)
@@ -161,8 +163,13 @@ static void replicate_shard(struct node_replicate *r, struct store_filter *sf)
         shard_fail(r, rs, msg);
         goto out;
     }
-    if ((rc = node_pages_apply(sf, end.fp, b.v, b.n, end.store_version,
-                               err)) < 0) {
+    if (strcmp(end.fp, id.fp) != 0) {
+        snprintf(msg, sizeof msg, "pages of fingerprint \"%s\" refused: the "
+                 "shard's is \"%s\"", end.fp, id.fp);
+        shard_fail(r, rs, msg);
+        goto out;
+    }
+    if ((rc = store_pages_merge(sf, b.v, b.n, end.store_version, err)) < 0) {
         snprintf(msg, sizeof msg, "%s", err[0] ? err : strerror(-rc));
         shard_fail(r, rs, msg);
         goto out;

@@ -379,7 +379,7 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
     }
     /* A replica's version is the primary's that its pages cover. */
     *version = node_pages_is_replica()
-                   ? node_pages_replica_version(store_filter_name(sf))
+                   ? store_pages_source_version(sf)
                    : store_filter_version(sf);
     rc = 0;
 out:

@@ -128,23 +128,10 @@ void node_rpc__h_import(void *arg, struct rpc_stream *st);
 /* Internal ExportShard / ImportShard: the same for one shard. */
 void node_rpc__h_export_shard(void *arg, struct rpc_stream *st);
 void node_rpc__h_import_shard(void *arg, struct rpc_stream *st);
-/* Internal PullPages / PushPages (node_pages_rpc.c). */
+/* Internal PullPages / PushPages (node_pages_rpc.c); a read replica
+ * reports store_pages_source_version as its shards' version. */
 void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st);
 void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
-/* The highest source_version pushed into a shard (by its store name): what
- * a read replica reports as its version; 0 when nothing was pushed since
- * the node started. */
-uint64_t node_pages_replica_version(const char *sname);
-/* OR pages (verified by the caller's checksums) of a shard whose
- * fingerprint id is fp into sf, durably (store_or_pages), and raise the
- * primary version the shard reports to source_version (the replication
- * thread, node_replicate.c).  Returns 0; -ESTALE when fp is not the
- * shard's, -EINVAL when a page lies outside the body, -EOPNOTSUPP for a
- * kind that does not merge page by page, -ENOMEM, or store_or_pages'
- * error; err (STORE_ERRLEN bytes, may be NULL) says why. */
-int node_pages_apply(struct store_filter *sf, const char *fp,
-                     const struct store_page *pages, size_t n,
-                     uint64_t source_version, char *err);
 /* Read-replica mode (setting role = replica), set once at start-up. */
 void node_pages_set_replica(bool replica);
 bool node_pages_is_replica(void);

@@ -1,0 +1,235 @@
+/* store_pages: change tracking of a filter's pages (store.h, "Change
+ * tracking"), kept in the filter object and freed with it.
+ *
+ * Changes are found by a diff at walk time, so the add path is untouched
+ * (no cost per key).  The tracking holds a copy of the layer body as of the
+ * last walk, a change counter `tag` and, per page, the tag at which the
+ * page was last seen to differ.  A walk first reads the store version V,
+ * then compares every page of the live body with the copy; a page that
+ * differs is copied and stamped with a new tag (max(V, tag + 1), so tags
+ * only grow and follow the store's versions).  The walk reports every page
+ * whose stamp is above since, with the copy's bytes: those hold every bit
+ * of every write acknowledged up to V (bits are set before the version is
+ * raised: store.h), which is what the mark's store_version promises.  Bits
+ * that land during the compare are either in the copy or found by the
+ * next walk.
+ *
+ * Merged pages (store_pages_merge) are ORed into the live filter and into
+ * the copy: their sender has them, so they are not reported back and a
+ * quiet round ships nothing.  Local bits set meanwhile still differ from
+ * the copy and are reported next time.
+ *
+ * The tracking survives store_filter_recover (the files, hence the
+ * geometry and secret, are the same; pages that differ after the reload
+ * are stamped again); should the geometry or fingerprint change under it,
+ * it starts over with a new epoch.  Locks: store_internal.h (pages_mu
+ * before lock).
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "rules.h"
+#include "store_internal.h"
+
+struct store_pages {
+    uint64_t epoch;
+    uint64_t tag;                /* last stamp handed out */
+    char fp[17];                 /* fingerprint id the copy is of */
+    uint64_t body_bytes;
+    uint64_t npages;
+    uint64_t *stamp;             /* per page */
+    uint8_t *copy;               /* body_bytes: the body as last walked */
+};
+
+void store__pages_free(struct store_pages *t)
+{
+    if (!t)
+        return;
+    free(t->stamp);
+    free(t->copy);
+    free(t);
+}
+
+static uint64_t new_epoch(void)
+{
+    static _Atomic uint64_t fallback = 1;
+    uint64_t e = 0;
+
+    if (getrandom(&e, sizeof e, 0) != sizeof e)
+        e = atomic_fetch_add(&fallback, 1);
+    return e ? e : 1;
+}
+
+static size_t page_len(const struct store_pages *t, uint64_t p)
+{
+    uint64_t off = p * RULES_PAGE_BYTES;
+
+    return t->body_bytes - off < RULES_PAGE_BYTES
+               ? (size_t)(t->body_bytes - off) : RULES_PAGE_BYTES;
+}
+
+static bool page_is_zero(const uint8_t *p, size_t len)
+{
+    const uint64_t *w = (const uint64_t *)p;
+
+    for (size_t i = 0; i < len / 8; i++)
+        if (w[i])
+            return false;
+    return true;
+}
+
+/* The filter's tracking, made (or made again) for the live filter's
+ * geometry and fingerprint.  Under pages_mu and the shared lock, READY.
+ * Returns 0, -EOPNOTSUPP or -ENOMEM with err set. */
+static int pages_for(struct store_filter *sf, char *err)
+{
+    struct store_pages *t = sf->pages;
+    struct bf_layer_info li;
+    char fp[17];
+
+    if ((bf_kind(sf->bf) != BF_KIND_BLOCKED &&
+         bf_kind(sf->bf) != BF_KIND_CLASSIC) ||
+        bf_layer_count(sf->bf) != 1 || bf_layer_info(sf->bf, 0, &li) < 0) {
+        store__seterr(err, "filter '%s' is a %s filter; only blocked and "
+                      "classic filters merge page by page", sf->name,
+                      bf_kind_name(bf_kind(sf->bf)));
+        return -EOPNOTSUPP;
+    }
+    bf_fingerprint_id(sf->bf, fp);
+    if (t && t->body_bytes == li.body_bytes && strcmp(t->fp, fp) == 0)
+        return 0;
+    store__pages_free(t);
+    sf->pages = NULL;
+    if (!(t = calloc(1, sizeof *t)))
+        goto nomem;
+    t->epoch = new_epoch();
+    memcpy(t->fp, fp, sizeof fp);
+    t->body_bytes = li.body_bytes;
+    t->npages = (li.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
+    /* Zeroed: the first walk stamps every non-empty page. */
+    if (!(t->stamp = calloc(t->npages ? t->npages : 1, sizeof *t->stamp)) ||
+        !(t->copy = calloc(1, li.body_bytes ? li.body_bytes : 1)))
+        goto nomem;
+    sf->pages = t;
+    return 0;
+nomem:
+    store__pages_free(t);
+    store__seterr(err, "no memory for the change tracking of filter '%s' "
+                  "(%" PRIu64 " bytes)", sf->name, li.body_bytes);
+    return -ENOMEM;
+}
+
+/* Copy and stamp the pages of the live body that differ from the copy.
+ * Under the shared lock. */
+static void pages_diff(struct store_pages *t, const struct bf *f,
+                       uint64_t stamp)
+{
+    const uint8_t *body = (const uint8_t *)bf_layer_body_const(f, 0);
+    bool changed = false;
+
+    for (uint64_t p = 0; p < t->npages; p++) {
+        uint64_t off = p * RULES_PAGE_BYTES;
+        size_t len = page_len(t, p);
+        if (memcmp(body + off, t->copy + off, len) != 0) {
+            memcpy(t->copy + off, body + off, len);
+            t->stamp[p] = stamp;
+            changed = true;
+        }
+    }
+    if (changed)
+        t->tag = stamp;
+}
+
+int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
+                      store_page_fn fn, void *ctx,
+                      struct store_pages_mark *mark, char *err)
+{
+    struct store_pages *t;
+    int rc;
+
+    pthread_mutex_lock(&sf->pages_mu);
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = store__state_errno(sf->state)) < 0)
+        store__state_err(sf, err);
+    else
+        rc = pages_for(sf, err);
+    if (rc < 0) {
+        pthread_rwlock_unlock(&sf->lock);
+        goto out;
+    }
+    t = sf->pages;
+    /* The version first: every write acknowledged up to v set its bits
+     * before v was raised, so the compare below sees them. */
+    uint64_t v = atomic_load(&sf->version);
+    pages_diff(t, sf->bf, v > t->tag ? v : t->tag + 1);
+    pthread_rwlock_unlock(&sf->lock);
+
+    memset(mark, 0, sizeof *mark);
+    mark->epoch = t->epoch;
+    mark->version = t->tag;
+    mark->store_version = v;
+    memcpy(mark->fp, t->fp, sizeof mark->fp);
+    bool all = since == 0 || epoch != t->epoch;
+    for (uint64_t p = 0; p < t->npages; p++) {
+        struct store_page pg = {.layer = 0, .offset = p * RULES_PAGE_BYTES,
+                                .len = page_len(t, p)};
+        pg.data = t->copy + pg.offset;
+        if (all ? page_is_zero(pg.data, pg.len) : t->stamp[p] <= since)
+            continue;
+        if (fn && (rc = fn(ctx, &pg)) < 0)
+            goto out;
+        mark->pages++;
+        mark->bytes += pg.len;
+    }
+    rc = 0;
+out:
+    pthread_mutex_unlock(&sf->pages_mu);
+    return rc;
+}
+
+/* OR merged pages into the copy (store_or_pages checked them against the
+ * live geometry; the copy's is checked again in case it is stale). */
+static void pages_absorb(struct store_pages *t, const struct store_page *pages,
+                         size_t n)
+{
+    for (size_t i = 0; t && i < n; i++) {
+        if (pages[i].layer != 0 || pages[i].offset > t->body_bytes ||
+            pages[i].len > t->body_bytes - pages[i].offset)
+            continue;
+        uint64_t *w = (uint64_t *)(t->copy + pages[i].offset);
+        const uint8_t *d = pages[i].data;
+        for (size_t k = 0; k < pages[i].len / 8; k++) {
+            uint64_t x;
+            memcpy(&x, d + 8 * k, 8);   /* payloads are not aligned */
+            w[k] |= x;
+        }
+    }
+}
+
+int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
+                      size_t n, uint64_t source_version, char *err)
+{
+    int rc;
+
+    /* Held across the write so no walk reports the pages back between the
+     * OR and the copy's update. */
+    pthread_mutex_lock(&sf->pages_mu);
+    if ((rc = store_or_pages(sf, pages, n, err)) == 0) {
+        pages_absorb(sf->pages, pages, n);
+        store__raise(&sf->source_version, source_version);
+    }
+    pthread_mutex_unlock(&sf->pages_mu);
+    return rc;
+}
+
+uint64_t store_pages_source_version(struct store_filter *sf)
+{
+    return atomic_load(&sf->source_version);
+}

@@ -27,7 +27,7 @@
 #include "bf_file.h"
 #include "log.h"
 #include "merger_internal.h"
-#include "merger_wire.h"
+#include "node_client.h"
 #include "rpc_client.h"
 #include "topo.h"
 
@@ -62,7 +62,7 @@ void merger__rep_msg(struct mg_report *rep, bool error, const char *fmt, ...)
     } else {
         log_warn("merger: %s", buf);
     }
-    if (rep->nmsg < 16)
+    if (rep->nmsg < MG_REPORT_MSGS)
         merger__strfmt(rep->msg[rep->nmsg++], MG_ERRLEN, "%s", buf);
 }
 
@@ -107,8 +107,9 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
             unsigned g = topo_group_for(topos[d], f->c.name, 0);
             struct rpc_channel *ch =
                 merger__chan(m, topos[d]->groups[g].primary);
-            if (ch && mw_get_shard(ch, f->c.name, 0, &f->tmpl,
-                                   (int)m->cfg.node_timeout_ms, &st) == 0)
+            if (ch && node_client_get_shard(ch, f->c.name, 0, &f->tmpl,
+                                            (int)m->cfg.node_timeout_ms,
+                                            &st) == 0)
                 f->have_tmpl = true;
             else if (st.code != GRPC_STATUS_NOT_FOUND)
                 merger__rep_msg(rep, true, "filter \"%s\" in %s: %s: %s",
@@ -283,7 +284,7 @@ static void rep_add(struct mg_report *to, const struct mg_report *from)
     to->pages_pushed += from->pages_pushed;
     to->pages_changed += from->pages_changed;
     to->errors += from->errors;
-    for (unsigned i = 0; i < from->nmsg && to->nmsg < 16; i++)
+    for (unsigned i = 0; i < from->nmsg && to->nmsg < MG_REPORT_MSGS; i++)
         memcpy(to->msg[to->nmsg++], from->msg[i], MG_ERRLEN);
 }
 
@@ -406,6 +407,24 @@ void mg_report_free(struct mg_report *rep)
     free(rep->lag);
     rep->lag = NULL;
     rep->nlag = 0;
+}
+
+void mg_report_print(FILE *out, const struct mg_report *r)
+{
+    fprintf(out, "round %" PRIu64 ": duration_ms %" PRIu64 " bytes_pulled %"
+            PRIu64 " bytes_pushed %" PRIu64 " pages_pulled %" PRIu64
+            " pages_pushed %" PRIu64 " pages_changed %" PRIu64 " errors %u\n",
+            r->round, r->duration_ms, r->bytes_pulled, r->bytes_pushed,
+            r->pages_pulled, r->pages_pushed, r->pages_changed, r->errors);
+    for (unsigned i = 0; i < r->nmsg; i++)
+        fprintf(out, "  message: %s\n", r->msg[i]);
+    for (size_t i = 0; i < r->nlag; i++)
+        fprintf(out, "  target %s shard %u %s %s %s version %" PRIu64
+                " primary_version %" PRIu64 " lag_ms %" PRIu64 "%s%s\n",
+                r->lag[i].filter, r->lag[i].shard, r->lag[i].dc,
+                r->lag[i].replica ? "replica" : "primary", r->lag[i].node,
+                r->lag[i].version, r->lag[i].primary_version, r->lag[i].lag_ms,
+                r->lag[i].error[0] ? " error " : "", r->lag[i].error);
 }
 
 void mg_report_log(const struct mg_report *rep)

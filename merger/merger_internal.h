@@ -16,7 +16,7 @@
 
 #include "bf.h"
 #include "merger.h"
-#include "merger_wire.h"
+#include "node_client.h"
 #include "rpc_client.h"
 #include "topo.h"
 
@@ -61,7 +61,7 @@ struct mg_shard {
 
 struct mg_filter {
     struct mg_filter_conf c;
-    struct mw_shard tmpl; /* geometry and secret of shard 0 */
+    struct node_client_shard tmpl; /* geometry and secret of shard 0 */
     bool have_tmpl;
     uint32_t nshards;
     struct mg_shard *sh;

@@ -120,12 +120,12 @@ int merger__shard_init(struct merger *m, struct mg_filter *f,
                        struct mg_shard *s, char *err)
 {
     char path[MG_PATH_MAX + 64], e2[BF_ERRLEN];
-    struct mw_shard t = f->tmpl;
+    struct node_client_shard t = f->tmpl;
     struct bf_layer_info li;
     struct bf *g;
 
     t.shard_index = s->index;
-    g = mw_shard_filter(&t, e2);
+    g = node_client_shard_filter(&t, e2);
     if (!g) {
         merger__strfmt(err, MG_ERRLEN, "filter \"%s\" shard %u: %s", f->c.name,
                        s->index, e2);
@@ -235,18 +235,18 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
                         char *why, size_t whylen)
 {
     struct rpc_status st;
-    struct mw_shard theirs, t = f->tmpl;
+    struct node_client_shard theirs, t = f->tmpl;
     char e2[BF_ERRLEN];
     int to = (int)m->cfg.node_timeout_ms;
 
-    if (mw_get_shard(ch, f->c.name, s->index, &theirs, to, &st) < 0) {
+    if (node_client_get_shard(ch, f->c.name, s->index, &theirs, to, &st) < 0) {
         if (st.code != GRPC_STATUS_NOT_FOUND || !create) {
             merger__strfmt(why, whylen, "%s: %s", rpc_status_name(st.code),
                            st.message);
             return -1;
         }
         t.shard_index = s->index;
-        if (mw_create_shard(ch, f->c.name, &t, to, &st) < 0 &&
+        if (node_client_create_shard(ch, f->c.name, &t, to, &st) < 0 &&
             st.code != GRPC_STATUS_ALREADY_EXISTS) {
             merger__strfmt(why, whylen, "cannot create the shard: %s: %s",
                            rpc_status_name(st.code), st.message);
@@ -256,7 +256,7 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
                  s->index, f->c.name);
         return 0;
     }
-    struct bf *b = mw_shard_filter(&theirs, e2);
+    struct bf *b = node_client_shard_filter(&theirs, e2);
     const char *field = b ? bf_mismatch(s->g, b) : "geometry";
     bf_destroy(b);
     if (field) {
@@ -278,7 +278,7 @@ void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
 {
     struct rpc_channel *ch = merger__chan(m, addr);
     struct pulled p = {.s = s};
-    struct mw_pull_end end;
+    struct node_client_pull_end end;
     struct rpc_status st;
     char why[300];
     uint64_t t0 = merger__now_ms();
@@ -293,9 +293,9 @@ void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                         f->c.name, s->index, f->c.dc[d], addr, why);
         return;
     }
-    if (mw_pull(ch, f->c.name, s->index, s->src[d].since, s->src[d].epoch,
-                pulled_page, &p, &end, (int)m->cfg.node_timeout_ms * 4,
-                &st) < 0) {
+    if (node_client_pull(ch, f->c.name, s->index, s->src[d].since,
+                         s->src[d].epoch, pulled_page, &p, &end,
+                         (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
         merger__rep_msg(rep, true,
                         "pull of \"%s\" shard %u from %s (%s): %s: %s",
                         f->c.name, s->index, f->c.dc[d], addr,
@@ -417,7 +417,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                       struct mg_report *rep)
 {
     struct rpc_channel *ch = merger__chan(m, t->addr);
-    struct mw_page *pg = NULL;
+    struct node_client_page *pg = NULL;
     struct rpc_status st;
     size_t n = 0;
     uint64_t bytes = 0;
@@ -446,7 +446,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         size_t len = s->body_bytes - off < PAGE_BYTES
                          ? (size_t)(s->body_bytes - off)
                          : PAGE_BYTES;
-        pg[n++] = (struct mw_page){off, body + off, len};
+        pg[n++] = (struct node_client_page){off, body + off, len};
         bytes += len;
     }
     /* A primary needs nothing when nothing changed; a replica still hears
@@ -463,10 +463,10 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         uint64_t chunk = 0;
         while (last < n && chunk < (64u << 20))
             chunk += pg[last++].len;
-        if (mw_push(ch, f->c.name, s->index, s->fp,
-                    t->replica ? s->src[t->dc].store_version : 0, pg + first,
-                    last - first, NULL, (int)m->cfg.node_timeout_ms * 4,
-                    &st) < 0) {
+        if (node_client_push(ch, f->c.name, s->index, s->fp,
+                             t->replica ? s->src[t->dc].store_version : 0,
+                             pg + first, last - first, NULL,
+                             (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
             merger__strfmt(t->error, sizeof t->error, "%s: %s",
                            rpc_status_name(st.code), st.message);
             merger__rep_msg(rep, true,

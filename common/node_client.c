@@ -1,5 +1,5 @@
-/* merger_wire: PullPages / PushPages / GetShard / CreateShard clients. */
-#include "merger_wire.h"
+/* node_client: PullPages / PushPages / GetShard / CreateShard clients. */
+#include "node_client.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -28,13 +28,13 @@ static void st_set(struct rpc_status *st, grpc_status_code code,
     va_end(ap);
 }
 
-int mw_pull(struct rpc_channel *ch, const char *filter, uint32_t shard,
-            uint64_t since, uint64_t epoch, mw_page_fn fn, void *ctx,
-            struct mw_pull_end *end, int timeout_ms, struct rpc_status *st)
+int node_client_pull(struct rpc_channel *ch, const char *filter, uint32_t shard,
+            uint64_t since, uint64_t epoch, node_client_page_fn fn, void *ctx,
+            struct node_client_pull_end *end, int timeout_ms, struct rpc_status *st)
 {
     Bloomgrid__V1__PullPagesRequest req =
         BLOOMGRID__V1__PULL_PAGES_REQUEST__INIT;
-    struct rpc_cstream *s = rpc_cstream_open(ch, MW_PATH_PULL, timeout_ms);
+    struct rpc_cstream *s = rpc_cstream_open(ch, NODE_CLIENT_PATH_PULL, timeout_ms);
     grpc_slice msg;
     bool got_last = false, failed = false;
     int rc;
@@ -102,12 +102,12 @@ int mw_pull(struct rpc_channel *ch, const char *filter, uint32_t shard,
     return 0;
 }
 
-int mw_push(struct rpc_channel *ch, const char *filter, uint32_t shard,
-            const char *fp, uint64_t source_version, const struct mw_page *pages,
+int node_client_push(struct rpc_channel *ch, const char *filter, uint32_t shard,
+            const char *fp, uint64_t source_version, const struct node_client_page *pages,
             size_t n, uint64_t *merged, int timeout_ms, struct rpc_status *st)
 {
     Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
-    struct rpc_cstream *s = rpc_cstream_open(ch, MW_PATH_PUSH, timeout_ms);
+    struct rpc_cstream *s = rpc_cstream_open(ch, NODE_CLIENT_PATH_PUSH, timeout_ms);
     grpc_slice msg;
     int rc;
 
@@ -151,8 +151,8 @@ int mw_push(struct rpc_channel *ch, const char *filter, uint32_t shard,
     return rpc_cstream_finish(s, st);
 }
 
-int mw_get_shard(struct rpc_channel *ch, const char *filter, uint32_t shard,
-                 struct mw_shard *out, int timeout_ms, struct rpc_status *st)
+int node_client_get_shard(struct rpc_channel *ch, const char *filter, uint32_t shard,
+                 struct node_client_shard *out, int timeout_ms, struct rpc_status *st)
 {
     Bloomgrid__V1__GetShardRequest req = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
     Bloomgrid__V1__InternalShardInfo *isi = NULL;
@@ -182,8 +182,8 @@ int mw_get_shard(struct rpc_channel *ch, const char *filter, uint32_t shard,
     return 0;
 }
 
-int mw_create_shard(struct rpc_channel *ch, const char *filter,
-                    const struct mw_shard *sh, int timeout_ms,
+int node_client_create_shard(struct rpc_channel *ch, const char *filter,
+                    const struct node_client_shard *sh, int timeout_ms,
                     struct rpc_status *st)
 {
     Bloomgrid__V1__CreateShardRequest req =
@@ -206,7 +206,7 @@ int mw_create_shard(struct rpc_channel *ch, const char *filter,
     return 0;
 }
 
-struct bf *mw_shard_filter(const struct mw_shard *sh, char *err)
+struct bf *node_client_shard_filter(const struct node_client_shard *sh, char *err)
 {
     struct bf_params p = {.kind = (enum bf_kind)sh->kind,
                           .capacity = sh->capacity,

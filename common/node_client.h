@@ -7,11 +7,17 @@
  * Every function is a blocking call on a struct rpc_channel (thread-safe:
  * any number of threads may call at once on one channel) with a deadline of
  * timeout_ms, and returns 0 on OK or -1 with the status in *st (when st is
- * not NULL).  Pages are verified here before the caller sees them: a page
- * failing its XXH64 checksum ends the pull with DATA_LOSS, and nothing of it
- * or after it reaches the callback (callers apply pages only once the whole
- * pull succeeded, or OR them in as they come: OR is idempotent and a bad
- * page is never passed on).
+ * not NULL).  Nothing a node answers is trusted before it is checked here:
+ *
+ *   - a page failing its XXH64 checksum ends the pull with DATA_LOSS, and
+ *     nothing of it or after it reaches the callback (callers apply pages
+ *     only once the whole pull succeeded, or OR them in as they come: OR is
+ *     idempotent and a bad page is never passed on);
+ *   - a fingerprint that is not NODE_CLIENT_FP_LEN bytes of text, a shard
+ *     geometry outside common/rules.h (shard count, capacity, error rate),
+ *     another shard than the one asked for, a secret of another length, or a
+ *     message that does not parse end the call with INTERNAL, naming what
+ *     was wrong.
  *
  * Needs grpc_init() (the caller owns it).  Links in bloomgrid_rpc.
  */

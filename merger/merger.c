@@ -10,8 +10,6 @@
  */
 #include "merger.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -19,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +26,7 @@
 #include "merger_internal.h"
 #include "node_client.h"
 #include "rpc_client.h"
+#include "rules.h"
 #include "topo.h"
 
 /* snprintf for messages and paths that may be cut short. */
@@ -48,6 +46,22 @@ uint64_t merger__now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+void merger__text_clean(char *s)
+{
+    size_t n = strlen(s);
+
+    for (size_t i = 0; i < n;) {
+        /* The shortest valid sequence at i is the character there. */
+        size_t k = 1;
+        while (k <= 4 && i + k <= n && !rules_utf8_valid(s + i, k))
+            k++;
+        if (k <= 4 && i + k <= n)
+            i += k;
+        else
+            s[i++] = '?';
+    }
+}
+
 void merger__rep_msg(struct mg_report *rep, bool error, const char *fmt, ...)
 {
     char buf[MG_ERRLEN];
@@ -56,6 +70,7 @@ void merger__rep_msg(struct mg_report *rep, bool error, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    merger__text_clean(buf);
     if (error) {
         rep->errors++;
         log_error("merger: %s", buf);
@@ -103,7 +118,8 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
 
     if (!f->have_tmpl) {
         for (unsigned d = 0; d < f->c.ndc && !f->have_tmpl; d++) {
-            struct rpc_status st;
+            struct rpc_status st = {GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    "out of memory for a channel"};
             unsigned g = topo_group_for(topos[d], f->c.name, 0);
             struct rpc_channel *ch =
                 merger__chan(m, topos[d]->groups[g].primary);
@@ -126,11 +142,17 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
     if (!f->sh) {
         char dir[MG_PATH_MAX + 200];
         merger__strfmt(dir, sizeof dir, "%s/%s", m->cfg.state_dir, f->c.name);
-        mkdir(dir, 0755);
+        if (merger__dir_make(dir, err) < 0) {
+            merger__rep_msg(rep, true, "%s", err);
+            return -1;
+        }
         f->nshards = f->tmpl.shard_count;
         f->sh = calloc(f->nshards, sizeof *f->sh);
-        if (!f->sh)
+        if (!f->sh) {
+            merger__rep_msg(rep, true, "filter \"%s\": out of memory for %u "
+                            "shards", f->c.name, f->nshards);
             return -1;
+        }
         for (uint32_t i = 0; i < f->nshards; i++) {
             f->sh[i].index = i;
             if (merger__shard_init(m, f, &f->sh[i], err) < 0) {
@@ -139,6 +161,7 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
                     bf_destroy(f->sh[j].g);
                     free(f->sh[j].stamp);
                     free(f->sh[j].have);
+                    free(f->sh[j].tg);
                 }
                 free(f->sh);
                 f->sh = NULL;
@@ -154,7 +177,7 @@ static void shard_round(struct merger *m, struct mg_filter *f,
                         struct mg_report *rep)
 {
     uint64_t before = rep->pages_changed;
-    char path[MG_PATH_MAX + 64], e2[BF_ERRLEN];
+    char path[MG_PATH_MAX + 64], e2[BF_ERRLEN], err[MG_ERRLEN];
     struct mg_src old[MG_MAX_DC];
 
     memcpy(old, s->src, sizeof old);
@@ -202,9 +225,10 @@ static void shard_round(struct merger *m, struct mg_filter *f,
             return;
         }
     }
-    if (memcmp(old, s->src, sizeof old) != 0 && merger__state_save(m, f, s) < 0)
-        merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard %u",
-                        f->c.name, s->index);
+    if (memcmp(old, s->src, sizeof old) != 0 &&
+        merger__state_save(m, f, s, err) < 0)
+        merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard "
+                        "%u: %s", f->c.name, s->index, err);
     const char *pause = getenv("BLOOMGRID_MERGER_TEST_PAUSE_MS");
     if (pause && *pause)
         usleep((useconds_t)atoi(pause) * 1000);
@@ -223,9 +247,9 @@ static void shard_round(struct merger *m, struct mg_filter *f,
     bool changed = false;
     for (size_t i = 0; i < s->ntg; i++)
         changed |= merger__target_synced(s, &s->tg[i]) != s->tg[i].was_synced;
-    if (changed && merger__state_save(m, f, s) < 0)
-        merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard %u",
-                        f->c.name, s->index);
+    if (changed && merger__state_save(m, f, s, err) < 0)
+        merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard "
+                        "%u: %s", f->c.name, s->index, err);
 }
 
 static void report_lag(struct merger *m, struct mg_report *rep)
@@ -455,9 +479,7 @@ struct merger *merger_create(const struct merger_config *cfg,
         return NULL;
     }
     m->cfg = *cfg;
-    if (mkdir(cfg->state_dir, 0755) < 0 && errno != EEXIST) {
-        merger__strfmt(err, MG_ERRLEN, "cannot create state_dir %s: %s",
-                       cfg->state_dir, strerror(errno));
+    if (merger__dir_make(cfg->state_dir, err) < 0) {
         free(m->f);
         free(m);
         return NULL;

@@ -14,6 +14,7 @@
 
 #include "bf.h"
 #include "bf_file.h"
+#include "durable.h"
 #include "log.h"
 #include "merger_internal.h"
 
@@ -35,23 +36,46 @@ bool merger__target_synced(const struct mg_shard *s, const struct mg_target *t)
     return t->ready;
 }
 
+int merger__dir_make(const char *dir, char *err)
+{
+    int rc;
+
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        rc = -errno;
+        merger__strfmt(err, MG_ERRLEN, "cannot create %s: %s", dir,
+                       strerror(-rc));
+        return rc;
+    }
+    /* Also when it exists: a run that crashed may have created it without
+     * making the entry durable. */
+    if ((rc = durable_fsync_parent(dir)) < 0) {
+        merger__strfmt(err, MG_ERRLEN, "cannot fsync the directory holding "
+                       "%s: %s", dir, strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
 /* The sidecar, one line each:
  *   S dc epoch since store_version pulled_ms       what was pulled
  *   T addr replica dc version data_ms              a copy holding every
  *                                                  page of the snapshot
- * Written (temp file, fsync, rename) only after the snapshot it describes
- * is on disk. */
+ * Written (durable_write_file: temp file, fsync, rename, fsync of the
+ * directory) only after the snapshot it describes is on disk. */
 int merger__state_save(const struct merger *m, const struct mg_filter *f,
-                       struct mg_shard *s)
+                       struct mg_shard *s, char *err)
 {
-    char path[MG_PATH_MAX + 64], tmp[MG_PATH_MAX + 80];
+    char path[MG_PATH_MAX + 64], derr[DURABLE_ERRLEN];
+    char *text = NULL;
+    size_t len = 0;
     FILE *fp;
-    int fd;
+    int rc;
 
     merger__shard_path(m, f, s->index, "state", path, sizeof path);
-    merger__strfmt(tmp, sizeof tmp, "%s.tmp", path);
-    if (!(fp = fopen(tmp, "w")))
-        return -errno;
+    if (!(fp = open_memstream(&text, &len))) {
+        merger__strfmt(err, MG_ERRLEN, "out of memory for %s", path);
+        return -ENOMEM;
+    }
     for (unsigned d = 0; d < f->c.ndc; d++)
         fprintf(fp, "S %s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
                 f->c.dc[d], s->src[d].epoch, s->src[d].since,
@@ -61,15 +85,16 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
             fprintf(fp, "T %s %d %u %" PRIu64 " %" PRIu64 "\n", s->tg[i].addr,
                     s->tg[i].replica, s->tg[i].dc, s->tg[i].version,
                     s->tg[i].data_ms);
-    fflush(fp);
-    fd = fileno(fp);
-    if (ferror(fp) || fdatasync(fd) < 0) {
-        fclose(fp);
-        unlink(tmp);
-        return -EIO;
+    if (fclose(fp) != 0) {
+        free(text);
+        merger__strfmt(err, MG_ERRLEN, "out of memory for %s", path);
+        return -ENOMEM;
     }
-    fclose(fp);
-    return rename(tmp, path) < 0 ? -errno : 0;
+    rc = durable_write_file(path, text, len, 0644, derr);
+    free(text);
+    if (rc < 0)
+        merger__strfmt(err, MG_ERRLEN, "%s", derr);
+    return rc;
 }
 
 /* Synced copies come back with acked = 1: the stamp of every loaded page. */
@@ -201,13 +226,15 @@ static uint64_t shard_or(struct mg_shard *s, uint64_t off, const uint8_t *data,
 
 /* ---- pulls ---- */
 
-/* Buffer a pulled page: applied only once the pull completed. */
+/* Buffer a pulled page: applied only once the pull completed.  A node
+ * sends each changed page once, so a pull of more bytes than the body is
+ * refused rather than buffered without end. */
 static int pulled_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
 {
     struct pulled *p = ctx;
 
     if (off % 8 || len % 8 || off > p->s->body_bytes ||
-        len > p->s->body_bytes - off)
+        len > p->s->body_bytes - off || len > p->s->body_bytes - p->data)
         return -1;
     if (p->len + 16 + len > p->cap) {
         size_t cap = p->cap ? p->cap : (1u << 20);
@@ -224,6 +251,7 @@ static int pulled_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
     memcpy(p->buf + p->len + 8, &l, 8);
     memcpy(p->buf + p->len + 16, data, len);
     p->len += 16 + len;
+    p->data += len;
     return 0;
 }
 
@@ -427,6 +455,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         return;
     if (!t->ready) {
         if (shard_ensure(m, f, s, ch, true, t->error, sizeof t->error) < 0) {
+            merger__text_clean(t->error);
             merger__rep_msg(rep, true,
                             "push of \"%s\" shard %u to %s (%s %s): %s",
                             f->c.name, s->index, t->addr, f->c.dc[t->dc],
@@ -469,6 +498,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                              (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
             merger__strfmt(t->error, sizeof t->error, "%s: %s",
                            rpc_status_name(st.code), st.message);
+            merger__text_clean(t->error);
             merger__rep_msg(rep, true,
                             "push of \"%s\" shard %u to %s (%s %s): %s",
                             f->c.name, s->index, t->addr, f->c.dc[t->dc],

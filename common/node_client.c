@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,22 +12,6 @@
 
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "rules.h"
-
-static void st_set(struct rpc_status *st, grpc_status_code code,
-                   const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void st_set(struct rpc_status *st, grpc_status_code code,
-                   const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!st)
-        return;
-    st->code = code;
-    va_start(ap, fmt);
-    vsnprintf(st->message, sizeof st->message, fmt, ap);
-    va_end(ap);
-}
 
 /* A fingerprint id as bf_fingerprint_id writes it: 16 lower-case hex
  * digits.  Anything else would be cut or compared wrongly. */
@@ -45,15 +28,19 @@ static int pull_message(const Bloomgrid__V1__Page *pg, const char *filter,
                         struct rpc_status *st)
 {
     if (*got_last) {
-        st_set(st, GRPC_STATUS_INTERNAL, "PullPages of shard %u of \"%s\" "
-               "sent a message after its last one", shard, filter);
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "PullPages of shard %u of \"%s\" "
+                       "sent a message after its last one",
+                       shard, filter);
         return -1;
     }
     if (pg->last) {
         if (!fp_valid(pg->fingerprint)) {
-            st_set(st, GRPC_STATUS_INTERNAL, "PullPages of shard %u of \"%s\" "
-                   "ended with a malformed fingerprint (want %d hex digits)",
-                   shard, filter, NODE_CLIENT_FP_LEN);
+            rpc_status_set(
+                st, GRPC_STATUS_INTERNAL,
+                "PullPages of shard %u of \"%s\" "
+                "ended with a malformed fingerprint (want %d hex digits)",
+                shard, filter, NODE_CLIENT_FP_LEN);
             return -1;
         }
         end->version = pg->version;
@@ -64,18 +51,20 @@ static int pull_message(const Bloomgrid__V1__Page *pg, const char *filter,
         return 0;
     }
     if (XXH64(pg->data.data, pg->data.len, 0) != pg->checksum) {
-        st_set(st, GRPC_STATUS_DATA_LOSS, "page at offset %" PRIu64 " of shard "
-               "%u of \"%s\" fails its checksum", pg->offset, shard, filter);
+        rpc_status_set(st, GRPC_STATUS_DATA_LOSS,
+                       "page at offset %" PRIu64 " of shard "
+                       "%u of \"%s\" fails its checksum",
+                       pg->offset, shard, filter);
         return -1;
     }
     if (pg->layer != 0) {
-        st_set(st, GRPC_STATUS_INTERNAL, "page of layer %u", pg->layer);
+        rpc_status_set(st, GRPC_STATUS_INTERNAL, "page of layer %u", pg->layer);
         return -1;
     }
     end->pages++;
     end->bytes += pg->data.len;
     if (fn && fn(ctx, pg->offset, pg->data.data, pg->data.len) < 0) {
-        st_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+        rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
                "page at offset %" PRIu64 " (%zu bytes) of shard %u of \"%s\" "
                "does not fit", pg->offset, pg->data.len, shard, filter);
         return -1;
@@ -98,7 +87,8 @@ int node_client_pull(struct rpc_channel *ch, const char *filter,
 
     memset(end, 0, sizeof *end);
     if (!s) {
-        st_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot open a call");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                       "cannot open a call");
         return -1;
     }
     req.filter = (char *)filter;
@@ -113,7 +103,7 @@ int node_client_pull(struct rpc_channel *ch, const char *filter,
             NULL, GRPC_SLICE_LENGTH(msg), GRPC_SLICE_START_PTR(msg));
         grpc_slice_unref(msg);
         if (!pg) {
-            st_set(st, GRPC_STATUS_INTERNAL, "malformed Page message");
+            rpc_status_set(st, GRPC_STATUS_INTERNAL, "malformed Page message");
             failed = true;
             break;
         }
@@ -129,8 +119,8 @@ int node_client_pull(struct rpc_channel *ch, const char *filter,
     if (rpc_cstream_finish(s, st) < 0)
         return -1;
     if (!got_last) {
-        st_set(st, GRPC_STATUS_INTERNAL, "PullPages ended without its last "
-               "message");
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "PullPages ended without its last message");
         return -1;
     }
     return 0;
@@ -149,7 +139,8 @@ int node_client_push(struct rpc_channel *ch, const char *filter,
     int rc;
 
     if (!s) {
-        st_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot open a call");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                       "cannot open a call");
         return -1;
     }
     ref.filter = (char *)filter;
@@ -185,8 +176,10 @@ int node_client_push(struct rpc_channel *ch, const char *filter,
     /* OK without a response that parses: the pages may or may not have been
      * merged, so the push is not counted as done. */
     if (!r) {
-        st_set(st, GRPC_STATUS_INTERNAL, "PushPages of shard %u of \"%s\" "
-               "answered OK without a PushPagesResponse", shard, filter);
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "PushPages of shard %u of \"%s\" "
+                       "answered OK without a PushPagesResponse",
+                       shard, filter);
         return -1;
     }
     if (merged)
@@ -208,25 +201,33 @@ static int shard_info_check(const Bloomgrid__V1__InternalShardInfo *isi,
     uint32_t count = isi->shard_count ? isi->shard_count : 1;
 
     if (!isi->info || isi->secret.len != BF_SECRET_LEN) {
-        st_set(st, GRPC_STATUS_INTERNAL, "GetShard of shard %u of \"%s\" "
-               "answered without the geometry or the secret", shard, filter);
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "GetShard of shard %u of \"%s\" "
+                       "answered without the geometry or the secret",
+                       shard, filter);
         return -1;
     }
     if (isi->shard_index != shard) {
-        st_set(st, GRPC_STATUS_INTERNAL, "GetShard of shard %u of \"%s\" "
-               "answered for shard %u", shard, filter, isi->shard_index);
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "GetShard of shard %u of \"%s\" "
+                       "answered for shard %u",
+                       shard, filter, isi->shard_index);
         return -1;
     }
     if (rules_shard_count_check(count, why) < 0 ||
         rules_params_check(isi->info->capacity, isi->info->error_rate,
                            why) < 0) {
-        st_set(st, GRPC_STATUS_INTERNAL, "GetShard of shard %u of \"%s\" "
-               "answered a geometry that is refused: %s", shard, filter, why);
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "GetShard of shard %u of \"%s\" "
+                       "answered a geometry that is refused: %s",
+                       shard, filter, why);
         return -1;
     }
     if (shard >= count) {
-        st_set(st, GRPC_STATUS_INTERNAL, "GetShard of shard %u of \"%s\" "
-               "answered a shard count of %u", shard, filter, count);
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "GetShard of shard %u of \"%s\" "
+                       "answered a shard count of %u",
+                       shard, filter, count);
         return -1;
     }
     return 0;

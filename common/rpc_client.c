@@ -46,20 +46,6 @@ struct rpc_cstream {
     char tags[4]; /* distinct addresses: write, read, finish, metadata */
 };
 
-static const char *const status_names[] = {
-    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-    "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
-};
-
-const char *rpc_status_name(grpc_status_code code)
-{
-    if ((unsigned)code < sizeof status_names / sizeof status_names[0])
-        return status_names[code];
-    return "UNKNOWN";
-}
-
 struct rpc_channel *rpc_channel_create(const char *target, size_t max_message)
 {
     struct rpc_channel *c = calloc(1, sizeof *c);
@@ -152,6 +138,7 @@ static void set_status(struct rpc_status *st, grpc_status_code code,
     if (!st)
         return;
     st->code = code;
+    st->reason = RPC_REASON_NONE;
     if (details && GRPC_SLICE_LENGTH(*details)) {
         size_t n = GRPC_SLICE_LENGTH(*details);
         if (n >= sizeof st->message)
@@ -161,6 +148,18 @@ static void set_status(struct rpc_status *st, grpc_status_code code,
     } else {
         snprintf(st->message, sizeof st->message, "%s", fallback ? fallback : "");
     }
+}
+
+/* The reason a server put in the trailing metadata, if any. */
+static void set_reason(struct rpc_status *st, const grpc_metadata_array *md)
+{
+    if (!st)
+        return;
+    for (size_t i = 0; i < md->count; i++)
+        if (grpc_slice_str_cmp(md->metadata[i].key, RPC_REASON_KEY) == 0)
+            st->reason = rpc_reason_parse(
+                (const char *)GRPC_SLICE_START_PTR(md->metadata[i].value),
+                GRPC_SLICE_LENGTH(md->metadata[i].value));
 }
 
 static grpc_slice buffer_to_slice(grpc_byte_buffer *bb)
@@ -230,6 +229,7 @@ int rpc_call_raw(struct rpc_channel *c, const char *method, const void *req,
         goto out;
     }
     set_status(st, code, &details, err_string);
+    set_reason(st, &md_trailing);
     if (code == GRPC_STATUS_OK) {
         if (!recv) {
             set_status(st, GRPC_STATUS_INTERNAL, NULL, "OK without a message");
@@ -354,6 +354,7 @@ size_t rpc_call_many(struct rpc_multi *calls, size_t n)
             continue;
         }
         set_status(&c->st, m->code, &m->details, m->err_string);
+        set_reason(&c->st, &m->md_trailing);
         if (m->code == GRPC_STATUS_OK) {
             if (m->recv) {
                 c->resp = buffer_to_slice(m->recv);
@@ -574,6 +575,7 @@ int rpc_cstream_finish(struct rpc_cstream *s, struct rpc_status *st)
         set_status(st, GRPC_STATUS_CANCELLED, NULL, "stream cancelled");
     } else {
         set_status(st, s->status, &s->details, err_string);
+        set_reason(st, &s->md_trailing);
         rc = s->status == GRPC_STATUS_OK ? 0 : -1;
     }
     if (err_string)

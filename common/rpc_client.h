@@ -9,7 +9,8 @@
  * another reads; otherwise one thread at a time.
  *
  * Status: calls return 0 when the call ended with OK and -1 otherwise, with
- * the code and message in *st (when st is not NULL).  Transport failures
+ * the code, reason (the server's "bloomgrid-reason" trailing metadata) and
+ * message in *st (when st is not NULL; see rpc_status.h).  Transport failures
  * appear as UNAVAILABLE or DEADLINE_EXCEEDED, as gRPC reports them.  The
  * caller owns grpc_init()/grpc_shutdown().
  */
@@ -24,12 +25,9 @@
 #include <grpc/status.h>
 #include <protobuf-c/protobuf-c.h>
 
-#define RPC_CLIENT_MSGLEN 512
+#include "rpc_status.h"
 
-struct rpc_status {
-    grpc_status_code code;
-    char message[RPC_CLIENT_MSGLEN];
-};
+#define RPC_CLIENT_MSGLEN RPC_MSGLEN
 
 struct rpc_channel;
 struct rpc_cstream;
@@ -93,8 +91,5 @@ void rpc_cstream_cancel(struct rpc_cstream *s);
 /* Wait for the final status and free the stream (also cancels it if messages
  * are still flowing).  Returns 0 on OK, -1 otherwise. */
 int rpc_cstream_finish(struct rpc_cstream *s, struct rpc_status *st);
-
-/* Short name of a status code ("NOT_FOUND"). */
-const char *rpc_status_name(grpc_status_code code);
 
 #endif

@@ -1,4 +1,5 @@
 /* rpc_frame: unary calls over plain TCP frames (see rpc_frame.h). */
+#include "rpc_check.h"
 #include "rpc_frame.h"
 
 #include <errno.h>
@@ -90,6 +91,7 @@ struct rpc_frame_server {
     pthread_t accept_th;
     const struct rpc_handler *handlers;
     size_t n;
+    const ProtobufCServiceDescriptor *sd;
     void *arg;
     size_t max_message;
     int max_conns;
@@ -244,9 +246,15 @@ static void serve_conn(struct rpc_frame_server *s, int fd)
         }
         if (len && read_full(fd, buf, len, true) < 0)
             break;
+        char msg[RPC_MSGLEN];
         if (method >= s->n || !s->handlers[method].unary)
             rpc_reply_error(&rep, GRPC_STATUS_UNIMPLEMENTED,
                             "method %u is not served over frames", method);
+        else if (s->sd && method < s->sd->n_methods &&
+                 !s->handlers[method].checks_strings &&
+                 rpc_check_strings(s->sd->methods[method].input, buf ? buf : h,
+                                   len, msg, sizeof msg) < 0)
+            rpc_reply_error(&rep, GRPC_STATUS_INVALID_ARGUMENT, "%s", msg);
         else
             s->handlers[method].unary(s->arg, buf ? buf : h, len, &rep);
         int w = send_response(fd, &rep);
@@ -358,7 +366,9 @@ static void *accept_main(void *p)
 
 struct rpc_frame_server *rpc_frame_server_start(const char *host, int port,
                                                 const struct rpc_handler *handlers,
-                                                size_t n, void *arg,
+                                                size_t n,
+                                                const ProtobufCServiceDescriptor *sd,
+                                                void *arg,
                                                 size_t max_message, int max_conns,
                                                 int *bound_port, char *err)
 {
@@ -411,6 +421,7 @@ struct rpc_frame_server *rpc_frame_server_start(const char *host, int port,
     s->lfd = fd;
     s->handlers = handlers;
     s->n = n;
+    s->sd = sd;
     s->arg = arg;
     s->max_message = max_message;
     s->max_conns = max_conns > 0 ? max_conns : 1;

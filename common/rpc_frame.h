@@ -42,10 +42,14 @@ struct rpc_frame_server;
 /* Listen on host:port (port 0 picks a free port; host as in a listen
  * address, "[::1]" allowed) and serve handlers[0..n) with arg, one thread
  * per connection, at most max_conns connections (more are closed at once).
+ * sd (may be NULL) is the service the handlers implement: each request's
+ * strings are checked against its method's input as rpc_server does.
  * *bound_port receives the port.  NULL with err (256 bytes) on failure. */
 struct rpc_frame_server *rpc_frame_server_start(const char *host, int port,
                                                 const struct rpc_handler *handlers,
-                                                size_t n, void *arg,
+                                                size_t n,
+                                                const ProtobufCServiceDescriptor *sd,
+                                                void *arg,
                                                 size_t max_message, int max_conns,
                                                 int *bound_port, char *err);
 

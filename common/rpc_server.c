@@ -9,6 +9,7 @@
  * the same queue, so there are always requests waiting.  Streaming calls are
  * driven by rpc_stream.c, the Health service lives in rpc_health.c.
  */
+#include "rpc_check.h"
 #include "rpc_server.h"
 #include "rpc_server_internal.h"
 
@@ -35,18 +36,41 @@ static void post_generic(struct rpc_server *srv, int cqi);
 
 /* ---- reply helpers ---- */
 
+static void reply_verror(struct rpc_reply *r, grpc_status_code code,
+                         enum rpc_reason reason, const char *fmt, va_list ap)
+{
+    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    r->code = code;
+    r->reason = reason;
+    if (r->has_body) {
+        grpc_slice_unref(r->body);
+        r->has_body = false;
+    }
+}
+
 void rpc_reply_error(struct rpc_reply *r, grpc_status_code code,
                      const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->message, sizeof r->message, fmt, ap);
+    reply_verror(r, code, RPC_REASON_NONE, fmt, ap);
     va_end(ap);
-    r->code = code;
-    if (r->has_body) {
-        grpc_slice_unref(r->body);
-        r->has_body = false;
-    }
+}
+
+void rpc_reply_fail(struct rpc_reply *r, grpc_status_code code,
+                    enum rpc_reason reason, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    reply_verror(r, code, reason, fmt, ap);
+    va_end(ap);
+}
+
+void rpc_reply_status(const struct rpc_reply *r, struct rpc_status *st)
+{
+    st->code = r->code;
+    st->reason = r->reason;
+    snprintf(st->message, sizeof st->message, "%s", r->message);
 }
 
 uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len)
@@ -189,6 +213,13 @@ static void send_reply(struct slot *s)
         s->status_details = grpc_slice_from_copied_string(r->message);
         s->has_status_details = true;
         ops[n].data.send_status_from_server.status_details = &s->status_details;
+        if (r->reason != RPC_REASON_NONE) {
+            s->reason_md.key = grpc_slice_from_static_string(RPC_REASON_KEY);
+            s->reason_md.value =
+                grpc_slice_from_static_string(rpc_reason_name(r->reason));
+            ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+            ops[n].data.send_status_from_server.trailing_metadata = &s->reason_md;
+        }
     }
     n++;
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -220,8 +251,13 @@ static void unary_run(struct slot *s)
         } else {
             grpc_slice sl = grpc_byte_buffer_reader_readall(&rd);
             grpc_byte_buffer_reader_destroy(&rd);
-            s->m->unary(s->m->arg, GRPC_SLICE_START_PTR(sl),
-                        GRPC_SLICE_LENGTH(sl), r);
+            char msg[RPC_MSGLEN];
+            if (rpc_check_strings(s->m->input, GRPC_SLICE_START_PTR(sl),
+                                  GRPC_SLICE_LENGTH(sl), msg, sizeof msg) < 0)
+                rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", msg);
+            else
+                s->m->unary(s->m->arg, GRPC_SLICE_START_PTR(sl),
+                            GRPC_SLICE_LENGTH(sl), r);
             grpc_slice_unref(sl);
         }
     }
@@ -354,8 +390,11 @@ static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
 /* ---- server ---- */
 
 static int add_method(struct rpc_server *srv, const char *path,
-                      rpc_unary_fn unary, rpc_stream_fn stream, void *arg)
+                      const struct rpc_handler *h,
+                      const ProtobufCMessageDescriptor *input, void *arg)
 {
+    rpc_unary_fn unary = h->unary;
+    rpc_stream_fn stream = h->stream;
     struct rpc_method *m = calloc(1, sizeof *m);
     struct rpc_method **nm =
         realloc(srv->methods, (srv->nmethods + 1) * sizeof *srv->methods);
@@ -372,6 +411,7 @@ static int add_method(struct rpc_server *srv, const char *path,
     m->unary = unary;
     m->stream = stream;
     m->arg = arg;
+    m->input = h->checks_strings ? NULL : input;
     if (!unary && !stream) {
         m->unary = unimplemented_unary;
         m->arg = m->path;
@@ -399,7 +439,7 @@ int rpc_server_add_service(struct rpc_server *srv,
     for (unsigned i = 0; i < sd->n_methods; i++) {
         char path[256];
         snprintf(path, sizeof path, "/%s/%s", sd->name, sd->methods[i].name);
-        int rc = add_method(srv, path, handlers[i].unary, handlers[i].stream, arg);
+        int rc = add_method(srv, path, &handlers[i], sd->methods[i].input, arg);
         if (rc < 0)
             return rc;
     }

@@ -38,7 +38,8 @@
 #include <grpc/status.h>
 #include <protobuf-c/protobuf-c.h>
 
-#define RPC_MSGLEN 512 /* size of status message buffers */
+#include "rpc_status.h"
+
 #define RPC_DEFAULT_MAX_STREAMS 256
 
 struct rpc_server_config {
@@ -56,6 +57,7 @@ struct rpc_server_config {
  * rpc_reply_error.  The server owns and frees the body. */
 struct rpc_reply {
     grpc_status_code code;
+    enum rpc_reason reason;      /* sent as "bloomgrid-reason" when set */
     char message[RPC_MSGLEN];
     grpc_slice body;
     bool has_body;
@@ -73,10 +75,19 @@ typedef void (*rpc_stream_fn)(void *arg, struct rpc_stream *st);
 
 /* One entry per method of a service descriptor, in descriptor order.  Set
  * unary for unary methods, stream for any streaming method, neither for a
- * method this server does not implement (UNIMPLEMENTED). */
+ * method this server does not implement (UNIMPLEMENTED).
+ *
+ * Before a handler sees a request message (unary, or each message a stream
+ * handler reads), the server checks every string field of it against the
+ * method's input descriptor (rpc_check_strings: no NUL byte, valid UTF-8)
+ * and answers INVALID_ARGUMENT itself when one breaks the rule; a stream
+ * read then returns -EINVAL and the call ends with that status whatever
+ * the handler finishes it with.  checks_strings: the handler decodes the
+ * message by hand and checks its strings itself (hot paths). */
 struct rpc_handler {
     rpc_unary_fn unary;
     rpc_stream_fn stream;
+    bool checks_strings;
 };
 
 /* Create a server (not yet listening).  NULL on bad config. */
@@ -107,6 +118,14 @@ void rpc_server_destroy(struct rpc_server *srv);
 /* Unary reply helpers. */
 void rpc_reply_error(struct rpc_reply *r, grpc_status_code code,
                      const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An error with a typed reason (rpc_status.h). */
+void rpc_reply_fail(struct rpc_reply *r, grpc_status_code code,
+                    enum rpc_reason reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The reply's status as a struct rpc_status. */
+void rpc_reply_status(const struct rpc_reply *r, struct rpc_status *st);
+/* End a stream with st (code, reason and message). */
+int rpc_stream_finish_status(struct rpc_stream *s, const struct rpc_status *st);
 /* Pack msg as the body.  Returns 0 or -ENOMEM. */
 int rpc_reply_pack(struct rpc_reply *r, const ProtobufCMessage *msg);
 /* Allocate a body of len bytes and return where to write it (hand-written
@@ -117,7 +136,8 @@ uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len);
 
 /* Read the next message.  Returns 1 with *buf and *len set (valid until the next
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED
- * when the call failed or was cancelled. */
+ * when the call failed or was cancelled, -EINVAL when the message broke the
+ * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT). */
 int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len);
 /* Send one message.  Returns 0 or -ECANCELED (call gone) / -ENOMEM. */
 int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg);

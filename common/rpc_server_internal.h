@@ -22,6 +22,7 @@ struct rpc_method {
     rpc_unary_fn unary;
     rpc_stream_fn stream;
     void *arg;
+    const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
 };
 
 enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
@@ -46,6 +47,7 @@ struct slot {
     struct rpc_reply reply;
     grpc_slice status_details;
     bool has_status_details;
+    grpc_metadata reason_md;     /* trailing "bloomgrid-reason" */
     grpc_byte_buffer *send_buf;
     int cancelled;
     /* streaming only */
@@ -61,6 +63,9 @@ struct slot {
     char write_tag;
     bool write_pending, write_failed;
     grpc_byte_buffer *write_buf;
+    /* A message broke the string rule: the status the call ends with. */
+    bool bad_request;
+    char bad_msg[RPC_MSGLEN];
 };
 
 struct health_entry {

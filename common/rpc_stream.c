@@ -18,6 +18,7 @@
 #include <grpc/support/time.h>
 
 #include "log.h"
+#include "rpc_check.h"
 #include "rpc_server.h"
 #include "rpc_server_internal.h"
 
@@ -102,6 +103,13 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     grpc_byte_buffer_destroy(bb);
     *buf = GRPC_SLICE_START_PTR(s->cur);
     *len = GRPC_SLICE_LENGTH(s->cur);
+    if (s->m && rpc_check_strings(s->m->input, *buf, *len, s->bad_msg,
+                                  sizeof s->bad_msg) < 0) {
+        s->bad_request = true;
+        *buf = NULL;
+        *len = 0;
+        return -EINVAL;
+    }
     return 1;
 }
 
@@ -168,22 +176,23 @@ int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg)
     return rpc_stream_write_slice(st, sl);
 }
 
-int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
-                      const char *fmt, ...)
+/* Send the final status: code, reason (trailing metadata) and msg. */
+static int finish(struct slot *s, grpc_status_code code, enum rpc_reason reason,
+                  const char *msg)
 {
-    struct slot *s = (struct slot *)st;
-    char msg[RPC_MSGLEN];
-    va_list ap;
     grpc_op ops[3];
+    grpc_metadata md;
     size_t n = 0;
 
     if (s->finished)
         return 0;
     s->finished = true;
     stream_drain_write(s);
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    if (s->bad_request) {
+        code = GRPC_STATUS_INVALID_ARGUMENT;
+        reason = RPC_REASON_NONE;
+        msg = s->bad_msg;
+    }
     memset(ops, 0, sizeof ops);
     if (!s->md_sent) {
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -192,8 +201,15 @@ int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
     grpc_slice details = grpc_slice_from_copied_string(msg);
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = code;
-    if (code != GRPC_STATUS_OK)
+    if (code != GRPC_STATUS_OK) {
         ops[n].data.send_status_from_server.status_details = &details;
+        if (reason != RPC_REASON_NONE) {
+            md.key = grpc_slice_from_static_string(RPC_REASON_KEY);
+            md.value = grpc_slice_from_static_string(rpc_reason_name(reason));
+            ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+            ops[n].data.send_status_from_server.trailing_metadata = &md;
+        }
+    }
     n++;
     if (!s->close_posted) {
         ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -203,6 +219,23 @@ int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
     bool ok = stream_wait(s, ops, n);
     grpc_slice_unref(details);
     return ok ? 0 : -ECANCELED;
+}
+
+int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
+                      const char *fmt, ...)
+{
+    char msg[RPC_MSGLEN];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return finish((struct slot *)st, code, RPC_REASON_NONE, msg);
+}
+
+int rpc_stream_finish_status(struct rpc_stream *st, const struct rpc_status *status)
+{
+    return finish((struct slot *)st, status->code, status->reason, status->message);
 }
 
 size_t rpc_stream_max_message(const struct rpc_stream *st)

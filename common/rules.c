@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rules.h"
@@ -197,6 +198,20 @@ bool rules_is_shard_name(const char *name)
     return has_suffix_text(name, strlen(name));
 }
 
+bool rules_shard_split(const char *name, char *filter, size_t flen,
+                       unsigned *index)
+{
+    const char *suf = strstr(name, RULES_SHARD_SUFFIX);
+    *index = 0;
+    if (!suf) {
+        snprintf(filter, flen, "%s", name);
+        return false;
+    }
+    snprintf(filter, flen, "%.*s", (int)(suf - name), name);
+    *index = (unsigned)strtoul(suf + sizeof RULES_SHARD_SUFFIX - 1, NULL, 10);
+    return true;
+}
+
 int rules_key_check(size_t i, size_t len, uint64_t max, char *err)
 {
     if (len == 0) {
@@ -207,6 +222,16 @@ int rules_key_check(size_t i, size_t len, uint64_t max, char *err)
     if (len > max) {
         seterr(err, "key %zu is %zu bytes; the limit is %llu (max_key_size)",
                i, len, (unsigned long long)max);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int rules_kind_check(int kind, char *err)
+{
+    if (kind < 0 || kind > 4) {
+        seterr(err, "unknown filter kind %d (BLOCKED=1, CLASSIC=2, COUNTING=3, "
+               "SCALABLE=4)", kind);
         return -EINVAL;
     }
     return 0;

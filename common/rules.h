@@ -48,6 +48,10 @@
 #define RULES_CHUNK_DEFAULT (1u << 20)
 #define RULES_CHUNK_MAX (4u << 20)
 
+/* The answer to a Remove on a filter whose kind has no counters (%s: the
+ * filter's public name), from a node or a router alike. */
+#define RULES_MSG_NOT_COUNTING "filter \"%s\" is not a COUNTING filter: Remove needs one"
+
 /* Is s (len bytes) valid UTF-8 (no overlong forms, no surrogates, nothing
  * above U+10FFFF)? */
 bool rules_utf8_valid(const void *s, size_t len);
@@ -74,11 +78,21 @@ int rules_shard_name(char *out, size_t outlen, const char *filter,
 /* Does name (a store name) name a shard of a sharded filter? */
 bool rules_is_shard_name(const char *name);
 
+/* Split a store name into the filter name (filter, flen bytes) and the
+ * shard index: "<filter>.shard-<i>" gives (filter, i), any other name
+ * (filter, 0).  Returns true for a shard name. */
+bool rules_shard_split(const char *name, char *filter, size_t flen,
+                       unsigned *index);
+
 /* Shard count of a create request: 1..RULES_SHARDS_MAX. */
 int rules_shard_count_check(uint64_t shards, char *err);
 
 /* Key i of a batch, len bytes, against the max_key_size setting max. */
 int rules_key_check(size_t i, size_t len, uint64_t max, char *err);
+
+/* Filter kind of a create request, as the wire enum FilterKind numbers it:
+ * 0 (unspecified: blocked) to 4 (scalable), the values of enum bf_kind. */
+int rules_kind_check(int kind, char *err);
 
 /* Capacity and error rate of a new filter: capacity > 0, 0 < p < 1. */
 int rules_params_check(uint64_t capacity, double error_rate, char *err);

@@ -270,7 +270,10 @@ int store_create(struct store *s, const char *name, const struct bf_params *p,
     return rc;
 }
 
-int store_drop(struct store *s, const char *name, char *err)
+/* Drop sf, the catalog's entry for name (when it is NULL: whatever entry
+ * name has now). */
+static int drop(struct store *s, const char *name, struct store_filter *want,
+                char *err)
 {
     struct store_filter *sf;
     char tomb[STORE_PATH_LEN];
@@ -278,7 +281,7 @@ int store_drop(struct store *s, const char *name, char *err)
 
     pthread_mutex_lock(&s->mu);
     sf = catalog_find(s, name);
-    if (!sf || sf->dropping) {
+    if (!sf || sf->dropping || (want && sf != want)) {
         pthread_mutex_unlock(&s->mu);
         store__seterr(err, "no filter named '%s'", name);
         return -ENOENT;
@@ -311,6 +314,16 @@ int store_drop(struct store *s, const char *name, char *err)
     if (mine)
         store_put(sf);   /* the catalog's reference */
     return rc;
+}
+
+int store_drop(struct store *s, const char *name, char *err)
+{
+    return drop(s, name, NULL, err);
+}
+
+int store_drop_handle(struct store *s, struct store_filter *sf, char *err)
+{
+    return drop(s, sf->name, sf, err);
 }
 
 /* References to every filter in the catalog (dropping ones excluded). */

@@ -135,6 +135,12 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
  * first).  Returns -ENOENT when there is no such filter. */
 int store_drop(struct store *s, const char *name, char *err);
 
+/* Drop the filter behind the handle sf, and only that one: -ENOENT when it
+ * was dropped already, even if a filter of the same name exists again (a
+ * caller that checked sf's secret never drops another incarnation).  The
+ * handle stays the caller's (store_put). */
+int store_drop_handle(struct store *s, struct store_filter *sf, char *err);
+
 /* Names of all filters (any state but dropped), sorted.  On success *names
  * is a
  * malloc'd array of *n malloc'd strings; free with store_list_free. */

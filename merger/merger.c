@@ -118,8 +118,8 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
 
     if (!f->have_tmpl) {
         for (unsigned d = 0; d < f->c.ndc && !f->have_tmpl; d++) {
-            struct rpc_status st = {GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                    "out of memory for a channel"};
+            struct rpc_status st = {.code = GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    .message = "out of memory for a channel"};
             unsigned g = topo_group_for(topos[d], f->c.name, 0);
             struct rpc_channel *ch =
                 merger__chan(m, topos[d]->groups[g].primary);

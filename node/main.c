@@ -158,7 +158,8 @@ int main(int argc, char **argv)
     if (strcmp(n.cfg.frames, "on") == 0) {
         char ferr[256];
         frames = rpc_frame_server_start(host, (int)n.cfg.frame_port, node_rpc_internal,
-                                        node_rpc_internal_count, &n,
+                                        node_rpc_internal_count,
+                                        &bloomgrid__v1__internal__descriptor, &n,
                                         n.cfg.max_message_size, 1024, &n.frame_port, ferr);
         if (!frames) {
             log_error("%s", ferr);

@@ -41,10 +41,4 @@ struct node_replicate;
 struct node_replicate *node_replicate_start(struct node *n);
 void node_replicate_stop(struct node_replicate *r);
 
-/* Store name of shard index of count shards of filter (count 1: the filter
- * name itself, else "<filter>.shard-<index>").  Returns 0 or -EINVAL when it
- * does not fit STORE_NAME_MAX. */
-int node_shard_store_name(char *out, size_t outlen, const char *filter,
-                          unsigned index, unsigned count);
-
 #endif

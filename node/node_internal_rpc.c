@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
@@ -17,23 +18,10 @@
 #include "node.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
+#include "rules.h"
 #include "store.h"
 
 /* ---- internal service ---- */
-
-/* What a shard reply needs of the live filter (secret copied out). */
-struct shard_facts {
-    uint32_t count, index;
-    uint8_t secret[BF_SECRET_LEN];
-};
-
-static void shard_facts_read(const struct bf *f, void *ctx)
-{
-    struct shard_facts *sf = ctx;
-    sf->count = bf_shard_count(f);
-    sf->index = bf_shard_index(f);
-    memcpy(sf->secret, bf_secret(f), BF_SECRET_LEN);
-}
 
 /* isi points into ib and facts, which must outlive its packing. */
 static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *isi,
@@ -47,7 +35,7 @@ static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *is
     isi->shard_index = index;
     isi->info = &ib->fi;
     isi->hash_id = BF_HASH_XXH3_128;
-    if (store_filter_inspect(sf, shard_facts_read, facts) == 0) {
+    if (node_rpc__shard_facts(sf, facts) == 0) {
         isi->shard_count = facts->count;
         isi->shard_index = facts->index;
         if (secret) {
@@ -55,20 +43,6 @@ static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *is
             isi->secret.len = BF_SECRET_LEN;
         }
     }
-}
-
-/* Split a store name into filter and shard index. */
-static void split_store_name(const char *sname, char *filter, size_t flen,
-                             unsigned *index)
-{
-    const char *suf = strstr(sname, SHARD_SUFFIX);
-    *index = 0;
-    if (!suf) {
-        snprintf(filter, flen, "%s", sname);
-        return;
-    }
-    snprintf(filter, flen, "%.*s", (int)(suf - sname), sname);
-    *index = (unsigned)strtoul(suf + strlen(SHARD_SUFFIX), NULL, 10);
 }
 
 void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
@@ -86,12 +60,9 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
         !node_rpc__params_ok(m->capacity, m->error_rate, r) ||
         !node_rpc__kind_from_wire(m->kind, &p.kind, r))
         goto out;
-    if (m->shard_count < 1 || m->shard_count > MAX_SHARDS ||
-        m->shard_index >= m->shard_count) {
-        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "shard %u of %u: need 1 <= shard_count <= %d and "
-                        "shard_index < shard_count", m->shard_index,
-                        m->shard_count, MAX_SHARDS);
+    if (rules_shard_name(sname, sizeof sname, m->filter, m->shard_index,
+                         m->shard_count, err) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
         goto out;
     }
     if (m->secret.len != 0 && m->secret.len != BF_SECRET_LEN) {
@@ -103,12 +74,6 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     if (m->secret.len == 0 && m->shard_count > 1) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                         "a sharded filter needs one secret shared by every shard");
-        goto out;
-    }
-    if (node_shard_store_name(sname, sizeof sname, m->filter, m->shard_index,
-                              m->shard_count) < 0) {
-        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "filter name too long for a shard name");
         goto out;
     }
     p.capacity = m->capacity;
@@ -139,26 +104,6 @@ out:
     bloomgrid__v1__create_shard_request__free_unpacked(m, NULL);
 }
 
-/* Find the store filter of (filter, index): the plain name holds a
- * single-shard filter, "<filter>.shard-<index>" one shard of many. */
-struct store_filter *node_rpc__get_shard(struct store *s, const char *filter,
-                                      unsigned index, struct rpc_reply *r)
-{
-    char sname[STORE_NAME_MAX + 1];
-    struct store_filter *sf = NULL;
-    if (!node_rpc__public_name_ok(filter, r))
-        return NULL;
-    if (node_shard_store_name(sname, sizeof sname, filter, index, 2) == 0)
-        sf = store_get(s, sname);
-    if (!sf && index == 0)
-        sf = store_get(s, filter);
-    if (!sf)
-        rpc_reply_error(r, GRPC_STATUS_NOT_FOUND,
-                        "shard %u of filter \"%s\" is not on this node", index,
-                        filter);
-    return sf;
-}
-
 void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
                          struct rpc_reply *r)
 {
@@ -168,19 +113,41 @@ void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
         return;
     UNPACK_OR_FAIL(Bloomgrid__V1__ShardRef, bloomgrid__v1__shard_ref, m, req, len, r);
     struct store_filter *sf = node_rpc__get_shard(s, m->filter, m->shard_index, r);
-    if (sf) {
-        char sname[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
-        snprintf(sname, sizeof sname, "%s", store_filter_name(sf));
-        store_put(sf);
-        int rc = store_drop(s, sname, err);
-        if (rc < 0) {
-            node_rpc__store_error(r, NULL, sname, rc, err);
-        } else {
-            Bloomgrid__V1__DropShardResponse resp =
-                BLOOMGRID__V1__DROP_SHARD_RESPONSE__INIT;
-            rpc_reply_pack(r, &resp.base);
-        }
+    struct shard_facts facts;
+    char err[STORE_ERRLEN] = "";
+    if (!sf)
+        goto out;
+    /* A shard still being created (its first snapshot is written) is
+     * waited for, a bounded while, so a rollback can check its secret. */
+    for (int i = 0; m->secret_id && i < 500 &&
+                    store_filter_state(sf, NULL) == STORE_RECOVERING; i++)
+        usleep(10000);
+    if (m->secret_id && node_rpc__shard_facts(sf, &facts) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
+                        "shard %u of filter \"%s\" is not serving, so its "
+                        "secret cannot be checked: not dropped",
+                        m->shard_index, m->filter);
+        goto out;
     }
+    if (m->secret_id && facts.secret_id != m->secret_id) {
+        rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_SECRET_MISMATCH,
+                        "shard %u of filter \"%s\" has another secret than "
+                        "the one named (another call created it): not dropped",
+                        m->shard_index, m->filter);
+        goto out;
+    }
+    int rc = store_drop_handle(s, sf, err);
+    if (rc < 0) {
+        node_rpc__store_error(r, NULL, store_filter_name(sf), rc, err);
+    } else {
+        log_info("dropped shard %u of filter %s", m->shard_index, m->filter);
+        Bloomgrid__V1__DropShardResponse resp =
+            BLOOMGRID__V1__DROP_SHARD_RESPONSE__INIT;
+        rpc_reply_pack(r, &resp.base);
+    }
+out:
+    if (sf)
+        store_put(sf);
     bloomgrid__v1__shard_ref__free_unpacked(m, NULL);
 }
 
@@ -233,7 +200,7 @@ void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
     for (size_t i = 0; i < nn; i++) {
         char filter[STORE_NAME_MAX + 1];
         unsigned index;
-        split_store_name(names[i], filter, sizeof filter, &index);
+        rules_shard_split(names[i], filter, sizeof filter, &index);
         struct store_filter *sf = store_get(s, names[i]);
         if (!sf)
             continue;
@@ -255,81 +222,6 @@ out:
     free(isis);
     free(ibs);
     store_list_free(names, nn);
-}
-
-int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
-                           unsigned index, const uint8_t *data, size_t cnt,
-                           bool check_shard, uint64_t secret_id,
-                           struct bf_hash *h, bool *out, uint64_t *version,
-                           struct rpc_reply *r)
-{
-    char err[STORE_ERRLEN] = "";
-    struct store_filter *sf = node_rpc__get_shard(s, filter, index, r);
-    int rc = -1;
-    if (!sf)
-        return -1;
-    if (op != OP_MAY_CONTAIN &&
-        node_rpc__refuse_on_replica(r, op == OP_ADD ? "Add" : "Remove"))
-        goto out;
-    for (size_t i = 0; i < cnt; i++) {
-        const uint8_t *p = data + 16 * i;
-        uint64_t h1 = 0, h2 = 0;
-        for (int b = 7; b >= 0; b--) {
-            h1 = (h1 << 8) | p[b];
-            h2 = (h2 << 8) | p[8 + b];
-        }
-        h[i].h1 = h1;
-        h[i].h2 = h2;
-    }
-    if (check_shard || secret_id) {
-        struct shard_facts facts = {.count = 0};
-        store_filter_inspect(sf, shard_facts_read, &facts);
-        uint32_t count = check_shard ? facts.count : 0;
-        if (secret_id && facts.count &&
-            XXH3_64bits(facts.secret, BF_SECRET_LEN) != secret_id) {
-            rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
-                            "shard %u of filter \"%s\" has another secret than the "
-                            "hashes were made with (the filter was re-created): "
-                            "fetch the secret again", index, filter);
-            goto out;
-        }
-        for (size_t i = 0; count && i < cnt; i++) {
-            if (bf_hash_shard(h[i], count) != index) {
-                rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
-                                "hash %zu belongs to shard %u, not %u", i,
-                                bf_hash_shard(h[i], count), index);
-                goto out;
-            }
-        }
-    }
-    int src = 0;
-    if (cnt) {
-        switch (op) {
-        case OP_ADD:
-            src = store_add_hashes(sf, h, cnt, out, err);
-            break;
-        case OP_MAY_CONTAIN:
-            src = store_may_contain_hashes(sf, h, cnt, out);
-            break;
-        case OP_REMOVE:
-            src = store_remove_hashes(sf, h, cnt, out, err);
-            break;
-        }
-    }
-    if (src < 0) {
-        char label[STORE_NAME_MAX + 32];
-        snprintf(label, sizeof label, "%s shard %u", filter, index);
-        node_rpc__store_error(r, sf, label, src, err);
-        goto out;
-    }
-    /* A replica's version is the primary's that its pages cover. */
-    *version = node_pages_is_replica()
-                   ? node_pages_replica_version(store_filter_name(sf))
-                   : store_filter_version(sf);
-    rc = 0;
-out:
-    store_put(sf);
-    return rc;
 }
 
 static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,

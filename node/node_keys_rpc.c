@@ -18,6 +18,7 @@
 #include "node.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
+#include "rules.h"
 #include "store.h"
 #include "wire.h"
 
@@ -28,7 +29,7 @@ static const char *const op_names[] = {"Add", "MayContain", "Remove"};
 /* Decoded key batch (AddRequest, MayContainRequest, RemoveRequest share the
  * layout: 1 = filter name, 2 = repeated bytes keys). */
 struct key_batch {
-    char filter[STORE_NAME_MAX + 2];
+    char filter[RULES_FILTER_NAME_MAX + 1];
     bool has_filter;
     size_t n;
 };
@@ -41,6 +42,7 @@ static grpc_status_code decode_key_batch(struct node *n, const uint8_t *buf,
 {
     const uint8_t *p = buf, *end = buf + len;
     uint64_t max_keys = n->cfg.max_batch_keys, max_key = n->cfg.max_key_size;
+    char err[RULES_ERRLEN];
 
     kb->n = 0;
     kb->has_filter = false;
@@ -73,10 +75,9 @@ static grpc_status_code decode_key_batch(struct node *n, const uint8_t *buf,
             if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p))
                 goto malformed;
             if (field == 1) {
-                if (v > STORE_NAME_MAX) {
-                    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "filter name is %llu bytes; the limit is %d",
-                                    (unsigned long long)v, STORE_NAME_MAX);
+                /* Checked on the exact bytes: "F\0junk" is not "F". */
+                if (v && rules_filter_name_check(p, v, err) < 0) {
+                    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
                     return r->code;
                 }
                 memcpy(kb->filter, p, v);
@@ -90,18 +91,8 @@ static grpc_status_code decode_key_batch(struct node *n, const uint8_t *buf,
                                     (unsigned long long)max_keys);
                     return r->code;
                 }
-                if (v == 0) {
-                    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "key %zu is empty; keys must be 1..%llu bytes",
-                                    kb->n, (unsigned long long)max_key);
-                    return r->code;
-                }
-                if (v > max_key) {
-                    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "key %zu is %llu bytes; the limit is %llu "
-                                    "(max_key_size)", kb->n,
-                                    (unsigned long long)v,
-                                    (unsigned long long)max_key);
+                if (rules_key_check(kb->n, v, max_key, err) < 0) {
+                    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
                     return r->code;
                 }
                 if (kb->n >= sc->cap && node_rpc__scratch_reserve(sc, kb->n + 1) < 0) {
@@ -127,31 +118,9 @@ malformed:
     return r->code;
 }
 
-/* Encode "repeated bool field 1 [packed]" (+ optional uint64 field 2). */
-void node_rpc__encode_bools(struct rpc_reply *r, const bool *v, size_t n,
-                         bool with_version, uint64_t version)
-{
-    size_t len = 0;
-    if (n)
-        len += 1 + varint_len(n) + n;
-    if (with_version && version)
-        len += 1 + varint_len(version);
-    uint8_t *p = rpc_reply_alloc(r, len);
-    if (n) {
-        *p++ = 0x0a;
-        p = put_varint(p, n);
-        for (size_t i = 0; i < n; i++)
-            *p++ = v[i] ? 1 : 0;
-    }
-    if (with_version && version) {
-        *p++ = 0x10;
-        p = put_varint(p, version);
-    }
-}
-
 /* A cached filter handle (streams keep it across messages). */
 struct filter_ref {
-    char name[STORE_NAME_MAX + 2];
+    char name[RULES_FILTER_NAME_MAX + 1];
     struct store_filter *sf;
 };
 
@@ -168,7 +137,6 @@ static void filter_ref_drop(struct filter_ref *fr)
 struct hash_job {
     struct scratch *sc;
     size_t n;
-    enum bf_kind kind;
 };
 
 static void hash_keys(const struct bf *f, void *ctx)
@@ -176,7 +144,6 @@ static void hash_keys(const struct bf *f, void *ctx)
     struct hash_job *j = ctx;
     for (size_t i = 0; i < j->n; i++)
         j->sc->hashes[i] = bf_hash_key(f, j->sc->key_ptr[i], j->sc->key_len[i]);
-    j->kind = bf_kind(f);
 }
 
 /* Run one key batch: decode, hash, apply, encode. */
@@ -203,7 +170,7 @@ static void run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
                             "filter \"%s\" does not exist", kb.filter);
             return;
         }
-        memcpy(fr->name, kb.filter, sizeof fr->name);
+        snprintf(fr->name, sizeof fr->name, "%s", kb.filter);
     } else if (!kb.has_filter && !fr->sf) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                         "%s: the request names no filter", op_names[op]);
@@ -222,7 +189,8 @@ static void run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
         node_rpc__store_error(r, fr->sf, fr->name, rc, NULL);
         return;
     }
-    if (kb.n) {
+    {   /* An empty batch still asks the store: a Remove on a kind without
+         * counters is refused whatever the number of keys. */
         switch (op) {
         case OP_ADD:
             rc = store_add_hashes(fr->sf, sc->hashes, kb.n, sc->out, err);
@@ -234,8 +202,6 @@ static void run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
             rc = store_remove_hashes(fr->sf, sc->hashes, kb.n, sc->out, err);
             break;
         }
-    } else if (op == OP_REMOVE && job.kind != BF_KIND_COUNTING) {
-        rc = -EOPNOTSUPP;
     }
     if (rc < 0) {
         node_rpc__store_error(r, fr->sf, fr->name, rc, err);

@@ -69,7 +69,10 @@ static size_t result_len(const struct multi_job *j, size_t k, size_t cnt)
     size_t len = 1 + varint_len(j->m->shards[k]->shard_index);
     if (r->code != GRPC_STATUS_OK) {
         size_t ml = strlen(r->message);
-        return len + 1 + varint_len((uint64_t)r->code) + 1 + varint_len(ml) + ml;
+        len += 1 + varint_len((uint64_t)r->code) + 1 + varint_len(ml) + ml;
+        if (r->reason)
+            len += 1 + varint_len((uint64_t)r->reason);
+        return len;
     }
     if (cnt)
         len += 1 + varint_len(cnt) + cnt;
@@ -102,6 +105,10 @@ static void encode_response(struct multi_job *j, struct rpc_reply *r)
             p = put_varint(p, ml);
             memcpy(p, e->message, ml);
             p += ml;
+            if (e->reason) {
+                *p++ = 0x30;
+                p = put_varint(p, (uint64_t)e->reason);
+            }
             continue;
         }
         if (cnt) {

@@ -27,6 +27,7 @@
 #include "node_client.h"
 #include "node_rpc.h"
 #include "rpc_client.h"
+#include "rules.h"
 #include "store.h"
 
 #define REPL_PULL_TIMEOUT_MS 10000
@@ -148,13 +149,9 @@ static void replicate_shard(struct node_replicate *r, struct store_filter *sf)
     if ((id.kind != BF_KIND_BLOCKED && id.kind != BF_KIND_CLASSIC) ||
         id.layers != 1)
         return;   /* only kinds whose pages OR are replicated */
-    snprintf(filter, sizeof filter, "%s", name);
-    if (id.count > 1) {
-        char *suffix = strstr(filter, SHARD_SUFFIX);
-        if (!suffix)
-            return;
-        *suffix = 0;
-    }
+    unsigned index;
+    if (rules_shard_split(name, filter, sizeof filter, &index) != (id.count > 1))
+        return;
     if (!(rs = shard_state(r, name, sf)))
         return;
     if (node_client_pull(r->ch, filter, id.index, rs->version, rs->epoch,

@@ -1,6 +1,7 @@
-/* node_rpc: the node's catalog handlers (CreateFilter, DropFilter,
- * GetFilter, ListFilters), FilterInfo, error translation and the handler
- * tables.  See node_rpc.h for how the handlers are split.
+/* node_rpc: what the node's handler files share (per-thread scratch, the
+ * request checks, store error translation, FilterInfo, shard lookup and the
+ * per-shard hash operation, reply encoding) and the handler tables.  See
+ * node_rpc.h for how the handlers are split.
  */
 #include <errno.h>
 #include <math.h>
@@ -9,13 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "bf.h"
 #include "bf_file.h"
 #include "log.h"
 #include "node.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
+#include "rules.h"
 #include "store.h"
+#include "wire.h"
 
 /* Worker threads keep their scratch between calls; it is freed when the
  * thread exits (server shutdown). */
@@ -81,31 +86,11 @@ void node_rpc__scratch_free(struct scratch *sc)
 
 /* ---- helpers ---- */
 
-int node_shard_store_name(char *out, size_t outlen, const char *filter,
-                          unsigned index, unsigned count)
-{
-    int n;
-    if (count <= 1)
-        n = snprintf(out, outlen, "%s", filter);
-    else
-        n = snprintf(out, outlen, "%s" SHARD_SUFFIX "%u", filter, index);
-    if (n < 0 || (size_t)n >= outlen || n > STORE_NAME_MAX)
-        return -EINVAL;
-    return 0;
-}
-
-/* A public filter name: the store's rules, minus the shard suffix. */
 bool node_rpc__public_name_ok(const char *name, struct rpc_reply *r)
 {
-    char err[STORE_ERRLEN];
-    if (store_name_check(name, err) < 0) {
-        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "filter name: %s", err);
-        return false;
-    }
-    if (strstr(name, SHARD_SUFFIX)) {
-        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "filter name \"%s\": \"" SHARD_SUFFIX "\" is reserved "
-                        "for shards", name);
+    char err[RULES_ERRLEN];
+    if (rules_filter_name_check(name, strlen(name), err) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
         return false;
     }
     return true;
@@ -151,9 +136,8 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
                         err && err[0] ? err : "invalid argument");
         break;
     case -EOPNOTSUPP:
-        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
-                        "filter \"%s\" is not a COUNTING filter: Remove needs one",
-                        name);
+        rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_NOT_COUNTING,
+                       RULES_MSG_NOT_COUNTING, name);
         break;
     case -ENOMEM:
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "filter \"%s\": %s", name,
@@ -267,195 +251,185 @@ static void info_from_bf(const struct bf *f, void *ctx)
 
 bool node_rpc__kind_from_wire(int k, enum bf_kind *out, struct rpc_reply *r)
 {
-    switch (k) {
-    case BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_UNSPECIFIED:
-    case BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_BLOCKED:
-        *out = BF_KIND_BLOCKED;
-        return true;
-    case BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_CLASSIC:
-        *out = BF_KIND_CLASSIC;
-        return true;
-    case BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_COUNTING:
-        *out = BF_KIND_COUNTING;
-        return true;
-    case BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_SCALABLE:
-        *out = BF_KIND_SCALABLE;
-        return true;
+    char err[RULES_ERRLEN];
+    if (rules_kind_check(k, err) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
+        return false;
     }
-    rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                    "unknown filter kind %d (BLOCKED=1, CLASSIC=2, COUNTING=3, "
-                    "SCALABLE=4)", k);
-    return false;
+    /* The wire enum numbers the kinds as enum bf_kind; 0 is the default. */
+    *out = k == 0 ? BF_KIND_BLOCKED : (enum bf_kind)k;
+    return true;
 }
 
 bool node_rpc__params_ok(uint64_t capacity, double error_rate, struct rpc_reply *r)
 {
-    if (capacity == 0) {
-        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "capacity must be > 0 (the number of keys the filter "
-                        "is sized for)");
-        return false;
-    }
-    if (!(error_rate > 0.0 && error_rate < 1.0)) {
-        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "error_rate must be strictly between 0 and 1 (e.g. "
-                        "0.01), not %g", error_rate);
+    char err[RULES_ERRLEN];
+    if (rules_params_check(capacity, error_rate, err) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
         return false;
     }
     return true;
 }
 
-static void reply_info(struct node *n, struct store_filter *sf, const char *name,
-                       struct rpc_reply *r)
+/* ---- shards ---- */
+
+static void shard_facts_read(const struct bf *f, void *ctx)
 {
-    struct info_buf ib;
-    node_rpc__info_fill(n, &ib, sf, name);
-    rpc_reply_pack(r, &ib.fi.base);
+    struct shard_facts *sf = ctx;
+    sf->count = bf_shard_count(f);
+    sf->index = bf_shard_index(f);
+    memcpy(sf->secret, bf_secret(f), BF_SECRET_LEN);
+    sf->secret_id = XXH3_64bits(sf->secret, BF_SECRET_LEN);
 }
 
-static void h_create_filter(void *arg, const uint8_t *req, size_t len,
-                            struct rpc_reply *r)
+int node_rpc__shard_facts(struct store_filter *sf, struct shard_facts *out)
 {
-    struct node *n = arg;
-    struct store *s = node_rpc__need_store(n, r);
-    if (!s)
-        return;
-    UNPACK_OR_FAIL(Bloomgrid__V1__CreateFilterRequest,
-                   bloomgrid__v1__create_filter_request, m, req, len, r);
-    struct bf_params p = {0};
-    char err[STORE_ERRLEN] = "";
-    if (!node_rpc__public_name_ok(m->name, r) ||
-        !node_rpc__params_ok(m->capacity, m->error_rate, r) ||
-        !node_rpc__kind_from_wire(m->kind, &p.kind, r))
-        goto out;
-    if (m->shards > 1) {
-        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "shards = %u: a node serves single-shard filters; create "
-                        "sharded filters through bloomgrid-router", m->shards);
-        goto out;
-    }
-    p.capacity = m->capacity;
-    p.error_rate = m->error_rate;
-    bf_params_default(&p);
-    int rc = store_create(s, m->name, &p, err);
-    if (rc < 0) {
-        node_rpc__store_error(r, NULL, m->name, rc, err);
-        goto out;
-    }
-    log_info("created filter %s (%s, capacity %llu, error_rate %g)", m->name,
-             bf_kind_name(p.kind), (unsigned long long)p.capacity, p.error_rate);
-    struct store_filter *sf = store_get(s, m->name);
-    if (!sf) {
+    memset(out, 0, sizeof *out);
+    return store_filter_inspect(sf, shard_facts_read, out);
+}
+
+/* Find the store filter of (filter, index): the plain name holds a
+ * single-shard filter, "<filter>.shard-<index>" one shard of many. */
+struct store_filter *node_rpc__get_shard(struct store *s, const char *filter,
+                                      unsigned index, struct rpc_reply *r)
+{
+    char sname[STORE_NAME_MAX + 1];
+    struct store_filter *sf = NULL;
+    if (!node_rpc__public_name_ok(filter, r))
+        return NULL;
+    if (index < RULES_SHARDS_MAX &&
+        rules_shard_name(sname, sizeof sname, filter, index, RULES_SHARDS_MAX,
+                         NULL) == 0)
+        sf = store_get(s, sname);
+    if (!sf && index == 0)
+        sf = store_get(s, filter);
+    if (!sf)
         rpc_reply_error(r, GRPC_STATUS_NOT_FOUND,
-                        "filter \"%s\" was dropped right after creation", m->name);
-        goto out;
-    }
-    reply_info(n, sf, m->name, r);
-    store_put(sf);
-out:
-    bloomgrid__v1__create_filter_request__free_unpacked(m, NULL);
+                        "shard %u of filter \"%s\" is not on this node", index,
+                        filter);
+    return sf;
 }
 
-static void h_drop_filter(void *arg, const uint8_t *req, size_t len,
-                          struct rpc_reply *r)
-{
-    struct node *n = arg;
-    struct store *s = node_rpc__need_store(n, r);
-    if (!s)
-        return;
-    UNPACK_OR_FAIL(Bloomgrid__V1__DropFilterRequest,
-                   bloomgrid__v1__drop_filter_request, m, req, len, r);
-    char err[STORE_ERRLEN] = "";
-    if (node_rpc__public_name_ok(m->name, r)) {
-        int rc = store_drop(s, m->name, err);
-        if (rc < 0) {
-            node_rpc__store_error(r, NULL, m->name, rc, err);
-        } else {
-            log_info("dropped filter %s", m->name);
-            Bloomgrid__V1__DropFilterResponse resp =
-                BLOOMGRID__V1__DROP_FILTER_RESPONSE__INIT;
-            rpc_reply_pack(r, &resp.base);
-        }
-    }
-    bloomgrid__v1__drop_filter_request__free_unpacked(m, NULL);
-}
-
-static void h_get_filter(void *arg, const uint8_t *req, size_t len,
-                         struct rpc_reply *r)
-{
-    struct node *n = arg;
-    struct store *s = node_rpc__need_store(n, r);
-    if (!s)
-        return;
-    UNPACK_OR_FAIL(Bloomgrid__V1__GetFilterRequest,
-                   bloomgrid__v1__get_filter_request, m, req, len, r);
-    if (node_rpc__public_name_ok(m->name, r)) {
-        struct store_filter *sf = node_rpc__get_filter(s, m->name, r);
-        if (sf) {
-            reply_info(n, sf, m->name, r);
-            store_put(sf);
-        }
-    }
-    bloomgrid__v1__get_filter_request__free_unpacked(m, NULL);
-}
-
-static void h_list_filters(void *arg, const uint8_t *req, size_t len,
+int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
+                           unsigned index, const uint8_t *data, size_t cnt,
+                           bool check_shard, uint64_t secret_id,
+                           struct bf_hash *h, bool *out, uint64_t *version,
                            struct rpc_reply *r)
 {
-    struct node *n = arg;
-    struct store *s = node_rpc__need_store(n, r);
-    if (!s)
-        return;
-    UNPACK_OR_FAIL(Bloomgrid__V1__ListFiltersRequest,
-                   bloomgrid__v1__list_filters_request, m, req, len, r);
-    bloomgrid__v1__list_filters_request__free_unpacked(m, NULL);
-    char **names = NULL;
-    size_t nn = 0;
-    if (store_list(s, &names, &nn) < 0) {
-        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "cannot list the filters");
-        return;
+    char err[STORE_ERRLEN] = "";
+    struct store_filter *sf = node_rpc__get_shard(s, filter, index, r);
+    int rc = -1;
+    if (!sf)
+        return -1;
+    if (op != OP_MAY_CONTAIN &&
+        node_rpc__refuse_on_replica(r, op == OP_ADD ? "Add" : "Remove"))
+        goto out;
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *p = data + 16 * i;
+        uint64_t h1 = 0, h2 = 0;
+        for (int b = 7; b >= 0; b--) {
+            h1 = (h1 << 8) | p[b];
+            h2 = (h2 << 8) | p[8 + b];
+        }
+        h[i].h1 = h1;
+        h[i].h2 = h2;
     }
-    struct info_buf *ibs = calloc(nn ? nn : 1, sizeof *ibs);
-    Bloomgrid__V1__FilterInfo **fis = calloc(nn ? nn : 1, sizeof *fis);
-    size_t k = 0;
-    if (!ibs || !fis) {
-        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    if (check_shard || secret_id) {
+        struct shard_facts facts;
+        node_rpc__shard_facts(sf, &facts);
+        uint32_t count = check_shard ? facts.count : 0;
+        if (secret_id && facts.count && facts.secret_id != secret_id) {
+            rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION,
+                           RPC_REASON_SECRET_MISMATCH,
+                            "shard %u of filter \"%s\" has another secret than the "
+                            "hashes were made with (the filter was re-created): "
+                            "fetch the secret again", index, filter);
+            goto out;
+        }
+        for (size_t i = 0; count && i < cnt; i++) {
+            if (bf_hash_shard(h[i], count) != index) {
+                rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION,
+                               RPC_REASON_WRONG_SHARD,
+                                "hash %zu belongs to shard %u, not %u", i,
+                                bf_hash_shard(h[i], count), index);
+                goto out;
+            }
+        }
+    }
+    int src = 0;
+    {   /* cnt 0 still asks the store, which refuses a Remove on a kind
+         * without counters as it would with keys. */
+        switch (op) {
+        case OP_ADD:
+            src = store_add_hashes(sf, h, cnt, out, err);
+            break;
+        case OP_MAY_CONTAIN:
+            src = store_may_contain_hashes(sf, h, cnt, out);
+            break;
+        case OP_REMOVE:
+            src = store_remove_hashes(sf, h, cnt, out, err);
+            break;
+        }
+    }
+    if (src < 0) {
+        char label[STORE_NAME_MAX + 32];
+        snprintf(label, sizeof label, "%s shard %u", filter, index);
+        node_rpc__store_error(r, sf, label, src, err);
         goto out;
     }
-    for (size_t i = 0; i < nn; i++) {
-        if (strstr(names[i], SHARD_SUFFIX))
-            continue; /* shards of router-managed filters: see ListShards */
-        struct store_filter *sf = store_get(s, names[i]);
-        if (!sf)
-            continue;
-        node_rpc__info_fill(n, &ibs[k], sf, names[i]);
-        store_put(sf);
-        ibs[k].fi.shard_info = &ibs[k].sip; /* fix the self-pointer */
-        fis[k] = &ibs[k].fi;
-        k++;
-    }
-    Bloomgrid__V1__ListFiltersResponse resp = BLOOMGRID__V1__LIST_FILTERS_RESPONSE__INIT;
-    resp.n_filters = k;
-    resp.filters = fis;
-    rpc_reply_pack(r, &resp.base);
+    /* A replica's version is the primary's that its pages cover. */
+    *version = node_pages_is_replica()
+                   ? node_pages_replica_version(store_filter_name(sf))
+                   : store_filter_version(sf);
+    rc = 0;
 out:
-    free(fis);
-    free(ibs);
-    store_list_free(names, nn);
+    store_put(sf);
+    return rc;
 }
+
+/* ---- replies ---- */
+
+/* Encode "repeated bool field 1 [packed]" (+ optional uint64 field 2). */
+void node_rpc__encode_bools(struct rpc_reply *r, const bool *v, size_t n,
+                         bool with_version, uint64_t version)
+{
+    size_t len = 0;
+    if (n)
+        len += 1 + varint_len(n) + n;
+    if (with_version && version)
+        len += 1 + varint_len(version);
+    uint8_t *p = rpc_reply_alloc(r, len);
+    if (n) {
+        *p++ = 0x0a;
+        p = put_varint(p, n);
+        for (size_t i = 0; i < n; i++)
+            *p++ = v[i] ? 1 : 0;
+    }
+    if (with_version && version) {
+        *p++ = 0x10;
+        p = put_varint(p, version);
+    }
+}
+
+void node_rpc__finish_reply(struct rpc_stream *st, const struct rpc_reply *r)
+{
+    rpc_stream_finish(st, r->code, "%s", r->message);
+}
+
+/* ---- handler tables ---- */
 
 /* Descriptor order: CreateFilter, DropFilter, ListFilters, GetFilter, Add,
  * MayContain, Remove, AddStream, MayContainStream, Export, Import. */
 const struct rpc_handler node_rpc_public[] = {
-    {.unary = h_create_filter},
-    {.unary = h_drop_filter},
-    {.unary = h_list_filters},
-    {.unary = h_get_filter},
-    {.unary = node_rpc__h_add},
-    {.unary = node_rpc__h_may_contain},
-    {.unary = node_rpc__h_remove},
-    {.stream = node_rpc__h_add_stream},
-    {.stream = node_rpc__h_may_contain_stream},
+    {.unary = node_rpc__h_create_filter},
+    {.unary = node_rpc__h_drop_filter},
+    {.unary = node_rpc__h_list_filters},
+    {.unary = node_rpc__h_get_filter},
+    {.unary = node_rpc__h_add, .checks_strings = true},
+    {.unary = node_rpc__h_may_contain, .checks_strings = true},
+    {.unary = node_rpc__h_remove, .checks_strings = true},
+    {.stream = node_rpc__h_add_stream, .checks_strings = true},
+    {.stream = node_rpc__h_may_contain_stream, .checks_strings = true},
     {.stream = node_rpc__h_export},
     {.stream = node_rpc__h_import},
 };

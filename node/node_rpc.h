@@ -1,11 +1,17 @@
 /* node_rpc: internals shared by the node's RPC handler files.
  *
- * The node's handlers are split by topic: node_rpc.c (catalog, FilterInfo,
- * error translation, handler tables), node_keys_rpc.c (the hot key batches
- * with their hand-written codec), node_transfer_rpc.c (Export, Import) and
- * node_internal_rpc.c (the internal service).  These *_rpc.c files are the
- * only place that converts wire messages to and from the project's structs.
- * Every call validates the whole request before it changes anything.
+ * The node's handlers are split by topic: node_catalog_rpc.c (CreateFilter,
+ * DropFilter, GetFilter, ListFilters), node_keys_rpc.c (the hot key batches
+ * with their hand-written codec), node_transfer_rpc.c (Export, Import),
+ * node_internal_rpc.c (the internal service's shard calls),
+ * node_multi_rpc.c (several shards per call) and node_pages_rpc.c (page
+ * streaming).  What more than one of them needs lives in node_rpc.c, with
+ * the handler tables: the handler files depend on node_rpc.c, never on
+ * each other.  These *_rpc.c files are the only place that converts wire
+ * messages to and from the project's structs.  Names, limits and shard
+ * naming come from common/rules.h, so a router answers a bad name exactly as
+ * a node does.  Every call validates the whole request before it changes
+ * anything.
  */
 #ifndef BLOOMGRID_NODE_RPC_H
 #define BLOOMGRID_NODE_RPC_H
@@ -19,10 +25,8 @@
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "node.h"
 #include "rpc_server.h"
+#include "rules.h"
 #include "store.h"
-
-#define SHARD_SUFFIX ".shard-"
-#define MAX_SHARDS 4096
 
 enum key_op { OP_ADD, OP_MAY_CONTAIN, OP_REMOVE };
 
@@ -90,6 +94,28 @@ void node_rpc__finish_reply(struct rpc_stream *st, const struct rpc_reply *r);
     }
 
 
+/* What shard replies and checks need of a live shard: geometry, the secret
+ * (copied out) and its id (XXH3-64, as HashesRequest.secret_id). */
+struct shard_facts {
+    uint32_t count, index;
+    uint8_t secret[BF_SECRET_LEN];
+    uint64_t secret_id;
+};
+
+/* Read the facts of sf (zeroed when it is not READY: returns the
+ * store_filter_inspect error). */
+int node_rpc__shard_facts(struct store_filter *sf, struct shard_facts *out);
+
+/* Catalog handlers (node_catalog_rpc.c). */
+void node_rpc__h_create_filter(void *arg, const uint8_t *req, size_t len,
+                               struct rpc_reply *r);
+void node_rpc__h_drop_filter(void *arg, const uint8_t *req, size_t len,
+                             struct rpc_reply *r);
+void node_rpc__h_get_filter(void *arg, const uint8_t *req, size_t len,
+                            struct rpc_reply *r);
+void node_rpc__h_list_filters(void *arg, const uint8_t *req, size_t len,
+                              struct rpc_reply *r);
+
 /* Handlers (node_keys_rpc.c, node_transfer_rpc.c, node_internal_rpc.c). */
 void node_rpc__h_add(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r);
 void node_rpc__h_may_contain(void *arg, const uint8_t *req, size_t len,
@@ -152,7 +178,7 @@ void node_rpc__h_node_info(void *arg, const uint8_t *req, size_t len,
                            struct rpc_reply *r);
 
 /* The work of AddHashes / MayContainHashes / RemoveHashes on one shard
- * (node_internal_rpc.c): decode cnt packed hashes from data into h, check
+ * (used by node_internal_rpc.c and node_multi_rpc.c): decode cnt packed hashes from data into h, check
  * them (check_shard, secret_id as in HashesRequest) and apply op.  out[i]
  * gets hash i's answer and *version the shard's version.  Returns 0, or -1
  * with r set to the shard's error (nothing was changed unless a write

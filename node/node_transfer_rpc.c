@@ -44,11 +44,6 @@ static int membuf_write(void *ctx, const void *buf, size_t len)
     return 0;
 }
 
-void node_rpc__finish_reply(struct rpc_stream *st, const struct rpc_reply *r)
-{
-    rpc_stream_finish(st, r->code, "%s", r->message);
-}
-
 /* Export writer: fills a chunk and sends it whenever it is full. */
 struct chunker {
     struct rpc_stream *st;

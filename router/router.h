@@ -25,10 +25,11 @@
 #include "rpc_client.h"
 #include "rpc_frame.h"
 #include "rpc_server.h"
+#include "rules.h"
 #include "topo.h"
 
-#define ROUTER_NAME_MAX 128     /* filter names, as on a node */
-#define ROUTER_MAX_SHARDS 4096
+#define ROUTER_NAME_MAX RULES_FILTER_NAME_MAX     /* common/rules.h */
+#define ROUTER_MAX_SHARDS RULES_SHARDS_MAX
 
 /* A node address, its channel and its frame transport. */
 struct router_node {

@@ -25,9 +25,8 @@
 #include "router_nodes.h"
 #include "router_rpc.h"
 #include "rpc_server.h"
+#include "rules.h"
 #include "wire.h"
-
-#define SHARD_SUFFIX ".shard-"
 
 /* ---- key batches ---- */
 
@@ -107,6 +106,7 @@ static bool decode_keys(struct router *r, const uint8_t *buf, size_t len,
 {
     const uint8_t *p = buf, *end = buf + len;
     uint64_t max_keys = r->cfg.max_batch_keys, max_key = r->cfg.max_key_size;
+    char err[RULES_ERRLEN];
     size_t n = 0;
 
     filter[0] = 0;
@@ -136,10 +136,9 @@ static bool decode_keys(struct router *r, const uint8_t *buf, size_t len,
             if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p))
                 goto malformed;
             if (field == 1) {
-                if (v > ROUTER_NAME_MAX) {
-                    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "filter name is %" PRIu64 " bytes; the limit "
-                                    "is %d", v, ROUTER_NAME_MAX);
+                /* Checked on the exact bytes: "F\0junk" is not "F". */
+                if (v && rules_filter_name_check(p, v, err) < 0) {
+                    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
                     return false;
                 }
                 memcpy(filter, p, v);
@@ -151,11 +150,8 @@ static bool decode_keys(struct router *r, const uint8_t *buf, size_t len,
                                     "(max_batch_keys); split the batch", max_keys);
                     return false;
                 }
-                if (v == 0 || v > max_key) {
-                    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                                    "key %zu is %" PRIu64 " bytes; keys must be "
-                                    "1..%" PRIu64 " bytes (max_key_size)", n, v,
-                                    max_key);
+                if (rules_key_check(n, v, max_key, err) < 0) {
+                    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
                     return false;
                 }
                 if (n >= kb->cap && keybuf_reserve(kb, n + 1) < 0) {
@@ -200,21 +196,9 @@ static void encode_bools(struct rpc_reply *rep, const bool *v, size_t n)
 
 bool router_rpc__name_ok(const char *name, struct rpc_reply *rep)
 {
-    size_t n = strlen(name);
-    bool ok = n >= 1 && n <= ROUTER_NAME_MAX;
-    for (const char *s = name; ok && *s; s++)
-        ok = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-             (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' || *s == '-';
-    if (!ok) {
-        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                        "filter name \"%.*s\" must be 1..%d characters of "
-                        "[A-Za-z0-9._-]", 140, name, ROUTER_NAME_MAX);
-        return false;
-    }
-    if (strstr(name, SHARD_SUFFIX)) {
-        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                        "filter name \"%s\": \"" SHARD_SUFFIX "\" is reserved "
-                        "for shards", name);
+    char err[RULES_ERRLEN];
+    if (rules_filter_name_check(name, strlen(name), err) < 0) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
         return false;
     }
     return true;
@@ -226,7 +210,7 @@ static const char *const op_names[] = {"Add", "MayContain", "Remove"};
 static void run_keys(struct router *r, enum router_key_op op, const uint8_t *buf,
                      size_t len, struct keybuf *kb, char *cur, struct rpc_reply *rep)
 {
-    char filter[ROUTER_NAME_MAX + 1];
+    char filter[RULES_FILTER_NAME_MAX + 1];
     size_t n = 0;
     struct router_status st;
 
@@ -235,7 +219,7 @@ static void run_keys(struct router *r, enum router_key_op op, const uint8_t *buf
     if (filter[0]) {
         if (!router_rpc__name_ok(filter, rep))
             return;
-        memcpy(cur, filter, sizeof filter);
+        snprintf(cur, RULES_FILTER_NAME_MAX + 1, "%s", filter);
     } else if (!cur[0]) {
         rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
                         "%s: the request names no filter", op_names[op]);
@@ -255,7 +239,7 @@ static void run_keys(struct router *r, enum router_key_op op, const uint8_t *buf
 static void key_unary(void *arg, enum router_key_op op, const uint8_t *req,
                       size_t len, struct rpc_reply *rep)
 {
-    char cur[ROUTER_NAME_MAX + 1] = "";
+    char cur[RULES_FILTER_NAME_MAX + 1] = "";
     struct keybuf *kb = thread_keybuf();
     if (!kb) {
         rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -283,7 +267,7 @@ static void h_remove(void *arg, const uint8_t *req, size_t len, struct rpc_reply
 static void key_stream(struct router *r, enum router_key_op op, struct rpc_stream *s)
 {
     struct keybuf kb = {0};
-    char cur[ROUTER_NAME_MAX + 1] = "";
+    char cur[RULES_FILTER_NAME_MAX + 1] = "";
     const uint8_t *buf;
     size_t len;
 
@@ -380,7 +364,9 @@ static int info_build(struct info_buf *ib, struct router_filter_desc *d)
             fi->error_rate = sd->error_rate;
             fi->hashes = sd->hashes;
         }
-        fi->capacity += sd->capacity;
+        /* Saturating: S shards of ceil(capacity / S) can sum past 2^64. */
+        fi->capacity = fi->capacity > UINT64_MAX - sd->capacity
+                           ? UINT64_MAX : fi->capacity + sd->capacity;
         fi->bits += sd->bits;
         fi->bytes += sd->bytes;
         fill_bits += sd->fill_ratio * (double)sd->bits;
@@ -456,29 +442,14 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         .kind = m->kind,
         .shards = m->shards ? m->shards : (uint32_t)r->cfg.default_shards,
     };
+    char err[RULES_ERRLEN];
+    /* Every rule a node applies to each shard, checked before any fan-out. */
     if (!router_rpc__name_ok(m->name, rep))
         goto out;
-    if (m->capacity == 0) {
-        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                        "capacity must be > 0 (the number of keys the filter is "
-                        "sized for)");
-        goto out;
-    }
-    if (!(m->error_rate > 0.0 && m->error_rate < 1.0)) {
-        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                        "error_rate must be strictly between 0 and 1 (e.g. 0.01), "
-                        "not %g", m->error_rate);
-        goto out;
-    }
-    if (m->kind < 0 || m->kind > BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_SCALABLE) {
-        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                        "unknown filter kind %d (BLOCKED=1, CLASSIC=2, COUNTING=3, "
-                        "SCALABLE=4)", m->kind);
-        goto out;
-    }
-    if (c.shards > ROUTER_MAX_SHARDS) {
-        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                        "shards = %u: at most %d", c.shards, ROUTER_MAX_SHARDS);
+    if (rules_params_check(m->capacity, m->error_rate, err) < 0 ||
+        rules_kind_check(m->kind, err) < 0 ||
+        rules_shard_count_check(c.shards, err) < 0) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
         goto out;
     }
     if (router_create_filter(r, &c, &d, &st) < 0) {
@@ -592,11 +563,11 @@ const struct rpc_handler router_rpc_public[] = {
     {.unary = h_drop_filter},
     {.unary = h_list_filters},
     {.unary = h_get_filter},
-    {.unary = h_add},
-    {.unary = h_may_contain},
-    {.unary = h_remove},
-    {.stream = h_add_stream},
-    {.stream = h_may_contain_stream},
+    {.unary = h_add, .checks_strings = true},
+    {.unary = h_may_contain, .checks_strings = true},
+    {.unary = h_remove, .checks_strings = true},
+    {.stream = h_add_stream, .checks_strings = true},
+    {.stream = h_may_contain_stream, .checks_strings = true},
     {.stream = router_rpc__export},
     {.stream = router_rpc__import},
 };

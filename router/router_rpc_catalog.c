@@ -15,6 +15,7 @@
 #include "router_nodes.h"
 #include "router_rpc.h"
 #include "rpc_client.h"
+#include "rules.h"
 
 #define M_CREATE "/bloomgrid.v1.Internal/CreateShard"
 #define M_DROP "/bloomgrid.v1.Internal/DropShard"
@@ -72,11 +73,14 @@ static void shard_desc_failed(struct router_shard_desc *d, uint32_t index,
              rpc_status_name(rs->code), rs->message);
 }
 
-/* Send one ShardRef-like request per shard in list[0..n) and collect. */
+/* Send one ShardRef-like request per shard in list[0..n) and collect.
+ * secret_id (ShardRef only; 0: any) limits a drop to shards of that
+ * secret. */
 static struct rpc_multi *shard_calls(struct router *r, const struct topo *t,
                                      const struct router_filter *f,
                                      const uint32_t *list, size_t n,
-                                     const char *method, bool get)
+                                     const char *method, bool get,
+                                     uint64_t secret_id)
 {
     struct rpc_multi *calls = calloc(n ? n : 1, sizeof *calls);
     if (!calls)
@@ -92,6 +96,7 @@ static struct rpc_multi *shard_calls(struct router *r, const struct topo *t,
             Bloomgrid__V1__ShardRef m = BLOOMGRID__V1__SHARD_REF__INIT;
             m.filter = (char *)f->name;
             m.shard_index = s;
+            m.secret_id = secret_id;
             calls[i].req = router_rpc__pack_slice(&m.base);
         }
         calls[i].resp = grpc_empty_slice();
@@ -106,6 +111,82 @@ static struct rpc_multi *shard_calls(struct router *r, const struct topo *t,
         }
     rpc_call_many(calls, n);
     return calls;
+}
+
+/* The failure of a CreateFilter that tells most: one from a node that
+ * answered (a bad parameter, a name taken) before one of a node that is
+ * down or slow. */
+static const struct rpc_multi *telling_failure(const struct rpc_multi *calls,
+                                               uint32_t S)
+{
+    const struct rpc_multi *first = NULL;
+
+    for (uint32_t s = 0; s < S; s++) {
+        if (calls[s].rc == 0)
+            continue;
+        if (!first || (router_node_down(first->st.code) &&
+                       !router_node_down(calls[s].st.code)))
+            first = &calls[s];
+    }
+    return first;
+}
+
+/* Undo a CreateFilter that failed on some shards: drop every shard this
+ * call may have created (those that answered OK, and those whose answer
+ * was lost with a node down or slow), each only if it has this call's
+ * secret, so a shard of the same name that another call created stays.
+ * st gets the failure, and names any shard that could not be dropped. */
+static void rollback(struct router *r, const struct topo *t,
+                     const struct router_filter *f, const char *name,
+                     const struct rpc_multi *calls, uint32_t S, size_t failed,
+                     struct router_status *st)
+{
+    const struct rpc_multi *first = telling_failure(calls, S);
+    uint32_t fs = (uint32_t)(first - calls);
+    uint32_t *undo = calloc(S, sizeof *undo), nundo = 0;
+    struct rpc_multi *drops = NULL;
+    char left[RPC_MSGLEN] = "";
+    size_t nleft = 0, off = 0;
+
+    /* Every shard: one whose create failed may still have been created
+     * (an answer lost to a deadline); a drop by secret leaves others' be. */
+    for (uint32_t s = 0; undo && s < S; s++)
+        undo[nundo++] = s;
+    if (undo && nundo)
+        drops = shard_calls(r, t, f, undo, nundo, M_DROP, false, f->secret_id);
+    for (uint32_t i = 0; i < nundo; i++) {
+        grpc_status_code dc = drops ? drops[i].st.code : GRPC_STATUS_RESOURCE_EXHAUSTED;
+        /* NOT_FOUND: never created; FAILED_PRECONDITION: another call's. */
+        if (drops && (drops[i].rc == 0 || dc == GRPC_STATUS_NOT_FOUND ||
+                      dc == GRPC_STATUS_FAILED_PRECONDITION))
+            continue;
+        const char *node = router_rpc__primary(t, f, undo[i]);
+        log_error("create %s: rollback cannot drop shard %u on %s: %s", name,
+                  undo[i], node, drops ? drops[i].st.message : "out of memory");
+        if (off + 80 < sizeof left)
+            off += (size_t)snprintf(left + off, sizeof left - off, "%s%u on %.64s",
+                                    nleft ? ", " : "", undo[i], node);
+        nleft++;
+    }
+    if (!undo)
+        snprintf(left, sizeof left, "all (out of memory)");
+    grpc_status_code code = first->st.code;
+    if (router_node_down(code))
+        code = GRPC_STATUS_UNAVAILABLE;
+    router_status_set(st, code, "CreateFilter \"%s\": shard %u on node %s (group "
+                      "%s): %s: %s; %zu of %u shards failed; %s%s%s", name, fs,
+                      router_rpc__primary(t, f, fs), t->groups[f->group[fs]].name,
+                      rpc_status_name(first->st.code), first->st.message, failed, S,
+                      nleft || !undo ? "shards this call may have created could "
+                                       "not be dropped: "
+                                     : "the shards created by this call were "
+                                       "dropped",
+                      left, nleft || !undo ? "; drop the filter once they are "
+                                             "reachable" : "");
+    log_warn("%s", st->msg);
+    if (drops)
+        router_rpc__multi_free(drops, nundo);
+    free(undo);
 }
 
 int router_create_filter(struct router *r, const struct router_create *c,
@@ -138,7 +219,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
     }
     snprintf(out->name, sizeof out->name, "%s", c->name);
     out->shards = S;
-    uint64_t per_shard = (c->capacity + S - 1) / S;
+    uint64_t per_shard = rules_shard_capacity(c->capacity, S);
     for (uint32_t s = 0; s < S; s++) {
         Bloomgrid__V1__CreateShardRequest m = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
         m.filter = (char *)c->name;
@@ -179,44 +260,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
         rc = 0;
         goto out;
     }
-    /* Roll back: drop what this call created (never a shard that already
-     * existed), and shards whose answer was lost to a deadline. */
-    uint32_t *undo = calloc(S, sizeof *undo), nundo = 0;
-    struct rpc_multi *first = NULL;
-    for (uint32_t s = 0; s < S; s++) {
-        if (calls[s].rc == 0 || calls[s].st.code == GRPC_STATUS_DEADLINE_EXCEEDED) {
-            if (undo)
-                undo[nundo++] = s;
-        } else if (!first || (router_node_down(first->st.code) && !router_node_down(calls[s].st.code))) {
-            first = &calls[s];
-        }
-    }
-    uint32_t fs = (uint32_t)(first - calls);
-    struct rpc_multi *drops = undo ? shard_calls(r, t, f, undo, nundo, M_DROP, false)
-                                   : NULL;
-    size_t left = 0;
-    for (uint32_t i = 0; drops && i < nundo; i++)
-        if (drops[i].rc != 0 && drops[i].st.code != GRPC_STATUS_NOT_FOUND) {
-            log_error("create %s: rollback cannot drop shard %u on %s: %s", c->name,
-                      undo[i], router_rpc__primary(t, f, undo[i]), drops[i].st.message);
-            left++;
-        }
-    if (!drops && nundo)
-        left = nundo;
-    grpc_status_code code = first->st.code;
-    if (router_node_down(code))
-        code = GRPC_STATUS_UNAVAILABLE;
-    router_status_set(st, code, "CreateFilter \"%s\": shard %u on node %s (group %s): %s: "
-               "%s; %zu of %u shards failed; %s", c->name, fs,
-               router_rpc__primary(t, f, fs), t->groups[f->group[fs]].name,
-               rpc_status_name(first->st.code), first->st.message, failed, S,
-               left ? "some created shards could not be dropped (see the router "
-                      "log); drop the filter to clean up"
-                    : "the shards created by this call were dropped");
-    log_warn("%s", st->msg);
-    if (drops)
-        router_rpc__multi_free(drops, nundo);
-    free(undo);
+    rollback(r, t, f, c->name, calls, S, failed, st);
 out:
     if (rc < 0)
         router_filter_desc_free(out);
@@ -227,6 +271,78 @@ out:
     return rc;
 }
 
+/* Drop every shard named filter on the groups' primaries, whatever its
+ * shard count or secret: what is left of a filter whose shard 0 is gone (a
+ * rollback that could not reach every node, a drop cut short).  Returns how
+ * many were dropped, or -1 with st set when a node could not be asked. */
+static int sweep(struct router *r, const struct topo *t, const char *name,
+                 struct router_status *st)
+{
+    unsigned G = t->ngroups;
+    struct rpc_multi *calls = calloc(G, sizeof *calls);
+    Bloomgrid__V1__ListShardsRequest lreq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    int dropped = 0, rc = 0;
+
+    if (!calls) {
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    for (unsigned g = 0; g < G; g++) {
+        calls[g].req = router_rpc__pack_slice(&lreq.base);
+        calls[g].resp = grpc_empty_slice();
+        calls[g].ch = router_channel(r, t->groups[g].primary);
+        calls[g].method = M_LIST;
+        calls[g].timeout_ms = (int)r->cfg.node_timeout_ms;
+    }
+    for (unsigned g = 0; g < G; g++)
+        if (!calls[g].ch) {
+            router_rpc__multi_free(calls, G);
+            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            return -1;
+        }
+    rpc_call_many(calls, G);
+    for (unsigned g = 0; g < G && rc == 0; g++) {
+        const char *node = t->groups[g].primary;
+        if (calls[g].rc != 0) {
+            router_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": node %s "
+                              "(group %s) cannot list its shards: %s: %s; retry "
+                              "DropFilter to finish", name, node, t->groups[g].name,
+                              rpc_status_name(calls[g].st.code), calls[g].st.message);
+            rc = -1;
+            break;
+        }
+        Bloomgrid__V1__ListShardsResponse *lr = bloomgrid__v1__list_shards_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(calls[g].resp), GRPC_SLICE_START_PTR(calls[g].resp));
+        for (size_t k = 0; lr && k < lr->n_shards; k++) {
+            const Bloomgrid__V1__InternalShardInfo *isi = lr->shards[k];
+            if (!isi->filter || strcmp(isi->filter, name) != 0)
+                continue;
+            Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
+            ref.filter = (char *)name;
+            ref.shard_index = isi->shard_index;
+            ProtobufCMessage *resp = NULL;
+            struct rpc_status rs;
+            if (rpc_call(calls[g].ch, M_DROP, &ref.base,
+                         &bloomgrid__v1__drop_shard_response__descriptor, &resp,
+                         (int)r->cfg.node_timeout_ms, &rs) == 0) {
+                protobuf_c_message_free_unpacked(resp, NULL);
+                dropped++;
+            } else if (rs.code != GRPC_STATUS_NOT_FOUND) {
+                router_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": "
+                                  "shard %u on node %s: %s: %s; retry DropFilter to "
+                                  "finish", name, isi->shard_index, node,
+                                  rpc_status_name(rs.code), rs.message);
+                rc = -1;
+                break;
+            }
+        }
+        if (lr)
+            bloomgrid__v1__list_shards_response__free_unpacked(lr, NULL);
+    }
+    router_rpc__multi_free(calls, G);
+    return rc < 0 ? -1 : dropped;
+}
+
 int router_drop_filter(struct router *r, const char *name, struct router_status *st)
 {
     struct topo *t = router_topo(r);
@@ -234,6 +350,18 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
     uint32_t *list = NULL;
     int rc = -1;
 
+    if (!f && st->code == GRPC_STATUS_NOT_FOUND) {
+        /* No shard 0: sweep up any other shard of that name. */
+        int n = sweep(r, t, name, st);
+        if (n > 0) {
+            log_info("dropped %d stray shards of filter %s", n, name);
+            rc = 0;
+        } else if (n == 0) {
+            router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not "
+                              "exist", name);
+        }
+        goto out;
+    }
     if (!f)
         goto out;
     list = calloc(f->shards, sizeof *list);
@@ -251,7 +379,7 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
             list[n++] = 0;
         if (!n)
             continue;
-        struct rpc_multi *calls = shard_calls(r, t, f, list, n, M_DROP, false);
+        struct rpc_multi *calls = shard_calls(r, t, f, list, n, M_DROP, false, 0);
         if (!calls) {
             router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
@@ -302,7 +430,7 @@ int router_describe_filter(struct router *r, const char *name,
     }
     for (uint32_t s = 0; s < f->shards; s++)
         list[s] = s;
-    calls = shard_calls(r, t, f, list, f->shards, M_GET, true);
+    calls = shard_calls(r, t, f, list, f->shards, M_GET, true, 0);
     if (!calls) {
         router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;

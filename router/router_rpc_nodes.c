@@ -475,6 +475,7 @@ struct shard_fail {
     uint32_t shard;
     const char *node;
     grpc_status_code code;
+    enum rpc_reason reason;
     char msg[200];
 };
 
@@ -593,6 +594,7 @@ static void batch_failure(struct router_status *st, enum router_key_op op,
 /* One shard's outcome inside a node's answer. */
 struct shard_res {
     grpc_status_code code;
+    enum rpc_reason reason;
     uint64_t version;
     char msg[200];
 };
@@ -634,6 +636,7 @@ static bool decode_shard_result(const uint8_t *p, const uint8_t *end, uint32_t s
     uint64_t tag, v, index = 0;
     size_t got = 0;
     res->code = GRPC_STATUS_OK;
+    res->reason = RPC_REASON_NONE;
     res->version = 0;
     res->msg[0] = 0;
     while (p < end) {
@@ -664,6 +667,11 @@ static bool decode_shard_result(const uint8_t *p, const uint8_t *end, uint32_t s
             snprintf(res->msg, sizeof res->msg, "%.*s", (int)(v < 199 ? v : 199),
                      (const char *)p);
             p += v;
+            break;
+        case 0x30:
+            if (!get_varint(&p, end, &v))
+                return false;
+            res->reason = (enum rpc_reason)v;
             break;
         default:
             if (!skip_field(&p, end, (unsigned)(tag & 7)))
@@ -696,7 +704,14 @@ struct batch {
     struct router_node **node;  /* per call */
     size_t ncalls;
     struct shard_res *res;    /* per entry of order */
+    bool ask0;                /* shard 0 takes part even with no keys */
 };
+
+/* Does shard s take part in the batch? */
+static bool batch_uses(const struct batch *b, uint32_t s)
+{
+    return b->sc->count[s] || (b->ask0 && s == 0);
+}
 
 /* Keys of shard s in request order (valid after the hashes are placed). */
 static const uint32_t *shard_idx(const struct scratch *sc, uint32_t s)
@@ -770,7 +785,7 @@ static int batch_build(struct batch *b, size_t n, uint32_t nused)
         call_of_group[g] = UINT32_MAX;
     /* Calls by node: groups that share a primary share its call. */
     for (uint32_t s = 0; s < S; s++) {
-        if (!sc->count[s])
+        if (!batch_uses(b, s))
             continue;
         uint32_t g = b->f->group[s];
         if (call_of_group[g] == UINT32_MAX) {
@@ -796,7 +811,7 @@ static int batch_build(struct batch *b, size_t n, uint32_t nused)
         goto out;
     }
     for (uint32_t s = 0; s < S; s++) {
-        if (!sc->count[s])
+        if (!batch_uses(b, s))
             continue;
         uint32_t c = call_of[s];
         size_t e = entry_len(s, sc->count[s]);
@@ -906,6 +921,7 @@ static void batch_collect(struct batch *b, size_t c)
             for (uint32_t k = 0; k < n; k++) {
                 uint32_t s = order[k];
                 res[k].code = one[k].st.code;
+                res[k].reason = one[k].st.reason;
                 res[k].version = 0;
                 snprintf(res[k].msg, sizeof res[k].msg, "%.199s", one[k].st.message);
                 if (one[k].rc == 0 &&
@@ -922,6 +938,7 @@ static void batch_collect(struct batch *b, size_t c)
     }
     for (uint32_t k = 0; k < n; k++) {
         res[k].code = m->st.code;
+        res[k].reason = m->st.reason;
         res[k].version = 0;
         snprintf(res[k].msg, sizeof res[k].msg, "%.199s", m->st.message);
     }
@@ -974,6 +991,12 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
         off += sc->count[s];
         nused += sc->count[s] > 0;
     }
+    if (nused == 0 && op == ROUTER_REMOVE) {
+        /* No keys: shard 0 still answers whether the filter takes a
+         * Remove, as a node's Remove of no keys does. */
+        b.ask0 = true;
+        nused = 1;
+    }
     if (nused == 0) {
         rc = 0;
         goto out;
@@ -1006,6 +1029,7 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
         sf->shard = s;
         sf->node = router_rpc__primary(t, f, s);
         sf->code = res->code;
+        sf->reason = res->reason;
         snprintf(sf->msg, sizeof sf->msg, "%s", res->msg);
         failed_shard[s] = true;
     }
@@ -1016,15 +1040,23 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
     /* Failures in shard order, as the messages list them. */
     qsort(fails, nfail, sizeof *fails, shard_fail_cmp);
     size_t notfound = 0;
+    bool not_counting = false;
     for (size_t i = 0; i < nfail; i++) {
         notfound += fails[i].code == GRPC_STATUS_NOT_FOUND;
-        if (fails[i].code == GRPC_STATUS_FAILED_PRECONDITION &&
-            strstr(fails[i].msg, "another secret"))
+        if (fails[i].reason == RPC_REASON_SECRET_MISMATCH)
             *stale = true;
+        if (fails[i].reason == RPC_REASON_NOT_COUNTING)
+            not_counting = true;
     }
     if (*stale) {
         router_filter_forget(r, filter);
         router_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, "%s", fails[0].msg);
+        goto out;
+    }
+    if (not_counting) {
+        /* Every shard has the filter's kind: answer as a node would. */
+        router_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, RULES_MSG_NOT_COUNTING,
+                          filter);
         goto out;
     }
     if (notfound) /* dropped or re-created elsewhere: fetch it again next time */

@@ -66,6 +66,41 @@ static void add_stream(void *arg, struct rpc_stream *st)
     rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
 }
 
+/* DropFilter fails with a typed reason; MayContain (which checks its own
+ * strings) counts its calls; Import ends its stream with a typed reason. */
+static int may_contain_calls;
+
+static void drop_filter(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
+{
+    (void)arg;
+    (void)req;
+    (void)len;
+    rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_SECRET_MISMATCH,
+                   "another secret");
+}
+
+static void may_contain(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
+{
+    (void)arg;
+    (void)req;
+    (void)len;
+    __atomic_fetch_add(&may_contain_calls, 1, __ATOMIC_SEQ_CST);
+    rpc_reply_alloc(r, 0);
+}
+
+static void import(void *arg, struct rpc_stream *st)
+{
+    const uint8_t *buf;
+    size_t len;
+    struct rpc_status status;
+    (void)arg;
+    while (rpc_stream_read(st, &buf, &len) > 0)
+        ;
+    rpc_status_set(&status, GRPC_STATUS_FAILED_PRECONDITION, "not counting");
+    status.reason = RPC_REASON_NOT_COUNTING;
+    rpc_stream_finish_status(st, &status);
+}
+
 struct fixture {
     struct rpc_server *srv;
     struct rpc_channel *ch;
@@ -76,8 +111,12 @@ static void setup(struct fixture *f)
 {
     static struct rpc_handler h[11];
     memset(h, 0, sizeof h);
+    h[1].unary = drop_filter;  /* DropFilter */
     h[3].unary = get_filter;   /* GetFilter */
+    h[5].unary = may_contain;  /* MayContain */
+    h[5].checks_strings = true;
     h[7].stream = add_stream;  /* AddStream */
+    h[10].stream = import;     /* Import */
     grpc_init();
     struct rpc_server_config c = {.listen = "127.0.0.1:0", .threads = 2,
                                   .max_message = 1 << 20, .grace_ms = 500};
@@ -165,6 +204,83 @@ START_TEST(malformed_request_is_invalid_argument)
                                   sizeof junk, &out, 2000, &st), 0);
     ck_assert_int_eq(st.code, GRPC_STATUS_INVALID_ARGUMENT);
     ck_assert_int_eq(get(&f, "after", &st), 0);
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(reasons_reach_the_client)
+{
+    struct fixture f;
+    struct rpc_status st;
+    grpc_slice out;
+    setup(&f);
+    ck_assert_int_lt(rpc_call_raw(f.ch, "/bloomgrid.v1.BloomGrid/DropFilter", "", 0,
+                                  &out, 2000, &st), 0);
+    ck_assert_int_eq(st.code, GRPC_STATUS_FAILED_PRECONDITION);
+    ck_assert_int_eq(st.reason, RPC_REASON_SECRET_MISMATCH);
+    ck_assert_str_eq(st.message, "another secret");
+    /* The same through a fan-out. */
+    struct rpc_multi m[2];
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < 2; i++) {
+        m[i].ch = f.ch;
+        m[i].method = i ? "/bloomgrid.v1.BloomGrid/DropFilter"
+                        : "/bloomgrid.v1.BloomGrid/GetFilter";
+        m[i].req = grpc_slice_from_static_string("\x0a\x07missing");
+        m[i].timeout_ms = 2000;
+    }
+    ck_assert_uint_eq(rpc_call_many(m, 2), 2);
+    ck_assert_int_eq(m[0].st.code, GRPC_STATUS_NOT_FOUND);
+    ck_assert_int_eq(m[0].st.reason, RPC_REASON_NONE);
+    ck_assert_int_eq(m[1].st.reason, RPC_REASON_SECRET_MISMATCH);
+    for (int i = 0; i < 2; i++)
+        grpc_slice_unref(m[i].resp);
+    /* And at the end of a stream. */
+    struct rpc_cstream *cs = rpc_cstream_open(f.ch, "/bloomgrid.v1.BloomGrid/Import", 2000);
+    ck_assert_ptr_nonnull(cs);
+    rpc_cstream_close_send(cs);
+    ck_assert_int_lt(rpc_cstream_finish(cs, &st), 0);
+    ck_assert_int_eq(st.code, GRPC_STATUS_FAILED_PRECONDITION);
+    ck_assert_int_eq(st.reason, RPC_REASON_NOT_COUNTING);
+    ck_assert_str_eq(rpc_reason_name(st.reason), "NOT_COUNTING");
+    teardown(&f);
+}
+END_TEST
+
+START_TEST(strings_with_nul_never_reach_a_handler)
+{
+    struct fixture f;
+    struct rpc_status st;
+    grpc_slice out;
+    static const uint8_t nul[] = {0x0a, 0x08, 'm', 'i', 's', 0, 's', 'i', 'n', 'g'};
+    static const uint8_t utf[] = {0x0a, 0x02, 'x', 0xc3};
+    setup(&f);
+    /* "mis\0sing" must not become "mis" (or "missing" in a C string). */
+    ck_assert_int_lt(rpc_call_raw(f.ch, "/bloomgrid.v1.BloomGrid/GetFilter", nul,
+                                  sizeof nul, &out, 2000, &st), 0);
+    ck_assert_int_eq(st.code, GRPC_STATUS_INVALID_ARGUMENT);
+    ck_assert_str_eq(st.message, "GetFilterRequest.name \"mis\\x00sing\" contains a "
+                                 "NUL byte at position 3");
+    ck_assert_int_lt(rpc_call_raw(f.ch, "/bloomgrid.v1.BloomGrid/GetFilter", utf,
+                                  sizeof utf, &out, 2000, &st), 0);
+    ck_assert_int_eq(st.code, GRPC_STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(st.message, "is not valid UTF-8"));
+    /* A handler that checks its own strings gets the bytes as they are. */
+    may_contain_calls = 0;
+    ck_assert_int_eq(rpc_call_raw(f.ch, "/bloomgrid.v1.BloomGrid/MayContain", nul,
+                                  sizeof nul, &out, 2000, &st), 0);
+    grpc_slice_unref(out);
+    ck_assert_int_eq(may_contain_calls, 1);
+    /* A stream message: the call ends INVALID_ARGUMENT whatever the
+     * handler finishes with. */
+    struct rpc_cstream *cs = rpc_cstream_open(f.ch, "/bloomgrid.v1.BloomGrid/Import", 2000);
+    ck_assert_ptr_nonnull(cs);
+    ck_assert_int_eq(rpc_cstream_write(cs, nul, sizeof nul), 0);
+    rpc_cstream_close_send(cs);
+    ck_assert_int_lt(rpc_cstream_finish(cs, &st), 0);
+    ck_assert_int_eq(st.code, GRPC_STATUS_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(st.message, "ImportRequest.filter"));
+    ck_assert_int_eq(st.reason, RPC_REASON_NONE);
     teardown(&f);
 }
 END_TEST
@@ -362,6 +478,8 @@ Suite *rpc_suite(void)
     tcase_add_test(tc, unknown_and_unimplemented_methods_answer_unimplemented);
     tcase_add_test(tc, malformed_request_is_invalid_argument);
     tcase_add_test(tc, oversize_message_is_refused);
+    tcase_add_test(tc, reasons_reach_the_client);
+    tcase_add_test(tc, strings_with_nul_never_reach_a_handler);
     tcase_add_test(tc, stream_answers_each_message_in_order);
     tcase_add_test(tc, shutdown_cancels_open_streams);
     tcase_add_test(tc, health_follows_set_health);

@@ -58,7 +58,7 @@ static struct rpc_frame_server *start(int port, int *bound)
 {
     char err[256];
     struct rpc_frame_server *s =
-        rpc_frame_server_start("127.0.0.1", port, handlers, 4, NULL, 1 << 20, 64, bound, err);
+        rpc_frame_server_start("127.0.0.1", port, handlers, 4, NULL, NULL, 1 << 20, 64, bound, err);
     ck_assert_msg(s != NULL, "start: %s", err);
     ck_assert_int_gt(*bound, 0);
     return s;
@@ -408,7 +408,7 @@ START_TEST(connection_limit_refuses_without_running)
     char err[256];
     grpc_init();
     struct rpc_frame_server *s =
-        rpc_frame_server_start("127.0.0.1", 0, handlers, 4, NULL, 1 << 20, 1, &port, err);
+        rpc_frame_server_start("127.0.0.1", 0, handlers, 4, NULL, NULL, 1 << 20, 1, &port, err);
     ck_assert_msg(s != NULL, "%s", err);
     struct rpc_frame_pool *a = rpc_frame_pool_create("127.0.0.1", port, 0);
     struct rpc_frame_pool *b = rpc_frame_pool_create("127.0.0.1", port, 0);

@@ -15,6 +15,8 @@
 #include <stdio.h>
 
 #include "bf.h"
+#include "bundle.h"
+#include "progress.h"
 
 #define CLI_OK 0
 #define CLI_NO 1
@@ -41,13 +43,28 @@ bool cli_exists(const char *path);
 /* True when a and b name the same existing file. */
 bool cli_same_file(const char *a, const char *b);
 
-/* fsync the directory holding path (after a rename).  0 or -errno. */
-int cli_fsync_parent(const char *path);
+/* Load a filter file or a shard bundle (common/bundle.h: a plain filter
+ * file is a bundle of one shard), printing "bloomgrid: PATH: <reason>" on
+ * failure. */
+struct bundle *cli_load(const char *path);
+/* Save atomically in the form it was loaded in, printing "bloomgrid: PATH:
+ * cannot save: <reason>" on failure.  Returns 0 or CLI_ERR. */
+int cli_save(const struct bundle *b, const char *path);
+/* Keys added to a bundle with a progress line (add, build).
+ * cli_adding_start switches the shards to single-writer mode (the tool is
+ * single-threaded) and starts the progress; cli_add_batch is the
+ * keys_batch_fn, ctx the struct cli_adding. */
+struct cli_adding {
+    struct bundle *b;
+    struct progress prog;
+};
+void cli_adding_start(struct cli_adding *a, struct bundle *b);
+int cli_add_batch(void *ctx, const void *const *keys, const size_t *lens,
+                  size_t n);
 
-/* Load a filter file, printing "bloomgrid: PATH: <reason>" on failure. */
-struct bf *cli_load(const char *path);
-/* Save atomically, printing the reason on failure.  Returns 0 or CLI_ERR. */
-int cli_save(const struct bf *f, const char *path);
+/* For the commands that take one filter, not a shard bundle: print why path
+ * is refused and return CLI_ERR. */
+int cli_refuse_bundle(const char *path);
 
 /* Commands. */
 int cmd_create(int argc, char **argv);

@@ -4,18 +4,13 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include "bf_file.h"
-#include "bundle.h"
 #include "progress.h"
 
 int cli_fail(const char *fmt, ...)
@@ -149,42 +144,45 @@ bool cli_same_file(const char *a, const char *b)
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-struct bf *cli_load(const char *path)
+struct bundle *cli_load(const char *path)
 {
     char err[BF_ERRLEN] = "";
-    struct bf *f = bf_file_load(path, err, NULL);
+    struct bundle *b = bundle_load(path, err);
 
-    if (f)
-        return f;
-    if (bundle_file_is(path))
-        cli_fail("%s: a shard bundle (a router's export of every shard): "
-                 "only query, add, inspect and --like take one", path);
-    else
+    if (!b)
         cli_fail("%s: %s", path, err);
-    return NULL;
+    return b;
 }
 
-int cli_save(const struct bf *f, const char *path)
+int cli_save(const struct bundle *b, const char *path)
 {
     char err[BF_ERRLEN] = "";
 
-    if (bf_file_save(f, path, err) < 0)
+    if (bundle_save(b, path, err) < 0)
         return cli_fail("%s: cannot save: %s", path, err);
     return 0;
 }
 
-int cli_fsync_parent(const char *path)
+void cli_adding_start(struct cli_adding *a, struct bundle *b)
 {
-    char *copy = strdup(path);
-    int fd, rc = 0;
+    a->b = b;
+    bundle_set_exclusive(b, true);
+    /* Fill can be predicted for one filter, not across shards. */
+    progress_init(&a->prog, b->count == 1 ? b->shard[0] : NULL);
+}
 
-    if (!copy)
-        return -ENOMEM;
-    fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) < 0)
-        rc = -errno;
-    if (fd >= 0)
-        close(fd);
-    free(copy);
-    return rc;
+int cli_add_batch(void *ctx, const void *const *keys, const size_t *lens,
+                  size_t n)
+{
+    struct cli_adding *a = ctx;
+
+    bundle_add_keys(a->b, keys, lens, n);
+    progress_tick(&a->prog, n);
+    return 0;
+}
+
+int cli_refuse_bundle(const char *path)
+{
+    return cli_fail("%s: a shard bundle (a router's export of every shard): "
+                    "only query, add, inspect and --like take one", path);
 }

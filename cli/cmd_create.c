@@ -1,15 +1,12 @@
 /* cmd_create: `bloomgrid create` (an empty filter file) and `bloomgrid
- * build` (a new filter file filled with keys from files or stdin).  With
- * --like a shard bundle (a router's export), both make a bundle of empty
- * shards like it, each key going to its shard: a partial that the router
- * can import. */
+ * build` (a new filter file filled with keys from files or stdin).  --like
+ * copies a template's kind, geometry and secret; a shard bundle (a router's
+ * export) as template gives a bundle of empty shards like it, each key going
+ * to its shard: a partial that the router can import. */
 #include <getopt.h>
-#include <string.h>
 
-#include "bundle.h"
 #include "cli.h"
 #include "keys_input.h"
-#include "progress.h"
 
 struct create_opts {
     const char *cmd;
@@ -102,74 +99,33 @@ static int create_parse(struct create_opts *o, int argc, char **argv)
     return create_check(o);
 }
 
-/* A new empty filter: from the template, or from the parameters. */
-static struct bf *create_filter(struct create_opts *o)
+/* A new empty bundle: like the template (a filter file or a shard bundle,
+ * whose form it takes), or one filter from the parameters. */
+static struct bundle *create_new(struct create_opts *o)
 {
     char err[BF_ERRLEN] = "";
-    struct bf *tmpl = NULL, *f;
+    struct bundle *tmpl, *b;
+    struct bf *f;
 
     if (o->like) {
-        tmpl = cli_load(o->like);
-        if (!tmpl)
+        if (!(tmpl = cli_load(o->like)))
             return NULL;
-        f = bf_create_like(tmpl, err);
-        bf_destroy(tmpl);
+        b = bundle_create_like(tmpl, err);
+        bundle_destroy(tmpl);
     } else {
         bf_params_default(&o->params);
         f = bf_create(&o->params, err);
+        b = f ? bundle_of_filter(f, err) : NULL;
     }
-    if (!f)
+    if (!b)
         cli_fail("%s: %s", o->cmd, err[0] ? err : "cannot create the filter");
-    return f;
-}
-
-/* A new empty bundle like the bundle o->like. */
-static struct bundle *create_bundle(struct create_opts *o)
-{
-    char err[BF_ERRLEN] = "";
-    struct bundle *tmpl = bundle_load(o->like, err), *b = NULL;
-
-    if (!tmpl) {
-        cli_fail("%s: %s", o->like, err);
-        return NULL;
-    }
-    b = bundle_create_like(tmpl, err);
-    bundle_destroy(tmpl);
-    if (!b)
-        cli_fail("%s: %s", o->cmd, err);
     return b;
-}
-
-static int bundle_batch(void *ctx, const void *const *keys, const size_t *lens,
-                        size_t n)
-{
-    bundle_add_keys(ctx, keys, lens, n);
-    return 0;
-}
-
-/* create/build --like BUNDLE. */
-static int build_bundle(struct create_opts *o)
-{
-    char err[BF_ERRLEN] = "";
-    struct bundle *b = create_bundle(o);
-    int rc = 0;
-
-    if (!b)
-        return CLI_ERR;
-    for (uint32_t i = 0; i < b->count; i++)
-        bf_set_exclusive(b->shard[i], true);
-    if (strcmp(o->cmd, "build") == 0)
-        rc = keys_read_paths(o->inputs, o->ninputs, bundle_batch, b);
-    if (rc == 0 && bundle_save(b, o->file, err) < 0)
-        rc = cli_fail("%s: cannot save: %s", o->file, err);
-    bundle_destroy(b);
-    return rc;
 }
 
 int cmd_create(int argc, char **argv)
 {
     struct create_opts o = {.cmd = "create"};
-    struct bf *f;
+    struct bundle *b;
     int rc = create_parse(&o, argc, argv);
 
     if (rc)
@@ -177,52 +133,30 @@ int cmd_create(int argc, char **argv)
     if (o.ninputs)
         return cli_fail("create: unexpected argument '%s' (to add keys, use "
                         "'bloomgrid build')", o.inputs[0]);
-    if (o.like && bundle_file_is(o.like))
-        return build_bundle(&o);
-    f = create_filter(&o);
-    if (!f)
+    if (!(b = create_new(&o)))
         return CLI_ERR;
-    rc = cli_save(f, o.file);
-    bf_destroy(f);
+    rc = cli_save(b, o.file);
+    bundle_destroy(b);
     return rc;
-}
-
-struct build_ctx {
-    struct bf *f;
-    struct progress prog;
-};
-
-static int build_batch(void *ctx, const void *const *keys, const size_t *lens,
-                       size_t n)
-{
-    struct build_ctx *b = ctx;
-
-    bf_add_keys(b->f, keys, lens, n, NULL);
-    progress_tick(&b->prog, n);
-    return 0;
 }
 
 int cmd_build(int argc, char **argv)
 {
     struct create_opts o = {.cmd = "build"};
-    struct build_ctx b = {0};
+    struct cli_adding a;
+    struct bundle *b;
     int rc = create_parse(&o, argc, argv);
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
-    if (o.like && bundle_file_is(o.like))
-        return build_bundle(&o);
-    b.f = create_filter(&o);
-    if (!b.f)
+    if (!(b = create_new(&o)))
         return CLI_ERR;
-    /* The tool is single-threaded: plain stores instead of atomic ORs. */
-    bf_set_exclusive(b.f, true);
-    progress_init(&b.prog, b.f);
-    rc = keys_read_paths(o.inputs, o.ninputs, build_batch, &b);
+    cli_adding_start(&a, b);
+    rc = keys_read_paths(o.inputs, o.ninputs, cli_add_batch, &a);
     if (rc == 0) {
-        progress_done(&b.prog);
-        rc = cli_save(b.f, o.file);
+        progress_done(&a.prog);
+        rc = cli_save(b, o.file);
     }
-    bf_destroy(b.f);
+    bundle_destroy(b);
     return rc;
 }

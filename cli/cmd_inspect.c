@@ -2,13 +2,13 @@
  * fingerprint of a filter file.  Loading verifies the checksum, so a file
  * that is shown at all has checksum "ok"; a corrupt one is refused (exit 2).
  * The secret is never printed, only the fingerprint id derived from it.
- * A shard bundle (a router's export) is shown as a list of its shards. */
+ * A shard bundle (a router's export) is shown as a list of its shards, a
+ * plain filter file (a bundle of one, common/bundle.h) in full. */
 #include <getopt.h>
 #include <math.h>
 #include <string.h>
 
 #include "bf_file.h"
-#include "bundle.h"
 #include "cli.h"
 
 static const struct option inspect_longopts[] = {
@@ -125,15 +125,26 @@ static void print_json(const char *path, const struct bf *f,
     printf("}\n");
 }
 
-/* One line (or JSON object) per shard of a bundle. */
-static int inspect_bundle(const char *path, bool json)
+/* Everything about one filter. */
+static void print_filter(const char *path, const struct bf *f, bool json)
 {
-    char err[BF_ERRLEN] = "", fpid[17];
-    struct bundle *b = bundle_load(path, err);
+    struct bf_stats s;
+    char fpid[17];
+
+    bf_stats(f, &s);
+    bf_fingerprint_id(f, fpid);
+    if (json)
+        print_json(path, f, &s, fpid);
+    else
+        print_text(path, f, &s, fpid);
+}
+
+/* One line (or JSON object) per shard of a bundle. */
+static void print_shards(const char *path, const struct bundle *b, bool json)
+{
+    char fpid[17];
     struct bf_stats s;
 
-    if (!b)
-        return cli_fail("%s: %s", path, err);
     if (json) {
         printf("{\n  \"file\": ");
         json_str(path);
@@ -168,16 +179,12 @@ static int inspect_bundle(const char *path, bool json)
     }
     if (json)
         printf("\n  ]\n}\n");
-    bundle_destroy(b);
-    return fflush(stdout) == 0 ? CLI_OK : cli_fail("cannot write the output");
 }
 
 int cmd_inspect(int argc, char **argv)
 {
     bool json = false;
-    struct bf_stats s;
-    char fpid[17];
-    struct bf *f;
+    struct bundle *b;
     int c;
 
     cli_getopt_reset();
@@ -191,17 +198,12 @@ int cmd_inspect(int argc, char **argv)
     if (argc - optind != 1)
         return cli_fail("inspect: need exactly one FILE (see 'bloomgrid help "
                         "inspect')");
-    if (bundle_file_is(argv[optind]))
-        return inspect_bundle(argv[optind], json);
-    f = cli_load(argv[optind]);
-    if (!f)
+    if (!(b = cli_load(argv[optind])))
         return CLI_ERR;
-    bf_stats(f, &s);
-    bf_fingerprint_id(f, fpid);
-    if (json)
-        print_json(argv[optind], f, &s, fpid);
+    if (b->plain)
+        print_filter(argv[optind], b->shard[0], json);
     else
-        print_text(argv[optind], f, &s, fpid);
-    bf_destroy(f);
+        print_shards(argv[optind], b, json);
+    bundle_destroy(b);
     return fflush(stdout) == 0 ? CLI_OK : cli_fail("cannot write the output");
 }

@@ -1,17 +1,16 @@
 /* cmd_keys: the commands that take a filter file and keys: `add`, `query`
  * and `remove`.  Keys come from the arguments, or one per line from stdin
- * when there are none.  query and add also take a shard bundle (a router's
- * export): each key goes to its shard. */
+ * when there are none.  query and add take a filter file or a shard bundle
+ * (a router's export) alike, each key going to its shard; remove takes one
+ * counting filter. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "bundle.h"
 #include "cli.h"
 #include "keys_input.h"
-#include "progress.h"
 
 struct keys_opts {
     const char *cmd;
@@ -68,84 +67,31 @@ static int keys_run(struct keys_opts *o, keys_batch_fn fn, void *ctx)
 
 /* ---- add ------------------------------------------------------------- */
 
-struct add_ctx {
-    struct bf *f;
-    struct bundle *b;         /* instead of f for a shard bundle */
-    struct progress prog;
-};
-
-static int add_batch(void *ctx, const void *const *keys, const size_t *lens,
-                     size_t n)
-{
-    struct add_ctx *a = ctx;
-
-    if (a->b)
-        bundle_add_keys(a->b, keys, lens, n);
-    else
-        bf_add_keys(a->f, keys, lens, n, NULL);
-    progress_tick(&a->prog, n);
-    return 0;
-}
-
-static struct bundle *load_bundle(const char *path)
-{
-    char err[BF_ERRLEN] = "";
-    struct bundle *b = bundle_load(path, err);
-
-    if (!b)
-        cli_fail("%s: %s", path, err);
-    return b;
-}
-
-static int add_bundle(struct keys_opts *o, struct add_ctx *a)
-{
-    char err[BF_ERRLEN] = "";
-    int rc;
-
-    if (!(a->b = load_bundle(o->file)))
-        return CLI_ERR;
-    for (uint32_t i = 0; i < a->b->count; i++)
-        bf_set_exclusive(a->b->shard[i], true);
-    progress_init(&a->prog, NULL);
-    rc = keys_run(o, add_batch, a);
-    if (rc == 0) {
-        progress_done(&a->prog);
-        if (bundle_save(a->b, o->file, err) < 0)
-            rc = cli_fail("%s: cannot save: %s", o->file, err);
-    }
-    bundle_destroy(a->b);
-    return rc;
-}
-
 int cmd_add(int argc, char **argv)
 {
     struct keys_opts o = {.cmd = "add"};
-    struct add_ctx a = {0};
+    struct cli_adding a;
+    struct bundle *b;
     int rc = keys_parse(&o, argc, argv);
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
-    if (bundle_file_is(o.file))
-        return add_bundle(&o, &a);
-    a.f = cli_load(o.file);
-    if (!a.f)
+    if (!(b = cli_load(o.file)))
         return CLI_ERR;
-    bf_set_exclusive(a.f, true);
-    progress_init(&a.prog, a.f);
-    rc = keys_run(&o, add_batch, &a);
+    cli_adding_start(&a, b);
+    rc = keys_run(&o, cli_add_batch, &a);
     if (rc == 0) {
         progress_done(&a.prog);
-        rc = cli_save(a.f, o.file);
+        rc = cli_save(b, o.file);
     }
-    bf_destroy(a.f);
+    bundle_destroy(b);
     return rc;
 }
 
 /* ---- query ----------------------------------------------------------- */
 
 struct query_ctx {
-    const struct bf *f;
-    const struct bundle *b;   /* instead of f for a shard bundle */
+    const struct bundle *b;
     bool count_only;
     uint64_t maybe, no;
 };
@@ -163,10 +109,7 @@ static int query_batch(void *ctx, const void *const *keys, const size_t *lens,
     struct query_ctx *q = ctx;
     bool present[KEYS_BATCH];
 
-    if (q->b)
-        bundle_may_contain_keys(q->b, keys, lens, n, present);
-    else
-        bf_may_contain_keys(q->f, keys, lens, n, present);
+    bundle_may_contain_keys(q->b, keys, lens, n, present);
     for (size_t i = 0; i < n; i++) {
         if (present[i])
             q->maybe++;
@@ -191,20 +134,14 @@ int cmd_query(int argc, char **argv)
     static char outbuf[1 << 20];
     struct keys_opts o = {.cmd = "query"};
     struct query_ctx q = {0};
-    struct bundle *b = NULL;
-    struct bf *f = NULL;
+    struct bundle *b;
     int rc = keys_parse(&o, argc, argv);
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
-    if (bundle_file_is(o.file))
-        b = load_bundle(o.file);
-    else
-        f = cli_load(o.file);
-    if (!f && !b)
+    if (!(b = cli_load(o.file)))
         return CLI_ERR;
     setvbuf(stdout, outbuf, _IOFBF, sizeof outbuf);
-    q.f = f;
     q.b = b;
     q.count_only = o.count_only;
     rc = keys_run(&o, query_batch, &q);
@@ -213,7 +150,6 @@ int cmd_query(int argc, char **argv)
                (unsigned long long)q.no);
     if (rc == 0)
         rc = flush_stdout();
-    bf_destroy(f);
     bundle_destroy(b);
     if (rc)
         return rc;
@@ -249,13 +185,16 @@ int cmd_remove(int argc, char **argv)
 {
     struct keys_opts o = {.cmd = "remove"};
     struct remove_ctx r = {0};
+    struct bundle *b;
     int rc = keys_parse(&o, argc, argv);
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
-    r.f = cli_load(o.file);
-    if (!r.f)
+    if (bundle_file_is(o.file))
+        return cli_refuse_bundle(o.file);
+    if (!(b = cli_load(o.file)))
         return CLI_ERR;
+    r.f = b->shard[0];
     if (bf_kind(r.f) != BF_KIND_COUNTING) {
         rc = cli_fail("remove: %s is a %s filter; only counting filters "
                       "support remove", o.file, bf_kind_name(bf_kind(r.f)));
@@ -266,10 +205,10 @@ int cmd_remove(int argc, char **argv)
     if (rc == 0)
         rc = flush_stdout();
     if (rc == 0 && r.removed)
-        rc = cli_save(r.f, o.file);
+        rc = cli_save(b, o.file);
     if (rc == 0 && r.absent)
         rc = CLI_NO;
 out:
-    bf_destroy(r.f);
+    bundle_destroy(b);
     return rc;
 }

@@ -3,13 +3,14 @@
  * Inputs are loaded one at a time into the first one, so memory holds two
  * filters at most.  Before each merge the projected fill and false-positive
  * rate are reported, so an over-full result is visible before it is used.
- * OUT is written only after every input merged cleanly.  Shard bundles (a
- * router's export, or partials built --like one) merge shard by shard.
+ * OUT is written only after every input merged cleanly.  Every input is
+ * read as a bundle (common/bundle.h; a filter file is a bundle of one), and
+ * merged shard by shard: shard bundles (a router's export, or partials built
+ * --like one) with shard bundles, filter files with filter files.
  */
 #include <getopt.h>
 #include <string.h>
 
-#include "bundle.h"
 #include "cli.h"
 
 struct merge_opts {
@@ -61,118 +62,102 @@ static int merge_parse(struct merge_opts *o, int argc, char **argv)
     return merge_check_out(o);
 }
 
-/* Merge src (from file path) into dst, reporting the projection; src stays
- * the caller's. */
-static int merge_filter(struct bf *dst, const char *first, const char *path,
-                        const struct bf *src)
+/* Load an input: the first one (dst NULL) in either form, every later one
+ * in the form of the first; filter files merge with filter files and shard
+ * bundles with shard bundles. */
+static struct bundle *merge_load(const struct bundle *dst, const char *path)
 {
-    struct bf_merge_projection proj;
     char err[BF_ERRLEN] = "";
-    const char *field;
+    bool is_bundle = bundle_file_is(path);
+    bool bundles = dst ? !dst->plain : is_bundle;
+    struct bundle *b;
 
-    field = bf_mismatch(dst, src);
-    if (field)
-        return cli_fail("merge: %s cannot be merged into %s: different %s",
-                        path, first, field);
-    if (bf_merge_project(dst, src, &proj, err) < 0)
-        return cli_fail("merge: %s: %s", path, err);
-    if (proj.over_target)
+    if (!bundles && is_bundle) {
+        cli_refuse_bundle(path);
+        return NULL;
+    }
+    if (!(b = bundle_load(path, err))) {
+        cli_fail("%s%s: %s%s", bundles ? "merge: " : "", path, err,
+                 bundles && !is_bundle ? " (bundles merge only with bundles)"
+                                       : "");
+        return NULL;
+    }
+    if (bundles && b->plain) {
+        cli_fail("merge: %s: bad magic: not a shard bundle (bundles merge "
+                 "only with bundles)", path);
+        bundle_destroy(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Before a shard is merged: the projection of every filter file, the
+ * warnings of a bundle's shards. */
+static void merge_report(const struct bundle *dst, const char *path,
+                         uint32_t shard, const struct bf_merge_projection *p)
+{
+    if (dst->plain)
+        fprintf(stderr, "merge: + %s: projected fill %.4f, estimated FPR "
+                "%.4g, about %.0f keys%s\n", path, p->fill_ratio,
+                p->estimated_fpr, p->estimated_count,
+                p->over_target ? " (above the target error rate)" : "");
+    else if (p->over_target)
         fprintf(stderr, "merge: + %s: shard %u: projected FPR %.4g is above "
-                "the target error rate\n", path, bf_shard_index(dst),
-                proj.estimated_fpr);
-    if (bf_merge_from(dst, src, err) < 0)
-        return cli_fail("merge: %s: %s", path, err);
-    return 0;
+                "the target error rate\n", path, shard, p->estimated_fpr);
 }
 
-/* Bundles: every input a bundle with the same shard count, merged shard by
- * shard into the first. */
-static int merge_bundles(const struct merge_opts *o)
-{
-    char err[BF_ERRLEN] = "";
-    struct bundle *dst = bundle_load(o->inputs[0], err);
-    int rc = 0;
-
-    if (!dst)
-        return cli_fail("merge: %s: %s", o->inputs[0], err);
-    for (int i = 1; i < o->ninputs && rc == 0; i++) {
-        struct bundle *src = bundle_load(o->inputs[i], err);
-        if (!src) {
-            rc = cli_fail("merge: %s: %s%s", o->inputs[i], err,
-                          bundle_file_is(o->inputs[i]) ? ""
-                          : " (bundles merge only with bundles)");
-            break;
-        }
-        if (src->count != dst->count)
-            rc = cli_fail("merge: %s cannot be merged into %s: different "
-                          "shard_count (%u, not %u)", o->inputs[i],
-                          o->inputs[0], src->count, dst->count);
-        for (uint32_t s = 0; rc == 0 && s < dst->count; s++)
-            rc = merge_filter(dst->shard[s], o->inputs[0], o->inputs[i],
-                              src->shard[s]);
-        if (rc == 0)
-            fprintf(stderr, "merge: + %s: %u shards\n", o->inputs[i],
-                    src->count);
-        bundle_destroy(src);
-    }
-    if (rc == 0 && bundle_save(dst, o->out, err) < 0)
-        rc = cli_fail("merge: cannot write %s: %s", o->out, err);
-    bundle_destroy(dst);
-    return rc;
-}
-
-/* Merge the filter in file path into dst, reporting the projection. */
-static int merge_one(struct bf *dst, const char *first, const char *path)
+/* Merge src (from file path) into dst shard by shard; src stays the
+ * caller's. */
+static int merge_into(struct bundle *dst, const char *first, const char *path,
+                      const struct bundle *src)
 {
     struct bf_merge_projection proj;
     char err[BF_ERRLEN] = "";
-    struct bf *src = cli_load(path);
     const char *field;
-    int rc = CLI_ERR;
 
-    if (!src)
-        return CLI_ERR;
-    field = bf_mismatch(dst, src);
-    if (field) {
-        cli_fail("merge: %s cannot be merged into %s: different %s", path,
-                 first, field);
-        goto out;
+    if (src->count != dst->count)
+        return cli_fail("merge: %s cannot be merged into %s: different "
+                        "shard_count (%u, not %u)", path, first, src->count,
+                        dst->count);
+    for (uint32_t s = 0; s < dst->count; s++) {
+        struct bf *d = dst->shard[s];
+        field = bf_mismatch(d, src->shard[s]);
+        if (field)
+            return cli_fail("merge: %s cannot be merged into %s: different %s",
+                            path, first, field);
+        if (bf_merge_project(d, src->shard[s], &proj, err) < 0)
+            return cli_fail("merge: %s: %s", path, err);
+        merge_report(dst, path, bf_shard_index(d), &proj);
+        if (bf_merge_from(d, src->shard[s], err) < 0)
+            return cli_fail("merge: %s: %s", path, err);
     }
-    if (bf_merge_project(dst, src, &proj, err) < 0) {
-        cli_fail("merge: %s: %s", path, err);
-        goto out;
-    }
-    fprintf(stderr, "merge: + %s: projected fill %.4f, estimated FPR %.4g, "
-            "about %.0f keys%s\n", path, proj.fill_ratio, proj.estimated_fpr,
-            proj.estimated_count,
-            proj.over_target ? " (above the target error rate)" : "");
-    if (bf_merge_from(dst, src, err) < 0) {
-        cli_fail("merge: %s: %s", path, err);
-        goto out;
-    }
-    rc = 0;
-out:
-    bf_destroy(src);
-    return rc;
+    if (!dst->plain)
+        fprintf(stderr, "merge: + %s: %u shards\n", path, src->count);
+    return 0;
 }
 
 int cmd_merge(int argc, char **argv)
 {
+    char err[BF_ERRLEN] = "";
     struct merge_opts o = {0};
-    struct bf *dst;
+    struct bundle *dst, *src;
     int rc = merge_parse(&o, argc, argv);
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
-    if (bundle_file_is(o.inputs[0]))
-        return merge_bundles(&o);
-    dst = cli_load(o.inputs[0]);
-    if (!dst)
+    if (!(dst = merge_load(NULL, o.inputs[0])))
         return CLI_ERR;
-    for (int i = 1; i < o.ninputs && rc == 0; i++)
-        rc = merge_one(dst, o.inputs[0], o.inputs[i]);
-    if (rc == 0)
-        rc = cli_save(dst, o.out);
-    bf_destroy(dst);
+    for (int i = 1; i < o.ninputs && rc == 0; i++) {
+        if (!(src = merge_load(dst, o.inputs[i]))) {
+            rc = CLI_ERR;
+            break;
+        }
+        rc = merge_into(dst, o.inputs[0], o.inputs[i], src);
+        bundle_destroy(src);
+    }
+    if (rc == 0 && bundle_save(dst, o.out, err) < 0)
+        rc = dst->plain ? cli_fail("%s: cannot save: %s", o.out, err)
+                        : cli_fail("merge: cannot write %s: %s", o.out, err);
+    bundle_destroy(dst);
     return rc;
 }

@@ -1,10 +1,12 @@
 /* cmd_online_file: `export` (a server's filter into a file) and `import` (a
  * filter file OR-merged into a server's filter).
  *
- * Export writes like bf_file_save: the chunks go to "<FILE>.tmp.XXXXXX" in
- * the same directory, which is fsynced, then loaded and verified (magic,
- * geometry, checksum; every shard of a router's shard bundle) before it is
- * renamed over FILE and the directory is fsynced.  Any failure removes the temp file and leaves FILE as it was.
+ * Export writes through common/durable.h like every file writer: the chunks
+ * go to "<FILE>.tmp.XXXXXX" in the same directory, which is loaded and
+ * verified (magic, geometry, checksum; every shard of a router's shard
+ * bundle) before durable_commit fsyncs it, renames it over FILE and fsyncs
+ * the directory.  Any failure or a signal removes the temp file and leaves
+ * FILE as it was.
  * Import sends the file as it is; the server verifies it whole before
  * merging anything.
  */
@@ -12,14 +14,13 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bf_file.h"
 #include "bundle.h"
 #include "cli.h"
+#include "durable.h"
 #include "online.h"
 #include "online_cmd.h"
 #include "progress.h"
@@ -27,48 +28,31 @@
 /* ---- export ----------------------------------------------------------- */
 
 struct export_ctx {
-    const char *tmp;
-    int fd;
+    struct durable_file df;
     uint64_t written, total;
     bool have_total;
     struct progress prog;
 };
 
-/* The temp file of an export in progress, removed if a signal ends the
- * command (unlink is async-signal-safe). */
-static const char *volatile export_tmp;
+/* The temp file of an export in progress, thrown away if a signal ends the
+ * command (durable_abort only closes and unlinks: async-signal-safe). */
+static struct durable_file *volatile export_df;
 
 static void export_signal(int sig)
 {
-    if (export_tmp)
-        unlink(export_tmp);
+    if (export_df)
+        durable_abort(export_df);
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
-static void export_guard(const char *tmp)
+static void export_guard(struct durable_file *df)
 {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 
-    export_tmp = tmp;
+    export_df = df;
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-        signal(sigs[i], tmp ? export_signal : SIG_DFL);
-}
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
+        signal(sigs[i], df ? export_signal : SIG_DFL);
 }
 
 static int export_chunk(void *ctx, uint64_t offset, const void *data,
@@ -91,46 +75,31 @@ static int export_chunk(void *ctx, uint64_t offset, const void *data,
     if (len > total - e->written)
         return cli_fail("export: the server sent more than the announced "
                         "%llu bytes", (unsigned long long)total);
-    if ((rc = write_all(e->fd, data, len)) < 0)
-        return cli_fail("%s: cannot write: %s", e->tmp, strerror(-rc));
+    if ((rc = durable_write_all(e->df.fd, data, len)) < 0)
+        return cli_fail("%s: cannot write: %s", e->df.tmp, strerror(-rc));
     e->written += len;
     progress_tick(&e->prog, len);
     return 0;
 }
 
-/* The temp file holds the whole export: sync it, verify it, rename it. */
-static int export_commit(struct export_ctx *e, const char *path)
+/* The temp file holds the whole export: verify it as the offline commands
+ * read it (a node sends a filter file, a router a shard bundle), then
+ * publish it. */
+static int export_commit(struct export_ctx *e)
 {
-    char err[BF_ERRLEN] = "";
-    struct bf *f;
-    int rc;
+    char err[BF_ERRLEN] = "", derr[DURABLE_ERRLEN] = "";
+    struct bundle *b;
 
     if (!e->have_total || e->written != e->total)
         return cli_fail("export: the transfer ended after %llu of %llu bytes",
                         (unsigned long long)e->written,
                         (unsigned long long)e->total);
-    if (fsync(e->fd) < 0)
-        return cli_fail("%s: fsync failed: %s", e->tmp, strerror(errno));
-    /* A router sends every shard in one bundle; a node one filter file. */
-    if (bundle_file_is(e->tmp)) {
-        struct bundle *b = bundle_load(e->tmp, err);
-        if (!b)
-            return cli_fail("export: the received bundle does not verify: %s",
-                            err);
-        bundle_destroy(b);
-    } else {
-        f = bf_file_load(e->tmp, err, NULL);
-        if (!f)
-            return cli_fail("export: the received file does not verify: %s",
-                            err);
-        bf_destroy(f);
-    }
-    if (rename(e->tmp, path) < 0)
-        return cli_fail("cannot rename %s to %s: %s", e->tmp, path,
-                        strerror(errno));
-    if ((rc = cli_fsync_parent(path)) < 0)
-        return cli_fail("fsync of the directory of %s failed: %s", path,
-                        strerror(-rc));
+    if (!(b = bundle_load(e->df.tmp, err)))
+        return cli_fail("export: the received %s does not verify: %s",
+                        bundle_file_is(e->df.tmp) ? "bundle" : "file", err);
+    bundle_destroy(b);
+    if (durable_commit(&e->df, derr) < 0)
+        return cli_fail("%s", derr);
     return 0;
 }
 
@@ -141,12 +110,12 @@ static const struct option export_longopts[] = {
 
 int cmd_online_export(int argc, char **argv)
 {
-    struct export_ctx e = {.fd = -1};
+    char derr[DURABLE_ERRLEN] = "";
+    struct export_ctx e = {0};
     struct online o;
     struct rpc_status st;
-    bool force = false, renamed = false;
+    bool force = false;
     const char *path;
-    char *tmp = NULL;
     int c, rc;
 
     online_cmd_init(&o);
@@ -169,36 +138,22 @@ int cmd_online_export(int argc, char **argv)
         o.deadline_ms = ONLINE_TRANSFER_DEADLINE_MS;
     if ((rc = online_open(&o)))
         return rc;
-    if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0) {
-        tmp = NULL;
-        rc = cli_fail("out of memory");
+    if (durable_open(&e.df, path, NULL, 0644, derr) < 0) {
+        rc = cli_fail("%s", derr);
         goto out;
     }
-    e.tmp = tmp;
-    e.fd = mkostemp(tmp, O_CLOEXEC);
-    if (e.fd < 0) {
-        rc = cli_fail("cannot create temp file %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    export_guard(tmp);
-    fchmod(e.fd, 0644);
+    export_guard(&e.df);
     progress_init_bytes(&e.prog);
     rc = online_export(&o, argv[optind], export_chunk, &e, &st);
     if (rc < 0)
         rc = online_report(&o, &st);
     if (rc == 0)
-        rc = export_commit(&e, path);
-    renamed = rc == 0;
+        rc = export_commit(&e);
     if (rc == 0)
         progress_done(&e.prog);
+    durable_abort(&e.df);       /* nothing left to remove once committed */
+    export_guard(NULL);
 out:
-    if (e.fd >= 0) {
-        close(e.fd);
-        if (!renamed)
-            unlink(tmp);
-        export_guard(NULL);
-    }
-    free(tmp);
     online_close(&o);
     return rc;
 }

@@ -10,39 +10,16 @@
 
 #include "bf.h"
 #include "bf_file.h"
+#include "bytebuf.h"
 #include "log.h"
 #include "node.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
+#include "rules.h"
 #include "store.h"
 
-#define EXPORT_CHUNK_DEFAULT (1u << 20)
-#define EXPORT_CHUNK_MAX (4u << 20)
 
 /* ---- Export / Import ---- */
-
-struct membuf {
-    uint8_t *p;
-    size_t len, cap;
-};
-
-static int membuf_write(void *ctx, const void *buf, size_t len)
-{
-    struct membuf *mb = ctx;
-    if (mb->len + len > mb->cap) {
-        size_t cap = mb->cap ? mb->cap : 1 << 16;
-        while (cap < mb->len + len)
-            cap *= 2;
-        uint8_t *p = realloc(mb->p, cap);
-        if (!p)
-            return -ENOMEM;
-        mb->p = p;
-        mb->cap = cap;
-    }
-    memcpy(mb->p + mb->len, buf, len);
-    mb->len += len;
-    return 0;
-}
 
 /* Export writer: fills a chunk and sends it whenever it is full. */
 struct chunker {
@@ -122,9 +99,9 @@ static void export_run(struct node *n, struct rpc_stream *st, bool shard)
         sf = node_rpc__get_filter(s, m->filter, &r);
     if (!sf)
         goto done;
-    c.cap = m->chunk_size ? m->chunk_size : EXPORT_CHUNK_DEFAULT;
-    if (c.cap > EXPORT_CHUNK_MAX)
-        c.cap = EXPORT_CHUNK_MAX;
+    c.cap = m->chunk_size ? m->chunk_size : RULES_CHUNK_DEFAULT;
+    if (c.cap > RULES_CHUNK_MAX)
+        c.cap = RULES_CHUNK_MAX;
     if (c.cap + 64 > rpc_stream_max_message(st))
         c.cap = rpc_stream_max_message(st) - 64;
     copy = store_filter_copy(sf);
@@ -208,7 +185,7 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     struct rpc_reply r = {.code = GRPC_STATUS_OK};
     const uint8_t *buf;
     size_t len;
-    struct membuf mb = {0};
+    struct bytebuf mb = {0};    /* max 0 until the filter is known */
     struct store_filter *sf = NULL;
     struct bf *src = NULL;
     char name[STORE_NAME_MAX + 1] = "";
@@ -245,21 +222,22 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
                 int e = sf ? store_filter_inspect(sf, import_limit, &limit) : 0;
                 if (e < 0)
                     node_rpc__store_error(&r, sf, name, e, NULL);
+                bytebuf_init(&mb, limit);
             }
         } else if (m->filter[0] && strcmp(m->filter, name) != 0) {
             rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
                             "ImportRequest names filter \"%s\" after \"%s\"",
                             m->filter, name);
         }
-        if (r.code == GRPC_STATUS_OK) {
-            if (mb.len + m->data.len > limit)
-                rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                "import is larger (%zu+ bytes) than any file "
-                                "compatible with filter \"%s\" (%zu bytes)",
-                                mb.len + m->data.len, name, limit);
-            else if (membuf_write(&mb, m->data.data, m->data.len) < 0)
-                rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        }
+        int arc = r.code == GRPC_STATUS_OK ? bytebuf_append(&mb, m->data.data, m->data.len)
+                                           : 0;
+        if (arc == -E2BIG)
+            rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                            "import is larger (%zu+ bytes) than any file "
+                            "compatible with filter \"%s\" (%zu bytes)",
+                            mb.len + m->data.len, name, limit);
+        else if (arc < 0)
+            rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         protobuf_c_message_free_unpacked(&m->base, NULL);
         if (r.code != GRPC_STATUS_OK)
             goto done;
@@ -315,7 +293,7 @@ out:
     bf_destroy(src);
     if (sf)
         store_put(sf);
-    free(mb.p);
+    bytebuf_deinit(&mb);
 }
 
 void node_rpc__h_import(void *arg, struct rpc_stream *st)

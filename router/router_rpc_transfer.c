@@ -2,21 +2,16 @@
  * router (public Export/Import on one side, internal ExportShard/ImportShard
  * streams to the nodes on the other).  An RPC edge file like router_rpc.c.
  *
- * A sharded filter travels as ONE file holding every shard, the "shard
- * bundle" (docs/ROUTER.md):
- *
- *   "BGSHARDS"  u32 version (1)  u32 S
- *   S times:    u32 shard index  u64 length L  L bytes: the shard's filter
- *               file (docs/FORMAT.md), in shard order 0..S-1
- *   u64 XXH3-64 of every byte before it
- *
- * all integers little-endian.  Export assembles the bundle in memory from the
- * shards' own exports (each a consistent point-in-time snapshot of its
- * shard), then streams it.  Import receives the whole bundle, checks it
- * (magic, version, shard count, checksum, every shard file parses and carries
- * this filter's secret, shard index and count) before anything changes, then
- * merges the shards one by one, shard 0 first: a geometry mismatch is refused
- * by the node on shard 0, before any shard changed.  A node failing half-way
+ * A sharded filter travels as ONE file holding every shard, the shard
+ * bundle (docs/FORMAT.md, "Shard bundle"; written and framed by
+ * common/bundle.h).  Export assembles the bundle in memory from the shards'
+ * own exports (each a consistent point-in-time snapshot of its shard),
+ * streaming each node's chunks into the bundle writer, then streams it.
+ * Import receives the whole bundle, checks it (the frame, then that every
+ * shard file parses and carries this filter's secret, shard index and count)
+ * before anything changes, then forwards each shard's bytes to its node, one
+ * shard after the other, shard 0 first: a geometry mismatch is refused by
+ * the node on shard 0, before any shard changed.  A node failing half-way
  * leaves earlier shards merged; merging is idempotent, so importing the same
  * bundle again completes it.
  */
@@ -26,11 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
-
 #include "bf.h"
 #include "bf_file.h"
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
+#include "bloomgrid/v1/internal.pb-c.h"
+#include "bundle.h"
+#include "bytebuf.h"
 #include "log.h"
 #include "router.h"
 #include "router_nodes.h"
@@ -38,99 +34,20 @@
 
 #define M_EXPORT_SHARD "/bloomgrid.v1.Internal/ExportShard"
 #define M_IMPORT_SHARD "/bloomgrid.v1.Internal/ImportShard"
-#define BUNDLE_MAGIC "BGSHARDS"
-#define BUNDLE_VERSION 1
-#define CHUNK_DEFAULT (1u << 20)
-#define CHUNK_MAX (4u << 20)
 #define TRANSFER_TIMEOUT_MS 600000
 
-struct buf {
-    uint8_t *p;
-    size_t len, cap;
-};
-
-static int buf_put(struct buf *b, const void *data, size_t len)
-{
-    if (b->len + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 1 << 16;
-        while (cap < b->len + len)
-            cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p)
-            return -ENOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, data, len);
-    b->len += len;
-    return 0;
-}
-
-static int buf_le(struct buf *b, uint64_t v, int bytes)
-{
-    uint8_t x[8];
-    for (int i = 0; i < bytes; i++)
-        x[i] = (uint8_t)(v >> (8 * i));
-    return buf_put(b, x, (size_t)bytes);
-}
-
-static uint64_t get_le(const uint8_t *p, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = bytes - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/* Hand-encoded ExportShardRequest / ImportShardRequest (1 filter, 2
- * chunk_size or data, 3 shard_index). */
-static void put_varint(struct buf *b, uint64_t v)
-{
-    uint8_t x[10];
-    int n = 0;
-    while (v >= 0x80) {
-        x[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    x[n++] = (uint8_t)v;
-    buf_put(b, x, (size_t)n);
-}
-
-static void encode_shard_msg(struct buf *b, const char *filter, uint32_t shard,
-                             bool with_bytes, const void *data, size_t len,
-                             uint32_t number)
-{
-    b->len = 0;
-    size_t fl = strlen(filter);
-    buf_put(b, "\x0a", 1);
-    put_varint(b, fl);
-    buf_put(b, filter, fl);
-    if (with_bytes) {
-        buf_put(b, "\x12", 1);
-        put_varint(b, len);
-        buf_put(b, data, len);
-    } else if (number) {
-        buf_put(b, "\x10", 1);
-        put_varint(b, number);
-    }
-    if (shard) {
-        buf_put(b, "\x18", 1);
-        put_varint(b, shard);
-    }
-}
-
-/* Append shard s's file, exported by its primary, to out. */
+/* Stream shard s's file, exported by its primary, into the bundle w. */
 static int export_shard(struct router *r, const struct topo *t,
-                        const struct router_filter *f, uint32_t s, struct buf *out,
-                        struct router_status *st)
+                        const struct router_filter *f, uint32_t s,
+                        struct bundle_writer *w, struct router_status *st)
 {
     const char *node = t->groups[f->group[s]].primary;
     struct rpc_channel *ch = router_channel(r, node);
     struct rpc_status rs = {0};
-    struct buf req = {0};
-    size_t start = out->len;
-    uint64_t total = 0;
-    int rc = -1;
+    Bloomgrid__V1__ExportShardRequest rq = BLOOMGRID__V1__EXPORT_SHARD_REQUEST__INIT;
+    uint64_t got = 0, total = 0;
+    bool begun = false, bad = false;
+    int wrc = 0;
 
     if (!ch) {
         router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -142,22 +59,27 @@ static int export_shard(struct router *r, const struct topo *t,
                           "cannot start the call", s, node);
         return -1;
     }
-    encode_shard_msg(&req, f->name, s, false, NULL, 0, CHUNK_MAX);
-    bool sent = req.p && rpc_cstream_write(cs, req.p, req.len) == 0 &&
+    rq.filter = (char *)f->name;
+    rq.chunk_size = RULES_CHUNK_MAX;
+    rq.shard_index = s;
+    bool sent = rpc_cstream_write_msg(cs, &rq.base) == 0 &&
                 rpc_cstream_close_send(cs) == 0;
-    free(req.p);
-    bool bad = false;
     for (grpc_slice sl; sent && !bad && rpc_cstream_read(cs, &sl) == 1;) {
         Bloomgrid__V1__FileChunk *fc = bloomgrid__v1__file_chunk__unpack(
             NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
         grpc_slice_unref(sl);
-        if (!fc || fc->offset != out->len - start ||
-            (total && fc->total_size != total) ||
-            fc->offset + fc->data.len > fc->total_size ||
-            buf_put(out, fc->data.data, fc->data.len) < 0)
-            bad = true;
-        else
+        bad = !fc || fc->offset != got || (begun && fc->total_size != total) ||
+              fc->offset + fc->data.len > fc->total_size;
+        if (!bad && !begun) {
+            /* The first chunk announces the size: the entry can begin. */
+            begun = true;
             total = fc->total_size;
+            bad = total == 0 || (wrc = bundle_writer_entry(w, s, total)) < 0;
+        }
+        if (!bad && (wrc = bundle_writer_data(w, fc->data.data, fc->data.len)) < 0)
+            bad = true;
+        if (!bad)
+            got += fc->data.len;
         if (fc)
             bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
     }
@@ -165,44 +87,43 @@ static int export_shard(struct router *r, const struct topo *t,
         router_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
                           "Export of \"%s\": shard %u on node %s: %s: %s", f->name, s,
                           node, rpc_status_name(rs.code), rs.message);
-        goto out;
+        return -1;
     }
-    if (!sent || bad || out->len - start != total || total == 0) {
+    if (wrc == -ENOMEM) {
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    if (!sent || bad || !begun || got != total) {
         router_status_set(st, GRPC_STATUS_UNAVAILABLE,
                           "Export of \"%s\": shard %u on node %s sent an incomplete "
                           "or inconsistent file", f->name, s, node);
-        goto out;
+        return -1;
     }
-    rc = 0;
-out:
-    return rc;
+    return 0;
 }
 
-static int export_bundle(struct router *r, const char *name, struct buf *out,
+/* The bundle of every shard of filter name, in out. */
+static int export_bundle(struct router *r, const char *name, struct bytebuf *out,
                          struct router_status *st)
 {
     struct topo *t = router_topo(r);
     struct router_filter *f = router_filter_lookup(r, t, name, st);
+    struct bundle_writer w;
     int rc = -1;
 
     if (!f)
         goto out;
-    buf_put(out, BUNDLE_MAGIC, 8);
-    buf_le(out, BUNDLE_VERSION, 4);
-    buf_le(out, f->shards, 4);
+    if (bundle_writer_begin(&w, f->shards, bytebuf_write, out) < 0) {
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
     for (uint32_t s = 0; s < f->shards; s++) {
-        size_t at = out->len;
-        if (buf_le(out, s, 4) < 0 || buf_le(out, 0, 8) < 0) {
-            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        if (export_shard(r, t, f, s, &w, st) < 0) {
+            bundle_writer_abort(&w);
             goto out;
         }
-        if (export_shard(r, t, f, s, out, st) < 0)
-            goto out;
-        uint64_t len = out->len - at - 12;
-        for (int i = 0; i < 8; i++)
-            out->p[at + 4 + i] = (uint8_t)(len >> (8 * i));
     }
-    if (buf_le(out, XXH3_64bits(out->p, out->len), 8) < 0) {
+    if (bundle_writer_end(&w) < 0) {
         router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
@@ -217,11 +138,13 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
 {
     struct router *r = arg;
     struct router_status st;
-    struct buf b = {0};
+    struct bytebuf b;
     const uint8_t *in;
     size_t len;
     Bloomgrid__V1__ExportRequest *m = NULL;
 
+    /* As large as the filter, which its nodes already hold in memory. */
+    bytebuf_init(&b, SIZE_MAX);
     int rc = rpc_stream_read(s, &in, &len);
     if (rc < 0)
         return;
@@ -243,9 +166,9 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
         rpc_stream_finish(s, st.code, "%s", st.msg);
         goto out;
     }
-    size_t chunk = m->chunk_size ? m->chunk_size : CHUNK_DEFAULT;
-    if (chunk > CHUNK_MAX)
-        chunk = CHUNK_MAX;
+    size_t chunk = m->chunk_size ? m->chunk_size : RULES_CHUNK_DEFAULT;
+    if (chunk > RULES_CHUNK_MAX)
+        chunk = RULES_CHUNK_MAX;
     if (chunk + 64 > rpc_stream_max_message(s))
         chunk = rpc_stream_max_message(s) - 64;
     for (size_t off = 0; off < b.len; off += chunk) {
@@ -261,74 +184,48 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
              b.len);
     rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
 out:
-    free(b.p);
+    bytebuf_deinit(&b);
     bloomgrid__v1__export_request__free_unpacked(m, NULL);
 }
 
 /* ---- Import ---- */
 
-struct bundle_entry {
-    const uint8_t *file;
-    uint64_t len;
-};
-
-/* Check a bundle for filter f: layout, checksum, and that every shard file
- * parses with f's secret, shard index and count.  Returns 0 or -1 with st
- * (INVALID_ARGUMENT for a damaged bundle, FAILED_PRECONDITION for another
- * filter's). */
-static int bundle_check(const struct buf *b, const struct router_filter *f,
-                        struct bundle_entry *e, struct router_status *st)
+/* Check a bundle for filter f: the frame (common/bundle.h), then that every
+ * shard file parses with f's secret, shard index and count.  Returns 0 with
+ * l filled (entries point into b) or -1 with st (INVALID_ARGUMENT for a
+ * damaged bundle, FAILED_PRECONDITION for another filter's). */
+static int bundle_check(const struct bytebuf *b, const struct router_filter *f,
+                        struct bundle_layout *l, struct router_status *st)
 {
     char err[BF_ERRLEN];
-    const uint8_t *p = b->p, *end = b->p + b->len;
-    if (b->len < 24 || memcmp(p, BUNDLE_MAGIC, 8) != 0) {
+    int rc = bundle_layout_parse(b->p, b->len, l, err);
+
+    if (rc == -ENOMEM) {
+        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    if (rc < 0) {
         router_status_set(st, GRPC_STATUS_INVALID_ARGUMENT, "imported file refused: "
-                          "not a shard bundle (a router exports one file holding "
-                          "every shard; see docs/ROUTER.md)");
+                          "%s%s", err, bundle_is(b->p, b->len) ? "" :
+                          " (a router exports one file holding every shard; see "
+                          "docs/ROUTER.md)");
         return -1;
     }
-    if (get_le(end - 8, 8) != XXH3_64bits(p, b->len - 8)) {
-        router_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
-                          "imported file refused: checksum mismatch (damaged or "
-                          "truncated)");
-        return -1;
-    }
-    uint32_t version = (uint32_t)get_le(p + 8, 4), S = (uint32_t)get_le(p + 12, 4);
-    if (version != BUNDLE_VERSION) {
-        router_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
-                          "imported file refused: bundle version %u (this router "
-                          "reads %d)", version, BUNDLE_VERSION);
-        return -1;
-    }
-    if (S != f->shards) {
+    if (l->count != f->shards) {
         router_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
                           "imported filter is incompatible with \"%s\": field "
-                          "\"shard_count\" differs (%u shards, not %u)", f->name, S,
-                          f->shards);
+                          "\"shard_count\" differs (%u shards, not %u)", f->name,
+                          l->count, f->shards);
         return -1;
     }
-    p += 16;
-    end -= 8;
-    for (uint32_t s = 0; s < S; s++) {
-        if (end - p < 12 || get_le(p, 4) != s || get_le(p + 4, 8) > (uint64_t)(end - p - 12)) {
-            router_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
-                              "imported file refused: entry of shard %u is malformed",
-                              s);
-            return -1;
-        }
-        e[s].len = get_le(p + 4, 8);
-        e[s].file = p + 12;
-        p += 12 + e[s].len;
-        struct bf *sh = bf_file_parse(e[s].file, e[s].len, err);
+    for (uint32_t s = 0; s < l->count; s++) {
+        struct bf *sh = bf_file_parse(l->entry[s].file, l->entry[s].len, err);
         if (!sh) {
             router_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
                               "imported file refused: shard %u: %s", s, err);
             return -1;
         }
-        const char *field = memcmp(bf_secret(sh), f->secret, BF_SECRET_LEN) != 0 ? "secret"
-                            : bf_shard_index(sh) != s                              ? "shard_index"
-                            : bf_shard_count(sh) != S                              ? "shard_count"
-                                                                                   : NULL;
+        const char *field = bundle_shard_mismatch(sh, s, l->count, f->secret);
         bf_destroy(sh);
         if (field) {
             router_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
@@ -336,11 +233,6 @@ static int bundle_check(const struct buf *b, const struct router_filter *f,
                               "\"%s\" differs (shard %u)", f->name, field, s);
             return -1;
         }
-    }
-    if (p != end) {
-        router_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
-                          "imported file refused: bytes after the last shard");
-        return -1;
     }
     return 0;
 }
@@ -354,18 +246,17 @@ static int import_shard(struct router *r, const struct topo *t,
     const char *node = t->groups[f->group[s]].primary;
     struct rpc_channel *ch = router_channel(r, node);
     struct rpc_status rs = {0};
-    struct buf req = {0};
     bool ok = ch != NULL;
     struct rpc_cstream *cs = ok ? rpc_cstream_open(ch, M_IMPORT_SHARD, TRANSFER_TIMEOUT_MS)
                                 : NULL;
-    for (uint64_t off = 0; cs && ok && (off < e->len || off == 0); off += CHUNK_DEFAULT) {
-        size_t n = e->len - off < CHUNK_DEFAULT ? e->len - off : CHUNK_DEFAULT;
-        encode_shard_msg(&req, f->name, s, true, e->file + off, n, 0);
-        ok = req.p && rpc_cstream_write(cs, req.p, req.len) == 0;
-        if (e->len == 0)
-            break;
+    for (uint64_t off = 0; cs && ok && off < e->len; off += RULES_CHUNK_DEFAULT) {
+        Bloomgrid__V1__ImportShardRequest rq = BLOOMGRID__V1__IMPORT_SHARD_REQUEST__INIT;
+        rq.filter = (char *)f->name;
+        rq.shard_index = s;
+        rq.data.data = (uint8_t *)e->file + off;
+        rq.data.len = e->len - off < RULES_CHUNK_DEFAULT ? e->len - off : RULES_CHUNK_DEFAULT;
+        ok = rpc_cstream_write_msg(cs, &rq.base) == 0;
     }
-    free(req.p);
     Bloomgrid__V1__ImportResponse *resp = NULL;
     grpc_slice sl;
     if (cs && ok && rpc_cstream_close_send(cs) == 0 && rpc_cstream_read(cs, &sl) == 1) {
@@ -396,11 +287,11 @@ void router_rpc__import(void *arg, struct rpc_stream *s)
 {
     struct router *r = arg;
     struct router_status st = {.code = GRPC_STATUS_OK};
-    struct buf b = {0};
+    struct bytebuf b = {0};     /* max 0 until the filter is known */
     char name[ROUTER_NAME_MAX + 1] = "";
     struct topo *t = router_topo(r);
     struct router_filter *f = NULL;
-    struct bundle_entry *e = NULL;
+    struct bundle_layout l = {0};
     struct router_filter_desc d = {0};
     uint64_t limit = 0;
     const uint8_t *in;
@@ -438,6 +329,7 @@ void router_rpc__import(void *arg, struct rpc_stream *s)
                                  BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_SCALABLE ? 64 : 1) +
                                  (1u << 20);
                     limit += 1u << 20;
+                    bytebuf_init(&b, limit);
                 } else if (f) {
                     router_filter_unref(f);
                     f = NULL;
@@ -448,15 +340,15 @@ void router_rpc__import(void *arg, struct rpc_stream *s)
                               "ImportRequest names filter \"%s\" after \"%s\"",
                               m->filter, name);
         }
-        if (st.code == GRPC_STATUS_OK) {
-            if (b.len + m->data.len > limit)
-                router_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                  "import is larger (%zu+ bytes) than any bundle "
-                                  "compatible with filter \"%s\" (%" PRIu64 " bytes)",
-                                  b.len + m->data.len, name, limit);
-            else if (buf_put(&b, m->data.data, m->data.len) < 0)
-                router_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        }
+        int arc = st.code == GRPC_STATUS_OK ? bytebuf_append(&b, m->data.data, m->data.len)
+                                            : 0;
+        if (arc == -E2BIG)
+            router_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                              "import is larger (%zu+ bytes) than any bundle "
+                              "compatible with filter \"%s\" (%" PRIu64 " bytes)",
+                              b.len + m->data.len, name, limit);
+        else if (arc < 0)
+            router_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         bloomgrid__v1__import_request__free_unpacked(m, NULL);
         if (st.code != GRPC_STATUS_OK)
             goto fail;
@@ -466,17 +358,12 @@ void router_rpc__import(void *arg, struct rpc_stream *s)
                           "Import received no message naming a filter");
         goto fail;
     }
-    e = calloc(f->shards, sizeof *e);
-    if (!e) {
-        router_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        goto fail;
-    }
-    if (bundle_check(&b, f, e, &st) < 0)
+    if (bundle_check(&b, f, &l, &st) < 0)
         goto fail;
     double fill_bits = 0, fpr_sum = 0, bits = 0;
     for (uint32_t i = 0; i < f->shards; i++) {
         double fill = 0, fpr = 0;
-        if (import_shard(r, t, f, i, &e[i], &fill, &fpr, &st) < 0)
+        if (import_shard(r, t, f, i, &l.entry[i], &fill, &fpr, &st) < 0)
             goto fail;
         fill_bits += fill * (double)d.shard[i].bits;
         bits += (double)d.shard[i].bits;
@@ -499,8 +386,8 @@ fail:
     rpc_stream_finish(s, st.code, "%s", st.msg);
 out:
     router_filter_desc_free(&d);
-    free(e);
-    free(b.p);
+    bundle_layout_deinit(&l);
+    bytebuf_deinit(&b);
     router_filter_unref(f);
     topo_unref(t);
 }

@@ -32,4 +32,7 @@ chmod 600 f.bf
 expect_ok "$BG" add f.bf extra
 [ "$(stat -c %a f.bf)" = 600 ] || fail "mode changed to $(stat -c %a f.bf)"
 
+# Saving keeps the form: a filter file stays a plain filter file.
+[ "$(head -c 8 f.bf)" = BLOOMGRD ] || fail "f.bf is no longer a filter file"
+
 echo "files: ok"

@@ -153,6 +153,27 @@ kill -CONT $NODE_PID
 [ "$rc2" -eq 2 ] && grep -q '^bloomgrid: .*300 ms' err2.txt ||
     fail "export deadline: exit $rc2: $(cat err2.txt)"
 [ ! -e stopped.bf ] && ! ls stopped.bf.tmp.* 2>/dev/null || fail "export left files"
+# A signal during an export removes its temp file and leaves FILE as it was.
+echo keep > sig.bf
+SIG=$(sum sig.bf)
+kill -STOP $NODE_PID
+"$BG" --server "$S" --deadline 60000 export --force users sig.bf >/dev/null 2>&1 &
+EXP=$!
+n=0
+while ! ls sig.bf.tmp.* >/dev/null 2>&1; do
+    n=$((n + 1))
+    [ $n -lt 400 ] || { kill -CONT $NODE_PID; fail "export made no temp file"; }
+    sleep 0.05
+done
+kill -TERM $EXP
+set +e
+wait $EXP
+rc3=$?
+set -e
+kill -CONT $NODE_PID
+[ "$rc3" -ne 0 ] || fail "export survived SIGTERM"
+! ls sig.bf.tmp.* 2>/dev/null || fail "a signalled export left its temp file"
+same_file sig.bf "$SIG"
 expect_ok "$BG" --server "$S" check users alice
 # Without a server, create/add/remove stay offline commands on files.
 expect_ok "$BG" create local.bf -n 100 -p 0.01

@@ -58,6 +58,70 @@ expect_ok "$BG" import slugs part.bundle
 expect_ok "$BG" check slugs --count < new.txt
 [ "$(cat out.txt)" = "$(printf 'maybe 5000\nno 0')" ] || fail "imported: $(cat out.txt)"
 
+# The offline commands on bundles: one code path with filter files, and a
+# bundle stays a bundle.  create, add and remove are offline without a server.
+R=$BLOOMGRID_SERVER
+unset BLOOMGRID_SERVER
+magic() {
+    head -c 8 "$1"
+}
+expect_ok "$BG" inspect --json slugs.bundle
+python3 -c 'import json; d=json.load(open("out.txt")); assert d["format"]=="shard bundle" and d["shards"]==4 and [s["index"] for s in d["shard_list"]]==[0,1,2,3]' ||
+    fail "inspect --json bundle: $(cat out.txt)"
+cp part.bundle grow.bundle
+chmod 600 grow.bundle
+expect_ok "$BG" add grow.bundle extra-1 extra-2
+[ "$(magic grow.bundle)" = BGSHARDS ] || fail "add turned a bundle into $(magic grow.bundle)"
+[ "$(stat -c %a grow.bundle)" = 600 ] || fail "bundle mode changed to $(stat -c %a grow.bundle)"
+expect_ok "$BG" query grow.bundle extra-1 extra-2 new-1
+expect_ok "$BG" create empty.bundle --like slugs.bundle
+[ "$(magic empty.bundle)" = BGSHARDS ] || fail "create --like bundle: $(magic empty.bundle)"
+run "$BG" query --count empty.bundle < new.txt
+[ "$rc" -eq 1 ] && [ "$(cat out.txt)" = "$(printf 'maybe 0\nno 5000')" ] ||
+    fail "empty bundle: exit $rc: $(cat out.txt)"
+expect_ok "$BG" merge merged.bundle empty.bundle grow.bundle
+grep -q '^merge: + grow.bundle: 4 shards$' err.txt || fail "merge report: $(cat err.txt)"
+expect_ok "$BG" query --count merged.bundle < new.txt
+[ "$(cat out.txt)" = "$(printf 'maybe 5000\nno 0')" ] || fail "merged bundle: $(cat out.txt)"
+[ "$(magic merged.bundle)" = BGSHARDS ] || fail "merge wrote $(magic merged.bundle)"
+# Forms do not mix; a bundle of another shard count does not merge.
+"$BG" create lone.bf -n 1000 -p 0.01
+expect_err 2 'lone.bf: .*bundles merge only with bundles' \
+    "$BG" merge x.bundle grow.bundle lone.bf
+expect_err 2 'grow.bundle: a shard bundle' "$BG" merge x.bf lone.bf grow.bundle
+expect_err 2 'grow.bundle: a shard bundle' "$BG" remove grow.bundle extra-1
+expect_ok "$BG" --server "$R" create two -n 1000 -p 0.01 --shards 2
+expect_ok "$BG" --server "$R" export two two.bundle
+expect_err 2 'different shard_count \(2, not 4\)' "$BG" merge x.bundle grow.bundle two.bundle
+[ ! -e x.bundle ] && [ ! -e x.bf ] || fail "a refused merge wrote its output"
+# A filter of one shard exports as a bundle of one, which stays a bundle.
+expect_ok "$BG" --server "$R" create uno -n 1000 -p 0.01 --shards 1
+expect_ok "$BG" --server "$R" export uno uno.bundle
+expect_ok "$BG" add uno.bundle solo-1
+[ "$(magic uno.bundle)" = BGSHARDS ] || fail "a bundle of one became $(magic uno.bundle)"
+expect_ok "$BG" --server "$R" import uno uno.bundle
+expect_ok "$BG" --server "$R" check uno solo-1
+# Damaged and truncated bundles are refused by every command, unchanged.
+cp grow.bundle bad.bundle
+flip_byte bad.bundle 3000
+B=$(sum bad.bundle)
+for cmd in "query bad.bundle k" "add bad.bundle k" "inspect bad.bundle" \
+           "merge y.bundle grow.bundle bad.bundle" "create y.bundle --like bad.bundle"; do
+    expect_err 2 'bad.bundle: checksum mismatch' "$BG" $cmd
+done
+same_file bad.bundle "$B"
+head -c 20 grow.bundle > short.bundle
+expect_err 2 'short.bundle: truncated' "$BG" query short.bundle k
+[ ! -e y.bundle ] || fail "a refused command wrote y.bundle"
+# A failed save leaves the bundle and no temp file.
+G=$(sum grow.bundle)
+run sh -c "ulimit -f 8; exec \"$BG\" add grow.bundle < new.txt"
+[ "$rc" -ne 0 ] || fail "add under a 4 KiB file limit succeeded"
+same_file grow.bundle "$G"
+[ -z "$(ls | grep '\.tmp\.' || true)" ] || fail "temp file left: $(ls)"
+BLOOMGRID_SERVER=$R
+export BLOOMGRID_SERVER
+
 # Another filter's bundle, and a node's single file, are refused.
 expect_ok "$BG" create other -n 100000 -p 0.001 --shards 4
 expect_err 2 '^bloomgrid: server: FAILED_PRECONDITION: .*secret' \

@@ -10,8 +10,6 @@
  */
 #include "merger.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -19,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,8 +24,9 @@
 #include "bf_file.h"
 #include "log.h"
 #include "merger_internal.h"
-#include "merger_wire.h"
+#include "node_client.h"
 #include "rpc_client.h"
+#include "rules.h"
 #include "topo.h"
 
 /* snprintf for messages and paths that may be cut short. */
@@ -48,6 +46,22 @@ uint64_t merger__now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+void merger__text_clean(char *s)
+{
+    size_t n = strlen(s);
+
+    for (size_t i = 0; i < n;) {
+        /* The shortest valid sequence at i is the character there. */
+        size_t k = 1;
+        while (k <= 4 && i + k <= n && !rules_utf8_valid(s + i, k))
+            k++;
+        if (k <= 4 && i + k <= n)
+            i += k;
+        else
+            s[i++] = '?';
+    }
+}
+
 void merger__rep_msg(struct mg_report *rep, bool error, const char *fmt, ...)
 {
     char buf[MG_ERRLEN];
@@ -56,13 +70,14 @@ void merger__rep_msg(struct mg_report *rep, bool error, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    merger__text_clean(buf);
     if (error) {
         rep->errors++;
         log_error("merger: %s", buf);
     } else {
         log_warn("merger: %s", buf);
     }
-    if (rep->nmsg < 16)
+    if (rep->nmsg < MG_REPORT_MSGS)
         merger__strfmt(rep->msg[rep->nmsg++], MG_ERRLEN, "%s", buf);
 }
 
@@ -103,12 +118,14 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
 
     if (!f->have_tmpl) {
         for (unsigned d = 0; d < f->c.ndc && !f->have_tmpl; d++) {
-            struct rpc_status st;
+            struct rpc_status st = {.code = GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                    .message = "out of memory for a channel"};
             unsigned g = topo_group_for(topos[d], f->c.name, 0);
             struct rpc_channel *ch =
                 merger__chan(m, topos[d]->groups[g].primary);
-            if (ch && mw_get_shard(ch, f->c.name, 0, &f->tmpl,
-                                   (int)m->cfg.node_timeout_ms, &st) == 0)
+            if (ch && node_client_get_shard(ch, f->c.name, 0, &f->tmpl,
+                                            (int)m->cfg.node_timeout_ms,
+                                            &st) == 0)
                 f->have_tmpl = true;
             else if (st.code != GRPC_STATUS_NOT_FOUND)
                 merger__rep_msg(rep, true, "filter \"%s\" in %s: %s: %s",
@@ -125,11 +142,17 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
     if (!f->sh) {
         char dir[MG_PATH_MAX + 200];
         merger__strfmt(dir, sizeof dir, "%s/%s", m->cfg.state_dir, f->c.name);
-        mkdir(dir, 0755);
+        if (merger__dir_make(dir, err) < 0) {
+            merger__rep_msg(rep, true, "%s", err);
+            return -1;
+        }
         f->nshards = f->tmpl.shard_count;
         f->sh = calloc(f->nshards, sizeof *f->sh);
-        if (!f->sh)
+        if (!f->sh) {
+            merger__rep_msg(rep, true, "filter \"%s\": out of memory for %u "
+                            "shards", f->c.name, f->nshards);
             return -1;
+        }
         for (uint32_t i = 0; i < f->nshards; i++) {
             f->sh[i].index = i;
             if (merger__shard_init(m, f, &f->sh[i], err) < 0) {
@@ -138,6 +161,7 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
                     bf_destroy(f->sh[j].g);
                     free(f->sh[j].stamp);
                     free(f->sh[j].have);
+                    free(f->sh[j].tg);
                 }
                 free(f->sh);
                 f->sh = NULL;
@@ -153,7 +177,7 @@ static void shard_round(struct merger *m, struct mg_filter *f,
                         struct mg_report *rep)
 {
     uint64_t before = rep->pages_changed;
-    char path[MG_PATH_MAX + 64], e2[BF_ERRLEN];
+    char path[MG_PATH_MAX + 64], e2[BF_ERRLEN], err[MG_ERRLEN];
     struct mg_src old[MG_MAX_DC];
 
     memcpy(old, s->src, sizeof old);
@@ -175,10 +199,10 @@ static void shard_round(struct merger *m, struct mg_filter *f,
             uint64_t off, len;
             memcpy(&off, pl[d].buf + o, 8);
             memcpy(&len, pl[d].buf + o + 8, 8);
-            if (off % PAGE_BYTES == 0 &&
-                (len == PAGE_BYTES || off + len == s->body_bytes) &&
+            if (off % RULES_PAGE_BYTES == 0 &&
+                (len == RULES_PAGE_BYTES || off + len == s->body_bytes) &&
                 memcmp(pl[d].buf + o + 16, body + off, len) == 0)
-                s->have[off / PAGE_BYTES] |= (uint8_t)(1u << d);
+                s->have[off / RULES_PAGE_BYTES] |= (uint8_t)(1u << d);
             o += 16 + len;
         }
         free(pl[d].buf);
@@ -201,9 +225,10 @@ static void shard_round(struct merger *m, struct mg_filter *f,
             return;
         }
     }
-    if (memcmp(old, s->src, sizeof old) != 0 && merger__state_save(m, f, s) < 0)
-        merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard %u",
-                        f->c.name, s->index);
+    if (memcmp(old, s->src, sizeof old) != 0 &&
+        merger__state_save(m, f, s, err) < 0)
+        merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard "
+                        "%u: %s", f->c.name, s->index, err);
     const char *pause = getenv("BLOOMGRID_MERGER_TEST_PAUSE_MS");
     if (pause && *pause)
         usleep((useconds_t)atoi(pause) * 1000);
@@ -222,9 +247,9 @@ static void shard_round(struct merger *m, struct mg_filter *f,
     bool changed = false;
     for (size_t i = 0; i < s->ntg; i++)
         changed |= merger__target_synced(s, &s->tg[i]) != s->tg[i].was_synced;
-    if (changed && merger__state_save(m, f, s) < 0)
-        merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard %u",
-                        f->c.name, s->index);
+    if (changed && merger__state_save(m, f, s, err) < 0)
+        merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard "
+                        "%u: %s", f->c.name, s->index, err);
 }
 
 static void report_lag(struct merger *m, struct mg_report *rep)
@@ -283,7 +308,7 @@ static void rep_add(struct mg_report *to, const struct mg_report *from)
     to->pages_pushed += from->pages_pushed;
     to->pages_changed += from->pages_changed;
     to->errors += from->errors;
-    for (unsigned i = 0; i < from->nmsg && to->nmsg < 16; i++)
+    for (unsigned i = 0; i < from->nmsg && to->nmsg < MG_REPORT_MSGS; i++)
         memcpy(to->msg[to->nmsg++], from->msg[i], MG_ERRLEN);
 }
 
@@ -408,6 +433,24 @@ void mg_report_free(struct mg_report *rep)
     rep->nlag = 0;
 }
 
+void mg_report_print(FILE *out, const struct mg_report *r)
+{
+    fprintf(out, "round %" PRIu64 ": duration_ms %" PRIu64 " bytes_pulled %"
+            PRIu64 " bytes_pushed %" PRIu64 " pages_pulled %" PRIu64
+            " pages_pushed %" PRIu64 " pages_changed %" PRIu64 " errors %u\n",
+            r->round, r->duration_ms, r->bytes_pulled, r->bytes_pushed,
+            r->pages_pulled, r->pages_pushed, r->pages_changed, r->errors);
+    for (unsigned i = 0; i < r->nmsg; i++)
+        fprintf(out, "  message: %s\n", r->msg[i]);
+    for (size_t i = 0; i < r->nlag; i++)
+        fprintf(out, "  target %s shard %u %s %s %s version %" PRIu64
+                " primary_version %" PRIu64 " lag_ms %" PRIu64 "%s%s\n",
+                r->lag[i].filter, r->lag[i].shard, r->lag[i].dc,
+                r->lag[i].replica ? "replica" : "primary", r->lag[i].node,
+                r->lag[i].version, r->lag[i].primary_version, r->lag[i].lag_ms,
+                r->lag[i].error[0] ? " error " : "", r->lag[i].error);
+}
+
 void mg_report_log(const struct mg_report *rep)
 {
     uint64_t worst = 0;
@@ -436,9 +479,7 @@ struct merger *merger_create(const struct merger_config *cfg,
         return NULL;
     }
     m->cfg = *cfg;
-    if (mkdir(cfg->state_dir, 0755) < 0 && errno != EEXIST) {
-        merger__strfmt(err, MG_ERRLEN, "cannot create state_dir %s: %s",
-                       cfg->state_dir, strerror(errno));
+    if (merger__dir_make(cfg->state_dir, err) < 0) {
         free(m->f);
         free(m);
         return NULL;

@@ -28,23 +28,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "merger_config.h"
 
 #define MG_MAX_DC 8
 #define MG_MAX_PARTIALS 64
 #define MG_MAX_FILTERS 64
-#define MG_PATH_MAX 1024
 #define MG_ERRLEN 512
-
-struct merger_config {
-    char listen[256];
-    char state_dir[MG_PATH_MAX];
-    char sources[MG_PATH_MAX];
-    uint64_t interval_s;
-    uint64_t node_timeout_ms;
-    uint64_t max_message_size;
-    uint64_t workers;             /* shards handled at once */
-    char log_level[16];
-};
+#define MG_REPORT_MSGS 16         /* messages kept in a report */
 
 /* A filter's sources, from the sources file. */
 struct mg_filter_conf {
@@ -80,7 +72,7 @@ struct mg_report {
     uint64_t pages_pulled, pages_pushed, pages_changed;
     unsigned errors;
     unsigned nmsg;
-    char msg[16][MG_ERRLEN];
+    char msg[MG_REPORT_MSGS][MG_ERRLEN];
     size_t nlag;
     struct mg_lag *lag;       /* owned by the report */
 };
@@ -105,7 +97,10 @@ void merger_last_report(struct merger *m, struct mg_report *rep,
                         uint64_t *rounds, uint64_t *total);
 
 void mg_report_free(struct mg_report *rep);
-/* Log a round's report (one line, plus one per message and lagging copy). */
+/* Log a round's report (one line). */
 void mg_report_log(const struct mg_report *rep);
+/* Print a round's report as text (--once): one line of totals, then one
+ * per message and one per copy. */
+void mg_report_print(FILE *out, const struct mg_report *rep);
 
 #endif

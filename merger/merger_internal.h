@@ -16,11 +16,11 @@
 
 #include "bf.h"
 #include "merger.h"
-#include "merger_wire.h"
+#include "node_client.h"
 #include "rpc_client.h"
+#include "rules.h"
 #include "topo.h"
 
-#define PAGE_BYTES (64u << 10)
 
 struct mg_src {
     uint64_t epoch, since, store_version;
@@ -61,7 +61,7 @@ struct mg_shard {
 
 struct mg_filter {
     struct mg_filter_conf c;
-    struct mw_shard tmpl; /* geometry and secret of shard 0 */
+    struct node_client_shard tmpl; /* geometry and secret of shard 0 */
     bool have_tmpl;
     uint32_t nshards;
     struct mg_shard *sh;
@@ -90,12 +90,17 @@ struct pulled {
     struct mg_shard *s;
     uint8_t *buf;
     size_t len, cap;
+    uint64_t data;    /* page bytes in buf: at most the shard's body */
 };
 
 /* Formatting that may be cut short (messages, paths). */
 void merger__strfmt(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 uint64_t merger__now_ms(void);
+/* Make s valid UTF-8 in place (the report's strings are proto3 strings):
+ * every byte that starts no valid sequence (a node's status message, a
+ * character cut by truncation) becomes '?'. */
+void merger__text_clean(char *s);
 /* Record an error (counted) or a warning in the report and the log. */
 void merger__rep_msg(struct mg_report *rep, bool error, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -104,11 +109,17 @@ void merger__rep_msg(struct mg_report *rep, bool error, const char *fmt, ...)
 struct rpc_channel *merger__chan(struct merger *m, const char *addr);
 
 /* merger_shard.c */
+/* Create a directory of the state (if missing) and make its entry durable
+ * (fsync of the parent).  Returns 0 or a negative errno with err
+ * (MG_ERRLEN bytes). */
+int merger__dir_make(const char *dir, char *err);
 void merger__shard_path(const struct merger *m, const struct mg_filter *f,
                         uint32_t i, const char *ext, char *out, size_t len);
 bool merger__target_synced(const struct mg_shard *s, const struct mg_target *t);
+/* Write the sidecar of s durably.  Returns 0 or a negative errno with err
+ * (MG_ERRLEN bytes). */
 int merger__state_save(const struct merger *m, const struct mg_filter *f,
-                       struct mg_shard *s);
+                       struct mg_shard *s, char *err);
 /* Load the saved snapshot (or an empty one like the template) and sidecar.
  * Returns 0 or a negative errno with err (MG_ERRLEN bytes). */
 int merger__shard_init(struct merger *m, struct mg_filter *f,

@@ -14,6 +14,7 @@
 
 #include "bf.h"
 #include "bf_file.h"
+#include "durable.h"
 #include "log.h"
 #include "merger_internal.h"
 
@@ -35,23 +36,46 @@ bool merger__target_synced(const struct mg_shard *s, const struct mg_target *t)
     return t->ready;
 }
 
+int merger__dir_make(const char *dir, char *err)
+{
+    int rc;
+
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        rc = -errno;
+        merger__strfmt(err, MG_ERRLEN, "cannot create %s: %s", dir,
+                       strerror(-rc));
+        return rc;
+    }
+    /* Also when it exists: a run that crashed may have created it without
+     * making the entry durable. */
+    if ((rc = durable_fsync_parent(dir)) < 0) {
+        merger__strfmt(err, MG_ERRLEN, "cannot fsync the directory holding "
+                       "%s: %s", dir, strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
 /* The sidecar, one line each:
  *   S dc epoch since store_version pulled_ms       what was pulled
  *   T addr replica dc version data_ms              a copy holding every
  *                                                  page of the snapshot
- * Written (temp file, fsync, rename) only after the snapshot it describes
- * is on disk. */
+ * Written (durable_write_file: temp file, fsync, rename, fsync of the
+ * directory) only after the snapshot it describes is on disk. */
 int merger__state_save(const struct merger *m, const struct mg_filter *f,
-                       struct mg_shard *s)
+                       struct mg_shard *s, char *err)
 {
-    char path[MG_PATH_MAX + 64], tmp[MG_PATH_MAX + 80];
+    char path[MG_PATH_MAX + 64], derr[DURABLE_ERRLEN];
+    char *text = NULL;
+    size_t len = 0;
     FILE *fp;
-    int fd;
+    int rc;
 
     merger__shard_path(m, f, s->index, "state", path, sizeof path);
-    merger__strfmt(tmp, sizeof tmp, "%s.tmp", path);
-    if (!(fp = fopen(tmp, "w")))
-        return -errno;
+    if (!(fp = open_memstream(&text, &len))) {
+        merger__strfmt(err, MG_ERRLEN, "out of memory for %s", path);
+        return -ENOMEM;
+    }
     for (unsigned d = 0; d < f->c.ndc; d++)
         fprintf(fp, "S %s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
                 f->c.dc[d], s->src[d].epoch, s->src[d].since,
@@ -61,15 +85,16 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
             fprintf(fp, "T %s %d %u %" PRIu64 " %" PRIu64 "\n", s->tg[i].addr,
                     s->tg[i].replica, s->tg[i].dc, s->tg[i].version,
                     s->tg[i].data_ms);
-    fflush(fp);
-    fd = fileno(fp);
-    if (ferror(fp) || fdatasync(fd) < 0) {
-        fclose(fp);
-        unlink(tmp);
-        return -EIO;
+    if (fclose(fp) != 0) {
+        free(text);
+        merger__strfmt(err, MG_ERRLEN, "out of memory for %s", path);
+        return -ENOMEM;
     }
-    fclose(fp);
-    return rename(tmp, path) < 0 ? -errno : 0;
+    rc = durable_write_file(path, text, len, 0644, derr);
+    free(text);
+    if (rc < 0)
+        merger__strfmt(err, MG_ERRLEN, "%s", derr);
+    return rc;
 }
 
 /* Synced copies come back with acked = 1: the stamp of every loaded page. */
@@ -120,12 +145,12 @@ int merger__shard_init(struct merger *m, struct mg_filter *f,
                        struct mg_shard *s, char *err)
 {
     char path[MG_PATH_MAX + 64], e2[BF_ERRLEN];
-    struct mw_shard t = f->tmpl;
+    struct node_client_shard t = f->tmpl;
     struct bf_layer_info li;
     struct bf *g;
 
     t.shard_index = s->index;
-    g = mw_shard_filter(&t, e2);
+    g = node_client_shard_filter(&t, e2);
     if (!g) {
         merger__strfmt(err, MG_ERRLEN, "filter \"%s\" shard %u: %s", f->c.name,
                        s->index, e2);
@@ -152,7 +177,7 @@ int merger__shard_init(struct merger *m, struct mg_filter *f,
     s->g = g;
     bf_fingerprint_id(g, s->fp);
     s->body_bytes = li.body_bytes;
-    s->npages = (li.body_bytes + PAGE_BYTES - 1) / PAGE_BYTES;
+    s->npages = (li.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
     s->stamp = calloc(s->npages ? s->npages : 1, sizeof *s->stamp);
     s->have = calloc(s->npages ? s->npages : 1, 1);
     if (!s->stamp || !s->have) {
@@ -162,7 +187,7 @@ int merger__shard_init(struct merger *m, struct mg_filter *f,
     /* Whatever was saved is new to every copy of this run. */
     const uint64_t *w = bf_layer_body_const(g, 0);
     for (uint64_t p = 0; p < s->npages; p++) {
-        uint64_t lo = p * PAGE_BYTES / 8, hi = (p + 1) * PAGE_BYTES / 8;
+        uint64_t lo = p * RULES_PAGE_BYTES / 8, hi = (p + 1) * RULES_PAGE_BYTES / 8;
         if (hi > li.body_bytes / 8)
             hi = li.body_bytes / 8;
         for (uint64_t i = lo; i < hi; i++)
@@ -188,7 +213,7 @@ static uint64_t shard_or(struct mg_shard *s, uint64_t off, const uint8_t *data,
         memcpy(&x, data + 8 * i, 8);
         if ((w[i] | x) != w[i]) {
             w[i] |= x;
-            uint64_t p = (off + 8 * i) / PAGE_BYTES;
+            uint64_t p = (off + 8 * i) / RULES_PAGE_BYTES;
             if (p != last && s->stamp[p] != round) {
                 s->stamp[p] = round;
                 changed++;
@@ -201,13 +226,15 @@ static uint64_t shard_or(struct mg_shard *s, uint64_t off, const uint8_t *data,
 
 /* ---- pulls ---- */
 
-/* Buffer a pulled page: applied only once the pull completed. */
+/* Buffer a pulled page: applied only once the pull completed.  A node
+ * sends each changed page once, so a pull of more bytes than the body is
+ * refused rather than buffered without end. */
 static int pulled_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
 {
     struct pulled *p = ctx;
 
     if (off % 8 || len % 8 || off > p->s->body_bytes ||
-        len > p->s->body_bytes - off)
+        len > p->s->body_bytes - off || len > p->s->body_bytes - p->data)
         return -1;
     if (p->len + 16 + len > p->cap) {
         size_t cap = p->cap ? p->cap : (1u << 20);
@@ -224,6 +251,7 @@ static int pulled_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
     memcpy(p->buf + p->len + 8, &l, 8);
     memcpy(p->buf + p->len + 16, data, len);
     p->len += 16 + len;
+    p->data += len;
     return 0;
 }
 
@@ -235,18 +263,18 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
                         char *why, size_t whylen)
 {
     struct rpc_status st;
-    struct mw_shard theirs, t = f->tmpl;
+    struct node_client_shard theirs, t = f->tmpl;
     char e2[BF_ERRLEN];
     int to = (int)m->cfg.node_timeout_ms;
 
-    if (mw_get_shard(ch, f->c.name, s->index, &theirs, to, &st) < 0) {
+    if (node_client_get_shard(ch, f->c.name, s->index, &theirs, to, &st) < 0) {
         if (st.code != GRPC_STATUS_NOT_FOUND || !create) {
             merger__strfmt(why, whylen, "%s: %s", rpc_status_name(st.code),
                            st.message);
             return -1;
         }
         t.shard_index = s->index;
-        if (mw_create_shard(ch, f->c.name, &t, to, &st) < 0 &&
+        if (node_client_create_shard(ch, f->c.name, &t, to, &st) < 0 &&
             st.code != GRPC_STATUS_ALREADY_EXISTS) {
             merger__strfmt(why, whylen, "cannot create the shard: %s: %s",
                            rpc_status_name(st.code), st.message);
@@ -256,7 +284,7 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
                  s->index, f->c.name);
         return 0;
     }
-    struct bf *b = mw_shard_filter(&theirs, e2);
+    struct bf *b = node_client_shard_filter(&theirs, e2);
     const char *field = b ? bf_mismatch(s->g, b) : "geometry";
     bf_destroy(b);
     if (field) {
@@ -278,7 +306,7 @@ void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
 {
     struct rpc_channel *ch = merger__chan(m, addr);
     struct pulled p = {.s = s};
-    struct mw_pull_end end;
+    struct node_client_pull_end end;
     struct rpc_status st;
     char why[300];
     uint64_t t0 = merger__now_ms();
@@ -293,9 +321,9 @@ void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                         f->c.name, s->index, f->c.dc[d], addr, why);
         return;
     }
-    if (mw_pull(ch, f->c.name, s->index, s->src[d].since, s->src[d].epoch,
-                pulled_page, &p, &end, (int)m->cfg.node_timeout_ms * 4,
-                &st) < 0) {
+    if (node_client_pull(ch, f->c.name, s->index, s->src[d].since,
+                         s->src[d].epoch, pulled_page, &p, &end,
+                         (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
         merger__rep_msg(rep, true,
                         "pull of \"%s\" shard %u from %s (%s): %s: %s",
                         f->c.name, s->index, f->c.dc[d], addr,
@@ -417,7 +445,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                       struct mg_report *rep)
 {
     struct rpc_channel *ch = merger__chan(m, t->addr);
-    struct mw_page *pg = NULL;
+    struct node_client_page *pg = NULL;
     struct rpc_status st;
     size_t n = 0;
     uint64_t bytes = 0;
@@ -427,6 +455,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         return;
     if (!t->ready) {
         if (shard_ensure(m, f, s, ch, true, t->error, sizeof t->error) < 0) {
+            merger__text_clean(t->error);
             merger__rep_msg(rep, true,
                             "push of \"%s\" shard %u to %s (%s %s): %s",
                             f->c.name, s->index, t->addr, f->c.dc[t->dc],
@@ -442,11 +471,11 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         if (s->stamp[p] <= t->acked ||
             (!t->replica && (s->have[p] & (1u << t->dc))))
             continue;
-        uint64_t off = p * PAGE_BYTES;
-        size_t len = s->body_bytes - off < PAGE_BYTES
+        uint64_t off = p * RULES_PAGE_BYTES;
+        size_t len = s->body_bytes - off < RULES_PAGE_BYTES
                          ? (size_t)(s->body_bytes - off)
-                         : PAGE_BYTES;
-        pg[n++] = (struct mw_page){off, body + off, len};
+                         : RULES_PAGE_BYTES;
+        pg[n++] = (struct node_client_page){off, body + off, len};
         bytes += len;
     }
     /* A primary needs nothing when nothing changed; a replica still hears
@@ -463,12 +492,13 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         uint64_t chunk = 0;
         while (last < n && chunk < (64u << 20))
             chunk += pg[last++].len;
-        if (mw_push(ch, f->c.name, s->index, s->fp,
-                    t->replica ? s->src[t->dc].store_version : 0, pg + first,
-                    last - first, NULL, (int)m->cfg.node_timeout_ms * 4,
-                    &st) < 0) {
+        if (node_client_push(ch, f->c.name, s->index, s->fp,
+                             t->replica ? s->src[t->dc].store_version : 0,
+                             pg + first, last - first, NULL,
+                             (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
             merger__strfmt(t->error, sizeof t->error, "%s: %s",
                            rpc_status_name(st.code), st.message);
+            merger__text_clean(t->error);
             merger__rep_msg(rep, true,
                             "push of \"%s\" shard %u to %s (%s %s): %s",
                             f->c.name, s->index, t->addr, f->c.dc[t->dc],

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "merger.h"
+#include "rules.h"
 
 struct parse {
     struct mg_filter_conf *out;
@@ -45,28 +46,43 @@ static int on_entry(void *user, const char *section, const char *name,
                 return fail(p, "filter listed twice", section + 7);
         if (p->n == p->max)
             return fail(p, "too many filters", NULL);
-        if (strlen(section + 7) >= sizeof p->out[0].name)
-            return fail(p, "filter name too long", section + 7);
+        /* The name becomes a directory under state_dir: the rule every
+         * node applies keeps it one plain path component. */
+        char why[RULES_ERRLEN];
+        if (rules_filter_name_check(section + 7, strlen(section + 7),
+                                    why) < 0)
+            return fail(p, why, NULL);
         f = &p->out[p->n++];
         memset(f, 0, sizeof *f);
         snprintf(f->name, sizeof f->name, "%s", section + 7);
     }
     f = &p->out[p->n - 1];
     if (!strcmp(name, "datacenter")) {
-        char dc[64], path[MG_PATH_MAX];
+        const char *dc = value, *path;
+        size_t dl = strcspn(dc, " \t"), pl;
+        path = dc + dl + strspn(dc + dl, " \t");
+        pl = strcspn(path, " \t");
         if (f->ndc == MG_MAX_DC)
             return fail(p, "too many datacenters", NULL);
-        if (sscanf(value, "%63s %1023s", dc, path) != 2)
+        if (dl == 0 || pl == 0 || path[pl + strspn(path + pl, " \t")])
             return fail(p, "expected \"datacenter = NAME TOPOLOGY-FILE\"",
                         value);
+        if (dl >= sizeof f->dc[0])
+            return fail(p, "datacenter name longer than 63 bytes", value);
+        if (pl >= MG_PATH_MAX)
+            return fail(p, "topology path too long", value);
         for (unsigned i = 0; i < f->ndc; i++)
-            if (!strcmp(f->dc[i], dc))
-                return fail(p, "datacenter listed twice", dc);
-        snprintf(f->dc[f->ndc], sizeof f->dc[0], "%s", dc);
-        snprintf(f->topo[f->ndc++], MG_PATH_MAX, "%s", path);
+            if (strlen(f->dc[i]) == dl && !memcmp(f->dc[i], dc, dl))
+                return fail(p, "datacenter listed twice", value);
+        memcpy(f->dc[f->ndc], dc, dl);
+        f->dc[f->ndc][dl] = 0;
+        memcpy(f->topo[f->ndc], path, pl);
+        f->topo[f->ndc++][pl] = 0;
     } else if (!strcmp(name, "partial")) {
         if (f->npart == MG_MAX_PARTIALS)
             return fail(p, "too many partials", NULL);
+        if (strlen(value) >= MG_PATH_MAX)
+            return fail(p, "partial path too long", value);
         snprintf(f->part[f->npart++], MG_PATH_MAX, "%s", value);
     } else {
         return fail(p, "unknown key (datacenter, partial)", name);

@@ -6,7 +6,7 @@
  * epoch and version it got last (0 at first, so the first pull after a
  * start, or after the primary restarted with a new epoch, ships every
  * non-empty page).  The pages of a pull are checked by their checksums
- * (merger_wire) and buffered; only when the whole pull succeeded and its
+ * (node_client) and buffered; only when the whole pull succeeded and its
  * fingerprint is the shard's are they ORed in with store_pages_merge (the
  * durable path PushPages takes), and only then does the shard report the
  * primary's store version the pull covers.  A failed pull changes nothing
@@ -23,8 +23,8 @@
 
 #include "bf.h"
 #include "log.h"
-#include "merger_wire.h"
 #include "node.h"
+#include "node_client.h"
 #include "node_rpc.h"
 #include "rpc_client.h"
 #include "rules.h"
@@ -140,7 +140,7 @@ static void replicate_shard(struct node_replicate *r, struct store_filter *sf)
     char filter[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
     char msg[RPC_CLIENT_MSGLEN + STORE_ERRLEN];
     struct rpc_status st = {0};
-    struct mw_pull_end end;
+    struct node_client_pull_end end;
     struct repl_buf b = {0};
     struct shard_id id;
     struct repl_shard *rs;
@@ -156,8 +156,8 @@ static void replicate_shard(struct node_replicate *r, struct store_filter *sf)
         return;
     if (!(rs = shard_state(r, name, sf)))
         return;
-    if (mw_pull(r->ch, filter, id.index, rs->version, rs->epoch, buf_page,
-                &b, &end, REPL_PULL_TIMEOUT_MS, &st) < 0) {
+    if (node_client_pull(r->ch, filter, id.index, rs->version, rs->epoch,
+                         buf_page, &b, &end, REPL_PULL_TIMEOUT_MS, &st) < 0) {
         snprintf(msg, sizeof msg, "PullPages: %s: %s",
                  rpc_status_name(st.code), st.message);
         shard_fail(r, rs, msg);

@@ -38,7 +38,7 @@
 #include "bf_file.h"
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "harness.h"
-#include "merger_wire.h"
+#include "node_client.h"
 
 #define NKEYS 20000
 #define SHARDS 4
@@ -445,7 +445,7 @@ static void test_refuse(void)
 {
     struct round_out o;
     struct rpc_status st;
-    struct mw_shard sh;
+    struct node_client_shard sh;
     char err[BF_ERRLEN], bad[700], good[700], partials[1600];
     setup();
     write_merger_config(NULL);
@@ -454,10 +454,10 @@ static void test_refuse(void)
     /* A partial of shard 1 with the filter's secret, and one with another. */
     unsigned g = 0;
     for (; g < 2; g++)
-        if (mw_get_shard(dcs[0].prim[g].ch, "f", 1, &sh, TIMEOUT_MS, &st) == 0)
+        if (node_client_get_shard(dcs[0].prim[g].ch, "f", 1, &sh, TIMEOUT_MS, &st) == 0)
             break;
     CHECK(g < 2, "shard 1 not found");
-    struct bf *p = mw_shard_filter(&sh, err);
+    struct bf *p = node_client_shard_filter(&sh, err);
     CHECK(p, "%s", err);
     char **all = make_keys("partial", 5000);
     char **k = calloc(5000, sizeof *k);   /* the shard-1 keys of all */
@@ -473,7 +473,7 @@ static void test_refuse(void)
     CHECK(bf_file_save(p, good, err) == 0, "%s", err);
     bf_destroy(p);
     sh.secret[0] ^= 1;
-    p = mw_shard_filter(&sh, err);
+    p = node_client_shard_filter(&sh, err);
     snprintf(bad, sizeof bad, "%s/bad.bf", tdir);
     CHECK(bf_file_save(p, bad, err) == 0, "%s", err);
     bf_destroy(p);
@@ -487,7 +487,7 @@ static void test_refuse(void)
 
     /* dc2 re-creates shard 2 with another secret: refused, not merged. */
     for (g = 0; g < 2; g++)
-        if (mw_get_shard(dcs[1].prim[g].ch, "f", 2, &sh, TIMEOUT_MS, &st) == 0)
+        if (node_client_get_shard(dcs[1].prim[g].ch, "f", 2, &sh, TIMEOUT_MS, &st) == 0)
             break;
     CHECK(g < 2, "shard 2 not found in dc2");
     Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
@@ -499,7 +499,7 @@ static void test_refuse(void)
                    TIMEOUT_MS, &st) == 0, "drop: %s", st.message);
     protobuf_c_message_free_unpacked(resp, NULL);
     sh.secret[5] ^= 0x40;
-    CHECK(mw_create_shard(dcs[1].prim[g].ch, "f", &sh, TIMEOUT_MS, &st) == 0,
+    CHECK(node_client_create_shard(dcs[1].prim[g].ch, "f", &sh, TIMEOUT_MS, &st) == 0,
           "re-create: %s", st.message);
     merger_once(&o, 0, 0);
     CHECK(o.status == 1 && strstr(o.text, "shard 2") &&
@@ -510,10 +510,10 @@ static void test_refuse(void)
 
     /* A partial that over-fills shard 3 is merged with a warning. */
     for (g = 0; g < 2; g++)
-        if (mw_get_shard(dcs[0].prim[g].ch, "f", 3, &sh, TIMEOUT_MS, &st) == 0)
+        if (node_client_get_shard(dcs[0].prim[g].ch, "f", 3, &sh, TIMEOUT_MS, &st) == 0)
             break;
     CHECK(g < 2, "shard 3 not found");
-    p = mw_shard_filter(&sh, err);
+    p = node_client_shard_filter(&sh, err);
     uint64_t x = 1;
     for (int i = 0; i < 3000000; i++) {
         struct bf_hash h;
@@ -589,11 +589,11 @@ static void test_single(void)
 
     /* b loses its filter (dropped, re-created empty with the same secret):
      * its new epoch makes the merger push it everything again. */
-    struct mw_shard sh;
-    CHECK(mw_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
+    struct node_client_shard sh;
+    CHECK(node_client_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
           st.message);
     CHECK(t_drop(b.ch, "f", &st) == 0, "drop: %s", st.message);
-    CHECK(mw_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0, "re-create: %s",
+    CHECK(node_client_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0, "re-create: %s",
           st.message);
     CHECK(count_present(b.ch, kb, 5000, NULL) < 100, "re-created filter not empty");
     merger_once(&o, 0, 0);

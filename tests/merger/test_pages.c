@@ -19,7 +19,7 @@
 
 #include "bf.h"
 #include "harness.h"
-#include "merger_wire.h"
+#include "node_client.h"
 
 #define NKEYS 20000
 
@@ -27,7 +27,7 @@ struct collect {
     uint8_t *body;
     size_t size;
     size_t pages;
-    struct mw_page pg[4096];
+    struct node_client_page pg[4096];
 };
 
 static int collect_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
@@ -36,7 +36,7 @@ static int collect_page(void *ctx, uint64_t off, const uint8_t *data, size_t len
     if (off + len > c->size || c->pages == 4096)
         return -1;
     memcpy(c->body + off, data, len);
-    c->pg[c->pages++] = (struct mw_page){off, c->body + off, len};
+    c->pg[c->pages++] = (struct node_client_page){off, c->body + off, len};
     return 0;
 }
 
@@ -91,7 +91,7 @@ static void push_raw(struct rpc_channel *ch, const char *fp, uint64_t off,
 {
     Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
     Bloomgrid__V1__PushPagesRequest m = BLOOMGRID__V1__PUSH_PAGES_REQUEST__INIT;
-    struct rpc_cstream *s = rpc_cstream_open(ch, MW_PATH_PUSH, TIMEOUT_MS);
+    struct rpc_cstream *s = rpc_cstream_open(ch, NODE_CLIENT_PATH_PUSH, TIMEOUT_MS);
     ref.filter = "f";
     m.shard = &ref;
     m.fingerprint = (char *)fp;
@@ -109,8 +109,8 @@ int main(int argc, char **argv)
     struct node_proc a, b;
     char da[512], db[512];
     struct rpc_status st;
-    struct mw_shard sh;
-    struct mw_pull_end end, end2;
+    struct node_client_shard sh;
+    struct node_client_pull_end end, end2;
 
     CHECK(argc >= 2, "usage: test_pages NODE_BIN");
     harness_node_bin = argv[1];
@@ -121,12 +121,12 @@ int main(int argc, char **argv)
     node_start(&a, da, fast);
     node_start(&b, db, fast);
     CHECK(t_create(a.ch, "f", 2000000, 0.01, 1, &st) == 0, "create: %s", st.message);
-    CHECK(mw_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
+    CHECK(node_client_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
           st.message);
-    CHECK(mw_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0,
+    CHECK(node_client_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0,
           "create on b: %s", st.message);
     char err[BF_ERRLEN];
-    struct bf *like = mw_shard_filter(&sh, err);
+    struct bf *like = node_client_shard_filter(&sh, err);
     CHECK(like, "%s", err);
     struct bf_layer_info li;
     bf_layer_info(like, 0, &li);
@@ -138,7 +138,7 @@ int main(int argc, char **argv)
     c->body = calloc(1, c->size);
 
     /* An empty shard: nothing to pull. */
-    CHECK(mw_pull(a.ch, "f", 0, 0, 0, collect_page, c, &end, TIMEOUT_MS, &st) == 0,
+    CHECK(node_client_pull(a.ch, "f", 0, 0, 0, collect_page, c, &end, TIMEOUT_MS, &st) == 0,
           "pull: %s", st.message);
     CHECK(end.pages == 0, "%llu pages of an empty shard",
           (unsigned long long)end.pages);
@@ -146,7 +146,7 @@ int main(int argc, char **argv)
 
     char **k1 = make_keys("one", 0, NKEYS);
     add_keys(a.ch, k1, NKEYS);
-    CHECK(mw_pull(a.ch, "f", 0, end.version, end.epoch, collect_page, c, &end,
+    CHECK(node_client_pull(a.ch, "f", 0, end.version, end.epoch, collect_page, c, &end,
                   TIMEOUT_MS, &st) == 0, "pull: %s", st.message);
     size_t total_pages = (c->size + 65535) / 65536;
     printf("pull after %d keys: %llu of %zu pages, %llu bytes, version %llu, "
@@ -156,12 +156,12 @@ int main(int argc, char **argv)
     CHECK(end.pages > 0 && end.store_version > 0, "pages after adds");
 
     /* Quiet: nothing since the version just returned. */
-    CHECK(mw_pull(a.ch, "f", 0, end.version, end.epoch, NULL, NULL, &end2,
+    CHECK(node_client_pull(a.ch, "f", 0, end.version, end.epoch, NULL, NULL, &end2,
                   TIMEOUT_MS, &st) == 0, "pull: %s", st.message);
     CHECK(end2.pages == 0 && end2.version == end.version,
           "quiet pull sent %llu pages", (unsigned long long)end2.pages);
     /* Another epoch (a restarted node): everything again. */
-    CHECK(mw_pull(a.ch, "f", 0, end.version, end.epoch + 1, NULL, NULL, &end2,
+    CHECK(node_client_pull(a.ch, "f", 0, end.version, end.epoch + 1, NULL, NULL, &end2,
                   TIMEOUT_MS, &st) == 0, "pull: %s", st.message);
     CHECK(end2.pages == end.pages, "unknown epoch: %llu pages, not %llu",
           (unsigned long long)end2.pages, (unsigned long long)end.pages);
@@ -170,7 +170,7 @@ int main(int argc, char **argv)
     char **k2 = make_keys("two", 0, 10);
     add_keys(a.ch, k2, 10);
     uint64_t v1 = end.version;
-    CHECK(mw_pull(a.ch, "f", 0, v1, end.epoch, NULL, NULL, &end2, TIMEOUT_MS,
+    CHECK(node_client_pull(a.ch, "f", 0, v1, end.epoch, NULL, NULL, &end2, TIMEOUT_MS,
                   &st) == 0, "pull: %s", st.message);
     CHECK(end2.pages >= 1 && end2.pages <= 10, "10 keys changed %llu pages",
           (unsigned long long)end2.pages);
@@ -196,18 +196,18 @@ int main(int argc, char **argv)
 
     /* Push what was pulled: b answers like a. */
     uint64_t merged = 0;
-    CHECK(mw_push(b.ch, "f", 0, fp, end.store_version, c->pg, c->pages, &merged,
+    CHECK(node_client_push(b.ch, "f", 0, fp, end.store_version, c->pg, c->pages, &merged,
                   TIMEOUT_MS, &st) == 0, "push: %s", st.message);
     CHECK(merged == c->pages, "merged %llu of %zu", (unsigned long long)merged,
           c->pages);
     CHECK(count_present(b.ch, k1, NKEYS) == NKEYS, "pushed keys missing on b");
     /* b was pulled from before nothing; pushed pages are not pulled back. */
-    CHECK(mw_pull(b.ch, "f", 0, 0, 0, NULL, NULL, &end2, TIMEOUT_MS, &st) == 0,
+    CHECK(node_client_pull(b.ch, "f", 0, 0, 0, NULL, NULL, &end2, TIMEOUT_MS, &st) == 0,
           "pull b: %s", st.message);
     uint64_t bv = end2.version, be = end2.epoch;
-    CHECK(mw_push(b.ch, "f", 0, fp, 0, c->pg, c->pages, NULL, TIMEOUT_MS, &st) == 0,
+    CHECK(node_client_push(b.ch, "f", 0, fp, 0, c->pg, c->pages, NULL, TIMEOUT_MS, &st) == 0,
           "push again: %s", st.message);
-    CHECK(mw_pull(b.ch, "f", 0, bv, be, NULL, NULL, &end2, TIMEOUT_MS, &st) == 0,
+    CHECK(node_client_pull(b.ch, "f", 0, bv, be, NULL, NULL, &end2, TIMEOUT_MS, &st) == 0,
           "pull b: %s", st.message);
     CHECK(end2.pages == 0, "pushed pages pulled back: %llu",
           (unsigned long long)end2.pages);
@@ -220,7 +220,7 @@ int main(int argc, char **argv)
 
     /* Counting shards are not tracked. */
     CHECK(t_create(a.ch, "cnt", 1000, 0.01, 3, &st) == 0, "create cnt");
-    CHECK(mw_pull(a.ch, "cnt", 0, 0, 0, NULL, NULL, &end2, TIMEOUT_MS, &st) < 0 &&
+    CHECK(node_client_pull(a.ch, "cnt", 0, 0, 0, NULL, NULL, &end2, TIMEOUT_MS, &st) < 0 &&
           st.code == GRPC_STATUS_FAILED_PRECONDITION, "counting pull: %s",
           st.message);
 

@@ -17,7 +17,7 @@
 #include <grpc/grpc.h>
 
 #include "harness.h"
-#include "merger_wire.h"
+#include "node_client.h"
 
 #define NKEYS 5000
 #define INTERVAL "50"
@@ -118,7 +118,7 @@ int main(int argc, char **argv)
     struct node_proc a, b;
     char da[512], db[512], port[32], listen[64];
     struct rpc_status st;
-    struct mw_shard sh;
+    struct node_client_shard sh;
 
     CHECK(argc >= 2, "usage: test_replicate NODE_BIN");
     harness_node_bin = argv[1];
@@ -133,9 +133,9 @@ int main(int argc, char **argv)
     node_start(&b, db, replica);
     CHECK(t_create(a.ch, "f", 200000, 0.01, 1, &st) == 0, "create: %s",
           st.message);
-    CHECK(mw_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
+    CHECK(node_client_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
           st.message);
-    CHECK(mw_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0,
+    CHECK(node_client_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0,
           "create on the replica: %s", st.message);
 
     /* Keys added to the primary reach the replica, with its version. */

@@ -1,0 +1,70 @@
+/* merger_config: the settings table of bloomgrid-merger (common/settings.h
+ * does the parsing). */
+#include "merger_config.h"
+
+#include <string.h>
+
+#include "settings.h"
+
+#define F(f) SETTING_FIELD(struct merger_config, f)
+
+static const struct setting settings[] = {
+    {"listen", SETTING_STRING, 0, 0, NULL, "127.0.0.1:7600", F(listen),
+     "address to serve the Merger status service and health on, host:port "
+     "(port 0 picks a free port)"},
+    {"state_dir", SETTING_STRING, 0, 0, NULL, "./bloomgrid-merger",
+     F(state_dir),
+     "directory of the global snapshots (<filter>/shard-<i>.bf) and of what "
+     "was last pulled from each datacenter (<filter>/shard-<i>.state)"},
+    {"sources", SETTING_STRING, 0, 0, NULL, "./merger-sources.ini", F(sources),
+     "sources file: per filter, [filter NAME] with repeatable keys "
+     "\"datacenter = NAME TOPOLOGY-FILE\" (a cluster: its primaries are "
+     "pulled, its primaries and replicas pushed to; or HOST:PORT of a single "
+     "node) and \"partial = FILE\" "
+     "(a filter file of the same geometry and secret, ORed in whenever it "
+     "changes)"},
+    {"interval_s", SETTING_UINT, 1, 86400, NULL, "60", F(interval_s),
+     "seconds between rounds (SIGUSR1 or Merger.RunRound start one at once)"},
+    {"node_timeout_ms", SETTING_UINT, 100, 3600000, NULL, "10000",
+     F(node_timeout_ms), "deadline of a unary call to a node; page streams get "
+     "four times as much"},
+    {"max_message_size", SETTING_UINT, 1u << 20, 1u << 30, NULL, "67108864",
+     F(max_message_size), "largest gRPC message in bytes, both directions"},
+    {"workers", SETTING_UINT, 1, 256, NULL, "4", F(workers),
+     "shards pulled, merged and pushed at once (threads)"},
+    {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info",
+     F(log_level), "least severe log level printed"},
+};
+
+static const struct settings_spec spec = {
+    .program = "bloomgrid-merger",
+    .section = "merger",
+    .intro =
+        "bloomgrid-merger pulls the pages changed since its last round from\n"
+        "every datacenter's primaries (and ORs in changed partial files), keeps\n"
+        "the union as a versioned global snapshot on its own disk, and pushes\n"
+        "the changed pages to every datacenter's primaries and read replicas.\n"
+        "A quiet round ships nothing.  SIGUSR1 runs a round now; SIGTERM/SIGINT\n"
+        "stop.  Serves bloomgrid.v1.Merger (Status, RunRound) and\n"
+        "grpc.health.v1.Health.\n"
+        "\n"
+        "  --once   run one round, print its report, exit (0: no error, 1: "
+        "errors)\n",
+    .table = settings,
+    .count = sizeof settings / sizeof settings[0],
+};
+
+int merger_config_load(struct merger_config *c, bool *once, int argc,
+                       char **argv)
+{
+    int nargs = 0;
+
+    *once = false;
+    for (int i = 0; i < argc; i++)
+        if (i > 0 && strcmp(argv[i], "--once") == 0)
+            *once = true;
+        else
+            argv[nargs++] = argv[i];
+    memset(c, 0, sizeof *c);
+    return settings_load(&spec, c, nargs, argv);
+}

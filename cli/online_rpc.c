@@ -30,13 +30,6 @@ static const char *const kind_names[] = {"unspecified", "blocked", "classic",
 static const char *const state_names[] = {"unknown", "ready", "recovering",
                                           "failed"};
 
-static void status_set(struct rpc_status *st, grpc_status_code code,
-                       const char *msg)
-{
-    st->code = code;
-    snprintf(st->message, sizeof st->message, "%s", msg);
-}
-
 /* HOST:PORT with a valid port; gRPC's own target forms (unix:PATH,
  * dns:///HOST:PORT, ...) are passed on as they are. */
 static bool target_ok(const char *t)
@@ -283,7 +276,7 @@ int online_list(struct online *o, struct online_info **out, size_t *n,
     *out = calloc(lr->n_filters ? lr->n_filters : 1, sizeof **out);
     if (!*out) {
         protobuf_c_message_free_unpacked(resp, NULL);
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", "out of memory");
         return -1;
     }
     for (size_t i = 0; i < lr->n_filters; i++)
@@ -455,7 +448,7 @@ size_t online_keys_call(struct online *o, enum online_op op,
     size_t first_bad = n;
 
     if (!calls) {
-        status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", "out of memory");
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
@@ -474,8 +467,8 @@ size_t online_keys_call(struct online *o, enum online_op op,
             } else if (decode_bools(GRPC_SLICE_START_PTR(calls[i].resp),
                                     GRPC_SLICE_LENGTH(calls[i].resp),
                                     b[i].answer, b[i].n) < 0) {
-                status_set(st, GRPC_STATUS_INTERNAL,
-                           "the answer does not match the keys sent");
+                rpc_status_set(st, GRPC_STATUS_INTERNAL, "%s",
+                               "the answer does not match the keys sent");
                 first_bad = i;
             }
         }
@@ -494,7 +487,7 @@ static struct rpc_cstream *stream_open(struct online *o, const char *method,
     struct rpc_cstream *s = rpc_cstream_open(o->ch, method, o->deadline_ms);
 
     if (!s)
-        status_set(st, GRPC_STATUS_UNAVAILABLE, STREAM_NOT_STARTED);
+        rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "%s", STREAM_NOT_STARTED);
     return s;
 }
 

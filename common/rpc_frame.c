@@ -190,7 +190,7 @@ static int send_response(int fd, const struct rpc_reply *rep)
     struct iovec iov[3];
     int n = 1;
 
-    if (rep->code == GRPC_STATUS_OK) {
+    if (rep->st.code == GRPC_STATUS_OK) {
         size_t len = rep->has_body ? GRPC_SLICE_LENGTH(rep->body) : 0;
         header(h, RPC_FRAME_MAGIC, GRPC_STATUS_OK, 0, (uint32_t)len);
         if (len) {
@@ -198,10 +198,10 @@ static int send_response(int fd, const struct rpc_reply *rep)
             iov[n++].iov_len = len;
         }
     } else {
-        size_t ml = strnlen(rep->message, sizeof rep->message);
-        header(h, RPC_FRAME_MAGIC, (uint32_t)rep->code, (uint32_t)ml, 0);
+        size_t ml = strnlen(rep->st.message, sizeof rep->st.message);
+        header(h, RPC_FRAME_MAGIC, (uint32_t)rep->st.code, (uint32_t)ml, 0);
         if (ml) {
-            iov[n].iov_base = (void *)rep->message;
+            iov[n].iov_base = (void *)rep->st.message;
             iov[n++].iov_len = ml;
         }
     }
@@ -226,7 +226,7 @@ static void serve_conn(struct rpc_frame_server *s, int fd)
         uint32_t method = get_le32(h + 4), len = get_le32(h + 12);
         struct rpc_reply rep;
         memset(&rep, 0, sizeof rep);
-        rep.code = GRPC_STATUS_OK;
+        rep.st.code = GRPC_STATUS_OK;
         if (len > s->max_message) {
             rpc_reply_error(&rep, GRPC_STATUS_RESOURCE_EXHAUSTED,
                             "request of %u bytes; the limit is %zu (max_message_size)",

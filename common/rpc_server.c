@@ -39,9 +39,9 @@ static void post_generic(struct rpc_server *srv, int cqi);
 static void reply_verror(struct rpc_reply *r, grpc_status_code code,
                          enum rpc_reason reason, const char *fmt, va_list ap)
 {
-    vsnprintf(r->message, sizeof r->message, fmt, ap);
-    r->code = code;
-    r->reason = reason;
+    vsnprintf(r->st.message, sizeof r->st.message, fmt, ap);
+    r->st.code = code;
+    r->st.reason = reason;
     if (r->has_body) {
         grpc_slice_unref(r->body);
         r->has_body = false;
@@ -66,12 +66,6 @@ void rpc_reply_fail(struct rpc_reply *r, grpc_status_code code,
     va_end(ap);
 }
 
-void rpc_reply_status(const struct rpc_reply *r, struct rpc_status *st)
-{
-    st->code = r->code;
-    st->reason = r->reason;
-    snprintf(st->message, sizeof st->message, "%s", r->message);
-}
 
 uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len)
 {
@@ -196,7 +190,7 @@ static void send_reply(struct slot *s)
     memset(ops, 0, sizeof ops);
     ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
     n++;
-    if (r->code == GRPC_STATUS_OK) {
+    if (r->st.code == GRPC_STATUS_OK) {
         grpc_slice body = r->has_body ? r->body : grpc_empty_slice();
         s->send_buf = grpc_raw_byte_buffer_create(&body, 1);
         if (r->has_body) {
@@ -208,15 +202,15 @@ static void send_reply(struct slot *s)
         n++;
     }
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = r->code;
-    if (r->code != GRPC_STATUS_OK) {
-        s->status_details = grpc_slice_from_copied_string(r->message);
+    ops[n].data.send_status_from_server.status = r->st.code;
+    if (r->st.code != GRPC_STATUS_OK) {
+        s->status_details = grpc_slice_from_copied_string(r->st.message);
         s->has_status_details = true;
         ops[n].data.send_status_from_server.status_details = &s->status_details;
-        if (r->reason != RPC_REASON_NONE) {
+        if (r->st.reason != RPC_REASON_NONE) {
             s->reason_md.key = grpc_slice_from_static_string(RPC_REASON_KEY);
             s->reason_md.value =
-                grpc_slice_from_static_string(rpc_reason_name(r->reason));
+                grpc_slice_from_static_string(rpc_reason_name(r->st.reason));
             ops[n].data.send_status_from_server.trailing_metadata_count = 1;
             ops[n].data.send_status_from_server.trailing_metadata = &s->reason_md;
         }
@@ -236,7 +230,7 @@ static void send_reply(struct slot *s)
 static void unary_run(struct slot *s)
 {
     struct rpc_reply *r = &s->reply;
-    r->code = GRPC_STATUS_OK;
+    r->st.code = GRPC_STATUS_OK;
     if (s->m->unary == unimplemented_unary) {
         unimplemented_unary(s->m->arg, NULL, 0, r);
     } else if (!s->payload) {

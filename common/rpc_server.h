@@ -53,12 +53,11 @@ struct rpc_server_config {
 };
 
 /* The outcome of a unary call, filled by its handler.  The handler either
- * sets a body (rpc_reply_pack / rpc_reply_alloc) and leaves code OK, or calls
- * rpc_reply_error.  The server owns and frees the body. */
+ * sets a body (rpc_reply_pack / rpc_reply_alloc) and leaves st.code OK, or
+ * calls rpc_reply_error / rpc_reply_fail.  The server owns and frees the
+ * body. */
 struct rpc_reply {
-    grpc_status_code code;
-    enum rpc_reason reason;      /* sent as "bloomgrid-reason" when set */
-    char message[RPC_MSGLEN];
+    struct rpc_status st;        /* reason sent as "bloomgrid-reason" */
     grpc_slice body;
     bool has_body;
 };
@@ -122,10 +121,7 @@ void rpc_reply_error(struct rpc_reply *r, grpc_status_code code,
 void rpc_reply_fail(struct rpc_reply *r, grpc_status_code code,
                     enum rpc_reason reason, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-/* The reply's status as a struct rpc_status. */
-void rpc_reply_status(const struct rpc_reply *r, struct rpc_status *st);
-/* End a stream with st (code, reason and message). */
-int rpc_stream_finish_status(struct rpc_stream *s, const struct rpc_status *st);
+
 /* Pack msg as the body.  Returns 0 or -ENOMEM. */
 int rpc_reply_pack(struct rpc_reply *r, const ProtobufCMessage *msg);
 /* Allocate a body of len bytes and return where to write it (hand-written
@@ -151,6 +147,8 @@ int rpc_stream_send(struct rpc_stream *st, grpc_slice body);
 /* End the call with a status.  Returns 0 or -ECANCELED. */
 int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
                       const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* End the call with st (code, reason and message). */
+int rpc_stream_finish_status(struct rpc_stream *s, const struct rpc_status *st);
 /* The message size limit the server runs with. */
 size_t rpc_stream_max_message(const struct rpc_stream *st);
 

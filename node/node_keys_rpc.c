@@ -78,7 +78,7 @@ static grpc_status_code decode_key_batch(struct node *n, const uint8_t *buf,
                 /* Checked on the exact bytes: "F\0junk" is not "F". */
                 if (v && rules_filter_name_check(p, v, err) < 0) {
                     rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
-                    return r->code;
+                    return r->st.code;
                 }
                 memcpy(kb->filter, p, v);
                 kb->filter[v] = 0;
@@ -89,16 +89,16 @@ static grpc_status_code decode_key_batch(struct node *n, const uint8_t *buf,
                                     "more than %llu keys in one batch "
                                     "(max_batch_keys); split the batch",
                                     (unsigned long long)max_keys);
-                    return r->code;
+                    return r->st.code;
                 }
                 if (rules_key_check(kb->n, v, max_key, err) < 0) {
                     rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
-                    return r->code;
+                    return r->st.code;
                 }
                 if (kb->n >= sc->cap && node_rpc__scratch_reserve(sc, kb->n + 1) < 0) {
                     rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                     "out of memory decoding the batch");
-                    return r->code;
+                    return r->st.code;
                 }
                 sc->key_ptr[kb->n] = p;
                 sc->key_len[kb->n] = (uint32_t)v;
@@ -115,7 +115,7 @@ malformed:
     rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                     "malformed request message (byte %zu of %zu)",
                     (size_t)(p - buf), len);
-    return r->code;
+    return r->st.code;
 }
 
 /* A cached filter handle (streams keep it across messages). */
@@ -252,10 +252,10 @@ static void key_stream(struct node *n, enum key_op op, struct rpc_stream *st)
             goto out;
         if (rc == 0)
             break;
-        struct rpc_reply r = {.code = GRPC_STATUS_OK};
+        struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
         run_key_batch(n, op, buf, len, &sc, &fr, &r);
-        if (r.code != GRPC_STATUS_OK) {
-            rpc_stream_finish(st, r.code, "%s", r.message);
+        if (r.st.code != GRPC_STATUS_OK) {
+            rpc_stream_finish_status(st, &r.st);
             goto out;
         }
         grpc_slice body = r.has_body ? r.body : grpc_empty_slice();

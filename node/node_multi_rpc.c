@@ -44,7 +44,7 @@ struct multi_job {
 static void job_run_entry(struct multi_job *j, size_t k)
 {
     const Bloomgrid__V1__ShardHashes *e = j->m->shards[k];
-    j->rep[k].code = GRPC_STATUS_OK;
+    j->rep[k].st.code = GRPC_STATUS_OK;
     node_rpc__shard_hashes(j->s, j->op, j->m->filter, e->shard_index,
                            e->hashes.data, e->hashes.len / 16, j->m->check_shard,
                            j->m->secret_id, j->h + j->off[k], j->out + j->off[k],
@@ -67,11 +67,11 @@ static size_t result_len(const struct multi_job *j, size_t k, size_t cnt)
 {
     const struct rpc_reply *r = &j->rep[k];
     size_t len = 1 + varint_len(j->m->shards[k]->shard_index);
-    if (r->code != GRPC_STATUS_OK) {
-        size_t ml = strlen(r->message);
-        len += 1 + varint_len((uint64_t)r->code) + 1 + varint_len(ml) + ml;
-        if (r->reason)
-            len += 1 + varint_len((uint64_t)r->reason);
+    if (r->st.code != GRPC_STATUS_OK) {
+        size_t ml = strlen(r->st.message);
+        len += 1 + varint_len((uint64_t)r->st.code) + 1 + varint_len(ml) + ml;
+        if (r->st.reason)
+            len += 1 + varint_len((uint64_t)r->st.reason);
         return len;
     }
     if (cnt)
@@ -97,17 +97,17 @@ static void encode_response(struct multi_job *j, struct rpc_reply *r)
         p = put_varint(p, result_len(j, k, cnt));
         *p++ = 0x08;
         p = put_varint(p, m->shards[k]->shard_index);
-        if (e->code != GRPC_STATUS_OK) {
-            size_t ml = strlen(e->message);
+        if (e->st.code != GRPC_STATUS_OK) {
+            size_t ml = strlen(e->st.message);
             *p++ = 0x20;
-            p = put_varint(p, (uint64_t)e->code);
+            p = put_varint(p, (uint64_t)e->st.code);
             *p++ = 0x2a;
             p = put_varint(p, ml);
-            memcpy(p, e->message, ml);
+            memcpy(p, e->st.message, ml);
             p += ml;
-            if (e->reason) {
+            if (e->st.reason) {
                 *p++ = 0x30;
-                p = put_varint(p, (uint64_t)e->reason);
+                p = put_varint(p, (uint64_t)e->st.reason);
             }
             continue;
         }

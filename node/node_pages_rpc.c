@@ -93,7 +93,7 @@ static int send_page(void *ctx, const struct store_page *pg)
 void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
 {
     struct node *n = arg;
-    struct rpc_reply r = {.code = GRPC_STATUS_OK};
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
     Bloomgrid__V1__PullPagesRequest *m = NULL;
     struct store_filter *sf = NULL;
     struct store_pages_mark mark;
@@ -283,7 +283,7 @@ static bool push_geo(struct store_filter *sf, const char *label,
 void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
 {
     struct node *n = arg;
-    struct rpc_reply r = {.code = GRPC_STATUS_OK};
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
     struct push_msgs pm = {0};
     struct store_filter *sf = NULL;
     struct store_page *pages = NULL;
@@ -296,7 +296,7 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
 
     if (rc < 0)
         goto gone;
-    if (r.code != GRPC_STATUS_OK)
+    if (r.st.code != GRPC_STATUS_OK)
         goto done;
     if (pm.n == 0 || !pm.v[0]->shard || !pm.v[0]->shard->filter[0]) {
         rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,

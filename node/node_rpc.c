@@ -413,7 +413,7 @@ void node_rpc__encode_bools(struct rpc_reply *r, const bool *v, size_t n,
 
 void node_rpc__finish_reply(struct rpc_stream *st, const struct rpc_reply *r)
 {
-    rpc_stream_finish(st, r->code, "%s", r->message);
+    rpc_stream_finish_status(st, &r->st);
 }
 
 /* ---- handler tables ---- */

@@ -67,7 +67,7 @@ static int chunk_write(void *ctx, const void *buf, size_t len)
  * ExportShardRequest naming one shard (internal ExportShard). */
 static void export_run(struct node *n, struct rpc_stream *st, bool shard)
 {
-    struct rpc_reply r = {.code = GRPC_STATUS_OK};
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
     const uint8_t *buf;
     size_t len;
     struct store_filter *sf = NULL;
@@ -182,7 +182,7 @@ static void merge_check_run(const struct bf *dst, void *ctx)
  * ImportShard). */
 static void import_run(struct node *n, struct rpc_stream *st, bool shard)
 {
-    struct rpc_reply r = {.code = GRPC_STATUS_OK};
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
     const uint8_t *buf;
     size_t len;
     struct bytebuf mb = {0};    /* max 0 until the filter is known */
@@ -229,7 +229,7 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
                             "ImportRequest names filter \"%s\" after \"%s\"",
                             m->filter, name);
         }
-        int arc = r.code == GRPC_STATUS_OK ? bytebuf_append(&mb, m->data.data, m->data.len)
+        int arc = r.st.code == GRPC_STATUS_OK ? bytebuf_append(&mb, m->data.data, m->data.len)
                                            : 0;
         if (arc == -E2BIG)
             rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -239,7 +239,7 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
         else if (arc < 0)
             rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         protobuf_c_message_free_unpacked(&m->base, NULL);
-        if (r.code != GRPC_STATUS_OK)
+        if (r.st.code != GRPC_STATUS_OK)
             goto done;
     }
     if (!sf) {

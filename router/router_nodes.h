@@ -11,8 +11,8 @@
  * on its own.  Catalog calls (create, drop, describe, list) fan out one call
  * per shard.
  *
- * Failures: every function returns 0 or -1 with a status code and a message
- * naming the shard(s) and node(s) in *st.
+ * Failures: every function returns 0 or -1 with a status (rpc_status.h:
+ * code, reason, a message naming the shard(s) and node(s)) in *st.
  */
 #ifndef BLOOMGRID_ROUTER_NODES_H
 #define BLOOMGRID_ROUTER_NODES_H
@@ -25,14 +25,6 @@
 
 #include "router.h"
 
-struct router_status {
-    grpc_status_code code;
-    char msg[RPC_MSGLEN];
-};
-
-void router_status_set(struct router_status *st, grpc_status_code code,
-                       const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 /* Is a status one of a node that is down, slow or going away? */
 bool router_node_down(grpc_status_code c);
 
@@ -40,7 +32,7 @@ bool router_node_down(grpc_status_code c);
  * t), fetched from shard 0's group when not cached or stale.  Returns a
  * reference (router_filter_unref) or NULL with st set (NOT_FOUND, ...). */
 struct router_filter *router_filter_lookup(struct router *r, const struct topo *t,
-                                          const char *name, struct router_status *st);
+                                          const char *name, struct rpc_status *st);
 
 enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
 
@@ -51,7 +43,7 @@ enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
  * (docs/ROUTER.md). */
 int router_keys(struct router *r, const char *filter, enum router_key_op op,
                 const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                bool *out, struct router_status *st);
+                bool *out, struct rpc_status *st);
 
 /* One shard as a node describes it. */
 struct router_shard_desc {
@@ -90,18 +82,18 @@ struct router_create {
 /* Create every shard on its group, or none: shards created before a failure
  * are dropped again.  On success *out describes the new filter. */
 int router_create_filter(struct router *r, const struct router_create *c,
-                         struct router_filter_desc *out, struct router_status *st);
+                         struct router_filter_desc *out, struct rpc_status *st);
 
 /* Drop every shard (shard 0 last, so a failed drop can be retried). */
-int router_drop_filter(struct router *r, const char *name, struct router_status *st);
+int router_drop_filter(struct router *r, const char *name, struct rpc_status *st);
 
 /* Describe every shard of one filter. */
 int router_describe_filter(struct router *r, const char *name,
-                           struct router_filter_desc *out, struct router_status *st);
+                           struct router_filter_desc *out, struct rpc_status *st);
 
 /* Every filter on the primaries, sorted by name.  Free with
  * router_filter_desc_free on each, then free(*out). */
 int router_list_filters(struct router *r, struct router_filter_desc **out,
-                        size_t *n, struct router_status *st);
+                        size_t *n, struct rpc_status *st);
 
 #endif

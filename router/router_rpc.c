@@ -212,7 +212,7 @@ static void run_keys(struct router *r, enum router_key_op op, const uint8_t *buf
 {
     char filter[RULES_FILTER_NAME_MAX + 1];
     size_t n = 0;
-    struct router_status st;
+    struct rpc_status st;
 
     if (!decode_keys(r, buf, len, kb, filter, &n, rep))
         return;
@@ -230,7 +230,7 @@ static void run_keys(struct router *r, enum router_key_op op, const uint8_t *buf
         return;
     }
     if (router_keys(r, cur, op, kb->ptr, kb->len, n, kb->out, &st) < 0) {
-        rpc_reply_error(rep, st.code, "%s", st.msg);
+        rpc_reply_fail(rep, st.code, st.reason, "%s", st.message);
         return;
     }
     encode_bools(rep, kb->out, n);
@@ -277,10 +277,10 @@ static void key_stream(struct router *r, enum router_key_op op, struct rpc_strea
             goto out;
         if (rc == 0)
             break;
-        struct rpc_reply rep = {.code = GRPC_STATUS_OK};
+        struct rpc_reply rep = {.st.code = GRPC_STATUS_OK};
         run_keys(r, op, buf, len, &kb, cur, &rep);
-        if (rep.code != GRPC_STATUS_OK) {
-            rpc_stream_finish(s, rep.code, "%s", rep.message);
+        if (rep.st.code != GRPC_STATUS_OK) {
+            rpc_stream_finish_status(s, &rep.st);
             goto out;
         }
         /* Overlaps sending this answer with reading the next batch. */
@@ -433,7 +433,7 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
     struct router *r = arg;
     UNPACK_OR_FAIL(Bloomgrid__V1__CreateFilterRequest,
                    bloomgrid__v1__create_filter_request, m, req, len, rep);
-    struct router_status st;
+    struct rpc_status st;
     struct router_filter_desc d;
     struct router_create c = {
         .name = m->name,
@@ -453,7 +453,7 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         goto out;
     }
     if (router_create_filter(r, &c, &d, &st) < 0) {
-        rpc_reply_error(rep, st.code, "%s", st.msg);
+        rpc_reply_fail(rep, st.code, st.reason, "%s", st.message);
         goto out;
     }
     reply_desc(&d, rep);
@@ -468,10 +468,10 @@ static void h_drop_filter(void *arg, const uint8_t *req, size_t len,
     struct router *r = arg;
     UNPACK_OR_FAIL(Bloomgrid__V1__DropFilterRequest,
                    bloomgrid__v1__drop_filter_request, m, req, len, rep);
-    struct router_status st;
+    struct rpc_status st;
     if (router_rpc__name_ok(m->name, rep)) {
         if (router_drop_filter(r, m->name, &st) < 0) {
-            rpc_reply_error(rep, st.code, "%s", st.msg);
+            rpc_reply_fail(rep, st.code, st.reason, "%s", st.message);
         } else {
             Bloomgrid__V1__DropFilterResponse resp =
                 BLOOMGRID__V1__DROP_FILTER_RESPONSE__INIT;
@@ -487,11 +487,11 @@ static void h_get_filter(void *arg, const uint8_t *req, size_t len,
     struct router *r = arg;
     UNPACK_OR_FAIL(Bloomgrid__V1__GetFilterRequest,
                    bloomgrid__v1__get_filter_request, m, req, len, rep);
-    struct router_status st;
+    struct rpc_status st;
     struct router_filter_desc d;
     if (router_rpc__name_ok(m->name, rep)) {
         if (router_describe_filter(r, m->name, &d, &st) < 0) {
-            rpc_reply_error(rep, st.code, "%s", st.msg);
+            rpc_reply_fail(rep, st.code, st.reason, "%s", st.message);
         } else {
             reply_desc(&d, rep);
             router_filter_desc_free(&d);
@@ -507,11 +507,11 @@ static void h_list_filters(void *arg, const uint8_t *req, size_t len,
     UNPACK_OR_FAIL(Bloomgrid__V1__ListFiltersRequest,
                    bloomgrid__v1__list_filters_request, m, req, len, rep);
     bloomgrid__v1__list_filters_request__free_unpacked(m, NULL);
-    struct router_status st;
+    struct rpc_status st;
     struct router_filter_desc *d = NULL;
     size_t nd = 0, k = 0;
     if (router_list_filters(r, &d, &nd, &st) < 0) {
-        rpc_reply_error(rep, st.code, "%s", st.msg);
+        rpc_reply_fail(rep, st.code, st.reason, "%s", st.message);
         return;
     }
     struct info_buf *ibs = calloc(nd ? nd : 1, sizeof *ibs);

@@ -139,7 +139,7 @@ static const struct rpc_multi *telling_failure(const struct rpc_multi *calls,
 static void rollback(struct router *r, const struct topo *t,
                      const struct router_filter *f, const char *name,
                      const struct rpc_multi *calls, uint32_t S, size_t failed,
-                     struct router_status *st)
+                     struct rpc_status *st)
 {
     const struct rpc_multi *first = telling_failure(calls, S);
     uint32_t fs = (uint32_t)(first - calls);
@@ -173,7 +173,7 @@ static void rollback(struct router *r, const struct topo *t,
     grpc_status_code code = first->st.code;
     if (router_node_down(code))
         code = GRPC_STATUS_UNAVAILABLE;
-    router_status_set(st, code, "CreateFilter \"%s\": shard %u on node %s (group "
+    rpc_status_set(st, code, "CreateFilter \"%s\": shard %u on node %s (group "
                       "%s): %s: %s; %zu of %u shards failed; %s%s%s", name, fs,
                       router_rpc__primary(t, f, fs), t->groups[f->group[fs]].name,
                       rpc_status_name(first->st.code), first->st.message, failed, S,
@@ -183,14 +183,14 @@ static void rollback(struct router *r, const struct topo *t,
                                        "dropped",
                       left, nleft || !undo ? "; drop the filter once they are "
                                              "reachable" : "");
-    log_warn("%s", st->msg);
+    log_warn("%s", st->message);
     if (drops)
         router_rpc__multi_free(drops, nundo);
     free(undo);
 }
 
 int router_create_filter(struct router *r, const struct router_create *c,
-                         struct router_filter_desc *out, struct router_status *st)
+                         struct router_filter_desc *out, struct rpc_status *st)
 {
     struct topo *t = router_topo(r);
     uint8_t secret[BF_SECRET_LEN];
@@ -201,20 +201,20 @@ int router_create_filter(struct router *r, const struct router_create *c,
 
     memset(out, 0, sizeof *out);
     if (getrandom(secret, sizeof secret, 0) != (ssize_t)sizeof secret) {
-        router_status_set(st, GRPC_STATUS_INTERNAL, "cannot read random bytes");
+        rpc_status_set(st, GRPC_STATUS_INTERNAL, "cannot read random bytes");
         goto out;
     }
     /* A placement entry, not cached until every shard exists. */
     f = router_filter_add(r, c->name, secret, S, t, NULL);
     if (!f) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     router_filter_forget(r, c->name);
     calls = calloc(S, sizeof *calls);
     out->shard = calloc(S, sizeof *out->shard);
     if (!calls || !out->shard) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     snprintf(out->name, sizeof out->name, "%s", c->name);
@@ -236,7 +236,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
         calls[s].method = M_CREATE;
         calls[s].timeout_ms = (int)r->cfg.node_timeout_ms;
         if (!calls[s].ch) {
-            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             S = s + 1;
             goto out;
         }
@@ -276,7 +276,7 @@ out:
  * rollback that could not reach every node, a drop cut short).  Returns how
  * many were dropped, or -1 with st set when a node could not be asked. */
 static int sweep(struct router *r, const struct topo *t, const char *name,
-                 struct router_status *st)
+                 struct rpc_status *st)
 {
     unsigned G = t->ngroups;
     struct rpc_multi *calls = calloc(G, sizeof *calls);
@@ -284,7 +284,7 @@ static int sweep(struct router *r, const struct topo *t, const char *name,
     int dropped = 0, rc = 0;
 
     if (!calls) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
     for (unsigned g = 0; g < G; g++) {
@@ -297,14 +297,14 @@ static int sweep(struct router *r, const struct topo *t, const char *name,
     for (unsigned g = 0; g < G; g++)
         if (!calls[g].ch) {
             router_rpc__multi_free(calls, G);
-            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             return -1;
         }
     rpc_call_many(calls, G);
     for (unsigned g = 0; g < G && rc == 0; g++) {
         const char *node = t->groups[g].primary;
         if (calls[g].rc != 0) {
-            router_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": node %s "
+            rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": node %s "
                               "(group %s) cannot list its shards: %s: %s; retry "
                               "DropFilter to finish", name, node, t->groups[g].name,
                               rpc_status_name(calls[g].st.code), calls[g].st.message);
@@ -328,7 +328,7 @@ static int sweep(struct router *r, const struct topo *t, const char *name,
                 protobuf_c_message_free_unpacked(resp, NULL);
                 dropped++;
             } else if (rs.code != GRPC_STATUS_NOT_FOUND) {
-                router_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": "
+                rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": "
                                   "shard %u on node %s: %s: %s; retry DropFilter to "
                                   "finish", name, isi->shard_index, node,
                                   rpc_status_name(rs.code), rs.message);
@@ -343,7 +343,7 @@ static int sweep(struct router *r, const struct topo *t, const char *name,
     return rc < 0 ? -1 : dropped;
 }
 
-int router_drop_filter(struct router *r, const char *name, struct router_status *st)
+int router_drop_filter(struct router *r, const char *name, struct rpc_status *st)
 {
     struct topo *t = router_topo(r);
     struct router_filter *f = router_filter_lookup(r, t, name, st);
@@ -357,7 +357,7 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
             log_info("dropped %d stray shards of filter %s", n, name);
             rc = 0;
         } else if (n == 0) {
-            router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not "
+            rpc_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not "
                               "exist", name);
         }
         goto out;
@@ -366,7 +366,7 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
         goto out;
     list = calloc(f->shards, sizeof *list);
     if (!list) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     /* Shard 0 last: while it exists, the filter can be found and dropped. */
@@ -381,7 +381,7 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
             continue;
         struct rpc_multi *calls = shard_calls(r, t, f, list, n, M_DROP, false, 0);
         if (!calls) {
-            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
         }
         size_t bad = 0, first = 0;
@@ -389,7 +389,7 @@ int router_drop_filter(struct router *r, const char *name, struct router_status 
             if (calls[i].rc != 0 && calls[i].st.code != GRPC_STATUS_NOT_FOUND && !bad++)
                 first = i;
         if (bad) {
-            router_status_set(st, GRPC_STATUS_UNAVAILABLE,
+            rpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
                        "DropFilter \"%s\": shard %u on node %s: %s: %s; %zu shards "
                        "not dropped; retry DropFilter to finish", name, list[first],
                        router_rpc__primary(t, f, list[first]),
@@ -411,7 +411,7 @@ out:
 }
 
 int router_describe_filter(struct router *r, const char *name,
-                           struct router_filter_desc *out, struct router_status *st)
+                           struct router_filter_desc *out, struct rpc_status *st)
 {
     struct topo *t = router_topo(r);
     struct router_filter *f = router_filter_lookup(r, t, name, st);
@@ -425,14 +425,14 @@ int router_describe_filter(struct router *r, const char *name,
     list = calloc(f->shards, sizeof *list);
     out->shard = calloc(f->shards, sizeof *out->shard);
     if (!list || !out->shard) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     for (uint32_t s = 0; s < f->shards; s++)
         list[s] = s;
     calls = shard_calls(r, t, f, list, f->shards, M_GET, true, 0);
     if (!calls) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     snprintf(out->name, sizeof out->name, "%s", name);
@@ -460,7 +460,7 @@ int router_describe_filter(struct router *r, const char *name,
     }
     if (notfound == f->shards) {
         router_filter_forget(r, name);
-        router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", name);
+        rpc_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", name);
         goto out;
     }
     rc = 0;
@@ -482,7 +482,7 @@ static int desc_cmp(const void *a, const void *b)
 }
 
 int router_list_filters(struct router *r, struct router_filter_desc **out,
-                        size_t *nout, struct router_status *st)
+                        size_t *nout, struct rpc_status *st)
 {
     struct topo *t = router_topo(r);
     unsigned G = t->ngroups;
@@ -494,7 +494,7 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
     *out = NULL;
     *nout = 0;
     if (!calls) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     Bloomgrid__V1__ListShardsRequest lreq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
@@ -505,7 +505,7 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
         calls[g].method = M_LIST;
         calls[g].timeout_ms = (int)r->cfg.node_timeout_ms;
         if (!calls[g].ch) {
-            router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
         }
     }

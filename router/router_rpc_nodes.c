@@ -197,17 +197,6 @@ static uint32_t internal_method(const char *name)
     return m ? (uint32_t)(m - bloomgrid__v1__internal__descriptor.methods) : UINT32_MAX;
 }
 
-void router_status_set(struct router_status *st, grpc_status_code code,
-                       const char *fmt, ...)
-{
-    va_list ap;
-    st->code = code;
-    va_start(ap, fmt);
-    vsnprintf(st->msg, sizeof st->msg, fmt, ap);
-    va_end(ap);
-}
-
-/* Transport-like failures: the node is down, slow or going away. */
 bool router_node_down(grpc_status_code c)
 {
     return c == GRPC_STATUS_UNAVAILABLE || c == GRPC_STATUS_DEADLINE_EXCEEDED ||
@@ -281,7 +270,7 @@ static int fetch_secret(struct router *r, const char *addr, const char *name,
  * group (primary, then replicas) when it is not cached or is stale.  A stale
  * entry still serves when no node of that group answers. */
 struct router_filter *router_filter_lookup(struct router *r, const struct topo *t,
-                                          const char *name, struct router_status *st)
+                                          const char *name, struct rpc_status *st)
 {
     struct router_filter *stale = NULL;
     struct router_filter *f = router_filter_get(r, name, t, &stale);
@@ -301,7 +290,7 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
         if (rs.code == GRPC_STATUS_NOT_FOUND) {
             router_filter_forget(r, name);
             router_filter_unref(stale);
-            router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist",
+            rpc_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist",
                        name);
             return NULL;
         }
@@ -312,11 +301,11 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
                                   (struct topo *)t, stale);
             router_filter_unref(stale);
             if (!f)
-                router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             return f;
         }
         router_filter_unref(stale);
-        router_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
+        rpc_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
                    "filter \"%s\": shard 0 on node %s (group %s): %s: %s", name,
                    addr, g->name, rpc_status_name(rs.code), rs.message);
         return NULL;
@@ -326,7 +315,7 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
     f = router_filter_add(r, name, secret, shards, (struct topo *)t, stale);
     router_filter_unref(stale);
     if (!f)
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return f;
 }
 
@@ -550,7 +539,7 @@ static void list_keys(char *buf, size_t len, const bool *failed_shard,
 }
 
 /* Build the status of a batch with failed shards. */
-static void batch_failure(struct router_status *st, enum router_key_op op,
+static void batch_failure(struct rpc_status *st, enum router_key_op op,
                           const char *filter, const struct shard_fail *fails,
                           size_t nfail, const bool *failed_shard,
                           const uint32_t *shard_of, size_t n)
@@ -567,24 +556,24 @@ static void batch_failure(struct router_status *st, enum router_key_op op,
     for (size_t i = 0; i < n; i++)
         if (!failed_shard[shard_of[i]])
             acked++;
-    int w = snprintf(st->msg, sizeof st->msg, "%s on filter \"%s\": shard %u on node "
+    int w = snprintf(st->message, sizeof st->message, "%s on filter \"%s\": shard %u on node "
                      "%s: %s: %s", op_names[op], filter, fails[0].shard,
                      fails[0].node, rpc_status_name(fails[0].code), fails[0].msg);
-    if (nfail > 1 && w > 0 && (size_t)w < sizeof st->msg) {
-        w += snprintf(st->msg + w, sizeof st->msg - (size_t)w, " (and %zu more "
+    if (nfail > 1 && w > 0 && (size_t)w < sizeof st->message) {
+        w += snprintf(st->message + w, sizeof st->message - (size_t)w, " (and %zu more "
                       "shards:", nfail - 1);
-        for (size_t i = 1; i < nfail && i < 6 && (size_t)w < sizeof st->msg; i++)
-            w += snprintf(st->msg + w, sizeof st->msg - (size_t)w, " %u@%s",
+        for (size_t i = 1; i < nfail && i < 6 && (size_t)w < sizeof st->message; i++)
+            w += snprintf(st->message + w, sizeof st->message - (size_t)w, " %u@%s",
                           fails[i].shard, fails[i].node);
-        if ((size_t)w < sizeof st->msg)
-            w += snprintf(st->msg + w, sizeof st->msg - (size_t)w, "%s)",
+        if ((size_t)w < sizeof st->message)
+            w += snprintf(st->message + w, sizeof st->message - (size_t)w, "%s)",
                           nfail > 6 ? " ..." : "");
     }
-    if (op != ROUTER_MAY_CONTAIN && all_down && w > 0 && (size_t)w < sizeof st->msg) {
+    if (op != ROUTER_MAY_CONTAIN && all_down && w > 0 && (size_t)w < sizeof st->message) {
         /* Writes: say which keys were acknowledged anyway. */
-        snprintf(st->msg + w, sizeof st->msg - (size_t)w,
+        snprintf(st->message + w, sizeof st->message - (size_t)w,
                  "; acknowledged %zu of %zu keys; not acknowledged: ", acked, n);
-        list_keys(st->msg, sizeof st->msg, failed_shard, shard_of, n, true);
+        list_keys(st->message, sizeof st->message, failed_shard, shard_of, n, true);
     }
     st->code = code;
 }
@@ -959,7 +948,7 @@ static void batch_free(struct batch *b)
  * secret is no longer the filter's. */
 static int keys_once(struct router *r, const char *filter, enum router_key_op op,
                      const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                     bool *out, struct router_status *st, bool *stale)
+                     bool *out, struct rpc_status *st, bool *stale)
 {
     struct topo *t = router_topo(r);
     struct batch b = {.r = r, .t = t, .filter = filter, .op = op, .out = out};
@@ -975,7 +964,7 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
     struct router_filter *f = b.f;
     struct scratch *sc = b.sc = scratch_get(n ? n : 1);
     if (!sc) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     uint32_t S = f->shards;
@@ -1004,7 +993,7 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
     fails = calloc(nused, sizeof *fails);
     failed_shard = calloc(S, sizeof *failed_shard);
     if (!fails || !failed_shard || batch_build(&b, n, nused) < 0) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     call_nodes(r, b.calls, b.node, b.ncalls, internal_method(multi_names[op]));
@@ -1050,23 +1039,24 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
     }
     if (*stale) {
         router_filter_forget(r, filter);
-        router_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, "%s", fails[0].msg);
+        rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, "%s", fails[0].msg);
         goto out;
     }
     if (not_counting) {
         /* Every shard has the filter's kind: answer as a node would. */
-        router_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, RULES_MSG_NOT_COUNTING,
-                          filter);
+        rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, RULES_MSG_NOT_COUNTING,
+                       filter);
+        st->reason = RPC_REASON_NOT_COUNTING;
         goto out;
     }
     if (notfound) /* dropped or re-created elsewhere: fetch it again next time */
         router_filter_forget(r, filter);
     if (notfound == nfail && nfail == nused) {
-        router_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", filter);
+        rpc_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", filter);
         goto out;
     }
     batch_failure(st, op, filter, fails, nfail, failed_shard, sc->shard, n);
-    log_warn("%s", st->msg);
+    log_warn("%s", st->message);
 out:
     batch_free(&b);
     free(fails);
@@ -1078,7 +1068,7 @@ out:
 
 int router_keys(struct router *r, const char *filter, enum router_key_op op,
                 const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                bool *out, struct router_status *st)
+                bool *out, struct rpc_status *st)
 {
     bool stale = false;
     int rc = keys_once(r, filter, op, keys, lens, n, out, st, &stale);

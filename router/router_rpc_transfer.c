@@ -39,7 +39,7 @@
 /* Stream shard s's file, exported by its primary, into the bundle w. */
 static int export_shard(struct router *r, const struct topo *t,
                         const struct router_filter *f, uint32_t s,
-                        struct bundle_writer *w, struct router_status *st)
+                        struct bundle_writer *w, struct rpc_status *st)
 {
     const char *node = t->groups[f->group[s]].primary;
     struct rpc_channel *ch = router_channel(r, node);
@@ -50,12 +50,12 @@ static int export_shard(struct router *r, const struct topo *t,
     int wrc = 0;
 
     if (!ch) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
     struct rpc_cstream *cs = rpc_cstream_open(ch, M_EXPORT_SHARD, TRANSFER_TIMEOUT_MS);
     if (!cs) {
-        router_status_set(st, GRPC_STATUS_UNAVAILABLE, "Export: shard %u on node %s: "
+        rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "Export: shard %u on node %s: "
                           "cannot start the call", s, node);
         return -1;
     }
@@ -84,17 +84,17 @@ static int export_shard(struct router *r, const struct topo *t,
             bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
     }
     if (rpc_cstream_finish(cs, &rs) < 0) {
-        router_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
+        rpc_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
                           "Export of \"%s\": shard %u on node %s: %s: %s", f->name, s,
                           node, rpc_status_name(rs.code), rs.message);
         return -1;
     }
     if (wrc == -ENOMEM) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
     if (!sent || bad || !begun || got != total) {
-        router_status_set(st, GRPC_STATUS_UNAVAILABLE,
+        rpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
                           "Export of \"%s\": shard %u on node %s sent an incomplete "
                           "or inconsistent file", f->name, s, node);
         return -1;
@@ -104,7 +104,7 @@ static int export_shard(struct router *r, const struct topo *t,
 
 /* The bundle of every shard of filter name, in out. */
 static int export_bundle(struct router *r, const char *name, struct bytebuf *out,
-                         struct router_status *st)
+                         struct rpc_status *st)
 {
     struct topo *t = router_topo(r);
     struct router_filter *f = router_filter_lookup(r, t, name, st);
@@ -114,7 +114,7 @@ static int export_bundle(struct router *r, const char *name, struct bytebuf *out
     if (!f)
         goto out;
     if (bundle_writer_begin(&w, f->shards, bytebuf_write, out) < 0) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     for (uint32_t s = 0; s < f->shards; s++) {
@@ -124,7 +124,7 @@ static int export_bundle(struct router *r, const char *name, struct bytebuf *out
         }
     }
     if (bundle_writer_end(&w) < 0) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     rc = 0;
@@ -137,7 +137,7 @@ out:
 void router_rpc__export(void *arg, struct rpc_stream *s)
 {
     struct router *r = arg;
-    struct router_status st;
+    struct rpc_status st;
     struct bytebuf b;
     const uint8_t *in;
     size_t len;
@@ -157,13 +157,13 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
         rpc_stream_finish(s, GRPC_STATUS_INVALID_ARGUMENT, "malformed ExportRequest");
         return;
     }
-    struct rpc_reply rep = {.code = GRPC_STATUS_OK};
+    struct rpc_reply rep = {.st.code = GRPC_STATUS_OK};
     if (!router_rpc__name_ok(m->filter, &rep)) {
-        rpc_stream_finish(s, rep.code, "%s", rep.message);
+        rpc_stream_finish_status(s, &rep.st);
         goto out;
     }
     if (export_bundle(r, m->filter, &b, &st) < 0) {
-        rpc_stream_finish(s, st.code, "%s", st.msg);
+        rpc_stream_finish_status(s, &st);
         goto out;
     }
     size_t chunk = m->chunk_size ? m->chunk_size : RULES_CHUNK_DEFAULT;
@@ -195,24 +195,24 @@ out:
  * l filled (entries point into b) or -1 with st (INVALID_ARGUMENT for a
  * damaged bundle, FAILED_PRECONDITION for another filter's). */
 static int bundle_check(const struct bytebuf *b, const struct router_filter *f,
-                        struct bundle_layout *l, struct router_status *st)
+                        struct bundle_layout *l, struct rpc_status *st)
 {
     char err[BF_ERRLEN];
     int rc = bundle_layout_parse(b->p, b->len, l, err);
 
     if (rc == -ENOMEM) {
-        router_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
     if (rc < 0) {
-        router_status_set(st, GRPC_STATUS_INVALID_ARGUMENT, "imported file refused: "
+        rpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT, "imported file refused: "
                           "%s%s", err, bundle_is(b->p, b->len) ? "" :
                           " (a router exports one file holding every shard; see "
                           "docs/ROUTER.md)");
         return -1;
     }
     if (l->count != f->shards) {
-        router_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+        rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
                           "imported filter is incompatible with \"%s\": field "
                           "\"shard_count\" differs (%u shards, not %u)", f->name,
                           l->count, f->shards);
@@ -221,14 +221,14 @@ static int bundle_check(const struct bytebuf *b, const struct router_filter *f,
     for (uint32_t s = 0; s < l->count; s++) {
         struct bf *sh = bf_file_parse(l->entry[s].file, l->entry[s].len, err);
         if (!sh) {
-            router_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
+            rpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
                               "imported file refused: shard %u: %s", s, err);
             return -1;
         }
         const char *field = bundle_shard_mismatch(sh, s, l->count, f->secret);
         bf_destroy(sh);
         if (field) {
-            router_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+            rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
                               "imported filter is incompatible with \"%s\": field "
                               "\"%s\" differs (shard %u)", f->name, field, s);
             return -1;
@@ -241,7 +241,7 @@ static int bundle_check(const struct bytebuf *b, const struct router_filter *f,
 static int import_shard(struct router *r, const struct topo *t,
                         const struct router_filter *f, uint32_t s,
                         const struct bundle_entry *e, double *fill, double *fpr,
-                        struct router_status *st)
+                        struct rpc_status *st)
 {
     const char *node = t->groups[f->group[s]].primary;
     struct rpc_channel *ch = router_channel(r, node);
@@ -268,7 +268,7 @@ static int import_shard(struct router *r, const struct topo *t,
     if (frc < 0 || !resp) {
         if (frc == 0 || !cs)
             rs.code = GRPC_STATUS_UNAVAILABLE;
-        router_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
+        rpc_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
                           "Import into \"%s\": shard %u on node %s: %s: %s; shards "
                           "0..%d were merged: import the same file again to finish "
                           "(merging is idempotent)", f->name, s, node,
@@ -286,7 +286,7 @@ static int import_shard(struct router *r, const struct topo *t,
 void router_rpc__import(void *arg, struct rpc_stream *s)
 {
     struct router *r = arg;
-    struct router_status st = {.code = GRPC_STATUS_OK};
+    struct rpc_status st = {.code = GRPC_STATUS_OK};
     struct bytebuf b = {0};     /* max 0 until the filter is known */
     char name[ROUTER_NAME_MAX + 1] = "";
     struct topo *t = router_topo(r);
@@ -305,17 +305,17 @@ void router_rpc__import(void *arg, struct rpc_stream *s)
             break;
         Bloomgrid__V1__ImportRequest *m = bloomgrid__v1__import_request__unpack(NULL, len, in);
         if (!m) {
-            router_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
+            rpc_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
                               "malformed ImportRequest message");
             goto fail;
         }
         if (!f) {
-            struct rpc_reply rep = {.code = GRPC_STATUS_OK};
+            struct rpc_reply rep = {.st.code = GRPC_STATUS_OK};
             if (!m->filter[0]) {
-                router_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
+                rpc_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
                                   "the first ImportRequest must name the filter");
             } else if (!router_rpc__name_ok(m->filter, &rep)) {
-                router_status_set(&st, rep.code, "%s", rep.message);
+                rpc_status_set(&st, rep.st.code, "%s", rep.st.message);
             } else {
                 snprintf(name, sizeof name, "%s", m->filter);
                 /* The bundle is checked against the filter's secret now. */
@@ -336,25 +336,25 @@ void router_rpc__import(void *arg, struct rpc_stream *s)
                 }
             }
         } else if (m->filter[0] && strcmp(m->filter, name) != 0) {
-            router_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
+            rpc_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
                               "ImportRequest names filter \"%s\" after \"%s\"",
                               m->filter, name);
         }
         int arc = st.code == GRPC_STATUS_OK ? bytebuf_append(&b, m->data.data, m->data.len)
                                             : 0;
         if (arc == -E2BIG)
-            router_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+            rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED,
                               "import is larger (%zu+ bytes) than any bundle "
                               "compatible with filter \"%s\" (%" PRIu64 " bytes)",
                               b.len + m->data.len, name, limit);
         else if (arc < 0)
-            router_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         bloomgrid__v1__import_request__free_unpacked(m, NULL);
         if (st.code != GRPC_STATUS_OK)
             goto fail;
     }
     if (!f) {
-        router_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
+        rpc_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
                           "Import received no message naming a filter");
         goto fail;
     }
@@ -383,7 +383,7 @@ void router_rpc__import(void *arg, struct rpc_stream *s)
     rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
     goto out;
 fail:
-    rpc_stream_finish(s, st.code, "%s", st.msg);
+    rpc_stream_finish_status(s, &st);
 out:
     router_filter_desc_free(&d);
     bundle_layout_deinit(&l);

@@ -1,20 +1,27 @@
-/* harness: node processes and RPC wrappers for integration tests. */
+/* harness: processes, keys, sockets and RPC wrappers for integration tests. */
 #include "harness.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <grpc/grpc.h>
+
 #include "grpc/health/v1/health.pb-c.h"
+#include "rpc_frame.h"
 
 const char *harness_node_bin = "bloomgrid-node";
+const char *harness_router_bin = "bloomgrid-router";
 
 /* Nodes still running when the test exits (a failed CHECK) are killed, so a
  * failure never leaves processes behind. */
@@ -60,6 +67,31 @@ void harness_tmpdir(char *out, size_t len, const char *tag)
     mkdir(base, 0755);
     snprintf(out, len, "%s/integ-%s-XXXXXX", base, tag);
     CHECK(mkdtemp(out) != NULL, "mkdtemp %s: %s", out, strerror(errno));
+}
+
+void harness_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+double harness_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int harness_log_count(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    char line[2048];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    if (f)
+        fclose(f);
+    return n;
 }
 
 void proc_spawn(struct node_proc *p, const char *log, const char *const *argv)
@@ -127,6 +159,20 @@ void node_start(struct node_proc *np, const char *dir, const char *const *extra)
     snprintf(np->dir, sizeof np->dir, "%s", dir);
 }
 
+void router_start(struct node_proc *p, const char *log, const char *topo,
+                  const char *const *extra)
+{
+    const char *argv[64] = {harness_router_bin, "--listen", "127.0.0.1:0", "--topology",
+                            topo};
+    int a = 5;
+    for (int i = 0; extra && extra[i]; i++) {
+        CHECK(a < 63, "too many router flags");
+        argv[a++] = extra[i];
+    }
+    argv[a] = NULL;
+    proc_spawn(p, log, argv);
+}
+
 int node_stop(struct node_proc *np, int sig)
 {
     int status = 0;
@@ -172,8 +218,170 @@ bool node_wait_health(struct node_proc *np, bool serving, int timeout_ms)
     return false;
 }
 
+/* ---- TCP sockets of a process ---- */
+
+#define MAX_SOCKETS 1024
+
+/* The socket inodes among pid's descriptors. */
+static int proc_sockets(pid_t pid, unsigned long *ino, int max)
+{
+    char path[64], link[64];
+    int n = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    CHECK(d, "%s: %s", path, strerror(errno));
+    for (struct dirent *e; (e = readdir(d)) && n < max;) {
+        char fp[320];
+        snprintf(fp, sizeof fp, "%s/%s", path, e->d_name);
+        ssize_t l = readlink(fp, link, sizeof link - 1);
+        if (l > 0) {
+            link[l] = 0;
+            if (sscanf(link, "socket:[%lu]", &ino[n]) == 1)
+                n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+struct tcp_sock {
+    unsigned lport, rport, state;   /* state 1: ESTABLISHED, 10: LISTEN */
+    unsigned long ino;
+};
+
+/* The TCP sockets of pid (IPv4 and IPv6), at most max. */
+static int proc_tcp(pid_t pid, struct tcp_sock *out, int max)
+{
+    static unsigned long ino[MAX_SOCKETS];
+    int ni = proc_sockets(pid, ino, MAX_SOCKETS), n = 0;
+    const char *tabs[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    char line[512];
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tabs[t], "r");
+        while (f && n < max && fgets(line, sizeof line, f)) {
+            struct tcp_sock s;
+            if (sscanf(line, "%*s %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %*s %*s %*s %*s %*s %lu",
+                       &s.lport, &s.rport, &s.state, &s.ino) != 4)
+                continue;
+            for (int i = 0; i < ni; i++)
+                if (ino[i] == s.ino) {
+                    out[n++] = s;
+                    break;
+                }
+        }
+        if (f)
+            fclose(f);
+    }
+    return n;
+}
+
+int proc_tcp_conns(pid_t pid, int port, unsigned long *ids, int max)
+{
+    static struct tcp_sock s[MAX_SOCKETS];
+    int ns = proc_tcp(pid, s, MAX_SOCKETS), n = 0;
+    for (int i = 0; i < ns; i++)
+        if (s[i].state == 1 && s[i].rport == (unsigned)port) {
+            if (ids && n < max)
+                ids[n] = s[i].ino;
+            n++;
+        }
+    return n;
+}
+
+bool proc_tcp_has_conn(pid_t pid, unsigned long id)
+{
+    static struct tcp_sock s[MAX_SOCKETS];
+    int ns = proc_tcp(pid, s, MAX_SOCKETS);
+    for (int i = 0; i < ns; i++)
+        if (s[i].state == 1 && s[i].ino == id)
+            return true;
+    return false;
+}
+
+int proc_tcp_listening(pid_t pid, int *ports, int max)
+{
+    static struct tcp_sock s[MAX_SOCKETS];
+    int ns = proc_tcp(pid, s, MAX_SOCKETS), n = 0;
+    for (int i = 0; i < ns; i++)
+        if (s[i].state == 10) {
+            if (n < max)
+                ports[n] = (int)s[i].lport;
+            n++;
+        }
+    return n;
+}
+
+int harness_free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t al = sizeof a;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &al) == 0,
+          "no free port");
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* ---- keys ---- */
+
+char **keys_make(const char *prefix, size_t from, size_t n)
+{
+    size_t len = strlen(prefix) + 24;
+    char **k = calloc(n ? n : 1, sizeof *k);
+    CHECK(k, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        k[i] = malloc(len);
+        CHECK(k[i], "out of memory");
+        snprintf(k[i], len, "%s-%zu", prefix, from + i);
+    }
+    return k;
+}
+
+void keys_free(char **k, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(k[i]);
+    free(k);
+}
+
+void keys_call(struct rpc_channel *ch, const char *method, const char *filter,
+               char **keys, size_t n, size_t batch, bool *out)
+{
+    struct rpc_status st;
+    bool *own = out ? NULL : calloc(batch, sizeof *own);
+    for (size_t b = 0; b < n; b += batch) {
+        size_t m = n - b < batch ? n - b : batch;
+        CHECK(t_keys(ch, method, filter, keys + b, m, out ? out + b : own, &st) == 0,
+              "%s %s (keys %zu..%zu): %s: %s", method, filter, b, b + m - 1,
+              rpc_status_name(st.code), st.message);
+    }
+    free(own);
+}
+
+size_t keys_present(struct rpc_channel *ch, const char *filter, char **keys,
+                    size_t n, bool *present)
+{
+    bool *out = present ? present : calloc(n ? n : 1, sizeof *out);
+    size_t c = 0;
+    keys_call(ch, "MayContain", filter, keys, n, 5000, out);
+    for (size_t i = 0; i < n; i++)
+        c += out[i];
+    if (!present)
+        free(out);
+    return c;
+}
+
 int t_create(struct rpc_channel *ch, const char *name, uint64_t cap, double p,
              int kind, struct rpc_status *st)
+{
+    return t_create_sharded(ch, name, cap, p, kind, 0, NULL, st);
+}
+
+int t_create_sharded(struct rpc_channel *ch, const char *name, uint64_t cap,
+                     double p, int kind, uint32_t shards,
+                     Bloomgrid__V1__FilterInfo **out, struct rpc_status *st)
 {
     Bloomgrid__V1__CreateFilterRequest rq = BLOOMGRID__V1__CREATE_FILTER_REQUEST__INIT;
     Bloomgrid__V1__FilterInfo *fi = NULL;
@@ -181,11 +389,15 @@ int t_create(struct rpc_channel *ch, const char *name, uint64_t cap, double p,
     rq.capacity = cap;
     rq.error_rate = p;
     rq.kind = kind;
+    rq.shards = shards;
     if (rpc_call(ch, "/bloomgrid.v1.BloomGrid/CreateFilter", &rq.base,
                  &bloomgrid__v1__filter_info__descriptor, (ProtobufCMessage **)&fi,
                  TIMEOUT_MS, st) < 0)
         return st->code;
-    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    if (out)
+        *out = fi;
+    else
+        bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
     return 0;
 }
 
@@ -215,20 +427,28 @@ int t_get(struct rpc_channel *ch, const char *name,
     return 0;
 }
 
+/* keys[0, n) as the bytes fields of a request (the keys stay the caller's). */
+static ProtobufCBinaryData *keys_wire(char **keys, size_t n)
+{
+    ProtobufCBinaryData *kd = calloc(n ? n : 1, sizeof *kd);
+    CHECK(kd, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        kd[i].data = (uint8_t *)keys[i];
+        kd[i].len = strlen(keys[i]);
+    }
+    return kd;
+}
+
 int t_keys(struct rpc_channel *ch, const char *method, const char *filter,
            char **keys, size_t n, bool *out, struct rpc_status *st)
 {
     /* AddRequest, MayContainRequest and RemoveRequest share one layout. */
     Bloomgrid__V1__AddRequest rq = BLOOMGRID__V1__ADD_REQUEST__INIT;
-    ProtobufCBinaryData *kd = calloc(n ? n : 1, sizeof *kd);
+    ProtobufCBinaryData *kd = keys_wire(keys, n);
     char path[128];
     rq.filter = (char *)filter;
     rq.n_keys = n;
     rq.keys = kd;
-    for (size_t i = 0; i < n; i++) {
-        kd[i].data = (uint8_t *)keys[i];
-        kd[i].len = strlen(keys[i]);
-    }
     snprintf(path, sizeof path, "/bloomgrid.v1.BloomGrid/%s", method);
     Bloomgrid__V1__AddResponse *resp = NULL;
     int rc = rpc_call(ch, path, &rq.base, &bloomgrid__v1__add_response__descriptor,
@@ -242,4 +462,156 @@ int t_keys(struct rpc_channel *ch, const char *method, const char *filter,
         out[i] = resp->added[i];
     bloomgrid__v1__add_response__free_unpacked(resp, NULL);
     return 0;
+}
+
+int t_stream_keys(struct rpc_channel *ch, const char *method, const char *filter,
+                  char **keys, size_t n, size_t nb, bool *out, struct rpc_status *st)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/bloomgrid.v1.BloomGrid/%s", method);
+    struct rpc_cstream *cs = rpc_cstream_open(ch, path, TIMEOUT_MS);
+    CHECK(cs, "open %s", method);
+    for (size_t b = 0; b < nb; b++) {
+        Bloomgrid__V1__AddRequest rq = BLOOMGRID__V1__ADD_REQUEST__INIT;
+        ProtobufCBinaryData *kd = keys_wire(keys + b * n, n);
+        rq.filter = b == 0 ? (char *)filter : "";
+        rq.n_keys = n;
+        rq.keys = kd;
+        CHECK(rpc_cstream_write_msg(cs, &rq.base) == 0, "stream write %zu", b);
+        free(kd);
+    }
+    rpc_cstream_close_send(cs);
+    grpc_slice sl;
+    size_t b = 0;
+    while (rpc_cstream_read(cs, &sl) == 1) {
+        Bloomgrid__V1__AddResponse *resp = bloomgrid__v1__add_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+        CHECK(resp && resp->n_added == n && b < nb, "stream answer %zu", b);
+        for (size_t i = 0; i < n; i++)
+            out[b * n + i] = resp->added[i];
+        b++;
+        bloomgrid__v1__add_response__free_unpacked(resp, NULL);
+        grpc_slice_unref(sl);
+    }
+    if (rpc_cstream_finish(cs, st) < 0)
+        return st->code;
+    CHECK(b == nb, "%zu answers for %zu messages", b, nb);
+    return 0;
+}
+
+size_t t_export(struct rpc_channel *ch, const char *name, uint8_t **out,
+                struct rpc_status *st)
+{
+    Bloomgrid__V1__ExportRequest rq = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
+    rq.filter = (char *)name;
+    rq.chunk_size = 100000;
+    struct rpc_cstream *cs = rpc_cstream_open(ch, "/bloomgrid.v1.BloomGrid/Export",
+                                              TIMEOUT_MS);
+    CHECK(cs, "open Export");
+    CHECK(rpc_cstream_write_msg(cs, &rq.base) == 0 && rpc_cstream_close_send(cs) == 0,
+          "send ExportRequest");
+    size_t len = 0;
+    uint8_t *buf = NULL;
+    grpc_slice sl;
+    while (rpc_cstream_read(cs, &sl) == 1) {
+        Bloomgrid__V1__FileChunk *fc = bloomgrid__v1__file_chunk__unpack(
+            NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+        CHECK(fc && fc->offset == len, "chunk at %zu", len);
+        buf = realloc(buf, len + fc->data.len);
+        CHECK(buf, "out of memory");
+        memcpy(buf + len, fc->data.data, fc->data.len);
+        len += fc->data.len;
+        CHECK(fc->total_size >= len, "total_size");
+        bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
+        grpc_slice_unref(sl);
+    }
+    if (rpc_cstream_finish(cs, st) < 0) {
+        free(buf);
+        return 0;
+    }
+    *out = buf;
+    return len;
+}
+
+int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
+             size_t len, uint32_t *shards, struct rpc_status *st)
+{
+    struct rpc_cstream *cs = rpc_cstream_open(ch, "/bloomgrid.v1.BloomGrid/Import",
+                                              TIMEOUT_MS);
+    CHECK(cs, "open Import");
+    if (shards)
+        *shards = 0;
+    for (size_t off = 0; off < len; off += 65536) {
+        Bloomgrid__V1__ImportRequest rq = BLOOMGRID__V1__IMPORT_REQUEST__INIT;
+        rq.filter = off == 0 ? (char *)name : "";
+        rq.data.data = (uint8_t *)buf + off;
+        rq.data.len = len - off < 65536 ? len - off : 65536;
+        if (rpc_cstream_write_msg(cs, &rq.base) < 0)
+            break;   /* refused early: the status says why */
+    }
+    rpc_cstream_close_send(cs);
+    grpc_slice sl;
+    while (rpc_cstream_read(cs, &sl) == 1) {
+        Bloomgrid__V1__ImportResponse *ir = bloomgrid__v1__import_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+        CHECK(ir && ir->bytes_received == len && ir->info,
+              "ImportResponse: %zu bytes received of %zu",
+              ir ? (size_t)ir->bytes_received : 0, len);
+        if (shards)
+            *shards = ir->info->shards;
+        bloomgrid__v1__import_response__free_unpacked(ir, NULL);
+        grpc_slice_unref(sl);
+    }
+    return rpc_cstream_finish(cs, st) < 0 ? (int)st->code : 0;
+}
+
+int t_shard_count(struct rpc_channel *ch, const char *filter)
+{
+    Bloomgrid__V1__ListShardsRequest rq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    Bloomgrid__V1__ListShardsResponse *resp = NULL;
+    struct rpc_status st;
+    CHECK(rpc_call(ch, "/bloomgrid.v1.Internal/ListShards", &rq.base,
+                   &bloomgrid__v1__list_shards_response__descriptor,
+                   (ProtobufCMessage **)&resp, TIMEOUT_MS, &st) == 0,
+          "ListShards: %s", st.message);
+    int n = 0;
+    for (size_t i = 0; i < resp->n_shards; i++)
+        n += strcmp(resp->shards[i]->filter, filter) == 0;
+    bloomgrid__v1__list_shards_response__free_unpacked(resp, NULL);
+    return n;
+}
+
+int t_frame_port(struct rpc_channel *ch)
+{
+    Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;
+    Bloomgrid__V1__NodeInfoResponse *resp = NULL;
+    struct rpc_status st;
+    CHECK(rpc_call(ch, "/bloomgrid.v1.Internal/NodeInfo", &rq.base,
+                   &bloomgrid__v1__node_info_response__descriptor,
+                   (ProtobufCMessage **)&resp, TIMEOUT_MS, &st) == 0,
+          "NodeInfo: %s", st.message);
+    int port = (int)resp->frame_port;
+    bloomgrid__v1__node_info_response__free_unpacked(resp, NULL);
+    return port;
+}
+
+bool t_frames_answer(int port)
+{
+    const ProtobufCMethodDescriptor *m = protobuf_c_service_descriptor_get_method_by_name(
+        &bloomgrid__v1__internal__descriptor, "NodeInfo");
+    struct rpc_frame_pool *pool = rpc_frame_pool_create("127.0.0.1", port, 1 << 20);
+    CHECK(m && pool, "frame pool for port %d", port);
+    struct rpc_frame_call fc = {
+        .pool = pool,
+        .method = (uint32_t)(m - bloomgrid__v1__internal__descriptor.methods),
+        .req = "",
+        .len = 0,   /* NodeInfoRequest has no fields */
+        .timeout_ms = TIMEOUT_MS,
+    };
+    rpc_frame_call_many(&fc, 1);
+    bool ok = fc.answered && fc.rc == 0;
+    if (fc.rc == 0)
+        grpc_slice_unref(fc.resp);
+    rpc_frame_pool_destroy(pool);
+    return ok;
 }

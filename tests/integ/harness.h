@@ -1,9 +1,14 @@
-/* harness: start and stop real bloomgrid-node processes for integration
- * tests, and small typed wrappers around the RPCs they call.
+/* harness: start and stop real bloomgrid processes for integration tests,
+ * make keys, observe a process's TCP sockets, and small typed wrappers
+ * around the RPCs the tests call.
  *
- * A node is started with --listen 127.0.0.1:0 (a free port, read back from
- * the "listening on" line it prints) and its log goes to <dir>.log.  Test
- * failures print file:line and exit 1 (CHECK).
+ * A node or router is started with --listen 127.0.0.1:0 (a free port, read
+ * back from the "listening on" line it prints); its stderr goes to a log
+ * file.  Processes still running when a test exits are killed.  Test
+ * failures print file:line and exit 1 (CHECK): the functions that say "dies"
+ * fail the test that way.  Single-threaded use, except keys_* and the t_*
+ * wrappers, which any thread may call on a channel of its own or a shared
+ * one.  tests/integ/cluster.h builds clusters of nodes and routers on this.
  */
 #ifndef BLOOMGRID_TEST_HARNESS_H
 #define BLOOMGRID_TEST_HARNESS_H
@@ -30,7 +35,9 @@
 
 #define TIMEOUT_MS 10000
 
+/* The binaries node_start and router_start run (set by each test's main). */
 extern const char *harness_node_bin;
+extern const char *harness_router_bin;
 
 struct node_proc {
     pid_t pid;
@@ -41,27 +48,76 @@ struct node_proc {
     struct rpc_channel *ch;
 };
 
+/* ---- time and files ---- */
+
 /* A fresh temporary directory (under $BLOOMGRID_TEST_TMP or /tmp). */
 void harness_tmpdir(char *out, size_t len, const char *tag);
+void harness_sleep_ms(int ms);
+/* Monotonic seconds, for the timings tests print (never for assertions). */
+double harness_now_s(void);
+/* Lines of the file at path that contain needle (0 when it cannot be read).
+ * Only for what a process reports nowhere but its log: say why where used. */
+int harness_log_count(const char *path, const char *needle);
 
-/* Start a node on dir with extra flags (NULL-terminated, may be NULL).
- * Opens np->ch.  Dies on failure. */
+/* ---- processes ---- */
+
 /* Start argv[0] with stdout read until its "listening on HOST:PORT" line and
  * stderr appended to log; fills p (address, port, pid, channel).  The process
- * is killed at exit if a test fails before stopping it. */
+ * is killed at exit if a test fails before stopping it.  Dies on failure. */
 void proc_spawn(struct node_proc *p, const char *log, const char *const *argv);
 
+/* Start a node on dir (log <dir>.log) with extra flags (NULL-terminated,
+ * may be NULL).  Opens np->ch.  Dies on failure. */
 void node_start(struct node_proc *np, const char *dir, const char *const *extra);
-/* Send sig and wait; returns the exit status (or 128+signal). */
+/* Start a router on topo, logging to log, with extra flags (NULL-terminated,
+ * may be NULL).  Dies on failure. */
+void router_start(struct node_proc *p, const char *log, const char *topo,
+                  const char *const *extra);
+/* Close p's channel, send sig and wait; returns the exit status (or
+ * 128+signal), -1 when p is not running.  p keeps its address and port. */
 int node_stop(struct node_proc *np, int sig);
 /* Wait until health "" answers want (true: SERVING); false on timeout. */
 bool node_wait_health(struct node_proc *np, bool serving, int timeout_ms);
 /* The health status: 1 SERVING, 2 NOT_SERVING, negative: -grpc code. */
 int node_health(struct node_proc *np, const char *service);
 
-/* RPC wrappers: return the grpc status code; st gets the message. */
+/* ---- TCP sockets of a process (from /proc/PID/fd and /proc/net/tcp{,6}) ---- */
+
+/* Established connections of pid to remote port `port`: how many; the first
+ * max socket inodes go to ids (may be NULL).  Dies if pid is not readable. */
+int proc_tcp_conns(pid_t pid, int port, unsigned long *ids, int max);
+/* Is the socket with inode id still an established connection of pid? */
+bool proc_tcp_has_conn(pid_t pid, unsigned long id);
+/* The local ports pid listens on: how many; the first max go to ports. */
+int proc_tcp_listening(pid_t pid, int *ports, int max);
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int harness_free_port(void);
+
+/* ---- keys ---- */
+
+/* Keys "PREFIX-N" for N in [from, from + n); free with keys_free. */
+char **keys_make(const char *prefix, size_t from, size_t n);
+void keys_free(char **k, size_t n);
+/* Call method (Add, MayContain, Remove) on filter for keys[0, n) in calls
+ * of at most batch keys; answers in out[n] (may be NULL).  Dies naming the
+ * status when a call fails. */
+void keys_call(struct rpc_channel *ch, const char *method, const char *filter,
+               char **keys, size_t n, size_t batch, bool *out);
+/* How many of keys[0, n) filter may contain (MayContain in batches of
+ * 5000); the answers go to present[n] (may be NULL).  Dies on failure. */
+size_t keys_present(struct rpc_channel *ch, const char *filter, char **keys,
+                    size_t n, bool *present);
+
+/* ---- RPC wrappers: return 0 or the grpc status code; st gets the message ---- */
+
 int t_create(struct rpc_channel *ch, const char *name, uint64_t cap, double p,
              int kind, struct rpc_status *st);
+/* CreateFilter with a shard count (0: the server's default); on success the
+ * answer goes to *out when out is not NULL (caller frees with
+ * bloomgrid__v1__filter_info__free_unpacked). */
+int t_create_sharded(struct rpc_channel *ch, const char *name, uint64_t cap,
+                     double p, int kind, uint32_t shards,
+                     Bloomgrid__V1__FilterInfo **out, struct rpc_status *st);
 int t_drop(struct rpc_channel *ch, const char *name, struct rpc_status *st);
 /* Info: caller frees with bloomgrid__v1__filter_info__free_unpacked. */
 int t_get(struct rpc_channel *ch, const char *name,
@@ -69,5 +125,31 @@ int t_get(struct rpc_channel *ch, const char *name,
 /* Add / MayContain / Remove: keys[i] NUL-terminated; out[i] answers. */
 int t_keys(struct rpc_channel *ch, const char *method, const char *filter,
            char **keys, size_t n, bool *out, struct rpc_status *st);
+/* A bidirectional key stream (AddStream, MayContainStream): nb messages of n
+ * keys each, keys[b * n + i] (the first names the filter, later ones leave
+ * it empty), all sent before any answer is read; answers in out[nb * n]. */
+int t_stream_keys(struct rpc_channel *ch, const char *method, const char *filter,
+                  char **keys, size_t n, size_t nb, bool *out, struct rpc_status *st);
+/* Export name in chunks of 100 000 bytes, checking each chunk's offset and
+ * total_size; returns the bundle's length (*out: malloc'd, caller frees), 0
+ * on failure (st says why). */
+size_t t_export(struct rpc_channel *ch, const char *name, uint8_t **out,
+                struct rpc_status *st);
+/* Import buf[0, len) into name in messages of 64 KiB.  On success the answer
+ * must count len bytes received and carry the filter's info; its shard count
+ * goes to *shards (may be NULL). */
+int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
+             size_t len, uint32_t *shards, struct rpc_status *st);
+
+/* Shards of filter the node on ch holds (Internal/ListShards).  Dies on
+ * failure. */
+int t_shard_count(struct rpc_channel *ch, const char *filter);
+/* The frame port the node on ch reports (Internal/NodeInfo; 0: frames off).
+ * Dies on failure. */
+int t_frame_port(struct rpc_channel *ch);
+/* Does 127.0.0.1:port answer Internal/NodeInfo over the frame transport
+ * (rpc_frame.h)?  false for a closed port or one that speaks anything else
+ * (a gRPC listener closes the connection at the first frame byte). */
+bool t_frames_answer(int port);
 
 #endif

@@ -35,8 +35,6 @@
 #define SVC "/bloomgrid.v1.BloomGrid/"
 #define INT "/bloomgrid.v1.Internal/"
 
-static const char *router_bin;
-
 /* ---- hand-built messages ---- */
 
 struct msg {
@@ -156,14 +154,12 @@ struct pair {
     struct node_proc node, router;
 };
 
-static void router_start(struct pair *pr, const char *timeout_ms)
+static void pair_router_start(struct pair *pr, const char *timeout_ms)
 {
     char log[700];
-    const char *argv[] = {router_bin, "--listen", "127.0.0.1:0", "--topology",
-                          pr->topo, "--node-timeout-ms", timeout_ms,
-                          "--frames", "off", NULL};
+    const char *const flags[] = {"--node-timeout-ms", timeout_ms, "--frames", "off", NULL};
     snprintf(log, sizeof log, "%s/router.log", pr->dir);
-    proc_spawn(&pr->router, log, argv);
+    router_start(&pr->router, log, pr->topo, flags);
     CHECK(node_wait_health(&pr->router, true, 10000), "router not serving");
 }
 
@@ -185,7 +181,7 @@ static void cluster(struct pair *pr, struct node_proc *nodes, int n, const char 
         fprintf(f, "[group g%d]\nprimary = %s\n\n", i, nodes[i].addr);
     }
     fclose(f);
-    router_start(pr, timeout_ms);
+    pair_router_start(pr, timeout_ms);
 }
 
 /* The same request to node and router: same code (want), same message. */
@@ -406,23 +402,6 @@ static void test_shards(void)
 
 /* ---- CreateFilter rollback ---- */
 
-static int shard_count_on(struct rpc_channel *ch, const char *filter)
-{
-    struct msg m = {.n = 0};
-    struct rpc_status st;
-    grpc_slice r;
-    CHECK(call(ch, INT "ListShards", &m, &st, &r) == 0, "ListShards: %s", st.message);
-    Bloomgrid__V1__ListShardsResponse *lr = bloomgrid__v1__list_shards_response__unpack(
-        NULL, GRPC_SLICE_LENGTH(r), GRPC_SLICE_START_PTR(r));
-    grpc_slice_unref(r);
-    CHECK(lr, "ListShardsResponse");
-    int n = 0;
-    for (size_t i = 0; i < lr->n_shards; i++)
-        n += strcmp(lr->shards[i]->filter, filter) == 0;
-    bloomgrid__v1__list_shards_response__free_unpacked(lr, NULL);
-    return n;
-}
-
 static void test_rollback(void)
 {
     struct pair pr;
@@ -445,7 +424,7 @@ static void test_rollback(void)
     for (int i = 0; i < 2; i++) {
         CHECK(shard_secret(nodes[i].ch, "dup", 5, got) && memcmp(got, other, 32) == 0,
               "node %d: the other call's shard was dropped by the rollback", i);
-        int n = shard_count_on(nodes[i].ch, "dup");
+        int n = t_shard_count(nodes[i].ch, "dup");
         CHECK(n == 1, "node %d holds %d shards of dup after the rollback", i, n);
     }
     CHECK(node_health(&pr.router, "") == 1, "router not serving");
@@ -457,11 +436,11 @@ static void test_rollback(void)
           st.message);
     for (int i = 0; i < 2; i++)
         drop_shard(nodes[i].ch, "half", 4, 0, 0, &st);
-    CHECK(shard_count_on(nodes[0].ch, "half") + shard_count_on(nodes[1].ch, "half") == 7,
+    CHECK(t_shard_count(nodes[0].ch, "half") + t_shard_count(nodes[1].ch, "half") == 7,
           "shard 0 of half not dropped");
     CHECK(t_drop(pr.router.ch, "half", &st) == 0, "drop of a filter without shard 0: %s",
           st.message);
-    CHECK(shard_count_on(nodes[0].ch, "half") + shard_count_on(nodes[1].ch, "half") == 0,
+    CHECK(t_shard_count(nodes[0].ch, "half") + t_shard_count(nodes[1].ch, "half") == 0,
           "shards of half left behind");
     CHECK(t_drop(pr.router.ch, "half", &st) == GS(NOT_FOUND), "drop twice: %s",
           st.message);
@@ -488,14 +467,14 @@ static void test_stall(void)
           "the message names what is left: %s", st.message);
     CHECK(node_health(&pr.router, "") == 1, "router not serving after the failure");
     /* The shards on the running node are gone already. */
-    CHECK(shard_count_on(nodes[0].ch, "victim") == 0, "node 0 keeps shards of victim");
+    CHECK(t_shard_count(nodes[0].ch, "victim") == 0, "node 0 keeps shards of victim");
     CHECK(kill(nodes[1].pid, SIGCONT) == 0, "SIGCONT");
     /* Whatever the stopped node did with the calls it got late, a drop
      * cleans up and the name can be used again. */
     sleep(2);
     int d = t_drop(pr.router.ch, "victim", &st);
     CHECK(d == 0 || d == GS(NOT_FOUND), "drop victim: %s", st.message);
-    CHECK(shard_count_on(nodes[1].ch, "victim") == 0, "node 1 keeps shards of victim");
+    CHECK(t_shard_count(nodes[1].ch, "victim") == 0, "node 1 keeps shards of victim");
     CHECK(call(pr.router.ch, SVC "CreateFilter", &m, &st, NULL) == 0,
           "create again: %s", st.message);
     CHECK(node_stop(&pr.router, SIGTERM) == 0, "router exit status");
@@ -511,7 +490,7 @@ int main(int argc, char **argv)
         return 2;
     }
     harness_node_bin = argv[1];
-    router_bin = argv[2];
+    harness_router_bin = argv[2];
     grpc_init();
     if (strcmp(argv[3], "same") == 0)
         test_same();

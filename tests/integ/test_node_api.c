@@ -16,29 +16,12 @@
 
 #define GS(c) GRPC_STATUS_##c
 
-static char **make_keys(const char *prefix, size_t n)
-{
-    char **k = calloc(n, sizeof *k);
-    for (size_t i = 0; i < n; i++) {
-        k[i] = malloc(64);
-        snprintf(k[i], 64, "%s-%zu", prefix, i);
-    }
-    return k;
-}
-
-static void free_keys(char **k, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(k[i]);
-    free(k);
-}
-
 static void test_api(struct node_proc *np)
 {
     struct rpc_status st;
     struct rpc_channel *ch = np->ch;
     const size_t n = 5000;
-    char **keys = make_keys("user", n), **other = make_keys("nobody", n);
+    char **keys = keys_make("user", 0, n), **other = keys_make("nobody", 0, n);
     bool *out = calloc(n, sizeof *out);
 
     CHECK(node_health(np, "") == 1, "health SERVING");
@@ -120,8 +103,8 @@ static void test_api(struct node_proc *np)
     CHECK(t_drop(np->ch, "counts", &st) == 0, "drop: %s", st.message);
     CHECK(t_get(np->ch, "counts", &fi, &st) == GS(NOT_FOUND), "dropped gone");
     free(out);
-    free_keys(keys, n);
-    free_keys(other, n);
+    keys_free(keys, n);
+    keys_free(other, n);
 }
 
 static void expect(int got, int want, const struct rpc_status *st, const char *what)
@@ -194,11 +177,11 @@ static void test_errors(struct node_proc *np)
     expect(t_keys(ch, "Add", "f", bigk, 1, out, &st), GS(INVALID_ARGUMENT), &st,
            "oversize key");
     free(big);
-    char **many = make_keys("m", 150);
+    char **many = keys_make("m", 0, 150);
     expect(t_keys(ch, "Add", "f", many, 150, out, &st), GS(RESOURCE_EXHAUSTED), &st,
            "batch over max_batch_keys");
     CHECK(t_keys(ch, "Add", "f", many, 100, out, &st) == 0, "batch at limit");
-    free_keys(many, 150);
+    keys_free(many, 150);
     expect(t_keys(ch, "Remove", "f", k1, 1, out, &st), GS(FAILED_PRECONDITION), &st,
            "remove on blocked");
 
@@ -305,7 +288,7 @@ static void test_streams(struct node_proc *np)
     for (size_t b = 0; b < batches; b++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "st%zu", b);
-        char **keys = make_keys(prefix, n);
+        char **keys = keys_make(prefix, 0, n);
         Bloomgrid__V1__AddRequest rq = BLOOMGRID__V1__ADD_REQUEST__INIT;
         ProtobufCBinaryData *kd = calloc(n, sizeof *kd);
         for (size_t i = 0; i < n; i++) {
@@ -324,7 +307,7 @@ static void test_streams(struct node_proc *np)
         bloomgrid__v1__add_response__free_unpacked(r, NULL);
         grpc_slice_unref(sl);
         free(kd);
-        free_keys(keys, n);
+        keys_free(keys, n);
     }
     CHECK(rpc_cstream_close_send(s) == 0, "close");
     grpc_slice sl;
@@ -336,7 +319,7 @@ static void test_streams(struct node_proc *np)
     for (size_t b = 0; b < batches; b++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "st%zu", b);
-        char **keys = make_keys(prefix, n);
+        char **keys = keys_make(prefix, 0, n);
         Bloomgrid__V1__MayContainRequest rq = BLOOMGRID__V1__MAY_CONTAIN_REQUEST__INIT;
         ProtobufCBinaryData *kd = calloc(n, sizeof *kd);
         for (size_t i = 0; i < n; i++) {
@@ -356,7 +339,7 @@ static void test_streams(struct node_proc *np)
         bloomgrid__v1__may_contain_response__free_unpacked(r, NULL);
         grpc_slice_unref(sl);
         free(kd);
-        free_keys(keys, n);
+        keys_free(keys, n);
     }
     Bloomgrid__V1__MayContainRequest bad = BLOOMGRID__V1__MAY_CONTAIN_REQUEST__INIT;
     bad.filter = "missing";
@@ -593,12 +576,12 @@ static void test_config(const char *base)
     node_start(&np, dir, flags);
     CHECK(node_wait_health(&np, true, 10000), "SERVING");
     CHECK(t_create(np.ch, "c", 1000, 0.01, 0, &st) == 0, "create");
-    char **keys = make_keys("c", 25);
+    char **keys = keys_make("c", 0, 25);
     CHECK(t_keys(np.ch, "Add", "c", keys, 15, out, &st) == 0,
           "15 keys: the flag (20) overrides the file (10): %s", st.message);
     CHECK(t_keys(np.ch, "Add", "c", keys, 25, out, &st) == GS(RESOURCE_EXHAUSTED),
           "25 keys over the limit");
-    free_keys(keys, 25);
+    keys_free(keys, 25);
     CHECK(node_stop(&np, SIGINT) == 0, "SIGINT exits 0 too");
 
     /* The shipped example parses and holds every default. */

@@ -43,7 +43,7 @@
 #define NKEYS 20000
 #define SHARDS 4
 
-static const char *router_bin, *merger_bin;
+static const char *merger_bin;
 static char tdir[512];
 
 struct dc {
@@ -56,28 +56,12 @@ struct dc {
 static struct dc dcs[2] = {{.name = "dc1"}, {.name = "dc2"}};
 static char sources[700], mcfg[700], state_dir[700];
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static void proc_stop(struct node_proc *p)
-{
-    if (p->pid > 0)
-        node_stop(p, SIGTERM);
-    else if (p->ch)
-        rpc_channel_destroy(p->ch);
-    p->ch = NULL;
-}
-
 static void start_router(struct node_proc *p, const char *topo, const char *tag)
 {
     char log[700];
     snprintf(log, sizeof log, "%s/%s.log", tdir, tag);
-    const char *argv[] = {router_bin, "--listen", "127.0.0.1:0", "--topology",
-                          topo, "--node-timeout-ms", "3000", NULL};
-    proc_spawn(p, log, argv);
+    const char *const flags[] = {"--node-timeout-ms", "3000", NULL};
+    router_start(p, log, topo, flags);
 }
 
 static void write_topo(const char *path, const struct dc *d, bool view)
@@ -136,8 +120,8 @@ static void start_views(void)
 static void stop_all(void)
 {
     for (int i = 0; i < 2; i++) {
-        proc_stop(&dcs[i].router);
-        proc_stop(&dcs[i].view);
+        node_stop(&dcs[i].router, SIGTERM);
+        node_stop(&dcs[i].view, SIGTERM);
         for (int g = 0; g < 2; g++) {
             node_stop(&dcs[i].prim[g], SIGTERM);
             node_stop(&dcs[i].repl[g], SIGTERM);
@@ -188,7 +172,7 @@ static void merger_once(struct round_out *o, int pause_ms, int kill_after_ms)
         _exit(127);
     }
     if (kill_after_ms) {
-        sleep_ms(kill_after_ms);
+        harness_sleep_ms(kill_after_ms);
         kill(pid, SIGKILL);
     }
     int ws;
@@ -213,60 +197,11 @@ static void merger_once(struct round_out *o, int pause_ms, int kill_after_ms)
            o->errors);
 }
 
-static char **make_keys(const char *prefix, int n)
-{
-    char **k = calloc((size_t)n, sizeof *k);
-    for (int i = 0; i < n; i++) {
-        k[i] = malloc(48);
-        snprintf(k[i], 48, "%s-%d", prefix, i);
-    }
-    return k;
-}
-
-static void free_keys(char **k, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(k[i]);
-    free(k);
-}
-
-static void add_keys(struct rpc_channel *ch, char **k, int n)
-{
-    struct rpc_status st;
-    bool *out = calloc((size_t)n, 1);
-    for (int i = 0; i < n; i += 5000) {
-        int m = n - i < 5000 ? n - i : 5000;
-        CHECK(t_keys(ch, "Add", "f", k + i, (size_t)m, out, &st) == 0, "Add: %s",
-              st.message);
-    }
-    free(out);
-}
-
-/* Keys present through a router; present[i] (may be NULL) per key. */
-static int count_present(struct rpc_channel *ch, char **k, int n, bool *present)
-{
-    struct rpc_status st;
-    bool *out = calloc((size_t)n, 1);
-    int c = 0;
-    for (int i = 0; i < n; i += 5000) {
-        int m = n - i < 5000 ? n - i : 5000;
-        CHECK(t_keys(ch, "MayContain", "f", k + i, (size_t)m, out + i, &st) == 0,
-              "MayContain: %s", st.message);
-    }
-    for (int i = 0; i < n; i++) {
-        c += out[i];
-        if (present)
-            present[i] = out[i];
-    }
-    free(out);
-    return c;
-}
-
 static void check_everywhere(char **k, int n, const char *what)
 {
     for (int i = 0; i < 2; i++) {
-        int a = count_present(dcs[i].router.ch, k, n, NULL);
-        int b = count_present(dcs[i].view.ch, k, n, NULL);
+        int a = (int)keys_present(dcs[i].router.ch, "f", k, n, NULL);
+        int b = (int)keys_present(dcs[i].view.ch, "f", k, n, NULL);
         CHECK(a == n, "%s: %d of %d keys through the %s router", what, a, n,
               dcs[i].name);
         CHECK(b == n, "%s: %d of %d keys on the %s replica", what, b, n,
@@ -279,17 +214,8 @@ static void setup(void)
     struct rpc_status st;
     harness_tmpdir(tdir, sizeof tdir, "merger");
     start_dcs();
-    Bloomgrid__V1__CreateFilterRequest rq = BLOOMGRID__V1__CREATE_FILTER_REQUEST__INIT;
-    Bloomgrid__V1__FilterInfo *fi = NULL;
-    rq.name = "f";
-    rq.capacity = 4000000;
-    rq.error_rate = 0.01;
-    rq.shards = SHARDS;
-    CHECK(rpc_call(dcs[0].router.ch, "/bloomgrid.v1.BloomGrid/CreateFilter",
-                   &rq.base, &bloomgrid__v1__filter_info__descriptor,
-                   (ProtobufCMessage **)&fi, TIMEOUT_MS, &st) == 0,
+    CHECK(t_create_sharded(dcs[0].router.ch, "f", 4000000, 0.01, 0, SHARDS, NULL, &st) == 0,
           "create: %s", st.message);
-    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
 }
 
 /* A first round creates the filter's shards in dc2 and on the replicas. */
@@ -308,10 +234,10 @@ static void test_converge(void)
     write_merger_config(NULL);
     first_round();
 
-    char **k1 = make_keys("dc1", NKEYS), **k2 = make_keys("dc2", NKEYS);
-    add_keys(dcs[0].router.ch, k1, NKEYS);
-    add_keys(dcs[1].router.ch, k2, NKEYS);
-    CHECK(count_present(dcs[1].router.ch, k1, NKEYS, NULL) < NKEYS / 10,
+    char **k1 = keys_make("dc1", 0, NKEYS), **k2 = keys_make("dc2", 0, NKEYS);
+    keys_call(dcs[0].router.ch, "Add", "f", k1, NKEYS, 5000, NULL);
+    keys_call(dcs[1].router.ch, "Add", "f", k2, NKEYS, 5000, NULL);
+    CHECK(keys_present(dcs[1].router.ch, "f", k1, NKEYS, NULL) < NKEYS / 10,
           "dc2 has dc1's keys before any round");
     merger_once(&o, 0, 0);
     CHECK(o.status == 0 && o.pulled > 0 && o.pushed > 0, "round 1:\n%s", o.text);
@@ -323,15 +249,15 @@ static void test_converge(void)
           "a quiet round shipped bytes:\n%s", o.text);
 
     /* Keys added while a round runs (between its pulls and pushes). */
-    char **k3 = make_keys("during", 2000);
+    char **k3 = keys_make("during", 0, 2000);
     pid_t pid = fork();
     CHECK(pid >= 0, "fork");
     if (pid == 0) {
         merger_once(&o, 1500, 0);
         _exit(o.status);
     }
-    sleep_ms(500);
-    add_keys(dcs[0].router.ch, k3, 2000);
+    harness_sleep_ms(500);
+    keys_call(dcs[0].router.ch, "Add", "f", k3, 2000, 5000, NULL);
     int ws;
     waitpid(pid, &ws, 0);
     CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "round during adds failed");
@@ -387,7 +313,7 @@ static void test_converge(void)
           st.message);
     CHECK(ms->rounds >= 2 && ms->last && ms->last->round >= 2, "status rounds");
     bloomgrid__v1__merger_status__free_unpacked(ms, NULL);
-    proc_stop(&md);
+    node_stop(&md, SIGTERM);
 
     /* Replicas refuse writes; with a primary gone, the router reads from
      * its replica, which covers every version the router has seen. */
@@ -396,14 +322,14 @@ static void test_converge(void)
               GRPC_STATUS_FAILED_PRECONDITION && strstr(st.message, "replica"),
           "Add on a replica: %d %s", st.code, st.message);
     node_stop(&dcs[0].prim[0], SIGKILL);
-    CHECK(count_present(dcs[0].router.ch, k1, NKEYS, NULL) == NKEYS,
+    CHECK(keys_present(dcs[0].router.ch, "f", k1, NKEYS, NULL) == NKEYS,
           "reads did not fall back to the caught-up replica");
-    CHECK(count_present(dcs[0].router.ch, k2, NKEYS, NULL) == NKEYS,
+    CHECK(keys_present(dcs[0].router.ch, "f", k2, NKEYS, NULL) == NKEYS,
           "reads did not fall back to the caught-up replica (dc2 keys)");
 
-    free_keys(k1, NKEYS);
-    free_keys(k2, NKEYS);
-    free_keys(k3, 2000);
+    keys_free(k1, NKEYS);
+    keys_free(k2, NKEYS);
+    keys_free(k3, 2000);
     stop_all();
 }
 
@@ -414,18 +340,18 @@ static void test_kill(void)
     write_merger_config(NULL);
     first_round();
 
-    char **k1 = make_keys("a", NKEYS), **k2 = make_keys("b", NKEYS);
-    add_keys(dcs[0].router.ch, k1, NKEYS);
-    add_keys(dcs[1].router.ch, k2, NKEYS);
+    char **k1 = keys_make("a", 0, NKEYS), **k2 = keys_make("b", 0, NKEYS);
+    keys_call(dcs[0].router.ch, "Add", "f", k1, NKEYS, 5000, NULL);
+    keys_call(dcs[1].router.ch, "Add", "f", k2, NKEYS, 5000, NULL);
     /* Killed after its pulls (and saves), before its pushes. */
     merger_once(&o, 3000, 1000);
     CHECK(o.status == 128 + SIGKILL, "merger not killed: %d", o.status);
     /* Nothing the replicas said before may be taken back. */
     bool *seen = calloc(NKEYS, 1), *now = calloc(NKEYS, 1);
-    count_present(dcs[1].view.ch, k2, NKEYS, seen);
+    keys_present(dcs[1].view.ch, "f", k2, NKEYS, seen);
     /* Killed again, this time probably mid-push (small pause). */
     merger_once(&o, 10, 150);
-    count_present(dcs[1].view.ch, k2, NKEYS, now);
+    keys_present(dcs[1].view.ch, "f", k2, NKEYS, now);
     for (int i = 0; i < NKEYS; i++)
         CHECK(!seen[i] || now[i], "replica forgot key %s", k2[i]);
     merger_once(&o, 0, 0);
@@ -436,8 +362,8 @@ static void test_kill(void)
     CHECK(o.status == 0, "second round after restarts:\n%s", o.text);
     free(seen);
     free(now);
-    free_keys(k1, NKEYS);
-    free_keys(k2, NKEYS);
+    keys_free(k1, NKEYS);
+    keys_free(k2, NKEYS);
     stop_all();
 }
 
@@ -459,7 +385,7 @@ static void test_refuse(void)
     CHECK(g < 2, "shard 1 not found");
     struct bf *p = node_client_shard_filter(&sh, err);
     CHECK(p, "%s", err);
-    char **all = make_keys("partial", 5000);
+    char **all = keys_make("partial", 0, 5000);
     char **k = calloc(5000, sizeof *k);   /* the shard-1 keys of all */
     int n1 = 0;
     for (int i = 0; i < 5000; i++) {
@@ -506,7 +432,7 @@ static void test_refuse(void)
           (strstr(o.text, "secret") || strstr(o.text, "fingerprint")),
           "shard with another secret not refused:\n%s", o.text);
     free(k);
-    free_keys(all, 5000);
+    keys_free(all, 5000);
 
     /* A partial that over-fills shard 3 is merged with a warning. */
     for (g = 0; g < 2; g++)
@@ -569,8 +495,8 @@ static void test_single(void)
     node_start(&a, da, fast);
     node_start(&b, db, fast);
     CHECK(t_create(a.ch, "f", 100000, 0.01, 1, &st) == 0, "create: %s", st.message);
-    char **ka = make_keys("a", 5000), **kb = make_keys("b", 5000);
-    add_keys(a.ch, ka, 5000);
+    char **ka = keys_make("a", 0, 5000), **kb = keys_make("b", 0, 5000);
+    keys_call(a.ch, "Add", "f", ka, 5000, 5000, NULL);
     write_merger_config(NULL);
     FILE *f = fopen(sources, "w");
     CHECK(f, "sources");
@@ -579,11 +505,11 @@ static void test_single(void)
     fclose(f);
     merger_once(&o, 0, 0);
     CHECK(o.status == 0, "round 1:\n%s", o.text);
-    CHECK(count_present(b.ch, ka, 5000, NULL) == 5000, "b lacks a's keys");
-    add_keys(b.ch, kb, 5000);
+    CHECK(keys_present(b.ch, "f", ka, 5000, NULL) == 5000, "b lacks a's keys");
+    keys_call(b.ch, "Add", "f", kb, 5000, 5000, NULL);
     merger_once(&o, 0, 0);
     CHECK(o.status == 0, "round 2:\n%s", o.text);
-    CHECK(count_present(a.ch, kb, 5000, NULL) == 5000, "a lacks b's keys");
+    CHECK(keys_present(a.ch, "f", kb, 5000, NULL) == 5000, "a lacks b's keys");
     merger_once(&o, 0, 0);
     CHECK(o.status == 0 && o.pulled == 0 && o.pushed == 0, "quiet:\n%s", o.text);
 
@@ -595,14 +521,14 @@ static void test_single(void)
     CHECK(t_drop(b.ch, "f", &st) == 0, "drop: %s", st.message);
     CHECK(node_client_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0, "re-create: %s",
           st.message);
-    CHECK(count_present(b.ch, kb, 5000, NULL) < 100, "re-created filter not empty");
+    CHECK(keys_present(b.ch, "f", kb, 5000, NULL) < 100, "re-created filter not empty");
     merger_once(&o, 0, 0);
     CHECK(o.status == 0, "round after re-create:\n%s", o.text);
-    CHECK(count_present(b.ch, ka, 5000, NULL) == 5000 &&
-          count_present(b.ch, kb, 5000, NULL) == 5000,
+    CHECK(keys_present(b.ch, "f", ka, 5000, NULL) == 5000 &&
+          keys_present(b.ch, "f", kb, 5000, NULL) == 5000,
           "re-created filter not refilled");
-    free_keys(ka, 5000);
-    free_keys(kb, 5000);
+    keys_free(ka, 5000);
+    keys_free(kb, 5000);
     node_stop(&a, SIGTERM);
     node_stop(&b, SIGTERM);
 }
@@ -611,7 +537,7 @@ int main(int argc, char **argv)
 {
     CHECK(argc >= 5, "usage: test_merger NODE_BIN ROUTER_BIN MERGER_BIN TEST");
     harness_node_bin = argv[1];
-    router_bin = argv[2];
+    harness_router_bin = argv[2];
     merger_bin = argv[3];
     signal(SIGPIPE, SIG_IGN);
     grpc_init();

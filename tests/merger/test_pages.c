@@ -40,51 +40,6 @@ static int collect_page(void *ctx, uint64_t off, const uint8_t *data, size_t len
     return 0;
 }
 
-static char **make_keys(const char *prefix, int base, int n)
-{
-    char **k = calloc((size_t)n, sizeof *k);
-    for (int i = 0; i < n; i++) {
-        k[i] = malloc(48);
-        snprintf(k[i], 48, "%s-%d", prefix, base + i);
-    }
-    return k;
-}
-
-static void free_keys(char **k, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(k[i]);
-    free(k);
-}
-
-static void add_keys(struct rpc_channel *ch, char **k, int n)
-{
-    struct rpc_status st;
-    bool *out = calloc((size_t)n, 1);
-    for (int i = 0; i < n; i += 5000) {
-        int m = n - i < 5000 ? n - i : 5000;
-        CHECK(t_keys(ch, "Add", "f", k + i, (size_t)m, out, &st) == 0, "Add: %s",
-              st.message);
-    }
-    free(out);
-}
-
-static int count_present(struct rpc_channel *ch, char **k, int n)
-{
-    struct rpc_status st;
-    bool *out = calloc((size_t)n, 1);
-    int present = 0;
-    for (int i = 0; i < n; i += 5000) {
-        int m = n - i < 5000 ? n - i : 5000;
-        CHECK(t_keys(ch, "MayContain", "f", k + i, (size_t)m, out + i, &st) == 0,
-              "MayContain: %s", st.message);
-    }
-    for (int i = 0; i < n; i++)
-        present += out[i];
-    free(out);
-    return present;
-}
-
 static void push_raw(struct rpc_channel *ch, const char *fp, uint64_t off,
                      const void *data, size_t len, uint64_t checksum,
                      struct rpc_status *st, int *rc)
@@ -144,8 +99,8 @@ int main(int argc, char **argv)
           (unsigned long long)end.pages);
     CHECK(strcmp(end.fp, fp) == 0, "fingerprint %s vs %s", end.fp, fp);
 
-    char **k1 = make_keys("one", 0, NKEYS);
-    add_keys(a.ch, k1, NKEYS);
+    char **k1 = keys_make("one", 0, NKEYS);
+    keys_call(a.ch, "Add", "f", k1, NKEYS, 5000, NULL);
     CHECK(node_client_pull(a.ch, "f", 0, end.version, end.epoch, collect_page, c, &end,
                   TIMEOUT_MS, &st) == 0, "pull: %s", st.message);
     size_t total_pages = (c->size + 65535) / 65536;
@@ -167,8 +122,8 @@ int main(int argc, char **argv)
           (unsigned long long)end2.pages, (unsigned long long)end.pages);
 
     /* A few keys change a few pages. */
-    char **k2 = make_keys("two", 0, 10);
-    add_keys(a.ch, k2, 10);
+    char **k2 = keys_make("two", 0, 10);
+    keys_call(a.ch, "Add", "f", k2, 10, 5000, NULL);
     uint64_t v1 = end.version;
     CHECK(node_client_pull(a.ch, "f", 0, v1, end.epoch, NULL, NULL, &end2, TIMEOUT_MS,
                   &st) == 0, "pull: %s", st.message);
@@ -192,7 +147,7 @@ int main(int argc, char **argv)
              &st, &rc);
     CHECK(rc < 0 && st.code == GRPC_STATUS_INVALID_ARGUMENT, "outside: %d %s",
           st.code, st.message);
-    CHECK(count_present(b.ch, k1, NKEYS) < NKEYS / 100, "refused pages changed b");
+    CHECK(keys_present(b.ch, "f", k1, NKEYS, NULL) < NKEYS / 100, "refused pages changed b");
 
     /* Push what was pulled: b answers like a. */
     uint64_t merged = 0;
@@ -200,7 +155,7 @@ int main(int argc, char **argv)
                   TIMEOUT_MS, &st) == 0, "push: %s", st.message);
     CHECK(merged == c->pages, "merged %llu of %zu", (unsigned long long)merged,
           c->pages);
-    CHECK(count_present(b.ch, k1, NKEYS) == NKEYS, "pushed keys missing on b");
+    CHECK(keys_present(b.ch, "f", k1, NKEYS, NULL) == NKEYS, "pushed keys missing on b");
     /* b was pulled from before nothing; pushed pages are not pulled back. */
     CHECK(node_client_pull(b.ch, "f", 0, 0, 0, NULL, NULL, &end2, TIMEOUT_MS, &st) == 0,
           "pull b: %s", st.message);
@@ -216,7 +171,7 @@ int main(int argc, char **argv)
     CHECK(node_stop(&b, 15) == 0, "stop b");
     node_start(&b, db, fast);
     CHECK(node_wait_health(&b, true, 10000), "b healthy");
-    CHECK(count_present(b.ch, k1, NKEYS) == NKEYS, "pushed keys lost by restart");
+    CHECK(keys_present(b.ch, "f", k1, NKEYS, NULL) == NKEYS, "pushed keys lost by restart");
 
     /* Counting shards are not tracked. */
     CHECK(t_create(a.ch, "cnt", 1000, 0.01, 3, &st) == 0, "create cnt");
@@ -226,8 +181,8 @@ int main(int argc, char **argv)
 
     node_stop(&a, 15);
     node_stop(&b, 15);
-    free_keys(k1, NKEYS);
-    free_keys(k2, 10);
+    keys_free(k1, NKEYS);
+    keys_free(k2, 10);
     free(c->body);
     free(c);
     bf_destroy(like);

@@ -22,36 +22,6 @@
 #define NKEYS 5000
 #define INTERVAL "50"
 
-static char **make_keys(const char *prefix, int n)
-{
-    char **k = calloc((size_t)n, sizeof *k);
-    for (int i = 0; i < n; i++) {
-        k[i] = malloc(48);
-        snprintf(k[i], 48, "%s-%d", prefix, i);
-    }
-    return k;
-}
-
-static void free_keys(char **k, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(k[i]);
-    free(k);
-}
-
-static int count_present(struct rpc_channel *ch, char **k, int n)
-{
-    struct rpc_status st;
-    bool *out = calloc((size_t)n, 1);
-    int present = 0;
-    CHECK(t_keys(ch, "MayContain", "f", k, (size_t)n, out, &st) == 0,
-          "MayContain: %s", st.message);
-    for (int i = 0; i < n; i++)
-        present += out[i];
-    free(out);
-    return present;
-}
-
 /* The shard version a node reports (a replica: the primary's it covers). */
 static uint64_t shard_version(struct rpc_channel *ch)
 {
@@ -72,45 +42,16 @@ static uint64_t shard_version(struct rpc_channel *ch)
     return v;
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* Wait until the replica holds every key; false after timeout_ms. */
 static bool wait_present(struct rpc_channel *ch, char **k, int n,
                          int timeout_ms)
 {
     for (int waited = 0; waited <= timeout_ms; waited += 20) {
-        if (count_present(ch, k, n) == n)
+        if (keys_present(ch, "f", k, (size_t)n, NULL) == (size_t)n)
             return true;
-        sleep_ms(20);
+        harness_sleep_ms(20);
     }
     return false;
-}
-
-/* Lines of the log file containing needle. */
-static int log_count(const char *path, const char *needle)
-{
-    FILE *f = fopen(path, "r");
-    char line[2048];
-    int n = 0;
-
-    CHECK(f, "open %s", path);
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
-
-static void add_keys(struct rpc_channel *ch, char **k, int n)
-{
-    struct rpc_status st;
-    bool *out = calloc((size_t)n, 1);
-    CHECK(t_keys(ch, "Add", "f", k, (size_t)n, out, &st) == 0, "Add: %s",
-          st.message);
-    free(out);
 }
 
 int main(int argc, char **argv)
@@ -139,12 +80,12 @@ int main(int argc, char **argv)
           "create on the replica: %s", st.message);
 
     /* Keys added to the primary reach the replica, with its version. */
-    char **k1 = make_keys("one", NKEYS);
-    add_keys(a.ch, k1, NKEYS);
+    char **k1 = keys_make("one", 0, NKEYS);
+    keys_call(a.ch, "Add", "f", k1, NKEYS, NKEYS, NULL);
     uint64_t va = shard_version(a.ch);
     CHECK(wait_present(b.ch, k1, NKEYS, 5000), "keys did not reach the replica");
     for (int waited = 0; shard_version(b.ch) < va && waited < 2000; waited += 20)
-        sleep_ms(20);
+        harness_sleep_ms(20);
     CHECK(shard_version(b.ch) >= va, "replica reports version %llu < %llu",
           (unsigned long long)shard_version(b.ch), (unsigned long long)va);
     printf("replica caught up with primary version %llu\n",
@@ -160,10 +101,10 @@ int main(int argc, char **argv)
     /* Primary gone: the replica serves what it had, logs once. */
     snprintf(port, sizeof port, "%d", a.port);
     CHECK(node_stop(&a, 9) != 0, "kill the primary");
-    sleep_ms(1000);   /* 20 intervals */
-    CHECK(count_present(b.ch, k1, NKEYS) == NKEYS,
+    harness_sleep_ms(1000);   /* 20 intervals */
+    CHECK(keys_present(b.ch, "f", k1, NKEYS, NULL) == NKEYS,
           "replica lost keys while its primary was down");
-    int warned = log_count(b.log, "PullPages");
+    int warned = harness_log_count(b.log, "PullPages");
     CHECK(warned >= 1 && warned <= 3, "%d warnings about the primary in 20 "
           "intervals", warned);
 
@@ -173,17 +114,17 @@ int main(int argc, char **argv)
     node_start(&a, da, again);
     CHECK(a.port == atoi(port), "primary came back on port %d", a.port);
     CHECK(node_wait_health(&a, true, 10000), "primary healthy");
-    char **k2 = make_keys("two", NKEYS);
-    add_keys(a.ch, k2, NKEYS);
+    char **k2 = keys_make("two", 0, NKEYS);
+    keys_call(a.ch, "Add", "f", k2, NKEYS, NKEYS, NULL);
     CHECK(wait_present(b.ch, k2, NKEYS, 5000),
           "replication did not resume after the primary restarted");
-    CHECK(count_present(b.ch, k1, NKEYS) == NKEYS, "old keys lost");
-    CHECK(log_count(b.log, "resumed") >= 1, "no \"resumed\" line in %s", b.log);
+    CHECK(keys_present(b.ch, "f", k1, NKEYS, NULL) == NKEYS, "old keys lost");
+    CHECK(harness_log_count(b.log, "resumed") >= 1, "no \"resumed\" line in %s", b.log);
 
     node_stop(&a, 15);
     CHECK(node_stop(&b, 15) == 0, "replica exit status");
-    free_keys(k1, NKEYS);
-    free_keys(k2, NKEYS);
+    keys_free(k1, NKEYS);
+    keys_free(k2, NKEYS);
     grpc_shutdown();
     printf("ok\n");
     return 0;

@@ -1,0 +1,77 @@
+/* cluster: a loopback cluster of bloomgrid nodes and routers for
+ * integration tests, built on the harness.
+ *
+ * A struct cluster owns one temporary directory holding a data directory per
+ * node (<dir>/node<i>, logging to <dir>/node<i>.log), the routers' logs
+ * (<dir>/router<i>.log) and the topology file the routers read
+ * (<dir>/topology.ini, one group g<i> per node, primary only).  Every process
+ * listens on a free loopback port.  Nodes run with --threads 4 and the
+ * cluster's durability; routers with --threads 4 and --node-timeout-ms 3000.
+ * Single-threaded use; failures die (CHECK) like the harness.
+ */
+#ifndef BLOOMGRID_TEST_CLUSTER_H
+#define BLOOMGRID_TEST_CLUSTER_H
+
+#include <stdbool.h>
+
+#include "harness.h"
+
+#define CLUSTER_MAX_NODES 4
+#define CLUSTER_MAX_ROUTERS 2
+#define CLUSTER_MAX_FLAGS 8     /* further flags a node or router may get */
+
+struct cluster {
+    char dir[512];
+    char topo[600];
+    char durability[16];        /* --durability of every node */
+    int nnodes;                 /* nodes [0, nnodes) have been started */
+    int nrouters;
+    struct node_proc node[CLUSTER_MAX_NODES];
+    char node_dir[CLUSTER_MAX_NODES][600];
+    struct node_proc router[CLUSTER_MAX_ROUTERS];
+};
+
+/* Set c up on a fresh temporary directory named after tag, with nodes of
+ * the given durability ("none", "fsync"...); starts nothing. */
+void cluster_init(struct cluster *c, const char *tag, const char *durability);
+
+/* cluster_init, then nnodes nodes, the topology of all of them, and nrouters
+ * routers, each waited for until it is SERVING. */
+void cluster_start(struct cluster *c, const char *tag, int nnodes, int nrouters,
+                   const char *durability);
+
+/* Stop every router (each must exit 0 on SIGTERM) and every running node. */
+void cluster_stop(struct cluster *c);
+
+/* Start node i on its data directory and wait until it is SERVING.  port 0
+ * picks a free port; a restarted node passes its old c->node[i].port.  more:
+ * further flags (NULL-terminated, may be NULL). */
+void cluster_node_start(struct cluster *c, int i, int port, const char *const *more);
+
+/* Stop node i with sig and start it again on the same gRPC port and data
+ * with the flags more (NULL-terminated, may be NULL). */
+void cluster_node_restart(struct cluster *c, int i, int sig, const char *const *more);
+
+/* Start router i on the cluster's topology with the flags more
+ * (NULL-terminated, may be NULL) and wait until it is SERVING. */
+void cluster_router_start(struct cluster *c, int i, const char *const *more);
+
+/* Write the topology file: one group g<i> per node i in [0, n), in reverse
+ * file order when reversed (the same topology), then the text extra (may be
+ * NULL). */
+void cluster_write_topo(struct cluster *c, int n, bool reversed, const char *extra);
+
+/* Wait until router r places the shards of a new filter on the primaries
+ * nodes[0, n), each holding at least one, and on no other node: a probe
+ * filter of 16 shards (a new name each time) is created through r, its
+ * placement read from the answer, and dropped, until one matches (a
+ * topology reloaded by SIGHUP is in force) or timeout_ms passed.  Returns
+ * whether one matched; dies if a probe cannot be created. */
+bool cluster_wait_placement(struct cluster *c, int r, const int *nodes, int n,
+                            int timeout_ms);
+
+/* The main of a cluster test program, "PROG NODE_BIN ROUTER_BIN": sets the
+ * harness's binaries, runs test and prints "ok".  Returns the exit code. */
+int cluster_test_main(int argc, char **argv, void (*test)(void));
+
+#endif

@@ -1,0 +1,281 @@
+/* Router test "cluster": 3 nodes, 2 routers.  1M keys added through one
+ * router are all present through the other; the FPR at capacity is within
+ * 1.1 p; answers keep the request order; GetFilter and ListFilters
+ * aggregate the shards; a shard gone from its node fails the batch naming
+ * the shard, the node and the keys not acknowledged; the node's multi-shard
+ * call answers each entry on its own; bad calls get their codes; a drop
+ * through one router is seen by the other.
+ *
+ * usage: test_router_cluster NODE_BIN ROUTER_BIN
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/grpc.h>
+
+#include "cluster.h"
+
+#define N 1000000     /* keys added, and absent keys asked */
+#define B 10000       /* keys per call */
+#define P 0.01
+
+/* 1M keys through router a, all present through b; the FPR of 1M absent
+ * keys within 1.1 p. */
+static void million_keys(struct rpc_channel *a, struct rpc_channel *b)
+{
+    struct rpc_status st;
+    bool *out = malloc(B * sizeof *out);
+    double t0 = harness_now_s();
+    for (size_t from = 0; from < N; from += B) {
+        char **k = keys_make("present", from, B);
+        CHECK(t_keys(a, "Add", "big", k, B, out, &st) == 0, "Add: %s", st.message);
+        keys_free(k, B);
+    }
+    double t1 = harness_now_s();
+    for (size_t from = 0; from < N; from += B) {
+        char **k = keys_make("present", from, B);
+        CHECK(t_keys(b, "MayContain", "big", k, B, out, &st) == 0, "MayContain: %s",
+              st.message);
+        for (size_t i = 0; i < B; i++)
+            CHECK(out[i], "key %s missing through the other router", k[i]);
+        keys_free(k, B);
+    }
+    double t2 = harness_now_s();
+    size_t fp = 0;
+    for (size_t from = 0; from < N; from += B) {
+        char **k = keys_make("absent", from, B);
+        CHECK(t_keys(b, "MayContain", "big", k, B, out, &st) == 0, "MayContain: %s",
+              st.message);
+        for (size_t i = 0; i < B; i++)
+            fp += out[i];
+        keys_free(k, B);
+    }
+    double fpr = (double)fp / N;
+    printf("1M adds %.2fs, 1M present %.2fs, 1M absent %.2fs; FPR %.5f (p %.3f)\n",
+           t1 - t0, t2 - t1, harness_now_s() - t2, fpr, P);
+    CHECK(fpr <= 1.1 * P, "FPR %.5f above 1.1 p", fpr);
+    free(out);
+}
+
+/* Request order: present and absent keys (named as keys_make names them)
+ * interleaved over every shard; the same keys asked one at a time must give
+ * the same answers. */
+static void request_order(struct rpc_channel *a, struct rpc_channel *b)
+{
+    struct rpc_status st;
+    const size_t M = 3000;
+    char **mix = malloc(M * sizeof *mix);
+    for (size_t i = 0; i < M; i++) {
+        mix[i] = malloc(32);
+        snprintf(mix[i], 32, i % 3 == 0 ? "present-%zu" : "absent-%zu",
+                 (i * 7919) % N);
+    }
+    bool *ans = malloc(M * sizeof *ans);
+    CHECK(t_keys(a, "MayContain", "big", mix, M, ans, &st) == 0, "mix: %s", st.message);
+    size_t neg = 0;
+    for (size_t i = 0; i < M; i++) {
+        if (i % 3 == 0)
+            CHECK(ans[i], "present key %zu answered absent", i);
+        neg += !ans[i];
+        if (i % 10 == 0) {
+            bool one;
+            CHECK(t_keys(b, "MayContain", "big", &mix[i], 1, &one, &st) == 0, "one: %s",
+                  st.message);
+            CHECK(one == ans[i], "key %zu: batch says %d, alone %d", i, ans[i], one);
+        }
+    }
+    CHECK(neg > M / 2, "too few absent answers: %zu", neg);
+    keys_free(mix, M);
+    free(ans);
+}
+
+/* GetFilter and ListFilters aggregate the 64 shards of "big". */
+static void aggregated_info(struct rpc_channel *a, struct rpc_channel *b)
+{
+    struct rpc_status st;
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+    CHECK(t_get(b, "big", &fi, &st) == 0, "GetFilter: %s", st.message);
+    CHECK(fi->shards == 64 && fi->n_shard_info == 64, "shards");
+    CHECK(fi->state == BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY, "state %d: %s",
+          fi->state, fi->reason);
+    CHECK(fi->estimated_count > 0.95 * N && fi->estimated_count < 1.05 * N,
+          "n-hat %.0f", fi->estimated_count);
+    CHECK(fi->capacity >= N && fi->capacity < N + 64, "capacity %llu",
+          (unsigned long long)fi->capacity);
+    CHECK(fi->estimated_error_rate > 0.5 * P && fi->estimated_error_rate < 1.5 * P,
+          "estimated FPR %g", fi->estimated_error_rate);
+    uint64_t bits = 0;
+    for (size_t i = 0; i < fi->n_shard_info; i++) {
+        CHECK(fi->shard_info[i]->index == i, "shard order");
+        CHECK(fi->shard_info[i]->node[0], "shard %zu names no node", i);
+        bits += fi->shard_info[i]->bits;
+    }
+    CHECK(bits == fi->bits, "bits %llu vs sum %llu", (unsigned long long)fi->bits,
+          (unsigned long long)bits);
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+
+    Bloomgrid__V1__ListFiltersRequest lr = BLOOMGRID__V1__LIST_FILTERS_REQUEST__INIT;
+    Bloomgrid__V1__ListFiltersResponse *ls = NULL;
+    CHECK(rpc_call(a, "/bloomgrid.v1.BloomGrid/ListFilters", &lr.base,
+                   &bloomgrid__v1__list_filters_response__descriptor,
+                   (ProtobufCMessage **)&ls, TIMEOUT_MS, &st) == 0, "List: %s",
+          st.message);
+    CHECK(ls->n_filters == 1 && strcmp(ls->filters[0]->name, "big") == 0 &&
+          ls->filters[0]->shards == 64 && ls->filters[0]->n_shard_info == 64,
+          "ListFilters");
+    bloomgrid__v1__list_filters_response__free_unpacked(ls, NULL);
+}
+
+/* A shard gone from its node while the node's other shards answer (one call
+ * carries them all): the batch fails naming that shard and its node, and
+ * says which keys were acknowledged.  Returns the node that held it. */
+static int shard_gone(struct cluster *c)
+{
+    struct rpc_channel *a = c->router[0].ch, *b = c->router[1].ch;
+    struct rpc_status st;
+    bool out[200];
+    CHECK(t_create_sharded(a, "part", 10000, P, 0, 8, NULL, &st) == 0, "create part: %s",
+          st.message);
+    int holder = -1;
+    for (int i = 0; i < 3; i++) {
+        Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
+        ProtobufCMessage *dr = NULL;
+        ref.filter = "part";
+        ref.shard_index = 3;
+        if (rpc_call(c->node[i].ch, "/bloomgrid.v1.Internal/DropShard", &ref.base,
+                     &bloomgrid__v1__drop_shard_response__descriptor, &dr,
+                     TIMEOUT_MS, &st) == 0) {
+            holder = i;
+            protobuf_c_message_free_unpacked(dr, NULL);
+        }
+    }
+    CHECK(holder >= 0, "no node held shard 3 of part");
+    char **pk = keys_make("part", 0, 200);
+    char want[128];
+    snprintf(want, sizeof want, "shard 3 on node %s: NOT_FOUND", c->node[holder].addr);
+    CHECK(t_keys(a, "Add", "part", pk, 200, out, &st) == GRPC_STATUS_UNAVAILABLE,
+          "Add with shard 3 gone: %d %s", st.code, st.message);
+    CHECK(strstr(st.message, want) && strstr(st.message, "of 200 keys; not acknowledged"),
+          "Add with shard 3 gone: %s", st.message);
+    CHECK(t_keys(b, "MayContain", "part", pk, 200, out, &st) == GRPC_STATUS_UNAVAILABLE &&
+          strstr(st.message, want), "MayContain with shard 3 gone: %d %s", st.code,
+          st.message);
+    keys_free(pk, 200);
+    return holder;
+}
+
+/* The node's multi-shard call directly: each entry answers on its own. */
+static void multi_shard_call(struct node_proc *holder)
+{
+    struct rpc_status st;
+    Bloomgrid__V1__ListShardsRequest lsr = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    Bloomgrid__V1__ListShardsResponse *lsp = NULL;
+    CHECK(rpc_call(holder->ch, "/bloomgrid.v1.Internal/ListShards", &lsr.base,
+                   &bloomgrid__v1__list_shards_response__descriptor,
+                   (ProtobufCMessage **)&lsp, TIMEOUT_MS, &st) == 0, "ListShards: %s",
+          st.message);
+    int other = -1;
+    for (size_t i = 0; i < lsp->n_shards; i++)
+        if (strcmp(lsp->shards[i]->filter, "part") == 0)
+            other = (int)lsp->shards[i]->shard_index;
+    bloomgrid__v1__list_shards_response__free_unpacked(lsp, NULL);
+    CHECK(other >= 0 && other != 3, "node %s holds no other shard of part", holder->addr);
+    uint8_t hbytes[32] = {1, 2, 3};
+    Bloomgrid__V1__ShardHashes e0 = BLOOMGRID__V1__SHARD_HASHES__INIT;
+    Bloomgrid__V1__ShardHashes e1 = BLOOMGRID__V1__SHARD_HASHES__INIT;
+    Bloomgrid__V1__ShardHashes *ents[] = {&e0, &e1};
+    Bloomgrid__V1__MultiHashesRequest mq = BLOOMGRID__V1__MULTI_HASHES_REQUEST__INIT;
+    Bloomgrid__V1__MultiHashesResponse *mr = NULL;
+    e0.shard_index = (uint32_t)other;
+    e0.hashes.data = hbytes;
+    e0.hashes.len = 32;
+    e1.shard_index = 3;
+    e1.hashes.data = hbytes;
+    e1.hashes.len = 16;
+    mq.filter = "part";
+    mq.n_shards = 2;
+    mq.shards = ents;
+    CHECK(rpc_call(holder->ch, "/bloomgrid.v1.Internal/MayContainMultiHashes",
+                   &mq.base, &bloomgrid__v1__multi_hashes_response__descriptor,
+                   (ProtobufCMessage **)&mr, TIMEOUT_MS, &st) == 0, "multi: %s",
+          st.message);
+    CHECK(mr->n_shards == 2, "multi: %zu results", mr->n_shards);
+    CHECK(mr->shards[0]->shard_index == (uint32_t)other && mr->shards[0]->code == 0 &&
+          mr->shards[0]->n_results == 2, "multi entry 0: shard %u code %d, %zu results",
+          mr->shards[0]->shard_index, mr->shards[0]->code, mr->shards[0]->n_results);
+    CHECK(mr->shards[1]->shard_index == 3 &&
+          mr->shards[1]->code == GRPC_STATUS_NOT_FOUND &&
+          strstr(mr->shards[1]->message, "shard 3") && mr->shards[1]->n_results == 0,
+          "multi entry 1: code %d: %s", mr->shards[1]->code, mr->shards[1]->message);
+    bloomgrid__v1__multi_hashes_response__free_unpacked(mr, NULL);
+    mq.secret_id = 12345;   /* not this filter's secret: refused per shard */
+    mq.n_shards = 1;
+    CHECK(rpc_call(holder->ch, "/bloomgrid.v1.Internal/AddMultiHashes",
+                   &mq.base, &bloomgrid__v1__multi_hashes_response__descriptor,
+                   (ProtobufCMessage **)&mr, TIMEOUT_MS, &st) == 0, "multi: %s",
+          st.message);
+    CHECK(mr->n_shards == 1 && mr->shards[0]->code == GRPC_STATUS_FAILED_PRECONDITION &&
+          strstr(mr->shards[0]->message, "another secret"), "multi secret: %d %s",
+          mr->n_shards ? mr->shards[0]->code : -1,
+          mr->n_shards ? mr->shards[0]->message : "");
+    bloomgrid__v1__multi_hashes_response__free_unpacked(mr, NULL);
+    e0.hashes.len = 15;     /* not a multiple of 16: the call is refused */
+    CHECK(rpc_call(holder->ch, "/bloomgrid.v1.Internal/MayContainMultiHashes",
+                   &mq.base, &bloomgrid__v1__multi_hashes_response__descriptor,
+                   (ProtobufCMessage **)&mr, TIMEOUT_MS, &st) ==
+          -1 && st.code == GRPC_STATUS_INVALID_ARGUMENT, "multi 15 bytes: %d %s",
+          st.code, st.message);
+}
+
+static void test_cluster(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    bool out[1];
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+
+    cluster_start(&c, "router-cluster", 3, 2, "none");
+    struct rpc_channel *a = c.router[0].ch, *b = c.router[1].ch;
+    CHECK(t_create_sharded(a, "big", N, P, 0, 0, &fi, &st) == 0, "create: %s", st.message);
+    CHECK(fi->shards == 64, "default shards %u", fi->shards);
+    CHECK(fi->n_shard_info == 64, "shard infos %zu", fi->n_shard_info);
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    for (int i = 0; i < 3; i++) {
+        int n = t_shard_count(c.node[i].ch, "big");
+        CHECK(n > 5 && n < 40, "node %d holds %d shards", i, n);
+    }
+    CHECK(t_create_sharded(b, "big", N, P, 0, 0, NULL, &st) == GRPC_STATUS_ALREADY_EXISTS,
+          "second create: %d %s", st.code, st.message);
+
+    million_keys(a, b);
+    request_order(a, b);
+    aggregated_info(a, b);
+    int holder = shard_gone(&c);
+    multi_shard_call(&c.node[holder]);
+
+    /* Errors. */
+    char *k1[] = {"x"};
+    CHECK(t_keys(a, "MayContain", "nosuch", k1, 1, out, &st) == GRPC_STATUS_NOT_FOUND,
+          "unknown filter: %d", st.code);
+    char *empty[] = {""};
+    CHECK(t_keys(a, "Add", "big", empty, 1, out, &st) == GRPC_STATUS_INVALID_ARGUMENT,
+          "empty key: %d", st.code);
+    CHECK(t_keys(a, "Remove", "big", k1, 1, out, &st) ==
+          GRPC_STATUS_FAILED_PRECONDITION, "Remove on blocked: %d %s", st.code,
+          st.message);
+
+    /* Drop through one router; the other notices. */
+    CHECK(t_drop(a, "big", &st) == 0, "drop: %s", st.message);
+    for (int i = 0; i < 3; i++)
+        CHECK(t_shard_count(c.node[i].ch, "big") == 0, "node %d kept shards", i);
+    CHECK(t_keys(b, "MayContain", "big", k1, 1, out, &st) == GRPC_STATUS_NOT_FOUND,
+          "after drop: %d %s", st.code, st.message);
+    CHECK(t_drop(a, "big", &st) == GRPC_STATUS_NOT_FOUND, "drop twice");
+    cluster_stop(&c);
+}
+
+int main(int argc, char **argv)
+{
+    return cluster_test_main(argc, argv, test_cluster);
+}

@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "bloomgrid/v1/internal.pb-c.h"
+#include "cluster.h"
 #include "harness.h"
 
 #define GS(c) GRPC_STATUS_##c
@@ -147,50 +148,28 @@ static size_t answers(grpc_slice r, bool *out, size_t max)
     return n;
 }
 
-/* ---- one node and a router in front of it ---- */
+/* ---- nodes and a router in front of them ---- */
 
-struct pair {
-    char dir[512], topo[600], ndir[600];
-    struct node_proc node, router;
-};
-
-static void pair_router_start(struct pair *pr, const char *timeout_ms)
+/* Start n nodes (one group each) and a router with the given node
+ * deadline. */
+static void start(struct cluster *c, int n, const char *tag, const char *timeout_ms)
 {
-    char log[700];
-    const char *const flags[] = {"--node-timeout-ms", timeout_ms, "--frames", "off", NULL};
-    snprintf(log, sizeof log, "%s/router.log", pr->dir);
-    router_start(&pr->router, log, pr->topo, flags);
-    CHECK(node_wait_health(&pr->router, true, 10000), "router not serving");
-}
-
-/* Start n nodes (one group each) and a router; nodes[] receives them. */
-static void cluster(struct pair *pr, struct node_proc *nodes, int n, const char *tag,
-                    const char *timeout_ms)
-{
-    memset(pr, 0, sizeof *pr);
-    harness_tmpdir(pr->dir, sizeof pr->dir, tag);
-    snprintf(pr->topo, sizeof pr->topo, "%s/topology.ini", pr->dir);
-    FILE *f = fopen(pr->topo, "w");
-    CHECK(f, "topology file");
-    for (int i = 0; i < n; i++) {
-        char d[700];
-        snprintf(d, sizeof d, "%s/node%d", pr->dir, i);
-        const char *extra[] = {"--durability", "none", NULL};
-        node_start(&nodes[i], d, extra);
-        CHECK(node_wait_health(&nodes[i], true, 20000), "node %d not serving", i);
-        fprintf(f, "[group g%d]\nprimary = %s\n\n", i, nodes[i].addr);
-    }
-    fclose(f);
-    pair_router_start(pr, timeout_ms);
+    const char *const flags[] = {"--node-timeout-ms", timeout_ms, "--frames", "off",
+                                 NULL};
+    cluster_init(c, tag, "none");
+    for (int i = 0; i < n; i++)
+        cluster_node_start(c, i, 0, NULL);
+    cluster_write_topo(c, n, false, NULL);
+    cluster_router_start(c, 0, flags);
 }
 
 /* The same request to node and router: same code (want), same message. */
-static void same(struct pair *pr, const char *what, const char *method,
+static void same(struct cluster *c, const char *what, const char *method,
                  const struct msg *m, int want)
 {
     struct rpc_status a, b;
-    int ca = call(pr->node.ch, method, m, &a, NULL);
-    int cb = call(pr->router.ch, method, m, &b, NULL);
+    int ca = call(c->node[0].ch, method, m, &a, NULL);
+    int cb = call(c->router[0].ch, method, m, &b, NULL);
     CHECK(ca == want, "%s: node answered %s (%s), not %s", what, rpc_status_name(ca),
           a.message, rpc_status_name(want));
     CHECK(cb == want, "%s: router answered %s (%s), not %s", what,
@@ -235,95 +214,94 @@ static int import_named(struct rpc_channel *ch, const char *name, size_t len,
 
 static void test_same(void)
 {
-    struct pair pr;
+    struct cluster c;
     struct rpc_status st;
     char longest[129], toolong[130];
     struct msg m;
 
-    cluster(&pr, &pr.node, 1, "input-same", "5000");
+    start(&c, 1, "input-same", "5000");
     memset(longest, 'n', 128);
     longest[128] = 0;
     memset(toolong, 't', 129);
     toolong[129] = 0;
 
     m = create_msg("x\0y", 3, 1000, 0.01, 0, 1);
-    same(&pr, "NUL in a name", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "NUL in a name", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
     m = create_msg("caf\xc3", 4, 1000, 0.01, 0, 1);
-    same(&pr, "bad UTF-8", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "bad UTF-8", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
     m = create_msg(".x", 2, 1000, 0.01, 0, 1);
-    same(&pr, "leading dot", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "leading dot", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
     m = create_msg(toolong, 129, 1000, 0.01, 0, 1);
-    same(&pr, "129-byte name", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "129-byte name", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
     m = create_msg("a b", 3, 1000, 0.01, 0, 1);
-    same(&pr, "space in a name", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "space in a name", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
     m = create_msg("f.shard-1", 9, 1000, 0.01, 0, 1);
-    same(&pr, "shard suffix", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "shard suffix", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
     m = create_msg("p", 1, 0, 0.01, 0, 1);
-    same(&pr, "capacity 0", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "capacity 0", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
     m = create_msg("p", 1, 1000, 1.5, 0, 1);
-    same(&pr, "error_rate 1.5", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "error_rate 1.5", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
     m = create_msg("p", 1, 1000, 0.01, 9, 1);
-    same(&pr, "kind 9", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "kind 9", SVC "CreateFilter", &m, GS(INVALID_ARGUMENT));
     m = name_msg("x\0y", 3);
-    same(&pr, "GetFilter with a NUL", SVC "GetFilter", &m, GS(INVALID_ARGUMENT));
-    same(&pr, "DropFilter with a NUL", SVC "DropFilter", &m, GS(INVALID_ARGUMENT));
-    CHECK(filters(pr.node.ch) == 0, "a refused create left a filter behind");
+    same(&c, "GetFilter with a NUL", SVC "GetFilter", &m, GS(INVALID_ARGUMENT));
+    same(&c, "DropFilter with a NUL", SVC "DropFilter", &m, GS(INVALID_ARGUMENT));
+    CHECK(filters(c.node[0].ch) == 0, "a refused create left a filter behind");
 
     /* The longest valid name works whatever the shard count. */
     m = create_msg(longest, 128, 1000, 0.01, 0, 1);
-    CHECK(call(pr.node.ch, SVC "CreateFilter", &m, &st, NULL) == 0,
+    CHECK(call(c.node[0].ch, SVC "CreateFilter", &m, &st, NULL) == 0,
           "node: 128-byte name: %s", st.message);
     longest[0] = 'm';
     m = create_msg(longest, 128, 100000, 0.01, 0, 64);
-    CHECK(call(pr.router.ch, SVC "CreateFilter", &m, &st, NULL) == 0,
+    CHECK(call(c.router[0].ch, SVC "CreateFilter", &m, &st, NULL) == 0,
           "router: 128-byte name over 64 shards: %s", st.message);
-    CHECK(t_drop(pr.router.ch, longest, &st) == 0, "drop: %s", st.message);
+    CHECK(t_drop(c.router[0].ch, longest, &st) == 0, "drop: %s", st.message);
 
     /* Capacity 2^64-1: the router splits it without overflow and the
      * node's own refusal (too large) comes back, not "capacity 0". */
     m = create_msg("huge", 4, UINT64_MAX, 0.01, 0, 1);
     struct rpc_status a, b;
-    int ca = call(pr.node.ch, SVC "CreateFilter", &m, &a, NULL);
+    int ca = call(c.node[0].ch, SVC "CreateFilter", &m, &a, NULL);
     m = create_msg("huge", 4, UINT64_MAX, 0.01, 0, 4);
-    int cb = call(pr.router.ch, SVC "CreateFilter", &m, &b, NULL);
+    int cb = call(c.router[0].ch, SVC "CreateFilter", &m, &b, NULL);
     CHECK(ca != 0 && cb == ca, "capacity 2^64-1: node %s (%s), router %s (%s)",
           rpc_status_name(ca), a.message, rpc_status_name(cb), b.message);
     CHECK(!strstr(b.message, "capacity must be > 0") && strstr(b.message, "too large"),
           "router: %s", b.message);
 
     /* Keys to "F\0junk" never reach F. */
-    CHECK(t_create(pr.node.ch, "F", 1000, 0.01, 0, &st) == 0, "create F: %s",
+    CHECK(t_create(c.node[0].ch, "F", 1000, 0.01, 0, &st) == 0, "create F: %s",
           st.message);
     m = keys_msg("F\0junk", 6, 3);
-    same(&pr, "Add to F\\0junk", SVC "Add", &m, GS(INVALID_ARGUMENT));
-    same(&pr, "Remove from F\\0junk", SVC "Remove", &m, GS(INVALID_ARGUMENT));
+    same(&c, "Add to F\\0junk", SVC "Add", &m, GS(INVALID_ARGUMENT));
+    same(&c, "Remove from F\\0junk", SVC "Remove", &m, GS(INVALID_ARGUMENT));
     m = keys_msg("F", 1, 3);
     grpc_slice r;
     bool out[3] = {true, true, true};
-    CHECK(call(pr.router.ch, SVC "MayContain", &m, &st, &r) == 0, "query: %s",
+    CHECK(call(c.router[0].ch, SVC "MayContain", &m, &st, &r) == 0, "query: %s",
           st.message);
     CHECK(answers(r, out, 3) == 3 && !out[0] && !out[1] && !out[2],
           "F got keys sent to F\\0junk");
-    CHECK(import_named(pr.node.ch, "F\0junk", 6, &a) == GS(INVALID_ARGUMENT),
+    CHECK(import_named(c.node[0].ch, "F\0junk", 6, &a) == GS(INVALID_ARGUMENT),
           "node Import to F\\0junk: %s", a.message);
-    CHECK(import_named(pr.router.ch, "F\0junk", 6, &b) == GS(INVALID_ARGUMENT),
+    CHECK(import_named(c.router[0].ch, "F\0junk", 6, &b) == GS(INVALID_ARGUMENT),
           "router Import to F\\0junk: %s", b.message);
     CHECK(strcmp(a.message, b.message) == 0, "Import: node \"%s\", router \"%s\"",
           a.message, b.message);
 
     /* Remove of no keys: refused on a kind without counters, both ways. */
     m = keys_msg("F", 1, 0);
-    same(&pr, "Remove of no keys (blocked)", SVC "Remove", &m,
+    same(&c, "Remove of no keys (blocked)", SVC "Remove", &m,
          GS(FAILED_PRECONDITION));
-    CHECK(t_create(pr.node.ch, "C", 1000, 0.01, 3, &st) == 0, "create C: %s",
+    CHECK(t_create(c.node[0].ch, "C", 1000, 0.01, 3, &st) == 0, "create C: %s",
           st.message);
     m = keys_msg("C", 1, 0);
-    same(&pr, "Remove of no keys (counting)", SVC "Remove", &m, GS(OK));
+    same(&c, "Remove of no keys (counting)", SVC "Remove", &m, GS(OK));
     m = keys_msg("nosuch", 6, 0);
-    same(&pr, "Remove of no keys (missing)", SVC "Remove", &m, GS(NOT_FOUND));
+    same(&c, "Remove of no keys (missing)", SVC "Remove", &m, GS(NOT_FOUND));
 
-    CHECK(node_stop(&pr.router, SIGTERM) == 0, "router exit status");
-    CHECK(node_stop(&pr.node, SIGTERM) == 0, "node exit status");
+    cluster_stop(&c);
 }
 
 /* ---- internal calls on a node ---- */
@@ -376,110 +354,103 @@ static bool shard_secret(struct rpc_channel *ch, const char *filter, unsigned in
 
 static void test_shards(void)
 {
-    struct pair pr;
+    struct cluster c;
     struct rpc_status st;
     uint8_t s1[32], got[32];
 
-    cluster(&pr, &pr.node, 1, "input-shards", "5000");
+    start(&c, 1, "input-shards", "5000");
     memset(s1, 7, sizeof s1);
-    CHECK(create_shard(pr.node.ch, "d", 2, 4, s1, &st) == 0, "CreateShard: %s",
+    CHECK(create_shard(c.node[0].ch, "d", 2, 4, s1, &st) == 0, "CreateShard: %s",
           st.message);
     uint64_t id1 = XXH3_64bits(s1, 32);
-    CHECK(drop_shard(pr.node.ch, "d", 1, 2, id1 + 1, &st) == GS(FAILED_PRECONDITION),
+    CHECK(drop_shard(c.node[0].ch, "d", 1, 2, id1 + 1, &st) == GS(FAILED_PRECONDITION),
           "DropShard with another secret: %s", rpc_status_name(st.code));
-    CHECK(shard_secret(pr.node.ch, "d", 2, got) && memcmp(got, s1, 32) == 0,
+    CHECK(shard_secret(c.node[0].ch, "d", 2, got) && memcmp(got, s1, 32) == 0,
           "the shard went away with another secret named");
-    CHECK(drop_shard(pr.node.ch, "d\0x", 3, 2, id1, &st) == GS(INVALID_ARGUMENT),
+    CHECK(drop_shard(c.node[0].ch, "d\0x", 3, 2, id1, &st) == GS(INVALID_ARGUMENT),
           "DropShard d\\0x: %s", rpc_status_name(st.code));
-    CHECK(shard_secret(pr.node.ch, "d", 2, got), "d\\0x dropped d");
-    CHECK(drop_shard(pr.node.ch, "d", 1, 2, id1, &st) == 0, "DropShard: %s",
+    CHECK(shard_secret(c.node[0].ch, "d", 2, got), "d\\0x dropped d");
+    CHECK(drop_shard(c.node[0].ch, "d", 1, 2, id1, &st) == 0, "DropShard: %s",
           st.message);
-    CHECK(!shard_secret(pr.node.ch, "d", 2, got), "shard still there");
-    CHECK(drop_shard(pr.node.ch, "d", 1, 2, 0, &st) == GS(NOT_FOUND), "drop twice");
-    CHECK(node_stop(&pr.router, SIGTERM) == 0, "router exit status");
-    CHECK(node_stop(&pr.node, SIGTERM) == 0, "node exit status");
+    CHECK(!shard_secret(c.node[0].ch, "d", 2, got), "shard still there");
+    CHECK(drop_shard(c.node[0].ch, "d", 1, 2, 0, &st) == GS(NOT_FOUND), "drop twice");
+    cluster_stop(&c);
 }
 
 /* ---- CreateFilter rollback ---- */
 
 static void test_rollback(void)
 {
-    struct pair pr;
-    struct node_proc nodes[2];
+    struct cluster c;
     struct rpc_status st;
     uint8_t other[32], got[32];
 
-    cluster(&pr, nodes, 2, "input-rollback", "5000");
+    start(&c, 2, "input-rollback", "5000");
     /* Another call's shard 5 of "dup" (8 shards), with its own secret, on
      * whichever node the router places shard 5. */
     memset(other, 0x5a, sizeof other);
     for (int i = 0; i < 2; i++)
-        CHECK(create_shard(nodes[i].ch, "dup", 5, 8, other, &st) == 0,
+        CHECK(create_shard(c.node[i].ch, "dup", 5, 8, other, &st) == 0,
               "CreateShard: %s", st.message);
     struct msg m = create_msg("dup", 3, 8000, 0.01, 0, 8);
-    CHECK(call(pr.router.ch, SVC "CreateFilter", &m, &st, NULL) == GS(ALREADY_EXISTS),
+    CHECK(call(c.router[0].ch, SVC "CreateFilter", &m, &st, NULL) == GS(ALREADY_EXISTS),
           "CreateFilter over an existing shard: %s (%s)", rpc_status_name(st.code),
           st.message);
     CHECK(strstr(st.message, "were dropped"), "message: %s", st.message);
     for (int i = 0; i < 2; i++) {
-        CHECK(shard_secret(nodes[i].ch, "dup", 5, got) && memcmp(got, other, 32) == 0,
+        CHECK(shard_secret(c.node[i].ch, "dup", 5, got) && memcmp(got, other, 32) == 0,
               "node %d: the other call's shard was dropped by the rollback", i);
-        int n = t_shard_count(nodes[i].ch, "dup");
+        int n = t_shard_count(c.node[i].ch, "dup");
         CHECK(n == 1, "node %d holds %d shards of dup after the rollback", i, n);
     }
-    CHECK(node_health(&pr.router, "") == 1, "router not serving");
+    CHECK(node_health(&c.router[0], "") == 1, "router not serving");
 
     /* A filter whose shard 0 is gone can still be dropped: the router
      * sweeps up the other shards of that name. */
     m = create_msg("half", 4, 8000, 0.01, 0, 8);
-    CHECK(call(pr.router.ch, SVC "CreateFilter", &m, &st, NULL) == 0, "create half: %s",
+    CHECK(call(c.router[0].ch, SVC "CreateFilter", &m, &st, NULL) == 0, "create half: %s",
           st.message);
     for (int i = 0; i < 2; i++)
-        drop_shard(nodes[i].ch, "half", 4, 0, 0, &st);
-    CHECK(t_shard_count(nodes[0].ch, "half") + t_shard_count(nodes[1].ch, "half") == 7,
+        drop_shard(c.node[i].ch, "half", 4, 0, 0, &st);
+    CHECK(t_shard_count(c.node[0].ch, "half") + t_shard_count(c.node[1].ch, "half") == 7,
           "shard 0 of half not dropped");
-    CHECK(t_drop(pr.router.ch, "half", &st) == 0, "drop of a filter without shard 0: %s",
+    CHECK(t_drop(c.router[0].ch, "half", &st) == 0, "drop of a filter without shard 0: %s",
           st.message);
-    CHECK(t_shard_count(nodes[0].ch, "half") + t_shard_count(nodes[1].ch, "half") == 0,
+    CHECK(t_shard_count(c.node[0].ch, "half") + t_shard_count(c.node[1].ch, "half") == 0,
           "shards of half left behind");
-    CHECK(t_drop(pr.router.ch, "half", &st) == GS(NOT_FOUND), "drop twice: %s",
+    CHECK(t_drop(c.router[0].ch, "half", &st) == GS(NOT_FOUND), "drop twice: %s",
           st.message);
-    CHECK(node_stop(&pr.router, SIGTERM) == 0, "router exit status");
-    for (int i = 0; i < 2; i++)
-        CHECK(node_stop(&nodes[i], SIGTERM) == 0, "node exit status");
+    cluster_stop(&c);
 }
 
 /* ---- a node stopped during CreateFilter ---- */
 
 static void test_stall(void)
 {
-    struct pair pr;
-    struct node_proc nodes[2];
+    struct cluster c;
     struct rpc_status st;
 
-    cluster(&pr, nodes, 2, "input-stall", "1000");
-    CHECK(kill(nodes[1].pid, SIGSTOP) == 0, "SIGSTOP");
+    start(&c, 2, "input-stall", "1000");
+    CHECK(kill(c.node[1].pid, SIGSTOP) == 0, "SIGSTOP");
     struct msg m = create_msg("victim", 6, 1000, 0.01, 0, 4);
-    int c = call(pr.router.ch, SVC "CreateFilter", &m, &st, NULL);
-    CHECK(c == GS(UNAVAILABLE) || c == GS(DEADLINE_EXCEEDED),
-          "create with a stopped node: %s (%s)", rpc_status_name(c), st.message);
-    CHECK(strstr(st.message, "could not be dropped") && strstr(st.message, nodes[1].addr),
+    int code = call(c.router[0].ch, SVC "CreateFilter", &m, &st, NULL);
+    CHECK(code == GS(UNAVAILABLE) || code == GS(DEADLINE_EXCEEDED),
+          "create with a stopped node: %s (%s)", rpc_status_name(code), st.message);
+    CHECK(strstr(st.message, "could not be dropped") && strstr(st.message, c.node[1].addr),
           "the message names what is left: %s", st.message);
-    CHECK(node_health(&pr.router, "") == 1, "router not serving after the failure");
+    CHECK(node_health(&c.router[0], "") == 1, "router not serving after the failure");
     /* The shards on the running node are gone already. */
-    CHECK(t_shard_count(nodes[0].ch, "victim") == 0, "node 0 keeps shards of victim");
-    CHECK(kill(nodes[1].pid, SIGCONT) == 0, "SIGCONT");
+    CHECK(t_shard_count(c.node[0].ch, "victim") == 0, "node 0 keeps shards of victim");
+    CHECK(kill(c.node[1].pid, SIGCONT) == 0, "SIGCONT");
     /* Whatever the stopped node did with the calls it got late, a drop
      * cleans up and the name can be used again. */
     sleep(2);
-    int d = t_drop(pr.router.ch, "victim", &st);
+    int d = t_drop(c.router[0].ch, "victim", &st);
     CHECK(d == 0 || d == GS(NOT_FOUND), "drop victim: %s", st.message);
-    CHECK(t_shard_count(nodes[1].ch, "victim") == 0, "node 1 keeps shards of victim");
-    CHECK(call(pr.router.ch, SVC "CreateFilter", &m, &st, NULL) == 0,
+    CHECK(t_shard_count(c.node[1].ch, "victim") == 0, "node 1 keeps shards of victim");
+    CHECK(call(c.router[0].ch, SVC "CreateFilter", &m, &st, NULL) == 0,
           "create again: %s", st.message);
-    CHECK(node_stop(&pr.router, SIGTERM) == 0, "router exit status");
-    for (int i = 0; i < 2; i++)
-        CHECK(node_stop(&nodes[i], SIGTERM) == 0, "node exit status");
+    cluster_stop(&c);
 }
 
 int main(int argc, char **argv)

@@ -300,22 +300,17 @@ static int fd_write_all(void *ctx, const void *buf, size_t len)
     return durable_write_all(*(int *)ctx, buf, len);
 }
 
+static int fill_file(int fd, void *ctx)
+{
+    return bf_file_write(ctx, fd_write_all, &fd);
+}
+
 int bf_file_save(const struct bf *f, const char *path, char *err)
 {
-    struct durable_file df;
     char derr[DURABLE_ERRLEN] = "";
-    int rc = durable_open(&df, path, NULL, 0, derr);
+    int rc = durable_write_with(path, fill_file, (void *)f, 0, derr);
 
-    if (rc < 0) {
-        set_err(err, "%s", derr);
-        return rc;
-    }
-    if ((rc = bf_file_write(f, fd_write_all, &df.fd)) < 0) {
-        set_err(err, "write failed: %s", strerror(-rc));
-        durable_abort(&df);
-        return rc;
-    }
-    if ((rc = durable_commit(&df, derr)) < 0)
+    if (rc < 0)
         set_err(err, "%s", derr);
     return rc;
 }

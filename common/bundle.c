@@ -441,24 +441,19 @@ static int fd_write(void *ctx, const void *buf, size_t len)
     return durable_write_all(*(int *)ctx, buf, len);
 }
 
+static int fill_bundle(int fd, void *ctx)
+{
+    return bundle_write(ctx, fd_write, &fd);
+}
+
 int bundle_save(const struct bundle *b, const char *path, char *err)
 {
     char derr[DURABLE_ERRLEN] = "";
-    struct durable_file df;
     int rc;
 
     if (b->plain)
         return bf_file_save(b->shard[0], path, err);
-    if ((rc = durable_open(&df, path, NULL, 0, derr)) < 0) {
-        set_err(err, "%s", derr);
-        return rc;
-    }
-    if ((rc = bundle_write(b, fd_write, &df.fd)) < 0) {
-        set_err(err, "write failed: %s", strerror(-rc));
-        durable_abort(&df);
-        return rc;
-    }
-    if ((rc = durable_commit(&df, derr)) < 0)
+    if ((rc = durable_write_with(path, fill_bundle, (void *)b, 0, derr)) < 0)
         set_err(err, "%s", derr);
     return rc;
 }

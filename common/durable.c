@@ -189,18 +189,36 @@ int durable_commit(struct durable_file *df, char *err)
     return rc;
 }
 
-int durable_write_file(const char *path, const void *buf, size_t len,
-                       mode_t mode, char *err)
+int durable_write_with(const char *path, int (*fill)(int fd, void *ctx),
+                       void *ctx, mode_t mode, char *err)
 {
     struct durable_file df;
     int rc = durable_open(&df, path, NULL, mode, err);
 
     if (rc < 0)
         return rc;
-    if ((rc = durable_write_all(df.fd, buf, len)) < 0) {
-        seterr(err, "cannot write %s: %s", df.tmp, strerror(-rc));
+    if ((rc = fill(df.fd, ctx)) < 0) {
+        seterr(err, "write failed: %s (%s)", strerror(-rc), df.tmp);
         durable_abort(&df);
         return rc;
     }
     return durable_commit(&df, err);
+}
+
+struct buf_ctx {
+    const void *buf;
+    size_t len;
+};
+
+static int fill_buf(int fd, void *ctx)
+{
+    const struct buf_ctx *b = ctx;
+    return durable_write_all(fd, b->buf, b->len);
+}
+
+int durable_write_file(const char *path, const void *buf, size_t len,
+                       mode_t mode, char *err)
+{
+    struct buf_ctx b = {buf, len};
+    return durable_write_with(path, fill_buf, &b, mode, err);
 }

@@ -64,6 +64,12 @@ int durable_write_all(int fd, const void *buf, size_t len);
 int durable_write_file(const char *path, const void *buf, size_t len,
                        mode_t mode, char *err);
 
+/* Write the whole new content of path with fill(fd, ctx), which returns 0
+ * or a negative errno (then nothing is published and err says "write
+ * failed: ..."). */
+int durable_write_with(const char *path, int (*fill)(int fd, void *ctx),
+                       void *ctx, mode_t mode, char *err);
+
 /* fsync a directory / the directory holding path.  0 or -errno. */
 int durable_fsync_dir(const char *dir);
 int durable_fsync_parent(const char *path);

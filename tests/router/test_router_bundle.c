@@ -27,66 +27,25 @@
 #include "bf_file.h"
 #include "bundle.h"
 #include "bytebuf.h"
+#include "cluster.h"
 #include "harness.h"
 
-static const char *router_bin;
-
-struct rig {
-    char dir[512];
-    char topo[600];
-    char node_dir[2][600];
-    struct node_proc node[2];
-    struct node_proc router;
-};
-
 /* Two nodes, one group each, and a router in front of them. */
-static void rig_start(struct rig *g, const char *tag)
+static void rig_start(struct cluster *c, const char *tag)
 {
-    const char *node_args[] = {"--durability", "none", NULL};
-    char log[700];
-
-    memset(g, 0, sizeof *g);
-    harness_tmpdir(g->dir, sizeof g->dir, tag);
-    for (int i = 0; i < 2; i++) {
-        snprintf(g->node_dir[i], sizeof g->node_dir[i], "%s/node%d", g->dir, i);
-        node_start(&g->node[i], g->node_dir[i], node_args);
-        CHECK(node_wait_health(&g->node[i], true, 20000), "node %d not serving", i);
-    }
-    snprintf(g->topo, sizeof g->topo, "%s/topology.ini", g->dir);
-    FILE *f = fopen(g->topo, "w");
-    CHECK(f, "open %s", g->topo);
-    for (int i = 0; i < 2; i++)
-        fprintf(f, "[group g%d]\nprimary = %s\n\n", i, g->node[i].addr);
-    fclose(f);
-    const char *argv[] = {router_bin, "--listen", "127.0.0.1:0", "--topology", g->topo,
-                          NULL};
-    snprintf(log, sizeof log, "%s/router.log", g->dir);
-    proc_spawn(&g->router, log, argv);
-    CHECK(node_wait_health(&g->router, true, 10000), "router not serving");
-}
-
-static void rig_stop(struct rig *g)
-{
-    CHECK(node_stop(&g->router, SIGTERM) == 0, "router exit status");
-    for (int i = 0; i < 2; i++)
-        CHECK(node_stop(&g->node[i], SIGTERM) == 0, "node %d exit status", i);
+    cluster_start(c, tag, 2, 1, "none");
 }
 
 static int create_sharded(struct rpc_channel *ch, const char *name, uint32_t shards,
                           struct rpc_status *st)
 {
-    Bloomgrid__V1__CreateFilterRequest rq = BLOOMGRID__V1__CREATE_FILTER_REQUEST__INIT;
-    Bloomgrid__V1__FilterInfo *fi = NULL;
-    rq.name = (char *)name;
-    rq.capacity = 20000;
-    rq.error_rate = 0.01;
-    rq.shards = shards;
-    if (rpc_call(ch, "/bloomgrid.v1.BloomGrid/CreateFilter", &rq.base,
-                 &bloomgrid__v1__filter_info__descriptor, (ProtobufCMessage **)&fi,
-                 TIMEOUT_MS, st) < 0)
-        return st->code;
-    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
-    return 0;
+    return t_create_sharded(ch, name, 20000, 0.01, 0, shards, NULL, st);
+}
+
+/* How many of keys the filter says may be present. */
+static size_t present(struct rpc_channel *ch, const char *name, char **keys, size_t n)
+{
+    return keys_present(ch, name, keys, n, NULL);
 }
 
 /* Export name whole into out (caller frees out->p).  0 or the status. */
@@ -159,23 +118,6 @@ static int import_file(struct rpc_channel *ch, const char *name, const uint8_t *
     return rpc_cstream_finish(cs, st) < 0 ? (int)st->code : 0;
 }
 
-static char **make_keys(const char *prefix, size_t n)
-{
-    char **k = malloc(n * sizeof *k);
-    for (size_t i = 0; i < n; i++) {
-        k[i] = malloc(40);
-        snprintf(k[i], 40, "%s-%06zu", prefix, i);
-    }
-    return k;
-}
-
-static void free_keys(char **k, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(k[i]);
-    free(k);
-}
-
 /* A partial like the exported template (either form), holding keys: what
  * `bloomgrid build --like` makes.  Returns its bytes in out. */
 static void build_partial(const struct bytebuf *tmpl, char **keys, size_t n,
@@ -198,21 +140,6 @@ static void build_partial(const struct bytebuf *tmpl, char **keys, size_t n,
     bundle_destroy(b);
 }
 
-/* How many of keys the filter says may be present. */
-static size_t present(struct rpc_channel *ch, const char *name, char **keys, size_t n)
-{
-    struct rpc_status st;
-    bool *out = malloc(n * sizeof *out);
-    size_t p = 0;
-
-    CHECK(t_keys(ch, "MayContain", name, keys, n, out, &st) == 0, "MayContain %s: %s",
-          name, st.message);
-    for (size_t i = 0; i < n; i++)
-        p += out[i];
-    free(out);
-    return p;
-}
-
 static void put32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++)
@@ -231,7 +158,7 @@ static void reseal(uint8_t *buf, size_t len)
 
 static void test_layout(void)
 {
-    struct rig g;
+    struct cluster g;
     struct rpc_status st;
     struct bytebuf tmpl, part, other, bytes;
     struct bundle_layout l;
@@ -240,7 +167,7 @@ static void test_layout(void)
     uint64_t got;
 
     rig_start(&g, "router-bundle-layout");
-    struct rpc_channel *r = g.router.ch;
+    struct rpc_channel *r = g.router[0].ch;
     CHECK(create_sharded(r, "four", 4, &st) == 0, "create: %s", st.message);
     CHECK(create_sharded(r, "one", 1, &st) == 0, "create: %s", st.message);
     CHECK(create_sharded(r, "three", 3, &st) == 0, "create: %s", st.message);
@@ -270,7 +197,7 @@ static void test_layout(void)
     bytebuf_deinit(&bytes);
 
     /* A partial made by the common writer imports; its keys are present. */
-    char **keys = make_keys("part", N);
+    char **keys = keys_make("part", 0, N);
     build_partial(&tmpl, keys, N, &part);
     CHECK(present(r, "four", keys, N) < N / 10, "keys present before the import");
 
@@ -321,8 +248,8 @@ static void test_layout(void)
 
     bytebuf_deinit(&part);
     bytebuf_deinit(&tmpl);
-    free_keys(keys, N);
-    rig_stop(&g);
+    keys_free(keys, N);
+    cluster_stop(&g);
 }
 
 /* ---- empty data fields ---- */
@@ -337,7 +264,7 @@ static void import_with_empties(struct rpc_channel *ch, const char *name, const 
     uint64_t got;
 
     CHECK(export_file(ch, name, &tmpl, &st) == 0, "%s: Export: %s", tag, st.message);
-    char **keys = make_keys(tag, N);
+    char **keys = keys_make(tag, 0, N);
     build_partial(&tmpl, keys, N, &part);
     CHECK(present(ch, name, keys, N) < N / 10, "%s: keys present before", tag);
 
@@ -359,21 +286,21 @@ static void import_with_empties(struct rpc_channel *ch, const char *name, const 
            part.len);
     bytebuf_deinit(&part);
     bytebuf_deinit(&tmpl);
-    free_keys(keys, N);
+    keys_free(keys, N);
 }
 
 static void test_empty(void)
 {
-    struct rig g;
+    struct cluster g;
     struct rpc_status st;
 
     rig_start(&g, "router-bundle-empty");
-    CHECK(create_sharded(g.router.ch, "sharded", 4, &st) == 0, "create: %s", st.message);
-    import_with_empties(g.router.ch, "sharded", "router");
+    CHECK(create_sharded(g.router[0].ch, "sharded", 4, &st) == 0, "create: %s", st.message);
+    import_with_empties(g.router[0].ch, "sharded", "router");
     CHECK(t_create(g.node[1].ch, "solo", 5000, 0.01, 0, &st) == 0, "create: %s",
           st.message);
     import_with_empties(g.node[1].ch, "solo", "node");
-    rig_stop(&g);
+    cluster_stop(&g);
 }
 
 int main(int argc, char **argv)
@@ -384,7 +311,7 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     harness_node_bin = argv[1];
-    router_bin = argv[2];
+    harness_router_bin = argv[2];
     grpc_init();
     if (strcmp(argv[3], "layout") == 0)
         test_layout();

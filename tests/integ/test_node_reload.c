@@ -101,7 +101,7 @@ static int add_key_of(struct node_proc *np, size_t len, struct rpc_status *st)
 
 static int add_batch(struct node_proc *np, size_t n, struct rpc_status *st)
 {
-    char *keys[16], buf[16][8];
+    char *keys[16], buf[16][24];
     bool out[16];
     for (size_t i = 0; i < n; i++) {
         snprintf(buf[i], sizeof buf[i], "b%zu", i);

@@ -46,7 +46,7 @@ static void write_file(const char *path, const char *text)
 
 /* Is SIGHUP pending for pid, and is its main thread blocked in
  * rt_sigtimedwait?  Returns 1 when the signal was handled and the thread
- * waits again, 0 otherwise. */
+ * waits again, 0 otherwise; fails the test when the node died. */
 static int hup_handled(pid_t pid)
 {
     char path[64], line[256];
@@ -55,10 +55,15 @@ static int hup_handled(pid_t pid)
 
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
     CHECK((f = fopen(path, "r")) != NULL, "%s: %s", path, strerror(errno));
-    while (fgets(line, sizeof line, f))
+    bool dead = false;
+    while (fgets(line, sizeof line, f)) {
         if (strncmp(line, "ShdPnd:", 7) == 0)
             pending = strtoull(line + 7, NULL, 16);
+        if (strncmp(line, "State:", 6) == 0 && strchr(line, 'Z'))
+            dead = true;
+    }
     fclose(f);
+    CHECK(!dead, "node %d exited on SIGHUP", (int)pid);
     if (pending & (1ULL << (SIGHUP - 1)))
         return 0;
     /* Read after the pending mask: blocked now means the hook ran. */
@@ -97,6 +102,24 @@ static int add_key_of(struct node_proc *np, size_t len, struct rpc_status *st)
     int rc = t_keys(np->ch, "Add", "f", &key, 1, &out, st);
     free(key);
     return rc;
+}
+
+/* A key of len bytes must be refused naming the limit in force. */
+static void expect_key_limit(struct node_proc *np, size_t len, unsigned limit,
+                             const char *when)
+{
+    struct rpc_status st;
+    char want[64];
+    snprintf(want, sizeof want, "the limit is %u (max_key_size)", limit);
+    CHECK(add_key_of(np, len, &st) == GRPC_STATUS_INVALID_ARGUMENT,
+          "a %zu-byte key %s: code %d %s", len, when, st.code, st.message);
+    CHECK(strstr(st.message, want) != NULL, "%s: message \"%s\"", when, st.message);
+}
+
+static void reload_with(struct node_proc *np, const char *conf, const char *text)
+{
+    write_file(conf, text);
+    sighup_and_wait(np);
 }
 
 static int add_batch(struct node_proc *np, size_t n, struct rpc_status *st)
@@ -173,12 +196,8 @@ static void test_reload(const char *dir)
      * max_batch_keys loses to the flag. */
     snprintf(text, sizeof text, "[node]\nlisten = 127.0.0.1:1\ndata_dir = %s\n"
              "max_key_size = 50\nmax_batch_keys = 1000\n", data);
-    write_file(conf, text);
-    sighup_and_wait(&np);
-    CHECK(add_key_of(&np, 100, &st) == GRPC_STATUS_INVALID_ARGUMENT,
-          "a 100-byte key after max_key_size = 50: code %d %s", st.code, st.message);
-    CHECK(strstr(st.message, "the limit is 50 (max_key_size)") != NULL, "message: %s",
-          st.message);
+    reload_with(&np, conf, text);
+    expect_key_limit(&np, 100, 50, "after max_key_size = 50");
     CHECK(kill(np.pid, 0) == 0, "the node died on SIGHUP");
     CHECK(add_key_of(&np, 50, &st) == 0, "a 50-byte key: %s", st.message);
     CHECK(add_batch(&np, 6, &st) == GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -189,16 +208,10 @@ static void test_reload(const char *dir)
      * taken even though it comes before the bad line. */
     snprintf(text, sizeof text, "[node]\ndata_dir = %s\nmax_key_size = 1000\n"
              "threads = lots\n", data);
-    write_file(conf, text);
-    sighup_and_wait(&np);
-    CHECK(add_key_of(&np, 100, &st) == GRPC_STATUS_INVALID_ARGUMENT,
-          "a malformed file changed max_key_size: code %d %s", st.code, st.message);
-    CHECK(strstr(st.message, "the limit is 50 (max_key_size)") != NULL, "message: %s",
-          st.message);
-    write_file(conf, "not an ini file\n");
-    sighup_and_wait(&np);
-    CHECK(add_key_of(&np, 100, &st) == GRPC_STATUS_INVALID_ARGUMENT,
-          "a file of garbage changed max_key_size: code %d %s", st.code, st.message);
+    reload_with(&np, conf, text);
+    expect_key_limit(&np, 100, 50, "after a malformed file");
+    reload_with(&np, conf, "not an ini file\n");
+    expect_key_limit(&np, 100, 50, "after a file of garbage");
 
     /* Calls keep being answered while the node reloads. */
     struct caller c = {.np = &np};
@@ -207,8 +220,7 @@ static void test_reload(const char *dir)
     for (int i = 0; i < 20; i++) {
         snprintf(text, sizeof text, "[node]\ndata_dir = %s\nmax_key_size = %d\n", data,
                  i % 2 ? 70 : 60);
-        write_file(conf, text);
-        sighup_and_wait(&np);
+        reload_with(&np, conf, text);
     }
     atomic_store(&c.stop, true);
     pthread_join(th, NULL);
@@ -216,7 +228,7 @@ static void test_reload(const char *dir)
           c.calls, c.msg);
     CHECK(add_key_of(&np, 65, &st) == 0, "a 65-byte key under max_key_size 70: %s",
           st.message);
-    CHECK(add_key_of(&np, 71, &st) == GRPC_STATUS_INVALID_ARGUMENT, "71 bytes");
+    expect_key_limit(&np, 71, 70, "after the last reload");
     printf("  %zu calls answered during 20 reloads\n", c.calls);
     CHECK(node_stop(&np, SIGTERM) == 0, "exit status after the reloads");
 }

@@ -16,6 +16,7 @@
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "cli.h"
+#include "rules.h"
 
 #define SVC "/bloomgrid.v1.BloomGrid/"
 #define IMPORT_CHUNK (1u << 20)
@@ -30,22 +31,13 @@ static const char *const kind_names[] = {"unspecified", "blocked", "classic",
 static const char *const state_names[] = {"unknown", "ready", "recovering",
                                           "failed"};
 
-/* HOST:PORT with a valid port; gRPC's own target forms (unix:PATH,
- * dns:///HOST:PORT, ...) are passed on as they are. */
+/* HOST:PORT by the address rule of every process; gRPC's own target forms
+ * (unix:PATH, dns:///HOST:PORT, ...) are passed on as they are. */
 static bool target_ok(const char *t)
 {
-    const char *colon = strrchr(t, ':');
-    char *end;
-    long port;
-
     if (strncmp(t, "unix:", 5) == 0 || strstr(t, ":///"))
         return true;
-    if (!colon || colon == t)
-        return false;
-    errno = 0;
-    port = strtol(colon + 1, &end, 10);
-    return !errno && end != colon + 1 && *end == '\0' && port >= 1 &&
-           port <= 65535;
+    return rules_addr_check("--server", t, false, NULL) == 0;
 }
 
 int online_open(struct online *o)

@@ -106,8 +106,9 @@ int bf_params_check(const struct bf_params *p, char *err)
         return -EINVAL;
     }
     if (p->kind == BF_KIND_SCALABLE) {
-        if (!(p->growth >= 1.0 && p->growth <= 16.0)) {
-            errf(err, "growth factor must be between 1 and 16 (got %g)", p->growth);
+        if (!(p->growth >= 1.0 && p->growth <= BF_GROWTH_MAX)) {
+            errf(err, "growth factor must be between 1 and %g (got %g)", BF_GROWTH_MAX,
+                 p->growth);
             return -EINVAL;
         }
         if (!(p->tightening > 0.0 && p->tightening < 1.0)) {

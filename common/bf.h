@@ -40,6 +40,8 @@
 #define BF_SECRET_LEN 32       /* bytes of per-filter secret */
 #define BF_HASH_XXH3_128 1     /* the only hash id so far */
 #define BF_MAX_LAYERS 48       /* scalable chain length limit */
+#define BF_GROWTH_MAX 16.0     /* scalable: largest growth factor (smallest 1),
+                                  for bf_create and for every file read */
 #define BF_BLOCK_BITS 512      /* one 64-byte cache line */
 #define BF_COUNTER_BITS 4      /* counting kind: 4-bit saturating counters */
 #define BF_COUNTER_MAX 15
@@ -64,7 +66,8 @@ struct bf_params {
     double error_rate;      /* p: target false-positive rate, in (0, 1) */
     uint32_t shard_index;   /* which shard this filter is (0 for unsharded) */
     uint32_t shard_count;   /* how many shards the logical filter has (>= 1) */
-    double growth;          /* scalable: capacity factor per layer (default 2) */
+    double growth;          /* scalable: capacity factor per layer, 1..BF_GROWTH_MAX
+                               (default 2) */
     double tightening;      /* scalable: error factor per layer (default 0.5) */
     const uint8_t *secret;  /* BF_SECRET_LEN bytes, or NULL for random */
 };

@@ -11,7 +11,8 @@
  * compared with the real size, before anything is allocated; bodies are then
  * read in large chunks straight into the filter's own memory while the
  * checksum is computed.  The filter is handed out only after the checksum
- * matches, so a bad file is never loaded in part.
+ * matches and the padding past m is found clear, so a bad file is never
+ * loaded in part.
  */
 #include "bf_file.h"
 #include "durable.h"
@@ -421,9 +422,11 @@ static int check_header(const struct file_meta *fm, char *err)
                       "bad geometry: shard index %u of %u shards",
                       p->shard_index, p->shard_count);
     if (p->kind == BF_KIND_SCALABLE &&
-        (!(p->growth >= 1.0 && p->growth <= 1e6) || !rate_ok(p->tightening)))
-        return refuse(err, -EBADMSG, "bad geometry: growth %g / tightening %g",
-                      p->growth, p->tightening);
+        (!(p->growth >= 1.0 && p->growth <= BF_GROWTH_MAX) ||
+         !rate_ok(p->tightening)))
+        return refuse(err, -EBADMSG,
+                      "bad geometry: growth %.17g (1..%g) / tightening %g",
+                      p->growth, BF_GROWTH_MAX, p->tightening);
     if (fm->flags != 0 || fm->reserved != 0)
         return refuse(err, -EBADMSG,
                       "bad geometry: reserved header fields are not zero");
@@ -591,6 +594,37 @@ static int read_checksum(struct source *s, XXH64_state_t *st, char *err)
     return 0;
 }
 
+/* Bits past the last bit or counter in use are zero in every file a writer
+ * makes.  Set ones would count in the fill and n-hat (a fill above 1, an
+ * infinite n-hat) and survive every merge, so a file with any is refused,
+ * not masked.  Only classic and counting layers have such bits: blocked m
+ * is a whole number of blocks. */
+static int check_padding(const struct bf *f, const struct file_meta *fm, char *err)
+{
+    for (uint32_t i = 0; i < fm->nlayers; i++) {
+        const struct bf_layer_info *li = &fm->layers[i];
+        const uint64_t *w = bf_layer_body_const(f, i);
+        uint64_t used = fm->params.kind == BF_KIND_COUNTING ? li->m * BF_COUNTER_BITS
+                                                             : li->m;
+        uint64_t words = li->body_bytes / 8;
+
+        for (uint64_t j = used / 64; j < words; j++) {
+            uint64_t pad = w[j];
+            if (j == used / 64)
+                pad &= ~0ULL << (used % 64);
+            if (!pad)
+                continue;
+            uint64_t bit = j * 64 + (uint64_t)__builtin_ctzll(pad);
+            return refuse(err, -EBADMSG,
+                          "bad padding: bits set past m in layer %u (bit %llu; "
+                          "the layer uses bits 0..%llu of %llu)", i,
+                          (unsigned long long)bit, (unsigned long long)(used - 1),
+                          (unsigned long long)(words * 64));
+        }
+    }
+    return 0;
+}
+
 /* Build a filter from the checked metadata and fill it from the source. */
 static struct bf *load_from(struct source *s, char *err, int *code)
 {
@@ -622,6 +656,8 @@ static struct bf *load_from(struct source *s, char *err, int *code)
     rc = read_bodies(s, st, f, fm, err);
     if (rc == 0)
         rc = read_checksum(s, st, err);
+    if (rc == 0)
+        rc = check_padding(f, fm, err);
     if (rc < 0)
         goto fail;
     for (uint32_t i = 0; i < fm->nlayers; i++)

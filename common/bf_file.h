@@ -3,8 +3,8 @@
  * A filter file is a little-endian header, one layer descriptor and body per
  * layer, and an XXH64 checksum over every byte before it.  Saving is atomic
  * (temp file in the same directory, fsync, rename, fsync of the directory).
- * Loading verifies magic, version, geometry, sizes and checksum before
- * returning anything: a bad file is refused whole, never loaded in part.
+ * Loading verifies magic, version, geometry, sizes, checksum and the zero
+ * padding past m before returning anything: a bad file is refused whole, never loaded in part.
  *
  * The same bytes can be produced into / parsed from memory or a stream, for
  * Export and Import over the network.
@@ -42,7 +42,8 @@ int bf_file_save(const struct bf *f, const char *path, char *err);
  * (bf_destroy), or NULL with err set (and a negative errno in *code when code
  * is non-NULL) on any failed check.  The message starts with the check that
  * failed: "cannot open", "truncated", "bad size", "bad magic", "unsupported
- * version", "bad geometry", "checksum mismatch" or "read failed".  Codes:
+ * version", "bad geometry", "checksum mismatch", "bad padding" or "read
+ * failed".  Codes:
  * -EBADMSG for a corrupt or truncated file, -EPROTONOSUPPORT for another
  * format version, or the errno of a failed system call. */
 struct bf *bf_file_load(const char *path, char *err, int *code);

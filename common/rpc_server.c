@@ -617,11 +617,19 @@ void rpc_server_destroy(struct rpc_server *srv)
 
 /* ---- signals ---- */
 
+/* Registered by the main thread before it waits; read only by it. */
+static struct {
+    void (*fn)(void *);
+    void *arg;
+} hup_hooks[RPC_SIGHUP_HOOKS];
+static unsigned hup_count;
+
 static void signal_set(sigset_t *set)
 {
     sigemptyset(set);
     sigaddset(set, SIGINT);
     sigaddset(set, SIGTERM);
+    sigaddset(set, SIGHUP);
 }
 
 void rpc_signals_block(void)
@@ -632,12 +640,27 @@ void rpc_signals_block(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
+int rpc_signals_on_hup(void (*fn)(void *arg), void *arg)
+{
+    if (hup_count >= RPC_SIGHUP_HOOKS)
+        return -ENOSPC;
+    hup_hooks[hup_count].fn = fn;
+    hup_hooks[hup_count].arg = arg;
+    hup_count++;
+    return 0;
+}
+
 int rpc_signals_wait(void)
 {
     sigset_t set;
     int sig = 0;
     signal_set(&set);
-    while (sigwait(&set, &sig) != 0)
-        ;
-    return sig;
+    for (;;) {
+        if (sigwait(&set, &sig) != 0)
+            continue;
+        if (sig != SIGHUP)
+            return sig;
+        for (unsigned i = 0; i < hup_count; i++)
+            hup_hooks[i].fn(hup_hooks[i].arg);
+    }
 }

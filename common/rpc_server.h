@@ -22,7 +22,8 @@
  * Shutdown: rpc_server_shutdown() stops accepting calls, lets in-flight calls
  * finish for a grace period, cancels what is left (open streams see
  * UNAVAILABLE), joins every thread.  rpc_signals_block() and
- * rpc_signals_wait() implement the SIGTERM/SIGINT handling around it.
+ * rpc_signals_wait() implement the SIGTERM/SIGINT handling around it, and
+ * run what each process registered with rpc_signals_on_hup() on SIGHUP.
  *
  * Errors: functions return 0 or a negative errno; rpc_server_create returns
  * NULL.  The caller owns grpc_init()/grpc_shutdown().
@@ -152,10 +153,21 @@ int rpc_stream_finish_status(struct rpc_stream *s, const struct rpc_status *st);
 /* The message size limit the server runs with. */
 size_t rpc_stream_max_message(const struct rpc_stream *st);
 
-/* Block SIGINT, SIGTERM (and SIGPIPE) in the calling thread; call before
- * grpc_init() and before creating threads so every thread inherits it. */
+/* Block SIGINT, SIGTERM and SIGHUP (and ignore SIGPIPE) in the calling
+ * thread; call before grpc_init() and before creating threads so every
+ * thread inherits it. */
 void rpc_signals_block(void);
-/* Wait for SIGINT or SIGTERM; returns the signal number. */
+
+/* What SIGHUP reloads (settings; certificates and token files alike): each
+ * fn(arg) runs on the thread waiting in rpc_signals_wait, once per SIGHUP,
+ * in the order registered, while the server keeps serving.  Register from
+ * the main thread before waiting.  Returns 0, or -ENOSPC past
+ * RPC_SIGHUP_HOOKS. */
+#define RPC_SIGHUP_HOOKS 8
+int rpc_signals_on_hup(void (*fn)(void *arg), void *arg);
+
+/* Wait for SIGINT or SIGTERM and return its number, running the SIGHUP
+ * hooks for every SIGHUP on the way (with none, SIGHUP is ignored). */
 int rpc_signals_wait(void);
 
 #endif

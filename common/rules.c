@@ -212,6 +212,44 @@ bool rules_shard_split(const char *name, char *filter, size_t flen,
     return true;
 }
 
+int rules_addr_check(const char *what, const char *addr, bool listen, char *err)
+{
+    const char *colon = strrchr(addr, ':');
+    const unsigned min = listen ? 0 : 1;
+    char q[256];
+    unsigned long port = 0;
+
+    quote(q, sizeof q, addr, strlen(addr));
+    if (!colon) {
+        seterr(err, "%s \"%s\" is not host:port", what, q);
+        return -EINVAL;
+    }
+    if (colon == addr) {
+        seterr(err, "%s \"%s\" has no host (host:port)", what, q);
+        return -EINVAL;
+    }
+    for (const char *s = addr; s < colon; s++)
+        if ((unsigned char)*s <= 0x20 || *s == 0x7f) {
+            seterr(err, "%s \"%s\": the host contains a space or control "
+                   "character", what, q);
+            return -EINVAL;
+        }
+    /* Digits only (no sign, no space), at most 5 of them: strtol would take
+     * " +80" and wrap nothing, but 99999 must not become another port. */
+    size_t digits = strlen(colon + 1);
+    for (const char *s = colon + 1; *s; s++)
+        if (*s < '0' || *s > '9')
+            digits = 0;
+    if (digits >= 1 && digits <= 5)
+        port = strtoul(colon + 1, NULL, 10);
+    if (digits < 1 || digits > 5 || port < min || port > RULES_PORT_MAX) {
+        seterr(err, "%s \"%s\": the port must be a number from %u to %d",
+               what, q, min, RULES_PORT_MAX);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int rules_key_check(size_t i, size_t len, uint64_t max, char *err)
 {
     if (len == 0) {

@@ -14,6 +14,9 @@
  * Strings from the wire (names, addresses, fingerprints) must be valid UTF-8
  * without NUL bytes: a C string cut at a NUL would name another object.
  *
+ * Addresses ("host:port") are checked by one rule wherever they are given:
+ * settings, topology lines and the tool's --server.
+ *
  * Errors: checks return 0 or -EINVAL with a sentence in err (RULES_ERRLEN
  * bytes, may be NULL) that starts with what was checked ("filter name ...",
  * "key 3 ...") so that it reads well as a status message on its own.
@@ -51,6 +54,17 @@
 /* The answer to a Remove on a filter whose kind has no counters (%s: the
  * filter's public name), from a node or a router alike. */
 #define RULES_MSG_NOT_COUNTING "filter \"%s\" is not a COUNTING filter: Remove needs one"
+
+/* Addresses: the largest port. */
+#define RULES_PORT_MAX 65535
+
+/* A "host:port" address that what names (a setting, "primary of group
+ * g0", "--server"): the host is not empty and holds no space or control
+ * byte; the port (after the last ':') is 1 to 5 decimal digits with a value
+ * of 1..RULES_PORT_MAX, or 0..RULES_PORT_MAX when listen is true (port 0
+ * asks for a free port).  Returns 0 or -EINVAL with a sentence naming what
+ * and the address. */
+int rules_addr_check(const char *what, const char *addr, bool listen, char *err);
 
 /* Is s (len bytes) valid UTF-8 (no overlong forms, no surrogates, nothing
  * above U+10FFFF)? */

@@ -4,13 +4,22 @@
 #include <errno.h>
 #include <ini.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+#include "rules.h"
+
 #ifndef BLOOMGRID_VERSION
 #define BLOOMGRID_VERSION "unknown"
 #endif
+
+static enum setting_type setting_kind(const struct setting *s)
+{
+    return (enum setting_type)(s->type & SETTING_TYPE_MASK);
+}
 
 static const struct setting *find(const struct settings_spec *spec, const char *name)
 {
@@ -42,7 +51,7 @@ static int set_value(void *cfg, const struct setting *s, const char *v, char *er
 {
     char *dst = (char *)cfg + s->offset;
 
-    if (s->type == SETTING_UINT) {
+    if (setting_kind(s) == SETTING_UINT) {
         char *end;
         errno = 0;
         unsigned long long x = strtoull(v, &end, 10);
@@ -55,7 +64,7 @@ static int set_value(void *cfg, const struct setting *s, const char *v, char *er
         memcpy(dst, &u, sizeof(u));
         return 0;
     }
-    if (s->type == SETTING_ENUM && !enum_ok(s->choices, v)) {
+    if (setting_kind(s) == SETTING_ENUM && !enum_ok(s->choices, v)) {
         snprintf(err, errlen, "%s must be one of %s, not \"%s\"", s->name, s->choices, v);
         return -1;
     }
@@ -64,6 +73,13 @@ static int set_value(void *cfg, const struct setting *s, const char *v, char *er
         snprintf(err, errlen, "%s must be 1..%zu characters", s->name, s->size - 1);
         return -1;
     }
+    if (setting_kind(s) == SETTING_ADDR && *v) {
+        char why[RULES_ERRLEN];
+        if (rules_addr_check(s->name, v, s->min == 0, why) < 0) {
+            snprintf(err, errlen, "%s", why);
+            return -1;
+        }
+    }
     memcpy(dst, v, strlen(v) + 1);
     return 0;
 }
@@ -71,7 +87,7 @@ static int set_value(void *cfg, const struct setting *s, const char *v, char *er
 struct ini_ctx {
     const struct settings_spec *spec;
     void *cfg;
-    char err[450];
+    char err[SETTINGS_ERRLEN - 64];
     bool failed;
 };
 
@@ -117,6 +133,13 @@ void settings_usage(const struct settings_spec *spec, FILE *out, const char *pro
             "  --help                   print this text\n"
             "  --version                print the version\n\n",
             prog, spec->intro, spec->section);
+    for (size_t i = 0; i < spec->count; i++)
+        if (spec->table[i].type & SETTING_LIVE) {
+            fprintf(out, "Settings marked \"SIGHUP reloads\" take a new value from the "
+                    "config file\non SIGHUP (flags still override it); a change "
+                    "of any other setting\nis logged and waits for a restart.\n\n");
+            break;
+        }
     for (size_t i = 0; i < spec->count; i++) {
         const struct setting *s = &spec->table[i];
         char flag[64], range[96];
@@ -124,14 +147,18 @@ void settings_usage(const struct settings_spec *spec, FILE *out, const char *pro
         for (char *p = flag + 2; *p; p++)
             if (*p == '_')
                 *p = '-';
-        if (s->type == SETTING_UINT)
+        if (setting_kind(s) == SETTING_UINT)
             snprintf(range, sizeof range, "%" PRIu64 "..%" PRIu64, s->min, s->max);
-        else if (s->type == SETTING_ENUM)
+        else if (setting_kind(s) == SETTING_ENUM)
             snprintf(range, sizeof range, "%s", s->choices);
+        else if (setting_kind(s) == SETTING_ADDR)
+            snprintf(range, sizeof range, "host:port, port %" PRIu64 "..%d", s->min,
+                     RULES_PORT_MAX);
         else
             snprintf(range, sizeof range, "text");
-        fprintf(out, "  %-24s %s\n  %24s [%s; default %s]\n", flag, s->help, "", range,
-                s->def);
+        fprintf(out, "  %-24s %s\n  %24s [%s; default %s%s]\n", flag, s->help, "",
+                range, *s->def ? s->def : "\"\"",
+                s->type & SETTING_LIVE ? "; SIGHUP reloads" : "");
     }
 }
 
@@ -151,44 +178,45 @@ static const struct setting *flag_setting(const struct settings_spec *spec,
     return find(spec, name);
 }
 
-static int load_file(const struct settings_spec *spec, void *cfg, const char *prog,
-                     const char *path)
+static int load_file(const struct settings_spec *spec, void *cfg, const char *path,
+                     char *err)
 {
     struct ini_ctx x = {.spec = spec, .cfg = cfg};
     int rc = ini_parse(path, on_ini_entry, &x);
 
     if (x.failed) {
-        fprintf(stderr, "%s: %s:%d: %s\n", prog, path, rc, x.err);
+        snprintf(err, SETTINGS_ERRLEN, "%s:%d: %s", path, rc, x.err);
         return -1;
     }
     if (rc < 0) {
-        fprintf(stderr, "%s: cannot read config file %s: %s\n", prog, path,
-                rc == -1 ? strerror(errno) : "out of memory");
+        snprintf(err, SETTINGS_ERRLEN, "cannot read config file %s: %s", path,
+                 rc == -1 ? strerror(errno) : "out of memory");
         return -1;
     }
     if (rc > 0) {
-        fprintf(stderr, "%s: %s:%d: syntax error\n", prog, path, rc);
+        snprintf(err, SETTINGS_ERRLEN, "%s:%d: syntax error", path, rc);
         return -1;
     }
     return 0;
 }
 
-/* First pass over argv: --help, --version and --config. */
+/* First pass over argv: --help, --version (acted on only when act is set)
+ * and --config. */
 static int scan_meta(const struct settings_spec *spec, int argc, char **argv,
-                     const char **config_path)
+                     bool act, const char **config_path, char *err)
 {
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (act && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
             settings_usage(spec, stdout, argv[0]);
             return 1;
         }
-        if (strcmp(argv[i], "--version") == 0) {
+        if (act && strcmp(argv[i], "--version") == 0) {
             printf("%s %s\n", spec->program, BLOOMGRID_VERSION);
             return 1;
         }
         if (strcmp(argv[i], "--config") == 0) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "%s: --config needs a file name\n", argv[0]);
+                snprintf(err, SETTINGS_ERRLEN, "--config needs a file name");
                 return -1;
             }
             *config_path = argv[++i];
@@ -200,10 +228,9 @@ static int scan_meta(const struct settings_spec *spec, int argc, char **argv,
 }
 
 /* Second pass: every other flag, overriding the file. */
-static int apply_flags(const struct settings_spec *spec, void *cfg, int argc, char **argv)
+static int apply_flags(const struct settings_spec *spec, void *cfg, int argc, char **argv,
+                       char *err)
 {
-    char err[512];
-
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--config") == 0) {
@@ -213,12 +240,12 @@ static int apply_flags(const struct settings_spec *spec, void *cfg, int argc, ch
         if (strncmp(a, "--config=", 9) == 0)
             continue;
         if (strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", argv[0], a);
+            snprintf(err, SETTINGS_ERRLEN, "unexpected argument \"%s\" (see --help)", a);
             return -1;
         }
         const struct setting *s = flag_setting(spec, a + 2);
         if (!s) {
-            fprintf(stderr, "%s: unknown flag %s (see --help)\n", argv[0], a);
+            snprintf(err, SETTINGS_ERRLEN, "unknown flag %s (see --help)", a);
             return -1;
         }
         const char *v = strchr(a, '=');
@@ -226,32 +253,92 @@ static int apply_flags(const struct settings_spec *spec, void *cfg, int argc, ch
             v++;
         } else {
             if (i + 1 >= argc) {
-                fprintf(stderr, "%s: %s needs a value\n", argv[0], a);
+                snprintf(err, SETTINGS_ERRLEN, "%s needs a value", a);
                 return -1;
             }
             v = argv[++i];
         }
-        if (set_value(cfg, s, v, err, sizeof err) < 0) {
-            fprintf(stderr, "%s: %s\n", argv[0], err);
+        if (set_value(cfg, s, v, err, SETTINGS_ERRLEN) < 0)
             return -1;
-        }
     }
     return 0;
 }
 
-int settings_load(const struct settings_spec *spec, void *cfg, int argc, char **argv)
+/* Defaults, then the file, then the flags.  Returns 0, 1 (--help or
+ * --version printed; only when act is set) or -1 with err set. */
+static int load_all(const struct settings_spec *spec, void *cfg, int argc, char **argv,
+                    bool act, char *err)
 {
-    char err[512];
     const char *config_path = NULL;
     int rc;
 
     for (size_t i = 0; i < spec->count; i++)
-        if (set_value(cfg, &spec->table[i], spec->table[i].def, err, sizeof err) < 0)
+        if (set_value(cfg, &spec->table[i], spec->table[i].def, err, SETTINGS_ERRLEN) < 0)
             abort(); /* a bad default is a bug */
-    rc = scan_meta(spec, argc, argv, &config_path);
+    rc = scan_meta(spec, argc, argv, act, &config_path, err);
     if (rc != 0)
         return rc;
-    if (config_path && load_file(spec, cfg, argv[0], config_path) < 0)
+    if (config_path && load_file(spec, cfg, config_path, err) < 0)
         return -1;
-    return apply_flags(spec, cfg, argc, argv);
+    return apply_flags(spec, cfg, argc, argv, err);
+}
+
+int settings_load(const struct settings_spec *spec, void *cfg, int argc, char **argv)
+{
+    char err[SETTINGS_ERRLEN];
+    int rc = load_all(spec, cfg, argc, argv, true, err);
+
+    if (rc < 0)
+        fprintf(stderr, "%s: %s\n", argv[0], err);
+    return rc;
+}
+
+int settings_reload(const struct settings_spec *spec, void *next, int argc,
+                    char **argv, char *err)
+{
+    return load_all(spec, next, argc, argv, false, err) < 0 ? -1 : 0;
+}
+
+/* A number setting's value.  Loaded atomically: in a running config,
+ * handlers may read a live one while it is stored (it is then _Atomic). */
+static uint64_t uint_value(const struct setting *s, const void *cfg)
+{
+    return atomic_load((const _Atomic uint64_t *)((const char *)cfg + s->offset));
+}
+
+/* The value of s in cfg as text, for comparisons and messages. */
+static const char *value_text(const struct setting *s, const void *cfg, char *buf,
+                              size_t len)
+{
+    if (setting_kind(s) != SETTING_UINT)
+        return (const char *)cfg + s->offset;
+    snprintf(buf, len, "%" PRIu64, uint_value(s, cfg));
+    return buf;
+}
+
+int settings_apply(const struct settings_spec *spec, void *cur, const void *next)
+{
+    int changed = 0;
+
+    for (size_t i = 0; i < spec->count; i++) {
+        const struct setting *s = &spec->table[i];
+        char was[32], now[32];
+        const char *a = value_text(s, cur, was, sizeof was);
+        const char *b = value_text(s, next, now, sizeof now);
+        if (strcmp(a, b) == 0)
+            continue;
+        if (!(s->type & SETTING_LIVE)) {
+            log_warn("setting %s changed (\"%s\" -> \"%s\") but takes effect only "
+                     "at a restart: not applied", s->name, a, b);
+            continue;
+        }
+        log_info("setting %s: %s -> %s", s->name, a, b);
+        char *dst = (char *)cur + s->offset;
+        if (setting_kind(s) == SETTING_UINT)
+            atomic_store((_Atomic uint64_t *)(void *)dst, uint_value(s, next));
+        else
+            memcpy(dst, b, strlen(b) + 1);
+        changed++;
+    }
+    return changed;
 }

@@ -20,11 +20,19 @@
 
 #include <xxhash.h>
 
+#include "rules.h"
+
+/* The section name buffer of libinih (MAX_SECTION in ini.c, 50 bytes with
+ * the NUL): "[group " + a name of TOPO_GROUP_NAME_MAX fits exactly. */
+#define INI_SECTION_MAX 49
+_Static_assert(6 + TOPO_GROUP_NAME_MAX == INI_SECTION_MAX, "group name limit");
+
 struct reader {
     const char *p;             /* next unread byte */
     int line;                  /* line last handed to inih */
     int section_line;          /* line of the last [section] header */
     int sections;              /* headers seen so far */
+    char section[256];         /* its text between the brackets, uncut */
 };
 
 struct parse_ctx {
@@ -62,6 +70,8 @@ static char *read_line(char *str, int num, void *stream)
     if (*s == '[') {
         rd->section_line = rd->line;
         rd->sections++;
+        size_t len = strcspn(s + 1, "]\r\n");
+        snprintf(rd->section, sizeof rd->section, "%.*s", (int)len, s + 1);
     }
     return str;
 }
@@ -83,10 +93,10 @@ static bool fail(struct parse_ctx *x, int line, const char *fmt, ...)
     return false;
 }
 
-static bool name_ok(const char *s)
+static bool name_ok(const char *s, size_t max)
 {
     size_t n = strlen(s);
-    if (n == 0 || n > TOPO_NAME_MAX)
+    if (n == 0 || n > max)
         return false;
     for (; *s; s++)
         if (!isalnum((unsigned char)*s) && *s != '.' && *s != '_' && *s != '-')
@@ -96,18 +106,9 @@ static bool name_ok(const char *s)
 
 int topo_addr_check(const char *addr)
 {
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr || strlen(addr) > TOPO_ADDR_MAX)
+    if (strlen(addr) > TOPO_ADDR_MAX)
         return -EINVAL;
-    for (const char *s = addr; s < colon; s++)
-        if (isspace((unsigned char)*s))
-            return -EINVAL;
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    if (errno || end == colon + 1 || *end || port < 1 || port > 65535)
-        return -EINVAL;
-    return 0;
+    return rules_addr_check("address", addr, false, NULL);
 }
 
 /* Is addr already used by any group (as primary or replica)? */
@@ -138,10 +139,10 @@ static struct topo_group *group_get(struct parse_ctx *x, const char *name)
         }
         return &x->groups[i];
     }
-    if (!name_ok(name)) {
+    if (!name_ok(name, TOPO_GROUP_NAME_MAX)) {
         fail(x, x->rd.section_line,
              "group name \"%s\" must be 1..%d characters of [A-Za-z0-9._-]", name,
-             TOPO_NAME_MAX);
+             TOPO_GROUP_NAME_MAX);
         return NULL;
     }
     if (x->ngroups >= TOPO_MAX_GROUPS) {
@@ -176,9 +177,12 @@ static bool set_addr(struct parse_ctx *x, struct topo_group *g, const char *key,
 {
     int line = x->rd.line;
     const char *owner;
-    if (topo_addr_check(value) < 0)
-        return fail(x, line, "%s \"%s\" of group %s is not host:port "
-                    "(port 1..65535)", key, value, g->name);
+    char why[RULES_ERRLEN];
+    if (strlen(value) > TOPO_ADDR_MAX)
+        return fail(x, line, "group %s: %s \"%.40s...\" is longer than %d "
+                    "characters", g->name, key, value, TOPO_ADDR_MAX);
+    if (rules_addr_check(key, value, false, why) < 0)
+        return fail(x, line, "group %s: %s", g->name, why);
     if ((owner = addr_owner(x, value)) != NULL)
         return fail(x, line, "node %s is listed twice (already in group %s)",
                     value, owner);
@@ -197,6 +201,15 @@ static int on_entry(void *user, const char *section, const char *name,
     if (strncmp(section, "group ", 6) != 0)
         return fail(x, x->rd.section_line,
                     "unknown section [%s] (expected [group NAME])", section);
+    /* libinih keeps only INI_SECTION_MAX characters of a header and cuts
+     * the rest silently: a cut name would place shards on another group. */
+    size_t raw = strlen(x->rd.section);
+    if (raw > INI_SECTION_MAX && strlen(section) == INI_SECTION_MAX &&
+        strncmp(section, x->rd.section, INI_SECTION_MAX) == 0)
+        return fail(x, x->rd.section_line,
+                    "section [%s] is %zu characters; at most %d fit (a group "
+                    "name of 1..%d characters after \"group \")", x->rd.section,
+                    raw, INI_SECTION_MAX, TOPO_GROUP_NAME_MAX);
     const char *gname = section + 6;
     while (*gname == ' ')
         gname++;
@@ -220,7 +233,7 @@ static int on_entry(void *user, const char *section, const char *name,
         return 1;
     }
     if (strcmp(name, "datacenter") == 0) {
-        if (!name_ok(value))
+        if (!name_ok(value, TOPO_NAME_MAX))
             return fail(x, line, "datacenter \"%s\" must be 1..%d characters of "
                         "[A-Za-z0-9._-]", value, TOPO_NAME_MAX);
         snprintf(g->datacenter, sizeof g->datacenter, "%s", value);

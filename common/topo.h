@@ -29,7 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TOPO_NAME_MAX 63        /* group and datacenter names */
+#define TOPO_NAME_MAX 63        /* datacenter names (and the name buffers) */
+#define TOPO_GROUP_NAME_MAX 43  /* group names: what libinih keeps of "[group NAME]" */
 #define TOPO_ADDR_MAX 127       /* "host:port" */
 #define TOPO_MAX_REPLICAS 8
 #define TOPO_MAX_GROUPS 1024
@@ -69,7 +70,8 @@ uint64_t topo_score(const char *filter, uint32_t shard, const char *group);
 /* Index (into t->groups) of the group holding shard of filter. */
 unsigned topo_group_for(const struct topo *t, const char *filter, uint32_t shard);
 
-/* Is a "host:port" address well formed (non-empty host, port 1..65535)? */
+/* Is a "host:port" address one a group may list: rules_addr_check (port
+ * 1..65535) and at most TOPO_ADDR_MAX characters?  Returns 0 or -EINVAL. */
 int topo_addr_check(const char *addr);
 
 #endif

@@ -1,12 +1,14 @@
 /* bloomgrid-node: serves named Bloom filters over gRPC.
  *
- * Start-up: parse settings, block SIGINT/SIGTERM (before grpc_init so every
- * gRPC thread inherits the mask), start listening with health NOT_SERVING,
+ * Start-up: parse settings, block SIGINT/SIGTERM/SIGHUP (before grpc_init so
+ * every gRPC thread inherits the mask), start listening with health NOT_SERVING,
  * then open the store (recovering every filter) on a background thread; the
  * main thread waits for a signal.  A replica with a primary also runs the
  * thread that pulls changed pages from it (node_replicate.c).  A housekeeping thread keeps health in
  * step with the filters' states (the store itself retries recovery of
  * filters failed by a write error; damaged files stay refused).
+ * SIGHUP: re-read the settings and apply the live ones (node_config.h)
+ * while the server keeps serving; a refused file changes nothing.
  * Shutdown: stop the server (in-flight calls finish or are cancelled), close
  * the store (final snapshots), exit 0.
  */
@@ -28,9 +30,38 @@
 #include "node_rpc.h"
 #include "rpc_frame.h"
 #include "rpc_server.h"
+#include "settings.h"
 #include "store.h"
 
 static atomic_int exit_code;
+
+/* argv as given, for reloads: flags keep overriding the file. */
+static struct {
+    int argc;
+    char **argv;
+} reload_args;
+
+static void apply_log_level(const struct node_config *c)
+{
+    enum log_level lvl;
+    if (log_level_parse(c->log_level, &lvl) == 0)
+        log_set_level(lvl);
+}
+
+/* SIGHUP, on the main thread. */
+static void reload_settings(void *arg)
+{
+    struct node *n = arg;
+    char err[SETTINGS_ERRLEN];
+    int changed = node_config_reload(&n->cfg, reload_args.argc, reload_args.argv, err);
+
+    if (changed < 0) {
+        log_error("SIGHUP: settings refused, the running ones stay: %s", err);
+        return;
+    }
+    apply_log_level(&n->cfg);
+    log_info("SIGHUP: settings reloaded, %d changed", changed);
+}
 
 static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid",
                                            "bloomgrid.v1.Internal"};
@@ -111,16 +142,17 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
 
-    enum log_level lvl;
     node_pages_set_replica(strcmp(n.cfg.role, "replica") == 0);
-    if (log_level_parse(n.cfg.log_level, &lvl) == 0)
-        log_set_level(lvl);
+    apply_log_level(&n.cfg);
     log_set_ident("bloomgrid-node");
     if (strcmp(n.cfg.durability, "none") == 0)
         log_warn("durability none: writes are acknowledged before they reach "
                  "the disk; a machine crash loses the most recent ones");
 
     rpc_signals_block();
+    reload_args.argc = argc;
+    reload_args.argv = argv;
+    rpc_signals_on_hup(reload_settings, &n);
     grpc_init();
 
     struct rpc_server_config sc = {

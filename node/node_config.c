@@ -2,6 +2,8 @@
  * the parsing). */
 #include "node_config.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "settings.h"
@@ -9,7 +11,7 @@
 #define F(f) SETTING_FIELD(struct node_config, f)
 
 static const struct setting settings[] = {
-    {"listen", SETTING_STRING, 0, 0, NULL, "127.0.0.1:7400", F(listen),
+    {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:7400", F(listen),
      "address to serve gRPC on, host:port (port 0 picks a free port)"},
     {"data_dir", SETTING_STRING, 0, 0, NULL, "./bloomgrid-data", F(data_dir),
      "directory holding the filters (snapshots and write-ahead logs)"},
@@ -20,9 +22,9 @@ static const struct setting settings[] = {
      "seconds between snapshots of changed filters"},
     {"snapshot_wal_mb", SETTING_UINT, 1, 1 << 20, NULL, "64", F(snapshot_wal_mb),
      "also snapshot a filter once its write-ahead log grew by this many MiB"},
-    {"max_batch_keys", SETTING_UINT, 1, 10000000, NULL, "100000", F(max_batch_keys),
+    {"max_batch_keys", SETTING_UINT | SETTING_LIVE, 1, 10000000, NULL, "100000", F(max_batch_keys),
      "most keys (or hashes) in one request; more is RESOURCE_EXHAUSTED"},
-    {"max_key_size", SETTING_UINT, 1, 1 << 20, NULL, "4096", F(max_key_size),
+    {"max_key_size", SETTING_UINT | SETTING_LIVE, 1, 1 << 20, NULL, "4096", F(max_key_size),
      "longest key in bytes; longer is INVALID_ARGUMENT"},
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
@@ -40,17 +42,17 @@ static const struct setting settings[] = {
      "port (routers learn it through Internal/NodeInfo)"},
     {"shutdown_grace_ms", SETTING_UINT, 0, 600000, NULL, "3000", F(shutdown_grace_ms),
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
-    {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info", F(log_level),
+    {"log_level", SETTING_ENUM | SETTING_LIVE, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
     {"role", SETTING_ENUM, 0, 0, "primary|replica", "primary", F(role),
      "replica: a read replica fed by bloomgrid-merger (PushPages) and, with "
      "primary set, by pulls from its primary: serves "
      "queries, refuses writes with FAILED_PRECONDITION and reports the "
      "primary's version it covers (docs/MERGER.md)"},
-    {"primary", SETTING_STRING, 0, 0, NULL, "", F(primary),
+    {"primary", SETTING_ADDR, 1, 0, NULL, "", F(primary),
      "replica only: host:port of the primary to pull changed pages from "
      "(PullPages) every replicate_interval_ms; empty: fed by the merger only"},
-    {"replicate_interval_ms", SETTING_UINT, 10, 60000, NULL, "200",
+    {"replicate_interval_ms", SETTING_UINT | SETTING_LIVE, 10, 60000, NULL, "200",
      F(replicate_interval_ms),
      "replica with a primary: milliseconds between pulls of changed pages"},
 };
@@ -60,7 +62,9 @@ static const struct settings_spec spec = {
     .section = "node",
     .intro = "bloomgrid-node serves named Bloom filters over gRPC (bloomgrid.v1.BloomGrid,\n"
              "bloomgrid.v1.Internal and grpc.health.v1.Health).  SIGTERM or SIGINT: stop\n"
-             "accepting calls, let in-flight calls finish, snapshot, exit 0.\n",
+             "accepting calls, let in-flight calls finish, snapshot, exit 0.  SIGHUP:\n"
+             "re-read the --config file and apply the settings marked below (a\n"
+             "malformed file is refused and the running settings stay).\n",
     .table = settings,
     .count = sizeof settings / sizeof settings[0],
 };
@@ -69,6 +73,21 @@ int node_config_load(struct node_config *c, int argc, char **argv)
 {
     memset(c, 0, sizeof *c);
     return settings_load(&spec, c, argc, argv);
+}
+
+int node_config_reload(struct node_config *c, int argc, char **argv, char *err)
+{
+    struct node_config *next = calloc(1, sizeof *next);
+    int rc = -1;
+
+    if (!next) {
+        snprintf(err, SETTINGS_ERRLEN, "out of memory");
+        return -1;
+    }
+    if (settings_reload(&spec, next, argc, argv, err) == 0)
+        rc = settings_apply(&spec, c, next);
+    free(next);
+    return rc;
 }
 
 void node_config_usage(FILE *out, const char *prog)

@@ -4,10 +4,15 @@
  * section [node] and, with '_' as '-', the --flag), type, bounds, default
  * and the field it fills.  Precedence: defaults < config file < flags.  The
  * file is parsed with libinih.
+ *
+ * Live settings (SETTING_LIVE in the table; SIGHUP applies them through
+ * node_config_reload) are _Atomic numbers: handlers read them while the main
+ * thread stores a new value.  Every other field is set once at start-up.
  */
 #ifndef BLOOMGRID_NODE_CONFIG_H
 #define BLOOMGRID_NODE_CONFIG_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,24 +24,31 @@ struct node_config {
     char durability[16];          /* "fsync" or "none" */
     uint64_t snapshot_interval_s;
     uint64_t snapshot_wal_mb;
-    uint64_t max_batch_keys;
-    uint64_t max_key_size;
+    _Atomic uint64_t max_batch_keys;    /* live */
+    _Atomic uint64_t max_key_size;      /* live */
     uint64_t max_message_size;
     uint64_t threads;
     uint64_t max_streams;
     char frames[8];               /* "on" or "off" */
     uint64_t frame_port;          /* 0: pick a free port */
     uint64_t shutdown_grace_ms;
-    char log_level[16];
+    char log_level[16];           /* live; read by the main thread only */
     char role[16];                /* "primary" or "replica" */
     char primary[256];            /* replica: HOST:PORT to pull from, or "" */
-    uint64_t replicate_interval_ms;
+    _Atomic uint64_t replicate_interval_ms;   /* live */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node
  * should run, 1 when it printed --help / --version and should exit 0, or -1
  * after printing an error naming the setting (exit 2). */
 int node_config_load(struct node_config *c, int argc, char **argv);
+
+/* SIGHUP: read argv's --config file and flags again and apply the live
+ * settings that changed to c (a changed setting that needs a restart is
+ * logged and left).  Call from one thread only.  Returns the number of
+ * settings changed, or -1 with a message in err (SETTINGS_ERRLEN bytes)
+ * when the file or a flag is refused; c is then untouched. */
+int node_config_reload(struct node_config *c, int argc, char **argv, char *err);
 
 /* Print the --help text with every setting. */
 void node_config_usage(FILE *out, const char *prog);

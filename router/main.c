@@ -7,7 +7,6 @@
  * with; a bad file is refused and logged with its line), SIGTERM/SIGINT stop
  * the server (in-flight calls finish or are cancelled) and exit 0.
  */
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,12 +39,27 @@ static void log_topology(const struct topo *t)
                  t->groups[i].datacenter);
 }
 
+/* SIGHUP: calls in flight keep the topology they started with. */
+static void reload_topology(void *arg)
+{
+    struct router *r = arg;
+    char err[TOPO_ERRLEN];
+
+    if (router_reload(r, err) < 0) {
+        log_error("SIGHUP: topology refused, the old one stays: %s", err);
+        return;
+    }
+    struct topo *nt = router_topo(r);
+    log_info("SIGHUP: topology %s reloaded: %u groups", r->cfg.topology, nt->ngroups);
+    log_topology(nt);
+    topo_unref(nt);
+}
+
 int main(int argc, char **argv)
 {
     static struct router r;
     struct router_config cfg;
     char err[TOPO_ERRLEN];
-    sigset_t set;
 
     int rc = router_config_load(&cfg, argc, argv);
     if (rc != 0)
@@ -69,11 +83,8 @@ int main(int argc, char **argv)
     log_info("topology %s: %u groups", cfg.topology, t->ngroups);
     log_topology(t);
 
-    /* SIGHUP joins the signals rpc_signals_block blocks in every thread. */
-    sigemptyset(&set);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
     rpc_signals_block();
+    rpc_signals_on_hup(reload_topology, &r);
     grpc_init();
 
     struct rpc_server_config sc = {
@@ -112,26 +123,7 @@ int main(int argc, char **argv)
     log_info("listening on %s:%d (topology %s, %llu shards by default)", host, port,
              cfg.topology, (unsigned long long)cfg.default_shards);
 
-    sigemptyset(&set);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    int sig = 0;
-    for (;;) {
-        if (sigwait(&set, &sig) != 0)
-            continue;
-        if (sig != SIGHUP)
-            break;
-        if (router_reload(&r, err) < 0) {
-            log_error("SIGHUP: topology refused, the old one stays: %s", err);
-        } else {
-            struct topo *nt = router_topo(&r);
-            log_info("SIGHUP: topology %s reloaded: %u groups", cfg.topology,
-                     nt->ngroups);
-            log_topology(nt);
-            topo_unref(nt);
-        }
-    }
+    int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));
     set_health(&r, false);
     rpc_server_shutdown(r.srv);

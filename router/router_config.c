@@ -9,7 +9,7 @@
 #define F(f) SETTING_FIELD(struct router_config, f)
 
 static const struct setting settings[] = {
-    {"listen", SETTING_STRING, 0, 0, NULL, "127.0.0.1:7500", F(listen),
+    {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:7500", F(listen),
      "address to serve gRPC on, host:port (port 0 picks a free port)"},
     {"topology", SETTING_STRING, 0, 0, NULL, "./topology.ini", F(topology),
      "topology file naming the shard groups (docs/TOPOLOGY.md); SIGHUP "

@@ -625,6 +625,135 @@ START_TEST(huge_geometry_refused_before_allocating)
 }
 END_TEST
 
+/* Byte offset of layer i's body in a serialized filter. */
+static size_t body_offset(const struct bf *f, uint32_t i)
+{
+    size_t off = BF_FILE_HEADER_BYTES + (size_t)bf_layer_count(f) * BF_FILE_LAYER_BYTES;
+    for (uint32_t j = 0; j < i; j++) {
+        struct bf_layer_info li;
+        ck_assert_int_eq(bf_layer_info(f, j, &li), 0);
+        off += li.body_bytes;
+    }
+    return off;
+}
+
+/* A copy of m with bit b of layer i's body set and the checksum fixed up,
+ * so that only the padding check can tell. */
+static struct membuf with_body_bit(const struct membuf *m, const struct bf *f,
+                                   uint32_t i, uint64_t b)
+{
+    struct membuf c = {.data = malloc(m->len), .len = m->len};
+    ck_assert_ptr_nonnull(c.data);
+    memcpy(c.data, m->data, m->len);
+    c.data[body_offset(f, i) + b / 8] |= (uint8_t)(1u << (b % 8));
+    fix_checksum(c.data, c.len);
+    return c;
+}
+
+/* Bits past m (past 4m counter bits) gave a fill above 1 and n-hat = inf;
+ * no writer sets them, so a file with one is refused.  Blocked and
+ * scalable layers have no such bits. */
+START_TEST(padding_bits_past_m_refused)
+{
+    enum bf_kind kind = all_kinds[_i];
+    struct bf *f = make_filled(kind, 0, 1);
+    struct membuf m = serialize(f);
+    char err[BF_ERRLEN] = "";
+    unsigned padded = 0;
+
+    for (uint32_t i = 0; i < bf_layer_count(f); i++) {
+        struct bf_layer_info li;
+        ck_assert_int_eq(bf_layer_info(f, i, &li), 0);
+        uint64_t used = kind == BF_KIND_COUNTING ? li.m * BF_COUNTER_BITS : li.m;
+        uint64_t total = li.body_bytes * 8;
+        if (used == total)
+            continue;
+        padded++;
+        uint64_t bad[] = {used, used + 1, total - 1};
+        for (size_t j = 0; j < sizeof bad / sizeof bad[0]; j++) {
+            struct membuf c = with_body_bit(&m, f, i, bad[j]);
+            assert_refused(c.data, c.len, "bad padding: bits set past m", "padding bit");
+            free(c.data);
+        }
+        /* The last bit in use is data, not padding. */
+        struct membuf c = with_body_bit(&m, f, i, used - 1);
+        struct bf *g = bf_file_parse(c.data, c.len, err);
+        ck_assert_msg(g != NULL, "last bit in use refused: %s", err);
+        struct bf_stats st;
+        bf_stats(g, &st);
+        ck_assert(st.fill_ratio <= 1.0);
+        bf_destroy(g);
+        free(c.data);
+    }
+    if (kind == BF_KIND_CLASSIC || kind == BF_KIND_COUNTING)
+        ck_assert_uint_eq(padded, 1);   /* the test file has padding to set */
+    else
+        ck_assert_uint_eq(padded, 0);
+
+    /* bf_file_load runs the same check. */
+    if (padded) {
+        char *dir = make_tmpdir(), *path = path_in(dir, "pad.bf");
+        struct bf_layer_info li;
+        int code = 0;
+        bf_layer_info(f, 0, &li);
+        struct membuf c = with_body_bit(&m, f, 0, li.body_bytes * 8 - 1);
+        write_file(path, c.data, c.len);
+        ck_assert_ptr_null(bf_file_load(path, err, &code));
+        ck_assert_int_eq(code, -EBADMSG);
+        ck_assert_msg(strstr(err, "bad padding"), "got \"%s\"", err);
+        free(c.data);
+        rm_tree(dir);
+        free(path);
+        free(dir);
+    }
+    bf_destroy(f);
+    free(m.data);
+}
+END_TEST
+
+/* One growth limit for bf_create, bf_params_check and the reader. */
+START_TEST(growth_limit_is_one_limit)
+{
+    struct bf_params p = {.kind = BF_KIND_SCALABLE, .capacity = 100,
+                          .error_rate = 0.01, .secret = test_secret};
+    char err[BF_ERRLEN] = "";
+    const double above = nextafter(BF_GROWTH_MAX, INFINITY);
+
+    bf_params_default(&p);
+    p.growth = BF_GROWTH_MAX;
+    ck_assert_int_eq(bf_params_check(&p, err), 0);
+    p.growth = 1.0;
+    ck_assert_int_eq(bf_params_check(&p, err), 0);
+    p.growth = above;
+    ck_assert_int_eq(bf_params_check(&p, err), -EINVAL);
+    p.growth = nextafter(1.0, 0.0);
+    ck_assert_int_eq(bf_params_check(&p, err), -EINVAL);
+
+    /* The writer at the limit: its file reads back. */
+    p.growth = BF_GROWTH_MAX;
+    struct bf *f = bf_create(&p, err);
+    ck_assert_msg(f != NULL, "%s", err);
+    struct membuf m = serialize(f);
+    struct bf *g = bf_file_parse(m.data, m.len, err);
+    ck_assert_msg(g != NULL, "growth %g refused: %s", BF_GROWTH_MAX, err);
+    ck_assert(bf_growth(g) == BF_GROWTH_MAX);
+    bf_destroy(g);
+
+    /* Past it the header check refuses, before the engine is asked. */
+    const double bad[] = {above, 17.0, 1e6, nextafter(1.0, 0.0), NAN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        putf64(m.data + 104, bad[i]);
+        fix_checksum(m.data, m.len);
+        char want[64];
+        snprintf(want, sizeof want, "bad geometry: growth %.17g (1..%g)", bad[i],
+                 BF_GROWTH_MAX);
+        assert_refused(m.data, m.len, want, "growth");
+    }
+    bf_destroy(f);
+    free(m.data);
+}
+END_TEST
+
 START_TEST(missing_file_refused)
 {
     char err[BF_ERRLEN] = "";
@@ -789,6 +918,8 @@ Suite *bf_file_suite(void)
     tcase_add_test(tc, body_size_not_matching_m_refused);
     tcase_add_test(tc, engine_geometry_check_applies);
     tcase_add_test(tc, huge_geometry_refused_before_allocating);
+    tcase_add_loop_test(tc, padding_bits_past_m_refused, 0, nkinds);
+    tcase_add_test(tc, growth_limit_is_one_limit);
     tcase_add_test(tc, missing_file_refused);
     tcase_add_test(tc, save_replaces_atomically);
     tcase_add_test(tc, failed_save_keeps_old_file);

@@ -129,6 +129,38 @@ START_TEST(shard_capacity_never_overflows)
 }
 END_TEST
 
+START_TEST(addresses_follow_one_rule)
+{
+    static const char *const bad[] = {"127.0.0.1:99999", "h:65536", "h:123456",
+                                      "h:", "h:x", "h:+1", "h:-1", "h: 1",
+                                      "h:1x", ":1", "nohost", "", "a b:1",
+                                      "a\tb:1", "h:0x50"};
+    char err[RULES_ERRLEN];
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(rules_addr_check("listen", bad[i], true, err) == -EINVAL,
+                      "accepted \"%s\"", bad[i]);
+        ck_assert_msg(rules_addr_check("primary", bad[i], false, NULL) == -EINVAL,
+                      "accepted \"%s\"", bad[i]);
+    }
+    ck_assert_int_eq(rules_addr_check("listen", "127.0.0.1:99999", true, err), -EINVAL);
+    ck_assert_str_eq(err, "listen \"127.0.0.1:99999\": the port must be a number "
+                     "from 0 to 65535");
+    ck_assert_int_eq(rules_addr_check("primary", ":7400", false, err), -EINVAL);
+    ck_assert_str_eq(err, "primary \":7400\" has no host (host:port)");
+    ck_assert_int_eq(rules_addr_check("--server", "nohost", false, err), -EINVAL);
+    ck_assert_str_eq(err, "--server \"nohost\" is not host:port");
+    /* Port 0 asks for a free port: only where the process listens. */
+    ck_assert_int_eq(rules_addr_check("listen", "127.0.0.1:0", true, err), 0);
+    ck_assert_int_eq(rules_addr_check("primary", "h:0", false, err), -EINVAL);
+    ck_assert_str_eq(err, "primary \"h:0\": the port must be a number from 1 to 65535");
+    ck_assert_int_eq(rules_addr_check("primary", "h:65535", false, err), 0);
+    ck_assert_int_eq(rules_addr_check("primary", "h:1", false, err), 0);
+    ck_assert_int_eq(rules_addr_check("primary", "[::1]:7400", false, err), 0);
+    ck_assert_int_eq(rules_addr_check("primary", "node-3.example:07400", false, err), 0);
+}
+END_TEST
+
 Suite *rules_suite(void)
 {
     Suite *s = suite_create("rules");
@@ -139,6 +171,7 @@ Suite *rules_suite(void)
     tcase_add_test(tc, every_valid_name_has_shard_names_for_4096_shards);
     tcase_add_test(tc, keys_and_parameters);
     tcase_add_test(tc, shard_capacity_never_overflows);
+    tcase_add_test(tc, addresses_follow_one_rule);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -6,21 +6,29 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "settings.h"
 
 struct cfg {
     char listen[32];
     uint64_t threads;
     char mode[8];
+    char peer[32];
+    _Atomic uint64_t limit;
+    char level[8];
 };
 
 #define F(f) SETTING_FIELD(struct cfg, f)
 static const struct setting table[] = {
-    {"listen", SETTING_STRING, 0, 0, NULL, "127.0.0.1:1", F(listen), "address"},
+    {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:1", F(listen), "address"},
     {"threads", SETTING_UINT, 1, 64, NULL, "4", F(threads), "threads"},
     {"mode", SETTING_ENUM, 0, 0, "fast|safe", "safe", F(mode), "mode"},
+    {"peer", SETTING_ADDR, 1, 0, NULL, "", F(peer), "peer address or empty"},
+    {"limit", SETTING_UINT | SETTING_LIVE, 1, 1000, NULL, "100", F(limit), "limit"},
+    {"level", SETTING_ENUM | SETTING_LIVE, 0, 0, "low|high", "low", F(level), "level"},
 };
-static const struct settings_spec spec = {"prog", "test", "intro\n", table, 3};
+static const struct settings_spec spec = {"prog", "test", "intro\n", table,
+                                          sizeof table / sizeof table[0]};
 
 static int load(struct cfg *c, int argc, const char **argv)
 {
@@ -43,6 +51,14 @@ static char *write_ini(const char *text)
     ck_assert_int_eq(write(fd, text, strlen(text)), (int)strlen(text));
     close(fd);
     return path;
+}
+
+static void rewrite_ini(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
 }
 
 START_TEST(defaults_then_file_then_flags)
@@ -107,6 +123,119 @@ START_TEST(help_exits_early)
 }
 END_TEST
 
+/* One address rule for every address setting: a port above 65535 would
+ * wrap to another port. */
+START_TEST(addresses_are_checked)
+{
+    struct cfg c;
+    char err[SETTINGS_ERRLEN];
+    const char *bad[][3] = {
+        {"prog", "--listen", "127.0.0.1:99999"}, {"prog", "--listen", "h:"},
+        {"prog", "--listen", ":80"},             {"prog", "--listen", "h:x"},
+        {"prog", "--listen", "nohost"},          {"prog", "--peer", "h:0"},
+        {"prog", "--peer", "h:65536"},           {"prog", "--peer", ":1"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(load(&c, 3, bad[i]) == -1, "accepted %s %s", bad[i][1], bad[i][2]);
+
+    const char *a[] = {"prog", "--listen", "127.0.0.1:99999"};
+    memset(&c, 0, sizeof c);
+    ck_assert_int_eq(settings_reload(&spec, &c, 3, (char **)a, err), -1);
+    ck_assert_str_eq(err, "listen \"127.0.0.1:99999\": the port must be a number "
+                     "from 0 to 65535");
+
+    char *path = write_ini("[test]\npeer = 10.0.0.1:70000\n");
+    const char *f[] = {"prog", "--config", path};
+    ck_assert_int_eq(settings_reload(&spec, &c, 3, (char **)f, err), -1);
+    char want[SETTINGS_ERRLEN];
+    snprintf(want, sizeof want, "%s:2: peer \"10.0.0.1:70000\": the port must be a "
+             "number from 1 to 65535", path);
+    ck_assert_str_eq(err, want);
+    unlink(path);
+
+    /* Port 0 where the process listens; an empty peer is its default (off). */
+    const char *ok[] = {"prog", "--listen", "127.0.0.1:0", "--peer", "h:65535"};
+    ck_assert_int_eq(load(&c, 5, ok), 0);
+    ck_assert_str_eq(c.listen, "127.0.0.1:0");
+    ck_assert_str_eq(c.peer, "h:65535");
+    const char *off[] = {"prog", "--peer", ""};
+    ck_assert_int_eq(load(&c, 3, off), 0);
+    ck_assert_str_eq(c.peer, "");
+}
+END_TEST
+
+START_TEST(reload_applies_only_live_settings)
+{
+    struct cfg c, next;
+    char err[SETTINGS_ERRLEN];
+
+    log_set_level(LOG_LEVEL_OFF);
+    char *path = write_ini("[test]\nlimit = 10\nthreads = 2\n");
+    const char *a[] = {"prog", "--config", path, "--level", "high"};
+    ck_assert_int_eq(load(&c, 5, a), 0);
+    ck_assert_uint_eq(c.limit, 10);
+
+    /* limit is live; threads and listen need a restart; the --level flag
+     * still overrides the file. */
+    rewrite_ini(path, "[test]\nlimit = 50\nthreads = 9\nlisten = h:2\nlevel = low\n");
+    memset(&next, 0, sizeof next);
+    ck_assert_int_eq(settings_reload(&spec, &next, 5, (char **)a, err), 0);
+    ck_assert_int_eq(settings_apply(&spec, &c, &next), 1);
+    ck_assert_uint_eq(c.limit, 50);
+    ck_assert_uint_eq(c.threads, 2);
+    ck_assert_str_eq(c.listen, "127.0.0.1:1");
+    ck_assert_str_eq(c.level, "high");
+
+    /* A live string is copied too. */
+    const char *b[] = {"prog", "--config", path};
+    rewrite_ini(path, "[test]\nlimit = 50\nthreads = 2\nlevel = low\n");
+    memset(&next, 0, sizeof next);
+    ck_assert_int_eq(settings_reload(&spec, &next, 3, (char **)b, err), 0);
+    ck_assert_int_eq(settings_apply(&spec, &c, &next), 1);
+    ck_assert_str_eq(c.level, "low");
+    unlink(path);
+}
+END_TEST
+
+START_TEST(reload_refuses_a_bad_file_and_keeps_nothing_of_it)
+{
+    struct cfg next;
+    char err[SETTINGS_ERRLEN], want[SETTINGS_ERRLEN];
+
+    char *path = write_ini("[test]\nlimit = 20\nthreads = 100\n");
+    const char *a[] = {"prog", "--config", path};
+    memset(&next, 0, sizeof next);
+    ck_assert_int_eq(settings_reload(&spec, &next, 3, (char **)a, err), -1);
+    snprintf(want, sizeof want, "%s:3: threads must be an integer in 1..64, not \"100\"",
+             path);
+    ck_assert_str_eq(err, want);
+    unlink(path);
+    ck_assert_int_eq(settings_reload(&spec, &next, 3, (char **)a, err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "cannot read config file"));
+}
+END_TEST
+
+START_TEST(help_names_the_settings_sighup_reloads)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+
+    ck_assert_ptr_nonnull(out);
+    settings_usage(&spec, out, "prog");
+    fclose(out);
+    const char *limit = strstr(text, "--limit");
+    const char *level = strstr(text, "--level");
+    ck_assert_ptr_nonnull(limit);
+    ck_assert_ptr_nonnull(level);
+    ck_assert_ptr_nonnull(strstr(limit, "default 100; SIGHUP reloads]"));
+    ck_assert_ptr_nonnull(strstr(level, "default low; SIGHUP reloads]"));
+    ck_assert_ptr_nonnull(strstr(text, "[1..64; default 4]"));   /* threads */
+    ck_assert_ptr_nonnull(strstr(text, "[host:port, port 0..65535; default 127.0.0.1:1]"));
+    free(text);
+}
+END_TEST
+
 Suite *settings_suite(void)
 {
     Suite *s = suite_create("settings");
@@ -115,6 +244,10 @@ Suite *settings_suite(void)
     tcase_add_test(tc, bad_values_are_refused);
     tcase_add_test(tc, bad_file_is_refused);
     tcase_add_test(tc, help_exits_early);
+    tcase_add_test(tc, addresses_are_checked);
+    tcase_add_test(tc, reload_applies_only_live_settings);
+    tcase_add_test(tc, reload_refuses_a_bad_file_and_keeps_nothing_of_it);
+    tcase_add_test(tc, help_names_the_settings_sighup_reloads);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,6 +2,7 @@
  * selection of keys (known answers: a change of either rule moves data and
  * must be caught here). */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,11 +68,10 @@ START_TEST(parse_errors_name_the_line)
     ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n[nodes]\nx = 1\n"),
                      "t.ini:3: unknown section [nodes] (expected [group NAME])");
     ck_assert_str_eq(parse_fails("[group a]\nprimary = nohost\n"),
-                     "t.ini:2: primary \"nohost\" of group a is not host:port "
-                     "(port 1..65535)");
+                     "t.ini:2: group a: primary \"nohost\" is not host:port");
     ck_assert_str_eq(parse_fails("[group a]\nprimary = h:70000\n"),
-                     "t.ini:2: primary \"h:70000\" of group a is not host:port "
-                     "(port 1..65535)");
+                     "t.ini:2: group a: primary \"h:70000\": the port must be a "
+                     "number from 1 to 65535");
     ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n\n[group b]\n"
                                  "primary = h:1\n"),
                      "t.ini:5: node h:1 is listed twice (already in group a)");
@@ -87,7 +87,7 @@ START_TEST(parse_errors_name_the_line)
                      "t.ini:3: syntax error (expected [group NAME], name = value, "
                      "or a comment starting with ; or #)");
     ck_assert_str_eq(parse_fails("[group a/b]\nprimary = h:1\n"),
-                     "t.ini:1: group name \"a/b\" must be 1..63 characters of "
+                     "t.ini:1: group name \"a/b\" must be 1..43 characters of "
                      "[A-Za-z0-9._-]");
     ck_assert_str_eq(parse_fails("; nothing\n"),
                      "t.ini:1: no [group NAME] section: a topology needs at "
@@ -113,12 +113,73 @@ START_TEST(load_reads_a_file_and_names_it_in_errors)
     fclose(f);
     ck_assert_ptr_null(topo_load(path, err));
     char want[600];
-    snprintf(want, sizeof want, "%s:3: replica \"\" of group a is not host:port "
-             "(port 1..65535)", path);
+    snprintf(want, sizeof want, "%s:3: group a: replica \"\" is not host:port", path);
     ck_assert_str_eq(err, want);
     unlink(path);
     ck_assert_ptr_null(topo_load(path, err));
     ck_assert_ptr_nonnull(strstr(err, "cannot open"));
+}
+END_TEST
+
+/* Every address of a group goes through the one address rule: no port
+ * above 65535 (it would wrap to another port), no empty or signed port, no
+ * empty host. */
+START_TEST(addresses_follow_the_address_rule)
+{
+    static const char *const bad[] = {"h:99999", "h:65536", "h:0", "h:", "h:abc",
+                                      "h:+80", "h: 80", ":80",
+                                      "a b:80", "h:123456"};
+    char text[256], err[TOPO_ERRLEN];
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "[group a]\nprimary = %s\n", bad[i]);
+        const char *e = parse_fails(text);
+        ck_assert_msg(strncmp(e, "t.ini:2: group a: primary \"", 27) == 0, "%s", e);
+        snprintf(text, sizeof text, "[group a]\nprimary = h:1\nreplica = %s\n", bad[i]);
+        e = parse_fails(text);
+        ck_assert_msg(strncmp(e, "t.ini:3: group a: replica \"", 27) == 0, "%s", e);
+    }
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:99999\n"),
+                     "t.ini:2: group a: primary \"h:99999\": the port must be a "
+                     "number from 1 to 65535");
+    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\nreplica = :7400\n"),
+                     "t.ini:3: group a: replica \":7400\" has no host (host:port)");
+    struct topo *t = topo_parse("[group a]\nprimary = h:65535\nreplica = [::1]:1\n",
+                                "t.ini", err);
+    ck_assert_ptr_nonnull(t);
+    topo_unref(t);
+    ck_assert_int_eq(topo_addr_check("h:99999"), -EINVAL);
+    ck_assert_int_eq(topo_addr_check("h:7400"), 0);
+}
+END_TEST
+
+/* libinih keeps 49 characters of a section header: a longer group name
+ * was cut silently, and the shards of the cut name went elsewhere. */
+START_TEST(group_names_past_43_bytes_are_refused_not_cut)
+{
+    char name[64], text[256], err[TOPO_ERRLEN];
+
+    memset(name, 'n', 43);
+    name[43] = 0;
+    snprintf(text, sizeof text, "[group %s]\nprimary = h:1\n", name);
+    struct topo *t = topo_parse(text, "t.ini", err);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_str_eq(t->groups[0].name, name);
+    topo_unref(t);
+
+    strcat(name, "x");
+    snprintf(text, sizeof text, "; a long name\n[group %s]\nprimary = h:1\n", name);
+    ck_assert_str_eq(parse_fails(text),
+                     "t.ini:2: section [group nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnx] "
+                     "is 50 characters; at most 49 fit (a group name of 1..43 "
+                     "characters after \"group \")");
+    /* Two names that differ only past the cut are not one group. */
+    snprintf(text, sizeof text, "[group %s]\nprimary = h:1\n[group %.43sy]\n"
+             "primary = h:2\n", name, name);
+    ck_assert_ptr_nonnull(strstr(parse_fails(text), "t.ini:1: section [group "));
+    /* A second space before the name counts too: refused, not cut. */
+    snprintf(text, sizeof text, "[group  %.43s]\nprimary = h:1\n", name);
+    ck_assert_ptr_nonnull(strstr(parse_fails(text), "is 50 characters"));
 }
 END_TEST
 
@@ -213,6 +274,8 @@ Suite *topo_suite(void)
     tcase_add_test(tc, parse_reads_groups_sorted_with_replicas);
     tcase_add_test(tc, parse_errors_name_the_line);
     tcase_add_test(tc, load_reads_a_file_and_names_it_in_errors);
+    tcase_add_test(tc, addresses_follow_the_address_rule);
+    tcase_add_test(tc, group_names_past_43_bytes_are_refused_not_cut);
     tcase_add_test(tc, placement_known_answers);
     tcase_add_test(tc, placement_ignores_file_order_and_moves_little_on_a_new_group);
     tcase_add_test(tc, shard_selection_known_answers);

@@ -37,6 +37,10 @@
 /* The longest shard name: a longest filter name + ".shard-4095". */
 #define RULES_STORE_NAME_MAX (RULES_FILTER_NAME_MAX + 11)
 
+/* A number macro as a string (settings tables take defaults as text). */
+#define RULES_STR_(x) #x
+#define RULES_STR(x) RULES_STR_(x)
+
 /* Keys and batches: bounds of the max_key_size / max_batch_keys settings
  * and their defaults (the same in node and router). */
 #define RULES_KEY_SIZE_DEFAULT 4096

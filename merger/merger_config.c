@@ -9,7 +9,7 @@
 #define F(f) SETTING_FIELD(struct merger_config, f)
 
 static const struct setting settings[] = {
-    {"listen", SETTING_STRING, 0, 0, NULL, "127.0.0.1:7600", F(listen),
+    {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:7600", F(listen),
      "address to serve the Merger status service and health on, host:port "
      "(port 0 picks a free port)"},
     {"state_dir", SETTING_STRING, 0, 0, NULL, "./bloomgrid-merger",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rules.h"
 #include "settings.h"
 
 #define F(f) SETTING_FIELD(struct node_config, f)
@@ -22,9 +23,11 @@ static const struct setting settings[] = {
      "seconds between snapshots of changed filters"},
     {"snapshot_wal_mb", SETTING_UINT, 1, 1 << 20, NULL, "64", F(snapshot_wal_mb),
      "also snapshot a filter once its write-ahead log grew by this many MiB"},
-    {"max_batch_keys", SETTING_UINT | SETTING_LIVE, 1, 10000000, NULL, "100000", F(max_batch_keys),
+    {"max_batch_keys", SETTING_UINT | SETTING_LIVE, 1, RULES_BATCH_KEYS_MAX, NULL,
+     RULES_STR(RULES_BATCH_KEYS_DEFAULT), F(max_batch_keys),
      "most keys (or hashes) in one request; more is RESOURCE_EXHAUSTED"},
-    {"max_key_size", SETTING_UINT | SETTING_LIVE, 1, 1 << 20, NULL, "4096", F(max_key_size),
+    {"max_key_size", SETTING_UINT | SETTING_LIVE, 1, RULES_KEY_SIZE_MAX, NULL,
+     RULES_STR(RULES_KEY_SIZE_DEFAULT), F(max_key_size),
      "longest key in bytes; longer is INVALID_ARGUMENT"},
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},

@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "rules.h"
 #include "settings.h"
 
 #define F(f) SETTING_FIELD(struct router_config, f)
@@ -14,16 +15,18 @@ static const struct setting settings[] = {
     {"topology", SETTING_STRING, 0, 0, NULL, "./topology.ini", F(topology),
      "topology file naming the shard groups (docs/TOPOLOGY.md); SIGHUP "
      "re-reads it"},
-    {"default_shards", SETTING_UINT, 1, 4096, NULL, "64", F(default_shards),
+    {"default_shards", SETTING_UINT, 1, RULES_SHARDS_MAX, NULL, "64", F(default_shards),
      "shards of a filter created with shards = 0"},
     {"node_timeout_ms", SETTING_UINT, 10, 600000, NULL, "5000", F(node_timeout_ms),
      "deadline of every call forwarded to a node"},
     {"secret_ttl_s", SETTING_UINT, 1, 86400, NULL, "10", F(secret_ttl_s),
      "how long a filter's secret and shard count are cached before they are "
      "checked again"},
-    {"max_batch_keys", SETTING_UINT, 1, 10000000, NULL, "100000", F(max_batch_keys),
+    {"max_batch_keys", SETTING_UINT, 1, RULES_BATCH_KEYS_MAX, NULL,
+     RULES_STR(RULES_BATCH_KEYS_DEFAULT), F(max_batch_keys),
      "most keys in one request; more is RESOURCE_EXHAUSTED"},
-    {"max_key_size", SETTING_UINT, 1, 1 << 20, NULL, "4096", F(max_key_size),
+    {"max_key_size", SETTING_UINT, 1, RULES_KEY_SIZE_MAX, NULL,
+     RULES_STR(RULES_KEY_SIZE_DEFAULT), F(max_key_size),
      "longest key in bytes; longer is INVALID_ARGUMENT"},
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},

@@ -27,7 +27,7 @@ static inline struct store *node_store(struct node *n)
     return atomic_load_explicit(&n->store, memory_order_acquire);
 }
 
-/* Handler tables in descriptor order (node_rpc.c). */
+/* Handler tables in descriptor order (node_services.c). */
 extern const struct rpc_handler node_rpc_public[];
 extern const struct rpc_handler node_rpc_internal[];
 extern const size_t node_rpc_public_count, node_rpc_internal_count;

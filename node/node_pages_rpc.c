@@ -24,27 +24,7 @@
 #include "rules.h"
 #include "store.h"
 
-static atomic_bool replica_mode;
 
-void node_pages_set_replica(bool replica)
-{
-    atomic_store(&replica_mode, replica);
-}
-
-bool node_pages_is_replica(void)
-{
-    return atomic_load(&replica_mode);
-}
-
-bool node_rpc__refuse_on_replica(struct rpc_reply *r, const char *what)
-{
-    if (!atomic_load(&replica_mode))
-        return false;
-    rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
-                    "this node is a read replica (role = replica): %s goes to "
-                    "the shard's primary", what);
-    return true;
-}
 
 /* Facts about the live shard a push is checked against. */
 struct shard_geo {

@@ -416,45 +416,26 @@ void node_rpc__finish_reply(struct rpc_stream *st, const struct rpc_reply *r)
     rpc_stream_finish_status(st, &r->st);
 }
 
-/* ---- handler tables ---- */
+/* ---- read replicas ---- */
 
-/* Descriptor order: CreateFilter, DropFilter, ListFilters, GetFilter, Add,
- * MayContain, Remove, AddStream, MayContainStream, Export, Import. */
-const struct rpc_handler node_rpc_public[] = {
-    {.unary = node_rpc__h_create_filter},
-    {.unary = node_rpc__h_drop_filter},
-    {.unary = node_rpc__h_list_filters},
-    {.unary = node_rpc__h_get_filter},
-    {.unary = node_rpc__h_add, .checks_strings = true},
-    {.unary = node_rpc__h_may_contain, .checks_strings = true},
-    {.unary = node_rpc__h_remove, .checks_strings = true},
-    {.stream = node_rpc__h_add_stream, .checks_strings = true},
-    {.stream = node_rpc__h_may_contain_stream, .checks_strings = true},
-    {.stream = node_rpc__h_export},
-    {.stream = node_rpc__h_import},
-};
+static atomic_bool replica_mode;
 
-/* CreateShard, DropShard, GetShard, ListShards, AddHashes, MayContainHashes,
- * RemoveHashes, PullPages, PushPages, ExportShard,
- * ImportShard, AddMultiHashes, MayContainMultiHashes, RemoveMultiHashes. */
-const struct rpc_handler node_rpc_internal[] = {
-    {.unary = node_rpc__h_create_shard},
-    {.unary = node_rpc__h_drop_shard},
-    {.unary = node_rpc__h_get_shard},
-    {.unary = node_rpc__h_list_shards},
-    {.unary = node_rpc__h_add_hashes},
-    {.unary = node_rpc__h_may_contain_hashes},
-    {.unary = node_rpc__h_remove_hashes},
-    {.stream = node_rpc__h_pull_pages},
-    {.stream = node_rpc__h_push_pages},
-    {.stream = node_rpc__h_export_shard},
-    {.stream = node_rpc__h_import_shard},
-    {.unary = node_rpc__h_add_multi_hashes},
-    {.unary = node_rpc__h_may_contain_multi_hashes},
-    {.unary = node_rpc__h_remove_multi_hashes},
-    {.unary = node_rpc__h_node_info},
-};
+void node_pages_set_replica(bool replica)
+{
+    atomic_store(&replica_mode, replica);
+}
 
-const size_t node_rpc_public_count = sizeof node_rpc_public / sizeof node_rpc_public[0];
-const size_t node_rpc_internal_count =
-    sizeof node_rpc_internal / sizeof node_rpc_internal[0];
+bool node_pages_is_replica(void)
+{
+    return atomic_load(&replica_mode);
+}
+
+bool node_rpc__refuse_on_replica(struct rpc_reply *r, const char *what)
+{
+    if (!atomic_load(&replica_mode))
+        return false;
+    rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                    "this node is a read replica (role = replica): %s goes to "
+                    "the shard's primary", what);
+    return true;
+}

@@ -5,9 +5,9 @@
  * with their hand-written codec), node_transfer_rpc.c (Export, Import),
  * node_internal_rpc.c (the internal service's shard calls),
  * node_multi_rpc.c (several shards per call) and node_pages_rpc.c (page
- * streaming).  What more than one of them needs lives in node_rpc.c, with
- * the handler tables: the handler files depend on node_rpc.c, never on
- * each other.  These *_rpc.c files are the only place that converts wire
+ * streaming).  What more than one of them needs lives in node_rpc.c: the
+ * handler files depend on node_rpc.c, never on each other, and
+ * node_services.c lists them in the handler tables.  These *_rpc.c files are the only place that converts wire
  * messages to and from the project's structs.  Names, limits and shard
  * naming come from common/rules.h, so a router answers a bad name exactly as
  * a node does.  Every call validates the whole request before it changes
@@ -132,7 +132,8 @@ void node_rpc__h_import_shard(void *arg, struct rpc_stream *st);
  * reports store_pages_source_version as its shards' version. */
 void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st);
 void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
-/* Read-replica mode (setting role = replica), set once at start-up. */
+/* Read-replica mode (setting role = replica), set once at start-up
+ * (node_rpc.c). */
 void node_pages_set_replica(bool replica);
 bool node_pages_is_replica(void);
 /* On a read replica, set FAILED_PRECONDITION for a write (what: "Add")

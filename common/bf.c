@@ -23,6 +23,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "errmsg.h"
 #include "bf_internal.h"
 
 /* The blocked kind is sized for p * BF_BLOCKED_MARGIN by the model so that the
@@ -30,19 +31,6 @@
  * worse than independent probes. */
 #define BF_BLOCKED_MARGIN 0.94
 #define BF_MAX_BITS (1ULL << 46)   /* 8 TiB of bits: refuse anything larger */
-
-static void errf(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void errf(char *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, BF_ERRLEN, fmt, ap);
-    va_end(ap);
-}
 
 const char *bf_kind_name(enum bf_kind kind)
 {
@@ -84,35 +72,35 @@ void bf_params_default(struct bf_params *p)
 int bf_params_check(const struct bf_params *p, char *err)
 {
     if (p->kind < BF_KIND_BLOCKED || p->kind > BF_KIND_SCALABLE) {
-        errf(err, "unknown filter kind %d (expected blocked, classic, counting or scalable)",
+        errmsg_set(err, "unknown filter kind %d (expected blocked, classic, counting or scalable)",
              (int)p->kind);
         return -EINVAL;
     }
     if (p->capacity == 0) {
-        errf(err, "capacity must be at least 1 key");
+        errmsg_set(err, "capacity must be at least 1 key");
         return -EINVAL;
     }
     if (!(p->error_rate > 0.0 && p->error_rate < 1.0)) {
-        errf(err, "error rate must be strictly between 0 and 1 (got %g)", p->error_rate);
+        errmsg_set(err, "error rate must be strictly between 0 and 1 (got %g)", p->error_rate);
         return -EINVAL;
     }
     if (p->error_rate < 1e-12) {
-        errf(err, "error rate %g is below the supported minimum 1e-12", p->error_rate);
+        errmsg_set(err, "error rate %g is below the supported minimum 1e-12", p->error_rate);
         return -EINVAL;
     }
     if (p->shard_count == 0 || p->shard_index >= p->shard_count) {
-        errf(err, "shard index %u must be below shard count %u", p->shard_index,
+        errmsg_set(err, "shard index %u must be below shard count %u", p->shard_index,
              p->shard_count);
         return -EINVAL;
     }
     if (p->kind == BF_KIND_SCALABLE) {
         if (!(p->growth >= 1.0 && p->growth <= BF_GROWTH_MAX)) {
-            errf(err, "growth factor must be between 1 and %g (got %g)", BF_GROWTH_MAX,
+            errmsg_set(err, "growth factor must be between 1 and %g (got %g)", BF_GROWTH_MAX,
                  p->growth);
             return -EINVAL;
         }
         if (!(p->tightening > 0.0 && p->tightening < 1.0)) {
-            errf(err, "tightening ratio must be strictly between 0 and 1 (got %g)",
+            errmsg_set(err, "tightening ratio must be strictly between 0 and 1 (got %g)",
                  p->tightening);
             return -EINVAL;
         }
@@ -268,16 +256,16 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
 {
     memset(l, 0, sizeof(*l));
     if (m == 0 && bf_size_for(kind, capacity, p, &m, &k) < 0) {
-        errf(err, "cannot size a %s filter for %llu keys at error rate %g: too large",
+        errmsg_set(err, "cannot size a %s filter for %llu keys at error rate %g: too large",
              bf_kind_name(kind), (unsigned long long)capacity, p);
         return -EINVAL;
     }
     if (m == 0 || m > BF_MAX_BITS || k == 0 || k > 64) {
-        errf(err, "impossible geometry: %llu bits, %u hashes", (unsigned long long)m, k);
+        errmsg_set(err, "impossible geometry: %llu bits, %u hashes", (unsigned long long)m, k);
         return -EINVAL;
     }
     if ((kind == BF_KIND_BLOCKED || kind == BF_KIND_SCALABLE) && m % BF_BLOCK_BITS) {
-        errf(err, "impossible geometry: %llu bits is not a whole number of 512-bit blocks",
+        errmsg_set(err, "impossible geometry: %llu bits is not a whole number of 512-bit blocks",
              (unsigned long long)m);
         return -EINVAL;
     }
@@ -294,7 +282,7 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
                                      : (size_t)bytes;
     void *mem = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
-        errf(err, "cannot allocate %llu bytes for the filter: %s",
+        errmsg_set(err, "cannot allocate %llu bytes for the filter: %s",
              (unsigned long long)bytes, strerror(errno));
         return -ENOMEM;
     }
@@ -328,11 +316,11 @@ static struct bf *bf_alloc(const struct bf_params *p, uint32_t hash_id, char *er
     if (bf_params_check(p, err) < 0)
         return NULL;
     if (hash_id != BF_HASH_XXH3_128) {
-        errf(err, "unknown hash id %u", hash_id);
+        errmsg_set(err, "unknown hash id %u", hash_id);
         return NULL;
     }
     if (posix_memalign((void **)&f, 64, sizeof(*f)) != 0) {
-        errf(err, "out of memory");
+        errmsg_set(err, "out of memory");
         return NULL;
     }
     memset(f, 0, sizeof(*f));
@@ -347,7 +335,7 @@ static struct bf *bf_alloc(const struct bf_params *p, uint32_t hash_id, char *er
     if (p->secret) {
         memcpy(f->secret, p->secret, BF_SECRET_LEN);
     } else if (getrandom(f->secret, BF_SECRET_LEN, 0) != BF_SECRET_LEN) {
-        errf(err, "cannot read random bytes for the secret: %s", strerror(errno));
+        errmsg_set(err, "cannot read random bytes for the secret: %s", strerror(errno));
         free(f);
         return NULL;
     }
@@ -411,7 +399,7 @@ struct bf *bf_assemble(const struct bf_params *p, uint32_t hash_id, uint32_t nla
 
     if (nlayers == 0 || nlayers > BF_MAX_LAYERS ||
         (p->kind != BF_KIND_SCALABLE && nlayers != 1)) {
-        errf(err, "impossible geometry: %u layers for a %s filter", nlayers,
+        errmsg_set(err, "impossible geometry: %u layers for a %s filter", nlayers,
              bf_kind_name(p->kind));
         return NULL;
     }
@@ -421,12 +409,12 @@ struct bf *bf_assemble(const struct bf_params *p, uint32_t hash_id, uint32_t nla
     for (uint32_t i = 0; i < nlayers; i++) {
         const struct bf_layer_info *li = &layers[i];
         if (li->m == 0 || li->k == 0) {
-            errf(err, "impossible geometry: layer %u has %llu bits and %u hashes", i,
+            errmsg_set(err, "impossible geometry: layer %u has %llu bits and %u hashes", i,
                  (unsigned long long)li->m, li->k);
             goto fail;
         }
         if (li->body_bytes && li->body_bytes != bf_body_bytes(p->kind, li->m)) {
-            errf(err, "impossible geometry: layer %u body is %llu bytes, %llu bits need %llu",
+            errmsg_set(err, "impossible geometry: layer %u body is %llu bytes, %llu bits need %llu",
                  i, (unsigned long long)li->body_bytes, (unsigned long long)li->m,
                  (unsigned long long)bf_body_bytes(p->kind, li->m));
             goto fail;

@@ -33,6 +33,7 @@
 #ifndef BLOOMGRID_BF_H
 #define BLOOMGRID_BF_H
 
+#include "errmsg.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,7 +46,7 @@
 #define BF_BLOCK_BITS 512      /* one 64-byte cache line */
 #define BF_COUNTER_BITS 4      /* counting kind: 4-bit saturating counters */
 #define BF_COUNTER_MAX 15
-#define BF_ERRLEN 256          /* size of error buffers */
+#define BF_ERRLEN ERRMSG_LEN          /* size of error buffers */
 
 enum bf_kind {
     BF_KIND_BLOCKED = 1,

@@ -14,6 +14,7 @@
  * matches and the padding past m is found clear, so a bad file is never
  * loaded in part.
  */
+#include "errmsg.h"
 #include "bf_file.h"
 #include "durable.h"
 
@@ -121,20 +122,8 @@ static double get_f64(const uint8_t *p)
     return d;
 }
 
-static void set_err(char *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 static int refuse(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, const char *fmt, ...)
-{
-    if (!err)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, BF_ERRLEN, fmt, ap);
-    va_end(ap);
-}
 
 /* Set the message and return code, for one-line refusals. */
 static int refuse(char *err, int code, const char *fmt, ...)
@@ -312,7 +301,7 @@ int bf_file_save(const struct bf *f, const char *path, char *err)
     int rc = durable_write_with(path, fill_file, (void *)f, 0, derr);
 
     if (rc < 0)
-        set_err(err, "%s", derr);
+        errmsg_set(err, "%s", derr);
     return rc;
 }
 
@@ -636,7 +625,7 @@ static struct bf *load_from(struct source *s, char *err, int *code)
     int rc = -ENOMEM;
 
     if (!st || !fm) {
-        set_err(err, "out of memory");
+        errmsg_set(err, "out of memory");
         goto fail;
     }
     XXH64_reset(st, 0);
@@ -650,7 +639,7 @@ static struct bf *load_from(struct source *s, char *err, int *code)
         const char *why = aerr;
         if (strncmp(why, "impossible geometry: ", 21) == 0)
             why += 21;
-        set_err(err, "bad geometry: %s", why[0] ? why : "refused by engine");
+        errmsg_set(err, "bad geometry: %s", why[0] ? why : "refused by engine");
         goto fail;
     }
     rc = read_bodies(s, st, f, fm, err);
@@ -689,13 +678,13 @@ struct bf *bf_file_load(const char *path, char *err, int *code)
     if (s.fd < 0) {
         if (code)
             *code = -errno;
-        set_err(err, "cannot open: %s", strerror(errno));
+        errmsg_set(err, "cannot open: %s", strerror(errno));
         return NULL;
     }
     if (fstat(s.fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         if (code)
             *code = -EINVAL;
-        set_err(err, "cannot open: not a regular file");
+        errmsg_set(err, "cannot open: not a regular file");
         close(s.fd);
         return NULL;
     }

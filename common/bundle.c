@@ -7,6 +7,7 @@
  * version is named as such) before it hands out any entry.  Loading a
  * bundle holds the file in memory once, as bf_file_parse needs it.
  */
+#include "errmsg.h"
 #include "bundle.h"
 
 #include <errno.h>
@@ -23,19 +24,6 @@
 #include "durable.h"
 
 #define BUNDLE_MIN_BYTES (BUNDLE_HEAD_BYTES + BUNDLE_TRAILER_BYTES)
-
-static void set_err(char *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void set_err(char *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, BF_ERRLEN, fmt, ap);
-    va_end(ap);
-}
 
 static uint64_t get_le(const uint8_t *p, int n)
 {
@@ -155,27 +143,27 @@ static int parse_head(const uint8_t *p, size_t len, uint32_t *count,
 
     if (len < 8 ? len == 0 || memcmp(p, BUNDLE_MAGIC, len) != 0
                 : memcmp(p, BUNDLE_MAGIC, 8) != 0) {
-        set_err(err, "bad magic: not a shard bundle");
+        errmsg_set(err, "bad magic: not a shard bundle");
         return -EBADMSG;
     }
     if (len < BUNDLE_MIN_BYTES + BUNDLE_ENTRY_BYTES) {
-        set_err(err, "truncated: %zu bytes, too few for a bundle of one "
+        errmsg_set(err, "truncated: %zu bytes, too few for a bundle of one "
                 "shard", len);
         return -EBADMSG;
     }
     version = (uint32_t)get_le(p + 8, 4);
     if (version != BUNDLE_VERSION) {
-        set_err(err, "unsupported version: bundle version %u (this build "
+        errmsg_set(err, "unsupported version: bundle version %u (this build "
                 "reads version %d)", version, BUNDLE_VERSION);
         return -EPROTONOSUPPORT;
     }
     if (get_le(p + len - 8, 8) != XXH3_64bits(p, len - 8)) {
-        set_err(err, "checksum mismatch: the bundle is damaged or truncated");
+        errmsg_set(err, "checksum mismatch: the bundle is damaged or truncated");
         return -EBADMSG;
     }
     S = (uint32_t)get_le(p + 12, 4);
     if (S == 0 || S > (len - BUNDLE_MIN_BYTES) / BUNDLE_ENTRY_BYTES) {
-        set_err(err, "bad bundle: %u shards cannot be in %zu bytes", S, len);
+        errmsg_set(err, "bad bundle: %u shards cannot be in %zu bytes", S, len);
         return -EBADMSG;
     }
     *count = S;
@@ -194,14 +182,14 @@ int bundle_layout_parse(const void *buf, size_t len, struct bundle_layout *out,
         return rc;
     end = p + len - BUNDLE_TRAILER_BYTES;
     if (!(out->entry = calloc(out->count, sizeof *out->entry))) {
-        set_err(err, "out of memory");
+        errmsg_set(err, "out of memory");
         return -ENOMEM;
     }
     p += BUNDLE_HEAD_BYTES;
     for (uint32_t i = 0; i < out->count; i++) {
         uint64_t index, flen;
         if (end - p < BUNDLE_ENTRY_BYTES) {
-            set_err(err, "bad bundle: the entry of shard %u runs past the "
+            errmsg_set(err, "bad bundle: the entry of shard %u runs past the "
                     "end", i);
             goto fail;
         }
@@ -209,12 +197,12 @@ int bundle_layout_parse(const void *buf, size_t len, struct bundle_layout *out,
         flen = get_le(p + 4, 8);
         p += BUNDLE_ENTRY_BYTES;
         if (index != i) {
-            set_err(err, "bad bundle: entry %u is for shard %llu (entries go "
+            errmsg_set(err, "bad bundle: entry %u is for shard %llu (entries go "
                     "in shard order)", i, (unsigned long long)index);
             goto fail;
         }
         if (flen > (uint64_t)(end - p)) {
-            set_err(err, "bad bundle: shard %u is %llu bytes long, past the "
+            errmsg_set(err, "bad bundle: shard %u is %llu bytes long, past the "
                     "end of the bundle", i, (unsigned long long)flen);
             goto fail;
         }
@@ -222,7 +210,7 @@ int bundle_layout_parse(const void *buf, size_t len, struct bundle_layout *out,
         p += flen;
     }
     if (p != end) {
-        set_err(err, "bad bundle: %zu bytes after the last shard",
+        errmsg_set(err, "bad bundle: %zu bytes after the last shard",
                 (size_t)(end - p));
         goto fail;
     }
@@ -272,7 +260,7 @@ static struct bundle *bundle_alloc(uint32_t count, bool plain, char *err)
         b = NULL;
     }
     if (!b) {
-        set_err(err, "out of memory");
+        errmsg_set(err, "out of memory");
         return NULL;
     }
     b->count = count;
@@ -302,17 +290,17 @@ static int parse_shard(struct bundle *b, const struct bundle_layout *l,
 
     b->shard[i] = bf_file_parse(l->entry[i].file, l->entry[i].len, serr);
     if (!(f = b->shard[i])) {
-        set_err(err, "shard %u: %s", i, serr);
+        errmsg_set(err, "shard %u: %s", i, serr);
         return -EBADMSG;
     }
     field = bundle_shard_mismatch(f, i, l->count, bf_secret(b->shard[0]));
     if (field && strcmp(field, "secret") == 0) {
-        set_err(err, "bad bundle: shard %u has another secret than shard 0",
+        errmsg_set(err, "bad bundle: shard %u has another secret than shard 0",
                 i);
         return -EBADMSG;
     }
     if (field) {
-        set_err(err, "bad bundle: entry %u holds shard %u of %u, not %u of %u",
+        errmsg_set(err, "bad bundle: entry %u holds shard %u of %u, not %u of %u",
                 i, bf_shard_index(f), bf_shard_count(f), i, l->count);
         return -EBADMSG;
     }
@@ -353,15 +341,15 @@ static uint8_t *read_file(const char *path, size_t *len, char *err)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 
     if (fd < 0) {
-        set_err(err, "cannot open: %s", strerror(errno));
+        errmsg_set(err, "cannot open: %s", strerror(errno));
         return NULL;
     }
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, "cannot open: not a regular file");
+        errmsg_set(err, "cannot open: not a regular file");
         goto fail;
     }
     if (!(buf = malloc(st.st_size ? (size_t)st.st_size : 1))) {
-        set_err(err, "out of memory");
+        errmsg_set(err, "out of memory");
         goto fail;
     }
     while (got < (size_t)st.st_size) {
@@ -369,7 +357,7 @@ static uint8_t *read_file(const char *path, size_t *len, char *err)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            set_err(err, "read failed: %s", n < 0 ? strerror(errno)
+            errmsg_set(err, "read failed: %s", n < 0 ? strerror(errno)
                                                   : "the file shrank");
             goto fail;
         }
@@ -454,7 +442,7 @@ int bundle_save(const struct bundle *b, const char *path, char *err)
     if (b->plain)
         return bf_file_save(b->shard[0], path, err);
     if ((rc = durable_write_with(path, fill_bundle, (void *)b, 0, derr)) < 0)
-        set_err(err, "%s", derr);
+        errmsg_set(err, "%s", derr);
     return rc;
 }
 

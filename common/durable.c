@@ -9,21 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errmsg.h"
 #include "durable.h"
-
-static void seterr(char *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void seterr(char *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, DURABLE_ERRLEN, fmt, ap);
-    va_end(ap);
-}
 
 /* dirname() of a copy: buf receives the directory of path. */
 static void dir_of(const char *path, char *buf, size_t len)
@@ -100,11 +87,11 @@ int durable_open(struct durable_file *df, const char *path,
     df->path[0] = 0;
     df->sync = fsync;
     if (len == 0) {
-        seterr(err, "cannot create temp file: empty path");
+        errmsg_set(err, "cannot create temp file: empty path");
         return -EINVAL;
     }
     if (len >= sizeof df->path - 16) {
-        seterr(err, "path too long: %.64s...", path);
+        errmsg_set(err, "path too long: %.64s...", path);
         return -ENAMETOOLONG;
     }
     memcpy(df->path, path, len + 1);
@@ -113,7 +100,7 @@ int durable_open(struct durable_file *df, const char *path,
         dir_of(path, dir, sizeof dir);
         n = snprintf(df->tmp, sizeof df->tmp, "%s/%s", dir, tmp_name);
         if (n < 0 || (size_t)n >= sizeof df->tmp) {
-            seterr(err, "path too long: %.64s...", path);
+            errmsg_set(err, "path too long: %.64s...", path);
             df->tmp[0] = 0;
             return -ENAMETOOLONG;
         }
@@ -125,7 +112,7 @@ int durable_open(struct durable_file *df, const char *path,
     }
     if (df->fd < 0) {
         int rc = -errno;
-        seterr(err, "cannot create temp file %s: %s", df->tmp, strerror(-rc));
+        errmsg_set(err, "cannot create temp file %s: %s", df->tmp, strerror(-rc));
         df->tmp[0] = 0;
         return rc;
     }
@@ -154,25 +141,25 @@ int durable_publish(struct durable_file *df, char *err)
     int rc;
 
     if (df->fd < 0 || !df->tmp[0]) {
-        seterr(err, "%s: no temp file open", df->path);
+        errmsg_set(err, "%s: no temp file open", df->path);
         return -EBADF;
     }
     if (df->sync(df->fd) < 0) {
         rc = errno ? -errno : -EIO;
-        seterr(err, "fsync of %s failed: %s", df->tmp, strerror(-rc));
+        errmsg_set(err, "fsync of %s failed: %s", df->tmp, strerror(-rc));
         durable_abort(df);
         return rc;
     }
     if (rename(df->tmp, df->path) < 0) {
         rc = -errno;
-        seterr(err, "cannot rename %s to %s: %s", df->tmp, df->path,
+        errmsg_set(err, "cannot rename %s to %s: %s", df->tmp, df->path,
                strerror(-rc));
         durable_abort(df);
         return rc;
     }
     df->tmp[0] = 0;
     if ((rc = durable_fsync_parent(df->path)) < 0)
-        seterr(err, "fsync of the directory of %s failed: %s", df->path,
+        errmsg_set(err, "fsync of the directory of %s failed: %s", df->path,
                strerror(-rc));
     return rc;
 }
@@ -183,7 +170,7 @@ int durable_commit(struct durable_file *df, char *err)
 
     if (df->fd >= 0 && close(df->fd) < 0 && rc == 0) {
         rc = -errno;
-        seterr(err, "close of %s failed: %s", df->path, strerror(-rc));
+        errmsg_set(err, "close of %s failed: %s", df->path, strerror(-rc));
     }
     df->fd = -1;
     return rc;
@@ -198,7 +185,7 @@ int durable_write_with(const char *path, int (*fill)(int fd, void *ctx),
     if (rc < 0)
         return rc;
     if ((rc = fill(df.fd, ctx)) < 0) {
-        seterr(err, "write failed: %s (%s)", strerror(-rc), df.tmp);
+        errmsg_set(err, "write failed: %s (%s)", strerror(-rc), df.tmp);
         durable_abort(&df);
         return rc;
     }

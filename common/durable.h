@@ -23,11 +23,12 @@
 #ifndef BLOOMGRID_DURABLE_H
 #define BLOOMGRID_DURABLE_H
 
+#include "errmsg.h"
 #include <stddef.h>
 #include <sys/types.h>
 
 #define DURABLE_PATH_MAX 4096
-#define DURABLE_ERRLEN 256
+#define DURABLE_ERRLEN ERRMSG_LEN
 
 struct durable_file {
     int fd;                          /* open for writing; -1 when closed */

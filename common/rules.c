@@ -5,21 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errmsg.h"
 #include "rules.h"
-
-static void seterr(char *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void seterr(char *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, RULES_ERRLEN, fmt, ap);
-    va_end(ap);
-}
 
 /* A printable copy of the first bytes of s for a message: bytes outside
  * printable ASCII become \xNN; long names end in "...". */
@@ -83,13 +70,13 @@ int rules_string_check(const char *what, const void *s, size_t len, char *err)
 
     if (nul) {
         quote(q, sizeof q, s, len);
-        seterr(err, "%s \"%s\" contains a NUL byte at position %zu", what, q,
+        errmsg_set(err, "%s \"%s\" contains a NUL byte at position %zu", what, q,
                (size_t)(nul - (const char *)s));
         return -EINVAL;
     }
     if (!rules_utf8_valid(s, len)) {
         quote(q, sizeof q, s, len);
-        seterr(err, "%s \"%s\" is not valid UTF-8", what, q);
+        errmsg_set(err, "%s \"%s\" is not valid UTF-8", what, q);
         return -EINVAL;
     }
     return 0;
@@ -104,7 +91,7 @@ static int name_check(const char *what, const void *name, size_t len,
 
     if (len == 0 || len > max) {
         quote(q, sizeof q, name, len);
-        seterr(err, "%s \"%s\" is %zu bytes long; it must be 1 to %zu", what,
+        errmsg_set(err, "%s \"%s\" is %zu bytes long; it must be 1 to %zu", what,
                q, len, max);
         return -EINVAL;
     }
@@ -113,14 +100,14 @@ static int name_check(const char *what, const void *name, size_t len,
         if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
               (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) {
             quote(q, sizeof q, name, len);
-            seterr(err, "%s \"%s\" may contain only letters, digits, '.', '_' "
+            errmsg_set(err, "%s \"%s\" may contain only letters, digits, '.', '_' "
                    "and '-' (bad byte 0x%02x at position %zu)", what, q, c, i);
             return -EINVAL;
         }
     }
     if (p[0] == '.') {
         quote(q, sizeof q, name, len);
-        seterr(err, "%s \"%s\" must not start with a dot", what, q);
+        errmsg_set(err, "%s \"%s\" must not start with a dot", what, q);
         return -EINVAL;
     }
     return 0;
@@ -146,7 +133,7 @@ int rules_filter_name_check(const void *name, size_t len, char *err)
     if (has_suffix_text(name, len)) {
         char q[256];
         quote(q, sizeof q, name, len);
-        seterr(err, "filter name \"%s\": \"" RULES_SHARD_SUFFIX "\" is "
+        errmsg_set(err, "filter name \"%s\": \"" RULES_SHARD_SUFFIX "\" is "
                "reserved for shards", q);
         return -EINVAL;
     }
@@ -161,7 +148,7 @@ int rules_store_name_check(const void *name, size_t len, char *err)
 int rules_shard_count_check(uint64_t shards, char *err)
 {
     if (shards < 1 || shards > RULES_SHARDS_MAX) {
-        seterr(err, "shards = %llu: a filter has 1 to %d shards",
+        errmsg_set(err, "shards = %llu: a filter has 1 to %d shards",
                (unsigned long long)shards, RULES_SHARDS_MAX);
         return -EINVAL;
     }
@@ -179,7 +166,7 @@ int rules_shard_name(char *out, size_t outlen, const char *filter,
         (rc = rules_shard_count_check(count, err)) < 0)
         return rc;
     if (index >= count) {
-        seterr(err, "shard_index %u is not below shard_count %u", index, count);
+        errmsg_set(err, "shard_index %u is not below shard_count %u", index, count);
         return -EINVAL;
     }
     if (count == 1)
@@ -187,7 +174,7 @@ int rules_shard_name(char *out, size_t outlen, const char *filter,
     else
         n = snprintf(out, outlen, "%s" RULES_SHARD_SUFFIX "%u", filter, index);
     if (n < 0 || (size_t)n >= outlen) {
-        seterr(err, "shard name buffer too small");
+        errmsg_set(err, "shard name buffer too small");
         return -EINVAL;
     }
     return 0;
@@ -221,16 +208,16 @@ int rules_addr_check(const char *what, const char *addr, bool listen, char *err)
 
     quote(q, sizeof q, addr, strlen(addr));
     if (!colon) {
-        seterr(err, "%s \"%s\" is not host:port", what, q);
+        errmsg_set(err, "%s \"%s\" is not host:port", what, q);
         return -EINVAL;
     }
     if (colon == addr) {
-        seterr(err, "%s \"%s\" has no host (host:port)", what, q);
+        errmsg_set(err, "%s \"%s\" has no host (host:port)", what, q);
         return -EINVAL;
     }
     for (const char *s = addr; s < colon; s++)
         if ((unsigned char)*s <= 0x20 || *s == 0x7f) {
-            seterr(err, "%s \"%s\": the host contains a space or control "
+            errmsg_set(err, "%s \"%s\": the host contains a space or control "
                    "character", what, q);
             return -EINVAL;
         }
@@ -243,7 +230,7 @@ int rules_addr_check(const char *what, const char *addr, bool listen, char *err)
     if (digits >= 1 && digits <= 5)
         port = strtoul(colon + 1, NULL, 10);
     if (digits < 1 || digits > 5 || port < min || port > RULES_PORT_MAX) {
-        seterr(err, "%s \"%s\": the port must be a number from %u to %d",
+        errmsg_set(err, "%s \"%s\": the port must be a number from %u to %d",
                what, q, min, RULES_PORT_MAX);
         return -EINVAL;
     }
@@ -253,12 +240,12 @@ int rules_addr_check(const char *what, const char *addr, bool listen, char *err)
 int rules_key_check(size_t i, size_t len, uint64_t max, char *err)
 {
     if (len == 0) {
-        seterr(err, "key %zu is empty; keys must be 1..%llu bytes", i,
+        errmsg_set(err, "key %zu is empty; keys must be 1..%llu bytes", i,
                (unsigned long long)max);
         return -EINVAL;
     }
     if (len > max) {
-        seterr(err, "key %zu is %zu bytes; the limit is %llu (max_key_size)",
+        errmsg_set(err, "key %zu is %zu bytes; the limit is %llu (max_key_size)",
                i, len, (unsigned long long)max);
         return -EINVAL;
     }
@@ -268,7 +255,7 @@ int rules_key_check(size_t i, size_t len, uint64_t max, char *err)
 int rules_kind_check(int kind, char *err)
 {
     if (kind < 0 || kind > 4) {
-        seterr(err, "unknown filter kind %d (BLOCKED=1, CLASSIC=2, COUNTING=3, "
+        errmsg_set(err, "unknown filter kind %d (BLOCKED=1, CLASSIC=2, COUNTING=3, "
                "SCALABLE=4)", kind);
         return -EINVAL;
     }
@@ -278,12 +265,12 @@ int rules_kind_check(int kind, char *err)
 int rules_params_check(uint64_t capacity, double error_rate, char *err)
 {
     if (capacity == 0) {
-        seterr(err, "capacity must be > 0 (the number of keys the filter is "
+        errmsg_set(err, "capacity must be > 0 (the number of keys the filter is "
                "sized for)");
         return -EINVAL;
     }
     if (!(error_rate > 0.0 && error_rate < 1.0)) {
-        seterr(err, "error_rate must be strictly between 0 and 1 (e.g. 0.01), "
+        errmsg_set(err, "error_rate must be strictly between 0 and 1 (e.g. 0.01), "
                "not %g", error_rate);
         return -EINVAL;
     }

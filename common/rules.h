@@ -24,11 +24,12 @@
 #ifndef BLOOMGRID_RULES_H
 #define BLOOMGRID_RULES_H
 
+#include "errmsg.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define RULES_ERRLEN 256
+#define RULES_ERRLEN ERRMSG_LEN
 
 /* Names. */
 #define RULES_FILTER_NAME_MAX 128

@@ -42,17 +42,6 @@ void store__strfmt(char *buf, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
-void store__seterr(char *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, STORE_ERRLEN, fmt, ap);
-    va_end(ap);
-}
-
 uint64_t store__now_ms(void)
 {
     struct timespec ts;
@@ -187,14 +176,14 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
     pthread_mutex_lock(&s->mu);
     if (catalog_find(s, name)) {
         pthread_mutex_unlock(&s->mu);
-        store__seterr(err, "filter '%s' already exists", name);
+        errmsg_set(err, "filter '%s' already exists", name);
         return -EEXIST;
     }
     if (!(sf = store__filter_new(s, name)) || catalog_add(s, sf) < 0) {
         pthread_mutex_unlock(&s->mu);
         if (sf)
             store__filter_free(sf);
-        store__seterr(err, "out of memory");
+        errmsg_set(err, "out of memory");
         return -ENOMEM;
     }
     /* A drop of the reserved name waits for the files to be in place. */
@@ -209,22 +198,22 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
     store__rm_rf(tmp);
     if (mkdir(tmp, 0755) < 0) {
         rc = -errno;
-        store__seterr(err, "cannot create %s: %s", tmp, strerror(-rc));
+        errmsg_set(err, "cannot create %s: %s", tmp, strerror(-rc));
         goto fail;
     }
     if ((rc = bf_file_save(f, snap, e2)) < 0) {
-        store__seterr(err, "cannot write the first snapshot of '%s': %s",
+        errmsg_set(err, "cannot write the first snapshot of '%s': %s",
                       name, e2);
         goto fail;
     }
     if (!(w = wal_open(tmp, 1, s->durability, e2))) {
         rc = -EIO;
-        store__seterr(err, "%s", e2);
+        errmsg_set(err, "%s", e2);
         goto fail;
     }
     wal_close(w);
     if ((rc = durable_rename(tmp, sf->path)) < 0) {
-        store__seterr(err, "cannot publish %s: %s", sf->path, strerror(-rc));
+        errmsg_set(err, "cannot publish %s: %s", sf->path, strerror(-rc));
         goto fail;
     }
     if (!(w = wal_open(sf->path, 1, s->durability, e2))) {
@@ -235,7 +224,7 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
         store__strfmt(sf->why, sizeof(sf->why), "%s", e2);
         pthread_rwlock_unlock(&sf->lock);
         pthread_mutex_unlock(&sf->snap_mu);
-        store__seterr(err, "%s", e2);
+        errmsg_set(err, "%s", e2);
         return -EIO;
     }
     store__filter_install(sf, f, w);
@@ -283,7 +272,7 @@ static int drop(struct store *s, const char *name, struct store_filter *want,
     sf = catalog_find(s, name);
     if (!sf || sf->dropping || (want && sf != want)) {
         pthread_mutex_unlock(&s->mu);
-        store__seterr(err, "no filter named '%s'", name);
+        errmsg_set(err, "no filter named '%s'", name);
         return -ENOENT;
     }
     sf->dropping = true;   /* hidden from get/list, name still reserved */
@@ -301,7 +290,7 @@ static int drop(struct store *s, const char *name, struct store_filter *want,
     if (rc == -ENOENT)
         rc = durable_fsync_dir(s->dir);
     if (rc < 0) {
-        store__seterr(err, "cannot remove %s: %s", sf->path, strerror(-rc));
+        errmsg_set(err, "cannot remove %s: %s", sf->path, strerror(-rc));
         log_error("store: drop of '%s' incomplete: %s", name, strerror(-rc));
     }
     pthread_mutex_unlock(&sf->snap_mu);
@@ -413,7 +402,7 @@ static int store_scan(struct store *s, char *err)
 
     if (!d) {
         rc = -errno;
-        store__seterr(err, "cannot read %s: %s", s->dir, strerror(-rc));
+        errmsg_set(err, "cannot read %s: %s", s->dir, strerror(-rc));
         return rc;
     }
     while ((de = readdir(d))) {
@@ -435,7 +424,7 @@ static int store_scan(struct store *s, char *err)
         if (!sf || catalog_add(s, sf) < 0) {
             if (sf)
                 store__filter_free(sf);
-            store__seterr(err, "out of memory");
+            errmsg_set(err, "out of memory");
             rc = -ENOMEM;
             break;
         }
@@ -457,25 +446,25 @@ struct store *store_open(const struct store_options *o, char *err)
     char path[STORE_PATH_LEN];
 
     if (!o || !o->dir || !o->dir[0]) {
-        store__seterr(err, "no data directory given");
+        errmsg_set(err, "no data directory given");
         return NULL;
     }
     if (strlen(o->dir) > STORE_PATH_LEN - 512) {
-        store__seterr(err, "data directory path is too long");
+        errmsg_set(err, "data directory path is too long");
         return NULL;
     }
     if (o->durability != STORE_DURABLE_FSYNC &&
         o->durability != STORE_DURABLE_NONE) {
-        store__seterr(err, "unknown durability mode %d", o->durability);
+        errmsg_set(err, "unknown durability mode %d", o->durability);
         return NULL;
     }
     if (mkdir(o->dir, 0755) < 0 && errno != EEXIST) {
-        store__seterr(err, "cannot create data directory %s: %s", o->dir,
+        errmsg_set(err, "cannot create data directory %s: %s", o->dir,
                       strerror(errno));
         return NULL;
     }
     if (!(s = calloc(1, sizeof(*s))) || !(s->dir = strdup(o->dir))) {
-        store__seterr(err, "out of memory");
+        errmsg_set(err, "out of memory");
         free(s);
         return NULL;
     }
@@ -494,11 +483,11 @@ struct store *store_open(const struct store_options *o, char *err)
     store__strfmt(path, sizeof(path), "%s/LOCK", s->dir);
     s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (s->lock_fd < 0) {
-        store__seterr(err, "cannot open %s: %s", path, strerror(errno));
+        errmsg_set(err, "cannot open %s: %s", path, strerror(errno));
         goto fail;
     }
     if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-        store__seterr(err, "data directory %s is in use by another process "
+        errmsg_set(err, "data directory %s is in use by another process "
                       "(%s)",
                       s->dir, strerror(errno));
         goto fail;
@@ -506,7 +495,7 @@ struct store *store_open(const struct store_options *o, char *err)
     if (store_scan(s, err) < 0)
         goto fail;
     if (pthread_create(&s->thread, NULL, snapshot_main, s) != 0) {
-        store__seterr(err, "cannot start the snapshot thread");
+        errmsg_set(err, "cannot start the snapshot thread");
         goto fail;
     }
     s->thread_started = true;

@@ -98,14 +98,14 @@ void store__state_err(struct store_filter *sf, char *err)
 {
     switch (sf->state) {
     case STORE_RECOVERING:
-        store__seterr(err, "filter '%s' is recovering; retry shortly",
+        errmsg_set(err, "filter '%s' is recovering; retry shortly",
                       sf->name);
         break;
     case STORE_DROPPED:
-        store__seterr(err, "filter '%s' was dropped", sf->name);
+        errmsg_set(err, "filter '%s' was dropped", sf->name);
         break;
     case STORE_FAILED:
-        store__seterr(err, "filter '%s' is not served: %s", sf->name, sf->why);
+        errmsg_set(err, "filter '%s' is not served: %s", sf->name, sf->why);
         break;
     default:
         break;
@@ -126,7 +126,7 @@ static void filter_wal_failed(struct store_filter *sf, struct wal *w,
                       "the filter is recovered", wal_error_text(w));
         log_error("store: filter '%s' failed: %s", sf->name, sf->why);
     }
-    store__seterr(err, "write to filter '%s' is not durable: %s", sf->name,
+    errmsg_set(err, "write to filter '%s' is not durable: %s", sf->name,
                   wal_error_text(w));
     pthread_rwlock_unlock(&sf->lock);
 }
@@ -408,7 +408,7 @@ fail:
     sf->failed_ms = store__now_ms();
     pthread_rwlock_unlock(&sf->lock);
     log_error("store: filter '%s' is not served: %s", sf->name, why);
-    store__seterr(err, "filter '%s' is not served: %s", sf->name, why);
+    errmsg_set(err, "filter '%s' is not served: %s", sf->name, why);
     return rc < 0 ? rc : -EIO;
 }
 
@@ -472,7 +472,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
         return rc;
     }
     if (type == WAL_REC_REMOVE && bf_kind(sf->bf) != BF_KIND_COUNTING) {
-        store__seterr(err, "filter '%s' is a %s filter; only counting filters "
+        errmsg_set(err, "filter '%s' is a %s filter; only counting filters "
                       "support remove", sf->name,
                       bf_kind_name(bf_kind(sf->bf)));
         pthread_rwlock_unlock(&sf->lock);
@@ -502,7 +502,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
         return rc;
     }
     if (rc < 0) {
-        store__seterr(err, "cannot log the write to '%s': %s", sf->name,
+        errmsg_set(err, "cannot log the write to '%s': %s", sf->name,
                       strerror(-rc));
         return rc;
     }
@@ -560,13 +560,13 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
     /* Serialize outside the lock: the WAL record carries the whole file. */
     size = bf_file_size(src);
     if (size > WAL_MAX_PAYLOAD || !(m.p = malloc(size ? size : 1))) {
-        store__seterr(err, "cannot buffer an import of %" PRIu64 " bytes",
+        errmsg_set(err, "cannot buffer an import of %" PRIu64 " bytes",
                       size);
         return -ENOMEM;
     }
     m.cap = size;
     if ((rc = bf_file_write(src, membuf_write, &m)) < 0 || m.len != size) {
-        store__seterr(err, "cannot serialize the imported filter");
+        errmsg_set(err, "cannot serialize the imported filter");
         free(m.p);
         return rc < 0 ? rc : -EINVAL;
     }
@@ -576,7 +576,7 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         goto out;
     }
     if ((field = bf_mismatch(sf->bf, src))) {
-        store__seterr(err, "cannot import into '%s': the filters differ in %s",
+        errmsg_set(err, "cannot import into '%s': the filters differ in %s",
                       sf->name, field);
         rc = -EINVAL;
         goto out;
@@ -592,10 +592,10 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         store__strfmt(sf->why, sizeof(sf->why), "%s; writes are refused "
                       "until the filter is recovered",
                       wal_error_text(sf->wal));
-        store__seterr(err, "import into '%s' is not durable: %s", sf->name,
+        errmsg_set(err, "import into '%s' is not durable: %s", sf->name,
                       wal_error_text(sf->wal));
     } else if (rc < 0) {
-        store__seterr(err, "cannot log the import into '%s': %s", sf->name,
+        errmsg_set(err, "cannot log the import into '%s': %s", sf->name,
                       strerror(-rc));
     } else {
         store__raise(&sf->version, seq);
@@ -616,13 +616,13 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
 
     for (size_t i = 0; i < n; i++) {
         if (pages[i].len > UINT32_MAX) {
-            store__seterr(err, "page %zu is too large", i);
+            errmsg_set(err, "page %zu is too large", i);
             return -EINVAL;
         }
         size += 16 + pages[i].len;
     }
     if (size > WAL_MAX_PAYLOAD || !(rec = malloc(size ? size : 1))) {
-        store__seterr(err, "cannot buffer %" PRIu64 " bytes of pages", size);
+        errmsg_set(err, "cannot buffer %" PRIu64 " bytes of pages", size);
         return -ENOMEM;
     }
     q = rec;
@@ -643,13 +643,13 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
         rc = pages_check(sf->bf, pages[i].layer, pages[i].offset,
                          pages[i].len);
         if (rc == -EOPNOTSUPP) {
-            store__seterr(err, "filter '%s' is a %s filter; only blocked and "
+            errmsg_set(err, "filter '%s' is a %s filter; only blocked and "
                           "classic filters merge page by page", sf->name,
                           bf_kind_name(bf_kind(sf->bf)));
             goto out;
         }
         if (rc < 0) {
-            store__seterr(err, "page %zu (layer %" PRIu32 ", offset %" PRIu64
+            errmsg_set(err, "page %zu (layer %" PRIu32 ", offset %" PRIu64
                           ", %zu bytes) is outside filter '%s'", i,
                           pages[i].layer, pages[i].offset, pages[i].len,
                           sf->name);
@@ -674,7 +674,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
         return rc;
     }
     if (rc < 0) {
-        store__seterr(err, "cannot log the pages merged into '%s': %s",
+        errmsg_set(err, "cannot log the pages merged into '%s': %s",
                       sf->name, strerror(-rc));
         return rc;
     }
@@ -807,7 +807,7 @@ int store__filter_snapshot(struct store_filter *sf, bool force, char *err)
         rc = -ENOMEM;
     filter_unlock_for_copy(sf);
     if (rc < 0) {
-        store__seterr(err, "snapshot of '%s' failed: %s", sf->name, e2);
+        errmsg_set(err, "snapshot of '%s' failed: %s", sf->name, e2);
         if (wal_error(w))
             filter_wal_failed(sf, w, NULL);
         pthread_mutex_unlock(&sf->snap_mu);
@@ -821,7 +821,7 @@ int store__filter_snapshot(struct store_filter *sf, bool force, char *err)
     if (rc < 0) {
         /* The old snapshot and every WAL segment are still there; try again
          * after an interval rather than at every tick. */
-        store__seterr(err, "snapshot of '%s' failed: %s", sf->name, e2);
+        errmsg_set(err, "snapshot of '%s' failed: %s", sf->name, e2);
         sf->snap_time_ms = store__now_ms();
         pthread_mutex_unlock(&sf->snap_mu);
         return rc;

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "errmsg.h"
 #include "store.h"
 #include "wal.h"
 
@@ -82,8 +83,6 @@ struct store {
  * directory length), and err buffers of STORE_ERRLEN bytes (NULL allowed). */
 void store__strfmt(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void store__seterr(char *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 uint64_t store__now_ms(void);
 int store__rm_rf(const char *path);
 

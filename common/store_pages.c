@@ -97,7 +97,7 @@ static int pages_for(struct store_filter *sf, char *err)
     if ((bf_kind(sf->bf) != BF_KIND_BLOCKED &&
          bf_kind(sf->bf) != BF_KIND_CLASSIC) ||
         bf_layer_count(sf->bf) != 1 || bf_layer_info(sf->bf, 0, &li) < 0) {
-        store__seterr(err, "filter '%s' is a %s filter; only blocked and "
+        errmsg_set(err, "filter '%s' is a %s filter; only blocked and "
                       "classic filters merge page by page", sf->name,
                       bf_kind_name(bf_kind(sf->bf)));
         return -EOPNOTSUPP;
@@ -121,7 +121,7 @@ static int pages_for(struct store_filter *sf, char *err)
     return 0;
 nomem:
     store__pages_free(t);
-    store__seterr(err, "no memory for the change tracking of filter '%s' "
+    errmsg_set(err, "no memory for the change tracking of filter '%s' "
                   "(%" PRIu64 " bytes)", sf->name, li.body_bytes);
     return -ENOMEM;
 }

@@ -8,6 +8,7 @@
  * waiter.  While it does I/O, appenders fill the next batch, so the cost of
  * one fdatasync is shared by every record submitted during the previous one.
  */
+#include "errmsg.h"
 #include "durable.h"
 #include "wal.h"
 
@@ -100,19 +101,6 @@ static void strfmt(char *buf, size_t size, const char *fmt, ...)
 
     va_start(ap, fmt);
     vsnprintf(buf, size, fmt, ap);
-    va_end(ap);
-}
-
-static void seterr(char *err, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void seterr(char *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!err)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, WAL_ERRLEN, fmt, ap);
     va_end(ap);
 }
 
@@ -236,12 +224,12 @@ static int seg_publish(const char *dir, int fd, const char *tmp, uint64_t first,
     if (rc == 0 && wal__fdatasync(fd) < 0)
         rc = errno ? -errno : -EIO;
     if (rc < 0) {
-        seterr(err, "cannot write WAL segment header in %s: %s", dir,
+        errmsg_set(err, "cannot write WAL segment header in %s: %s", dir,
                strerror(-rc));
         return rc;
     }
     if ((rc = durable_rename(tmp, path)) < 0) {
-        seterr(err, "cannot publish WAL segment %s: %s", path, strerror(-rc));
+        errmsg_set(err, "cannot publish WAL segment %s: %s", path, strerror(-rc));
         return rc;
     }
     return 0;
@@ -255,7 +243,7 @@ static int seg_tmp_open(const char *dir, char *tmp, size_t len, char *err)
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         int rc = -errno;
-        seterr(err, "cannot create WAL segment in %s: %s", dir, strerror(-rc));
+        errmsg_set(err, "cannot create WAL segment in %s: %s", dir, strerror(-rc));
         return rc;
     }
     return fd;
@@ -270,7 +258,7 @@ struct wal *wal_open(const char *dir, uint64_t next_seq, int durability,
     char tmp[4096];
 
     if (!w) {
-        seterr(err, "out of memory");
+        errmsg_set(err, "out of memory");
         return NULL;
     }
     w->fd = -1;
@@ -278,11 +266,11 @@ struct wal *wal_open(const char *dir, uint64_t next_seq, int durability,
     pthread_cond_init(&w->cv, NULL);
     pthread_mutex_init(&w->rotate_mu, NULL);
     if (strlen(dir) > 3800) {
-        seterr(err, "WAL directory path is too long");
+        errmsg_set(err, "WAL directory path is too long");
         goto fail;
     }
     if (!(w->dir = strdup(dir))) {
-        seterr(err, "out of memory");
+        errmsg_set(err, "out of memory");
         goto fail;
     }
     if (next_seq == 0)
@@ -468,7 +456,7 @@ int wal_rotate(struct wal *w, uint64_t *upto, char *err)
     while (w->busy && !w->err)
         pthread_cond_wait(&w->cv, &w->mu);
     if (w->err) {
-        seterr(err, "%s", w->errtext);
+        errmsg_set(err, "%s", w->errtext);
         pthread_mutex_unlock(&w->mu);
         rc = -EIO;
         goto out;
@@ -500,7 +488,7 @@ int wal_rotate(struct wal *w, uint64_t *upto, char *err)
     pthread_mutex_lock(&w->mu);
     if (rc < 0) {
         wal_fail(w, rc, "rotation");
-        seterr(err, "%s", w->errtext);
+        errmsg_set(err, "%s", w->errtext);
         old = fd;
     } else {
         old = w->fd;
@@ -673,7 +661,7 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
     fd = open(path, last ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) < 0) {
         rc = -errno;
-        seterr(r->err, "cannot open %s: %s", path, strerror(-rc));
+        errmsg_set(r->err, "cannot open %s: %s", path, strerror(-rc));
         goto out;
     }
     size = (size_t)st.st_size;
@@ -682,7 +670,7 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
         if (m == MAP_FAILED) {
             m = NULL;
             rc = -errno;
-            seterr(r->err, "cannot map %s: %s", path, strerror(-rc));
+            errmsg_set(r->err, "cannot map %s: %s", path, strerror(-rc));
             goto out;
         }
     }
@@ -690,7 +678,7 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
         get64(m + 24) != XXH64(m, 24, 0) || get32(m + 8) != SEG_VERSION ||
         get64(m + 16) != e->first) {
         rc = -EBADMSG;
-        seterr(r->err, "%s: bad segment header at offset 0", path);
+        errmsg_set(r->err, "%s: bad segment header at offset 0", path);
         goto out;
     }
     r->out->bytes += size;
@@ -700,13 +688,13 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
         if (!rec_valid(m + off, size - off, &len)) {
             if (!last) {
                 rc = -EBADMSG;
-                seterr(r->err, "%s: corrupt record at offset %zu (seq %" PRIu64
+                errmsg_set(r->err, "%s: corrupt record at offset %zu (seq %" PRIu64
                        ") in a closed segment", path, off, r->expect);
                 goto out;
             }
             if (committed_after(m, size, off, r->expect, &at, &seq)) {
                 rc = -EBADMSG;
-                seterr(r->err, "%s: corrupt record at offset %zu (seq %" PRIu64
+                errmsg_set(r->err, "%s: corrupt record at offset %zu (seq %" PRIu64
                        "), followed by record seq %" PRIu64 " at offset %zu "
                        "written after it was durable", path, off, r->expect,
                        seq, at);
@@ -715,7 +703,7 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
             /* A torn write that was never acknowledged: cut it off. */
             if (ftruncate(fd, (off_t)off) < 0 || fdatasync(fd) < 0) {
                 rc = -errno;
-                seterr(r->err, "cannot truncate torn tail of %s at offset "
+                errmsg_set(r->err, "cannot truncate torn tail of %s at offset "
                        "%zu: %s", path, off, strerror(-rc));
                 goto out;
             }
@@ -725,7 +713,7 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
         seq = get64(m + off + 16);
         if (seq != r->expect) {
             rc = -EBADMSG;
-            seterr(r->err, "%s: record at offset %zu has seq %" PRIu64
+            errmsg_set(r->err, "%s: record at offset %zu has seq %" PRIu64
                    ", expected %" PRIu64 " (records missing)", path, off, seq,
                    r->expect);
             goto out;
@@ -734,7 +722,7 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
             rc = r->fn(r->ctx, get32(m + off + 4), seq, m + off + WAL_REC_HDR,
                        len);
             if (rc < 0) {
-                seterr(r->err, "%s: cannot apply record seq %" PRIu64
+                errmsg_set(r->err, "%s: cannot apply record seq %" PRIu64
                        " at offset %zu: %s", path, seq, off, strerror(-rc));
                 goto out;
             }
@@ -747,7 +735,7 @@ static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
      * disk before new segments are built on top of them. */
     if (last && fdatasync(fd) < 0) {
         rc = -errno;
-        seterr(r->err, "cannot fdatasync %s: %s", path, strerror(-rc));
+        errmsg_set(r->err, "cannot fdatasync %s: %s", path, strerror(-rc));
     }
 out:
     if (m)
@@ -767,16 +755,16 @@ int wal_recover(const char *dir, uint64_t after, wal_replay_fn fn, void *ctx,
 
     memset(out, 0, sizeof(*out));
     if (strlen(dir) > 3800) {
-        seterr(err, "WAL directory path is too long");
+        errmsg_set(err, "WAL directory path is too long");
         return -ENAMETOOLONG;
     }
     if ((rc = seg_list(dir, true, &v, &n)) < 0) {
-        seterr(err, "cannot list WAL segments in %s: %s", dir, strerror(-rc));
+        errmsg_set(err, "cannot list WAL segments in %s: %s", dir, strerror(-rc));
         return rc;
     }
     out->segments = (uint32_t)n;
     if (n == 0) {
-        seterr(err, "%s: no WAL segment (records after seq %" PRIu64
+        errmsg_set(err, "%s: no WAL segment (records after seq %" PRIu64
                " may be missing)", dir, after);
         rc = -EBADMSG;
         goto out;
@@ -785,7 +773,7 @@ int wal_recover(const char *dir, uint64_t after, wal_replay_fn fn, void *ctx,
     while (start + 1 < n && v[start + 1].first <= after + 1)
         start++;
     if (v[start].first > after + 1) {
-        seterr(err, "%s/%s: WAL starts at seq %" PRIu64 " but the snapshot "
+        errmsg_set(err, "%s/%s: WAL starts at seq %" PRIu64 " but the snapshot "
                "covers only up to %" PRIu64 " (records missing)", dir,
                v[start].name, v[start].first, after);
         rc = -EBADMSG;
@@ -794,7 +782,7 @@ int wal_recover(const char *dir, uint64_t after, wal_replay_fn fn, void *ctx,
     r.expect = v[start].first;
     for (size_t i = start; i < n; i++) {
         if (v[i].first != r.expect) {
-            seterr(err, "%s/%s: segment starts at seq %" PRIu64 ", expected %"
+            errmsg_set(err, "%s/%s: segment starts at seq %" PRIu64 ", expected %"
                    PRIu64 " (records missing)", dir, v[i].name, v[i].first,
                    r.expect);
             rc = -EBADMSG;

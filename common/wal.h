@@ -34,12 +34,13 @@
 #ifndef BLOOMGRID_WAL_H
 #define BLOOMGRID_WAL_H
 
+#include "errmsg.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#define WAL_ERRLEN 256
+#define WAL_ERRLEN ERRMSG_LEN
 #define WAL_SEG_HDR 32
 #define WAL_REC_HDR 40
 #define WAL_MAX_PAYLOAD (UINT64_C(1) << 40)

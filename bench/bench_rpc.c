@@ -9,8 +9,12 @@
  *              that finishes whatever has queued up, as a commit loop would.
  * Each runs for --seconds with one client thread calling sequentially
  * (calls/s, p50, p99) and with --inflight calls at once (rpc_call_many on
- * one client thread).  Prints one Markdown table; client and server share
- * the machine, so read the rows against each other, not as absolutes.
+ * one client thread).  The modes take turns for --rounds rounds and each
+ * figure is the median of its rounds, so that load from elsewhere on the
+ * machine falls on every mode alike.  Beside the rates, the CPU time of the
+ * whole process (client and server) per call, which load from other
+ * processes disturbs less than wall-clock rates.  Prints one Markdown
+ * table; read the rows against each other, not as absolutes.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -27,10 +31,12 @@
 #include "rpc_client.h"
 #include "rpc_server.h"
 
+#define MAX_ROUNDS 15
+
 static struct {
     double seconds;
-    int inflight, threads;
-} o = {2.0, 32, 2};
+    int inflight, threads, rounds;
+} o = {1.0, 32, 2, 5};
 
 /* ---- server side ---- */
 
@@ -118,11 +124,21 @@ static void *finisher_main(void *p)
 
 /* ---- client side ---- */
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double now_s(void)
+{
+    return clock_s(CLOCK_MONOTONIC);
+}
+
+static double cpu_s(void)
+{
+    return clock_s(CLOCK_PROCESS_CPUTIME_ID);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -132,7 +148,8 @@ static int cmp_double(const void *a, const void *b)
 }
 
 struct result {
-    double seq_rate, p50_us, p99_us, inflight_rate;
+    double seq_rate, p50_us, p99_us, seq_cpu_us;
+    double inflight_rate, inflight_cpu_us;
     long failed;
 };
 
@@ -146,7 +163,7 @@ static void run(struct rpc_channel *ch, const char *method, struct result *res)
     memset(res, 0, sizeof *res);
     if (!lat)
         abort();
-    double t0 = now_s(), end = t0 + o.seconds;
+    double t0 = now_s(), end = t0 + o.seconds, c0 = cpu_s();
     for (double t = t0; t < end;) {
         double a = now_s();
         if (rpc_call_raw(ch, method, "", 0, &out, 10000, &st) == 0)
@@ -158,6 +175,7 @@ static void run(struct rpc_channel *ch, const char *method, struct result *res)
             lat[n++] = t - a;
     }
     res->seq_rate = (double)n / (now_s() - t0);
+    res->seq_cpu_us = n ? (cpu_s() - c0) * 1e6 / (double)n : 0;
     qsort(lat, n, sizeof *lat, cmp_double);
     res->p50_us = n ? lat[n / 2] * 1e6 : 0;
     res->p99_us = n ? lat[n * 99 / 100] * 1e6 : 0;
@@ -168,6 +186,7 @@ static void run(struct rpc_channel *ch, const char *method, struct result *res)
         abort();
     long calls = 0;
     t0 = now_s();
+    c0 = cpu_s();
     end = t0 + o.seconds;
     while (now_s() < end) {
         for (int i = 0; i < o.inflight; i++) {
@@ -182,13 +201,17 @@ static void run(struct rpc_channel *ch, const char *method, struct result *res)
         calls += o.inflight;
     }
     res->inflight_rate = (double)calls / (now_s() - t0);
+    res->inflight_cpu_us = calls ? (cpu_s() - c0) * 1e6 / (double)calls : 0;
     free(c);
 }
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: bench_rpc [--seconds S] [--inflight N] [--threads T]\n"
-                    "  --seconds   per mode and pattern (default 2)\n"
+    fprintf(stderr, "usage: bench_rpc [--seconds S] [--rounds R] [--inflight N] "
+                    "[--threads T]\n"
+                    "  --seconds   per mode, pattern and round (default 1)\n"
+                    "  --rounds    rounds of every mode, medians reported (default 5, "
+                    "max 15)\n"
                     "  --inflight  calls at once in the second pattern (default 32)\n"
                     "  --threads   server worker threads (default 2)\n");
     exit(2);
@@ -198,20 +221,23 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"seconds", required_argument, NULL, 's'},
+        {"rounds", required_argument, NULL, 'r'},
         {"inflight", required_argument, NULL, 'n'},
         {"threads", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {0, 0, 0, 0},
     };
-    for (int ch; (ch = getopt_long(argc, argv, "s:n:t:h", opts, NULL)) != -1;) {
+    for (int ch; (ch = getopt_long(argc, argv, "s:r:n:t:h", opts, NULL)) != -1;) {
         switch (ch) {
         case 's': o.seconds = atof(optarg); break;
+        case 'r': o.rounds = atoi(optarg); break;
         case 'n': o.inflight = atoi(optarg); break;
         case 't': o.threads = atoi(optarg); break;
         default: usage();
         }
     }
-    if (o.seconds <= 0 || o.inflight < 1 || o.inflight > 1000 || o.threads < 1)
+    if (o.seconds <= 0 || o.inflight < 1 || o.inflight > 1000 || o.threads < 1 ||
+        o.rounds < 1 || o.rounds > MAX_ROUNDS)
         usage();
 
     rpc_signals_block();
@@ -254,15 +280,33 @@ int main(int argc, char **argv)
     run(ch, modes[0].method, &warm);
     o.seconds = keep;
 
-    printf("| path | sequential calls/s | p50 µs | p99 µs | %d in flight calls/s |\n",
-           o.inflight);
-    printf("|---|---:|---:|---:|---:|\n");
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        struct result r;
-        run(ch, modes[i].method, &r);
-        printf("| %s | %.0f | %.1f | %.1f | %.0f |%s\n", modes[i].name, r.seq_rate,
-               r.p50_us, r.p99_us, r.inflight_rate, r.failed ? " (calls failed)" : "");
-        fflush(stdout);
+    enum { NMODES = sizeof modes / sizeof modes[0] };
+    static struct result res[NMODES][MAX_ROUNDS];
+    for (int k = 0; k < o.rounds; k++)
+        for (int i = 0; i < NMODES; i++)
+            run(ch, modes[i].method, &res[i][k]);
+
+    printf("| path | sequential calls/s | p50 µs | p99 µs | CPU µs/call "
+           "| %d in flight calls/s | CPU µs/call |\n", o.inflight);
+    printf("|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < NMODES; i++) {
+        double v[6][MAX_ROUNDS];
+        long failed = 0;
+        for (int k = 0; k < o.rounds; k++) {
+            v[0][k] = res[i][k].seq_rate;
+            v[1][k] = res[i][k].p50_us;
+            v[2][k] = res[i][k].p99_us;
+            v[3][k] = res[i][k].seq_cpu_us;
+            v[4][k] = res[i][k].inflight_rate;
+            v[5][k] = res[i][k].inflight_cpu_us;
+            failed += res[i][k].failed;
+        }
+        for (int j = 0; j < 6; j++)
+            qsort(v[j], (size_t)o.rounds, sizeof v[j][0], cmp_double);
+        int mid = o.rounds / 2;
+        printf("| %s | %.0f | %.1f | %.1f | %.1f | %.0f | %.1f |%s\n", modes[i].name,
+               v[0][mid], v[1][mid], v[2][mid], v[3][mid], v[4][mid], v[5][mid],
+               failed ? " (calls failed)" : "");
     }
 
     rpc_channel_destroy(ch);

@@ -345,7 +345,12 @@ static void book_close(struct defer_book *b)
 struct rpc_deferred *rpc_reply_defer(struct rpc_reply *r)
 {
     struct unary_run *run = current_run;
-    if (!run || &run->s->reply != r || run->deferred) {
+    if (run && &run->s->reply == r && run->deferred) {
+        /* The reply already belongs to the first handle. */
+        log_error("%s: a reply deferred twice", run->s->m->path);
+        return NULL;
+    }
+    if (!run || &run->s->reply != r) {
         rpc_reply_error(r, GRPC_STATUS_INTERNAL,
                         "server error: a reply that is not its unary handler's "
                         "own was deferred");

@@ -67,9 +67,9 @@ struct rpc_server_config {
                                 (rpc_reply_defer); more get
                                 RESOURCE_EXHAUSTED.
                                 0: RPC_DEFAULT_MAX_DEFERRED */
-    size_t stream_queue;     /* bytes a stream may have posted and not yet
-                                sent before its handler's reads wait
-                                (rpc_stream_post).
+    size_t stream_queue;     /* bytes a stream may have waiting behind the
+                                message it is sending before its handler's
+                                reads wait (rpc_stream_post).
                                 0: RPC_DEFAULT_STREAM_QUEUE */
 };
 
@@ -169,7 +169,8 @@ uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len);
  * handle.  At most max_deferred calls of a server are deferred at once. */
 
 /* Defer r, the reply of the unary call whose handler is running on this
- * thread.  Call at most once, from the handler, before it returns.  Returns
+ * thread, from the handler, before it returns; at most once (a second call
+ * returns NULL and leaves r to the first handle).  Returns
  * the handle, or NULL when the call cannot be deferred; r then holds the
  * error to send and the handler just returns: RESOURCE_EXHAUSTED when
  * max_deferred calls are deferred already, UNAVAILABLE while the server
@@ -190,7 +191,7 @@ int rpc_deferred_finish(struct rpc_deferred *d);
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED
  * when the call failed or was cancelled, -EINVAL when the message broke the
  * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT).
- * Waits first while more than stream_queue posted bytes are unsent. */
+ * Waits first while more than stream_queue posted bytes wait to be sent. */
 int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len);
 /* Send one message (after any posted before it) and wait until it is sent.
  * Returns 0 or -ECANCELED (call gone) / -ENOMEM. */
@@ -226,10 +227,10 @@ int rpc_stream_finish_status(struct rpc_stream *s, const struct rpc_status *st);
  * Posting never blocks and never fails for lack of room, so that a thread
  * posting for many streams (a commit loop) is never held up by one slow
  * client.  The bound is on reading instead: while more than stream_queue
- * bytes are posted and not yet sent, rpc_stream_read waits (sending the
- * queue meanwhile) before it reads the next request.  A stream thus has at
- * most stream_queue bytes queued plus the answers of the requests it has
- * already accepted.  The queue moves while the handler waits in
+ * bytes wait behind the message being sent, rpc_stream_read waits (sending
+ * the queue meanwhile) before it reads the next request.  A stream thus
+ * holds at most stream_queue bytes, the message in flight and the answers
+ * of the requests it has already accepted.  The queue moves while the handler waits in
  * rpc_stream_read, a write, rpc_stream_drain or the finish: a handler that
  * posts from other threads should spend its time there, not blocked
  * elsewhere, or later messages wait for it (the first of a burst is sent

@@ -271,12 +271,14 @@ static bool stream_wait(struct slot *s, grpc_op *ops, size_t n)
     }
 }
 
-/* Before a read: wait while more than the bound is posted and unsent. */
+/* Before a read: wait while more than the bound waits behind the send in
+ * flight (the message being sent does not count, so that one
+ * rpc_stream_send of any size still overlaps the next read). */
 static void throttle(struct slot *s)
 {
     size_t bound = s->srv->cfg.stream_queue;
     pthread_mutex_lock(&s->lock);
-    while (s->out_bytes > bound && s->write_pending)
+    while (s->write_pending && s->out_bytes - s->write_len > bound)
         if (!wait_step_locked(s))
             break;
     pthread_mutex_unlock(&s->lock);

@@ -537,6 +537,7 @@ static struct {
     bool handler_finishing;    /* the handler is about to finish */
     bool handler_returns;      /* leave the finish to the server */
     int delay_ms;              /* before answering a batch */
+    struct rpc_status final;   /* what late_stream finishes with */
     int read_rc;               /* the handler's last read */
     int post_rc[512];
     int nposted;
@@ -553,6 +554,7 @@ static void commit_reset(int batch)
     commit.read_rc = 1;
     commit.nposted = 0;
     commit.delay_ms = 0;
+    rpc_status_set(&commit.final, GRPC_STATUS_OK, "%s", "");
     pthread_mutex_unlock(&commit.lock);
 }
 
@@ -735,7 +737,8 @@ START_TEST(answers_posted_from_another_thread_while_the_handler_reads)
 END_TEST
 
 /* Every request is answered by the commit thread, and only once the handler
- * is finishing; answers are larger than the stream's queue bound. */
+ * is finishing (with commit.final); answers are larger than the stream's
+ * queue bound. */
 static void late_stream(void *arg, struct rpc_stream *st)
 {
     const uint8_t *buf;
@@ -749,13 +752,17 @@ static void late_stream(void *arg, struct rpc_stream *st)
     commit.handler_finishing = true;
     commit.batch = 1;
     bool leave = commit.handler_returns;
+    struct rpc_status final = commit.final;
     pthread_cond_broadcast(&commit.cond);
     pthread_mutex_unlock(&commit.lock);
     if (!leave)
-        rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
+        rpc_stream_finish_status(st, &final);
 }
 
-static void run_late_answers(bool handler_returns)
+/* N answers of 8 KiB posted after the handler has read everything (and,
+ * bad_last, met a message that breaks the string rule), then the status. */
+static void run_late_answers(bool handler_returns, const struct rpc_status *final,
+                             bool bad_last, grpc_status_code want)
 {
     enum { N = 50 };
     struct fixture f;
@@ -769,12 +776,18 @@ static void run_late_answers(bool handler_returns)
     pthread_mutex_lock(&commit.lock);
     commit.handler_returns = handler_returns;
     commit.delay_ms = 50;
+    if (final)
+        commit.final = *final;
     pthread_mutex_unlock(&commit.lock);
 
     struct rpc_cstream *cs = rpc_cstream_open(f.ch, ADD_STREAM, 20000);
     ck_assert_ptr_nonnull(cs);
     for (int i = 0; i < N; i++)
         write_id(cs, i, 8192);
+    if (bad_last) {
+        static const uint8_t nul[] = {0x0a, 0x03, 'x', 0, 'y'};
+        ck_assert_int_eq(rpc_cstream_write(cs, nul, sizeof nul), 0);
+    }
     ck_assert_int_eq(rpc_cstream_close_send(cs), 0);
     /* Answers in the order posted (reverse), all before the status. */
     for (int i = N - 1; i >= 0; i--) {
@@ -784,7 +797,12 @@ static void run_late_answers(bool handler_returns)
     }
     grpc_slice sl;
     ck_assert_int_eq(rpc_cstream_read(cs, &sl), 0);
-    ck_assert_int_eq(rpc_cstream_finish(cs, &st), 0);
+    rpc_cstream_finish(cs, &st);
+    ck_assert_int_eq(st.code, want);
+    if (final && want == final->code) {
+        ck_assert_int_eq(st.reason, final->reason);
+        ck_assert_str_eq(st.message, final->message);
+    }
     commit_stop(ct);
     ck_assert(commit.handler_finishing);
     stop(&f);
@@ -792,13 +810,26 @@ static void run_late_answers(bool handler_returns)
 
 START_TEST(finish_sends_pending_posts_first)
 {
-    run_late_answers(false);
+    run_late_answers(false, NULL, false, GRPC_STATUS_OK);
 }
 END_TEST
 
 START_TEST(handler_return_sends_pending_posts_first)
 {
-    run_late_answers(true);
+    run_late_answers(true, NULL, false, GRPC_STATUS_OK);
+}
+END_TEST
+
+START_TEST(pending_posts_go_before_a_failed_status_and_its_reason)
+{
+    struct rpc_status final;
+    rpc_status_set(&final, GRPC_STATUS_FAILED_PRECONDITION, "filter \"%s\" has no counters",
+                   "slugs");
+    final.reason = RPC_REASON_NOT_COUNTING;
+    run_late_answers(false, &final, false, GRPC_STATUS_FAILED_PRECONDITION);
+    /* A message that breaks the string rule ends the call INVALID_ARGUMENT,
+     * after the answers of the requests before it. */
+    run_late_answers(false, &final, true, GRPC_STATUS_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -873,6 +904,7 @@ Suite *rpc_async_suite(void)
     tcase_add_test(tc, answers_posted_from_another_thread_while_the_handler_reads);
     tcase_add_test(tc, finish_sends_pending_posts_first);
     tcase_add_test(tc, handler_return_sends_pending_posts_first);
+    tcase_add_test(tc, pending_posts_go_before_a_failed_status_and_its_reason);
     tcase_add_test(tc, a_cancelled_stream_with_answers_pending_gives_its_thread_back);
     suite_add_tcase(s, tc);
     return s;

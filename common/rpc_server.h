@@ -91,7 +91,8 @@ struct rpc_deferred;
 typedef void (*rpc_unary_fn)(void *arg, const uint8_t *req, size_t len,
                              struct rpc_reply *reply);
 /* The handler reads and writes with rpc_stream_* and should end the call with
- * rpc_stream_finish; if it does not, the server finishes it with OK. */
+ * rpc_stream_finish; if it does not, the server finishes it with OK (once
+ * every hold is released and every posted message sent, as the finish). */
 typedef void (*rpc_stream_fn)(void *arg, struct rpc_stream *st);
 
 /* One entry per method of a service descriptor, in descriptor order.  Set
@@ -170,9 +171,9 @@ uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len);
 
 /* Defer r, the reply of the unary call whose handler is running on this
  * thread, from the handler, before it returns; at most once (a second call
- * returns NULL and leaves r to the first handle).  Returns
- * the handle, or NULL when the call cannot be deferred; r then holds the
- * error to send and the handler just returns: RESOURCE_EXHAUSTED when
+ * returns NULL and leaves r to the first handle).  Returns the handle, or
+ * NULL when the call cannot be deferred; r then holds the error to send
+ * and the handler just returns: RESOURCE_EXHAUSTED when
  * max_deferred calls are deferred already, UNAVAILABLE while the server
  * shuts down, INTERNAL when r is not the running unary handler's own reply
  * (a stream handler's local reply, a copy). */
@@ -185,13 +186,15 @@ struct rpc_reply *rpc_deferred_reply(struct rpc_deferred *d);
 int rpc_deferred_finish(struct rpc_deferred *d);
 
 /* Streaming calls.  Every function below is for the handler's own thread,
- * except rpc_stream_post and rpc_stream_release (see there). */
+ * except rpc_stream_post, rpc_stream_hold and rpc_stream_release (see
+ * there). */
 
 /* Read the next message.  Returns 1 with *buf and *len set (valid until the next
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED
  * when the call failed or was cancelled, -EINVAL when the message broke the
  * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT).
- * Waits first while more than stream_queue posted bytes wait to be sent. */
+ * Waits first while more than stream_queue posted bytes wait behind the
+ * message being sent (see rpc_stream_post). */
 int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len);
 /* Send one message (after any posted before it) and wait until it is sent.
  * Returns 0 or -ECANCELED (call gone) / -ENOMEM. */
@@ -230,11 +233,11 @@ int rpc_stream_finish_status(struct rpc_stream *s, const struct rpc_status *st);
  * bytes wait behind the message being sent, rpc_stream_read waits (sending
  * the queue meanwhile) before it reads the next request.  A stream thus
  * holds at most stream_queue bytes, the message in flight and the answers
- * of the requests it has already accepted.  The queue moves while the handler waits in
- * rpc_stream_read, a write, rpc_stream_drain or the finish: a handler that
- * posts from other threads should spend its time there, not blocked
- * elsewhere, or later messages wait for it (the first of a burst is sent
- * at once by the poster). */
+ * of the requests it has already accepted.  The queue moves while the
+ * handler waits in rpc_stream_read, a write, rpc_stream_drain or the
+ * finish: a handler that posts from other threads should spend its time
+ * there, not blocked elsewhere, or later messages wait for it (a message
+ * that finds nothing in flight is sent at once, by its poster). */
 
 /* Queue body (takes over the slice reference).  The handler's thread, or a
  * thread holding the stream.  Returns 0, or -ECANCELED when the call has
@@ -244,8 +247,8 @@ int rpc_stream_post(struct rpc_stream *st, grpc_slice body);
  * Handler's thread, or a holder.  Returns 0, or -ECANCELED after the
  * finish. */
 int rpc_stream_hold(struct rpc_stream *st);
-/* Give a hold back (any thread, once per hold).  The stream must not be
- * touched after the last hold is released. */
+/* Give a hold back (any thread, once per hold).  The releasing thread must
+ * not touch the stream afterwards: the call may end at once. */
 void rpc_stream_release(struct rpc_stream *st);
 /* Wait until no hold is outstanding and every posted message has been sent.
  * Returns 0, or -ECANCELED when the call failed (queued messages dropped). */

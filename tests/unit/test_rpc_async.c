@@ -29,7 +29,22 @@
 struct fixture {
     struct rpc_server *srv;
     struct rpc_channel *ch;
+    int threads_started;         /* by rpc_server_start */
 };
+
+/* Threads of this process now. */
+static int count_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    ck_assert_ptr_nonnull(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
 
 static void start(struct fixture *f, const struct rpc_handler *h,
                   struct rpc_server_config c)
@@ -44,12 +59,23 @@ static void start(struct fixture *f, const struct rpc_handler *h,
     ck_assert_ptr_nonnull(f->srv);
     ck_assert_int_eq(rpc_server_add_service(f->srv, &bloomgrid__v1__bloom_grid__descriptor,
                                             h, NULL), 0);
+    int before = count_threads();
     int port = rpc_server_start(f->srv);
     ck_assert_int_gt(port, 0);
+    f->threads_started = count_threads() - before;
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     f->ch = rpc_channel_create(addr, 0);
     ck_assert_ptr_nonnull(f->ch);
+}
+
+/* A server whose AddStream runs fn (every other method UNIMPLEMENTED). */
+static void start_stream(struct fixture *f, rpc_stream_fn fn, struct rpc_server_config c)
+{
+    struct rpc_handler h[N_METHODS];
+    memset(h, 0, sizeof h);
+    h[M_ADD_STREAM].stream = fn;
+    start(f, h, c);
 }
 
 static void stop(struct fixture *f)
@@ -404,17 +430,6 @@ END_TEST
 
 /* ---- the stream thread pool ---- */
 
-static int count_threads(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    int n = 0;
-    ck_assert_ptr_nonnull(d);
-    for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
 
 /* Echo: every request message back, then OK.  Records its thread. */
 static struct {
@@ -478,27 +493,11 @@ START_TEST(sequential_streams_reuse_the_pool_threads)
 {
     enum { POOL = 16, CALLS = 100 };
     struct fixture f;
-    struct rpc_handler h[N_METHODS];
     struct rpc_status st;
-    memset(h, 0, sizeof h);
-    h[M_ADD_STREAM].stream = echo_stream;
     seen.ntids = 0;
-
-    grpc_init();
-    struct rpc_server_config c = {.listen = "127.0.0.1:0", .threads = 2,
-                                  .max_message = 1 << 20, .grace_ms = 500,
-                                  .max_streams = POOL};
-    f.srv = rpc_server_create(&c);
-    ck_assert_int_eq(rpc_server_add_service(f.srv, &bloomgrid__v1__bloom_grid__descriptor,
-                                            h, NULL), 0);
-    int before = count_threads();
-    int port = rpc_server_start(f.srv);
-    ck_assert_int_gt(port, 0);
+    start_stream(&f, echo_stream, (struct rpc_server_config){.max_streams = POOL});
     /* The pool exists before any stream arrives. */
-    ck_assert_int_ge(count_threads() - before, POOL);
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    f.ch = rpc_channel_create(addr, 0);
+    ck_assert_int_ge(f.threads_started, POOL);
 
     for (int i = 0; i < CALLS; i++) {
         struct rpc_cstream *cs = rpc_cstream_open(f.ch, ADD_STREAM, 5000);
@@ -688,12 +687,9 @@ START_TEST(answers_posted_from_another_thread_while_the_handler_reads)
 {
     enum { N = 100 };
     struct fixture f;
-    struct rpc_handler h[N_METHODS];
     struct rpc_status st;
     pthread_t reader;
-    memset(h, 0, sizeof h);
-    h[M_ADD_STREAM].stream = split_stream;
-    start(&f, h, (struct rpc_server_config){0});
+    start_stream(&f, split_stream, (struct rpc_server_config){0});
     pthread_t ct = commit_start(5);
 
     got.n = 0;
@@ -766,11 +762,8 @@ static void run_late_answers(bool handler_returns, const struct rpc_status *fina
 {
     enum { N = 50 };
     struct fixture f;
-    struct rpc_handler h[N_METHODS];
     struct rpc_status st;
-    memset(h, 0, sizeof h);
-    h[M_ADD_STREAM].stream = late_stream;
-    start(&f, h, (struct rpc_server_config){.stream_queue = 1024});
+    start_stream(&f, late_stream, (struct rpc_server_config){.stream_queue = 1024});
     /* No batch is ever full until the handler finishes. */
     pthread_t ct = commit_start(1000);
     pthread_mutex_lock(&commit.lock);
@@ -836,12 +829,9 @@ END_TEST
 START_TEST(a_cancelled_stream_with_answers_pending_gives_its_thread_back)
 {
     struct fixture f;
-    struct rpc_handler h[N_METHODS];
     struct rpc_status st;
-    memset(h, 0, sizeof h);
-    h[M_ADD_STREAM].stream = late_stream;
     /* One stream thread: the second stream needs the first one's back. */
-    start(&f, h, (struct rpc_server_config){.max_streams = 1});
+    start_stream(&f, late_stream, (struct rpc_server_config){.max_streams = 1});
     pthread_t ct = commit_start(1000);
 
     struct rpc_cstream *cs = rpc_cstream_open(f.ch, ADD_STREAM, 20000);

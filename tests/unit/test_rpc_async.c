@@ -880,6 +880,85 @@ START_TEST(a_cancelled_stream_with_answers_pending_gives_its_thread_back)
 }
 END_TEST
 
+/* Several threads post to one stream at once while its handler reads. */
+enum { POSTERS = 4, PER_POSTER = 200 };
+
+struct poster {
+    pthread_t t;
+    struct rpc_stream *st;
+    int first;
+};
+
+static void *poster_main(void *p)
+{
+    struct poster *w = p;
+    for (int k = 0; k < PER_POSTER; k++) {
+        char name[16];
+        uint8_t buf[32];
+        Bloomgrid__V1__AddRequest rq = BLOOMGRID__V1__ADD_REQUEST__INIT;
+        snprintf(name, sizeof name, "%d", w->first + k);
+        rq.filter = name;
+        size_t len = protobuf_c_message_pack(&rq.base, buf);
+        if (rpc_stream_post(w->st, grpc_slice_from_copied_buffer((const char *)buf, len)) < 0)
+            break;
+    }
+    rpc_stream_release(w->st);
+    return NULL;
+}
+
+static void fan_stream(void *arg, struct rpc_stream *st)
+{
+    struct poster w[POSTERS];
+    const uint8_t *buf;
+    size_t len;
+    (void)arg;
+    if (rpc_stream_read(st, &buf, &len) <= 0)
+        return;
+    for (int i = 0; i < POSTERS; i++) {
+        w[i].st = st;
+        w[i].first = (i + 1) * 1000;
+        ck_assert_int_eq(rpc_stream_hold(st), 0);
+        ck_assert_int_eq(pthread_create(&w[i].t, NULL, poster_main, &w[i]), 0);
+    }
+    /* The handler's own answers go between the posters'. */
+    while (rpc_stream_read(st, &buf, &len) > 0)
+        rpc_stream_send(st, grpc_slice_from_copied_buffer((const char *)buf, len));
+    rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
+    for (int i = 0; i < POSTERS; i++)
+        pthread_join(w[i].t, NULL);
+}
+
+START_TEST(posts_from_many_threads_keep_each_threads_order)
+{
+    struct fixture f;
+    struct rpc_status st;
+    int next[POSTERS + 1];
+    start_stream(&f, fan_stream, (struct rpc_server_config){.stream_queue = 256});
+    struct rpc_cstream *cs = rpc_cstream_open(f.ch, ADD_STREAM, 20000);
+    ck_assert_ptr_nonnull(cs);
+    write_id(cs, 0, 0);
+    for (int i = 1; i <= 20; i++)
+        write_id(cs, i, 0);
+    ck_assert_int_eq(rpc_cstream_close_send(cs), 0);
+    for (int i = 0; i <= POSTERS; i++)
+        next[i] = i * 1000;
+    next[0] = 1;
+    for (int n = 0; n < POSTERS * PER_POSTER + 20; n++) {
+        grpc_slice sl;
+        ck_assert_int_eq(rpc_cstream_read(cs, &sl), 1);
+        int id = answer_id(sl);
+        int who = id / 1000;
+        ck_assert_int_le(who, POSTERS);
+        ck_assert_int_eq(id, next[who]);
+        next[who]++;
+    }
+    grpc_slice sl;
+    ck_assert_int_eq(rpc_cstream_read(cs, &sl), 0);
+    ck_assert_int_eq(rpc_cstream_finish(cs, &st), 0);
+    stop(&f);
+}
+END_TEST
+
 Suite *rpc_async_suite(void)
 {
     Suite *s = suite_create("rpc_async");
@@ -896,6 +975,7 @@ Suite *rpc_async_suite(void)
     tcase_add_test(tc, handler_return_sends_pending_posts_first);
     tcase_add_test(tc, pending_posts_go_before_a_failed_status_and_its_reason);
     tcase_add_test(tc, a_cancelled_stream_with_answers_pending_gives_its_thread_back);
+    tcase_add_test(tc, posts_from_many_threads_keep_each_threads_order);
     suite_add_tcase(s, tc);
     return s;
 }

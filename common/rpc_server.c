@@ -12,6 +12,8 @@
  * Streaming calls are driven by rpc_stream.c, the Health service lives in
  * rpc_health.c.
  *
+ * Deferred replies live in rpc_deferred.c.
+ *
  * Lock order: srv->lock, book->lock and a stream's s->lock are never held
  * together.
  */
@@ -39,13 +41,6 @@ static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi);
 static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
                                 struct rpc_reply *reply);
 static void post_generic(struct rpc_server *srv, int cqi);
-
-/* The unary call whose handler runs on this thread, for rpc_reply_defer. */
-struct unary_run {
-    struct slot *s;
-    bool deferred;
-};
-static _Thread_local struct unary_run *current_run;
 
 /* ---- reply helpers ---- */
 
@@ -128,7 +123,7 @@ static void drain_cq(grpc_completion_queue *cq)
     grpc_completion_queue_destroy(cq);
 }
 
-static void slot_free(struct slot *s)
+void rpc_server__slot_free(struct slot *s)
 {
     if (s->call)
         grpc_call_unref(s->call);
@@ -175,7 +170,7 @@ static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi)
         stream ? NULL : &s->payload, bound, ncq, s);
     if (e != GRPC_CALL_OK) {
         log_error("grpc_server_request_registered_call(%s): %d", m->path, e);
-        slot_free(s);
+        rpc_server__slot_free(s);
     }
 }
 
@@ -191,13 +186,13 @@ static void post_generic(struct rpc_server *srv, int cqi)
                                                  &s->details, &s->md, cq, cq, s);
     if (e != GRPC_CALL_OK) {
         log_error("grpc_server_request_call: %d", e);
-        slot_free(s);
+        rpc_server__slot_free(s);
     }
 }
 
 /* Send the status (and the body when OK) of a unary or generic call.  On
  * failure the slot is freed and -ECANCELED returned. */
-static int send_reply(struct slot *s)
+int rpc_server__send_reply(struct slot *s)
 {
     grpc_op ops[4];
     size_t n = 0;
@@ -239,7 +234,7 @@ static int send_reply(struct slot *s)
     grpc_call_error e = grpc_call_start_batch(s->call, ops, n, s, NULL);
     if (e != GRPC_CALL_OK) {
         log_error("reply batch failed to start: %d", e);
-        slot_free(s);
+        rpc_server__slot_free(s);
         return -ECANCELED;
     }
     return 0;
@@ -250,7 +245,7 @@ static int send_reply(struct slot *s)
 static void unary_run(struct slot *s)
 {
     struct rpc_reply *r = &s->reply;
-    struct unary_run run = {.s = s};
+    struct rpc_unary_run run = {.s = s};
     grpc_slice sl = grpc_empty_slice();
     grpc_byte_buffer_reader rd;
     char msg[RPC_MSGLEN];
@@ -273,10 +268,10 @@ static void unary_run(struct slot *s)
                               GRPC_SLICE_LENGTH(sl), msg, sizeof msg) < 0) {
             rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", msg);
         } else {
-            current_run = &run;
+            rpc_server__current_run = &run;
             s->m->unary(s->m->arg, GRPC_SLICE_START_PTR(sl),
                         GRPC_SLICE_LENGTH(sl), r);
-            current_run = NULL;
+            rpc_server__current_run = NULL;
         }
     }
     grpc_slice_unref(sl);
@@ -286,128 +281,7 @@ static void unary_run(struct slot *s)
         grpc_byte_buffer_destroy(s->payload);
         s->payload = NULL;
     }
-    send_reply(s);
-}
-
-/* ---- deferred replies ---- */
-
-static struct defer_book *book_create(int max)
-{
-    struct defer_book *b = calloc(1, sizeof *b);
-    if (!b)
-        return NULL;
-    pthread_mutex_init(&b->lock, NULL);
-    b->refs = 1;
-    b->max = max;
-    return b;
-}
-
-/* Drop one reference; b->lock held, released here. */
-static void book_unref_unlock(struct defer_book *b)
-{
-    bool last = --b->refs == 0;
-    pthread_mutex_unlock(&b->lock);
-    if (last) {
-        pthread_mutex_destroy(&b->lock);
-        free(b);
-    }
-}
-
-static void book_unlink_locked(struct defer_book *b, struct slot *s)
-{
-    if (s->dprev)
-        s->dprev->dnext = s->dnext;
-    else
-        b->head = s->dnext;
-    if (s->dnext)
-        s->dnext->dprev = s->dprev;
-    s->dprev = s->dnext = NULL;
-    b->count--;
-}
-
-/* Shutdown: refuse new deferrals and release the call of every deferred
- * slot (already cancelled), so that the server can finish shutting down;
- * the slots stay with their holders, whose finish frees them. */
-static void book_close(struct defer_book *b)
-{
-    pthread_mutex_lock(&b->lock);
-    b->closed = true;
-    while (b->head) {
-        struct slot *s = b->head;
-        book_unlink_locked(b, s);
-        s->orphaned = true;
-        grpc_call_unref(s->call);
-        s->call = NULL;
-    }
-    pthread_mutex_unlock(&b->lock);
-}
-
-struct rpc_deferred *rpc_reply_defer(struct rpc_reply *r)
-{
-    struct unary_run *run = current_run;
-    if (run && &run->s->reply == r && run->deferred) {
-        /* The reply already belongs to the first handle. */
-        log_error("%s: a reply deferred twice", run->s->m->path);
-        return NULL;
-    }
-    if (!run || &run->s->reply != r) {
-        rpc_reply_error(r, GRPC_STATUS_INTERNAL,
-                        "server error: a reply that is not its unary handler's "
-                        "own was deferred");
-        return NULL;
-    }
-    struct slot *s = run->s;
-    struct defer_book *b = s->srv->book;
-    pthread_mutex_lock(&b->lock);
-    if (b->closed || b->count >= b->max) {
-        bool closed = b->closed;
-        pthread_mutex_unlock(&b->lock);
-        if (closed)
-            rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
-                            "server shutting down; retry on another server");
-        else
-            rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                            "server has %d calls waiting for their answer, its "
-                            "limit (max_deferred); retry later", b->max);
-        return NULL;
-    }
-    b->count++;
-    b->refs++;
-    s->book = b;
-    s->dnext = b->head;
-    if (b->head)
-        b->head->dprev = s;
-    b->head = s;
-    pthread_mutex_unlock(&b->lock);
-    run->deferred = true;
-    return (struct rpc_deferred *)s;
-}
-
-struct rpc_reply *rpc_deferred_reply(struct rpc_deferred *d)
-{
-    return &((struct slot *)d)->reply;
-}
-
-int rpc_deferred_finish(struct rpc_deferred *d)
-{
-    struct slot *s = (struct slot *)d;
-    struct defer_book *b = s->book;
-    int rc;
-
-    pthread_mutex_lock(&b->lock);
-    bool orphaned = s->orphaned;
-    if (orphaned) {
-        rc = -ECANCELED;
-    } else {
-        /* Under the lock, so that shutdown cannot release the call while
-         * the reply batch starts; its completion frees the slot. */
-        book_unlink_locked(b, s);
-        rc = send_reply(s);
-    }
-    book_unref_unlock(b);
-    if (orphaned)
-        slot_free(s);
-    return rc;
+    rpc_server__send_reply(s);
 }
 
 /* ---- stream pool ---- */
@@ -432,7 +306,7 @@ static void *pool_main(void *p)
         s->m->stream(s->m->arg, (struct rpc_stream *)s);
         if (!s->finished)
             rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_OK, "%s", "");
-        slot_free(s);
+        rpc_server__slot_free(s);
 
         pthread_mutex_lock(&srv->lock);
         srv->streams_active--;
@@ -467,19 +341,19 @@ static void stream_start(struct slot *s)
         rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "server has %d streams open, its limit; retry later",
                           limit);
-        slot_free(s);
+        rpc_server__slot_free(s);
     }
 }
 
 static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
 {
     if (s->state == SLOT_REPLYING) {
-        slot_free(s);
+        rpc_server__slot_free(s);
         return;
     }
     if (!ok) {
         /* Server shutting down: the request was never matched. */
-        slot_free(s);
+        rpc_server__slot_free(s);
         return;
     }
     switch (s->kind) {
@@ -494,7 +368,7 @@ static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
         log_debug("unknown method %s", path);
         rpc_reply_error(&s->reply, GRPC_STATUS_UNIMPLEMENTED,
                         "unknown method %s", path);
-        send_reply(s);
+        rpc_server__send_reply(s);
         break;
     }
     case SLOT_UNARY:
@@ -645,7 +519,7 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     srv->cqs = calloc((size_t)srv->ncq, sizeof *srv->cqs);
     srv->threads = calloc((size_t)srv->nthreads, sizeof *srv->threads);
     srv->pool = calloc((size_t)srv->cfg.max_streams, sizeof *srv->pool);
-    srv->book = book_create(srv->cfg.max_deferred);
+    srv->book = rpc_server__book_create(srv->cfg.max_deferred);
     if (!srv->server || !srv->cqs || !srv->threads || !srv->pool || !srv->book ||
         !srv->cfg.listen)
         goto fail;
@@ -742,10 +616,10 @@ void rpc_server_shutdown(struct rpc_server *srv)
         log_info("cancelling calls still running after %d ms", srv->cfg.grace_ms);
         grpc_server_cancel_all_calls(srv->server);
         /* A deferred call's reference would hold the shutdown up. */
-        book_close(srv->book);
+        rpc_server__book_close(srv->book);
         ev = grpc_completion_queue_pluck(scq, srv, rpc_server__inf_future(), NULL);
     }
-    book_close(srv->book);
+    rpc_server__book_close(srv->book);
     grpc_completion_queue_shutdown(scq);
     grpc_completion_queue_pluck(scq, srv, rpc_server__inf_future(), NULL);
     grpc_completion_queue_destroy(scq);
@@ -801,7 +675,7 @@ void rpc_server_destroy(struct rpc_server *srv)
     pthread_cond_destroy(&srv->job_cond);
     /* Deferred calls not yet finished keep the book. */
     pthread_mutex_lock(&srv->book->lock);
-    book_unref_unlock(srv->book);
+    rpc_server__book_unref_unlock(srv->book);
     free(srv);
 }
 

@@ -1,6 +1,7 @@
 /* rpc_server_internal: the server's private types, shared by rpc_server.c
- * (calls, workers, shutdown), rpc_stream.c (streaming calls) and
- * rpc_health.c (grpc.health.v1.Health).  Not for use outside common/rpc_*.c.
+ * (calls, workers, the stream pool, shutdown), rpc_deferred.c (deferred
+ * unary replies), rpc_stream.c (streaming calls) and rpc_health.c
+ * (grpc.health.v1.Health).  Not for use outside common/rpc_*.c.
  */
 #ifndef BLOOMGRID_RPC_SERVER_INTERNAL_H
 #define BLOOMGRID_RPC_SERVER_INTERNAL_H
@@ -143,6 +144,27 @@ static inline gpr_timespec rpc_server__inf_future(void)
 {
     return gpr_inf_future(GPR_CLOCK_REALTIME);
 }
+
+/* rpc_server.c: free a slot and everything it holds (its call too); send a
+ * unary or generic reply (on failure the slot is freed, -ECANCELED). */
+void rpc_server__slot_free(struct slot *s);
+int rpc_server__send_reply(struct slot *s);
+
+/* rpc_deferred.c.  The unary call whose handler runs on this thread (set by
+ * the worker around the handler), for rpc_reply_defer. */
+struct rpc_unary_run {
+    struct slot *s;
+    bool deferred;               /* the handler deferred: hands off */
+};
+extern _Thread_local struct rpc_unary_run *rpc_server__current_run;
+/* A book with one reference (the server's) and room for max deferrals. */
+struct defer_book *rpc_server__book_create(int max);
+/* Drop one reference; b->lock held, released here (the last frees b). */
+void rpc_server__book_unref_unlock(struct defer_book *b);
+/* Shutdown: refuse new deferrals and release the call of every slot still
+ * deferred (already cancelled), so that the server can finish shutting
+ * down; the slots stay with their holders, whose finish frees them. */
+void rpc_server__book_close(struct defer_book *b);
 
 /* rpc_health.c: the Health service's handlers. */
 void rpc_server__health_check(void *arg, const uint8_t *req, size_t len,

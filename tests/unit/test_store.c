@@ -1,5 +1,7 @@
-/* Tests of the durable store: catalog, recovery from snapshots and WAL,
- * corruption handling, imports, failed fsyncs and SIGKILL crashes. */
+/* Tests of the durable store: catalog, recovery from checkpoints and the
+ * node log, damage handling, asynchronous writes, the log's bound,
+ * migration of an earlier release's directory, imports, failed fsyncs and
+ * SIGKILL crashes. */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -19,6 +21,7 @@
 #include "bf_file.h"
 #include "log.h"
 #include "store.h"
+#include "store_internal.h"
 #include "wal.h"
 #include "unit_tmpdir.h"
 
@@ -153,6 +156,25 @@ static void filter_path(char *out, size_t len, const char *name,
             memcpy(best, de->d_name, strlen(de->d_name) + 1);
     closedir(d);
     ck_assert_msg(best[0], "no %s* in %s", prefix, dir);
+    ck_assert_int_lt(snprintf(out, len, "%s/%s", dir, best), (int)len);
+}
+
+/* The newest (or oldest) segment of the node log. */
+static void log_path(char *out, size_t len, bool newest)
+{
+    char dir[4096], best[256] = "";
+    struct dirent *de;
+    DIR *d;
+
+    ck_assert_int_lt(snprintf(dir, sizeof(dir), "%s/%s", tdir, STORE_WAL_DIR),
+                     (int)sizeof(dir));
+    ck_assert_ptr_nonnull(d = opendir(dir));
+    while ((de = readdir(d)))
+        if (!strncmp(de->d_name, "wal-", 4) &&
+            (!best[0] || (strcmp(de->d_name, best) > 0) == newest))
+            memcpy(best, de->d_name, strlen(de->d_name) + 1);
+    closedir(d);
+    ck_assert_msg(best[0], "no log segment in %s", dir);
     ck_assert_int_lt(snprintf(out, len, "%s/%s", dir, best), (int)len);
 }
 
@@ -348,11 +370,11 @@ START_TEST(torn_wal_tail_is_cut_and_the_filter_served)
     create(s, "f", BF_KIND_BLOCKED, 100000);
     store_close(s);
     in_crashing_child(child_add_batches, "f");
-    filter_path(wal, sizeof(wal), "f", "wal-", true);
+    log_path(wal, sizeof(wal), true);
     off_t size = file_size(wal);
     /* A record cut short by the crash, as a partial write leaves it. */
     fd = open(wal, O_WRONLY | O_APPEND);
-    ck_assert_int_eq(write(fd, "BGWR\1\0\0\0\0\1\0\0\0\0\0\0garbage", 23), 23);
+    ck_assert_int_eq(write(fd, "BGWN\1\0\1\0\0\1\0\0\0\0\0\0garbage", 23), 23);
     close(fd);
     s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     sf = store_get(s, "f");
@@ -379,10 +401,10 @@ START_TEST(corrupt_wal_middle_fails_only_that_filter)
     store_put(other);
     store_close(s);
     in_crashing_child(child_add_batches, "f");
-    filter_path(wal, sizeof(wal), "f", "wal-", true);
-    /* First record's payload (32-byte segment header, 40-byte record
-     * header); nine records committed after it follow. */
-    flip_byte(wal, 32 + 40 + 700);
+    log_path(wal, sizeof(wal), true);
+    /* First record's payload (32-byte segment header, 64-byte record
+     * header, the name "f"); nine records committed after it follow. */
+    flip_byte(wal, 32 + 64 + 1 + 700);
     s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     sf = store_get(s, "f");
     ck_assert_int_eq(store_filter_state(sf, why), STORE_FAILED);
@@ -415,8 +437,9 @@ START_TEST(corrupt_snapshot_fails_the_filter)
     ck_assert_int_eq(store_snapshot_now(s, err), 0);
     store_put(sf);
     store_close(s);
-    filter_path(snap, sizeof(snap), "f", "snapshot-", true);
-    ck_assert_ptr_null(strstr(snap, "snapshot-0000000000000000"));
+    filter_path(snap, sizeof(snap), "f", "ckpt-", true);
+    /* ckpt-<id>-<seq>-<lsn>.bf: a checkpoint after the adds (seq > 0). */
+    ck_assert(strncmp(strrchr(snap, '/') + 22, "0000000000000000", 16) != 0);
     flip_byte(snap, file_size(snap) / 2);
     s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     sf = store_get(s, "f");
@@ -461,16 +484,16 @@ START_TEST(corrupt_snapshot_falls_back_to_older_one_with_full_wal)
 
     create(s, "f", BF_KIND_BLOCKED, 100000);
     store_close(s);
-    in_crashing_child(child_add_batches, "f");   /* 0..999 in the WAL */
-    filter_path(snap0, sizeof(snap0), "f", "snapshot-", true);
-    filter_path(wal1, sizeof(wal1), "f", "wal-", false);
+    in_crashing_child(child_add_batches, "f");   /* 0..999 in the log */
+    filter_path(snap0, sizeof(snap0), "f", "ckpt-", true);
+    log_path(wal1, sizeof(wal1), false);
     ck_assert_int_lt(snprintf(keep0, sizeof(keep0), "%s/k0", tdir), 4096);
     ck_assert_int_lt(snprintf(keep1, sizeof(keep1), "%s/k1", tdir), 4096);
     copy_file(snap0, keep0);
     copy_file(wal1, keep1);
-    /* A newer snapshot replaces them; then more adds. */
+    /* A newer checkpoint replaces the first; then more adds. */
     in_crashing_child(child_snapshot_then_add, NULL);
-    filter_path(snap, sizeof(snap), "f", "snapshot-", true);
+    filter_path(snap, sizeof(snap), "f", "ckpt-", true);
     ck_assert_str_ne(snap, snap0);
     /* As if the old files had survived, and the new snapshot rots. */
     copy_file(keep0, snap0);

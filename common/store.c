@@ -62,6 +62,15 @@ static int rm_one(const char *path, const struct stat *st, int flag,
     return remove(path) < 0 && errno != ENOENT ? -1 : 0;
 }
 
+uint64_t store__claim_lsn(struct store_filter *sf)
+{
+    pthread_mutex_lock(&sf->s->mu);
+    uint64_t lsn = wal_durable_lsn(sf->s->wal);
+    atomic_store(&sf->ckpt_lsn, lsn);
+    pthread_mutex_unlock(&sf->s->mu);
+    return lsn;
+}
+
 uint64_t store__random_id(void)
 {
     static _Atomic uint64_t fallback = 1;
@@ -207,7 +216,7 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
      * crash never leaves a half-created filter (dot names are swept).  A
      * new incarnation id, and no record of it in the log up to now. */
     id = store__random_id();
-    lsn = wal_durable_lsn(s->wal);
+    lsn = store__claim_lsn(sf);
     store__strfmt(tmp, sizeof(tmp), "%s/.creating-%s", s->dir, name);
     store__rm_rf(tmp);
     if (mkdir(tmp, 0755) < 0) {
@@ -226,7 +235,6 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
     }
     sf->id = id;
     sf->ckpt_seq = 0;
-    atomic_store(&sf->ckpt_lsn, lsn);
     sf->snap_time_ms = store__now_ms();
     rc = store__filter_install(sf, f, 1);
     pthread_mutex_unlock(&sf->snap_mu);
@@ -318,12 +326,15 @@ int store_drop_handle(struct store *s, struct store_filter *sf, char *err)
     return drop(s, sf->name, sf, err);
 }
 
-struct store_filter **store__catalog_refs(struct store *s, size_t *n)
+struct store_filter **store__catalog_refs(struct store *s, size_t *n,
+                                          uint64_t *durable)
 {
     struct store_filter **v;
     size_t k = 0;
 
     pthread_mutex_lock(&s->mu);
+    if (durable)
+        *durable = wal_durable_lsn(s->wal);
     v = malloc((s->n ? s->n : 1) * sizeof(*v));
     if (v)
         for (size_t i = 0; i < s->n; i++)

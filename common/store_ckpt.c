@@ -123,8 +123,8 @@ int store_filter_snapshot(struct store_filter *sf, char *err)
 int store__discard_log(struct store *s, bool ignore_failed)
 {
     size_t n;
-    struct store_filter **v = store__catalog_refs(s, &n);
-    uint64_t upto = wal_durable_lsn(s->wal);
+    uint64_t upto;
+    struct store_filter **v = store__catalog_refs(s, &n, &upto);
     int rc;
 
     if (!v)
@@ -147,7 +147,7 @@ int store__discard_log(struct store *s, bool ignore_failed)
 int store_snapshot_now(struct store *s, char *err)
 {
     size_t n;
-    struct store_filter **v = store__catalog_refs(s, &n);
+    struct store_filter **v = store__catalog_refs(s, &n, NULL);
     int rc = 0;
 
     if (!v)
@@ -205,7 +205,7 @@ static void recover_logged(struct store_filter *sf)
 void store__housekeeping(struct store *s)
 {
     size_t n;
-    struct store_filter **v = store__catalog_refs(s, &n);
+    struct store_filter **v = store__catalog_refs(s, &n, NULL);
     char err[STORE_ERRLEN];
     uint64_t upto;
     bool over;

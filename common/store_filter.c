@@ -283,8 +283,16 @@ int store_filter_recover(struct store_filter *sf, char *err)
     sf->stream = NULL;
     sf->state = STORE_RECOVERING;
     pthread_rwlock_unlock(&sf->lock);
-    /* Records of the old stream still queued complete on their own; the
-     * reload reads only what was durable. */
+    /* Records of the old stream still queued are written (or failed)
+     * first: the reload reads what is durable, and the new stream goes on
+     * from there. */
+    if (st) {
+        struct wal_waiter wt;
+        wal_waiter_init(&wt);
+        if (wal_barrier(st, wal_waiter_done, &wt) < 0)
+            wal_waiter_done(&wt, -ENOMEM, 0, 0);
+        wal_waiter_wait(&wt);
+    }
     wal_stream_close(st);
     bf_destroy(f);
     rc = store__filter_load(sf, err);

@@ -111,8 +111,14 @@ int store__state_errno(enum store_state st);
 void store__state_err(struct store_filter *sf, char *err);
 
 /* References to every filter in the catalog (dropping ones excluded);
- * store_put each and free the array. */
-struct store_filter **store__catalog_refs(struct store *s, size_t *n);
+ * store_put each and free the array.  durable (may be NULL) gets the log's
+ * durable LSN read under the catalog lock, so that with store__claim_lsn
+ * a filter is either among the references or claims no lower LSN. */
+struct store_filter **store__catalog_refs(struct store *s, size_t *n,
+                                          uint64_t *durable);
+/* The LSN a new checkpoint of a filter with no record in the log takes
+ * (the durable one), set as its ckpt_lsn at once (see above). */
+uint64_t store__claim_lsn(struct store_filter *sf);
 
 /* A filter object in state RECOVERING holding one reference; freed by the
  * last store_put. */

@@ -216,7 +216,7 @@ int store__migrate(struct store_filter *sf, char *err)
         goto fail;
     crash_point(1);
     id = store__random_id();
-    lsn = wal_durable_lsn(sf->s->wal);
+    lsn = store__claim_lsn(sf);
     if ((rc = store__ckpt_write(sf->path, id, next_seq - 1, lsn, f, e2)) < 0) {
         store__strfmt(why, sizeof(why), "cannot write the first checkpoint "
                       "of the migrated filter: %s", e2);
@@ -228,7 +228,6 @@ int store__migrate(struct store_filter *sf, char *err)
     crash_point(4);
     sf->id = id;
     sf->ckpt_seq = next_seq - 1;
-    atomic_store(&sf->ckpt_lsn, lsn);
     sf->snap_time_ms = store__now_ms();
     if ((rc = store__filter_install(sf, f, next_seq)) < 0) {
         errmsg_set(err, "out of memory");

@@ -14,7 +14,6 @@
 #include "wal.h"
 #include "wal_format.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -388,35 +387,25 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
     w->next_lsn = next_lsn ? next_lsn : 1;
     w->durable_lsn = w->next_lsn - 1;
     /* Segments already there (read by wal_scan) count until discarded. */
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        uint64_t first;
+    struct wal__seg *v = NULL;
+    size_t n = 0;
+    if (wal__seg_list(dir, false, &v, &n) < 0 ||
+        !(w->segs = calloc(n + 16, sizeof(*w->segs)))) {
+        free(v);
+        errmsg_set(err, "cannot list the segments in %s", dir);
+        goto fail;
+    }
+    w->segcap = n + 16;
+    for (size_t i = 0; i < n; i++) {
         struct stat st;
         char path[WAL_PATH_LEN];
-        if (!wal__seg_parse_name(de->d_name, &first) || first >= w->next_lsn)
-            continue;
-        strfmt(path, sizeof(path), "%s/%s", dir, de->d_name);
-        if (stat(path, &st) < 0)
-            continue;
-        if (w->nsegs == w->segcap) {
-            size_t cap = w->segcap ? 2 * w->segcap : 16;
-            struct seg *v = realloc(w->segs, cap * sizeof(*v));
-            if (!v)
-                break;
-            w->segs = v;
-            w->segcap = cap;
-        }
-        size_t i = w->nsegs++;
-        while (i > 0 && w->segs[i - 1].first > first) {
-            w->segs[i] = w->segs[i - 1];
-            i--;
-        }
-        w->segs[i] = (struct seg){first, (uint64_t)st.st_size};
+        strfmt(path, sizeof(path), "%s/%s", dir, v[i].name);
+        if (v[i].first >= w->next_lsn || stat(path, &st) < 0)
+            continue;   /* one at next_lsn is empty and replaced below */
+        w->segs[w->nsegs++] = (struct seg){v[i].first, (uint64_t)st.st_size};
         w->bytes += (uint64_t)st.st_size;
     }
-    if (d)
-        closedir(d);
+    free(v);
     if (seg_switch(w, err) < 0)
         goto fail;
     if (pthread_create(&w->thread, NULL, commit_main, w) != 0) {

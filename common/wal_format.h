@@ -100,4 +100,21 @@ static inline void wal__seg_header(uint8_t *h, uint64_t first)
     wal__put64(h + 24, XXH64(h, 24, 0));
 }
 
+/* A segment file of a log directory (the node log's and the legacy
+ * per-filter logs' names are the same). */
+struct wal__seg {
+    uint64_t first;
+    char name[32];
+};
+
+/* The segments of dir sorted by first seq.  clean: remove leftover temp
+ * files ".wal-*" (only when no log is open on dir).  A missing dir has
+ * none.  0 or a negative errno; *out is malloc'd (may be NULL). */
+int wal__seg_list(const char *dir, bool clean, struct wal__seg **out,
+                  size_t *n);
+
+/* For wal_rescan: hold off discards; returns the durable LSN. */
+uint64_t wal__rescan_begin(struct wal *w);
+void wal__rescan_end(struct wal *w);
+
 #endif

@@ -21,11 +21,6 @@
 #define get32 wal__get32
 #define get64 wal__get64
 
-struct seg_ent {
-    uint64_t first;
-    char name[32];
-};
-
 bool wal_legacy_is_segment(const char *name)
 {
     uint64_t first;
@@ -36,48 +31,6 @@ bool wal_legacy_is_segment(const char *name)
 static uint64_t rec_sum(const uint8_t *rec, uint64_t len)
 {
     return XXH64(rec + REC_HDR, (size_t)len, XXH64(rec, 32, 0));
-}
-
-static int seg_cmp(const void *a, const void *b)
-{
-    const struct seg_ent *x = a, *y = b;
-
-    return x->first < y->first ? -1 : x->first > y->first;
-}
-
-static int seg_list(const char *dir, struct seg_ent **out, size_t *n)
-{
-    DIR *d = opendir(dir);
-    struct seg_ent *v = NULL;
-    size_t len = 0, cap = 0;
-    struct dirent *de;
-
-    if (!d)
-        return -errno;
-    while ((de = readdir(d))) {
-        uint64_t first;
-        if (!wal__seg_parse_name(de->d_name, &first))
-            continue;
-        if (len == cap) {
-            cap = cap ? 2 * cap : 8;
-            struct seg_ent *nv = realloc(v, cap * sizeof(*v));
-            if (!nv) {
-                free(v);
-                closedir(d);
-                return -ENOMEM;
-            }
-            v = nv;
-        }
-        v[len].first = first;
-        memcpy(v[len].name, de->d_name, 25);
-        len++;
-    }
-    closedir(d);
-    if (len)
-        qsort(v, len, sizeof(*v), seg_cmp);
-    *out = v;
-    *n = len;
-    return 0;
 }
 
 /* Is there a complete record with a good checksum at p? */
@@ -127,7 +80,7 @@ struct replay {
 
 /* Replay one segment.  last: it is the newest one, where a torn tail is
  * allowed. */
-static int seg_replay(struct replay *r, const struct seg_ent *e, bool last)
+static int seg_replay(struct replay *r, const struct wal__seg *e, bool last)
 {
     char path[4096];
     const uint8_t *m = NULL;
@@ -226,7 +179,7 @@ int wal_legacy_recover(const char *dir, uint64_t after, wal_legacy_fn fn, void *
                 struct wal_legacy_info *out, char *err)
 {
     struct replay r = {dir, after, fn, ctx, out, 0, err};
-    struct seg_ent *v = NULL;
+    struct wal__seg *v = NULL;
     size_t n = 0, start = 0;
     int rc;
 
@@ -235,7 +188,7 @@ int wal_legacy_recover(const char *dir, uint64_t after, wal_legacy_fn fn, void *
         errmsg_set(err, "WAL directory path is too long");
         return -ENAMETOOLONG;
     }
-    if ((rc = seg_list(dir, &v, &n)) < 0) {
+    if ((rc = wal__seg_list(dir, false, &v, &n)) < 0) {
         errmsg_set(err, "cannot list WAL segments in %s: %s", dir, strerror(-rc));
         return rc;
     }

@@ -24,14 +24,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-uint64_t wal__rescan_begin(struct wal *w);
-void wal__rescan_end(struct wal *w);
-
-struct seg_ent {
-    uint64_t first;
-    char name[32];
-};
-
 struct scan {
     const char *dir;
     const struct wal_scan_ops *ops;
@@ -45,18 +37,16 @@ struct scan {
 
 static int seg_cmp(const void *a, const void *b)
 {
-    const struct seg_ent *x = a, *y = b;
+    const struct wal__seg *x = a, *y = b;
 
     return x->first < y->first ? -1 : x->first > y->first;
 }
 
-/* The segments of dir sorted by first LSN.  clean: remove leftover temp
- * files (only when the log is not open).  A missing dir has none. */
-static int seg_list(const char *dir, bool clean, struct seg_ent **out,
-                    size_t *n)
+int wal__seg_list(const char *dir, bool clean, struct wal__seg **out,
+                  size_t *n)
 {
     DIR *d = opendir(dir);
-    struct seg_ent *v = NULL;
+    struct wal__seg *v = NULL;
     size_t len = 0, cap = 0;
     struct dirent *de;
 
@@ -74,7 +64,7 @@ static int seg_list(const char *dir, bool clean, struct seg_ent **out,
             continue;
         if (len == cap) {
             cap = cap ? 2 * cap : 16;
-            struct seg_ent *nv = realloc(v, cap * sizeof(*v));
+            struct wal__seg *nv = realloc(v, cap * sizeof(*v));
             if (!nv) {
                 free(v);
                 closedir(d);
@@ -155,7 +145,7 @@ static void report_lost(struct scan *sc, uint64_t from, uint64_t to,
 
 /* Replay one segment; next_first: where the next segment begins (0: this
  * is the last one). */
-static int seg_replay(struct scan *sc, const struct seg_ent *e,
+static int seg_replay(struct scan *sc, const struct wal__seg *e,
                       uint64_t next_first)
 {
     char path[WAL_PATH_LEN];
@@ -293,12 +283,12 @@ out:
 
 static int scan_dir(struct scan *sc, bool clean)
 {
-    struct seg_ent *v = NULL;
+    struct wal__seg *v = NULL;
     size_t n;
     int rc;
 
     memset(sc->out, 0, sizeof(*sc->out));
-    if ((rc = seg_list(sc->dir, clean, &v, &n)) < 0) {
+    if ((rc = wal__seg_list(sc->dir, clean, &v, &n)) < 0) {
         errmsg_set(sc->err, "cannot list the write-ahead log in %s: %s",
                    sc->dir, strerror(-rc));
         return rc;

@@ -1210,18 +1210,27 @@ START_TEST(idle_filters_do_not_pin_the_log)
     const uint64_t bound = 256 << 10;
     struct store *s = open_store(STORE_DURABLE_NONE, 3600000, bound);
     struct store_filter *busy;
-    char name[32];
+    char name[32], err[STORE_ERRLEN], snap[4096];
 
     for (int i = 0; i < 20; i++) {
         snprintf(name, sizeof(name), "idle-%d", i);
         create(s, name, BF_KIND_BLOCKED, 1000);
         add_one(s, name, (uint64_t)i);
     }
+    create(s, "bad", BF_KIND_BLOCKED, 1000);
     create(s, "busy", BF_KIND_BLOCKED, 1000000);
+    /* Checkpointed now, the idle filters never change again; "bad" is
+     * FAILED after the reopen (its checkpoint rots). */
+    ck_assert_int_eq(store_snapshot_now(s, err), 0);
+    store_close(s);
+    filter_path(snap, sizeof(snap), "bad", "ckpt-", true);
+    flip_byte(snap, file_size(snap) / 2);
+    s = open_store(STORE_DURABLE_NONE, 3600000, bound);
     busy = store_get(s, "busy");
     add_range(busy, 0, 300000);   /* about 4.8 MB of log */
-    /* The store's thread checkpoints what pins the oldest segments (the
-     * idle filters by a rename) and removes them. */
+    /* The store's thread checkpoints what holds the closed segments (the
+     * idle filters by a rename, the FAILED one not at all) and removes
+     * them. */
     uint64_t bytes = store_log_bytes(s);
     for (int i = 0; i < 200 && (bytes = store_log_bytes(s)) >= bound; i++)
         usleep(50000);
@@ -1238,6 +1247,9 @@ START_TEST(idle_filters_do_not_pin_the_log)
     }
     busy = store_get(s, "busy");
     ck_assert_uint_eq(missing_range(busy, 0, 300000), 0);
+    store_put(busy);
+    busy = store_get(s, "bad");
+    ck_assert_int_eq(store_filter_state(busy, NULL), STORE_FAILED);
     store_put(busy);
     store_close(s);
 }

@@ -230,8 +230,10 @@ void store__housekeeping(struct store *s)
     for (size_t i = 0; over && i < n; i++) {
         if (atomic_load(&v[i]->ckpt_lsn) >= upto)
             continue;
-        enum store_state st = store_filter_state(v[i], NULL);
-        if (st == STORE_FAILED && v[i]->retry)
+        pthread_rwlock_rdlock(&v[i]->lock);
+        bool retry = store__state(v[i]) == STORE_FAILED && v[i]->retry;
+        pthread_rwlock_unlock(&v[i]->lock);
+        if (retry)
             recover_logged(v[i]);   /* it may come back and checkpoint */
         if (store__filter_checkpoint(v[i], STORE_CKPT_ADVANCE, err) < 0)
             log_warn("store: %s", err);

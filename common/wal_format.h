@@ -113,6 +113,12 @@ struct wal__seg {
 int wal__seg_list(const char *dir, bool clean, struct wal__seg **out,
                   size_t *n);
 
+/* Open a segment (for writing too when rw: a torn tail may be cut) and map
+ * it read-only.  *fd is -1 and *m NULL when nothing is open; an empty file
+ * maps to NULL.  0 or a negative errno with err naming the file. */
+int wal__seg_map(const char *path, bool rw, int *fd, const uint8_t **m,
+                 size_t *size, char *err);
+
 /* For wal_rescan: hold off discards; returns the durable LSN. */
 uint64_t wal__rescan_begin(struct wal *w);
 void wal__rescan_end(struct wal *w);

@@ -84,27 +84,12 @@ static int seg_replay(struct replay *r, const struct wal__seg *e, bool last)
 {
     char path[4096];
     const uint8_t *m = NULL;
-    struct stat st;
     size_t size, off;
     int fd, rc = 0;
 
     snprintf(path, sizeof(path), "%s/%s", r->dir, e->name);
-    fd = open(path, last ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        rc = -errno;
-        errmsg_set(r->err, "cannot open %s: %s", path, strerror(-rc));
+    if ((rc = wal__seg_map(path, last, &fd, &m, &size, r->err)) < 0)
         goto out;
-    }
-    size = (size_t)st.st_size;
-    if (size > 0) {
-        m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            m = NULL;
-            rc = -errno;
-            errmsg_set(r->err, "cannot map %s: %s", path, strerror(-rc));
-            goto out;
-        }
-    }
     if (size < SEG_HDR || memcmp(m, SEG_MAGIC, 8) != 0 ||
         get64(m + 24) != XXH64(m, 24, 0) || get32(m + 8) != SEG_VERSION ||
         get64(m + 16) != e->first) {

@@ -84,6 +84,33 @@ int wal__seg_list(const char *dir, bool clean, struct wal__seg **out,
     return 0;
 }
 
+int wal__seg_map(const char *path, bool rw, int *fd, const uint8_t **m,
+                 size_t *size, char *err)
+{
+    struct stat st;
+    int rc;
+
+    *m = NULL;
+    *size = 0;
+    *fd = open(path, rw ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
+    if (*fd < 0 || fstat(*fd, &st) < 0) {
+        rc = -errno;
+        errmsg_set(err, "cannot open %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    *size = (size_t)st.st_size;
+    if (*size == 0)
+        return 0;
+    void *p = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, *fd, 0);
+    if (p == MAP_FAILED) {
+        rc = -errno;
+        errmsg_set(err, "cannot map %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    *m = p;
+    return 0;
+}
+
 /* Is there an intact record header at p?  Fills *size (whole record). */
 static bool hdr_valid(const uint8_t *p, size_t avail, size_t *size)
 {
@@ -151,28 +178,14 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
     char path[WAL_PATH_LEN];
     const uint8_t *m = NULL;
     bool last = next_first == 0;
-    struct stat st;
-    size_t size = 0, off;
+    size_t size = 0, mapped = 0, off;
     int fd, rc = 0;
 
     snprintf(path, sizeof(path), "%s/%s", sc->dir, e->name);
-    fd = open(path, last && !sc->live ? O_RDWR | O_CLOEXEC
-                                      : O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        rc = -errno;
-        errmsg_set(sc->err, "cannot open %s: %s", path, strerror(-rc));
+    if ((rc = wal__seg_map(path, last && !sc->live, &fd, &m, &size,
+                           sc->err)) < 0)
         goto out;
-    }
-    size = (size_t)st.st_size;
-    if (size > 0) {
-        m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            m = NULL;
-            rc = -errno;
-            errmsg_set(sc->err, "cannot map %s: %s", path, strerror(-rc));
-            goto out;
-        }
-    }
+    mapped = size;
     sc->out->bytes += size;
     if (size < WAL_SEG_HDR || memcmp(m, WAL_SEG_MAGIC, 8) != 0 ||
         wal__get64(m + 24) != XXH64(m, 24, 0) ||
@@ -275,7 +288,7 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
     }
 out:
     if (m)
-        munmap((void *)m, (size_t)st.st_size);
+        munmap((void *)m, mapped);
     if (fd >= 0)
         close(fd);
     return rc;

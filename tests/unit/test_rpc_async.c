@@ -568,13 +568,15 @@ static void commit_hand_over(struct rpc_stream *st, grpc_slice answer)
     pthread_mutex_unlock(&commit.lock);
 }
 
-/* Answer every full batch in reverse order of arrival (out of order). */
+/* Answer what is waiting, in reverse order of arrival (out of order), once
+ * a batch is full or the handler is finishing. */
 static void *commit_main(void *p)
 {
     (void)p;
     pthread_mutex_lock(&commit.lock);
     for (;;) {
-        while (!commit.quit && commit.n < commit.batch)
+        while (!commit.quit && commit.n < commit.batch &&
+               !(commit.handler_finishing && commit.n > 0))
             pthread_cond_wait(&commit.cond, &commit.lock);
         if (commit.quit && commit.n == 0)
             break;
@@ -746,7 +748,6 @@ static void late_stream(void *arg, struct rpc_stream *st)
     pthread_mutex_lock(&commit.lock);
     commit.read_rc = rc;
     commit.handler_finishing = true;
-    commit.batch = 1;
     bool leave = commit.handler_returns;
     struct rpc_status final = commit.final;
     pthread_cond_broadcast(&commit.cond);

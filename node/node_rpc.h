@@ -4,7 +4,7 @@
  * DropFilter, GetFilter, ListFilters), node_keys_rpc.c (the hot key batches
  * with their hand-written codec), node_transfer_rpc.c (Export, Import),
  * node_internal_rpc.c (the internal service's shard calls),
- * node_multi_rpc.c (several shards per call) and node_pages_rpc.c (page
+ * node_batch_rpc.c (the routers' Batches streams) and node_pages_rpc.c (page
  * streaming).  What more than one of them needs lives in node_rpc.c: the
  * handler files depend on node_rpc.c, never on each other, and
  * node_services.c lists them in the handler tables.  These *_rpc.c files are the only place that converts wire
@@ -153,20 +153,16 @@ void node_rpc__h_may_contain_hashes(void *arg, const uint8_t *req, size_t len,
                                     struct rpc_reply *r);
 void node_rpc__h_remove_hashes(void *arg, const uint8_t *req, size_t len,
                                struct rpc_reply *r);
-/* AddMultiHashes, MayContainMultiHashes, RemoveMultiHashes
- * (node_multi_rpc.c). */
-void node_rpc__h_add_multi_hashes(void *arg, const uint8_t *req, size_t len,
-                                  struct rpc_reply *r);
-void node_rpc__h_may_contain_multi_hashes(void *arg, const uint8_t *req,
-                                          size_t len, struct rpc_reply *r);
-void node_rpc__h_remove_multi_hashes(void *arg, const uint8_t *req, size_t len,
-                                     struct rpc_reply *r);
-/* NodeInfo (node_internal_rpc.c): the frame port. */
+/* Batches, the routers' stream of key batches (node_batch_rpc.c). */
+void node_rpc__h_batches(void *arg, struct rpc_stream *st);
+/* Fill the Batches counters of a NodeInfo answer (node_batch_rpc.c). */
+void node_rpc__batch_counters(Bloomgrid__V1__NodeInfoResponse *out);
+/* NodeInfo (node_internal_rpc.c): what the node counted of Batches. */
 void node_rpc__h_node_info(void *arg, const uint8_t *req, size_t len,
                            struct rpc_reply *r);
 
 /* The work of AddHashes / MayContainHashes / RemoveHashes on one shard
- * (used by node_internal_rpc.c and node_multi_rpc.c): decode cnt packed hashes from data into h, check
+ * (used by node_internal_rpc.c and node_batch_rpc.c): decode cnt packed hashes from data into h, check
  * them (check_shard, secret_id as in HashesRequest) and apply op.  out[i]
  * gets hash i's answer and *version the shard's version.  Returns 0, or -1
  * with r set to the shard's error (nothing was changed unless a write

@@ -1,0 +1,389 @@
+/* node_batch_rpc: Internal/Batches, the long-lived stream on which a router
+ * sends the key batches of its clients (docs/ROUTER.md), and NodeInfo's
+ * counters of it.
+ *
+ * A stream's handler thread reads one BatchRequest, applies every entry
+ * exactly as the one-shard call would (node_rpc__shard_hashes: placement,
+ * secret id, state), answers with a BatchResponse of the same id and one
+ * ShardResult per entry, and only then reads the next message: the answers
+ * of a stream come in request order, and a router that keeps reads and
+ * writes on separate streams gets its reads answered by another thread
+ * than the one that waits for a write's fsync.  Messages are decoded by
+ * protobuf-c into the stream's arena (common/rpc_arena.h), which also holds
+ * the answer's arrays; nothing is allocated per message in the steady
+ * state.
+ *
+ * Reads run on the handler thread.  The store's writes wait for their WAL,
+ * so the write entries of a message run on a fixed pool of threads (started
+ * once, on the first message that holds writes, and shared by every
+ * stream), with the handler thread taking its share: their fsyncs overlap
+ * as they would for as many one-shard calls.  No thread is created per
+ * message.  The work on one message is split in three steps, msg_prepare
+ * (decode and check), msg_apply (one entry each) and msg_answer (encode and
+ * send), so that a store that reports its commits by callback can call
+ * msg_answer from the last entry's completion instead of the pool.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bloomgrid/v1/internal.pb-c.h"
+#include "log.h"
+#include "node.h"
+#include "node_rpc.h"
+#include "rpc_arena.h"
+#include "rpc_server.h"
+#include "store.h"
+
+#define POOL_THREADS 8          /* write entries applied at once per node */
+
+/* ---- counters (NodeInfo) ---- */
+
+static struct {
+    atomic_uint_fast64_t messages, entries, hashes;
+    atomic_uint_fast64_t streams, read_streams, write_streams, mixed_streams;
+} counters;
+
+void node_rpc__batch_counters(Bloomgrid__V1__NodeInfoResponse *out)
+{
+    out->batch_messages = atomic_load(&counters.messages);
+    out->batch_entries = atomic_load(&counters.entries);
+    out->batch_hashes = atomic_load(&counters.hashes);
+    out->batch_streams = atomic_load(&counters.streams);
+    out->read_streams = atomic_load(&counters.read_streams);
+    out->write_streams = atomic_load(&counters.write_streams);
+    out->mixed_streams = atomic_load(&counters.mixed_streams);
+}
+
+/* ---- one message ---- */
+
+/* A BatchRequest being answered.  Everything it points to lives in the
+ * stream's arena until the answer is sent. */
+struct batch_msg {
+    struct store *s;
+    Bloomgrid__V1__BatchRequest *m;
+    size_t n;                   /* entries */
+    size_t total;               /* hashes of the entries msg_prepare took */
+    bool writes;                /* an Add or Remove entry among them */
+    struct bf_hash *h;          /* every entry's hashes, decoded */
+    bool *out;                  /* every entry's answers */
+    size_t *off;                /* per entry: its first slot in h and out */
+    uint64_t *version;          /* per entry */
+    struct rpc_reply *rep;      /* per entry: OK, or its error */
+    /* The pool's share of the entries (msg_apply_all). */
+    size_t next, done;
+    struct batch_msg *qnext;
+};
+
+static enum key_op op_of(Bloomgrid__V1__BatchOp op)
+{
+    switch (op) {
+    case BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN:
+        return OP_MAY_CONTAIN;
+    case BLOOMGRID__V1__BATCH_OP__BATCH_OP_REMOVE:
+        return OP_REMOVE;
+    default:
+        return OP_ADD;
+    }
+}
+
+static bool op_known(Bloomgrid__V1__BatchOp op)
+{
+    return op == BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD ||
+           op == BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN ||
+           op == BLOOMGRID__V1__BATCH_OP__BATCH_OP_REMOVE;
+}
+
+static void *arena_zalloc(struct rpc_arena *a, size_t n, size_t size)
+{
+    ProtobufCAllocator *al = rpc_arena_allocator(a);
+    void *p = al->alloc(al->allocator_data, (n ? n : 1) * size);
+    if (p)
+        memset(p, 0, (n ? n : 1) * size);
+    return p;
+}
+
+/* Check the message as a whole and every entry's shape; entries that fail
+ * get their error in rep and are not applied.  Returns 0, or -ENOMEM. */
+static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
+{
+    Bloomgrid__V1__BatchRequest *m = b->m;
+    size_t ne = m->n_entries, total = 0;
+
+    b->n = ne;
+    b->off = arena_zalloc(a, ne, sizeof *b->off);
+    b->version = arena_zalloc(a, ne, sizeof *b->version);
+    b->rep = arena_zalloc(a, ne, sizeof *b->rep);
+    if (!b->off || !b->version || !b->rep)
+        return -ENOMEM;
+    for (size_t k = 0; k < ne; k++) {
+        const Bloomgrid__V1__BatchEntry *e = m->entries[k];
+        b->off[k] = total;
+        if (e->hashes.len % 16 == 0)
+            total += e->hashes.len / 16;
+    }
+    b->total = total;
+    b->h = arena_zalloc(a, total, sizeof *b->h);
+    b->out = arena_zalloc(a, total, sizeof *b->out);
+    if (!b->h || !b->out)
+        return -ENOMEM;
+
+    struct rpc_reply whole = {.st.code = GRPC_STATUS_OK};
+    b->s = node_rpc__need_store(n, &whole);
+    if (b->s && total > n->cfg.max_batch_keys)
+        rpc_reply_error(&whole, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                        "%zu hashes in one batch; the limit is %llu (max_batch_keys)",
+                        total, (unsigned long long)n->cfg.max_batch_keys);
+    for (size_t k = 0; k < ne; k++) {
+        const Bloomgrid__V1__BatchEntry *e = m->entries[k];
+        struct rpc_reply *r = &b->rep[k];
+        if (whole.st.code != GRPC_STATUS_OK)
+            r->st = whole.st;
+        else if (!op_known(e->op))
+            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "entry %zu (shard %u): unknown operation %d", k,
+                            e->shard_index, (int)e->op);
+        else if (e->hashes.len % 16)
+            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "entry %zu (shard %u): hashes is %zu bytes: not a "
+                            "multiple of 16", k, e->shard_index, e->hashes.len);
+        else if (op_of(e->op) != OP_MAY_CONTAIN)
+            b->writes = true;
+    }
+    return 0;
+}
+
+/* Apply entry k (unless msg_prepare refused it). */
+static void msg_apply(struct batch_msg *b, size_t k)
+{
+    const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
+    struct rpc_reply *r = &b->rep[k];
+    if (r->st.code != GRPC_STATUS_OK)
+        return;
+    node_rpc__shard_hashes(b->s, op_of(e->op), e->filter, e->shard_index,
+                           e->hashes.data, e->hashes.len / 16, true, e->secret_id,
+                           b->h + b->off[k], b->out + b->off[k], &b->version[k], r);
+}
+
+/* Encode the answer into the arena's arrays and start sending it.
+ * Returns 0, -ENOMEM or -ECANCELED (the stream is gone). */
+static int msg_answer(struct rpc_stream *st, struct rpc_arena *a, struct batch_msg *b)
+{
+    Bloomgrid__V1__BatchResponse resp = BLOOMGRID__V1__BATCH_RESPONSE__INIT;
+    Bloomgrid__V1__ShardResult *res = arena_zalloc(a, b->n, sizeof *res);
+    Bloomgrid__V1__ShardResult **ptrs = arena_zalloc(a, b->n, sizeof *ptrs);
+    protobuf_c_boolean *bools = arena_zalloc(a, b->total, sizeof *bools);
+    if (!res || !ptrs || !bools)
+        return -ENOMEM;
+    resp.id = b->m->id;
+    resp.n_results = b->n;
+    resp.results = ptrs;
+    for (size_t k = 0; k < b->n; k++) {
+        const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
+        const struct rpc_reply *r = &b->rep[k];
+        Bloomgrid__V1__ShardResult *sr = &res[k];
+        bloomgrid__v1__shard_result__init(sr);
+        ptrs[k] = sr;
+        sr->shard_index = e->shard_index;
+        if (r->st.code != GRPC_STATUS_OK) {
+            sr->code = (int32_t)r->st.code;
+            sr->message = (char *)r->st.message;
+            sr->reason = (Bloomgrid__V1__ErrorReason)r->st.reason;
+            continue;
+        }
+        size_t cnt = e->hashes.len / 16;
+        protobuf_c_boolean *o = bools + b->off[k];
+        for (size_t i = 0; i < cnt; i++)
+            o[i] = b->out[b->off[k] + i];
+        sr->n_results = cnt;
+        sr->results = o;
+        sr->version = b->version[k];
+    }
+    size_t len = protobuf_c_message_get_packed_size(&resp.base);
+    grpc_slice sl = grpc_slice_malloc(len);
+    protobuf_c_message_pack(&resp.base, GRPC_SLICE_START_PTR(sl));
+    return rpc_stream_send(st, sl);
+}
+
+/* ---- the pool for write entries ---- */
+
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    struct batch_msg *head, *tail;   /* messages with entries not taken */
+    int threads;
+} pool = {.once = PTHREAD_ONCE_INIT,
+          .mu = PTHREAD_MUTEX_INITIALIZER,
+          .work = PTHREAD_COND_INITIALIZER,
+          .done = PTHREAD_COND_INITIALIZER};
+
+/* Take the next entry of the queue's first message; caller holds pool.mu.
+ * Returns the message (NULL when the queue is empty) and the entry in *k. */
+static struct batch_msg *pool_take(size_t *k)
+{
+    struct batch_msg *b = pool.head;
+    if (!b)
+        return NULL;
+    *k = b->next++;
+    if (b->next >= b->n) {   /* every entry taken: leave the queue */
+        pool.head = b->qnext;
+        if (!pool.head)
+            pool.tail = NULL;
+    }
+    return b;
+}
+
+/* Entry k of b is applied; caller holds pool.mu.  Touches b no more once
+ * the last entry is counted: its handler may return at once. */
+static void pool_done(struct batch_msg *b)
+{
+    if (++b->done == b->n)
+        pthread_cond_broadcast(&pool.done);
+}
+
+static void *pool_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        size_t k;
+        struct batch_msg *b = pool_take(&k);
+        if (!b) {
+            pthread_cond_wait(&pool.work, &pool.mu);
+            continue;
+        }
+        pthread_mutex_unlock(&pool.mu);
+        msg_apply(b, k);
+        pthread_mutex_lock(&pool.mu);
+        pool_done(b);
+    }
+    return NULL;
+}
+
+/* The pool lives as long as the process, like the gRPC core's threads: its
+ * threads wait for work and hold nothing between messages. */
+static void pool_start(void)
+{
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    for (int i = 0; i < POOL_THREADS - 1; i++) {
+        pthread_t t;
+        if (pthread_create(&t, &at, pool_main, NULL) != 0)
+            break;
+        pool.threads++;
+    }
+    pthread_attr_destroy(&at);
+    if (pool.threads < POOL_THREADS - 1)
+        log_warn("batch pool: %d of %d threads started", pool.threads,
+                 POOL_THREADS - 1);
+}
+
+/* Apply every entry of b: on this thread alone for reads (or when there is
+ * one entry), with the pool for writes.  Returns when all are applied. */
+static void msg_apply_all(struct batch_msg *b)
+{
+    if (!b->writes || b->n < 2) {
+        for (size_t k = 0; k < b->n; k++)
+            msg_apply(b, k);
+        return;
+    }
+    pthread_once(&pool.once, pool_start);
+    pthread_mutex_lock(&pool.mu);
+    b->next = b->done = 0;
+    b->qnext = NULL;
+    if (pool.tail)
+        pool.tail->qnext = b;
+    else
+        pool.head = b;
+    pool.tail = b;
+    pthread_cond_broadcast(&pool.work);
+    /* This thread takes entries of the queue's messages too (its own or
+     * earlier ones): every entry taken is one less to wait for. */
+    while (b->next < b->n) {
+        size_t k = 0;
+        struct batch_msg *o = pool_take(&k);
+        pthread_mutex_unlock(&pool.mu);
+        msg_apply(o, k);
+        pthread_mutex_lock(&pool.mu);
+        pool_done(o);
+    }
+    while (b->done < b->n)
+        pthread_cond_wait(&pool.done, &pool.mu);
+    pthread_mutex_unlock(&pool.mu);
+}
+
+/* ---- the stream ---- */
+
+/* Count what kind of entries a stream carried (NodeInfo). */
+static void count_kinds(const Bloomgrid__V1__BatchRequest *m, bool *reads, bool *writes)
+{
+    bool r = *reads, w = *writes;
+    size_t hashes = 0;
+    for (size_t k = 0; k < m->n_entries; k++) {
+        hashes += m->entries[k]->hashes.len / 16;
+        if (m->entries[k]->op == BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN)
+            r = true;
+        else
+            w = true;
+    }
+    atomic_fetch_add(&counters.messages, 1);
+    atomic_fetch_add(&counters.entries, m->n_entries);
+    atomic_fetch_add(&counters.hashes, hashes);
+    if (r && !*reads)
+        atomic_fetch_add(&counters.read_streams, 1);
+    if (w && !*writes)
+        atomic_fetch_add(&counters.write_streams, 1);
+    if (r && w && !(*reads && *writes))
+        atomic_fetch_add(&counters.mixed_streams, 1);
+    *reads = r;
+    *writes = w;
+}
+
+void node_rpc__h_batches(void *arg, struct rpc_stream *st)
+{
+    struct node *n = arg;
+    struct rpc_arena a;
+    bool reads = false, writes = false;
+    const uint8_t *buf;
+    size_t len;
+    int rc;
+
+    atomic_fetch_add(&counters.streams, 1);
+    /* The decoded message, its hashes and answers: a few times its size. */
+    rpc_arena_init(&a, 4 * rpc_stream_max_message(st) + (1u << 20));
+    while ((rc = rpc_stream_read(st, &buf, &len)) == 1) {
+        rpc_arena_reset(&a);
+        struct batch_msg b = {0};
+        b.m = bloomgrid__v1__batch_request__unpack(rpc_arena_allocator(&a), len, buf);
+        if (!b.m) {
+            rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT,
+                              "malformed BatchRequest message (%zu bytes)", len);
+            break;
+        }
+        count_kinds(b.m, &reads, &writes);
+        if (msg_prepare(n, &a, &b) < 0)
+            goto nomem;
+        msg_apply_all(&b);
+        int sent = msg_answer(st, &a, &b);
+        if (sent == -ENOMEM)
+            goto nomem;
+        if (sent < 0)
+            break;
+        continue;
+nomem:
+        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "out of memory for a batch of %zu entries (%zu bytes)",
+                          b.m->n_entries, len);
+        break;
+    }
+    if (rc == 0)
+        rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
+    /* rc < 0: the call is gone, or broke the string rule (the server then
+     * ends it with INVALID_ARGUMENT itself). */
+    rpc_arena_deinit(&a);
+}

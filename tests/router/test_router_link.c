@@ -79,10 +79,7 @@ static void test_coalesce(void)
     struct cluster c;
     struct rpc_status st;
     static const char *const rflags[] = {"--threads", "64", NULL};
-    cluster_init(&c, "router-link-coalesce", "none");
-    cluster_node_start(&c, 0, 0, NULL);
-    cluster_write_topo(&c, 1, false, NULL);
-    cluster_router_start(&c, 0, rflags);
+    cluster_start_flags(&c, "router-link-coalesce", 1, 1, "none", rflags);
     struct rpc_channel *r = c.router[0].ch;
     CHECK(t_create_sharded(r, "co", 100000, 0.001, 0, 8, NULL, &st) == 0, "create: %s",
           st.message);
@@ -207,10 +204,7 @@ static void test_restart(void)
     struct cluster c;
     struct rpc_status st;
     static const char *const rflags[] = {"--threads", "32", NULL};
-    cluster_init(&c, "router-link-restart", "fsync");
-    cluster_node_start(&c, 0, 0, NULL);
-    cluster_write_topo(&c, 1, false, NULL);
-    cluster_router_start(&c, 0, rflags);
+    cluster_start_flags(&c, "router-link-restart", 1, 1, "fsync", rflags);
     struct rpc_channel *r = c.router[0].ch;
     CHECK(t_create_sharded(r, "rs", 4000000, 0.01, 0, 16, NULL, &st) == 0, "create: %s",
           st.message);
@@ -397,10 +391,7 @@ static void test_stalled(void)
     /* Threads enough that all three writes wait in the router at once. */
     static const char *const rflags[] = {"--node-timeout-ms", "1500", "--node-queue-mb",
                                          "1", "--threads", "16", NULL};
-    cluster_init(&c, "router-link-stalled", "none");
-    cluster_node_start(&c, 0, 0, NULL);
-    cluster_write_topo(&c, 1, false, NULL);
-    cluster_router_start(&c, 0, rflags);
+    cluster_start_flags(&c, "router-link-stalled", 1, 1, "none", rflags);
     struct rpc_channel *r = c.router[0].ch;
     CHECK(t_create_sharded(r, "st", 1000000, 0.01, 0, 4, NULL, &st) == 0, "create: %s",
           st.message);

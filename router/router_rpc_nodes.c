@@ -1,6 +1,6 @@
 /* router_rpc_nodes: the router's side of the internal service (see
- * router_nodes.h).  With router_rpc.c, the only place of the router that
- * converts wire messages.
+ * router_nodes.h).  With router_rpc.c and router_link.c, the only place of
+ * the router that converts wire messages.
  *
  * Key batches: the keys are hashed once, sorted by shard into one array
  * (each shard's hashes contiguous, in request order), and the shards that
@@ -12,11 +12,9 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "bloomgrid/v1/internal.pb-c.h"

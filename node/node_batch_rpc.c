@@ -344,6 +344,32 @@ static void count_kinds(const Bloomgrid__V1__BatchRequest *m, bool *reads, bool 
     *writes = w;
 }
 
+/* Answer one message of the stream.  Returns 0, or -1 when the stream
+ * ends here (finished with an error, or gone). */
+static int batch_one(struct node *n, struct rpc_stream *st, struct rpc_arena *a,
+                     const uint8_t *buf, size_t len, bool *reads, bool *writes)
+{
+    struct batch_msg b = {0};
+    rpc_arena_reset(a);
+    b.m = bloomgrid__v1__batch_request__unpack(rpc_arena_allocator(a), len, buf);
+    if (!b.m) {
+        rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT,
+                          "malformed BatchRequest message (%zu bytes)", len);
+        return -1;
+    }
+    count_kinds(b.m, reads, writes);
+    int rc = msg_prepare(n, a, &b);
+    if (rc == 0) {
+        msg_apply_all(&b);
+        rc = msg_answer(st, a, &b);
+    }
+    if (rc == -ENOMEM)
+        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "out of memory for a batch of %zu entries (%zu bytes)",
+                          b.m->n_entries, len);
+    return rc < 0 ? -1 : 0;
+}
+
 void node_rpc__h_batches(void *arg, struct rpc_stream *st)
 {
     struct node *n = arg;
@@ -356,31 +382,9 @@ void node_rpc__h_batches(void *arg, struct rpc_stream *st)
     atomic_fetch_add(&counters.streams, 1);
     /* The decoded message, its hashes and answers: a few times its size. */
     rpc_arena_init(&a, 4 * rpc_stream_max_message(st) + (1u << 20));
-    while ((rc = rpc_stream_read(st, &buf, &len)) == 1) {
-        rpc_arena_reset(&a);
-        struct batch_msg b = {0};
-        b.m = bloomgrid__v1__batch_request__unpack(rpc_arena_allocator(&a), len, buf);
-        if (!b.m) {
-            rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT,
-                              "malformed BatchRequest message (%zu bytes)", len);
+    while ((rc = rpc_stream_read(st, &buf, &len)) == 1)
+        if (batch_one(n, st, &a, buf, len, &reads, &writes) < 0)
             break;
-        }
-        count_kinds(b.m, &reads, &writes);
-        if (msg_prepare(n, &a, &b) < 0)
-            goto nomem;
-        msg_apply_all(&b);
-        int sent = msg_answer(st, &a, &b);
-        if (sent == -ENOMEM)
-            goto nomem;
-        if (sent < 0)
-            break;
-        continue;
-nomem:
-        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "out of memory for a batch of %zu entries (%zu bytes)",
-                          b.m->n_entries, len);
-        break;
-    }
     if (rc == 0)
         rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
     /* rc < 0: the call is gone, or broke the string rule (the server then

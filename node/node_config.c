@@ -15,14 +15,17 @@ static const struct setting settings[] = {
     {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:7400", F(listen),
      "address to serve gRPC on, host:port (port 0 picks a free port)"},
     {"data_dir", SETTING_STRING, 0, 0, NULL, "./bloomgrid-data", F(data_dir),
-     "directory holding the filters (snapshots and write-ahead logs)"},
+     "directory holding the filters (checkpoints) and the node's write-ahead "
+     "log (docs/STORAGE.md)"},
     {"durability", SETTING_ENUM, 0, 0, "fsync|none", "fsync", F(durability),
-     "fsync: acknowledge writes once on disk (group commit); none: "
-     "acknowledge after write(): a machine crash loses recent writes"},
+     "fsync: acknowledge writes once on disk (one fdatasync for every write "
+     "that arrived meanwhile, on any filter); none: acknowledge after "
+     "write(): a machine crash loses recent writes"},
     {"snapshot_interval", SETTING_UINT, 1, 86400, NULL, "60", F(snapshot_interval_s),
-     "seconds between snapshots of changed filters"},
+     "seconds between checkpoints of changed filters"},
     {"snapshot_wal_mb", SETTING_UINT, 1, 1 << 20, NULL, "64", F(snapshot_wal_mb),
-     "also snapshot a filter once its write-ahead log grew by this many MiB"},
+     "bound on the node's write-ahead log, in MiB: past it the filters that "
+     "hold its oldest segments are checkpointed and the segments removed"},
     {"max_batch_keys", SETTING_UINT | SETTING_LIVE, 1, RULES_BATCH_KEYS_MAX, NULL,
      RULES_STR(RULES_BATCH_KEYS_DEFAULT), F(max_batch_keys),
      "most keys (or hashes) in one request; more is RESOURCE_EXHAUSTED"},

@@ -57,19 +57,13 @@ int node_rpc__scratch_reserve(struct scratch *sc, size_t n)
     size_t cap = sc->cap ? sc->cap : 1024;
     while (cap < n)
         cap *= 2;
-    const uint8_t **kp = realloc(sc->key_ptr, cap * sizeof *kp);
-    if (kp)
-        sc->key_ptr = kp;
-    uint32_t *kl = realloc(sc->key_len, cap * sizeof *kl);
-    if (kl)
-        sc->key_len = kl;
     struct bf_hash *h = realloc(sc->hashes, cap * sizeof *h);
     if (h)
         sc->hashes = h;
     bool *o = realloc(sc->out, cap * sizeof *o);
     if (o)
         sc->out = o;
-    if (!kp || !kl || !h || !o)
+    if (!h || !o)
         return -ENOMEM;
     sc->cap = cap;
     return 0;
@@ -77,8 +71,6 @@ int node_rpc__scratch_reserve(struct scratch *sc, size_t n)
 
 void node_rpc__scratch_free(struct scratch *sc)
 {
-    free(sc->key_ptr);
-    free(sc->key_len);
     free(sc->hashes);
     free(sc->out);
     memset(sc, 0, sizeof *sc);

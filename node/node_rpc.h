@@ -1,8 +1,8 @@
 /* node_rpc: internals shared by the node's RPC handler files.
  *
  * The node's handlers are split by topic: node_catalog_rpc.c (CreateFilter,
- * DropFilter, GetFilter, ListFilters), node_keys_rpc.c (the hot key batches
- * with their hand-written codec), node_transfer_rpc.c (Export, Import),
+ * DropFilter, GetFilter, ListFilters), node_keys_rpc.c (the hot key batches,
+ * through the codec of rpc_keys.h), node_transfer_rpc.c (Export, Import),
  * node_internal_rpc.c (the internal service's shard calls),
  * node_batch_rpc.c (the routers' Batches streams) and node_pages_rpc.c (page
  * streaming).  What more than one of them needs lives in node_rpc.c: the
@@ -32,8 +32,6 @@ enum key_op { OP_ADD, OP_MAY_CONTAIN, OP_REMOVE };
 
 /* Per-thread (or per-stream) buffers reused across calls. */
 struct scratch {
-    const uint8_t **key_ptr;
-    uint32_t *key_len;
     struct bf_hash *hashes;
     bool *out;
     size_t cap;

@@ -13,15 +13,17 @@
  * the answer's arrays; nothing is allocated per message in the steady
  * state.
  *
- * Reads run on the handler thread.  The store's writes wait for their WAL,
- * so the write entries of a message run on a fixed pool of threads (started
- * once, on the first message that holds writes, and shared by every
- * stream), with the handler thread taking its share: their fsyncs overlap
- * as they would for as many one-shard calls.  No thread is created per
- * message.  The work on one message is split in three steps, msg_prepare
- * (decode and check), msg_apply (one entry each) and msg_answer (encode and
- * send), so that a store that reports its commits by callback can call
- * msg_answer from the last entry's completion instead of the pool.
+ * Reads are applied on the handler thread.  Writes go to the store's
+ * asynchronous calls (store_add_hashes_async): every write entry of a
+ * message sets its bits and queues its log record at once, the node's
+ * commit thread makes them durable together (one fsync for the message,
+ * and for whatever else arrived meanwhile), and the answer leaves once the
+ * last of them completed.  No thread waits per entry and none is created.
+ * The work on one message is split in three steps, msg_prepare (decode and
+ * check), msg_apply (submit each entry; writes complete in entry_done) and
+ * msg_answer (encode and send), so that answering from the last entry's
+ * completion instead of the handler thread is a local change once the RPC
+ * layer's sends may come from another thread.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,14 +33,11 @@
 #include <string.h>
 
 #include "bloomgrid/v1/internal.pb-c.h"
-#include "log.h"
 #include "node.h"
 #include "node_rpc.h"
 #include "rpc_arena.h"
 #include "rpc_server.h"
 #include "store.h"
-
-#define POOL_THREADS 8          /* write entries applied at once per node */
 
 /* ---- counters (NodeInfo) ---- */
 
@@ -60,6 +59,21 @@ void node_rpc__batch_counters(Bloomgrid__V1__NodeInfoResponse *out)
 
 /* ---- one message ---- */
 
+/* The writes of a message not yet durable (one per stream). */
+struct batch_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t pending;
+};
+
+struct batch_msg;
+
+/* What an entry's completion needs to find its message. */
+struct entry_ctx {
+    struct batch_msg *b;
+    size_t k;
+};
+
 /* A BatchRequest being answered.  Everything it points to lives in the
  * stream's arena until the answer is sent. */
 struct batch_msg {
@@ -73,9 +87,11 @@ struct batch_msg {
     size_t *off;                /* per entry: its first slot in h and out */
     uint64_t *version;          /* per entry */
     struct rpc_reply *rep;      /* per entry: OK, or its error */
-    /* The pool's share of the entries (msg_apply_all). */
-    size_t next, done;
-    struct batch_msg *qnext;
+    /* Per write entry submitted: the held shard, the completion's rc. */
+    struct store_filter **sf;
+    int *rc;
+    struct entry_ctx *ctx;
+    struct batch_wait *w;
 };
 
 static enum key_op op_of(Bloomgrid__V1__BatchOp op)
@@ -117,7 +133,10 @@ static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
     b->off = arena_zalloc(a, ne, sizeof *b->off);
     b->version = arena_zalloc(a, ne, sizeof *b->version);
     b->rep = arena_zalloc(a, ne, sizeof *b->rep);
-    if (!b->off || !b->version || !b->rep)
+    b->sf = arena_zalloc(a, ne, sizeof *b->sf);
+    b->rc = arena_zalloc(a, ne, sizeof *b->rc);
+    b->ctx = arena_zalloc(a, ne, sizeof *b->ctx);
+    if (!b->off || !b->version || !b->rep || !b->sf || !b->rc || !b->ctx)
         return -ENOMEM;
     for (size_t k = 0; k < ne; k++) {
         const Bloomgrid__V1__BatchEntry *e = m->entries[k];
@@ -156,16 +175,85 @@ static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
     return 0;
 }
 
-/* Apply entry k (unless msg_prepare refused it). */
+/* A write entry is durable (rc 0) or failed; on the commit thread. */
+static void entry_done(void *arg, int rc)
+{
+    struct entry_ctx *c = arg;
+    struct batch_wait *w = c->b->w;
+    pthread_mutex_lock(&w->mu);
+    c->b->rc[c->k] = rc;
+    if (--w->pending == 0)
+        pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Apply entry k (unless msg_prepare refused it): a read at once, a write
+ * submitted to the store, its outcome in entry_done. */
 static void msg_apply(struct batch_msg *b, size_t k)
 {
     const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
     struct rpc_reply *r = &b->rep[k];
+    enum key_op op = op_of(e->op);
+    size_t cnt = e->hashes.len / 16;
+    struct bf_hash *h = b->h + b->off[k];
+    bool *out = b->out + b->off[k];
+    char err[STORE_ERRLEN] = "";
+
     if (r->st.code != GRPC_STATUS_OK)
         return;
-    node_rpc__shard_hashes(b->s, op_of(e->op), e->filter, e->shard_index,
-                           e->hashes.data, e->hashes.len / 16, true, e->secret_id,
-                           b->h + b->off[k], b->out + b->off[k], &b->version[k], r);
+    if (op == OP_MAY_CONTAIN) {
+        node_rpc__shard_hashes(b->s, op, e->filter, e->shard_index, e->hashes.data,
+                               cnt, true, e->secret_id, h, out, &b->version[k], r);
+        return;
+    }
+    struct store_filter *sf = node_rpc__shard_check(b->s, op, e->filter, e->shard_index,
+                                                    e->hashes.data, cnt, true,
+                                                    e->secret_id, h, r);
+    if (!sf)
+        return;
+    b->ctx[k] = (struct entry_ctx){.b = b, .k = k};
+    /* Counted first: the completion may come before the call returns. */
+    pthread_mutex_lock(&b->w->mu);
+    b->w->pending++;
+    pthread_mutex_unlock(&b->w->mu);
+    int rc = op == OP_ADD
+                 ? store_add_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[k], err)
+                 : store_remove_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[k], err);
+    if (rc < 0) {
+        pthread_mutex_lock(&b->w->mu);
+        b->w->pending--;
+        pthread_mutex_unlock(&b->w->mu);
+        node_rpc__shard_store_error(r, sf, e->filter, e->shard_index, rc, err);
+        store_put(sf);
+        return;
+    }
+    b->sf[k] = sf;
+}
+
+/* Apply every entry, then wait until every write is durable or failed. */
+static void msg_apply_all(struct batch_msg *b)
+{
+    for (size_t k = 0; k < b->n; k++)
+        msg_apply(b, k);
+    if (!b->writes)
+        return;
+    pthread_mutex_lock(&b->w->mu);
+    while (b->w->pending > 0)
+        pthread_cond_wait(&b->w->cv, &b->w->mu);
+    pthread_mutex_unlock(&b->w->mu);
+    for (size_t k = 0; k < b->n; k++) {
+        struct store_filter *sf = b->sf[k];
+        if (!sf)
+            continue;
+        const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
+        if (b->rc[k] < 0)
+            node_rpc__shard_store_error(&b->rep[k], sf, e->filter, e->shard_index,
+                                        b->rc[k], "");
+        else
+            b->version[k] = node_rpc__shard_version(sf);
+        store_put(sf);
+        b->sf[k] = NULL;
+    }
 }
 
 /* Encode the answer into the arena's arrays and start sending it.
@@ -208,115 +296,6 @@ static int msg_answer(struct rpc_stream *st, struct rpc_arena *a, struct batch_m
     return rpc_stream_send(st, sl);
 }
 
-/* ---- the pool for write entries ---- */
-
-static struct {
-    pthread_once_t once;
-    pthread_mutex_t mu;
-    pthread_cond_t work, done;
-    struct batch_msg *head, *tail;   /* messages with entries not taken */
-    int threads;
-} pool = {.once = PTHREAD_ONCE_INIT,
-          .mu = PTHREAD_MUTEX_INITIALIZER,
-          .work = PTHREAD_COND_INITIALIZER,
-          .done = PTHREAD_COND_INITIALIZER};
-
-/* Take the next entry of the queue's first message; caller holds pool.mu.
- * Returns the message (NULL when the queue is empty) and the entry in *k. */
-static struct batch_msg *pool_take(size_t *k)
-{
-    struct batch_msg *b = pool.head;
-    if (!b)
-        return NULL;
-    *k = b->next++;
-    if (b->next >= b->n) {   /* every entry taken: leave the queue */
-        pool.head = b->qnext;
-        if (!pool.head)
-            pool.tail = NULL;
-    }
-    return b;
-}
-
-/* Entry k of b is applied; caller holds pool.mu.  Touches b no more once
- * the last entry is counted: its handler may return at once. */
-static void pool_done(struct batch_msg *b)
-{
-    if (++b->done == b->n)
-        pthread_cond_broadcast(&pool.done);
-}
-
-static void *pool_main(void *arg)
-{
-    (void)arg;
-    pthread_mutex_lock(&pool.mu);
-    for (;;) {
-        size_t k;
-        struct batch_msg *b = pool_take(&k);
-        if (!b) {
-            pthread_cond_wait(&pool.work, &pool.mu);
-            continue;
-        }
-        pthread_mutex_unlock(&pool.mu);
-        msg_apply(b, k);
-        pthread_mutex_lock(&pool.mu);
-        pool_done(b);
-    }
-    return NULL;
-}
-
-/* The pool lives as long as the process, like the gRPC core's threads: its
- * threads wait for work and hold nothing between messages. */
-static void pool_start(void)
-{
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    for (int i = 0; i < POOL_THREADS - 1; i++) {
-        pthread_t t;
-        if (pthread_create(&t, &at, pool_main, NULL) != 0)
-            break;
-        pool.threads++;
-    }
-    pthread_attr_destroy(&at);
-    if (pool.threads < POOL_THREADS - 1)
-        log_warn("batch pool: %d of %d threads started", pool.threads,
-                 POOL_THREADS - 1);
-}
-
-/* Apply every entry of b: on this thread alone for reads (or when there is
- * one entry), with the pool for writes.  Returns when all are applied. */
-static void msg_apply_all(struct batch_msg *b)
-{
-    if (!b->writes || b->n < 2) {
-        for (size_t k = 0; k < b->n; k++)
-            msg_apply(b, k);
-        return;
-    }
-    pthread_once(&pool.once, pool_start);
-    pthread_mutex_lock(&pool.mu);
-    b->next = b->done = 0;
-    b->qnext = NULL;
-    if (pool.tail)
-        pool.tail->qnext = b;
-    else
-        pool.head = b;
-    pool.tail = b;
-    pthread_cond_broadcast(&pool.work);
-    /* This thread takes entries of the queue's messages too (its own or
-     * earlier ones): every entry taken is one less to wait for. */
-    while (b->next < b->n) {
-        size_t k = 0;
-        struct batch_msg *o = pool_take(&k);
-        pthread_mutex_unlock(&pool.mu);
-        msg_apply(o, k);
-        pthread_mutex_lock(&pool.mu);
-        pool_done(o);
-    }
-    while (b->done < b->n)
-        pthread_cond_wait(&pool.done, &pool.mu);
-    pthread_mutex_unlock(&pool.mu);
-}
-
 /* ---- the stream ---- */
 
 /* Count what kind of entries a stream carried (NodeInfo). */
@@ -347,9 +326,10 @@ static void count_kinds(const Bloomgrid__V1__BatchRequest *m, bool *reads, bool 
 /* Answer one message of the stream.  Returns 0, or -1 when the stream
  * ends here (finished with an error, or gone). */
 static int batch_one(struct node *n, struct rpc_stream *st, struct rpc_arena *a,
-                     const uint8_t *buf, size_t len, bool *reads, bool *writes)
+                     struct batch_wait *w, const uint8_t *buf, size_t len, bool *reads,
+                     bool *writes)
 {
-    struct batch_msg b = {0};
+    struct batch_msg b = {.w = w};
     rpc_arena_reset(a);
     b.m = bloomgrid__v1__batch_request__unpack(rpc_arena_allocator(a), len, buf);
     if (!b.m) {
@@ -374,20 +354,25 @@ void node_rpc__h_batches(void *arg, struct rpc_stream *st)
 {
     struct node *n = arg;
     struct rpc_arena a;
+    struct batch_wait w = {.pending = 0};
     bool reads = false, writes = false;
     const uint8_t *buf;
     size_t len;
     int rc;
 
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
     atomic_fetch_add(&counters.streams, 1);
     /* The decoded message, its hashes and answers: a few times its size. */
     rpc_arena_init(&a, 4 * rpc_stream_max_message(st) + (1u << 20));
     while ((rc = rpc_stream_read(st, &buf, &len)) == 1)
-        if (batch_one(n, st, &a, buf, len, &reads, &writes) < 0)
+        if (batch_one(n, st, &a, &w, buf, len, &reads, &writes) < 0)
             break;
     if (rc == 0)
         rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
     /* rc < 0: the call is gone, or broke the string rule (the server then
      * ends it with INVALID_ARGUMENT itself). */
     rpc_arena_deinit(&a);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
 }

@@ -171,4 +171,22 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
                            struct bf_hash *h, bool *out, uint64_t *version,
                            struct rpc_reply *r);
 
+/* The first half of node_rpc__shard_hashes, for callers that apply op
+ * themselves (node_batch_rpc.c, with the store's _async writes): find the
+ * shard, refuse a write on a replica, decode the hashes into h and check
+ * them.  Returns the held shard (store_put when done), or NULL with r set
+ * to the shard's error. */
+struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
+                                           const char *filter, unsigned index,
+                                           const uint8_t *data, size_t cnt,
+                                           bool check_shard, uint64_t secret_id,
+                                           struct bf_hash *h, struct rpc_reply *r);
+/* The version a shard's answers carry (a replica's: the primary's that its
+ * pages cover). */
+uint64_t node_rpc__shard_version(struct store_filter *sf);
+/* Set r from a store error rc (err may be "") of shard index of filter. */
+void node_rpc__shard_store_error(struct rpc_reply *r, struct store_filter *sf,
+                                 const char *filter, unsigned index, int rc,
+                                 const char *err);
+
 #endif

@@ -39,13 +39,6 @@ static const struct setting settings[] = {
     {"max_streams", SETTING_UINT, 1, 100000, NULL, "256", F(max_streams),
      "streaming calls open at once (each has a thread); more get "
      "RESOURCE_EXHAUSTED"},
-    {"frames", SETTING_ENUM, 0, 0, "on|off", "on", F(frames),
-     "also serve the internal service's unary calls as plain TCP frames "
-     "(bloomgrid-router sends key batches there: lower latency than gRPC; "
-     "docs/ROUTER.md)"},
-    {"frame_port", SETTING_UINT, 0, 65535, NULL, "0", F(frame_port),
-     "port of the frame transport, on the host of listen; 0 picks a free "
-     "port (routers learn it through Internal/NodeInfo)"},
     {"shutdown_grace_ms", SETTING_UINT, 0, 600000, NULL, "3000", F(shutdown_grace_ms),
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
     {"log_level", SETTING_ENUM | SETTING_LIVE, 0, 0, "debug|info|warn|error", "info", F(log_level),

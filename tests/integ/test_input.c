@@ -155,7 +155,7 @@ static size_t answers(grpc_slice r, bool *out, size_t max)
  * deadline. */
 static void start(struct cluster *c, int n, const char *tag, const char *timeout_ms)
 {
-    const char *const flags[] = {"--node-timeout-ms", timeout_ms, "--frames", "off",
+    const char *const flags[] = {"--node-timeout-ms", timeout_ms,
                                  NULL};
     cluster_init(c, tag, "none");
     for (int i = 0; i < n; i++)

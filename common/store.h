@@ -177,6 +177,8 @@ void store_list_free(char **names, size_t n);
 
 /* A counted handle to a filter, or NULL when there is none. */
 struct store_filter *store_get(struct store *s, const char *name);
+/* One more reference to a handle already held; returns sf. */
+struct store_filter *store_ref(struct store_filter *sf);
 void store_put(struct store_filter *sf);
 
 /* The filter's name (owned by the handle). */

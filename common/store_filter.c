@@ -68,6 +68,12 @@ void store__filter_free(struct store_filter *sf)
     free(sf);
 }
 
+struct store_filter *store_ref(struct store_filter *sf)
+{
+    atomic_fetch_add(&sf->refs, 1);
+    return sf;
+}
+
 void store_put(struct store_filter *sf)
 {
     if (sf && atomic_fetch_sub(&sf->refs, 1) == 1)

@@ -489,3 +489,30 @@ void t_node_info(struct rpc_channel *ch, struct node_info *out)
     out->mixed_streams = resp->mixed_streams;
     bloomgrid__v1__node_info_response__free_unpacked(resp, NULL);
 }
+
+static char *preload_saved_asan;
+static bool preload_had_asan;
+
+void harness_preload_begin(const char *lib)
+{
+    const char *ao = getenv("ASAN_OPTIONS");
+    char asan[512];
+
+    preload_had_asan = ao != NULL;
+    preload_saved_asan = ao ? strdup(ao) : NULL;
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", ao ? ao : "",
+             ao && ao[0] ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    setenv("LD_PRELOAD", lib, 1);
+}
+
+void harness_preload_end(void)
+{
+    unsetenv("LD_PRELOAD");
+    if (preload_had_asan)
+        setenv("ASAN_OPTIONS", preload_saved_asan, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+    free(preload_saved_asan);
+    preload_saved_asan = NULL;
+}

@@ -140,4 +140,10 @@ struct node_info {
 };
 void t_node_info(struct rpc_channel *ch, struct node_info *out);
 
+/* Children started between harness_preload_begin(lib) and
+ * harness_preload_end() run with LD_PRELOAD=lib (a sanitized child is told
+ * that the library comes ahead of its runtime on purpose). */
+void harness_preload_begin(const char *lib);
+void harness_preload_end(void);
+
 #endif

@@ -295,24 +295,11 @@ static void test_slow_fsync(const char *preload)
     cluster_init(&c, "router-link-slow-fsync", "fsync");
     snprintf(gate, sizeof gate, "%s/fsync-gate", c.dir);
     snprintf(held, sizeof held, "%s.held", gate);
-    /* A sanitized node refuses a preload ahead of its runtime unless told
-     * the order is fine. */
-    const char *ao = getenv("ASAN_OPTIONS");
-    char asan[512];
-    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", ao ? ao : "",
-             ao && ao[0] ? ":" : "");
-    char *saved = ao ? strdup(ao) : NULL;
-    setenv("ASAN_OPTIONS", asan, 1);
-    setenv("LD_PRELOAD", preload, 1);
     setenv("SLOW_FSYNC_GATE", gate, 1);
     setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_preload_begin(preload);
     cluster_node_start(&c, 0, 0, NULL);
-    unsetenv("LD_PRELOAD");
-    if (saved)
-        setenv("ASAN_OPTIONS", saved, 1);
-    else
-        unsetenv("ASAN_OPTIONS");
-    free(saved);
+    harness_preload_end();
     cluster_write_topo(&c, 1, false, NULL);
     cluster_router_start(&c, 0, rflags);
     struct rpc_channel *r = c.router[0].ch;

@@ -35,7 +35,8 @@ static const struct setting settings[] = {
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
     {"threads", SETTING_UINT, 1, 256, NULL, "8", F(threads),
-     "RPC worker threads (handlers may wait for fsync: more than cores)"},
+     "RPC worker threads (writes are answered by the commit thread once "
+     "durable, so no worker waits for an fsync: about the number of cores)"},
     {"max_streams", SETTING_UINT, 1, 100000, NULL, "256", F(max_streams),
      "streaming calls open at once (each has a thread); more get "
      "RESOURCE_EXHAUSTED"},

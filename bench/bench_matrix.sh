@@ -294,28 +294,41 @@ wname() {  # op mode batch depth
   echo "$1$([ "$2" = stream ] && echo " stream") b$3 d$4"
 }
 
+# Every workload of one operation in one round, the systems taking turns
+# (the first one rotates from workload to workload).
+workloads() {  # round op systems...
+  local round=$1 op=$2 mode wl b d w n k s args
+  shift 2
+  local sys=("$@")
+  for mode in $MODES; do
+    for wl in "${WL[@]}"; do
+      read -r b d <<<"$wl"
+      w=$(wname "$op" "$mode" "$b" "$d")
+      echo "== round $round: $w"
+      n=${#sys[@]}
+      for k in $(seq 0 $((n - 1))); do
+        s=${sys[$(((k + i) % n))]}
+        seed=$((seed + 1))
+        args=(--batch "$b" --depth "$d" --seed "$seed")
+        [ "$mode" = stream ] && args+=(--stream)
+        if [ "$op" = add ]; then    # a fresh filter for every add run
+          bb "$s" --filter "a$i" --create --capacity "$CAPACITY" --shards "$SHARDS" >/dev/null
+          run "$round" "$w" "$s" "a$i" --op add "${args[@]}" --max-keys "$CAPACITY"
+          bb "$s" --filter "a$i" --drop >/dev/null
+        else
+          run "$round" "$w" "$s" q --op query "${args[@]}" --prefill-seed 7 \
+            --prefill-count "$PREFILL"
+        fi
+      done
+      i=$((i + 1))
+    done
+  done
+}
+
 i=0
 seed=100
 for round in $(seq 1 "$ROUNDS"); do
-  if [ ${#SYS[@]} -gt 0 ]; then
-    for mode in $MODES; do
-      for wl in "${WL[@]}"; do
-        read -r b d <<<"$wl"
-        w=$(wname add "$mode" "$b" "$d")
-        echo "== round $round: $w"
-        n=${#SYS[@]}
-        for k in $(seq 0 $((n - 1))); do
-          s=${SYS[$(((k + i) % n))]}
-          seed=$((seed + 1))
-          bb "$s" --filter "a$i" --create --capacity "$CAPACITY" --shards "$SHARDS" >/dev/null
-          run "$round" "$w" "$s" "a$i" --op add --batch "$b" --depth "$d" --seed $seed \
-            --max-keys "$CAPACITY" $([ "$mode" = stream ] && echo --stream)
-          bb "$s" --filter "a$i" --drop >/dev/null
-        done
-        i=$((i + 1))
-      done
-    done
-  fi
+  if [ ${#SYS[@]} -gt 0 ]; then workloads "$round" add "${SYS[@]}"; fi
   if [ ${#QSYS[@]} -gt 0 ]; then
     if [ "$round" = 1 ]; then
       echo "== prefill $PREFILL keys"
@@ -324,21 +337,7 @@ for round in $(seq 1 "$ROUNDS"); do
         bb "$s" --filter q --prefill "$PREFILL" --prefill-seed 7 | sed "s/^/  $s: /"
       done
     fi
-    for mode in $MODES; do
-      for wl in "${WL[@]}"; do
-        read -r b d <<<"$wl"
-        w=$(wname query "$mode" "$b" "$d")
-        echo "== round $round: $w"
-        n=${#QSYS[@]}
-        for k in $(seq 0 $((n - 1))); do
-          s=${QSYS[$(((k + i) % n))]}
-          seed=$((seed + 1))
-          run "$round" "$w" "$s" q --op query --batch "$b" --depth "$d" --seed $seed \
-            --prefill-seed 7 --prefill-count "$PREFILL" $([ "$mode" = stream ] && echo --stream)
-        done
-        i=$((i + 1))
-      done
-    done
+    workloads "$round" query "${QSYS[@]}"
   fi
 done
 for s in "${QSYS[@]}"; do bb "$s" --filter q --drop >/dev/null || true; done

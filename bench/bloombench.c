@@ -78,14 +78,19 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static void say(const char *fmt, va_list ap)
+{
+    fprintf(stderr, "bloombench: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+}
+
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "bloombench: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    say(fmt, ap);
     va_end(ap);
     exit(2);
 }
@@ -177,9 +182,7 @@ static void run_error(struct run *r, const char *fmt, ...)
     if (r->errors++ == 0) {    /* the first says what went wrong */
         va_list ap;
         va_start(ap, fmt);
-        fprintf(stderr, "bloombench: ");
-        vfprintf(stderr, fmt, ap);
-        fprintf(stderr, "\n");
+        say(fmt, ap);
         va_end(ap);
     }
 }

@@ -3,6 +3,7 @@
 # client cores, fraction true, errors, seconds).  Portable awk (mawk).
 #   -v part=table   per (workload, system): medians over the rounds
 #   -v part=matrix  keys/s (p50 µs) with one column per system
+#   -v part=spread  the lowest and highest keys/s of the rounds, the same way
 #   -v part=ratios  the targets, each ratio taken within a round
 # -v sys="a b c" orders the systems; -v dur: the run length (marks runs cut
 # short by the capacity); -v depth1 / depthb: the in-flight depths.
@@ -20,14 +21,19 @@ function median(list,    a, n, i, j, t) {
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 
-function minmax(list,    a, n, i, lo, hi) {
+# Sets LO and HI to the extremes of a list; returns its length.
+function extremes(list,    a, n, i) {
     n = split(list, a, " ")
-    lo = hi = a[1] + 0
+    LO = HI = a[1] + 0
     for (i = 2; i <= n; i++) {
-        if (a[i] + 0 < lo) lo = a[i] + 0
-        if (a[i] + 0 > hi) hi = a[i] + 0
+        if (a[i] + 0 < LO) LO = a[i] + 0
+        if (a[i] + 0 > HI) HI = a[i] + 0
     }
-    return n > 1 ? sprintf("%s–%s", big(lo), big(hi)) : ""
+    return n
+}
+
+function minmax(list) {
+    return extremes(list) > 1 ? sprintf("%s–%s", big(LO), big(HI)) : ""
 }
 
 # 1234567 -> 1,234,567
@@ -39,6 +45,15 @@ function big(x,    s, out) {
         s = substr(s, 1, length(s) - 3)
     }
     return s out
+}
+
+# The range of a list of keys/s, short: "12.2–60.7 k", "1.36–1.74 M".
+function span(list) {
+    extremes(list)
+    if (HI >= 1e6) return sprintf("%.2f–%.2f M", LO / 1e6, HI / 1e6)
+    if (HI >= 1e5) return sprintf("%.0f–%.0f k", LO / 1e3, HI / 1e3)
+    if (HI >= 1e3) return sprintf("%.1f–%.1f k", LO / 1e3, HI / 1e3)
+    return sprintf("%.0f–%.0f", LO, HI)
 }
 
 function add(arr, id, v) { arr[id] = (id in arr) ? arr[id] " " v : v }
@@ -74,6 +89,20 @@ END {
                        median(p999[id]), (id in srv) ? sprintf("%.2f", median(srv[id])) : "-",
                        (id in uspk) ? sprintf("%.2f", median(uspk[id])) : "-", median(tru[id]), note
             }
+    } else if (part == "spread") {
+        printf "| keys/s, lowest–highest round |"
+        for (j = 1; j <= ns; j++) printf " %s |", S[j]
+        printf "\n|---|"
+        for (j = 1; j <= ns; j++) printf "---:|"
+        printf "\n"
+        for (k = 1; k <= nw; k++) {
+            printf "| %s |", W[k]
+            for (j = 1; j <= ns; j++) {
+                id = W[k] SUBSEP S[j]
+                printf " %s |", (id in kps) ? span(kps[id]) : "–"
+            }
+            printf "\n"
+        }
     } else if (part == "matrix") {
         printf "| keys/s (p50 µs) |"
         for (j = 1; j <= ns; j++) printf " %s |", S[j]

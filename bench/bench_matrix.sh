@@ -27,8 +27,9 @@
 # Prints a line per run as it goes, then the tables (also written to the
 # results directory): per workload and system the median over the rounds of
 # keys/s (with the range), p50/p99/p999 latency, server CPU (cores, and µs
-# per key); the same as one matrix; and the ratios of the project's
-# targets, computed round by round (each from runs made one after the other).
+# per key); the keys/s (p50) matrix and the range of keys/s over the rounds
+# in the same layout; and the ratios of the project's targets, computed round
+# by round (each from runs made one after the other).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 
@@ -87,9 +88,9 @@ options:
   --target NAME=ADDR    also measure a server that is already running (its
                         filters are created and dropped; no CPU figure);
                         repeatable; NAME joins both system lists
-  --out DIR             keep results.tsv, table.md, matrix.md, ratios.md and
-                        the servers' logs in DIR (default: a temporary
-                        directory, removed at the end)
+  --out DIR             keep results.tsv, table.md, matrix.md, spread.md,
+                        ratios.md and the servers' logs in DIR (default: a
+                        temporary directory, removed at the end)
   -h, --help            this text
 Systems: node node-none router router-none floor (see the top of this file).
 EOF
@@ -256,7 +257,7 @@ bb() {  # system, then bloombench arguments
 
 echo "bench_matrix: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start;" \
      "commit $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo unknown);" \
-     "${DURATION}s per run, $ROUNDS rounds; depth $DEPTH1 (single keys) / $DEPTHB (batches); results in $OUT"
+     "${DURATION}s per run, $ROUNDS rounds; depth $DEPTH1 (single keys) / $DEPTHB (batches); results in $OUT$([ $KEEP = 1 ] || echo " (removed at the end: keep them with --out)")"
 for s in "${!ADDR[@]}"; do echo "  $s: ${ADDR[$s]}"; done
 
 # One measured run; appends a row to results.tsv and prints it.
@@ -350,6 +351,8 @@ ALL=$(printf '%s\n' "${SYS[@]}" "${QSYS[@]}" | awk '!seen[$0]++' | tr '\n' ' ')
 awk -F'\t' -v dur="$DURATION" -v sys="$ALL" -f "$HERE/bench_matrix.awk" -v part=table "$RES" | tee "$OUT/table.md"
 echo
 awk -F'\t' -v sys="$ALL" -f "$HERE/bench_matrix.awk" -v part=matrix "$RES" | tee "$OUT/matrix.md"
+echo
+awk -F'\t' -v sys="$ALL" -f "$HERE/bench_matrix.awk" -v part=spread "$RES" | tee "$OUT/spread.md"
 echo
 awk -F'\t' -v part=ratios -v depth1="$DEPTH1" -v depthb="$DEPTHB" -f "$HERE/bench_matrix.awk" "$RES" \
   | tee "$OUT/ratios.md"

@@ -4,6 +4,7 @@
 #   -v part=table   per (workload, system): medians over the rounds
 #   -v part=matrix  keys/s (p50 µs) with one column per system
 #   -v part=spread  the lowest and highest keys/s of the rounds, the same way
+#   -v part=cpu     server CPU µs per key (median), the same way
 #   -v part=ratios  the targets, each ratio taken within a round
 # -v sys="a b c" orders the systems; -v dur: the run length (marks runs cut
 # short by the capacity); -v depth1 / depthb: the in-flight depths.
@@ -89,8 +90,8 @@ END {
                        median(p999[id]), (id in srv) ? sprintf("%.2f", median(srv[id])) : "-",
                        (id in uspk) ? sprintf("%.2f", median(uspk[id])) : "-", median(tru[id]), note
             }
-    } else if (part == "spread") {
-        printf "| keys/s, lowest–highest round |"
+    } else if (part == "spread" || part == "cpu") {
+        printf "| %s |", part == "cpu" ? "server CPU µs per key" : "keys/s, lowest–highest round"
         for (j = 1; j <= ns; j++) printf " %s |", S[j]
         printf "\n|---|"
         for (j = 1; j <= ns; j++) printf "---:|"
@@ -99,7 +100,10 @@ END {
             printf "| %s |", W[k]
             for (j = 1; j <= ns; j++) {
                 id = W[k] SUBSEP S[j]
-                printf " %s |", (id in kps) ? span(kps[id]) : "–"
+                if (part == "cpu")
+                    printf " %s |", (id in uspk) ? sprintf("%.2f", median(uspk[id])) : "–"
+                else
+                    printf " %s |", (id in kps) ? span(kps[id]) : "–"
             }
             printf "\n"
         }

@@ -27,9 +27,10 @@
 # Prints a line per run as it goes, then the tables (also written to the
 # results directory): per workload and system the median over the rounds of
 # keys/s (with the range), p50/p99/p999 latency, server CPU (cores, and µs
-# per key); the keys/s (p50) matrix and the range of keys/s over the rounds
-# in the same layout; and the ratios of the project's targets, computed round
-# by round (each from runs made one after the other).
+# per key); the keys/s (p50) matrix, and in the same layout the range of
+# keys/s over the rounds and the server CPU per key; and the ratios of the
+# project's targets, computed round by round (each from runs made one after
+# the other).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 
@@ -89,8 +90,8 @@ options:
                         filters are created and dropped; no CPU figure);
                         repeatable; NAME joins both system lists
   --out DIR             keep results.tsv, table.md, matrix.md, spread.md,
-                        ratios.md and the servers' logs in DIR (default: a
-                        temporary directory, removed at the end)
+                        cpu.md, ratios.md and the servers' logs in DIR
+                        (default: a temporary directory, removed at the end)
   -h, --help            this text
 Systems: node node-none router router-none floor (see the top of this file).
 EOF
@@ -353,6 +354,8 @@ echo
 awk -F'\t' -v sys="$ALL" -f "$HERE/bench_matrix.awk" -v part=matrix "$RES" | tee "$OUT/matrix.md"
 echo
 awk -F'\t' -v sys="$ALL" -f "$HERE/bench_matrix.awk" -v part=spread "$RES" | tee "$OUT/spread.md"
+echo
+awk -F'\t' -v sys="$ALL" -f "$HERE/bench_matrix.awk" -v part=cpu "$RES" | tee "$OUT/cpu.md"
 echo
 awk -F'\t' -v part=ratios -v depth1="$DEPTH1" -v depthb="$DEPTHB" -f "$HERE/bench_matrix.awk" "$RES" \
   | tee "$OUT/ratios.md"

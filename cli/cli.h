@@ -82,4 +82,7 @@ const char *help_command(const char *cmd);
 /* Print the command's help on stdout and return CLI_OK. */
 int help_print(const char *cmd);
 
+/* Print s as a JSON string literal (quotes, escapes) to stdout. */
+void cli_json_str(const char *s);
+
 #endif

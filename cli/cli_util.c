@@ -186,3 +186,18 @@ int cli_refuse_bundle(const char *path)
     return cli_fail("%s: a shard bundle (a router's export of every shard): "
                     "only query, add, inspect and --like take one", path);
 }
+
+void cli_json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}

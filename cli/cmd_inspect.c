@@ -65,21 +65,6 @@ static void json_num(const char *name, double v, const char *sep)
         printf("  \"%s\": null%s\n", name, sep);
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 static void json_layers(const struct bf *f, uint32_t n)
 {
     printf("  \"layer_list\": [");
@@ -102,7 +87,7 @@ static void print_json(const char *path, const struct bf *f,
 
     bf_layer_info(f, 0, &l0);
     printf("{\n  \"file\": ");
-    json_str(path);
+    cli_json_str(path);
     printf(",\n  \"kind\": \"%s\",\n", bf_kind_name(bf_kind(f)));
     printf("  \"capacity\": %llu,\n", (unsigned long long)bf_capacity(f));
     json_num("error_rate", bf_error_rate(f), ",");
@@ -147,7 +132,7 @@ static void print_shards(const char *path, const struct bundle *b, bool json)
 
     if (json) {
         printf("{\n  \"file\": ");
-        json_str(path);
+        cli_json_str(path);
         printf(",\n  \"format\": \"shard bundle\",\n  \"shards\": %u,\n"
                "  \"shard_list\": [", b->count);
     } else {

@@ -102,21 +102,6 @@ static void print_text(const struct online_info *f)
     }
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 /* JSON has no NaN or infinity.  ind: spaces before each field. */
 static void json_num(int ind, const char *name, double v)
 {
@@ -134,7 +119,7 @@ static void json_u64(int ind, const char *name, uint64_t v)
 static void json_field_str(int ind, const char *name, const char *v)
 {
     printf(",\n%*s\"%s\": ", ind, "", name);
-    json_str(v);
+    cli_json_str(v);
 }
 
 static void json_shard(const struct online_shard *s, int ind)
@@ -159,7 +144,7 @@ static void print_json(const struct online_info *f, int ind)
     int in2 = ind + 2;
 
     printf("%*s{\n%*s\"name\": ", ind, "", in2, "");
-    json_str(f->name);
+    cli_json_str(f->name);
     json_field_str(in2, "state", f->state);
     json_field_str(in2, "reason", f->reason);
     json_field_str(in2, "kind", f->kind);

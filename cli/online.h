@@ -3,8 +3,8 @@
  *
  * This module owns the connection (one gRPC channel per command run) and is
  * the only part of the tool that sees wire messages: online_rpc.c converts
- * between protobuf and the plain structs below, and encodes key batches by
- * hand (no per-key allocation, keys are copied once into the request).
+ * between protobuf and the plain structs below; key batches go through
+ * rpc_keys.h, the codec the servers use.
  *
  * Errors: the calls return 0 on OK and -1 otherwise with the status in *st;
  * online_report() turns a status into the one-line message of the tool
@@ -97,13 +97,15 @@ void online_info_list_free(struct online_info *list, size_t n);
 enum online_op { ONLINE_ADD, ONLINE_MAY_CONTAIN, ONLINE_REMOVE };
 
 /* One request (AddRequest, MayContainRequest and RemoveRequest share their
- * layout) being filled, plus where each key sits in it so results can be
- * printed next to their keys. */
+ * layout) being filled: its keys, copied once, one after another, so that
+ * results can be printed next to them. */
 struct online_batch {
-    uint8_t *buf;
-    size_t len, cap;
-    size_t head;            /* bytes of the filter field */
+    char *filter;
+    uint8_t *buf;           /* the keys */
+    size_t used, cap;       /* bytes of buf */
+    size_t len;             /* at least the packed request's size */
     uint32_t *key_off, *key_len;
+    ProtobufCBinaryData *wire;  /* the keys as they are packed */
     size_t n, ncap;
     bool *answer;           /* n results after a call */
 };

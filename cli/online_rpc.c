@@ -1,9 +1,7 @@
 /* online_rpc: wire side of the tool's online commands (see online.h).
  *
- * Catalog calls go through protobuf-c.  Key batches do not: a request is
- * field 1 (filter name) followed by one field 2 per key, so it is built by
- * appending to one buffer, and the answer (repeated bool, packed or not) is
- * decoded by a small varint walker.
+ * Catalog calls go through protobuf-c, key batches through rpc_keys.h
+ * (protobuf-c as well on this side of the wire).
  */
 #include "online.h"
 
@@ -16,6 +14,7 @@
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "cli.h"
+#include "rpc_keys.h"
 #include "rules.h"
 
 #define SVC "/bloomgrid.v1.BloomGrid/"
@@ -280,21 +279,15 @@ int online_list(struct online *o, struct online_info **out, size_t *n,
 
 /* ---- key batches ------------------------------------------------------ */
 
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
+/* Bytes a key of len bytes adds to the packed request at most: a tag of
+ * one byte and a length of up to five. */
+#define KEY_FIELD_MAX(len) ((len) + 6)
 
 static int batch_reserve(struct online_batch *b, size_t more)
 {
-    if (b->len + more > b->cap) {
+    if (b->used + more > b->cap) {
         size_t cap = b->cap ? b->cap : 64 * 1024;
-        while (cap < b->len + more)
+        while (cap < b->used + more)
             cap *= 2;
         uint8_t *nb = realloc(b->buf, cap);
         if (!nb)
@@ -312,6 +305,10 @@ static int batch_reserve(struct online_batch *b, size_t more)
         if (!len)
             return -ENOMEM;
         b->key_len = len;
+        ProtobufCBinaryData *w = realloc(b->wire, nc * sizeof *w);
+        if (!w)
+            return -ENOMEM;
+        b->wire = w;
         bool *ans = realloc(b->answer, nc * sizeof *ans);
         if (!ans)
             return -ENOMEM;
@@ -323,114 +320,61 @@ static int batch_reserve(struct online_batch *b, size_t more)
 
 int online_batch_init(struct online_batch *b, const char *filter)
 {
-    size_t flen = strlen(filter);
-
     memset(b, 0, sizeof *b);
-    if (batch_reserve(b, flen + 16) < 0)
+    if (!(b->filter = strdup(filter)))
         return -ENOMEM;
-    uint8_t *p = b->buf;
-    *p++ = 0x0a;                      /* field 1, length-delimited */
-    p = put_varint(p, flen);
-    memcpy(p, filter, flen);
-    b->head = b->len = (size_t)(p - b->buf) + flen;
+    b->len = KEY_FIELD_MAX(strlen(filter));
     return 0;
 }
 
 void online_batch_deinit(struct online_batch *b)
 {
+    free(b->filter);
     free(b->buf);
     free(b->key_off);
     free(b->key_len);
+    free(b->wire);
     free(b->answer);
     memset(b, 0, sizeof *b);
 }
 
 void online_batch_clear(struct online_batch *b)
 {
-    b->len = b->head;
+    b->len = KEY_FIELD_MAX(strlen(b->filter));
+    b->used = 0;
     b->n = 0;
 }
 
 int online_batch_add(struct online_batch *b, const void *key, size_t len)
 {
-    if (len > UINT32_MAX / 2 || batch_reserve(b, len + 11) < 0)
+    if (len > UINT32_MAX / 2 || batch_reserve(b, len) < 0)
         return -ENOMEM;
-    uint8_t *p = b->buf + b->len;
-    *p++ = 0x12;                      /* field 2, length-delimited */
-    p = put_varint(p, len);
-    memcpy(p, key, len);
-    b->key_off[b->n] = (uint32_t)(p - b->buf);
+    memcpy(b->buf + b->used, key, len);
+    b->key_off[b->n] = (uint32_t)b->used;
     b->key_len[b->n] = (uint32_t)len;
     b->n++;
-    b->len = (size_t)(p - b->buf) + len;
+    b->used += len;
+    b->len += KEY_FIELD_MAX(len);
     return 0;
-}
-
-static int get_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v)
-{
-    const uint8_t *p = *pp;
-    uint64_t r = 0;
-
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (p == end)
-            return -1;
-        uint8_t c = *p++;
-        r |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80)) {
-            *pp = p;
-            *v = r;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* Decode "repeated bool = 1" (packed or not) into out[0..want).  Unknown
- * fields are skipped.  Returns 0 when exactly want values came. */
-static int decode_bools(const uint8_t *p, size_t len, bool *out, size_t want)
-{
-    const uint8_t *end = p + len;
-    size_t got = 0;
-    uint64_t tag, v, n;
-
-    while (p < end) {
-        if (get_varint(&p, end, &tag) < 0)
-            return -1;
-        unsigned wt = (unsigned)(tag & 7);
-        if (tag >> 3 == 1 && wt == 2) {
-            if (get_varint(&p, end, &n) < 0 || n > (uint64_t)(end - p))
-                return -1;
-            const uint8_t *stop = p + n;
-            while (p < stop) {
-                if (get_varint(&p, stop, &v) < 0 || got == want)
-                    return -1;
-                out[got++] = v != 0;
-            }
-        } else if (tag >> 3 == 1 && wt == 0) {
-            if (get_varint(&p, end, &v) < 0 || got == want)
-                return -1;
-            out[got++] = v != 0;
-        } else if (wt == 0) {
-            if (get_varint(&p, end, &v) < 0)
-                return -1;
-        } else if (wt == 2) {
-            if (get_varint(&p, end, &n) < 0 || n > (uint64_t)(end - p))
-                return -1;
-            p += n;
-        } else if (wt == 1 || wt == 5) {
-            size_t skip = wt == 1 ? 8 : 4;
-            if ((size_t)(end - p) < skip)
-                return -1;
-            p += skip;
-        } else {
-            return -1;
-        }
-    }
-    return got == want ? 0 : -1;
 }
 
 static const char *const op_methods[] = {SVC "Add", SVC "MayContain",
                                          SVC "Remove"};
+static const enum rpc_keys_op wire_op[] = {
+    [ONLINE_ADD] = RPC_KEYS_ADD,
+    [ONLINE_MAY_CONTAIN] = RPC_KEYS_MAY_CONTAIN,
+    [ONLINE_REMOVE] = RPC_KEYS_REMOVE,
+};
+
+/* The request of b (its keys stay where they are until it is packed). */
+static grpc_slice batch_request(enum online_op op, struct online_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        b->wire[i].data = b->buf + b->key_off[i];
+        b->wire[i].len = b->key_len[i];
+    }
+    return rpc_keys_request(wire_op[op], b->filter, b->wire, b->n);
+}
 
 size_t online_keys_call(struct online *o, enum online_op op,
                         struct online_batch *b, size_t n,
@@ -446,8 +390,7 @@ size_t online_keys_call(struct online *o, enum online_op op,
     for (size_t i = 0; i < n; i++) {
         calls[i].ch = o->ch;
         calls[i].method = op_methods[op];
-        calls[i].req = grpc_slice_from_copied_buffer((const char *)b[i].buf,
-                                                     b[i].len);
+        calls[i].req = batch_request(op, &b[i]);
         calls[i].timeout_ms = o->deadline_ms;
     }
     rpc_call_many(calls, n);
@@ -456,9 +399,9 @@ size_t online_keys_call(struct online *o, enum online_op op,
             if (calls[i].rc != 0) {
                 *st = calls[i].st;
                 first_bad = i;
-            } else if (decode_bools(GRPC_SLICE_START_PTR(calls[i].resp),
-                                    GRPC_SLICE_LENGTH(calls[i].resp),
-                                    b[i].answer, b[i].n) < 0) {
+            } else if (rpc_keys_answer(wire_op[op], GRPC_SLICE_START_PTR(calls[i].resp),
+                                       GRPC_SLICE_LENGTH(calls[i].resp),
+                                       b[i].answer, b[i].n) < 0) {
                 rpc_status_set(st, GRPC_STATUS_INTERNAL, "%s",
                                "the answer does not match the keys sent");
                 first_bad = i;

@@ -73,7 +73,7 @@ int bf_params_check(const struct bf_params *p, char *err)
 {
     if (p->kind < BF_KIND_BLOCKED || p->kind > BF_KIND_SCALABLE) {
         errmsg_set(err, "unknown filter kind %d (expected blocked, classic, counting or scalable)",
-             (int)p->kind);
+                   (int)p->kind);
         return -EINVAL;
     }
     if (p->capacity == 0) {
@@ -90,18 +90,18 @@ int bf_params_check(const struct bf_params *p, char *err)
     }
     if (p->shard_count == 0 || p->shard_index >= p->shard_count) {
         errmsg_set(err, "shard index %u must be below shard count %u", p->shard_index,
-             p->shard_count);
+                   p->shard_count);
         return -EINVAL;
     }
     if (p->kind == BF_KIND_SCALABLE) {
         if (!(p->growth >= 1.0 && p->growth <= BF_GROWTH_MAX)) {
             errmsg_set(err, "growth factor must be between 1 and %g (got %g)", BF_GROWTH_MAX,
-                 p->growth);
+                       p->growth);
             return -EINVAL;
         }
         if (!(p->tightening > 0.0 && p->tightening < 1.0)) {
             errmsg_set(err, "tightening ratio must be strictly between 0 and 1 (got %g)",
-                 p->tightening);
+                       p->tightening);
             return -EINVAL;
         }
     }
@@ -257,7 +257,7 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
     memset(l, 0, sizeof(*l));
     if (m == 0 && bf_size_for(kind, capacity, p, &m, &k) < 0) {
         errmsg_set(err, "cannot size a %s filter for %llu keys at error rate %g: too large",
-             bf_kind_name(kind), (unsigned long long)capacity, p);
+                   bf_kind_name(kind), (unsigned long long)capacity, p);
         return -EINVAL;
     }
     if (m == 0 || m > BF_MAX_BITS || k == 0 || k > 64) {
@@ -266,7 +266,7 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
     }
     if ((kind == BF_KIND_BLOCKED || kind == BF_KIND_SCALABLE) && m % BF_BLOCK_BITS) {
         errmsg_set(err, "impossible geometry: %llu bits is not a whole number of 512-bit blocks",
-             (unsigned long long)m);
+                   (unsigned long long)m);
         return -EINVAL;
     }
     l->capacity = capacity;
@@ -283,7 +283,7 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
     void *mem = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
         errmsg_set(err, "cannot allocate %llu bytes for the filter: %s",
-             (unsigned long long)bytes, strerror(errno));
+                   (unsigned long long)bytes, strerror(errno));
         return -ENOMEM;
     }
     if (map >= (2u << 20))
@@ -400,7 +400,7 @@ struct bf *bf_assemble(const struct bf_params *p, uint32_t hash_id, uint32_t nla
     if (nlayers == 0 || nlayers > BF_MAX_LAYERS ||
         (p->kind != BF_KIND_SCALABLE && nlayers != 1)) {
         errmsg_set(err, "impossible geometry: %u layers for a %s filter", nlayers,
-             bf_kind_name(p->kind));
+                   bf_kind_name(p->kind));
         return NULL;
     }
     f = bf_alloc(p, hash_id, err);
@@ -410,13 +410,13 @@ struct bf *bf_assemble(const struct bf_params *p, uint32_t hash_id, uint32_t nla
         const struct bf_layer_info *li = &layers[i];
         if (li->m == 0 || li->k == 0) {
             errmsg_set(err, "impossible geometry: layer %u has %llu bits and %u hashes", i,
-                 (unsigned long long)li->m, li->k);
+                       (unsigned long long)li->m, li->k);
             goto fail;
         }
         if (li->body_bytes && li->body_bytes != bf_body_bytes(p->kind, li->m)) {
             errmsg_set(err, "impossible geometry: layer %u body is %llu bytes, %llu bits need %llu",
-                 i, (unsigned long long)li->body_bytes, (unsigned long long)li->m,
-                 (unsigned long long)bf_body_bytes(p->kind, li->m));
+                       i, (unsigned long long)li->body_bytes, (unsigned long long)li->m,
+                       (unsigned long long)bf_body_bytes(p->kind, li->m));
             goto fail;
         }
         if (bf__layer_init(&f->layers[i], f->kind, li->capacity, li->error_rate, li->m,

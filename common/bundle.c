@@ -148,13 +148,13 @@ static int parse_head(const uint8_t *p, size_t len, uint32_t *count,
     }
     if (len < BUNDLE_MIN_BYTES + BUNDLE_ENTRY_BYTES) {
         errmsg_set(err, "truncated: %zu bytes, too few for a bundle of one "
-                "shard", len);
+                   "shard", len);
         return -EBADMSG;
     }
     version = (uint32_t)get_le(p + 8, 4);
     if (version != BUNDLE_VERSION) {
         errmsg_set(err, "unsupported version: bundle version %u (this build "
-                "reads version %d)", version, BUNDLE_VERSION);
+                   "reads version %d)", version, BUNDLE_VERSION);
         return -EPROTONOSUPPORT;
     }
     if (get_le(p + len - 8, 8) != XXH3_64bits(p, len - 8)) {
@@ -190,7 +190,7 @@ int bundle_layout_parse(const void *buf, size_t len, struct bundle_layout *out,
         uint64_t index, flen;
         if (end - p < BUNDLE_ENTRY_BYTES) {
             errmsg_set(err, "bad bundle: the entry of shard %u runs past the "
-                    "end", i);
+                       "end", i);
             goto fail;
         }
         index = get_le(p, 4);
@@ -198,12 +198,12 @@ int bundle_layout_parse(const void *buf, size_t len, struct bundle_layout *out,
         p += BUNDLE_ENTRY_BYTES;
         if (index != i) {
             errmsg_set(err, "bad bundle: entry %u is for shard %llu (entries go "
-                    "in shard order)", i, (unsigned long long)index);
+                       "in shard order)", i, (unsigned long long)index);
             goto fail;
         }
         if (flen > (uint64_t)(end - p)) {
             errmsg_set(err, "bad bundle: shard %u is %llu bytes long, past the "
-                    "end of the bundle", i, (unsigned long long)flen);
+                       "end of the bundle", i, (unsigned long long)flen);
             goto fail;
         }
         out->entry[i] = (struct bundle_entry){.file = p, .len = flen};
@@ -211,7 +211,7 @@ int bundle_layout_parse(const void *buf, size_t len, struct bundle_layout *out,
     }
     if (p != end) {
         errmsg_set(err, "bad bundle: %zu bytes after the last shard",
-                (size_t)(end - p));
+                   (size_t)(end - p));
         goto fail;
     }
     return 0;
@@ -296,12 +296,12 @@ static int parse_shard(struct bundle *b, const struct bundle_layout *l,
     field = bundle_shard_mismatch(f, i, l->count, bf_secret(b->shard[0]));
     if (field && strcmp(field, "secret") == 0) {
         errmsg_set(err, "bad bundle: shard %u has another secret than shard 0",
-                i);
+                   i);
         return -EBADMSG;
     }
     if (field) {
         errmsg_set(err, "bad bundle: entry %u holds shard %u of %u, not %u of %u",
-                i, bf_shard_index(f), bf_shard_count(f), i, l->count);
+                   i, bf_shard_index(f), bf_shard_count(f), i, l->count);
         return -EBADMSG;
     }
     return 0;
@@ -358,7 +358,7 @@ static uint8_t *read_file(const char *path, size_t *len, char *err)
             continue;
         if (n <= 0) {
             errmsg_set(err, "read failed: %s", n < 0 ? strerror(errno)
-                                                  : "the file shrank");
+                       : "the file shrank");
             goto fail;
         }
         got += (size_t)n;

@@ -153,14 +153,14 @@ int durable_publish(struct durable_file *df, char *err)
     if (rename(df->tmp, df->path) < 0) {
         rc = -errno;
         errmsg_set(err, "cannot rename %s to %s: %s", df->tmp, df->path,
-               strerror(-rc));
+                   strerror(-rc));
         durable_abort(df);
         return rc;
     }
     df->tmp[0] = 0;
     if ((rc = durable_fsync_parent(df->path)) < 0)
         errmsg_set(err, "fsync of the directory of %s failed: %s", df->path,
-               strerror(-rc));
+                   strerror(-rc));
     return rc;
 }
 

@@ -61,13 +61,14 @@ static int walk(const ProtobufCMessageDescriptor *d, const uint8_t *p,
             tag >> 3 <= UINT32_MAX
                 ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
                 : NULL;
-        if (f && f->type == PROTOBUF_C_TYPE_STRING) {
+        if (f && f->type == PROTOBUF_C_TYPE_STRING &&
+            (memchr(p, 0, (size_t)v) || !rules_utf8_valid(p, (size_t)v))) {
+            /* The label is built only for a string that breaks the rule. */
             char what[160], err[RULES_ERRLEN];
             snprintf(what, sizeof what, "%s.%s", short_name(d), f->name);
-            if (rules_string_check(what, p, (size_t)v, err) < 0) {
-                snprintf(msg, msglen, "%s", err);
-                return -EINVAL;
-            }
+            rules_string_check(what, p, (size_t)v, err);
+            snprintf(msg, msglen, "%s", err);
+            return -EINVAL;
         } else if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
             int rc = walk(f->descriptor, p, p + v, depth + 1, msg, msglen);
             if (rc < 0)

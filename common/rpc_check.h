@@ -6,9 +6,9 @@
  * rpc_check_strings walks the wire bytes of a message with its descriptor
  * and checks every string field, in nested messages too, with
  * rules_string_check (no NUL, valid UTF-8).  The server layer runs it on
- * every request message of every method (rpc_server.c, rpc_stream.c,
- * rpc_frame.c) unless the method's handler decodes and checks its strings
- * itself (struct rpc_handler.checks_strings).
+ * every request message of every method (rpc_server.c, rpc_stream.c)
+ * unless the method's handler decodes and checks its strings itself
+ * (struct rpc_handler.checks_strings).
  *
  * Stateless; any thread.
  */

@@ -88,6 +88,11 @@ void rpc_channel_destroy(struct rpc_channel *c)
     free(c);
 }
 
+grpc_channel *rpc_channel_grpc(struct rpc_channel *c)
+{
+    return c->ch;
+}
+
 /* The registered handle of a path; NULL when the table is full (the call is
  * then made unregistered). */
 static void *method_handle(struct rpc_channel *c, const char *path)

@@ -36,6 +36,9 @@ struct rpc_cstream;
  * (0: 64 MiB).  Returns NULL when out of memory. */
 struct rpc_channel *rpc_channel_create(const char *target, size_t max_message);
 void rpc_channel_destroy(struct rpc_channel *ch);
+/* The gRPC core channel inside, for callers that drive their own calls on
+ * it (the router's batch streams); owned by ch. */
+grpc_channel *rpc_channel_grpc(struct rpc_channel *ch);
 
 /* Unary call with raw bytes.  On OK, *resp (when not NULL) receives the
  * response bytes, owned by the caller (grpc_slice_unref).  method is a full

@@ -105,7 +105,7 @@ void rpc_server__health_watch(void *arg, struct rpc_stream *st)
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &s->cancelled;
-    if (grpc_call_start_batch(s->call, &op, 1, &s->close_tag, NULL) != GRPC_CALL_OK)
+    if (rpc_server__stream_start(s, &op, 1, &s->close_tag) != GRPC_CALL_OK)
         return;
     s->close_posted = true;
 
@@ -142,19 +142,14 @@ void rpc_server__health_watch(void *arg, struct rpc_stream *st)
         if (stop)
             break;
         /* Has the client gone away? */
-        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_time_0(GPR_CLOCK_REALTIME),
-                                                   NULL);
-        if (ev.type == GRPC_OP_COMPLETE)
-            rpc_server__stream_side_event(s, &ev);
+        rpc_server__stream_next(s, gpr_time_0(GPR_CLOCK_REALTIME));
     }
     if (!s->close_done)
         rpc_stream_finish(st, GRPC_STATUS_UNAVAILABLE, "server shutting down");
     s->finished = true;
     /* Collect the early RECV_CLOSE_ON_SERVER before the queue is drained. */
-    while (!s->close_done) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, rpc_server__inf_future(), NULL);
-        if (ev.type != GRPC_OP_COMPLETE || ev.tag == &s->close_tag)
-            s->close_done = true;
-    }
+    while (!s->close_done)
+        if (rpc_server__stream_next(s, rpc_server__inf_future()).type != GRPC_OP_COMPLETE)
+            break;
 }
 

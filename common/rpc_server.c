@@ -1,13 +1,21 @@
 /* rpc_server: a small gRPC server over the gRPC C core (see rpc_server.h).
  *
  * Every posted request is a struct slot, the tag of its events.  A unary slot
- * goes REQUESTED -> (handler runs on the worker) -> REPLYING -> freed.  A
- * streaming slot owns a completion queue bound to its call; once the call
- * arrives a thread runs the handler, which blocks on that queue for each of
- * its operations, one at a time.  A generic slot catches unknown methods.
- * Whenever a request completes, a fresh one is posted for the same method on
- * the same queue, so there are always requests waiting.  Streaming calls are
- * driven by rpc_stream.c, the Health service lives in rpc_health.c.
+ * goes REQUESTED -> (handler runs on the worker) -> REPLYING -> freed; a
+ * deferred one waits between the handler and REPLYING on its server's
+ * defer_book until some thread finishes it.  A streaming slot owns a
+ * completion queue bound to its call; once the call arrives it is queued
+ * for the stream pool, whose thread runs the handler, which blocks on that
+ * queue for each of its operations.  A generic slot catches unknown
+ * methods.  Whenever a request completes, a fresh one is posted for the same
+ * method on the same queue, so there are always requests waiting.
+ * Streaming calls are driven by rpc_stream.c, the Health service lives in
+ * rpc_health.c.
+ *
+ * Deferred replies live in rpc_deferred.c.
+ *
+ * Lock order: srv->lock, book->lock and a stream's s->lock are never held
+ * together.
  */
 #include "rpc_check.h"
 #include "rpc_server.h"
@@ -115,7 +123,7 @@ static void drain_cq(grpc_completion_queue *cq)
     grpc_completion_queue_destroy(cq);
 }
 
-static void slot_free(struct slot *s)
+void rpc_server__slot_free(struct slot *s)
 {
     if (s->call)
         grpc_call_unref(s->call);
@@ -136,6 +144,7 @@ static void slot_free(struct slot *s)
         drain_cq(s->cq);
     if (s->write_buf)
         grpc_byte_buffer_destroy(s->write_buf);
+    rpc_server__stream_deinit(s);
     free(s);
 }
 
@@ -154,13 +163,14 @@ static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi)
     if (stream) {
         s->cq = grpc_completion_queue_create_for_next(NULL);
         bound = s->cq;
+        rpc_server__stream_init(s);
     }
     grpc_call_error e = grpc_server_request_registered_call(
         srv->server, m->handle, &s->call, &s->deadline, &s->md,
         stream ? NULL : &s->payload, bound, ncq, s);
     if (e != GRPC_CALL_OK) {
         log_error("grpc_server_request_registered_call(%s): %d", m->path, e);
-        slot_free(s);
+        rpc_server__slot_free(s);
     }
 }
 
@@ -176,12 +186,13 @@ static void post_generic(struct rpc_server *srv, int cqi)
                                                  &s->details, &s->md, cq, cq, s);
     if (e != GRPC_CALL_OK) {
         log_error("grpc_server_request_call: %d", e);
-        slot_free(s);
+        rpc_server__slot_free(s);
     }
 }
 
-/* Send the status (and the body when OK) of a unary or generic call. */
-static void send_reply(struct slot *s)
+/* Send the status (and the body when OK) of a unary or generic call.  On
+ * failure the slot is freed and -ECANCELED returned. */
+int rpc_server__send_reply(struct slot *s)
 {
     grpc_op ops[4];
     size_t n = 0;
@@ -223,106 +234,126 @@ static void send_reply(struct slot *s)
     grpc_call_error e = grpc_call_start_batch(s->call, ops, n, s, NULL);
     if (e != GRPC_CALL_OK) {
         log_error("reply batch failed to start: %d", e);
-        slot_free(s);
+        rpc_server__slot_free(s);
+        return -ECANCELED;
     }
+    return 0;
 }
 
+/* Run the handler and send its reply, unless it deferred it: the slot then
+ * belongs to the deferred handle and is not touched here again. */
 static void unary_run(struct slot *s)
 {
     struct rpc_reply *r = &s->reply;
+    struct rpc_unary_run run = {.s = s};
+    grpc_slice sl = grpc_empty_slice();
+    grpc_byte_buffer_reader rd;
+    char msg[RPC_MSGLEN];
+
     r->st.code = GRPC_STATUS_OK;
     if (s->m->unary == unimplemented_unary) {
         unimplemented_unary(s->m->arg, NULL, 0, r);
     } else if (!s->payload) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                         "%s: the request carried no message", s->m->path);
+    } else if (!grpc_byte_buffer_reader_init(&rd, s->payload)) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "%s: the request message cannot be read", s->m->path);
     } else {
-        grpc_byte_buffer_reader rd;
-        if (!grpc_byte_buffer_reader_init(&rd, s->payload)) {
-            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                            "%s: the request message cannot be read",
-                            s->m->path);
+        sl = grpc_byte_buffer_reader_readall(&rd);
+        grpc_byte_buffer_reader_destroy(&rd);
+        grpc_byte_buffer_destroy(s->payload);
+        s->payload = NULL;
+        if (rpc_check_strings(s->m->input, GRPC_SLICE_START_PTR(sl),
+                              GRPC_SLICE_LENGTH(sl), msg, sizeof msg) < 0) {
+            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", msg);
         } else {
-            grpc_slice sl = grpc_byte_buffer_reader_readall(&rd);
-            grpc_byte_buffer_reader_destroy(&rd);
-            char msg[RPC_MSGLEN];
-            if (rpc_check_strings(s->m->input, GRPC_SLICE_START_PTR(sl),
-                                  GRPC_SLICE_LENGTH(sl), msg, sizeof msg) < 0)
-                rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", msg);
-            else
-                s->m->unary(s->m->arg, GRPC_SLICE_START_PTR(sl),
-                            GRPC_SLICE_LENGTH(sl), r);
-            grpc_slice_unref(sl);
+            rpc_server__current_run = &run;
+            s->m->unary(s->m->arg, GRPC_SLICE_START_PTR(sl),
+                        GRPC_SLICE_LENGTH(sl), r);
+            rpc_server__current_run = NULL;
         }
     }
+    grpc_slice_unref(sl);
+    if (run.deferred)
+        return;
     if (s->payload) {
         grpc_byte_buffer_destroy(s->payload);
         s->payload = NULL;
     }
-    send_reply(s);
+    rpc_server__send_reply(s);
 }
 
-static void *stream_main(void *p)
-{
-    struct slot *s = p;
-    struct rpc_server *srv = s->srv;
+/* ---- stream pool ---- */
 
-    s->m->stream(s->m->arg, (struct rpc_stream *)s);
-    if (!s->finished)
-        rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_OK, "%s", "");
-    slot_free(s);
+/* A pool thread: run one stream at a time, as they come, until shutdown. */
+static void *pool_main(void *p)
+{
+    struct rpc_server *srv = p;
+
     pthread_mutex_lock(&srv->lock);
-    srv->streams_active--;
-    pthread_cond_broadcast(&srv->cond);
+    for (;;) {
+        while (!srv->jobs_head && !srv->pool_quit)
+            pthread_cond_wait(&srv->job_cond, &srv->lock);
+        struct slot *s = srv->jobs_head;
+        if (!s)
+            break;
+        srv->jobs_head = s->job_next;
+        if (!srv->jobs_head)
+            srv->jobs_tail = NULL;
+        pthread_mutex_unlock(&srv->lock);
+
+        s->m->stream(s->m->arg, (struct rpc_stream *)s);
+        if (!s->finished)
+            rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_OK, "%s", "");
+        rpc_server__slot_free(s);
+
+        pthread_mutex_lock(&srv->lock);
+        srv->streams_active--;
+        pthread_cond_broadcast(&srv->cond);
+    }
     pthread_mutex_unlock(&srv->lock);
     return NULL;
 }
 
+/* Hand a stream to the pool, or refuse it when every pool thread has one
+ * (a stream holds its thread until it ends). */
 static void stream_start(struct slot *s)
 {
     struct rpc_server *srv = s->srv;
-    pthread_t t;
-    pthread_attr_t at;
 
     pthread_mutex_lock(&srv->lock);
-    bool full = srv->streams_active >= srv->cfg.max_streams;
-    if (!full)
+    int limit = srv->npool;
+    bool full = srv->streams_active >= limit;
+    if (!full) {
         srv->streams_active++;
+        s->job_next = NULL;
+        if (srv->jobs_tail)
+            srv->jobs_tail->job_next = s;
+        else
+            srv->jobs_head = s;
+        srv->jobs_tail = s;
+        pthread_cond_signal(&srv->job_cond);
+    }
     pthread_mutex_unlock(&srv->lock);
     if (full) {
-        /* Each stream has a thread: refuse rather than run out of them. */
-        log_warn("refusing stream %s: %d streams open", s->m->path,
-                 srv->cfg.max_streams);
+        log_warn("refusing stream %s: %d streams open", s->m->path, limit);
         rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "server has %d streams open, its limit; retry later",
-                          srv->cfg.max_streams);
-        slot_free(s);
-        return;
+                          limit);
+        rpc_server__slot_free(s);
     }
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &at, stream_main, s) != 0) {
-        log_error("cannot start a thread for stream %s", s->m->path);
-        rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "server cannot start a thread for this stream");
-        slot_free(s);
-        pthread_mutex_lock(&srv->lock);
-        srv->streams_active--;
-        pthread_cond_broadcast(&srv->cond);
-        pthread_mutex_unlock(&srv->lock);
-    }
-    pthread_attr_destroy(&at);
 }
 
 static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
 {
     if (s->state == SLOT_REPLYING) {
-        slot_free(s);
+        rpc_server__slot_free(s);
         return;
     }
     if (!ok) {
         /* Server shutting down: the request was never matched. */
-        slot_free(s);
+        rpc_server__slot_free(s);
         return;
     }
     switch (s->kind) {
@@ -337,7 +368,7 @@ static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
         log_debug("unknown method %s", path);
         rpc_reply_error(&s->reply, GRPC_STATUS_UNIMPLEMENTED,
                         "unknown method %s", path);
-        send_reply(s);
+        rpc_server__send_reply(s);
         break;
     }
     case SLOT_UNARY:
@@ -451,9 +482,14 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     srv->cfg.listen = strdup(cfg->listen);
     if (srv->cfg.max_streams <= 0)
         srv->cfg.max_streams = RPC_DEFAULT_MAX_STREAMS;
+    if (srv->cfg.max_deferred <= 0)
+        srv->cfg.max_deferred = RPC_DEFAULT_MAX_DEFERRED;
+    if (srv->cfg.stream_queue == 0)
+        srv->cfg.stream_queue = RPC_DEFAULT_STREAM_QUEUE;
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->cond, NULL);
     pthread_cond_init(&srv->health_cond, NULL);
+    pthread_cond_init(&srv->job_cond, NULL);
     atomic_init(&srv->stopping, false);
     snprintf(srv->health[0].name, sizeof srv->health[0].name, "%s", "");
     srv->health[0].serving = false;
@@ -482,7 +518,10 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     srv->ncq = cfg->threads < 2 ? 1 : 2;
     srv->cqs = calloc((size_t)srv->ncq, sizeof *srv->cqs);
     srv->threads = calloc((size_t)srv->nthreads, sizeof *srv->threads);
-    if (!srv->server || !srv->cqs || !srv->threads || !srv->cfg.listen)
+    srv->pool = calloc((size_t)srv->cfg.max_streams, sizeof *srv->pool);
+    srv->book = rpc_server__book_create(srv->cfg.max_deferred);
+    if (!srv->server || !srv->cqs || !srv->threads || !srv->pool || !srv->book ||
+        !srv->cfg.listen)
         goto fail;
     for (int i = 0; i < srv->ncq; i++) {
         srv->cqs[i].cq = grpc_completion_queue_create_for_next(NULL);
@@ -505,6 +544,8 @@ fail:
                 grpc_completion_queue_destroy(srv->cqs[i].cq);
     free(srv->cqs);
     free(srv->threads);
+    free(srv->pool);
+    free(srv->book);
     free((char *)srv->cfg.listen);
     free(srv);
     return NULL;
@@ -521,6 +562,17 @@ int rpc_server_start(struct rpc_server *srv)
     }
     grpc_server_start(srv->server);
     srv->started = true;
+
+    /* Every stream thread now, before any call can arrive, so that no
+     * request path creates one. */
+    for (int i = 0; i < srv->cfg.max_streams; i++) {
+        if (pthread_create(&srv->pool[i], NULL, pool_main, srv) != 0) {
+            log_error("cannot start stream thread %d of %d: streams past %d "
+                      "will be refused", i + 1, srv->cfg.max_streams, i);
+            break;
+        }
+        srv->npool = i + 1;
+    }
 
     int per_cq = srv->nthreads / srv->ncq + 1;
     if (per_cq < 2)
@@ -563,8 +615,11 @@ void rpc_server_shutdown(struct rpc_server *srv)
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
         log_info("cancelling calls still running after %d ms", srv->cfg.grace_ms);
         grpc_server_cancel_all_calls(srv->server);
+        /* A deferred call's reference would hold the shutdown up. */
+        rpc_server__book_close(srv->book);
         ev = grpc_completion_queue_pluck(scq, srv, rpc_server__inf_future(), NULL);
     }
+    rpc_server__book_close(srv->book);
     grpc_completion_queue_shutdown(scq);
     grpc_completion_queue_pluck(scq, srv, rpc_server__inf_future(), NULL);
     grpc_completion_queue_destroy(scq);
@@ -577,7 +632,11 @@ void rpc_server_shutdown(struct rpc_server *srv)
         if (pthread_cond_timedwait(&srv->cond, &srv->lock, &ts) == ETIMEDOUT)
             grpc_server_cancel_all_calls(srv->server);
     }
+    srv->pool_quit = true;
+    pthread_cond_broadcast(&srv->job_cond);
     pthread_mutex_unlock(&srv->lock);
+    for (int i = 0; i < srv->npool; i++)
+        pthread_join(srv->pool[i], NULL);
 
     for (int i = 0; i < srv->ncq; i++)
         grpc_completion_queue_shutdown(srv->cqs[i].cq);
@@ -608,10 +667,15 @@ void rpc_server_destroy(struct rpc_server *srv)
     free(srv->methods);
     free(srv->cqs);
     free(srv->threads);
+    free(srv->pool);
     free((char *)srv->cfg.listen);
     pthread_mutex_destroy(&srv->lock);
     pthread_cond_destroy(&srv->cond);
     pthread_cond_destroy(&srv->health_cond);
+    pthread_cond_destroy(&srv->job_cond);
+    /* Deferred calls not yet finished keep the book. */
+    pthread_mutex_lock(&srv->book->lock);
+    rpc_server__book_unref_unlock(srv->book);
     free(srv);
 }
 

@@ -5,11 +5,19 @@
  * so that a call to an unknown method is answered UNIMPLEMENTED at once.
  *
  * Unary handlers run on the worker threads: they get the request bytes and
- * fill a struct rpc_reply (response bytes or an error status).  Streaming
- * handlers (client, server or bidirectional streams alike) run on a thread of
- * their own per call and drive the call with the blocking rpc_stream_*
- * functions.  Handlers may block (e.g. on a durable write) and run
- * concurrently; they must be thread-safe.
+ * fill a struct rpc_reply (response bytes or an error status), which the
+ * server sends when the handler returns.  A handler that cannot answer yet
+ * (a write that completes when its log record is durable) defers the reply
+ * instead (rpc_reply_defer) and returns at once; any thread fills the reply
+ * later and sends it with rpc_deferred_finish.
+ *
+ * Streaming handlers (client, server or bidirectional streams alike) run on
+ * a pool of max_streams threads created when the server starts, one stream
+ * per thread at a time, and drive the call with the blocking rpc_stream_*
+ * functions.  No thread is created after start.  A stream handler may hand
+ * answers to other threads, which send them with rpc_stream_post while the
+ * handler goes on reading.  Handlers may block and run concurrently; they
+ * must be thread-safe.
  *
  * Methods are registered from protobuf-c service descriptors: the paths are
  * "/<service full name>/<method>", and the handler table marks streaming
@@ -20,10 +28,11 @@
  * rpc_server_set_health().
  *
  * Shutdown: rpc_server_shutdown() stops accepting calls, lets in-flight calls
- * finish for a grace period, cancels what is left (open streams see
- * UNAVAILABLE), joins every thread.  rpc_signals_block() and
- * rpc_signals_wait() implement the SIGTERM/SIGINT handling around it, and
- * run what each process registered with rpc_signals_on_hup() on SIGHUP.
+ * (deferred ones included) finish for a grace period, cancels what is left
+ * (open streams and deferred calls; clients see UNAVAILABLE or CANCELLED),
+ * joins every thread.  rpc_signals_block() and rpc_signals_wait() implement
+ * the SIGTERM/SIGINT handling around it, and run what each process
+ * registered with rpc_signals_on_hup() on SIGHUP.
  *
  * Errors: functions return 0 or a negative errno; rpc_server_create returns
  * NULL.  The caller owns grpc_init()/grpc_shutdown().
@@ -42,21 +51,32 @@
 #include "rpc_status.h"
 
 #define RPC_DEFAULT_MAX_STREAMS 256
+#define RPC_DEFAULT_MAX_DEFERRED 4096
+#define RPC_DEFAULT_STREAM_QUEUE (4u << 20)
 
 struct rpc_server_config {
     const char *listen;      /* "host:port"; port 0 picks a free one */
     int threads;             /* worker threads (completion queues), >= 1 */
     size_t max_message;      /* max message size, both directions (bytes) */
     int grace_ms;            /* how long shutdown lets calls finish */
-    int max_streams;         /* open streaming calls at once (each has a
-                                thread); more get RESOURCE_EXHAUSTED.
+    int max_streams;         /* open streaming calls at once: the size of
+                                the stream thread pool created at start;
+                                more get RESOURCE_EXHAUSTED.
                                 0: RPC_DEFAULT_MAX_STREAMS */
+    int max_deferred;        /* unary calls deferred at once
+                                (rpc_reply_defer); more get
+                                RESOURCE_EXHAUSTED.
+                                0: RPC_DEFAULT_MAX_DEFERRED */
+    size_t stream_queue;     /* bytes a stream may have waiting behind the
+                                message it is sending before its handler's
+                                reads wait (rpc_stream_post).
+                                0: RPC_DEFAULT_STREAM_QUEUE */
 };
 
-/* The outcome of a unary call, filled by its handler.  The handler either
- * sets a body (rpc_reply_pack / rpc_reply_alloc) and leaves st.code OK, or
- * calls rpc_reply_error / rpc_reply_fail.  The server owns and frees the
- * body. */
+/* The outcome of a unary call, filled by its handler (or, once deferred, by
+ * whoever holds the struct rpc_deferred).  The filler either sets a body
+ * (rpc_reply_pack / rpc_reply_alloc) and leaves st.code OK, or calls
+ * rpc_reply_error / rpc_reply_fail.  The server owns and frees the body. */
 struct rpc_reply {
     struct rpc_status st;        /* reason sent as "bloomgrid-reason" */
     grpc_slice body;
@@ -65,12 +85,14 @@ struct rpc_reply {
 
 struct rpc_stream;
 struct rpc_server;
+struct rpc_deferred;
 
 /* req/len: the request message bytes, valid during the call only. */
 typedef void (*rpc_unary_fn)(void *arg, const uint8_t *req, size_t len,
                              struct rpc_reply *reply);
 /* The handler reads and writes with rpc_stream_* and should end the call with
- * rpc_stream_finish; if it does not, the server finishes it with OK. */
+ * rpc_stream_finish; if it does not, the server finishes it with OK (once
+ * every hold is released and every posted message sent, as the finish). */
 typedef void (*rpc_stream_fn)(void *arg, struct rpc_stream *st);
 
 /* One entry per method of a service descriptor, in descriptor order.  Set
@@ -129,27 +151,108 @@ int rpc_reply_pack(struct rpc_reply *r, const ProtobufCMessage *msg);
  * encoders), or NULL. */
 uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len);
 
-/* Streaming calls (valid only inside a stream handler). */
+/* Deferred unary replies.
+ *
+ * Inside a unary handler, rpc_reply_defer(r) on the handler's own reply
+ * tells the server not to answer when the handler returns: the call stays
+ * open and the returned handle now owns it.  The handler copies from req
+ * what it still needs (req is freed when it returns), hands the handle on
+ * and returns.  Later, from any thread, the holder fills the reply
+ * (rpc_deferred_reply; r itself stays valid until the finish too) with the
+ * rpc_reply_* helpers and calls rpc_deferred_finish exactly once, which
+ * sends it (status, reason and body as for an immediate reply) and frees
+ * the handle.  Only the holder may touch the reply meanwhile.
+ *
+ * Shutdown: a call still deferred after the grace period is cancelled (its
+ * client sees UNAVAILABLE or CANCELLED); the handle stays valid, and its
+ * finish, even after rpc_server_destroy, sends nothing, returns -ECANCELED
+ * and frees it.  So a holder always finishes, and nothing else frees a
+ * handle.  At most max_deferred calls of a server are deferred at once. */
+
+/* Defer r, the reply of the unary call whose handler is running on this
+ * thread, from the handler, before it returns; at most once (a second call
+ * returns NULL and leaves r to the first handle).  Returns the handle, or
+ * NULL when the call cannot be deferred; r then holds the error to send
+ * and the handler just returns: RESOURCE_EXHAUSTED when
+ * max_deferred calls are deferred already, UNAVAILABLE while the server
+ * shuts down, INTERNAL when r is not the running unary handler's own reply
+ * (a stream handler's local reply, a copy). */
+struct rpc_deferred *rpc_reply_defer(struct rpc_reply *r);
+/* The reply to fill before rpc_deferred_finish. */
+struct rpc_reply *rpc_deferred_reply(struct rpc_deferred *d);
+/* Send the reply and free d (any thread, exactly once).  Returns 0 when the
+ * reply was handed to gRPC, -ECANCELED when the call was cancelled at
+ * shutdown (nothing sent). */
+int rpc_deferred_finish(struct rpc_deferred *d);
+
+/* Streaming calls.  Every function below is for the handler's own thread,
+ * except rpc_stream_post, rpc_stream_hold and rpc_stream_release (see
+ * there). */
 
 /* Read the next message.  Returns 1 with *buf and *len set (valid until the next
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED
  * when the call failed or was cancelled, -EINVAL when the message broke the
- * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT). */
+ * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT).
+ * Waits first while more than stream_queue posted bytes wait behind the
+ * message being sent (see rpc_stream_post). */
 int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len);
-/* Send one message.  Returns 0 or -ECANCELED (call gone) / -ENOMEM. */
+/* Send one message (after any posted before it) and wait until it is sent.
+ * Returns 0 or -ECANCELED (call gone) / -ENOMEM. */
 int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg);
 /* Send one message already encoded; takes over the slice reference. */
 int rpc_stream_write_slice(struct rpc_stream *st, grpc_slice body);
 /* Start sending one encoded message and return at once, so the handler can
  * read the next request meanwhile; the next send, write or finish waits for
- * it.  Takes over the slice reference.  Returns 0 or -ECANCELED (this or an
- * earlier send failed). */
+ * it (and for anything posted before it).  Takes over the slice reference.
+ * Returns 0 or -ECANCELED (this or an earlier send failed). */
 int rpc_stream_send(struct rpc_stream *st, grpc_slice body);
-/* End the call with a status.  Returns 0 or -ECANCELED. */
+/* End the call with a status, after every message posted so far has been
+ * sent and every hold released (rpc_stream_drain).  Returns 0 or
+ * -ECANCELED. */
 int rpc_stream_finish(struct rpc_stream *st, grpc_status_code code,
                       const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* End the call with st (code, reason and message). */
+/* End the call with st (code, reason and message), as rpc_stream_finish. */
 int rpc_stream_finish_status(struct rpc_stream *s, const struct rpc_status *st);
+
+/* Answers sent from other threads.
+ *
+ * rpc_stream_post queues one encoded message and returns at once; the
+ * messages go out one at a time in the order posted, whatever thread
+ * posted them, interleaved with the handler's own writes.  A thread other
+ * than the handler's may post only while it holds the stream: the handler
+ * takes a hold (rpc_stream_hold) before handing the stream on, and the
+ * holder releases it (rpc_stream_release) after its last post.  The stream
+ * stays valid while any hold is outstanding: the handler's finish, and the
+ * server's end of the call when the handler returns, wait for every hold to
+ * be released and every posted message to be sent.  So every hold must be
+ * released, also when the work fails or the call has gone.
+ *
+ * Posting never blocks and never fails for lack of room, so that a thread
+ * posting for many streams (a commit loop) is never held up by one slow
+ * client.  The bound is on reading instead: while more than stream_queue
+ * bytes wait behind the message being sent, rpc_stream_read waits (sending
+ * the queue meanwhile) before it reads the next request.  A stream thus
+ * holds at most stream_queue bytes, the message in flight and the answers
+ * of the requests it has already accepted.  The queue moves while the
+ * handler waits in rpc_stream_read, a write, rpc_stream_drain or the
+ * finish: a handler that posts from other threads should spend its time
+ * there, not blocked elsewhere, or later messages wait for it (a message
+ * that finds nothing in flight is sent at once, by its poster). */
+
+/* Queue body (takes over the slice reference).  The handler's thread, or a
+ * thread holding the stream.  Returns 0, or -ECANCELED when the call has
+ * failed or been finished (body released, nothing sent) or -ENOMEM. */
+int rpc_stream_post(struct rpc_stream *st, grpc_slice body);
+/* Take a hold on the stream for a thread that will post to it (see above).
+ * Handler's thread, or a holder.  Returns 0, or -ECANCELED after the
+ * finish. */
+int rpc_stream_hold(struct rpc_stream *st);
+/* Give a hold back (any thread, once per hold).  The releasing thread must
+ * not touch the stream afterwards: the call may end at once. */
+void rpc_stream_release(struct rpc_stream *st);
+/* Wait until no hold is outstanding and every posted message has been sent.
+ * Returns 0, or -ECANCELED when the call failed (queued messages dropped). */
+int rpc_stream_drain(struct rpc_stream *st);
 /* The message size limit the server runs with. */
 size_t rpc_stream_max_message(const struct rpc_stream *st);
 

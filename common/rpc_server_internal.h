@@ -1,6 +1,7 @@
 /* rpc_server_internal: the server's private types, shared by rpc_server.c
- * (calls, workers, shutdown), rpc_stream.c (streaming calls) and
- * rpc_health.c (grpc.health.v1.Health).  Not for use outside common/rpc_*.c.
+ * (calls, workers, the stream pool, shutdown), rpc_deferred.c (deferred
+ * unary replies), rpc_stream.c (streaming calls) and rpc_health.c
+ * (grpc.health.v1.Health).  Not for use outside common/rpc_*.c.
  */
 #ifndef BLOOMGRID_RPC_SERVER_INTERNAL_H
 #define BLOOMGRID_RPC_SERVER_INTERNAL_H
@@ -32,6 +33,25 @@ struct worker_cq {
     grpc_completion_queue *cq;
 };
 
+/* A message posted to a stream and not yet sent (rpc_stream_post). */
+struct out_msg {
+    struct out_msg *next;
+    grpc_slice body;
+};
+
+/* The deferred unary calls of one server (rpc_reply_defer).  Kept apart from
+ * struct rpc_server and reference counted (the server and each deferred
+ * call hold one reference), so that a finish after the server is gone still
+ * finds its lock.  lock guards every field here and the defer fields of the
+ * slots on the list. */
+struct defer_book {
+    pthread_mutex_t lock;
+    int refs;
+    int count, max;              /* deferred calls on the list, bound */
+    bool closed;                 /* shutdown: no more deferrals */
+    struct slot *head;           /* deferred, not yet finished */
+};
+
 /* One posted request and, once it arrives, the call. */
 struct slot {
     enum slot_kind kind;
@@ -50,7 +70,13 @@ struct slot {
     grpc_metadata reason_md;     /* trailing "bloomgrid-reason" */
     grpc_byte_buffer *send_buf;
     int cancelled;
+    /* unary, deferred (under book->lock) */
+    struct defer_book *book;     /* set once deferred */
+    struct slot *dprev, *dnext;  /* on book->head's list */
+    bool orphaned;               /* cancelled at shutdown, call released:
+                                    the finish only frees the slot */
     /* streaming only */
+    struct slot *job_next;       /* waiting for a pool thread */
     grpc_completion_queue *cq;   /* bound to the call */
     bool md_sent, finished;
     grpc_slice cur;              /* last message read */
@@ -59,10 +85,25 @@ struct slot {
      * client goes away; its completion has the tag &close_tag. */
     bool close_posted, close_done;
     char close_tag;
-    /* One message send may run while the handler reads (rpc_stream_send). */
+    /* Outgoing messages (rpc_stream_post and the handler's writes): one
+     * send batch in flight (write_tag) and the rest queued behind it.
+     * lock guards these, close_done and every grpc_call_start_batch on the
+     * call; only the handler's thread waits on cq.  Invariant: a queued
+     * message implies a send in flight. */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;         /* holds released, a send started */
+    bool sync_init;
     char write_tag;
-    bool write_pending, write_failed;
+    bool write_pending;
+    bool dead;                   /* a send or read failed: drop, refuse */
+    bool closed;                 /* finish began: posts refused */
     grpc_byte_buffer *write_buf;
+    size_t write_len;
+    struct out_msg *out_head, *out_tail;
+    size_t out_bytes;            /* queued + in flight */
+    uint64_t post_seq;           /* messages accepted so far */
+    uint64_t sent_seq;           /* of those, sent or dropped */
+    int holds;                   /* rpc_stream_hold */
     /* A message broke the string rule: the status the call ends with. */
     bool bad_request;
     char bad_msg[RPC_MSGLEN];
@@ -84,10 +125,17 @@ struct rpc_server {
     size_t nmethods;
     atomic_bool stopping;
     bool started, shut;
-    pthread_mutex_t lock;        /* streams_active, health */
-    pthread_cond_t cond;
+    pthread_mutex_t lock;        /* streams_active, the pool, health */
+    pthread_cond_t cond;         /* broadcast when a stream ends */
     pthread_cond_t health_cond;  /* broadcast on every health change */
-    int streams_active;
+    int streams_active;          /* queued for the pool or running */
+    /* Stream thread pool, created at start: streams wait on job_cond. */
+    pthread_t *pool;
+    int npool;
+    struct slot *jobs_head, *jobs_tail;
+    bool pool_quit;
+    pthread_cond_t job_cond;
+    struct defer_book *book;
     struct health_entry health[HEALTH_MAX];
     int nhealth;
 };
@@ -97,14 +145,42 @@ static inline gpr_timespec rpc_server__inf_future(void)
     return gpr_inf_future(GPR_CLOCK_REALTIME);
 }
 
+/* rpc_server.c: free a slot and everything it holds (its call too); send a
+ * unary or generic reply (on failure the slot is freed, -ECANCELED). */
+void rpc_server__slot_free(struct slot *s);
+int rpc_server__send_reply(struct slot *s);
+
+/* rpc_deferred.c.  The unary call whose handler runs on this thread (set by
+ * the worker around the handler), for rpc_reply_defer. */
+struct rpc_unary_run {
+    struct slot *s;
+    bool deferred;               /* the handler deferred: hands off */
+};
+extern _Thread_local struct rpc_unary_run *rpc_server__current_run;
+/* A book with one reference (the server's) and room for max deferrals. */
+struct defer_book *rpc_server__book_create(int max);
+/* Drop one reference; b->lock held, released here (the last frees b). */
+void rpc_server__book_unref_unlock(struct defer_book *b);
+/* Shutdown: refuse new deferrals and release the call of every slot still
+ * deferred (already cancelled), so that the server can finish shutting
+ * down; the slots stay with their holders, whose finish frees them. */
+void rpc_server__book_close(struct defer_book *b);
+
 /* rpc_health.c: the Health service's handlers. */
 void rpc_server__health_check(void *arg, const uint8_t *req, size_t len,
                               struct rpc_reply *reply);
 void rpc_server__health_watch(void *arg, struct rpc_stream *st);
 
-/* rpc_stream.c: account for a completion on a stream's queue that is not
- * the batch being waited for (a send started by rpc_stream_send, or an
- * early RECV_CLOSE_ON_SERVER). */
-void rpc_server__stream_side_event(struct slot *s, const grpc_event *ev);
+/* rpc_stream.c: set up and tear down a stream slot's send queue. */
+void rpc_server__stream_init(struct slot *s);
+void rpc_server__stream_deinit(struct slot *s);
+/* Wait up to deadline for one completion on the stream's queue and account
+ * for it unless it is the handler's own batch (tag s): a send's completion
+ * starts the next queued message, the early RECV_CLOSE_ON_SERVER sets
+ * close_done.  Returns the event.  Handler's thread only. */
+grpc_event rpc_server__stream_next(struct slot *s, gpr_timespec deadline);
+/* Start a batch on the stream's call under its lock. */
+grpc_call_error rpc_server__stream_start(struct slot *s, const grpc_op *ops,
+                                         size_t n, void *tag);
 
 #endif

@@ -1,10 +1,17 @@
 /* rpc_stream: streaming calls on the server side (see rpc_server.h).
  *
- * A stream's handler thread drives its call with one batch at a time on the
- * call's own completion queue, except that one message send
- * (rpc_stream_send) may be in flight while it reads, and that the health
- * Watch posts a RECV_CLOSE_ON_SERVER early; completions of those arrive
- * while waiting for another batch and are accounted for on the way.
+ * A stream's handler runs on a pool thread and drives its call with one
+ * batch at a time on the call's own completion queue (each read, the final
+ * status).  Outgoing messages travel beside it: one send batch in flight and
+ * a queue behind it, fed by the handler's writes and by rpc_stream_post from
+ * any thread.  A message that finds no send in flight is started at once by
+ * whoever posts it; otherwise it waits in the queue, and the completion of
+ * each send starts the next.  Only the handler's thread waits on the call's
+ * queue, so it meets every completion (in reads, writes, drains and the
+ * finish) and no event is handed between threads; s->lock orders posters,
+ * the handler and the batches they start.  Holds (rpc_stream_hold) keep the
+ * slot alive for posting threads: the finish waits until none is left and
+ * nothing is in flight.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,54 +29,259 @@
 #include "rpc_server.h"
 #include "rpc_server_internal.h"
 
-/* Account for a completion that is not the batch being waited for. */
-void rpc_server__stream_side_event(struct slot *s, const grpc_event *ev)
+void rpc_server__stream_init(struct slot *s)
 {
-    if (ev->tag == &s->close_tag) {
-        s->close_done = true;
-    } else if (ev->tag == &s->write_tag) {
-        s->write_pending = false;
-        if (!ev->success)
-            s->write_failed = true;
-        if (s->write_buf) {
-            grpc_byte_buffer_destroy(s->write_buf);
-            s->write_buf = NULL;
-        }
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    s->sync_init = true;
+}
+
+/* Drop every queued message (the call is gone or ending).  s->lock held. */
+static void drop_queue_locked(struct slot *s)
+{
+    while (s->out_head) {
+        struct out_msg *m = s->out_head;
+        s->out_head = m->next;
+        s->out_bytes -= GRPC_SLICE_LENGTH(m->body);
+        s->sent_seq++;
+        grpc_slice_unref(m->body);
+        free(m);
+    }
+    s->out_tail = NULL;
+}
+
+void rpc_server__stream_deinit(struct slot *s)
+{
+    if (!s->sync_init)
+        return;
+    drop_queue_locked(s);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+}
+
+grpc_call_error rpc_server__stream_start(struct slot *s, const grpc_op *ops,
+                                         size_t n, void *tag)
+{
+    pthread_mutex_lock(&s->lock);
+    grpc_call_error e = grpc_call_start_batch(s->call, ops, n, tag, NULL);
+    pthread_mutex_unlock(&s->lock);
+    return e;
+}
+
+/* Start sending body, already counted in out_bytes and post_seq; takes the
+ * slice.  s->lock held, no send in flight.  Returns 0 or -ECANCELED. */
+static int send_locked(struct slot *s, grpc_slice body)
+{
+    grpc_op ops[2];
+    size_t n = 0;
+
+    memset(ops, 0, sizeof ops);
+    if (!s->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        s->md_sent = true;
+    }
+    s->write_len = GRPC_SLICE_LENGTH(body);
+    s->write_buf = grpc_raw_byte_buffer_create(&body, 1);
+    grpc_slice_unref(body);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = s->write_buf;
+    n++;
+    if (grpc_call_start_batch(s->call, ops, n, &s->write_tag, NULL) != GRPC_CALL_OK) {
+        grpc_byte_buffer_destroy(s->write_buf);
+        s->write_buf = NULL;
+        s->out_bytes -= s->write_len;
+        s->sent_seq++;
+        s->dead = true;
+        drop_queue_locked(s);
+        return -ECANCELED;
+    }
+    s->write_pending = true;
+    return 0;
+}
+
+/* The send in flight completed: start the next queued message.  s->lock
+ * held. */
+static void sent_locked(struct slot *s, bool ok)
+{
+    s->write_pending = false;
+    grpc_byte_buffer_destroy(s->write_buf);
+    s->write_buf = NULL;
+    s->out_bytes -= s->write_len;
+    s->sent_seq++;
+    if (!ok) {
+        s->dead = true;
+        drop_queue_locked(s);
+    } else if (s->out_head) {
+        struct out_msg *m = s->out_head;
+        s->out_head = m->next;
+        if (!s->out_head)
+            s->out_tail = NULL;
+        grpc_slice body = m->body;
+        free(m);
+        send_locked(s, body);
     }
 }
 
-/* Wait for the send started by rpc_stream_send, if any. */
-static int stream_drain_write(struct slot *s)
+grpc_event rpc_server__stream_next(struct slot *s, gpr_timespec deadline)
 {
-    while (s->write_pending) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, rpc_server__inf_future(), NULL);
-        if (ev.type != GRPC_OP_COMPLETE) {
-            s->write_pending = false;
-            s->write_failed = true;
+    grpc_event ev = grpc_completion_queue_next(s->cq, deadline, NULL);
+    if (ev.type == GRPC_OP_COMPLETE && ev.tag != s) {
+        pthread_mutex_lock(&s->lock);
+        if (ev.tag == &s->close_tag)
+            s->close_done = true;
+        else if (ev.tag == &s->write_tag)
+            sent_locked(s, ev.success != 0);
+        pthread_mutex_unlock(&s->lock);
+    }
+    return ev;
+}
+
+/* One step of a wait on the handler's thread (s->lock held): meet the next
+ * completion while a send is in flight, else sleep until a post or a
+ * release wakes it.  Returns false when the call's queue is gone. */
+static bool wait_step_locked(struct slot *s)
+{
+    if (!s->write_pending) {
+        pthread_cond_wait(&s->cond, &s->lock);
+        return true;
+    }
+    pthread_mutex_unlock(&s->lock);
+    grpc_event ev = rpc_server__stream_next(s, rpc_server__inf_future());
+    pthread_mutex_lock(&s->lock);
+    return ev.type == GRPC_OP_COMPLETE;
+}
+
+/* Wait until every message accepted before seq is sent or dropped; the
+ * handler's thread.  Returns 0 or -ECANCELED. */
+static int wait_sent(struct slot *s, uint64_t seq)
+{
+    pthread_mutex_lock(&s->lock);
+    while (!s->dead && s->sent_seq < seq)
+        if (!wait_step_locked(s))
             break;
-        }
-        rpc_server__stream_side_event(s, &ev);
-    }
-    return s->write_failed ? -ECANCELED : 0;
+    int rc = s->dead ? -ECANCELED : 0;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
 }
 
+/* Queue body (or start it when nothing is in flight); *seq gets its number.
+ * Takes the slice. */
+static int post(struct slot *s, grpc_slice body, uint64_t *seq)
+{
+    size_t len = GRPC_SLICE_LENGTH(body);
+    int rc = 0;
+
+    pthread_mutex_lock(&s->lock);
+    if (s->dead || s->closed) {
+        rc = -ECANCELED;
+        goto refuse;
+    }
+    if (!s->write_pending) {
+        s->out_bytes += len;
+        *seq = ++s->post_seq;
+        rc = send_locked(s, body);
+        /* A finish sleeping on holds must now meet this completion. */
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+        return rc;
+    }
+    struct out_msg *m = malloc(sizeof *m);
+    if (!m) {
+        rc = -ENOMEM;
+        goto refuse;
+    }
+    m->next = NULL;
+    m->body = body;
+    if (s->out_tail)
+        s->out_tail->next = m;
+    else
+        s->out_head = m;
+    s->out_tail = m;
+    s->out_bytes += len;
+    *seq = ++s->post_seq;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+refuse:
+    pthread_mutex_unlock(&s->lock);
+    grpc_slice_unref(body);
+    return rc;
+}
+
+int rpc_stream_post(struct rpc_stream *st, grpc_slice body)
+{
+    uint64_t seq;
+    return post((struct slot *)st, body, &seq);
+}
+
+int rpc_stream_hold(struct rpc_stream *st)
+{
+    struct slot *s = (struct slot *)st;
+    int rc = 0;
+    pthread_mutex_lock(&s->lock);
+    if (s->closed)
+        rc = -ECANCELED;
+    else
+        s->holds++;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+void rpc_stream_release(struct rpc_stream *st)
+{
+    struct slot *s = (struct slot *)st;
+    pthread_mutex_lock(&s->lock);
+    if (--s->holds == 0)
+        pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Wait until no hold is left and no send is in flight.  s->lock held. */
+static void settle_locked(struct slot *s)
+{
+    while (s->write_pending || s->holds > 0)
+        if (!wait_step_locked(s))
+            break;
+}
+
+int rpc_stream_drain(struct rpc_stream *st)
+{
+    struct slot *s = (struct slot *)st;
+    pthread_mutex_lock(&s->lock);
+    settle_locked(s);
+    int rc = s->dead ? -ECANCELED : 0;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* Run the handler's batch (tag s) and wait for it, meeting the sends'
+ * completions on the way. */
 static bool stream_wait(struct slot *s, grpc_op *ops, size_t n)
 {
-    grpc_call_error e = grpc_call_start_batch(s->call, ops, n, s, NULL);
+    grpc_call_error e = rpc_server__stream_start(s, ops, n, s);
     if (e != GRPC_CALL_OK) {
         log_error("stream batch failed to start: %d", e);
         return false;
     }
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, rpc_server__inf_future(), NULL);
+        grpc_event ev = rpc_server__stream_next(s, rpc_server__inf_future());
         if (ev.type != GRPC_OP_COMPLETE)
             return false;
-        if (ev.tag != s) {
-            rpc_server__stream_side_event(s, &ev);
-            continue;
-        }
-        return ev.success != 0;
+        if (ev.tag == s)
+            return ev.success != 0;
     }
+}
+
+/* Before a read: wait while more than the bound waits behind the send in
+ * flight (the message being sent does not count, so that one
+ * rpc_stream_send of any size still overlaps the next read). */
+static void throttle(struct slot *s)
+{
+    size_t bound = s->srv->cfg.stream_queue;
+    pthread_mutex_lock(&s->lock);
+    while (s->write_pending && s->out_bytes - s->write_len > bound)
+        if (!wait_step_locked(s))
+            break;
+    pthread_mutex_unlock(&s->lock);
 }
 
 int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
@@ -82,12 +294,18 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
         grpc_slice_unref(s->cur);
         s->has_cur = false;
     }
+    throttle(s);
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &bb;
     if (!stream_wait(s, &op, 1)) {
         if (bb)
             grpc_byte_buffer_destroy(bb);
+        /* The call is gone: what is queued can never be sent. */
+        pthread_mutex_lock(&s->lock);
+        s->dead = true;
+        drop_queue_locked(s);
+        pthread_mutex_unlock(&s->lock);
         return -ECANCELED;
     }
     if (!bb)
@@ -116,56 +334,24 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
 int rpc_stream_send(struct rpc_stream *st, grpc_slice body)
 {
     struct slot *s = (struct slot *)st;
-    grpc_op ops[2];
-    size_t n = 0;
+    uint64_t seq;
 
-    if (stream_drain_write(s) < 0) {
+    pthread_mutex_lock(&s->lock);
+    seq = s->post_seq;
+    pthread_mutex_unlock(&s->lock);
+    if (wait_sent(s, seq) < 0) {
         grpc_slice_unref(body);
         return -ECANCELED;
     }
-    memset(ops, 0, sizeof ops);
-    if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        s->md_sent = true;
-    }
-    s->write_buf = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = s->write_buf;
-    n++;
-    if (grpc_call_start_batch(s->call, ops, n, &s->write_tag, NULL) != GRPC_CALL_OK) {
-        grpc_byte_buffer_destroy(s->write_buf);
-        s->write_buf = NULL;
-        s->write_failed = true;
-        return -ECANCELED;
-    }
-    s->write_pending = true;
-    return 0;
+    return post(s, body, &seq);
 }
 
 int rpc_stream_write_slice(struct rpc_stream *st, grpc_slice body)
 {
     struct slot *s = (struct slot *)st;
-    grpc_op ops[2];
-    size_t n = 0;
-
-    if (stream_drain_write(s) < 0) {
-        grpc_slice_unref(body);
-        return -ECANCELED;
-    }
-    memset(ops, 0, sizeof ops);
-    if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        s->md_sent = true;
-    }
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = bb;
-    n++;
-    bool ok = stream_wait(s, ops, n);
-    grpc_byte_buffer_destroy(bb);
-    return ok ? 0 : -ECANCELED;
+    uint64_t seq;
+    int rc = post(s, body, &seq);
+    return rc < 0 ? rc : wait_sent(s, seq);
 }
 
 int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg)
@@ -176,7 +362,8 @@ int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg)
     return rpc_stream_write_slice(st, sl);
 }
 
-/* Send the final status: code, reason (trailing metadata) and msg. */
+/* Send the final status: code, reason (trailing metadata) and msg, once
+ * every hold is released and every posted message sent. */
 static int finish(struct slot *s, grpc_status_code code, enum rpc_reason reason,
                   const char *msg)
 {
@@ -187,7 +374,11 @@ static int finish(struct slot *s, grpc_status_code code, enum rpc_reason reason,
     if (s->finished)
         return 0;
     s->finished = true;
-    stream_drain_write(s);
+    pthread_mutex_lock(&s->lock);
+    settle_locked(s);
+    s->closed = true;
+    drop_queue_locked(s);
+    pthread_mutex_unlock(&s->lock);
     if (s->bad_request) {
         code = GRPC_STATUS_INVALID_ARGUMENT;
         reason = RPC_REASON_NONE;
@@ -242,4 +433,3 @@ size_t rpc_stream_max_message(const struct rpc_stream *st)
 {
     return ((const struct slot *)st)->srv->cfg.max_message;
 }
-

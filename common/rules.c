@@ -71,7 +71,7 @@ int rules_string_check(const char *what, const void *s, size_t len, char *err)
     if (nul) {
         quote(q, sizeof q, s, len);
         errmsg_set(err, "%s \"%s\" contains a NUL byte at position %zu", what, q,
-               (size_t)(nul - (const char *)s));
+                   (size_t)(nul - (const char *)s));
         return -EINVAL;
     }
     if (!rules_utf8_valid(s, len)) {
@@ -92,7 +92,7 @@ static int name_check(const char *what, const void *name, size_t len,
     if (len == 0 || len > max) {
         quote(q, sizeof q, name, len);
         errmsg_set(err, "%s \"%s\" is %zu bytes long; it must be 1 to %zu", what,
-               q, len, max);
+                   q, len, max);
         return -EINVAL;
     }
     for (size_t i = 0; i < len; i++) {
@@ -101,7 +101,7 @@ static int name_check(const char *what, const void *name, size_t len,
               (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) {
             quote(q, sizeof q, name, len);
             errmsg_set(err, "%s \"%s\" may contain only letters, digits, '.', '_' "
-                   "and '-' (bad byte 0x%02x at position %zu)", what, q, c, i);
+                       "and '-' (bad byte 0x%02x at position %zu)", what, q, c, i);
             return -EINVAL;
         }
     }
@@ -134,7 +134,7 @@ int rules_filter_name_check(const void *name, size_t len, char *err)
         char q[256];
         quote(q, sizeof q, name, len);
         errmsg_set(err, "filter name \"%s\": \"" RULES_SHARD_SUFFIX "\" is "
-               "reserved for shards", q);
+                   "reserved for shards", q);
         return -EINVAL;
     }
     return 0;
@@ -149,7 +149,7 @@ int rules_shard_count_check(uint64_t shards, char *err)
 {
     if (shards < 1 || shards > RULES_SHARDS_MAX) {
         errmsg_set(err, "shards = %llu: a filter has 1 to %d shards",
-               (unsigned long long)shards, RULES_SHARDS_MAX);
+                   (unsigned long long)shards, RULES_SHARDS_MAX);
         return -EINVAL;
     }
     return 0;
@@ -218,7 +218,7 @@ int rules_addr_check(const char *what, const char *addr, bool listen, char *err)
     for (const char *s = addr; s < colon; s++)
         if ((unsigned char)*s <= 0x20 || *s == 0x7f) {
             errmsg_set(err, "%s \"%s\": the host contains a space or control "
-                   "character", what, q);
+                       "character", what, q);
             return -EINVAL;
         }
     /* Digits only (no sign, no space), at most 5 of them: strtol would take
@@ -231,7 +231,7 @@ int rules_addr_check(const char *what, const char *addr, bool listen, char *err)
         port = strtoul(colon + 1, NULL, 10);
     if (digits < 1 || digits > 5 || port < min || port > RULES_PORT_MAX) {
         errmsg_set(err, "%s \"%s\": the port must be a number from %u to %d",
-               what, q, min, RULES_PORT_MAX);
+                   what, q, min, RULES_PORT_MAX);
         return -EINVAL;
     }
     return 0;
@@ -241,12 +241,12 @@ int rules_key_check(size_t i, size_t len, uint64_t max, char *err)
 {
     if (len == 0) {
         errmsg_set(err, "key %zu is empty; keys must be 1..%llu bytes", i,
-               (unsigned long long)max);
+                   (unsigned long long)max);
         return -EINVAL;
     }
     if (len > max) {
         errmsg_set(err, "key %zu is %zu bytes; the limit is %llu (max_key_size)",
-               i, len, (unsigned long long)max);
+                   i, len, (unsigned long long)max);
         return -EINVAL;
     }
     return 0;
@@ -256,7 +256,7 @@ int rules_kind_check(int kind, char *err)
 {
     if (kind < 0 || kind > 4) {
         errmsg_set(err, "unknown filter kind %d (BLOCKED=1, CLASSIC=2, COUNTING=3, "
-               "SCALABLE=4)", kind);
+                   "SCALABLE=4)", kind);
         return -EINVAL;
     }
     return 0;
@@ -266,12 +266,12 @@ int rules_params_check(uint64_t capacity, double error_rate, char *err)
 {
     if (capacity == 0) {
         errmsg_set(err, "capacity must be > 0 (the number of keys the filter is "
-               "sized for)");
+                   "sized for)");
         return -EINVAL;
     }
     if (!(error_rate > 0.0 && error_rate < 1.0)) {
         errmsg_set(err, "error_rate must be strictly between 0 and 1 (e.g. 0.01), "
-               "not %g", error_rate);
+                   "not %g", error_rate);
         return -EINVAL;
     }
     return 0;

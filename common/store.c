@@ -1,6 +1,7 @@
 /* store: the catalog of a data directory, creation and drop of filters,
- * opening and closing, and the snapshot thread.  The per-filter work lives in
- * store_filter.c; the locks are described in store_internal.h.
+ * opening and closing, and the store's thread.  The per-filter work lives
+ * in store_filter.c, loading in store_load.c, checkpoints in store_ckpt.c;
+ * the locks are described in store_internal.h.
  */
 #include "durable.h"
 #include "store.h"
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +60,26 @@ static int rm_one(const char *path, const struct stat *st, int flag,
     (void)flag;
     (void)ftw;
     return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+uint64_t store__claim_lsn(struct store_filter *sf)
+{
+    pthread_mutex_lock(&sf->s->mu);
+    uint64_t lsn = wal_durable_lsn(sf->s->wal);
+    atomic_store(&sf->ckpt_lsn, lsn);
+    pthread_mutex_unlock(&sf->s->mu);
+    return lsn;
+}
+
+uint64_t store__random_id(void)
+{
+    static _Atomic uint64_t fallback = 1;
+    uint64_t v = 0;
+
+    if (getrandom(&v, sizeof v, 0) != sizeof v)
+        v = atomic_fetch_add(&fallback, 1) * UINT64_C(0x9e3779b97f4a7c15) ^
+            store__now_ms();
+    return v ? v : 1;
 }
 
 int store__rm_rf(const char *path)
@@ -165,8 +187,8 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
                       char *err)
 {
     struct store_filter *sf = NULL;
-    struct wal *w = NULL;
-    char tmp[STORE_PATH_LEN], snap[STORE_PATH_LEN], e2[STORE_ERRLEN];
+    char tmp[STORE_PATH_LEN], e2[STORE_ERRLEN];
+    uint64_t id, lsn;
     int rc;
 
     if ((rc = store_name_check(name, err)) < 0)
@@ -191,46 +213,35 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
     pthread_mutex_unlock(&s->mu);
 
     /* Build the directory under a dot name and rename it into place, so a
-     * crash never leaves a half-created filter (dot names are swept). */
+     * crash never leaves a half-created filter (dot names are swept).  A
+     * new incarnation id, and no record of it in the log up to now. */
+    id = store__random_id();
+    lsn = store__claim_lsn(sf);
     store__strfmt(tmp, sizeof(tmp), "%s/.creating-%s", s->dir, name);
-    store__strfmt(snap, sizeof(snap), "%s/snapshot-%016" PRIx64 ".bf", tmp,
-                  (uint64_t)0);
     store__rm_rf(tmp);
     if (mkdir(tmp, 0755) < 0) {
         rc = -errno;
         errmsg_set(err, "cannot create %s: %s", tmp, strerror(-rc));
         goto fail;
     }
-    if ((rc = bf_file_save(f, snap, e2)) < 0) {
-        errmsg_set(err, "cannot write the first snapshot of '%s': %s",
+    if ((rc = store__ckpt_write(tmp, id, 0, lsn, f, e2)) < 0) {
+        errmsg_set(err, "cannot write the first checkpoint of '%s': %s",
                       name, e2);
         goto fail;
     }
-    if (!(w = wal_open(tmp, 1, s->durability, e2))) {
-        rc = -EIO;
-        errmsg_set(err, "%s", e2);
-        goto fail;
-    }
-    wal_close(w);
     if ((rc = durable_rename(tmp, sf->path)) < 0) {
         errmsg_set(err, "cannot publish %s: %s", sf->path, strerror(-rc));
         goto fail;
     }
-    if (!(w = wal_open(sf->path, 1, s->durability, e2))) {
-        /* The filter is durable but cannot take writes now: keep it,
-         * FAILED, so a restart or store_filter_recover can serve it. */
-        pthread_rwlock_wrlock(&sf->lock);
-        sf->state = STORE_FAILED;
-        store__strfmt(sf->why, sizeof(sf->why), "%s", e2);
-        pthread_rwlock_unlock(&sf->lock);
-        pthread_mutex_unlock(&sf->snap_mu);
-        errmsg_set(err, "%s", e2);
-        return -EIO;
-    }
-    store__filter_install(sf, f, w);
+    sf->id = id;
+    sf->ckpt_seq = 0;
     sf->snap_time_ms = store__now_ms();
+    rc = store__filter_install(sf, f, 1);
     pthread_mutex_unlock(&sf->snap_mu);
-    return 0;
+    if (rc < 0)
+        errmsg_set(err, "out of memory");
+    /* On failure the filter is durable and kept FAILED; f is freed. */
+    return rc < 0 ? -ENOMEM : 0;
 fail:
     store__rm_rf(tmp);
     pthread_mutex_unlock(&sf->snap_mu);
@@ -315,13 +326,15 @@ int store_drop_handle(struct store *s, struct store_filter *sf, char *err)
     return drop(s, sf->name, sf, err);
 }
 
-/* References to every filter in the catalog (dropping ones excluded). */
-static struct store_filter **catalog_refs(struct store *s, size_t *n)
+struct store_filter **store__catalog_refs(struct store *s, size_t *n,
+                                          uint64_t *durable)
 {
     struct store_filter **v;
     size_t k = 0;
 
     pthread_mutex_lock(&s->mu);
+    if (durable)
+        *durable = wal_durable_lsn(s->wal);
     v = malloc((s->n ? s->n : 1) * sizeof(*v));
     if (v)
         for (size_t i = 0; i < s->n; i++)
@@ -334,25 +347,7 @@ static struct store_filter **catalog_refs(struct store *s, size_t *n)
     return v;
 }
 
-int store_snapshot_now(struct store *s, char *err)
-{
-    size_t n;
-    struct store_filter **v = catalog_refs(s, &n);
-    int rc = 0;
-
-    if (!v)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        int r = store__filter_snapshot(v[i], false, rc ? NULL : err);
-        if (r < 0 && rc == 0)
-            rc = r;
-        store_put(v[i]);
-    }
-    free(v);
-    return rc;
-}
-
-static void *snapshot_main(void *arg)
+static void *store_main(void *arg)
 {
     struct store *s = arg;
     unsigned tick = s->interval_ms < TICK_MS ? s->interval_ms : TICK_MS;
@@ -372,28 +367,15 @@ static void *snapshot_main(void *arg)
             break;
         pthread_mutex_unlock(&s->tmu);
 
-        size_t n;
-        struct store_filter **v = catalog_refs(s, &n);
-        for (size_t i = 0; v && i < n; i++) {
-            char err[STORE_ERRLEN];
-            if (store__filter_due(v[i], store__now_ms()) &&
-                store__filter_snapshot(v[i], false, err) < 0)
-                log_warn("store: %s", err);
-            if (store__filter_retry_due(v[i], store__now_ms()) &&
-                store_filter_recover(v[i], err) == 0)
-                log_info("store: filter '%s' recovered after a write error",
-                         v[i]->name);
-            store_put(v[i]);
-        }
-        free(v);
+        store__housekeeping(s);
         pthread_mutex_lock(&s->tmu);
     }
     pthread_mutex_unlock(&s->tmu);
     return NULL;
 }
 
-/* Sweep dot directories (unfinished creations and drops) and load every
- * filter directory. */
+/* Sweep dot directories (unfinished creations and drops), load every
+ * filter directory and open the log. */
 static int store_scan(struct store *s, char *err)
 {
     DIR *d = opendir(s->dir);
@@ -432,12 +414,7 @@ static int store_scan(struct store *s, char *err)
     closedir(d);
     if (rc < 0)
         return rc;
-    for (size_t i = 0; i < s->n; i++) {
-        pthread_mutex_lock(&s->v[i]->snap_mu);
-        store__filter_load(s->v[i], NULL);   /* FAILED filters stay listed */
-        pthread_mutex_unlock(&s->v[i]->snap_mu);
-    }
-    return 0;
+    return store__load_all(s, err);   /* FAILED filters stay listed */
 }
 
 struct store *store_open(const struct store_options *o, char *err)
@@ -494,8 +471,8 @@ struct store *store_open(const struct store_options *o, char *err)
     }
     if (store_scan(s, err) < 0)
         goto fail;
-    if (pthread_create(&s->thread, NULL, snapshot_main, s) != 0) {
-        errmsg_set(err, "cannot start the snapshot thread");
+    if (pthread_create(&s->thread, NULL, store_main, s) != 0) {
+        errmsg_set(err, "cannot start the store's thread");
         goto fail;
     }
     s->thread_started = true;
@@ -515,12 +492,13 @@ void store_close(struct store *s)
         pthread_cond_broadcast(&s->tcv);
         pthread_mutex_unlock(&s->tmu);
         pthread_join(s->thread, NULL);
-        /* A final snapshot makes the next start quick. */
+        /* A final checkpoint makes the next start quick. */
         store_snapshot_now(s, NULL);
     }
     for (size_t i = 0; i < s->n; i++)
         store_put(s->v[i]);
     free(s->v);
+    wal_close(s->wal);   /* every stream is closed with its filter */
     if (s->lock_fd >= 0)
         close(s->lock_fd);
     pthread_mutex_destroy(&s->mu);

@@ -1,66 +1,93 @@
-/* store: a data directory of named, durable filters (snapshots + WAL).
+/* store: a data directory of named, durable filters (checkpoints + one
+ * write-ahead log for all of them).
  *
- * A struct store owns one directory.  Each filter lives in DIR/<name>/ as
- *   snapshot-<C>.bf   the filter with every WAL record of seq <= C applied
- *                     (bf_file format, written atomically);
- *   wal-<F>.log       WAL segments, F = the first sequence number in it.
- * DIR/LOCK is flock'ed so two processes never open the same store.  Directories
- * whose names start with a dot are in-progress creations or drops and are
- * removed when the store is opened.
+ * A struct store owns one directory (docs/STORAGE.md has the layout):
+ *   .wal/wal-<F>.log       the node log (wal.h): every filter's changes,
+ *                          each record naming its filter and incarnation
+ *                          (a dot name: no filter can be called that);
+ *   <name>/ckpt-<I>-<C>-<L>.bf  a checkpoint of filter <name>: incarnation
+ *                          id I (random, new for every creation, so a
+ *                          filter dropped and created again never gets the
+ *                          old one's records), every record of seq <= C
+ *                          applied, and none of its records of seq > C in
+ *                          the log at LSN <= L (bf_file format, written
+ *                          atomically);
+ *   LOCK                   flock'ed so two processes never open the store.
+ * Directories .creating-* and .dropped-* are in-progress creations or
+ * drops and are removed when the store is opened.  A directory written by
+ * an earlier release (per-filter snapshot-*.bf and wal-*.log) is migrated
+ * when the store opens it (crash-safe: docs/STORAGE.md).
  *
- * Durability rule: store_add_hashes (and remove, import) returns only after
- * its WAL record is on disk (STORE_DURABLE_FSYNC: fdatasync, shared between
- * concurrent callers by group commit).  STORE_DURABLE_NONE only write()s the
+ * Durability rule: store_add_hashes (and remove, import, or_pages) returns
+ * only after its log record is on disk (STORE_DURABLE_FSYNC: fdatasync,
+ * one for every write that arrived while the previous one ran, from any
+ * filter and any thread: the log's commit thread).  The _async forms
+ * return once the bits are set and the record queued, and report
+ * durability through a callback.  STORE_DURABLE_NONE only write()s the
  * record: it survives a crash of the process but not of the machine, so
  * acknowledged writes from the last moments before a power loss are lost
- * (and if the disk kept later pages but not earlier ones, the filter comes
- * back FAILED rather than served with holes).
+ * (and if the disk kept later pages but not earlier ones, the filters that
+ * may have lost records come back FAILED rather than served with holes).
  *
- * Snapshot vs WAL ordering: a mutation FIRST changes the bits in memory and
- * THEN appends its WAL record.  A snapshot rotates the WAL under its lock at
- * sequence C (records <= C in the old segments, > C in the new one) and only
- * then copies the bits, so every record <= C has its bits in the copy and
- * every record > C stays in the WAL: snapshot-C + WAL(> C) covers every
- * acknowledged change.  The copy of a blocked or classic filter, taken
- * while adds go on, may hold extra bits of records > C (or of writes that
- * later failed); replaying an OR twice is harmless.  For the counting kind a
- * record applied twice would decrement twice, and the scalable kind's layer
- * chain must not grow under the copy, so these hold mutations (not queries)
- * off during the rotation and the copy, which is then exactly "records
- * <= C".  Mutations of one filter are applied one at a time (the WAL order
- * is the apply order; the fsync wait is shared); queries never wait for a
- * snapshot.  Only the newest snapshot is kept once it is durable, with the
- * WAL segments after it.
+ * Checkpoint vs log ordering: a mutation FIRST changes the bits in memory
+ * and THEN queues its log record, under the filter's write lock, so a
+ * filter's records are in the log in the order their changes were made.  A
+ * checkpoint reads seq C (the last record queued) and queues a barrier
+ * under that lock, then copies the bits, then waits for the barrier: every
+ * record <= C is then durable and has its bits in the copy, and the barrier
+ * gives L, the LSN below which the filter has no record > C.  The copy of
+ * a blocked or classic filter, taken while adds go on, may hold extra bits
+ * of records > C (or of writes that later failed); replaying an OR twice is
+ * harmless.  For the counting kind a record applied twice would decrement
+ * twice, and the scalable kind's layer chain must not grow under the copy,
+ * so these hold mutations (not queries) off during the copy, which is then
+ * exactly "records <= C".  Queries never wait for a checkpoint.  Only the
+ * newest checkpoint of a filter is kept once it is durable.
  * A side effect of bits-first: a query may say "maybe" for a key whose add
  * has not been (or is never) acknowledged; it never says "absent" for an
  * acknowledged one.
  *
- * Recovery (store_open, store_filter_recover): the newest snapshot that
- * loads, then every WAL record after it.  A torn tail of the last segment
- * (unacknowledged records cut short or failing their checksum, with no
- * record committed after them) is truncated and the filter served.  Any
- * other damage (a bad record followed by records committed after it, a
- * missing segment or sequence gap, a snapshot that does not load with no
- * older snapshot plus complete WAL to fall back on) leaves the filter FAILED
- * with a reason naming the file and offset; it is never served with missing
+ * The log's bound: a log segment is removed once every filter's checkpoint
+ * covers it.  When the log grows past snapshot_wal_bytes the store
+ * checkpoints the filters that pin its oldest segment: a filter that
+ * changed gets a new checkpoint, one that did not only has its checkpoint's
+ * L moved (a rename), and a FAILED one no longer holds the log (it can
+ * then no longer be recovered from this node's files: it stays FAILED,
+ * with a reason naming the missing records).  Filters that changed are
+ * also checkpointed every snapshot_interval_ms.
+ *
+ * Recovery (store_open, store_filter_recover): each filter's newest
+ * checkpoint that loads, then its records after it, from one pass over the
+ * log.  A torn tail of the last segment (unacknowledged records cut short
+ * or failing their checksum, with no record committed after them) is
+ * truncated and the filters served.  A damaged record whose header is
+ * intact names its filter: that filter is FAILED, no other.  Damage that
+ * hides the owner (a damaged header, a missing segment) FAILs the filters
+ * that may have had records there: those with a gap in their own
+ * sequence, and those with no record after the damage that their
+ * checkpoint does not cover; a filter with a later record in sequence is
+ * served.  A checkpoint that does not load, with no older checkpoint plus
+ * complete log to fall back on, leaves its filter FAILED.  A FAILED filter
+ * has a reason naming the file and offset; it is never served with missing
  * bits.  Other filters are unaffected.
  *
- * Failed writes: if a WAL write or fdatasync fails the filter turns FAILED
- * (the fsync is never retried); every later mutation fails with -EIO and
- * nothing is acknowledged.  store_filter_recover() reloads it from disk, and
- * the store's thread does that by itself every recover_retry_ms for filters
- * FAILED by an I/O error (recovery re-reads the files, makes them durable
- * and starts a new WAL segment).  Filters FAILED by damaged files stay so
- * until store_filter_recover is called (e.g. after an operator's repair).
+ * Failed writes: if a log write or fdatasync fails, no write of that batch
+ * is acknowledged and every filter with a write in it turns FAILED (the
+ * fsync is never retried); their later mutations fail with -EIO.  Filters
+ * with no write in the batch go on (the log continues in a new segment).
+ * store_filter_recover() reloads a filter from its files, and the store's
+ * thread does that by itself every recover_retry_ms for filters FAILED by
+ * an I/O error.  Filters FAILED by damaged files stay so until
+ * store_filter_recover is called (e.g. after an operator's repair).
  *
  * Threads: every function may be called from any thread at once, except
- * store_close.  A background thread per store writes snapshots every
- * snapshot_interval_ms (if the filter changed) or once a filter's WAL grew
- * by snapshot_wal_bytes.
+ * store_close.  A background thread per store writes checkpoints (above)
+ * and retries failed filters; the log has its commit thread (wal.h).
  *
  * Handles: store_get returns a counted reference; every store_get needs one
  * store_put.  A dropped filter's handle stays valid (its calls return
- * -ENOENT) until the last put.  All handles must be put before store_close.
+ * -ENOENT) until the last put.  All handles must be put, and every
+ * asynchronous call completed, before store_close.
  *
  * Errors: 0 or a negative errno; err buffers are STORE_ERRLEN bytes (may be
  * NULL) and receive a sentence a person can act on.
@@ -89,7 +116,8 @@ struct store_options {
     const char *dir;                 /* data directory (created if missing) */
     int durability;                  /* enum store_durability */
     unsigned snapshot_interval_ms;   /* 0: default 60000 */
-    uint64_t snapshot_wal_bytes;     /* 0: default 64 MiB */
+    uint64_t snapshot_wal_bytes;     /* bound on the node log (see "The
+                                        log's bound"); 0: default 64 MiB */
     unsigned recover_retry_ms;       /* 0: default 1000; see "Failed
                                         writes" */
 };
@@ -112,8 +140,8 @@ struct store_filter;
  * another process, bad options). */
 struct store *store_open(const struct store_options *o, char *err);
 
-/* Stop the snapshot thread, snapshot every changed READY filter, close
- * everything.  No handle may be held.  NULL is allowed. */
+/* Stop the store's thread, checkpoint every changed READY filter, close
+ * the log.  No handle may be held.  NULL is allowed. */
 void store_close(struct store *s);
 
 /* Is name acceptable as a store name (rules_store_name_check: a filter
@@ -164,11 +192,31 @@ enum store_state store_filter_state(struct store_filter *sf, char *why);
 int store_filter_recover(struct store_filter *sf, char *err);
 
 /* Add n hashes; added[i] (may be NULL) is true when hash i was definitely
- * absent before.  Returns 0 only after the WAL record is durable; -EIO when
+ * absent before.  Returns 0 only after the log record is durable; -EIO when
  * it cannot be made durable (nothing acknowledged, the filter turns FAILED),
  * -EAGAIN / -ENOENT for a filter recovering / dropped. */
 int store_add_hashes(struct store_filter *sf, const struct bf_hash *h,
                      size_t n, bool *added, char *err);
+
+/* Completion of an asynchronous mutation: rc is what the synchronous call
+ * would have returned (0 once durable, or the error). Called exactly once,
+ * from the commit thread, never with a store lock held; or not at all when
+ * the _async call itself returns an error (then nothing was applied). */
+typedef void (*store_done_fn)(void *ctx, int rc);
+
+/* store_add_hashes without the wait: the bits are set, added[] filled (it
+ * is the caller's, and complete when the call returns) and the record
+ * queued before it returns 0; done(ctx, rc) follows once the record is
+ * durable (rc 0) or cannot be made so (-EIO, the filter turns FAILED).
+ * h is copied: it may be freed on return.  A call with n == 0 completes
+ * once the filter's earlier writes are durable.  done must not wait for
+ * the store (it runs on the commit thread, which every write waits for);
+ * the handle must stay held until done ran.  Returns 0, or the errors of
+ * store_add_hashes that come before any change (-EAGAIN, -ENOENT, -EIO for
+ * a FAILED filter, -ENOMEM) with err set, and then done is never called. */
+int store_add_hashes_async(struct store_filter *sf, const struct bf_hash *h,
+                           size_t n, bool *added, store_done_fn done,
+                           void *ctx, char *err);
 
 /* Query n hashes.  Returns 0, or -EIO / -EAGAIN / -ENOENT when the filter
  * is not READY (never answers from state it cannot vouch for). */
@@ -181,8 +229,15 @@ int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
 int store_remove_hashes(struct store_filter *sf, const struct bf_hash *h,
                         size_t n, bool *removed, char *err);
 
-/* OR-merge src into the filter, durably (a WAL import record carrying src,
- * so the WAL holds a copy of src until the next snapshot).  -EINVAL naming
+/* store_remove_hashes without the wait, as store_add_hashes_async
+ * (-EOPNOTSUPP too, before any change). */
+int store_remove_hashes_async(struct store_filter *sf,
+                              const struct bf_hash *h, size_t n,
+                              bool *removed, store_done_fn done, void *ctx,
+                              char *err);
+
+/* OR-merge src into the filter, durably (a log import record carrying src,
+ * so the log holds a copy of src until the next checkpoint).  -EINVAL naming
  * the mismatching field (nothing changed) when the fingerprints differ; I/O
  * errors as store_add_hashes.  src stays the caller's.  Adds wait while
  * the merge runs. */
@@ -197,7 +252,7 @@ struct store_page {
     size_t len;
 };
 
-/* OR n pages into the filter's bits, durably: one WAL record of type
+/* OR n pages into the filter's bits, durably: one log record of type
  * WAL_REC_PAGES (bits first, then the record, as every mutation).  Blocked
  * and classic filters only (-EOPNOTSUPP otherwise: counters do not OR).
  * Every page is checked against the geometry before any bit changes
@@ -299,14 +354,17 @@ int store_filter_inspect(struct store_filter *sf,
                          void (*fn)(const struct bf *f, void *ctx), void *ctx);
 
 /* Monotonically increasing (also across restarts): the sequence number of
- * the filter's latest WAL record; bumps on every change. */
+ * the filter's latest durable log record; bumps on every change. */
 uint64_t store_filter_version(struct store_filter *sf);
 
-/* Snapshot every changed READY filter now (and discard the WAL it covers).
- * Returns 0 or the first error. */
+/* Checkpoint every changed READY filter now (and discard the log segments
+ * every checkpoint covers).  Returns 0 or the first error. */
 int store_snapshot_now(struct store *s, char *err);
 
-/* Snapshot one filter now. */
+/* Checkpoint one filter now (even if it did not change). */
 int store_filter_snapshot(struct store_filter *sf, char *err);
+
+/* Bytes of the node log on disk (every segment). */
+uint64_t store_log_bytes(struct store *s);
 
 #endif

@@ -1,6 +1,7 @@
-/* store_filter: one filter of the store: recovery from its snapshot and
- * WAL, data operations, imports, copies and snapshots.  See store.h for the
- * ordering rule between snapshots and the WAL, store_internal.h for locks.
+/* store_filter: one filter of the store: its state, data operations
+ * (synchronous ones built on the asynchronous ones), imports, copies and
+ * the replay of its log records.  See store.h for the ordering rule between
+ * checkpoints and the log, store_internal.h for locks.
  */
 #include "store.h"
 
@@ -40,6 +41,7 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
     atomic_init(&sf->refs, 1);
     atomic_init(&sf->version, 0);
     atomic_init(&sf->source_version, 0);
+    atomic_init(&sf->ckpt_lsn, UINT64_MAX);   /* holds no log until loaded */
     pthread_mutex_init(&sf->snap_mu, NULL);
     pthread_mutex_init(&sf->pages_mu, NULL);
     pthread_mutex_init(&sf->write_mu, NULL);
@@ -54,7 +56,7 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
 
 void store__filter_free(struct store_filter *sf)
 {
-    wal_close(sf->wal);
+    wal_stream_close(sf->stream);
     bf_destroy(sf->bf);
     store__pages_free(sf->pages);   /* the tracking dies with the filter */
     pthread_mutex_destroy(&sf->snap_mu);
@@ -94,8 +96,22 @@ int store__state_errno(enum store_state st)
     }
 }
 
+enum store_state store__state(struct store_filter *sf)
+{
+    if (sf->state == STORE_READY && wal_stream_failed(sf->stream, NULL))
+        return STORE_FAILED;
+    return sf->state;
+}
+
 void store__state_err(struct store_filter *sf, char *err)
 {
+    char why[WAL_ERRLEN];
+
+    if (sf->state == STORE_READY && wal_stream_failed(sf->stream, why)) {
+        errmsg_set(err, "filter '%s' is not served: %s; writes are refused "
+                   "until the filter is recovered", sf->name, why);
+        return;
+    }
     switch (sf->state) {
     case STORE_RECOVERING:
         errmsg_set(err, "filter '%s' is recovering; retry shortly",
@@ -112,31 +128,31 @@ void store__state_err(struct store_filter *sf, char *err)
     }
 }
 
-/* After a WAL failure seen by a data call: refuse the filter until it is
- * recovered.  w is the WAL the caller used, so a newer one is not blamed. */
-static void filter_wal_failed(struct store_filter *sf, struct wal *w,
-                              char *err)
+
+void store__filter_fail(struct store_filter *sf, const char *why, bool retry)
 {
     pthread_rwlock_wrlock(&sf->lock);
-    if (sf->wal == w && sf->state == STORE_READY) {
-        sf->state = STORE_FAILED;
-        sf->retry = true;
-        sf->failed_ms = store__now_ms();
-        store__strfmt(sf->why, sizeof(sf->why), "%s; writes are refused until "
-                      "the filter is recovered", wal_error_text(w));
-        log_error("store: filter '%s' failed: %s", sf->name, sf->why);
-    }
-    errmsg_set(err, "write to filter '%s' is not durable: %s", sf->name,
-                  wal_error_text(w));
+    sf->state = STORE_FAILED;
+    store__strfmt(sf->why, sizeof(sf->why), "%s", why);
+    sf->retry = retry;
+    sf->failed_ms = store__now_ms();
     pthread_rwlock_unlock(&sf->lock);
 }
 
-void store__filter_install(struct store_filter *sf, struct bf *f,
-                           struct wal *w)
+int store__filter_install(struct store_filter *sf, struct bf *f,
+                          uint64_t next_seq)
 {
+    struct wal_stream *st = wal_stream_open(sf->s->wal, sf->id, sf->name,
+                                            next_seq);
+
+    if (!st) {
+        bf_destroy(f);
+        store__filter_fail(sf, "no memory for the filter's log stream", true);
+        return -ENOMEM;
+    }
     pthread_rwlock_wrlock(&sf->lock);
     sf->bf = f;
-    sf->wal = w;
+    sf->stream = st;
     sf->exact = bf_kind(f) == BF_KIND_COUNTING ||
                 bf_kind(f) == BF_KIND_SCALABLE;
     /* Mutations are serialized by write_mu, so plain stores suffice. */
@@ -145,98 +161,13 @@ void store__filter_install(struct store_filter *sf, struct bf *f,
     sf->why[0] = 0;
     sf->retry = false;
     pthread_rwlock_unlock(&sf->lock);
+    store__raise(&sf->version, next_seq - 1);
+    return 0;
 }
 
 const char *store_filter_name(const struct store_filter *sf)
 {
     return sf->name;
-}
-
-struct snap_ent {
-    uint64_t seq;
-    char name[40];
-};
-
-static bool snap_parse_name(const char *name, uint64_t *seq)
-{
-    char *end;
-
-    if (strlen(name) != 28 || strncmp(name, "snapshot-", 9) != 0 ||
-        strcmp(name + 25, ".bf") != 0)
-        return false;
-    for (int i = 9; i < 25; i++)
-        if (!strchr("0123456789abcdef", name[i]))
-            return false;
-    *seq = strtoull(name + 9, &end, 16);
-    return end == name + 25;
-}
-
-static int snap_cmp_desc(const void *a, const void *b)
-{
-    const struct snap_ent *x = a, *y = b;
-
-    return x->seq > y->seq ? -1 : x->seq < y->seq;
-}
-
-/* Snapshots in dir, newest first.  clean: also remove temp files of
- * snapshot saves a crash interrupted (only while nothing writes to dir). */
-static int snap_list(const char *dir, bool clean, struct snap_ent **out,
-                     size_t *n)
-{
-    DIR *d = opendir(dir);
-    struct snap_ent *v = NULL;
-    size_t len = 0, cap = 0;
-    struct dirent *de;
-
-    if (!d)
-        return -errno;
-    while ((de = readdir(d))) {
-        uint64_t seq;
-        if (clean && !strncmp(de->d_name, "snapshot-", 9) &&
-            strstr(de->d_name, ".bf.tmp.")) {
-            unlinkat(dirfd(d), de->d_name, 0);
-            continue;
-        }
-        if (!snap_parse_name(de->d_name, &seq))
-            continue;
-        if (len == cap) {
-            cap = cap ? 2 * cap : 4;
-            struct snap_ent *nv = realloc(v, cap * sizeof(*v));
-            if (!nv) {
-                free(v);
-                closedir(d);
-                return -ENOMEM;
-            }
-            v = nv;
-        }
-        v[len].seq = seq;
-        memcpy(v[len].name, de->d_name, 29);   /* 28 chars, checked */
-        len++;
-    }
-    closedir(d);
-    if (len)
-        qsort(v, len, sizeof(*v), snap_cmp_desc);
-    *out = v;
-    *n = len;
-    return 0;
-}
-
-/* Remove the snapshots older than seq (the newest one makes them useless). */
-static void snap_prune(const char *dir, uint64_t seq)
-{
-    struct snap_ent *v;
-    size_t n;
-
-    if (snap_list(dir, false, &v, &n) < 0)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        char path[STORE_PATH_LEN];
-        if (v[i].seq >= seq)
-            continue;
-        store__strfmt(path, sizeof(path), "%s/%s", dir, v[i].name);
-        unlink(path);
-    }
-    free(v);
 }
 
 /* OR len bytes of words at byte offset off of layer `layer` of f.  The
@@ -289,16 +220,13 @@ static int replay_pages(struct bf *f, const uint8_t *p, uint64_t len)
     return 0;
 }
 
-/* Apply one WAL record to the filter being recovered. */
-static int replay_one(void *ctx, uint32_t type, uint64_t seq,
-                      const void *payload, uint64_t len)
+int store__replay_apply(struct bf *f, uint32_t type, const void *payload,
+                        uint64_t len)
 {
-    struct bf *f = ctx;
     struct bf_hash h[512];
     const uint8_t *p = payload;
     char err[BF_ERRLEN];
 
-    (void)seq;
     switch (type) {
     case WAL_REC_ADD:
     case WAL_REC_REMOVE:
@@ -335,87 +263,10 @@ static int replay_one(void *ctx, uint32_t type, uint64_t seq,
     }
 }
 
-/* Load a filter from its directory: newest loadable snapshot + WAL replay.
- * Called with snap_mu held and the filter in RECOVERING with no bf/wal;
- * leaves it READY or FAILED. */
-int store__filter_load(struct store_filter *sf, char *err)
-{
-    struct snap_ent *v = NULL;
-    size_t n = 0, i;
-    struct bf *f = NULL;
-    struct wal *w = NULL;
-    struct wal_recovery rec;
-    char why[STORE_ERRLEN] = "", e2[STORE_ERRLEN], path[STORE_PATH_LEN];
-    uint64_t covered = 0;
-    int rc;
-
-    if ((rc = snap_list(sf->path, true, &v, &n)) < 0) {
-        store__strfmt(why, sizeof(why), "cannot list %s: %s", sf->path,
-                      strerror(-rc));
-        goto fail;
-    }
-    for (i = 0; i < n && !f; i++) {
-        store__strfmt(path, sizeof(path), "%s/%s", sf->path, v[i].name);
-        f = bf_file_load(path, e2, NULL);
-        if (f)
-            covered = v[i].seq;
-        else if (!why[0])
-            store__strfmt(why, sizeof(why), "snapshot %s is unusable: %.160s",
-                          path,
-                          e2);
-    }
-    if (!f) {
-        rc = -EBADMSG;
-        if (!why[0])
-            store__strfmt(why, sizeof(why), "no snapshot in %s", sf->path);
-        goto fail;
-    }
-    if (why[0])
-        log_warn("store: %s; trying the older snapshot-%016" PRIx64 ".bf with "
-                 "the WAL after it", why, covered);
-    bf_set_exclusive(f, true);
-    rc = wal_recover(sf->path, covered, replay_one, f, &rec, e2);
-    if (rc < 0) {
-        size_t l = strlen(why);
-        store__strfmt(why + l, sizeof(why) - l, "%s%s", l ? "; then " : "",
-                      e2);
-        goto fail;
-    }
-    if (rec.truncated)
-        log_warn("store: filter '%s': cut a torn WAL tail of %" PRIu64
-                 " bytes (never acknowledged)", sf->name, rec.truncated);
-    if (!(w = wal_open(sf->path, rec.next_seq, sf->s->durability, e2))) {
-        rc = -EIO;
-        store__strfmt(why, sizeof(why), "%s", e2);
-        goto fail;
-    }
-    free(v);
-    store__filter_install(sf, f, w);
-    store__raise(&sf->version, rec.next_seq - 1);
-    sf->snap_seq = covered;
-    sf->snap_time_ms = store__now_ms();
-    log_info("store: filter '%s' ready: snapshot seq %" PRIu64 ", %" PRIu64
-             " WAL records replayed", sf->name, covered, rec.records);
-    return 0;
-fail:
-    free(v);
-    bf_destroy(f);
-    pthread_rwlock_wrlock(&sf->lock);
-    sf->state = STORE_FAILED;
-    store__strfmt(sf->why, sizeof(sf->why), "%s", why);
-    /* Damaged files stay refused; a disk that failed may come back. */
-    sf->retry = rc != -EBADMSG;
-    sf->failed_ms = store__now_ms();
-    pthread_rwlock_unlock(&sf->lock);
-    log_error("store: filter '%s' is not served: %s", sf->name, why);
-    errmsg_set(err, "filter '%s' is not served: %s", sf->name, why);
-    return rc < 0 ? rc : -EIO;
-}
-
 int store_filter_recover(struct store_filter *sf, char *err)
 {
+    struct wal_stream *st;
     struct bf *f;
-    struct wal *w;
     int rc;
 
     pthread_mutex_lock(&sf->snap_mu);
@@ -427,12 +278,22 @@ int store_filter_recover(struct store_filter *sf, char *err)
         return -ENOENT;
     }
     f = sf->bf;
-    w = sf->wal;
+    st = sf->stream;
     sf->bf = NULL;
-    sf->wal = NULL;
+    sf->stream = NULL;
     sf->state = STORE_RECOVERING;
     pthread_rwlock_unlock(&sf->lock);
-    wal_close(w);
+    /* Records of the old stream still queued are written (or failed)
+     * first: the reload reads what is durable, and the new stream goes on
+     * from there. */
+    if (st) {
+        struct wal_waiter wt;
+        wal_waiter_init(&wt);
+        if (wal_barrier(st, wal_waiter_done, &wt) < 0)
+            wal_waiter_done(&wt, -ENOMEM, 0, 0);
+        wal_waiter_wait(&wt);
+    }
+    wal_stream_close(st);
     bf_destroy(f);
     rc = store__filter_load(sf, err);
     pthread_mutex_unlock(&sf->snap_mu);
@@ -442,47 +303,102 @@ int store_filter_recover(struct store_filter *sf, char *err)
 enum store_state store_filter_state(struct store_filter *sf, char *why)
 {
     enum store_state st;
+    char w2[WAL_ERRLEN];
 
     pthread_rwlock_rdlock(&sf->lock);
-    st = sf->state;
-    if (why)
-        store__strfmt(why, STORE_ERRLEN, "%s",
-                      st == STORE_FAILED ? sf->why : "");
+    st = store__state(sf);
+    if (why) {
+        if (st == STORE_FAILED && sf->state == STORE_READY) {
+            wal_stream_failed(sf->stream, w2);
+            store__strfmt(why, STORE_ERRLEN, "%s; writes are refused until "
+                          "the filter is recovered", w2);
+        } else {
+            store__strfmt(why, STORE_ERRLEN, "%s",
+                          st == STORE_FAILED ? sf->why : "");
+        }
+    }
     pthread_rwlock_unlock(&sf->lock);
     return st;
 }
 
-/* Apply a batch of hashes and log it.  Bits first, then the WAL record (the
- * order store.h relies on), both under write_mu: one writer at a time lets
- * the engine use plain stores, and the WAL order is the apply order.  The
- * wait for durability happens outside write_mu, so batches share fsyncs,
- * but under the shared lock, so a recovery cannot swap the WAL meanwhile. */
+/* ---- mutations ---- */
+
+/* What a completion needs: the filter (a reference) and the caller's. */
+struct pending {
+    struct store_filter *sf;
+    store_done_fn done;
+    void *ctx;
+};
+
+/* Runs on the commit thread: only atomics of the filter are touched (a
+ * failure shows through the stream, store__state). */
+static void mutation_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
+{
+    struct pending *p = ctx;
+
+    (void)lsn;
+    if (rc == 0)
+        store__raise(&p->sf->version, seq);
+    p->done(p->ctx, rc);
+    store_put(p->sf);
+    free(p);
+}
+
+/* Submit rec for sf after apply(sf, arg) changed the bits: both under
+ * write_mu (the log order is the apply order), with the shared lock held
+ * by the caller.  rec and p move to the log. */
+static void submit_locked(struct store_filter *sf, struct wal_rec *rec,
+                          struct pending *p)
+{
+    atomic_fetch_add(&sf->refs, 1);
+    p->sf = sf;
+    wal_submit(sf->stream, rec, mutation_done, p);
+}
+
+/* Bits first, then the log record (the order store.h relies on), both
+ * under write_mu: one writer at a time lets the engine use plain stores,
+ * and the log order is the apply order.  Everything that can fail is
+ * checked before a bit changes. */
 static int filter_mutate(struct store_filter *sf, uint32_t type,
                          const struct bf_hash *h, size_t n, bool *out,
-                         char *err)
+                         store_done_fn done, void *ctx, char *err)
 {
-    struct wal *w;
-    uint64_t seq;
+    struct wal_rec *rec = NULL;
+    struct pending *p = malloc(sizeof(*p));
     int rc;
 
+    if (!p || (n && !(rec = wal_rec_new(type, h, (uint64_t)n * sizeof(*h))))) {
+        free(p);
+        errmsg_set(err, "no memory to log a write of %zu hashes to '%s'", n,
+                   sf->name);
+        return -ENOMEM;
+    }
+    p->done = done;
+    p->ctx = ctx;
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(sf->state)) < 0) {
+    if ((rc = store__state_errno(store__state(sf))) < 0) {
         store__state_err(sf, err);
-        pthread_rwlock_unlock(&sf->lock);
-        return rc;
+        goto fail;
     }
     if (type == WAL_REC_REMOVE && bf_kind(sf->bf) != BF_KIND_COUNTING) {
         errmsg_set(err, "filter '%s' is a %s filter; only counting filters "
                       "support remove", sf->name,
                       bf_kind_name(bf_kind(sf->bf)));
-        pthread_rwlock_unlock(&sf->lock);
-        return -EOPNOTSUPP;
+        rc = -EOPNOTSUPP;
+        goto fail;
     }
     if (n == 0) {
+        /* Nothing to log: done once what came before is durable. */
+        atomic_fetch_add(&sf->refs, 1);
+        p->sf = sf;
+        if ((rc = wal_barrier(sf->stream, mutation_done, p)) < 0) {
+            store_put(sf);
+            errmsg_set(err, "out of memory");
+            goto fail;
+        }
         pthread_rwlock_unlock(&sf->lock);
         return 0;
     }
-    w = sf->wal;
     pthread_mutex_lock(&sf->write_mu);
     if (type == WAL_REC_ADD)
         bf_add_hashes(sf->bf, h, n, out);
@@ -492,34 +408,110 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
             if (out)
                 out[i] = r == 0;
         }
-    rc = wal_submit(w, type, h, (uint64_t)n * sizeof(*h), &seq);
+    submit_locked(sf, rec, p);
     pthread_mutex_unlock(&sf->write_mu);
-    if (rc == 0)
-        rc = wal_wait(w, seq);
     pthread_rwlock_unlock(&sf->lock);
-    if (rc == -EIO) {
-        filter_wal_failed(sf, w, err);
-        return rc;
-    }
-    if (rc < 0) {
-        errmsg_set(err, "cannot log the write to '%s': %s", sf->name,
-                      strerror(-rc));
-        return rc;
-    }
-    store__raise(&sf->version, seq);
     return 0;
+fail:
+    pthread_rwlock_unlock(&sf->lock);
+    wal_rec_free(rec);
+    free(p);
+    return rc;
+}
+
+/* The synchronous calls: the asynchronous one, then wait. */
+struct sync_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int rc;
+};
+
+static void sync_done(void *ctx, int rc)
+{
+    struct sync_wait *w = ctx;
+
+    pthread_mutex_lock(&w->mu);
+    w->rc = rc;
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void sync_init(struct sync_wait *w)
+{
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->done = false;
+    w->rc = 0;
+}
+
+static void sync_deinit(struct sync_wait *w)
+{
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+/* Wait for the completion of a call that returned rc, and explain an
+ * error in err. */
+static int sync_finish(struct store_filter *sf, struct sync_wait *w, int rc,
+                       const char *what, char *err)
+{
+    if (rc == 0) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->done)
+            pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        rc = w->rc;
+        if (rc < 0) {
+            char why[WAL_ERRLEN] = "";
+            pthread_rwlock_rdlock(&sf->lock);
+            if (sf->stream)
+                wal_stream_failed(sf->stream, why);
+            pthread_rwlock_unlock(&sf->lock);
+            errmsg_set(err, "%s '%s' is not durable: %s", what, sf->name,
+                       why[0] ? why : strerror(-rc));
+        }
+    }
+    sync_deinit(w);
+    return rc;
+}
+
+int store_add_hashes_async(struct store_filter *sf, const struct bf_hash *h,
+                           size_t n, bool *added, store_done_fn done,
+                           void *ctx, char *err)
+{
+    return filter_mutate(sf, WAL_REC_ADD, h, n, added, done, ctx, err);
+}
+
+int store_remove_hashes_async(struct store_filter *sf,
+                              const struct bf_hash *h, size_t n,
+                              bool *removed, store_done_fn done, void *ctx,
+                              char *err)
+{
+    return filter_mutate(sf, WAL_REC_REMOVE, h, n, removed, done, ctx, err);
 }
 
 int store_add_hashes(struct store_filter *sf, const struct bf_hash *h,
                      size_t n, bool *added, char *err)
 {
-    return filter_mutate(sf, WAL_REC_ADD, h, n, added, err);
+    struct sync_wait w;
+
+    sync_init(&w);
+    return sync_finish(sf, &w, filter_mutate(sf, WAL_REC_ADD, h, n, added,
+                                             sync_done, &w, err),
+                       "write to filter", err);
 }
 
 int store_remove_hashes(struct store_filter *sf, const struct bf_hash *h,
                         size_t n, bool *removed, char *err)
 {
-    return filter_mutate(sf, WAL_REC_REMOVE, h, n, removed, err);
+    struct sync_wait w;
+
+    sync_init(&w);
+    return sync_finish(sf, &w, filter_mutate(sf, WAL_REC_REMOVE, h, n,
+                                             removed, sync_done, &w, err),
+                       "write to filter", err);
 }
 
 int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
@@ -528,7 +520,7 @@ int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
     int rc;
 
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(sf->state)) == 0)
+    if ((rc = store__state_errno(store__state(sf))) == 0)
         bf_may_contain_hashes(sf->bf, h, n, present);
     pthread_rwlock_unlock(&sf->lock);
     return rc;
@@ -553,65 +545,65 @@ static int membuf_write(void *ctx, const void *buf, size_t len)
 int store_import(struct store_filter *sf, const struct bf *src, char *err)
 {
     struct membuf m = {0};
+    struct wal_rec *rec;
+    struct pending *p;
+    struct sync_wait w;
     const char *field;
-    uint64_t seq, size;
+    uint64_t size;
     int rc;
 
-    /* Serialize outside the lock: the WAL record carries the whole file. */
+    /* Serialize outside the lock, straight into the log record. */
     size = bf_file_size(src);
-    if (size > WAL_MAX_PAYLOAD || !(m.p = malloc(size ? size : 1))) {
+    p = malloc(sizeof(*p));
+    if (!p || !(rec = wal_rec_new(WAL_REC_IMPORT, NULL, size))) {
+        free(p);
         errmsg_set(err, "cannot buffer an import of %" PRIu64 " bytes",
                       size);
         return -ENOMEM;
     }
+    m.p = wal_rec_payload(rec);
     m.cap = size;
     if ((rc = bf_file_write(src, membuf_write, &m)) < 0 || m.len != size) {
         errmsg_set(err, "cannot serialize the imported filter");
-        free(m.p);
+        wal_rec_free(rec);
+        free(p);
         return rc < 0 ? rc : -EINVAL;
     }
+    sync_init(&w);
+    p->done = sync_done;
+    p->ctx = &w;
     pthread_rwlock_wrlock(&sf->lock);   /* bf_merge_from needs exclusion */
-    if ((rc = store__state_errno(sf->state)) < 0) {
+    if ((rc = store__state_errno(store__state(sf))) < 0) {
         store__state_err(sf, err);
-        goto out;
+        goto fail;
     }
     if ((field = bf_mismatch(sf->bf, src))) {
         errmsg_set(err, "cannot import into '%s': the filters differ in %s",
                       sf->name, field);
         rc = -EINVAL;
-        goto out;
+        goto fail;
     }
     if ((rc = bf_merge_from(sf->bf, src, err)) < 0)
-        goto out;
-    if ((rc = wal_submit(sf->wal, WAL_REC_IMPORT, m.p, m.len, &seq)) == 0)
-        rc = wal_wait(sf->wal, seq);
-    if (rc == -EIO) {
-        sf->state = STORE_FAILED;
-        sf->retry = true;
-        sf->failed_ms = store__now_ms();
-        store__strfmt(sf->why, sizeof(sf->why), "%s; writes are refused "
-                      "until the filter is recovered",
-                      wal_error_text(sf->wal));
-        errmsg_set(err, "import into '%s' is not durable: %s", sf->name,
-                      wal_error_text(sf->wal));
-    } else if (rc < 0) {
-        errmsg_set(err, "cannot log the import into '%s': %s", sf->name,
-                      strerror(-rc));
-    } else {
-        store__raise(&sf->version, seq);
-    }
-out:
+        goto fail;
+    submit_locked(sf, rec, p);   /* the exclusive lock orders it */
     pthread_rwlock_unlock(&sf->lock);
-    free(m.p);
+    return sync_finish(sf, &w, 0, "import into", err);
+fail:
+    pthread_rwlock_unlock(&sf->lock);
+    wal_rec_free(rec);
+    free(p);
+    sync_deinit(&w);
     return rc;
 }
 
 int store_or_pages(struct store_filter *sf, const struct store_page *pages,
                    size_t n, char *err)
 {
-    uint8_t *rec = NULL, *q;
-    uint64_t size = 0, seq;
-    struct wal *w;
+    struct wal_rec *rec;
+    struct pending *p;
+    struct sync_wait w;
+    uint64_t size = 0;
+    uint8_t *q;
     int rc;
 
     for (size_t i = 0; i < n; i++) {
@@ -621,11 +613,13 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
         }
         size += 16 + pages[i].len;
     }
-    if (size > WAL_MAX_PAYLOAD || !(rec = malloc(size ? size : 1))) {
+    p = malloc(sizeof(*p));
+    if (!p || !(rec = wal_rec_new(WAL_REC_PAGES, NULL, size))) {
+        free(p);
         errmsg_set(err, "cannot buffer %" PRIu64 " bytes of pages", size);
         return -ENOMEM;
     }
-    q = rec;
+    q = wal_rec_payload(rec);
     for (size_t i = 0; i < n; i++) {
         uint32_t plen = (uint32_t)pages[i].len;
         memcpy(q, &pages[i].layer, 4);
@@ -634,10 +628,13 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
         memcpy(q + 16, pages[i].data, plen);
         q += 16 + (uint64_t)plen;
     }
+    sync_init(&w);
+    p->done = sync_done;
+    p->ctx = &w;
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(sf->state)) < 0) {
+    if ((rc = store__state_errno(store__state(sf))) < 0) {
         store__state_err(sf, err);
-        goto out;
+        goto fail;
     }
     for (size_t i = 0; i < n; i++) {
         rc = pages_check(sf->bf, pages[i].layer, pages[i].offset,
@@ -646,48 +643,36 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
             errmsg_set(err, "filter '%s' is a %s filter; only blocked and "
                           "classic filters merge page by page", sf->name,
                           bf_kind_name(bf_kind(sf->bf)));
-            goto out;
+            goto fail;
         }
         if (rc < 0) {
             errmsg_set(err, "page %zu (layer %" PRIu32 ", offset %" PRIu64
                           ", %zu bytes) is outside filter '%s'", i,
                           pages[i].layer, pages[i].offset, pages[i].len,
                           sf->name);
-            goto out;
+            goto fail;
         }
     }
     if (n == 0)
-        goto out;
-    w = sf->wal;
+        goto fail;   /* rc 0: nothing to do */
     pthread_mutex_lock(&sf->write_mu);
     for (size_t i = 0; i < n; i++)
         pages_or_one(sf->bf, pages[i].layer, pages[i].offset, pages[i].data,
                      pages[i].len);
-    rc = wal_submit(w, WAL_REC_PAGES, rec, size, &seq);
+    submit_locked(sf, rec, p);
     pthread_mutex_unlock(&sf->write_mu);
-    if (rc == 0)
-        rc = wal_wait(w, seq);
     pthread_rwlock_unlock(&sf->lock);
-    free(rec);
-    if (rc == -EIO) {
-        filter_wal_failed(sf, w, err);
-        return rc;
-    }
-    if (rc < 0) {
-        errmsg_set(err, "cannot log the pages merged into '%s': %s",
-                      sf->name, strerror(-rc));
-        return rc;
-    }
-    store__raise(&sf->version, seq);
-    return 0;
-out:
+    return sync_finish(sf, &w, 0, "the pages merged into", err);
+fail:
     pthread_rwlock_unlock(&sf->lock);
-    free(rec);
+    wal_rec_free(rec);
+    free(p);
+    sync_deinit(&w);
     return rc;
 }
 
-/* A copy of the live filter; the caller holds filter_lock_for_copy. */
-static struct bf *filter_copy_locked(struct store_filter *sf, char *err)
+/* A copy of the live filter; the caller holds store__lock_for_copy. */
+struct bf *store__copy_locked(struct store_filter *sf, char *err)
 {
     uint64_t counts[BF_MAX_LAYERS] = {0};
     struct bf *c = bf_create_like(sf->bf, err);
@@ -709,16 +694,14 @@ static struct bf *filter_copy_locked(struct store_filter *sf, char *err)
     return c;
 }
 
-/* Queries go on during a copy.  The exact kinds also stop mutations
- * (write_mu) so the copy is exactly "every record submitted so far". */
-static void filter_lock_for_copy(struct store_filter *sf)
+void store__lock_for_copy(struct store_filter *sf)
 {
     pthread_rwlock_rdlock(&sf->lock);
     if (sf->exact)
         pthread_mutex_lock(&sf->write_mu);
 }
 
-static void filter_unlock_for_copy(struct store_filter *sf)
+void store__unlock_for_copy(struct store_filter *sf)
 {
     if (sf->exact)
         pthread_mutex_unlock(&sf->write_mu);
@@ -729,10 +712,10 @@ struct bf *store_filter_copy(struct store_filter *sf)
 {
     struct bf *c = NULL;
 
-    filter_lock_for_copy(sf);
-    if (sf->state == STORE_READY)
-        c = filter_copy_locked(sf, NULL);
-    filter_unlock_for_copy(sf);
+    store__lock_for_copy(sf);
+    if (store__state(sf) == STORE_READY)
+        c = store__copy_locked(sf, NULL);
+    store__unlock_for_copy(sf);
     return c;
 }
 
@@ -755,7 +738,7 @@ const struct bf *store_filter_bf(struct store_filter *sf)
     const struct bf *f;
 
     pthread_rwlock_rdlock(&sf->lock);
-    f = sf->state == STORE_READY ? sf->bf : NULL;
+    f = store__state(sf) == STORE_READY ? sf->bf : NULL;
     pthread_rwlock_unlock(&sf->lock);
     return f;
 }
@@ -766,107 +749,14 @@ int store_filter_inspect(struct store_filter *sf,
     int rc;
 
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(sf->state)) == 0)
+    if ((rc = store__state_errno(store__state(sf))) == 0)
         fn(sf->bf, ctx);
     pthread_rwlock_unlock(&sf->lock);
     return rc;
 }
 
+
 uint64_t store_filter_version(struct store_filter *sf)
 {
     return atomic_load(&sf->version);
-}
-
-/* Write snapshot-C (C from a WAL rotation), then drop the WAL and the
- * snapshots it makes redundant.  force: even if nothing changed. */
-int store__filter_snapshot(struct store_filter *sf, bool force, char *err)
-{
-    char path[STORE_PATH_LEN], e2[STORE_ERRLEN];
-    struct bf *copy = NULL;
-    struct wal *w;
-    uint64_t upto;
-    int rc;
-
-    pthread_mutex_lock(&sf->snap_mu);
-    filter_lock_for_copy(sf);
-    if (sf->state != STORE_READY) {
-        filter_unlock_for_copy(sf);
-        pthread_mutex_unlock(&sf->snap_mu);
-        return 0;   /* nothing to snapshot */
-    }
-    w = sf->wal;
-    if (!force && wal_last_seq(w) == sf->snap_seq) {
-        filter_unlock_for_copy(sf);
-        pthread_mutex_unlock(&sf->snap_mu);
-        return 0;
-    }
-    /* Rotate first, copy second: every record <= upto set its bits before
-     * it was submitted, hence before this copy starts. */
-    rc = wal_rotate(w, &upto, e2);
-    if (rc == 0 && !(copy = filter_copy_locked(sf, e2)))
-        rc = -ENOMEM;
-    filter_unlock_for_copy(sf);
-    if (rc < 0) {
-        errmsg_set(err, "snapshot of '%s' failed: %s", sf->name, e2);
-        if (wal_error(w))
-            filter_wal_failed(sf, w, NULL);
-        pthread_mutex_unlock(&sf->snap_mu);
-        return rc;
-    }
-    store__strfmt(path, sizeof(path), "%s/snapshot-%016" PRIx64 ".bf",
-                  sf->path,
-                  upto);
-    rc = bf_file_save(copy, path, e2);
-    bf_destroy(copy);
-    if (rc < 0) {
-        /* The old snapshot and every WAL segment are still there; try again
-         * after an interval rather than at every tick. */
-        errmsg_set(err, "snapshot of '%s' failed: %s", sf->name, e2);
-        sf->snap_time_ms = store__now_ms();
-        pthread_mutex_unlock(&sf->snap_mu);
-        return rc;
-    }
-    sf->snap_seq = upto;
-    sf->snap_time_ms = store__now_ms();
-    snap_prune(sf->path, upto);
-    if ((rc = wal_discard(sf->path, upto)) < 0)
-        log_warn("store: cannot discard WAL of '%s' up to %" PRIu64 ": %s",
-                 sf->name, upto, strerror(-rc));
-    pthread_mutex_unlock(&sf->snap_mu);
-    return 0;
-}
-
-int store_filter_snapshot(struct store_filter *sf, char *err)
-{
-    return store__filter_snapshot(sf, true, err);
-}
-
-/* Does a filter need a snapshot: its WAL grew past the limit, or it changed
- * and the interval passed. */
-bool store__filter_due(struct store_filter *sf, uint64_t now)
-{
-    struct store *s = sf->s;
-    bool due = false;
-
-    pthread_mutex_lock(&sf->snap_mu);
-    pthread_rwlock_rdlock(&sf->lock);
-    if (sf->state == STORE_READY)
-        due = wal_last_seq(sf->wal) != sf->snap_seq &&
-              (wal_bytes(sf->wal) >= s->wal_bytes ||
-               now - sf->snap_time_ms >= s->interval_ms);
-    pthread_rwlock_unlock(&sf->lock);
-    pthread_mutex_unlock(&sf->snap_mu);
-    return due;
-}
-
-/* Is a filter FAILED by an I/O error and due for another recovery? */
-bool store__filter_retry_due(struct store_filter *sf, uint64_t now)
-{
-    bool due;
-
-    pthread_rwlock_rdlock(&sf->lock);
-    due = sf->state == STORE_FAILED && sf->retry &&
-          now - sf->failed_ms >= sf->s->retry_ms;
-    pthread_rwlock_unlock(&sf->lock);
-    return due;
 }

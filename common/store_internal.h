@@ -1,24 +1,29 @@
-/* store_internal: what store.c (catalog, files, snapshot thread) and
- * store_filter.c (one filter: recovery, data operations, snapshots) share.
- * Not part of the store's interface; see store.h for the contract.
+/* store_internal: what the store's files share: store.c (catalog, files,
+ * the store's thread), store_filter.c (one filter's data operations),
+ * store_load.c (checkpoints and log replay at open and on recovery),
+ * store_ckpt.c (the checkpoint writer and when to run it),
+ * store_migrate.c (directories of earlier releases) and store_pages.c
+ * (change tracking).  Not part of the store's interface; see store.h for
+ * the contract.
  *
  * Locks, outermost first:
  *   store.mu          the catalog (the array of filters);
- *   filter.snap_mu    one creation, snapshot, recovery or drop of a filter at
- *                     a time;
- *   filter.lock       rwlock: shared for data operations (including the wait
- *                     for durability, so the WAL stays alive) and copies,
+ *   filter.snap_mu    one creation, checkpoint, recovery or drop of a
+ *                     filter at a time;
+ *   filter.lock       rwlock: shared for data operations and copies,
  *                     exclusive for state changes and imports;
- *   filter.write_mu   one mutation at a time: apply + WAL submit are one
- *                     step (the WAL order is the apply order, and the engine
- *                     runs in single-writer mode); copies of the counting
- *                     and scalable kinds hold it to stop mutations (never
- *                     queries).
+ *   filter.write_mu   one mutation at a time: apply + log submit are one
+ *                     step (the log order is the apply order, and the
+ *                     engine runs in single-writer mode); copies of the
+ *                     counting and scalable kinds hold it to stop mutations
+ *                     (never queries).
  * filter.pages_mu (change tracking, store_pages.c) is taken before
- * filter.lock and never while holding snap_mu or lock: a walk holds it while
- * its callback streams pages, and a merge across its durable write.
- * The rwlock prefers writers so an import or a drop is not starved by a
- * stream of adds.
+ * filter.lock and never while holding snap_mu or lock.  The log's own
+ * locks are taken inside all of these, and the log's commit thread takes
+ * none of them: completions only touch atomics, so no lock of the store is
+ * ever held while waiting for the log and the commit thread never waits
+ * for the store.  The rwlock prefers writers so an import or a drop is not
+ * starved by a stream of adds.
  */
 #ifndef BLOOMGRID_STORE_INTERNAL_H
 #define BLOOMGRID_STORE_INTERNAL_H
@@ -33,6 +38,7 @@
 #include "wal.h"
 
 #define STORE_PATH_LEN 4096
+#define STORE_WAL_DIR ".wal"
 
 struct store_filter {
     struct store *s;
@@ -43,16 +49,20 @@ struct store_filter {
     pthread_mutex_t snap_mu;
     pthread_rwlock_t lock;
     pthread_mutex_t write_mu;
-    enum store_state state;      /* under lock */
+    enum store_state state;      /* under lock; READY with a failed stream
+                                    counts as FAILED (store__state) */
     char why[STORE_ERRLEN];      /* under lock */
     struct bf *bf;               /* under lock */
-    struct wal *wal;             /* under lock */
+    struct wal_stream *stream;   /* under lock; this incarnation's records */
+    uint64_t id;                 /* the incarnation id, under snap_mu */
     bool exact;                  /* counting, scalable: copies take
                                     write_mu too */
     _Atomic uint64_t version;
-    uint64_t snap_seq;           /* under snap_mu */
+    uint64_t ckpt_seq;           /* seq the newest checkpoint covers, under
+                                    snap_mu */
+    _Atomic uint64_t ckpt_lsn;   /* and the LSN it covers the log up to */
     uint64_t snap_time_ms;       /* under snap_mu */
-    bool retry;                  /* FAILED by an I/O error: the snapshot
+    bool retry;                  /* FAILED by an I/O error: the store's
                                     thread re-runs recovery (under lock) */
     uint64_t failed_ms;          /* when; under lock */
     pthread_mutex_t pages_mu;
@@ -65,9 +75,10 @@ struct store {
     char *dir;
     int durability;
     unsigned interval_ms;
-    uint64_t wal_bytes;
+    uint64_t wal_bytes;          /* the bound on the node log */
     unsigned retry_ms;
     int lock_fd;
+    struct wal *wal;             /* the node log, DIR/wal */
     pthread_mutex_t mu;
     struct store_filter **v;     /* catalog, under mu */
     size_t n, cap;
@@ -85,14 +96,29 @@ void store__strfmt(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 uint64_t store__now_ms(void);
 int store__rm_rf(const char *path);
+/* A random 64-bit number, never 0 (incarnation ids, epochs). */
+uint64_t store__random_id(void);
 
 /* Raise *a to v unless it is already higher. */
 void store__raise(_Atomic uint64_t *a, uint64_t v);
 
+/* The filter's state as callers see it (READY with a failed stream is
+ * FAILED); the caller holds sf->lock. */
+enum store_state store__state(struct store_filter *sf);
 /* The error a data call returns in state st (0 for READY), and the
  * sentence that goes with it in err; the caller holds sf->lock. */
 int store__state_errno(enum store_state st);
 void store__state_err(struct store_filter *sf, char *err);
+
+/* References to every filter in the catalog (dropping ones excluded);
+ * store_put each and free the array.  durable (may be NULL) gets the log's
+ * durable LSN read under the catalog lock, so that with store__claim_lsn
+ * a filter is either among the references or claims no lower LSN. */
+struct store_filter **store__catalog_refs(struct store *s, size_t *n,
+                                          uint64_t *durable);
+/* The LSN a new checkpoint of a filter with no record in the log takes
+ * (the durable one), set as its ckpt_lsn at once (see above). */
+uint64_t store__claim_lsn(struct store_filter *sf);
 
 /* A filter object in state RECOVERING holding one reference; freed by the
  * last store_put. */
@@ -102,21 +128,86 @@ void store__filter_free(struct store_filter *sf);
 /* Free the change tracking of a filter (NULL allowed). */
 void store__pages_free(struct store_pages *t);
 
-/* Make the filter READY with f and w (ownership moves to sf). */
-void store__filter_install(struct store_filter *sf, struct bf *f,
-                           struct wal *w);
+/* Make the filter READY with f and a new stream of its incarnation whose
+ * next record takes next_seq (ownership of f moves to sf).  Returns 0 or
+ * -ENOMEM (then sf is FAILED, to be retried, and f freed). */
+int store__filter_install(struct store_filter *sf, struct bf *f,
+                          uint64_t next_seq);
+/* Leave the filter FAILED with why; retry: by the store's thread. */
+void store__filter_fail(struct store_filter *sf, const char *why, bool retry);
 
-/* Newest loadable snapshot + WAL replay; the caller holds snap_mu and the
- * filter has no bf/wal.  Leaves it READY (0) or FAILED (negative errno). */
+/* Copies: queries go on during one; the exact kinds also stop mutations
+ * (write_mu) so a copy is exactly "every record submitted so far".  The
+ * copy is the caller's (bf_destroy); NULL when memory is short. */
+void store__lock_for_copy(struct store_filter *sf);
+void store__unlock_for_copy(struct store_filter *sf);
+struct bf *store__copy_locked(struct store_filter *sf, char *err);
+
+/* Apply one log record (add, remove, import, pages) to f.  0 or
+ * -EBADMSG. */
+int store__replay_apply(struct bf *f, uint32_t type, const void *payload,
+                        uint64_t len);
+
+/* Checkpoint files: DIR/name/ckpt-<id>-<seq>-<lsn>.bf (16 hex digits
+ * each).  The path of one. */
+void store__ckpt_path(char *out, size_t len, const char *dir, uint64_t id,
+                      uint64_t seq, uint64_t lsn);
+
+/* The checkpoint writer: f as the checkpoint (id, seq, lsn) of the filter
+ * in dir, durably (temp file, fsync, rename, directory fsync).  0 or a
+ * negative errno with err. */
+int store__ckpt_write(const char *dir, uint64_t id, uint64_t seq,
+                      uint64_t lsn, const struct bf *f, char *err);
+
+/* Does dir hold a checkpoint?  Remove every checkpoint in dir but the
+ * one named by (id, seq, lsn). */
+bool store__has_checkpoint(const char *dir);
+void store__ckpt_prune(const char *dir, uint64_t id, uint64_t seq,
+                       uint64_t lsn);
+
+/* Load every filter of a store being opened (the catalog is filled,
+ * filters RECOVERING): checkpoints, then one pass over the node log, then
+ * the log is opened for appending (s->wal) and directories of earlier
+ * releases are migrated.  Filters that cannot be loaded are left FAILED.
+ * Returns 0, or a negative errno with err when the log cannot be used. */
+int store__load_all(struct store *s, char *err);
+
+/* Reload one filter from its files on an open store: the caller holds
+ * snap_mu, the filter is RECOVERING with no bf/stream.  Leaves it READY (0)
+ * or FAILED (negative errno). */
 int store__filter_load(struct store_filter *sf, char *err);
 
-/* Rotate the WAL, copy, save snapshot-C, discard what it covers.  force:
- * even if nothing changed.  A filter that is not READY is skipped (0). */
-int store__filter_snapshot(struct store_filter *sf, bool force, char *err);
+/* The files of a directory of an earlier release: does dir hold them, and
+ * load such a filter into sf and write its first checkpoint (the caller
+ * holds snap_mu; sf RECOVERING).  Leaves it READY (0) or FAILED. */
+bool store__is_legacy(const char *dir);
+int store__migrate(struct store_filter *sf, char *err);
+/* Remove a migrated directory's legacy files (a crash may have left some
+ * after the first checkpoint was written). */
+void store__legacy_sweep(const char *dir);
+/* Test hook: the migration step after which a test child exits as if it
+ * crashed (0: none). */
+extern int store__migrate_crash_at;
 
-/* For the snapshot thread: is a snapshot due (WAL size or interval), is a
- * recovery after a write error due. */
-bool store__filter_due(struct store_filter *sf, uint64_t now);
-bool store__filter_retry_due(struct store_filter *sf, uint64_t now);
+/* Checkpoint the filter: copy its bits at seq C, wait until C is durable,
+ * write ckpt-<id>-<C>-<L>.bf and remove older ones (store_ckpt.c).  A
+ * filter that is not READY is skipped (0). */
+enum store_ckpt_mode {
+    STORE_CKPT_IF_CHANGED,   /* only if it changed since the last one */
+    STORE_CKPT_FORCE,        /* a new checkpoint in any case */
+    STORE_CKPT_ADVANCE,      /* cover the log up to now: a new checkpoint
+                                if it changed, else the last one's LSN
+                                moved (a rename) */
+};
+int store__filter_checkpoint(struct store_filter *sf,
+                             enum store_ckpt_mode mode, char *err);
+
+/* One round of the store's thread: failed filters retried, checkpoints of
+ * filters due (interval), and the log kept under its bound (store_ckpt.c). */
+void store__housekeeping(struct store *s);
+
+/* Remove the log segments every filter's checkpoint covers.  Returns 0 or
+ * a negative errno. */
+int store__discard_log(struct store *s, bool ignore_failed);
 
 #endif

@@ -156,7 +156,7 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
 
     pthread_mutex_lock(&sf->pages_mu);
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(sf->state)) < 0)
+    if ((rc = store__state_errno(store__state(sf))) < 0)
         store__state_err(sf, err);
     else
         rc = pages_for(sf, err);

@@ -1,40 +1,62 @@
-/* wal: a write-ahead log of one filter's changes, with group commit.
+/* wal: the write-ahead log of a node, shared by every filter of its store,
+ * with one commit thread.
  *
- * A WAL is a directory's sequence of segment files wal-<F>.log (F = the first
- * sequence number in it, 16 hex digits).  A segment is a 32-byte header
- * (magic "BGWALSEG", version, F, XXH64 of the header) followed by records:
+ * One log holds the records of every filter (every shard) of a store.  Each
+ * filter writes through a struct wal_stream that names it: its name and its
+ * incarnation id (a random 64-bit number chosen when the filter is created,
+ * so a filter dropped and created again under the same name is another
+ * stream and replay never gives it the old one's records).  Records of a
+ * stream carry its own sequence numbers (1, 2, 3 ... contiguous), and every
+ * record carries the log's sequence number, the LSN (contiguous across the
+ * whole log).
  *
- *   0  u32 magic "BGWR"   4  u32 type     8  u64 payload length
- *   16 u64 seq            24 u64 commit   32 u64 XXH64(bytes 0..31, payload)
- *   40 payload
+ * Files: DIR/wal-<F>.log segments, F = the first LSN in it (16 hex digits).
+ * A segment is a 32-byte header followed by records:
  *
- * all little-endian.  Sequence numbers are contiguous across segments.
- * "commit" is the highest seq known durable when the record was written: it
- * lets recovery tell a torn tail (a bad record with nothing committed after
- * it: never acknowledged, truncated) from corruption (a bad record followed
- * by a record written after the bad one was durable: refused).  A bad record
- * inside the last batch written before a crash cannot be told from a torn
- * write and is truncated as one.
+ *   header  0 magic "BGNODLOG"  8 u32 version (1)  12 u32 0  16 u64 F
+ *           24 u64 XXH64(bytes 0..23)
+ *   record  0 u32 magic "BGWN"  4 u16 type  6 u16 name length N
+ *           8 u64 payload length P  16 u64 LSN  24 u64 commit
+ *           32 u64 incarnation id  40 u64 stream seq  48 u64 XXH64(payload)
+ *           56 u64 XXH64(bytes 0..55, then the name)
+ *           64 the name (N bytes), then the payload (P bytes)
  *
- * Group commit: wal_submit frames a record into an in-memory batch and
- * returns its seq at once; wal_wait(seq) returns when it is durable.  The
- * first waiter to find no write in progress becomes the leader: it takes the
- * whole batch, writes it with one write() and one fdatasync() outside the
- * lock, and wakes every waiter its batch covers; the others sleep on the
- * condition variable and appenders keep filling the next batch meanwhile.
+ * all little-endian (docs/STORAGE.md has the same with the rules below).
+ * The header checksum covers the payload's, so a record whose header is
+ * intact names its owner even when its payload is damaged.  "commit" is the
+ * highest LSN durable when the record was written: it tells a torn tail (a
+ * bad record with no record after it written once it was durable: never
+ * acknowledged, cut off) from corruption (refused).  A segment ends where
+ * the next one begins: after a failed write or fsync the log goes on in a
+ * new segment that starts at the first LSN not acknowledged, and what the
+ * old segment holds from that LSN on is ignored.
  *
- * Failure: if a write or fdatasync fails the WAL turns failed for good:
- * wal_submit and wal_wait return -EIO and nothing more is acknowledged (the
- * fsync is never retried: after a failed fsync the kernel may have dropped
- * the dirty pages).  The owner must re-run recovery from the files.
+ * Commit loop: wal_submit queues a record and returns at once; the commit
+ * thread takes everything queued, frames it (LSNs, commit stamps,
+ * checksums), writes it with one write() and one fdatasync(), then calls
+ * each record's completion.  Whatever is submitted during an fsync goes into
+ * the next one, so one fsync serves every writer that arrived meanwhile,
+ * however many threads they come from.
  *
- * Threads: wal_submit, wal_wait, wal_rotate and the accessors may be called
- * from any thread at once; wal_recover, wal_open and wal_close not.
+ * Failure: if a write or fdatasync fails, nothing in the batch is
+ * acknowledged (completions get -EIO), every stream with a record in it
+ * fails for good (its later records get -EIO; the owner recovers from the
+ * files and opens a new stream) and the log continues in a new segment
+ * (the fsync is never retried: after a failed fsync the kernel may have
+ * dropped the dirty pages).  Streams with no record in the failed batch go
+ * on.  If no new segment can be made the log is broken: every batch fails
+ * until a new segment can be made (each batch tries again).
+ *
+ * Threads: every function may be called from any thread at once except
+ * wal_scan (before wal_open) and wal_close.  Completions run on the commit
+ * thread, one at a time, with no lock of the log held: they may submit,
+ * but must not wait for the log.
  */
 #ifndef BLOOMGRID_WAL_H
 #define BLOOMGRID_WAL_H
 
 #include "errmsg.h"
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,7 +64,8 @@
 
 #define WAL_ERRLEN ERRMSG_LEN
 #define WAL_SEG_HDR 32
-#define WAL_REC_HDR 40
+#define WAL_REC_HDR 64
+#define WAL_NAME_MAX 255
 #define WAL_MAX_PAYLOAD (UINT64_C(1) << 40)
 
 enum wal_durability {
@@ -51,7 +74,7 @@ enum wal_durability {
                              machine crash */
 };
 
-/* Record types (the WAL does not interpret payloads). */
+/* Record types (the log does not interpret payloads). */
 enum wal_rec_type {
     WAL_REC_ADD = 1,      /* n * 16 bytes: struct bf_hash {h1, h2}, LE */
     WAL_REC_REMOVE = 2,   /* same layout, counting filters */
@@ -61,72 +84,162 @@ enum wal_rec_type {
 };
 
 struct wal;
+struct wal_stream;
+struct wal_rec;
 
-/* Called for each record replayed; a negative return stops the replay and
- * is returned by wal_recover. */
-typedef int (*wal_replay_fn)(void *ctx, uint32_t type, uint64_t seq,
-                             const void *payload, uint64_t len);
+/* ---- reading ---- */
 
-struct wal_recovery {
-    uint64_t next_seq;     /* seq the next record must take */
-    uint64_t records;      /* records replayed (seq > after) */
-    uint64_t bytes;        /* bytes of segments read */
-    uint64_t truncated;    /* bytes of torn tail cut from the last segment */
-    uint32_t segments;     /* segments present */
+/* One intact record met by a scan.  Pointers are valid during the call. */
+struct wal_record {
+    uint64_t lsn, id, seq;
+    uint32_t type;
+    const char *name;          /* not NUL-terminated */
+    size_t name_len;
+    const void *payload;
+    uint64_t len;
 };
 
-/* Replay the WAL in dir: call fn for every record with seq > after, in seq
- * order.  A torn tail of the last segment is truncated (and the truncation
- * made durable).  Returns 0; -EBADMSG with file and offset in err for
- * corruption, a gap or a missing segment (no segment at all counts as
- * missing); another negative errno for I/O errors or fn's error. */
-int wal_recover(const char *dir, uint64_t after, wal_replay_fn fn, void *ctx,
-                struct wal_recovery *out, char *err);
+/* Damage met by a scan.  id != 0: one record of stream id (seq, at lsn)
+ * whose header is intact and whose payload is not.  id == 0: the records
+ * of LSNs [from, to) are lost and their owners unknown (to is UINT64_MAX
+ * when the damage reaches the end of the log). */
+struct wal_damage {
+    uint64_t id, seq, lsn;
+    uint64_t from, to;
+    char where[WAL_ERRLEN];    /* file and offset, and what is wrong */
+};
 
-/* Start appending in dir: creates segment wal-<next_seq>.log (durably,
- * replacing an empty segment of that name).  Returns NULL with err. */
-struct wal *wal_open(const char *dir, uint64_t next_seq, int durability,
-                     char *err);
+struct wal_scan_ops {
+    /* Each intact record, in LSN order; a negative return stops the scan
+     * and is returned by it. */
+    int (*record)(void *ctx, const struct wal_record *r);
+    void (*damage)(void *ctx, const struct wal_damage *d);
+};
 
-/* Flush what was submitted (best effort) and free.  NULL is allowed.
- * No other thread may be using the WAL. */
+struct wal_scan_info {
+    uint64_t first_lsn;   /* the first LSN the log holds (next_lsn when
+                             it holds none) */
+    uint64_t next_lsn;    /* the LSN the next record must take */
+    uint64_t records;     /* intact records met */
+    uint64_t bytes;       /* bytes of segments read */
+    uint64_t truncated;   /* bytes of torn tail cut from the last segment */
+    uint32_t segments;    /* segments present */
+};
+
+/* Read the log in dir before it is opened for appending: every record and
+ * every damage in LSN order, through ops.  A torn tail of the last segment
+ * is cut (durably) and the last segment made durable; leftover temp files
+ * are removed.  A missing dir or one with no segment is an empty log
+ * (first_lsn = next_lsn = 1).  Returns 0; a negative errno with err for
+ * I/O errors (the log cannot be read) or ops->record's error. */
+int wal_scan(const char *dir, const struct wal_scan_ops *ops, void *ctx,
+             struct wal_scan_info *out, char *err);
+
+/* The same on an open log, for one owner reloading from the files: reads
+ * what was durable when the call started, cuts nothing, and holds off
+ * wal_discard meanwhile. */
+int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
+               struct wal_scan_info *out, char *err);
+
+/* ---- appending ---- */
+
+/* Open the log in dir (created if missing) for appending from LSN next_lsn
+ * in a new segment, and start the commit thread.  segment_bytes: a segment
+ * that grew past it is closed and a new one started.  Returns NULL with
+ * err. */
+struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
+                     uint64_t segment_bytes, char *err);
+
+/* Commit everything submitted, stop the commit thread, free.  Every stream
+ * must have been closed.  NULL is allowed. */
 void wal_close(struct wal *w);
 
-/* Frame a record into the current batch; *seq gets its sequence number.
- * Returns 0, -EIO when the WAL has failed, -EINVAL for an oversize payload,
- * -ENOMEM.  The record is not durable until wal_wait(seq) returns 0. */
-int wal_submit(struct wal *w, uint32_t type, const void *payload, uint64_t len,
-               uint64_t *seq);
+/* A stream for filter incarnation id (not 0) named name (1..WAL_NAME_MAX
+ * bytes), whose next record takes seq next_seq.  NULL when memory is
+ * short. */
+struct wal_stream *wal_stream_open(struct wal *w, uint64_t id,
+                                   const char *name, uint64_t next_seq);
 
-/* Wait until every record up to seq is durable.  Returns 0, -EIO if the
- * WAL failed before that (then nothing from seq on is acknowledged), or
- * -EINVAL for a seq not yet submitted. */
-int wal_wait(struct wal *w, uint64_t seq);
+/* The owner is done with s (records still queued keep it alive until they
+ * complete).  NULL is allowed. */
+void wal_stream_close(struct wal_stream *s);
 
-/* wal_submit + wal_wait. */
-int wal_append(struct wal *w, uint32_t type, const void *payload, uint64_t len,
-               uint64_t *seq);
+/* Has s failed (a batch holding one of its records could not be made
+ * durable)?  why (WAL_ERRLEN bytes, may be NULL) gets what failed. */
+bool wal_stream_failed(struct wal_stream *s, char *why);
 
-/* Close the current segment and start a new one.  *upto gets C: every record
- * submitted before the call has seq <= C and is durable in the old
- * segments; every later record has seq > C and goes to wal-<C+1>.log.
- * Returns 0 or -EIO (the WAL has then failed). */
-int wal_rotate(struct wal *w, uint64_t *upto, char *err);
+/* The seq of the last record submitted to s (next_seq - 1 before any). */
+uint64_t wal_stream_last_seq(struct wal_stream *s);
 
-/* Delete the segments whose records all have seq <= upto (never the current
- * one), and make that durable.  Returns 0 or a negative errno. */
-int wal_discard(const char *dir, uint64_t upto);
+/* A record to submit: payload (len bytes) is copied in, or when payload is
+ * NULL the record's buffer is left for the caller to fill through
+ * wal_rec_payload.  NULL for len above WAL_MAX_PAYLOAD or no memory. */
+struct wal_rec *wal_rec_new(uint32_t type, const void *payload, uint64_t len);
+void *wal_rec_payload(struct wal_rec *r);
+/* Free a record that was never submitted.  NULL is allowed. */
+void wal_rec_free(struct wal_rec *r);
 
-/* Accessors. */
-uint64_t wal_last_seq(struct wal *w);       /* last seq submitted */
-uint64_t wal_durable_seq(struct wal *w);    /* last seq durable */
-uint64_t wal_bytes(struct wal *w);          /* bytes written since open or
-                                               the last rotation */
-int wal_error(struct wal *w);               /* 0 or the failure (-EIO) */
-const char *wal_error_text(struct wal *w);  /* what failed, or "" */
+/* Completion of a record or barrier: rc 0 once durable (after write() only
+ * with WAL_SYNC_NONE), or -EIO; seq is the record's stream seq; lsn the
+ * record's LSN (for a barrier: every record of the stream submitted before
+ * it has an LSN <= lsn and every record submitted after it a higher one). */
+typedef void (*wal_done_fn)(void *ctx, int rc, uint64_t seq, uint64_t lsn);
 
-/* Test hooks: replace fdatasync / write to inject failures.  Process-wide;
- * only tests may change them, while no WAL is in use. */
+/* Queue r (the log owns it from now) as the next record of s and return
+ * its seq.  done(ctx, ...) is called exactly once from the commit thread.
+ * Records of one stream are written in the order of their wal_submit
+ * calls; a caller that needs the order of its changes in memory to be the
+ * log's order submits under its own lock. */
+uint64_t wal_submit(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
+                    void *ctx);
+
+/* A barrier: done runs once every record of s submitted before it is
+ * durable (rc 0), or with -EIO when s has failed or the log is broken.
+ * Returns 0 or -ENOMEM (done is then never called). */
+int wal_barrier(struct wal_stream *s, wal_done_fn done, void *ctx);
+
+/* Waiting for one completion (the synchronous calls built on the loop). */
+struct wal_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int rc;
+    uint64_t seq, lsn;
+};
+void wal_waiter_init(struct wal_waiter *wt);
+/* A wal_done_fn; ctx is the struct wal_waiter. */
+void wal_waiter_done(void *ctx, int rc, uint64_t seq, uint64_t lsn);
+/* Block until wal_waiter_done ran, free the waiter's resources and return
+ * its rc (seq and lsn are filled).  Exactly once per wal_waiter_init. */
+int wal_waiter_wait(struct wal_waiter *wt);
+
+/* ---- segments ---- */
+
+/* Bytes of every segment of the log. */
+uint64_t wal_bytes(struct wal *w);
+
+/* The last LSN of the segments that are not the one being written, or
+ * false when there is none. */
+bool wal_closed_upto(struct wal *w, uint64_t *last_lsn);
+
+/* Ask the commit thread to start a new segment (when the current one holds
+ * a record), so that the current one can be discarded later. */
+void wal_rotate(struct wal *w);
+
+/* Delete the segments (never the one being written) whose records all
+ * have LSN <= upto, durably.  Returns how many, or a negative errno. */
+int wal_discard(struct wal *w, uint64_t upto);
+
+/* The highest LSN acknowledged; every record submitted later gets a higher
+ * one. */
+uint64_t wal_durable_lsn(struct wal *w);
+
+/* The log's directory. */
+const char *wal_dir(const struct wal *w);
+
+/* Test hooks: replace fdatasync / write to inject failures or count
+ * fsyncs.  Process-wide; only tests may change them, while no log is in
+ * use (or, for counting, with a function that calls fdatasync). */
 extern int (*wal__fdatasync)(int fd);
 extern ssize_t (*wal__write)(int fd, const void *buf, size_t len);
 

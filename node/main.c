@@ -28,7 +28,6 @@
 #include "log.h"
 #include "node.h"
 #include "node_rpc.h"
-#include "rpc_frame.h"
 #include "rpc_server.h"
 #include "settings.h"
 #include "store.h"
@@ -179,42 +178,23 @@ int main(int argc, char **argv)
                            node_rpc_internal, &n);
     set_health(&n, false);
 
-    /* The frame transport first, so that NodeInfo never reports a port
-     * that is not open yet. */
-    char host[256];
-    snprintf(host, sizeof host, "%s", n.cfg.listen);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = 0;
-    struct rpc_frame_server *frames = NULL;
-    if (strcmp(n.cfg.frames, "on") == 0) {
-        char ferr[256];
-        frames = rpc_frame_server_start(host, (int)n.cfg.frame_port, node_rpc_internal,
-                                        node_rpc_internal_count,
-                                        &bloomgrid__v1__internal__descriptor, &n,
-                                        n.cfg.max_message_size, 1024, &n.frame_port, ferr);
-        if (!frames) {
-            log_error("%s", ferr);
-            rpc_server_destroy(n.srv);
-            grpc_shutdown();
-            return 1;
-        }
-    }
     int port = rpc_server_start(n.srv);
     if (port < 0) {
         log_error("cannot listen on %s (address in use or invalid)", n.cfg.listen);
-        rpc_frame_server_stop(frames);
         rpc_server_destroy(n.srv);
         grpc_shutdown();
         return 1;
     }
     /* Tests and scripts read the bound port from this line. */
+    char host[256];
+    snprintf(host, sizeof host, "%s", n.cfg.listen);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = 0;
     printf("bloomgrid-node listening on %s:%d\n", host, port);
     fflush(stdout);
     log_info("listening on %s:%d (data %s, durability %s)", host, port,
              n.cfg.data_dir, n.cfg.durability);
-    if (frames)
-        log_info("frame transport on %s:%d", host, n.frame_port);
 
     pthread_t hk;
     if (pthread_create(&hk, NULL, housekeeping_main, &n) != 0) {
@@ -236,7 +216,6 @@ int main(int argc, char **argv)
     atomic_store(&n.stopping, true);
     set_health(&n, false);
     rpc_server_shutdown(n.srv);
-    rpc_frame_server_stop(frames);
     pthread_join(hk, NULL);
     node_replicate_stop(repl);
     struct store *s = node_store(&n);

@@ -19,7 +19,6 @@ struct node {
     struct rpc_server *srv;
     _Atomic(struct store *) store;   /* NULL until recovery finished */
     atomic_bool stopping;
-    int frame_port;                  /* bound frame port, 0 when off */
 };
 
 static inline struct store *node_store(struct node *n)

@@ -15,14 +15,17 @@ static const struct setting settings[] = {
     {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:7400", F(listen),
      "address to serve gRPC on, host:port (port 0 picks a free port)"},
     {"data_dir", SETTING_STRING, 0, 0, NULL, "./bloomgrid-data", F(data_dir),
-     "directory holding the filters (snapshots and write-ahead logs)"},
+     "directory holding the filters (checkpoints) and the node's write-ahead "
+     "log (docs/STORAGE.md)"},
     {"durability", SETTING_ENUM, 0, 0, "fsync|none", "fsync", F(durability),
-     "fsync: acknowledge writes once on disk (group commit); none: "
-     "acknowledge after write(): a machine crash loses recent writes"},
+     "fsync: acknowledge writes once on disk (one fdatasync for every write "
+     "that arrived meanwhile, on any filter); none: acknowledge after "
+     "write(): a machine crash loses recent writes"},
     {"snapshot_interval", SETTING_UINT, 1, 86400, NULL, "60", F(snapshot_interval_s),
-     "seconds between snapshots of changed filters"},
+     "seconds between checkpoints of changed filters"},
     {"snapshot_wal_mb", SETTING_UINT, 1, 1 << 20, NULL, "64", F(snapshot_wal_mb),
-     "also snapshot a filter once its write-ahead log grew by this many MiB"},
+     "bound on the node's write-ahead log, in MiB: past it the filters that "
+     "hold its oldest segments are checkpointed and the segments removed"},
     {"max_batch_keys", SETTING_UINT | SETTING_LIVE, 1, RULES_BATCH_KEYS_MAX, NULL,
      RULES_STR(RULES_BATCH_KEYS_DEFAULT), F(max_batch_keys),
      "most keys (or hashes) in one request; more is RESOURCE_EXHAUSTED"},
@@ -36,13 +39,6 @@ static const struct setting settings[] = {
     {"max_streams", SETTING_UINT, 1, 100000, NULL, "256", F(max_streams),
      "streaming calls open at once (each has a thread); more get "
      "RESOURCE_EXHAUSTED"},
-    {"frames", SETTING_ENUM, 0, 0, "on|off", "on", F(frames),
-     "also serve the internal service's unary calls as plain TCP frames "
-     "(bloomgrid-router sends key batches there: lower latency than gRPC; "
-     "docs/ROUTER.md)"},
-    {"frame_port", SETTING_UINT, 0, 65535, NULL, "0", F(frame_port),
-     "port of the frame transport, on the host of listen; 0 picks a free "
-     "port (routers learn it through Internal/NodeInfo)"},
     {"shutdown_grace_ms", SETTING_UINT, 0, 600000, NULL, "3000", F(shutdown_grace_ms),
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
     {"log_level", SETTING_ENUM | SETTING_LIVE, 0, 0, "debug|info|warn|error", "info", F(log_level),

@@ -29,8 +29,6 @@ struct node_config {
     uint64_t max_message_size;
     uint64_t threads;
     uint64_t max_streams;
-    char frames[8];               /* "on" or "off" */
-    uint64_t frame_port;          /* 0: pick a free port */
     uint64_t shutdown_grace_ms;
     char log_level[16];           /* live; read by the main thread only */
     char role[16];                /* "primary" or "replica" */

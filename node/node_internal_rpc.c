@@ -285,11 +285,11 @@ void node_rpc__h_remove_hashes(void *arg, const uint8_t *req, size_t len,
 void node_rpc__h_node_info(void *arg, const uint8_t *req, size_t len,
                            struct rpc_reply *r)
 {
-    struct node *n = arg;
+    (void)arg;
     UNPACK_OR_FAIL(Bloomgrid__V1__NodeInfoRequest, bloomgrid__v1__node_info_request,
                    m, req, len, r);
     Bloomgrid__V1__NodeInfoResponse resp = BLOOMGRID__V1__NODE_INFO_RESPONSE__INIT;
-    resp.frame_port = (uint32_t)n->frame_port;
+    node_rpc__batch_counters(&resp);
     rpc_reply_pack(r, &resp.base);
     bloomgrid__v1__node_info_request__free_unpacked(m, NULL);
 }

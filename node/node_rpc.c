@@ -57,19 +57,13 @@ int node_rpc__scratch_reserve(struct scratch *sc, size_t n)
     size_t cap = sc->cap ? sc->cap : 1024;
     while (cap < n)
         cap *= 2;
-    const uint8_t **kp = realloc(sc->key_ptr, cap * sizeof *kp);
-    if (kp)
-        sc->key_ptr = kp;
-    uint32_t *kl = realloc(sc->key_len, cap * sizeof *kl);
-    if (kl)
-        sc->key_len = kl;
     struct bf_hash *h = realloc(sc->hashes, cap * sizeof *h);
     if (h)
         sc->hashes = h;
     bool *o = realloc(sc->out, cap * sizeof *o);
     if (o)
         sc->out = o;
-    if (!kp || !kl || !h || !o)
+    if (!h || !o)
         return -ENOMEM;
     sc->cap = cap;
     return 0;
@@ -77,8 +71,6 @@ int node_rpc__scratch_reserve(struct scratch *sc, size_t n)
 
 void node_rpc__scratch_free(struct scratch *sc)
 {
-    free(sc->key_ptr);
-    free(sc->key_len);
     free(sc->hashes);
     free(sc->out);
     memset(sc, 0, sizeof *sc);
@@ -310,20 +302,18 @@ struct store_filter *node_rpc__get_shard(struct store *s, const char *filter,
     return sf;
 }
 
-int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
-                           unsigned index, const uint8_t *data, size_t cnt,
-                           bool check_shard, uint64_t secret_id,
-                           struct bf_hash *h, bool *out, uint64_t *version,
-                           struct rpc_reply *r)
+struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
+                                           const char *filter, unsigned index,
+                                           const uint8_t *data, size_t cnt,
+                                           bool check_shard, uint64_t secret_id,
+                                           struct bf_hash *h, struct rpc_reply *r)
 {
-    char err[STORE_ERRLEN] = "";
     struct store_filter *sf = node_rpc__get_shard(s, filter, index, r);
-    int rc = -1;
     if (!sf)
-        return -1;
+        return NULL;
     if (op != OP_MAY_CONTAIN &&
         node_rpc__refuse_on_replica(r, op == OP_ADD ? "Add" : "Remove"))
-        goto out;
+        goto fail;
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *p = data + 16 * i;
         uint64_t h1 = 0, h2 = 0;
@@ -344,7 +334,7 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
                             "shard %u of filter \"%s\" has another secret than the "
                             "hashes were made with (the filter was re-created): "
                             "fetch the secret again", index, filter);
-            goto out;
+            goto fail;
         }
         for (size_t i = 0; count && i < cnt; i++) {
             if (bf_hash_shard(h[i], count) != index) {
@@ -352,10 +342,44 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
                                RPC_REASON_WRONG_SHARD,
                                 "hash %zu belongs to shard %u, not %u", i,
                                 bf_hash_shard(h[i], count), index);
-                goto out;
+                goto fail;
             }
         }
     }
+    return sf;
+fail:
+    store_put(sf);
+    return NULL;
+}
+
+uint64_t node_rpc__shard_version(struct store_filter *sf)
+{
+    /* A replica's version is the primary's that its pages cover. */
+    return node_pages_is_replica() ? store_pages_source_version(sf)
+                                   : store_filter_version(sf);
+}
+
+void node_rpc__shard_store_error(struct rpc_reply *r, struct store_filter *sf,
+                                 const char *filter, unsigned index, int rc,
+                                 const char *err)
+{
+    char label[STORE_NAME_MAX + 32];
+    snprintf(label, sizeof label, "%s shard %u", filter, index);
+    node_rpc__store_error(r, sf, label, rc, err);
+}
+
+int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
+                           unsigned index, const uint8_t *data, size_t cnt,
+                           bool check_shard, uint64_t secret_id,
+                           struct bf_hash *h, bool *out, uint64_t *version,
+                           struct rpc_reply *r)
+{
+    char err[STORE_ERRLEN] = "";
+    struct store_filter *sf = node_rpc__shard_check(s, op, filter, index, data, cnt,
+                                                    check_shard, secret_id, h, r);
+    int rc = -1;
+    if (!sf)
+        return -1;
     int src = 0;
     {   /* cnt 0 still asks the store, which refuses a Remove on a kind
          * without counters as it would with keys. */
@@ -372,15 +396,10 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
         }
     }
     if (src < 0) {
-        char label[STORE_NAME_MAX + 32];
-        snprintf(label, sizeof label, "%s shard %u", filter, index);
-        node_rpc__store_error(r, sf, label, src, err);
+        node_rpc__shard_store_error(r, sf, filter, index, src, err);
         goto out;
     }
-    /* A replica's version is the primary's that its pages cover. */
-    *version = node_pages_is_replica()
-                   ? store_pages_source_version(sf)
-                   : store_filter_version(sf);
+    *version = node_rpc__shard_version(sf);
     rc = 0;
 out:
     store_put(sf);

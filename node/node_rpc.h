@@ -1,10 +1,10 @@
 /* node_rpc: internals shared by the node's RPC handler files.
  *
  * The node's handlers are split by topic: node_catalog_rpc.c (CreateFilter,
- * DropFilter, GetFilter, ListFilters), node_keys_rpc.c (the hot key batches
- * with their hand-written codec), node_transfer_rpc.c (Export, Import),
+ * DropFilter, GetFilter, ListFilters), node_keys_rpc.c (the hot key batches,
+ * through the codec of rpc_keys.h), node_transfer_rpc.c (Export, Import),
  * node_internal_rpc.c (the internal service's shard calls),
- * node_multi_rpc.c (several shards per call) and node_pages_rpc.c (page
+ * node_batch_rpc.c (the routers' Batches streams) and node_pages_rpc.c (page
  * streaming).  What more than one of them needs lives in node_rpc.c: the
  * handler files depend on node_rpc.c, never on each other, and
  * node_services.c lists them in the handler tables.  These *_rpc.c files are the only place that converts wire
@@ -32,8 +32,6 @@ enum key_op { OP_ADD, OP_MAY_CONTAIN, OP_REMOVE };
 
 /* Per-thread (or per-stream) buffers reused across calls. */
 struct scratch {
-    const uint8_t **key_ptr;
-    uint32_t *key_len;
     struct bf_hash *hashes;
     bool *out;
     size_t cap;
@@ -153,20 +151,16 @@ void node_rpc__h_may_contain_hashes(void *arg, const uint8_t *req, size_t len,
                                     struct rpc_reply *r);
 void node_rpc__h_remove_hashes(void *arg, const uint8_t *req, size_t len,
                                struct rpc_reply *r);
-/* AddMultiHashes, MayContainMultiHashes, RemoveMultiHashes
- * (node_multi_rpc.c). */
-void node_rpc__h_add_multi_hashes(void *arg, const uint8_t *req, size_t len,
-                                  struct rpc_reply *r);
-void node_rpc__h_may_contain_multi_hashes(void *arg, const uint8_t *req,
-                                          size_t len, struct rpc_reply *r);
-void node_rpc__h_remove_multi_hashes(void *arg, const uint8_t *req, size_t len,
-                                     struct rpc_reply *r);
-/* NodeInfo (node_internal_rpc.c): the frame port. */
+/* Batches, the routers' stream of key batches (node_batch_rpc.c). */
+void node_rpc__h_batches(void *arg, struct rpc_stream *st);
+/* Fill the Batches counters of a NodeInfo answer (node_batch_rpc.c). */
+void node_rpc__batch_counters(Bloomgrid__V1__NodeInfoResponse *out);
+/* NodeInfo (node_internal_rpc.c): what the node counted of Batches. */
 void node_rpc__h_node_info(void *arg, const uint8_t *req, size_t len,
                            struct rpc_reply *r);
 
 /* The work of AddHashes / MayContainHashes / RemoveHashes on one shard
- * (used by node_internal_rpc.c and node_multi_rpc.c): decode cnt packed hashes from data into h, check
+ * (used by node_internal_rpc.c and node_batch_rpc.c): decode cnt packed hashes from data into h, check
  * them (check_shard, secret_id as in HashesRequest) and apply op.  out[i]
  * gets hash i's answer and *version the shard's version.  Returns 0, or -1
  * with r set to the shard's error (nothing was changed unless a write
@@ -176,5 +170,23 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
                            bool check_shard, uint64_t secret_id,
                            struct bf_hash *h, bool *out, uint64_t *version,
                            struct rpc_reply *r);
+
+/* The first half of node_rpc__shard_hashes, for callers that apply op
+ * themselves (node_batch_rpc.c, with the store's _async writes): find the
+ * shard, refuse a write on a replica, decode the hashes into h and check
+ * them.  Returns the held shard (store_put when done), or NULL with r set
+ * to the shard's error. */
+struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
+                                           const char *filter, unsigned index,
+                                           const uint8_t *data, size_t cnt,
+                                           bool check_shard, uint64_t secret_id,
+                                           struct bf_hash *h, struct rpc_reply *r);
+/* The version a shard's answers carry (a replica's: the primary's that its
+ * pages cover). */
+uint64_t node_rpc__shard_version(struct store_filter *sf);
+/* Set r from a store error rc (err may be "") of shard index of filter. */
+void node_rpc__shard_store_error(struct rpc_reply *r, struct store_filter *sf,
+                                 const char *filter, unsigned index, int rc,
+                                 const char *err);
 
 #endif

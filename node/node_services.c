@@ -25,8 +25,8 @@ const struct rpc_handler node_rpc_public[] = {
 };
 
 /* CreateShard, DropShard, GetShard, ListShards, AddHashes, MayContainHashes,
- * RemoveHashes, PullPages, PushPages, ExportShard,
- * ImportShard, AddMultiHashes, MayContainMultiHashes, RemoveMultiHashes. */
+ * RemoveHashes, PullPages, PushPages, ExportShard, ImportShard, Batches,
+ * NodeInfo. */
 const struct rpc_handler node_rpc_internal[] = {
     {.unary = node_rpc__h_create_shard},
     {.unary = node_rpc__h_drop_shard},
@@ -39,9 +39,7 @@ const struct rpc_handler node_rpc_internal[] = {
     {.stream = node_rpc__h_push_pages},
     {.stream = node_rpc__h_export_shard},
     {.stream = node_rpc__h_import_shard},
-    {.unary = node_rpc__h_add_multi_hashes},
-    {.unary = node_rpc__h_may_contain_multi_hashes},
-    {.unary = node_rpc__h_remove_multi_hashes},
+    {.stream = node_rpc__h_batches},
     {.unary = node_rpc__h_node_info},
 };
 

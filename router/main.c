@@ -75,7 +75,6 @@ int main(int argc, char **argv)
         return 2;
     }
     router_init(&r, &cfg, t);
-    rpc_frame_set_spin((long)cfg.frame_spin_us);
     if (cfg.default_shards <= t->ngroups)
         log_warn("default_shards %llu is not more than the %u groups: some groups "
                  "get no shard of a filter created with the default",

@@ -24,13 +24,9 @@ void router_deinit(struct router *r)
     for (size_t i = 0; i < r->nfilters; i++)
         router_filter_unref(r->filters[i]);
     free(r->filters);
-    for (size_t i = 0; i < r->nnodes; i++) {
-        rpc_channel_destroy(r->nodes[i]->ch);
-        rpc_frame_pool_destroy(r->nodes[i]->frames);
-        pthread_mutex_destroy(&r->nodes[i]->flock);
-        free(r->nodes[i]);
-    }
-    free(r->nodes);
+    for (size_t i = 0; i < r->nlinks; i++)
+        router_link_destroy(r->links[i]);
+    free(r->links);
     topo_unref(r->topo);
     pthread_mutex_destroy(&r->lock);
     memset(r, 0, sizeof *r);
@@ -58,52 +54,43 @@ int router_reload(struct router *r, char *err)
     return 0;
 }
 
-struct router_node *router_node_get(struct router *r, const char *addr)
+struct router_link *router_node_link(struct router *r, const char *addr)
 {
-    struct router_node *n = NULL;
+    struct router_link *l = NULL;
     pthread_mutex_lock(&r->lock);
-    for (size_t i = 0; i < r->nnodes; i++) {
-        if (strcmp(r->nodes[i]->addr, addr) == 0) {
-            n = r->nodes[i];
+    for (size_t i = 0; i < r->nlinks; i++) {
+        if (strcmp(router_link_addr(r->links[i]), addr) == 0) {
+            l = r->links[i];
             goto out;
         }
     }
-    if (r->nnodes == r->nodes_cap) {
-        size_t cap = r->nodes_cap ? 2 * r->nodes_cap : 16;
-        struct router_node **p = realloc(r->nodes, cap * sizeof *p);
+    if (r->nlinks == r->links_cap) {
+        size_t cap = r->links_cap ? 2 * r->links_cap : 16;
+        struct router_link **p = realloc(r->links, cap * sizeof *p);
         if (!p)
             goto out;
-        r->nodes = p;
-        r->nodes_cap = cap;
+        r->links = p;
+        r->links_cap = cap;
     }
-    n = calloc(1, sizeof *n);
-    if (!n)
-        goto out;
-    snprintf(n->addr, sizeof n->addr, "%s", addr);
-    n->ch = rpc_channel_create(addr, r->cfg.max_message_size);
-    if (!n->ch) {
-        free(n);
-        n = NULL;
-        goto out;
+    struct router_link_config lc = {
+        .max_message = r->cfg.max_message_size,
+        .max_queue_bytes = r->cfg.node_queue_mb << 20,
+        .max_message_hashes = r->cfg.max_batch_keys,
+    };
+    l = router_link_create(addr, &lc);
+    if (l) {
+        r->links[r->nlinks++] = l;
+        log_info("link to node %s opened", addr);
     }
-    /* Frames need a plain host:port (not a gRPC target such as unix:...). */
-    char host[TOPO_ADDR_MAX + 1];
-    int port;
-    if (rpc_frame_split_addr(addr, host, sizeof host, &port) == 0)
-        n->frames = rpc_frame_pool_create(host, 0, r->cfg.max_message_size);
-    pthread_mutex_init(&n->flock, NULL);
-    n->fport = -1;
-    r->nodes[r->nnodes++] = n;
-    log_info("channel to node %s opened", addr);
 out:
     pthread_mutex_unlock(&r->lock);
-    return n;
+    return l;
 }
 
 struct rpc_channel *router_channel(struct router *r, const char *addr)
 {
-    struct router_node *n = router_node_get(r, addr);
-    return n ? n->ch : NULL;
+    struct router_link *l = router_node_link(r, addr);
+    return l ? router_link_channel(l) : NULL;
 }
 
 void router_filter_unref(struct router_filter *f)

@@ -3,8 +3,9 @@
  * The router owns
  *   - the current topology (swapped whole on SIGHUP; calls hold a reference
  *     to the one they started with, so a reload never disturbs them);
- *   - one gRPC channel per node address, created on first use and kept for
- *     the life of the process (gRPC reconnects it after a node restarts);
+ *   - one link per node address (router_link.h: its gRPC channel and the
+ *     batch streams), created on first use and kept for the life of the
+ *     process (it reconnects after a node restarts);
  *   - a cache of filters it has seen: secret, shard count and the placement
  *     of every shard under a topology.  Entries are immutable and reference
  *     counted; a stale one (older than secret_ttl_s, or computed for an older
@@ -22,25 +23,14 @@
 
 #include "bf.h"
 #include "router_config.h"
+#include "router_link.h"
 #include "rpc_client.h"
-#include "rpc_frame.h"
 #include "rpc_server.h"
 #include "rules.h"
 #include "topo.h"
 
 #define ROUTER_NAME_MAX RULES_FILTER_NAME_MAX     /* common/rules.h */
 #define ROUTER_MAX_SHARDS RULES_SHARDS_MAX
-
-/* A node address, its channel and its frame transport. */
-struct router_node {
-    char addr[TOPO_ADDR_MAX + 1];
-    struct rpc_channel *ch;
-    struct rpc_frame_pool *frames;  /* NULL when addr is not host:port */
-    pthread_mutex_t flock;          /* guards the three below */
-    int fport;                      /* > 0 known port; 0 none; -1 not known */
-    int64_t fnext_ms;               /* when to ask the node (NodeInfo) again */
-    bool fasking;
-};
 
 /* One filter as the router knows it. */
 struct router_filter {
@@ -63,8 +53,8 @@ struct router {
     struct rpc_server *srv;
     pthread_mutex_t lock;       /* guards everything below */
     struct topo *topo;
-    struct router_node **nodes;
-    size_t nnodes, nodes_cap;
+    struct router_link **links;     /* one per node address */
+    size_t nlinks, links_cap;
     struct router_filter **filters;
     size_t nfilters, filters_cap;
 };
@@ -82,23 +72,12 @@ struct topo *router_topo(struct router *r);
  * (TOPO_ERRLEN) says why, naming the line.  Returns 0 or -EINVAL. */
 int router_reload(struct router *r, char *err);
 
-/* The channel of a node address (created on first use; owned by the
- * router, valid until router_deinit).  NULL when out of memory. */
+/* The link to a node address (created on first use; owned by the router,
+ * valid until router_deinit).  NULL when out of memory. */
+struct router_link *router_node_link(struct router *r, const char *addr);
+
+/* The channel of a node address: its link's (see router_node_link). */
 struct rpc_channel *router_channel(struct router *r, const char *addr);
-
-/* The node of an address, with its channel (created on first use; valid
- * until router_deinit).  NULL when out of memory. */
-struct router_node *router_node_get(struct router *r, const char *addr);
-
-/* The node's frame pool when its frame port is known, else NULL (use gRPC).
- * The first time, and again a while after a failure, asks the node for its
- * port (Internal/NodeInfo, a short gRPC call).  NULL when frames = off. */
-struct rpc_frame_pool *router_node_frames(struct router *r, struct router_node *n);
-
-/* A call to frame port `port` failed at the transport level (no
- * connection, reset, silent): unless a newer port is known by now, forget
- * it, use gRPC, and ask the node again shortly. */
-void router_node_frames_failed(struct router *r, struct router_node *n, int port);
 
 /* A cached filter with a reference for the caller, or NULL when it is not
  * cached, is older than secret_ttl_s, or was placed under another topology

@@ -30,14 +30,12 @@ static const struct setting settings[] = {
      "longest key in bytes; longer is INVALID_ARGUMENT"},
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
-    {"threads", SETTING_UINT, 1, 256, NULL, "8", F(threads),
-     "RPC worker threads (each waits for its fan-out: more than cores)"},
-    {"frames", SETTING_ENUM, 0, 0, "on|off", "on", F(frames),
-     "send key batches over the nodes' frame transport where they offer it "
-     "(Internal/NodeInfo; lower latency than gRPC), else over gRPC"},
-    {"frame_spin_us", SETTING_UINT, 0, 10000, NULL, "50", F(frame_spin_us),
-     "microseconds one waiting call at a time busy-waits for a node's frame "
-     "answer before it sleeps (0: never; saves a thread wake-up per call)"},
+    {"threads", SETTING_UINT, 1, 256, NULL, "32", F(threads),
+     "RPC worker threads; each waits for its nodes' answers, and the calls "
+     "of all threads waiting on one node travel together: more than cores"},
+    {"node_queue_mb", SETTING_UINT, 1, 65536, NULL, "64", F(node_queue_mb),
+     "MiB of key batches that may wait to be sent to one node; more is "
+     "RESOURCE_EXHAUSTED"},
     {"shutdown_grace_ms", SETTING_UINT, 0, 600000, NULL, "3000", F(shutdown_grace_ms),
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info", F(log_level),
@@ -49,10 +47,11 @@ static const struct settings_spec spec = {
     .section = "router",
     .intro = "bloomgrid-router serves the public bloomgrid.v1.BloomGrid API (and\n"
              "grpc.health.v1.Health) in front of the nodes named by a topology file.\n"
-             "It hashes every key once with the filter's secret, sends one batched\n"
-             "call per shard to the shard's node in parallel and answers in request\n"
-             "order.  It keeps no state of its own: any number of routers may serve\n"
-             "one cluster.\n\n"
+             "It hashes every key once with the filter's secret, sends the hashes\n"
+             "of every node's shards on long-lived streams to it (the batches of\n"
+             "concurrent calls travel together) and answers in request order.  It\n"
+             "keeps no state of its own: any number of routers may serve one\n"
+             "cluster.\n\n"
              "Signals: SIGHUP re-reads the topology file (a malformed file is refused\n"
              "and the old topology stays); SIGTERM or SIGINT stop accepting calls, let\n"
              "in-flight calls finish and exit 0.\n",

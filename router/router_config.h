@@ -21,8 +21,7 @@ struct router_config {
     uint64_t max_key_size;
     uint64_t max_message_size;
     uint64_t threads;
-    char frames[8];               /* "on" or "off" */
-    uint64_t frame_spin_us;
+    uint64_t node_queue_mb;
     uint64_t shutdown_grace_ms;
     char log_level[16];
 };

@@ -3,13 +3,12 @@
  * (bloomgrid.v1.Internal); router_rpc.c calls it from the public handlers.
  *
  * Fan-out: a key batch is hashed once, split by shard, and the shards are
- * grouped by node: one AddMultiHashes / MayContainMultiHashes /
- * RemoveMultiHashes call per node carries every shard of that node, all
- * calls made at once (over the nodes' frame transport where offered, else
- * on one gRPC completion queue with rpc_call_many) and collected;
- * answers are put back in request order, and each shard succeeds or fails
- * on its own.  Catalog calls (create, drop, describe, list) fan out one call
- * per shard.
+ * grouped by node: the hashes of all the shards of one node go to that
+ * node's link (router_link.h) as one call, every node's at once, and are
+ * collected; the link sends them on its batch stream together with the
+ * calls of other clients.  Answers are put back in request order, and each
+ * shard succeeds or fails on its own.  Catalog calls (create, drop,
+ * describe, list) fan out one call per shard.
  *
  * Failures: every function returns 0 or -1 with a status (rpc_status.h:
  * code, reason, a message naming the shard(s) and node(s)) in *st.

@@ -2,17 +2,15 @@
  * With router_rpc_nodes.c, the only place of the router that converts wire
  * messages.
  *
- * Key batches (Add, MayContain, Remove and their streams) are decoded by hand
- * in one bounds-checked pass that records where each key lies inside the
- * request buffer, and answered with one hand-encoded packed repeated bool, as
- * on a node.  Catalog calls use the generated protobuf-c code; FilterInfo of
+ * Key batches (Add, MayContain, Remove and their streams) go through the
+ * codec a node uses (rpc_keys.h: no per-key allocation, the same rules and
+ * messages).  Catalog calls use the generated protobuf-c code; FilterInfo of
  * a sharded filter is the aggregate of its shards (sums of bits, bytes, n-hat
  * and inserts; fill weighted by bits; estimated FPR the mean over shards,
  * since a random absent key lands on a random shard).
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,175 +22,11 @@
 #include "router.h"
 #include "router_nodes.h"
 #include "router_rpc.h"
+#include "rpc_keys.h"
 #include "rpc_server.h"
 #include "rules.h"
-#include "wire.h"
 
 /* ---- key batches ---- */
-
-struct keybuf {
-    const uint8_t **ptr;
-    uint32_t *len;
-    bool *out;
-    size_t cap;
-};
-
-
-static int keybuf_reserve(struct keybuf *kb, size_t n)
-{
-    if (n <= kb->cap)
-        return 0;
-    size_t cap = kb->cap ? kb->cap : 1024;
-    while (cap < n)
-        cap *= 2;
-    const uint8_t **p = realloc(kb->ptr, cap * sizeof *p);
-    if (p)
-        kb->ptr = p;
-    uint32_t *l = realloc(kb->len, cap * sizeof *l);
-    if (l)
-        kb->len = l;
-    bool *o = realloc(kb->out, cap * sizeof *o);
-    if (o)
-        kb->out = o;
-    if (!p || !l || !o)
-        return -ENOMEM;
-    kb->cap = cap;
-    return 0;
-}
-
-static void keybuf_free(struct keybuf *kb)
-{
-    free(kb->ptr);
-    free(kb->len);
-    free(kb->out);
-    memset(kb, 0, sizeof *kb);
-}
-
-/* One keybuf per worker thread, freed when the thread exits. */
-static pthread_key_t kb_key;
-static pthread_once_t kb_once = PTHREAD_ONCE_INIT;
-
-static void kb_destroy(void *p)
-{
-    keybuf_free(p);
-    free(p);
-}
-
-static void kb_key_init(void)
-{
-    pthread_key_create(&kb_key, kb_destroy);
-}
-
-static struct keybuf *thread_keybuf(void)
-{
-    pthread_once(&kb_once, kb_key_init);
-    struct keybuf *kb = pthread_getspecific(kb_key);
-    if (!kb) {
-        kb = calloc(1, sizeof *kb);
-        if (!kb || pthread_setspecific(kb_key, kb) != 0) {
-            free(kb);
-            return NULL;
-        }
-    }
-    return kb;
-}
-
-/* Decode an AddRequest / MayContainRequest / RemoveRequest (1 = filter,
- * 2 = repeated bytes keys).  filter gets "" when absent.  Returns false with
- * the reply set. */
-static bool decode_keys(struct router *r, const uint8_t *buf, size_t len,
-                        struct keybuf *kb, char *filter, size_t *nkeys,
-                        struct rpc_reply *rep)
-{
-    const uint8_t *p = buf, *end = buf + len;
-    uint64_t max_keys = r->cfg.max_batch_keys, max_key = r->cfg.max_key_size;
-    char err[RULES_ERRLEN];
-    size_t n = 0;
-
-    filter[0] = 0;
-    while (p < end) {
-        uint64_t tag, v;
-        if (!get_varint(&p, end, &tag))
-            goto malformed;
-        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
-        if (field == 0 || (wt != 2 && (field == 1 || field == 2)))
-            goto malformed;
-        switch (wt) {
-        case 0:
-            if (!get_varint(&p, end, &v))
-                goto malformed;
-            break;
-        case 1:
-            if (end - p < 8)
-                goto malformed;
-            p += 8;
-            break;
-        case 5:
-            if (end - p < 4)
-                goto malformed;
-            p += 4;
-            break;
-        case 2:
-            if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p))
-                goto malformed;
-            if (field == 1) {
-                /* Checked on the exact bytes: "F\0junk" is not "F". */
-                if (v && rules_filter_name_check(p, v, err) < 0) {
-                    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
-                    return false;
-                }
-                memcpy(filter, p, v);
-                filter[v] = 0;
-            } else if (field == 2) {
-                if (n >= max_keys) {
-                    rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                    "more than %" PRIu64 " keys in one batch "
-                                    "(max_batch_keys); split the batch", max_keys);
-                    return false;
-                }
-                if (rules_key_check(n, v, max_key, err) < 0) {
-                    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
-                    return false;
-                }
-                if (n >= kb->cap && keybuf_reserve(kb, n + 1) < 0) {
-                    rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                    "out of memory decoding the batch");
-                    return false;
-                }
-                kb->ptr[n] = p;
-                kb->len[n] = (uint32_t)v;
-                n++;
-            }
-            p += v;
-            break;
-        default:
-            goto malformed;
-        }
-    }
-    *nkeys = n;
-    return true;
-malformed:
-    rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
-                    "malformed request message (byte %zu of %zu)",
-                    (size_t)(p - buf), len);
-    return false;
-}
-
-static void encode_bools(struct rpc_reply *rep, const bool *v, size_t n)
-{
-    size_t len = n ? 1 + varint_len(n) + n : 0;
-    uint8_t *p = rpc_reply_alloc(rep, len);
-    if (!p) {
-        rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    if (n) {
-        *p++ = 0x0a;
-        p = put_varint(p, n);
-        for (size_t i = 0; i < n; i++)
-            p[i] = v[i] ? 1 : 0;
-    }
-}
 
 bool router_rpc__name_ok(const char *name, struct rpc_reply *rep)
 {
@@ -205,42 +39,44 @@ bool router_rpc__name_ok(const char *name, struct rpc_reply *rep)
 }
 
 static const char *const op_names[] = {"Add", "MayContain", "Remove"};
+static const enum rpc_keys_op wire_op[] = {
+    [ROUTER_ADD] = RPC_KEYS_ADD,
+    [ROUTER_MAY_CONTAIN] = RPC_KEYS_MAY_CONTAIN,
+    [ROUTER_REMOVE] = RPC_KEYS_REMOVE,
+};
 
-/* One key batch; *cur is the filter of the stream so far ("" for none). */
+/* One key batch; cur is the filter of the stream so far ("" for none). */
 static void run_keys(struct router *r, enum router_key_op op, const uint8_t *buf,
-                     size_t len, struct keybuf *kb, char *cur, struct rpc_reply *rep)
+                     size_t len, struct rpc_keys_buf *kb, char *cur,
+                     struct rpc_reply *rep)
 {
-    char filter[RULES_FILTER_NAME_MAX + 1];
-    size_t n = 0;
+    const struct rpc_keys_limits lim = {.max_keys = r->cfg.max_batch_keys,
+                                        .max_key = r->cfg.max_key_size};
+    struct rpc_keys k;
     struct rpc_status st;
 
-    if (!decode_keys(r, buf, len, kb, filter, &n, rep))
+    /* The decoder applies the name rule of every node. */
+    if (rpc_keys_decode(kb, &lim, wire_op[op], buf, len, &k, rep) < 0)
         return;
-    if (filter[0]) {
-        if (!router_rpc__name_ok(filter, rep))
-            return;
-        snprintf(cur, RULES_FILTER_NAME_MAX + 1, "%s", filter);
+    if (k.filter[0]) {
+        snprintf(cur, RULES_FILTER_NAME_MAX + 1, "%s", k.filter);
     } else if (!cur[0]) {
         rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
                         "%s: the request names no filter", op_names[op]);
         return;
     }
-    if (keybuf_reserve(kb, n ? n : 1) < 0) {
-        rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    if (router_keys(r, cur, op, kb->ptr, kb->len, n, kb->out, &st) < 0) {
+    if (router_keys(r, cur, op, k.key, k.len, k.n, k.out, &st) < 0) {
         rpc_reply_fail(rep, st.code, st.reason, "%s", st.message);
         return;
     }
-    encode_bools(rep, kb->out, n);
+    rpc_keys_reply(&k, rep);
 }
 
 static void key_unary(void *arg, enum router_key_op op, const uint8_t *req,
                       size_t len, struct rpc_reply *rep)
 {
     char cur[RULES_FILTER_NAME_MAX + 1] = "";
-    struct keybuf *kb = thread_keybuf();
+    struct rpc_keys_buf *kb = rpc_keys_thread_buf();
     if (!kb) {
         rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
@@ -266,7 +102,7 @@ static void h_remove(void *arg, const uint8_t *req, size_t len, struct rpc_reply
 
 static void key_stream(struct router *r, enum router_key_op op, struct rpc_stream *s)
 {
-    struct keybuf kb = {0};
+    struct rpc_keys_buf kb = {0};
     char cur[RULES_FILTER_NAME_MAX + 1] = "";
     const uint8_t *buf;
     size_t len;
@@ -289,7 +125,7 @@ static void key_stream(struct router *r, enum router_key_op op, struct rpc_strea
     }
     rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
 out:
-    keybuf_free(&kb);
+    rpc_keys_buf_free(&kb);
 }
 
 static void h_add_stream(void *arg, struct rpc_stream *s)

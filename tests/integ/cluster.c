@@ -21,15 +21,21 @@ void cluster_init(struct cluster *c, const char *tag, const char *durability)
         snprintf(c->node_dir[i], sizeof c->node_dir[i], "%s/node%d", c->dir, i);
 }
 
-void cluster_start(struct cluster *c, const char *tag, int nnodes, int nrouters,
-                   const char *durability)
+void cluster_start_flags(struct cluster *c, const char *tag, int nnodes, int nrouters,
+                         const char *durability, const char *const *router_flags)
 {
     cluster_init(c, tag, durability);
     for (int i = 0; i < nnodes; i++)
         cluster_node_start(c, i, 0, NULL);
     cluster_write_topo(c, nnodes, false, NULL);
     for (int i = 0; i < nrouters; i++)
-        cluster_router_start(c, i, NULL);
+        cluster_router_start(c, i, router_flags);
+}
+
+void cluster_start(struct cluster *c, const char *tag, int nnodes, int nrouters,
+                   const char *durability)
+{
+    cluster_start_flags(c, tag, nnodes, nrouters, durability, NULL);
 }
 
 void cluster_stop(struct cluster *c)

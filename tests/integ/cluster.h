@@ -40,6 +40,11 @@ void cluster_init(struct cluster *c, const char *tag, const char *durability);
 void cluster_start(struct cluster *c, const char *tag, int nnodes, int nrouters,
                    const char *durability);
 
+/* cluster_start with further flags for every router (NULL-terminated, may
+ * be NULL). */
+void cluster_start_flags(struct cluster *c, const char *tag, int nnodes, int nrouters,
+                         const char *durability, const char *const *router_flags);
+
 /* Stop every router (each must exit 0 on SIGTERM) and every running node. */
 void cluster_stop(struct cluster *c);
 

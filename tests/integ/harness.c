@@ -1,15 +1,12 @@
-/* harness: processes, keys, sockets and RPC wrappers for integration tests. */
+/* harness: processes, keys and RPC wrappers for integration tests. */
 #include "harness.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -18,7 +15,6 @@
 #include <grpc/grpc.h>
 
 #include "grpc/health/v1/health.pb-c.h"
-#include "rpc_frame.h"
 
 const char *harness_node_bin = "bloomgrid-node";
 const char *harness_router_bin = "bloomgrid-router";
@@ -216,112 +212,6 @@ bool node_wait_health(struct node_proc *np, bool serving, int timeout_ms)
         nanosleep(&ts, NULL);
     }
     return false;
-}
-
-/* ---- TCP sockets of a process ---- */
-
-#define MAX_SOCKETS 1024
-
-/* The socket inodes among pid's descriptors. */
-static int proc_sockets(pid_t pid, unsigned long *ino, int max)
-{
-    char path[64], link[64];
-    int n = 0;
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    DIR *d = opendir(path);
-    CHECK(d, "%s: %s", path, strerror(errno));
-    for (struct dirent *e; (e = readdir(d)) && n < max;) {
-        char fp[320];
-        snprintf(fp, sizeof fp, "%s/%s", path, e->d_name);
-        ssize_t l = readlink(fp, link, sizeof link - 1);
-        if (l > 0) {
-            link[l] = 0;
-            if (sscanf(link, "socket:[%lu]", &ino[n]) == 1)
-                n++;
-        }
-    }
-    closedir(d);
-    return n;
-}
-
-struct tcp_sock {
-    unsigned lport, rport, state;   /* state 1: ESTABLISHED, 10: LISTEN */
-    unsigned long ino;
-};
-
-/* The TCP sockets of pid (IPv4 and IPv6), at most max. */
-static int proc_tcp(pid_t pid, struct tcp_sock *out, int max)
-{
-    static unsigned long ino[MAX_SOCKETS];
-    int ni = proc_sockets(pid, ino, MAX_SOCKETS), n = 0;
-    const char *tabs[] = {"/proc/net/tcp", "/proc/net/tcp6"};
-    char line[512];
-    for (int t = 0; t < 2; t++) {
-        FILE *f = fopen(tabs[t], "r");
-        while (f && n < max && fgets(line, sizeof line, f)) {
-            struct tcp_sock s;
-            if (sscanf(line, "%*s %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%x %x %*s %*s %*s %*s %*s %lu",
-                       &s.lport, &s.rport, &s.state, &s.ino) != 4)
-                continue;
-            for (int i = 0; i < ni; i++)
-                if (ino[i] == s.ino) {
-                    out[n++] = s;
-                    break;
-                }
-        }
-        if (f)
-            fclose(f);
-    }
-    return n;
-}
-
-int proc_tcp_conns(pid_t pid, int port, unsigned long *ids, int max)
-{
-    static struct tcp_sock s[MAX_SOCKETS];
-    int ns = proc_tcp(pid, s, MAX_SOCKETS), n = 0;
-    for (int i = 0; i < ns; i++)
-        if (s[i].state == 1 && s[i].rport == (unsigned)port) {
-            if (ids && n < max)
-                ids[n] = s[i].ino;
-            n++;
-        }
-    return n;
-}
-
-bool proc_tcp_has_conn(pid_t pid, unsigned long id)
-{
-    static struct tcp_sock s[MAX_SOCKETS];
-    int ns = proc_tcp(pid, s, MAX_SOCKETS);
-    for (int i = 0; i < ns; i++)
-        if (s[i].state == 1 && s[i].ino == id)
-            return true;
-    return false;
-}
-
-int proc_tcp_listening(pid_t pid, int *ports, int max)
-{
-    static struct tcp_sock s[MAX_SOCKETS];
-    int ns = proc_tcp(pid, s, MAX_SOCKETS), n = 0;
-    for (int i = 0; i < ns; i++)
-        if (s[i].state == 10) {
-            if (n < max)
-                ports[n] = (int)s[i].lport;
-            n++;
-        }
-    return n;
-}
-
-int harness_free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t al = sizeof a;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-              getsockname(fd, (struct sockaddr *)&a, &al) == 0,
-          "no free port");
-    close(fd);
-    return ntohs(a.sin_port);
 }
 
 /* ---- keys ---- */
@@ -581,7 +471,7 @@ int t_shard_count(struct rpc_channel *ch, const char *filter)
     return n;
 }
 
-int t_frame_port(struct rpc_channel *ch)
+void t_node_info(struct rpc_channel *ch, struct node_info *out)
 {
     Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;
     Bloomgrid__V1__NodeInfoResponse *resp = NULL;
@@ -590,28 +480,12 @@ int t_frame_port(struct rpc_channel *ch)
                    &bloomgrid__v1__node_info_response__descriptor,
                    (ProtobufCMessage **)&resp, TIMEOUT_MS, &st) == 0,
           "NodeInfo: %s", st.message);
-    int port = (int)resp->frame_port;
+    out->messages = resp->batch_messages;
+    out->entries = resp->batch_entries;
+    out->hashes = resp->batch_hashes;
+    out->streams = resp->batch_streams;
+    out->read_streams = resp->read_streams;
+    out->write_streams = resp->write_streams;
+    out->mixed_streams = resp->mixed_streams;
     bloomgrid__v1__node_info_response__free_unpacked(resp, NULL);
-    return port;
-}
-
-bool t_frames_answer(int port)
-{
-    const ProtobufCMethodDescriptor *m = protobuf_c_service_descriptor_get_method_by_name(
-        &bloomgrid__v1__internal__descriptor, "NodeInfo");
-    struct rpc_frame_pool *pool = rpc_frame_pool_create("127.0.0.1", port, 1 << 20);
-    CHECK(m && pool, "frame pool for port %d", port);
-    struct rpc_frame_call fc = {
-        .pool = pool,
-        .method = (uint32_t)(m - bloomgrid__v1__internal__descriptor.methods),
-        .req = "",
-        .len = 0,   /* NodeInfoRequest has no fields */
-        .timeout_ms = TIMEOUT_MS,
-    };
-    rpc_frame_call_many(&fc, 1);
-    bool ok = fc.answered && fc.rc == 0;
-    if (fc.rc == 0)
-        grpc_slice_unref(fc.resp);
-    rpc_frame_pool_destroy(pool);
-    return ok;
 }

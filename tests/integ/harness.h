@@ -1,5 +1,5 @@
 /* harness: start and stop real bloomgrid processes for integration tests,
- * make keys, observe a process's TCP sockets, and small typed wrappers
+ * make keys, and small typed wrappers
  * around the RPCs the tests call.
  *
  * A node or router is started with --listen 127.0.0.1:0 (a free port, read
@@ -81,18 +81,6 @@ bool node_wait_health(struct node_proc *np, bool serving, int timeout_ms);
 /* The health status: 1 SERVING, 2 NOT_SERVING, negative: -grpc code. */
 int node_health(struct node_proc *np, const char *service);
 
-/* ---- TCP sockets of a process (from /proc/PID/fd and /proc/net/tcp{,6}) ---- */
-
-/* Established connections of pid to remote port `port`: how many; the first
- * max socket inodes go to ids (may be NULL).  Dies if pid is not readable. */
-int proc_tcp_conns(pid_t pid, int port, unsigned long *ids, int max);
-/* Is the socket with inode id still an established connection of pid? */
-bool proc_tcp_has_conn(pid_t pid, unsigned long id);
-/* The local ports pid listens on: how many; the first max go to ports. */
-int proc_tcp_listening(pid_t pid, int *ports, int max);
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
-int harness_free_port(void);
-
 /* ---- keys ---- */
 
 /* Keys "PREFIX-N" for N in [from, from + n); free with keys_free. */
@@ -144,12 +132,12 @@ int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
 /* Shards of filter the node on ch holds (Internal/ListShards).  Dies on
  * failure. */
 int t_shard_count(struct rpc_channel *ch, const char *filter);
-/* The frame port the node on ch reports (Internal/NodeInfo; 0: frames off).
- * Dies on failure. */
-int t_frame_port(struct rpc_channel *ch);
-/* Does 127.0.0.1:port answer Internal/NodeInfo over the frame transport
- * (rpc_frame.h)?  false for a closed port or one that speaks anything else
- * (a gRPC listener closes the connection at the first frame byte). */
-bool t_frames_answer(int port);
+/* What the node on ch counted of the routers' Batches streams
+ * (Internal/NodeInfo).  Dies on failure. */
+struct node_info {
+    uint64_t messages, entries, hashes;
+    uint64_t streams, read_streams, write_streams, mixed_streams;
+};
+void t_node_info(struct rpc_channel *ch, struct node_info *out);
 
 #endif

@@ -5,8 +5,9 @@
  *
  *   same     names (NUL, bad UTF-8, a leading dot, too long, the longest
  *            valid name over 64 shards), parameters, kinds, capacity 2^64-1,
- *            keys to "F\0junk", Remove of no keys, Import and Export naming
- *            "F\0junk": node and router agree and nothing is written
+ *            keys to "F\0junk", Remove of no keys, a malformed key batch,
+ *            Import and Export naming "F\0junk": node and router agree and
+ *            nothing is written
  *   shards   internal calls on a node: DropShard with another secret drops
  *            nothing, with the right one drops; names with a NUL refused
  *   rollback a failed CreateFilter through the router drops the shards it
@@ -154,7 +155,7 @@ static size_t answers(grpc_slice r, bool *out, size_t max)
  * deadline. */
 static void start(struct cluster *c, int n, const char *tag, const char *timeout_ms)
 {
-    const char *const flags[] = {"--node-timeout-ms", timeout_ms, "--frames", "off",
+    const char *const flags[] = {"--node-timeout-ms", timeout_ms,
                                  NULL};
     cluster_init(c, tag, "none");
     for (int i = 0; i < n; i++)
@@ -300,6 +301,11 @@ static void test_same(void)
     same(&c, "Remove of no keys (counting)", SVC "Remove", &m, GS(OK));
     m = keys_msg("nosuch", 6, 0);
     same(&c, "Remove of no keys (missing)", SVC "Remove", &m, GS(NOT_FOUND));
+
+    /* A key sent as a varint: malformed, at the same byte on both. */
+    m = keys_msg("F", 1, 0);
+    put_uint(&m, 2, 1);
+    same(&c, "key as a varint", SVC "Add", &m, GS(INVALID_ARGUMENT));
 
     cluster_stop(&c);
 }

@@ -1,8 +1,12 @@
-/* Integration tests of bloomgrid-node recovery: corrupt snapshot, corrupt
- * WAL middle, torn WAL tail, and a crash test that kill -9s a node under
- * write load many times and checks that no acknowledged key is ever lost.
+/* Integration tests of bloomgrid-node recovery: corrupt checkpoint, a
+ * corrupt record in the middle of the node log (its payload, or its header),
+ * torn log tail, disk full, a crash test that kill -9s a node under write
+ * load many times and checks that no acknowledged key is ever lost, and the
+ * migration of a data directory of the previous release (a fixture).
  *
- * usage: test_node_recovery NODE_BINARY corrupt_snapshot|corrupt_wal|torn_tail|crash
+ * usage: test_node_recovery NODE_BINARY corrupt_snapshot|corrupt_wal|
+ *        corrupt_log_header|torn_tail|crash|disk_full [ROUNDS]
+ *        test_node_recovery NODE_BINARY migrate FIXTURE_DIR
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -92,6 +96,33 @@ static off_t file_size(const char *path)
     return stat(path, &sb) == 0 ? sb.st_size : -1;
 }
 
+/* The offset of the nth (from 0) record of filter name in the node log
+ * segment at path (the record layout of common/wal.h: a 64-byte header
+ * with the name length at 6 and the payload length at 8, then the name and
+ * the payload); -1 when there is none. */
+static off_t log_record(const char *path, const char *name, int nth)
+{
+    int fd = open(path, O_RDONLY);
+    off_t off = 32, found = -1;
+    unsigned char h[64];
+    char n[256];
+
+    CHECK(fd >= 0, "open %s", path);
+    while (found < 0 && pread(fd, h, 64, off) == 64) {
+        uint16_t nl = (uint16_t)(h[6] | h[7] << 8);
+        uint64_t len = 0;
+        for (int i = 7; i >= 0; i--)
+            len = len << 8 | h[8 + i];
+        if (memcmp(h, "BGWN", 4) != 0 || pread(fd, n, nl, off + 64) != nl)
+            break;
+        if (nl == strlen(name) && memcmp(n, name, nl) == 0 && nth-- == 0)
+            found = off;
+        off += 64 + nl + (off_t)len;
+    }
+    close(fd);
+    return found;
+}
+
 static void flip_byte(const char *path, off_t at)
 {
     int fd = open(path, O_RDWR);
@@ -157,25 +188,29 @@ static void test_corrupt_snapshot(const char *dir)
     char fdir[700], snap[1024];
     prepare(&np, dir, true);
     snprintf(fdir, sizeof fdir, "%s/a", dir);
-    CHECK(find_file(fdir, "snapshot-", snap, sizeof snap), "no snapshot in %s", fdir);
+    CHECK(find_file(fdir, "ckpt-", snap, sizeof snap), "no checkpoint in %s", fdir);
     flip_byte(snap, file_size(snap) / 2);
     node_start(&np, dir, slow_snapshots);
     expect_refused(&np, "corrupt snapshot");
     CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
 }
 
-static void test_corrupt_wal(const char *dir)
+/* A record of filter a in the middle of the log is damaged: in its
+ * payload (header: false), so the header still names a, or in its header,
+ * so the scan learns whose it was from the gap in a's records.  Either way
+ * a is refused and b, whose records follow in sequence, is served. */
+static void corrupt_log(const char *dir, bool header, const char *what)
 {
     struct node_proc np;
-    char fdir[700], wal[1024];
+    char ldir[700], wal[1024];
     prepare(&np, dir, false);
-    snprintf(fdir, sizeof fdir, "%s/a", dir);
-    CHECK(find_file(fdir, "wal-", wal, sizeof wal), "no WAL in %s", fdir);
-    off_t sz = file_size(wal);
-    CHECK(sz > 10000, "WAL of %lld bytes", (long long)sz);
-    flip_byte(wal, sz / 3);
+    snprintf(ldir, sizeof ldir, "%s/.wal", dir);
+    CHECK(find_file(ldir, "wal-", wal, sizeof wal), "no log segment in %s", ldir);
+    off_t at = log_record(wal, "a", 8);
+    CHECK(at > 0, "no 9th record of a in %s", wal);
+    flip_byte(wal, header ? at + 40 : at + 64 + 1 + 500);
     node_start(&np, dir, slow_snapshots);
-    expect_refused(&np, "corrupt WAL middle");
+    expect_refused(&np, what);
     CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
 }
 
@@ -184,22 +219,75 @@ static void test_torn_tail(const char *dir)
     struct node_proc np;
     char fdir[700], wal[1024];
     prepare(&np, dir, false);
-    snprintf(fdir, sizeof fdir, "%s/a", dir);
-    CHECK(find_file(fdir, "wal-", wal, sizeof wal), "no WAL in %s", fdir);
+    snprintf(fdir, sizeof fdir, "%s/.wal", dir);
+    CHECK(find_file(fdir, "wal-", wal, sizeof wal), "no log segment in %s", fdir);
     off_t sz = file_size(wal);
     /* A record cut short: a plausible header and part of its payload. */
     int fd = open(wal, O_WRONLY | O_APPEND);
     unsigned char junk[70];
     memset(junk, 0xab, sizeof junk);
-    memcpy(junk, "BGWR", 4);
+    memcpy(junk, "BGWN", 4);
     CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk, "append");
     close(fd);
     node_start(&np, dir, slow_snapshots);
     CHECK(node_wait_health(&np, true, 10000), "torn tail: SERVING");
     check_present(np.ch, "a", 0, 2000);
     check_present(np.ch, "b", 0, 2000);
-    printf("  torn tail: served, %lld -> %lld bytes of WAL\n", (long long)(sz + 70),
+    printf("  torn tail: served, %lld -> %lld bytes of log\n", (long long)(sz + 70),
            (long long)file_size(wal));
+    CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
+}
+
+/* ---- migration ---- */
+
+/* How many of PREFIX-from .. PREFIX-to filter lacks. */
+static size_t missing_keys(struct rpc_channel *ch, const char *filter,
+                           const char *prefix, size_t from, size_t to)
+{
+    size_t n = to - from + 1, miss = 0;
+    char **k = keys_make(prefix, from, n);
+    bool *present = malloc(n * sizeof *present);
+    keys_present(ch, filter, k, n, present);
+    for (size_t i = 0; i < n; i++)
+        miss += !present[i];
+    free(present);
+    keys_free(k, n);
+    return miss;
+}
+
+/* A data directory of the previous release (per-filter logs): the node
+ * migrates it and serves every key, also after a kill -9 right after the
+ * migration and a restart. */
+static void test_migrate(const char *dir, const char *fixture)
+{
+    const char *const plain[] = {"blk", "cls", "cnt", "scl"};
+    struct node_proc np;
+    char cmd[2000], path[900];
+
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s'", dir, fixture, dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    for (int round = 0; round < 2; round++) {
+        node_start(&np, dir, slow_snapshots);
+        CHECK(node_wait_health(&np, true, 10000), "migrated directory: SERVING");
+        for (int i = 0; i < 4; i++)
+            CHECK(missing_keys(np.ch, plain[i], plain[i], 0, 999) == 0,
+                  "keys of %s lost", plain[i]);
+        CHECK(missing_keys(np.ch, "late", "late", 600, 999) == 0, "keys of late lost");
+        CHECK(missing_keys(np.ch, "cls", "imp", 0, 199) == 0, "imported keys lost");
+        CHECK(missing_keys(np.ch, "cnt", "gone", 0, 99) >= 95, "removed keys back");
+        CHECK(t_shard_count(np.ch, "shd") == 4, "the 4 shards of shd");
+        snprintf(path, sizeof path, "%s/blk/wal-0000000000000002.log", dir);
+        CHECK(access(path, F_OK) != 0, "old log segment %s still there", path);
+        if (round == 0) {
+            char **k = keys_make("after", 0, 100);
+            keys_call(np.ch, "Add", "blk", k, 100, 100, NULL);
+            keys_free(k, 100);
+            node_stop(&np, SIGKILL);
+        }
+    }
+    CHECK(missing_keys(np.ch, "blk", "after", 0, 99) == 0, "keys added after the "
+          "migration lost");
+    printf("  migrated: every key of the fixture present, also after kill -9\n");
     CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
 }
 
@@ -420,11 +508,15 @@ int main(int argc, char **argv)
     if (strcmp(argv[2], "corrupt_snapshot") == 0)
         test_corrupt_snapshot(dir);
     else if (strcmp(argv[2], "corrupt_wal") == 0)
-        test_corrupt_wal(dir);
+        corrupt_log(dir, false, "corrupt log record");
+    else if (strcmp(argv[2], "corrupt_log_header") == 0)
+        corrupt_log(dir, true, "corrupt log record header");
     else if (strcmp(argv[2], "torn_tail") == 0)
         test_torn_tail(dir);
     else if (strcmp(argv[2], "crash") == 0)
         test_crash(dir, argc > 3 ? atoi(argv[3]) : 24);
+    else if (strcmp(argv[2], "migrate") == 0 && argc > 3)
+        test_migrate(dir, argv[3]);
     else if (strcmp(argv[2], "disk_full") == 0) {
         dir[strlen(dir) - 5] = 0; /* the test mounts its own file system */
         if (test_disk_full(dir) == 77) {

@@ -91,8 +91,10 @@ static void start_dcs(void)
         for (int g = 0; g < 2; g++) {
             snprintf(dir, sizeof dir, "%s/%s-p%d", tdir, d->name, g);
             node_start(&d->prim[g], dir, fast);
+            CHECK(node_wait_health(&d->prim[g], true, 20000), "node not serving");
             snprintf(dir, sizeof dir, "%s/%s-r%d", tdir, d->name, g);
             node_start(&d->repl[g], dir, replica);
+            CHECK(node_wait_health(&d->repl[g], true, 20000), "node not serving");
         }
         snprintf(d->topo, sizeof d->topo, "%s/%s.ini", tdir, d->name);
         snprintf(d->view_topo, sizeof d->view_topo, "%s/%s-view.ini", tdir,
@@ -493,7 +495,9 @@ static void test_single(void)
     snprintf(da, sizeof da, "%s/a", tdir);
     snprintf(db, sizeof db, "%s/b", tdir);
     node_start(&a, da, fast);
+    CHECK(node_wait_health(&a, true, 20000), "node not serving");
     node_start(&b, db, fast);
+    CHECK(node_wait_health(&b, true, 20000), "node not serving");
     CHECK(t_create(a.ch, "f", 100000, 0.01, 1, &st) == 0, "create: %s", st.message);
     char **ka = keys_make("a", 0, 5000), **kb = keys_make("b", 0, 5000);
     keys_call(a.ch, "Add", "f", ka, 5000, 5000, NULL);

@@ -74,7 +74,9 @@ int main(int argc, char **argv)
     harness_tmpdir(db, sizeof db, "pages-b");
     const char *fast[] = {"--durability", "none", NULL};
     node_start(&a, da, fast);
+    CHECK(node_wait_health(&a, true, 20000), "node not serving");
     node_start(&b, db, fast);
+    CHECK(node_wait_health(&b, true, 20000), "node not serving");
     CHECK(t_create(a.ch, "f", 2000000, 0.01, 1, &st) == 0, "create: %s", st.message);
     CHECK(node_client_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
           st.message);

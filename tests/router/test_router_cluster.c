@@ -2,8 +2,8 @@
  * router are all present through the other; the FPR at capacity is within
  * 1.1 p; answers keep the request order; GetFilter and ListFilters
  * aggregate the shards; a shard gone from its node fails the batch naming
- * the shard, the node and the keys not acknowledged; the node's multi-shard
- * call answers each entry on its own; bad calls get their codes; a drop
+ * the shard, the node and the keys not acknowledged; the node's Batches
+ * stream answers each entry on its own; bad calls get their codes; a drop
  * through one router is seen by the other.
  *
  * usage: test_router_cluster NODE_BIN ROUTER_BIN
@@ -165,8 +165,25 @@ static int shard_gone(struct cluster *c)
     return holder;
 }
 
-/* The node's multi-shard call directly: each entry answers on its own. */
-static void multi_shard_call(struct node_proc *holder)
+/* One BatchRequest on an open Batches stream; returns its answer (caller
+ * frees) or NULL when the stream failed. */
+static Bloomgrid__V1__BatchResponse *batch_once(struct rpc_cstream *cs,
+                                                Bloomgrid__V1__BatchRequest *rq)
+{
+    grpc_slice sl;
+    if (rpc_cstream_write_msg(cs, &rq->base) < 0 || rpc_cstream_read(cs, &sl) != 1)
+        return NULL;
+    Bloomgrid__V1__BatchResponse *r = bloomgrid__v1__batch_response__unpack(
+        NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+    grpc_slice_unref(sl);
+    CHECK(r, "BatchResponse does not parse");
+    return r;
+}
+
+/* The node's Batches stream directly: each entry answers on its own, in
+ * entry order, under the request's id; a malformed message ends the
+ * stream with INVALID_ARGUMENT. */
+static void batch_stream(struct node_proc *holder)
 {
     struct rpc_status st;
     Bloomgrid__V1__ListShardsRequest lsr = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
@@ -181,51 +198,80 @@ static void multi_shard_call(struct node_proc *holder)
             other = (int)lsp->shards[i]->shard_index;
     bloomgrid__v1__list_shards_response__free_unpacked(lsp, NULL);
     CHECK(other >= 0 && other != 3, "node %s holds no other shard of part", holder->addr);
-    uint8_t hbytes[32] = {1, 2, 3};
-    Bloomgrid__V1__ShardHashes e0 = BLOOMGRID__V1__SHARD_HASHES__INIT;
-    Bloomgrid__V1__ShardHashes e1 = BLOOMGRID__V1__SHARD_HASHES__INIT;
-    Bloomgrid__V1__ShardHashes *ents[] = {&e0, &e1};
-    Bloomgrid__V1__MultiHashesRequest mq = BLOOMGRID__V1__MULTI_HASHES_REQUEST__INIT;
-    Bloomgrid__V1__MultiHashesResponse *mr = NULL;
+
+    /* Hashes that belong to shard `other` of 8 (bf_hash_shard: the high 32
+     * bits of h2 scaled to the shard count). */
+    uint8_t hbytes[32] = {0};
+    uint64_t h2 = ((uint64_t)(((uint64_t)(uint32_t)other << 32) / 8) + 1) << 32;
+    for (int k = 0; k < 2; k++)
+        for (int b = 0; b < 8; b++) {
+            hbytes[16 * k + b] = (uint8_t)(k + 1);
+            hbytes[16 * k + 8 + b] = (uint8_t)(h2 >> (8 * b));
+        }
+    Bloomgrid__V1__BatchEntry e0 = BLOOMGRID__V1__BATCH_ENTRY__INIT;
+    Bloomgrid__V1__BatchEntry e1 = BLOOMGRID__V1__BATCH_ENTRY__INIT;
+    Bloomgrid__V1__BatchEntry e2 = BLOOMGRID__V1__BATCH_ENTRY__INIT;
+    Bloomgrid__V1__BatchEntry *ents[] = {&e0, &e1, &e2};
+    Bloomgrid__V1__BatchRequest rq = BLOOMGRID__V1__BATCH_REQUEST__INIT;
+    e0.filter = e1.filter = e2.filter = "part";
+    e0.op = e1.op = e2.op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
     e0.shard_index = (uint32_t)other;
     e0.hashes.data = hbytes;
     e0.hashes.len = 32;
     e1.shard_index = 3;
     e1.hashes.data = hbytes;
     e1.hashes.len = 16;
-    mq.filter = "part";
-    mq.n_shards = 2;
-    mq.shards = ents;
-    CHECK(rpc_call(holder->ch, "/bloomgrid.v1.Internal/MayContainMultiHashes",
-                   &mq.base, &bloomgrid__v1__multi_hashes_response__descriptor,
-                   (ProtobufCMessage **)&mr, TIMEOUT_MS, &st) == 0, "multi: %s",
-          st.message);
-    CHECK(mr->n_shards == 2, "multi: %zu results", mr->n_shards);
-    CHECK(mr->shards[0]->shard_index == (uint32_t)other && mr->shards[0]->code == 0 &&
-          mr->shards[0]->n_results == 2, "multi entry 0: shard %u code %d, %zu results",
-          mr->shards[0]->shard_index, mr->shards[0]->code, mr->shards[0]->n_results);
-    CHECK(mr->shards[1]->shard_index == 3 &&
-          mr->shards[1]->code == GRPC_STATUS_NOT_FOUND &&
-          strstr(mr->shards[1]->message, "shard 3") && mr->shards[1]->n_results == 0,
-          "multi entry 1: code %d: %s", mr->shards[1]->code, mr->shards[1]->message);
-    bloomgrid__v1__multi_hashes_response__free_unpacked(mr, NULL);
-    mq.secret_id = 12345;   /* not this filter's secret: refused per shard */
-    mq.n_shards = 1;
-    CHECK(rpc_call(holder->ch, "/bloomgrid.v1.Internal/AddMultiHashes",
-                   &mq.base, &bloomgrid__v1__multi_hashes_response__descriptor,
-                   (ProtobufCMessage **)&mr, TIMEOUT_MS, &st) == 0, "multi: %s",
-          st.message);
-    CHECK(mr->n_shards == 1 && mr->shards[0]->code == GRPC_STATUS_FAILED_PRECONDITION &&
-          strstr(mr->shards[0]->message, "another secret"), "multi secret: %d %s",
-          mr->n_shards ? mr->shards[0]->code : -1,
-          mr->n_shards ? mr->shards[0]->message : "");
-    bloomgrid__v1__multi_hashes_response__free_unpacked(mr, NULL);
-    e0.hashes.len = 15;     /* not a multiple of 16: the call is refused */
-    CHECK(rpc_call(holder->ch, "/bloomgrid.v1.Internal/MayContainMultiHashes",
-                   &mq.base, &bloomgrid__v1__multi_hashes_response__descriptor,
-                   (ProtobufCMessage **)&mr, TIMEOUT_MS, &st) ==
-          -1 && st.code == GRPC_STATUS_INVALID_ARGUMENT, "multi 15 bytes: %d %s",
-          st.code, st.message);
+    e2.shard_index = (uint32_t)other;
+    e2.hashes.data = hbytes;
+    e2.hashes.len = 15;         /* not a multiple of 16 */
+    rq.id = 41;
+    rq.n_entries = 3;
+    rq.entries = ents;
+
+    struct rpc_cstream *cs = rpc_cstream_open(holder->ch, "/bloomgrid.v1.Internal/Batches",
+                                              TIMEOUT_MS);
+    CHECK(cs, "open Batches");
+    Bloomgrid__V1__BatchResponse *r = batch_once(cs, &rq);
+    CHECK(r && r->id == 41 && r->n_results == 3, "batch: %zu results",
+          r ? r->n_results : 0);
+    CHECK(r->results[0]->shard_index == (uint32_t)other && r->results[0]->code == 0 &&
+          r->results[0]->n_results == 2, "entry 0: shard %u code %d (%s), %zu results",
+          r->results[0]->shard_index, r->results[0]->code, r->results[0]->message,
+          r->results[0]->n_results);
+    CHECK(r->results[1]->shard_index == 3 && r->results[1]->code == GRPC_STATUS_NOT_FOUND &&
+          strstr(r->results[1]->message, "shard 3") && r->results[1]->n_results == 0,
+          "entry 1: code %d: %s", r->results[1]->code, r->results[1]->message);
+    CHECK(r->results[2]->code == GRPC_STATUS_INVALID_ARGUMENT &&
+          strstr(r->results[2]->message, "multiple of 16"), "entry 2: code %d: %s",
+          r->results[2]->code, r->results[2]->message);
+    bloomgrid__v1__batch_response__free_unpacked(r, NULL);
+
+    /* The same stream again: another secret is refused per entry, with its
+     * typed reason; a hash of another shard too. */
+    e0.secret_id = 12345;
+    e0.op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD;
+    e1.shard_index = (uint32_t)(other + 1) % 8;
+    e1.hashes.len = 16;
+    rq.id = 42;
+    rq.n_entries = 2;
+    r = batch_once(cs, &rq);
+    CHECK(r && r->id == 42 && r->n_results == 2, "second batch");
+    CHECK(r->results[0]->code == GRPC_STATUS_FAILED_PRECONDITION &&
+          r->results[0]->reason == BLOOMGRID__V1__ERROR_REASON__ERROR_REASON_SECRET_MISMATCH &&
+          strstr(r->results[0]->message, "another secret"), "secret: %d %s",
+          r->results[0]->code, r->results[0]->message);
+    CHECK(r->results[1]->code == GRPC_STATUS_NOT_FOUND ||
+          (r->results[1]->code == GRPC_STATUS_FAILED_PRECONDITION &&
+           r->results[1]->reason == BLOOMGRID__V1__ERROR_REASON__ERROR_REASON_WRONG_SHARD),
+          "wrong shard: %d %s", r->results[1]->code, r->results[1]->message);
+    bloomgrid__v1__batch_response__free_unpacked(r, NULL);
+
+    /* A message that does not parse ends the stream. */
+    CHECK(rpc_cstream_write(cs, "\xff\xff\xff", 3) == 0, "write garbage");
+    grpc_slice sl;
+    CHECK(rpc_cstream_read(cs, &sl) != 1, "an answer to garbage");
+    CHECK(rpc_cstream_finish(cs, &st) < 0 && st.code == GRPC_STATUS_INVALID_ARGUMENT,
+          "garbage: %s %s", rpc_status_name(st.code), st.message);
 }
 
 static void test_cluster(void)
@@ -252,7 +298,7 @@ static void test_cluster(void)
     request_order(a, b);
     aggregated_info(a, b);
     int holder = shard_gone(&c);
-    multi_shard_call(&c.node[holder]);
+    batch_stream(&c.node[holder]);
 
     /* Errors. */
     char *k1[] = {"x"};

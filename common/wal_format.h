@@ -1,0 +1,126 @@
+/* wal_format: the byte layout of the node log's segments and records (see
+ * wal.h), shared by the writer (wal.c) and the reader (wal_scan.c).  Not
+ * part of the log's interface.
+ */
+#ifndef BLOOMGRID_WAL_FORMAT_H
+#define BLOOMGRID_WAL_FORMAT_H
+
+#include <endian.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "wal.h"
+
+#define WAL_SEG_MAGIC "BGNODLOG"
+#define WAL_SEG_VERSION 1
+#define WAL_REC_MAGIC UINT32_C(0x4E574742) /* "BGWN" little-endian */
+#define WAL_PATH_LEN 4096
+
+/* Offsets inside a record header. */
+enum {
+    WAL_O_MAGIC = 0, WAL_O_TYPE = 4, WAL_O_NAMELEN = 6, WAL_O_LEN = 8,
+    WAL_O_LSN = 16, WAL_O_COMMIT = 24, WAL_O_ID = 32, WAL_O_SEQ = 40,
+    WAL_O_PSUM = 48, WAL_O_HSUM = 56,
+};
+
+static inline void wal__put16(uint8_t *p, uint16_t v)
+{
+    v = htole16(v);
+    memcpy(p, &v, 2);
+}
+
+static inline void wal__put32(uint8_t *p, uint32_t v)
+{
+    v = htole32(v);
+    memcpy(p, &v, 4);
+}
+
+static inline void wal__put64(uint8_t *p, uint64_t v)
+{
+    v = htole64(v);
+    memcpy(p, &v, 8);
+}
+
+static inline uint16_t wal__get16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return le16toh(v);
+}
+
+static inline uint32_t wal__get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return le32toh(v);
+}
+
+static inline uint64_t wal__get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return le64toh(v);
+}
+
+/* The header checksum: bytes 0..55 chained into the name. */
+static inline uint64_t wal__hdr_sum(const uint8_t *rec, size_t name_len)
+{
+    return XXH64(rec + WAL_REC_HDR, name_len, XXH64(rec, WAL_O_HSUM, 0));
+}
+
+static inline void wal__seg_name(char *buf, size_t len, uint64_t first)
+{
+    snprintf(buf, len, "wal-%016" PRIx64 ".log", first);
+}
+
+static inline bool wal__seg_parse_name(const char *name, uint64_t *first)
+{
+    char *end;
+
+    if (strlen(name) != 24 || strncmp(name, "wal-", 4) != 0 ||
+        strcmp(name + 20, ".log") != 0)
+        return false;
+    for (int i = 4; i < 20; i++)
+        if (!strchr("0123456789abcdef", name[i]))
+            return false;
+    *first = strtoull(name + 4, &end, 16);
+    return end == name + 20;
+}
+
+static inline void wal__seg_header(uint8_t *h, uint64_t first)
+{
+    memcpy(h, WAL_SEG_MAGIC, 8);
+    wal__put32(h + 8, WAL_SEG_VERSION);
+    wal__put32(h + 12, 0);
+    wal__put64(h + 16, first);
+    wal__put64(h + 24, XXH64(h, 24, 0));
+}
+
+/* A segment file of a log directory (the node log's and the legacy
+ * per-filter logs' names are the same). */
+struct wal__seg {
+    uint64_t first;
+    char name[32];
+};
+
+/* The segments of dir sorted by first seq.  clean: remove leftover temp
+ * files ".wal-*" (only when no log is open on dir).  A missing dir has
+ * none.  0 or a negative errno; *out is malloc'd (may be NULL). */
+int wal__seg_list(const char *dir, bool clean, struct wal__seg **out,
+                  size_t *n);
+
+/* Open a segment (for writing too when rw: a torn tail may be cut) and map
+ * it read-only.  *fd is -1 and *m NULL when nothing is open; an empty file
+ * maps to NULL.  0 or a negative errno with err naming the file. */
+int wal__seg_map(const char *path, bool rw, int *fd, const uint8_t **m,
+                 size_t *size, char *err);
+
+/* For wal_rescan: hold off discards; returns the durable LSN. */
+uint64_t wal__rescan_begin(struct wal *w);
+void wal__rescan_end(struct wal *w);
+
+#endif

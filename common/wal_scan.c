@@ -1,0 +1,354 @@
+/* wal_scan: reading the node log (see wal.h): records in LSN order, torn
+ * tails cut, damage reported with what it may have cost.
+ *
+ * Segments are read oldest first; a segment ends where the next one
+ * begins.  In a segment, a bad record is one of:
+ *   - a torn tail: in the last segment, with no intact record after it
+ *     whose commit stamp says it was written once the bad one was durable:
+ *     never acknowledged, so it and everything after it are cut;
+ *   - a damaged record whose header is intact: its owner is known, the
+ *     damage is reported for that stream and the scan goes on after it;
+ *   - a damaged header: the scan looks for the next intact header and
+ *     reports the LSNs in between as lost, owners unknown (the store finds
+ *     whose they were from the gaps in each stream's seqs).
+ * LSNs missing between segments are reported the same way.
+ */
+#include "wal.h"
+#include "wal_format.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct scan {
+    const char *dir;
+    const struct wal_scan_ops *ops;
+    void *ctx;
+    struct wal_scan_info *out;
+    bool live;          /* wal_rescan: read up to limit, cut nothing */
+    uint64_t limit;     /* live: the last LSN to read */
+    uint64_t expect;    /* LSN of the next record */
+    char *err;
+};
+
+static int seg_cmp(const void *a, const void *b)
+{
+    const struct wal__seg *x = a, *y = b;
+
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+int wal__seg_list(const char *dir, bool clean, struct wal__seg **out,
+                  size_t *n)
+{
+    DIR *d = opendir(dir);
+    struct wal__seg *v = NULL;
+    size_t len = 0, cap = 0;
+    struct dirent *de;
+
+    *out = NULL;
+    *n = 0;
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    while ((de = readdir(d))) {
+        uint64_t first;
+        if (clean && strncmp(de->d_name, ".wal-", 5) == 0) {
+            unlinkat(dirfd(d), de->d_name, 0);   /* never published */
+            continue;
+        }
+        if (!wal__seg_parse_name(de->d_name, &first))
+            continue;
+        if (len == cap) {
+            cap = cap ? 2 * cap : 16;
+            struct wal__seg *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                free(v);
+                closedir(d);
+                return -ENOMEM;
+            }
+            v = nv;
+        }
+        v[len].first = first;
+        memcpy(v[len].name, de->d_name, 25);   /* 24 chars, checked */
+        len++;
+    }
+    closedir(d);
+    if (len)
+        qsort(v, len, sizeof(*v), seg_cmp);
+    *out = v;
+    *n = len;
+    return 0;
+}
+
+int wal__seg_map(const char *path, bool rw, int *fd, const uint8_t **m,
+                 size_t *size, char *err)
+{
+    struct stat st;
+    int rc;
+
+    *m = NULL;
+    *size = 0;
+    *fd = open(path, rw ? O_RDWR | O_CLOEXEC : O_RDONLY | O_CLOEXEC);
+    if (*fd < 0 || fstat(*fd, &st) < 0) {
+        rc = -errno;
+        errmsg_set(err, "cannot open %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    *size = (size_t)st.st_size;
+    if (*size == 0)
+        return 0;
+    void *p = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, *fd, 0);
+    if (p == MAP_FAILED) {
+        rc = -errno;
+        errmsg_set(err, "cannot map %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    *m = p;
+    return 0;
+}
+
+/* Is there an intact record header at p?  Fills *size (whole record). */
+static bool hdr_valid(const uint8_t *p, size_t avail, size_t *size)
+{
+    uint64_t len;
+    size_t nlen;
+
+    if (avail < WAL_REC_HDR || wal__get32(p + WAL_O_MAGIC) != WAL_REC_MAGIC)
+        return false;
+    nlen = wal__get16(p + WAL_O_NAMELEN);
+    len = wal__get64(p + WAL_O_LEN);
+    if (nlen == 0 || nlen > avail - WAL_REC_HDR || len > WAL_MAX_PAYLOAD ||
+        len > avail - WAL_REC_HDR - nlen)
+        return false;
+    if (wal__hdr_sum(p, nlen) != wal__get64(p + WAL_O_HSUM))
+        return false;
+    *size = WAL_REC_HDR + nlen + (size_t)len;
+    return true;
+}
+
+static bool payload_valid(const uint8_t *p)
+{
+    size_t nlen = wal__get16(p + WAL_O_NAMELEN);
+    uint64_t len = wal__get64(p + WAL_O_LEN);
+
+    return XXH64(p + WAL_REC_HDR + nlen, (size_t)len, 0) ==
+           wal__get64(p + WAL_O_PSUM);
+}
+
+/* The first intact header after off: with commit >= expect when
+ * committed, else with LSN > expect.  Returns its offset or 0. */
+static size_t next_header(const uint8_t *m, size_t size, size_t off,
+                          uint64_t expect, bool committed)
+{
+    for (size_t p = off + 1; p + WAL_REC_HDR <= size; p++) {
+        size_t sz;
+        if (m[p] != 0x42 || !hdr_valid(m + p, size - p, &sz))
+            continue;
+        if (committed ? wal__get64(m + p + WAL_O_COMMIT) >= expect
+                      : wal__get64(m + p + WAL_O_LSN) > expect)
+            return p;
+    }
+    return 0;
+}
+
+static void report_lost(struct scan *sc, uint64_t from, uint64_t to,
+                        const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void report_lost(struct scan *sc, uint64_t from, uint64_t to,
+                        const char *fmt, ...)
+{
+    struct wal_damage d = {.from = from, .to = to};
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(d.where, sizeof(d.where), fmt, ap);
+    va_end(ap);
+    sc->ops->damage(sc->ctx, &d);
+}
+
+/* Replay one segment; next_first: where the next segment begins (0: this
+ * is the last one). */
+static int seg_replay(struct scan *sc, const struct wal__seg *e,
+                      uint64_t next_first)
+{
+    char path[WAL_PATH_LEN];
+    const uint8_t *m = NULL;
+    bool last = next_first == 0;
+    size_t size = 0, mapped = 0, off;
+    int fd, rc = 0;
+
+    snprintf(path, sizeof(path), "%s/%s", sc->dir, e->name);
+    if ((rc = wal__seg_map(path, last && !sc->live, &fd, &m, &size,
+                           sc->err)) < 0)
+        goto out;
+    mapped = size;
+    sc->out->bytes += size;
+    if (size < WAL_SEG_HDR || memcmp(m, WAL_SEG_MAGIC, 8) != 0 ||
+        wal__get64(m + 24) != XXH64(m, 24, 0) ||
+        wal__get32(m + 8) != WAL_SEG_VERSION || wal__get64(m + 16) != e->first) {
+        if (last && size <= WAL_SEG_HDR && !sc->live) {
+            /* A segment whose creation a crash cut short holds nothing. */
+            goto out;
+        }
+        report_lost(sc, sc->expect, next_first ? next_first : UINT64_MAX,
+                    "%s: bad segment header at offset 0", path);
+        if (next_first)
+            sc->expect = next_first;
+        goto out;
+    }
+    for (off = WAL_SEG_HDR; off < size;) {
+        size_t sz, at;
+        if ((next_first && sc->expect >= next_first) ||
+            (sc->live && sc->expect > sc->limit))
+            break;   /* superseded by the next segment, or not durable */
+        bool hv = hdr_valid(m + off, size - off, &sz);
+        uint64_t lsn = hv ? wal__get64(m + off + WAL_O_LSN) : 0;
+        bool pv = hv && lsn == sc->expect && payload_valid(m + off);
+        if (pv) {
+            struct wal_record r = {
+                .lsn = lsn,
+                .id = wal__get64(m + off + WAL_O_ID),
+                .seq = wal__get64(m + off + WAL_O_SEQ),
+                .type = wal__get16(m + off + WAL_O_TYPE),
+                .name = (const char *)m + off + WAL_REC_HDR,
+                .name_len = wal__get16(m + off + WAL_O_NAMELEN),
+            };
+            r.payload = m + off + WAL_REC_HDR + r.name_len;
+            r.len = wal__get64(m + off + WAL_O_LEN);
+            if ((rc = sc->ops->record(sc->ctx, &r)) < 0) {
+                errmsg_set(sc->err, "%s: cannot apply record LSN %" PRIu64
+                           " at offset %zu: %s", path, lsn, off,
+                           strerror(-rc));
+                goto out;
+            }
+            sc->out->records++;
+            sc->expect++;
+            off += sz;
+            continue;
+        }
+        if (last && !sc->live &&
+            !next_header(m, size, off, sc->expect, true)) {
+            /* A torn write that was never acknowledged: cut it off. */
+            if (ftruncate(fd, (off_t)off) < 0 || fdatasync(fd) < 0) {
+                rc = -errno;
+                errmsg_set(sc->err, "cannot truncate the torn tail of %s at "
+                           "offset %zu: %s", path, off, strerror(-rc));
+                goto out;
+            }
+            sc->out->truncated += size - off;
+            size = off;
+            break;
+        }
+        if (hv && lsn == sc->expect) {
+            /* The header names the owner: only its stream is hit. */
+            struct wal_damage d = {
+                .id = wal__get64(m + off + WAL_O_ID),
+                .seq = wal__get64(m + off + WAL_O_SEQ),
+                .lsn = lsn, .from = lsn, .to = lsn + 1,
+            };
+            errmsg_set(d.where, "%s: corrupt record at offset %zu (LSN %"
+                       PRIu64 ")%s", path, off, lsn,
+                     last ? ", followed by records written after it was "
+                            "durable" : " in a closed segment");
+            sc->ops->damage(sc->ctx, &d);
+            sc->expect++;
+            off += sz;
+            continue;
+        }
+        if (hv && lsn > sc->expect) {
+            report_lost(sc, sc->expect, lsn, "%s: record at offset %zu has "
+                        "LSN %" PRIu64 ", expected %" PRIu64 " (records "
+                        "missing)", path, off, lsn, sc->expect);
+            sc->expect = lsn;
+            continue;
+        }
+        /* A damaged header (or a record out of place): go on from the
+         * next intact record; the LSNs between are lost. */
+        at = next_header(m, size, off, sc->expect, false);
+        uint64_t to = at ? wal__get64(m + at + WAL_O_LSN)
+                         : next_first ? next_first : UINT64_MAX;
+        if (next_first && to > next_first)
+            to = next_first;
+        report_lost(sc, sc->expect, to, "%s: corrupt record at offset %zu "
+                    "(LSN %" PRIu64 ")", path, off, sc->expect);
+        if (!at)
+            break;   /* a later segment, if any, goes on from its start */
+        sc->expect = to;
+        off = at;
+    }
+    /* Records replayed from the page cache after a failed fsync must be
+     * on disk before new segments are built on top of them. */
+    if (last && !sc->live && fdatasync(fd) < 0) {
+        rc = -errno;
+        errmsg_set(sc->err, "cannot fdatasync %s: %s", path, strerror(-rc));
+    }
+out:
+    if (m)
+        munmap((void *)m, mapped);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+static int scan_dir(struct scan *sc, bool clean)
+{
+    struct wal__seg *v = NULL;
+    size_t n;
+    int rc;
+
+    memset(sc->out, 0, sizeof(*sc->out));
+    if ((rc = wal__seg_list(sc->dir, clean, &v, &n)) < 0) {
+        errmsg_set(sc->err, "cannot list the write-ahead log in %s: %s",
+                   sc->dir, strerror(-rc));
+        return rc;
+    }
+    sc->out->segments = (uint32_t)n;
+    sc->expect = n ? v[0].first : 1;
+    sc->out->first_lsn = sc->expect;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t next = i + 1 < n ? v[i + 1].first : 0;
+        if (sc->live && v[i].first > sc->limit + 1)
+            break;   /* started after the call */
+        if (v[i].first > sc->expect)
+            report_lost(sc, sc->expect, v[i].first, "%s/%s: segment starts "
+                        "at LSN %" PRIu64 ", expected %" PRIu64 " (records "
+                        "missing)", sc->dir, v[i].name, v[i].first,
+                        sc->expect);
+        sc->expect = v[i].first;
+        if (sc->live && i + 1 < n && next > sc->limit + 1)
+            next = 0;   /* the last one as of the call */
+        if ((rc = seg_replay(sc, &v[i], next)) < 0)
+            break;
+    }
+    sc->out->next_lsn = sc->expect;
+    free(v);
+    return rc;
+}
+
+int wal_scan(const char *dir, const struct wal_scan_ops *ops, void *ctx,
+             struct wal_scan_info *out, char *err)
+{
+    struct scan sc = {dir, ops, ctx, out, false, 0, 0, err};
+
+    if (strlen(dir) > 3800) {
+        errmsg_set(err, "write-ahead log directory path is too long");
+        return -ENAMETOOLONG;
+    }
+    return scan_dir(&sc, true);
+}
+
+int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
+               struct wal_scan_info *out, char *err)
+{
+    struct scan sc = {wal_dir(w), ops, ctx, out, true, 0, 0, err};
+    int rc;
+
+    sc.limit = wal__rescan_begin(w);
+    rc = scan_dir(&sc, false);
+    wal__rescan_end(w);
+    return rc;
+}

@@ -1,0 +1,378 @@
+/* node_batch_rpc: Internal/Batches, the long-lived stream on which a router
+ * sends the key batches of its clients (docs/ROUTER.md), and NodeInfo's
+ * counters of it.
+ *
+ * A stream's handler thread reads one BatchRequest, applies every entry
+ * exactly as the one-shard call would (node_rpc__shard_hashes: placement,
+ * secret id, state), answers with a BatchResponse of the same id and one
+ * ShardResult per entry, and only then reads the next message: the answers
+ * of a stream come in request order, and a router that keeps reads and
+ * writes on separate streams gets its reads answered by another thread
+ * than the one that waits for a write's fsync.  Messages are decoded by
+ * protobuf-c into the stream's arena (common/rpc_arena.h), which also holds
+ * the answer's arrays; nothing is allocated per message in the steady
+ * state.
+ *
+ * Reads are applied on the handler thread.  Writes go to the store's
+ * asynchronous calls (store_add_hashes_async): every write entry of a
+ * message sets its bits and queues its log record at once, the node's
+ * commit thread makes them durable together (one fsync for the message,
+ * and for whatever else arrived meanwhile), and the answer leaves once the
+ * last of them completed.  No thread waits per entry and none is created.
+ * The work on one message is split in three steps, msg_prepare (decode and
+ * check), msg_apply (submit each entry; writes complete in entry_done) and
+ * msg_answer (encode and send), so that answering from the last entry's
+ * completion instead of the handler thread is a local change once the RPC
+ * layer's sends may come from another thread.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bloomgrid/v1/internal.pb-c.h"
+#include "node.h"
+#include "node_rpc.h"
+#include "rpc_arena.h"
+#include "rpc_server.h"
+#include "store.h"
+
+/* ---- counters (NodeInfo) ---- */
+
+static struct {
+    atomic_uint_fast64_t messages, entries, hashes;
+    atomic_uint_fast64_t streams, read_streams, write_streams, mixed_streams;
+} counters;
+
+void node_rpc__batch_counters(Bloomgrid__V1__NodeInfoResponse *out)
+{
+    out->batch_messages = atomic_load(&counters.messages);
+    out->batch_entries = atomic_load(&counters.entries);
+    out->batch_hashes = atomic_load(&counters.hashes);
+    out->batch_streams = atomic_load(&counters.streams);
+    out->read_streams = atomic_load(&counters.read_streams);
+    out->write_streams = atomic_load(&counters.write_streams);
+    out->mixed_streams = atomic_load(&counters.mixed_streams);
+}
+
+/* ---- one message ---- */
+
+/* The writes of a message not yet durable (one per stream). */
+struct batch_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t pending;
+};
+
+struct batch_msg;
+
+/* What an entry's completion needs to find its message. */
+struct entry_ctx {
+    struct batch_msg *b;
+    size_t k;
+};
+
+/* A BatchRequest being answered.  Everything it points to lives in the
+ * stream's arena until the answer is sent. */
+struct batch_msg {
+    struct store *s;
+    Bloomgrid__V1__BatchRequest *m;
+    size_t n;                   /* entries */
+    size_t total;               /* hashes of the entries msg_prepare took */
+    bool writes;                /* an Add or Remove entry among them */
+    struct bf_hash *h;          /* every entry's hashes, decoded */
+    bool *out;                  /* every entry's answers */
+    size_t *off;                /* per entry: its first slot in h and out */
+    uint64_t *version;          /* per entry */
+    struct rpc_reply *rep;      /* per entry: OK, or its error */
+    /* Per write entry submitted: the held shard, the completion's rc. */
+    struct store_filter **sf;
+    int *rc;
+    struct entry_ctx *ctx;
+    struct batch_wait *w;
+};
+
+static enum key_op op_of(Bloomgrid__V1__BatchOp op)
+{
+    switch (op) {
+    case BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN:
+        return OP_MAY_CONTAIN;
+    case BLOOMGRID__V1__BATCH_OP__BATCH_OP_REMOVE:
+        return OP_REMOVE;
+    default:
+        return OP_ADD;
+    }
+}
+
+static bool op_known(Bloomgrid__V1__BatchOp op)
+{
+    return op == BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD ||
+           op == BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN ||
+           op == BLOOMGRID__V1__BATCH_OP__BATCH_OP_REMOVE;
+}
+
+static void *arena_zalloc(struct rpc_arena *a, size_t n, size_t size)
+{
+    ProtobufCAllocator *al = rpc_arena_allocator(a);
+    void *p = al->alloc(al->allocator_data, (n ? n : 1) * size);
+    if (p)
+        memset(p, 0, (n ? n : 1) * size);
+    return p;
+}
+
+/* Check the message as a whole and every entry's shape; entries that fail
+ * get their error in rep and are not applied.  Returns 0, or -ENOMEM. */
+static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
+{
+    Bloomgrid__V1__BatchRequest *m = b->m;
+    size_t ne = m->n_entries, total = 0;
+
+    b->n = ne;
+    b->off = arena_zalloc(a, ne, sizeof *b->off);
+    b->version = arena_zalloc(a, ne, sizeof *b->version);
+    b->rep = arena_zalloc(a, ne, sizeof *b->rep);
+    b->sf = arena_zalloc(a, ne, sizeof *b->sf);
+    b->rc = arena_zalloc(a, ne, sizeof *b->rc);
+    b->ctx = arena_zalloc(a, ne, sizeof *b->ctx);
+    if (!b->off || !b->version || !b->rep || !b->sf || !b->rc || !b->ctx)
+        return -ENOMEM;
+    for (size_t k = 0; k < ne; k++) {
+        const Bloomgrid__V1__BatchEntry *e = m->entries[k];
+        b->off[k] = total;
+        if (e->hashes.len % 16 == 0)
+            total += e->hashes.len / 16;
+    }
+    b->total = total;
+    b->h = arena_zalloc(a, total, sizeof *b->h);
+    b->out = arena_zalloc(a, total, sizeof *b->out);
+    if (!b->h || !b->out)
+        return -ENOMEM;
+
+    struct rpc_reply whole = {.st.code = GRPC_STATUS_OK};
+    b->s = node_rpc__need_store(n, &whole);
+    if (b->s && total > n->cfg.max_batch_keys)
+        rpc_reply_error(&whole, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                        "%zu hashes in one batch; the limit is %llu (max_batch_keys)",
+                        total, (unsigned long long)n->cfg.max_batch_keys);
+    for (size_t k = 0; k < ne; k++) {
+        const Bloomgrid__V1__BatchEntry *e = m->entries[k];
+        struct rpc_reply *r = &b->rep[k];
+        if (whole.st.code != GRPC_STATUS_OK)
+            r->st = whole.st;
+        else if (!op_known(e->op))
+            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "entry %zu (shard %u): unknown operation %d", k,
+                            e->shard_index, (int)e->op);
+        else if (e->hashes.len % 16)
+            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "entry %zu (shard %u): hashes is %zu bytes: not a "
+                            "multiple of 16", k, e->shard_index, e->hashes.len);
+        else if (op_of(e->op) != OP_MAY_CONTAIN)
+            b->writes = true;
+    }
+    return 0;
+}
+
+/* A write entry is durable (rc 0) or failed; on the commit thread. */
+static void entry_done(void *arg, int rc)
+{
+    struct entry_ctx *c = arg;
+    struct batch_wait *w = c->b->w;
+    pthread_mutex_lock(&w->mu);
+    c->b->rc[c->k] = rc;
+    if (--w->pending == 0)
+        pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Apply entry k (unless msg_prepare refused it): a read at once, a write
+ * submitted to the store, its outcome in entry_done. */
+static void msg_apply(struct batch_msg *b, size_t k)
+{
+    const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
+    struct rpc_reply *r = &b->rep[k];
+    enum key_op op = op_of(e->op);
+    size_t cnt = e->hashes.len / 16;
+    struct bf_hash *h = b->h + b->off[k];
+    bool *out = b->out + b->off[k];
+    char err[STORE_ERRLEN] = "";
+
+    if (r->st.code != GRPC_STATUS_OK)
+        return;
+    if (op == OP_MAY_CONTAIN) {
+        node_rpc__shard_hashes(b->s, op, e->filter, e->shard_index, e->hashes.data,
+                               cnt, true, e->secret_id, h, out, &b->version[k], r);
+        return;
+    }
+    struct store_filter *sf = node_rpc__shard_check(b->s, op, e->filter, e->shard_index,
+                                                    e->hashes.data, cnt, true,
+                                                    e->secret_id, h, r);
+    if (!sf)
+        return;
+    b->ctx[k] = (struct entry_ctx){.b = b, .k = k};
+    /* Counted first: the completion may come before the call returns. */
+    pthread_mutex_lock(&b->w->mu);
+    b->w->pending++;
+    pthread_mutex_unlock(&b->w->mu);
+    int rc = op == OP_ADD
+                 ? store_add_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[k], err)
+                 : store_remove_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[k], err);
+    if (rc < 0) {
+        pthread_mutex_lock(&b->w->mu);
+        b->w->pending--;
+        pthread_mutex_unlock(&b->w->mu);
+        node_rpc__shard_store_error(r, sf, e->filter, e->shard_index, rc, err);
+        store_put(sf);
+        return;
+    }
+    b->sf[k] = sf;
+}
+
+/* Apply every entry, then wait until every write is durable or failed. */
+static void msg_apply_all(struct batch_msg *b)
+{
+    for (size_t k = 0; k < b->n; k++)
+        msg_apply(b, k);
+    if (!b->writes)
+        return;
+    pthread_mutex_lock(&b->w->mu);
+    while (b->w->pending > 0)
+        pthread_cond_wait(&b->w->cv, &b->w->mu);
+    pthread_mutex_unlock(&b->w->mu);
+    for (size_t k = 0; k < b->n; k++) {
+        struct store_filter *sf = b->sf[k];
+        if (!sf)
+            continue;
+        const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
+        if (b->rc[k] < 0)
+            node_rpc__shard_store_error(&b->rep[k], sf, e->filter, e->shard_index,
+                                        b->rc[k], "");
+        else
+            b->version[k] = node_rpc__shard_version(sf);
+        store_put(sf);
+        b->sf[k] = NULL;
+    }
+}
+
+/* Encode the answer into the arena's arrays and start sending it.
+ * Returns 0, -ENOMEM or -ECANCELED (the stream is gone). */
+static int msg_answer(struct rpc_stream *st, struct rpc_arena *a, struct batch_msg *b)
+{
+    Bloomgrid__V1__BatchResponse resp = BLOOMGRID__V1__BATCH_RESPONSE__INIT;
+    Bloomgrid__V1__ShardResult *res = arena_zalloc(a, b->n, sizeof *res);
+    Bloomgrid__V1__ShardResult **ptrs = arena_zalloc(a, b->n, sizeof *ptrs);
+    protobuf_c_boolean *bools = arena_zalloc(a, b->total, sizeof *bools);
+    if (!res || !ptrs || !bools)
+        return -ENOMEM;
+    resp.id = b->m->id;
+    resp.n_results = b->n;
+    resp.results = ptrs;
+    for (size_t k = 0; k < b->n; k++) {
+        const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
+        const struct rpc_reply *r = &b->rep[k];
+        Bloomgrid__V1__ShardResult *sr = &res[k];
+        bloomgrid__v1__shard_result__init(sr);
+        ptrs[k] = sr;
+        sr->shard_index = e->shard_index;
+        if (r->st.code != GRPC_STATUS_OK) {
+            sr->code = (int32_t)r->st.code;
+            sr->message = (char *)r->st.message;
+            sr->reason = (Bloomgrid__V1__ErrorReason)r->st.reason;
+            continue;
+        }
+        size_t cnt = e->hashes.len / 16;
+        protobuf_c_boolean *o = bools + b->off[k];
+        for (size_t i = 0; i < cnt; i++)
+            o[i] = b->out[b->off[k] + i];
+        sr->n_results = cnt;
+        sr->results = o;
+        sr->version = b->version[k];
+    }
+    size_t len = protobuf_c_message_get_packed_size(&resp.base);
+    grpc_slice sl = grpc_slice_malloc(len);
+    protobuf_c_message_pack(&resp.base, GRPC_SLICE_START_PTR(sl));
+    return rpc_stream_send(st, sl);
+}
+
+/* ---- the stream ---- */
+
+/* Count what kind of entries a stream carried (NodeInfo). */
+static void count_kinds(const Bloomgrid__V1__BatchRequest *m, bool *reads, bool *writes)
+{
+    bool r = *reads, w = *writes;
+    size_t hashes = 0;
+    for (size_t k = 0; k < m->n_entries; k++) {
+        hashes += m->entries[k]->hashes.len / 16;
+        if (m->entries[k]->op == BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN)
+            r = true;
+        else
+            w = true;
+    }
+    atomic_fetch_add(&counters.messages, 1);
+    atomic_fetch_add(&counters.entries, m->n_entries);
+    atomic_fetch_add(&counters.hashes, hashes);
+    if (r && !*reads)
+        atomic_fetch_add(&counters.read_streams, 1);
+    if (w && !*writes)
+        atomic_fetch_add(&counters.write_streams, 1);
+    if (r && w && !(*reads && *writes))
+        atomic_fetch_add(&counters.mixed_streams, 1);
+    *reads = r;
+    *writes = w;
+}
+
+/* Answer one message of the stream.  Returns 0, or -1 when the stream
+ * ends here (finished with an error, or gone). */
+static int batch_one(struct node *n, struct rpc_stream *st, struct rpc_arena *a,
+                     struct batch_wait *w, const uint8_t *buf, size_t len, bool *reads,
+                     bool *writes)
+{
+    struct batch_msg b = {.w = w};
+    rpc_arena_reset(a);
+    b.m = bloomgrid__v1__batch_request__unpack(rpc_arena_allocator(a), len, buf);
+    if (!b.m) {
+        rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT,
+                          "malformed BatchRequest message (%zu bytes)", len);
+        return -1;
+    }
+    count_kinds(b.m, reads, writes);
+    int rc = msg_prepare(n, a, &b);
+    if (rc == 0) {
+        msg_apply_all(&b);
+        rc = msg_answer(st, a, &b);
+    }
+    if (rc == -ENOMEM)
+        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "out of memory for a batch of %zu entries (%zu bytes)",
+                          b.m->n_entries, len);
+    return rc < 0 ? -1 : 0;
+}
+
+void node_rpc__h_batches(void *arg, struct rpc_stream *st)
+{
+    struct node *n = arg;
+    struct rpc_arena a;
+    struct batch_wait w = {.pending = 0};
+    bool reads = false, writes = false;
+    const uint8_t *buf;
+    size_t len;
+    int rc;
+
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    atomic_fetch_add(&counters.streams, 1);
+    /* The decoded message, its hashes and answers: a few times its size. */
+    rpc_arena_init(&a, 4 * rpc_stream_max_message(st) + (1u << 20));
+    while ((rc = rpc_stream_read(st, &buf, &len)) == 1)
+        if (batch_one(n, st, &a, &w, buf, len, &reads, &writes) < 0)
+            break;
+    if (rc == 0)
+        rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
+    /* rc < 0: the call is gone, or broke the string rule (the server then
+     * ends it with INVALID_ARGUMENT itself). */
+    rpc_arena_deinit(&a);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+}

@@ -1,0 +1,108 @@
+/* router_link: how the router calls a node.
+ *
+ * One struct router_link per node address owns the gRPC channel to that
+ * node (every call the router makes to it goes there) and the router's
+ * long-lived Internal/Batches streams to it, one per lane: a read lane
+ * (MayContain) and a write lane (Add, Remove), so that no read waits behind
+ * a write's fsync on the node.
+ *
+ * Callers hand over the hashes of one call, shard by shard (struct
+ * router_link_entry), never gRPC messages, so every front end of the router
+ * submits into the same streams.
+ *
+ * Coalescing: each lane has at most one message in flight.  Calls submitted
+ * while it is in flight wait in the lane's queue and all travel together in
+ * the next message, which leaves as soon as the answer to the current one
+ * is in; a lane with nothing in flight sends at once, from the submitting
+ * thread (there is no timer).  The entries of several calls with the same
+ * filter, secret, operation and shard share one wire entry.  Each caller
+ * gets its own answers, in its own order.  A message holds at most
+ * max_message_hashes hashes (one call alone may exceed it).
+ *
+ * Failures: a stream that ends (the node restarted, the connection broke)
+ * fails the calls of its message in flight with the stream's status, or
+ * UNAVAILABLE when that says nothing better: a write whose message was sent
+ * is then not acknowledged.  Calls still queued go on a new stream, opened
+ * at once.  Each call has its own deadline: a call past it is taken back
+ * (DEADLINE_EXCEEDED), queued or in flight, and a message in flight past a
+ * caller's deadline cancels its stream (the node is stuck; the next message
+ * goes on a new one).  Bytes queued and not yet sent are bounded per link:
+ * a call past max_queue_bytes fails at once with RESOURCE_EXHAUSTED.
+ *
+ * Threads: each link has one thread, started with it, that reads answers
+ * and stream events from the link's completion queue; no thread is created
+ * per call.  Every function may be called from any thread.  Ownership: the
+ * link borrows nothing past router_link_run; entries and calls belong to
+ * the caller.
+ */
+#ifndef BLOOMGRID_ROUTER_LINK_H
+#define BLOOMGRID_ROUTER_LINK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bf.h"
+#include "rpc_client.h"
+#include "rpc_status.h"
+
+enum router_link_op { ROUTER_LINK_ADD, ROUTER_LINK_MAY_CONTAIN, ROUTER_LINK_REMOVE };
+
+struct router_link_config {
+    size_t max_message;           /* bytes per gRPC message, both ways */
+    size_t max_queue_bytes;       /* hash bytes queued, not yet sent */
+    size_t max_message_hashes;    /* hashes coalesced into one message */
+};
+
+struct router_link;
+
+/* Open a link to addr (a gRPC target, "host:port"): its channel and its
+ * thread; streams open on first use.  NULL when out of memory or no thread
+ * could be started. */
+struct router_link *router_link_create(const char *addr,
+                                       const struct router_link_config *cfg);
+
+/* Cancel the streams, join the thread, close the channel.  No call may be
+ * running.  NULL is a no-op. */
+void router_link_destroy(struct router_link *l);
+
+/* The node's address and channel (valid until router_link_destroy). */
+const char *router_link_addr(const struct router_link *l);
+struct rpc_channel *router_link_channel(struct router_link *l);
+
+/* One shard's part of a call. */
+struct router_link_entry {
+    uint32_t shard;
+    const struct bf_hash *h;      /* n hashes, borrowed for the call */
+    uint32_t n;
+    bool *out;                    /* n answers, written by the link */
+    /* Filled by router_link_run: OK with out and version, or the shard's
+     * error (code, reason, message) and out untouched. */
+    struct rpc_status st;
+    uint64_t version;
+};
+
+/* The caller's part of a call to one node; zero it, then fill the fields
+ * before the private ones. */
+struct router_link_call {
+    struct router_link *link;
+    const char *filter;           /* borrowed for the call */
+    uint64_t secret_id;           /* the node refuses another secret; 0: any */
+    enum router_link_op op;
+    struct router_link_entry *e;  /* n entries, one per shard */
+    size_t n;
+    /* private to the link */
+    int state;
+    size_t bytes;
+    struct router_link_call *qnext;
+    struct link_msg *msg;
+    size_t slot;
+    struct link_waiter *w;
+};
+
+/* Submit calls[0, n) (each on its own link, entries of one lane each) and
+ * return once every entry has its outcome, each call bounded by timeout_ms.
+ * Never fails as a whole: every entry's st says how it went. */
+void router_link_run(struct router_link_call *calls, size_t n, int timeout_ms);
+
+#endif

@@ -1,0 +1,464 @@
+/* Router test "link": the router's batch streams to its nodes
+ * (router/router_link.h), scenario by scenario:
+ *
+ *   coalesce    32 concurrent callers asking single keys (and a few
+ *               three-key batches) through a router reach the node in fewer
+ *               messages than calls (the node's NodeInfo counters), every
+ *               hash exactly once, and each caller gets its own answers in
+ *               its own order (distinct keys, half present); reads and
+ *               writes never share a stream.
+ *   restart     16 concurrent writers while the node is SIGKILLed and
+ *               restarted: calls fail loudly (UNAVAILABLE or
+ *               DEADLINE_EXCEEDED) while it is down, the router reconnects
+ *               by itself, and no acknowledged key is lost.
+ *   slow_fsync  a write held inside the node's WAL fsync (an LD_PRELOAD
+ *               library, slow_fsync.c) does not hold up reads through the
+ *               same router: they are answered while the write still waits.
+ *   stalled     a stopped node (SIGSTOP): calls fail once node_timeout_ms
+ *               passed, sent or still queued, a call past node_queue_mb gets
+ *               RESOURCE_EXHAUSTED, and after SIGCONT the router serves
+ *               again on a new stream.
+ *
+ * usage: test_router_link NODE_BIN ROUTER_BIN SCENARIO [SLOW_FSYNC_SO]
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "cluster.h"
+
+/* ---- coalesce ---- */
+
+#define CO_CALLERS 32
+#define CO_KEYS 64          /* per caller; even ones are added first */
+#define CO_ROUNDS 4
+
+struct caller {
+    struct rpc_channel *ch;
+    int id;
+    char **keys;
+    const bool *truth;      /* CO_KEYS answers asked alone, one by one */
+    size_t calls, asked;
+    char err[RPC_CLIENT_MSGLEN + 64];
+};
+
+static void *caller_main(void *arg)
+{
+    struct caller *c = arg;
+    struct rpc_status st;
+    bool out[3];
+    for (int round = 0; round < CO_ROUNDS && !c->err[0]; round++) {
+        for (size_t j = 0; j < CO_KEYS && !c->err[0]; j++) {
+            /* Mostly single keys; every fourth call three in a row. */
+            size_t n = j % 4 == 3 && j + 3 <= CO_KEYS ? 3 : 1;
+            if (t_keys(c->ch, "MayContain", "co", &c->keys[j], n, out, &st) != 0) {
+                snprintf(c->err, sizeof c->err, "caller %d key %zu: %s: %s", c->id, j,
+                         rpc_status_name(st.code), st.message);
+                break;
+            }
+            for (size_t k = 0; k < n; k++)
+                if (out[k] != c->truth[j + k] || (!out[k] && (j + k) % 2 == 0))
+                    snprintf(c->err, sizeof c->err, "caller %d key %s: answered %d, "
+                             "alone %d", c->id, c->keys[j + k], out[k], c->truth[j + k]);
+            c->calls++;
+            c->asked += n;
+        }
+    }
+    return NULL;
+}
+
+static void test_coalesce(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    static const char *const rflags[] = {"--threads", "64", NULL};
+    cluster_start_flags(&c, "router-link-coalesce", 1, 1, "none", rflags);
+    struct rpc_channel *r = c.router[0].ch;
+    CHECK(t_create_sharded(r, "co", 100000, 0.001, 0, 8, NULL, &st) == 0, "create: %s",
+          st.message);
+
+    static struct caller cl[CO_CALLERS];
+    static bool truth[CO_CALLERS][CO_KEYS];
+    for (int i = 0; i < CO_CALLERS; i++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "co-%d", i);
+        cl[i] = (struct caller){.ch = r, .id = i, .keys = keys_make(prefix, 0, CO_KEYS),
+                                .truth = truth[i]};
+        char *even[CO_KEYS / 2];
+        bool added[CO_KEYS / 2];
+        for (int j = 0; j < CO_KEYS / 2; j++)
+            even[j] = cl[i].keys[2 * j];
+        CHECK(t_keys(r, "Add", "co", even, CO_KEYS / 2, added, &st) == 0, "Add: %s",
+              st.message);
+        /* What each key answers alone, before anything is concurrent. */
+        for (int j = 0; j < CO_KEYS; j++)
+            CHECK(t_keys(r, "MayContain", "co", &cl[i].keys[j], 1, &truth[i][j], &st) == 0,
+                  "MayContain alone: %s", st.message);
+    }
+
+    struct node_info before, after;
+    t_node_info(c.node[0].ch, &before);
+    pthread_t th[CO_CALLERS];
+    for (int i = 0; i < CO_CALLERS; i++)
+        pthread_create(&th[i], NULL, caller_main, &cl[i]);
+    size_t calls = 0, asked = 0;
+    for (int i = 0; i < CO_CALLERS; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(!cl[i].err[0], "%s", cl[i].err);
+        calls += cl[i].calls;
+        asked += cl[i].asked;
+        keys_free(cl[i].keys, CO_KEYS);
+    }
+    t_node_info(c.node[0].ch, &after);
+    uint64_t msgs = after.messages - before.messages;
+    uint64_t hashes = after.hashes - before.hashes;
+    printf("%zu concurrent calls (%zu keys) reached the node in %llu messages "
+           "(%.1f calls per message), %llu entries\n", calls, asked,
+           (unsigned long long)msgs, msgs ? (double)calls / (double)msgs : 0.0,
+           (unsigned long long)(after.entries - before.entries));
+    CHECK(hashes == asked, "the node received %llu hashes for %zu keys asked",
+          (unsigned long long)hashes, asked);
+    CHECK(msgs < calls, "%llu messages for %zu calls: nothing was coalesced",
+          (unsigned long long)msgs, calls);
+    CHECK(after.read_streams >= 1 && after.write_streams >= 1 && after.mixed_streams == 0,
+          "streams: %llu with reads, %llu with writes, %llu with both",
+          (unsigned long long)after.read_streams, (unsigned long long)after.write_streams,
+          (unsigned long long)after.mixed_streams);
+    cluster_stop(&c);
+}
+
+/* ---- restart ---- */
+
+#define RS_WRITERS 16
+#define RS_MAX_KEYS 200000      /* per writer */
+
+struct writer {
+    struct rpc_channel *ch;
+    int id;
+    atomic_bool *stop;
+    bool *acked;                /* per key index */
+    atomic_size_t acks, fails;
+    size_t next;                /* keys [0, next) were sent */
+    int bad_code;               /* a failure other than the node being down */
+    char bad_msg[RPC_CLIENT_MSGLEN];
+};
+
+static void *writer_main(void *arg)
+{
+    struct writer *w = arg;
+    struct rpc_status st;
+    bool out[4];
+    while (!atomic_load(w->stop) && w->next + 4 <= RS_MAX_KEYS) {
+        size_t n = 1 + w->next % 4;
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "rs-%d", w->id);
+        char **k = keys_make(prefix, w->next, n);
+        int code = t_keys(w->ch, "Add", "rs", k, n, out, &st);
+        keys_free(k, n);
+        if (code == 0) {
+            for (size_t i = 0; i < n; i++)
+                w->acked[w->next + i] = true;
+            atomic_fetch_add(&w->acks, 1);
+        } else {
+            atomic_fetch_add(&w->fails, 1);
+            if (code != GRPC_STATUS_UNAVAILABLE && code != GRPC_STATUS_DEADLINE_EXCEEDED &&
+                !w->bad_code) {
+                w->bad_code = code;
+                snprintf(w->bad_msg, sizeof w->bad_msg, "%s", st.message);
+            }
+            harness_sleep_ms(2);
+        }
+        w->next += n;
+    }
+    return NULL;
+}
+
+static size_t total(struct writer *w, bool fails)
+{
+    size_t n = 0;
+    for (int i = 0; i < RS_WRITERS; i++)
+        n += fails ? atomic_load(&w[i].fails) : atomic_load(&w[i].acks);
+    return n;
+}
+
+/* Wait up to ms for total(w, fails) to reach want. */
+static bool wait_total(struct writer *w, bool fails, size_t want, int ms)
+{
+    for (int i = 0; i < ms / 10; i++) {
+        if (total(w, fails) >= want)
+            return true;
+        harness_sleep_ms(10);
+    }
+    return total(w, fails) >= want;
+}
+
+static void test_restart(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    static const char *const rflags[] = {"--threads", "32", NULL};
+    cluster_start_flags(&c, "router-link-restart", 1, 1, "fsync", rflags);
+    struct rpc_channel *r = c.router[0].ch;
+    CHECK(t_create_sharded(r, "rs", 4000000, 0.01, 0, 16, NULL, &st) == 0, "create: %s",
+          st.message);
+
+    static struct writer w[RS_WRITERS];
+    atomic_bool stop = false;
+    pthread_t th[RS_WRITERS];
+    for (int i = 0; i < RS_WRITERS; i++) {
+        w[i] = (struct writer){.ch = r, .id = i, .stop = &stop,
+                               .acked = calloc(RS_MAX_KEYS, sizeof(bool))};
+        pthread_create(&th[i], NULL, writer_main, &w[i]);
+    }
+    CHECK(wait_total(w, false, 50 * RS_WRITERS, 60000), "writers stalled: %zu calls "
+          "acknowledged, %zu failed", total(w, false), total(w, true));
+    size_t fails0 = total(w, true);
+    node_stop(&c.node[0], SIGKILL);
+    CHECK(wait_total(w, true, fails0 + RS_WRITERS, 30000),
+          "no call failed with the node killed");
+    size_t acks_down = total(w, false);
+    cluster_node_start(&c, 0, c.node[0].port, NULL);
+    /* The router finds the node again by itself: calls are acknowledged. */
+    CHECK(wait_total(w, false, acks_down + 20 * RS_WRITERS, 60000),
+          "after the restart only %zu more calls acknowledged",
+          total(w, false) - acks_down);
+    atomic_store(&stop, true);
+    for (int i = 0; i < RS_WRITERS; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(!w[i].bad_code, "writer %d: a failure other than the node being down: "
+              "%s: %s", i, rpc_status_name(w[i].bad_code), w[i].bad_msg);
+    }
+    printf("%zu calls acknowledged, %zu failed (%zu acknowledged before the kill)\n",
+           total(w, false), total(w, true), acks_down);
+
+    /* No acknowledged key is lost. */
+    size_t checked = 0;
+    bool *out = malloc(RS_MAX_KEYS * sizeof *out);
+    for (int i = 0; i < RS_WRITERS; i++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "rs-%d", i);
+        char **k = keys_make(prefix, 0, w[i].next);
+        CHECK(t_keys(r, "MayContain", "rs", k, w[i].next, out, &st) == 0,
+              "MayContain: %s", st.message);
+        for (size_t j = 0; j < w[i].next; j++) {
+            CHECK(!w[i].acked[j] || out[j], "acknowledged key %s lost", k[j]);
+            checked += w[i].acked[j];
+        }
+        keys_free(k, w[i].next);
+        free(w[i].acked);
+    }
+    free(out);
+    printf("%zu acknowledged keys present\n", checked);
+    cluster_stop(&c);
+}
+
+/* ---- slow_fsync ---- */
+
+struct one_add {
+    struct rpc_channel *ch;
+    atomic_bool done;
+    int code;
+    char msg[RPC_CLIENT_MSGLEN];
+};
+
+static void *one_add_main(void *arg)
+{
+    struct one_add *a = arg;
+    struct rpc_status st;
+    char *k[] = {"held-write"};
+    bool out[1];
+    a->code = t_keys(a->ch, "Add", "sf", k, 1, out, &st);
+    snprintf(a->msg, sizeof a->msg, "%s", st.message);
+    atomic_store(&a->done, true);
+    return NULL;
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static void test_slow_fsync(const char *preload)
+{
+    struct cluster c;
+    struct rpc_status st;
+    char gate[700], held[720];
+    static const char *const rflags[] = {"--node-timeout-ms", "60000", NULL};
+    cluster_init(&c, "router-link-slow-fsync", "fsync");
+    snprintf(gate, sizeof gate, "%s/fsync-gate", c.dir);
+    snprintf(held, sizeof held, "%s.held", gate);
+    /* A sanitized node refuses a preload ahead of its runtime unless told
+     * the order is fine. */
+    const char *ao = getenv("ASAN_OPTIONS");
+    char asan[512];
+    snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", ao ? ao : "",
+             ao && ao[0] ? ":" : "");
+    char *saved = ao ? strdup(ao) : NULL;
+    setenv("ASAN_OPTIONS", asan, 1);
+    setenv("LD_PRELOAD", preload, 1);
+    setenv("SLOW_FSYNC_GATE", gate, 1);
+    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    cluster_node_start(&c, 0, 0, NULL);
+    unsetenv("LD_PRELOAD");
+    if (saved)
+        setenv("ASAN_OPTIONS", saved, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+    free(saved);
+    cluster_write_topo(&c, 1, false, NULL);
+    cluster_router_start(&c, 0, rflags);
+    struct rpc_channel *r = c.router[0].ch;
+    CHECK(t_create_sharded(r, "sf", 100000, 0.01, 0, 4, NULL, &st) == 0, "create: %s",
+          st.message);
+    char **k = keys_make("sf", 0, 100);
+    bool out[100];
+    CHECK(t_keys(r, "Add", "sf", k, 100, out, &st) == 0, "Add: %s", st.message);
+
+    /* Hold the WAL's fsync, start a write and wait until it is held. */
+    FILE *g = fopen(gate, "w");
+    CHECK(g, "create %s", gate);
+    fclose(g);
+    struct one_add a = {.ch = r};
+    pthread_t th;
+    pthread_create(&th, NULL, one_add_main, &a);
+    for (int i = 0; i < 3000 && !file_exists(held); i++)
+        harness_sleep_ms(10);
+    CHECK(file_exists(held), "the write never reached the WAL's fsync");
+
+    /* Reads through the same router are answered meanwhile. */
+    for (int round = 0; round < 20; round++) {
+        CHECK(t_keys(r, "MayContain", "sf", k, 100, out, &st) == 0,
+              "read while a write waits for its fsync: %s: %s", rpc_status_name(st.code),
+              st.message);
+        for (int i = 0; i < 100; i++)
+            CHECK(out[i], "key %s missing", k[i]);
+        CHECK(t_keys(r, "MayContain", "sf", &k[round], 1, out, &st) == 0 && out[0],
+              "single-key read while a write waits: %s", st.message);
+    }
+    CHECK(!atomic_load(&a.done), "the held write finished (%s: %s) before its fsync was "
+          "let go", rpc_status_name(a.code), a.msg);
+    unlink(gate);
+    pthread_join(th, NULL);
+    CHECK(a.code == 0, "the held write failed: %s: %s", rpc_status_name(a.code), a.msg);
+    struct node_info ni;
+    t_node_info(c.node[0].ch, &ni);
+    CHECK(ni.read_streams >= 1 && ni.write_streams >= 1 && ni.mixed_streams == 0,
+          "streams: %llu with reads, %llu with writes, %llu with both",
+          (unsigned long long)ni.read_streams, (unsigned long long)ni.write_streams,
+          (unsigned long long)ni.mixed_streams);
+    keys_free(k, 100);
+    cluster_stop(&c);
+}
+
+/* ---- stalled ---- */
+
+#define ST_KEYS 40000           /* 640 KB of hashes: two exceed 1 MiB */
+
+struct big_add {
+    struct rpc_channel *ch;
+    int id;
+    int code;
+    char msg[RPC_CLIENT_MSGLEN];
+};
+
+static void *big_add_main(void *arg)
+{
+    struct big_add *b = arg;
+    struct rpc_status st;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "st-%d", b->id);
+    char **k = keys_make(prefix, 0, ST_KEYS);
+    bool *out = malloc(ST_KEYS * sizeof *out);
+    b->code = t_keys(b->ch, "Add", "st", k, ST_KEYS, out, &st);
+    snprintf(b->msg, sizeof b->msg, "%s", st.message);
+    free(out);
+    keys_free(k, ST_KEYS);
+    return NULL;
+}
+
+static void test_stalled(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    /* Threads enough that all three writes wait in the router at once. */
+    static const char *const rflags[] = {"--node-timeout-ms", "1500", "--node-queue-mb",
+                                         "1", "--threads", "16", NULL};
+    cluster_start_flags(&c, "router-link-stalled", 1, 1, "none", rflags);
+    struct rpc_channel *r = c.router[0].ch;
+    CHECK(t_create_sharded(r, "st", 1000000, 0.01, 0, 4, NULL, &st) == 0, "create: %s",
+          st.message);
+    char *k1[] = {"before"};
+    bool out[1];
+    CHECK(t_keys(r, "Add", "st", k1, 1, out, &st) == 0, "Add: %s", st.message);
+
+    kill(c.node[0].pid, SIGSTOP);
+    /* One big write goes out and hangs, the second waits in the queue, the
+     * third would pass 1 MiB queued. */
+    struct big_add b[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        b[i] = (struct big_add){.ch = r, .id = i};
+        pthread_create(&th[i], NULL, big_add_main, &b[i]);
+    }
+    int exhausted = 0, late = 0;
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        printf("write %d to the stopped node: %s: %s\n", i, rpc_status_name(b[i].code),
+               b[i].msg);
+        exhausted += b[i].code == GRPC_STATUS_RESOURCE_EXHAUSTED &&
+                     strstr(b[i].msg, "node_queue_mb");
+        /* A write whose node did not answer: UNAVAILABLE naming the
+         * deadline, nothing acknowledged. */
+        late += b[i].code == GRPC_STATUS_UNAVAILABLE &&
+                (strstr(b[i].msg, "no answer within") ||
+                 strstr(b[i].msg, "not sent within")) &&
+                strstr(b[i].msg, "acknowledged 0 of");
+    }
+    CHECK(exhausted == 1 && late == 2, "%d refused for the queue bound and %d past "
+          "their deadline, of 3 writes to a stopped node", exhausted, late);
+    kill(c.node[0].pid, SIGCONT);
+
+    /* The stuck stream was given up: the router serves again. */
+    CHECK(t_keys(r, "MayContain", "st", k1, 1, out, &st) == 0 && out[0],
+          "read after SIGCONT: %s: %s", rpc_status_name(st.code), st.message);
+    char *k2[] = {"after"};
+    CHECK(t_keys(r, "Add", "st", k2, 1, out, &st) == 0, "write after SIGCONT: %s: %s",
+          rpc_status_name(st.code), st.message);
+    cluster_stop(&c);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN SCENARIO [SLOW_FSYNC_SO]\n",
+                argv[0]);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    harness_node_bin = argv[1];
+    harness_router_bin = argv[2];
+    grpc_init();
+    if (strcmp(argv[3], "coalesce") == 0)
+        test_coalesce();
+    else if (strcmp(argv[3], "restart") == 0)
+        test_restart();
+    else if (strcmp(argv[3], "slow_fsync") == 0 && argc == 5)
+        test_slow_fsync(argv[4]);
+    else if (strcmp(argv[3], "stalled") == 0)
+        test_stalled();
+    else {
+        fprintf(stderr, "unknown scenario %s\n", argv[3]);
+        return 2;
+    }
+    grpc_shutdown();
+    printf("ok\n");
+    return 0;
+}

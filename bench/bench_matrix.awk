@@ -57,6 +57,15 @@ function span(list) {
     return sprintf("%.0f–%.0f", LO, HI)
 }
 
+# One cell of the matrix-shaped tables.
+function cell(id) {
+    if (part == "cpu")
+        return (id in uspk) ? sprintf("%.2f", median(uspk[id])) : "–"
+    if (!(id in kps))
+        return "–"
+    return part == "spread" ? span(kps[id]) : sprintf("%s (%.0f)", big(median(kps[id])), median(p50[id]))
+}
+
 function add(arr, id, v) { arr[id] = (id in arr) ? arr[id] " " v : v }
 
 BEGIN {
@@ -90,36 +99,17 @@ END {
                        median(p999[id]), (id in srv) ? sprintf("%.2f", median(srv[id])) : "-",
                        (id in uspk) ? sprintf("%.2f", median(uspk[id])) : "-", median(tru[id]), note
             }
-    } else if (part == "spread" || part == "cpu") {
-        printf "| %s |", part == "cpu" ? "server CPU µs per key" : "keys/s, lowest–highest round"
+    } else if (part == "matrix" || part == "spread" || part == "cpu") {
+        printf "| %s |", part == "matrix" ? "keys/s (p50 µs)" : part == "cpu" ? "server CPU µs per key" \
+                                                              : "keys/s, lowest–highest round"
         for (j = 1; j <= ns; j++) printf " %s |", S[j]
         printf "\n|---|"
         for (j = 1; j <= ns; j++) printf "---:|"
         printf "\n"
         for (k = 1; k <= nw; k++) {
             printf "| %s |", W[k]
-            for (j = 1; j <= ns; j++) {
-                id = W[k] SUBSEP S[j]
-                if (part == "cpu")
-                    printf " %s |", (id in uspk) ? sprintf("%.2f", median(uspk[id])) : "–"
-                else
-                    printf " %s |", (id in kps) ? span(kps[id]) : "–"
-            }
-            printf "\n"
-        }
-    } else if (part == "matrix") {
-        printf "| keys/s (p50 µs) |"
-        for (j = 1; j <= ns; j++) printf " %s |", S[j]
-        printf "\n|---|"
-        for (j = 1; j <= ns; j++) printf "---:|"
-        printf "\n"
-        for (k = 1; k <= nw; k++) {
-            printf "| %s |", W[k]
-            for (j = 1; j <= ns; j++) {
-                id = W[k] SUBSEP S[j]
-                if (id in kps) printf " %s (%.0f) |", big(median(kps[id])), median(p50[id])
-                else printf " – |"
-            }
+            for (j = 1; j <= ns; j++)
+                printf " %s |", cell(W[k] SUBSEP S[j])
             printf "\n"
         }
     } else if (part == "ratios") {

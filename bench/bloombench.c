@@ -12,8 +12,9 @@
  * alternates key by key between the --prefill-count keys of --prefill-seed
  * (present) and keys of its own seed (absent but for false positives).
  *
- * Requests are packed and replies unpacked with protobuf-c (replies into an
- * arena, common/rpc_arena.h); every reply must carry one answer per key.
+ * Requests are packed and replies read with the project's key-batch codec
+ * (common/rpc_keys.h, protobuf-c on the client side); every reply must
+ * carry one answer per key.
  * The latency of a call is from just before it is started to its parsed
  * reply.  A run prints one line,
  *   RESULT op=.. mode=.. batch=.. depth=.. keys=.. calls=.. secs=.. kps=..
@@ -36,17 +37,15 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
-#include "rpc_arena.h"
 #include "rpc_client.h"
+#include "rpc_keys.h"
 
 #define KEYLEN 16
 #define CALL_TIMEOUT_MS 15000
-#define MAX_MESSAGE (64 << 20)
 
 enum action { A_NONE, A_CREATE, A_DROP, A_PREFILL, A_RUN };
 
@@ -170,7 +169,7 @@ struct run {
     void *method;                    /* registered call handle */
     uint8_t *keybuf;                 /* batch keys, KEYLEN each */
     ProtobufCBinaryData *kd;
-    struct rpc_arena arena;          /* reply unpacking */
+    bool *answers;                   /* of one reply */
     uint64_t sent, done, calls, trues, errors;
     struct lats lat;
 };
@@ -202,22 +201,8 @@ static grpc_byte_buffer *run_request(struct run *r, uint64_t n, bool name)
         r->kd[j].len = KEYLEN;
         r->kd[j].data = r->keybuf + j * KEYLEN;
     }
-    Bloomgrid__V1__AddRequest add = BLOOMGRID__V1__ADD_REQUEST__INIT;
-    Bloomgrid__V1__MayContainRequest q = BLOOMGRID__V1__MAY_CONTAIN_REQUEST__INIT;
-    ProtobufCMessage *m;
-    if (r->add) {
-        add.filter = name ? (char *)o.filter : (char *)"";
-        add.n_keys = n;
-        add.keys = r->kd;
-        m = &add.base;
-    } else {
-        q.filter = name ? (char *)o.filter : (char *)"";
-        q.n_keys = n;
-        q.keys = r->kd;
-        m = &q.base;
-    }
-    grpc_slice s = grpc_slice_malloc(protobuf_c_message_get_packed_size(m));
-    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+    grpc_slice s = rpc_keys_request(r->add ? RPC_KEYS_ADD : RPC_KEYS_MAY_CONTAIN,
+                                    name ? o.filter : "", r->kd, n);
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
     grpc_slice_unref(s);
     r->sent += n;
@@ -235,30 +220,19 @@ static void run_reply(struct run *r, grpc_byte_buffer *bb, uint64_t n, uint64_t 
         grpc_byte_buffer_reader_destroy(&rd);
     }
     grpc_byte_buffer_destroy(bb);
-    const ProtobufCMessageDescriptor *d = r->add ? &bloomgrid__v1__add_response__descriptor
-                                                 : &bloomgrid__v1__may_contain_response__descriptor;
-    ProtobufCMessage *m = protobuf_c_message_unpack(d, rpc_arena_allocator(&r->arena),
-                                                    GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    int rc = rpc_keys_answer(r->add ? RPC_KEYS_ADD : RPC_KEYS_MAY_CONTAIN,
+                             GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), r->answers, n);
     grpc_slice_unref(s);
-    size_t na = 0;
-    const protobuf_c_boolean *a = NULL;
-    if (m && r->add) {
-        na = ((Bloomgrid__V1__AddResponse *)m)->n_added;
-        a = ((Bloomgrid__V1__AddResponse *)m)->added;
-    } else if (m) {
-        na = ((Bloomgrid__V1__MayContainResponse *)m)->n_present;
-        a = ((Bloomgrid__V1__MayContainResponse *)m)->present;
+    if (rc < 0) {
+        run_error(r, "a reply that does not hold one answer for each of its %llu keys",
+                  (unsigned long long)n);
+        return;
     }
-    if (!m || na != n) {
-        run_error(r, "a reply with %zu answers to %llu keys", na, (unsigned long long)n);
-    } else {
-        for (size_t i = 0; i < na; i++)
-            r->trues += a[i] != 0;
-        r->done += n;
-        r->calls++;
-        lats_add(&r->lat, t1 - t0);
-    }
-    rpc_arena_reset(&r->arena);
+    for (uint64_t i = 0; i < n; i++)
+        r->trues += r->answers[i];
+    r->done += n;
+    r->calls++;
+    lats_add(&r->lat, t1 - t0);
 }
 
 static gpr_timespec deadline_in(int ms)
@@ -511,21 +485,6 @@ static void run_stream(struct run *r)
 
 /* ---- runs ---- */
 
-static grpc_channel *channel_open(void)
-{
-    grpc_arg args[2] = {
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-         .value.integer = MAX_MESSAGE},
-        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
-         .value.integer = MAX_MESSAGE},
-    };
-    grpc_channel_args ca = {.num_args = 2, .args = args};
-    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
-    grpc_channel *ch = grpc_channel_create(o.target, cr, &ca);
-    grpc_channel_credentials_release(cr);
-    return ch;
-}
-
 static void run_init(struct run *r, grpc_channel *ch, grpc_completion_queue *cq, bool add,
                      uint64_t batch, uint64_t depth)
 {
@@ -540,9 +499,9 @@ static void run_init(struct run *r, grpc_channel *ch, grpc_completion_queue *cq,
                                            NULL, NULL);
     r->keybuf = malloc(batch * KEYLEN);
     r->kd = malloc(batch * sizeof *r->kd);
-    if (!r->keybuf || !r->kd)
+    r->answers = malloc(batch * sizeof *r->answers);
+    if (!r->keybuf || !r->kd || !r->answers)
         die("out of memory");
-    rpc_arena_init(&r->arena, 0);
 }
 
 static void run_deinit(struct run *r)
@@ -550,7 +509,7 @@ static void run_deinit(struct run *r)
     free(r->keybuf);
     free(r->kd);
     free(r->lat.v);
-    rpc_arena_deinit(&r->arena);
+    free(r->answers);
 }
 
 static double cpu_seconds(void)
@@ -609,7 +568,10 @@ static void run_go(struct run *r, bool stream)
 
 static int measure(void)
 {
-    grpc_channel *ch = channel_open();
+    struct rpc_channel *rch = rpc_channel_create(o.target, 0);
+    if (!rch)
+        die("out of memory");
+    grpc_channel *ch = rpc_channel_grpc(rch);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     struct run r;
     bool prefill = o.action == A_PREFILL;
@@ -658,7 +620,7 @@ static int measure(void)
     fflush(stdout);
     int rc = r.errors ? 1 : 0;
     run_deinit(&r);
-    grpc_channel_destroy(ch);
+    rpc_channel_destroy(rch);
     grpc_completion_queue_shutdown(cq);
     while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
            GRPC_QUEUE_SHUTDOWN)

@@ -5,12 +5,14 @@
  * framing, the completion queues, the thread hand-offs.  This server runs
  * the same rpc_server with the same settings as bloomgrid-node (worker
  * threads, message limit), and its Add, MayContain, AddStream and
- * MayContainStream only count the keys of each request and answer as many
- * "false" (a packed repeated bool, the node's reply layout), so a benchmark
- * that calls it with the node's messages measures the floor under every
- * node figure on this machine.  CreateFilter and DropFilter answer OK (an
- * empty FilterInfo / DropFilterResponse) so that load clients can set up as
- * they do against a node; every other method is UNIMPLEMENTED.
+ * MayContainStream decode each request with the node's key-batch codec
+ * (common/rpc_keys.h, its rules included) and answer one "false" per key
+ * with the node's encoder, without hashing a key or looking up a filter.
+ * A benchmark that calls it with the node's messages measures the floor
+ * under every node figure on this machine.  CreateFilter and DropFilter
+ * answer OK (an empty FilterInfo / DropFilterResponse) so that load clients
+ * can set up as they do against a node; every other method is
+ * UNIMPLEMENTED.
  *
  * Prints "grpc_floor listening on HOST:PORT" once it serves (like the
  * node), then serves until SIGTERM or SIGINT.
@@ -26,69 +28,26 @@
 #include <grpc/grpc.h>
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
+#include "rpc_keys.h"
 #include "rpc_server.h"
-#include "wire.h"
+#include "rules.h"
 
-/* AddRequest and MayContainRequest: field 2 is `repeated bytes keys`. */
-#define KEYS_FIELD 2
-#define WIRE_VARINT 0
-#define WIRE_FIXED64 1
-#define WIRE_LEN 2
-#define WIRE_FIXED32 5
-/* AddResponse.added / MayContainResponse.present: field 1, packed. */
-#define ANSWERS_TAG ((1u << 3) | WIRE_LEN)
+/* The widest limits a node can be given: the floor refuses nothing a node
+ * would take. */
+static const struct rpc_keys_limits limits = {.max_keys = RULES_BATCH_KEYS_MAX,
+                                              .max_key = RULES_KEY_SIZE_MAX};
 
-/* Count the keys of a key batch without copying anything.  Returns the
- * count or -1 when the message does not parse. */
-static long count_keys(const uint8_t *p, size_t len)
+/* Decode a key batch into kb and answer one false per key.  Returns 0, or -1
+ * with r holding the error. */
+static int answer_keys(struct rpc_keys_buf *kb, enum rpc_keys_op op, const uint8_t *req,
+                       size_t len, struct rpc_reply *r)
 {
-    const uint8_t *end = p + len;
-    long n = 0;
+    struct rpc_keys k;
 
-    while (p < end) {
-        uint64_t tag, v;
-        if (!get_varint(&p, end, &tag))
-            return -1;
-        switch (tag & 7) {
-        case WIRE_VARINT:
-            if (!get_varint(&p, end, &v))
-                return -1;
-            break;
-        case WIRE_FIXED64:
-        case WIRE_FIXED32: {
-            size_t w = (tag & 7) == WIRE_FIXED64 ? 8 : 4;
-            if ((size_t)(end - p) < w)
-                return -1;
-            p += w;
-            break;
-        }
-        case WIRE_LEN:
-            if (!get_varint(&p, end, &v) || v > (uint64_t)(end - p))
-                return -1;
-            p += v;
-            if (tag >> 3 == KEYS_FIELD)
-                n++;
-            break;
-        default:
-            return -1;
-        }
-    }
-    return n;
-}
-
-/* The reply of n answers, all false, written at out (reply_len bytes). */
-static size_t reply_len(size_t n)
-{
-    return n ? 1 + varint_len(n) + n : 0;
-}
-
-static void reply_write(uint8_t *out, size_t n)
-{
-    if (!n)
-        return;
-    *out++ = ANSWERS_TAG;
-    out = put_varint(out, n);
-    memset(out, 0, n);
+    if (rpc_keys_decode(kb, &limits, op, req, len, &k, r) < 0)
+        return -1;
+    memset(k.out, 0, k.n * sizeof *k.out);
+    return rpc_keys_reply(&k, r);
 }
 
 static void h_empty(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
@@ -97,43 +56,61 @@ static void h_empty(void *arg, const uint8_t *req, size_t len, struct rpc_reply 
     rpc_reply_alloc(r, 0);
 }
 
-static void h_keys(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
+static void h_keys(enum rpc_keys_op op, const uint8_t *req, size_t len, struct rpc_reply *r)
 {
-    (void)arg;
-    long n = count_keys(req, len);
-    if (n < 0) {
-        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "malformed key batch");
-        return;
-    }
-    uint8_t *out = rpc_reply_alloc(r, reply_len((size_t)n));
-    if (!out) {
+    struct rpc_keys_buf *kb = rpc_keys_thread_buf();
+    if (!kb) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    reply_write(out, (size_t)n);
+    answer_keys(kb, op, req, len, r);
+}
+
+static void h_add(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
+{
+    (void)arg;
+    h_keys(RPC_KEYS_ADD, req, len, r);
+}
+
+static void h_may_contain(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
+{
+    (void)arg;
+    h_keys(RPC_KEYS_MAY_CONTAIN, req, len, r);
 }
 
 /* One answer message per request message, sent while the next is read. */
-static void h_keys_stream(void *arg, struct rpc_stream *st)
+static void keys_stream(enum rpc_keys_op op, struct rpc_stream *st)
 {
-    (void)arg;
+    struct rpc_keys_buf kb = {0};
     const uint8_t *req;
     size_t len;
     int rc;
 
     while ((rc = rpc_stream_read(st, &req, &len)) == 1) {
-        long n = count_keys(req, len);
-        if (n < 0) {
-            rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT, "malformed key batch");
-            return;
+        struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
+        if (answer_keys(&kb, op, req, len, &r) < 0) {
+            rpc_stream_finish_status(st, &r.st);
+            goto out;
         }
-        grpc_slice body = grpc_slice_malloc(reply_len((size_t)n));
-        reply_write(GRPC_SLICE_START_PTR(body), (size_t)n);
-        if (rpc_stream_send(st, body) < 0)
-            return;
+        if (rpc_stream_send(st, r.has_body ? r.body : grpc_empty_slice()) < 0)
+            goto out;
     }
     if (rc == 0)
         rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
+out:
+    rpc_keys_buf_free(&kb);
+}
+
+static void h_add_stream(void *arg, struct rpc_stream *st)
+{
+    (void)arg;
+    keys_stream(RPC_KEYS_ADD, st);
+}
+
+static void h_may_contain_stream(void *arg, struct rpc_stream *st)
+{
+    (void)arg;
+    keys_stream(RPC_KEYS_MAY_CONTAIN, st);
 }
 
 static void usage(FILE *f)
@@ -141,8 +118,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: grpc_floor [options]\n"
             "Serve bloomgrid.v1.BloomGrid with handlers that touch no store: Add and\n"
-            "MayContain (unary and streams) answer one \"false\" per key; CreateFilter\n"
-            "and DropFilter answer OK; other methods UNIMPLEMENTED.\n"
+            "MayContain (unary and streams) decode the keys as a node does and answer\n"
+            "one \"false\" per key; CreateFilter and DropFilter answer OK; other\n"
+            "methods UNIMPLEMENTED.\n"
             "  --listen HOST:PORT   address (port 0: a free one) [127.0.0.1:0]\n"
             "  --threads N          RPC worker threads, as the node's `threads` [8]\n"
             "  --max-message BYTES  largest message, both directions [67108864]\n"
@@ -206,11 +184,11 @@ int main(int argc, char **argv)
         {.unary = h_empty},
         {0},
         {0},
-        {.unary = h_keys, .checks_strings = true},
-        {.unary = h_keys, .checks_strings = true},
+        {.unary = h_add, .checks_strings = true},
+        {.unary = h_may_contain, .checks_strings = true},
         {0},
-        {.stream = h_keys_stream, .checks_strings = true},
-        {.stream = h_keys_stream, .checks_strings = true},
+        {.stream = h_add_stream, .checks_strings = true},
+        {.stream = h_may_contain_stream, .checks_strings = true},
         {0},
         {0},
     };

@@ -39,9 +39,9 @@ Try it with the bloomgrid tool:
   $BUILD/cli/bloomgrid help                        # every command, offline and online
 
 Or with other clients:
-  # load: create a filter "bench" (64 shards), then batched / single-key /
-  # streamed Add and MayContain through the router, with a latency table
-  $BUILD/bench/loadgen --node $router --no-redis --duration 2
+  # load: add/query x 1/100/1000 keys a call x sequential/in flight through
+  # the router (filters of its own, dropped after), with a latency table
+  bench/bench_matrix.sh --build $BUILD --systems "" --query-systems "" --target local=$router --rounds 1 --duration 1
 
   # with grpcurl (if installed), from the repository root:
   P="-plaintext -import-path proto -proto bloomgrid/v1/bloomgrid.proto"

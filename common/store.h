@@ -264,7 +264,9 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
                    size_t n, char *err);
 
 /* Change tracking: which pages of a filter's bits changed since a point,
- * for pullers that keep copies in step (the merger, read replicas).
+ * for pullers that keep copies in step (the merger, the other copies of a
+ * group).  Any number of pullers share one tracking: each keeps its own
+ * (epoch, version), and every page is reported to each of them.
  *
  * Pages are RULES_PAGE_BYTES of the layer body at offsets that are
  * multiples of it (the last one may be shorter).  Only blocked and classic
@@ -284,9 +286,9 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
  * from its first store_pages_since until it is freed, and each walk reads
  * the whole body once; nothing is added to the add path.
  *
- * Threads: walks and merges of one filter run one at a time (a walk holds
- * the filter's tracking lock while its callback runs); adds, queries and
- * snapshots go on meanwhile. */
+ * Threads: walks of one filter run one at a time (a walk holds the
+ * filter's tracking lock while its callback runs); adds, merges, queries
+ * and snapshots go on meanwhile. */
 
 /* Where a walk left a filter's tracking (store_pages_since). */
 struct store_pages_mark {
@@ -309,7 +311,7 @@ typedef int (*store_page_fn)(void *ctx, const struct store_page *pg);
  * is 0 or epoch is not the filter's.  *mark is filled before fn is first
  * called (pages and bytes then count up).  fn runs under the tracking lock
  * only, so it may be slow (a network stream) without holding up writes,
- * but it must not call store_pages_since or store_pages_merge for this
+ * but it must not call store_pages_since for this
  * filter.  Returns 0; -EOPNOTSUPP for a kind that is not tracked; -ENOMEM
  * when tracking cannot start (err says how much it needs); -EAGAIN /
  * -ENOENT / -EIO when the filter is not READY; or fn's negative return.
@@ -318,12 +320,14 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                       store_page_fn fn, void *ctx,
                       struct store_pages_mark *mark, char *err);
 
-/* OR n pages that a peer already holds (a merger's push, a replica's pull
- * from its primary) into the filter with store_or_pages (same checks, same
- * errors, durable), then: later walks do not report these bits back as
- * changes (bits set here meanwhile still are), and the source version
- * rises to source_version.  n may be 0: only the source version moves
- * (the filter must be READY).  pages stay the caller's. */
+/* OR n pages from a peer (a merger's push, another copy's pages) into the
+ * filter with store_or_pages (same checks, same errors, durable).  Pages
+ * the merge changed are reported by later walks like local changes, to
+ * every puller whose version is before them (the sender may get its own
+ * pages back once: ORing them again changes nothing).  On success with
+ * n > 0 the source version rises to source_version; n == 0 changes
+ * nothing and claims nothing (0 when the filter is READY).  pages stay the
+ * caller's. */
 int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
                       size_t n, uint64_t source_version, char *err);
 

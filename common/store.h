@@ -12,6 +12,7 @@
  *                          applied, and none of its records of seq > C in
  *                          the log at LSN <= L (bf_file format, written
  *                          atomically);
+ *   .tombstones            the filters dropped ("Tombstones" below);
  *   LOCK                   flock'ed so two processes never open the store.
  * Directories .creating-* and .dropped-* are in-progress creations or
  * drops and are removed when the store is opened.  A directory written by
@@ -150,17 +151,22 @@ void store_close(struct store *s);
 int store_name_check(const char *name, char *err);
 
 /* Create an empty filter.  Returns 0 once it is durable; -EINVAL (bad name
- * or parameters, see bf_params_check), -EEXIST, -ENOMEM or an I/O error. */
+ * or parameters, see bf_params_check), -EEXIST, -ESTALE (p->secret is
+ * that of a dropped filter of this name: see "Tombstones"), -ENOMEM or an
+ * I/O error. */
 int store_create(struct store *s, const char *name, const struct bf_params *p,
                  char *err);
 
 /* Adopt an existing filter f (e.g. a shard with a given secret) under name.
- * On success the store owns f; on failure the caller still does. */
+ * On success the store owns f; on failure the caller still does.  Errors
+ * as store_create. */
 int store_create_from(struct store *s, const char *name, struct bf *f,
                       char *err);
 
 /* Remove a filter and its files (crash-safe: the directory is renamed away
- * first).  Returns -ENOENT when there is no such filter. */
+ * first), leaving a tombstone.  Returns -ENOENT when there is no such
+ * filter, or the error that kept the tombstone from being written (then
+ * nothing is dropped). */
 int store_drop(struct store *s, const char *name, char *err);
 
 /* Drop the filter behind the handle sf, and only that one: -ENOENT when it
@@ -168,6 +174,25 @@ int store_drop(struct store *s, const char *name, char *err);
  * caller that checked sf's secret never drops another incarnation).  The
  * handle stays the caller's (store_put). */
 int store_drop_handle(struct store *s, struct store_filter *sf, char *err);
+
+/* Tombstones: a drop first records the filter's name, secret id and
+ * fingerprint id durably in DIR/.tombstones, so that peers holding its old
+ * pages (a merger, another copy) cannot bring it back: store_create and
+ * store_create_from refuse that name with that secret (-ESTALE), and
+ * callers that take pages or files from peers ask store_dropped.  The name
+ * with a new secret is a new filter and is accepted.  The newest
+ * STORE_TOMBS_MAX drops are kept, the oldest expiring first; a FAILED
+ * filter whose bits never loaded is dropped without one (its identity is
+ * unknown).  A damaged .tombstones file makes store_open fail naming it. */
+#define STORE_TOMBS_MAX 4096
+
+/* Was a filter of this store name dropped with this secret id (when not
+ * 0) or this fingerprint id (when not NULL)? */
+bool store_dropped(struct store *s, const char *name, uint64_t secret_id,
+                   const char *fp);
+
+/* XXH3-64 (seed 0) of f's secret: the secret id of the wire. */
+uint64_t store_secret_id(const struct bf *f);
 
 /* Names of all filters (any state but dropped), sorted.  On success *names
  * is a

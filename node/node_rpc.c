@@ -135,6 +135,10 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "filter \"%s\": %s", name,
                         err && err[0] ? err : "out of memory");
         break;
+    case -ESTALE:   /* a tombstone: store.h, "Tombstones" */
+        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION, "filter \"%s\": %s",
+                        name, err && err[0] ? err : "dropped");
+        break;
     case -ENOSPC:
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
                         "filter \"%s\": disk full (%s); nothing was acknowledged",

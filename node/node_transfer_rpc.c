@@ -253,6 +253,13 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
                         "imported file refused: %s", err);
         goto done;
     }
+    if (store_dropped(s, store_filter_name(sf), store_secret_id(src), NULL)) {
+        rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "imported file is of filter \"%s\" as it was before "
+                        "it was dropped on this node: refused (a drop is not "
+                        "undone)", name);
+        goto done;
+    }
     struct merge_check mc = {.src = src};
     int rc = store_filter_inspect(sf, merge_check_run, &mc);
     if (rc < 0) {

@@ -21,7 +21,8 @@
  *             sources file is refused naming its line
  *   single    two stand-alone nodes named by address (no topology file)
  *             converge on an unsharded filter; one that loses its filter
- *             (re-created empty) is refilled by the next round
+ *             (an empty data directory, the shard re-created) is refilled
+ *             by the next round
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -526,12 +527,22 @@ static void test_single(void)
     merger_once(&o, 0, 0);
     CHECK(o.status == 0 && o.pulled == 0 && o.pushed == 0, "quiet:\n%s", o.text);
 
-    /* b loses its filter (dropped, re-created empty with the same secret):
-     * its new epoch makes the merger push it everything again. */
+    /* b loses its filter (its disk: it starts on an empty directory and
+     * the shard is re-created with the same secret; a drop could not be
+     * undone so, it leaves a tombstone): its new epoch makes the merger
+     * push it everything again. */
     struct node_client_shard sh;
     CHECK(node_client_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
           st.message);
-    CHECK(t_drop(b.ch, "f", &st) == 0, "drop: %s", st.message);
+    node_stop(&b, SIGTERM);
+    snprintf(db, sizeof db, "%s/b-new", tdir);
+    node_start(&b, db, fast);
+    CHECK(node_wait_health(&b, true, 20000), "node not serving");
+    f = fopen(sources, "w");
+    CHECK(f, "sources");
+    fprintf(f, "[filter f]\ndatacenter = a %s\ndatacenter = b %s\n", a.addr,
+            b.addr);
+    fclose(f);
     CHECK(node_client_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0, "re-create: %s",
           st.message);
     CHECK(keys_present(b.ch, "f", kb, 5000, NULL) < 100, "re-created filter not empty");

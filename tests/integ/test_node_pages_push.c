@@ -35,6 +35,13 @@
 
 static char tdir[512];
 
+/* A node on tdir, serving (its data directory loaded). */
+static void start(struct node_proc *np, const char *const *flags)
+{
+    node_start(np, tdir, flags);
+    CHECK(node_wait_health(np, true, 20000), "node not serving");
+}
+
 /* The node's resident bytes (VmRSS of /proc/PID/status). */
 static uint64_t rss_bytes(pid_t pid)
 {
@@ -124,7 +131,7 @@ static void test_pull_after_push(void)
     struct node_client_pull_end before, after;
     char fp[17];
 
-    node_start(&n, tdir, NULL);
+    start(&n, NULL);
     CHECK(t_create(n.ch, "f", 200000, 0.01, 0, &st) == 0, "create: %s",
           st.message);
     char **k = keys_make("local", 0, 100);
@@ -184,7 +191,7 @@ static void test_push_memory(void)
     char fp[17];
     const char *const flags[] = {"--max-push-mb", "8", NULL};
 
-    node_start(&n, tdir, flags);
+    start(&n, flags);
     CHECK(t_create(n.ch, "big", 20000000, 0.01, 0, &st) == 0, "create: %s",
           st.message);
     struct bf *like = shard_like(&n, "big", &sh, fp);
@@ -255,7 +262,7 @@ static void test_push_version(void)
     char fp[17];
 
     memset(sh.secret, 0x5a, sizeof sh.secret);
-    node_start(&n, tdir, flags);
+    start(&n, flags);
     CHECK(node_client_create_shard(n.ch, "r", &sh, TIMEOUT_MS, &st) == 0,
           "CreateShard: %s", st.message);
     struct bf *src = shard_like(&n, "r", &sh, fp);
@@ -309,7 +316,7 @@ static void test_tombstone(void)
     struct node_client_shard old, now;
     char fp[17], fp2[17];
 
-    node_start(&n, tdir, NULL);
+    start(&n, NULL);
     CHECK(t_create(n.ch, "t", 100000, 0.01, 0, &st) == 0, "create: %s",
           st.message);
     char **k = keys_make("old", 0, 1000);
@@ -340,7 +347,7 @@ static void test_tombstone(void)
 
     /* Across a restart too. */
     node_stop(&n, SIGTERM);
-    node_start(&n, tdir, NULL);
+    start(&n, NULL);
     CHECK(node_client_create_shard(n.ch, "t", &old, TIMEOUT_MS, &st) < 0 &&
           st.code == GRPC_STATUS_FAILED_PRECONDITION,
           "CreateShard with the old secret after a restart: %d %s", st.code,

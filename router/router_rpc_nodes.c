@@ -52,16 +52,11 @@ void router_rpc__multi_free(struct rpc_multi *calls, size_t n)
     free(calls);
 }
 
-const char *router_rpc__primary(const struct topo *t, const struct router_filter *f,
-                                uint32_t shard)
-{
-    return t->groups[f->group[shard]].primary;
-}
-
 /* ---- filters: secret and shard count ---- */
 
 /* Ask one node for shard 0 of name with its secret. */
-static int fetch_secret(struct router *r, const char *addr, const char *name,
+static int fetch_secret(struct router *r, const struct topo *t, const char *addr,
+                        const char *name,
                         uint8_t *secret, uint32_t *shards, struct rpc_status *rs)
 {
     Bloomgrid__V1__GetShardRequest req = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
@@ -75,6 +70,7 @@ static int fetch_secret(struct router *r, const char *addr, const char *name,
     req.filter = (char *)name;
     req.shard_index = 0;
     req.include_secret = true;
+    req.topology_version = t->version;
     if (rpc_call(ch, M_GET, &req.base, &bloomgrid__v1__internal_shard_info__descriptor,
                  &resp, (int)r->cfg.node_timeout_ms, rs) < 0)
         return -1;
@@ -98,8 +94,10 @@ static int fetch_secret(struct router *r, const char *addr, const char *name,
 }
 
 /* The filter as this router knows it, fetching its secret from shard 0's
- * group (primary, then replicas) when it is not cached or is stale.  A stale
- * entry still serves when no node of that group answers. */
+ * group (its copies in topology order, until one has it) when it is not
+ * cached or is stale.  A copy that answers NOT_FOUND may have lost its
+ * data: the filter does not exist only when no copy has it and one said
+ * so.  A stale entry still serves when no copy of that group answers. */
 struct router_filter *router_filter_lookup(struct router *r, const struct topo *t,
                                           const char *name, struct rpc_status *st)
 {
@@ -111,11 +109,17 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
     struct rpc_status rs = {0};
     uint8_t secret[BF_SECRET_LEN];
     uint32_t shards = 0;
-    int rc = fetch_secret(r, g->primary, name, secret, &shards, &rs);
-    const char *addr = g->primary;
-    for (unsigned i = 0; rc < 0 && router_node_down(rs.code) && i < g->nreplicas; i++) {
-        addr = g->replicas[i];
-        rc = fetch_secret(r, addr, name, secret, &shards, &rs);
+    const char *addr = g->copies[0];
+    int rc = -1;
+    for (unsigned i = 0; rc < 0 && i < g->ncopies; i++) {
+        struct rpc_status cs = {0};
+        rc = fetch_secret(r, t, g->copies[i], name, secret, &shards, &cs);
+        /* Keep the error that tells most: NOT_FOUND only when every copy
+         * said so. */
+        if (rc < 0 && (i == 0 || rs.code == GRPC_STATUS_NOT_FOUND)) {
+            rs = cs;
+            addr = g->copies[i];
+        }
     }
     if (rc < 0) {
         if (rs.code == GRPC_STATUS_NOT_FOUND) {
@@ -276,10 +280,10 @@ static bool read_from_replica(struct router *r, const struct topo *t,
     uint64_t need = atomic_load(&f->seen_version[shard]);
     if (need == 0)
         return false;    /* nothing to compare a replica with */
-    for (unsigned i = 0; i < g->nreplicas; i++) {
+    for (unsigned i = 1; i < g->ncopies; i++) {
         struct router_link_entry one = {.shard = shard, .h = e->h, .n = e->n,
                                         .out = e->out};
-        struct router_link_call c = {.link = router_node_link(r, g->replicas[i]),
+        struct router_link_call c = {.link = router_node_link(r, g->copies[i]),
                                      .filter = f->name, .secret_id = f->secret_id,
                                      .op = ROUTER_LINK_MAY_CONTAIN, .e = &one, .n = 1};
         if (!c.link)
@@ -287,7 +291,7 @@ static bool read_from_replica(struct router *r, const struct topo *t,
         router_link_run(&c, 1, (int)r->cfg.node_timeout_ms);
         if (one.st.code == GRPC_STATUS_OK && one.version >= need) {
             log_info("shard %u of %s read from replica %s (version %llu)", shard,
-                     f->name, g->replicas[i], (unsigned long long)one.version);
+                     f->name, g->copies[i], (unsigned long long)one.version);
             return true;
         }
     }
@@ -391,7 +395,7 @@ static int batch_calls(struct router *r, const struct topo *t, struct router_fil
             continue;
         uint32_t g = f->group[s];
         if (sc->call_of_group[g] == UINT32_MAX) {
-            const char *a = t->groups[g].primary;
+            const char *a = t->groups[g].copies[0];
             uint32_t c = 0;
             while (c < ncalls && strcmp(router_link_addr(sc->calls[c].link), a) != 0)
                 c++;
@@ -500,7 +504,7 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
         }
         struct shard_fail *sf = &fails[nfail++];
         sf->shard = s;
-        sf->node = router_rpc__primary(t, f, s);
+        sf->node = t->groups[f->group[s]].copies[0];
         sf->code = e->st.code;
         sf->reason = e->st.reason;
         snprintf(sf->msg, sizeof sf->msg, "%.199s", e->st.message);

@@ -231,8 +231,7 @@ static int run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
                         "%s: the request names no filter", op_names[op]);
         return 0;
     }
-    if (op != OP_MAY_CONTAIN &&
-        node_rpc__refuse_on_replica(r, op == OP_ADD ? "Add" : "Remove"))
+    if (node_rpc__refuse_public(r, op_names[op], op != OP_MAY_CONTAIN))
         return 0;
     if (node_rpc__scratch_reserve(sc, k.n ? k.n : 1) < 0) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");

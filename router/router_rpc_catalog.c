@@ -322,7 +322,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
         goto out;
     }
     /* A placement entry, not cached until every shard exists. */
-    f = router_filter_add(r, c->name, secret, S, t, NULL);
+    f = router_filter_add(r, c->name, secret, S, t);
     if (!f) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
@@ -363,7 +363,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
         }
         out->shard[s].index = s;
     }
-    router_filter_unref(router_filter_add(r, c->name, secret, S, t, NULL));
+    router_filter_unref(router_filter_add(r, c->name, secret, S, t));
     log_info("created filter %s: %u shards over %u groups (%zu shard copies)", c->name,
              S, t->ngroups, fn.n);
     rc = 0;

@@ -356,22 +356,34 @@ static void batch_failure(struct rpc_status *st, enum router_key_op op,
         for (unsigned f = 0; f < q[k].nfail && code == GRPC_STATUS_UNAVAILABLE; f++)
             if (!copy_missing(q[k].fail[f].code))
                 code = q[k].fail[f].code;
-        if (nbad++ >= 4)
-            continue;
-        if (nbad == 1)
-            msg_add(st, "%s on filter \"%s\": ", op_names[op], filter);
-        else
-            msg_add(st, "; and ");
-        msg_add(st, "shard %u (group %s): %u of %u copies %s, %s quorum %u", q[k].shard, q[k].g->name, q[k].ok, q[k].g->ncopies,
-                write ? "acknowledged" : "answered", write ? "write" : "read",
-                q[k].need);
-        for (unsigned f = 0; f < q[k].nfail; f++)
-            msg_add(st, "%s copy %s: %s: %s", f ? ";" : ":",
-                    q[k].g->copies[q[k].fail[f].copy],
-                    rpc_status_name(q[k].fail[f].code), q[k].fail[f].msg);
+        nbad++;
+        if (nbad == 1) {
+            /* The first failed shard in full: each failed copy's answer. */
+            msg_add(st, "%s on filter \"%s\": shard %u (group %s): %u of %u copies "
+                    "%s, %s quorum %u", op_names[op], filter, q[k].shard, q[k].g->name,
+                    q[k].ok, q[k].g->ncopies, write ? "acknowledged" : "answered",
+                    write ? "write" : "read", q[k].need);
+            /* The failed copies by name first, then what the first said,
+             * so that a long message cuts only that. */
+            for (unsigned f = 0; f < q[k].nfail; f++)
+                msg_add(st, "%s %s %s", f ? "," : "; failed copies:",
+                        q[k].g->copies[q[k].fail[f].copy],
+                        rpc_status_name(q[k].fail[f].code));
+            if (q[k].nfail)
+                msg_add(st, " (%s: %s)", q[k].g->copies[q[k].fail[0].copy],
+                        q[k].fail[0].msg);
+        } else if (nbad <= 6) {
+            /* The others by shard and failed copies. */
+            msg_add(st, "%s %u@", nbad == 2 ? " (and shards" : ",", q[k].shard);
+            for (unsigned f = 0; f < q[k].nfail; f++)
+                msg_add(st, "%s%s", f ? "+" : "", q[k].g->copies[q[k].fail[f].copy]);
+        }
     }
-    if (nbad > 4)
-        msg_add(st, "; and %zu more shards", nbad - 4);
+    if (nbad > 1)
+        msg_add(st, "%s)", nbad > 6 ? " ..." : "");
+    /* Room for the list of keys a write did not acknowledge. */
+    if (write && code == GRPC_STATUS_UNAVAILABLE && strlen(st->message) > 300)
+        memcpy(st->message + 296, "...", 4);
     for (size_t i = 0; i < n; i++)
         acked += !failed_shard[shard_of[i]];
     if (write && code == GRPC_STATUS_UNAVAILABLE) {

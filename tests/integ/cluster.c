@@ -140,6 +140,20 @@ void cluster_write_topo(struct cluster *c, int n, bool reversed, const char *ext
     fclose(f);
 }
 
+void cluster_view_start(struct cluster *c, int i, struct node_proc *view)
+{
+    char path[700], log[700];
+    snprintf(path, sizeof path, "%s/view%d.ini", c->dir, i);
+    snprintf(log, sizeof log, "%s/view%d.log", c->dir, i);
+    FILE *f = fopen(path, "w");
+    CHECK(f, "open %s", path);
+    fprintf(f, "version = %llu\n[group g0]\ncopies = %s\n", c->topo_version,
+            c->node[i].addr);
+    fclose(f);
+    router_start(view, log, path, NULL);
+    CHECK(node_wait_health(view, true, 10000), "view router of node %d", i);
+}
+
 /* Does the probe's placement name exactly the nodes nodes[0, n)? */
 static bool probe_matches(const struct cluster *c, const Bloomgrid__V1__FilterInfo *fi,
                           const int *nodes, int n)

@@ -74,6 +74,11 @@ void cluster_node_restart(struct cluster *c, int i, int sig, const char *const *
  * (NULL-terminated, may be NULL) and wait until it is SERVING. */
 void cluster_router_start(struct cluster *c, int i, const char *const *more);
 
+/* Start a "view" router on a topology of node i alone (one group of one
+ * copy, the cluster's version): what that copy answers by itself.  The
+ * caller stops it (node_stop). */
+void cluster_view_start(struct cluster *c, int i, struct node_proc *view);
+
 /* Write the topology file: version c->topo_version, c->topo_head, then
  * one group per c->copies nodes of [0, n) (g<i> for nodes i*copies..), in
  * reverse file order when reversed (the same topology), then the text extra

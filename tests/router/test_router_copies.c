@@ -115,22 +115,6 @@ static void test_quorum(void)
     cluster_stop(&c);
 }
 
-/* A router reading node i alone (one copy, the cluster's version): what
- * that copy says by itself. */
-static void view_start(struct cluster *c, int i, struct node_proc *view)
-{
-    char path[700], log[700];
-    snprintf(path, sizeof path, "%s/view.ini", c->dir);
-    snprintf(log, sizeof log, "%s/view.log", c->dir);
-    FILE *f = fopen(path, "w");
-    CHECK(f, "open %s", path);
-    fprintf(f, "version = %llu\n[group g0]\ncopies = %s\n", c->topo_version,
-            c->node[i].addr);
-    fclose(f);
-    router_start(view, log, path, NULL);
-    CHECK(node_wait_health(view, true, 10000), "view router");
-}
-
 static void test_wipe(void)
 {
     struct cluster c;
@@ -181,7 +165,7 @@ static void test_wipe(void)
         protobuf_c_message_free_unpacked(resp, NULL);
     }
     struct node_proc view = {0};
-    view_start(&c, w, &view);
+    cluster_view_start(&c, w, &view);
     size_t alone = keys_present(view.ch, "f", k, NKEYS, NULL);
     printf("the wiped copy alone: %zu of %d keys \"maybe\"\n", alone, NKEYS);
     CHECK(alone < NKEYS / 10, "the wiped copy still has %zu keys", alone);

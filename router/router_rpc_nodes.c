@@ -195,6 +195,9 @@ struct scratch {
     uint32_t *ent_q;            /* per entry: its struct shard_q */
     uint8_t *ent_copy;          /* per entry: the copy */
     struct router_link_call *calls;  /* per node */
+    uint32_t *pair_q, *pair_call;    /* round_build's (shard, copy) pairs */
+    uint8_t *pair_c;
+    size_t *fill;
     size_t ecap;
     uint32_t count[ROUTER_MAX_SHARDS + 1], start[ROUTER_MAX_SHARDS + 1];
 };
@@ -215,6 +218,10 @@ static void scratch_free(void *p)
     free(s->ent_q);
     free(s->ent_copy);
     free(s->calls);
+    free(s->pair_q);
+    free(s->pair_call);
+    free(s->pair_c);
+    free(s->fill);
     free(s);
 }
 
@@ -265,7 +272,10 @@ static struct scratch *scratch_get(size_t n, size_t nused)
     if (ne > s->ecap) {
         if (!grow(&s->ent, ne, sizeof *s->ent) || !grow(&s->ent_q, ne, sizeof *s->ent_q) ||
             !grow(&s->ent_copy, ne, sizeof *s->ent_copy) ||
-            !grow(&s->calls, ne, sizeof *s->calls))
+            !grow(&s->calls, ne, sizeof *s->calls) ||
+            !grow(&s->pair_q, ne, sizeof *s->pair_q) ||
+            !grow(&s->pair_call, ne, sizeof *s->pair_call) ||
+            !grow(&s->pair_c, ne, sizeof *s->pair_c) || !grow(&s->fill, ne, sizeof *s->fill))
             return NULL;
         s->ecap = ne;
     }
@@ -428,14 +438,10 @@ static int round_build(struct router *r, const struct topo *t, struct router_fil
     bool write = op != ROUTER_MAY_CONTAIN;
     size_t npairs = 0, ncalls = 0, outs = 0;
     unsigned copies[TOPO_MAX_COPIES];
-    uint32_t *pair_q = malloc(nq * TOPO_MAX_COPIES * sizeof *pair_q);
-    uint8_t *pair_c = malloc(nq * TOPO_MAX_COPIES);
-    uint32_t *pair_call = malloc(nq * TOPO_MAX_COPIES * sizeof *pair_call);
-    size_t *fill = calloc(nq * TOPO_MAX_COPIES, sizeof *fill);
-    int rc = -ENOMEM;
+    uint32_t *pair_q = sc->pair_q, *pair_call = sc->pair_call;
+    uint8_t *pair_c = sc->pair_c;
+    size_t *fill = sc->fill;
 
-    if (!pair_q || !pair_c || !pair_call || !fill)
-        goto out;
     for (size_t k = 0; k < nq; k++) {
         unsigned m = round_copies(&q[k], write, copies);
         for (unsigned j = 0; j < m; j++) {
@@ -446,7 +452,7 @@ static int round_build(struct router *r, const struct topo *t, struct router_fil
             if (c == ncalls) {
                 struct router_link *l = router_node_link(r, a);
                 if (!l)
-                    goto out;
+                    return -ENOMEM;
                 memset(&sc->calls[c], 0, sizeof sc->calls[c]);
                 sc->calls[c].link = l;
                 ncalls++;
@@ -482,13 +488,7 @@ static int round_build(struct router *r, const struct topo *t, struct router_fil
         sc->ent_q[at] = pair_q[p];
         sc->ent_copy[at] = pair_c[p];
     }
-    rc = (int)ncalls;
-out:
-    free(pair_q);
-    free(pair_c);
-    free(pair_call);
-    free(fill);
-    return rc;
+    return (int)ncalls;
 }
 
 /* One attempt at a key batch; *stale is set when a copy says the cached

@@ -5,7 +5,7 @@
  *
  * usage: test_merger NODE_BIN ROUTER_BIN MERGER_BIN TEST
  *   converge  disjoint keys added in each datacenter; after one round every
- *             key is present through both routers and on every replica; a
+ *             key is present through both routers and on every r copy; a
  *             second round ships 0 bytes; keys added while a round runs are
  *             present after the next one; the daemon's RunRound and Status;
  *             with one copy of a group killed, the router still reads
@@ -13,7 +13,7 @@
  *             copy
  *   kill      the merger killed (SIGKILL) between its pulls and its pushes,
  *             and again mid-push, then restarted: everything converges, and
- *             no replica ever answers "absent" for a key it reported before
+ *             no r copy ever answers "absent" for a key it reported before
  *   refuse    a partial file of another filter is refused naming the field
  *             (secret), one of the same filter is merged; a shard re-created
  *             with another secret in one datacenter is refused; a partial
@@ -107,8 +107,8 @@ static void start_dcs(void)
     }
 }
 
-/* The view routers read the replicas; start them once the replicas hold
- * the shards (the merger creates them). */
+/* The view routers read the r copies; start them once the r copies hold
+ * the shards (a create through the router makes them on both copies). */
 static void start_views(void)
 {
     for (int i = 0; i < 2; i++) {

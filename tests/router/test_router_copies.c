@@ -13,6 +13,9 @@
  *   w3r1    W = 3, R = 1: writes need every copy (one down: UNAVAILABLE),
  *           reads need one (two down: still answered); a copy takes public
  *           reads directly (W = N) but no public write
+ *   single  N = 1 with the node reading the topology: public calls go to
+ *           the node directly, and every acknowledged key is "maybe" after
+ *           the node is killed and restarted on its data
  *   refuse  a copy refuses a public Add and MayContain (FAILED_PRECONDITION
  *           naming the router rule), a counting filter cannot be created
  *           on the group, a node refuses router calls made under another
@@ -222,6 +225,29 @@ static void test_w3r1(void)
     cluster_stop(&c);
 }
 
+static void test_single(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    bool out[64];
+    cluster_start_copies(&c, "router-copies-single", 1, 1, NULL, 1);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, S, NULL, &st) == 0,
+          "create: %s", st.message);
+    CHECK(t_create(c.node[0].ch, "direct", 10000, 0.01, 0, &st) == 0,
+          "public create on a group of one: %s", st.message);
+    char **k = keys_make("k", 0, NKEYS);
+    keys_call(c.router[0].ch, "Add", "f", k, NKEYS, 500, NULL);
+    CHECK(t_keys(c.node[0].ch, "Add", "direct", k, 64, out, &st) == 0,
+          "public Add on a group of one: %s", st.message);
+    node_stop(&c.node[0], SIGKILL);
+    restart_reached(&c, 0, NULL);
+    all_maybe(&c, k, "one copy killed and restarted");
+    CHECK(keys_present(c.node[0].ch, "direct", k, 64, NULL) == 64,
+          "public reads after the restart");
+    keys_free(k, NKEYS);
+    cluster_stop(&c);
+}
+
 /* Run the node with flags; its exit status and first line of output. */
 static int node_run(const char *flags, char *line, size_t len)
 {
@@ -317,6 +343,8 @@ static void run(void)
         test_wipe();
     else if (!strcmp(test_name, "w3r1"))
         test_w3r1();
+    else if (!strcmp(test_name, "single"))
+        test_single();
     else if (!strcmp(test_name, "refuse"))
         test_refuse();
     else

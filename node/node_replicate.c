@@ -166,8 +166,9 @@ static void id_read(const struct bf *f, void *ctx)
     bf_fingerprint_id(f, id->fp);
 }
 
-/* Pull shard sf's changed pages from the copy peer. */
-static void replicate_shard(struct node_replicate *r, struct store_filter *sf,
+/* Pull shard sf's changed pages from the copy peer.  Returns false when
+ * the peer is down or slow (the round then passes over it). */
+static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
                             const char *peer)
 {
     const char *name = store_filter_name(sf);
@@ -180,17 +181,18 @@ static void replicate_shard(struct node_replicate *r, struct store_filter *sf,
     struct repl_shard *rs;
     int rc;
 
+    bool reachable = true;
     if (store_filter_inspect(sf, id_read, &id) < 0)
-        return;   /* not ready: the next wake-up tries again */
+        return true;   /* not ready: the next wake-up tries again */
     if ((id.kind != BF_KIND_BLOCKED && id.kind != BF_KIND_CLASSIC) ||
         id.layers != 1)
-        return;   /* only kinds whose pages OR are replicated */
+        return true;   /* only kinds whose pages OR are replicated */
     unsigned index;
     if (rules_shard_split(name, filter, sizeof filter, &index) != (id.count > 1))
-        return;
+        return true;
     struct rpc_channel *ch = peer_channel(r, peer);
     if (!ch || !(rs = shard_state(r, name, peer, sf)))
-        return;
+        return true;
     if (node_client_pull(ch, filter, id.index, rs->version, rs->epoch,
                          buf_page, &b, &end, REPL_PULL_TIMEOUT_MS, &st) < 0) {
         snprintf(msg, sizeof msg, "PullPages: %s: %s",
@@ -199,6 +201,8 @@ static void replicate_shard(struct node_replicate *r, struct store_filter *sf,
         /* The peer restarted or re-created it: start again from 0. */
         if (st.code == GRPC_STATUS_NOT_FOUND)
             rs->epoch = rs->version = 0;
+        reachable = st.code != GRPC_STATUS_UNAVAILABLE &&
+                    st.code != GRPC_STATUS_DEADLINE_EXCEEDED;
         goto out;
     }
     if (strcmp(end.fp, id.fp) != 0) {
@@ -223,6 +227,7 @@ static void replicate_shard(struct node_replicate *r, struct store_filter *sf,
     rs->version = end.version;
 out:
     buf_free(&b);
+    return reachable;
 }
 
 static void replicate_round(struct node_replicate *r)
@@ -236,13 +241,16 @@ static void replicate_round(struct node_replicate *r)
     if (!t || g < 0 || t->groups[g].ncopies < 2 || !s || store_list(s, &names, &nn) < 0)
         goto out;
     const struct topo_group *grp = &t->groups[g];
+    /* A peer that is down or stopped costs one pull's deadline per round,
+     * not one per shard: the rest of the round passes over it. */
+    bool down[TOPO_MAX_COPIES] = {false};
     for (size_t i = 0; i < nn && !atomic_load(&r->n->stopping); i++) {
         struct store_filter *sf = store_get(s, names[i]);
         if (!sf)
             continue;
         for (unsigned c = 0; c < grp->ncopies; c++)
-            if (!node_rpc__is_self(grp->copies[c]))
-                replicate_shard(r, sf, grp->copies[c]);
+            if (!down[c] && !node_rpc__is_self(grp->copies[c]))
+                down[c] = !replicate_shard(r, sf, grp->copies[c]);
         store_put(sf);
     }
     store_list_free(names, nn);

@@ -41,13 +41,18 @@ struct quorum_set {
     int wline, rline;
 };
 
+/* What parsing keeps per group besides the group itself. */
+struct group_parse {
+    int section;               /* which header (rd.sections) opened it */
+    struct quorum_set q;       /* as its section set them */
+    int copies_line;           /* line of its copies (0: none) */
+};
+
 struct parse_ctx {
     struct reader rd;
     const char *origin;
     struct topo_group *groups;
-    int *group_section;        /* which header (rd.sections) opened each group */
-    struct quorum_set *q;      /* per group, as its section set them */
-    int *copies_line;          /* per group: line of its copies (0: none) */
+    struct group_parse *gp;    /* per group */
     unsigned ngroups, cap;
     struct quorum_set dflt;    /* set before the first section */
     uint64_t version;
@@ -140,7 +145,7 @@ static struct topo_group *group_get(struct parse_ctx *x, const char *name)
     for (unsigned i = 0; i < x->ngroups; i++) {
         if (strcmp(x->groups[i].name, name) != 0)
             continue;
-        if (x->group_section[i] != x->rd.sections) {
+        if (x->gp[i].section != x->rd.sections) {
             fail(x, x->rd.section_line,
                  "group \"%s\" is defined twice (first at line %d)", name,
                  x->groups[i].line);
@@ -163,16 +168,10 @@ static struct topo_group *group_get(struct parse_ctx *x, const char *name)
         struct topo_group *g = realloc(x->groups, cap * sizeof *g);
         if (g)
             x->groups = g;
-        int *gs = realloc(x->group_section, cap * sizeof *gs);
-        if (gs)
-            x->group_section = gs;
-        struct quorum_set *q = realloc(x->q, cap * sizeof *q);
-        if (q)
-            x->q = q;
-        int *cl = realloc(x->copies_line, cap * sizeof *cl);
-        if (cl)
-            x->copies_line = cl;
-        if (!g || !gs || !q || !cl) {
+        struct group_parse *gp = realloc(x->gp, cap * sizeof *gp);
+        if (gp)
+            x->gp = gp;
+        if (!g || !gp) {
             fail(x, line, "out of memory");
             return NULL;
         }
@@ -182,9 +181,7 @@ static struct topo_group *group_get(struct parse_ctx *x, const char *name)
     memset(g, 0, sizeof *g);
     snprintf(g->name, sizeof g->name, "%s", name);
     g->line = x->rd.section_line;
-    x->group_section[x->ngroups] = x->rd.sections;
-    memset(&x->q[x->ngroups], 0, sizeof x->q[0]);
-    x->copies_line[x->ngroups] = 0;
+    x->gp[x->ngroups] = (struct group_parse){.section = x->rd.sections};
     x->ngroups++;
     return g;
 }
@@ -327,11 +324,11 @@ static int on_entry(void *user, const char *section, const char *name,
         return 1;
     unsigned gi = (unsigned)(g - x->groups);
     if (strcmp(name, "copies") == 0) {
-        if (x->copies_line[gi])
+        if (x->gp[gi].copies_line)
             return fail(x, line, "group %s has a second copies line (first at "
                         "line %d): list every copy on one line", g->name,
-                        x->copies_line[gi]);
-        x->copies_line[gi] = line;
+                        x->gp[gi].copies_line);
+        x->gp[gi].copies_line = line;
         return set_copies(x, g, value);
     }
     if (strcmp(name, "primary") == 0 || strcmp(name, "replica") == 0)
@@ -339,7 +336,7 @@ static int on_entry(void *user, const char *section, const char *name,
                     "equal copies, written copies = HOST:PORT HOST:PORT ... "
                     "(docs/TOPOLOGY.md)", g->name, name);
     if (is_quorum(name))
-        return set_quorum(x, &x->q[gi], name, value);
+        return set_quorum(x, &x->gp[gi].q, name, value);
     if (strcmp(name, "datacenter") == 0) {
         if (!name_ok(value, TOPO_NAME_MAX))
             return fail(x, line, "datacenter \"%s\" must be 1..%d characters of "
@@ -358,7 +355,7 @@ static int on_entry(void *user, const char *section, const char *name,
 static bool quorums_resolve(struct parse_ctx *x, unsigned i)
 {
     struct topo_group *g = &x->groups[i];
-    const struct quorum_set *q = &x->q[i];
+    const struct quorum_set *q = &x->gp[i].q;
     unsigned N = g->ncopies;
     unsigned w = q->w ? q->w : x->dflt.w ? x->dflt.w : N / 2 + 1;
     int wline = q->w ? q->wline : x->dflt.w ? x->dflt.wline : g->line;
@@ -438,9 +435,7 @@ out:
     if (!t && err)
         snprintf(err, TOPO_ERRLEN, "%s", x.err);
     free(x.groups);
-    free(x.group_section);
-    free(x.q);
-    free(x.copies_line);
+    free(x.gp);
     return t;
 }
 

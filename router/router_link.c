@@ -383,7 +383,8 @@ static struct link_msg *msg_build(struct link_lane *ln, grpc_byte_buffer **out)
 
     for (struct router_link_call *c = ln->qhead; c; c = c->qnext) {
         size_t h = call_hashes(c);
-        if (ncalls && (nhash + h > l->cfg.max_message_hashes || bytes + c->bytes > max_bytes))
+        if (ncalls && (nhash + h > l->cfg.max_message_hashes || bytes + c->bytes > max_bytes ||
+                       c->topology_version != ln->qhead->topology_version))
             break;
         ncalls++;
         nent += c->n;
@@ -462,6 +463,7 @@ static struct link_msg *msg_build(struct link_lane *ln, grpc_byte_buffer **out)
         }
     }
     Bloomgrid__V1__BatchRequest rq = BLOOMGRID__V1__BATCH_REQUEST__INIT;
+    rq.topology_version = ln->qhead->topology_version;
     for (size_t w = 0; w < nwire; w++) {
         Bloomgrid__V1__BatchEntry *be = &b->ent[w];
         const struct router_link_call *wc = b->wire_call[w];

@@ -2,13 +2,15 @@
  * terms.  router_rpc_nodes.c implements it over the internal service
  * (bloomgrid.v1.Internal); router_rpc.c calls it from the public handlers.
  *
- * Fan-out: a key batch is hashed once, split by shard, and the shards are
- * grouped by node: the hashes of all the shards of one node go to that
- * node's link (router_link.h) as one call, every node's at once, and are
- * collected; the link sends them on its batch stream together with the
- * calls of other clients.  Answers are put back in request order, and each
- * shard succeeds or fails on its own.  Catalog calls (create, drop,
- * describe, list) fan out one call per shard.
+ * Fan-out: a key batch is hashed once, split by shard, and each shard goes
+ * to copies of its group (docs/REPLICATION.md): a write to all N at once,
+ * acknowledged when W have it durable; a read to R copies (then one more
+ * for each that failed), "maybe" when any answering copy says so.  The
+ * entries of one node go to that node's link (router_link.h) as one call,
+ * every node's at once; the link sends them on its batch stream together
+ * with the calls of other clients.  Answers are put back in request order,
+ * and each shard reaches its quorum or fails on its own.  Catalog calls
+ * (create, drop, describe, list) fan out one call per shard and copy.
  *
  * Failures: every function returns 0 or -1 with a status (rpc_status.h:
  * code, reason, a message naming the shard(s) and node(s)) in *st.
@@ -36,10 +38,12 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
 enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
 
 /* Run one batch of n keys (keys[i] has lens[i] bytes) on filter.  out[i]
- * receives the answer of key i.  A write (Add, Remove) that fails on some
- * shard fails as a whole with UNAVAILABLE; the message names the failed
- * shard(s) and node(s) and lists the keys that were acknowledged anyway
- * (docs/ROUTER.md). */
+ * receives the answer of key i (ORed over the copies that answered).  A
+ * batch with a shard short of its quorum (fewer than W copies acknowledged
+ * a write, fewer than R answered a read) fails as a whole with UNAVAILABLE
+ * (or a copy's refusal passed on); the message names the shard(s), their
+ * group and the copies that failed, and for writes lists the keys that
+ * were acknowledged anyway (docs/ROUTER.md, docs/REPLICATION.md). */
 int router_keys(struct router *r, const char *filter, enum router_key_op op,
                 const uint8_t *const *keys, const uint32_t *lens, size_t n,
                 bool *out, struct rpc_status *st);
@@ -90,7 +94,7 @@ int router_drop_filter(struct router *r, const char *name, struct rpc_status *st
 int router_describe_filter(struct router *r, const char *name,
                            struct router_filter_desc *out, struct rpc_status *st);
 
-/* Every filter on the primaries, sorted by name.  Free with
+/* Every filter on the copies, sorted by name.  Free with
  * router_filter_desc_free on each, then free(*out). */
 int router_list_filters(struct router *r, struct router_filter_desc **out,
                         size_t *n, struct rpc_status *st);

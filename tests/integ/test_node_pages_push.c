@@ -9,9 +9,9 @@
  *                    FAILED_PRECONDITION) and grow the node's RSS by less
  *                    than 32 MiB; a stream past max_push_mb ends
  *                    RESOURCE_EXHAUSTED and applies nothing
- *   push_version     on a replica, a push with no page and source_version
- *                    2^62, or one refused part-way, claims nothing; a
- *                    complete push claims its version
+ *   push_version     a push with no page and source_version 2^62, or one
+ *                    refused part-way, changes nothing (the shard's
+ *                    version and bits stay); a complete push applies
  *   tombstone        a dropped filter's old pages, file and secret are
  *                    refused (FAILED_PRECONDITION "dropped") and it stays
  *                    absent, also after a restart; the name with a new
@@ -230,9 +230,9 @@ static void test_push_memory(void)
     node_stop(&n, SIGTERM);
 }
 
-/* The version a replica reports for shard 0 of filter (HashesResponse of
+/* The version the node reports for shard 0 of filter (HashesResponse of
  * a MayContainHashes of one hash). */
-static uint64_t replica_version(struct node_proc *np, const char *filter)
+static uint64_t shard_version(struct node_proc *np, const char *filter)
 {
     Bloomgrid__V1__HashesRequest rq = BLOOMGRID__V1__HASHES_REQUEST__INIT;
     Bloomgrid__V1__HashesResponse *resp = NULL;
@@ -255,30 +255,28 @@ static void test_push_version(void)
 {
     struct node_proc n;
     struct rpc_status st;
-    struct node_client_shard sh = {.shard_index = 0, .shard_count = 1,
-                                   .kind = 0, .capacity = 100000,
-                                   .error_rate = 0.01};
-    const char *const flags[] = {"--role", "replica", NULL};
+    struct node_client_shard sh;
     char fp[17];
 
-    memset(sh.secret, 0x5a, sizeof sh.secret);
-    start(&n, flags);
-    CHECK(node_client_create_shard(n.ch, "r", &sh, TIMEOUT_MS, &st) == 0,
-          "CreateShard: %s", st.message);
+    start(&n, NULL);
+    CHECK(t_create(n.ch, "r", 100000, 0.01, 0, &st) == 0, "create: %s",
+          st.message);
     struct bf *src = shard_like(&n, "r", &sh, fp);
-    CHECK(replica_version(&n, "r") == 0, "fresh replica claims a version");
+    uint64_t v0 = shard_version(&n, "r");
 
-    /* No page, a huge version: accepted, claims nothing. */
+    /* No page, a huge version: accepted, changes and claims nothing. */
     CHECK(node_client_push(n.ch, "r", 0, fp, UINT64_C(1) << 62, NULL, 0, NULL,
                            TIMEOUT_MS, &st) == 0, "empty push: %s", st.message);
-    uint64_t v = replica_version(&n, "r");
-    CHECK(v == 0, "an empty push claimed version %" PRIu64, v);
+    uint64_t v = shard_version(&n, "r");
+    CHECK(v == v0, "an empty push moved the version from %" PRIu64
+          " to %" PRIu64, v0, v);
 
-    /* A push refused part-way (a page outside the body): nothing. */
+    /* A push refused part-way (its last page outside the body): nothing
+     * of it is applied. */
     add_keys(src, "v", 1000);
     struct node_client_page *pg;
     size_t np = pages_of(src, &pg);
-    CHECK(np >= 1, "no page");
+    CHECK(np >= 2, "%zu pages", np);
     struct bf_layer_info li;
     bf_layer_info(src, 0, &li);
     struct node_client_page keep = pg[np - 1];
@@ -287,14 +285,21 @@ static void test_push_version(void)
                            TIMEOUT_MS, &st) < 0 &&
           st.code == GRPC_STATUS_INVALID_ARGUMENT, "bad page: %s", st.message);
     pg[np - 1] = keep;
-    v = replica_version(&n, "r");
-    CHECK(v == 0, "a refused push claimed version %" PRIu64, v);
+    v = shard_version(&n, "r");
+    CHECK(v == v0, "a refused push moved the version to %" PRIu64, v);
+    struct node_client_pull_end end;
+    CHECK(node_client_pull(n.ch, "r", 0, 0, 0, NULL, NULL, &end, TIMEOUT_MS,
+                           &st) == 0, "pull: %s", st.message);
+    CHECK(end.pages == 0, "%" PRIu64 " pages of a refused push applied",
+          end.pages);
 
-    /* A complete push claims the version its pages cover. */
+    /* A complete push applies, once. */
     CHECK(node_client_push(n.ch, "r", 0, fp, 7, pg, np, NULL, TIMEOUT_MS,
                            &st) == 0, "push: %s", st.message);
-    v = replica_version(&n, "r");
-    CHECK(v == 7, "version %" PRIu64 " after a push of 7", v);
+    CHECK(shard_version(&n, "r") > v0, "a complete push left the version");
+    char **k = keys_make("v", 0, 1000);
+    CHECK(keys_present(n.ch, "r", k, 1000, NULL) == 1000, "pushed keys missing");
+    keys_free(k, 1000);
     free(pg);
     bf_destroy(src);
     node_stop(&n, SIGTERM);

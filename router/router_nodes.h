@@ -4,10 +4,11 @@
  *
  * Fan-out: a key batch is hashed once, split by shard, and the shards are
  * grouped by node: the hashes of all the shards of one node go to that
- * node's link (router_link.h) as one call, every node's at once, and are
- * collected; the link sends them on its batch stream together with the
- * calls of other clients.  Answers are put back in request order, and each
- * shard succeeds or fails on its own.  Catalog calls (create, drop,
+ * node's link (router_link.h) as one call, every node's at once, without
+ * waiting; the link sends them on its batch stream together with the calls
+ * of other clients, and the batch is answered when the last node's answer
+ * is in.  Answers are put back in request order, and each shard succeeds
+ * or fails on its own.  Catalog calls (create, drop,
  * describe, list) fan out one call per shard.
  *
  * Failures: every function returns 0 or -1 with a status (rpc_status.h:
@@ -35,14 +36,28 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
 
 enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
 
-/* Run one batch of n keys (keys[i] has lens[i] bytes) on filter.  out[i]
- * receives the answer of key i.  A write (Add, Remove) that fails on some
- * shard fails as a whole with UNAVAILABLE; the message names the failed
- * shard(s) and node(s) and lists the keys that were acknowledged anyway
- * (docs/ROUTER.md). */
-int router_keys(struct router *r, const char *filter, enum router_key_op op,
-                const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                bool *out, struct rpc_status *st);
+/* The answer of a key batch: rc 0 with out filled, or -1 with st. */
+typedef void (*router_keys_fn)(void *arg, int rc, const struct rpc_status *st);
+
+/* Start one batch of n keys (keys[i] has lens[i] bytes) on filter and
+ * return without waiting for the nodes; done(arg, rc, st) runs exactly once
+ * with out[i] the answer of key i.  keys, lens and out stay the caller's
+ * and must stay valid until done runs (nothing of them is used after).
+ *
+ * Threads: the filter's lookup (a fetch from shard 0 when it is not
+ * cached) runs on the calling thread, which may block for it.  done runs
+ * on the calling thread before router_keys_start returns when the batch
+ * ends at once (no keys, an unknown filter, no memory), else on the link
+ * thread of the node that answered last, or on one of the router's pool
+ * threads when a shard needs a replica read or the filter a new secret
+ * (router_pool.h).  done must not block.
+ *
+ * A write (Add, Remove) that fails on some shard fails as a whole with
+ * UNAVAILABLE; the message names the failed shard(s) and node(s) and lists
+ * the keys that were acknowledged anyway (docs/ROUTER.md). */
+void router_keys_start(struct router *r, const char *filter, enum router_key_op op,
+                       const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                       bool *out, router_keys_fn done, void *arg);
 
 /* One shard as a node describes it. */
 struct router_shard_desc {

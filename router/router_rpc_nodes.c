@@ -21,6 +21,7 @@
 #include "log.h"
 #include "router_link.h"
 #include "router_nodes.h"
+#include "router_pool.h"
 #include "router_rpc.h"
 #include "rpc_client.h"
 
@@ -151,18 +152,13 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
 }
 /* ---- key batches ---- */
 
-/* A thread's buffers for one batch, kept between batches. */
+/* A thread's buffers for starting a batch, kept between batches. */
 struct scratch {
     struct bf_hash *h;          /* per key, request order */
     uint32_t *shard;            /* per key */
-    struct bf_hash *hs;         /* by shard: shard s at [start[s], +count[s]) */
-    uint32_t *idx;              /* by shard: the key's index in the request */
-    bool *outs;                 /* by shard: the answers */
-    size_t cap;                 /* of the five above */
-    struct router_link_entry *ent;   /* per used shard, grouped by call */
-    struct router_link_call *calls;  /* per node */
+    size_t cap;                 /* of the two above */
     uint32_t *call_of_group;    /* per topology group */
-    size_t ecap, gcap;
+    size_t gcap;
     uint32_t count[ROUTER_MAX_SHARDS + 1], start[ROUTER_MAX_SHARDS + 1];
 };
 
@@ -175,11 +171,6 @@ static void scratch_free(void *p)
     struct scratch *s = p;
     free(s->h);
     free(s->shard);
-    free(s->hs);
-    free(s->idx);
-    free(s->outs);
-    free(s->ent);
-    free(s->calls);
     free(s->call_of_group);
     free(s);
 }
@@ -200,9 +191,9 @@ static bool grow(void *pp, size_t n, size_t size)
     return true;
 }
 
-/* The calling thread's scratch for n keys, nused shards (entries) and
- * ngroups groups, or NULL when out of memory. */
-static struct scratch *scratch_get(size_t n, size_t nused, size_t ngroups)
+/* The calling thread's scratch for n keys and ngroups groups, or NULL when
+ * out of memory. */
+static struct scratch *scratch_get(size_t n, size_t ngroups)
 {
     pthread_once(&scratch_once, scratch_key_init);
     struct scratch *s = pthread_getspecific(scratch_key);
@@ -217,17 +208,9 @@ static struct scratch *scratch_get(size_t n, size_t nused, size_t ngroups)
         size_t cap = s->cap ? s->cap : 4096;
         while (cap < n)
             cap *= 2;
-        if (!grow(&s->h, cap, sizeof *s->h) || !grow(&s->shard, cap, sizeof *s->shard) ||
-            !grow(&s->hs, cap, sizeof *s->hs) || !grow(&s->idx, cap, sizeof *s->idx) ||
-            !grow(&s->outs, cap, sizeof *s->outs))
+        if (!grow(&s->h, cap, sizeof *s->h) || !grow(&s->shard, cap, sizeof *s->shard))
             return NULL;
         s->cap = cap;
-    }
-    if (nused > s->ecap) {
-        if (!grow(&s->ent, nused, sizeof *s->ent) ||
-            !grow(&s->calls, nused, sizeof *s->calls))
-            return NULL;
-        s->ecap = nused;
     }
     if (ngroups > s->gcap) {
         if (!grow(&s->call_of_group, ngroups, sizeof *s->call_of_group))
@@ -235,6 +218,64 @@ static struct scratch *scratch_get(size_t n, size_t nused, size_t ngroups)
         s->gcap = ngroups;
     }
     return s;
+}
+
+/* A batch in flight.  It owns the hashes and answer slots lent to the
+ * links, so it lives (refs) until every link call has ended, which may be
+ * after its caller was answered (done): the caller's keys and out are used
+ * only until then.  References: the starter's while it submits, and one per
+ * link set. */
+struct key_batch {
+    atomic_int refs;
+    atomic_size_t pending;      /* link sets not ended */
+    struct router *r;
+    struct topo *t;
+    struct router_filter *f;
+    enum router_key_op op;
+    bool retried;               /* the second attempt, after a new secret */
+    char filter[ROUTER_NAME_MAX + 1];
+    const uint8_t *const *keys; /* the caller's, until done */
+    const uint32_t *lens;
+    size_t n;
+    bool *out;
+    router_keys_fn done;
+    void *arg;
+    uint32_t nused;             /* entries (shards asked) */
+    size_t ncalls;
+    uint32_t *shard;            /* per key */
+    struct bf_hash *hs;         /* by shard: each shard's hashes contiguous */
+    uint32_t *idx;              /* by shard: the key's index in the request */
+    bool *outs;                 /* by shard: the answers */
+    struct router_link_entry *ent;   /* per used shard, grouped by call */
+    struct router_link_call *calls;  /* per node */
+};
+
+/* A batch for n keys and nused entries (one allocation), or NULL. */
+static struct key_batch *batch_alloc(size_t n, uint32_t nused)
+{
+    size_t sz = sizeof(struct key_batch) + nused * sizeof(struct router_link_entry) +
+                nused * sizeof(struct router_link_call) + n * sizeof(struct bf_hash) +
+                n * 2 * sizeof(uint32_t) + n * sizeof(bool);
+    struct key_batch *b = calloc(1, sz);
+    if (!b)
+        return NULL;
+    b->ent = (struct router_link_entry *)(b + 1);
+    b->calls = (struct router_link_call *)(b->ent + nused);
+    b->hs = (struct bf_hash *)(b->calls + nused);
+    b->shard = (uint32_t *)(b->hs + n);
+    b->idx = b->shard + n;
+    b->outs = (bool *)(b->idx + n);
+    b->nused = nused;
+    return b;
+}
+
+static void batch_unref(struct key_batch *b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) != 1)
+        return;
+    router_filter_unref(b->f);
+    topo_unref(b->t);
+    free(b);
 }
 
 static enum router_link_op link_op(enum router_key_op op)
@@ -364,11 +405,12 @@ static void batch_failure(struct rpc_status *st, enum router_key_op op,
     }
     st->code = code;
 }
-/* Sort the hashed keys by shard (sc->hs, sc->idx) and build one call per
+/* Sort the hashed keys by shard (b->hs, b->idx) and build one call per
  * node of the shards that take part: entries in shard order, grouped by
  * call.  Returns the number of calls, or -ENOMEM. */
 static int batch_calls(struct router *r, const struct topo *t, struct router_filter *f,
-                       struct scratch *sc, enum router_key_op op, size_t n, bool ask0)
+                       struct scratch *sc, struct key_batch *b, enum router_key_op op,
+                       size_t n, bool ask0)
 {
     uint32_t S = f->shards;
     uint32_t fill[ROUTER_MAX_SHARDS];
@@ -378,8 +420,8 @@ static int batch_calls(struct router *r, const struct topo *t, struct router_fil
     for (size_t i = 0; i < n; i++) {
         uint32_t s = sc->shard[i];
         size_t at = sc->start[s] + fill[s]++;
-        sc->hs[at] = sc->h[i];
-        sc->idx[at] = (uint32_t)i;
+        b->hs[at] = sc->h[i];
+        b->idx[at] = (uint32_t)i;
     }
     for (unsigned g = 0; g < t->ngroups; g++)
         sc->call_of_group[g] = UINT32_MAX;
@@ -393,14 +435,14 @@ static int batch_calls(struct router *r, const struct topo *t, struct router_fil
         if (sc->call_of_group[g] == UINT32_MAX) {
             const char *a = t->groups[g].primary;
             uint32_t c = 0;
-            while (c < ncalls && strcmp(router_link_addr(sc->calls[c].link), a) != 0)
+            while (c < ncalls && strcmp(router_link_addr(b->calls[c].link), a) != 0)
                 c++;
             if (c == ncalls) {
                 struct router_link *l = router_node_link(r, a);
                 if (!l)
                     return -ENOMEM;
-                memset(&sc->calls[c], 0, sizeof sc->calls[c]);
-                sc->calls[c].link = l;
+                memset(&b->calls[c], 0, sizeof b->calls[c]);
+                b->calls[c].link = l;
                 ncall_ent[c] = 0;
                 ncalls++;
             }
@@ -409,93 +451,63 @@ static int batch_calls(struct router *r, const struct topo *t, struct router_fil
         ncall_ent[sc->call_of_group[g]]++;
     }
     for (size_t c = 0, first = 0; c < ncalls; c++) {
-        struct router_link_call *lc = &sc->calls[c];
-        lc->filter = f->name;
+        struct router_link_call *lc = &b->calls[c];
+        lc->filter = b->filter;
         lc->secret_id = f->secret_id;
         lc->op = link_op(op);
-        lc->e = sc->ent + first;
+        lc->e = b->ent + first;
         lc->n = 0;
         first += ncall_ent[c];
     }
     for (uint32_t s = 0; s < S; s++) {
         if (!sc->count[s] && !(ask0 && s == 0))
             continue;
-        struct router_link_call *lc = &sc->calls[sc->call_of_group[f->group[s]]];
+        struct router_link_call *lc = &b->calls[sc->call_of_group[f->group[s]]];
         struct router_link_entry *e = &lc->e[lc->n++];
         memset(&e->st, 0, sizeof e->st);
         e->shard = s;
-        e->h = sc->hs + sc->start[s];
+        e->h = b->hs + sc->start[s];
         e->n = sc->count[s];
-        e->out = sc->outs + sc->start[s];
+        e->out = b->outs + sc->start[s];
         e->version = 0;
     }
     return (int)ncalls;
 }
 
-/* One attempt at a key batch; *stale is set when a node says the cached
- * secret is no longer the filter's. */
-static int keys_once(struct router *r, const char *filter, enum router_key_op op,
-                     const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                     bool *out, struct rpc_status *st, bool *stale)
+/* The outcome of a batch whose calls have ended: answers into the caller's
+ * out, or -1 with st.  slow: this thread may block (a pool thread), so a
+ * failed read may be tried on the replicas; *stale is set when a node says
+ * the cached secret is no longer the filter's. */
+static int batch_outcome(struct key_batch *b, bool slow, struct rpc_status *st,
+                         bool *stale)
 {
-    struct topo *t = router_topo(r);
-    struct shard_fail *fails = NULL;
-    bool *failed_shard = NULL;
-    size_t nfail = 0;
-    uint32_t nused = 0;
-    bool ask0 = false;
+    struct router *r = b->r;
+    struct topo *t = b->t;
+    struct router_filter *f = b->f;
+    enum router_key_op op = b->op;
+    const char *filter = b->filter;
+    uint32_t nused = b->nused;
+    size_t n = b->n, nfail = 0;
+    struct shard_fail *fails = calloc(nused, sizeof *fails);
+    bool *failed_shard = calloc(f->shards, sizeof *failed_shard);
     int rc = -1;
 
-    struct router_filter *f = router_filter_lookup(r, t, filter, st);
-    if (!f)
-        goto out;
-    uint32_t S = f->shards;
-    struct scratch *sc = scratch_get(n, S, t->ngroups);
-    if (!sc) {
+    if (!fails || !failed_shard) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    /* Hash once, count per shard. */
-    memset(sc->count, 0, (S + 1) * sizeof sc->count[0]);
-    for (size_t i = 0; i < n; i++) {
-        sc->h[i] = bf_hash_key(f->hasher, keys[i], lens[i]);
-        sc->shard[i] = bf_hash_shard(sc->h[i], S);
-        sc->count[sc->shard[i]]++;
-    }
-    for (uint32_t s = 0, off = 0; s < S; s++) {
-        sc->start[s] = off;
-        off += sc->count[s];
-        nused += sc->count[s] > 0;
-    }
-    if (nused == 0 && op == ROUTER_REMOVE) {
-        /* No keys: shard 0 still answers whether the filter takes a
-         * Remove, as a node's Remove of no keys does. */
-        ask0 = true;
-        nused = 1;
-    }
-    if (nused == 0) {
-        rc = 0;
-        goto out;
-    }
-    fails = calloc(nused, sizeof *fails);
-    failed_shard = calloc(S, sizeof *failed_shard);
-    int ncalls = fails && failed_shard ? batch_calls(r, t, f, sc, op, n, ask0) : -ENOMEM;
-    if (ncalls < 0) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    router_link_run(sc->calls, (size_t)ncalls, (int)r->cfg.node_timeout_ms);
     for (uint32_t k = 0; k < nused; k++) {
-        struct router_link_entry *e = &sc->ent[k];
+        struct router_link_entry *e = &b->ent[k];
         uint32_t s = e->shard;
         bool ok = e->st.code == GRPC_STATUS_OK;
         if (ok)
             router_filter_saw_version(f, s, e->version);
-        else if (op == ROUTER_MAY_CONTAIN && router_node_down(e->st.code))
+        else if (slow && op == ROUTER_MAY_CONTAIN && router_node_down(e->st.code))
             ok = read_from_replica(r, t, f, s, e);
         if (ok) {
+            size_t first = (size_t)(e->out - b->outs);
             for (uint32_t i = 0; i < e->n; i++)
-                out[sc->idx[sc->start[s] + i]] = e->out[i];
+                b->out[b->idx[first + i]] = e->out[i];
             continue;
         }
         struct shard_fail *sf = &fails[nfail++];
@@ -539,28 +551,174 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
         rpc_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", filter);
         goto out;
     }
-    batch_failure(st, op, filter, fails, nfail, failed_shard, sc->shard, n);
+    batch_failure(st, op, filter, fails, nfail, failed_shard, b->shard, n);
     log_warn("%s", st->message);
 out:
     free(fails);
     free(failed_shard);
-    router_filter_unref(f);
-    topo_unref(t);
     return rc;
 }
 
-int router_keys(struct router *r, const char *filter, enum router_key_op op,
-                const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                bool *out, struct rpc_status *st)
+static void keys_start(struct router *r, const char *filter, enum router_key_op op,
+                       const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                       bool *out, router_keys_fn done, void *arg, bool retried);
+
+/* Answer the caller of b, or start the second attempt after a new secret
+ * (slow: on a pool thread). */
+static void batch_end(struct key_batch *b, bool slow)
 {
+    struct rpc_status st = {.code = GRPC_STATUS_OK};
     bool stale = false;
-    int rc = keys_once(r, filter, op, keys, lens, n, out, st, &stale);
-    if (rc < 0 && stale) {
+    int rc = batch_outcome(b, slow, &st, &stale);
+    if (rc < 0 && stale && !b->retried && slow) {
         /* The filter was re-created elsewhere: nothing was applied with the
          * old secret; fetch the new one and run the batch again. */
-        log_info("filter %s has a new secret; fetching it", filter);
-        stale = false;
-        rc = keys_once(r, filter, op, keys, lens, n, out, st, &stale);
+        log_info("filter %s has a new secret; fetching it", b->filter);
+        keys_start(b->r, b->filter, b->op, b->keys, b->lens, b->n, b->out, b->done,
+                   b->arg, true);
+        return;
     }
-    return rc;
+    b->done(b->arg, rc, &st);
+}
+
+static void batch_slow(void *arg)
+{
+    struct key_batch *b = arg;
+    batch_end(b, true);
+    batch_unref(b);
+}
+
+/* Does the outcome need a blocking step (a new secret, a replica read)? */
+static bool batch_needs_slow(const struct key_batch *b)
+{
+    for (uint32_t k = 0; k < b->nused; k++) {
+        const struct router_link_entry *e = &b->ent[k];
+        if (e->st.code == GRPC_STATUS_OK)
+            continue;
+        if (e->st.reason == RPC_REASON_SECRET_MISMATCH && !b->retried)
+            return true;
+        if (b->op == ROUTER_MAY_CONTAIN && router_node_down(e->st.code))
+            return true;
+    }
+    return false;
+}
+
+/* Every link call of b has ended (usually on a link's thread, which must
+ * not block): answer, or hand the slow part to the router's pool. */
+static void batch_complete(struct key_batch *b)
+{
+    if (!batch_needs_slow(b)) {
+        batch_end(b, false);
+        return;
+    }
+    atomic_fetch_add(&b->refs, 1);
+    int rc = router_pool_push(b->r->pool, batch_slow, b);
+    if (rc == 0)
+        return;
+    atomic_fetch_sub(&b->refs, 1);   /* the link set's reference remains */
+    struct rpc_status st;
+    if (rc == -ECANCELED)
+        rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the router "
+                       "is shutting down", op_names[b->op], b->filter);
+    else
+        rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": a shard "
+                       "needs a replica read or a new secret, and the router's queue "
+                       "for them is full (%d waiting); retry shortly", op_names[b->op],
+                       b->filter, ROUTER_POOL_QUEUE);
+    b->done(b->arg, -1, &st);
+}
+
+/* One link set (one node's call) of b ended. */
+static void batch_set_done(void *arg)
+{
+    struct key_batch *b = arg;
+    if (atomic_fetch_sub(&b->pending, 1) == 1)
+        batch_complete(b);
+    batch_unref(b);
+}
+
+static void keys_start(struct router *r, const char *filter, enum router_key_op op,
+                       const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                       bool *out, router_keys_fn done, void *arg, bool retried)
+{
+    struct topo *t = router_topo(r);
+    struct key_batch *b = NULL;
+    struct rpc_status st = {.code = GRPC_STATUS_OK};
+    uint32_t nused = 0;
+    bool ask0 = false;
+
+    struct router_filter *f = router_filter_lookup(r, t, filter, &st);
+    if (!f)
+        goto fail;
+    uint32_t S = f->shards;
+    struct scratch *sc = scratch_get(n, t->ngroups);
+    if (!sc) {
+        rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto fail;
+    }
+    /* Hash once, count per shard. */
+    memset(sc->count, 0, (S + 1) * sizeof sc->count[0]);
+    for (size_t i = 0; i < n; i++) {
+        sc->h[i] = bf_hash_key(f->hasher, keys[i], lens[i]);
+        sc->shard[i] = bf_hash_shard(sc->h[i], S);
+        sc->count[sc->shard[i]]++;
+    }
+    for (uint32_t s = 0, off = 0; s < S; s++) {
+        sc->start[s] = off;
+        off += sc->count[s];
+        nused += sc->count[s] > 0;
+    }
+    if (nused == 0 && op == ROUTER_REMOVE) {
+        /* No keys: shard 0 still answers whether the filter takes a
+         * Remove, as a node's Remove of no keys does. */
+        ask0 = true;
+        nused = 1;
+    }
+    if (nused == 0) {
+        router_filter_unref(f);
+        topo_unref(t);
+        done(arg, 0, &st);
+        return;
+    }
+    b = batch_alloc(n, nused);
+    int ncalls = b ? batch_calls(r, t, f, sc, b, op, n, ask0) : -ENOMEM;
+    if (ncalls < 0) {
+        rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto fail;
+    }
+    memcpy(b->shard, sc->shard, n * sizeof *b->shard);
+    snprintf(b->filter, sizeof b->filter, "%s", filter);
+    b->r = r;
+    b->t = t;
+    b->f = f;
+    b->op = op;
+    b->retried = retried;
+    b->keys = keys;
+    b->lens = lens;
+    b->n = n;
+    b->out = out;
+    b->done = done;
+    b->arg = arg;
+    b->ncalls = (size_t)ncalls;
+    atomic_init(&b->refs, 1 + ncalls);
+    atomic_init(&b->pending, (size_t)ncalls);
+    /* One set per node, so that each node's outcome is known on its own
+     * (what a write quorum over copies will count). */
+    for (int c = 0; c < ncalls; c++)
+        router_link_submit(&b->calls[c], 1, (int)r->cfg.node_timeout_ms,
+                           batch_set_done, b);
+    batch_unref(b);
+    return;
+fail:
+    free(b);
+    router_filter_unref(f);
+    topo_unref(t);
+    done(arg, -1, &st);
+}
+
+void router_keys_start(struct router *r, const char *filter, enum router_key_op op,
+                       const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                       bool *out, router_keys_fn done, void *arg)
+{
+    keys_start(r, filter, op, keys, lens, n, out, done, arg, false);
 }

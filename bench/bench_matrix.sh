@@ -212,11 +212,11 @@ start_node() {  # dir durability
 start_router() {  # name durability
   local d=$ST/$1 i pids=
   mkdir -p "$d"
-  : >"$d/topology.ini"
+  echo "version = 1" >"$d/topology.ini"
   for i in $(seq 1 "$NODES"); do
     start_node "$d/node$i" "$2"
     pids="$pids $LAST_PID"
-    printf '[group node%d]\nprimary = %s\n\n' "$i" "$LAST_ADDR" >>"$d/topology.ini"
+    printf '[group node%d]\ncopies = %s\n\n' "$i" "$LAST_ADDR" >>"$d/topology.ini"
   done
   # shellcheck disable=SC2086
   start_server "router $1" "$d/router" "$ROUTER_BIN" --listen 127.0.0.1:0 \

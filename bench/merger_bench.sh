@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Merger benchmark on a loopback cluster: one datacenter of 2 groups (a
-# primary and a read replica each) behind a router, a filter of 8 shards, and
-# bloomgrid-merger rounds (--once):
+# Merger benchmark on a loopback cluster: one datacenter of 2 groups behind a
+# router that writes to one node of each ("p"), while the merger's topology
+# lists a second copy of each ("r") that only the merger fills, a filter of
+# 8 shards, and bloomgrid-merger rounds (--once):
 #   1. bytes shipped per round as a function of the keys added since the
 #      previous round (pulled from the primaries, pushed to the replicas and
 #      primaries), beside the filter's size;
@@ -45,13 +46,15 @@ start() {   # TAG BIN ARGS...: sets ADDR
 
 for g in 0 1; do
   start p$g "$NODE" --data-dir "$TMP/p$g" --durability "$DUR"; P[$g]=$ADDR
-  start r$g "$NODE" --data-dir "$TMP/r$g" --durability "$DUR" --role replica; R[$g]=$ADDR
+  start r$g "$NODE" --data-dir "$TMP/r$g" --durability "$DUR"; R[$g]=$ADDR
 done
-printf '[group g0]\nprimary = %s\nreplica = %s\n[group g1]\nprimary = %s\nreplica = %s\n' \
-  "${P[0]}" "${R[0]}" "${P[1]}" "${R[1]}" > "$TMP/topo.ini"
+printf 'version = 1\n[group g0]\ncopies = %s\n[group g1]\ncopies = %s\n' \
+  "${P[0]}" "${P[1]}" > "$TMP/topo.ini"
+printf 'version = 1\n[group g0]\ncopies = %s %s\n[group g1]\ncopies = %s %s\n' \
+  "${P[0]}" "${R[0]}" "${P[1]}" "${R[1]}" > "$TMP/topo-merger.ini"
 start router "$ROUTER" --topology "$TMP/topo.ini"; RT=$ADDR
 "$BG" --server "$RT" create f -n "$CAP" -p 0.01 --shards 8 >/dev/null
-printf '[filter f]\ndatacenter = dc1 %s\n' "$TMP/topo.ini" > "$TMP/sources.ini"
+printf '[filter f]\ndatacenter = dc1 %s\n' "$TMP/topo-merger.ini" > "$TMP/sources.ini"
 printf '[merger]\nlisten = 127.0.0.1:0\nstate_dir = %s\nsources = %s\ninterval_s = 1\n' \
   "$TMP/state" "$TMP/sources.ini" > "$TMP/merger.ini"
 once() { "$MERGER" --config "$TMP/merger.ini" --once 2>>"$TMP/merger.log" | head -1; }

@@ -35,12 +35,28 @@ struct reader {
     char section[256];         /* its text between the brackets, uncut */
 };
 
+/* A quorum as the file sets it: 0 when not set, with the line that did. */
+struct quorum_set {
+    unsigned w, r;
+    int wline, rline;
+};
+
+/* What parsing keeps per group besides the group itself. */
+struct group_parse {
+    int section;               /* which header (rd.sections) opened it */
+    struct quorum_set q;       /* as its section set them */
+    int copies_line;           /* line of its copies (0: none) */
+};
+
 struct parse_ctx {
     struct reader rd;
     const char *origin;
     struct topo_group *groups;
-    int *group_section;        /* which header (rd.sections) opened each group */
+    struct group_parse *gp;    /* per group */
     unsigned ngroups, cap;
+    struct quorum_set dflt;    /* set before the first section */
+    uint64_t version;
+    int version_line;
     char err[TOPO_ERRLEN];
     bool failed;
 };
@@ -111,15 +127,13 @@ int topo_addr_check(const char *addr)
     return rules_addr_check("address", addr, false, NULL);
 }
 
-/* Is addr already used by any group (as primary or replica)? */
+/* Is addr already a copy of any group? */
 static const char *addr_owner(const struct parse_ctx *x, const char *addr)
 {
     for (unsigned i = 0; i < x->ngroups; i++) {
         const struct topo_group *g = &x->groups[i];
-        if (strcmp(g->primary, addr) == 0)
-            return g->name;
-        for (unsigned r = 0; r < g->nreplicas; r++)
-            if (strcmp(g->replicas[r], addr) == 0)
+        for (unsigned c = 0; c < g->ncopies; c++)
+            if (strcmp(g->copies[c], addr) == 0)
                 return g->name;
     }
     return NULL;
@@ -131,7 +145,7 @@ static struct topo_group *group_get(struct parse_ctx *x, const char *name)
     for (unsigned i = 0; i < x->ngroups; i++) {
         if (strcmp(x->groups[i].name, name) != 0)
             continue;
-        if (x->group_section[i] != x->rd.sections) {
+        if (x->gp[i].section != x->rd.sections) {
             fail(x, x->rd.section_line,
                  "group \"%s\" is defined twice (first at line %d)", name,
                  x->groups[i].line);
@@ -154,10 +168,10 @@ static struct topo_group *group_get(struct parse_ctx *x, const char *name)
         struct topo_group *g = realloc(x->groups, cap * sizeof *g);
         if (g)
             x->groups = g;
-        int *gs = realloc(x->group_section, cap * sizeof *gs);
-        if (gs)
-            x->group_section = gs;
-        if (!g || !gs) {
+        struct group_parse *gp = realloc(x->gp, cap * sizeof *gp);
+        if (gp)
+            x->gp = gp;
+        if (!g || !gp) {
             fail(x, line, "out of memory");
             return NULL;
         }
@@ -167,27 +181,115 @@ static struct topo_group *group_get(struct parse_ctx *x, const char *name)
     memset(g, 0, sizeof *g);
     snprintf(g->name, sizeof g->name, "%s", name);
     g->line = x->rd.section_line;
-    x->group_section[x->ngroups] = x->rd.sections;
+    x->gp[x->ngroups] = (struct group_parse){.section = x->rd.sections};
     x->ngroups++;
     return g;
 }
 
-static bool set_addr(struct parse_ctx *x, struct topo_group *g, const char *key,
-                     const char *value, char *dst)
+/* Add one copy address to g. */
+static bool add_copy(struct parse_ctx *x, struct topo_group *g, const char *value)
 {
     int line = x->rd.line;
     const char *owner;
     char why[RULES_ERRLEN];
     if (strlen(value) > TOPO_ADDR_MAX)
-        return fail(x, line, "group %s: %s \"%.40s...\" is longer than %d "
-                    "characters", g->name, key, value, TOPO_ADDR_MAX);
-    if (rules_addr_check(key, value, false, why) < 0)
+        return fail(x, line, "group %s: copy \"%.40s...\" is longer than %d "
+                    "characters", g->name, value, TOPO_ADDR_MAX);
+    if (rules_addr_check("copy", value, false, why) < 0)
         return fail(x, line, "group %s: %s", g->name, why);
     if ((owner = addr_owner(x, value)) != NULL)
         return fail(x, line, "node %s is listed twice (already in group %s)",
                     value, owner);
-    snprintf(dst, TOPO_ADDR_MAX + 1, "%s", value);
+    if (g->ncopies >= TOPO_MAX_COPIES)
+        return fail(x, line, "group %s has more than %d copies", g->name,
+                    TOPO_MAX_COPIES);
+    snprintf(g->copies[g->ncopies++], TOPO_ADDR_MAX + 1, "%s", value);
     return true;
+}
+
+/* "copies = A B ...": space-separated addresses. */
+static bool set_copies(struct parse_ctx *x, struct topo_group *g, const char *value)
+{
+    char addr[TOPO_ADDR_MAX + 2];
+    const char *p = value;
+    while (*p) {
+        p += strspn(p, " \t");
+        size_t len = strcspn(p, " \t");
+        if (!len)
+            break;
+        if (len >= sizeof addr)
+            return fail(x, x->rd.line, "group %s: copy \"%.40s...\" is longer "
+                        "than %d characters", g->name, p, TOPO_ADDR_MAX);
+        memcpy(addr, p, len);
+        addr[len] = 0;
+        if (!add_copy(x, g, addr))
+            return false;
+        p += len;
+    }
+    if (g->ncopies == 0)
+        return fail(x, x->rd.line, "group %s: copies lists no address (expected "
+                    "copies = HOST:PORT HOST:PORT ...)", g->name);
+    return true;
+}
+
+/* A decimal number in [lo, hi] with nothing else. */
+static bool parse_num(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    uint64_t n = 0;
+    if (!*v)
+        return false;
+    for (const char *p = v; *p; p++) {
+        if (*p < '0' || *p > '9' || n > (UINT64_MAX - 9) / 10)
+            return false;
+        n = n * 10 + (uint64_t)(*p - '0');
+    }
+    if (n < lo || n > hi)
+        return false;
+    *out = n;
+    return true;
+}
+
+/* write_quorum / read_quorum into q (global defaults or a group's). */
+static bool set_quorum(struct parse_ctx *x, struct quorum_set *q, const char *name,
+                       const char *value)
+{
+    uint64_t n;
+    if (!parse_num(value, 1, TOPO_MAX_COPIES, &n))
+        return fail(x, x->rd.line, "%s \"%s\" must be a number from 1 to %d",
+                    name, value, TOPO_MAX_COPIES);
+    if (name[0] == 'w') {
+        q->w = (unsigned)n;
+        q->wline = x->rd.line;
+    } else {
+        q->r = (unsigned)n;
+        q->rline = x->rd.line;
+    }
+    return true;
+}
+
+static bool is_quorum(const char *name)
+{
+    return strcmp(name, "write_quorum") == 0 || strcmp(name, "read_quorum") == 0;
+}
+
+/* An entry before the first section: version and the quorum defaults. */
+static int on_global(struct parse_ctx *x, const char *name, const char *value)
+{
+    int line = x->rd.line;
+    if (strcmp(name, "version") == 0) {
+        if (x->version_line)
+            return fail(x, line, "version is set twice (first at line %d)",
+                        x->version_line);
+        if (!parse_num(value, 1, (uint64_t)1 << 63, &x->version))
+            return fail(x, line, "version \"%s\" must be a number from 1 to "
+                        "2^63", value);
+        x->version_line = line;
+        return 1;
+    }
+    if (is_quorum(name))
+        return set_quorum(x, &x->dflt, name, value);
+    return fail(x, line, "unknown setting \"%s\" before the first [group] "
+                "(expected version, write_quorum or read_quorum)", name);
 }
 
 static int on_entry(void *user, const char *section, const char *name,
@@ -198,6 +300,8 @@ static int on_entry(void *user, const char *section, const char *name,
 
     if (x->failed)
         return 0;
+    if (!section[0] && name)
+        return on_global(x, name, value);
     if (strncmp(section, "group ", 6) != 0)
         return fail(x, x->rd.section_line,
                     "unknown section [%s] (expected [group NAME])", section);
@@ -218,20 +322,21 @@ static int on_entry(void *user, const char *section, const char *name,
         return 0;
     if (!name)   /* a new section with no entry yet */
         return 1;
-    if (strcmp(name, "primary") == 0) {
-        if (g->primary[0])
-            return fail(x, line, "group %s has a second primary", g->name);
-        return set_addr(x, g, name, value, g->primary);
+    unsigned gi = (unsigned)(g - x->groups);
+    if (strcmp(name, "copies") == 0) {
+        if (x->gp[gi].copies_line)
+            return fail(x, line, "group %s has a second copies line (first at "
+                        "line %d): list every copy on one line", g->name,
+                        x->gp[gi].copies_line);
+        x->gp[gi].copies_line = line;
+        return set_copies(x, g, value);
     }
-    if (strcmp(name, "replica") == 0) {
-        if (g->nreplicas >= TOPO_MAX_REPLICAS)
-            return fail(x, line, "group %s has more than %d replicas", g->name,
-                        TOPO_MAX_REPLICAS);
-        if (!set_addr(x, g, name, value, g->replicas[g->nreplicas]))
-            return 0;
-        g->nreplicas++;
-        return 1;
-    }
+    if (strcmp(name, "primary") == 0 || strcmp(name, "replica") == 0)
+        return fail(x, line, "group %s: \"%s\" is gone: a group is a list of "
+                    "equal copies, written copies = HOST:PORT HOST:PORT ... "
+                    "(docs/TOPOLOGY.md)", g->name, name);
+    if (is_quorum(name))
+        return set_quorum(x, &x->gp[gi].q, name, value);
     if (strcmp(name, "datacenter") == 0) {
         if (!name_ok(value, TOPO_NAME_MAX))
             return fail(x, line, "datacenter \"%s\" must be 1..%d characters of "
@@ -239,8 +344,37 @@ static int on_entry(void *user, const char *section, const char *name,
         snprintf(g->datacenter, sizeof g->datacenter, "%s", value);
         return 1;
     }
-    return fail(x, line, "unknown setting \"%s\" in group %s (expected primary, "
-                "replica or datacenter)", name, g->name);
+    if (strcmp(name, "version") == 0)
+        return fail(x, line, "version belongs before the first [group] section");
+    return fail(x, line, "unknown setting \"%s\" in group %s (expected copies, "
+                "write_quorum, read_quorum or datacenter)", name, g->name);
+}
+
+/* Resolve group i's W and R (its own, the file's defaults, or majority and
+ * N - W + 1) and check them. */
+static bool quorums_resolve(struct parse_ctx *x, unsigned i)
+{
+    struct topo_group *g = &x->groups[i];
+    const struct quorum_set *q = &x->gp[i].q;
+    unsigned N = g->ncopies;
+    unsigned w = q->w ? q->w : x->dflt.w ? x->dflt.w : N / 2 + 1;
+    int wline = q->w ? q->wline : x->dflt.w ? x->dflt.wline : g->line;
+    unsigned r = q->r ? q->r : x->dflt.r ? x->dflt.r : N - w + 1;
+    int rline = q->r ? q->rline : x->dflt.r ? x->dflt.rline : g->line;
+
+    if (w > N)
+        return fail(x, wline, "group %s has %u cop%s: write_quorum %u must be "
+                    "1..%u", g->name, N, N == 1 ? "y" : "ies", w, N);
+    if (r > N)
+        return fail(x, rline, "group %s has %u cop%s: read_quorum %u must be "
+                    "1..%u", g->name, N, N == 1 ? "y" : "ies", r, N);
+    if (r + w <= N)
+        return fail(x, rline > wline ? rline : wline, "group %s: read_quorum %u + write_quorum %u must exceed its "
+                    "%u copies, or a read quorum would not meet every write "
+                    "quorum", g->name, r, w, N);
+    g->write_quorum = w;
+    g->read_quorum = r;
+    return true;
 }
 
 static int group_cmp(const void *a, const void *b)
@@ -271,10 +405,19 @@ struct topo *topo_parse(const char *text, const char *origin, char *err)
         goto out;
     }
     for (unsigned i = 0; i < x.ngroups; i++) {
-        if (!x.groups[i].primary[0]) {
-            fail(&x, x.groups[i].line, "group %s has no primary", x.groups[i].name);
+        if (!x.groups[i].ncopies) {
+            fail(&x, x.groups[i].line, "group %s has no copies (expected copies "
+                 "= HOST:PORT HOST:PORT ...)", x.groups[i].name);
             goto out;
         }
+        if (!quorums_resolve(&x, i))
+            goto out;
+    }
+    if (!x.version_line) {
+        fail(&x, 1, "no version: a topology starts with version = N (1..2^63), "
+             "raised on every change so nodes can refuse calls made under "
+             "another one");
+        goto out;
     }
     qsort(x.groups, x.ngroups, sizeof *x.groups, group_cmp);
     t = calloc(1, sizeof *t);
@@ -285,13 +428,14 @@ struct topo *topo_parse(const char *text, const char *origin, char *err)
     atomic_init(&t->refs, 1);
     t->groups = x.groups;
     t->ngroups = x.ngroups;
+    t->version = x.version;
     snprintf(t->origin, sizeof t->origin, "%s", origin);
     x.groups = NULL;
 out:
     if (!t && err)
         snprintf(err, TOPO_ERRLEN, "%s", x.err);
     free(x.groups);
-    free(x.group_section);
+    free(x.gp);
     return t;
 }
 
@@ -377,4 +521,16 @@ unsigned topo_group_for(const struct topo *t, const char *filter, uint32_t shard
         }
     }
     return best;
+}
+
+int topo_group_of(const struct topo *t, const char *addr, unsigned *copy)
+{
+    for (unsigned i = 0; i < t->ngroups; i++)
+        for (unsigned c = 0; c < t->groups[i].ncopies; c++)
+            if (strcmp(t->groups[i].copies[c], addr) == 0) {
+                if (copy)
+                    *copy = c;
+                return (int)i;
+            }
+    return -1;
 }

@@ -1,13 +1,18 @@
 /* topo: the cluster topology (shard groups) and the shard placement rule.
  *
- * A topology file (INI, read with libinih; docs/TOPOLOGY.md) names the shard
- * groups.  Each group has one primary node, zero or more replica nodes and an
- * optional datacenter tag:
+ * A topology file (INI, read with libinih; docs/TOPOLOGY.md) carries a
+ * version and names the shard groups.  Each group is N symmetric copies (no
+ * primary: docs/REPLICATION.md), a write quorum W and a read quorum R
+ * (R + W > N, so every read quorum meets every write quorum) and an optional
+ * datacenter tag:
  *
+ *     version = 7
  *     [group g0]
- *     primary = 10.0.0.1:7400
- *     replica = 10.0.1.1:7400
+ *     copies = 10.0.0.1:7400 10.0.1.1:7400 10.0.2.1:7400
  *     datacenter = eu-west
+ *
+ * W defaults to a majority (floor(N/2) + 1) and R to N - W + 1; both may be
+ * set for every group before the first section and per group.
  *
  * Placement: shard i of filter F lives on the group with the highest
  * rendezvous score topo_score(F, i, group name) (highest-random-weight
@@ -32,16 +37,17 @@
 #define TOPO_NAME_MAX 63        /* datacenter names (and the name buffers) */
 #define TOPO_GROUP_NAME_MAX 43  /* group names: what libinih keeps of "[group NAME]" */
 #define TOPO_ADDR_MAX 127       /* "host:port" */
-#define TOPO_MAX_REPLICAS 8
+#define TOPO_MAX_COPIES 8
 #define TOPO_MAX_GROUPS 1024
 #define TOPO_ERRLEN 512
 
 struct topo_group {
     char name[TOPO_NAME_MAX + 1];
     char datacenter[TOPO_NAME_MAX + 1];      /* "" when not tagged */
-    char primary[TOPO_ADDR_MAX + 1];
-    char replicas[TOPO_MAX_REPLICAS][TOPO_ADDR_MAX + 1];
-    unsigned nreplicas;
+    char copies[TOPO_MAX_COPIES][TOPO_ADDR_MAX + 1];
+    unsigned ncopies;                        /* N, 1..TOPO_MAX_COPIES */
+    unsigned write_quorum;                   /* W, 1..N */
+    unsigned read_quorum;                    /* R, 1..N, R + W > N */
     int line;                                /* line of its [group] header */
 };
 
@@ -49,6 +55,7 @@ struct topo {
     atomic_int refs;
     unsigned ngroups;
     struct topo_group *groups;               /* sorted by name */
+    uint64_t version;                        /* the file's, 1..2^63 */
     char origin[256];                        /* file name, for messages */
 };
 
@@ -69,6 +76,10 @@ uint64_t topo_score(const char *filter, uint32_t shard, const char *group);
 
 /* Index (into t->groups) of the group holding shard of filter. */
 unsigned topo_group_for(const struct topo *t, const char *filter, uint32_t shard);
+
+/* The index (into t->groups) of the group listing addr as a copy, with
+ * the copy's index in *copy (may be NULL), or -1 when no group lists it. */
+int topo_group_of(const struct topo *t, const char *addr, unsigned *copy);
 
 /* Is a "host:port" address one a group may list: rules_addr_check (port
  * 1..65535) and at most TOPO_ADDR_MAX characters?  Returns 0 or -EINVAL. */

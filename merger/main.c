@@ -1,6 +1,6 @@
 /* bloomgrid-merger: merges every datacenter's shards and imported partial
  * files into one global snapshot and pushes the changes back to every
- * primary and read replica (docs/MERGER.md).
+ * copy of every group (docs/MERGER.md).
  *
  * Start-up: parse settings (merger_config) and the sources file, block
  * SIGINT/SIGTERM/SIGUSR1 (before grpc_init so every gRPC thread inherits

@@ -120,14 +120,16 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
         for (unsigned d = 0; d < f->c.ndc && !f->have_tmpl; d++) {
             struct rpc_status st = {.code = GRPC_STATUS_RESOURCE_EXHAUSTED,
                                     .message = "out of memory for a channel"};
-            unsigned g = topo_group_for(topos[d], f->c.name, 0);
-            struct rpc_channel *ch =
-                merger__chan(m, topos[d]->groups[g].primary);
-            if (ch && node_client_get_shard(ch, f->c.name, 0, &f->tmpl,
-                                            (int)m->cfg.node_timeout_ms,
-                                            &st) == 0)
-                f->have_tmpl = true;
-            else if (st.code != GRPC_STATUS_NOT_FOUND)
+            const struct topo_group *grp =
+                &topos[d]->groups[topo_group_for(topos[d], f->c.name, 0)];
+            for (unsigned c = 0; c < grp->ncopies && !f->have_tmpl; c++) {
+                struct rpc_channel *ch = merger__chan(m, grp->copies[c]);
+                if (ch && node_client_get_shard(ch, f->c.name, 0, &f->tmpl,
+                                                (int)m->cfg.node_timeout_ms,
+                                                &st) == 0)
+                    f->have_tmpl = true;
+            }
+            if (!f->have_tmpl && st.code != GRPC_STATUS_NOT_FOUND)
                 merger__rep_msg(rep, true, "filter \"%s\" in %s: %s: %s",
                                 f->c.name, f->c.dc[d], rpc_status_name(st.code),
                                 st.message);
@@ -182,16 +184,22 @@ static void shard_round(struct merger *m, struct mg_filter *f,
 
     memcpy(old, s->src, sizeof old);
 
+    /* Per datacenter, the first copy of the shard's group that answers a
+     * pull (docs/REPLICATION.md: pulls from R copies are not built yet). */
     struct pulled pl[MG_MAX_DC] = {{0}};
+    int from[MG_MAX_DC];
     for (unsigned d = 0; d < f->c.ndc; d++) {
-        unsigned g = topo_group_for(topos[d], f->c.name, s->index);
-        merger__pull_one(m, f, s, d, topos[d]->groups[g].primary, round, rep,
-                         &pl[d]);
+        const struct topo_group *grp =
+            &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)];
+        from[d] = -1;
+        for (unsigned c = 0; c < grp->ncopies && from[d] < 0; c++)
+            if (merger__pull_one(m, f, s, d, grp->copies[c], round, rep, &pl[d]) == 0)
+                from[d] = (int)c;
     }
     for (unsigned i = 0; i < f->c.npart; i++)
         merger__partial_one(f, s, i, round, rep);
-    /* A page a primary sent that equals the merged page needs no push back
-     * to that primary. */
+    /* A page the pulled copy sent that equals the merged page needs no push
+     * back to that copy. */
     memset(s->have, 0, s->npages);
     const uint8_t *body = (const uint8_t *)bf_layer_body_const(s->g, 0);
     for (unsigned d = 0; d < f->c.ndc; d++) {
@@ -235,12 +243,12 @@ static void shard_round(struct merger *m, struct mg_filter *f,
     for (unsigned d = 0; d < f->c.ndc; d++) {
         struct topo_group *grp =
             &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)];
-        struct mg_target *t = merger__target_get(s, grp->primary, d, false);
-        if (t)
-            merger__push_one(m, f, s, t, round, rep);
-        for (unsigned r = 0; r < grp->nreplicas; r++)
-            if ((t = merger__target_get(s, grp->replicas[r], d, true)))
+        for (unsigned c = 0; c < grp->ncopies; c++) {
+            struct mg_target *t = merger__target_get(s, grp->copies[c], d,
+                                                     (int)c != from[d]);
+            if (t)
                 merger__push_one(m, f, s, t, round, rep);
+        }
     }
     /* Record which copies are now complete (a restart then pushes them
      * only what changes later). */
@@ -359,14 +367,15 @@ static void filter_round(struct merger *m, struct mg_filter *f,
 }
 
 /* A datacenter is a topology file, or the address of its one node (a
- * single-node deployment: one group, no replicas). */
+ * single-node deployment: one group of one copy). */
 static struct topo *dc_topology(const char *where, char *err)
 {
     char text[TOPO_ADDR_MAX + 64];
 
     if (strchr(where, '/') || topo_addr_check(where) != 0)
         return topo_load(where, err);
-    merger__strfmt(text, sizeof text, "[group single]\nprimary = %s\n", where);
+    merger__strfmt(text, sizeof text, "version = 1\n[group single]\ncopies = %s\n",
+                   where);
     return topo_parse(text, where, err);
 }
 

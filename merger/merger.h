@@ -4,17 +4,17 @@
  * snapshot (a struct bf kept on its own disk, STATE_DIR/<filter>/
  * shard-<i>.bf, saved atomically with bf_file_save), a stamp per 64 KiB page
  * (the round in which the page last changed), what it last pulled from each
- * datacenter's primary (epoch, since_version, store_version, in a sidecar
+ * datacenter (epoch, since_version, store_version, in a sidecar
  * shard-<i>.state written after the snapshot) and, per copy it pushes to,
  * the last round that copy received in full.
  *
- * A round, per filter and shard: pull from every datacenter's primary the
+ * A round, per filter and shard: pull from every datacenter (the first copy
+ * of the shard's group that answers) the
  * pages changed since the last pull (every page is verified, and applied
  * only once the whole pull succeeded and its fingerprint matched), OR in
  * the imported partial files that changed, save the snapshot if anything
- * changed, then push to every copy (each datacenter's primary and read
- * replicas) the pages stamped after the round it last received.  Shards
- * missing in a datacenter or on a replica are created with the geometry
+ * changed, then push to every copy of the group in every datacenter the pages stamped after the round it last received.  Shards
+ * missing in a datacenter or on a copy are created with the geometry
  * and secret of the first datacenter that has them.
  *
  * Threads: merger_round is called by one thread at a time (the caller

@@ -18,9 +18,8 @@ static const struct setting settings[] = {
      "was last pulled from each datacenter (<filter>/shard-<i>.state)"},
     {"sources", SETTING_STRING, 0, 0, NULL, "./merger-sources.ini", F(sources),
      "sources file: per filter, [filter NAME] with repeatable keys "
-     "\"datacenter = NAME TOPOLOGY-FILE\" (a cluster: its primaries are "
-     "pulled, its primaries and replicas pushed to; or HOST:PORT of a single "
-     "node) and \"partial = FILE\" "
+     "\"datacenter = NAME TOPOLOGY-FILE\" (a cluster: one copy of each "
+     "group is pulled, every copy pushed to; or HOST:PORT of a single node) and \"partial = FILE\" "
      "(a filter file of the same geometry and secret, ORed in whenever it "
      "changes)"},
     {"interval_s", SETTING_UINT, 1, 86400, NULL, "60", F(interval_s),
@@ -41,9 +40,9 @@ static const struct settings_spec spec = {
     .section = "merger",
     .intro =
         "bloomgrid-merger pulls the pages changed since its last round from\n"
-        "every datacenter's primaries (and ORs in changed partial files), keeps\n"
+        "one copy of every datacenter's groups (and ORs in changed partial files), keeps\n"
         "the union as a versioned global snapshot on its own disk, and pushes\n"
-        "the changed pages to every datacenter's primaries and read replicas.\n"
+        "the changed pages to every copy of every datacenter's groups.\n"
         "A quiet round ships nothing.  SIGUSR1 runs a round now; SIGTERM/SIGINT\n"
         "stop.  Serves bloomgrid.v1.Merger (Status, RunRound) and\n"
         "grpc.health.v1.Health.\n"

@@ -30,7 +30,8 @@ struct mg_src {
 struct mg_target {
     char addr[TOPO_ADDR_MAX + 1];
     unsigned dc;
-    bool replica;
+    bool replica;     /* not the copy pulled from this round: push it every
+                         page it has not acknowledged */
     bool ready;       /* the shard is known to exist there */
     uint64_t acked;   /* last round received in full */
     uint64_t version; /* replicas: source store version held */
@@ -52,7 +53,7 @@ struct mg_shard {
     uint64_t body_bytes, npages;
     uint64_t *stamp; /* per page: round of the last change */
     uint8_t *have;   /* this round, per page: bit d when the
-                                  primary of datacenter d sent it whole */
+                                  copy pulled in datacenter d sent it whole */
     struct mg_src src[MG_MAX_DC];
     struct mg_target *tg;
     size_t ntg, captg;
@@ -124,7 +125,7 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
  * Returns 0 or a negative errno with err (MG_ERRLEN bytes). */
 int merger__shard_init(struct merger *m, struct mg_filter *f,
                        struct mg_shard *s, char *err);
-void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
+int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                       unsigned d, const char *addr, uint64_t round,
                       struct mg_report *rep, struct pulled *pp);
 void merger__partial_one(struct mg_filter *f, struct mg_shard *s, unsigned i,

@@ -1,7 +1,7 @@
 /* merger_shard: one shard of the merger's global snapshot: its files (the
  * snapshot and the sidecar of what was pulled and which copies are
  * complete), pulls from the datacenters' primaries, partial files, and
- * pushes to primaries and replicas.  See merger.h for the round and
+ * pushes to every copy.  See merger.h for the round and
  * docs/MERGER.md for why each step is safe to interrupt.
  */
 #include <errno.h>
@@ -297,10 +297,11 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
     return 0;
 }
 
-/* Pull from one datacenter's primary and OR the pages in.  The pages stay
+/* Pull from one copy (addr) of a datacenter's group and OR the pages in.
+ * Returns 0, or -1 (reported) when the pull failed.  The pages stay
  * in *pp (the caller frees pp->buf) to tell later which of them the source
  * already holds in full. */
-void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
+int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                       unsigned d, const char *addr, uint64_t round,
                       struct mg_report *rep, struct pulled *pp)
 {
@@ -313,13 +314,13 @@ void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
 
     if (!ch) {
         merger__rep_msg(rep, true, "out of memory for a channel to %s", addr);
-        return;
+        return -1;
     }
     if (s->src[d].epoch == 0 &&
         shard_ensure(m, f, s, ch, true, why, sizeof why) < 0) {
         merger__rep_msg(rep, true, "filter \"%s\" shard %u in %s (%s): %s",
                         f->c.name, s->index, f->c.dc[d], addr, why);
-        return;
+        return -1;
     }
     if (node_client_pull(ch, f->c.name, s->index, s->src[d].since,
                          s->src[d].epoch, pulled_page, &p, &end,
@@ -329,7 +330,7 @@ void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                         f->c.name, s->index, f->c.dc[d], addr,
                         rpc_status_name(st.code), st.message);
         free(p.buf);
-        return;
+        return -1;
     }
     if (strcmp(end.fp, s->fp) != 0) {
         merger__rep_msg(
@@ -339,7 +340,7 @@ void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
             "or geometry)",
             f->c.name, s->index, f->c.dc[d], addr, end.fp, s->fp);
         free(p.buf);
-        return;
+        return -1;
     }
     for (size_t o = 0; o < p.len;) {
         uint64_t off, len;
@@ -360,6 +361,7 @@ void merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                 s->tg[i].ready = false;
             }
     s->src[d] = (struct mg_src){end.epoch, end.version, end.store_version, t0};
+    return 0;
 }
 
 /* OR in a partial file when it changed since it was last merged. */
@@ -459,7 +461,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
             merger__rep_msg(rep, true,
                             "push of \"%s\" shard %u to %s (%s %s): %s",
                             f->c.name, s->index, t->addr, f->c.dc[t->dc],
-                            t->replica ? "replica" : "primary", t->error);
+                            t->replica ? "copy" : "source copy", t->error);
             return;
         }
         t->ready = true;
@@ -502,7 +504,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
             merger__rep_msg(rep, true,
                             "push of \"%s\" shard %u to %s (%s %s): %s",
                             f->c.name, s->index, t->addr, f->c.dc[t->dc],
-                            t->replica ? "replica" : "primary", t->error);
+                            t->replica ? "copy" : "source copy", t->error);
             if (st.code == GRPC_STATUS_NOT_FOUND) {
                 t->ready = false;
                 t->acked = 0;

@@ -3,12 +3,15 @@
  * Start-up: parse settings, block SIGINT/SIGTERM/SIGHUP (before grpc_init so
  * every gRPC thread inherits the mask), start listening with health NOT_SERVING,
  * then open the store (recovering every filter) on a background thread; the
- * main thread waits for a signal.  A replica with a primary also runs the
- * thread that pulls changed pages from it (node_replicate.c).  A housekeeping thread keeps health in
+ * main thread waits for a signal.  With a topology (setting topology), the
+ * node finds its group there once it knows its port (refusing to start when
+ * no group lists it) and runs the thread that pulls changed pages from the
+ * other copies of its group (node_replicate.c).  A housekeeping thread keeps health in
  * step with the filters' states (the store itself retries recovery of
  * filters failed by a write error; damaged files stay refused).
- * SIGHUP: re-read the settings and apply the live ones (node_config.h)
- * while the server keeps serving; a refused file changes nothing.
+ * SIGHUP: re-read the settings and apply the live ones (node_config.h), and
+ * re-read the topology, while the server keeps serving; a refused file
+ * changes nothing.
  * Shutdown: stop the server (in-flight calls finish or are cancelled), close
  * the store (final snapshots), exit 0.
  */
@@ -31,8 +34,48 @@
 #include "rpc_server.h"
 #include "settings.h"
 #include "store.h"
+#include "topo.h"
 
 static atomic_int exit_code;
+
+/* This node's address as the topology lists it (advertise, or the listen
+ * host with the bound port). */
+static char self_addr[TOPO_ADDR_MAX + 1];
+
+/* Read the topology file; NULL with a message logged. */
+static struct topo *topology_read(const struct node_config *c)
+{
+    char err[TOPO_ERRLEN];
+    struct topo *t = topo_load(c->topology, err);
+    if (!t) {
+        log_error("topology refused: %s", err);
+        return NULL;
+    }
+    /* Without durable writes a copy that crashed would count towards W with
+     * acknowledged writes it no longer has. */
+    int g = topo_group_of(t, self_addr[0] ? self_addr : c->advertise, NULL);
+    if (g >= 0 && t->groups[g].ncopies > 1 && strcmp(c->durability, "none") == 0) {
+        log_error("topology refused: %s: group %s has %u copies, and a copy with "
+                  "durability = none would count towards the write quorum with "
+                  "writes a crash loses: set durability = fsync", c->topology,
+                  t->groups[g].name, t->groups[g].ncopies);
+        topo_unref(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Take t as the node's topology; false (logged, t dropped) when no group
+ * lists this node. */
+static bool topology_install(struct topo *t)
+{
+    char err[TOPO_ERRLEN + 300];
+    if (node_rpc__topo_install(t, self_addr, err, sizeof err) < 0) {
+        log_error("topology refused: %s", err);
+        return false;
+    }
+    return true;
+}
 
 /* argv as given, for reloads: flags keep overriding the file. */
 static struct {
@@ -60,6 +103,11 @@ static void reload_settings(void *arg)
     }
     apply_log_level(&n->cfg);
     log_info("SIGHUP: settings reloaded, %d changed", changed);
+    if (n->cfg.topology[0]) {
+        struct topo *t = topology_read(&n->cfg);
+        if (!t || !topology_install(t))
+            log_error("SIGHUP: the running topology stays");
+    }
 }
 
 static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid",
@@ -141,12 +189,17 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc > 0 ? 0 : 2;
 
-    node_pages_set_replica(strcmp(n.cfg.role, "replica") == 0);
     apply_log_level(&n.cfg);
     log_set_ident("bloomgrid-node");
     if (strcmp(n.cfg.durability, "none") == 0)
         log_warn("durability none: writes are acknowledged before they reach "
                  "the disk; a machine crash loses the most recent ones");
+
+    /* A topology that does not parse stops the start before anything
+     * listens; the node's group is looked up once its port is known. */
+    struct topo *topo = NULL;
+    if (n.cfg.topology[0] && !(topo = topology_read(&n.cfg)))
+        return 2;
 
     rpc_signals_block();
     reload_args.argc = argc;
@@ -195,6 +248,27 @@ int main(int argc, char **argv)
     fflush(stdout);
     log_info("listening on %s:%d (data %s, durability %s)", host, port,
              n.cfg.data_dir, n.cfg.durability);
+    char self[sizeof host + 16];
+    if (n.cfg.advertise[0])
+        snprintf(self, sizeof self, "%s", n.cfg.advertise);
+    else
+        snprintf(self, sizeof self, "%s:%d", host, port);
+    if (strlen(self) >= sizeof self_addr && n.cfg.topology[0]) {
+        log_error("not starting: address %s is longer than a topology allows", self);
+        return 2;
+    }
+    snprintf(self_addr, sizeof self_addr, "%.*s", (int)sizeof self_addr - 1, self);
+    if (topo) {
+        /* Checked again now that the address is known. */
+        topo_unref(topo);
+        if (!(topo = topology_read(&n.cfg)) || !topology_install(topo)) {
+            log_error("not starting: this node (%s) must be a copy of a group of "
+                      "%s", self_addr, n.cfg.topology);
+            rpc_server_shutdown(n.srv);
+            rpc_server_destroy(n.srv);
+            return 2;
+        }
+    }
 
     pthread_t hk;
     if (pthread_create(&hk, NULL, housekeeping_main, &n) != 0) {
@@ -203,11 +277,8 @@ int main(int argc, char **argv)
     }
 
     struct node_replicate *repl = NULL;
-    if (n.cfg.primary[0] && strcmp(n.cfg.role, "replica") != 0) {
-        log_warn("primary = %s is ignored: only a node with role = replica "
-                 "pulls from a primary", n.cfg.primary);
-    } else if (n.cfg.primary[0] && !(repl = node_replicate_start(&n))) {
-        log_error("cannot start replicating from %s", n.cfg.primary);
+    if (n.cfg.topology[0] && !(repl = node_replicate_start(&n))) {
+        log_error("cannot start the anti-entropy thread");
         return 1;
     }
 
@@ -218,6 +289,7 @@ int main(int argc, char **argv)
     rpc_server_shutdown(n.srv);
     pthread_join(hk, NULL);
     node_replicate_stop(repl);
+    node_rpc__topo_clear();
     struct store *s = node_store(&n);
     if (s)
         store_close(s);

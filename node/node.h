@@ -31,8 +31,9 @@ extern const struct rpc_handler node_rpc_public[];
 extern const struct rpc_handler node_rpc_internal[];
 extern const size_t node_rpc_public_count, node_rpc_internal_count;
 
-/* The replica's pull of changed pages from its primary (node_replicate.c;
- * settings primary and replicate_interval_ms).  start returns the running
+/* Anti-entropy: pulls of changed pages from the other copies of the
+ * node's group (node_replicate.c; settings topology and
+ * replicate_interval_ms).  start returns the running
  * puller or NULL (out of memory, no thread); stop, called after
  * n->stopping was set and before the store closes, joins it and frees it
  * (NULL is a no-op). */

@@ -152,7 +152,9 @@ static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
 
     struct rpc_reply whole = {.st.code = GRPC_STATUS_OK};
     b->s = node_rpc__need_store(n, &whole);
-    if (b->s && total > n->cfg.max_batch_keys)
+    if (b->s && node_rpc__refuse_version(&whole, m->topology_version))
+        b->s = NULL;   /* every entry gets the refusal */
+    else if (b->s && total > n->cfg.max_batch_keys)
         rpc_reply_error(&whole, GRPC_STATUS_RESOURCE_EXHAUSTED,
                         "%zu hashes in one batch; the limit is %llu (max_batch_keys)",
                         total, (unsigned long long)n->cfg.max_batch_keys);

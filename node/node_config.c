@@ -44,17 +44,23 @@ static const struct setting settings[] = {
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
     {"log_level", SETTING_ENUM | SETTING_LIVE, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
-    {"role", SETTING_ENUM, 0, 0, "primary|replica", "primary", F(role),
-     "replica: a read replica fed by bloomgrid-merger (PushPages) and, with "
-     "primary set, by pulls from its primary: serves "
-     "queries, refuses writes with FAILED_PRECONDITION and reports the "
-     "primary's version it covers (docs/MERGER.md)"},
-    {"primary", SETTING_ADDR, 1, 0, NULL, "", F(primary),
-     "replica only: host:port of the primary to pull changed pages from "
-     "(PullPages) every replicate_interval_ms; empty: fed by the merger only"},
+    {"topology", SETTING_STRING, 0, 0, NULL, "", F(topology),
+     "topology file the routers read (docs/TOPOLOGY.md): the node finds its "
+     "group there, refuses internal calls made under another version, "
+     "enforces the group rules (docs/REPLICATION.md) and pulls changed pages "
+     "from the other copies of its group; SIGHUP re-reads it; empty: a node "
+     "of its own"},
+    {"advertise", SETTING_ADDR, 1, 0, NULL, "", F(advertise),
+     "host:port of this node as the topology lists it; empty: the listen "
+     "host with the port bound"},
+    {"role", SETTING_STRING, 0, 0, NULL, "", F(role),
+     "gone: refused (a group is now a list of equal copies: set topology)"},
+    {"primary", SETTING_STRING, 0, 0, NULL, "", F(primary),
+     "gone: refused (copies pull from each other: set topology)"},
     {"replicate_interval_ms", SETTING_UINT | SETTING_LIVE, 10, 60000, NULL, "200",
      F(replicate_interval_ms),
-     "replica with a primary: milliseconds between pulls of changed pages"},
+     "with a topology: milliseconds between pulls of the pages that changed "
+     "on the other copies of the node's group (anti-entropy)"},
 };
 
 static const struct settings_spec spec = {
@@ -69,10 +75,29 @@ static const struct settings_spec spec = {
     .count = sizeof settings / sizeof settings[0],
 };
 
+/* Settings that are gone: refused with what replaces them. */
+static int gone_check(const struct node_config *c, char *err, size_t len)
+{
+    if (c->role[0] || c->primary[0]) {
+        snprintf(err, len, "%s is gone: a shard group is a list of equal copies "
+                 "in the topology file (copies = HOST:PORT ...); set topology = "
+                 "FILE, the file the routers read (docs/REPLICATION.md)",
+                 c->role[0] ? "role" : "primary");
+        return -1;
+    }
+    return 0;
+}
+
 int node_config_load(struct node_config *c, int argc, char **argv)
 {
+    char err[SETTINGS_ERRLEN];
     memset(c, 0, sizeof *c);
-    return settings_load(&spec, c, argc, argv);
+    int rc = settings_load(&spec, c, argc, argv);
+    if (rc == 0 && gone_check(c, err, sizeof err) < 0) {
+        fprintf(stderr, "bloomgrid-node: %s\n", err);
+        return -1;
+    }
+    return rc;
 }
 
 int node_config_reload(struct node_config *c, int argc, char **argv, char *err)
@@ -84,7 +109,8 @@ int node_config_reload(struct node_config *c, int argc, char **argv, char *err)
         snprintf(err, SETTINGS_ERRLEN, "out of memory");
         return -1;
     }
-    if (settings_reload(&spec, next, argc, argv, err) == 0)
+    if (settings_reload(&spec, next, argc, argv, err) == 0 &&
+        gone_check(next, err, SETTINGS_ERRLEN) == 0)
         rc = settings_apply(&spec, c, next);
     free(next);
     return rc;

@@ -31,8 +31,10 @@ struct node_config {
     uint64_t max_streams;
     uint64_t shutdown_grace_ms;
     char log_level[16];           /* live; read by the main thread only */
-    char role[16];                /* "primary" or "replica" */
-    char primary[256];            /* replica: HOST:PORT to pull from, or "" */
+    char topology[1024];          /* topology file, or "" */
+    char advertise[256];          /* this node in the topology, or "" */
+    char role[16];                /* gone: refused when set */
+    char primary[256];            /* gone: refused when set */
     _Atomic uint64_t replicate_interval_ms;   /* live */
 };
 

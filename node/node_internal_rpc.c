@@ -56,10 +56,23 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                    bloomgrid__v1__create_shard_request, m, req, len, r);
     struct bf_params p = {0};
     char sname[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
-    if (!node_rpc__public_name_ok(m->filter, r) ||
+    if (node_rpc__refuse_version(r, m->topology_version) ||
+        !node_rpc__public_name_ok(m->filter, r) ||
         !node_rpc__params_ok(m->capacity, m->error_rate, r) ||
         !node_rpc__kind_from_wire(m->kind, &p.kind, r))
         goto out;
+    /* Counters do not OR and a retried Remove decrements twice, so copies of
+     * these kinds could not converge (docs/REPLICATION.md). */
+    if ((p.kind == BF_KIND_COUNTING || p.kind == BF_KIND_SCALABLE) &&
+        node_rpc__group_copies() > 1) {
+        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "filter \"%s\": the %s kind cannot have %u copies (its "
+                        "operations are not idempotent and its pages do not "
+                        "merge): create it on a group of one copy",
+                        m->filter, p.kind == BF_KIND_COUNTING ? "counting" : "scalable",
+                        node_rpc__group_copies());
+        goto out;
+    }
     if (rules_shard_name(sname, sizeof sname, m->filter, m->shard_index,
                          m->shard_count, err) < 0) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
@@ -112,10 +125,11 @@ void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
     if (!s)
         return;
     UNPACK_OR_FAIL(Bloomgrid__V1__ShardRef, bloomgrid__v1__shard_ref, m, req, len, r);
-    struct store_filter *sf = node_rpc__get_shard(s, m->filter, m->shard_index, r);
+    struct store_filter *sf = NULL;
     struct shard_facts facts;
     char err[STORE_ERRLEN] = "";
-    if (!sf)
+    if (node_rpc__refuse_version(r, m->topology_version) ||
+        !(sf = node_rpc__get_shard(s, m->filter, m->shard_index, r)))
         goto out;
     /* A shard still being created (its first snapshot is written) is
      * waited for, a bounded while, so a rollback can check its secret. */
@@ -160,7 +174,9 @@ void node_rpc__h_get_shard(void *arg, const uint8_t *req, size_t len,
         return;
     UNPACK_OR_FAIL(Bloomgrid__V1__GetShardRequest, bloomgrid__v1__get_shard_request,
                    m, req, len, r);
-    struct store_filter *sf = node_rpc__get_shard(s, m->filter, m->shard_index, r);
+    struct store_filter *sf = node_rpc__refuse_version(r, m->topology_version)
+                                  ? NULL
+                                  : node_rpc__get_shard(s, m->filter, m->shard_index, r);
     if (sf) {
         Bloomgrid__V1__InternalShardInfo isi;
         struct info_buf ib;
@@ -182,7 +198,10 @@ void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
         return;
     UNPACK_OR_FAIL(Bloomgrid__V1__ListShardsRequest,
                    bloomgrid__v1__list_shards_request, m, req, len, r);
+    bool refused = node_rpc__refuse_version(r, m->topology_version);
     bloomgrid__v1__list_shards_request__free_unpacked(m, NULL);
+    if (refused)
+        return;
     char **names = NULL;
     size_t nn = 0;
     if (store_list(s, &names, &nn) < 0) {
@@ -239,6 +258,8 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
+    if (node_rpc__refuse_version(r, m->topology_version))
+        goto out;
     if (m->hashes.len % 16) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                         "hashes is %zu bytes: not a multiple of 16", m->hashes.len);

@@ -210,7 +210,7 @@ static int run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
     struct rpc_keys k;
     char err[STORE_ERRLEN] = "";
     struct store *s = node_rpc__need_store(n, r);
-    if (!s)
+    if (!s || node_rpc__refuse_public(r, op_names[op], op != OP_MAY_CONTAIN))
         return 0;
     if (rpc_keys_decode(kb, &lim, wire_op[op], buf, len, &k, r) < 0)
         return 0;
@@ -231,9 +231,6 @@ static int run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
                         "%s: the request names no filter", op_names[op]);
         return 0;
     }
-    if (op != OP_MAY_CONTAIN &&
-        node_rpc__refuse_on_replica(r, op == OP_ADD ? "Add" : "Remove"))
-        return 0;
     if (node_rpc__scratch_reserve(sc, k.n ? k.n : 1) < 0) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return 0;

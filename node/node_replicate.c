@@ -1,18 +1,21 @@
-/* node_replicate: a read replica's pull of changed pages from its primary
- * (settings role = replica, primary = HOST:PORT; docs/MERGER.md).
+/* node_replicate: anti-entropy between the copies of a shard group
+ * (setting topology; docs/REPLICATION.md).
  *
  * One thread wakes every replicate_interval_ms and, for each blocked or
- * classic shard the replica holds, calls PullPages on the primary with the
- * epoch and version it got last (0 at first, so the first pull after a
- * start, or after the primary restarted with a new epoch, ships every
- * non-empty page).  The pages of a pull are checked by their checksums
+ * classic shard this node holds and each other copy of its group, calls
+ * PullPages on that copy with the epoch and version it got last from it
+ * (0 at first, so the first pull after a start, or after the peer
+ * restarted with a new epoch, ships every non-empty page): one cursor per
+ * peer and shard.  The pages of a pull are checked by their checksums
  * (node_client) and buffered; only when the whole pull succeeded and its
  * fingerprint is the shard's are they ORed in with store_pages_merge (the
- * durable path PushPages takes), and only then does the shard report the
- * primary's store version the pull covers.  A failed pull changes nothing
- * and is retried at the next wake-up; failures are logged once per change
- * of state.  Queries never wait for this thread: it holds no lock of its
- * own across a pull, and the store's locks only for the OR itself.
+ * durable path PushPages takes).  Nothing a peer claims is kept: no
+ * version is reported from a pull, so a pull can only add bits.  A failed
+ * pull changes nothing and is retried at the next wake-up; failures are
+ * logged once per change of state.  A peer without the shard (NOT_FOUND) is
+ * passed over: shards are created through routers, never by this thread.
+ * Queries never wait for this thread: it holds no lock of its own across a
+ * pull, and the store's locks only for the OR itself.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,23 +32,32 @@
 #include "rpc_client.h"
 #include "rules.h"
 #include "store.h"
+#include "topo.h"
 
 #define REPL_PULL_TIMEOUT_MS 10000
 
-/* What this replica got last from the primary for one shard. */
+/* What this node got last from one peer for one shard. */
 struct repl_shard {
     char name[STORE_NAME_MAX + 1];   /* store name */
+    char peer[TOPO_ADDR_MAX + 1];
     const void *sf_id;               /* the store filter it was got for */
-    uint64_t epoch, version;         /* the primary's, for the next pull */
+    uint64_t epoch, version;         /* the peer's, for the next pull */
     bool failing;                    /* last pull failed (logged once) */
     char last_err[RPC_CLIENT_MSGLEN];
     struct repl_shard *next;
 };
 
+/* A channel per peer address, kept for the life of the thread. */
+struct repl_peer {
+    char addr[TOPO_ADDR_MAX + 1];
+    struct rpc_channel *ch;
+    struct repl_peer *next;
+};
+
 struct node_replicate {
     struct node *n;
     pthread_t thread;
-    struct rpc_channel *ch;
+    struct repl_peer *peers;
     struct repl_shard *shards;
 };
 
@@ -83,16 +95,36 @@ static void buf_free(struct repl_buf *b)
     free(b->v);
 }
 
+static struct rpc_channel *peer_channel(struct node_replicate *r, const char *addr)
+{
+    struct repl_peer *p;
+
+    for (p = r->peers; p && strcmp(p->addr, addr); p = p->next)
+        ;
+    if (!p && (p = calloc(1, sizeof *p))) {
+        snprintf(p->addr, sizeof p->addr, "%s", addr);
+        if (!(p->ch = rpc_channel_create(addr, r->n->cfg.max_message_size))) {
+            free(p);
+            return NULL;
+        }
+        p->next = r->peers;
+        r->peers = p;
+    }
+    return p ? p->ch : NULL;
+}
+
 static struct repl_shard *shard_state(struct node_replicate *r,
-                                      const char *name,
+                                      const char *name, const char *peer,
                                       const struct store_filter *sf)
 {
     struct repl_shard *rs;
 
-    for (rs = r->shards; rs && strcmp(rs->name, name); rs = rs->next)
+    for (rs = r->shards; rs && (strcmp(rs->name, name) || strcmp(rs->peer, peer));
+         rs = rs->next)
         ;
     if (!rs && (rs = calloc(1, sizeof *rs))) {
         snprintf(rs->name, sizeof rs->name, "%s", name);
+        snprintf(rs->peer, sizeof rs->peer, "%s", peer);
         rs->next = r->shards;
         r->shards = rs;
     }
@@ -109,8 +141,8 @@ static void shard_fail(struct node_replicate *r, struct repl_shard *rs,
                        const char *msg)
 {
     if (!rs->failing || strcmp(rs->last_err, msg) != 0)
-        log_warn("replicate %s from %s: %s (retrying every %" PRIu64 " ms)",
-                 rs->name, r->n->cfg.primary, msg,
+        log_warn("anti-entropy %s from %s: %s (retrying every %" PRIu64 " ms)",
+                 rs->name, rs->peer, msg,
                  r->n->cfg.replicate_interval_ms);
     rs->failing = true;
     snprintf(rs->last_err, sizeof rs->last_err, "%s", msg);
@@ -134,7 +166,10 @@ static void id_read(const struct bf *f, void *ctx)
     bf_fingerprint_id(f, id->fp);
 }
 
-static void replicate_shard(struct node_replicate *r, struct store_filter *sf)
+/* Pull shard sf's changed pages from the copy peer.  Returns false when
+ * the peer is down or slow (the round then passes over it). */
+static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
+                            const char *peer)
 {
     const char *name = store_filter_name(sf);
     char filter[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
@@ -146,21 +181,28 @@ static void replicate_shard(struct node_replicate *r, struct store_filter *sf)
     struct repl_shard *rs;
     int rc;
 
+    bool reachable = true;
     if (store_filter_inspect(sf, id_read, &id) < 0)
-        return;   /* not ready: the next wake-up tries again */
+        return true;   /* not ready: the next wake-up tries again */
     if ((id.kind != BF_KIND_BLOCKED && id.kind != BF_KIND_CLASSIC) ||
         id.layers != 1)
-        return;   /* only kinds whose pages OR are replicated */
+        return true;   /* only kinds whose pages OR are replicated */
     unsigned index;
     if (rules_shard_split(name, filter, sizeof filter, &index) != (id.count > 1))
-        return;
-    if (!(rs = shard_state(r, name, sf)))
-        return;
-    if (node_client_pull(r->ch, filter, id.index, rs->version, rs->epoch,
+        return true;
+    struct rpc_channel *ch = peer_channel(r, peer);
+    if (!ch || !(rs = shard_state(r, name, peer, sf)))
+        return true;
+    if (node_client_pull(ch, filter, id.index, rs->version, rs->epoch,
                          buf_page, &b, &end, REPL_PULL_TIMEOUT_MS, &st) < 0) {
         snprintf(msg, sizeof msg, "PullPages: %s: %s",
                  rpc_status_name(st.code), st.message);
         shard_fail(r, rs, msg);
+        /* The peer restarted or re-created it: start again from 0. */
+        if (st.code == GRPC_STATUS_NOT_FOUND)
+            rs->epoch = rs->version = 0;
+        reachable = st.code != GRPC_STATUS_UNAVAILABLE &&
+                    st.code != GRPC_STATUS_DEADLINE_EXCEEDED;
         goto out;
     }
     if (strcmp(end.fp, id.fp) != 0) {
@@ -169,22 +211,23 @@ static void replicate_shard(struct node_replicate *r, struct store_filter *sf)
         shard_fail(r, rs, msg);
         goto out;
     }
-    if ((rc = store_pages_merge(sf, b.v, b.n, end.store_version, err)) < 0) {
+    /* Source version 0: a copy never reports what a peer covers. */
+    if ((rc = store_pages_merge(sf, b.v, b.n, 0, err)) < 0) {
         snprintf(msg, sizeof msg, "%s", err[0] ? err : strerror(-rc));
         shard_fail(r, rs, msg);
         goto out;
     }
     if (rs->failing)
-        log_info("replicate %s from %s: resumed", name, r->n->cfg.primary);
+        log_info("anti-entropy %s from %s: resumed", name, peer);
     rs->failing = false;
     if (b.n || end.epoch != rs->epoch)
-        log_debug("replicate %s: %zu pages (%" PRIu64 " bytes), primary "
-                  "version %" PRIu64, name, b.n, end.bytes,
-                  end.store_version);
+        log_debug("anti-entropy %s from %s: %zu pages (%" PRIu64 " bytes)",
+                  name, peer, b.n, end.bytes);
     rs->epoch = end.epoch;
     rs->version = end.version;
 out:
     buf_free(&b);
+    return reachable;
 }
 
 static void replicate_round(struct node_replicate *r)
@@ -192,17 +235,27 @@ static void replicate_round(struct node_replicate *r)
     struct store *s = node_store(r->n);
     char **names = NULL;
     size_t nn = 0;
+    int g = -1;
+    struct topo *t = node_rpc__topo_get(&g);
 
-    if (!s || store_list(s, &names, &nn) < 0)
-        return;
+    if (!t || g < 0 || t->groups[g].ncopies < 2 || !s || store_list(s, &names, &nn) < 0)
+        goto out;
+    const struct topo_group *grp = &t->groups[g];
+    /* A peer that is down or stopped costs one pull's deadline per round,
+     * not one per shard: the rest of the round passes over it. */
+    bool down[TOPO_MAX_COPIES] = {false};
     for (size_t i = 0; i < nn && !atomic_load(&r->n->stopping); i++) {
         struct store_filter *sf = store_get(s, names[i]);
         if (!sf)
             continue;
-        replicate_shard(r, sf);
+        for (unsigned c = 0; c < grp->ncopies; c++)
+            if (!down[c] && !node_rpc__is_self(grp->copies[c]))
+                down[c] = !replicate_shard(r, sf, grp->copies[c]);
         store_put(sf);
     }
     store_list_free(names, nn);
+out:
+    topo_unref(t);
 }
 
 static void *replicate_main(void *arg)
@@ -230,18 +283,13 @@ struct node_replicate *node_replicate_start(struct node *n)
     if (!r)
         return NULL;
     r->n = n;
-    if (!(r->ch = rpc_channel_create(n->cfg.primary, n->cfg.max_message_size)))
-        goto fail;
-    if (pthread_create(&r->thread, NULL, replicate_main, r) != 0)
-        goto fail;
-    log_info("replicating from primary %s every %" PRIu64 " ms",
-             n->cfg.primary, n->cfg.replicate_interval_ms);
+    if (pthread_create(&r->thread, NULL, replicate_main, r) != 0) {
+        free(r);
+        return NULL;
+    }
+    log_info("anti-entropy: pulling changed pages from the other copies of "
+             "this node's group every %" PRIu64 " ms", n->cfg.replicate_interval_ms);
     return r;
-fail:
-    if (r->ch)
-        rpc_channel_destroy(r->ch);
-    free(r);
-    return NULL;
 }
 
 void node_replicate_stop(struct node_replicate *r)
@@ -249,7 +297,12 @@ void node_replicate_stop(struct node_replicate *r)
     if (!r)
         return;
     pthread_join(r->thread, NULL);
-    rpc_channel_destroy(r->ch);
+    while (r->peers) {
+        struct repl_peer *next = r->peers->next;
+        rpc_channel_destroy(r->peers->ch);
+        free(r->peers);
+        r->peers = next;
+    }
     while (r->shards) {
         struct repl_shard *next = r->shards->next;
         free(r->shards);

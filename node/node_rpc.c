@@ -309,11 +309,9 @@ struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
                                            struct bf_hash *h, struct rpc_reply *r)
 {
     struct store_filter *sf = node_rpc__get_shard(s, filter, index, r);
+    (void)op;   /* every copy takes reads and writes alike */
     if (!sf)
         return NULL;
-    if (op != OP_MAY_CONTAIN &&
-        node_rpc__refuse_on_replica(r, op == OP_ADD ? "Add" : "Remove"))
-        goto fail;
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *p = data + 16 * i;
         uint64_t h1 = 0, h2 = 0;
@@ -354,9 +352,7 @@ fail:
 
 uint64_t node_rpc__shard_version(struct store_filter *sf)
 {
-    /* A replica's version is the primary's that its pages cover. */
-    return node_pages_is_replica() ? store_pages_source_version(sf)
-                                   : store_filter_version(sf);
+    return store_filter_version(sf);
 }
 
 void node_rpc__shard_store_error(struct rpc_reply *r, struct store_filter *sf,
@@ -435,26 +431,103 @@ void node_rpc__finish_reply(struct rpc_stream *st, const struct rpc_reply *r)
     rpc_stream_finish_status(st, &r->st);
 }
 
-/* ---- read replicas ---- */
+/* ---- the node's group in the topology ---- */
 
-static atomic_bool replica_mode;
+/* The topology is swapped whole (SIGHUP) under topo_mu; the hot paths read
+ * the three numbers they need from atomics and never take the lock. */
+static pthread_mutex_t topo_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct topo *node_topo;
+static int node_group = -1;
+static _Atomic uint64_t topo_version;     /* 0: no topology */
+static atomic_uint group_n = 1, group_w = 1;
+static char self_addr[TOPO_ADDR_MAX + 1];   /* under topo_mu */
 
-void node_pages_set_replica(bool replica)
+int node_rpc__topo_install(struct topo *t, const char *addr, char *err, size_t errlen)
 {
-    atomic_store(&replica_mode, replica);
+    unsigned copy = 0;
+    int g = topo_group_of(t, addr, &copy);
+    if (g < 0) {
+        snprintf(err, errlen, "%s lists no group with %s as a copy: set advertise "
+                 "to this node's address as the topology writes it", t->origin,
+                 addr);
+        topo_unref(t);
+        return -ENOENT;
+    }
+    pthread_mutex_lock(&topo_mu);
+    struct topo *old = node_topo;
+    node_topo = t;
+    node_group = g;
+    snprintf(self_addr, sizeof self_addr, "%s", addr);
+    atomic_store(&group_n, t->groups[g].ncopies);
+    atomic_store(&group_w, t->groups[g].write_quorum);
+    atomic_store(&topo_version, t->version);
+    pthread_mutex_unlock(&topo_mu);
+    topo_unref(old);
+    log_info("topology %s version %llu: copy %u of group %s (%u copies, write "
+             "quorum %u, read quorum %u)", t->origin, (unsigned long long)t->version,
+             copy + 1, t->groups[g].name, t->groups[g].ncopies,
+             t->groups[g].write_quorum, t->groups[g].read_quorum);
+    return 0;
 }
 
-bool node_pages_is_replica(void)
+struct topo *node_rpc__topo_get(int *group)
 {
-    return atomic_load(&replica_mode);
+    pthread_mutex_lock(&topo_mu);
+    struct topo *t = topo_ref(node_topo);
+    if (group)
+        *group = node_group;
+    pthread_mutex_unlock(&topo_mu);
+    return t;
 }
 
-bool node_rpc__refuse_on_replica(struct rpc_reply *r, const char *what)
+bool node_rpc__is_self(const char *addr)
 {
-    if (!atomic_load(&replica_mode))
+    pthread_mutex_lock(&topo_mu);
+    bool self = strcmp(self_addr, addr) == 0;
+    pthread_mutex_unlock(&topo_mu);
+    return self;
+}
+
+void node_rpc__topo_clear(void)
+{
+    pthread_mutex_lock(&topo_mu);
+    topo_unref(node_topo);
+    node_topo = NULL;
+    node_group = -1;
+    pthread_mutex_unlock(&topo_mu);
+}
+
+unsigned node_rpc__group_copies(void)
+{
+    return atomic_load(&group_n);
+}
+
+bool node_rpc__refuse_public(struct rpc_reply *r, const char *what, bool write)
+{
+    unsigned n = atomic_load(&group_n), w = atomic_load(&group_w);
+    if (n <= 1 || (!write && w == n))
+        return false;
+    if (write)
+        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "%s refused: in a group of %u copies, keys go through a "
+                        "router (a write must reach %u copies to be acknowledged; "
+                        "docs/REPLICATION.md)", what, n, w);
+    else
+        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "%s refused: in a group of %u copies, keys go through a "
+                        "router (one copy alone may lack a write that %u others "
+                        "acknowledged; docs/REPLICATION.md)", what, n, w);
+    return true;
+}
+
+bool node_rpc__refuse_version(struct rpc_reply *r, uint64_t version)
+{
+    uint64_t mine = atomic_load(&topo_version);
+    if (!version || !mine || version == mine)
         return false;
     rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
-                    "this node is a read replica (role = replica): %s goes to "
-                    "the shard's primary", what);
+                    "topology version %llu, this node has %llu: reload the "
+                    "routers' or the node's topology", (unsigned long long)version,
+                    (unsigned long long)mine);
     return true;
 }

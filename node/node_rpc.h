@@ -27,6 +27,7 @@
 #include "rpc_server.h"
 #include "rules.h"
 #include "store.h"
+#include "topo.h"
 
 enum key_op { OP_ADD, OP_MAY_CONTAIN, OP_REMOVE };
 
@@ -126,17 +127,30 @@ void node_rpc__h_import(void *arg, struct rpc_stream *st);
 /* Internal ExportShard / ImportShard: the same for one shard. */
 void node_rpc__h_export_shard(void *arg, struct rpc_stream *st);
 void node_rpc__h_import_shard(void *arg, struct rpc_stream *st);
-/* Internal PullPages / PushPages (node_pages_rpc.c); a read replica
- * reports store_pages_source_version as its shards' version. */
+/* Internal PullPages / PushPages (node_pages_rpc.c). */
 void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st);
 void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
-/* Read-replica mode (setting role = replica), set once at start-up
- * (node_rpc.c). */
-void node_pages_set_replica(bool replica);
-bool node_pages_is_replica(void);
-/* On a read replica, set FAILED_PRECONDITION for a write (what: "Add")
- * and return true. */
-bool node_rpc__refuse_on_replica(struct rpc_reply *r, const char *what);
+
+/* The node's group (setting topology; node_rpc.c, docs/REPLICATION.md).
+ * install takes over t's reference as the node's topology when a group
+ * lists addr as a copy (0), else drops it and returns -ENOENT with err
+ * (the old topology stays).  get returns the current one with a reference
+ * (NULL without) and the node's group index; clear drops it at exit. */
+int node_rpc__topo_install(struct topo *t, const char *addr, char *err, size_t errlen);
+struct topo *node_rpc__topo_get(int *group);
+void node_rpc__topo_clear(void);
+/* Is addr this node's address in the topology? */
+bool node_rpc__is_self(const char *addr);
+/* N of the node's group (1 without a topology). */
+unsigned node_rpc__group_copies(void);
+/* In a group of N > 1 copies, refuse a public write (always) or read
+ * (unless W = N) with FAILED_PRECONDITION naming the router rule; what
+ * names the call ("Add").  Returns true when refused. */
+bool node_rpc__refuse_public(struct rpc_reply *r, const char *what, bool write);
+/* Refuse an internal call made under topology version (0: not sent)
+ * other than the node's with FAILED_PRECONDITION.  Returns true when
+ * refused. */
+bool node_rpc__refuse_version(struct rpc_reply *r, uint64_t version);
 void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                               struct rpc_reply *r);
 void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
@@ -173,7 +187,7 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
 
 /* The first half of node_rpc__shard_hashes, for callers that apply op
  * themselves (node_batch_rpc.c, with the store's _async writes): find the
- * shard, refuse a write on a replica, decode the hashes into h and check
+ * shard, decode the hashes into h and check
  * them.  Returns the held shard (store_put when done), or NULL with r set
  * to the shard's error. */
 struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
@@ -181,8 +195,7 @@ struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
                                            const uint8_t *data, size_t cnt,
                                            bool check_shard, uint64_t secret_id,
                                            struct bf_hash *h, struct rpc_reply *r);
-/* The version a shard's answers carry (a replica's: the primary's that its
- * pages cover). */
+/* The version a shard's answers carry. */
 uint64_t node_rpc__shard_version(struct store_filter *sf);
 /* Set r from a store error rc (err may be "") of shard index of filter. */
 void node_rpc__shard_store_error(struct rpc_reply *r, struct store_filter *sf,

@@ -91,7 +91,7 @@ static void export_run(struct node *n, struct rpc_stream *st, bool shard)
         goto done;
     }
     struct store *s = node_rpc__need_store(n, &r);
-    if (!s)
+    if (!s || (shard && node_rpc__refuse_version(&r, m->topology_version)))
         goto done;
     if (shard)
         sf = node_rpc__get_shard(s, m->filter, m->shard_index, &r);
@@ -193,7 +193,7 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     size_t limit = 0;
 
     struct store *s = node_rpc__need_store(n, &r);
-    if (!s || node_rpc__refuse_on_replica(&r, "Import"))
+    if (!s || (!shard && node_rpc__refuse_public(&r, "Import", true)))
         goto done;
     for (;;) {
         int rc = rpc_stream_read(st, &buf, &len);
@@ -215,6 +215,8 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
             if (!m->filter[0]) {
                 rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
                                 "the first ImportRequest must name the filter");
+            } else if (shard && node_rpc__refuse_version(&r, m->topology_version)) {
+                /* made under another topology: nothing merged */
             } else if (shard || node_rpc__public_name_ok(m->filter, &r)) {
                 snprintf(name, sizeof name, "%s", m->filter);
                 sf = shard ? node_rpc__get_shard(s, name, m->shard_index, &r)

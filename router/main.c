@@ -32,9 +32,12 @@ static void set_health(struct router *r, bool serving)
 
 static void log_topology(const struct topo *t)
 {
+    log_info("topology version %llu, %u groups", (unsigned long long)t->version,
+             t->ngroups);
     for (unsigned i = 0; i < t->ngroups; i++)
-        log_info("group %s: primary %s, %u replicas%s%s", t->groups[i].name,
-                 t->groups[i].primary, t->groups[i].nreplicas,
+        log_info("group %s: %u copies from %s, write quorum %u, read quorum %u%s%s",
+                 t->groups[i].name, t->groups[i].ncopies, t->groups[i].copies[0],
+                 t->groups[i].write_quorum, t->groups[i].read_quorum,
                  t->groups[i].datacenter[0] ? ", datacenter " : "",
                  t->groups[i].datacenter);
 }

@@ -106,7 +106,6 @@ void router_filter_unref(struct router_filter *f)
     bf_destroy(f->hasher);
     topo_unref(f->topo);
     free(f->group);
-    free((void *)f->seen_version);
     free(f);
 }
 
@@ -146,8 +145,7 @@ struct router_filter *router_filter_get(struct router *r, const char *name,
 
 struct router_filter *router_filter_add(struct router *r, const char *name,
                                         const uint8_t *secret, uint32_t shards,
-                                        struct topo *t,
-                                        const struct router_filter *prev)
+                                        struct topo *t)
 {
     char err[BF_ERRLEN];
     struct router_filter *f = calloc(1, sizeof *f);
@@ -161,21 +159,15 @@ struct router_filter *router_filter_add(struct router *r, const char *name,
     struct bf_params p = {.capacity = 1, .error_rate = 0.5, .secret = secret};
     f->hasher = bf_create(&p, err);
     f->group = calloc(shards, sizeof *f->group);
-    f->seen_version = calloc(shards, sizeof *f->seen_version);
-    if (!f->hasher || !f->group || !f->seen_version) {
+    if (!f->hasher || !f->group) {
         bf_destroy(f->hasher);
         free(f->group);
-        free((void *)f->seen_version);
         free(f);
         return NULL;
     }
     f->topo = topo_ref(t);
     for (uint32_t i = 0; i < shards; i++)
         f->group[i] = (uint16_t)topo_group_for(t, name, i);
-    bool same = prev && prev->shards == shards &&
-                memcmp(prev->secret, secret, BF_SECRET_LEN) == 0;
-    for (uint32_t i = 0; same && i < shards; i++)
-        f->seen_version[i] = atomic_load(&prev->seen_version[i]);
     f->fetched = time(NULL);
 
     pthread_mutex_lock(&r->lock);
@@ -210,13 +202,4 @@ void router_filter_forget(struct router *r, const char *name)
         r->filters[i] = r->filters[--r->nfilters];
     }
     pthread_mutex_unlock(&r->lock);
-}
-
-void router_filter_saw_version(struct router_filter *f, uint32_t shard,
-                               uint64_t version)
-{
-    uint64_t cur = atomic_load(&f->seen_version[shard]);
-    while (cur < version &&
-           !atomic_compare_exchange_weak(&f->seen_version[shard], &cur, version))
-        ;
 }

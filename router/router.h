@@ -44,9 +44,6 @@ struct router_filter {
     struct bf *hasher;          /* a one-bit-sized filter holding the secret */
     struct topo *topo;          /* the topology the placement is for (a ref) */
     uint16_t *group;            /* shards entries: index into topo->groups */
-    /* Per shard: highest version a primary reported to this router.  A
-     * replica counts as caught up for reads when it reports at least this. */
-    _Atomic uint64_t *seen_version;
     time_t fetched;
 };
 
@@ -60,6 +57,7 @@ struct router {
     size_t nlinks, links_cap;
     struct router_filter **filters;
     size_t nfilters, filters_cap;
+    atomic_uint read_rotation;  /* which copy a read asks first */
 };
 
 /* Set up with cfg (copied) and the topology already loaded (takes over its
@@ -90,20 +88,14 @@ struct router_filter *router_filter_get(struct router *r, const char *name,
                                         struct router_filter **stale);
 
 /* Build an entry for name (secret, shards) placed under t; the caller gets
- * one reference and the cache another.  prev (may be NULL) lends its seen
- * versions when the shard count matches.  NULL when out of memory. */
+ * one reference and the cache another.  NULL when out of memory. */
 struct router_filter *router_filter_add(struct router *r, const char *name,
                                         const uint8_t *secret, uint32_t shards,
-                                        struct topo *t,
-                                        const struct router_filter *prev);
+                                        struct topo *t);
 
 /* Forget a filter (dropped, or a node said it does not exist). */
 void router_filter_forget(struct router *r, const char *name);
 
 void router_filter_unref(struct router_filter *f);
-
-/* Raise the highest version seen from shard's primary. */
-void router_filter_saw_version(struct router_filter *f, uint32_t shard,
-                               uint64_t version);
 
 #endif

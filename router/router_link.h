@@ -17,7 +17,8 @@
  * thread (there is no timer).  The entries of several calls with the same
  * filter, secret, operation and shard share one wire entry.  Each caller
  * gets its own answers, in its own order.  A message holds at most
- * max_message_hashes hashes (one call alone may exceed it).
+ * max_message_hashes hashes (one call alone may exceed it), and only calls
+ * made under one topology version (the message carries it).
  *
  * Failures: a stream that ends (the node restarted, the connection broke)
  * fails the calls of its message in flight with the stream's status, or
@@ -95,6 +96,7 @@ struct router_link_call {
     struct router_link *link;
     const char *filter;           /* borrowed for the call */
     uint64_t secret_id;           /* the node refuses another secret; 0: any */
+    uint64_t topology_version;    /* the caller's (BatchRequest); 0: none */
     enum router_link_op op;
     struct router_link_entry *e;  /* n entries, one per shard */
     size_t n;

@@ -115,7 +115,8 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
 
     for (struct router_link_call *c = ln->qhead; c; c = c->qnext) {
         size_t h = router_link__call_hashes(c);
-        if (ncalls && (nhash + h > l->cfg.max_message_hashes || bytes + c->bytes > max_bytes))
+        if (ncalls && (nhash + h > l->cfg.max_message_hashes || bytes + c->bytes > max_bytes ||
+                       c->topology_version != ln->qhead->topology_version))
             break;
         ncalls++;
         nent += c->n;
@@ -194,6 +195,7 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
         }
     }
     Bloomgrid__V1__BatchRequest rq = BLOOMGRID__V1__BATCH_REQUEST__INIT;
+    rq.topology_version = ln->qhead->topology_version;
     for (size_t w = 0; w < nwire; w++) {
         Bloomgrid__V1__BatchEntry *be = &b->ent[w];
         const struct router_link_call *wc = b->wire_call[w];

@@ -2,14 +2,16 @@
  * terms.  router_rpc_nodes.c implements it over the internal service
  * (bloomgrid.v1.Internal); router_rpc.c calls it from the public handlers.
  *
- * Fan-out: a key batch is hashed once, split by shard, and the shards are
- * grouped by node: the hashes of all the shards of one node go to that
- * node's link (router_link.h) as one call, every node's at once, without
- * waiting; the link sends them on its batch stream together with the calls
- * of other clients, and the batch is answered when the last node's answer
- * is in.  Answers are put back in request order, and each shard succeeds
- * or fails on its own.  Catalog calls (create, drop,
- * describe, list) fan out one call per shard.
+ * Fan-out: a key batch is hashed once, split by shard, and each shard goes
+ * to copies of its group (docs/REPLICATION.md): a write to all N at once,
+ * acknowledged when W have it durable; a read to R copies (then one more
+ * for each that failed), "maybe" when any answering copy says so.  The
+ * entries of one node go to that node's link (router_link.h) as one call,
+ * every node's at once, without waiting (the batch is answered from the
+ * thread that completes it); the link sends them on its batch stream together
+ * with the calls of other clients.  Answers are put back in request order,
+ * and each shard reaches its quorum or fails on its own.  Catalog calls
+ * (create, drop, describe, list) fan out one call per shard and copy.
  *
  * Failures: every function returns 0 or -1 with a status (rpc_status.h:
  * code, reason, a message naming the shard(s) and node(s)) in *st.
@@ -40,21 +42,26 @@ enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
 typedef void (*router_keys_fn)(void *arg, int rc, const struct rpc_status *st);
 
 /* Start one batch of n keys (keys[i] has lens[i] bytes) on filter and
- * return without waiting for the nodes; done(arg, rc, st) runs exactly once
- * with out[i] the answer of key i.  keys, lens and out stay the caller's
- * and must stay valid until done runs (nothing of them is used after).
+ * return without waiting for the copies; done(arg, rc, st) runs exactly
+ * once, with out[i] the answer of key i (ORed over the copies that
+ * answered).  keys, lens and out stay the caller's and must stay valid
+ * until done runs (nothing of them is used after).
+ *
+ * A batch with a shard short of its quorum (fewer than W copies
+ * acknowledged a write, fewer than R answered a read) fails as a whole with
+ * UNAVAILABLE (or a copy's refusal passed on); the message names the
+ * shard(s), their group and the copies that failed, and for writes lists
+ * the keys that were acknowledged anyway (docs/ROUTER.md,
+ * docs/REPLICATION.md).
  *
  * Threads: the filter's lookup (a fetch from shard 0 when it is not
  * cached) runs on the calling thread, which may block for it.  done runs
  * on the calling thread before router_keys_start returns when the batch
  * ends at once (no keys, an unknown filter, no memory), else on the link
- * thread of the node that answered last, or on one of the router's pool
- * threads when a shard needs a replica read or the filter a new secret
- * (router_pool.h).  done must not block.
- *
- * A write (Add, Remove) that fails on some shard fails as a whole with
- * UNAVAILABLE; the message names the failed shard(s) and node(s) and lists
- * the keys that were acknowledged anyway (docs/ROUTER.md). */
+ * thread of the copy that answered last (a read's further rounds are
+ * submitted from there), or on one of the router's pool threads when the
+ * filter has a new secret and the batch runs again (router_pool.h).  done
+ * must not block. */
 void router_keys_start(struct router *r, const char *filter, enum router_key_op op,
                        const uint8_t *const *keys, const uint32_t *lens, size_t n,
                        bool *out, router_keys_fn done, void *arg);
@@ -105,7 +112,7 @@ int router_drop_filter(struct router *r, const char *name, struct rpc_status *st
 int router_describe_filter(struct router *r, const char *name,
                            struct router_filter_desc *out, struct rpc_status *st);
 
-/* Every filter on the primaries, sorted by name.  Free with
+/* Every filter on the copies, sorted by name.  Free with
  * router_filter_desc_free on each, then free(*out). */
 int router_list_filters(struct router *r, struct router_filter_desc **out,
                         size_t *n, struct rpc_status *st);

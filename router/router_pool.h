@@ -1,6 +1,6 @@
 /* router_pool: a few threads of the router for the work that may block
  * and must not run on a link's thread (router_link.h): a key batch that
- * has to fetch its filter's secret again, or read a shard from a replica.
+ * has to fetch its filter's secret again and run once more.
  *
  * The threads (ROUTER_POOL_THREADS) start with the first job, so that they
  * inherit the signal mask of the thread that submits it (the RPC threads

@@ -29,9 +29,6 @@ int router_rpc__write_info(struct rpc_stream *s, Bloomgrid__V1__ImportResponse *
 grpc_slice router_rpc__pack_slice(const ProtobufCMessage *m);
 /* Unref every request and response slice of calls[0..n) and free calls. */
 void router_rpc__multi_free(struct rpc_multi *calls, size_t n);
-/* Address of the primary of shard's group. */
-const char *router_rpc__primary(const struct topo *t, const struct router_filter *f,
-                                uint32_t shard);
 
 /* Export and Import of sharded filters (router_rpc_transfer.c). */
 void router_rpc__export(void *arg, struct rpc_stream *s);

@@ -2,6 +2,12 @@
  * GetFilter and ListFilters over the internal service (see router_nodes.h).
  * An RPC edge file like router_rpc.c; messages use the generated protobuf-c
  * code.
+ *
+ * Every catalog call goes to every copy of a shard's group (a fan: one
+ * call per shard and copy, all at once).  A create must succeed on every
+ * copy or is rolled back everywhere; a drop must reach every copy; a
+ * describe or a list takes, per shard, the first copy (in topology order)
+ * that answers.  Every request carries the router's topology version.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -73,120 +79,230 @@ static void shard_desc_failed(struct router_shard_desc *d, uint32_t index,
              rpc_status_name(rs->code), rs->message);
 }
 
-/* Send one ShardRef-like request per shard in list[0..n) and collect.
- * secret_id (ShardRef only; 0: any) limits a drop to shards of that
- * secret. */
-static struct rpc_multi *shard_calls(struct router *r, const struct topo *t,
-                                     const struct router_filter *f,
-                                     const uint32_t *list, size_t n,
-                                     const char *method, bool get,
-                                     uint64_t secret_id)
+/* One call per shard and copy of its group. */
+struct fan {
+    struct rpc_multi *calls;
+    uint32_t *shard;            /* per call */
+    const char **node;          /* per call: the copy's address */
+    size_t n;
+};
+
+static void fan_free(struct fan *fn)
 {
-    struct rpc_multi *calls = calloc(n ? n : 1, sizeof *calls);
-    if (!calls)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t s = list[i];
-        if (get) {
-            Bloomgrid__V1__GetShardRequest m = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
-            m.filter = (char *)f->name;
-            m.shard_index = s;
-            calls[i].req = router_rpc__pack_slice(&m.base);
-        } else {
-            Bloomgrid__V1__ShardRef m = BLOOMGRID__V1__SHARD_REF__INIT;
-            m.filter = (char *)f->name;
-            m.shard_index = s;
-            m.secret_id = secret_id;
-            calls[i].req = router_rpc__pack_slice(&m.base);
-        }
-        calls[i].resp = grpc_empty_slice();
-        calls[i].ch = router_channel(r, router_rpc__primary(t, f, s));
-        calls[i].method = method;
-        calls[i].timeout_ms = (int)r->cfg.node_timeout_ms;
-    }
+    if (fn->calls)
+        router_rpc__multi_free(fn->calls, fn->n);
+    free(fn->shard);
+    free(fn->node);
+    memset(fn, 0, sizeof *fn);
+}
+
+/* The request of one shard's calls. */
+typedef grpc_slice (*fan_req_fn)(const void *ctx, uint32_t shard);
+
+/* Send req(shard) to every copy of each shard in list[0..n) and collect.
+ * Returns 0 or -ENOMEM (fn freed). */
+static int fan_run(struct router *r, const struct topo *t, const struct router_filter *f,
+                   const uint32_t *list, size_t n, const char *method, fan_req_fn req,
+                   const void *ctx, struct fan *fn)
+{
+    size_t total = 0;
+    memset(fn, 0, sizeof *fn);
     for (size_t i = 0; i < n; i++)
-        if (!calls[i].ch) {
-            router_rpc__multi_free(calls, n);
-            return NULL;
+        total += t->groups[f->group[list[i]]].ncopies;
+    fn->calls = calloc(total ? total : 1, sizeof *fn->calls);
+    fn->shard = calloc(total ? total : 1, sizeof *fn->shard);
+    fn->node = calloc(total ? total : 1, sizeof *fn->node);
+    if (!fn->calls || !fn->shard || !fn->node)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        const struct topo_group *g = &t->groups[f->group[list[i]]];
+        grpc_slice body = req(ctx, list[i]);
+        for (unsigned c = 0; c < g->ncopies; c++) {
+            struct rpc_multi *m = &fn->calls[fn->n];
+            m->req = grpc_slice_ref(body);
+            m->resp = grpc_empty_slice();
+            m->ch = router_channel(r, g->copies[c]);
+            m->method = method;
+            m->timeout_ms = (int)r->cfg.node_timeout_ms;
+            fn->shard[fn->n] = list[i];
+            fn->node[fn->n] = g->copies[c];
+            fn->n++;
         }
-    rpc_call_many(calls, n);
-    return calls;
+        grpc_slice_unref(body);
+    }
+    for (size_t i = 0; i < fn->n; i++)
+        if (!fn->calls[i].ch)
+            goto fail;
+    rpc_call_many(fn->calls, fn->n);
+    return 0;
+fail:
+    fan_free(fn);
+    return -ENOMEM;
+}
+
+struct ref_ctx {
+    const struct router_filter *f;
+    const struct topo *t;
+    uint64_t secret_id;
+};
+
+static grpc_slice get_req(const void *ctx, uint32_t s)
+{
+    const struct ref_ctx *x = ctx;
+    Bloomgrid__V1__GetShardRequest m = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
+    m.filter = (char *)x->f->name;
+    m.shard_index = s;
+    m.topology_version = x->t->version;
+    return router_rpc__pack_slice(&m.base);
+}
+
+/* DropShard; secret_id (0: any) limits a drop to shards of that secret. */
+static grpc_slice drop_req(const void *ctx, uint32_t s)
+{
+    const struct ref_ctx *x = ctx;
+    Bloomgrid__V1__ShardRef m = BLOOMGRID__V1__SHARD_REF__INIT;
+    m.filter = (char *)x->f->name;
+    m.shard_index = s;
+    m.secret_id = x->secret_id;
+    m.topology_version = x->t->version;
+    return router_rpc__pack_slice(&m.base);
+}
+
+/* ListShards to every copy of every group: calls[] in group then copy
+ * order, node[] their addresses, shard[] the group index. */
+static int list_all(struct router *r, const struct topo *t, struct fan *fn)
+{
+    Bloomgrid__V1__ListShardsRequest lreq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    size_t total = 0;
+    memset(fn, 0, sizeof *fn);
+    for (unsigned g = 0; g < t->ngroups; g++)
+        total += t->groups[g].ncopies;
+    fn->calls = calloc(total, sizeof *fn->calls);
+    fn->shard = calloc(total, sizeof *fn->shard);
+    fn->node = calloc(total, sizeof *fn->node);
+    if (!fn->calls || !fn->shard || !fn->node)
+        goto fail;
+    lreq.topology_version = t->version;
+    for (unsigned g = 0; g < t->ngroups; g++)
+        for (unsigned c = 0; c < t->groups[g].ncopies; c++) {
+            struct rpc_multi *m = &fn->calls[fn->n];
+            m->req = router_rpc__pack_slice(&lreq.base);
+            m->resp = grpc_empty_slice();
+            m->ch = router_channel(r, t->groups[g].copies[c]);
+            m->method = M_LIST;
+            m->timeout_ms = (int)r->cfg.node_timeout_ms;
+            fn->shard[fn->n] = g;
+            fn->node[fn->n] = t->groups[g].copies[c];
+            fn->n++;
+        }
+    for (size_t i = 0; i < fn->n; i++)
+        if (!fn->calls[i].ch)
+            goto fail;
+    rpc_call_many(fn->calls, fn->n);
+    return 0;
+fail:
+    fan_free(fn);
+    return -ENOMEM;
 }
 
 /* The failure of a CreateFilter that tells most: one from a node that
  * answered (a bad parameter, a name taken) before one of a node that is
  * down or slow. */
-static const struct rpc_multi *telling_failure(const struct rpc_multi *calls,
-                                               uint32_t S)
+static size_t telling_failure(const struct fan *fn)
 {
-    const struct rpc_multi *first = NULL;
+    size_t first = SIZE_MAX;
 
-    for (uint32_t s = 0; s < S; s++) {
-        if (calls[s].rc == 0)
+    for (size_t i = 0; i < fn->n; i++) {
+        if (fn->calls[i].rc == 0)
             continue;
-        if (!first || (router_node_down(first->st.code) &&
-                       !router_node_down(calls[s].st.code)))
-            first = &calls[s];
+        if (first == SIZE_MAX || (router_node_down(fn->calls[first].st.code) &&
+                                  !router_node_down(fn->calls[i].st.code)))
+            first = i;
     }
     return first;
 }
 
-/* Undo a CreateFilter that failed on some shards: drop every shard this
- * call may have created (those that answered OK, and those whose answer
- * was lost with a node down or slow), each only if it has this call's
- * secret, so a shard of the same name that another call created stays.
- * st gets the failure, and names any shard that could not be dropped. */
+/* Undo a CreateFilter that failed on some copies: drop every shard on
+ * every copy this call may have created (those that answered OK, and those
+ * whose answer was lost with a node down or slow), each only if it has this
+ * call's secret, so a shard of the same name that another call created
+ * stays.  st gets the failure, and names any shard that could not be
+ * dropped. */
 static void rollback(struct router *r, const struct topo *t,
                      const struct router_filter *f, const char *name,
-                     const struct rpc_multi *calls, uint32_t S, size_t failed,
+                     const struct fan *made, uint32_t S, size_t failed,
                      struct rpc_status *st)
 {
-    const struct rpc_multi *first = telling_failure(calls, S);
-    uint32_t fs = (uint32_t)(first - calls);
-    uint32_t *undo = calloc(S, sizeof *undo), nundo = 0;
-    struct rpc_multi *drops = NULL;
+    size_t fi = telling_failure(made);
+    const struct rpc_multi *first = &made->calls[fi];
+    uint32_t fs = made->shard[fi];
+    uint32_t *undo = calloc(S, sizeof *undo);
+    struct fan drops = {0};
+    struct ref_ctx x = {.f = f, .t = t, .secret_id = f->secret_id};
     char left[RPC_MSGLEN] = "";
     size_t nleft = 0, off = 0;
+    bool asked = false;
 
     /* Every shard: one whose create failed may still have been created
      * (an answer lost to a deadline); a drop by secret leaves others' be. */
     for (uint32_t s = 0; undo && s < S; s++)
-        undo[nundo++] = s;
-    if (undo && nundo)
-        drops = shard_calls(r, t, f, undo, nundo, M_DROP, false, f->secret_id);
-    for (uint32_t i = 0; i < nundo; i++) {
-        grpc_status_code dc = drops ? drops[i].st.code : GRPC_STATUS_RESOURCE_EXHAUSTED;
+        undo[s] = s;
+    if (undo)
+        asked = fan_run(r, t, f, undo, S, M_DROP, drop_req, &x, &drops) == 0;
+    for (size_t i = 0; asked && i < drops.n; i++) {
+        grpc_status_code dc = drops.calls[i].st.code;
         /* NOT_FOUND: never created; FAILED_PRECONDITION: another call's. */
-        if (drops && (drops[i].rc == 0 || dc == GRPC_STATUS_NOT_FOUND ||
-                      dc == GRPC_STATUS_FAILED_PRECONDITION))
+        if (drops.calls[i].rc == 0 || dc == GRPC_STATUS_NOT_FOUND ||
+            dc == GRPC_STATUS_FAILED_PRECONDITION)
             continue;
-        const char *node = router_rpc__primary(t, f, undo[i]);
         log_error("create %s: rollback cannot drop shard %u on %s: %s", name,
-                  undo[i], node, drops ? drops[i].st.message : "out of memory");
+                  drops.shard[i], drops.node[i], drops.calls[i].st.message);
         if (off + 80 < sizeof left)
             off += (size_t)snprintf(left + off, sizeof left - off, "%s%u on %.64s",
-                                    nleft ? ", " : "", undo[i], node);
+                                    nleft ? ", " : "", drops.shard[i], drops.node[i]);
         nleft++;
     }
-    if (!undo)
+    if (!asked)
         snprintf(left, sizeof left, "all (out of memory)");
     grpc_status_code code = first->st.code;
     if (router_node_down(code))
         code = GRPC_STATUS_UNAVAILABLE;
     rpc_status_set(st, code, "CreateFilter \"%s\": shard %u on node %s (group "
-                      "%s): %s: %s; %zu of %u shards failed; %s%s%s", name, fs,
-                      router_rpc__primary(t, f, fs), t->groups[f->group[fs]].name,
-                      rpc_status_name(first->st.code), first->st.message, failed, S,
-                      nleft || !undo ? "shards this call may have created could "
-                                       "not be dropped: "
-                                     : "the shards created by this call were "
-                                       "dropped",
-                      left, nleft || !undo ? "; drop the filter once they are "
-                                             "reachable" : "");
+                      "%s): %s: %s; %zu of %zu shard copies failed; %s%s%s", name, fs,
+                      made->node[fi], t->groups[f->group[fs]].name,
+                      rpc_status_name(first->st.code), first->st.message, failed,
+                      made->n, nleft || !asked ? "shards this call may have created "
+                                                 "could not be dropped: "
+                                               : "the shards created by this call "
+                                                 "were dropped",
+                      left, nleft || !asked ? "; drop the filter once they are "
+                                              "reachable" : "");
     log_warn("%s", st->message);
-    if (drops)
-        router_rpc__multi_free(drops, nundo);
+    fan_free(&drops);
     free(undo);
+}
+
+struct create_ctx {
+    const struct router_create *c;
+    const struct topo *t;
+    const uint8_t *secret;
+    uint64_t per_shard;
+};
+
+static grpc_slice create_req(const void *ctx, uint32_t s)
+{
+    const struct create_ctx *x = ctx;
+    Bloomgrid__V1__CreateShardRequest m = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
+    m.filter = (char *)x->c->name;
+    m.shard_index = s;
+    m.shard_count = x->c->shards;
+    m.kind = x->c->kind;
+    m.capacity = x->per_shard;
+    m.error_rate = x->c->error_rate;
+    m.secret.data = (uint8_t *)x->secret;
+    m.secret.len = BF_SECRET_LEN;
+    m.topology_version = x->t->version;
+    return router_rpc__pack_slice(&m.base);
 }
 
 int router_create_filter(struct router *r, const struct router_create *c,
@@ -194,8 +310,9 @@ int router_create_filter(struct router *r, const struct router_create *c,
 {
     struct topo *t = router_topo(r);
     uint8_t secret[BF_SECRET_LEN];
-    struct rpc_multi *calls = NULL;
+    struct fan fn = {0};
     struct router_filter *f = NULL;
+    uint32_t *list = NULL;
     uint32_t S = c->shards;
     int rc = -1;
 
@@ -205,114 +322,89 @@ int router_create_filter(struct router *r, const struct router_create *c,
         goto out;
     }
     /* A placement entry, not cached until every shard exists. */
-    f = router_filter_add(r, c->name, secret, S, t, NULL);
+    f = router_filter_add(r, c->name, secret, S, t);
     if (!f) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     router_filter_forget(r, c->name);
-    calls = calloc(S, sizeof *calls);
+    list = calloc(S, sizeof *list);
     out->shard = calloc(S, sizeof *out->shard);
-    if (!calls || !out->shard) {
+    if (!list || !out->shard) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     snprintf(out->name, sizeof out->name, "%s", c->name);
     out->shards = S;
-    uint64_t per_shard = rules_shard_capacity(c->capacity, S);
-    for (uint32_t s = 0; s < S; s++) {
-        Bloomgrid__V1__CreateShardRequest m = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
-        m.filter = (char *)c->name;
-        m.shard_index = s;
-        m.shard_count = S;
-        m.kind = c->kind;
-        m.capacity = per_shard;
-        m.error_rate = c->error_rate;
-        m.secret.data = secret;
-        m.secret.len = sizeof secret;
-        calls[s].req = router_rpc__pack_slice(&m.base);
-        calls[s].resp = grpc_empty_slice();
-        calls[s].ch = router_channel(r, router_rpc__primary(t, f, s));
-        calls[s].method = M_CREATE;
-        calls[s].timeout_ms = (int)r->cfg.node_timeout_ms;
-        if (!calls[s].ch) {
-            rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-            S = s + 1;
-            goto out;
-        }
-    }
-    size_t failed = rpc_call_many(calls, S);
-    if (failed == 0) {
-        for (uint32_t s = 0; s < S; s++) {
-            Bloomgrid__V1__InternalShardInfo *isi =
-                bloomgrid__v1__internal_shard_info__unpack(
-                    NULL, GRPC_SLICE_LENGTH(calls[s].resp),
-                    GRPC_SLICE_START_PTR(calls[s].resp));
-            if (isi) {
-                shard_desc_from(&out->shard[s], isi, router_rpc__primary(t, f, s));
-                bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
-            }
-            out->shard[s].index = s;
-        }
-        router_filter_unref(router_filter_add(r, c->name, secret, S, t, NULL));
-        log_info("created filter %s: %u shards over %u groups", c->name, S,
-                 t->ngroups);
-        rc = 0;
+    for (uint32_t s = 0; s < S; s++)
+        list[s] = s;
+    struct create_ctx x = {.c = c, .t = t, .secret = secret,
+                           .per_shard = rules_shard_capacity(c->capacity, S)};
+    if (fan_run(r, t, f, list, S, M_CREATE, create_req, &x, &fn) < 0) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    rollback(r, t, f, c->name, calls, S, failed, st);
+    size_t failed = 0;
+    for (size_t i = 0; i < fn.n; i++)
+        failed += fn.calls[i].rc != 0;
+    if (failed) {
+        rollback(r, t, f, c->name, &fn, S, failed, st);
+        goto out;
+    }
+    for (size_t i = 0; i < fn.n; i++) {
+        uint32_t s = fn.shard[i];
+        if (out->shard[s].ok)
+            continue;   /* described by an earlier copy */
+        Bloomgrid__V1__InternalShardInfo *isi = bloomgrid__v1__internal_shard_info__unpack(
+            NULL, GRPC_SLICE_LENGTH(fn.calls[i].resp), GRPC_SLICE_START_PTR(fn.calls[i].resp));
+        if (isi) {
+            shard_desc_from(&out->shard[s], isi, fn.node[i]);
+            bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+        }
+        out->shard[s].index = s;
+    }
+    router_filter_unref(router_filter_add(r, c->name, secret, S, t));
+    log_info("created filter %s: %u shards over %u groups (%zu shard copies)", c->name,
+             S, t->ngroups, fn.n);
+    rc = 0;
 out:
     if (rc < 0)
         router_filter_desc_free(out);
-    if (calls)
-        router_rpc__multi_free(calls, S);
+    fan_free(&fn);
+    free(list);
     router_filter_unref(f);
     topo_unref(t);
     return rc;
 }
 
-/* Drop every shard named filter on the groups' primaries, whatever its
+/* Drop every shard named filter on every copy of every group, whatever its
  * shard count or secret: what is left of a filter whose shard 0 is gone (a
  * rollback that could not reach every node, a drop cut short).  Returns how
  * many were dropped, or -1 with st set when a node could not be asked. */
 static int sweep(struct router *r, const struct topo *t, const char *name,
                  struct rpc_status *st)
 {
-    unsigned G = t->ngroups;
-    struct rpc_multi *calls = calloc(G, sizeof *calls);
-    Bloomgrid__V1__ListShardsRequest lreq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    struct fan fn;
     int dropped = 0, rc = 0;
 
-    if (!calls) {
+    if (list_all(r, t, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
-    for (unsigned g = 0; g < G; g++) {
-        calls[g].req = router_rpc__pack_slice(&lreq.base);
-        calls[g].resp = grpc_empty_slice();
-        calls[g].ch = router_channel(r, t->groups[g].primary);
-        calls[g].method = M_LIST;
-        calls[g].timeout_ms = (int)r->cfg.node_timeout_ms;
-    }
-    for (unsigned g = 0; g < G; g++)
-        if (!calls[g].ch) {
-            router_rpc__multi_free(calls, G);
-            rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-            return -1;
-        }
-    rpc_call_many(calls, G);
-    for (unsigned g = 0; g < G && rc == 0; g++) {
-        const char *node = t->groups[g].primary;
-        if (calls[g].rc != 0) {
+    for (size_t i = 0; i < fn.n && rc == 0; i++) {
+        const char *node = fn.node[i];
+        if (fn.calls[i].rc != 0) {
             rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": node %s "
                               "(group %s) cannot list its shards: %s: %s; retry "
-                              "DropFilter to finish", name, node, t->groups[g].name,
-                              rpc_status_name(calls[g].st.code), calls[g].st.message);
+                              "DropFilter to finish", name, node,
+                              t->groups[fn.shard[i]].name,
+                              rpc_status_name(fn.calls[i].st.code),
+                              fn.calls[i].st.message);
             rc = -1;
             break;
         }
         Bloomgrid__V1__ListShardsResponse *lr = bloomgrid__v1__list_shards_response__unpack(
-            NULL, GRPC_SLICE_LENGTH(calls[g].resp), GRPC_SLICE_START_PTR(calls[g].resp));
+            NULL, GRPC_SLICE_LENGTH(fn.calls[i].resp), GRPC_SLICE_START_PTR(fn.calls[i].resp));
         for (size_t k = 0; lr && k < lr->n_shards; k++) {
             const Bloomgrid__V1__InternalShardInfo *isi = lr->shards[k];
             if (!isi->filter || strcmp(isi->filter, name) != 0)
@@ -320,9 +412,10 @@ static int sweep(struct router *r, const struct topo *t, const char *name,
             Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
             ref.filter = (char *)name;
             ref.shard_index = isi->shard_index;
+            ref.topology_version = t->version;
             ProtobufCMessage *resp = NULL;
             struct rpc_status rs;
-            if (rpc_call(calls[g].ch, M_DROP, &ref.base,
+            if (rpc_call(fn.calls[i].ch, M_DROP, &ref.base,
                          &bloomgrid__v1__drop_shard_response__descriptor, &resp,
                          (int)r->cfg.node_timeout_ms, &rs) == 0) {
                 protobuf_c_message_free_unpacked(resp, NULL);
@@ -339,7 +432,7 @@ static int sweep(struct router *r, const struct topo *t, const char *name,
         if (lr)
             bloomgrid__v1__list_shards_response__free_unpacked(lr, NULL);
     }
-    router_rpc__multi_free(calls, G);
+    fan_free(&fn);
     return rc < 0 ? -1 : dropped;
 }
 
@@ -369,9 +462,11 @@ int router_drop_filter(struct router *r, const char *name, struct rpc_status *st
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
+    struct ref_ctx x = {.f = f, .t = t};
     /* Shard 0 last: while it exists, the filter can be found and dropped. */
     for (int pass = 0; pass < 2; pass++) {
         size_t n = 0;
+        struct fan fn;
         if (pass == 0)
             for (uint32_t s = 1; s < f->shards; s++)
                 list[n++] = s;
@@ -379,26 +474,26 @@ int router_drop_filter(struct router *r, const char *name, struct rpc_status *st
             list[n++] = 0;
         if (!n)
             continue;
-        struct rpc_multi *calls = shard_calls(r, t, f, list, n, M_DROP, false, 0);
-        if (!calls) {
+        if (fan_run(r, t, f, list, n, M_DROP, drop_req, &x, &fn) < 0) {
             rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
         }
         size_t bad = 0, first = 0;
-        for (size_t i = 0; i < n; i++)
-            if (calls[i].rc != 0 && calls[i].st.code != GRPC_STATUS_NOT_FOUND && !bad++)
+        for (size_t i = 0; i < fn.n; i++)
+            if (fn.calls[i].rc != 0 && fn.calls[i].st.code != GRPC_STATUS_NOT_FOUND &&
+                !bad++)
                 first = i;
         if (bad) {
             rpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
-                       "DropFilter \"%s\": shard %u on node %s: %s: %s; %zu shards "
-                       "not dropped; retry DropFilter to finish", name, list[first],
-                       router_rpc__primary(t, f, list[first]),
-                       rpc_status_name(calls[first].st.code),
-                       calls[first].st.message, bad);
-            router_rpc__multi_free(calls, n);
+                       "DropFilter \"%s\": shard %u on node %s: %s: %s; %zu shard "
+                       "copies not dropped; retry DropFilter to finish", name,
+                       fn.shard[first], fn.node[first],
+                       rpc_status_name(fn.calls[first].st.code),
+                       fn.calls[first].st.message, bad);
+            fan_free(&fn);
             goto out;
         }
-        router_rpc__multi_free(calls, n);
+        fan_free(&fn);
     }
     log_info("dropped filter %s (%u shards)", name, f->shards);
     rc = 0;
@@ -416,7 +511,7 @@ int router_describe_filter(struct router *r, const char *name,
     struct topo *t = router_topo(r);
     struct router_filter *f = router_filter_lookup(r, t, name, st);
     uint32_t *list = NULL;
-    struct rpc_multi *calls = NULL;
+    struct fan fn = {0};
     int rc = -1;
 
     memset(out, 0, sizeof *out);
@@ -430,34 +525,45 @@ int router_describe_filter(struct router *r, const char *name,
     }
     for (uint32_t s = 0; s < f->shards; s++)
         list[s] = s;
-    calls = shard_calls(r, t, f, list, f->shards, M_GET, true, 0);
-    if (!calls) {
+    struct ref_ctx x = {.f = f, .t = t};
+    if (fan_run(r, t, f, list, f->shards, M_GET, get_req, &x, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     snprintf(out->name, sizeof out->name, "%s", name);
     out->shards = f->shards;
-    size_t notfound = 0;
-    for (uint32_t s = 0; s < f->shards; s++) {
-        const char *node = router_rpc__primary(t, f, s);
+    /* Per shard the first copy that answers; else the first copy's error,
+     * NOT_FOUND when a copy said so and none has the shard. */
+    bool *nf = calloc(f->shards, sizeof *nf);
+    for (size_t i = 0; i < fn.n; i++) {
+        uint32_t s = fn.shard[i];
+        struct router_shard_desc *d = &out->shard[s];
         Bloomgrid__V1__InternalShardInfo *isi = NULL;
-        if (calls[s].rc == 0)
+        if (d->ok)
+            continue;
+        if (fn.calls[i].rc == 0)
             isi = bloomgrid__v1__internal_shard_info__unpack(
-                NULL, GRPC_SLICE_LENGTH(calls[s].resp),
-                GRPC_SLICE_START_PTR(calls[s].resp));
+                NULL, GRPC_SLICE_LENGTH(fn.calls[i].resp),
+                GRPC_SLICE_START_PTR(fn.calls[i].resp));
         if (isi) {
-            shard_desc_from(&out->shard[s], isi, node);
+            shard_desc_from(d, isi, fn.node[i]);
             bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
-        } else {
-            if (calls[s].rc == 0) {
-                calls[s].st.code = GRPC_STATUS_INTERNAL;
-                snprintf(calls[s].st.message, sizeof calls[s].st.message,
-                         "shard info does not parse");
-            }
-            notfound += calls[s].st.code == GRPC_STATUS_NOT_FOUND;
-            shard_desc_failed(&out->shard[s], s, node, &calls[s].st);
+            continue;
         }
+        if (fn.calls[i].rc == 0) {
+            fn.calls[i].st.code = GRPC_STATUS_INTERNAL;
+            snprintf(fn.calls[i].st.message, sizeof fn.calls[i].st.message,
+                     "shard info does not parse");
+        }
+        if (nf && fn.calls[i].st.code == GRPC_STATUS_NOT_FOUND)
+            nf[s] = true;
+        if (!d->reason[0])
+            shard_desc_failed(d, s, fn.node[i], &fn.calls[i].st);
     }
+    size_t notfound = 0;
+    for (uint32_t s = 0; nf && s < f->shards; s++)
+        notfound += !out->shard[s].ok && nf[s];
+    free(nf);
     if (notfound == f->shards) {
         router_filter_forget(r, name);
         rpc_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", name);
@@ -467,8 +573,7 @@ int router_describe_filter(struct router *r, const char *name,
 out:
     if (rc < 0)
         router_filter_desc_free(out);
-    if (calls)
-        router_rpc__multi_free(calls, f->shards);
+    fan_free(&fn);
     free(list);
     router_filter_unref(f);
     topo_unref(t);
@@ -485,39 +590,26 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
                         size_t *nout, struct rpc_status *st)
 {
     struct topo *t = router_topo(r);
-    unsigned G = t->ngroups;
-    struct rpc_multi *calls = calloc(G, sizeof *calls);
+    struct fan fn = {0};
     struct router_filter_desc *d = NULL;
     size_t nd = 0, cap = 0;
     int rc = -1;
 
     *out = NULL;
     *nout = 0;
-    if (!calls) {
+    if (list_all(r, t, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    Bloomgrid__V1__ListShardsRequest lreq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
-    for (unsigned g = 0; g < G; g++) {
-        calls[g].req = router_rpc__pack_slice(&lreq.base);
-        calls[g].resp = grpc_empty_slice();
-        calls[g].ch = router_channel(r, t->groups[g].primary);
-        calls[g].method = M_LIST;
-        calls[g].timeout_ms = (int)r->cfg.node_timeout_ms;
-        if (!calls[g].ch) {
-            rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-            goto out;
-        }
-    }
-    rpc_call_many(calls, G);
-    for (unsigned g = 0; g < G; g++) {
-        if (calls[g].rc != 0) {
-            log_warn("ListFilters: node %s (group %s): %s", t->groups[g].primary,
-                     t->groups[g].name, calls[g].st.message);
+    for (size_t i = 0; i < fn.n; i++) {
+        unsigned g = fn.shard[i];
+        if (fn.calls[i].rc != 0) {
+            log_warn("ListFilters: node %s (group %s): %s", fn.node[i],
+                     t->groups[g].name, fn.calls[i].st.message);
             continue;
         }
         Bloomgrid__V1__ListShardsResponse *lr = bloomgrid__v1__list_shards_response__unpack(
-            NULL, GRPC_SLICE_LENGTH(calls[g].resp), GRPC_SLICE_START_PTR(calls[g].resp));
+            NULL, GRPC_SLICE_LENGTH(fn.calls[i].resp), GRPC_SLICE_START_PTR(fn.calls[i].resp));
         for (size_t k = 0; lr && k < lr->n_shards; k++) {
             const Bloomgrid__V1__InternalShardInfo *isi = lr->shards[k];
             if (!isi->filter || !isi->shard_count || isi->shard_count > ROUTER_MAX_SHARDS ||
@@ -548,14 +640,16 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
                     continue;
                 nd++;
             }
-            if (isi->shard_count != d[j].shards)
+            /* The first copy (in topology order) that reports it. */
+            if (isi->shard_count != d[j].shards || d[j].shard[isi->shard_index].ok)
                 continue;
-            shard_desc_from(&d[j].shard[isi->shard_index], isi, t->groups[g].primary);
+            shard_desc_from(&d[j].shard[isi->shard_index], isi, fn.node[i]);
         }
         if (lr)
             bloomgrid__v1__list_shards_response__free_unpacked(lr, NULL);
     }
-    /* Shards nobody reported. */
+    /* Shards nobody reported: the error of their group's first copy that
+     * failed, or "missing" when every copy answered. */
     for (size_t j = 0; j < nd; j++) {
         for (uint32_t s = 0; s < d[j].shards; s++) {
             struct router_shard_desc *sd = &d[j].shard[s];
@@ -563,11 +657,15 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
                 continue;
             unsigned g = topo_group_for(t, d[j].name, s);
             struct rpc_status rs = {.code = GRPC_STATUS_NOT_FOUND};
-            if (calls[g].rc != 0)
-                rs = calls[g].st;
-            else
-                snprintf(rs.message, sizeof rs.message, "shard %u is missing", s);
-            shard_desc_failed(sd, s, t->groups[g].primary, &rs);
+            const char *node = t->groups[g].copies[0];
+            snprintf(rs.message, sizeof rs.message, "shard %u is missing", s);
+            for (size_t i = 0; i < fn.n; i++)
+                if (fn.shard[i] == g && fn.calls[i].rc != 0) {
+                    rs = fn.calls[i].st;
+                    node = fn.node[i];
+                    break;
+                }
+            shard_desc_failed(sd, s, node, &rs);
         }
     }
     qsort(d, nd, sizeof *d, desc_cmp);
@@ -576,8 +674,7 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
     d = NULL;
     rc = 0;
 out:
-    if (calls)
-        router_rpc__multi_free(calls, G);
+    fan_free(&fn);
     for (size_t j = 0; d && j < nd; j++)
         router_filter_desc_free(&d[j]);
     free(d);

@@ -3,14 +3,17 @@
  * the router that converts wire messages.
  *
  * Key batches: the keys are hashed once, sorted by shard into one array
- * (each shard's hashes contiguous, in request order), and the shards that
- * have keys are grouped by the primary of their group into one call per
- * node, which the node's link (router_link.h) sends on its batch streams,
- * coalesced with the concurrent calls of other clients.  Answers come back
- * per shard and are put back in request order; each shard succeeds or fails
- * on its own.  The catalog calls are in router_rpc_catalog.c.
+ * (each shard's hashes contiguous, in request order), and each shard that
+ * has keys is sent to copies of its group (every copy for a write, R for a
+ * read, more when some fail: struct shard_q below), the entries of one node
+ * grouped into one call, which the node's link (router_link.h) sends on its
+ * batch streams, coalesced with the concurrent calls of other clients.
+ * Answers come back per shard and copy, are ORed and put back in request
+ * order; each shard reaches its quorum or fails on its own.  The catalog
+ * calls are in router_rpc_catalog.c.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,16 +56,11 @@ void router_rpc__multi_free(struct rpc_multi *calls, size_t n)
     free(calls);
 }
 
-const char *router_rpc__primary(const struct topo *t, const struct router_filter *f,
-                                uint32_t shard)
-{
-    return t->groups[f->group[shard]].primary;
-}
-
 /* ---- filters: secret and shard count ---- */
 
 /* Ask one node for shard 0 of name with its secret. */
-static int fetch_secret(struct router *r, const char *addr, const char *name,
+static int fetch_secret(struct router *r, const struct topo *t, const char *addr,
+                        const char *name,
                         uint8_t *secret, uint32_t *shards, struct rpc_status *rs)
 {
     Bloomgrid__V1__GetShardRequest req = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
@@ -76,6 +74,7 @@ static int fetch_secret(struct router *r, const char *addr, const char *name,
     req.filter = (char *)name;
     req.shard_index = 0;
     req.include_secret = true;
+    req.topology_version = t->version;
     if (rpc_call(ch, M_GET, &req.base, &bloomgrid__v1__internal_shard_info__descriptor,
                  &resp, (int)r->cfg.node_timeout_ms, rs) < 0)
         return -1;
@@ -99,8 +98,10 @@ static int fetch_secret(struct router *r, const char *addr, const char *name,
 }
 
 /* The filter as this router knows it, fetching its secret from shard 0's
- * group (primary, then replicas) when it is not cached or is stale.  A stale
- * entry still serves when no node of that group answers. */
+ * group (its copies in topology order, until one has it) when it is not
+ * cached or is stale.  A copy that answers NOT_FOUND may have lost its
+ * data: the filter does not exist only when no copy has it and one said
+ * so.  A stale entry still serves when no copy of that group answers. */
 struct router_filter *router_filter_lookup(struct router *r, const struct topo *t,
                                           const char *name, struct rpc_status *st)
 {
@@ -112,11 +113,17 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
     struct rpc_status rs = {0};
     uint8_t secret[BF_SECRET_LEN];
     uint32_t shards = 0;
-    int rc = fetch_secret(r, g->primary, name, secret, &shards, &rs);
-    const char *addr = g->primary;
-    for (unsigned i = 0; rc < 0 && router_node_down(rs.code) && i < g->nreplicas; i++) {
-        addr = g->replicas[i];
-        rc = fetch_secret(r, addr, name, secret, &shards, &rs);
+    const char *addr = g->copies[0];
+    int rc = -1;
+    for (unsigned i = 0; rc < 0 && i < g->ncopies; i++) {
+        struct rpc_status cs = {0};
+        rc = fetch_secret(r, t, g->copies[i], name, secret, &shards, &cs);
+        /* Keep the error that tells most: NOT_FOUND only when every copy
+         * said so. */
+        if (rc < 0 && (i == 0 || rs.code == GRPC_STATUS_NOT_FOUND)) {
+            rs = cs;
+            addr = g->copies[i];
+        }
     }
     if (rc < 0) {
         if (rs.code == GRPC_STATUS_NOT_FOUND) {
@@ -130,7 +137,7 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
             log_warn("cannot re-check filter %s on %s (%s); using the cached secret",
                      name, addr, rs.message);
             f = router_filter_add(r, name, stale->secret, stale->shards,
-                                  (struct topo *)t, stale);
+                                  (struct topo *)t);
             router_filter_unref(stale);
             if (!f)
                 rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -144,7 +151,7 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
     }
     if (stale && memcmp(stale->secret, secret, BF_SECRET_LEN) != 0)
         log_info("filter %s was re-created: new secret", name);
-    f = router_filter_add(r, name, secret, shards, (struct topo *)t, stale);
+    f = router_filter_add(r, name, secret, shards, (struct topo *)t);
     router_filter_unref(stale);
     if (!f)
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -152,13 +159,36 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
 }
 /* ---- key batches ---- */
 
+/* What the key path asks of one shard's copies (docs/REPLICATION.md): a
+ * write goes to every copy at once and is acknowledged when W copies have
+ * it durable; a read asks R copies, starting at a copy chosen by a
+ * per-router rotation, and asks one more untried copy for each that fails,
+ * until R have answered or none is left.  Answers OR: a key is "maybe"
+ * when any copy that answered says so.  A copy's error, NOT_FOUND
+ * included, is a failed copy, never a "no". */
+struct shard_q {
+    uint32_t shard;
+    uint32_t start, count;      /* the shard's hashes: hs[start, +count) */
+    const struct topo_group *g;
+    unsigned need;              /* W or R */
+    unsigned ok;                /* copies that answered */
+    unsigned asked;             /* bit c: copy c was asked */
+    unsigned rot;               /* reads: the copy asked first */
+    unsigned next;              /* reads: copies tried so far, from rot */
+    unsigned nfail;
+    struct copy_fail {
+        unsigned copy;
+        grpc_status_code code;
+        enum rpc_reason reason;
+        char msg[160];
+    } fail[TOPO_MAX_COPIES];
+};
+
 /* A thread's buffers for starting a batch, kept between batches. */
 struct scratch {
     struct bf_hash *h;          /* per key, request order */
     uint32_t *shard;            /* per key */
     size_t cap;                 /* of the two above */
-    uint32_t *call_of_group;    /* per topology group */
-    size_t gcap;
     uint32_t count[ROUTER_MAX_SHARDS + 1], start[ROUTER_MAX_SHARDS + 1];
 };
 
@@ -171,7 +201,6 @@ static void scratch_free(void *p)
     struct scratch *s = p;
     free(s->h);
     free(s->shard);
-    free(s->call_of_group);
     free(s);
 }
 
@@ -191,9 +220,8 @@ static bool grow(void *pp, size_t n, size_t size)
     return true;
 }
 
-/* The calling thread's scratch for n keys and ngroups groups, or NULL when
- * out of memory. */
-static struct scratch *scratch_get(size_t n, size_t ngroups)
+/* The calling thread's scratch for n keys, or NULL when out of memory. */
+static struct scratch *scratch_get(size_t n)
 {
     pthread_once(&scratch_once, scratch_key_init);
     struct scratch *s = pthread_getspecific(scratch_key);
@@ -212,22 +240,19 @@ static struct scratch *scratch_get(size_t n, size_t ngroups)
             return NULL;
         s->cap = cap;
     }
-    if (ngroups > s->gcap) {
-        if (!grow(&s->call_of_group, ngroups, sizeof *s->call_of_group))
-            return NULL;
-        s->gcap = ngroups;
-    }
     return s;
 }
 
-/* A batch in flight.  It owns the hashes and answer slots lent to the
- * links, so it lives (refs) until every link call has ended, which may be
- * after its caller was answered (done): the caller's keys and out are used
- * only until then.  References: the starter's while it submits, and one per
- * link set. */
+/* A batch in flight, from its start to its last link call's end.  It owns
+ * the hashes and the answer slots lent to the links, so it lives (refs)
+ * until every link call has ended, which may later be after its caller was
+ * answered (done: a write answered at W of N copies); the caller's keys
+ * and out are used only until done.  References: the starter's while it
+ * submits, and one per link set in flight.  A read's later rounds are
+ * built and submitted by the thread that ended the round before. */
 struct key_batch {
     atomic_int refs;
-    atomic_size_t pending;      /* link sets not ended */
+    atomic_size_t pending;      /* link sets of this round not ended */
     struct router *r;
     struct topo *t;
     struct router_filter *f;
@@ -240,32 +265,48 @@ struct key_batch {
     bool *out;
     router_keys_fn done;
     void *arg;
-    uint32_t nused;             /* entries (shards asked) */
-    size_t ncalls;
+    struct shard_q *q;          /* per shard asked */
+    size_t nq;
+    size_t ne;                  /* entries of the round in flight */
     uint32_t *shard;            /* per key */
     struct bf_hash *hs;         /* by shard: each shard's hashes contiguous */
     uint32_t *idx;              /* by shard: the key's index in the request */
-    bool *outs;                 /* by shard: the answers */
-    struct router_link_entry *ent;   /* per used shard, grouped by call */
+    bool *couts;                /* per copy asked in a round: its answers */
+    struct router_link_entry *ent;   /* per copy asked in a round, by call */
+    uint32_t *ent_q;            /* per entry: its struct shard_q */
+    uint8_t *ent_copy;          /* per entry: the copy */
     struct router_link_call *calls;  /* per node */
+    uint32_t *pair_q, *pair_call;    /* round_build's (shard, copy) pairs */
+    uint8_t *pair_c;
+    size_t *fill;
 };
 
-/* A batch for n keys and nused entries (one allocation), or NULL. */
-static struct key_batch *batch_alloc(size_t n, uint32_t nused)
+/* A batch for n keys, nq shards and at most N copies a shard (one block),
+ * or NULL. */
+static struct key_batch *batch_alloc(size_t n, size_t nq, unsigned N)
 {
-    size_t sz = sizeof(struct key_batch) + nused * sizeof(struct router_link_entry) +
-                nused * sizeof(struct router_link_call) + n * sizeof(struct bf_hash) +
-                n * 2 * sizeof(uint32_t) + n * sizeof(bool);
+    size_t ne = nq * N;
+    size_t sz = sizeof(struct key_batch) + nq * sizeof(struct shard_q) +
+                ne * (sizeof(struct router_link_entry) + sizeof(struct router_link_call) +
+                      sizeof(size_t) + 3 * sizeof(uint32_t) + 2) +
+                n * (sizeof(struct bf_hash) + 2 * sizeof(uint32_t) + N) + 64;
     struct key_batch *b = calloc(1, sz);
     if (!b)
         return NULL;
-    b->ent = (struct router_link_entry *)(b + 1);
-    b->calls = (struct router_link_call *)(b->ent + nused);
-    b->hs = (struct bf_hash *)(b->calls + nused);
+    /* Widest alignment first. */
+    b->q = (struct shard_q *)(b + 1);
+    b->ent = (struct router_link_entry *)(b->q + nq);
+    b->calls = (struct router_link_call *)(b->ent + ne);
+    b->fill = (size_t *)(b->calls + ne);
+    b->hs = (struct bf_hash *)(b->fill + ne);
     b->shard = (uint32_t *)(b->hs + n);
     b->idx = b->shard + n;
-    b->outs = (bool *)(b->idx + n);
-    b->nused = nused;
+    b->ent_q = b->idx + n;
+    b->pair_q = b->ent_q + ne;
+    b->pair_call = b->pair_q + ne;
+    b->ent_copy = (uint8_t *)(b->pair_call + ne);
+    b->pair_c = b->ent_copy + ne;
+    b->couts = (bool *)(b->pair_c + ne);
     return b;
 }
 
@@ -288,51 +329,6 @@ static enum router_link_op link_op(enum router_key_op op)
     default:
         return ROUTER_LINK_ADD;
     }
-}
-
-/* A failed shard of a batch. */
-struct shard_fail {
-    uint32_t shard;
-    const char *node;
-    grpc_status_code code;
-    enum rpc_reason reason;
-    char msg[200];
-};
-
-static int shard_fail_cmp(const void *a, const void *b)
-{
-    uint32_t x = ((const struct shard_fail *)a)->shard;
-    uint32_t y = ((const struct shard_fail *)b)->shard;
-    return x < y ? -1 : x > y;
-}
-/* Try a failed read of shard on the replicas of its group that are known
- * to be caught up: they must report at least the version this router last
- * saw from the primary.  e is the shard's entry (its hashes and answer
- * slots); returns true when a replica answered into e->out. */
-static bool read_from_replica(struct router *r, const struct topo *t,
-                              struct router_filter *f, uint32_t shard,
-                              const struct router_link_entry *e)
-{
-    const struct topo_group *g = &t->groups[f->group[shard]];
-    uint64_t need = atomic_load(&f->seen_version[shard]);
-    if (need == 0)
-        return false;    /* nothing to compare a replica with */
-    for (unsigned i = 0; i < g->nreplicas; i++) {
-        struct router_link_entry one = {.shard = shard, .h = e->h, .n = e->n,
-                                        .out = e->out};
-        struct router_link_call c = {.link = router_node_link(r, g->replicas[i]),
-                                     .filter = f->name, .secret_id = f->secret_id,
-                                     .op = ROUTER_LINK_MAY_CONTAIN, .e = &one, .n = 1};
-        if (!c.link)
-            continue;
-        router_link_run(&c, 1, (int)r->cfg.node_timeout_ms);
-        if (one.st.code == GRPC_STATUS_OK && one.version >= need) {
-            log_info("shard %u of %s read from replica %s (version %llu)", shard,
-                     f->name, g->replicas[i], (unsigned long long)one.version);
-            return true;
-        }
-    }
-    return false;
 }
 
 /* Append the ranges of key indices whose shard failed (or did not) to buf. */
@@ -366,75 +362,130 @@ static void list_keys(char *buf, size_t len, const bool *failed_shard,
     }
 }
 
-/* Build the status of a batch with failed shards. */
+/* Append fmt to the message of st (cut at its end). */
+static void msg_add(struct rpc_status *st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void msg_add(struct rpc_status *st, const char *fmt, ...)
+{
+    size_t used = strlen(st->message);
+    if (used + 1 >= sizeof st->message)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->message + used, sizeof st->message - used, fmt, ap);
+    va_end(ap);
+}
+
+/* Does this error come from a copy that is down, slow or lacks the shard
+ * (a failed copy), rather than from a refusal to pass on? */
+static bool copy_missing(grpc_status_code c)
+{
+    return router_node_down(c) || c == GRPC_STATUS_NOT_FOUND;
+}
+
+/* The status of a batch with shards short of their quorum: q[0..nq) with
+ * failed[] set for those.  UNAVAILABLE, or a copy's refusal passed on
+ * (FAILED_PRECONDITION, RESOURCE_EXHAUSTED...); the message names each
+ * failed shard, its group and the copies that failed. */
 static void batch_failure(struct rpc_status *st, enum router_key_op op,
-                          const char *filter, const struct shard_fail *fails,
-                          size_t nfail, const bool *failed_shard,
-                          const uint32_t *shard_of, size_t n)
+                          const char *filter, const struct shard_q *q, size_t nq,
+                          const bool *failed_shard, const uint32_t *shard_of, size_t n)
 {
     grpc_status_code code = GRPC_STATUS_UNAVAILABLE;
-    bool all_down = true;
-    for (size_t i = 0; i < nfail; i++)
-        if (!router_node_down(fails[i].code) && fails[i].code != GRPC_STATUS_NOT_FOUND) {
-            code = fails[i].code;   /* e.g. FAILED_PRECONDITION: pass it on */
-            all_down = false;
-            break;
+    size_t nbad = 0, acked = 0;
+    bool write = op != ROUTER_MAY_CONTAIN;
+
+    st->message[0] = 0;
+    for (size_t k = 0; k < nq; k++) {
+        if (!failed_shard[q[k].shard])
+            continue;
+        for (unsigned f = 0; f < q[k].nfail && code == GRPC_STATUS_UNAVAILABLE; f++)
+            if (!copy_missing(q[k].fail[f].code))
+                code = q[k].fail[f].code;
+        nbad++;
+        if (nbad == 1) {
+            /* The first failed shard in full: each failed copy's answer. */
+            msg_add(st, "%s on filter \"%s\": shard %u (group %s): %u of %u copies "
+                    "%s, %s quorum %u", op_names[op], filter, q[k].shard, q[k].g->name,
+                    q[k].ok, q[k].g->ncopies, write ? "acknowledged" : "answered",
+                    write ? "write" : "read", q[k].need);
+            /* The failed copies by name first, then what the first said,
+             * so that a long message cuts only that. */
+            for (unsigned f = 0; f < q[k].nfail; f++)
+                msg_add(st, "%s %s %s", f ? "," : "; failed copies:",
+                        q[k].g->copies[q[k].fail[f].copy],
+                        rpc_status_name(q[k].fail[f].code));
+            if (q[k].nfail)
+                msg_add(st, " (%s: %s)", q[k].g->copies[q[k].fail[0].copy],
+                        q[k].fail[0].msg);
+        } else if (nbad <= 6) {
+            /* The others by shard and failed copies. */
+            msg_add(st, "%s %u@", nbad == 2 ? " (and shards" : ",", q[k].shard);
+            for (unsigned f = 0; f < q[k].nfail; f++)
+                msg_add(st, "%s%s", f ? "+" : "", q[k].g->copies[q[k].fail[f].copy]);
         }
-    size_t acked = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!failed_shard[shard_of[i]])
-            acked++;
-    int w = snprintf(st->message, sizeof st->message, "%s on filter \"%s\": shard %u on node "
-                     "%s: %s: %s", op_names[op], filter, fails[0].shard,
-                     fails[0].node, rpc_status_name(fails[0].code), fails[0].msg);
-    if (nfail > 1 && w > 0 && (size_t)w < sizeof st->message) {
-        w += snprintf(st->message + w, sizeof st->message - (size_t)w, " (and %zu more "
-                      "shards:", nfail - 1);
-        for (size_t i = 1; i < nfail && i < 6 && (size_t)w < sizeof st->message; i++)
-            w += snprintf(st->message + w, sizeof st->message - (size_t)w, " %u@%s",
-                          fails[i].shard, fails[i].node);
-        if ((size_t)w < sizeof st->message)
-            w += snprintf(st->message + w, sizeof st->message - (size_t)w, "%s)",
-                          nfail > 6 ? " ..." : "");
     }
-    if (op != ROUTER_MAY_CONTAIN && all_down && w > 0 && (size_t)w < sizeof st->message) {
-        /* Writes: say which keys were acknowledged anyway. */
-        snprintf(st->message + w, sizeof st->message - (size_t)w,
-                 "; acknowledged %zu of %zu keys; not acknowledged: ", acked, n);
+    if (nbad > 1)
+        msg_add(st, "%s)", nbad > 6 ? " ..." : "");
+    /* Room for the list of keys a write did not acknowledge. */
+    if (write && code == GRPC_STATUS_UNAVAILABLE && strlen(st->message) > 300)
+        memcpy(st->message + 296, "...", 4);
+    for (size_t i = 0; i < n; i++)
+        acked += !failed_shard[shard_of[i]];
+    if (write && code == GRPC_STATUS_UNAVAILABLE) {
+        /* Writes: say which keys were acknowledged anyway, and that copies
+         * that applied the others keep harmless bits. */
+        msg_add(st, "; acknowledged %zu of %zu keys; not acknowledged: ", acked, n);
         list_keys(st->message, sizeof st->message, failed_shard, shard_of, n, true);
+        msg_add(st, " (copies that applied them keep the bits: retrying is safe)");
     }
     st->code = code;
 }
-/* Sort the hashed keys by shard (b->hs, b->idx) and build one call per
- * node of the shards that take part: entries in shard order, grouped by
- * call.  Returns the number of calls, or -ENOMEM. */
-static int batch_calls(struct router *r, const struct topo *t, struct router_filter *f,
-                       struct scratch *sc, struct key_batch *b, enum router_key_op op,
-                       size_t n, bool ask0)
-{
-    uint32_t S = f->shards;
-    uint32_t fill[ROUTER_MAX_SHARDS];
-    size_t ncalls = 0;
 
-    memset(fill, 0, S * sizeof fill[0]);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t s = sc->shard[i];
-        size_t at = sc->start[s] + fill[s]++;
-        b->hs[at] = sc->h[i];
-        b->idx[at] = (uint32_t)i;
+/* The copies of q to ask in the next round: every copy of a write at
+ * once; for a read, as many untried copies (in rotation order) as answers
+ * are missing.  Returns how many were chosen into copies[]. */
+static unsigned round_copies(struct shard_q *q, bool write, unsigned *copies)
+{
+    unsigned N = q->g->ncopies, k = 0;
+    if (write) {
+        if (q->asked)
+            return 0;
+        for (unsigned c = 0; c < N; c++)
+            copies[k++] = c;
+        return k;
     }
-    for (unsigned g = 0; g < t->ngroups; g++)
-        sc->call_of_group[g] = UINT32_MAX;
-    /* Calls by node: groups that share a primary share its call.  First
-     * count each call's entries, then lay them out call by call. */
-    uint32_t ncall_ent[ROUTER_MAX_SHARDS];
-    for (uint32_t s = 0; s < S; s++) {
-        if (!sc->count[s] && !(ask0 && s == 0))
-            continue;
-        uint32_t g = f->group[s];
-        if (sc->call_of_group[g] == UINT32_MAX) {
-            const char *a = t->groups[g].primary;
-            uint32_t c = 0;
+    unsigned want = q->ok >= q->need ? 0 : q->need - q->ok;
+    while (k < want && q->next < N) {
+        unsigned c = (q->rot + q->next++) % N;
+        copies[k++] = c;
+    }
+    return k;
+}
+
+/* Lay out one round of b: for each shard the copies round_copies picks,
+ * one entry each (answers into b->couts), grouped by node so that each
+ * node's entries are contiguous and travel as one call.  Returns the number
+ * of calls (0: nothing left to ask), or -ENOMEM. */
+static int round_build(struct key_batch *b)
+{
+    struct router *r = b->r;
+    const struct topo *t = b->t;
+    struct router_filter *f = b->f;
+    struct shard_q *q = b->q;
+    bool write = b->op != ROUTER_MAY_CONTAIN;
+    size_t npairs = 0, ncalls = 0, outs = 0;
+    unsigned copies[TOPO_MAX_COPIES];
+    uint32_t *pair_q = b->pair_q, *pair_call = b->pair_call;
+    uint8_t *pair_c = b->pair_c;
+    size_t *fill = b->fill;
+
+    for (size_t k = 0; k < b->nq; k++) {
+        unsigned m = round_copies(&q[k], write, copies);
+        for (unsigned j = 0; j < m; j++) {
+            const char *a = q[k].g->copies[copies[j]];
+            size_t c = 0;
             while (c < ncalls && strcmp(router_link_addr(b->calls[c].link), a) != 0)
                 c++;
             if (c == ncalls) {
@@ -443,99 +494,84 @@ static int batch_calls(struct router *r, const struct topo *t, struct router_fil
                     return -ENOMEM;
                 memset(&b->calls[c], 0, sizeof b->calls[c]);
                 b->calls[c].link = l;
-                ncall_ent[c] = 0;
                 ncalls++;
             }
-            sc->call_of_group[g] = c;
+            q[k].asked |= 1u << copies[j];
+            pair_q[npairs] = (uint32_t)k;
+            pair_c[npairs] = (uint8_t)copies[j];
+            pair_call[npairs++] = (uint32_t)c;
+            b->calls[c].n++;
         }
-        ncall_ent[sc->call_of_group[g]]++;
     }
+    /* Each call's entries start where the previous call's end. */
     for (size_t c = 0, first = 0; c < ncalls; c++) {
         struct router_link_call *lc = &b->calls[c];
         lc->filter = b->filter;
         lc->secret_id = f->secret_id;
-        lc->op = link_op(op);
+        lc->topology_version = t->version;
+        lc->op = link_op(b->op);
         lc->e = b->ent + first;
-        lc->n = 0;
-        first += ncall_ent[c];
+        fill[c] = first;
+        first += lc->n;
     }
-    for (uint32_t s = 0; s < S; s++) {
-        if (!sc->count[s] && !(ask0 && s == 0))
-            continue;
-        struct router_link_call *lc = &b->calls[sc->call_of_group[f->group[s]]];
-        struct router_link_entry *e = &lc->e[lc->n++];
-        memset(&e->st, 0, sizeof e->st);
-        e->shard = s;
-        e->h = b->hs + sc->start[s];
-        e->n = sc->count[s];
-        e->out = b->outs + sc->start[s];
-        e->version = 0;
+    for (size_t p = 0; p < npairs; p++) {
+        size_t at = fill[pair_call[p]]++;
+        const struct shard_q *sq = &q[pair_q[p]];
+        struct router_link_entry *e = &b->ent[at];
+        memset(e, 0, sizeof *e);
+        e->shard = sq->shard;
+        e->h = b->hs + sq->start;
+        e->n = sq->count;
+        e->out = b->couts + outs;
+        outs += sq->count;
+        b->ent_q[at] = pair_q[p];
+        b->ent_copy[at] = pair_c[p];
     }
+    b->ne = npairs;
     return (int)ncalls;
 }
 
-/* The outcome of a batch whose calls have ended: answers into the caller's
- * out, or -1 with st.  slow: this thread may block (a pool thread), so a
- * failed read may be tried on the replicas; *stale is set when a node says
- * the cached secret is no longer the filter's. */
-static int batch_outcome(struct key_batch *b, bool slow, struct rpc_status *st,
-                         bool *stale)
+/* The outcome of b once its rounds are over: 0, or -1 with st; *stale is
+ * set when a copy says the cached secret is no longer the filter's. */
+static int batch_outcome(struct key_batch *b, struct rpc_status *st, bool *stale)
 {
     struct router *r = b->r;
-    struct topo *t = b->t;
-    struct router_filter *f = b->f;
-    enum router_key_op op = b->op;
+    struct shard_q *q = b->q;
+    size_t nq = b->nq, nfail = 0;
     const char *filter = b->filter;
-    uint32_t nused = b->nused;
-    size_t n = b->n, nfail = 0;
-    struct shard_fail *fails = calloc(nused, sizeof *fails);
-    bool *failed_shard = calloc(f->shards, sizeof *failed_shard);
+    bool *failed_shard = calloc(b->f->shards, sizeof *failed_shard);
     int rc = -1;
 
-    if (!fails || !failed_shard) {
+    if (!failed_shard) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
+        return -1;
     }
-    for (uint32_t k = 0; k < nused; k++) {
-        struct router_link_entry *e = &b->ent[k];
-        uint32_t s = e->shard;
-        bool ok = e->st.code == GRPC_STATUS_OK;
-        if (ok)
-            router_filter_saw_version(f, s, e->version);
-        else if (slow && op == ROUTER_MAY_CONTAIN && router_node_down(e->st.code))
-            ok = read_from_replica(r, t, f, s, e);
-        if (ok) {
-            size_t first = (size_t)(e->out - b->outs);
-            for (uint32_t i = 0; i < e->n; i++)
-                b->out[b->idx[first + i]] = e->out[i];
+    size_t notfound = 0;
+    bool not_counting = false;
+    const char *stale_msg = NULL;
+    for (size_t k = 0; k < nq; k++) {
+        if (q[k].ok >= q[k].need)
             continue;
+        failed_shard[q[k].shard] = true;
+        nfail++;
+        bool all_nf = q[k].ok == 0 && q[k].nfail > 0;
+        for (unsigned j = 0; j < q[k].nfail; j++) {
+            all_nf &= q[k].fail[j].code == GRPC_STATUS_NOT_FOUND;
+            if (q[k].fail[j].reason == RPC_REASON_SECRET_MISMATCH && !stale_msg)
+                stale_msg = q[k].fail[j].msg;
+            if (q[k].fail[j].reason == RPC_REASON_NOT_COUNTING)
+                not_counting = true;
         }
-        struct shard_fail *sf = &fails[nfail++];
-        sf->shard = s;
-        sf->node = router_rpc__primary(t, f, s);
-        sf->code = e->st.code;
-        sf->reason = e->st.reason;
-        snprintf(sf->msg, sizeof sf->msg, "%.199s", e->st.message);
-        failed_shard[s] = true;
+        notfound += all_nf;
     }
     if (nfail == 0) {
         rc = 0;
         goto out;
     }
-    /* Failures in shard order, as the messages list them. */
-    qsort(fails, nfail, sizeof *fails, shard_fail_cmp);
-    size_t notfound = 0;
-    bool not_counting = false;
-    for (size_t i = 0; i < nfail; i++) {
-        notfound += fails[i].code == GRPC_STATUS_NOT_FOUND;
-        if (fails[i].reason == RPC_REASON_SECRET_MISMATCH)
-            *stale = true;
-        if (fails[i].reason == RPC_REASON_NOT_COUNTING)
-            not_counting = true;
-    }
-    if (*stale) {
+    if (stale_msg) {
+        *stale = true;
         router_filter_forget(r, filter);
-        rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, "%s", fails[0].msg);
+        rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, "%s", stale_msg);
         goto out;
     }
     if (not_counting) {
@@ -547,14 +583,13 @@ static int batch_outcome(struct key_batch *b, bool slow, struct rpc_status *st,
     }
     if (notfound) /* dropped or re-created elsewhere: fetch it again next time */
         router_filter_forget(r, filter);
-    if (notfound == nfail && nfail == nused) {
+    if (notfound == nfail && nfail == nq) {
         rpc_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", filter);
         goto out;
     }
-    batch_failure(st, op, filter, fails, nfail, failed_shard, b->shard, n);
+    batch_failure(st, b->op, filter, q, nq, failed_shard, b->shard, b->n);
     log_warn("%s", st->message);
 out:
-    free(fails);
     free(failed_shard);
     return rc;
 }
@@ -563,77 +598,100 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
                        const uint8_t *const *keys, const uint32_t *lens, size_t n,
                        bool *out, router_keys_fn done, void *arg, bool retried);
 
-/* Answer the caller of b, or start the second attempt after a new secret
- * (slow: on a pool thread). */
-static void batch_end(struct key_batch *b, bool slow)
+/* The pool's part of a batch a copy refused for its secret: fetch the new
+ * one (blocking) and run the batch again; nothing was applied with the old
+ * secret. */
+static void batch_retry(void *arg)
+{
+    struct key_batch *b = arg;
+    log_info("filter %s has a new secret; fetching it", b->filter);
+    keys_start(b->r, b->filter, b->op, b->keys, b->lens, b->n, b->out, b->done, b->arg,
+               true);
+    batch_unref(b);
+}
+
+/* The rounds of b are over: answer its caller, or hand the second attempt
+ * to the router's pool (never on a link's thread: it may block). */
+static void batch_end(struct key_batch *b)
 {
     struct rpc_status st = {.code = GRPC_STATUS_OK};
     bool stale = false;
-    int rc = batch_outcome(b, slow, &st, &stale);
-    if (rc < 0 && stale && !b->retried && slow) {
-        /* The filter was re-created elsewhere: nothing was applied with the
-         * old secret; fetch the new one and run the batch again. */
-        log_info("filter %s has a new secret; fetching it", b->filter);
-        keys_start(b->r, b->filter, b->op, b->keys, b->lens, b->n, b->out, b->done,
-                   b->arg, true);
-        return;
+    int rc = batch_outcome(b, &st, &stale);
+    if (rc < 0 && stale && !b->retried) {
+        atomic_fetch_add(&b->refs, 1);
+        int prc = router_pool_push(b->r->pool, batch_retry, b);
+        if (prc == 0)
+            return;
+        atomic_fetch_sub(&b->refs, 1);   /* a caller's reference remains */
+        if (prc == -ECANCELED)
+            rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the "
+                           "router is shutting down", op_names[b->op], b->filter);
+        else
+            rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the "
+                           "filter has a new secret, and the router's queue for "
+                           "fetching one is full (%d waiting); retry shortly",
+                           op_names[b->op], b->filter, ROUTER_POOL_QUEUE);
     }
     b->done(b->arg, rc, &st);
 }
 
-static void batch_slow(void *arg)
+static void batch_set_done(void *arg);
+
+/* Build and submit b's next round, or end b when nothing is left to ask. */
+static void batch_round(struct key_batch *b)
 {
-    struct key_batch *b = arg;
-    batch_end(b, true);
-    batch_unref(b);
+    int ncalls = round_build(b);
+    if (ncalls <= 0) {
+        if (ncalls < 0) {
+            struct rpc_status st;
+            rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            b->done(b->arg, -1, &st);
+            return;
+        }
+        batch_end(b);
+        return;
+    }
+    atomic_fetch_add(&b->refs, ncalls);
+    atomic_store(&b->pending, (size_t)ncalls);
+    /* One set per node: each node's outcome is known on its own.  The round
+     * may end inside the last submit (and the next one be built over these
+     * arrays): nothing of them is touched after it. */
+    int timeout = (int)b->r->cfg.node_timeout_ms;
+    for (int c = 0; c < ncalls; c++)
+        router_link_submit(&b->calls[c], 1, timeout, batch_set_done, b);
 }
 
-/* Does the outcome need a blocking step (a new secret, a replica read)? */
-static bool batch_needs_slow(const struct key_batch *b)
+/* Every call of b's round has ended: count the copies' answers, then a
+ * read asks more copies where some failed. */
+static void batch_round_done(struct key_batch *b)
 {
-    for (uint32_t k = 0; k < b->nused; k++) {
-        const struct router_link_entry *e = &b->ent[k];
-        if (e->st.code == GRPC_STATUS_OK)
+    for (size_t i = 0; i < b->ne; i++) {
+        const struct router_link_entry *e = &b->ent[i];
+        struct shard_q *sq = &b->q[b->ent_q[i]];
+        if (e->st.code == GRPC_STATUS_OK) {
+            sq->ok++;
+            for (uint32_t j = 0; j < e->n; j++)
+                b->out[b->idx[sq->start + j]] |= e->out[j];
             continue;
-        if (e->st.reason == RPC_REASON_SECRET_MISMATCH && !b->retried)
-            return true;
-        if (b->op == ROUTER_MAY_CONTAIN && router_node_down(e->st.code))
-            return true;
+        }
+        struct copy_fail *cf = &sq->fail[sq->nfail++];
+        cf->copy = b->ent_copy[i];
+        cf->code = e->st.code;
+        cf->reason = e->st.reason;
+        snprintf(cf->msg, sizeof cf->msg, "%.159s", e->st.message);
     }
-    return false;
-}
-
-/* Every link call of b has ended (usually on a link's thread, which must
- * not block): answer, or hand the slow part to the router's pool. */
-static void batch_complete(struct key_batch *b)
-{
-    if (!batch_needs_slow(b)) {
-        batch_end(b, false);
-        return;
-    }
-    atomic_fetch_add(&b->refs, 1);
-    int rc = router_pool_push(b->r->pool, batch_slow, b);
-    if (rc == 0)
-        return;
-    atomic_fetch_sub(&b->refs, 1);   /* the link set's reference remains */
-    struct rpc_status st;
-    if (rc == -ECANCELED)
-        rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the router "
-                       "is shutting down", op_names[b->op], b->filter);
+    if (b->op != ROUTER_MAY_CONTAIN)
+        batch_end(b);       /* a write has one round */
     else
-        rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": a shard "
-                       "needs a replica read or a new secret, and the router's queue "
-                       "for them is full (%d waiting); retry shortly", op_names[b->op],
-                       b->filter, ROUTER_POOL_QUEUE);
-    b->done(b->arg, -1, &st);
+        batch_round(b);
 }
 
-/* One link set (one node's call) of b ended. */
+/* One link set (one node's call) of b's round ended. */
 static void batch_set_done(void *arg)
 {
     struct key_batch *b = arg;
     if (atomic_fetch_sub(&b->pending, 1) == 1)
-        batch_complete(b);
+        batch_round_done(b);
     batch_unref(b);
 }
 
@@ -644,6 +702,7 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
     struct topo *t = router_topo(r);
     struct key_batch *b = NULL;
     struct rpc_status st = {.code = GRPC_STATUS_OK};
+    bool write = op != ROUTER_MAY_CONTAIN;
     uint32_t nused = 0;
     bool ask0 = false;
 
@@ -651,7 +710,7 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
     if (!f)
         goto fail;
     uint32_t S = f->shards;
-    struct scratch *sc = scratch_get(n, t->ngroups);
+    struct scratch *sc = scratch_get(n);
     if (!sc) {
         rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto fail;
@@ -662,17 +721,22 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
         sc->h[i] = bf_hash_key(f->hasher, keys[i], lens[i]);
         sc->shard[i] = bf_hash_shard(sc->h[i], S);
         sc->count[sc->shard[i]]++;
+        out[i] = false;
     }
+    unsigned N = 1;
     for (uint32_t s = 0, off = 0; s < S; s++) {
         sc->start[s] = off;
         off += sc->count[s];
         nused += sc->count[s] > 0;
+        if (sc->count[s] && t->groups[f->group[s]].ncopies > N)
+            N = t->groups[f->group[s]].ncopies;
     }
     if (nused == 0 && op == ROUTER_REMOVE) {
         /* No keys: shard 0 still answers whether the filter takes a
          * Remove, as a node's Remove of no keys does. */
         ask0 = true;
         nused = 1;
+        N = t->groups[f->group[0]].ncopies;
     }
     if (nused == 0) {
         router_filter_unref(f);
@@ -680,13 +744,31 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
         done(arg, 0, &st);
         return;
     }
-    b = batch_alloc(n, nused);
-    int ncalls = b ? batch_calls(r, t, f, sc, b, op, n, ask0) : -ENOMEM;
-    if (ncalls < 0) {
+    b = batch_alloc(n, nused, N);
+    if (!b) {
         rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto fail;
     }
-    memcpy(b->shard, sc->shard, n * sizeof *b->shard);
+    /* Sort by shard into the batch. */
+    uint32_t fillc[ROUTER_MAX_SHARDS];
+    memset(fillc, 0, S * sizeof fillc[0]);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = sc->shard[i];
+        size_t at = sc->start[s] + fillc[s]++;
+        b->hs[at] = sc->h[i];
+        b->idx[at] = (uint32_t)i;
+        b->shard[i] = s;
+    }
+    unsigned rot = atomic_fetch_add(&r->read_rotation, 1);
+    for (uint32_t s = 0; s < S; s++) {
+        if (!sc->count[s] && !(ask0 && s == 0))
+            continue;
+        const struct topo_group *g = &t->groups[f->group[s]];
+        b->q[b->nq++] = (struct shard_q){.shard = s, .start = sc->start[s],
+                                         .count = sc->count[s], .g = g,
+                                         .need = write ? g->write_quorum : g->read_quorum,
+                                         .rot = rot % g->ncopies};
+    }
     snprintf(b->filter, sizeof b->filter, "%s", filter);
     b->r = r;
     b->t = t;
@@ -699,18 +781,11 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
     b->out = out;
     b->done = done;
     b->arg = arg;
-    b->ncalls = (size_t)ncalls;
-    atomic_init(&b->refs, 1 + ncalls);
-    atomic_init(&b->pending, (size_t)ncalls);
-    /* One set per node, so that each node's outcome is known on its own
-     * (what a write quorum over copies will count). */
-    for (int c = 0; c < ncalls; c++)
-        router_link_submit(&b->calls[c], 1, (int)r->cfg.node_timeout_ms,
-                           batch_set_done, b);
+    atomic_init(&b->refs, 1);
+    batch_round(b);
     batch_unref(b);
     return;
 fail:
-    free(b);
     router_filter_unref(f);
     topo_unref(t);
     done(arg, -1, &st);

@@ -10,7 +10,8 @@
  * Import receives the whole bundle, checks it (the frame, then that every
  * shard file parses and carries this filter's secret, shard index and count)
  * before anything changes, then forwards each shard's bytes to its node, one
- * shard after the other, shard 0 first: a geometry mismatch is refused by
+ * shard after the other, shard 0 first, to every copy of its group (Export
+ * reads each shard from the first copy that answers): a geometry mismatch is refused by
  * the node on shard 0, before any shard changed.  A node failing half-way
  * leaves earlier shards merged; merging is idempotent, so importing the same
  * bundle again completes it.
@@ -36,12 +37,13 @@
 #define M_IMPORT_SHARD "/bloomgrid.v1.Internal/ImportShard"
 #define TRANSFER_TIMEOUT_MS 600000
 
-/* Stream shard s's file, exported by its primary, into the bundle w. */
-static int export_shard(struct router *r, const struct topo *t,
-                        const struct router_filter *f, uint32_t s,
-                        struct bundle_writer *w, struct rpc_status *st)
+/* Stream shard s's file, exported by the copy node, into the bundle w.
+ * *begun says whether any of it reached w (else another copy may be
+ * asked). */
+static int export_copy(struct router *r, const struct topo *t,
+                       const struct router_filter *f, uint32_t s, const char *node,
+                       struct bundle_writer *w, bool *pbegun, struct rpc_status *st)
 {
-    const char *node = t->groups[f->group[s]].primary;
     struct rpc_channel *ch = router_channel(r, node);
     struct rpc_status rs = {0};
     Bloomgrid__V1__ExportShardRequest rq = BLOOMGRID__V1__EXPORT_SHARD_REQUEST__INIT;
@@ -62,6 +64,7 @@ static int export_shard(struct router *r, const struct topo *t,
     rq.filter = (char *)f->name;
     rq.chunk_size = RULES_CHUNK_MAX;
     rq.shard_index = s;
+    rq.topology_version = t->version;
     bool sent = rpc_cstream_write_msg(cs, &rq.base) == 0 &&
                 rpc_cstream_close_send(cs) == 0;
     for (grpc_slice sl; sent && !bad && rpc_cstream_read(cs, &sl) == 1;) {
@@ -83,6 +86,7 @@ static int export_shard(struct router *r, const struct topo *t,
         if (fc)
             bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
     }
+    *pbegun = begun;
     if (rpc_cstream_finish(cs, &rs) < 0) {
         rpc_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
                           "Export of \"%s\": shard %u on node %s: %s: %s", f->name, s,
@@ -100,6 +104,22 @@ static int export_shard(struct router *r, const struct topo *t,
         return -1;
     }
     return 0;
+}
+
+/* Shard s from the first copy of its group that answers (a copy that
+ * failed before its file began is passed over). */
+static int export_shard(struct router *r, const struct topo *t,
+                        const struct router_filter *f, uint32_t s,
+                        struct bundle_writer *w, struct rpc_status *st)
+{
+    const struct topo_group *g = &t->groups[f->group[s]];
+    int rc = -1;
+    for (unsigned c = 0; c < g->ncopies; c++) {
+        bool begun = false;
+        if ((rc = export_copy(r, t, f, s, g->copies[c], w, &begun, st)) == 0 || begun)
+            break;
+    }
+    return rc;
 }
 
 /* The bundle of every shard of filter name, in out. */
@@ -237,13 +257,13 @@ static int bundle_check(const struct bytebuf *b, const struct router_filter *f,
     return 0;
 }
 
-/* Merge one shard file into shard s; fills its projection. */
-static int import_shard(struct router *r, const struct topo *t,
-                        const struct router_filter *f, uint32_t s,
-                        const struct bundle_entry *e, double *fill, double *fpr,
-                        struct rpc_status *st)
+/* Merge one shard file into shard s on the copy node; fills its
+ * projection. */
+static int import_copy(struct router *r, const struct topo *t,
+                       const struct router_filter *f, uint32_t s, const char *node,
+                       const struct bundle_entry *e, double *fill, double *fpr,
+                       struct rpc_status *st)
 {
-    const char *node = t->groups[f->group[s]].primary;
     struct rpc_channel *ch = router_channel(r, node);
     struct rpc_status rs = {0};
     bool ok = ch != NULL;
@@ -253,6 +273,7 @@ static int import_shard(struct router *r, const struct topo *t,
         Bloomgrid__V1__ImportShardRequest rq = BLOOMGRID__V1__IMPORT_SHARD_REQUEST__INIT;
         rq.filter = (char *)f->name;
         rq.shard_index = s;
+        rq.topology_version = t->version;
         rq.data.data = (uint8_t *)e->file + off;
         rq.data.len = e->len - off < RULES_CHUNK_DEFAULT ? e->len - off : RULES_CHUNK_DEFAULT;
         ok = rpc_cstream_write_msg(cs, &rq.base) == 0;
@@ -280,6 +301,20 @@ static int import_shard(struct router *r, const struct topo *t,
     *fill = resp->projected_fill_ratio;
     *fpr = resp->projected_error_rate;
     bloomgrid__v1__import_response__free_unpacked(resp, NULL);
+    return 0;
+}
+
+/* Merge one shard file into every copy of shard s (one after the other:
+ * a copy that fails stops the import, which may simply be run again). */
+static int import_shard(struct router *r, const struct topo *t,
+                        const struct router_filter *f, uint32_t s,
+                        const struct bundle_entry *e, double *fill, double *fpr,
+                        struct rpc_status *st)
+{
+    const struct topo_group *g = &t->groups[f->group[s]];
+    for (unsigned c = 0; c < g->ncopies; c++)
+        if (import_copy(r, t, f, s, g->copies[c], e, fill, fpr, st) < 0)
+            return -1;
     return 0;
 }
 

@@ -4,6 +4,8 @@
 #   BLOOMGRID_STATE    state directory               [./run/local]
 #   BLOOMGRID_BUILD    CMake build directory         [./build]
 #   BLOOMGRID_NODES    number of nodes               [3]
+#   BLOOMGRID_COPIES   copies per shard group: the nodes form groups of
+#                      this many (NODES a multiple of it)   [1]
 #   BLOOMGRID_ROUTERS  number of routers             [1]
 #   BLOOMGRID_PORT     first port: nodes listen on PORT+1.., routers on
 #                      PORT+100..                    [7400]
@@ -17,6 +19,7 @@
 STATE=${BLOOMGRID_STATE:-./run/local}
 BUILD=${BLOOMGRID_BUILD:-./build}
 NODES=${BLOOMGRID_NODES:-3}
+COPIES=${BLOOMGRID_COPIES:-1}
 ROUTERS=${BLOOMGRID_ROUTERS:-1}
 PORT=${BLOOMGRID_PORT:-7400}
 DURABILITY=${BLOOMGRID_DURABILITY:-fsync}
@@ -28,6 +31,7 @@ options (each also an environment variable):
   --state DIR       state directory, one folder per process   [\$BLOOMGRID_STATE, ./run/local]
   --build DIR       build directory holding the binaries       [\$BLOOMGRID_BUILD, ./build]
   --nodes N         nodes                                      [\$BLOOMGRID_NODES, 3]
+  --copies N        copies per shard group (groups of N nodes) [\$BLOOMGRID_COPIES, 1]
   --routers N       routers                                    [\$BLOOMGRID_ROUTERS, 1]
   --port P          nodes on P+1.., routers on P+100..         [\$BLOOMGRID_PORT, 7400]
   --durability M    fsync|none for the nodes                   [\$BLOOMGRID_DURABILITY, fsync]
@@ -41,6 +45,7 @@ parse_flags() {
       --state) STATE=$2; shift 2 ;;
       --build) BUILD=$2; shift 2 ;;
       --nodes) NODES=$2; shift 2 ;;
+      --copies) COPIES=$2; shift 2 ;;
       --routers) ROUTERS=$2; shift 2 ;;
       --port) PORT=$2; shift 2 ;;
       --durability) DURABILITY=$2; shift 2 ;;
@@ -49,11 +54,17 @@ parse_flags() {
       *) echo "$(basename "$0"): unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
   done
-  case "$NODES$ROUTERS$PORT$STOP_TIMEOUT" in
-    *[!0-9]*) echo "$(basename "$0"): --nodes, --routers, --port and --timeout take numbers" >&2; exit 2 ;;
+  case "$NODES$COPIES$ROUTERS$PORT$STOP_TIMEOUT" in
+    *[!0-9]*) echo "$(basename "$0"): --nodes, --copies, --routers, --port and --timeout take numbers" >&2; exit 2 ;;
   esac
   if [ "$NODES" -lt 1 ] || [ "$ROUTERS" -lt 0 ]; then
     echo "$(basename "$0"): need at least one node" >&2; exit 2
+  fi
+  if [ "$COPIES" -lt 1 ] || [ "$COPIES" -gt 8 ] || [ $((NODES % COPIES)) -ne 0 ]; then
+    echo "$(basename "$0"): --copies must be 1..8 and divide --nodes ($NODES)" >&2; exit 2
+  fi
+  if [ "$COPIES" -gt 1 ] && [ "$DURABILITY" = none ]; then
+    echo "$(basename "$0"): --durability none cannot serve groups of $COPIES copies (a copy would count towards the write quorum with writes a crash loses)" >&2; exit 2
   fi
 }
 

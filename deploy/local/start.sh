@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Start a bloomgrid cluster on loopback: N nodes and M routers (default 3 and
-# 1), each with its own directory and log under the state directory.
-# Idempotent: processes already running are left alone; a changed topology
-# is written and running routers re-read it (SIGHUP).
+# 1), each with its own directory and log under the state directory; with
+# --copies C, the nodes form shard groups of C copies each (nodes 1..C the
+# first group, and so on).  Idempotent: processes already running are left
+# alone; a changed topology is written with a higher version and running
+# nodes and routers re-read it (SIGHUP).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
@@ -42,12 +44,40 @@ wait_listening() {
   return 1
 }
 
+# Topology: groups of COPIES nodes, written before the nodes start (they
+# read it too).  The version rises whenever the groups change.
+new=$(mktemp)
+{
+  echo "; local cluster: $((NODES / COPIES)) shard groups of $COPIES copies (written by deploy/local/start.sh)"
+  for g in $(seq 1 $((NODES / COPIES))); do
+    printf '[group g%d]\ncopies =' "$g"
+    for c in $(seq 1 "$COPIES"); do
+      printf ' 127.0.0.1:%d' "$(node_port $(( (g - 1) * COPIES + c )))"
+    done
+    printf '\n\n'
+  done
+} > "$new"
+changed=0
+old_version=0
+if [ -f "$STATE/topology.ini" ]; then
+  old_version=$(sed -n 's/^version = \([0-9]*\)$/\1/p' "$STATE/topology.ini" | head -1)
+fi
+if ! grep -v '^version = ' "$STATE/topology.ini" 2>/dev/null | cmp -s "$new" -; then
+  { echo "version = $(( ${old_version:-0} + 1 ))"; cat "$new"; } > "$STATE/topology.ini"
+  changed=1
+fi
+rm -f "$new"
+
 # Nodes.
 for i in $(seq 1 "$NODES"); do
   d=$STATE/node$i
   p=$(node_port "$i")
   mkdir -p "$d/data"
   if alive "$d/pid" bloomgrid-node; then
+    if [ $changed = 1 ]; then
+      kill -HUP "$(cat "$d/pid")"
+      echo "node $i re-reads the changed topology (SIGHUP)"
+    fi
     echo "node $i already running (pid $(cat "$d/pid"), 127.0.0.1:$p)"
     continue
   fi
@@ -56,28 +86,13 @@ for i in $(seq 1 "$NODES"); do
     exit 1
   fi
   setsid "$NODE_BIN" --listen "127.0.0.1:$p" --data-dir "$d/data" \
-    --durability "$DURABILITY" >>"$d/node.log" 2>&1 < /dev/null &
+    --durability "$DURABILITY" --topology "$STATE/topology.ini" \
+    >>"$d/node.log" 2>&1 < /dev/null &
   echo $! > "$d/pid"
   echo "127.0.0.1:$p" > "$d/addr"
   wait_listening "$d/pid" "$p" "$d/node.log"
   echo "node $i started (pid $(cat "$d/pid"), 127.0.0.1:$p, data $d/data)"
 done
-
-# Topology: one group per node.
-new=$(mktemp)
-{
-  echo "; local cluster: one shard group per node (written by deploy/local/start.sh)"
-  for i in $(seq 1 "$NODES"); do
-    printf '[group node%d]\nprimary = 127.0.0.1:%d\n\n' "$i" "$(node_port "$i")"
-  done
-} > "$new"
-changed=0
-if ! cmp -s "$new" "$STATE/topology.ini"; then
-  mv "$new" "$STATE/topology.ini"
-  changed=1
-else
-  rm -f "$new"
-fi
 
 # Routers.
 for i in $(seq 1 "$ROUTERS"); do

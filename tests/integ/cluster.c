@@ -17,6 +17,8 @@ void cluster_init(struct cluster *c, const char *tag, const char *durability)
     harness_tmpdir(c->dir, sizeof c->dir, tag);
     snprintf(c->topo, sizeof c->topo, "%s/topology.ini", c->dir);
     snprintf(c->durability, sizeof c->durability, "%s", durability);
+    c->copies = 1;
+    c->topo_version = 1;
     for (int i = 0; i < CLUSTER_MAX_NODES; i++)
         snprintf(c->node_dir[i], sizeof c->node_dir[i], "%s/node%d", c->dir, i);
 }
@@ -30,6 +32,26 @@ void cluster_start_flags(struct cluster *c, const char *tag, int nnodes, int nro
     cluster_write_topo(c, nnodes, false, NULL);
     for (int i = 0; i < nrouters; i++)
         cluster_router_start(c, i, router_flags);
+}
+
+void cluster_start_copies(struct cluster *c, const char *tag, int ngroups, int copies,
+                          const char *head, int nrouters)
+{
+    int n = ngroups * copies;
+    CHECK(n <= CLUSTER_MAX_NODES, "%d nodes", n);
+    cluster_init(c, tag, "fsync");
+    c->copies = copies;
+    snprintf(c->topo_head, sizeof c->topo_head, "%s", head ? head : "");
+    /* The ports are known once the nodes listen: start them, write the
+     * topology, then restart them on the same ports reading it. */
+    for (int i = 0; i < n; i++)
+        cluster_node_start(c, i, 0, NULL);
+    cluster_write_topo(c, n, false, NULL);
+    c->node_topo = true;
+    for (int i = 0; i < n; i++)
+        cluster_node_restart(c, i, SIGTERM, NULL);
+    for (int i = 0; i < nrouters; i++)
+        cluster_router_start(c, i, NULL);
 }
 
 void cluster_start(struct cluster *c, const char *tag, int nnodes, int nrouters,
@@ -50,9 +72,13 @@ void cluster_stop(struct cluster *c)
 void cluster_node_start(struct cluster *c, int i, int port, const char *const *more)
 {
     char listen[64];
-    const char *extra[6 + CLUSTER_MAX_FLAGS + 1] = {"--durability", c->durability,
+    const char *extra[8 + CLUSTER_MAX_FLAGS + 1] = {"--durability", c->durability,
                                                     "--threads", "4"};
     int a = 4;
+    if (c->node_topo) {
+        extra[a++] = "--topology";
+        extra[a++] = c->topo;
+    }
     CHECK(i >= 0 && i < CLUSTER_MAX_NODES, "node %d", i);
     snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
     if (port) {
@@ -100,17 +126,35 @@ void cluster_write_topo(struct cluster *c, int n, bool reversed, const char *ext
 {
     FILE *f = fopen(c->topo, "w");
     CHECK(f, "open %s", c->topo);
-    fprintf(f, "; test topology\n");
-    for (int k = 0; k < n; k++) {
-        int i = reversed ? n - 1 - k : k;
-        fprintf(f, "[group g%d]\nprimary = %s\n\n", i, c->node[i].addr);
+    int groups = n / c->copies;
+    fprintf(f, "; test topology\nversion = %llu\n%s", c->topo_version, c->topo_head);
+    for (int k = 0; k < groups; k++) {
+        int g = reversed ? groups - 1 - k : k;
+        fprintf(f, "[group g%d]\ncopies =", g);
+        for (int i = g * c->copies; i < (g + 1) * c->copies; i++)
+            fprintf(f, " %s", c->node[i].addr);
+        fprintf(f, "\n\n");
     }
     if (extra)
         fputs(extra, f);
     fclose(f);
 }
 
-/* Does the probe's placement name exactly the primaries nodes[0, n)? */
+void cluster_view_start(struct cluster *c, int i, struct node_proc *view)
+{
+    char path[700], log[700];
+    snprintf(path, sizeof path, "%s/view%d.ini", c->dir, i);
+    snprintf(log, sizeof log, "%s/view%d.log", c->dir, i);
+    FILE *f = fopen(path, "w");
+    CHECK(f, "open %s", path);
+    fprintf(f, "version = %llu\n[group g0]\ncopies = %s\n", c->topo_version,
+            c->node[i].addr);
+    fclose(f);
+    router_start(view, log, path, NULL);
+    CHECK(node_wait_health(view, true, 10000), "view router of node %d", i);
+}
+
+/* Does the probe's placement name exactly the nodes nodes[0, n)? */
 static bool probe_matches(const struct cluster *c, const Bloomgrid__V1__FilterInfo *fi,
                           const int *nodes, int n)
 {

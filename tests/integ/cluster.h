@@ -4,7 +4,8 @@
  * A struct cluster owns one temporary directory holding a data directory per
  * node (<dir>/node<i>, logging to <dir>/node<i>.log), the routers' logs
  * (<dir>/router<i>.log) and the topology file the routers read
- * (<dir>/topology.ini, one group g<i> per node, primary only).  Every process
+ * (<dir>/topology.ini: one group g<i> per node, or with cluster_start_copies
+ * groups of several copies that the nodes read too).  Every process
  * listens on a free loopback port.  Nodes run with --threads 4 and the
  * cluster's durability; routers with --threads 4 and --node-timeout-ms 3000.
  * Single-threaded use; failures die (CHECK) like the harness.
@@ -16,7 +17,7 @@
 
 #include "harness.h"
 
-#define CLUSTER_MAX_NODES 4
+#define CLUSTER_MAX_NODES 6
 #define CLUSTER_MAX_ROUTERS 2
 #define CLUSTER_MAX_FLAGS 8     /* further flags a node or router may get */
 
@@ -29,6 +30,10 @@ struct cluster {
     struct node_proc node[CLUSTER_MAX_NODES];
     char node_dir[CLUSTER_MAX_NODES][600];
     struct node_proc router[CLUSTER_MAX_ROUTERS];
+    int copies;                 /* per group (1 unless cluster_start_copies) */
+    unsigned long long topo_version;   /* written as version = (from 1) */
+    char topo_head[256];        /* settings written before the groups */
+    bool node_topo;             /* nodes start with --topology */
 };
 
 /* Set c up on a fresh temporary directory named after tag, with nodes of
@@ -44,6 +49,14 @@ void cluster_start(struct cluster *c, const char *tag, int nnodes, int nrouters,
  * be NULL). */
 void cluster_start_flags(struct cluster *c, const char *tag, int nnodes, int nrouters,
                          const char *durability, const char *const *router_flags);
+
+/* cluster_init, then ngroups * copies nodes forming groups g0, g1, ...
+ * of copies nodes each (node k in group k / copies), the topology with
+ * head (settings before the groups, e.g. "write_quorum = 2\n"; may be
+ * NULL), every node restarted on its port reading it (--topology), and
+ * nrouters routers.  Nodes run with durability fsync. */
+void cluster_start_copies(struct cluster *c, const char *tag, int ngroups, int copies,
+                          const char *head, int nrouters);
 
 /* Stop every router (each must exit 0 on SIGTERM) and every running node. */
 void cluster_stop(struct cluster *c);
@@ -61,12 +74,18 @@ void cluster_node_restart(struct cluster *c, int i, int sig, const char *const *
  * (NULL-terminated, may be NULL) and wait until it is SERVING. */
 void cluster_router_start(struct cluster *c, int i, const char *const *more);
 
-/* Write the topology file: one group g<i> per node i in [0, n), in reverse
- * file order when reversed (the same topology), then the text extra (may be
- * NULL). */
+/* Start a "view" router on a topology of node i alone (one group of one
+ * copy, the cluster's version): what that copy answers by itself.  The
+ * caller stops it (node_stop). */
+void cluster_view_start(struct cluster *c, int i, struct node_proc *view);
+
+/* Write the topology file: version c->topo_version, c->topo_head, then
+ * one group per c->copies nodes of [0, n) (g<i> for nodes i*copies..), in
+ * reverse file order when reversed (the same topology), then the text extra
+ * (may be NULL). */
 void cluster_write_topo(struct cluster *c, int n, bool reversed, const char *extra);
 
-/* Wait until router r places the shards of a new filter on the primaries
+/* Wait until router r places the shards of a new filter on the nodes
  * nodes[0, n), each holding at least one, and on no other node: a probe
  * filter of 16 shards (a new name each time) is created through r, its
  * placement read from the answer, and dropped, until one matches (a

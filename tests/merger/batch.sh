@@ -15,7 +15,7 @@ start_server node1 "$NODE" --data-dir "$WORK/d1" --durability none
 N1=$ADDR
 start_server node2 "$NODE" --data-dir "$WORK/d2" --durability none
 N2=$ADDR
-printf '[group g0]\nprimary = %s\n[group g1]\nprimary = %s\n' "$N1" "$N2" > topo.ini
+printf 'version = 1\n[group g0]\ncopies = %s\n[group g1]\ncopies = %s\n' "$N1" "$N2" > topo.ini
 start_server router "$ROUTER" --topology "$WORK/topo.ini"
 R=$ADDR
 

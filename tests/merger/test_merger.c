@@ -1,18 +1,19 @@
 /* Integration tests of bloomgrid-merger: two loopback clusters ("dc1",
- * "dc2"), each with two groups (a primary and a read replica each) and a
- * router, merged by
- * real bloomgrid-merger processes.
+ * "dc2"), each with two groups of two copies ("p" and "r" nodes) and a
+ * router, merged by real bloomgrid-merger processes.  A "view" router per
+ * datacenter reads the r copies alone, to see what they hold.
  *
  * usage: test_merger NODE_BIN ROUTER_BIN MERGER_BIN TEST
  *   converge  disjoint keys added in each datacenter; after one round every
- *             key is present through both routers and on every replica; a
+ *             key is present through both routers and on every r copy; a
  *             second round ships 0 bytes; keys added while a round runs are
  *             present after the next one; the daemon's RunRound and Status;
- *             replicas refuse Add, and with a primary killed the router
- *             reads from its caught-up replica
+ *             with one copy of a group killed, the router still reads
+ *             every key and refuses Add (write quorum 2 of 2) naming the
+ *             copy
  *   kill      the merger killed (SIGKILL) between its pulls and its pushes,
  *             and again mid-push, then restarted: everything converges, and
- *             no replica ever answers "absent" for a key it reported before
+ *             no r copy ever answers "absent" for a key it reported before
  *   refuse    a partial file of another filter is refused naming the field
  *             (secret), one of the same filter is merged; a shard re-created
  *             with another secret in one datacenter is refused; a partial
@@ -49,7 +50,7 @@ static char tdir[512];
 struct dc {
     const char *name;
     struct node_proc prim[2], repl[2];
-    struct node_proc router, view;    /* view: the replica as if primary */
+    struct node_proc router, view;    /* view: the r copies alone */
     char topo[700], view_topo[700];
 };
 
@@ -68,14 +69,13 @@ static void write_topo(const char *path, const struct dc *d, bool view)
 {
     FILE *f = fopen(path, "w");
     CHECK(f, "open %s", path);
+    fprintf(f, "version = 1\n");
     for (int g = 0; g < 2; g++) {
         fprintf(f, "[group g%d]\n", g);
-        if (view) {
-            fprintf(f, "primary = %s\n", d->repl[g].addr);
-        } else {
-            fprintf(f, "primary = %s\n", d->prim[g].addr);
-            fprintf(f, "replica = %s\n", d->repl[g].addr);
-        }
+        if (view)
+            fprintf(f, "copies = %s\n", d->repl[g].addr);
+        else
+            fprintf(f, "copies = %s %s\n", d->prim[g].addr, d->repl[g].addr);
         fprintf(f, "datacenter = %s\n\n", d->name);
     }
     fclose(f);
@@ -84,7 +84,7 @@ static void write_topo(const char *path, const struct dc *d, bool view)
 static void start_dcs(void)
 {
     const char *fast[] = {"--durability", "none", NULL};
-    const char *replica[] = {"--durability", "none", "--role", "replica", NULL};
+
     for (int i = 0; i < 2; i++) {
         struct dc *d = &dcs[i];
         char dir[600];
@@ -93,7 +93,7 @@ static void start_dcs(void)
             node_start(&d->prim[g], dir, fast);
             CHECK(node_wait_health(&d->prim[g], true, 20000), "node not serving");
             snprintf(dir, sizeof dir, "%s/%s-r%d", tdir, d->name, g);
-            node_start(&d->repl[g], dir, replica);
+            node_start(&d->repl[g], dir, fast);
             CHECK(node_wait_health(&d->repl[g], true, 20000), "node not serving");
         }
         snprintf(d->topo, sizeof d->topo, "%s/%s.ini", tdir, d->name);
@@ -107,8 +107,8 @@ static void start_dcs(void)
     }
 }
 
-/* The view routers read the replicas; start them once the replicas hold
- * the shards (the merger creates them). */
+/* The view routers read the r copies; start them once the r copies hold
+ * the shards (a create through the router makes them on both copies). */
 static void start_views(void)
 {
     for (int i = 0; i < 2; i++) {
@@ -206,7 +206,7 @@ static void check_everywhere(char **k, int n, const char *what)
         int b = (int)keys_present(dcs[i].view.ch, "f", k, n, NULL);
         CHECK(a == n, "%s: %d of %d keys through the %s router", what, a, n,
               dcs[i].name);
-        CHECK(b == n, "%s: %d of %d keys on the %s replica", what, b, n,
+        CHECK(b == n, "%s: %d of %d keys on the %s r copies", what, b, n,
               dcs[i].name);
     }
 }
@@ -220,7 +220,7 @@ static void setup(void)
           "create: %s", st.message);
 }
 
-/* A first round creates the filter's shards in dc2 and on the replicas. */
+/* A first round creates the filter's shards in dc2. */
 static void first_round(void)
 {
     struct round_out o;
@@ -317,17 +317,18 @@ static void test_converge(void)
     bloomgrid__v1__merger_status__free_unpacked(ms, NULL);
     node_stop(&md, SIGTERM);
 
-    /* Replicas refuse writes; with a primary gone, the router reads from
-     * its replica, which covers every version the router has seen. */
-    bool one = false;
-    CHECK(t_keys(dcs[0].view.ch, "Add", "f", k1, 1, &one, &st) ==
-              GRPC_STATUS_FAILED_PRECONDITION && strstr(st.message, "replica"),
-          "Add on a replica: %d %s", st.code, st.message);
+    /* One copy of g0 gone: reads still find every key on the other; a
+     * write cannot reach its quorum (2 of 2) and says which copy failed. */
     node_stop(&dcs[0].prim[0], SIGKILL);
     CHECK(keys_present(dcs[0].router.ch, "f", k1, NKEYS, NULL) == NKEYS,
-          "reads did not fall back to the caught-up replica");
+          "reads lost keys with one copy down");
     CHECK(keys_present(dcs[0].router.ch, "f", k2, NKEYS, NULL) == NKEYS,
-          "reads did not fall back to the caught-up replica (dc2 keys)");
+          "reads lost keys with one copy down (dc2 keys)");
+    bool *acked = calloc(64, 1);
+    CHECK(t_keys(dcs[0].router.ch, "Add", "f", k3, 64, acked, &st) ==
+              GRPC_STATUS_UNAVAILABLE && strstr(st.message, dcs[0].prim[0].addr),
+          "Add with a copy down: %d %s", st.code, st.message);
+    free(acked);
 
     keys_free(k1, NKEYS);
     keys_free(k2, NKEYS);
@@ -348,14 +349,14 @@ static void test_kill(void)
     /* Killed after its pulls (and saves), before its pushes. */
     merger_once(&o, 3000, 1000);
     CHECK(o.status == 128 + SIGKILL, "merger not killed: %d", o.status);
-    /* Nothing the replicas said before may be taken back. */
+    /* Nothing the r copies said before may be taken back. */
     bool *seen = calloc(NKEYS, 1), *now = calloc(NKEYS, 1);
     keys_present(dcs[1].view.ch, "f", k2, NKEYS, seen);
     /* Killed again, this time probably mid-push (small pause). */
     merger_once(&o, 10, 150);
     keys_present(dcs[1].view.ch, "f", k2, NKEYS, now);
     for (int i = 0; i < NKEYS; i++)
-        CHECK(!seen[i] || now[i], "replica forgot key %s", k2[i]);
+        CHECK(!seen[i] || now[i], "copy forgot key %s", k2[i]);
     merger_once(&o, 0, 0);
     CHECK(o.status == 0, "round after restarts:\n%s", o.text);
     check_everywhere(k1, NKEYS, "after kills (dc1 keys)");

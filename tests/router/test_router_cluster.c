@@ -152,14 +152,17 @@ static int shard_gone(struct cluster *c)
     }
     CHECK(holder >= 0, "no node held shard 3 of part");
     char **pk = keys_make("part", 0, 200);
-    char want[128];
-    snprintf(want, sizeof want, "shard 3 on node %s: NOT_FOUND", c->node[holder].addr);
+    char want[128], copy[128];
+    snprintf(want, sizeof want, "shard 3 (group g%d): 0 of 1 copies", holder);
+    snprintf(copy, sizeof copy, "failed copies: %s NOT_FOUND", c->node[holder].addr);
     CHECK(t_keys(a, "Add", "part", pk, 200, out, &st) == GRPC_STATUS_UNAVAILABLE,
           "Add with shard 3 gone: %d %s", st.code, st.message);
-    CHECK(strstr(st.message, want) && strstr(st.message, "of 200 keys; not acknowledged"),
+    CHECK(strstr(st.message, want) && strstr(st.message, copy) &&
+          strstr(st.message, "of 200 keys; not acknowledged"),
           "Add with shard 3 gone: %s", st.message);
     CHECK(t_keys(b, "MayContain", "part", pk, 200, out, &st) == GRPC_STATUS_UNAVAILABLE &&
-          strstr(st.message, want), "MayContain with shard 3 gone: %d %s", st.code,
+          strstr(st.message, want) && strstr(st.message, copy),
+          "MayContain with shard 3 gone: %d %s", st.code,
           st.message);
     keys_free(pk, 200);
     return holder;

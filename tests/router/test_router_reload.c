@@ -74,10 +74,10 @@ static void test_reload(void)
      * in its log, so the message is read there.  Waiting for it also tells
      * that this SIGHUP was handled (pending SIGHUPs merge into one) before
      * the next file is written. */
-    cluster_write_topo(&c, 3, false, "[group g9]\nprimary = 127.0.0.1:1\nbogus line\n");
+    cluster_write_topo(&c, 3, false, "[group g9]\ncopies = 127.0.0.1:1\nbogus line\n");
     kill(c.router[0].pid, SIGHUP);
     char want[700];
-    snprintf(want, sizeof want, "%s:13: syntax error", c.topo);
+    snprintf(want, sizeof want, "%s:14: syntax error", c.topo);
     for (int i = 0; i < 250 && !harness_log_count(c.router[0].log, want); i++)
         harness_sleep_ms(20);
     atomic_store(&rd.stop, true);

@@ -11,19 +11,20 @@
 #include "bf.h"
 #include "topo.h"
 
+/* Every text below starts with this line, so its lines count from 2. */
+#define V "version = 1\n"
+
 static const char *three =
     "; three groups\n"
+    "version = 7\n"
     "[group g0]\n"
-    "primary = 10.0.0.1:7400\n"
-    "replica = 10.0.1.1:7400\n"
+    "copies = 10.0.0.1:7400 10.0.1.1:7400\n"
     "datacenter = dc1\n"
     "\n"
     "[group g1]\n"
-    "primary = 10.0.0.2:7400\n"
+    "copies = 10.0.0.2:7400\n"
     "[group g2]\n"
-    "primary = 10.0.0.3:7400\n"
-    "replica = 10.0.1.3:7400\n"
-    "replica = 10.0.2.3:7400\n";
+    "copies = 10.0.0.3:7400  10.0.1.3:7400\t10.0.2.3:7400\n";
 
 /* Parse text that must fail; return the message. */
 static const char *parse_fails(const char *text)
@@ -32,65 +33,178 @@ static const char *parse_fails(const char *text)
     err[0] = 0;
     struct topo *t = topo_parse(text, "t.ini", err);
     ck_assert_msg(t == NULL, "parsed a bad topology: %s", text);
+    topo_unref(t);
     return err;
 }
 
-START_TEST(parse_reads_groups_sorted_with_replicas)
+/* Parse text that must parse. */
+static struct topo *parse_ok(const char *text)
 {
-    char err[TOPO_ERRLEN];
-    const char *shuffled = "[group b]\nprimary=h2:2\n[group a]\nprimary=h1:1\n";
-    struct topo *t = topo_parse(three, "t.ini", err);
-    ck_assert_ptr_nonnull(t);
+    char err[TOPO_ERRLEN] = "";
+    struct topo *t = topo_parse(text, "t.ini", err);
+    ck_assert_msg(t != NULL, "refused: %s", err);
+    return t;
+}
+
+START_TEST(parse_reads_groups_sorted_with_copies)
+{
+    const char *shuffled = V "[group b]\ncopies=h2:2\n[group a]\ncopies=h1:1\n";
+    struct topo *t = parse_ok(three);
+    ck_assert_uint_eq(t->version, 7);
     ck_assert_uint_eq(t->ngroups, 3);
     ck_assert_str_eq(t->groups[0].name, "g0");
-    ck_assert_str_eq(t->groups[0].primary, "10.0.0.1:7400");
-    ck_assert_uint_eq(t->groups[0].nreplicas, 1);
-    ck_assert_str_eq(t->groups[0].replicas[0], "10.0.1.1:7400");
+    ck_assert_uint_eq(t->groups[0].ncopies, 2);
+    ck_assert_str_eq(t->groups[0].copies[0], "10.0.0.1:7400");
+    ck_assert_str_eq(t->groups[0].copies[1], "10.0.1.1:7400");
     ck_assert_str_eq(t->groups[0].datacenter, "dc1");
-    ck_assert_int_eq(t->groups[0].line, 2);
-    ck_assert_uint_eq(t->groups[2].nreplicas, 2);
+    ck_assert_int_eq(t->groups[0].line, 3);
+    ck_assert_uint_eq(t->groups[1].ncopies, 1);
+    ck_assert_uint_eq(t->groups[2].ncopies, 3);
+    ck_assert_str_eq(t->groups[2].copies[2], "10.0.2.3:7400");
     ck_assert_str_eq(t->groups[1].datacenter, "");
+    unsigned copy = 99;
+    ck_assert_int_eq(topo_group_of(t, "10.0.1.3:7400", &copy), 2);
+    ck_assert_uint_eq(copy, 1);
+    ck_assert_int_eq(topo_group_of(t, "10.0.0.2:7400", NULL), 1);
+    ck_assert_int_eq(topo_group_of(t, "10.0.0.9:7400", &copy), -1);
     topo_unref(t);
 
-    t = topo_parse(shuffled, "t.ini", err);
-    ck_assert_ptr_nonnull(t);
+    t = parse_ok(shuffled);
     ck_assert_str_eq(t->groups[0].name, "a");
     ck_assert_str_eq(t->groups[1].name, "b");
     topo_unref(t);
 }
 END_TEST
 
+/* W defaults to a majority and R to N - W + 1; the file's defaults apply to
+ * every group that does not set its own. */
+START_TEST(quorums_default_to_majority_and_intersect)
+{
+    struct topo *t = parse_ok(V "[group a]\ncopies = h:1\n[group b]\ncopies = h:2 h:3\n"
+                              "[group c]\ncopies = h:4 h:5 h:6\n[group d]\n"
+                              "copies = h:7 h:8 h:9 h:10\n");
+    static const unsigned w[4] = {1, 2, 2, 3}, r[4] = {1, 1, 2, 2};
+    for (unsigned i = 0; i < 4; i++) {
+        ck_assert_uint_eq(t->groups[i].write_quorum, w[i]);
+        ck_assert_uint_eq(t->groups[i].read_quorum, r[i]);
+    }
+    topo_unref(t);
+
+    t = parse_ok(V "write_quorum = 3\n[group a]\ncopies = h:4 h:5 h:6\n"
+                 "[group b]\ncopies = h:1 h:2 h:3\nwrite_quorum = 2\nread_quorum = 3\n");
+    ck_assert_uint_eq(t->groups[0].write_quorum, 3);
+    ck_assert_uint_eq(t->groups[0].read_quorum, 1);
+    ck_assert_uint_eq(t->groups[1].write_quorum, 2);
+    ck_assert_uint_eq(t->groups[1].read_quorum, 3);
+    topo_unref(t);
+
+    t = parse_ok(V "read_quorum = 2\nwrite_quorum = 2\n[group a]\ncopies = h:1 h:2 h:3\n");
+    ck_assert_uint_eq(t->groups[0].write_quorum, 2);
+    ck_assert_uint_eq(t->groups[0].read_quorum, 2);
+    topo_unref(t);
+}
+END_TEST
+
+START_TEST(quorums_out_of_range_or_not_meeting_are_refused)
+{
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1 h:2 h:3\n"
+                                 "write_quorum = 1\nread_quorum = 2\n"),
+                     "t.ini:5: group a: read_quorum 2 + write_quorum 1 must exceed "
+                     "its 3 copies, or a read quorum would not meet every write "
+                     "quorum");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1 h:2 h:3\nwrite_quorum = 4\n"),
+                     "t.ini:4: group a has 3 copies: write_quorum 4 must be 1..3");
+    ck_assert_str_eq(parse_fails(V "read_quorum = 2\n[group a]\ncopies = h:1\n"),
+                     "t.ini:2: group a has 1 copy: read_quorum 2 must be 1..1");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\nwrite_quorum = 0\n"),
+                     "t.ini:4: write_quorum \"0\" must be a number from 1 to 8");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\nread_quorum = two\n"),
+                     "t.ini:4: read_quorum \"two\" must be a number from 1 to 8");
+    /* Defaults that do not meet in one group: the defaults' line. */
+    ck_assert_str_eq(parse_fails(V "write_quorum = 1\nread_quorum = 1\n[group a]\n"
+                                 "copies = h:1\n[group b]\ncopies = h:2 h:3\n"),
+                     "t.ini:3: group b: read_quorum 1 + write_quorum 1 must exceed "
+                     "its 2 copies, or a read quorum would not meet every write "
+                     "quorum");
+}
+END_TEST
+
+START_TEST(version_is_required_before_the_groups)
+{
+    ck_assert_str_eq(parse_fails("[group a]\ncopies = h:1\n"),
+                     "t.ini:1: no version: a topology starts with version = N "
+                     "(1..2^63), raised on every change so nodes can refuse calls "
+                     "made under another one");
+    ck_assert_str_eq(parse_fails("version = 0\n[group a]\ncopies = h:1\n"),
+                     "t.ini:1: version \"0\" must be a number from 1 to 2^63");
+    ck_assert_str_eq(parse_fails("version = 9223372036854775809\n[group a]\n"
+                                 "copies = h:1\n"),
+                     "t.ini:1: version \"9223372036854775809\" must be a number "
+                     "from 1 to 2^63");
+    ck_assert_str_eq(parse_fails("version = 1\nversion = 2\n[group a]\ncopies = h:1\n"),
+                     "t.ini:2: version is set twice (first at line 1)");
+    ck_assert_str_eq(parse_fails("[group a]\ncopies = h:1\nversion = 3\n"),
+                     "t.ini:3: version belongs before the first [group] section");
+    ck_assert_str_eq(parse_fails("version = 1\nprimary = h:1\n[group a]\ncopies = h:1\n"),
+                     "t.ini:2: unknown setting \"primary\" before the first [group] "
+                     "(expected version, write_quorum or read_quorum)");
+    struct topo *t = parse_ok("version = 9223372036854775808\n[group a]\ncopies = h:1\n");
+    ck_assert_uint_eq(t->version, 9223372036854775808ULL);
+    topo_unref(t);
+}
+END_TEST
+
+START_TEST(primary_and_replica_are_refused_with_the_new_form)
+{
+    ck_assert_str_eq(parse_fails(V "[group a]\nprimary = h:1\n"),
+                     "t.ini:3: group a: \"primary\" is gone: a group is a list of "
+                     "equal copies, written copies = HOST:PORT HOST:PORT ... "
+                     "(docs/TOPOLOGY.md)");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\nreplica = h:2\n"),
+                     "t.ini:4: group a: \"replica\" is gone: a group is a list of "
+                     "equal copies, written copies = HOST:PORT HOST:PORT ... "
+                     "(docs/TOPOLOGY.md)");
+}
+END_TEST
+
 START_TEST(parse_errors_name_the_line)
 {
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\nprimry = h:2\n"),
-                     "t.ini:3: unknown setting \"primry\" in group a (expected "
-                     "primary, replica or datacenter)");
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n[nodes]\nx = 1\n"),
-                     "t.ini:3: unknown section [nodes] (expected [group NAME])");
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = nohost\n"),
-                     "t.ini:2: group a: primary \"nohost\" is not host:port");
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:70000\n"),
-                     "t.ini:2: group a: primary \"h:70000\": the port must be a "
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\ncopis = h:2\n"),
+                     "t.ini:4: unknown setting \"copis\" in group a (expected "
+                     "copies, write_quorum, read_quorum or datacenter)");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\n[nodes]\nx = 1\n"),
+                     "t.ini:4: unknown section [nodes] (expected [group NAME])");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = nohost\n"),
+                     "t.ini:3: group a: copy \"nohost\" is not host:port");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:70000\n"),
+                     "t.ini:3: group a: copy \"h:70000\": the port must be a "
                      "number from 1 to 65535");
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n\n[group b]\n"
-                                 "primary = h:1\n"),
-                     "t.ini:5: node h:1 is listed twice (already in group a)");
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\nprimary = h:2\n"),
-                     "t.ini:3: group a has a second primary");
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n[group a]\n"
-                                 "primary = h:2\n"),
-                     "t.ini:3: group \"a\" is defined twice (first at line 1)");
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\n[group b]\n"
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\n\n[group b]\n"
+                                 "copies = h:2 h:1\n"),
+                     "t.ini:6: node h:1 is listed twice (already in group a)");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1 h:2 h:1\n"),
+                     "t.ini:3: node h:1 is listed twice (already in group a)");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\ncopies = h:2\n"),
+                     "t.ini:4: group a has a second copies line (first at line 3): "
+                     "list every copy on one line");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1 h:2 h:3 h:4 h:5 h:6 h:7 "
+                                 "h:8 h:9\n"),
+                     "t.ini:3: group a has more than 8 copies");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\n[group a]\n"
+                                 "copies = h:2\n"),
+                     "t.ini:4: group \"a\" is defined twice (first at line 2)");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\n[group b]\n"
                                  "datacenter = x\n"),
-                     "t.ini:3: group b has no primary");
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\nthis is not ini\n"),
-                     "t.ini:3: syntax error (expected [group NAME], name = value, "
+                     "t.ini:4: group b has no copies (expected copies = HOST:PORT "
+                     "HOST:PORT ...)");
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\nthis is not ini\n"),
+                     "t.ini:4: syntax error (expected [group NAME], name = value, "
                      "or a comment starting with ; or #)");
-    ck_assert_str_eq(parse_fails("[group a/b]\nprimary = h:1\n"),
-                     "t.ini:1: group name \"a/b\" must be 1..43 characters of "
+    ck_assert_str_eq(parse_fails(V "[group a/b]\ncopies = h:1\n"),
+                     "t.ini:2: group name \"a/b\" must be 1..43 characters of "
                      "[A-Za-z0-9._-]");
-    ck_assert_str_eq(parse_fails("; nothing\n"),
-                     "t.ini:1: no [group NAME] section: a topology needs at "
+    ck_assert_str_eq(parse_fails(V "; nothing\n"),
+                     "t.ini:2: no [group NAME] section: a topology needs at "
                      "least one group");
 }
 END_TEST
@@ -100,7 +214,7 @@ START_TEST(load_reads_a_file_and_names_it_in_errors)
     char path[] = "/tmp/topo-XXXXXX", err[TOPO_ERRLEN];
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
-    const char *bad = "[group a]\nprimary = h:1\nreplica = \n";
+    const char *bad = V "[group a]\ncopies = h:1 :2\n";
     ck_assert_int_eq(write(fd, three, strlen(three)), (ssize_t)strlen(three));
     close(fd);
     struct topo *t = topo_load(path, err);
@@ -113,7 +227,8 @@ START_TEST(load_reads_a_file_and_names_it_in_errors)
     fclose(f);
     ck_assert_ptr_null(topo_load(path, err));
     char want[600];
-    snprintf(want, sizeof want, "%s:3: group a: replica \"\" is not host:port", path);
+    snprintf(want, sizeof want, "%s:3: group a: copy \":2\" has no host (host:port)",
+             path);
     ck_assert_str_eq(err, want);
     unlink(path);
     ck_assert_ptr_null(topo_load(path, err));
@@ -127,26 +242,21 @@ END_TEST
 START_TEST(addresses_follow_the_address_rule)
 {
     static const char *const bad[] = {"h:99999", "h:65536", "h:0", "h:", "h:abc",
-                                      "h:+80", "h: 80", ":80",
-                                      "a b:80", "h:123456"};
-    char text[256], err[TOPO_ERRLEN];
+                                      "h:+80", ":80", "h:123456"};
+    char text[256];
 
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(text, sizeof text, "[group a]\nprimary = %s\n", bad[i]);
+        snprintf(text, sizeof text, V "[group a]\ncopies = %s\n", bad[i]);
         const char *e = parse_fails(text);
-        ck_assert_msg(strncmp(e, "t.ini:2: group a: primary \"", 27) == 0, "%s", e);
-        snprintf(text, sizeof text, "[group a]\nprimary = h:1\nreplica = %s\n", bad[i]);
+        ck_assert_msg(strncmp(e, "t.ini:3: group a: copy \"", 24) == 0, "%s", e);
+        snprintf(text, sizeof text, V "[group a]\ncopies = h:1 %s\n", bad[i]);
         e = parse_fails(text);
-        ck_assert_msg(strncmp(e, "t.ini:3: group a: replica \"", 27) == 0, "%s", e);
+        ck_assert_msg(strncmp(e, "t.ini:3: group a: copy \"", 24) == 0, "%s", e);
     }
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:99999\n"),
-                     "t.ini:2: group a: primary \"h:99999\": the port must be a "
+    ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:99999\n"),
+                     "t.ini:3: group a: copy \"h:99999\": the port must be a "
                      "number from 1 to 65535");
-    ck_assert_str_eq(parse_fails("[group a]\nprimary = h:1\nreplica = :7400\n"),
-                     "t.ini:3: group a: replica \":7400\" has no host (host:port)");
-    struct topo *t = topo_parse("[group a]\nprimary = h:65535\nreplica = [::1]:1\n",
-                                "t.ini", err);
-    ck_assert_ptr_nonnull(t);
+    struct topo *t = parse_ok(V "[group a]\ncopies = h:65535 [::1]:1\n");
     topo_unref(t);
     ck_assert_int_eq(topo_addr_check("h:99999"), -EINVAL);
     ck_assert_int_eq(topo_addr_check("h:7400"), 0);
@@ -157,28 +267,27 @@ END_TEST
  * was cut silently, and the shards of the cut name went elsewhere. */
 START_TEST(group_names_past_43_bytes_are_refused_not_cut)
 {
-    char name[64], text[256], err[TOPO_ERRLEN];
+    char name[64], text[256];
 
     memset(name, 'n', 43);
     name[43] = 0;
-    snprintf(text, sizeof text, "[group %s]\nprimary = h:1\n", name);
-    struct topo *t = topo_parse(text, "t.ini", err);
-    ck_assert_ptr_nonnull(t);
+    snprintf(text, sizeof text, V "[group %s]\ncopies = h:1\n", name);
+    struct topo *t = parse_ok(text);
     ck_assert_str_eq(t->groups[0].name, name);
     topo_unref(t);
 
     strcat(name, "x");
-    snprintf(text, sizeof text, "; a long name\n[group %s]\nprimary = h:1\n", name);
+    snprintf(text, sizeof text, V "; a long name\n[group %s]\ncopies = h:1\n", name);
     ck_assert_str_eq(parse_fails(text),
-                     "t.ini:2: section [group nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnx] "
+                     "t.ini:3: section [group nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnx] "
                      "is 50 characters; at most 49 fit (a group name of 1..43 "
                      "characters after \"group \")");
     /* Two names that differ only past the cut are not one group. */
-    snprintf(text, sizeof text, "[group %s]\nprimary = h:1\n[group %.43sy]\n"
-             "primary = h:2\n", name, name);
-    ck_assert_ptr_nonnull(strstr(parse_fails(text), "t.ini:1: section [group "));
+    snprintf(text, sizeof text, V "[group %s]\ncopies = h:1\n[group %.43sy]\n"
+             "copies = h:2\n", name, name);
+    ck_assert_ptr_nonnull(strstr(parse_fails(text), "t.ini:2: section [group "));
     /* A second space before the name counts too: refused, not cut. */
-    snprintf(text, sizeof text, "[group  %.43s]\nprimary = h:1\n", name);
+    snprintf(text, sizeof text, V "[group  %.43s]\ncopies = h:1\n", name);
     ck_assert_ptr_nonnull(strstr(parse_fails(text), "is 50 characters"));
 }
 END_TEST
@@ -189,8 +298,8 @@ START_TEST(placement_known_answers)
     char err[TOPO_ERRLEN];
     static const unsigned want[16] = {1, 0, 0, 1, 0, 1, 2, 2, 0, 0, 2, 1, 1, 1, 2, 0};
     ck_assert_uint_eq(topo_score("f", 0, "g0"), 0xe4716220ac4c6db7ULL);
-    struct topo *t = topo_parse("[group g0]\nprimary=a:1\n[group g1]\nprimary=b:1\n"
-                                "[group g2]\nprimary=c:1\n", "t.ini", err);
+    struct topo *t = topo_parse(V "[group g0]\ncopies=a:1\n[group g1]\ncopies=b:1 b:2\n"
+                                "[group g2]\ncopies=c:1\n", "t.ini", err);
     ck_assert_ptr_nonnull(t);
     for (uint32_t i = 0; i < 16; i++)
         ck_assert_uint_eq(topo_group_for(t, "slugs", i), want[i]);
@@ -207,12 +316,12 @@ END_TEST
 START_TEST(placement_ignores_file_order_and_moves_little_on_a_new_group)
 {
     char err[TOPO_ERRLEN];
-    struct topo *a = topo_parse("[group g0]\nprimary=a:1\n[group g1]\nprimary=b:1\n"
-                                "[group g2]\nprimary=c:1\n", "a", err);
-    struct topo *b = topo_parse("[group g2]\nprimary=c:1\n[group g0]\nprimary=a:1\n"
-                                "[group g1]\nprimary=b:1\n", "b", err);
-    struct topo *c = topo_parse("[group g2]\nprimary=c:1\n[group g0]\nprimary=a:1\n"
-                                "[group g1]\nprimary=b:1\n[group g3]\nprimary=d:1\n",
+    struct topo *a = topo_parse(V "[group g0]\ncopies=a:1\n[group g1]\ncopies=b:1\n"
+                                "[group g2]\ncopies=c:1\n", "a", err);
+    struct topo *b = topo_parse(V "[group g2]\ncopies=c:1\n[group g0]\ncopies=a:1\n"
+                                "[group g1]\ncopies=b:1\n", "b", err);
+    struct topo *c = topo_parse(V "[group g2]\ncopies=c:1\n[group g0]\ncopies=a:1\n"
+                                "[group g1]\ncopies=b:1\n[group g3]\ncopies=d:1\n",
                                 "c", err);
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(b);
@@ -271,7 +380,11 @@ Suite *topo_suite(void)
 {
     Suite *s = suite_create("topo");
     TCase *tc = tcase_create("topo");
-    tcase_add_test(tc, parse_reads_groups_sorted_with_replicas);
+    tcase_add_test(tc, parse_reads_groups_sorted_with_copies);
+    tcase_add_test(tc, quorums_default_to_majority_and_intersect);
+    tcase_add_test(tc, quorums_out_of_range_or_not_meeting_are_refused);
+    tcase_add_test(tc, version_is_required_before_the_groups);
+    tcase_add_test(tc, primary_and_replica_are_refused_with_the_new_form);
     tcase_add_test(tc, parse_errors_name_the_line);
     tcase_add_test(tc, load_reads_a_file_and_names_it_in_errors);
     tcase_add_test(tc, addresses_follow_the_address_rule);

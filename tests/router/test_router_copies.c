@@ -1,0 +1,362 @@
+/* Router tests of shard groups of several copies (docs/REPLICATION.md):
+ * one group of three copies behind a router, nodes reading the topology.
+ *
+ * usage: test_router_copies NODE_BIN ROUTER_BIN TEST
+ *   quorum  W = 2, R = 2: every acknowledged key is "maybe" with any one
+ *           copy stopped (SIGSTOP) or killed, and writes go on; with two
+ *           copies down, Add is UNAVAILABLE naming the shard and both
+ *           copies, and MayContain is UNAVAILABLE
+ *   wipe    W = 2, R = 2: a copy killed, its data directory deleted and
+ *           restarted empty (then its shards re-created empty, so it
+ *           answers "no" for every key): no acknowledged key reads "no"
+ *           through the router, though the wiped copy alone says "no"
+ *   w3r1    W = 3, R = 1: writes need every copy (one down: UNAVAILABLE),
+ *           reads need one (two down: still answered); a copy takes public
+ *           reads directly (W = N) but no public write
+ *   single  N = 1 with the node reading the topology: public calls go to
+ *           the node directly, and every acknowledged key is "maybe" after
+ *           the node is killed and restarted on its data
+ *   refuse  a copy refuses a public Add and MayContain (FAILED_PRECONDITION
+ *           naming the router rule), a counting filter cannot be created
+ *           on the group, a node refuses router calls made under another
+ *           topology version until it reads the same file, and a node
+ *           refuses to start outside the topology or with durability none
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <grpc/grpc.h>
+
+#include "bf.h"
+#include "cluster.h"
+
+#define NKEYS 2000
+#define S 4        /* shards */
+
+static const char *test_name;
+
+/* Every key of k is "maybe" through the router, in one call. */
+static void all_maybe(struct cluster *c, char **k, const char *when)
+{
+    static bool out[NKEYS];
+    struct rpc_status st;
+    CHECK(t_keys(c->router[0].ch, "MayContain", "f", k, NKEYS, out, &st) == 0,
+          "%s: %d %s", when, st.code, st.message);
+    for (int i = 0; i < NKEYS; i++)
+        CHECK(out[i], "%s: acknowledged key %s reads \"no\"", when, k[i]);
+    printf("%s: every acknowledged key is \"maybe\"\n", when);
+}
+
+/* Start node i again (port kept) and wait until the router's link reaches
+ * it: its channel reconnects within the reconnect backoff (at most 1 s),
+ * seen as a batch message arriving at the node.  Writing a probe key
+ * again and again is safe. */
+static void restart_reached(struct cluster *c, int i, const char *const *more)
+{
+    char *probe[] = {"probe"};
+    bool out[1];
+    struct rpc_status st;
+    struct node_info ni = {0};
+    cluster_node_start(c, i, c->node[i].port, more);
+    for (int t = 0; t < 100 && ni.messages == 0; t++) {
+        t_keys(c->router[0].ch, "Add", "f", probe, 1, out, &st);
+        t_node_info(c->node[i].ch, &ni);
+        if (!ni.messages)
+            harness_sleep_ms(50);
+    }
+    CHECK(ni.messages > 0, "the router does not reach restarted node %d", i);
+}
+
+static void setup(struct cluster *c, const char *tag, const char *head, char ***k)
+{
+    struct rpc_status st;
+    cluster_start_copies(c, tag, 1, 3, head, 1);
+    CHECK(t_create_sharded(c->router[0].ch, "f", 100000, 0.01, 0, S, NULL, &st) == 0,
+          "create: %s", st.message);
+    for (int i = 0; i < 3; i++)
+        CHECK(t_shard_count(c->node[i].ch, "f") == S, "copy %d holds every shard", i);
+    *k = keys_make("k", 0, NKEYS);
+    keys_call(c->router[0].ch, "Add", "f", *k, NKEYS, 500, NULL);
+}
+
+static void test_quorum(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    char **k;
+    bool out[64];
+    setup(&c, "router-copies-quorum", "write_quorum = 2\nread_quorum = 2\n", &k);
+
+    for (int i = 0; i < 3; i++) {
+        char when[64];
+        kill(c.node[i].pid, SIGSTOP);
+        snprintf(when, sizeof when, "copy %d stopped", i);
+        all_maybe(&c, k, when);
+        char **more = keys_make(when, 0, 64);
+        CHECK(t_keys(c.router[0].ch, "Add", "f", more, 64, out, &st) == 0,
+              "Add with one copy stopped: %s", st.message);
+        kill(c.node[i].pid, SIGCONT);
+        keys_free(more, 64);
+
+        node_stop(&c.node[i], SIGKILL);
+        snprintf(when, sizeof when, "copy %d killed", i);
+        all_maybe(&c, k, when);
+        restart_reached(&c, i, NULL);
+    }
+
+    /* Two copies down: below both quorums. */
+    node_stop(&c.node[0], SIGKILL);
+    node_stop(&c.node[2], SIGKILL);
+    char **more = keys_make("late", 0, 64);
+    CHECK(t_keys(c.router[0].ch, "Add", "f", more, 64, out, &st) ==
+              GRPC_STATUS_UNAVAILABLE,
+          "Add with two copies down: %d %s", st.code, st.message);
+    printf("Add with two copies down: %s\n", st.message);
+    CHECK(strstr(st.message, "1 of 3 copies acknowledged, write quorum 2") &&
+              strstr(st.message, c.node[0].addr) && strstr(st.message, c.node[2].addr) &&
+              strstr(st.message, "shard ") && strstr(st.message, "not acknowledged"),
+          "Add names the shard and the failed copies: %s", st.message);
+    CHECK(t_keys(c.router[0].ch, "MayContain", "f", k, 64, out, &st) ==
+              GRPC_STATUS_UNAVAILABLE &&
+              strstr(st.message, "1 of 3 copies answered, read quorum 2"),
+          "MayContain with two copies down: %d %s", st.code, st.message);
+    keys_free(more, 64);
+    keys_free(k, NKEYS);
+    cluster_stop(&c);
+}
+
+static void test_wipe(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    char **k;
+    setup(&c, "router-copies-wipe", NULL, &k);
+    const int w = 1;
+    uint8_t secret[BF_SECRET_LEN];
+    uint64_t cap = 0;
+
+    /* The filter's secret and shard capacity, from another copy. */
+    Bloomgrid__V1__GetShardRequest gq = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
+    Bloomgrid__V1__InternalShardInfo *isi = NULL;
+    gq.filter = "f";
+    gq.include_secret = true;
+    CHECK(rpc_call(c.node[0].ch, "/bloomgrid.v1.Internal/GetShard", &gq.base,
+                   &bloomgrid__v1__internal_shard_info__descriptor,
+                   (ProtobufCMessage **)&isi, TIMEOUT_MS, &st) == 0, "%s", st.message);
+    CHECK(isi->secret.len == BF_SECRET_LEN, "secret");
+    memcpy(secret, isi->secret.data, BF_SECRET_LEN);
+    cap = isi->info->capacity;
+    bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+
+    /* The disk of copy w is lost; it comes back empty, without pulling
+     * from the others for the length of the test. */
+    char cmd[700];
+    node_stop(&c.node[w], SIGKILL);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[w]);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    const char *slow[] = {"--replicate-interval-ms", "60000", NULL};
+    restart_reached(&c, w, slow);
+    all_maybe(&c, k, "copy restarted on an empty data directory");
+
+    /* Its shards re-created empty: it now answers "no" by itself. */
+    for (uint32_t s = 0; s < S; s++) {
+        Bloomgrid__V1__CreateShardRequest cq = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
+        ProtobufCMessage *resp = NULL;
+        cq.filter = "f";
+        cq.shard_index = s;
+        cq.shard_count = S;
+        cq.capacity = cap;
+        cq.error_rate = 0.01;
+        cq.secret.data = secret;
+        cq.secret.len = BF_SECRET_LEN;
+        CHECK(rpc_call(c.node[w].ch, "/bloomgrid.v1.Internal/CreateShard", &cq.base,
+                       &bloomgrid__v1__internal_shard_info__descriptor, &resp,
+                       TIMEOUT_MS, &st) == 0, "re-create shard %u: %s", s, st.message);
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    struct node_proc view = {0};
+    cluster_view_start(&c, w, &view);
+    size_t alone = keys_present(view.ch, "f", k, NKEYS, NULL);
+    printf("the wiped copy alone: %zu of %d keys \"maybe\"\n", alone, NKEYS);
+    CHECK(alone < NKEYS / 10, "the wiped copy still has %zu keys", alone);
+    node_stop(&view, SIGTERM);
+    for (int r = 0; r < 20; r++)
+        all_maybe(&c, k, "wiped copy answering \"no\"");
+    keys_free(k, NKEYS);
+    cluster_stop(&c);
+}
+
+static void test_w3r1(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    char **k;
+    bool out[64];
+    setup(&c, "router-copies-w3r1", "write_quorum = 3\nread_quorum = 1\n", &k);
+
+    /* W = N: one copy alone has every acknowledged write, so it answers
+     * public reads (of a one-shard filter: a node serves no other by its
+     * public name); it still refuses public writes. */
+    CHECK(t_create_sharded(c.router[0].ch, "one", 100000, 0.01, 0, 1, NULL, &st) == 0,
+          "create one: %s", st.message);
+    keys_call(c.router[0].ch, "Add", "one", k, NKEYS, 500, NULL);
+    CHECK(keys_present(c.node[1].ch, "one", k, NKEYS, NULL) == NKEYS,
+          "a copy read directly lacks keys");
+    CHECK(t_keys(c.node[1].ch, "Add", "one", k, 1, out, &st) ==
+              GRPC_STATUS_FAILED_PRECONDITION, "public Add on a copy: %d %s", st.code,
+          st.message);
+
+    node_stop(&c.node[0], SIGKILL);
+    char **more = keys_make("late", 0, 64);
+    CHECK(t_keys(c.router[0].ch, "Add", "f", more, 64, out, &st) ==
+              GRPC_STATUS_UNAVAILABLE &&
+              strstr(st.message, "2 of 3 copies acknowledged, write quorum 3") &&
+              strstr(st.message, c.node[0].addr),
+          "Add with one copy down at W = 3: %d %s", st.code, st.message);
+    node_stop(&c.node[1], SIGKILL);
+    all_maybe(&c, k, "two copies down at R = 1");
+    CHECK(t_keys(c.router[0].ch, "MayContain", "f", more, 64, out, &st) == 0,
+          "reads at R = 1: %s", st.message);
+    keys_free(more, 64);
+    keys_free(k, NKEYS);
+    cluster_stop(&c);
+}
+
+static void test_single(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    bool out[64];
+    cluster_start_copies(&c, "router-copies-single", 1, 1, NULL, 1);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, S, NULL, &st) == 0,
+          "create: %s", st.message);
+    CHECK(t_create(c.node[0].ch, "direct", 10000, 0.01, 0, &st) == 0,
+          "public create on a group of one: %s", st.message);
+    char **k = keys_make("k", 0, NKEYS);
+    keys_call(c.router[0].ch, "Add", "f", k, NKEYS, 500, NULL);
+    CHECK(t_keys(c.node[0].ch, "Add", "direct", k, 64, out, &st) == 0,
+          "public Add on a group of one: %s", st.message);
+    node_stop(&c.node[0], SIGKILL);
+    restart_reached(&c, 0, NULL);
+    all_maybe(&c, k, "one copy killed and restarted");
+    CHECK(keys_present(c.node[0].ch, "direct", k, 64, NULL) == 64,
+          "public reads after the restart");
+    keys_free(k, NKEYS);
+    cluster_stop(&c);
+}
+
+/* Run the node with flags; its exit status and first line of output. */
+static int node_run(const char *flags, char *line, size_t len)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", harness_node_bin, flags);
+    FILE *p = popen(cmd, "r");
+    CHECK(p, "%s", cmd);
+    line[0] = 0;
+    char buf[1024];
+    while (fgets(buf, sizeof buf, p))
+        if (strstr(buf, "topology") && !line[0])
+            snprintf(line, len, "%s", buf);
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_refuse(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    char **k;
+    bool out[4];
+    setup(&c, "router-copies-refuse", NULL, &k);
+
+    CHECK(t_keys(c.node[0].ch, "Add", "f", k, 1, out, &st) ==
+              GRPC_STATUS_FAILED_PRECONDITION &&
+              strstr(st.message, "in a group of 3 copies, keys go through a router"),
+          "public Add on a copy: %d %s", st.code, st.message);
+    CHECK(t_keys(c.node[0].ch, "MayContain", "f", k, 1, out, &st) ==
+              GRPC_STATUS_FAILED_PRECONDITION &&
+              strstr(st.message, "in a group of 3 copies, keys go through a router"),
+          "public MayContain on a copy (W < N): %d %s", st.code, st.message);
+    CHECK(t_create_sharded(c.router[0].ch, "counts", 1000, 0.01,
+                           BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_COUNTING, 2, NULL,
+                           &st) == GRPC_STATUS_FAILED_PRECONDITION &&
+              strstr(st.message, "counting kind cannot have 3 copies"),
+          "counting filter on 3 copies: %d %s", st.code, st.message);
+
+    /* The routers' file moves to version 2 before the nodes read it. */
+    c.topo_version = 2;
+    cluster_write_topo(&c, 3, false, NULL);
+    kill(c.router[0].pid, SIGHUP);
+    int code = 0;
+    for (int i = 0; i < 250; i++) {
+        code = t_keys(c.router[0].ch, "MayContain", "f", k, 4, out, &st);
+        if (code == GRPC_STATUS_FAILED_PRECONDITION)
+            break;
+        harness_sleep_ms(20);
+    }
+    CHECK(code == GRPC_STATUS_FAILED_PRECONDITION &&
+              strstr(st.message, "topology version 2, this node has 1"),
+          "a call under another version: %d %s", code, st.message);
+    printf("under another version: %s\n", st.message);
+    CHECK(t_keys(c.router[0].ch, "Add", "f", k, 4, out, &st) ==
+              GRPC_STATUS_FAILED_PRECONDITION, "Add under another version: %d %s",
+          st.code, st.message);
+    for (int i = 0; i < 3; i++)
+        kill(c.node[i].pid, SIGHUP);
+    for (int i = 0; i < 250; i++) {
+        code = t_keys(c.router[0].ch, "MayContain", "f", k, 4, out, &st);
+        if (code == 0)
+            break;
+        harness_sleep_ms(20);
+    }
+    CHECK(code == 0, "after the nodes read version 2: %d %s", code, st.message);
+    all_maybe(&c, k, "nodes and router on version 2");
+
+    /* Start-up refusals: exit 2 with a message naming the topology. */
+    char flags[1500], line[1024];
+    snprintf(flags, sizeof flags, "--listen 127.0.0.1:0 --data-dir %s/stray "
+             "--topology %s", c.dir, c.topo);
+    CHECK(node_run(flags, line, sizeof line) == 2 && strstr(line, "lists no group"),
+          "a node outside the topology: %s", line);
+    printf("outside the topology: %s", line);
+    snprintf(flags, sizeof flags, "--listen %s --advertise %s --data-dir %s/stray "
+             "--durability none --topology %s", "127.0.0.1:0", c.node[0].addr, c.dir,
+             c.topo);
+    CHECK(node_run(flags, line, sizeof line) == 2 && strstr(line, "durability = none"),
+          "durability none in a group of 3: %s", line);
+    snprintf(flags, sizeof flags, "--listen 127.0.0.1:0 --data-dir %s/stray --role "
+             "replica", c.dir);
+    CHECK(node_run(flags, line, sizeof line) == 2 && strstr(line, "role is gone"),
+          "role = replica: %s", line);
+    keys_free(k, NKEYS);
+    cluster_stop(&c);
+}
+
+static void run(void)
+{
+    if (!strcmp(test_name, "quorum"))
+        test_quorum();
+    else if (!strcmp(test_name, "wipe"))
+        test_wipe();
+    else if (!strcmp(test_name, "w3r1"))
+        test_w3r1();
+    else if (!strcmp(test_name, "single"))
+        test_single();
+    else if (!strcmp(test_name, "refuse"))
+        test_refuse();
+    else
+        CHECK(false, "unknown test %s", test_name);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN TEST\n", argv[0]);
+        return 2;
+    }
+    test_name = argv[3];
+    return cluster_test_main(3, argv, run);
+}

@@ -269,7 +269,7 @@ static void test_stopped(void)
 {
     struct cluster c;
     struct rpc_status st;
-    static const char *const rflags[] = {"--threads", "1", "--node-timeout-ms", "3000",
+    static const char *const rflags[] = {"--threads", "1", "--node-timeout-ms", "5000",
                                          NULL};
     cluster_start_flags(&c, "router-async-stopped", 2, 1, "none", rflags);
     struct rpc_channel *r = c.router[0].ch;

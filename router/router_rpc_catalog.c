@@ -153,6 +153,9 @@ static grpc_slice get_req(const void *ctx, uint32_t s)
     m.filter = (char *)x->f->name;
     m.shard_index = s;
     m.topology_version = x->t->version;
+    /* A new secret: no write was ever acknowledged for this shard, so no
+     * copy starts SYNCING (docs/REPLICATION.md). */
+    m.new_filter = true;
     return router_rpc__pack_slice(&m.base);
 }
 

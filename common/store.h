@@ -213,6 +213,13 @@ const char *store_filter_name(const struct store_filter *sf);
  * receives what failed and where (file and offset). */
 enum store_state store_filter_state(struct store_filter *sf, char *why);
 
+/* Did this filter object's recovery cut records it may have acknowledged?
+ * True when store_open cut a torn tail from the log (its records' owners
+ * are unknown, so every filter is named) or the filter's newest checkpoint
+ * did not load and an older one was used.  A copy that must vouch for
+ * every write it acknowledged (docs/REPLICATION.md, SYNCING) reads it. */
+bool store_filter_recovery_cut(struct store_filter *sf);
+
 /* Reload a filter from its files (after a failed write, or to retry a
  * FAILED one).  Returns 0 when it is READY again, or the error that left it
  * FAILED (err says why). */

@@ -69,6 +69,7 @@ struct store_filter {
     struct store_pages *pages;   /* change tracking, under pages_mu; NULL
                                     until first asked for */
     _Atomic uint64_t source_version;   /* store_pages_source_version */
+    atomic_bool recovery_cut;    /* store_filter_recovery_cut */
 };
 
 /* A dropped filter (store_tomb.c). */

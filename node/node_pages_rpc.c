@@ -105,6 +105,9 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
         goto done;
     snprintf(label, sizeof label, "shard %u of \"%s\"", m->shard_index,
              m->filter);
+    /* Read before the walk: a shard that was SYNCING when its pages were
+     * read may lack acknowledged writes, and the puller must know. */
+    bool syncing = node_rpc__shard_syncing(sf);
     rc = store_pages_since(sf, m->epoch, m->since_version, send_page, &c,
                            &mark, err);
     if (c.gone)
@@ -130,6 +133,7 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
     last.version = mark.version;
     last.epoch = mark.epoch;
     last.store_version = mark.store_version;
+    last.syncing = syncing;
     last.fingerprint = mark.fp;
     last.checksum = XXH64(NULL, 0, 0);
     if (rpc_stream_write(st, &last.base) < 0)

@@ -97,7 +97,7 @@ static void export_run(struct node *n, struct rpc_stream *st, bool shard)
         sf = node_rpc__get_shard(s, m->filter, m->shard_index, &r);
     else if (node_rpc__public_name_ok(m->filter, &r))
         sf = node_rpc__get_filter(s, m->filter, &r);
-    if (!sf)
+    if (!sf || node_rpc__refuse_syncing(sf, &r))
         goto done;
     c.cap = m->chunk_size ? m->chunk_size : RULES_CHUNK_DEFAULT;
     if (c.cap > RULES_CHUNK_MAX)

@@ -23,7 +23,8 @@
  * (ListShards, then GetShard with the secret) are created here SYNCING and
  * filled the same way, once a shard has been missing for
  * REPL_RECREATE_DELAY_MS (a router's CreateFilter reaches the copies one by
- * one) and unless it was dropped here (repl_tombstoned).
+ * one) and unless it was dropped here: the store's durable tombstones, and
+ * drops since start (repl_tombstoned).
  * Queries never wait for this thread: it holds no lock of its own across a
  * pull, and the store's locks only for the OR itself.
  */
@@ -293,9 +294,11 @@ static void sync_check(struct node_replicate *r, struct store_filter *sf,
 /* Is (store name, secret id) a dropped shard that must not come back?
  * Until the store keeps durable tombstones, only drops made on this node
  * since it started are known. */
-static bool repl_tombstoned(const char *name, uint64_t secret_id)
+static bool repl_tombstoned(struct node_replicate *r, const char *name,
+                            uint64_t secret_id)
 {
-    return node_sync_dropped(node_rpc__sync_get(), name, secret_id);
+    return store_dropped(node_store(r->n), name, secret_id, NULL) ||
+           node_sync_dropped(node_rpc__sync_get(), name, secret_id);
 }
 
 /* Create shard (filter, index) as peer holds it, SYNCING. */
@@ -313,7 +316,7 @@ static void recreate_shard(struct node_replicate *r, struct rpc_channel *ch,
         return;
     uint64_t id = XXH3_64bits(sh.secret, BF_SECRET_LEN);
     if ((sh.kind != BF_KIND_BLOCKED && sh.kind != BF_KIND_CLASSIC) ||
-        repl_tombstoned(sname, id))
+        repl_tombstoned(r, sname, id))
         return;
     if (!(f = node_client_shard_filter(&sh, err))) {
         log_warn("anti-entropy: shard %s of %s not re-created: %s", sname, peer, err);

@@ -158,6 +158,7 @@ int store__filter_install(struct store_filter *sf, struct bf *f,
     }
     pthread_rwlock_wrlock(&sf->lock);
     sf->bf = f;
+    store__pages_reloaded(sf->pages);
     sf->stream = st;
     sf->exact = bf_kind(f) == BF_KIND_COUNTING ||
                 bf_kind(f) == BF_KIND_SCALABLE;

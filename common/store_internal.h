@@ -149,6 +149,9 @@ extern size_t store__tombs_max;
 
 /* Free the change tracking of a filter (NULL allowed). */
 void store__pages_free(struct store_pages *t);
+/* The bits were reloaded: the next walk compares the whole body again
+ * (under the filter's write lock). */
+void store__pages_reloaded(struct store_pages *t);
 
 /* Make the filter READY with f and a new stream of its incarnation whose
  * next record takes next_seq (ownership of f moves to sf).  Returns 0 or

@@ -45,6 +45,7 @@
 struct store_pages {
     uint64_t epoch;
     uint64_t tag;                /* last stamp handed out */
+    uint64_t walked;             /* store version of the last diff (0: none) */
     char fp[17];                 /* fingerprint id the copy is of */
     uint64_t body_bytes;
     uint64_t npages;
@@ -59,6 +60,12 @@ void store__pages_free(struct store_pages *t)
     free(t->stamp);
     free(t->copy);
     free(t);
+}
+
+void store__pages_reloaded(struct store_pages *t)
+{
+    if (t)
+        t->walked = 0;
 }
 
 static uint64_t new_epoch(void)
@@ -172,7 +179,13 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
     /* The version first: every write acknowledged up to v set its bits
      * before v was raised, so the compare below sees them. */
     uint64_t v = atomic_load(&sf->version);
-    pages_diff(t, sf->bf, v > t->tag ? v : t->tag + 1);
+    /* Every change of the bits raises the version after it: an unchanged
+     * version means nothing to find, and an idle filter costs no compare
+     * of its body however often its copies and the merger ask. */
+    if (v != t->walked || v == 0) {
+        pages_diff(t, sf->bf, v > t->tag ? v : t->tag + 1);
+        t->walked = v;
+    }
     pthread_rwlock_unlock(&sf->lock);
 
     memset(mark, 0, sizeof *mark);

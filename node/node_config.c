@@ -60,7 +60,7 @@ static const struct setting settings[] = {
      "gone: refused (a group is now a list of equal copies: set topology)"},
     {"primary", SETTING_STRING, 0, 0, NULL, "", F(primary),
      "gone: refused (copies pull from each other: set topology)"},
-    {"replicate_interval_ms", SETTING_UINT | SETTING_LIVE, 10, 60000, NULL, "200",
+    {"replicate_interval_ms", SETTING_UINT | SETTING_LIVE, 10, 60000, NULL, "1000",
      F(replicate_interval_ms),
      "with a topology: milliseconds between pulls of the pages that changed "
      "on the other copies of the node's group (anti-entropy)"},

@@ -51,6 +51,9 @@
 
 #define REPL_PULL_TIMEOUT_MS 10000
 #define REPL_RECREATE_DELAY_MS 2000
+/* How often the peers' shards are listed to find missing ones (a listing
+ * describes every shard, a count of its bits included: not every round). */
+#define REPL_LIST_EVERY_MS 2000
 #define REPL_LIST_TIMEOUT_MS 2000
 
 /* What this node got last from one peer for one shard. */
@@ -87,6 +90,7 @@ struct node_replicate {
     struct repl_peer *peers;
     struct repl_shard *shards;
     struct repl_missing *missing;
+    uint64_t listed_ms;              /* last listing of the peers' shards */
 };
 
 /* Pages of one pull, copied as they arrive. */
@@ -424,10 +428,14 @@ static void replicate_round(struct node_replicate *r)
     /* A peer that is down or stopped costs one pull's deadline per round,
      * not one per shard: the rest of the round passes over it. */
     bool down[TOPO_MAX_COPIES] = {false};
-    for (unsigned c = 0; c < grp->ncopies; c++)
-        if (!node_rpc__is_self(grp->copies[c]))
-            down[c] = !recreate_from(r, grp->copies[c]);
-    missing_sweep(r);
+    uint64_t now = node_sync_now_ms();
+    if (now - r->listed_ms >= REPL_LIST_EVERY_MS) {
+        r->listed_ms = now;
+        for (unsigned c = 0; c < grp->ncopies; c++)
+            if (!node_rpc__is_self(grp->copies[c]))
+                down[c] = !recreate_from(r, grp->copies[c]);
+        missing_sweep(r);
+    }
     for (size_t i = 0; i < nn && !atomic_load(&r->n->stopping); i++) {
         struct store_filter *sf = store_get(s, names[i]);
         if (!sf)

@@ -25,8 +25,8 @@
  * usage: test_copies_set NODE_BIN ROUTER_BIN MERGER_BIN [options]
  *   --copies N        copies per group (default 3; 1 leaves only kill faults)
  *   --groups G        groups (default 1; G * N <= 6)
- *   --write-quorum W  (default 2 at N = 3, else the topology's default)
- *   --read-quorum R   (default 2 at N = 3, else the topology's default)
+ *   --write-quorum W  (default: the topology's, a majority: 2 at N = 3)
+ *   --read-quorum R   (default: the topology's, N - W + 1: 2 at N = 3)
  *   --duration S      seconds of faults (default 60; BLOOMGRID_SET_DURATION_S)
  *   --seed N          the fault generator's seed (default: from the clock)
  *   --no-wipe         leave out the fault that deletes a copy's data
@@ -464,11 +464,10 @@ static void test(void)
 {
     struct cluster *c = &run.c;
     struct rpc_status st;
-    char head[128] = "", tag[64];
+    char head[128], tag[64];
     pthread_t writer, reader[CLUSTER_MAX_ROUTERS];
 
-    if (opt.w)
-        snprintf(head, sizeof head, "write_quorum = %d\nread_quorum = %d\n", opt.w, opt.r);
+    snprintf(head, sizeof head, "write_quorum = %d\nread_quorum = %d\n", opt.w, opt.r);
     snprintf(tag, sizeof tag, "copies-set-n%dw%dr%d", opt.copies, opt.w, opt.r);
     printf("seed %lu (replay with --seed %lu)\n", opt.seed, opt.seed);
     run.t0 = harness_now_s();
@@ -558,9 +557,10 @@ static void parse(int argc, char **argv)
             usage(argv[0]);
         a++;
     }
-    if (opt.copies == 3 && !opt.w && !opt.r) {
-        opt.w = 2;
-        opt.r = 2;
+    /* The topology's defaults (docs/TOPOLOGY.md), written out. */
+    if (!opt.w && !opt.r) {
+        opt.w = opt.copies / 2 + 1;
+        opt.r = opt.copies - opt.w + 1;
     }
     if (opt.copies < 1 || opt.groups < 1 || opt.copies * opt.groups > CLUSTER_MAX_NODES ||
         opt.duration_s < 1 || (!opt.w != !opt.r)) {

@@ -20,6 +20,11 @@
 #   router       --nodes nodes (fsync) behind one bloomgrid-router; filters of
 #                the router's default shard count unless --shards
 #   router-none  the same with nodes of durability none
+#   copies1      one group of one copy (fsync) behind a router: N = 1, the
+#                unreplicated case of the next two
+#   copies3      one group of 3 copies (fsync) behind a router, W = 2, R = 2;
+#                the nodes read the topology (group rules, anti-entropy)
+#   copies3w3    the same with W = 3, R = 1
 #   floor        bench/grpc_floor: the node's gRPC server with handlers that
 #                touch no store (what the gRPC core alone costs here)
 # and any server already running, named with --target NAME=HOST:PORT.
@@ -52,7 +57,7 @@ OUT=
 NODE_ARGS=
 ROUTER_ARGS=
 TARGETS=()
-KNOWN="node node-none router router-none floor"
+KNOWN="node node-none router router-none copies1 copies3 copies3w3 floor"
 
 usage() {
   cat <<EOF
@@ -93,7 +98,7 @@ options:
                         cpu.md, ratios.md and the servers' logs in DIR
                         (default: a temporary directory, removed at the end)
   -h, --help            this text
-Systems: node node-none router router-none floor (see the top of this file).
+Systems: $KNOWN (see the top of this file).
 EOF
 }
 
@@ -225,6 +230,33 @@ start_router() {  # name durability
   PIDS[$1]="$LAST_PID$pids"
 }
 
+free_port() {  # a port free on loopback now (the node binds it a moment later)
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start_copies() {  # name copies write_quorum read_quorum
+  local d=$ST/$1 i pids= addrs=() ports=()
+  mkdir -p "$d"
+  for i in $(seq 1 "$2"); do
+    ports+=("$(free_port)")
+    addrs+=("127.0.0.1:${ports[-1]}")
+  done
+  printf 'version = 1\n[group g]\ncopies = %s\nwrite_quorum = %s\nread_quorum = %s\n' \
+    "${addrs[*]}" "$3" "$4" >"$d/topology.ini"
+  for i in $(seq 1 "$2"); do
+    # shellcheck disable=SC2086
+    start_server "node $d/node$i" "$d/node$i" "$NODE_BIN" --listen "${addrs[$((i - 1))]}" \
+      --data-dir "$d/node$i/data" --durability fsync --topology "$d/topology.ini" \
+      --log-level warn $NODE_ARGS
+    pids="$pids $LAST_PID"
+  done
+  # shellcheck disable=SC2086
+  start_server "router $1" "$d/router" "$ROUTER_BIN" --listen 127.0.0.1:0 \
+    --topology "$d/topology.ini" --log-level warn $ROUTER_ARGS
+  ADDR[$1]=$LAST_ADDR
+  PIDS[$1]="$LAST_PID$pids"
+}
+
 for s in $(printf '%s\n' "${SYS[@]}" "${QSYS[@]}" | awk '!seen[$0]++'); do
   case $s in
     node|node-none)
@@ -232,6 +264,9 @@ for s in $(printf '%s\n' "${SYS[@]}" "${QSYS[@]}" | awk '!seen[$0]++'); do
       ADDR[$s]=$LAST_ADDR; PIDS[$s]=$LAST_PID ;;
     router) start_router router fsync ;;
     router-none) start_router router-none none ;;
+    copies1) start_copies copies1 1 1 1 ;;
+    copies3) start_copies copies3 3 2 2 ;;
+    copies3w3) start_copies copies3w3 3 3 1 ;;
     floor)
       start_server floor "$ST/floor" "$FLOOR" --listen 127.0.0.1:0
       ADDR[$s]=$LAST_ADDR; PIDS[$s]=$LAST_PID ;;
@@ -282,6 +317,33 @@ run() {  # round workload system filter bloombench-args...
 }
 
 # Readiness: a create/drop round trip on every system.
+free_port() {  # a port free on loopback now (the node binds it a moment later)
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start_copies() {  # name copies write_quorum read_quorum
+  local d=$ST/$1 i pids= addrs=() ports=()
+  mkdir -p "$d"
+  for i in $(seq 1 "$2"); do
+    ports+=("$(free_port)")
+    addrs+=("127.0.0.1:${ports[-1]}")
+  done
+  printf 'version = 1\n[group g]\ncopies = %s\nwrite_quorum = %s\nread_quorum = %s\n' \
+    "${addrs[*]}" "$3" "$4" >"$d/topology.ini"
+  for i in $(seq 1 "$2"); do
+    # shellcheck disable=SC2086
+    start_server "node $d/node$i" "$d/node$i" "$NODE_BIN" --listen "${addrs[$((i - 1))]}" \
+      --data-dir "$d/node$i/data" --durability fsync --topology "$d/topology.ini" \
+      --log-level warn $NODE_ARGS
+    pids="$pids $LAST_PID"
+  done
+  # shellcheck disable=SC2086
+  start_server "router $1" "$d/router" "$ROUTER_BIN" --listen 127.0.0.1:0 \
+    --topology "$d/topology.ini" --log-level warn $ROUTER_ARGS
+  ADDR[$1]=$LAST_ADDR
+  PIDS[$1]="$LAST_PID$pids"
+}
+
 for s in $(printf '%s\n' "${SYS[@]}" "${QSYS[@]}" | awk '!seen[$0]++'); do
   { bb "$s" --filter ready --create --capacity 1000 >/dev/null && bb "$s" --filter ready --drop >/dev/null; } \
     || die "$s (${ADDR[$s]}) is not answering"

@@ -77,7 +77,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: bad topology: %s\n", argv[0], err);
         return 2;
     }
-    router_init(&r, &cfg, t);
+    if (router_init(&r, &cfg, t) < 0) {
+        fprintf(stderr, "%s: out of memory\n", argv[0]);
+        return 1;
+    }
     if (cfg.default_shards <= t->ngroups)
         log_warn("default_shards %llu is not more than the %u groups: some groups "
                  "get no shard of a filter created with the default",
@@ -92,6 +95,7 @@ int main(int argc, char **argv)
     struct rpc_server_config sc = {
         .listen = cfg.listen,
         .threads = (int)cfg.threads,
+        .max_deferred = (int)cfg.max_deferred,
         .max_message = cfg.max_message_size,
         .grace_ms = (int)cfg.shutdown_grace_ms,
     };

@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "log.h"
+#include "router_pool.h"
 
 int router_init(struct router *r, const struct router_config *cfg, struct topo *t)
 {
@@ -16,17 +17,22 @@ int router_init(struct router *r, const struct router_config *cfg, struct topo *
     r->cfg = *cfg;
     r->topo = t;
     pthread_mutex_init(&r->lock, NULL);
-    return 0;
+    r->pool = router_pool_create();
+    return r->pool ? 0 : -ENOMEM;
 }
 
 void router_deinit(struct router *r)
 {
-    for (size_t i = 0; i < r->nfilters; i++)
-        router_filter_unref(r->filters[i]);
-    free(r->filters);
+    /* The pool's jobs call the links; the links' last batches may still
+     * use the pool (refused now) and the filter cache. */
+    router_pool_stop(r->pool);
     for (size_t i = 0; i < r->nlinks; i++)
         router_link_destroy(r->links[i]);
     free(r->links);
+    router_pool_destroy(r->pool);
+    for (size_t i = 0; i < r->nfilters; i++)
+        router_filter_unref(r->filters[i]);
+    free(r->filters);
     topo_unref(r->topo);
     pthread_mutex_destroy(&r->lock);
     memset(r, 0, sizeof *r);

@@ -9,7 +9,9 @@
  *   - a cache of filters it has seen: secret, shard count and the placement
  *     of every shard under a topology.  Entries are immutable and reference
  *     counted; a stale one (older than secret_ttl_s, or computed for an older
- *     topology) is replaced, never changed in place.
+ *     topology) is replaced, never changed in place;
+ *   - a small pool of threads for the slow paths of key batches that may
+ *     block (router_pool.h), never run on a link's thread.
  * Every function may be called from any thread.
  */
 #ifndef BLOOMGRID_ROUTER_H
@@ -48,6 +50,7 @@ struct router_filter {
 struct router {
     struct router_config cfg;
     struct rpc_server *srv;
+    struct router_pool *pool;   /* blocking slow paths (router_pool.h) */
     pthread_mutex_t lock;       /* guards everything below */
     struct topo *topo;
     struct router_link **links;     /* one per node address */

@@ -31,8 +31,12 @@ static const struct setting settings[] = {
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
     {"threads", SETTING_UINT, 1, 256, NULL, "32", F(threads),
-     "RPC worker threads; each waits for its nodes' answers, and the calls "
-     "of all threads waiting on one node travel together: more than cores"},
+     "RPC worker threads; a key call leaves its thread once its hashes are "
+     "handed to the nodes' streams (the answer is sent by whichever thread "
+     "completes it), so a few per core suffice"},
+    {"max_deferred", SETTING_UINT, 1, 1u << 20, NULL, "4096", F(max_deferred),
+     "unary key calls (Add, MayContain, Remove) waiting for their nodes at "
+     "once; more get RESOURCE_EXHAUSTED"},
     {"node_queue_mb", SETTING_UINT, 1, 65536, NULL, "64", F(node_queue_mb),
      "MiB of key batches that may wait to be sent to one node; more is "
      "RESOURCE_EXHAUSTED"},

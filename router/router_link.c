@@ -5,17 +5,21 @@
  * the stream ended), one RECV_MESSAGE at a time, and one SEND_MESSAGE at a
  * time; all complete on the link's completion queue, read by the link's
  * thread.  Submitting threads queue their calls and, when the lane has
- * nothing in flight, build and start the next send themselves.  The link's
- * mutex guards the lanes, their queues, streams and messages, and the
- * calls' private fields; a call's waiter is told under it, so a caller that
- * takes the mutex knows no answer is being written into its call.
+ * nothing in flight, build and start the next send themselves
+ * (router_link_msg.c builds it).  The link's mutex guards the lanes, their
+ * queues, streams and messages, and the calls' private fields.
  *
- * A message is built from the queue front (whole calls, up to
- * max_message_hashes hashes): entries with the same filter, secret,
- * operation and shard get one wire entry, each call entry remembering its
- * wire entry and its offset in it (struct link_slot); the answer's
- * ShardResult of that wire entry gives the call entry its slice of
- * results, or its error.
+ * Sets: a call that ends (answered, failed, past its deadline) is counted
+ * off its set under the mutex; the set whose last call that was goes on
+ * the link's fired list, and its done function runs once the mutex is let
+ * go (link_unlock), so a done function may submit again or take other
+ * locks.
+ *
+ * Deadlines: no thread waits for them.  The link's thread waits on its
+ * completion queue no later than the earliest deadline of a pending call
+ * (l->due, lowered by each submit; at most IDLE_TICK_MS when none is
+ * known, so a call submitted meanwhile is late by at most that), and then
+ * takes back every call past its deadline, queued or in flight.
  */
 #include "router_link.h"
 
@@ -31,110 +35,21 @@
 #include <grpc/grpc.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
-#include <xxhash.h>
 
-#include "bloomgrid/v1/internal.pb-c.h"
 #include "log.h"
-#include "rpc_arena.h"
+#include "router_link_int.h"
 
 #define M_BATCHES "/bloomgrid.v1.Internal/Batches"
 #define ENTRY_OVERHEAD 32       /* queued bytes an entry counts beyond its hashes */
+#define IDLE_TICK_MS 200        /* longest wait of the link's thread */
 
-enum { LANE_READ, LANE_WRITE, LANES };
 static const char *const lane_names[] = {"reads", "writes"};
 
-enum call_state { CALL_NEW, CALL_QUEUED, CALL_SENT, CALL_DONE };
-enum tag_kind { TAG_SEND, TAG_RECV, TAG_STATUS };
-
-struct link_waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t pending;             /* calls not done */
-};
-
-struct link_tag {
-    struct link_stream *s;
-    enum tag_kind kind;
-};
-
-/* One Batches call.  Freed once every batch started on it has completed. */
-struct link_stream {
-    struct link_lane *lane;
-    grpc_call *call;
-    struct link_tag tags[3];
-    int ops;                    /* batches started and not completed */
-    bool md_sent, sending, ended;
-    bool stuck;                 /* cancelled: a message outlived a deadline */
-    bool bad_answer;            /* cancelled: an answer that does not fit */
-    grpc_byte_buffer *send_buf, *recv_buf;
-    grpc_metadata_array md_initial, md_trailing;
-    grpc_status_code status;
-    grpc_slice details;
-    const char *err_string;
-};
-
-/* Where a call entry's hashes sit in a message. */
-struct link_slot {
-    uint32_t wire, off;
-};
-
-/* A message in flight (one allocation holding every array). */
-struct link_msg {
-    uint64_t id;
-    struct link_stream *s;
-    size_t ncalls;
-    struct router_link_call **calls;   /* NULL once its caller took it back */
-    size_t *first;              /* per call: its first slot */
-    struct link_slot *slots;    /* per call entry */
-    size_t nwire;
-    uint32_t *wire_n;           /* hashes per wire entry */
-    uint32_t *wire_shard;
-};
-
-struct link_lane {
-    struct router_link *l;
-    int kind;
-    struct link_stream *cur;    /* NULL: open one on the next send */
-    struct router_link_call *qhead, *qtail;
-    struct link_msg *inflight;  /* at most one */
-    uint64_t next_id;
-};
-
-/* Scratch for building messages, reused under the link's mutex. */
-struct link_build {
-    Bloomgrid__V1__BatchEntry *ent;
-    Bloomgrid__V1__BatchEntry **ptr;
-    struct router_link_call **wire_call;   /* the call that opened a wire entry */
-    uint32_t *wire_start, *wire_n, *wire_shard;
-    uint64_t *wire_hash;
-    size_t wcap;
-    int32_t *table;
-    size_t tcap;
-    uint8_t *hb;
-    size_t hcap;
-};
-
-struct router_link {
-    char *addr;
-    struct router_link_config cfg;
-    struct rpc_channel *ch;
-    void *method;               /* Batches, registered on the channel */
-    grpc_completion_queue *cq;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t idle;        /* a stream was freed */
-    struct link_lane lane[LANES];
-    size_t qbytes;              /* bytes of queued calls */
-    int streams;                /* not yet freed */
-    bool closing;
-    struct link_build b;
-    struct rpc_arena arena;     /* answers; the link's thread only */
-};
-
-static inline void put_le64(uint8_t *p, uint64_t v)
+static int64_t now_ns(void)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static int lane_of(const struct router_link_call *c)
@@ -142,18 +57,31 @@ static int lane_of(const struct router_link_call *c)
     return c->op == ROUTER_LINK_MAY_CONTAIN ? LANE_READ : LANE_WRITE;
 }
 
+/* Let go of the link's mutex, then run the done functions of the sets that
+ * ended under it (on this thread). */
+static void link_unlock(struct router_link *l)
+{
+    struct link_set *f = l->fired;
+    l->fired = NULL;
+    pthread_mutex_unlock(&l->mu);
+    while (f) {
+        struct link_set *next = f->next;
+        f->done(f->arg);
+        free(f);
+        f = next;
+    }
+}
+
 /* ---- calls ---- */
 
-/* The call is done: tell its waiter.  Caller holds the link's mutex; the
- * call is not touched after this (its owner may return at once). */
-static void call_done(struct router_link_call *c)
+void router_link__call_done(struct router_link *l, struct router_link_call *c)
 {
-    struct link_waiter *w = c->w;
+    struct link_set *set = c->set;
     c->state = CALL_DONE;
-    pthread_mutex_lock(&w->mu);
-    if (--w->pending == 0)
-        pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    if (atomic_fetch_sub(&set->pending, 1) == 1) {
+        set->next = l->fired;
+        l->fired = set;
+    }
 }
 
 static void call_fail(struct router_link_call *c, grpc_status_code code,
@@ -175,7 +103,7 @@ static void call_fail(struct router_link_call *c, grpc_status_code code,
         memcpy(c->e[j].st.message, msg, sizeof msg);
         c->e[j].version = 0;
     }
-    call_done(c);
+    router_link__call_done(c->link, c);
 }
 
 /* Take c out of its lane's queue. */
@@ -286,219 +214,6 @@ static int lane_open(struct link_lane *ln)
     return 0;
 }
 
-/* ---- building a message ---- */
-
-/* Grow *pp to n elements of size bytes; false when out of memory (*pp is
- * then unchanged). */
-static bool grow(void *pp, size_t n, size_t size)
-{
-    void **p = pp;
-    void *q = realloc(*p, n * size);
-    if (!q)
-        return false;
-    *p = q;
-    return true;
-}
-
-static int build_reserve(struct link_build *b, size_t wires, size_t table, size_t hbytes)
-{
-    if (wires > b->wcap) {
-        size_t cap = b->wcap ? b->wcap : 64;
-        while (cap < wires)
-            cap *= 2;
-        if (!grow(&b->ent, cap, sizeof *b->ent) || !grow(&b->ptr, cap, sizeof *b->ptr) ||
-            !grow(&b->wire_call, cap, sizeof *b->wire_call) ||
-            !grow(&b->wire_start, cap, sizeof *b->wire_start) ||
-            !grow(&b->wire_n, cap, sizeof *b->wire_n) ||
-            !grow(&b->wire_shard, cap, sizeof *b->wire_shard) ||
-            !grow(&b->wire_hash, cap, sizeof *b->wire_hash))
-            return -ENOMEM;
-        b->wcap = cap;
-    }
-    if (table > b->tcap) {
-        if (!grow(&b->table, table, sizeof *b->table))
-            return -ENOMEM;
-        b->tcap = table;
-    }
-    if (hbytes > b->hcap) {
-        size_t cap = b->hcap ? b->hcap : 4096;
-        while (cap < hbytes)
-            cap *= 2;
-        if (!grow(&b->hb, cap, 1))
-            return -ENOMEM;
-        b->hcap = cap;
-    }
-    return 0;
-}
-
-static void build_free(struct link_build *b)
-{
-    free(b->ent);
-    free(b->ptr);
-    free(b->wire_call);
-    free(b->wire_start);
-    free(b->wire_n);
-    free(b->wire_shard);
-    free(b->wire_hash);
-    free(b->table);
-    free(b->hb);
-    memset(b, 0, sizeof *b);
-}
-
-static bool same_key(const struct router_link_call *a, const struct router_link_call *c)
-{
-    return a == c || (a->op == c->op && a->secret_id == c->secret_id &&
-                      strcmp(a->filter, c->filter) == 0);
-}
-
-static Bloomgrid__V1__BatchOp wire_op(enum router_link_op op)
-{
-    switch (op) {
-    case ROUTER_LINK_MAY_CONTAIN:
-        return BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
-    case ROUTER_LINK_REMOVE:
-        return BLOOMGRID__V1__BATCH_OP__BATCH_OP_REMOVE;
-    default:
-        return BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD;
-    }
-}
-
-static size_t call_hashes(const struct router_link_call *c)
-{
-    size_t n = 0;
-    for (size_t j = 0; j < c->n; j++)
-        n += c->e[j].n;
-    return n;
-}
-
-/* A message of the calls at the lane's queue front, packed into *out.
- * The calls taken leave the queue.  NULL when out of memory (the calls
- * then stay queued). */
-static struct link_msg *msg_build(struct link_lane *ln, grpc_byte_buffer **out)
-{
-    struct router_link *l = ln->l;
-    struct link_build *b = &l->b;
-    size_t ncalls = 0, nent = 0, nhash = 0, bytes = 0;
-    size_t max_bytes = l->cfg.max_message > 4096 ? l->cfg.max_message - 1024 : 4096;
-
-    for (struct router_link_call *c = ln->qhead; c; c = c->qnext) {
-        size_t h = call_hashes(c);
-        if (ncalls && (nhash + h > l->cfg.max_message_hashes || bytes + c->bytes > max_bytes ||
-                       c->topology_version != ln->qhead->topology_version))
-            break;
-        ncalls++;
-        nent += c->n;
-        nhash += h;
-        bytes += c->bytes + strlen(c->filter);
-    }
-    size_t tsize = 16;
-    while (tsize < 2 * nent)
-        tsize *= 2;
-    if (build_reserve(b, nent, tsize, 16 * nhash) < 0)
-        return NULL;
-
-    /* One block: the message and its arrays, pointers first. */
-    size_t sz = sizeof(struct link_msg) + ncalls * sizeof(struct router_link_call *) +
-                ncalls * sizeof(size_t) + nent * sizeof(struct link_slot) +
-                2 * nent * sizeof(uint32_t);
-    struct link_msg *m = calloc(1, sz);
-    if (!m)
-        return NULL;
-    m->calls = (struct router_link_call **)(m + 1);
-    m->first = (size_t *)(m->calls + ncalls);
-    m->slots = (struct link_slot *)(m->first + ncalls);
-    m->wire_n = (uint32_t *)(m->slots + nent);
-    m->wire_shard = m->wire_n + nent;
-    m->ncalls = ncalls;
-    m->id = ++ln->next_id;
-
-    /* Merge entries into wire entries. */
-    memset(b->table, 0xff, tsize * sizeof *b->table);
-    size_t nwire = 0, slot = 0;
-    struct router_link_call *c = ln->qhead;
-    for (size_t i = 0; i < ncalls; i++, c = c->qnext) {
-        uint64_t fh = XXH3_64bits(c->filter, strlen(c->filter)) ^
-                      (c->secret_id * 0x9E3779B97F4A7C15ull) ^ (uint64_t)c->op;
-        m->calls[i] = c;
-        m->first[i] = slot;
-        for (size_t j = 0; j < c->n; j++, slot++) {
-            const struct router_link_entry *e = &c->e[j];
-            uint64_t h = XXH3_64bits_withSeed(&e->shard, sizeof e->shard, fh);
-            size_t t = (size_t)h & (tsize - 1);
-            int32_t w;
-            while ((w = b->table[t]) >= 0 &&
-                   !(b->wire_hash[w] == h && b->wire_shard[w] == e->shard &&
-                     same_key(b->wire_call[w], c)))
-                t = (t + 1) & (tsize - 1);
-            if (w < 0) {
-                w = (int32_t)nwire++;
-                b->table[t] = w;
-                b->wire_hash[w] = h;
-                b->wire_shard[w] = e->shard;
-                b->wire_call[w] = c;
-                b->wire_n[w] = 0;
-            }
-            m->slots[slot].wire = (uint32_t)w;
-            m->slots[slot].off = b->wire_n[w];
-            b->wire_n[w] += e->n;
-        }
-    }
-    m->nwire = nwire;
-    for (size_t w = 0, start = 0; w < nwire; w++) {
-        b->wire_start[w] = (uint32_t)start;
-        start += b->wire_n[w];
-        m->wire_n[w] = b->wire_n[w];
-        m->wire_shard[w] = b->wire_shard[w];
-    }
-    /* Hashes into place, 16 bytes each (h1, h2 little-endian). */
-    for (size_t i = 0; i < ncalls; i++) {
-        c = m->calls[i];
-        for (size_t j = 0; j < c->n; j++) {
-            const struct link_slot *sl = &m->slots[m->first[i] + j];
-            uint8_t *p = b->hb + 16 * ((size_t)b->wire_start[sl->wire] + sl->off);
-            for (uint32_t k = 0; k < c->e[j].n; k++, p += 16) {
-                put_le64(p, c->e[j].h[k].h1);
-                put_le64(p + 8, c->e[j].h[k].h2);
-            }
-        }
-    }
-    Bloomgrid__V1__BatchRequest rq = BLOOMGRID__V1__BATCH_REQUEST__INIT;
-    rq.topology_version = ln->qhead->topology_version;
-    for (size_t w = 0; w < nwire; w++) {
-        Bloomgrid__V1__BatchEntry *be = &b->ent[w];
-        const struct router_link_call *wc = b->wire_call[w];
-        bloomgrid__v1__batch_entry__init(be);
-        be->filter = (char *)wc->filter;
-        be->shard_index = b->wire_shard[w];
-        be->op = wire_op(wc->op);
-        be->secret_id = wc->secret_id;
-        be->hashes.len = 16 * (size_t)b->wire_n[w];
-        be->hashes.data = b->hb + 16 * (size_t)b->wire_start[w];
-        b->ptr[w] = be;
-    }
-    rq.id = m->id;
-    rq.n_entries = nwire;
-    rq.entries = b->ptr;
-    size_t len = protobuf_c_message_get_packed_size(&rq.base);
-    grpc_slice sl = grpc_slice_malloc(len);
-    protobuf_c_message_pack(&rq.base, GRPC_SLICE_START_PTR(sl));
-    *out = grpc_raw_byte_buffer_create(&sl, 1);
-    grpc_slice_unref(sl);
-
-    /* The calls leave the queue. */
-    for (size_t i = 0; i < ncalls; i++) {
-        c = m->calls[i];
-        ln->qhead = c->qnext;
-        c->qnext = NULL;
-        l->qbytes -= c->bytes;
-        c->state = CALL_SENT;
-        c->msg = m;
-        c->slot = i;
-    }
-    if (!ln->qhead)
-        ln->qtail = NULL;
-    return m;
-}
 
 /* Fail every call of m (those still waiting for it) and free it. */
 static void msg_fail(struct link_msg *m, grpc_status_code code, const char *what,
@@ -531,7 +246,7 @@ static void lane_kick(struct link_lane *ln)
     if (s->sending || s->ended)
         return;     /* the send's or the status's completion kicks again */
     grpc_byte_buffer *bb = NULL;
-    struct link_msg *m = msg_build(ln, &bb);
+    struct link_msg *m = router_link__msg_build(ln, &bb);
     if (!m) {
         struct router_link_call *c = ln->qhead;
         queue_remove(l, c);
@@ -562,6 +277,7 @@ static void lane_kick(struct link_lane *ln)
     s->sending = true;
 }
 
+
 /* ---- completions (the link's thread) ---- */
 
 static void on_send(struct link_stream *s, bool ok)
@@ -579,50 +295,9 @@ static void on_send(struct link_stream *s, bool ok)
         lane_kick(s->lane);
     }
     stream_maybe_free(s);
-    pthread_mutex_unlock(&l->mu);
+    link_unlock(l);
 }
 
-/* Give every call of m its entries' outcomes from resp. */
-static void msg_deliver(struct link_msg *m, const Bloomgrid__V1__BatchResponse *resp,
-                        const char *addr)
-{
-    for (size_t i = 0; i < m->ncalls; i++) {
-        struct router_link_call *c = m->calls[i];
-        if (!c)
-            continue;
-        for (size_t j = 0; j < c->n; j++) {
-            struct router_link_entry *e = &c->e[j];
-            const struct link_slot *sl = &m->slots[m->first[i] + j];
-            const Bloomgrid__V1__ShardResult *r =
-                sl->wire < resp->n_results ? resp->results[sl->wire] : NULL;
-            e->version = 0;
-            e->st.reason = RPC_REASON_NONE;
-            e->st.message[0] = 0;
-            if (!r || r->shard_index != m->wire_shard[sl->wire] ||
-                (r->code == 0 && r->n_results != m->wire_n[sl->wire])) {
-                e->st.code = GRPC_STATUS_INTERNAL;
-                snprintf(e->st.message, sizeof e->st.message,
-                         "node %s: answer does not parse or has the wrong number "
-                         "of results", addr);
-                continue;
-            }
-            if (r->code != 0) {
-                e->st.code = (grpc_status_code)r->code;
-                if ((int)r->reason > 0 && (int)r->reason <= RPC_REASON_NOT_COUNTING)
-                    e->st.reason = (enum rpc_reason)r->reason;
-                snprintf(e->st.message, sizeof e->st.message, "%s",
-                         r->message && r->message[0] ? r->message
-                                                     : rpc_status_name(e->st.code));
-                continue;
-            }
-            e->st.code = GRPC_STATUS_OK;
-            e->version = r->version;
-            for (uint32_t k = 0; k < e->n; k++)
-                e->out[k] = r->results[sl->off + k] != 0;
-        }
-        call_done(c);
-    }
-}
 
 static void on_recv(struct link_stream *s, bool ok)
 {
@@ -660,7 +335,7 @@ static void on_recv(struct link_stream *s, bool ok)
     } else {
         struct link_msg *m = ln->inflight;
         ln->inflight = NULL;
-        msg_deliver(m, resp, l->addr);
+        router_link__msg_deliver(l, m, resp);
         free(m);
         if (!stream_post_recv(s, false)) {
             s->ended = true;
@@ -670,7 +345,7 @@ static void on_recv(struct link_stream *s, bool ok)
         }
     }
     stream_maybe_free(s);
-    pthread_mutex_unlock(&l->mu);
+    link_unlock(l);
 }
 
 static void on_status(struct link_stream *s)
@@ -709,31 +384,98 @@ static void on_status(struct link_stream *s)
         ln->cur = NULL;
     lane_kick(ln);              /* queued calls go on a new stream */
     stream_maybe_free(s);
-    pthread_mutex_unlock(&l->mu);
+    link_unlock(l);
+}
+
+
+/* ---- deadlines (the link's thread) ---- */
+
+/* c's deadline passed: take it back, queued or in flight. */
+static void call_abandon(struct router_link *l, struct router_link_call *c)
+{
+    if (c->state == CALL_QUEUED) {
+        queue_remove(l, c);
+        call_fail(c, GRPC_STATUS_DEADLINE_EXCEEDED, RPC_REASON_NONE,
+                  "node %s: not sent within %d ms (its stream was busy)", l->addr,
+                  c->timeout_ms);
+    } else if (c->state == CALL_SENT) {
+        struct link_msg *m = c->msg;
+        m->calls[c->slot] = NULL;
+        /* A message unanswered past a deadline: the node or the connection
+         * is stuck; a new stream takes the next message. */
+        struct link_lane *ln = &l->lane[lane_of(c)];
+        if (ln->inflight == m && !m->s->ended) {
+            log_warn("node %s: no answer on the %s stream within %d ms; reopening it",
+                     l->addr, lane_names[ln->kind], c->timeout_ms);
+            m->s->stuck = true;
+            m->s->ended = true;
+            grpc_call_cancel(m->s->call, NULL);
+        }
+        call_fail(c, GRPC_STATUS_DEADLINE_EXCEEDED, RPC_REASON_NONE,
+                  "node %s: no answer within %d ms", l->addr, c->timeout_ms);
+    }
+}
+
+/* Take back every call past its deadline and find the next one due. */
+static void link_expire(struct router_link *l)
+{
+    pthread_mutex_lock(&l->mu);
+    int64_t now = now_ns(), due = INT64_MAX;
+    for (int k = 0; k < LANES; k++) {
+        struct link_lane *ln = &l->lane[k];
+        struct router_link_call *c = ln->qhead, *next;
+        for (; c; c = next) {
+            next = c->qnext;
+            if (c->deadline <= now)
+                call_abandon(l, c);
+            else if (c->deadline < due)
+                due = c->deadline;
+        }
+        struct link_msg *m = ln->inflight;
+        for (size_t i = 0; m && i < m->ncalls; i++) {
+            c = m->calls[i];
+            if (!c)
+                continue;
+            if (c->deadline <= now)
+                call_abandon(l, c);   /* may end m's stream, not free m */
+            else if (c->deadline < due)
+                due = c->deadline;
+        }
+    }
+    atomic_store(&l->due, due);
+    link_unlock(l);
 }
 
 static void *link_main(void *arg)
 {
     struct router_link *l = arg;
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(
-            l->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        int64_t wait = atomic_load(&l->due) - now_ns();
+        if (wait > (int64_t)IDLE_TICK_MS * 1000000)
+            wait = (int64_t)IDLE_TICK_MS * 1000000;
+        if (wait < 0)
+            wait = 0;
+        gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                       gpr_time_from_nanos(wait, GPR_TIMESPAN));
+        grpc_event ev = grpc_completion_queue_next(l->cq, dl, NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
-        if (ev.type != GRPC_OP_COMPLETE)
-            continue;
-        struct link_tag *t = ev.tag;
-        switch (t->kind) {
-        case TAG_SEND:
-            on_send(t->s, ev.success != 0);
-            break;
-        case TAG_RECV:
-            on_recv(t->s, ev.success != 0);
-            break;
-        case TAG_STATUS:
-            on_status(t->s);
-            break;
+        if (ev.type == GRPC_OP_COMPLETE) {
+            struct link_tag *t = ev.tag;
+            switch (t->kind) {
+            case TAG_SEND:
+                on_send(t->s, ev.success != 0);
+                break;
+            case TAG_RECV:
+                on_recv(t->s, ev.success != 0);
+                break;
+            case TAG_STATUS:
+                on_status(t->s);
+                break;
+            }
         }
+        if (now_ns() >= atomic_load(&l->due))
+            link_expire(l);
     }
     return NULL;
 }
@@ -757,6 +499,7 @@ struct router_link *router_link_create(const char *addr,
     l->cq = grpc_completion_queue_create_for_next(NULL);
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->idle, NULL);
+    atomic_init(&l->due, INT64_MAX);
     for (int k = 0; k < LANES; k++) {
         l->lane[k].l = l;
         l->lane[k].kind = k;
@@ -784,18 +527,29 @@ void router_link_destroy(struct router_link *l)
         return;
     pthread_mutex_lock(&l->mu);
     l->closing = true;
-    for (int k = 0; k < LANES; k++)
+    for (int k = 0; k < LANES; k++) {
+        /* Calls still queued never go out; those in flight fail with
+         * their stream. */
+        while (l->lane[k].qhead) {
+            struct router_link_call *c = l->lane[k].qhead;
+            queue_remove(l, c);
+            call_fail(c, GRPC_STATUS_UNAVAILABLE, RPC_REASON_NONE,
+                      "node %s: the router is shutting down", l->addr);
+        }
         if (l->lane[k].cur)
             grpc_call_cancel(l->lane[k].cur->call, NULL);
+    }
+    link_unlock(l);
+    pthread_mutex_lock(&l->mu);
     while (l->streams > 0)
         pthread_cond_wait(&l->idle, &l->mu);
-    pthread_mutex_unlock(&l->mu);
+    link_unlock(l);
     grpc_completion_queue_shutdown(l->cq);
     pthread_join(l->thread, NULL);
     grpc_completion_queue_destroy(l->cq);
     rpc_channel_destroy(l->ch);
     rpc_arena_deinit(&l->arena);
-    build_free(&l->b);
+    router_link__build_free(&l->b);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->idle);
     free(l->addr);
@@ -835,80 +589,75 @@ static void call_submit(struct router_link_call *c)
             ln->qhead = c;
         ln->qtail = c;
         l->qbytes += c->bytes;
+        if (c->deadline < atomic_load(&l->due))
+            atomic_store(&l->due, c->deadline);
         lane_kick(ln);
     }
-    pthread_mutex_unlock(&l->mu);
+    link_unlock(l);
 }
 
-/* c's deadline passed: take it back. */
-static void call_abandon(struct router_link_call *c, int timeout_ms)
+void router_link_submit(struct router_link_call *calls, size_t n, int timeout_ms,
+                        router_link_done_fn done, void *arg)
 {
-    struct router_link *l = c->link;
-    pthread_mutex_lock(&l->mu);
-    if (c->state == CALL_QUEUED) {
-        queue_remove(l, c);
-        call_fail(c, GRPC_STATUS_DEADLINE_EXCEEDED, RPC_REASON_NONE,
-                  "node %s: not sent within %d ms (its stream was busy)", l->addr,
-                  timeout_ms);
-    } else if (c->state == CALL_SENT) {
-        struct link_msg *m = c->msg;
-        m->calls[c->slot] = NULL;
-        /* A message unanswered past a deadline: the node or the connection
-         * is stuck; a new stream takes the next message. */
-        struct link_lane *ln = &l->lane[lane_of(c)];
-        if (ln->inflight == m && !m->s->ended) {
-            log_warn("node %s: no answer on the %s stream within %d ms; reopening it",
-                     l->addr, lane_names[ln->kind], timeout_ms);
-            m->s->stuck = true;
-            m->s->ended = true;
-            grpc_call_cancel(m->s->call, NULL);
-        }
-        call_fail(c, GRPC_STATUS_DEADLINE_EXCEEDED, RPC_REASON_NONE,
-                  "node %s: no answer within %d ms", l->addr, timeout_ms);
+    struct link_set *set = n ? malloc(sizeof *set) : NULL;
+    if (!set) {
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < calls[i].n; j++) {
+                struct router_link_entry *e = &calls[i].e[j];
+                rpc_status_set(&e->st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                e->version = 0;
+            }
+        done(arg);
+        return;
     }
-    pthread_mutex_unlock(&l->mu);
+    atomic_init(&set->pending, n);
+    set->done = done;
+    set->arg = arg;
+    set->next = NULL;
+    int64_t deadline = now_ns() + (int64_t)timeout_ms * 1000000;
+    for (size_t i = 0; i < n; i++) {
+        struct router_link_call *c = &calls[i];
+        c->set = set;
+        c->state = CALL_NEW;
+        c->msg = NULL;
+        c->qnext = NULL;
+        c->deadline = deadline;
+        c->timeout_ms = timeout_ms;
+        c->bytes = 16 * router_link__call_hashes(c) + ENTRY_OVERHEAD * c->n;
+    }
+    /* The set may end, and calls[] go back to the caller, as soon as the
+     * last call is in: nothing of it is touched after that. */
+    for (size_t i = 0; i < n; i++)
+        call_submit(&calls[i]);
+}
+
+struct link_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+};
+
+static void waiter_wake(void *arg)
+{
+    struct link_waiter *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
 }
 
 void router_link_run(struct router_link_call *calls, size_t n, int timeout_ms)
 {
-    struct link_waiter w;
-    pthread_condattr_t ca;
-
+    struct link_waiter w = {.done = false};
     if (n == 0)
         return;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w.cv, &ca);
-    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&w.mu, NULL);
-    w.pending = n;
-    for (size_t i = 0; i < n; i++) {
-        struct router_link_call *c = &calls[i];
-        c->w = &w;
-        c->state = CALL_NEW;
-        c->msg = NULL;
-        c->qnext = NULL;
-        c->bytes = 16 * call_hashes(c) + ENTRY_OVERHEAD * c->n;
-    }
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
-    for (size_t i = 0; i < n; i++)
-        call_submit(&calls[i]);
+    pthread_cond_init(&w.cv, NULL);
+    router_link_submit(calls, n, timeout_ms, waiter_wake, &w);
     pthread_mutex_lock(&w.mu);
-    while (w.pending > 0)
-        if (pthread_cond_timedwait(&w.cv, &w.mu, &dl) == ETIMEDOUT)
-            break;
-    bool late = w.pending > 0;
+    while (!w.done)
+        pthread_cond_wait(&w.cv, &w.mu);
     pthread_mutex_unlock(&w.mu);
-    if (late)
-        for (size_t i = 0; i < n; i++)
-            call_abandon(&calls[i], timeout_ms);
     pthread_mutex_destroy(&w.mu);
     pthread_cond_destroy(&w.cv);
 }

@@ -27,14 +27,20 @@
  * at once.  Each call has its own deadline: a call past it is taken back
  * (DEADLINE_EXCEEDED), queued or in flight, and a message in flight past a
  * caller's deadline cancels its stream (the node is stuck; the next message
- * goes on a new one).  Bytes queued and not yet sent are bounded per link:
- * a call past max_queue_bytes fails at once with RESOURCE_EXHAUSTED.
+ * goes on a new one).  No thread waits for a deadline: the link's thread
+ * wakes for the earliest one (a call may end up to 200 ms late when the
+ * link was idle and its node sends nothing).  Bytes queued and not yet sent
+ * are bounded per link: a call past max_queue_bytes fails at once with
+ * RESOURCE_EXHAUSTED.
  *
  * Threads: each link has one thread, started with it, that reads answers
- * and stream events from the link's completion queue; no thread is created
- * per call.  Every function may be called from any thread.  Ownership: the
- * link borrows nothing past router_link_run; entries and calls belong to
- * the caller.
+ * and stream events from the link's completion queue and watches the
+ * deadlines; no thread is created per call.  Every function may be called
+ * from any thread.
+ *
+ * Ownership: calls and entries (and the hashes and answer slots they point
+ * to) belong to the caller, lent to the link from router_link_submit until
+ * the set's done function runs; the link touches none of them after that.
  */
 #ifndef BLOOMGRID_ROUTER_LINK_H
 #define BLOOMGRID_ROUTER_LINK_H
@@ -77,8 +83,9 @@ struct router_link_entry {
     const struct bf_hash *h;      /* n hashes, borrowed for the call */
     uint32_t n;
     bool *out;                    /* n answers, written by the link */
-    /* Filled by router_link_run: OK with out and version, or the shard's
-     * error (code, reason, message) and out untouched. */
+    /* Filled by the link before the set's done function runs: OK with out
+     * and version, or the shard's error (code, reason, message) and out
+     * untouched. */
     struct rpc_status st;
     uint64_t version;
 };
@@ -99,12 +106,28 @@ struct router_link_call {
     struct router_link_call *qnext;
     struct link_msg *msg;
     size_t slot;
-    struct link_waiter *w;
+    struct link_set *set;
+    int64_t deadline;             /* CLOCK_MONOTONIC ns */
+    int timeout_ms;
 };
 
-/* Submit calls[0, n) (each on its own link, entries of one lane each) and
- * return once every entry has its outcome, each call bounded by timeout_ms.
- * Never fails as a whole: every entry's st says how it went. */
+/* Runs once every call of a set has its outcome. */
+typedef void (*router_link_done_fn)(void *arg);
+
+/* Submit calls[0, n) (n >= 1, each on its own link, entries of one lane
+ * each), each bounded by timeout_ms, and return without waiting.  done(arg)
+ * runs exactly once, when every entry has its outcome (every entry's st
+ * says how it went; a set never fails as a whole): normally on the link
+ * thread of the call that ended last, but on the submitting thread, before
+ * router_link_submit returns, when every call ended at once (shutdown, the
+ * queue bound, no memory).  done runs with no lock of the link held, so it
+ * may submit again; it should not block, since the answers of every other
+ * call of that link wait for it. */
+void router_link_submit(struct router_link_call *calls, size_t n, int timeout_ms,
+                        router_link_done_fn done, void *arg);
+
+/* router_link_submit, then wait for its done (for the paths that stay
+ * blocking: catalog, fallbacks).  Not from a link's thread. */
 void router_link_run(struct router_link_call *calls, size_t n, int timeout_ms);
 
 #endif

@@ -7,7 +7,8 @@
  * acknowledged when W have it durable; a read to R copies (then one more
  * for each that failed), "maybe" when any answering copy says so.  The
  * entries of one node go to that node's link (router_link.h) as one call,
- * every node's at once; the link sends them on its batch stream together
+ * every node's at once, without waiting (the batch is answered from the
+ * thread that completes it); the link sends them on its batch stream together
  * with the calls of other clients.  Answers are put back in request order,
  * and each shard reaches its quorum or fails on its own.  Catalog calls
  * (create, drop, describe, list) fan out one call per shard and copy.
@@ -37,16 +38,33 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
 
 enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
 
-/* Run one batch of n keys (keys[i] has lens[i] bytes) on filter.  out[i]
- * receives the answer of key i (ORed over the copies that answered).  A
- * batch with a shard short of its quorum (fewer than W copies acknowledged
- * a write, fewer than R answered a read) fails as a whole with UNAVAILABLE
- * (or a copy's refusal passed on); the message names the shard(s), their
- * group and the copies that failed, and for writes lists the keys that
- * were acknowledged anyway (docs/ROUTER.md, docs/REPLICATION.md). */
-int router_keys(struct router *r, const char *filter, enum router_key_op op,
-                const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                bool *out, struct rpc_status *st);
+/* The answer of a key batch: rc 0 with out filled, or -1 with st. */
+typedef void (*router_keys_fn)(void *arg, int rc, const struct rpc_status *st);
+
+/* Start one batch of n keys (keys[i] has lens[i] bytes) on filter and
+ * return without waiting for the copies; done(arg, rc, st) runs exactly
+ * once, with out[i] the answer of key i (ORed over the copies that
+ * answered).  keys, lens and out stay the caller's and must stay valid
+ * until done runs (nothing of them is used after).
+ *
+ * A batch with a shard short of its quorum (fewer than W copies
+ * acknowledged a write, fewer than R answered a read) fails as a whole with
+ * UNAVAILABLE (or a copy's refusal passed on); the message names the
+ * shard(s), their group and the copies that failed, and for writes lists
+ * the keys that were acknowledged anyway (docs/ROUTER.md,
+ * docs/REPLICATION.md).
+ *
+ * Threads: the filter's lookup (a fetch from shard 0 when it is not
+ * cached) runs on the calling thread, which may block for it.  done runs
+ * on the calling thread before router_keys_start returns when the batch
+ * ends at once (no keys, an unknown filter, no memory), else on the link
+ * thread of the copy that answered last (a read's further rounds are
+ * submitted from there), or on one of the router's pool threads when the
+ * filter has a new secret and the batch runs again (router_pool.h).  done
+ * must not block. */
+void router_keys_start(struct router *r, const char *filter, enum router_key_op op,
+                       const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                       bool *out, router_keys_fn done, void *arg);
 
 /* One shard as a node describes it. */
 struct router_shard_desc {

@@ -4,13 +4,18 @@
  *
  * Key batches (Add, MayContain, Remove and their streams) go through the
  * codec a node uses (rpc_keys.h: no per-key allocation, the same rules and
- * messages).  Catalog calls use the generated protobuf-c code; FilterInfo of
+ * messages) and never keep a thread waiting for the nodes: a unary call's
+ * reply is deferred (rpc_reply_defer) and sent by whichever thread
+ * completes its batch (router_keys_start); a stream's handler keeps
+ * reading while up to STREAM_WINDOW of its messages are with the nodes,
+ * and their answers are posted in request order (rpc_stream_post).  Catalog calls use the generated protobuf-c code; FilterInfo of
  * a sharded filter is the aggregate of its shards (sums of bits, bytes, n-hat
  * and inserts; fill weighted by bits; estimated FPR the mean over shards,
  * since a random absent key lands on a random shard).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,43 +50,129 @@ static const enum rpc_keys_op wire_op[] = {
     [ROUTER_REMOVE] = RPC_KEYS_REMOVE,
 };
 
-/* One key batch; cur is the filter of the stream so far ("" for none). */
-static void run_keys(struct router *r, enum router_key_op op, const uint8_t *buf,
-                     size_t len, struct rpc_keys_buf *kb, char *cur,
-                     struct rpc_reply *rep)
+/* Decode one key batch into k (with kb) and settle its filter: the one it
+ * names, else cur, the filter of the stream so far ("" for none; updated).
+ * Returns 0, or -1 with rep set. */
+static int keys_decode(struct router *r, enum router_key_op op, const uint8_t *buf,
+                       size_t len, struct rpc_keys_buf *kb, struct rpc_keys *k,
+                       char *cur, struct rpc_reply *rep)
 {
     const struct rpc_keys_limits lim = {.max_keys = r->cfg.max_batch_keys,
                                         .max_key = r->cfg.max_key_size};
-    struct rpc_keys k;
-    struct rpc_status st;
-
     /* The decoder applies the name rule of every node. */
-    if (rpc_keys_decode(kb, &lim, wire_op[op], buf, len, &k, rep) < 0)
-        return;
-    if (k.filter[0]) {
-        snprintf(cur, RULES_FILTER_NAME_MAX + 1, "%s", k.filter);
+    if (rpc_keys_decode(kb, &lim, wire_op[op], buf, len, k, rep) < 0)
+        return -1;
+    if (k->filter[0]) {
+        snprintf(cur, RULES_FILTER_NAME_MAX + 1, "%s", k->filter);
     } else if (!cur[0]) {
         rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT,
                         "%s: the request names no filter", op_names[op]);
-        return;
+        return -1;
     }
-    if (router_keys(r, cur, op, k.key, k.len, k.n, k.out, &st) < 0) {
-        rpc_reply_fail(rep, st.code, st.reason, "%s", st.message);
-        return;
-    }
-    rpc_keys_reply(&k, rep);
+    return 0;
 }
 
+/* Keep a copy of a request in *buf (capacity *cap): the keys are read again
+ * after the handler let go of the original (a batch run again with a new
+ * secret).  Returns the copy or NULL. */
+static uint8_t *keep_copy(uint8_t **buf, size_t *cap, const uint8_t *req, size_t len)
+{
+    if (len > *cap || !*buf) {
+        uint8_t *p = realloc(*buf, len ? len : 1);
+        if (!p)
+            return NULL;
+        *buf = p;
+        *cap = len ? len : 1;
+    }
+    if (len)
+        memcpy(*buf, req, len);
+    return *buf;
+}
+
+/* ---- unary Add, MayContain, Remove: deferred replies ---- */
+
+/* One unary key call between its handler and its answer.  Calls are kept
+ * on a short free list with their buffers, so that a busy router does not
+ * allocate them per call. */
+struct unary_call {
+    struct unary_call *next;
+    struct rpc_deferred *d;
+    struct rpc_keys_buf kb;
+    struct rpc_keys k;
+    uint8_t *req;
+    size_t cap;
+};
+
+#define UNARY_FREE_MAX 256
+static pthread_mutex_t unary_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct unary_call *unary_free;
+static size_t unary_nfree;
+
+static struct unary_call *unary_get(void)
+{
+    pthread_mutex_lock(&unary_mu);
+    struct unary_call *u = unary_free;
+    if (u) {
+        unary_free = u->next;
+        unary_nfree--;
+    }
+    pthread_mutex_unlock(&unary_mu);
+    return u ? u : calloc(1, sizeof *u);
+}
+
+static void unary_put(struct unary_call *u)
+{
+    pthread_mutex_lock(&unary_mu);
+    if (unary_nfree < UNARY_FREE_MAX && u->cap <= (1u << 16)) {
+        u->next = unary_free;
+        unary_free = u;
+        unary_nfree++;
+        u = NULL;
+    }
+    pthread_mutex_unlock(&unary_mu);
+    if (u) {
+        rpc_keys_buf_free(&u->kb);
+        free(u->req);
+        free(u);
+    }
+}
+
+/* The batch's answer: fill the deferred reply and send it. */
+static void unary_done(void *arg, int rc, const struct rpc_status *st)
+{
+    struct unary_call *u = arg;
+    struct rpc_reply *rep = rpc_deferred_reply(u->d);
+    if (rc < 0)
+        rpc_reply_fail(rep, st->code, st->reason, "%s", st->message);
+    else
+        rpc_keys_reply(&u->k, rep);
+    rpc_deferred_finish(u->d);
+    unary_put(u);
+}
+
+/* Check the request, defer the reply and hand the batch to the nodes: the
+ * worker thread is free again once the hashes are on their way. */
 static void key_unary(void *arg, enum router_key_op op, const uint8_t *req,
                       size_t len, struct rpc_reply *rep)
 {
+    struct router *r = arg;
     char cur[RULES_FILTER_NAME_MAX + 1] = "";
-    struct rpc_keys_buf *kb = rpc_keys_thread_buf();
-    if (!kb) {
+    struct unary_call *u = unary_get();
+    const uint8_t *copy = u ? keep_copy(&u->req, &u->cap, req, len) : NULL;
+    if (!copy) {
         rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        return;
+        goto fail;
     }
-    run_keys(arg, op, req, len, kb, cur, rep);
+    if (keys_decode(r, op, copy, len, &u->kb, &u->k, cur, rep) < 0)
+        goto fail;
+    u->d = rpc_reply_defer(rep);
+    if (!u->d)
+        goto fail;      /* rep says why (max_deferred, shutdown) */
+    router_keys_start(r, cur, op, u->k.key, u->k.len, u->k.n, u->k.out, unary_done, u);
+    return;
+fail:
+    if (u)
+        unary_put(u);
 }
 
 static void h_add(void *arg, const uint8_t *req, size_t len, struct rpc_reply *rep)
@@ -100,32 +191,172 @@ static void h_remove(void *arg, const uint8_t *req, size_t len, struct rpc_reply
     key_unary(arg, ROUTER_REMOVE, req, len, rep);
 }
 
+/* ---- AddStream, MayContainStream: pipelined ---- */
+
+/* Messages of one stream submitted and not yet answered, at most. */
+#define STREAM_WINDOW 64
+
+struct stream_ctx;
+
+/* One message of a stream, from its read to its answer's post. */
+struct stream_msg {
+    struct stream_ctx *c;
+    struct rpc_keys_buf kb;
+    struct rpc_keys k;
+    uint8_t *req;
+    size_t cap;
+    bool ready;                 /* rep holds its answer or its error */
+    bool held;                  /* a hold on the stream is its own */
+    struct rpc_reply rep;
+};
+
+/* The window of a stream: messages [head, tail) are in it, by number;
+ * head is the first whose answer is not posted yet. */
+struct stream_ctx {
+    struct router *r;
+    enum router_key_op op;
+    struct rpc_stream *s;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* head moved */
+    uint64_t head, tail;
+    bool failed;                /* a message failed: fst ends the stream */
+    struct rpc_status fst;
+    struct stream_msg m[STREAM_WINDOW];
+};
+
+/* Post the answers of the ready messages at the window's front, in order;
+ * the first error stops the posting (later answers are dropped).  c->mu
+ * held.  Returns how many holds the caller must give back once it has let
+ * go of c->mu. */
+static int stream_post_ready(struct stream_ctx *c)
+{
+    int release = 0;
+    while (c->head < c->tail) {
+        struct stream_msg *m = &c->m[c->head % STREAM_WINDOW];
+        if (!m->ready)
+            break;
+        if (!c->failed && m->rep.st.code != GRPC_STATUS_OK) {
+            c->failed = true;
+            c->fst = m->rep.st;
+        } else if (!c->failed) {
+            rpc_stream_post(c->s, m->rep.has_body ? m->rep.body : grpc_empty_slice());
+            m->rep.has_body = false;
+        }
+        if (m->rep.has_body) {
+            grpc_slice_unref(m->rep.body);
+            m->rep.has_body = false;
+        }
+        release += m->held;
+        m->held = false;
+        m->ready = false;
+        c->head++;
+    }
+    pthread_cond_broadcast(&c->cv);
+    return release;
+}
+
+/* m's answer is in (rep filled): post what is ready.  Not a thing of c is
+ * touched after its mutex is let go (the handler may free it then). */
+static void stream_msg_ready(struct stream_msg *m)
+{
+    struct stream_ctx *c = m->c;
+    struct rpc_stream *s = c->s;
+    pthread_mutex_lock(&c->mu);
+    m->ready = true;
+    int release = stream_post_ready(c);
+    pthread_mutex_unlock(&c->mu);
+    while (release-- > 0)
+        rpc_stream_release(s);
+}
+
+static void stream_done(void *arg, int rc, const struct rpc_status *st)
+{
+    struct stream_msg *m = arg;
+    m->rep = (struct rpc_reply){.st.code = GRPC_STATUS_OK};
+    if (rc < 0)
+        rpc_reply_fail(&m->rep, st->code, st->reason, "%s", st->message);
+    else
+        rpc_keys_reply(&m->k, &m->rep);
+    stream_msg_ready(m);
+}
+
+/* Read message after message and hand each to the nodes at once, up to
+ * STREAM_WINDOW unanswered; the answers are posted in request order by
+ * whichever thread completes the window's front.  An error in a message
+ * ends the stream with it, after the answers of the messages before it,
+ * as if they had run one after the other. */
 static void key_stream(struct router *r, enum router_key_op op, struct rpc_stream *s)
 {
-    struct rpc_keys_buf kb = {0};
+    struct stream_ctx *c = calloc(1, sizeof *c);
     char cur[RULES_FILTER_NAME_MAX + 1] = "";
     const uint8_t *buf;
     size_t len;
+    bool read_failed = false;
 
+    if (!c) {
+        rpc_stream_finish(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    c->r = r;
+    c->op = op;
+    c->s = s;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    for (size_t i = 0; i < STREAM_WINDOW; i++)
+        c->m[i].c = c;
     for (;;) {
+        pthread_mutex_lock(&c->mu);
+        while (!c->failed && c->tail - c->head == STREAM_WINDOW)
+            pthread_cond_wait(&c->cv, &c->mu);
+        bool failed = c->failed;
+        pthread_mutex_unlock(&c->mu);
+        if (failed)
+            break;
         int rc = rpc_stream_read(s, &buf, &len);
         if (rc < 0)
-            goto out;
-        if (rc == 0)
+            read_failed = true;
+        if (rc <= 0)
             break;
-        struct rpc_reply rep = {.st.code = GRPC_STATUS_OK};
-        run_keys(r, op, buf, len, &kb, cur, &rep);
-        if (rep.st.code != GRPC_STATUS_OK) {
-            rpc_stream_finish_status(s, &rep.st);
-            goto out;
+        struct stream_msg *m = &c->m[c->tail % STREAM_WINDOW];
+        m->rep = (struct rpc_reply){.st.code = GRPC_STATUS_OK};
+        const uint8_t *copy = keep_copy(&m->req, &m->cap, buf, len);
+        bool ok = false;
+        if (!copy)
+            rpc_reply_error(&m->rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        else if (keys_decode(r, op, copy, len, &m->kb, &m->k, cur, &m->rep) == 0)
+            ok = rpc_stream_hold(s) == 0;
+        pthread_mutex_lock(&c->mu);
+        c->tail++;
+        m->held = ok;
+        pthread_mutex_unlock(&c->mu);
+        if (!ok) {
+            /* The error ends the stream in its turn: read nothing more, as
+             * a handler running the messages one by one would. */
+            stream_msg_ready(m);
+            break;
         }
-        /* Overlaps sending this answer with reading the next batch. */
-        if (rpc_stream_send(s, rep.has_body ? rep.body : grpc_empty_slice()) < 0)
-            goto out;
+        router_keys_start(r, cur, op, m->k.key, m->k.len, m->k.n, m->k.out,
+                          stream_done, m);
     }
-    rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
-out:
-    rpc_keys_buf_free(&kb);
+    /* Every message read is answered (or dropped after an error) before the
+     * call ends. */
+    pthread_mutex_lock(&c->mu);
+    while (c->head < c->tail)
+        pthread_cond_wait(&c->cv, &c->mu);
+    bool failed = c->failed;
+    struct rpc_status fst = c->fst;
+    pthread_mutex_unlock(&c->mu);
+    if (failed)
+        rpc_stream_finish_status(s, &fst);
+    else if (!read_failed)
+        rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
+    for (size_t i = 0; i < STREAM_WINDOW; i++) {
+        rpc_keys_buf_free(&c->m[i].kb);
+        free(c->m[i].req);
+    }
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
 }
 
 static void h_add_stream(void *arg, struct rpc_stream *s)

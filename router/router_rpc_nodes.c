@@ -24,6 +24,7 @@
 #include "log.h"
 #include "router_link.h"
 #include "router_nodes.h"
+#include "router_pool.h"
 #include "router_rpc.h"
 #include "rpc_client.h"
 
@@ -167,6 +168,7 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
  * included, is a failed copy, never a "no". */
 struct shard_q {
     uint32_t shard;
+    uint32_t start, count;      /* the shard's hashes: hs[start, +count) */
     const struct topo_group *g;
     unsigned need;              /* W or R */
     unsigned ok;                /* copies that answered */
@@ -182,23 +184,11 @@ struct shard_q {
     } fail[TOPO_MAX_COPIES];
 };
 
-/* A thread's buffers for one batch, kept between batches. */
+/* A thread's buffers for starting a batch, kept between batches. */
 struct scratch {
     struct bf_hash *h;          /* per key, request order */
     uint32_t *shard;            /* per key */
-    struct bf_hash *hs;         /* by shard: shard s at [start[s], +count[s]) */
-    uint32_t *idx;              /* by shard: the key's index in the request */
-    size_t cap;                 /* of the four above */
-    bool *couts;                /* per copy asked: its answers */
-    size_t ccap;
-    struct router_link_entry *ent;   /* per copy asked in a round, by call */
-    uint32_t *ent_q;            /* per entry: its struct shard_q */
-    uint8_t *ent_copy;          /* per entry: the copy */
-    struct router_link_call *calls;  /* per node */
-    uint32_t *pair_q, *pair_call;    /* round_build's (shard, copy) pairs */
-    uint8_t *pair_c;
-    size_t *fill;
-    size_t ecap;
+    size_t cap;                 /* of the two above */
     uint32_t count[ROUTER_MAX_SHARDS + 1], start[ROUTER_MAX_SHARDS + 1];
 };
 
@@ -211,17 +201,6 @@ static void scratch_free(void *p)
     struct scratch *s = p;
     free(s->h);
     free(s->shard);
-    free(s->hs);
-    free(s->idx);
-    free(s->couts);
-    free(s->ent);
-    free(s->ent_q);
-    free(s->ent_copy);
-    free(s->calls);
-    free(s->pair_q);
-    free(s->pair_call);
-    free(s->pair_c);
-    free(s->fill);
     free(s);
 }
 
@@ -241,9 +220,8 @@ static bool grow(void *pp, size_t n, size_t size)
     return true;
 }
 
-/* The calling thread's scratch for n keys and nused shards (entries: a
- * copy of each at most per round), or NULL when out of memory. */
-static struct scratch *scratch_get(size_t n, size_t nused)
+/* The calling thread's scratch for n keys, or NULL when out of memory. */
+static struct scratch *scratch_get(size_t n)
 {
     pthread_once(&scratch_once, scratch_key_init);
     struct scratch *s = pthread_getspecific(scratch_key);
@@ -258,28 +236,87 @@ static struct scratch *scratch_get(size_t n, size_t nused)
         size_t cap = s->cap ? s->cap : 4096;
         while (cap < n)
             cap *= 2;
-        if (!grow(&s->h, cap, sizeof *s->h) || !grow(&s->shard, cap, sizeof *s->shard) ||
-            !grow(&s->hs, cap, sizeof *s->hs) || !grow(&s->idx, cap, sizeof *s->idx))
+        if (!grow(&s->h, cap, sizeof *s->h) || !grow(&s->shard, cap, sizeof *s->shard))
             return NULL;
         s->cap = cap;
     }
-    if (n * TOPO_MAX_COPIES > s->ccap) {
-        if (!grow(&s->couts, n * TOPO_MAX_COPIES, sizeof *s->couts))
-            return NULL;
-        s->ccap = n * TOPO_MAX_COPIES;
-    }
-    size_t ne = nused * TOPO_MAX_COPIES;
-    if (ne > s->ecap) {
-        if (!grow(&s->ent, ne, sizeof *s->ent) || !grow(&s->ent_q, ne, sizeof *s->ent_q) ||
-            !grow(&s->ent_copy, ne, sizeof *s->ent_copy) ||
-            !grow(&s->calls, ne, sizeof *s->calls) ||
-            !grow(&s->pair_q, ne, sizeof *s->pair_q) ||
-            !grow(&s->pair_call, ne, sizeof *s->pair_call) ||
-            !grow(&s->pair_c, ne, sizeof *s->pair_c) || !grow(&s->fill, ne, sizeof *s->fill))
-            return NULL;
-        s->ecap = ne;
-    }
     return s;
+}
+
+/* A batch in flight, from its start to its last link call's end.  It owns
+ * the hashes and the answer slots lent to the links, so it lives (refs)
+ * until every link call has ended, which may later be after its caller was
+ * answered (done: a write answered at W of N copies); the caller's keys
+ * and out are used only until done.  References: the starter's while it
+ * submits, and one per link set in flight.  A read's later rounds are
+ * built and submitted by the thread that ended the round before. */
+struct key_batch {
+    atomic_int refs;
+    atomic_size_t pending;      /* link sets of this round not ended */
+    struct router *r;
+    struct topo *t;
+    struct router_filter *f;
+    enum router_key_op op;
+    bool retried;               /* the second attempt, after a new secret */
+    char filter[ROUTER_NAME_MAX + 1];
+    const uint8_t *const *keys; /* the caller's, until done */
+    const uint32_t *lens;
+    size_t n;
+    bool *out;
+    router_keys_fn done;
+    void *arg;
+    struct shard_q *q;          /* per shard asked */
+    size_t nq;
+    size_t ne;                  /* entries of the round in flight */
+    uint32_t *shard;            /* per key */
+    struct bf_hash *hs;         /* by shard: each shard's hashes contiguous */
+    uint32_t *idx;              /* by shard: the key's index in the request */
+    bool *couts;                /* per copy asked in a round: its answers */
+    struct router_link_entry *ent;   /* per copy asked in a round, by call */
+    uint32_t *ent_q;            /* per entry: its struct shard_q */
+    uint8_t *ent_copy;          /* per entry: the copy */
+    struct router_link_call *calls;  /* per node */
+    uint32_t *pair_q, *pair_call;    /* round_build's (shard, copy) pairs */
+    uint8_t *pair_c;
+    size_t *fill;
+};
+
+/* A batch for n keys, nq shards and at most N copies a shard (one block),
+ * or NULL. */
+static struct key_batch *batch_alloc(size_t n, size_t nq, unsigned N)
+{
+    size_t ne = nq * N;
+    size_t sz = sizeof(struct key_batch) + nq * sizeof(struct shard_q) +
+                ne * (sizeof(struct router_link_entry) + sizeof(struct router_link_call) +
+                      sizeof(size_t) + 3 * sizeof(uint32_t) + 2) +
+                n * (sizeof(struct bf_hash) + 2 * sizeof(uint32_t) + N) + 64;
+    struct key_batch *b = calloc(1, sz);
+    if (!b)
+        return NULL;
+    /* Widest alignment first. */
+    b->q = (struct shard_q *)(b + 1);
+    b->ent = (struct router_link_entry *)(b->q + nq);
+    b->calls = (struct router_link_call *)(b->ent + ne);
+    b->fill = (size_t *)(b->calls + ne);
+    b->hs = (struct bf_hash *)(b->fill + ne);
+    b->shard = (uint32_t *)(b->hs + n);
+    b->idx = b->shard + n;
+    b->ent_q = b->idx + n;
+    b->pair_q = b->ent_q + ne;
+    b->pair_call = b->pair_q + ne;
+    b->ent_copy = (uint8_t *)(b->pair_call + ne);
+    b->pair_c = b->ent_copy + ne;
+    b->couts = (bool *)(b->pair_c + ne);
+    return b;
+}
+
+static void batch_unref(struct key_batch *b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) != 1)
+        return;
+    router_filter_unref(b->f);
+    topo_unref(b->t);
+    free(b);
 }
 
 static enum router_link_op link_op(enum router_key_op op)
@@ -427,170 +464,87 @@ static unsigned round_copies(struct shard_q *q, bool write, unsigned *copies)
     return k;
 }
 
-/* Lay out one round: for each shard the copies round_copies picks, one
- * entry each (answers into sc->couts), grouped by node so that each node's
- * entries are contiguous and travel as one call.  Returns the number of
- * calls (0: nothing left to ask), or -ENOMEM. */
-static int round_build(struct router *r, const struct topo *t, struct router_filter *f,
-                       struct scratch *sc, enum router_key_op op, struct shard_q *q,
-                       size_t nq)
+/* Lay out one round of b: for each shard the copies round_copies picks,
+ * one entry each (answers into b->couts), grouped by node so that each
+ * node's entries are contiguous and travel as one call.  Returns the number
+ * of calls (0: nothing left to ask), or -ENOMEM. */
+static int round_build(struct key_batch *b)
 {
-    bool write = op != ROUTER_MAY_CONTAIN;
+    struct router *r = b->r;
+    const struct topo *t = b->t;
+    struct router_filter *f = b->f;
+    struct shard_q *q = b->q;
+    bool write = b->op != ROUTER_MAY_CONTAIN;
     size_t npairs = 0, ncalls = 0, outs = 0;
     unsigned copies[TOPO_MAX_COPIES];
-    uint32_t *pair_q = sc->pair_q, *pair_call = sc->pair_call;
-    uint8_t *pair_c = sc->pair_c;
-    size_t *fill = sc->fill;
+    uint32_t *pair_q = b->pair_q, *pair_call = b->pair_call;
+    uint8_t *pair_c = b->pair_c;
+    size_t *fill = b->fill;
 
-    for (size_t k = 0; k < nq; k++) {
+    for (size_t k = 0; k < b->nq; k++) {
         unsigned m = round_copies(&q[k], write, copies);
         for (unsigned j = 0; j < m; j++) {
             const char *a = q[k].g->copies[copies[j]];
             size_t c = 0;
-            while (c < ncalls && strcmp(router_link_addr(sc->calls[c].link), a) != 0)
+            while (c < ncalls && strcmp(router_link_addr(b->calls[c].link), a) != 0)
                 c++;
             if (c == ncalls) {
                 struct router_link *l = router_node_link(r, a);
                 if (!l)
                     return -ENOMEM;
-                memset(&sc->calls[c], 0, sizeof sc->calls[c]);
-                sc->calls[c].link = l;
+                memset(&b->calls[c], 0, sizeof b->calls[c]);
+                b->calls[c].link = l;
                 ncalls++;
             }
             q[k].asked |= 1u << copies[j];
             pair_q[npairs] = (uint32_t)k;
             pair_c[npairs] = (uint8_t)copies[j];
             pair_call[npairs++] = (uint32_t)c;
-            sc->calls[c].n++;
+            b->calls[c].n++;
         }
     }
     /* Each call's entries start where the previous call's end. */
     for (size_t c = 0, first = 0; c < ncalls; c++) {
-        struct router_link_call *lc = &sc->calls[c];
-        lc->filter = f->name;
+        struct router_link_call *lc = &b->calls[c];
+        lc->filter = b->filter;
         lc->secret_id = f->secret_id;
         lc->topology_version = t->version;
-        lc->op = link_op(op);
-        lc->e = sc->ent + first;
+        lc->op = link_op(b->op);
+        lc->e = b->ent + first;
         fill[c] = first;
         first += lc->n;
     }
     for (size_t p = 0; p < npairs; p++) {
         size_t at = fill[pair_call[p]]++;
-        uint32_t s = q[pair_q[p]].shard;
-        struct router_link_entry *e = &sc->ent[at];
+        const struct shard_q *sq = &q[pair_q[p]];
+        struct router_link_entry *e = &b->ent[at];
         memset(e, 0, sizeof *e);
-        e->shard = s;
-        e->h = sc->hs + sc->start[s];
-        e->n = sc->count[s];
-        e->out = sc->couts + outs;
-        outs += sc->count[s];
-        sc->ent_q[at] = pair_q[p];
-        sc->ent_copy[at] = pair_c[p];
+        e->shard = sq->shard;
+        e->h = b->hs + sq->start;
+        e->n = sq->count;
+        e->out = b->couts + outs;
+        outs += sq->count;
+        b->ent_q[at] = pair_q[p];
+        b->ent_copy[at] = pair_c[p];
     }
+    b->ne = npairs;
     return (int)ncalls;
 }
 
-/* One attempt at a key batch; *stale is set when a copy says the cached
- * secret is no longer the filter's. */
-static int keys_once(struct router *r, const char *filter, enum router_key_op op,
-                     const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                     bool *out, struct rpc_status *st, bool *stale)
+/* The outcome of b once its rounds are over: 0, or -1 with st; *stale is
+ * set when a copy says the cached secret is no longer the filter's. */
+static int batch_outcome(struct key_batch *b, struct rpc_status *st, bool *stale)
 {
-    struct topo *t = router_topo(r);
-    struct shard_q *q = NULL;
-    bool *failed_shard = NULL;
-    bool write = op != ROUTER_MAY_CONTAIN;
-    size_t nfail = 0, nq = 0;
-    uint32_t nused = 0;
-    bool ask0 = false;
+    struct router *r = b->r;
+    struct shard_q *q = b->q;
+    size_t nq = b->nq, nfail = 0;
+    const char *filter = b->filter;
+    bool *failed_shard = calloc(b->f->shards, sizeof *failed_shard);
     int rc = -1;
 
-    struct router_filter *f = router_filter_lookup(r, t, filter, st);
-    if (!f)
-        goto out;
-    uint32_t S = f->shards;
-    struct scratch *sc = scratch_get(n, S);
-    if (!sc) {
+    if (!failed_shard) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    /* Hash once, count per shard, sort by shard. */
-    memset(sc->count, 0, (S + 1) * sizeof sc->count[0]);
-    for (size_t i = 0; i < n; i++) {
-        sc->h[i] = bf_hash_key(f->hasher, keys[i], lens[i]);
-        sc->shard[i] = bf_hash_shard(sc->h[i], S);
-        sc->count[sc->shard[i]]++;
-        out[i] = false;
-    }
-    for (uint32_t s = 0, off = 0; s < S; s++) {
-        sc->start[s] = off;
-        off += sc->count[s];
-        nused += sc->count[s] > 0;
-    }
-    uint32_t fillc[ROUTER_MAX_SHARDS];
-    memset(fillc, 0, S * sizeof fillc[0]);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t s = sc->shard[i];
-        size_t at = sc->start[s] + fillc[s]++;
-        sc->hs[at] = sc->h[i];
-        sc->idx[at] = (uint32_t)i;
-    }
-    if (nused == 0 && op == ROUTER_REMOVE) {
-        /* No keys: shard 0 still answers whether the filter takes a
-         * Remove, as a node's Remove of no keys does. */
-        ask0 = true;
-        nused = 1;
-    }
-    if (nused == 0) {
-        rc = 0;
-        goto out;
-    }
-    q = calloc(nused, sizeof *q);
-    failed_shard = calloc(S, sizeof *failed_shard);
-    if (!q || !failed_shard) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
-    unsigned rot = atomic_fetch_add(&r->read_rotation, 1);
-    for (uint32_t s = 0; s < S; s++) {
-        if (!sc->count[s] && !(ask0 && s == 0))
-            continue;
-        const struct topo_group *g = &t->groups[f->group[s]];
-        q[nq++] = (struct shard_q){.shard = s, .g = g,
-                                   .need = write ? g->write_quorum : g->read_quorum,
-                                   .rot = rot % g->ncopies};
-    }
-    /* Rounds: a write has one; a read asks more copies while some failed. */
-    for (;;) {
-        int ncalls = round_build(r, t, f, sc, op, q, nq);
-        if (ncalls < 0) {
-            rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-            goto out;
-        }
-        if (ncalls == 0)
-            break;
-        size_t ne = 0;
-        for (int c = 0; c < ncalls; c++)
-            ne += sc->calls[c].n;
-        router_link_run(sc->calls, (size_t)ncalls, (int)r->cfg.node_timeout_ms);
-        for (size_t i = 0; i < ne; i++) {
-            const struct router_link_entry *e = &sc->ent[i];
-            struct shard_q *sq = &q[sc->ent_q[i]];
-            if (e->st.code == GRPC_STATUS_OK) {
-                sq->ok++;
-                for (uint32_t j = 0; j < e->n; j++)
-                    out[sc->idx[sc->start[e->shard] + j]] |= e->out[j];
-                continue;
-            }
-            struct copy_fail *cf = &sq->fail[sq->nfail++];
-            cf->copy = sc->ent_copy[i];
-            cf->code = e->st.code;
-            cf->reason = e->st.reason;
-            snprintf(cf->msg, sizeof cf->msg, "%.159s", e->st.message);
-        }
-        if (write)
-            break;
+        return -1;
     }
     size_t notfound = 0;
     bool not_counting = false;
@@ -633,28 +587,213 @@ static int keys_once(struct router *r, const char *filter, enum router_key_op op
         rpc_status_set(st, GRPC_STATUS_NOT_FOUND, "filter \"%s\" does not exist", filter);
         goto out;
     }
-    batch_failure(st, op, filter, q, nq, failed_shard, sc->shard, n);
+    batch_failure(st, b->op, filter, q, nq, failed_shard, b->shard, b->n);
     log_warn("%s", st->message);
 out:
-    free(q);
     free(failed_shard);
-    router_filter_unref(f);
-    topo_unref(t);
     return rc;
 }
 
-int router_keys(struct router *r, const char *filter, enum router_key_op op,
-                const uint8_t *const *keys, const uint32_t *lens, size_t n,
-                bool *out, struct rpc_status *st)
+static void keys_start(struct router *r, const char *filter, enum router_key_op op,
+                       const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                       bool *out, router_keys_fn done, void *arg, bool retried);
+
+/* The pool's part of a batch a copy refused for its secret: fetch the new
+ * one (blocking) and run the batch again; nothing was applied with the old
+ * secret. */
+static void batch_retry(void *arg)
 {
+    struct key_batch *b = arg;
+    log_info("filter %s has a new secret; fetching it", b->filter);
+    keys_start(b->r, b->filter, b->op, b->keys, b->lens, b->n, b->out, b->done, b->arg,
+               true);
+    batch_unref(b);
+}
+
+/* The rounds of b are over: answer its caller, or hand the second attempt
+ * to the router's pool (never on a link's thread: it may block). */
+static void batch_end(struct key_batch *b)
+{
+    struct rpc_status st = {.code = GRPC_STATUS_OK};
     bool stale = false;
-    int rc = keys_once(r, filter, op, keys, lens, n, out, st, &stale);
-    if (rc < 0 && stale) {
-        /* The filter was re-created elsewhere: nothing was applied with the
-         * old secret; fetch the new one and run the batch again. */
-        log_info("filter %s has a new secret; fetching it", filter);
-        stale = false;
-        rc = keys_once(r, filter, op, keys, lens, n, out, st, &stale);
+    int rc = batch_outcome(b, &st, &stale);
+    if (rc < 0 && stale && !b->retried) {
+        atomic_fetch_add(&b->refs, 1);
+        int prc = router_pool_push(b->r->pool, batch_retry, b);
+        if (prc == 0)
+            return;
+        atomic_fetch_sub(&b->refs, 1);   /* a caller's reference remains */
+        if (prc == -ECANCELED)
+            rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the "
+                           "router is shutting down", op_names[b->op], b->filter);
+        else
+            rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the "
+                           "filter has a new secret, and the router's queue for "
+                           "fetching one is full (%d waiting); retry shortly",
+                           op_names[b->op], b->filter, ROUTER_POOL_QUEUE);
     }
-    return rc;
+    b->done(b->arg, rc, &st);
+}
+
+static void batch_set_done(void *arg);
+
+/* Build and submit b's next round, or end b when nothing is left to ask. */
+static void batch_round(struct key_batch *b)
+{
+    int ncalls = round_build(b);
+    if (ncalls <= 0) {
+        if (ncalls < 0) {
+            struct rpc_status st;
+            rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            b->done(b->arg, -1, &st);
+            return;
+        }
+        batch_end(b);
+        return;
+    }
+    atomic_fetch_add(&b->refs, ncalls);
+    atomic_store(&b->pending, (size_t)ncalls);
+    /* One set per node: each node's outcome is known on its own.  The round
+     * may end inside the last submit (and the next one be built over these
+     * arrays): nothing of them is touched after it. */
+    int timeout = (int)b->r->cfg.node_timeout_ms;
+    for (int c = 0; c < ncalls; c++)
+        router_link_submit(&b->calls[c], 1, timeout, batch_set_done, b);
+}
+
+/* Every call of b's round has ended: count the copies' answers, then a
+ * read asks more copies where some failed. */
+static void batch_round_done(struct key_batch *b)
+{
+    for (size_t i = 0; i < b->ne; i++) {
+        const struct router_link_entry *e = &b->ent[i];
+        struct shard_q *sq = &b->q[b->ent_q[i]];
+        if (e->st.code == GRPC_STATUS_OK) {
+            sq->ok++;
+            for (uint32_t j = 0; j < e->n; j++)
+                b->out[b->idx[sq->start + j]] |= e->out[j];
+            continue;
+        }
+        struct copy_fail *cf = &sq->fail[sq->nfail++];
+        cf->copy = b->ent_copy[i];
+        cf->code = e->st.code;
+        cf->reason = e->st.reason;
+        snprintf(cf->msg, sizeof cf->msg, "%.159s", e->st.message);
+    }
+    if (b->op != ROUTER_MAY_CONTAIN)
+        batch_end(b);       /* a write has one round */
+    else
+        batch_round(b);
+}
+
+/* One link set (one node's call) of b's round ended. */
+static void batch_set_done(void *arg)
+{
+    struct key_batch *b = arg;
+    if (atomic_fetch_sub(&b->pending, 1) == 1)
+        batch_round_done(b);
+    batch_unref(b);
+}
+
+static void keys_start(struct router *r, const char *filter, enum router_key_op op,
+                       const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                       bool *out, router_keys_fn done, void *arg, bool retried)
+{
+    struct topo *t = router_topo(r);
+    struct key_batch *b = NULL;
+    struct rpc_status st = {.code = GRPC_STATUS_OK};
+    bool write = op != ROUTER_MAY_CONTAIN;
+    uint32_t nused = 0;
+    bool ask0 = false;
+
+    struct router_filter *f = router_filter_lookup(r, t, filter, &st);
+    if (!f)
+        goto fail;
+    uint32_t S = f->shards;
+    struct scratch *sc = scratch_get(n);
+    if (!sc) {
+        rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto fail;
+    }
+    /* Hash once, count per shard. */
+    memset(sc->count, 0, (S + 1) * sizeof sc->count[0]);
+    for (size_t i = 0; i < n; i++) {
+        sc->h[i] = bf_hash_key(f->hasher, keys[i], lens[i]);
+        sc->shard[i] = bf_hash_shard(sc->h[i], S);
+        sc->count[sc->shard[i]]++;
+        out[i] = false;
+    }
+    unsigned N = 1;
+    for (uint32_t s = 0, off = 0; s < S; s++) {
+        sc->start[s] = off;
+        off += sc->count[s];
+        nused += sc->count[s] > 0;
+        if (sc->count[s] && t->groups[f->group[s]].ncopies > N)
+            N = t->groups[f->group[s]].ncopies;
+    }
+    if (nused == 0 && op == ROUTER_REMOVE) {
+        /* No keys: shard 0 still answers whether the filter takes a
+         * Remove, as a node's Remove of no keys does. */
+        ask0 = true;
+        nused = 1;
+        N = t->groups[f->group[0]].ncopies;
+    }
+    if (nused == 0) {
+        router_filter_unref(f);
+        topo_unref(t);
+        done(arg, 0, &st);
+        return;
+    }
+    b = batch_alloc(n, nused, N);
+    if (!b) {
+        rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto fail;
+    }
+    /* Sort by shard into the batch. */
+    uint32_t fillc[ROUTER_MAX_SHARDS];
+    memset(fillc, 0, S * sizeof fillc[0]);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t s = sc->shard[i];
+        size_t at = sc->start[s] + fillc[s]++;
+        b->hs[at] = sc->h[i];
+        b->idx[at] = (uint32_t)i;
+        b->shard[i] = s;
+    }
+    unsigned rot = atomic_fetch_add(&r->read_rotation, 1);
+    for (uint32_t s = 0; s < S; s++) {
+        if (!sc->count[s] && !(ask0 && s == 0))
+            continue;
+        const struct topo_group *g = &t->groups[f->group[s]];
+        b->q[b->nq++] = (struct shard_q){.shard = s, .start = sc->start[s],
+                                         .count = sc->count[s], .g = g,
+                                         .need = write ? g->write_quorum : g->read_quorum,
+                                         .rot = rot % g->ncopies};
+    }
+    snprintf(b->filter, sizeof b->filter, "%s", filter);
+    b->r = r;
+    b->t = t;
+    b->f = f;
+    b->op = op;
+    b->retried = retried;
+    b->keys = keys;
+    b->lens = lens;
+    b->n = n;
+    b->out = out;
+    b->done = done;
+    b->arg = arg;
+    atomic_init(&b->refs, 1);
+    batch_round(b);
+    batch_unref(b);
+    return;
+fail:
+    router_filter_unref(f);
+    topo_unref(t);
+    done(arg, -1, &st);
+}
+
+void router_keys_start(struct router *r, const char *filter, enum router_key_op op,
+                       const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                       bool *out, router_keys_fn done, void *arg)
+{
+    keys_start(r, filter, op, keys, lens, n, out, done, arg, false);
 }

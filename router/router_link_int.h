@@ -1,0 +1,139 @@
+/* router_link_int: what the two halves of router_link share (router_link.c:
+ * streams, queues, deadlines and submission; router_link_msg.c: building a
+ * message from the queue and handing its answer back to the calls).  Not
+ * for the rest of the router: router_link.h is the contract.
+ *
+ * Locking: the link's mutex guards the lanes, their queues, streams and
+ * messages, the calls' private fields and the list of finished sets; the
+ * functions below are called with it held.
+ */
+#ifndef BLOOMGRID_ROUTER_LINK_INT_H
+#define BLOOMGRID_ROUTER_LINK_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+
+#include "bloomgrid/v1/internal.pb-c.h"
+#include "router_link.h"
+#include "rpc_arena.h"
+
+enum { LANE_READ, LANE_WRITE, LANES };
+
+enum call_state { CALL_NEW, CALL_QUEUED, CALL_SENT, CALL_DONE };
+enum tag_kind { TAG_SEND, TAG_RECV, TAG_STATUS };
+
+/* The calls of one router_link_submit: done runs once pending reaches 0. */
+struct link_set {
+    atomic_size_t pending;
+    router_link_done_fn done;
+    void *arg;
+    struct link_set *next;      /* on a link's fired list */
+};
+
+struct link_tag {
+    struct link_stream *s;
+    enum tag_kind kind;
+};
+
+/* One Batches call.  Freed once every batch started on it has completed. */
+struct link_stream {
+    struct link_lane *lane;
+    grpc_call *call;
+    struct link_tag tags[3];
+    int ops;                    /* batches started and not completed */
+    bool md_sent, sending, ended;
+    bool stuck;                 /* cancelled: a message outlived a deadline */
+    bool bad_answer;            /* cancelled: an answer that does not fit */
+    grpc_byte_buffer *send_buf, *recv_buf;
+    grpc_metadata_array md_initial, md_trailing;
+    grpc_status_code status;
+    grpc_slice details;
+    const char *err_string;
+};
+
+/* Where a call entry's hashes sit in a message. */
+struct link_slot {
+    uint32_t wire, off;
+};
+
+/* A message in flight (one allocation holding every array). */
+struct link_msg {
+    uint64_t id;
+    struct link_stream *s;
+    size_t ncalls;
+    struct router_link_call **calls;   /* NULL once its caller took it back */
+    size_t *first;              /* per call: its first slot */
+    struct link_slot *slots;    /* per call entry */
+    size_t nwire;
+    uint32_t *wire_n;           /* hashes per wire entry */
+    uint32_t *wire_shard;
+};
+
+struct link_lane {
+    struct router_link *l;
+    int kind;
+    struct link_stream *cur;    /* NULL: open one on the next send */
+    struct router_link_call *qhead, *qtail;
+    struct link_msg *inflight;  /* at most one */
+    uint64_t next_id;
+};
+
+/* Scratch for building messages, reused under the link's mutex. */
+struct link_build {
+    Bloomgrid__V1__BatchEntry *ent;
+    Bloomgrid__V1__BatchEntry **ptr;
+    struct router_link_call **wire_call;   /* the call that opened a wire entry */
+    uint32_t *wire_start, *wire_n, *wire_shard;
+    uint64_t *wire_hash;
+    size_t wcap;
+    int32_t *table;
+    size_t tcap;
+    uint8_t *hb;
+    size_t hcap;
+};
+
+struct router_link {
+    char *addr;
+    struct router_link_config cfg;
+    struct rpc_channel *ch;
+    void *method;               /* Batches, registered on the channel */
+    grpc_completion_queue *cq;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t idle;        /* a stream was freed */
+    struct link_lane lane[LANES];
+    size_t qbytes;              /* bytes of queued calls */
+    int streams;                /* not yet freed */
+    bool closing;
+    _Atomic int64_t due;        /* no pending call's deadline is earlier
+                                   (monotonic ns; INT64_MAX: none known) */
+    struct link_set *fired;     /* sets whose last call ended: run their done
+                                   once the mutex is let go */
+    struct link_build b;
+    struct rpc_arena arena;     /* answers; the link's thread only */
+};
+
+/* The call is done: count it off its set (which goes on l's fired list
+ * when it was the last).  The call is not touched after this. */
+void router_link__call_done(struct router_link *l, struct router_link_call *c);
+
+/* Hashes of all entries of c. */
+size_t router_link__call_hashes(const struct router_link_call *c);
+
+/* A message of the calls at the lane's queue front, packed into *out.  The
+ * calls taken leave the queue (CALL_SENT).  NULL when out of memory (the
+ * calls then stay queued). */
+struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer **out);
+
+/* Give every call of m its entries' outcomes from resp; each is then done. */
+void router_link__msg_deliver(struct router_link *l, struct link_msg *m,
+                              const Bloomgrid__V1__BatchResponse *resp);
+
+/* Free the build scratch. */
+void router_link__build_free(struct link_build *b);
+
+#endif

@@ -31,7 +31,6 @@
  *   --seed N          the fault generator's seed (default: from the clock)
  *   --no-wipe         leave out the fault that deletes a copy's data
  */
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -575,13 +574,6 @@ int main(int argc, char **argv)
 {
     parse(argc, argv);
     merger_bin = argv[3];
-    signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    harness_node_bin = argv[1];
-    harness_router_bin = argv[2];
-    grpc_init();
-    test();
-    grpc_shutdown();
-    printf("ok\n");
-    return 0;
+    return cluster_test_main(3, argv, test);
 }

@@ -28,7 +28,7 @@ struct online_opts online_global;
 static const char *const kind_names[] = {"unspecified", "blocked", "classic",
                                          "counting", "scalable"};
 static const char *const state_names[] = {"unknown", "ready", "recovering",
-                                          "failed"};
+                                          "failed", "syncing"};
 
 /* HOST:PORT by the address rule of every process; gRPC's own target forms
  * (unix:PATH, dns:///HOST:PORT, ...) are passed on as they are. */

@@ -46,6 +46,7 @@ static int pull_message(const Bloomgrid__V1__Page *pg, const char *filter,
         end->version = pg->version;
         end->store_version = pg->store_version;
         end->epoch = pg->epoch;
+        end->syncing = pg->syncing;
         memcpy(end->fp, pg->fingerprint, NODE_CLIENT_FP_LEN + 1);
         *got_last = true;
         return 0;

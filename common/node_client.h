@@ -46,6 +46,7 @@ struct node_client_pull_end {
     uint64_t epoch;
     char fp[NODE_CLIENT_FP_LEN + 1];   /* fingerprint id of the shard */
     uint64_t pages, bytes;    /* page data received */
+    bool syncing;             /* the shard is SYNCING on the answering node */
 };
 
 /* Called for each verified page (data is valid during the call only); a

@@ -193,6 +193,11 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
 
     if ((rc = store_name_check(name, err)) < 0)
         return rc;
+    if (store_dropped(s, name, store_secret_id(f), NULL)) {
+        errmsg_set(err, "filter '%s' with this secret was dropped; a drop "
+                        "is not undone: create it with a new secret", name);
+        return -ESTALE;
+    }
     /* Reserve the name in the catalog (RECOVERING) while the files are
      * written, so the catalog lock is not held across I/O. */
     pthread_mutex_lock(&s->mu);
@@ -291,8 +296,17 @@ static int drop(struct store *s, const char *name, struct store_filter *want,
                   s->drops++, name);
     pthread_mutex_unlock(&s->mu);
 
-    /* snap_mu: no snapshot may write into the directory after it moves. */
+    /* snap_mu: no snapshot may write into the directory after it moves.
+     * The tombstone goes first: once the files are gone, nobody may bring
+     * this filter back. */
     pthread_mutex_lock(&sf->snap_mu);
+    if ((rc = store__tomb_add(s, sf, err)) < 0) {
+        pthread_mutex_unlock(&sf->snap_mu);
+        pthread_mutex_lock(&s->mu);
+        sf->dropping = false;
+        pthread_mutex_unlock(&s->mu);
+        return rc;
+    }
     pthread_rwlock_wrlock(&sf->lock);
     sf->state = STORE_DROPPED;
     pthread_rwlock_unlock(&sf->lock);
@@ -454,6 +468,7 @@ struct store *store_open(const struct store_options *o, char *err)
     s->retry_ms = o->recover_retry_ms ? o->recover_retry_ms
                                       : DEFAULT_RETRY_MS;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->tomb_mu, NULL);
     pthread_mutex_init(&s->tmu, NULL);
     pthread_cond_init(&s->tcv, NULL);
 
@@ -469,7 +484,7 @@ struct store *store_open(const struct store_options *o, char *err)
                       s->dir, strerror(errno));
         goto fail;
     }
-    if (store_scan(s, err) < 0)
+    if (store__tombs_load(s, err) < 0 || store_scan(s, err) < 0)
         goto fail;
     if (pthread_create(&s->thread, NULL, store_main, s) != 0) {
         errmsg_set(err, "cannot start the store's thread");
@@ -501,7 +516,9 @@ void store_close(struct store *s)
     wal_close(s->wal);   /* every stream is closed with its filter */
     if (s->lock_fd >= 0)
         close(s->lock_fd);
+    store__tombs_free(s);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->tomb_mu);
     pthread_mutex_destroy(&s->tmu);
     pthread_cond_destroy(&s->tcv);
     free(s->dir);

@@ -12,6 +12,7 @@
  *                          applied, and none of its records of seq > C in
  *                          the log at LSN <= L (bf_file format, written
  *                          atomically);
+ *   .tombstones            the filters dropped ("Tombstones" below);
  *   LOCK                   flock'ed so two processes never open the store.
  * Directories .creating-* and .dropped-* are in-progress creations or
  * drops and are removed when the store is opened.  A directory written by
@@ -150,17 +151,22 @@ void store_close(struct store *s);
 int store_name_check(const char *name, char *err);
 
 /* Create an empty filter.  Returns 0 once it is durable; -EINVAL (bad name
- * or parameters, see bf_params_check), -EEXIST, -ENOMEM or an I/O error. */
+ * or parameters, see bf_params_check), -EEXIST, -ESTALE (p->secret is
+ * that of a dropped filter of this name: see "Tombstones"), -ENOMEM or an
+ * I/O error. */
 int store_create(struct store *s, const char *name, const struct bf_params *p,
                  char *err);
 
 /* Adopt an existing filter f (e.g. a shard with a given secret) under name.
- * On success the store owns f; on failure the caller still does. */
+ * On success the store owns f; on failure the caller still does.  Errors
+ * as store_create. */
 int store_create_from(struct store *s, const char *name, struct bf *f,
                       char *err);
 
 /* Remove a filter and its files (crash-safe: the directory is renamed away
- * first).  Returns -ENOENT when there is no such filter. */
+ * first), leaving a tombstone.  Returns -ENOENT when there is no such
+ * filter, or the error that kept the tombstone from being written (then
+ * nothing is dropped). */
 int store_drop(struct store *s, const char *name, char *err);
 
 /* Drop the filter behind the handle sf, and only that one: -ENOENT when it
@@ -168,6 +174,25 @@ int store_drop(struct store *s, const char *name, char *err);
  * caller that checked sf's secret never drops another incarnation).  The
  * handle stays the caller's (store_put). */
 int store_drop_handle(struct store *s, struct store_filter *sf, char *err);
+
+/* Tombstones: a drop first records the filter's name, secret id and
+ * fingerprint id durably in DIR/.tombstones, so that peers holding its old
+ * pages (a merger, another copy) cannot bring it back: store_create and
+ * store_create_from refuse that name with that secret (-ESTALE), and
+ * callers that take pages or files from peers ask store_dropped.  The name
+ * with a new secret is a new filter and is accepted.  The newest
+ * STORE_TOMBS_MAX drops are kept, the oldest expiring first; a FAILED
+ * filter whose bits never loaded is dropped without one (its identity is
+ * unknown).  A damaged .tombstones file makes store_open fail naming it. */
+#define STORE_TOMBS_MAX 4096
+
+/* Was a filter of this store name dropped with this secret id (when not
+ * 0) or this fingerprint id (when not NULL)? */
+bool store_dropped(struct store *s, const char *name, uint64_t secret_id,
+                   const char *fp);
+
+/* XXH3-64 (seed 0) of f's secret: the secret id of the wire. */
+uint64_t store_secret_id(const struct bf *f);
 
 /* Names of all filters (any state but dropped), sorted.  On success *names
  * is a
@@ -187,6 +212,13 @@ const char *store_filter_name(const struct store_filter *sf);
 /* Current state; for STORE_FAILED, why (STORE_ERRLEN bytes, may be NULL)
  * receives what failed and where (file and offset). */
 enum store_state store_filter_state(struct store_filter *sf, char *why);
+
+/* Did this filter object's recovery cut records it may have acknowledged?
+ * True when store_open cut a torn tail from the log (its records' owners
+ * are unknown, so every filter is named) or the filter's newest checkpoint
+ * did not load and an older one was used.  A copy that must vouch for
+ * every write it acknowledged (docs/REPLICATION.md, SYNCING) reads it. */
+bool store_filter_recovery_cut(struct store_filter *sf);
 
 /* Reload a filter from its files (after a failed write, or to retry a
  * FAILED one).  Returns 0 when it is READY again, or the error that left it
@@ -264,7 +296,9 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
                    size_t n, char *err);
 
 /* Change tracking: which pages of a filter's bits changed since a point,
- * for pullers that keep copies in step (the merger, read replicas).
+ * for pullers that keep copies in step (the merger, the other copies of a
+ * group).  Any number of pullers share one tracking: each keeps its own
+ * (epoch, version), and every page is reported to each of them.
  *
  * Pages are RULES_PAGE_BYTES of the layer body at offsets that are
  * multiples of it (the last one may be shorter).  Only blocked and classic
@@ -284,9 +318,9 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
  * from its first store_pages_since until it is freed, and each walk reads
  * the whole body once; nothing is added to the add path.
  *
- * Threads: walks and merges of one filter run one at a time (a walk holds
- * the filter's tracking lock while its callback runs); adds, queries and
- * snapshots go on meanwhile. */
+ * Threads: walks of one filter run one at a time (a walk holds the
+ * filter's tracking lock while its callback runs); adds, merges, queries
+ * and snapshots go on meanwhile. */
 
 /* Where a walk left a filter's tracking (store_pages_since). */
 struct store_pages_mark {
@@ -309,7 +343,7 @@ typedef int (*store_page_fn)(void *ctx, const struct store_page *pg);
  * is 0 or epoch is not the filter's.  *mark is filled before fn is first
  * called (pages and bytes then count up).  fn runs under the tracking lock
  * only, so it may be slow (a network stream) without holding up writes,
- * but it must not call store_pages_since or store_pages_merge for this
+ * but it must not call store_pages_since for this
  * filter.  Returns 0; -EOPNOTSUPP for a kind that is not tracked; -ENOMEM
  * when tracking cannot start (err says how much it needs); -EAGAIN /
  * -ENOENT / -EIO when the filter is not READY; or fn's negative return.
@@ -318,12 +352,14 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                       store_page_fn fn, void *ctx,
                       struct store_pages_mark *mark, char *err);
 
-/* OR n pages that a peer already holds (a merger's push, a replica's pull
- * from its primary) into the filter with store_or_pages (same checks, same
- * errors, durable), then: later walks do not report these bits back as
- * changes (bits set here meanwhile still are), and the source version
- * rises to source_version.  n may be 0: only the source version moves
- * (the filter must be READY).  pages stay the caller's. */
+/* OR n pages from a peer (a merger's push, another copy's pages) into the
+ * filter with store_or_pages (same checks, same errors, durable).  Pages
+ * the merge changed are reported by later walks like local changes, to
+ * every puller whose version is before them (the sender may get its own
+ * pages back once: ORing them again changes nothing).  On success with
+ * n > 0 the source version rises to source_version; n == 0 changes
+ * nothing and claims nothing (0 when the filter is READY).  pages stay the
+ * caller's. */
 int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
                       size_t n, uint64_t source_version, char *err);
 

@@ -766,3 +766,8 @@ uint64_t store_filter_version(struct store_filter *sf)
 {
     return atomic_load(&sf->version);
 }
+
+bool store_filter_recovery_cut(struct store_filter *sf)
+{
+    return atomic_load(&sf->recovery_cut);
+}

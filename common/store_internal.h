@@ -69,6 +69,14 @@ struct store_filter {
     struct store_pages *pages;   /* change tracking, under pages_mu; NULL
                                     until first asked for */
     _Atomic uint64_t source_version;   /* store_pages_source_version */
+    atomic_bool recovery_cut;    /* store_filter_recovery_cut */
+};
+
+/* A dropped filter (store_tomb.c). */
+struct store_tomb {
+    char name[STORE_NAME_MAX + 1];
+    uint64_t secret_id;
+    char fp[17];
 };
 
 struct store {
@@ -82,7 +90,11 @@ struct store {
     pthread_mutex_t mu;
     struct store_filter **v;     /* catalog, under mu */
     size_t n, cap;
-    uint64_t drops;              /* tombstone counter, under mu */
+    uint64_t drops;              /* .dropped-N counter, under mu */
+    pthread_mutex_t tomb_mu;     /* a leaf lock: tombs, ntombs */
+    struct store_tomb *tombs;    /* STORE_TOMBS_MAX, oldest first; NULL
+                                    until the first */
+    size_t ntombs;
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t tmu;
@@ -124,6 +136,16 @@ uint64_t store__claim_lsn(struct store_filter *sf);
  * last store_put. */
 struct store_filter *store__filter_new(struct store *s, const char *name);
 void store__filter_free(struct store_filter *sf);
+
+/* Tombstones (store_tomb.c): read DIR/.tombstones at open (0, or
+ * -EBADMSG / an I/O error with err: the store does not open); record the
+ * drop of sf durably before its files go (0 when it has no identity to
+ * record: no bits loaded); free the list at close. */
+int store__tombs_load(struct store *s, char *err);
+int store__tomb_add(struct store *s, struct store_filter *sf, char *err);
+void store__tombs_free(struct store *s);
+/* Test hook: the bound on tombstones (STORE_TOMBS_MAX, 1 at least). */
+extern size_t store__tombs_max;
 
 /* Free the change tracking of a filter (NULL allowed). */
 void store__pages_free(struct store_pages *t);

@@ -331,6 +331,7 @@ static int load_checkpoint(struct store_filter *sf, struct replay_ent *e,
     if (why[0]) {
         log_warn("store: %s; using the older ckpt seq %" PRIu64 " with the "
                  "log after it", why, e->ckpt_seq);
+        atomic_store(&sf->recovery_cut, true);
         why[0] = 0;
     }
     bf_set_exclusive(e->f, true);
@@ -475,9 +476,13 @@ int store__load_all(struct store *s, char *err)
         errmsg_set(err, "%s", why);
         goto out;
     }
-    if (info.truncated)
+    if (info.truncated) {
         log_warn("store: cut a torn tail of %" PRIu64 " bytes from the "
                  "write-ahead log (never acknowledged)", info.truncated);
+        /* Its owners are unknown: any filter may have had records there. */
+        for (size_t i = 0; i < s->n; i++)
+            atomic_store(&s->v[i]->recovery_cut, true);
+    }
     if (info.first_lsn > 1)
         add_lost(&r, 0, info.first_lsn, "the write-ahead log's older "
                  "segments were removed");

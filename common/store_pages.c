@@ -14,10 +14,14 @@
  * that land during the compare are either in the copy or found by the
  * next walk.
  *
- * Merged pages (store_pages_merge) are ORed into the live filter and into
- * the copy: their sender has them, so they are not reported back and a
- * quiet round ships nothing.  Local bits set meanwhile still differ from
- * the copy and are reported next time.
+ * Merged pages (store_pages_merge) are ORed into the live filter only: a
+ * page a merge changed differs from the copy and is stamped by the next
+ * walk like a local change.  Change tracking is per puller in effect:
+ * several pullers (the other copies of a group, the merger) each keep
+ * their own (epoch, version), and a page one sender pushed is still
+ * reported to every puller whose version is before its stamp.  The sender
+ * may get its own pages back once; ORing them again changes nothing, so
+ * rounds still converge.
  *
  * The tracking survives store_filter_recover (the files, hence the
  * geometry and secret, are the same; pages that differ after the reload
@@ -194,38 +198,21 @@ out:
     return rc;
 }
 
-/* OR merged pages into the copy (store_or_pages checked them against the
- * live geometry; the copy's is checked again in case it is stale). */
-static void pages_absorb(struct store_pages *t, const struct store_page *pages,
-                         size_t n)
-{
-    for (size_t i = 0; t && i < n; i++) {
-        if (pages[i].layer != 0 || pages[i].offset > t->body_bytes ||
-            pages[i].len > t->body_bytes - pages[i].offset)
-            continue;
-        uint64_t *w = (uint64_t *)(t->copy + pages[i].offset);
-        const uint8_t *d = pages[i].data;
-        for (size_t k = 0; k < pages[i].len / 8; k++) {
-            uint64_t x;
-            memcpy(&x, d + 8 * k, 8);   /* payloads are not aligned */
-            w[k] |= x;
-        }
-    }
-}
-
 int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
                       size_t n, uint64_t source_version, char *err)
 {
     int rc;
 
-    /* Held across the write so no walk reports the pages back between the
-     * OR and the copy's update. */
-    pthread_mutex_lock(&sf->pages_mu);
-    if ((rc = store_or_pages(sf, pages, n, err)) == 0) {
-        pages_absorb(sf->pages, pages, n);
-        store__raise(&sf->source_version, source_version);
+    /* Nothing delivered, nothing claimed: a version travels only with the
+     * pages it covers. */
+    if (n == 0) {
+        enum store_state st = store_filter_state(sf, NULL);
+        if ((rc = store__state_errno(st)) < 0)
+            errmsg_set(err, "filter '%s' is not serving", sf->name);
+        return rc;
     }
-    pthread_mutex_unlock(&sf->pages_mu);
+    if ((rc = store_or_pages(sf, pages, n, err)) == 0)
+        store__raise(&sf->source_version, source_version);
     return rc;
 }
 

@@ -113,10 +113,15 @@ static void reload_settings(void *arg)
 static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid",
                                            "bloomgrid.v1.Internal"};
 
+/* While a shard is SYNCING the public service (reads) is NOT_SERVING;
+ * the overall and internal health follow the filters' states. */
 static void set_health(struct node *n, bool serving)
 {
+    bool syncing = node_sync_count(node_rpc__sync_get()) > 0 &&
+                   node_rpc__group_copies() > 1;
     for (size_t i = 0; i < sizeof health_names / sizeof health_names[0]; i++)
-        rpc_server_set_health(n->srv, health_names[i], serving);
+        rpc_server_set_health(n->srv, health_names[i],
+                              serving && !(syncing && i == 1));
 }
 
 /* Returns true when every filter is READY. */
@@ -162,6 +167,22 @@ static void *housekeeping_main(void *arg)
         kill(getpid(), SIGTERM);
         return NULL;
     }
+    /* Which shards are SYNCING is known before the first call is served. */
+    bool doubt = false;
+    struct node_sync *ns = node_sync_open(n->cfg.data_dir, &doubt, err);
+    if (!ns || node_sync_adopt(ns, s, node_rpc__group_copies() > 1, err) < 0) {
+        log_error("cannot read or write the list of syncing shards in %s: %s",
+                  n->cfg.data_dir, err);
+        node_sync_close(ns);
+        store_close(s);
+        atomic_store(&exit_code, 1);
+        kill(getpid(), SIGTERM);
+        return NULL;
+    }
+    node_rpc__sync_set(ns);
+    if (node_sync_count(ns))
+        log_warn("%zu shards are SYNCING: they take writes and refuse reads "
+                 "until they have pulled their group's pages", node_sync_count(ns));
     atomic_store_explicit(&n->store, s, memory_order_release);
     bool ready = check_filters(n);
     set_health(n, ready);
@@ -293,6 +314,8 @@ int main(int argc, char **argv)
     struct store *s = node_store(&n);
     if (s)
         store_close(s);
+    node_sync_close(node_rpc__sync_get());
+    node_rpc__sync_set(NULL);
     rpc_server_destroy(n.srv);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next

@@ -82,6 +82,7 @@ void node_rpc__h_drop_filter(void *arg, const uint8_t *req, size_t len,
             node_rpc__store_error(r, NULL, m->name, rc, err);
         } else {
             log_info("dropped filter %s", m->name);
+            node_sync_forget(node_rpc__sync_get(), m->name, 0);
             Bloomgrid__V1__DropFilterResponse resp =
                 BLOOMGRID__V1__DROP_FILTER_RESPONSE__INIT;
             rpc_reply_pack(r, &resp.base);

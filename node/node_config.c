@@ -34,6 +34,9 @@ static const struct setting settings[] = {
      "longest key in bytes; longer is INVALID_ARGUMENT"},
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
+    {"max_push_mb", SETTING_UINT, 1, 1 << 16, NULL, "256", F(max_push_mb),
+     "most page bytes one PushPages stream may carry, in MiB (held until the "
+     "stream ends); more is RESOURCE_EXHAUSTED"},
     {"threads", SETTING_UINT, 1, 256, NULL, "8", F(threads),
      "RPC worker threads (writes are answered by the commit thread once "
      "durable, so no worker waits for an fsync: about the number of cores)"},

@@ -27,6 +27,7 @@ struct node_config {
     _Atomic uint64_t max_batch_keys;    /* live */
     _Atomic uint64_t max_key_size;      /* live */
     uint64_t max_message_size;
+    uint64_t max_push_mb;         /* page bytes per PushPages stream */
     uint64_t threads;
     uint64_t max_streams;
     uint64_t shutdown_grace_ms;

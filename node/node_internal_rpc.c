@@ -45,6 +45,33 @@ static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *is
     }
 }
 
+/* Unless a router creates a new filter (new_filter), a shard created on a
+ * copy of a group of N > 1 starts SYNCING (docs/REPLICATION.md): mark it
+ * durably.  Returns 0, or -1 with r set. */
+static int sync_before_create(struct store *s, const char *sname,
+                              const Bloomgrid__V1__CreateShardRequest *m,
+                              bool *marked, struct rpc_reply *r)
+{
+    struct node_sync *ns = node_rpc__sync_get();
+    char err[NODE_SYNC_ERRLEN] = "";
+    struct store_filter *old;
+
+    if (m->new_filter || !ns || node_rpc__group_copies() <= 1)
+        return 0;
+    if ((old = store_get(s, sname))) {
+        store_put(old);   /* store_create refuses it: nothing to mark */
+        return 0;
+    }
+    uint64_t id = m->secret.len ? XXH3_64bits(m->secret.data, m->secret.len) : 0;
+    if (node_sync_mark(ns, sname, id, err) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "shard %s not created: "
+                        "cannot record it as syncing: %s", sname, err);
+        return -1;
+    }
+    *marked = true;
+    return 0;
+}
+
 void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                            struct rpc_reply *r)
 {
@@ -95,11 +122,21 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     p.shard_count = m->shard_count;
     p.secret = m->secret.len ? m->secret.data : NULL;
     bf_params_default(&p);
-    int rc = store_create(s, sname, &p, err);
+    /* Marked before it exists, so a crash between the two never leaves a
+     * shard that answers reads it cannot vouch for. */
+    bool marked = false;
+    int rc = sync_before_create(s, sname, m, &marked, r);
+    if (rc < 0)
+        goto out;
+    rc = store_create(s, sname, &p, err);
     if (rc < 0) {
+        if (marked)
+            node_sync_clear(node_rpc__sync_get(), sname, 0, NULL);
         node_rpc__store_error(r, NULL, sname, rc, err);
         goto out;
     }
+    if (m->new_filter)
+        node_sync_clear(node_rpc__sync_get(), sname, 0, NULL);
     log_info("created shard %u/%u of filter %s", m->shard_index, m->shard_count,
              m->filter);
     struct store_filter *sf = store_get(s, sname);
@@ -150,10 +187,14 @@ void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
                         m->shard_index, m->filter);
         goto out;
     }
+    if (!m->secret_id)
+        node_rpc__shard_facts(sf, &facts);
     int rc = store_drop_handle(s, sf, err);
     if (rc < 0) {
         node_rpc__store_error(r, NULL, store_filter_name(sf), rc, err);
     } else {
+        node_sync_forget(node_rpc__sync_get(), store_filter_name(sf),
+                         facts.secret_id);
         log_info("dropped shard %u of filter %s", m->shard_index, m->filter);
         Bloomgrid__V1__DropShardResponse resp =
             BLOOMGRID__V1__DROP_SHARD_RESPONSE__INIT;

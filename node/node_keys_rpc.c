@@ -244,6 +244,8 @@ static int run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
     /* An empty batch still asks the store: a Remove on a kind without
      * counters is refused whatever the number of keys. */
     if (op == OP_MAY_CONTAIN) {
+        if (node_rpc__refuse_syncing(fr->sf, r))
+            return 0;
         rc = store_may_contain_hashes(fr->sf, sc->hashes, k.n, k.out);
         if (rc < 0) {
             node_rpc__store_error(r, fr->sf, fr->name, rc, err);

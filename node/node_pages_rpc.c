@@ -4,7 +4,9 @@
  *
  * The change tracking behind them is the store's (store.h, "Change
  * tracking"): a pull is store_pages_since streamed as Page messages, a push
- * is checked here whole and then given to store_pages_merge.  Only blocked
+ * is checked here (shard and fingerprint on its first message, before any
+ * page is kept; each page as it arrives) and given whole to
+ * store_pages_merge once its stream completed.  Only blocked
  * and classic shards are tracked; others answer FAILED_PRECONDITION.
  */
 #include <errno.h>
@@ -103,6 +105,9 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
         goto done;
     snprintf(label, sizeof label, "shard %u of \"%s\"", m->shard_index,
              m->filter);
+    /* Read before the walk: a shard that was SYNCING when its pages were
+     * read may lack acknowledged writes, and the puller must know. */
+    bool syncing = node_rpc__shard_syncing(sf);
     rc = store_pages_since(sf, m->epoch, m->since_version, send_page, &c,
                            &mark, err);
     if (c.gone)
@@ -128,6 +133,7 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
     last.version = mark.version;
     last.epoch = mark.epoch;
     last.store_version = mark.store_version;
+    last.syncing = syncing;
     last.fingerprint = mark.fp;
     last.checksum = XXH64(NULL, 0, 0);
     if (rpc_stream_write(st, &last.base) < 0)
@@ -144,8 +150,11 @@ gone:
         bloomgrid__v1__pull_pages_request__free_unpacked(m, NULL);
 }
 
-/* PushPages: every message is collected and every page checked before any
- * bit changes; then one durable store_or_pages. */
+/* PushPages: the first message names the shard, which is found and whose
+ * fingerprint is checked before any page is kept; each page is then
+ * checked as it arrives and kept, up to max_push_mb bytes per stream.  Only
+ * a stream that completed is applied: every page and the source version at
+ * once (one durable store_pages_merge), or nothing. */
 struct push_msgs {
     Bloomgrid__V1__PushPagesRequest **v;
     size_t n, cap;
@@ -159,84 +168,58 @@ static void push_msgs_free(struct push_msgs *pm)
     free(pm->v);
 }
 
-static int push_collect(struct rpc_stream *st, struct push_msgs *pm,
-                        struct rpc_reply *r)
+/* Check one page against the shard's body; false with r set. */
+static bool push_page_ok(const Bloomgrid__V1__PushPagesRequest *m,
+                         uint64_t body_bytes, const char *label,
+                         struct rpc_reply *r)
 {
-    const uint8_t *buf;
-    size_t len;
-    int rc;
-
-    while ((rc = rpc_stream_read(st, &buf, &len)) > 0) {
-        Bloomgrid__V1__PushPagesRequest *m =
-            bloomgrid__v1__push_pages_request__unpack(NULL, len, buf);
-        if (!m) {
-            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                            "malformed PushPagesRequest message %zu", pm->n);
-            return 0;
-        }
-        if (pm->n == pm->cap) {
-            size_t cap = pm->cap ? 2 * pm->cap : 64;
-            void *nv = realloc(pm->v, cap * sizeof *pm->v);
-            if (!nv) {
-                bloomgrid__v1__push_pages_request__free_unpacked(m, NULL);
-                rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                                "out of memory");
-                return 0;
-            }
-            pm->v = nv;
-            pm->cap = cap;
-        }
-        pm->v[pm->n++] = m;
-        pm->bytes += m->data.len;
-        /* Every page at most twice over: a bound on a bad sender. */
-        if (pm->bytes > (8ull << 30)) {
-            rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                            "PushPages stream larger than 8 GiB");
-            return 0;
-        }
+    if (XXH64(m->data.data, m->data.len, 0) != m->checksum) {
+        rpc_reply_error(r, GRPC_STATUS_DATA_LOSS,
+                        "%s: page at offset %" PRIu64 " (%zu bytes) fails "
+                        "its checksum; nothing was applied", label,
+                        m->offset, m->data.len);
+        return false;
     }
-    return rc;
+    if (m->layer != 0 || m->offset % 8 || m->data.len % 8 ||
+        m->offset > body_bytes || m->data.len > body_bytes - m->offset) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "%s: page (layer %u, offset %" PRIu64 ", %zu bytes) "
+                        "is outside the shard's %" PRIu64 "-byte body; "
+                        "nothing was applied", label, m->layer, m->offset,
+                        m->data.len, body_bytes);
+        return false;
+    }
+    return true;
 }
 
-/* Check every page against the shard's body; fill pages.  Returns false
- * with r set. */
-static bool push_check(struct push_msgs *pm, uint64_t body_bytes,
-                       const char *label, struct store_page *pages,
-                       size_t *npages, struct rpc_reply *r)
+/* Keep m (the push owns it from here); false with r set when the stream
+ * goes past its bound or memory is short. */
+static bool push_keep(struct push_msgs *pm, Bloomgrid__V1__PushPagesRequest *m,
+                      uint64_t limit, const char *label, struct rpc_reply *r)
 {
-    size_t k = 0;
-
-    for (size_t i = 0; i < pm->n; i++) {
-        Bloomgrid__V1__PushPagesRequest *m = pm->v[i];
-        if (i > 0 && m->shard) {
-            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                            "only the first PushPagesRequest names the shard");
-            return false;
-        }
-        if (i == 0 && m->data.len == 0)
-            continue;   /* a header without a page */
-        if (XXH64(m->data.data, m->data.len, 0) != m->checksum) {
-            rpc_reply_error(r, GRPC_STATUS_DATA_LOSS,
-                            "%s: page at offset %" PRIu64 " (%zu bytes) fails "
-                            "its checksum; nothing was applied", label,
-                            m->offset, m->data.len);
-            return false;
-        }
-        if (m->layer != 0 || m->offset % 8 || m->data.len % 8 ||
-            m->offset > body_bytes || m->data.len > body_bytes - m->offset) {
-            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                            "%s: page (layer %u, offset %" PRIu64 ", %zu bytes) "
-                            "is outside the shard's %" PRIu64 "-byte body; "
-                            "nothing was applied", label, m->layer, m->offset,
-                            m->data.len, body_bytes);
-            return false;
-        }
-        pages[k++] = (struct store_page){.layer = 0, .offset = m->offset,
-                                         .data = m->data.data,
-                                         .len = m->data.len};
+    if (pm->bytes + m->data.len > limit) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                        "%s: PushPages stream past max_push_mb (%" PRIu64
+                        " MiB); nothing was applied: push in smaller streams",
+                        label, limit >> 20);
+        goto refuse;
     }
-    *npages = k;
+    if (pm->n == pm->cap) {
+        size_t cap = pm->cap ? 2 * pm->cap : 64;
+        void *nv = realloc(pm->v, cap * sizeof *pm->v);
+        if (!nv) {
+            rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+            goto refuse;
+        }
+        pm->v = nv;
+        pm->cap = cap;
+    }
+    pm->v[pm->n++] = m;
+    pm->bytes += m->data.len;
     return true;
+refuse:
+    bloomgrid__v1__push_pages_request__free_unpacked(m, NULL);
+    return false;
 }
 
 /* The geometry of a shard pages are pushed into; false with r set when it
@@ -260,6 +243,66 @@ static bool push_geo(struct store_filter *sf, const char *label,
     return true;
 }
 
+/* Was (filter, index) with fingerprint fp dropped on this node?  Under
+ * either store name the shard may have had. */
+static bool push_dropped(struct store *s, const char *filter, unsigned index,
+                         const char *fp)
+{
+    char sname[STORE_NAME_MAX + 1];
+
+    if (index < RULES_SHARDS_MAX &&
+        rules_shard_name(sname, sizeof sname, filter, index, RULES_SHARDS_MAX,
+                         NULL) == 0 &&
+        store_dropped(s, sname, 0, fp))
+        return true;
+    return index == 0 && store_dropped(s, filter, 0, fp);
+}
+
+static void push_refuse_dropped(struct rpc_reply *r, const char *label)
+{
+    rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                    "%s was dropped on this node: pages of that filter are "
+                    "refused (a drop is not undone; a filter created again "
+                    "under the name has a new secret)", label);
+}
+
+/* The first message: the shard found and its fingerprint checked.  Returns
+ * the shard (a reference) or NULL with r set. */
+static struct store_filter *push_open(struct node *n,
+                                      const Bloomgrid__V1__PushPagesRequest *h,
+                                      const char *label, struct shard_geo *g,
+                                      struct rpc_reply *r)
+{
+    struct store_filter *sf = NULL;
+    struct store *s;
+
+    if (!(s = node_rpc__need_store(n, r)))
+        return NULL;
+    if (!(sf = node_rpc__get_shard(s, h->shard->filter, h->shard->shard_index,
+                                   r))) {
+        if (push_dropped(s, h->shard->filter, h->shard->shard_index,
+                         h->fingerprint))
+            push_refuse_dropped(r, label);
+        return NULL;
+    }
+    if (!push_geo(sf, label, g, r))
+        goto fail;
+    if (strcmp(h->fingerprint, g->fp) != 0) {
+        if (store_dropped(s, store_filter_name(sf), 0, h->fingerprint))
+            push_refuse_dropped(r, label);
+        else
+            rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                            "%s: pages of fingerprint \"%s\" refused: the "
+                            "shard's is \"%s\" (another filter, geometry or "
+                            "secret)", label, h->fingerprint, g->fp);
+        goto fail;
+    }
+    return sf;
+fail:
+    store_put(sf);
+    return NULL;
+}
+
 void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
 {
     struct node *n = arg;
@@ -267,44 +310,71 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
     struct push_msgs pm = {0};
     struct store_filter *sf = NULL;
     struct store_page *pages = NULL;
+    Bloomgrid__V1__PushPagesRequest *h = NULL;
     char label[STORE_NAME_MAX + 48];
     char err[STORE_ERRLEN] = "";
+    uint64_t limit = n->cfg.max_push_mb << 20;
     struct shard_geo g;
-    struct store *s;
-    size_t np = 0;
-    int rc = push_collect(st, &pm, &r);
+    const uint8_t *buf;
+    size_t len, np = 0;
+    int rc = rpc_stream_read(st, &buf, &len);
 
     if (rc < 0)
         goto gone;
-    if (r.st.code != GRPC_STATUS_OK)
-        goto done;
-    if (pm.n == 0 || !pm.v[0]->shard || !pm.v[0]->shard->filter[0]) {
+    if (rc == 0 || !(h = bloomgrid__v1__push_pages_request__unpack(NULL, len,
+                                                                   buf)) ||
+        !h->shard || !h->shard->filter[0]) {
         rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
                         "the first PushPagesRequest must name the shard");
         goto done;
     }
-    Bloomgrid__V1__PushPagesRequest *h = pm.v[0];
     snprintf(label, sizeof label, "shard %u of \"%s\"", h->shard->shard_index,
              h->shard->filter);
-    if (!(s = node_rpc__need_store(n, &r)) ||
-        !(sf = node_rpc__get_shard(s, h->shard->filter, h->shard->shard_index,
-                                   &r)) ||
-        !push_geo(sf, label, &g, &r))
+    /* Nothing is kept before the shard and its identity are known. */
+    if (!(sf = push_open(n, h, label, &g, &r)))
         goto done;
-    if (strcmp(h->fingerprint, g.fp) != 0) {
-        rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
-                        "%s: pages of fingerprint \"%s\" refused: the shard's "
-                        "is \"%s\" (another filter, geometry or secret)",
-                        label, h->fingerprint, g.fp);
-        goto done;
+    uint64_t source_version = h->source_version;
+    if (h->data.len) {
+        if (!push_page_ok(h, g.body_bytes, label, &r) ||
+            !push_keep(&pm, h, limit, label, &r))
+            goto done;
+    } else {
+        bloomgrid__v1__push_pages_request__free_unpacked(h, NULL);
     }
-    if (!(pages = calloc(pm.n, sizeof *pages))) {
+    h = NULL;
+    while ((rc = rpc_stream_read(st, &buf, &len)) > 0) {
+        Bloomgrid__V1__PushPagesRequest *m =
+            bloomgrid__v1__push_pages_request__unpack(NULL, len, buf);
+        if (!m) {
+            rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "malformed PushPagesRequest message %zu",
+                            pm.n + 1);
+            goto done;
+        }
+        if (m->shard) {
+            bloomgrid__v1__push_pages_request__free_unpacked(m, NULL);
+            rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "only the first PushPagesRequest names the shard");
+            goto done;
+        }
+        if (!push_page_ok(m, g.body_bytes, label, &r)) {
+            bloomgrid__v1__push_pages_request__free_unpacked(m, NULL);
+            goto done;
+        }
+        if (!push_keep(&pm, m, limit, label, &r))
+            goto done;
+    }
+    if (rc < 0)
+        goto gone;   /* cut short: nothing applied, nothing claimed */
+    if (pm.n && !(pages = calloc(pm.n, sizeof *pages))) {
         rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
     }
-    if (!push_check(&pm, g.body_bytes, label, pages, &np, &r))
-        goto done;
-    if ((rc = store_pages_merge(sf, pages, np, h->source_version, err)) < 0) {
+    for (size_t i = 0; i < pm.n; i++)
+        pages[np++] = (struct store_page){.layer = 0, .offset = pm.v[i]->offset,
+                                          .data = pm.v[i]->data.data,
+                                          .len = pm.v[i]->data.len};
+    if ((rc = store_pages_merge(sf, pages, np, source_version, err)) < 0) {
         node_rpc__store_error(&r, sf, label, rc, err);
         goto done;
     }
@@ -327,6 +397,8 @@ done:
 gone:
     if (sf)
         store_put(sf);
+    if (h)
+        bloomgrid__v1__push_pages_request__free_unpacked(h, NULL);
     free(pages);
     push_msgs_free(&pm);
 }

@@ -13,7 +13,17 @@
  * version is reported from a pull, so a pull can only add bits.  A failed
  * pull changes nothing and is retried at the next wake-up; failures are
  * logged once per change of state.  A peer without the shard (NOT_FOUND) is
- * passed over: shards are created through routers, never by this thread.
+ * passed over.
+ *
+ * SYNCING shards (node_sync.h): each pull of a SYNCING shard from a peer
+ * is a full one (since 0) until one succeeded that started after the shard
+ * took writes and whose peer said it is not SYNCING itself; once N - W + 1
+ * peers gave one, the shard leaves SYNCING (docs/REPLICATION.md says why
+ * that number and that order).  Shards a peer holds and this node lacks
+ * (ListShards, then GetShard with the secret) are created here SYNCING and
+ * filled the same way, once a shard has been missing for
+ * REPL_RECREATE_DELAY_MS (a router's CreateFilter reaches the copies one by
+ * one) and unless it was dropped here (repl_tombstoned).
  * Queries never wait for this thread: it holds no lock of its own across a
  * pull, and the store's locks only for the OR itself.
  */
@@ -23,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <xxhash.h>
 
 #include "bf.h"
 #include "log.h"
@@ -34,7 +46,11 @@
 #include "store.h"
 #include "topo.h"
 
+#include "bloomgrid/v1/internal.pb-c.h"
+
 #define REPL_PULL_TIMEOUT_MS 10000
+#define REPL_RECREATE_DELAY_MS 2000
+#define REPL_LIST_TIMEOUT_MS 2000
 
 /* What this node got last from one peer for one shard. */
 struct repl_shard {
@@ -43,6 +59,8 @@ struct repl_shard {
     const void *sf_id;               /* the store filter it was got for */
     uint64_t epoch, version;         /* the peer's, for the next pull */
     bool failing;                    /* last pull failed (logged once) */
+    bool full_ok;                    /* a full pull that counts towards
+                                        leaving SYNCING (this sf_id) */
     char last_err[RPC_CLIENT_MSGLEN];
     struct repl_shard *next;
 };
@@ -54,11 +72,20 @@ struct repl_peer {
     struct repl_peer *next;
 };
 
+/* A shard a peer holds and this node lacks, since first_ms. */
+struct repl_missing {
+    char name[STORE_NAME_MAX + 1];
+    uint64_t first_ms;
+    bool seen;                       /* in this round's listings */
+    struct repl_missing *next;
+};
+
 struct node_replicate {
     struct node *n;
     pthread_t thread;
     struct repl_peer *peers;
     struct repl_shard *shards;
+    struct repl_missing *missing;
 };
 
 /* Pages of one pull, copied as they arrive. */
@@ -132,6 +159,7 @@ static struct repl_shard *shard_state(struct node_replicate *r,
         /* A new (or re-created) shard: start with a full pull. */
         rs->sf_id = sf;
         rs->epoch = rs->version = 0;
+        rs->full_ok = false;
     }
     return rs;
 }
@@ -193,8 +221,13 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
     struct rpc_channel *ch = peer_channel(r, peer);
     if (!ch || !(rs = shard_state(r, name, peer, sf)))
         return true;
-    if (node_client_pull(ch, filter, id.index, rs->version, rs->epoch,
-                         buf_page, &b, &end, REPL_PULL_TIMEOUT_MS, &st) < 0) {
+    /* The shard was READY above, so it took writes before this pull
+     * starts: a full pull now holds every write the peer acknowledged. */
+    bool full = node_rpc__shard_syncing(sf) && !rs->full_ok;
+    uint64_t started = node_sync_now_ms();
+    if (node_client_pull(ch, filter, id.index, full ? 0 : rs->version,
+                         full ? 0 : rs->epoch, buf_page, &b, &end,
+                         REPL_PULL_TIMEOUT_MS, &st) < 0) {
         snprintf(msg, sizeof msg, "PullPages: %s: %s",
                  rpc_status_name(st.code), st.message);
         shard_fail(r, rs, msg);
@@ -225,9 +258,153 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
                   name, peer, b.n, end.bytes);
     rs->epoch = end.epoch;
     rs->version = end.version;
+    if (full && !end.syncing &&
+        started >= node_sync_since(node_rpc__sync_get(), name))
+        rs->full_ok = true;
 out:
     buf_free(&b);
     return reachable;
+}
+
+/* Has the shard left SYNCING?  It has when full pulls (full_ok) from
+ * N - W + 1 peers succeeded for the shard object sf. */
+static void sync_check(struct node_replicate *r, struct store_filter *sf,
+                       const struct topo_group *grp)
+{
+    const char *name = store_filter_name(sf);
+    char err[NODE_SYNC_ERRLEN] = "";
+    unsigned need = grp->ncopies - grp->write_quorum + 1, got = 0;
+    struct shard_facts facts;
+
+    if (!node_rpc__shard_syncing(sf))
+        return;
+    for (struct repl_shard *rs = r->shards; rs; rs = rs->next)
+        if (rs->sf_id == (const void *)sf && rs->full_ok && !strcmp(rs->name, name))
+            got++;
+    if (got < need || node_rpc__shard_facts(sf, &facts) < 0)
+        return;
+    if (node_sync_clear(node_rpc__sync_get(), name, facts.secret_id, err) < 0)
+        log_warn("shard %s filled but still SYNCING: %s", name, err);
+    else
+        log_info("shard %s left SYNCING: every page pulled from %u copies "
+                 "that are not syncing", name, got);
+}
+
+/* Is (store name, secret id) a dropped shard that must not come back?
+ * Until the store keeps durable tombstones, only drops made on this node
+ * since it started are known. */
+static bool repl_tombstoned(const char *name, uint64_t secret_id)
+{
+    return node_sync_dropped(node_rpc__sync_get(), name, secret_id);
+}
+
+/* Create shard (filter, index) as peer holds it, SYNCING. */
+static void recreate_shard(struct node_replicate *r, struct rpc_channel *ch,
+                           const char *peer, const char *filter, unsigned index,
+                           const char *sname)
+{
+    struct store *s = node_store(r->n);
+    struct node_client_shard sh;
+    struct rpc_status st = {0};
+    char err[STORE_ERRLEN] = "";
+    struct bf *f;
+
+    if (node_client_get_shard(ch, filter, index, &sh, REPL_PULL_TIMEOUT_MS, &st) < 0)
+        return;
+    uint64_t id = XXH3_64bits(sh.secret, BF_SECRET_LEN);
+    if ((sh.kind != BF_KIND_BLOCKED && sh.kind != BF_KIND_CLASSIC) ||
+        repl_tombstoned(sname, id))
+        return;
+    if (!(f = node_client_shard_filter(&sh, err))) {
+        log_warn("anti-entropy: shard %s of %s not re-created: %s", sname, peer, err);
+        return;
+    }
+    /* SYNCING before it exists: it never answers a read it cannot vouch for. */
+    if (node_sync_mark(node_rpc__sync_get(), sname, id, err) < 0) {
+        log_warn("anti-entropy: shard %s not re-created: %s", sname, err);
+        bf_destroy(f);
+        return;
+    }
+    if (store_create_from(s, sname, f, err) < 0) {
+        bf_destroy(f);
+        node_sync_clear(node_rpc__sync_get(), sname, id, NULL);
+        log_warn("anti-entropy: shard %s not re-created: %s", sname, err);
+        return;
+    }
+    log_info("anti-entropy: re-created shard %s, which %s holds, SYNCING "
+             "until it has pulled its group's pages", sname, peer);
+}
+
+static struct repl_missing *missing_note(struct node_replicate *r, const char *name)
+{
+    struct repl_missing *m;
+
+    for (m = r->missing; m && strcmp(m->name, name); m = m->next)
+        ;
+    if (!m && (m = calloc(1, sizeof *m))) {
+        snprintf(m->name, sizeof m->name, "%s", name);
+        m->first_ms = node_sync_now_ms();
+        m->next = r->missing;
+        r->missing = m;
+    }
+    if (m)
+        m->seen = true;
+    return m;
+}
+
+/* Shards peer holds that this node lacks: noted, and re-created once they
+ * have been missing long enough.  Returns false when peer is down. */
+static bool recreate_from(struct node_replicate *r, const char *peer)
+{
+    struct store *s = node_store(r->n);
+    struct rpc_channel *ch = peer_channel(r, peer);
+    Bloomgrid__V1__ListShardsRequest req = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    Bloomgrid__V1__ListShardsResponse *resp = NULL;
+    struct rpc_status st = {0};
+    int g = -1;
+    struct topo *t = node_rpc__topo_get(&g);
+
+    req.topology_version = t ? t->version : 0;
+    topo_unref(t);
+    if (!ch || rpc_call(ch, "/bloomgrid.v1.Internal/ListShards", &req.base,
+                        &bloomgrid__v1__list_shards_response__descriptor,
+                        (ProtobufCMessage **)&resp, REPL_LIST_TIMEOUT_MS, &st) < 0)
+        return st.code != GRPC_STATUS_UNAVAILABLE &&
+               st.code != GRPC_STATUS_DEADLINE_EXCEEDED;
+    for (size_t i = 0; i < resp->n_shards && !atomic_load(&r->n->stopping); i++) {
+        const Bloomgrid__V1__InternalShardInfo *isi = resp->shards[i];
+        char sname[STORE_NAME_MAX + 1];
+        struct store_filter *sf;
+        if (!isi->filter || rules_shard_name(sname, sizeof sname, isi->filter,
+                                             isi->shard_index,
+                                             isi->shard_count ? isi->shard_count : 1,
+                                             NULL) < 0)
+            continue;
+        if ((sf = store_get(s, sname))) {
+            store_put(sf);
+            continue;
+        }
+        struct repl_missing *m = missing_note(r, sname);
+        if (m && node_sync_now_ms() - m->first_ms >= REPL_RECREATE_DELAY_MS)
+            recreate_shard(r, ch, peer, isi->filter, isi->shard_index, sname);
+    }
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return true;
+}
+
+/* Forget shards no peer listed this round (created here or dropped). */
+static void missing_sweep(struct node_replicate *r)
+{
+    for (struct repl_missing **p = &r->missing; *p;) {
+        struct repl_missing *m = *p;
+        if (!m->seen) {
+            *p = m->next;
+            free(m);
+            continue;
+        }
+        m->seen = false;
+        p = &m->next;
+    }
 }
 
 static void replicate_round(struct node_replicate *r)
@@ -244,6 +421,10 @@ static void replicate_round(struct node_replicate *r)
     /* A peer that is down or stopped costs one pull's deadline per round,
      * not one per shard: the rest of the round passes over it. */
     bool down[TOPO_MAX_COPIES] = {false};
+    for (unsigned c = 0; c < grp->ncopies; c++)
+        if (!node_rpc__is_self(grp->copies[c]))
+            down[c] = !recreate_from(r, grp->copies[c]);
+    missing_sweep(r);
     for (size_t i = 0; i < nn && !atomic_load(&r->n->stopping); i++) {
         struct store_filter *sf = store_get(s, names[i]);
         if (!sf)
@@ -251,6 +432,7 @@ static void replicate_round(struct node_replicate *r)
         for (unsigned c = 0; c < grp->ncopies; c++)
             if (!down[c] && !node_rpc__is_self(grp->copies[c]))
                 down[c] = !replicate_shard(r, sf, grp->copies[c]);
+        sync_check(r, sf, grp);
         store_put(sf);
     }
     store_list_free(names, nn);
@@ -307,6 +489,11 @@ void node_replicate_stop(struct node_replicate *r)
         struct repl_shard *next = r->shards->next;
         free(r->shards);
         r->shards = next;
+    }
+    while (r->missing) {
+        struct repl_missing *next = r->missing->next;
+        free(r->missing);
+        r->missing = next;
     }
     free(r);
 }

@@ -135,6 +135,10 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "filter \"%s\": %s", name,
                         err && err[0] ? err : "out of memory");
         break;
+    case -ESTALE:   /* a tombstone: store.h, "Tombstones" */
+        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION, "filter \"%s\": %s",
+                        name, err && err[0] ? err : "dropped");
+        break;
     case -ENOSPC:
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
                         "filter \"%s\": disk full (%s); nothing was acknowledged",
@@ -210,6 +214,12 @@ void node_rpc__info_fill(struct node *n, struct info_buf *ib, struct store_filte
     ib->fi.shards = 1;
     if (st == STORE_READY)
         store_filter_inspect(sf, info_from_bf, ib);
+    if (st == STORE_READY && node_rpc__shard_syncing(sf)) {
+        ib->fi.state = BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING;
+        ib->si.state = ib->fi.state;
+        snprintf(ib->reason, sizeof ib->reason, "syncing: it has not yet "
+                 "pulled its group's pages (reads are refused)");
+    }
 }
 
 /* Geometry and estimates, read under the filter's shared lock. */
@@ -309,9 +319,11 @@ struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
                                            struct bf_hash *h, struct rpc_reply *r)
 {
     struct store_filter *sf = node_rpc__get_shard(s, filter, index, r);
-    (void)op;   /* every copy takes reads and writes alike */
     if (!sf)
         return NULL;
+    /* A SYNCING copy takes writes but may lack acknowledged ones. */
+    if (op == OP_MAY_CONTAIN && node_rpc__refuse_syncing(sf, r))
+        goto fail;
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *p = data + 16 * i;
         uint64_t h1 = 0, h2 = 0;
@@ -529,5 +541,41 @@ bool node_rpc__refuse_version(struct rpc_reply *r, uint64_t version)
                     "topology version %llu, this node has %llu: reload the "
                     "routers' or the node's topology", (unsigned long long)version,
                     (unsigned long long)mine);
+    return true;
+}
+
+/* ---- SYNCING shards ---- */
+
+static _Atomic(struct node_sync *) node_syncs;
+
+void node_rpc__sync_set(struct node_sync *ns)
+{
+    atomic_store(&node_syncs, ns);
+}
+
+struct node_sync *node_rpc__sync_get(void)
+{
+    return atomic_load(&node_syncs);
+}
+
+bool node_rpc__shard_syncing(struct store_filter *sf)
+{
+    struct node_sync *ns = atomic_load(&node_syncs);
+    struct shard_facts facts;
+
+    /* One atomic load on the hot path while nothing is SYNCING. */
+    if (!ns || node_sync_count(ns) == 0 || atomic_load(&group_n) <= 1)
+        return false;
+    node_rpc__shard_facts(sf, &facts);
+    return node_sync_is(ns, store_filter_name(sf), facts.secret_id);
+}
+
+bool node_rpc__refuse_syncing(struct store_filter *sf, struct rpc_reply *r)
+{
+    if (!node_rpc__shard_syncing(sf))
+        return false;
+    rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
+                    "shard %s is syncing: it has not yet pulled its group's pages",
+                    store_filter_name(sf));
     return true;
 }

@@ -24,6 +24,7 @@
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "node.h"
+#include "node_sync.h"
 #include "rpc_server.h"
 #include "rules.h"
 #include "store.h"
@@ -151,6 +152,15 @@ bool node_rpc__refuse_public(struct rpc_reply *r, const char *what, bool write);
  * other than the node's with FAILED_PRECONDITION.  Returns true when
  * refused. */
 bool node_rpc__refuse_version(struct rpc_reply *r, uint64_t version);
+/* SYNCING shards (node_sync.h; docs/REPLICATION.md).  set installs the
+ * node's list once the store is open, before it serves (NULL: none); get
+ * returns it.  shard_syncing: is sf SYNCING on this copy of a group of
+ * N > 1?  refuse_syncing sets UNAVAILABLE ("shard X is syncing ...") and
+ * returns true when it is. */
+void node_rpc__sync_set(struct node_sync *ns);
+struct node_sync *node_rpc__sync_get(void);
+bool node_rpc__shard_syncing(struct store_filter *sf);
+bool node_rpc__refuse_syncing(struct store_filter *sf, struct rpc_reply *r);
 void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                               struct rpc_reply *r);
 void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,

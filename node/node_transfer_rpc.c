@@ -97,7 +97,7 @@ static void export_run(struct node *n, struct rpc_stream *st, bool shard)
         sf = node_rpc__get_shard(s, m->filter, m->shard_index, &r);
     else if (node_rpc__public_name_ok(m->filter, &r))
         sf = node_rpc__get_filter(s, m->filter, &r);
-    if (!sf)
+    if (!sf || node_rpc__refuse_syncing(sf, &r))
         goto done;
     c.cap = m->chunk_size ? m->chunk_size : RULES_CHUNK_DEFAULT;
     if (c.cap > RULES_CHUNK_MAX)
@@ -253,6 +253,13 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     if (!src) {
         rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
                         "imported file refused: %s", err);
+        goto done;
+    }
+    if (store_dropped(s, store_filter_name(sf), store_secret_id(src), NULL)) {
+        rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "imported file is of filter \"%s\" as it was before "
+                        "it was dropped on this node: refused (a drop is not "
+                        "undone)", name);
         goto done;
     }
     struct merge_check mc = {.src = src};

@@ -302,6 +302,9 @@ static grpc_slice create_req(const void *ctx, uint32_t s)
     m.secret.data = (uint8_t *)x->secret;
     m.secret.len = BF_SECRET_LEN;
     m.topology_version = x->t->version;
+    /* A new secret: no write was ever acknowledged for this shard, so no
+     * copy starts SYNCING (docs/REPLICATION.md). */
+    m.new_filter = true;
     return router_rpc__pack_slice(&m.base);
 }
 

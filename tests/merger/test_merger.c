@@ -6,7 +6,8 @@
  * usage: test_merger NODE_BIN ROUTER_BIN MERGER_BIN TEST
  *   converge  disjoint keys added in each datacenter; after one round every
  *             key is present through both routers and on every r copy; a
- *             second round ships 0 bytes; keys added while a round runs are
+ *             second round pulls the pushed pages back and pushes
+ *             nothing, a third ships 0 bytes; keys added while a round runs are
  *             present after the next one; the daemon's RunRound and Status;
  *             with one copy of a group killed, the router still reads
  *             every key and refuses Add (write quorum 2 of 2) naming the
@@ -21,7 +22,8 @@
  *             sources file is refused naming its line
  *   single    two stand-alone nodes named by address (no topology file)
  *             converge on an unsharded filter; one that loses its filter
- *             (re-created empty) is refilled by the next round
+ *             (an empty data directory, the shard re-created) is refilled
+ *             by the next round
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -246,6 +248,11 @@ static void test_converge(void)
     check_everywhere(k1, NKEYS, "after round 1 (dc1 keys)");
     check_everywhere(k2, NKEYS, "after round 1 (dc2 keys)");
 
+    /* The pushed pages changed the nodes, so the next round pulls them
+     * back once (every puller hears of every change) and pushes nothing;
+     * the one after is quiet. */
+    merger_once(&o, 0, 0);
+    CHECK(o.status == 0 && o.pushed == 0, "echo round pushed:\n%s", o.text);
     merger_once(&o, 0, 0);
     CHECK(o.status == 0 && o.pulled == 0 && o.pushed == 0,
           "a quiet round shipped bytes:\n%s", o.text);
@@ -280,9 +287,10 @@ static void test_converge(void)
                    &bloomgrid__v1__round_report__descriptor,
                    (ProtobufCMessage **)&rep, 60000, &st) == 0, "RunRound: %s",
           st.message);
-    /* Nothing changed since the last --once round: quiet from the start
-     * (what every copy holds is kept next to the snapshot). */
-    CHECK(rep->errors == 0 && rep->bytes_pulled == 0 && rep->bytes_pushed == 0,
+    /* Nothing changed since the last --once round but its own pushes,
+     * pulled back once: nothing to push (what every copy holds is kept
+     * next to the snapshot). */
+    CHECK(rep->errors == 0 && rep->bytes_pushed == 0,
           "daemon's first round: %llu pulled, %llu pushed, %u errors",
           (unsigned long long)rep->bytes_pulled,
           (unsigned long long)rep->bytes_pushed, rep->errors);
@@ -516,14 +524,26 @@ static void test_single(void)
     CHECK(o.status == 0, "round 2:\n%s", o.text);
     CHECK(keys_present(a.ch, "f", kb, 5000, NULL) == 5000, "a lacks b's keys");
     merger_once(&o, 0, 0);
+    CHECK(o.status == 0 && o.pushed == 0, "echo round:\n%s", o.text);
+    merger_once(&o, 0, 0);
     CHECK(o.status == 0 && o.pulled == 0 && o.pushed == 0, "quiet:\n%s", o.text);
 
-    /* b loses its filter (dropped, re-created empty with the same secret):
-     * its new epoch makes the merger push it everything again. */
+    /* b loses its filter (its disk: it starts on an empty directory and
+     * the shard is re-created with the same secret; a drop could not be
+     * undone so, it leaves a tombstone): its new epoch makes the merger
+     * push it everything again. */
     struct node_client_shard sh;
     CHECK(node_client_get_shard(a.ch, "f", 0, &sh, TIMEOUT_MS, &st) == 0, "get: %s",
           st.message);
-    CHECK(t_drop(b.ch, "f", &st) == 0, "drop: %s", st.message);
+    node_stop(&b, SIGTERM);
+    snprintf(db, sizeof db, "%s/b-new", tdir);
+    node_start(&b, db, fast);
+    CHECK(node_wait_health(&b, true, 20000), "node not serving");
+    f = fopen(sources, "w");
+    CHECK(f, "sources");
+    fprintf(f, "[filter f]\ndatacenter = a %s\ndatacenter = b %s\n", a.addr,
+            b.addr);
+    fclose(f);
     CHECK(node_client_create_shard(b.ch, "f", &sh, TIMEOUT_MS, &st) == 0, "re-create: %s",
           st.message);
     CHECK(keys_present(b.ch, "f", kb, 5000, NULL) < 100, "re-created filter not empty");

@@ -250,6 +250,104 @@ START_TEST(create_list_drop_and_reopen)
 }
 END_TEST
 
+/* A drop leaves a tombstone: the name with the old secret is refused,
+ * across a restart, and the name with a new secret is a new filter. */
+START_TEST(drop_leaves_a_tombstone)
+{
+    static const uint8_t old_secret[BF_SECRET_LEN] = {1, 2, 3};
+    static const uint8_t new_secret[BF_SECRET_LEN] = {4, 5, 6};
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    char err[STORE_ERRLEN], fp[17];
+    struct bf_params p;
+
+    params(&p, BF_KIND_BLOCKED, 1000);
+    p.secret = old_secret;
+    ck_assert_int_eq(store_create(s, "t", &p, err), 0);
+    struct store_filter *sf = store_get(s, "t");
+    uint64_t old_id = store_secret_id(store_filter_bf(sf));
+    bf_fingerprint_id(store_filter_bf(sf), fp);
+    store_put(sf);
+    ck_assert(!store_dropped(s, "t", old_id, fp));
+    ck_assert_int_eq(store_drop(s, "t", err), 0);
+    ck_assert(store_dropped(s, "t", old_id, NULL));
+    ck_assert(store_dropped(s, "t", 0, fp));
+    ck_assert(!store_dropped(s, "other", old_id, fp));
+
+    /* Re-creating it with the old secret (a merger's template, a copy's
+     * pages) is refused and leaves nothing behind. */
+    err[0] = 0;
+    ck_assert_int_eq(store_create(s, "t", &p, err), -ESTALE);
+    ck_assert_ptr_nonnull(strstr(err, "dropped"));
+    ck_assert_ptr_null(store_get(s, "t"));
+    struct bf *f = bf_create(&p, err);
+    ck_assert_int_eq(store_create_from(s, "t", f, err), -ESTALE);
+    bf_destroy(f);
+    store_close(s);
+
+    /* The tombstone is on disk. */
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    ck_assert(store_dropped(s, "t", old_id, NULL));
+    ck_assert_int_eq(store_create(s, "t", &p, err), -ESTALE);
+    p.secret = new_secret;
+    ck_assert_int_eq(store_create(s, "t", &p, err), 0);
+    sf = store_get(s, "t");
+    ck_assert_uint_ne(store_secret_id(store_filter_bf(sf)), old_id);
+    struct bf_hash h = hash_of(9);
+    ck_assert_int_eq(store_add_hashes(sf, &h, 1, NULL, err), 0);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+/* Only the newest STORE_TOMBS_MAX drops are remembered (8 here). */
+START_TEST(tombstones_are_bounded)
+{
+    store__tombs_max = 8;
+    struct store *s = open_store(STORE_DURABLE_NONE, 0, 0);
+    char err[STORE_ERRLEN], name[32];
+    struct bf_params p;
+    uint64_t first = 0, last = 0;
+
+    params(&p, BF_KIND_BLOCKED, 100);
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof name, "d%d", i);
+        ck_assert_int_eq(store_create(s, name, &p, err), 0);
+        struct store_filter *sf = store_get(s, name);
+        last = store_secret_id(store_filter_bf(sf));
+        if (i == 0)
+            first = last;
+        store_put(sf);
+        ck_assert_int_eq(store_drop(s, name, err), 0);
+    }
+    store_close(s);
+    s = open_store(STORE_DURABLE_NONE, 0, 0);
+    ck_assert(!store_dropped(s, "d0", first, NULL));
+    ck_assert(store_dropped(s, "d9", last, NULL));
+    store_close(s);
+    store__tombs_max = STORE_TOMBS_MAX;
+}
+END_TEST
+
+/* A damaged tombstone file is refused, never read in part. */
+START_TEST(damaged_tombstones_refuse_the_open)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    char err[STORE_ERRLEN], path[4200];
+
+    create(s, "x", BF_KIND_BLOCKED, 100);
+    ck_assert_int_eq(store_drop(s, "x", err), 0);
+    store_close(s);
+    snprintf(path, sizeof path, "%s/.tombstones", tdir);
+    FILE *f = fopen(path, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("zz not a line\n", f);
+    fclose(f);
+    struct store_options o = {.dir = tdir};
+    ck_assert_ptr_null(store_open(&o, err));
+    ck_assert_ptr_nonnull(strstr(err, ".tombstones"));
+}
+END_TEST
+
 START_TEST(names_are_validated)
 {
     struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
@@ -1461,6 +1559,9 @@ Suite *store_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, create_list_drop_and_reopen);
+    tcase_add_test(tc, drop_leaves_a_tombstone);
+    tcase_add_test(tc, tombstones_are_bounded);
+    tcase_add_test(tc, damaged_tombstones_refuse_the_open);
     tcase_add_test(tc, names_are_validated);
     tcase_add_test(tc, interrupted_create_and_drop_are_swept);
     tcase_add_test(tc, second_open_of_a_directory_is_refused);

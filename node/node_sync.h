@@ -1,0 +1,89 @@
+/* node_sync: which shards of this node are SYNCING (docs/REPLICATION.md).
+ *
+ * A shard on a copy of a group of N > 1 is SYNCING while the node cannot
+ * vouch that it holds every write it acknowledged: it was created by
+ * anything but a router's CreateFilter of a new filter (the merger, the CLI,
+ * anti-entropy re-creating a lost shard), its recovery cut records of it
+ * (store_filter_recovery_cut), or the list below could not be read.  It
+ * takes writes and refuses reads until anti-entropy (node_replicate.c) has
+ * pulled every page from N - W + 1 copies that are not SYNCING themselves.
+ *
+ * The list is durable: DIR/SYNCING (written whole through common/durable.h
+ * on every change, before the change is used), one line per shard,
+ *   bloomgrid-syncing 1
+ *   <store name> <secret id: 16 hex digits, 0 for any secret>
+ * A file that does not parse (any doubt) marks every shard of the store.
+ * A missing file is an empty list (a new or wiped data directory holds no
+ * shard to vouch for; shards created on it later are marked).  Entries of
+ * shards the store no longer holds, or holds with another secret, are
+ * dropped when the node starts.
+ *
+ * It also remembers, for the life of the process, the shards dropped on
+ * this node, so anti-entropy does not bring one back from a peer the drop
+ * has not reached yet (node_sync_dropped; durable tombstones replace it).
+ *
+ * Threads: every function may be called from any thread at once; a mark or
+ * clear writes the file under the list's lock.  node_sync_is costs one
+ * atomic load while nothing is SYNCING.  Errors: 0 or a negative errno with
+ * a sentence in err (NODE_SYNC_ERRLEN bytes, may be NULL).
+ */
+#ifndef BLOOMGRID_NODE_SYNC_H
+#define BLOOMGRID_NODE_SYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "durable.h"
+#include "store.h"
+
+#define NODE_SYNC_ERRLEN DURABLE_ERRLEN
+#define NODE_SYNC_FILE "SYNCING"
+
+struct node_sync;
+
+/* Read DIR/SYNCING.  A file that does not parse leaves the list in doubt
+ * (node_sync_adopt then marks every shard) and *doubt (may be NULL) true.
+ * Returns the list, or NULL (out of memory, an unreadable file: err). */
+struct node_sync *node_sync_open(const char *dir, bool *doubt, char *err);
+void node_sync_close(struct node_sync *ns);
+
+/* Once the store is open, before it serves: mark every shard of s when in
+ * doubt, and the shards whose recovery was cut, when mark (the node is a
+ * copy of a group of N > 1); drop entries of shards s lacks or holds with
+ * another secret; write the file.  Every entry's "taking writes since" is
+ * now.  Returns 0 or the file's write error. */
+int node_sync_adopt(struct node_sync *ns, struct store *s, bool mark, char *err);
+
+/* Is store name (with secret id, 0 if unknown) SYNCING? */
+bool node_sync_is(struct node_sync *ns, const char *name, uint64_t secret_id);
+
+/* How many shards are SYNCING. */
+size_t node_sync_count(struct node_sync *ns);
+
+/* Mark name (secret id, 0: any) SYNCING, durably, replacing an entry of
+ * the same name; its "taking writes since" is now. */
+int node_sync_mark(struct node_sync *ns, const char *name, uint64_t secret_id,
+                   char *err);
+
+/* Take name off the list, durably, when its entry has secret_id (0: any).
+ * Returns 0 (also when it was not listed). */
+int node_sync_clear(struct node_sync *ns, const char *name, uint64_t secret_id,
+                    char *err);
+
+/* When name's entry was marked or adopted (a CLOCK_MONOTONIC time in ms),
+ * or 0 when it is not listed: a pull that counts towards leaving SYNCING
+ * must start after it. */
+uint64_t node_sync_since(struct node_sync *ns, const char *name);
+
+/* A shard dropped on this node: remember (name, secret id) for the life of
+ * the process and take it off the list. */
+void node_sync_forget(struct node_sync *ns, const char *name, uint64_t secret_id);
+
+/* Was (name, secret id) dropped on this node since it started? */
+bool node_sync_dropped(struct node_sync *ns, const char *name, uint64_t secret_id);
+
+/* CLOCK_MONOTONIC in ms (the clock of node_sync_since). */
+uint64_t node_sync_now_ms(void);
+
+#endif

@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build run stop status test unit test-asan bench clean
+.PHONY: all deps build run stop status test unit test-asan soak-copies bench clean
 
 all: build
 
@@ -36,6 +36,17 @@ test-asan: deps
 	@cmake --build $(BUILD)-asan -j $(JOBS)
 	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		BLOOMGRID_FAST_TESTS=1 ctest --output-on-failure -j $(JOBS) -L unit
+
+# The set test of copies (tests/integ/test_copies_set.c) for SOAK_S seconds
+# with every fault; SEED=N replays a run's faults, SOAK_ARGS adds options
+# (e.g. "--write-quorum 3 --read-quorum 1").
+SOAK_S ?= 600
+SOAK_ARGS ?=
+soak-copies: build
+	@mkdir -p $(BUILD)/tests/integ/tmp
+	@cd $(BUILD) && BLOOMGRID_TEST_TMP=$(CURDIR)/$(BUILD)/tests/integ/tmp \
+		./tests/integ/test_copies_set node/bloomgrid-node router/bloomgrid-router \
+		merger/bloomgrid-merger --duration $(SOAK_S) $(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
 
 bench: build
 	@./$(BUILD)/bench/bench_engine

@@ -243,16 +243,25 @@ static struct scratch *scratch_get(size_t n)
     return s;
 }
 
+/* One node's call of a batch's round, as its link set's done argument. */
+struct batch_set {
+    struct key_batch *b;
+    uint32_t c;                 /* index into b->calls */
+};
+
 /* A batch in flight, from its start to its last link call's end.  It owns
  * the hashes and the answer slots lent to the links, so it lives (refs)
- * until every link call has ended, which may later be after its caller was
- * answered (done: a write answered at W of N copies); the caller's keys
- * and out are used only until done.  References: the starter's while it
+ * until every link call has ended, which may be after its caller was
+ * answered (done): a write is answered as soon as every shard has W copies
+ * that took it, the slower copies' outcomes coming in afterwards; the
+ * caller's keys and out are used only until done (answered, under mu).  References: the starter's while it
  * submits, and one per link set in flight.  A read's later rounds are
  * built and submitted by the thread that ended the round before. */
 struct key_batch {
     atomic_int refs;
     atomic_size_t pending;      /* link sets of this round not ended */
+    pthread_mutex_t mu;         /* a write's counts, out and answered */
+    bool answered;              /* done was called or is being called */
     struct router *r;
     struct topo *t;
     struct router_filter *f;
@@ -276,6 +285,7 @@ struct key_batch {
     uint32_t *ent_q;            /* per entry: its struct shard_q */
     uint8_t *ent_copy;          /* per entry: the copy */
     struct router_link_call *calls;  /* per node */
+    struct batch_set *sets;          /* per node */
     uint32_t *pair_q, *pair_call;    /* round_build's (shard, copy) pairs */
     uint8_t *pair_c;
     size_t *fill;
@@ -288,7 +298,7 @@ static struct key_batch *batch_alloc(size_t n, size_t nq, unsigned N)
     size_t ne = nq * N;
     size_t sz = sizeof(struct key_batch) + nq * sizeof(struct shard_q) +
                 ne * (sizeof(struct router_link_entry) + sizeof(struct router_link_call) +
-                      sizeof(size_t) + 3 * sizeof(uint32_t) + 2) +
+                      sizeof(struct batch_set) + sizeof(size_t) + 3 * sizeof(uint32_t) + 2) +
                 n * (sizeof(struct bf_hash) + 2 * sizeof(uint32_t) + N) + 64;
     struct key_batch *b = calloc(1, sz);
     if (!b)
@@ -297,7 +307,8 @@ static struct key_batch *batch_alloc(size_t n, size_t nq, unsigned N)
     b->q = (struct shard_q *)(b + 1);
     b->ent = (struct router_link_entry *)(b->q + nq);
     b->calls = (struct router_link_call *)(b->ent + ne);
-    b->fill = (size_t *)(b->calls + ne);
+    b->sets = (struct batch_set *)(b->calls + ne);
+    b->fill = (size_t *)(b->sets + ne);
     b->hs = (struct bf_hash *)(b->fill + ne);
     b->shard = (uint32_t *)(b->hs + n);
     b->idx = b->shard + n;
@@ -307,6 +318,7 @@ static struct key_batch *batch_alloc(size_t n, size_t nq, unsigned N)
     b->ent_copy = (uint8_t *)(b->pair_call + ne);
     b->pair_c = b->ent_copy + ne;
     b->couts = (bool *)(b->pair_c + ne);
+    pthread_mutex_init(&b->mu, NULL);
     return b;
 }
 
@@ -316,6 +328,7 @@ static void batch_unref(struct key_batch *b)
         return;
     router_filter_unref(b->f);
     topo_unref(b->t);
+    pthread_mutex_destroy(&b->mu);
     free(b);
 }
 
@@ -616,7 +629,9 @@ static void batch_end(struct key_batch *b)
 {
     struct rpc_status st = {.code = GRPC_STATUS_OK};
     bool stale = false;
+    pthread_mutex_lock(&b->mu);     /* a write's slower copies still count */
     int rc = batch_outcome(b, &st, &stale);
+    pthread_mutex_unlock(&b->mu);
     if (rc < 0 && stale && !b->retried) {
         atomic_fetch_add(&b->refs, 1);
         int prc = router_pool_push(b->r->pool, batch_retry, b);
@@ -657,21 +672,24 @@ static void batch_round(struct key_batch *b)
      * may end inside the last submit (and the next one be built over these
      * arrays): nothing of them is touched after it. */
     int timeout = (int)b->r->cfg.node_timeout_ms;
-    for (int c = 0; c < ncalls; c++)
-        router_link_submit(&b->calls[c], 1, timeout, batch_set_done, b);
+    for (int c = 0; c < ncalls; c++) {
+        b->sets[c] = (struct batch_set){.b = b, .c = (uint32_t)c};
+        router_link_submit(&b->calls[c], 1, timeout, batch_set_done, &b->sets[c]);
+    }
 }
 
-/* Every call of b's round has ended: count the copies' answers, then a
- * read asks more copies where some failed. */
-static void batch_round_done(struct key_batch *b)
+/* Count the copies' answers of entries [i0, i1) of b's round; the
+ * caller's out only while it has not been answered. */
+static void batch_count(struct key_batch *b, size_t i0, size_t i1)
 {
-    for (size_t i = 0; i < b->ne; i++) {
+    for (size_t i = i0; i < i1; i++) {
         const struct router_link_entry *e = &b->ent[i];
         struct shard_q *sq = &b->q[b->ent_q[i]];
         if (e->st.code == GRPC_STATUS_OK) {
             sq->ok++;
-            for (uint32_t j = 0; j < e->n; j++)
-                b->out[b->idx[sq->start + j]] |= e->out[j];
+            if (!b->answered)
+                for (uint32_t j = 0; j < e->n; j++)
+                    b->out[b->idx[sq->start + j]] |= e->out[j];
             continue;
         }
         struct copy_fail *cf = &sq->fail[sq->nfail++];
@@ -680,18 +698,52 @@ static void batch_round_done(struct key_batch *b)
         cf->reason = e->st.reason;
         snprintf(cf->msg, sizeof cf->msg, "%.159s", e->st.message);
     }
-    if (b->op != ROUTER_MAY_CONTAIN)
-        batch_end(b);       /* a write has one round */
-    else
-        batch_round(b);
 }
 
-/* One link set (one node's call) of b's round ended. */
+/* Has every shard of b as many copies that answered as its quorum needs? */
+static bool batch_quorate(const struct key_batch *b)
+{
+    for (size_t k = 0; k < b->nq; k++)
+        if (b->q[k].ok < b->q[k].need)
+            return false;
+    return true;
+}
+
+/* One link set (one node's call) of b's round ended.  A write counts each
+ * node's answers as they come and is answered once every shard has W
+ * (the copies still out only add to the counts, which nobody reads any
+ * more); otherwise, when the last set ends.  A read counts its round at
+ * the end and asks more copies where some failed. */
 static void batch_set_done(void *arg)
 {
-    struct key_batch *b = arg;
-    if (atomic_fetch_sub(&b->pending, 1) == 1)
-        batch_round_done(b);
+    struct batch_set *set = arg;
+    struct key_batch *b = set->b;
+    const struct router_link_call *lc = &b->calls[set->c];
+    bool write = b->op != ROUTER_MAY_CONTAIN, end = false;
+
+    if (write) {
+        size_t i0 = (size_t)(lc->e - b->ent);
+        pthread_mutex_lock(&b->mu);
+        batch_count(b, i0, i0 + lc->n);
+        if (!b->answered && batch_quorate(b))
+            end = b->answered = true;
+        pthread_mutex_unlock(&b->mu);
+        if (end)
+            batch_end(b);
+    }
+    if (atomic_fetch_sub(&b->pending, 1) == 1) {
+        if (write) {
+            pthread_mutex_lock(&b->mu);
+            end = !b->answered;
+            b->answered = true;
+            pthread_mutex_unlock(&b->mu);
+            if (end)
+                batch_end(b);   /* a write has one round */
+        } else {
+            batch_count(b, 0, b->ne);
+            batch_round(b);
+        }
+    }
     batch_unref(b);
 }
 

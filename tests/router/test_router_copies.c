@@ -16,6 +16,11 @@
  *   single  N = 1 with the node reading the topology: public calls go to
  *           the node directly, and every acknowledged key is "maybe" after
  *           the node is killed and restarted on its data
+ *   early   W = 2, R = 2, a router whose node timeout (60 s) is far past
+ *           the client's deadline (10 s): with one copy stopped, writes
+ *           are acknowledged once the two others have them, without
+ *           waiting for the stopped one; the keys are "maybe" once it is
+ *           back
  *   refuse  a copy refuses a public Add and MayContain (FAILED_PRECONDITION
  *           naming the router rule), a counting filter cannot be created
  *           on the group, a node refuses router calls made under another
@@ -70,16 +75,54 @@ static void restart_reached(struct cluster *c, int i, const char *const *more)
     CHECK(ni.messages > 0, "the router does not reach restarted node %d", i);
 }
 
-static void setup(struct cluster *c, const char *tag, const char *head, char ***k)
+static void setup_flags(struct cluster *c, const char *tag, const char *head, char ***k,
+                        const char *const *router_flags)
 {
     struct rpc_status st;
-    cluster_start_copies(c, tag, 1, 3, head, 1);
+    cluster_start_copies(c, tag, 1, 3, head, 0);
+    cluster_router_start(c, 0, router_flags);
     CHECK(t_create_sharded(c->router[0].ch, "f", 100000, 0.01, 0, S, NULL, &st) == 0,
           "create: %s", st.message);
     for (int i = 0; i < 3; i++)
         CHECK(t_shard_count(c->node[i].ch, "f") == S, "copy %d holds every shard", i);
     *k = keys_make("k", 0, NKEYS);
     keys_call(c->router[0].ch, "Add", "f", *k, NKEYS, 500, NULL);
+}
+
+static void setup(struct cluster *c, const char *tag, const char *head, char ***k)
+{
+    setup_flags(c, tag, head, k, NULL);
+}
+
+static void test_early(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    char **k;
+    bool out[64];
+    const char *slow_timeout[] = {"--node-timeout-ms", "60000", NULL};
+    setup_flags(&c, "router-copies-early", "write_quorum = 2\nread_quorum = 2\n", &k,
+                slow_timeout);
+
+    /* Each write touches every shard's group, the stopped copy included:
+     * waiting for it would take the router's 60 s node timeout, past the
+     * client's 10 s deadline. */
+    kill(c.node[1].pid, SIGSTOP);
+    char **more = keys_make("early", 0, 64 * 8);
+    for (int r = 0; r < 8; r++)
+        CHECK(t_keys(c.router[0].ch, "Add", "f", more + 64 * r, 64, out, &st) == 0,
+              "Add %d with one copy stopped: %d %s", r, st.code, st.message);
+    printf("8 Adds acknowledged with copy 1 stopped\n");
+    kill(c.node[1].pid, SIGCONT);
+    char **all = malloc(NKEYS * sizeof *all);
+    CHECK(all, "memory");
+    for (int i = 0; i < NKEYS; i++)
+        all[i] = i < 64 * 8 ? more[i] : k[i];
+    all_maybe(&c, all, "copy 1 back");
+    free(all);
+    keys_free(more, 64 * 8);
+    keys_free(k, NKEYS);
+    cluster_stop(&c);
 }
 
 static void test_quorum(void)
@@ -349,6 +392,8 @@ static void run(void)
         test_w3r1();
     else if (!strcmp(test_name, "single"))
         test_single();
+    else if (!strcmp(test_name, "early"))
+        test_early();
     else if (!strcmp(test_name, "refuse"))
         test_refuse();
     else

@@ -317,33 +317,6 @@ run() {  # round workload system filter bloombench-args...
 }
 
 # Readiness: a create/drop round trip on every system.
-free_port() {  # a port free on loopback now (the node binds it a moment later)
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-start_copies() {  # name copies write_quorum read_quorum
-  local d=$ST/$1 i pids= addrs=() ports=()
-  mkdir -p "$d"
-  for i in $(seq 1 "$2"); do
-    ports+=("$(free_port)")
-    addrs+=("127.0.0.1:${ports[-1]}")
-  done
-  printf 'version = 1\n[group g]\ncopies = %s\nwrite_quorum = %s\nread_quorum = %s\n' \
-    "${addrs[*]}" "$3" "$4" >"$d/topology.ini"
-  for i in $(seq 1 "$2"); do
-    # shellcheck disable=SC2086
-    start_server "node $d/node$i" "$d/node$i" "$NODE_BIN" --listen "${addrs[$((i - 1))]}" \
-      --data-dir "$d/node$i/data" --durability fsync --topology "$d/topology.ini" \
-      --log-level warn $NODE_ARGS
-    pids="$pids $LAST_PID"
-  done
-  # shellcheck disable=SC2086
-  start_server "router $1" "$d/router" "$ROUTER_BIN" --listen 127.0.0.1:0 \
-    --topology "$d/topology.ini" --log-level warn $ROUTER_ARGS
-  ADDR[$1]=$LAST_ADDR
-  PIDS[$1]="$LAST_PID$pids"
-}
-
 for s in $(printf '%s\n' "${SYS[@]}" "${QSYS[@]}" | awk '!seen[$0]++'); do
   { bb "$s" --filter ready --create --capacity 1000 >/dev/null && bb "$s" --filter ready --drop >/dev/null; } \
     || die "$s (${ADDR[$s]}) is not answering"

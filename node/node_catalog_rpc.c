@@ -34,7 +34,8 @@ void node_rpc__h_create_filter(void *arg, const uint8_t *req, size_t len,
                    bloomgrid__v1__create_filter_request, m, req, len, r);
     struct bf_params p = {0};
     char err[STORE_ERRLEN] = "";
-    if (!node_rpc__public_name_ok(m->name, r) ||
+    if (node_rpc__refuse_public_catalog(r, "CreateFilter") ||
+        !node_rpc__public_name_ok(m->name, r) ||
         !node_rpc__params_ok(m->capacity, m->error_rate, r) ||
         !node_rpc__kind_from_wire(m->kind, &p.kind, r))
         goto out;
@@ -76,7 +77,8 @@ void node_rpc__h_drop_filter(void *arg, const uint8_t *req, size_t len,
     UNPACK_OR_FAIL(Bloomgrid__V1__DropFilterRequest,
                    bloomgrid__v1__drop_filter_request, m, req, len, r);
     char err[STORE_ERRLEN] = "";
-    if (node_rpc__public_name_ok(m->name, r)) {
+    if (!node_rpc__refuse_public_catalog(r, "DropFilter") &&
+        node_rpc__public_name_ok(m->name, r)) {
         int rc = store_drop(s, m->name, err);
         if (rc < 0) {
             node_rpc__store_error(r, NULL, m->name, rc, err);

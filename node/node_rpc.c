@@ -532,6 +532,18 @@ bool node_rpc__refuse_public(struct rpc_reply *r, const char *what, bool write)
     return true;
 }
 
+bool node_rpc__refuse_public_catalog(struct rpc_reply *r, const char *what)
+{
+    unsigned n = atomic_load(&group_n);
+    if (n <= 1)
+        return false;
+    rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                    "%s refused: in a group of %u copies, filters are created and "
+                    "dropped through a router (every copy must hold the same "
+                    "filters; docs/REPLICATION.md)", what, n);
+    return true;
+}
+
 bool node_rpc__refuse_version(struct rpc_reply *r, uint64_t version)
 {
     uint64_t mine = atomic_load(&topo_version);

@@ -148,6 +148,10 @@ unsigned node_rpc__group_copies(void);
  * (unless W = N) with FAILED_PRECONDITION naming the router rule; what
  * names the call ("Add").  Returns true when refused. */
 bool node_rpc__refuse_public(struct rpc_reply *r, const char *what, bool write);
+/* In a group of N > 1 copies, refuse a public CreateFilter or DropFilter
+ * (what) into r: every copy must hold a filter, so the catalog goes
+ * through a router.  Returns true when refused. */
+bool node_rpc__refuse_public_catalog(struct rpc_reply *r, const char *what);
 /* Refuse an internal call made under topology version (0: not sent)
  * other than the node's with FAILED_PRECONDITION.  Returns true when
  * refused. */

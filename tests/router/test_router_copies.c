@@ -21,9 +21,9 @@
  *           are acknowledged once the two others have them, without
  *           waiting for the stopped one; the keys are "maybe" once it is
  *           back
- *   refuse  a copy refuses a public Add and MayContain (FAILED_PRECONDITION
- *           naming the router rule), a counting filter cannot be created
- *           on the group, a node refuses router calls made under another
+ *   refuse  a copy refuses a public Add and MayContain, CreateFilter and
+ *           DropFilter (FAILED_PRECONDITION naming the router rule), a
+ *           counting filter cannot be created on the group, a node refuses router calls made under another
  *           topology version until it reads the same file, and a node
  *           refuses to start outside the topology or with durability none
  */
@@ -327,6 +327,14 @@ static void test_refuse(void)
               GRPC_STATUS_FAILED_PRECONDITION &&
               strstr(st.message, "in a group of 3 copies, keys go through a router"),
           "public MayContain on a copy (W < N): %d %s", st.code, st.message);
+    CHECK(t_create(c.node[0].ch, "direct", 10000, 0.01, 0, &st) ==
+              GRPC_STATUS_FAILED_PRECONDITION &&
+              strstr(st.message, "filters are created and dropped through a router"),
+          "public CreateFilter on a copy: %d %s", st.code, st.message);
+    CHECK(t_drop(c.node[0].ch, "f.shard-0", &st) == GRPC_STATUS_FAILED_PRECONDITION &&
+              strstr(st.message, "filters are created and dropped through a router"),
+          "public DropFilter on a copy: %d %s", st.code, st.message);
+    CHECK(t_shard_count(c.node[0].ch, "f") == S, "the refused drop dropped nothing");
     CHECK(t_create_sharded(c.router[0].ch, "counts", 1000, 0.01,
                            BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_COUNTING, 2, NULL,
                            &st) == GRPC_STATUS_FAILED_PRECONDITION &&

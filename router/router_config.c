@@ -19,6 +19,10 @@ static const struct setting settings[] = {
      "shards of a filter created with shards = 0"},
     {"node_timeout_ms", SETTING_UINT, 10, 600000, NULL, "5000", F(node_timeout_ms),
      "deadline of every call forwarded to a node"},
+    {"read_failover_ms", SETTING_UINT, 10, 600000, NULL, "1000", F(read_failover_ms),
+     "a read of a group with more copies than its read quorum counts a copy "
+     "that has not answered within this many milliseconds as failed and asks "
+     "another copy (at most node_timeout_ms)"},
     {"secret_ttl_s", SETTING_UINT, 1, 86400, NULL, "10", F(secret_ttl_s),
      "how long a filter's secret and shard count are cached before they are "
      "checked again"},

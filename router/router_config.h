@@ -16,6 +16,7 @@ struct router_config {
     char topology[1024];
     uint64_t default_shards;
     uint64_t node_timeout_ms;
+    uint64_t read_failover_ms;
     uint64_t secret_ttl_s;
     uint64_t max_batch_keys;
     uint64_t max_key_size;

@@ -520,6 +520,21 @@ static void batch_end(struct key_batch *b)
 
 static void batch_set_done(void *arg);
 
+/* The deadline of one node's call: node_timeout_ms, but for a read of a
+ * group with a copy to spare (N > R) read_failover_ms, after which the
+ * copy counts as failed and the next round asks another.  A node's call
+ * holds shards of one group (an address is in one group only). */
+static int set_timeout(const struct key_batch *b, const struct router_link_call *lc)
+{
+    const struct router_config *cfg = &b->r->cfg;
+    if (b->op == ROUTER_MAY_CONTAIN && lc->n > 0) {
+        const struct shard_q *q = &b->q[b->ent_q[lc->e - b->ent]];
+        if (q->g->ncopies > q->need && cfg->read_failover_ms < cfg->node_timeout_ms)
+            return (int)cfg->read_failover_ms;
+    }
+    return (int)cfg->node_timeout_ms;
+}
+
 /* Build and submit b's next round, or end b when nothing is left to ask. */
 static void batch_round(struct key_batch *b)
 {
@@ -539,10 +554,10 @@ static void batch_round(struct key_batch *b)
     /* One set per node: each node's outcome is known on its own.  The round
      * may end inside the last submit (and the next one be built over these
      * arrays): nothing of them is touched after it. */
-    int timeout = (int)b->r->cfg.node_timeout_ms;
     for (int c = 0; c < ncalls; c++) {
         b->sets[c] = (struct batch_set){.b = b, .c = (uint32_t)c};
-        router_link_submit(&b->calls[c], 1, timeout, batch_set_done, &b->sets[c]);
+        router_link_submit(&b->calls[c], 1, set_timeout(b, &b->calls[c]), batch_set_done,
+                           &b->sets[c]);
     }
 }
 

@@ -19,8 +19,9 @@
  *   early   W = 2, R = 2, a router whose node timeout (60 s) is far past
  *           the client's deadline (10 s): with one copy stopped, writes
  *           are acknowledged once the two others have them, without
- *           waiting for the stopped one; the keys are "maybe" once it is
- *           back
+ *           waiting for the stopped one, and reads that ask it move on to
+ *           the third copy after read_failover_ms; the keys are "maybe"
+ *           once it is back
  *   refuse  a copy refuses a public Add and MayContain, CreateFilter and
  *           DropFilter (FAILED_PRECONDITION naming the router rule), a
  *           counting filter cannot be created on the group, a node refuses router calls made under another
@@ -113,6 +114,12 @@ static void test_early(void)
         CHECK(t_keys(c.router[0].ch, "Add", "f", more + 64 * r, 64, out, &st) == 0,
               "Add %d with one copy stopped: %d %s", r, st.code, st.message);
     printf("8 Adds acknowledged with copy 1 stopped\n");
+    /* Reads that ask the stopped copy count it failed after
+     * read_failover_ms (1 s) and ask the third: answered within the
+     * client's deadline.  Three reads: the rotation makes at least two of
+     * them ask copy 1. */
+    for (int r = 0; r < 3; r++)
+        all_maybe(&c, k, "copy 1 stopped (reads)");
     kill(c.node[1].pid, SIGCONT);
     char **all = malloc(NKEYS * sizeof *all);
     CHECK(all, "memory");

@@ -43,6 +43,7 @@
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "rpc_client.h"
 #include "rpc_keys.h"
+#include "rpc_ops.h"
 
 #define KEYLEN 16
 #define CALL_TIMEOUT_MS 15000
@@ -389,14 +390,7 @@ static void scall_send(struct run *r, struct scall *s)
 static void scall_recv(struct scall *s, bool first)
 {
     grpc_op ops[2];
-    size_t n = 0;
-    memset(ops, 0, sizeof ops);
-    if (first) {
-        ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-        ops[n++].data.recv_initial_metadata.recv_initial_metadata = &s->md_i;
-    }
-    ops[n].op = GRPC_OP_RECV_MESSAGE;
-    ops[n++].data.recv_message.recv_message = &s->recv;
+    size_t n = rpc_ops_recv(ops, first, &s->md_i, &s->recv);
     scall_batch(s, ops, n, &s->recv_tag);
 }
 

@@ -17,6 +17,8 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "rpc_ops.h"
+
 #define MAX_METHODS 64
 
 struct reg_method {
@@ -512,21 +514,12 @@ int rpc_cstream_close_send(struct rpc_cstream *s)
 int rpc_cstream_read(struct rpc_cstream *s, grpc_slice *out)
 {
     grpc_op ops[2];
-    size_t n = 0;
     grpc_byte_buffer *bb = NULL;
 
     if (!stream_send_md(s))
         return -1;
-    memset(ops, 0, sizeof ops);
-    if (!s->md_received) {
-        ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-        ops[n].data.recv_initial_metadata.recv_initial_metadata = &s->md_initial;
-        n++;
-        s->md_received = true;
-    }
-    ops[n].op = GRPC_OP_RECV_MESSAGE;
-    ops[n].data.recv_message.recv_message = &bb;
-    n++;
+    size_t n = rpc_ops_recv(ops, !s->md_received, &s->md_initial, &bb);
+    s->md_received = true;
     if (!stream_batch(s, ops, n, &s->tags[1])) {
         if (bb)
             grpc_byte_buffer_destroy(bb);

@@ -26,6 +26,7 @@
 
 #include "log.h"
 #include "rpc_check.h"
+#include "rpc_ops.h"
 #include "rpc_server.h"
 #include "rpc_server_internal.h"
 
@@ -73,19 +74,11 @@ grpc_call_error rpc_server__stream_start(struct slot *s, const grpc_op *ops,
 static int send_locked(struct slot *s, grpc_slice body)
 {
     grpc_op ops[2];
-    size_t n = 0;
 
-    memset(ops, 0, sizeof ops);
-    if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        s->md_sent = true;
-    }
     s->write_len = GRPC_SLICE_LENGTH(body);
     s->write_buf = grpc_raw_byte_buffer_create(&body, 1);
     grpc_slice_unref(body);
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = s->write_buf;
-    n++;
+    size_t n = rpc_ops_send(ops, &s->md_sent, s->write_buf);
     if (grpc_call_start_batch(s->call, ops, n, &s->write_tag, NULL) != GRPC_CALL_OK) {
         grpc_byte_buffer_destroy(s->write_buf);
         s->write_buf = NULL;

@@ -38,6 +38,7 @@
 
 #include "log.h"
 #include "router_link_int.h"
+#include "rpc_ops.h"
 
 #define M_BATCHES "/bloomgrid.v1.Internal/Batches"
 #define ENTRY_OVERHEAD 32       /* queued bytes an entry counts beyond its hashes */
@@ -152,16 +153,7 @@ static void stream_maybe_free(struct link_stream *s)
 static bool stream_post_recv(struct link_stream *s, bool first)
 {
     grpc_op ops[2];
-    size_t n = 0;
-    memset(ops, 0, sizeof ops);
-    if (first) {
-        ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-        ops[n].data.recv_initial_metadata.recv_initial_metadata = &s->md_initial;
-        n++;
-    }
-    ops[n].op = GRPC_OP_RECV_MESSAGE;
-    ops[n].data.recv_message.recv_message = &s->recv_buf;
-    n++;
+    size_t n = rpc_ops_recv(ops, first, &s->md_initial, &s->recv_buf);
     if (grpc_call_start_batch(s->call, ops, n, &s->tags[TAG_RECV], NULL) != GRPC_CALL_OK)
         return false;
     s->ops++;
@@ -255,15 +247,7 @@ static void lane_kick(struct link_lane *ln)
         return;
     }
     grpc_op ops[2];
-    size_t n = 0;
-    memset(ops, 0, sizeof ops);
-    if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        s->md_sent = true;
-    }
-    ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = bb;
-    n++;
+    size_t n = rpc_ops_send(ops, &s->md_sent, bb);
     m->s = s;
     ln->inflight = m;
     s->send_buf = bb;

@@ -24,6 +24,7 @@ struct rpc_method {
     rpc_stream_fn stream;
     void *arg;
     const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
+    bool internal;         /* struct rpc_handler.internal */
 };
 
 enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
@@ -104,6 +105,9 @@ struct slot {
     uint64_t post_seq;           /* messages accepted so far */
     uint64_t sent_seq;           /* of those, sent or dropped */
     int holds;                   /* rpc_stream_hold */
+    /* No message for stream_idle_ms: the call was cancelled with a status
+     * saying so. */
+    bool idled;
     /* A message broke the string rule: the status the call ends with. */
     bool bad_request;
     char bad_msg[RPC_MSGLEN];
@@ -129,6 +133,7 @@ struct rpc_server {
     pthread_cond_t cond;         /* broadcast when a stream ends */
     pthread_cond_t health_cond;  /* broadcast on every health change */
     int streams_active;          /* queued for the pool or running */
+    int streams_public;          /* of those, of methods not internal */
     /* Stream thread pool, created at start: streams wait on job_cond. */
     pthread_t *pool;
     int npool;

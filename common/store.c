@@ -252,6 +252,30 @@ static int budget_check_locked(struct store *s, const char *name,
     return 0;
 }
 
+int store_reserve(struct store *s, uint64_t bytes, const char *what, char *err)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&s->mu);
+    uint64_t used = atomic_load(&s->charged);
+    if (s->max_memory && (bytes > s->max_memory || used > s->max_memory - bytes)) {
+        errmsg_set(err, "%s refused: %.1f MiB more would take the node past "
+                   "max_memory_mb = %" PRIu64 " (%.1f MiB taken by filters and "
+                   "transfers in flight)", what, mib(bytes), s->max_memory >> 20,
+                   mib(used));
+        rc = -EDQUOT;
+    } else {
+        atomic_fetch_add(&s->charged, bytes);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void store_release(struct store *s, uint64_t bytes)
+{
+    atomic_fetch_sub(&s->charged, bytes);
+}
+
 int store_create_from(struct store *s, const char *name, struct bf *f,
                       char *err)
 {

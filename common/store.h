@@ -180,6 +180,14 @@ struct store_budget {
 /* What the store's budgets are and how much of them is taken. */
 void store_budget(struct store *s, struct store_budget *out);
 
+/* Memory held for a while beside the filters (an import's bytes as they
+ * arrive, pushed pages until they are merged) is counted against
+ * max_memory_bytes too, while held: reserve returns 0, or -EDQUOT with err
+ * naming the budget and what (a short noun: "the import into 'x'") wanted
+ * it; every reservation is given back with release. */
+int store_reserve(struct store *s, uint64_t bytes, const char *what, char *err);
+void store_release(struct store *s, uint64_t bytes);
+
 /* Create an empty filter.  Returns 0 once it is durable; -EINVAL (bad name
  * or parameters, see bf_params_check), -EEXIST, -ESTALE (p->secret is
  * that of a dropped filter of this name: see "Tombstones"), -EDQUOT (over

@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build run stop status test unit test-asan soak-copies bench clean
+.PHONY: all deps build install run stop status test unit test-asan soak-copies bench clean
 
 all: build
 
@@ -14,6 +14,14 @@ deps:
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# Install the programs, units, examples, docs and manual pages under PREFIX
+# (DESTDIR=... stages the install for packaging).
+PREFIX ?= /usr/local
+install: build
+	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	@cmake --install $(BUILD)
 
 run: build
 	@./deploy/run.sh $(BUILD)

@@ -7,7 +7,7 @@ PKGS=(
   build-essential cmake pkg-config
   libxxhash-dev check libsubunit-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev
-  libbloom-dev redis-server
+  libbloom-dev redis-server help2man
 )
 # Node.js runs the independent client test.  Some machines carry a Node.js
 # build that bundles npm (and conflicts with Debian's npm package), so these

@@ -8,6 +8,7 @@ PKGS=(
   libxxhash-dev check libsubunit-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev
   libbloom-dev redis-server help2man
+  libmicrohttpd-dev python3-prometheus-client
 )
 # Node.js runs the independent client test.  Some machines carry a Node.js
 # build that bundles npm (and conflicts with Debian's npm package), so these

@@ -9,6 +9,7 @@ PKGS=(
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev
   libbloom-dev redis-server help2man
   libmicrohttpd-dev python3-prometheus-client
+  protobuf-compiler libprotobuf-dev grpc-proto
 )
 # Node.js runs the independent client test.  Some machines carry a Node.js
 # build that bundles npm (and conflicts with Debian's npm package), so these

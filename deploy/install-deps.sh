@@ -10,6 +10,7 @@ PKGS=(
   libbloom-dev redis-server help2man
   libmicrohttpd-dev python3-prometheus-client
   protobuf-compiler libprotobuf-dev grpc-proto
+  protoc-gen-go python3-grpcio python3-protobuf
 )
 # Node.js runs the independent client test.  Some machines carry a Node.js
 # build that bundles npm (and conflicts with Debian's npm package), so these

@@ -438,6 +438,9 @@ static int drop(struct store *s, const char *name, struct store_filter *want,
     pthread_mutex_unlock(&s->mu);
     if (rc == 0)
         store__rm_rf(tomb);
+    /* The room is free at once: a handle still held only ends its call. */
+    if (mine)
+        atomic_fetch_sub(&s->charged, atomic_exchange(&sf->charge, 0));
     if (mine)
         store_put(sf);   /* the catalog's reference */
     return rc;

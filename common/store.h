@@ -163,7 +163,9 @@ int store_name_check(const char *name, char *err);
  * -EDQUOT (err names the budget and what is taken) before the filter's
  * memory is allocated or any file written; filters already stored are
  * never touched, and a store opened with less budget than its filters
- * take keeps them all (it only refuses new ones).  Scalable filters are
+ * take keeps them all (it only refuses new ones).  A drop gives the
+ * filter's charge back at once (a handle still held keeps the bits only
+ * until its call ends).  Scalable filters are
  * charged the layers they have when created or loaded. */
 
 /* The charge of a filter created with p (store_create's parameters):

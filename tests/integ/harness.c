@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -76,6 +77,24 @@ double harness_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static uint64_t du_bytes;
+
+static int du_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)p;
+    (void)flag;
+    (void)ftw;
+    du_bytes += (uint64_t)st->st_blocks * 512;
+    return 0;
+}
+
+uint64_t harness_du(const char *dir)
+{
+    du_bytes = 0;
+    CHECK(nftw(dir, du_one, 16, FTW_PHYS) == 0, "cannot walk %s", dir);
+    return du_bytes;
 }
 
 int harness_log_count(const char *path, const char *needle)
@@ -487,6 +506,10 @@ void t_node_info(struct rpc_channel *ch, struct node_info *out)
     out->read_streams = resp->read_streams;
     out->write_streams = resp->write_streams;
     out->mixed_streams = resp->mixed_streams;
+    out->max_memory_bytes = resp->max_memory_bytes;
+    out->charged_bytes = resp->charged_bytes;
+    out->max_filters = resp->max_filters;
+    out->filters = resp->filters;
     bloomgrid__v1__node_info_response__free_unpacked(resp, NULL);
 }
 

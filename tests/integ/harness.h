@@ -55,6 +55,8 @@ void harness_tmpdir(char *out, size_t len, const char *tag);
 void harness_sleep_ms(int ms);
 /* Monotonic seconds, for the timings tests print (never for assertions). */
 double harness_now_s(void);
+/* Bytes the files under dir take on disk (allocated blocks, as du). */
+uint64_t harness_du(const char *dir);
 /* Lines of the file at path that contain needle (0 when it cannot be read).
  * Only for what a process reports nowhere but its log: say why where used. */
 int harness_log_count(const char *path, const char *needle);
@@ -137,6 +139,8 @@ int t_shard_count(struct rpc_channel *ch, const char *filter);
 struct node_info {
     uint64_t messages, entries, hashes;
     uint64_t streams, read_streams, write_streams, mixed_streams;
+    /* The node's budgets (docs/SECURITY.md, "Budgets"). */
+    uint64_t max_memory_bytes, charged_bytes, max_filters, filters;
 };
 void t_node_info(struct rpc_channel *ch, struct node_info *out);
 

@@ -26,7 +26,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -75,24 +74,6 @@ static int fd_count(pid_t pid)
     return n;
 }
 
-static uint64_t du_bytes;
-
-static int du_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)p;
-    (void)flag;
-    (void)ftw;
-    du_bytes += (uint64_t)st->st_blocks * 512;
-    return 0;
-}
-
-/* Bytes the data directory takes on disk (allocated blocks, as du). */
-static uint64_t du(const char *dir)
-{
-    du_bytes = 0;
-    CHECK(nftw(dir, du_one, 16, FTW_PHYS) == 0, "cannot walk %s", dir);
-    return du_bytes;
-}
 
 /* GetFilter's status code (0: the filter exists). */
 static int get_code(struct rpc_channel *ch, const char *name)
@@ -184,7 +165,7 @@ static void case_memory(void)
     char **keys = keys_make("k", 0, 2000);
     keys_call(np.ch, "Add", "a", keys, 2000, 500, NULL);
 
-    uint64_t rss0 = rss_kb(np.pid), disk0 = du(np.dir);
+    uint64_t rss0 = rss_kb(np.pid), disk0 = harness_du(np.dir);
     int fd0 = fd_count(np.pid);
     /* 196 GB of bits, as one router CreateFilter once asked of a node. */
     int rc = t_create(np.ch, "huge", 150000000000ull, 0.01, FILTER_KIND_BLOCKED, &st);
@@ -204,7 +185,7 @@ static void case_memory(void)
     CHECK(get_code(np.ch, "huge") == GRPC_STATUS_NOT_FOUND, "huge exists");
     CHECK(get_code(np.ch, "c") == GRPC_STATUS_NOT_FOUND, "c exists");
     CHECK(keys_present(np.ch, "a", keys, 2000, NULL) == 2000, "a lost keys");
-    uint64_t rss1 = rss_kb(np.pid), disk1 = du(np.dir);
+    uint64_t rss1 = rss_kb(np.pid), disk1 = harness_du(np.dir);
     int fd1 = fd_count(np.pid);
     printf("rss %llu -> %llu kB, disk %llu -> %llu kB, fds %d -> %d\n",
            (unsigned long long)rss0, (unsigned long long)rss1,
@@ -254,13 +235,13 @@ static void case_filters(void)
         CHECK(t_create(np.ch, name, 1000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
               "create %s: %s", name, st.message);
     }
-    uint64_t disk0 = du(np.dir);
+    uint64_t disk0 = harness_du(np.dir);
     int rc = t_create(np.ch, "f5", 1000, 0.01, FILTER_KIND_BLOCKED, &st);
     expect_exhausted(rc, &st, "max_filters");
     rc = create_shard(np.ch, "s", 1000, &st);
     expect_exhausted(rc, &st, "max_filters");
     CHECK(get_code(np.ch, "f5") == GRPC_STATUS_NOT_FOUND, "f5 exists");
-    CHECK(du(np.dir) <= disk0 + 64 * 1024, "data directory grew");
+    CHECK(harness_du(np.dir) <= disk0 + 64 * 1024, "data directory grew");
     CHECK(t_drop(np.ch, "f0", &st) == 0, "drop: %s", st.message);
     CHECK(t_create(np.ch, "f5", 1000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
           "create f5 after a drop: %s", st.message);
@@ -272,13 +253,13 @@ static void case_sparse(void)
     struct node_proc np;
     struct rpc_status st;
     start(&np, "budget-sparse", NULL);
-    uint64_t disk0 = du(np.dir);
+    uint64_t disk0 = harness_du(np.dir);
     /* About 256 MiB of bits. */
     CHECK(t_create(np.ch, "big", 190000000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
           "create: %s", st.message);
     uint64_t bytes = filter_bytes(np.ch, "big");
     CHECK(bytes > (200u << 20), "big has only %llu bytes", (unsigned long long)bytes);
-    uint64_t disk1 = du(np.dir);
+    uint64_t disk1 = harness_du(np.dir);
     printf("filter of %llu MiB: data directory %llu -> %llu KiB\n",
            (unsigned long long)bytes >> 20, (unsigned long long)disk0 >> 10,
            (unsigned long long)disk1 >> 10);
@@ -312,6 +293,15 @@ static struct rpc_cstream *stream_open(struct rpc_channel *ch, const char *metho
     return s;
 }
 
+/* Read what is left of s and end it: its status code (0: OK). */
+static int stream_end(struct rpc_cstream *s, struct rpc_status *st)
+{
+    grpc_slice m;
+    while (rpc_cstream_read(s, &m) == 1)
+        grpc_slice_unref(m);
+    return rpc_cstream_finish(s, st) < 0 ? (int)st->code : 0;
+}
+
 static void case_idle(void)
 {
     struct node_proc np;
@@ -327,14 +317,8 @@ static void case_idle(void)
     struct rpc_cstream *s[3];
     for (int i = 0; i < 3; i++)
         s[i] = stream_open(np.ch, "/bloomgrid.v1.BloomGrid/AddStream", &kr.base);
-    for (int i = 0; i < 3; i++) {
-        grpc_slice m;
-        int rc;
-        while ((rc = rpc_cstream_read(s[i], &m)) == 1)
-            grpc_slice_unref(m);
-        CHECK(rpc_cstream_finish(s[i], &st) < 0, "idle stream ended OK");
-        expect_exhausted(st.code, &st, "stream_idle_ms");
-    }
+    for (int i = 0; i < 3; i++)
+        expect_exhausted(stream_end(s[i], &st), &st, "stream_idle_ms");
     /* Their threads are free: a stream that talks gets its answers. */
     char **keys = keys_make("i", 0, 10);
     bool out[10];
@@ -376,15 +360,10 @@ static void case_pool(void)
     struct rpc_cstream *p = stream_open(np.ch, "/bloomgrid.v1.Internal/PullPages",
                                         &pr.base);
     CHECK(rpc_cstream_close_send(p) == 0, "close PullPages");
-    grpc_slice m;
-    while (rpc_cstream_read(p, &m) == 1)
-        grpc_slice_unref(m);
-    CHECK(rpc_cstream_finish(p, &st) == 0, "PullPages: %s", st.message);
+    CHECK(stream_end(p, &st) == 0, "PullPages: %s", st.message);
     for (int i = 0; i < 2; i++) {
         rpc_cstream_close_send(s[i]);
-        while (rpc_cstream_read(s[i], &m) == 1)
-            grpc_slice_unref(m);
-        CHECK(rpc_cstream_finish(s[i], &st) == 0, "stream %d: %s", i, st.message);
+        CHECK(stream_end(s[i], &st) == 0, "stream %d: %s", i, st.message);
     }
     CHECK(t_stream_keys(np.ch, "MayContainStream", "f", keys, 10, 1, out, &st) == 0,
           "MayContainStream once the others ended: %s", st.message);

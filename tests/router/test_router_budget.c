@@ -14,52 +14,27 @@
  *
  * usage: test_router_budget NODE_BIN ROUTER_BIN
  */
-#include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <grpc/grpc.h>
 
 #include "cluster.h"
 
-static uint64_t du_bytes;
-
-static int du_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)p;
-    (void)flag;
-    (void)ftw;
-    du_bytes += (uint64_t)st->st_blocks * 512;
-    return 0;
-}
-
-static uint64_t du(const char *dir)
-{
-    du_bytes = 0;
-    CHECK(nftw(dir, du_one, 16, FTW_PHYS) == 0, "cannot walk %s", dir);
-    return du_bytes;
-}
 
 /* The node's budgets as NodeInfo reports them. */
 static void budget_of(struct rpc_channel *ch, uint64_t *charged, uint64_t *filters)
 {
-    Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;
-    Bloomgrid__V1__NodeInfoResponse *ni = NULL;
-    struct rpc_status st;
-    CHECK(rpc_call(ch, "/bloomgrid.v1.Internal/NodeInfo", &rq.base,
-                   &bloomgrid__v1__node_info_response__descriptor,
-                   (ProtobufCMessage **)&ni, TIMEOUT_MS, &st) == 0,
-          "NodeInfo: %s", st.message);
-    CHECK(ni->max_memory_bytes == (64u << 20), "max_memory_bytes %llu",
-          (unsigned long long)ni->max_memory_bytes);
-    CHECK(ni->max_filters == 12, "max_filters %llu", (unsigned long long)ni->max_filters);
-    *charged = ni->charged_bytes;
-    *filters = ni->filters;
-    bloomgrid__v1__node_info_response__free_unpacked(ni, NULL);
+    struct node_info ni;
+    t_node_info(ch, &ni);
+    CHECK(ni.max_memory_bytes == (64u << 20), "max_memory_bytes %llu",
+          (unsigned long long)ni.max_memory_bytes);
+    CHECK(ni.max_filters == 12, "max_filters %llu", (unsigned long long)ni.max_filters);
+    *charged = ni.charged_bytes;
+    *filters = ni.filters;
 }
 
 struct racer {
@@ -91,7 +66,7 @@ static void test_budget(void)
     struct rpc_channel *a = c.router[0].ch;
     uint64_t disk0[2], charged, filters;
     for (int i = 0; i < 2; i++) {
-        disk0[i] = du(c.node_dir[i]);
+        disk0[i] = harness_du(c.node_dir[i]);
         budget_of(c.node[i].ch, &charged, &filters);
         CHECK(charged == 0 && filters == 0, "node %d starts with %llu bytes, %llu "
               "filters", i, (unsigned long long)charged, (unsigned long long)filters);
@@ -116,7 +91,7 @@ static void test_budget(void)
         budget_of(c.node[i].ch, &charged, &filters);
         CHECK(charged == 0 && filters == 0, "node %d took %llu bytes", i,
               (unsigned long long)charged);
-        CHECK(du(c.node_dir[i]) <= disk0[i] + 64 * 1024, "node %d wrote files", i);
+        CHECK(harness_du(c.node_dir[i]) <= disk0[i] + 64 * 1024, "node %d wrote files", i);
     }
 
     /* max_filters: 25 shards put 13 on one node at least. */

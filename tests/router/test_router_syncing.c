@@ -98,6 +98,7 @@ static void test(void)
     char **k2 = keys_make("k2", 0, NKEYS);
     keys_call(c.router[0].ch, "Add", "f", k2, NKEYS, 500, NULL);
     cluster_node_start(&c, 0, c.node[0].port, slow);
+    CHECK(cluster_wait_reads(&c, 0, 20000), "restarted copy 0 does not answer reads");
     struct node_proc view = {0};
     cluster_view_start(&c, 0, &view);
     size_t on0 = keys_present(view.ch, "f", k2, NKEYS, NULL);

@@ -61,7 +61,7 @@ START_TEST(sync_missing_file_is_empty)
     struct node_sync *ns = adopt(s, &doubt);
     ck_assert(!doubt);
     ck_assert_uint_eq(node_sync_count(ns), 0);
-    ck_assert(!node_sync_is(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "a", 0));
     node_sync_close(ns);
     store_close(s);
 }
@@ -80,7 +80,7 @@ START_TEST(sync_bad_file_marks_every_shard)
         bool doubt = false;
         struct node_sync *ns = adopt(s, &doubt);
         ck_assert_msg(doubt, "file %zu parsed", i);
-        ck_assert_msg(node_sync_is(ns, "a", 0) && node_sync_is(ns, "b", 0),
+        ck_assert_msg(node_sync_listed(ns, "a", 0) && node_sync_listed(ns, "b", 0),
                       "file %zu: not every shard SYNCING", i);
         node_sync_close(ns);
         /* The rewritten list keeps them after a restart. */
@@ -100,14 +100,14 @@ START_TEST(sync_marks_survive_and_clear)
     char err[NODE_SYNC_ERRLEN];
     struct node_sync *ns = adopt(s, NULL);
     ck_assert_int_eq(node_sync_mark(ns, "a", 0, err), 0);
-    ck_assert(node_sync_is(ns, "a", 0));
-    ck_assert(!node_sync_is(ns, "b", 0));
+    ck_assert(node_sync_listed(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "b", 0));
     ck_assert_uint_gt(node_sync_since(ns, "a"), 0);
     node_sync_close(ns);
     ns = adopt(s, NULL);
-    ck_assert(node_sync_is(ns, "a", 0));
+    ck_assert(node_sync_listed(ns, "a", 0));
     ck_assert_int_eq(node_sync_clear(ns, "a", 0, err), 0);
-    ck_assert(!node_sync_is(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "a", 0));
     node_sync_close(ns);
     ns = adopt(s, NULL);
     ck_assert_uint_eq(node_sync_count(ns), 0);
@@ -123,8 +123,8 @@ START_TEST(sync_adopt_drops_entries_of_gone_shards)
     write_file("bloomgrid-syncing 1\na 0000000000000000\ngone 0000000000000000\n"
                "a.shard-1 00000000000000ff\n");
     struct node_sync *ns = adopt(s, NULL);
-    ck_assert(node_sync_is(ns, "a", 0));
-    ck_assert(!node_sync_is(ns, "gone", 0));
+    ck_assert(node_sync_listed(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "gone", 0));
     ck_assert_uint_eq(node_sync_count(ns), 1);
     node_sync_close(ns);
     store_close(s);
@@ -138,10 +138,10 @@ START_TEST(sync_forget_remembers_drops)
     char err[NODE_SYNC_ERRLEN];
     struct node_sync *ns = adopt(s, NULL);
     ck_assert_int_eq(node_sync_mark(ns, "a", 7, err), 0);
-    ck_assert(!node_sync_is(ns, "a", 8));
-    ck_assert(node_sync_is(ns, "a", 7));
+    ck_assert(!node_sync_listed(ns, "a", 8));
+    ck_assert(node_sync_listed(ns, "a", 7));
     node_sync_forget(ns, "a", 7);
-    ck_assert(!node_sync_is(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "a", 0));
     ck_assert(node_sync_dropped(ns, "a", 7));
     ck_assert(!node_sync_dropped(ns, "a", 8));
     node_sync_close(ns);

@@ -171,7 +171,8 @@ START_TEST(parse_errors_name_the_line)
 {
     ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\ncopis = h:2\n"),
                      "t.ini:4: unknown setting \"copis\" in group a (expected "
-                     "copies, write_quorum, read_quorum or datacenter)");
+                     "copies, write_quorum, read_quorum, datacenter, or copies_next or "
+                     "copies_prev with their quorums)");
     ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\n[nodes]\nx = 1\n"),
                      "t.ini:4: unknown section [nodes] (expected [group NAME])");
     ck_assert_str_eq(parse_fails(V "[group a]\ncopies = nohost\n"),

@@ -373,9 +373,9 @@ static int on_entry(void *user, const char *section, const char *name,
     if (strcmp(name, "copies_next") == 0 || strcmp(name, "copies_prev") == 0) {
         enum topo_joint j = name[7] == 'n' ? TOPO_JOINT_NEXT : TOPO_JOINT_PREV;
         if (x->gp[gi].other_line)
-            return fail(x, line, "group %s has a second %s line (first at line "
-                        "%d): a group changes from one set of copies to one "
-                        "other set at a time (docs/REPLICATION.md)", g->name,
+            return fail(x, line, "group %s: %s after %s at line %d: a group "
+                        "changes from one set of copies to one other set at a "
+                        "time (docs/REPLICATION.md)", g->name, name,
                         joint_key(g->joint), x->gp[gi].other_line);
         x->gp[gi].other_line = line;
         g->joint = j;
@@ -416,7 +416,9 @@ static bool set_quorums(struct parse_ctx *x, const struct topo_group *g,
     unsigned r = q->r ? q->r : x->dflt.r ? x->dflt.r : N - w + 1;
     int rline = q->r ? q->rline : x->dflt.r ? x->dflt.rline : g->line;
 
-    const char *set = *suffix ? suffix + 1 : "";
+    char set[8] = "";
+    if (*suffix)
+        snprintf(set, sizeof set, "%s ", suffix + 1);
     if (w > N)
         return fail(x, wline, "group %s has %u %scop%s: write_quorum%s %u must be "
                     "1..%u", g->name, N, set, N == 1 ? "y" : "ies", suffix, w, N);

@@ -149,6 +149,111 @@ START_TEST(sync_forget_remembers_drops)
 }
 END_TEST
 
+static void write_named(const char *name, const char *text)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", tdir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+START_TEST(copy_identity_is_durable_and_only_grows)
+{
+    char err[NODE_SYNC_ERRLEN] = "";
+    struct node_sync_copy c, d;
+    struct node_sync *ns = node_sync_open(tdir, NULL, err);
+    ck_assert_msg(ns, "%s", err);
+    node_sync_copy_get(ns, &c);
+    ck_assert_uint_ne(c.id, 0);
+    ck_assert_uint_eq(c.epoch, 1);
+    ck_assert_str_eq(c.group, "");
+    ck_assert_int_eq(node_sync_copy_set(ns, 5, "g0", err), 0);
+    ck_assert_int_eq(node_sync_copy_set(ns, 3, "g0", err), 0);
+    node_sync_close(ns);
+    ns = node_sync_open(tdir, NULL, err);
+    node_sync_copy_get(ns, &d);
+    ck_assert_uint_eq(d.id, c.id);
+    ck_assert_uint_eq(d.epoch, 5);
+    ck_assert_str_eq(d.group, "g0");
+    node_sync_close(ns);
+}
+END_TEST
+
+START_TEST(copy_file_in_doubt_marks_every_shard_and_draws_a_new_id)
+{
+    const char *names[] = {"a", "b", NULL};
+    struct store *s = open_with(names);
+    char err[NODE_SYNC_ERRLEN] = "";
+    struct node_sync_copy c, d;
+    struct node_sync *ns = adopt(s, NULL);
+    node_sync_copy_get(ns, &c);
+    node_sync_close(ns);
+    const char *bad[] = {"", "bloomgrid-copy 1\n", "bloomgrid-copy 1\nzz 1 g\n",
+                         "bloomgrid-copy 1\n0000000000000000 1 g\n",
+                         "bloomgrid-copy 2\n00000000000000aa 1 g\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_named(NODE_SYNC_COPY_FILE, bad[i]);
+        bool doubt = false;
+        ns = node_sync_open(tdir, &doubt, err);
+        ck_assert_msg(ns, "%s", err);
+        ck_assert_msg(doubt, "COPY %zu parsed", i);
+        ck_assert_int_eq(node_sync_adopt(ns, s, true, err), 0);
+        ck_assert(node_sync_listed(ns, "a", 0) && node_sync_listed(ns, "b", 0));
+        node_sync_copy_get(ns, &d);
+        ck_assert_uint_ne(d.id, c.id);
+        ck_assert_uint_eq(d.epoch, 1);
+        node_sync_close(ns);
+    }
+    store_close(s);
+}
+END_TEST
+
+START_TEST(peer_epochs_are_remembered_per_group)
+{
+    char err[NODE_SYNC_ERRLEN] = "";
+    struct node_sync *ns = node_sync_open(tdir, NULL, err);
+    ck_assert_msg(ns, "%s", err);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 4), 0);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 3), 4);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 6), 4);
+    /* Another group is neither answered nor recorded. */
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g1", 43, 9), 0);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g1", 43, 9), 0);
+    node_sync_close(ns);
+    ns = node_sync_open(tdir, NULL, err);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 1), 6);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 43, 1), 0);
+    node_sync_close(ns);
+    /* A list that does not parse is forgotten, not fatal. */
+    write_named(NODE_SYNC_PEERS_FILE, "bloomgrid-peers 1\nnot a line\n");
+    ns = node_sync_open(tdir, NULL, err);
+    ck_assert_msg(ns, "%s", err);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 1), 0);
+    node_sync_close(ns);
+}
+END_TEST
+
+START_TEST(holds_make_every_shard_syncing_until_cleared)
+{
+    const char *names[] = {"a", NULL};
+    struct store *s = open_with(names);
+    struct node_sync *ns = adopt(s, NULL);
+    /* Held from the start: the epoch is not checked yet. */
+    ck_assert(node_sync_held(ns) && node_sync_any(ns));
+    ck_assert(node_sync_is(ns, "a", 0) && !node_sync_listed(ns, "a", 0));
+    node_sync_hold(ns, NODE_SYNC_HOLD_JOINING, true);
+    node_sync_hold(ns, NODE_SYNC_HOLD_EPOCH, false);
+    ck_assert(node_sync_is(ns, "a", 0));
+    node_sync_hold(ns, NODE_SYNC_HOLD_JOINING, false);
+    ck_assert(!node_sync_held(ns) && !node_sync_any(ns));
+    ck_assert(!node_sync_is(ns, "a", 0));
+    node_sync_close(ns);
+    store_close(s);
+}
+END_TEST
+
 Suite *node_sync_suite(void)
 {
     Suite *s = suite_create("node_sync");
@@ -159,6 +264,10 @@ Suite *node_sync_suite(void)
     tcase_add_test(tc, sync_marks_survive_and_clear);
     tcase_add_test(tc, sync_adopt_drops_entries_of_gone_shards);
     tcase_add_test(tc, sync_forget_remembers_drops);
+    tcase_add_test(tc, copy_identity_is_durable_and_only_grows);
+    tcase_add_test(tc, copy_file_in_doubt_marks_every_shard_and_draws_a_new_id);
+    tcase_add_test(tc, peer_epochs_are_remembered_per_group);
+    tcase_add_test(tc, holds_make_every_shard_syncing_until_cleared);
     suite_add_tcase(s, tc);
     return s;
 }

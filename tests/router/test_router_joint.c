@@ -258,23 +258,6 @@ static void test_replace(void)
 
 #define NK 1000
 
-/* The state copy ch reports for shard s of "f" (-1: no such shard). */
-static int shard_state(struct rpc_channel *ch, uint32_t s)
-{
-    Bloomgrid__V1__GetShardRequest q = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
-    Bloomgrid__V1__InternalShardInfo *isi = NULL;
-    struct rpc_status st;
-    q.filter = "f";
-    q.shard_index = s;
-    if (rpc_call(ch, "/bloomgrid.v1.Internal/GetShard", &q.base,
-                 &bloomgrid__v1__internal_shard_info__descriptor,
-                 (ProtobufCMessage **)&isi, TIMEOUT_MS, &st) != 0)
-        return -1;
-    int state = isi->info ? (int)isi->info->state : -1;
-    bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
-    return state;
-}
-
 /* How many shards DIR/SYNCING lists (the marks on disk, not a hold). */
 static int syncing_listed(const char *dir)
 {
@@ -298,17 +281,10 @@ static void sh(const char *fmt, const char *a, const char *b)
 }
 
 /* Read k through the router: answered with every key "maybe", or
- * UNAVAILABLE.  Returns whether it was answered. */
+ * UNAVAILABLE; never "no".  Returns whether it was answered. */
 static bool never_no(struct cluster *c, char **k, const char *when)
 {
-    static bool out[NK];
-    struct rpc_status st;
-    int code = t_keys(c->router[0].ch, "MayContain", "f", k, NK, out, &st);
-    CHECK(code == 0 || code == GRPC_STATUS_UNAVAILABLE, "%s: %d %s", when, code,
-          st.message);
-    for (int i = 0; code == 0 && i < NK; i++)
-        CHECK(out[i], "%s: acknowledged key %s reads \"no\"", when, k[i]);
-    return code == 0;
+    return t_never_no(c->router[0].ch, "f", k, NK, when);
 }
 
 static void test_restore(void)
@@ -357,7 +333,7 @@ static void test_restore(void)
     CHECK(syncing_listed(c.node_dir[X]) == S, "the restored copy lists %d SYNCING shards",
           syncing_listed(c.node_dir[X]));
     for (uint32_t s = 0; s < S; s++)
-        CHECK(shard_state(c.node[X].ch, s) ==
+        CHECK(t_shard_state(c.node[X].ch, "f", s) ==
                   BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING,
               "restored copy: shard %u not SYNCING", s);
     printf("restored copy: every shard SYNCING\n");

@@ -33,14 +33,20 @@ static struct store *open_with(const char *const *names)
     return s;
 }
 
-static void write_file(const char *text)
+/* Write tdir/name with text. */
+static void write_named(const char *name, const char *text)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/%s", tdir, NODE_SYNC_FILE);
+    snprintf(path, sizeof path, "%s/%s", tdir, name);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(text, f);
     fclose(f);
+}
+
+static void write_file(const char *text)
+{
+    write_named(NODE_SYNC_FILE, text);
 }
 
 /* Open the list on tdir and adopt s (as a copy of a group of N > 1). */
@@ -148,16 +154,6 @@ START_TEST(sync_forget_remembers_drops)
     store_close(s);
 }
 END_TEST
-
-static void write_named(const char *name, const char *text)
-{
-    char path[600];
-    snprintf(path, sizeof path, "%s/%s", tdir, name);
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
 
 START_TEST(copy_identity_is_durable_and_only_grows)
 {

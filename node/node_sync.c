@@ -175,7 +175,9 @@ static int copy_parse(struct node_sync_copy *c, char *text)
         return -EBADMSG;
     c->id = strtoull(hex, NULL, 16);
     c->epoch = epoch;
-    snprintf(c->group, sizeof c->group, "%s", strcmp(group, "-") ? group : "");
+    size_t gl = strcmp(group, "-") ? strlen(group) : 0;   /* checked above */
+    memcpy(c->group, group, gl);
+    c->group[gl] = 0;
     return c->id ? 0 : -EBADMSG;
 }
 

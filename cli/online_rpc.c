@@ -15,6 +15,7 @@
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "cli.h"
 #include "rpc_keys.h"
+#include "rpc_tls.h"
 #include "rules.h"
 
 #define SVC "/bloomgrid.v1.BloomGrid/"
@@ -50,8 +51,18 @@ int online_open(struct online *o)
                         "65535, got '%s'", o->server);
     if (o->deadline_ms <= 0)
         o->deadline_ms = ONLINE_DEADLINE_MS;
+    struct rpc_tls *tls = NULL;
+    if (o->tls_ca || o->tls_cert || o->tls_key) {
+        static const struct rpc_tls_names flags = {"--tls-cert", "--tls-key",
+                                                   "--tls-ca"};
+        char err[RPC_TLS_ERRLEN];
+        if (!(tls = rpc_tls_load(o->tls_cert, o->tls_key, o->tls_ca, &flags, err)))
+            return cli_fail("%s", err);
+    }
     grpc_init();
-    o->ch = rpc_channel_create(o->server, 0);
+    /* The channel keeps its own copy of the files. */
+    o->ch = rpc_channel_create_tls(o->server, 0, tls);
+    rpc_tls_destroy(tls);
     if (!o->ch) {
         grpc_shutdown();
         return cli_fail("cannot open a channel to %s", o->server);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "rpc_tls.h"
 
 static bool set(const char *s)
 {
@@ -90,4 +91,32 @@ int rpc_listen_check(const struct rpc_listen_rule *r, char *err)
         return -1;
     }
     return 0;
+}
+
+int rpc_listen_setup(const struct rpc_listen_rule *r, const char *prog,
+                     struct rpc_tls **tls)
+{
+    char err[RPC_LISTEN_ERRLEN > RPC_TLS_ERRLEN ? RPC_LISTEN_ERRLEN : RPC_TLS_ERRLEN];
+
+    *tls = NULL;
+    if (rpc_listen_check(r, err) < 0) {
+        fprintf(stderr, "%s: not starting: %s\n", prog, err);
+        return -1;
+    }
+    if (!rpc_listen_tls(r))
+        return 0;
+    if (!(*tls = rpc_tls_load(r->tls_cert, r->tls_key, r->tls_ca, NULL, err))) {
+        fprintf(stderr, "%s: not starting: %s\n", prog, err);
+        return -1;
+    }
+    rpc_tls_set_client(*tls);
+    return 0;
+}
+
+void rpc_listen_host(const char *addr, char *host, size_t len)
+{
+    snprintf(host, len, "%s", addr);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = 0;
 }

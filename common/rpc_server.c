@@ -641,6 +641,26 @@ static int listener_bind(struct rpc_server *srv, int li)
     return ln->port;
 }
 
+/* Undo listener_bind of a server never started: gRPC destroys a server
+ * with a bound port only once it has been shut down. */
+static void listener_unbind(struct rpc_server *srv, int li)
+{
+    struct listener *ln = &srv->listeners[li];
+    if (!ln->server)
+        return;
+    if (ln->port > 0) {
+        grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
+        grpc_server_shutdown_and_notify(ln->server, scq, ln);
+        grpc_completion_queue_pluck(scq, ln, rpc_server__inf_future(), NULL);
+        grpc_completion_queue_shutdown(scq);
+        grpc_completion_queue_pluck(scq, ln, rpc_server__inf_future(), NULL);
+        grpc_completion_queue_destroy(scq);
+    }
+    grpc_server_destroy(ln->server);
+    ln->server = NULL;
+    ln->port = 0;
+}
+
 int rpc_server_start(struct rpc_server *srv)
 {
     if (srv->started)
@@ -648,13 +668,8 @@ int rpc_server_start(struct rpc_server *srv)
     for (int li = 0; li < srv->nlisteners; li++) {
         int rc = listener_bind(srv, li);
         if (rc < 0) {
-            /* Nothing started: the servers go away with their ports. */
-            for (int k = 0; k <= li; k++) {
-                if (srv->listeners[k].server)
-                    grpc_server_destroy(srv->listeners[k].server);
-                srv->listeners[k].server = NULL;
-                srv->listeners[k].port = 0;
-            }
+            for (int k = 0; k <= li; k++)
+                listener_unbind(srv, k);
             return rc;
         }
     }

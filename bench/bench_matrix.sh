@@ -202,7 +202,8 @@ start_server() {
   LAST_PID=$!
   STARTED+=("$LAST_PID")
   for i in $(seq 1 400); do
-    LAST_ADDR=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$dir/stdout" | head -n 1)
+    # The server's shell may not have made its stdout file yet.
+    LAST_ADDR=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$dir/stdout" 2>/dev/null | head -n 1 || true)
     [ -n "$LAST_ADDR" ] && return 0
     kill -0 "$LAST_PID" 2>/dev/null || break
     sleep 0.05

@@ -263,7 +263,7 @@ int main(int argc, char **argv)
         log_error("handler tables do not match the service descriptors");
         return 1;
     }
-    unsigned internal = 1u << RPC_LISTENER_MAIN;
+    int ili = RPC_LISTENER_MAIN;   /* the listener of the internal service */
     if (n.cfg.internal_listen[0]) {
         struct rpc_listener il = {.listen = n.cfg.internal_listen, .tls = tls,
                                   .peer = RPC_TLS_PEER_REQUIRE};
@@ -273,12 +273,12 @@ int main(int argc, char **argv)
                       strerror(-li));
             return 1;
         }
-        internal = 1u << li;
+        ili = li;
     }
     rpc_server_add_service_on(n.srv, &bloomgrid__v1__bloom_grid__descriptor,
                               node_rpc_public, &n, 1u << RPC_LISTENER_MAIN);
     rpc_server_add_service_on(n.srv, &bloomgrid__v1__internal__descriptor,
-                              node_rpc_internal, &n, internal);
+                              node_rpc_internal, &n, 1u << ili);
     set_health(&n, false);
 
     int port = rpc_server_start(n.srv);
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
     if (n.cfg.internal_listen[0]) {
         rpc_listen_host(n.cfg.internal_listen, ihost, sizeof ihost);
         snprintf(iaddr, sizeof iaddr, "%s:%d", ihost,
-                 rpc_server_port(n.srv, __builtin_ctz(internal)));
+                 rpc_server_port(n.srv, ili));
     }
     printf("bloomgrid-node listening on %s:%d%s%s\n", host, port,
            iaddr[0] ? " internal " : "", iaddr);

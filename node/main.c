@@ -37,6 +37,7 @@
 #include "node_rpc.h"
 #include "rpc_listen.h"
 #include "rpc_server.h"
+#include "rpc_reflect.h"
 #include "rpc_tls.h"
 #include "settings.h"
 #include "store.h"
@@ -279,6 +280,14 @@ int main(int argc, char **argv)
                               node_rpc_public, &n, 1u << RPC_LISTENER_MAIN);
     rpc_server_add_service_on(n.srv, &bloomgrid__v1__internal__descriptor,
                               node_rpc_internal, &n, 1u << ili);
+    /* Reflection is on every listener; with an internal listener it lists
+     * what the public one serves. */
+    static const char *const served[] = {"bloomgrid.v1.BloomGrid", "grpc.health.v1.Health",
+                                         "bloomgrid.v1.Internal", NULL};
+    static const char *const served_public[] = {"bloomgrid.v1.BloomGrid",
+                                                "grpc.health.v1.Health", NULL};
+    if (rpc_reflect_add(n.srv, ili == RPC_LISTENER_MAIN ? served : served_public) != 0)
+        log_warn("gRPC reflection unavailable");
     set_health(&n, false);
 
     int port = rpc_server_start(n.srv);

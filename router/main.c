@@ -23,6 +23,7 @@
 #include "router_rpc.h"
 #include "rpc_listen.h"
 #include "rpc_server.h"
+#include "rpc_reflect.h"
 #include "rpc_tls.h"
 #include "topo.h"
 
@@ -124,6 +125,10 @@ int main(int argc, char **argv)
     }
     rpc_server_add_service(r.srv, &bloomgrid__v1__bloom_grid__descriptor,
                            router_rpc_public, &r);
+    static const char *const served[] = {"bloomgrid.v1.BloomGrid", "grpc.health.v1.Health",
+                                         NULL};
+    if (rpc_reflect_add(r.srv, served) != 0)
+        log_warn("gRPC reflection unavailable");
     int port = rpc_server_start(r.srv);
     if (port < 0) {
         log_error("not starting: cannot listen on %s (see above)", cfg.listen);

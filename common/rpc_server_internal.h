@@ -19,7 +19,8 @@
 
 struct rpc_method {
     char *path;
-    void *handle;          /* grpc_server_register_method */
+    unsigned listeners;    /* the listeners that serve it (bit i: i) */
+    void *handle[RPC_MAX_LISTENERS];  /* grpc_server_register_method */
     rpc_unary_fn unary;
     rpc_stream_fn stream;
     void *arg;
@@ -59,6 +60,7 @@ struct slot {
     enum slot_state state;
     struct rpc_server *srv;
     struct rpc_method *m;        /* NULL for generic */
+    int li;                      /* listener the request is posted on */
     int cqi;                     /* notification queue index */
     grpc_call *call;
     gpr_timespec deadline;
@@ -118,9 +120,23 @@ struct health_entry {
     bool serving;
 };
 
+/* One address the server listens on: a grpc_server of its own. */
+struct listener {
+    char *addr;
+    struct rpc_tls *tls;
+    enum rpc_tls_peer peer;
+    grpc_server *server;
+    int port;
+};
+
+#define SERVER_ARGS 8
+
 struct rpc_server {
     struct rpc_server_config cfg;
-    grpc_server *server;
+    grpc_arg args[SERVER_ARGS];  /* every listener's channel args */
+    grpc_channel_args cargs;
+    struct listener listeners[RPC_MAX_LISTENERS];
+    int nlisteners;
     int ncq;
     struct worker_cq *cqs;
     int nthreads;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rpc_listen.h"
 #include "rules.h"
 #include "settings.h"
 
@@ -14,7 +15,15 @@
 
 static const struct setting settings[] = {
     {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:7400", F(listen),
-     "address to serve gRPC on, host:port (port 0 picks a free port)"},
+     "address to serve gRPC on, host:port (port 0 picks a free port); with "
+     "internal_listen set, the public service (bloomgrid.v1.BloomGrid) and "
+     "health only"},
+    {"internal_listen", SETTING_ADDR, 0, 0, NULL, "", F(internal_listen),
+     "address of the listener serving bloomgrid.v1.Internal (and health) to "
+     "routers, the merger and the other copies, host:port (port 0 picks a "
+     "free port); with TLS it requires a client certificate of tls_ca, and "
+     "must be set; the topology lists this address; empty: the internal "
+     "service is served on listen"},
     {"data_dir", SETTING_STRING, 0, 0, NULL, "./bloomgrid-data", F(data_dir),
      "directory holding the filters (checkpoints) and the node's write-ahead "
      "log (docs/STORAGE.md)"},
@@ -80,8 +89,8 @@ static const struct setting settings[] = {
      "from the other copies of its group; SIGHUP re-reads it; empty: a node "
      "of its own"},
     {"advertise", SETTING_ADDR, 1, 0, NULL, "", F(advertise),
-     "host:port of this node as the topology lists it; empty: the listen "
-     "host with the port bound"},
+     "host:port of this node as the topology lists it; empty: the host of "
+     "internal_listen (or of listen, without it) with the port bound"},
     {"role", SETTING_STRING, 0, 0, NULL, "", F(role),
      "gone: refused (a group is now a list of equal copies: set topology)"},
     {"primary", SETTING_STRING, 0, 0, NULL, "", F(primary),
@@ -90,6 +99,7 @@ static const struct setting settings[] = {
      F(replicate_interval_ms),
      "with a topology: milliseconds between pulls of the pages that changed "
      "on the other copies of the node's group (anti-entropy)"},
+    RPC_LISTEN_SETTINGS(struct node_config),
 };
 
 static const struct settings_spec spec = {

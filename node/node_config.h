@@ -43,6 +43,9 @@ struct node_config {
     char role[16];                /* gone: refused when set */
     char primary[256];            /* gone: refused when set */
     _Atomic uint64_t replicate_interval_ms;   /* live */
+    char internal_listen[256];    /* the Internal service's address, or "" */
+    char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
+    bool insecure;                /* --insecure */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node

@@ -147,12 +147,21 @@ void proc_spawn(struct node_proc *p, const char *log, const char *const *argv)
     CHECK(s != NULL, "%s did not start (see %s): \"%s\"", argv[0], log, buf);
     s += strlen("listening on ");
     s[strcspn(s, "\n")] = 0;
+    char *internal = strstr(s, " internal ");
+    if (internal) {
+        *internal = 0;
+        snprintf(p->iaddr, sizeof p->iaddr, "%s", internal + strlen(" internal "));
+        char *icolon = strrchr(p->iaddr, ':');
+        p->iport = icolon ? atoi(icolon + 1) : 0;
+    }
     snprintf(p->addr, sizeof p->addr, "%s", s);
     char *colon = strrchr(p->addr, ':');
     p->port = colon ? atoi(colon + 1) : 0;
     p->pid = pid;
     p->ch = rpc_channel_create(p->addr, 0);
     CHECK(p->ch != NULL, "channel");
+    if (p->iaddr[0])
+        CHECK((p->ich = rpc_channel_create(p->iaddr, 0)), "channel");
 }
 
 void node_start(struct node_proc *np, const char *dir, const char *const *extra)
@@ -194,6 +203,10 @@ int node_stop(struct node_proc *np, int sig)
     if (np->ch) {
         rpc_channel_destroy(np->ch);
         np->ch = NULL;
+    }
+    if (np->ich) {
+        rpc_channel_destroy(np->ich);
+        np->ich = NULL;
     }
     if (np->pid <= 0)
         return -1;

@@ -164,7 +164,8 @@ int store_list(struct store *s, char ***names, size_t *n)
         k++;
     }
     pthread_mutex_unlock(&s->mu);
-    qsort(v, k, sizeof(*v), name_cmp);
+    if (k > 1)
+        qsort(v, k, sizeof(*v), name_cmp);
     *names = v;
     *n = k;
     return 0;

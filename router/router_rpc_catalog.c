@@ -799,7 +799,8 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
             shard_desc_failed(sd, s, node, &rs);
         }
     }
-    qsort(d, nd, sizeof *d, desc_cmp);
+    if (nd > 1)   /* d is NULL when there is nothing */
+        qsort(d, nd, sizeof *d, desc_cmp);
     *out = d;
     *nout = nd;
     d = NULL;

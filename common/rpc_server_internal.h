@@ -13,6 +13,7 @@
 #include <grpc/grpc.h>
 #include <grpc/support/time.h>
 
+#include "rpc_auth.h"
 #include "rpc_server.h"
 
 #define HEALTH_MAX 16
@@ -24,6 +25,7 @@ struct rpc_method {
     rpc_stream_fn stream;
     void *arg;
     const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
+    enum rpc_auth_rule rule;                  /* who may call it */
 };
 
 enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
@@ -104,9 +106,14 @@ struct slot {
     uint64_t post_seq;           /* messages accepted so far */
     uint64_t sent_seq;           /* of those, sent or dropped */
     int holds;                   /* rpc_stream_hold */
-    /* A message broke the string rule: the status the call ends with. */
+    /* A message broke the string rule, or the stream's token lost its
+     * role: the status the call ends with. */
     bool bad_request;
+    grpc_status_code bad_code;
     char bad_msg[RPC_MSGLEN];
+    /* The caller as admitted (a tokens table is set), re-checked on each
+     * message a stream reads. */
+    struct rpc_auth_who who;
 };
 
 struct health_entry {
@@ -138,6 +145,7 @@ struct rpc_server {
     struct defer_book *book;
     struct health_entry health[HEALTH_MAX];
     int nhealth;
+    struct rpc_auth *auth;       /* NULL: every method open */
 };
 
 static inline gpr_timespec rpc_server__inf_future(void)

@@ -6,9 +6,9 @@
  * SIGINT/SIGTERM/SIGUSR1 (before grpc_init so every gRPC thread inherits
  * the mask), load the saved state, start the round thread (merger_runner)
  * and serve bloomgrid.v1.Merger (merger_rpc) and health.  The main thread
- * waits for signals: SIGUSR1 asks for a round, SIGTERM/SIGINT stop (the
- * running round finishes, waiting RunRound calls get UNAVAILABLE) and exit
- * 0.  With --once the merger runs one round, prints its report and exits
+ * waits for signals: SIGUSR1 asks for a round, SIGHUP re-reads the tokens
+ * file, SIGTERM/SIGINT stop (the running round finishes, waiting RunRound
+ * calls get UNAVAILABLE) and exit 0.  With --once the merger runs one round, prints its report and exits
  * (0 when the round had no error, 1 otherwise), without serving.
  */
 #include <inttypes.h>
@@ -26,6 +26,7 @@
 #include "merger_config.h"
 #include "merger_rpc.h"
 #include "merger_runner.h"
+#include "rpc_auth.h"
 #include "rpc_server.h"
 
 static const char *const health_names[] = {"", "bloomgrid.v1.Merger"};
@@ -50,7 +51,7 @@ static int run_once(struct merger *m)
 
 /* Serve until SIGTERM/SIGINT.  Returns the exit code. */
 static int serve(struct merger *m, const struct merger_config *cfg, int nf,
-                 const sigset_t *set)
+                 const sigset_t *set, struct rpc_auth *auth)
 {
     struct rpc_server_config sc = {.listen = cfg->listen, .threads = 2,
                                    .max_message = cfg->max_message_size,
@@ -68,7 +69,9 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
         log_error("cannot start the round thread");
         return 1;
     }
-    if (!(srv = rpc_server_create(&sc)) ||
+    if ((srv = rpc_server_create(&sc)))
+        rpc_server_set_auth(srv, auth);
+    if (!srv ||
         rpc_server_add_service(srv, &bloomgrid__v1__merger__descriptor,
                                merger_rpc_handlers, &mr) < 0 ||
         (port = rpc_server_start(srv)) < 0) {
@@ -95,6 +98,8 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
             continue;
         if (sig == SIGUSR1)
             merger_runner_ask(mr.run);
+        else if (sig == SIGHUP && auth)
+            rpc_auth_reload_hook(auth);
         else if (sig == SIGINT || sig == SIGTERM)
             break;
     }
@@ -128,12 +133,26 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", argv[0], err);
         return 2;
     }
+    /* The tokens callers present and the one the merger's calls to the
+     * nodes send: a file that does not parse stops the start. */
+    struct rpc_auth *auth = NULL;
+    if (rpc_auth_setup(cfg.tokens_file, cfg.token_file, &auth, err) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err);
+        return 2;
+    }
+    /* Start-up rule, the tokens half (joined with the TLS half: a
+     * non-loopback listener also needs TLS unless --insecure). */
+    if (!once && !rpc_auth_public_ok(cfg.listen, auth != NULL, false))
+        log_warn("listening on %s, not a loopback address, without a tokens "
+                 "file: anyone who reaches it may run rounds; set tokens_file "
+                 "(docs/SECURITY.md)", cfg.listen);
     sigemptyset(&set);
     sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     rpc_signals_block();
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
     grpc_init();
     struct merger *m = merger_create(&cfg, filters, (size_t)nf, err);
     if (!m) {
@@ -141,8 +160,9 @@ int main(int argc, char **argv)
         grpc_shutdown();
         return 1;
     }
-    rc = once ? run_once(m) : serve(m, &cfg, nf, &set);
+    rc = once ? run_once(m) : serve(m, &cfg, nf, &set, auth);
     merger_destroy(m);
+    rpc_auth_destroy(auth);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

@@ -23,6 +23,8 @@ struct merger_config {
     uint64_t max_message_size;
     uint64_t workers;             /* shards handled at once */
     char log_level[16];
+    char tokens_file[1024];       /* tokens callers present, or "" */
+    char token_file[1024];        /* the token of this process's calls, or "" */
 };
 
 /* Parse argv (and the --config file it names) into *c; *once is set when

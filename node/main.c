@@ -31,6 +31,7 @@
 #include "log.h"
 #include "node.h"
 #include "node_rpc.h"
+#include "rpc_auth.h"
 #include "rpc_server.h"
 #include "settings.h"
 #include "store.h"
@@ -222,10 +223,27 @@ int main(int argc, char **argv)
     if (n.cfg.topology[0] && !(topo = topology_read(&n.cfg)))
         return 2;
 
+    /* The tokens callers present and the one this node's calls send: a
+     * file that does not parse stops the start. */
+    struct rpc_auth *auth = NULL;
+    char aerr[RPC_AUTH_ERRLEN];
+    if (rpc_auth_setup(n.cfg.tokens_file, n.cfg.token_file, &auth, aerr) < 0) {
+        log_error("not starting: %s", aerr);
+        return 2;
+    }
+    /* Start-up rule, the tokens half (joined with the TLS half: a
+     * non-loopback listener also needs TLS unless --insecure). */
+    if (!rpc_auth_public_ok(n.cfg.listen, auth != NULL, false))
+        log_warn("listening on %s, not a loopback address, without a tokens "
+                 "file: anyone who reaches it may drop filters and read their "
+                 "secrets; set tokens_file (docs/SECURITY.md)", n.cfg.listen);
+
     rpc_signals_block();
     reload_args.argc = argc;
     reload_args.argv = argv;
     rpc_signals_on_hup(reload_settings, &n);
+    if (auth)
+        rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
 
     struct rpc_server_config sc = {
@@ -250,6 +268,7 @@ int main(int argc, char **argv)
                            node_rpc_public, &n);
     rpc_server_add_service(n.srv, &bloomgrid__v1__internal__descriptor,
                            node_rpc_internal, &n);
+    rpc_server_set_auth(n.srv, auth);
     set_health(&n, false);
 
     int port = rpc_server_start(n.srv);
@@ -317,6 +336,7 @@ int main(int argc, char **argv)
     node_sync_close(node_rpc__sync_get());
     node_rpc__sync_set(NULL);
     rpc_server_destroy(n.srv);
+    rpc_auth_destroy(auth);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

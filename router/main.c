@@ -19,6 +19,7 @@
 #include "router.h"
 #include "router_config.h"
 #include "router_rpc.h"
+#include "rpc_auth.h"
 #include "rpc_server.h"
 #include "topo.h"
 
@@ -72,6 +73,21 @@ int main(int argc, char **argv)
         log_set_level(lvl);
     log_set_ident("bloomgrid-router");
 
+    /* The tokens callers present and the one the router's calls to the
+     * nodes send: a file that does not parse stops the start. */
+    struct rpc_auth *auth = NULL;
+    char aerr[RPC_AUTH_ERRLEN];
+    if (rpc_auth_setup(cfg.tokens_file, cfg.token_file, &auth, aerr) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], aerr);
+        return 2;
+    }
+    /* Start-up rule, the tokens half (joined with the TLS half: a
+     * non-loopback listener also needs TLS unless --insecure). */
+    if (!rpc_auth_public_ok(cfg.listen, auth != NULL, false))
+        log_warn("listening on %s, not a loopback address, without a tokens "
+                 "file: anyone who reaches it may drop filters and read their "
+                 "secrets; set tokens_file (docs/SECURITY.md)", cfg.listen);
+
     struct topo *t = topo_load(cfg.topology, err);
     if (!t) {
         fprintf(stderr, "%s: bad topology: %s\n", argv[0], err);
@@ -90,6 +106,8 @@ int main(int argc, char **argv)
 
     rpc_signals_block();
     rpc_signals_on_hup(reload_topology, &r);
+    if (auth)
+        rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
 
     struct rpc_server_config sc = {
@@ -110,6 +128,7 @@ int main(int argc, char **argv)
     }
     rpc_server_add_service(r.srv, &bloomgrid__v1__bloom_grid__descriptor,
                            router_rpc_public, &r);
+    rpc_server_set_auth(r.srv, auth);
     int port = rpc_server_start(r.srv);
     if (port < 0) {
         log_error("cannot listen on %s (address in use or invalid)", cfg.listen);
@@ -135,6 +154,7 @@ int main(int argc, char **argv)
     rpc_server_shutdown(r.srv);
     rpc_server_destroy(r.srv);
     router_deinit(&r);
+    rpc_auth_destroy(auth);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

@@ -26,6 +26,8 @@ struct router_config {
     uint64_t node_queue_mb;
     uint64_t shutdown_grace_ms;
     char log_level[16];
+    char tokens_file[1024];       /* tokens callers present, or "" */
+    char token_file[1024];        /* the token of this process's calls, or "" */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the router

@@ -22,6 +22,7 @@ void online_cmd_init(struct online *o)
     o->server = online_global.server ? online_global.server
                                      : (env && env[0] ? env : NULL);
     o->deadline_ms = online_global.deadline_ms;
+    o->token_file = online_global.token_file;
 }
 
 int online_parse_deadline(const char *s, int *out)
@@ -46,6 +47,9 @@ int online_common_opt(struct online *o, const char *cmd, int c, char **argv)
         return 0;
     case OPT_DEADLINE:
         return online_parse_deadline(optarg, &o->deadline_ms);
+    case OPT_TOKEN_FILE:
+        o->token_file = optarg;
+        return 0;
     case 'h':
         help_print(cmd);
         return CLI_HELP_SHOWN;

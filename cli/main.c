@@ -32,6 +32,7 @@ static const struct command commands[] = {
     {"remove", cmd_remove, cmd_online_remove},
     {"merge", cmd_merge, NULL},
     {"inspect", cmd_inspect, NULL},
+    {"token", cmd_token, NULL},
     {"drop", NULL, cmd_online_drop},
     {"list", NULL, cmd_online_list},
     {"info", NULL, cmd_online_info},
@@ -63,8 +64,8 @@ static bool wants_server(int argc, char **argv)
     return false;
 }
 
-/* Options before the command name: --server and --deadline.  Returns how
- * many arguments they took, or -1 after printing an error. */
+/* Options before the command name: --server, --deadline and --token-file.
+ * Returns how many arguments they took, or -1 after printing an error. */
 static int global_options(int argc, char **argv)
 {
     int i = 1;
@@ -73,14 +74,18 @@ static int global_options(int argc, char **argv)
         const char *a = argv[i], *v = NULL;
         int used = 1;
         bool server = strcmp(a, "--server") == 0,
-             deadline = strcmp(a, "--deadline") == 0;
+             deadline = strcmp(a, "--deadline") == 0,
+             token = strcmp(a, "--token-file") == 0;
         if (strncmp(a, "--server=", 9) == 0) {
             server = true;
             v = a + 9;
         } else if (strncmp(a, "--deadline=", 11) == 0) {
             deadline = true;
             v = a + 11;
-        } else if (server || deadline) {
+        } else if (strncmp(a, "--token-file=", 13) == 0) {
+            token = true;
+            v = a + 13;
+        } else if (server || deadline || token) {
             if (i + 1 >= argc) {
                 cli_fail("option '%s' needs a value", a);
                 return -1;
@@ -92,6 +97,8 @@ static int global_options(int argc, char **argv)
         }
         if (server)
             online_global.server = v;
+        else if (token)
+            online_global.token_file = v;
         else if (online_parse_deadline(v, &online_global.deadline_ms))
             return -1;
         i += used;

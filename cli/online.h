@@ -30,16 +30,19 @@
 struct online_opts {
     const char *server;     /* NULL: not given */
     int deadline_ms;        /* 0: not given */
+    const char *token_file; /* NULL: not given */
 };
 extern struct online_opts online_global;
 
 struct online {
     const char *server;
     int deadline_ms;
+    const char *token_file; /* NULL: $BLOOMGRID_TOKEN, or no token */
     struct rpc_channel *ch;
 };
 
-/* Open a channel to o->server (which must be set).  Prints the reason and
+/* Open a channel to o->server (which must be set), sending the token of
+ * o->token_file or $BLOOMGRID_TOKEN on every call.  Prints the reason and
  * returns CLI_ERR on failure, else 0.  online_close() is safe after a failed
  * open. */
 int online_open(struct online *o);

@@ -300,7 +300,7 @@ static int hexval(int c)
     return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-static bool name_ok(const char *s, size_t n)
+bool rpc_token_name_ok(const char *s, size_t n)
 {
     if (n == 0 || n > RPC_TOKEN_NAME_MAX)
         return false;
@@ -395,7 +395,7 @@ static int parse_line(const char *s, size_t n, const char *file, unsigned line,
                  "admin", file, line, (int)(fl[0] < 32 ? fl[0] : 32), f[0]);
         return -EINVAL;
     }
-    if (!name_ok(f[1], fl[1])) {
+    if (!rpc_token_name_ok(f[1], fl[1])) {
         snprintf(err, RPC_AUTH_ERRLEN, "%s:%u: token name \"%.*s\" must be 1 to %d "
                  "bytes of letters, digits, '.', '_' and '-'", file, line,
                  (int)(fl[1] < 80 ? fl[1] : 80), f[1], RPC_TOKEN_NAME_MAX);

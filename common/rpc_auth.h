@@ -110,6 +110,9 @@ size_t rpc_tokens_count(const struct rpc_tokens *t);
 enum rpc_role rpc_tokens_find(const struct rpc_tokens *t,
                               const uint8_t digest[RPC_TOKEN_DIGEST], const char **name);
 
+/* Whether name may name a token (1 to RPC_TOKEN_NAME_MAX bytes of
+ * [A-Za-z0-9._-]). */
+bool rpc_token_name_ok(const char *name, size_t len);
 /* SHA-256 of a token. */
 void rpc_token_digest(const char *token, size_t len, uint8_t out[RPC_TOKEN_DIGEST]);
 /* Whether a token can travel as a header value and be written in a file:

@@ -35,6 +35,7 @@
 #include "rpc_client.h"
 
 #define TOKENS_FILE_MAX (16u << 20)
+#define TOKENS_MAX 100000         /* lines of a tokens file */
 #define REFUSALS_PER_S 5          /* refusal lines logged per second at most */
 
 /* ---- who may call what ---- */
@@ -424,12 +425,25 @@ struct rpc_tokens *rpc_tokens_parse(const char *text, size_t len, const char *fi
                                     char *err)
 {
     struct rpc_tokens *t = calloc(1, sizeof *t);
-    size_t lines = 1, slots = 8;
+    size_t lines = 0, slots = 8;
 
     if (!t)
         goto oom;
-    for (size_t i = 0; i < len; i++)
-        lines += text[i] == '\n';
+    /* Lines that may hold a token size the table (at most half full). */
+    for (size_t i = 0; i < len; i++) {
+        while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r'))
+            i++;
+        if (i < len && text[i] != '\n' && text[i] != '#')
+            lines++;
+        const char *nl = memchr(text + i, '\n', len - i);
+        i = nl ? (size_t)(nl - text) : len;
+    }
+    if (lines > TOKENS_MAX) {
+        snprintf(err, RPC_AUTH_ERRLEN, "%s: %zu lines of tokens, more than %d", file,
+                 lines, TOKENS_MAX);
+        free(t);
+        return NULL;
+    }
     while (slots < 2 * lines)
         slots *= 2;
     t->mask = slots - 1;
@@ -703,8 +717,8 @@ int rpc_auth_admit(struct rpc_auth *a, enum rpc_auth_rule rule, const char *path
     return -EACCES;
 }
 
-int rpc_auth_recheck(struct rpc_auth *a, const char *path, struct rpc_auth_who *who,
-                     struct rpc_status *st)
+int rpc_auth_recheck(struct rpc_auth *a, const char *path, grpc_call *call,
+                     struct rpc_auth_who *who, struct rpc_status *st)
 {
     if (!who->by_token ||
         atomic_load_explicit(&a->gen, memory_order_acquire) == who->gen)
@@ -716,7 +730,7 @@ int rpc_auth_recheck(struct rpc_auth *a, const char *path, struct rpc_auth_who *
     if (code == GRPC_STATUS_OK)
         return 0;
     refusal(&c, who->rule, path, who->name, false, code, st);
-    log_refusal(a, NULL, path, st);
+    log_refusal(a, call, path, st);
     return -EACCES;
 }
 

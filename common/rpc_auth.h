@@ -8,7 +8,7 @@
  * [A-Za-z0-9._-]) names the token in logs, SHA256HEX is the SHA-256 of the
  * token, 64 hex digits; blank lines and lines starting with '#' are
  * skipped.  A bad line refuses the whole file, naming the line; so do two
- * lines with one name or one hash.  The file holds no token itself: a
+ * lines with one name or one hash, and more than 100 000 lines.  The file holds no token itself: a
  * presented token is hashed and its hash looked up (the hashes are compared
  * in constant time).
  *
@@ -157,10 +157,24 @@ int rpc_auth_admit(struct rpc_auth *a, enum rpc_auth_rule rule, const char *path
 /* Before each message of an admitted stream: its token still holds its role
  * in the current table.  Cheap when the table has not changed since the
  * last check (one load).  Returns 0 or -EACCES with st filled. */
-int rpc_auth_recheck(struct rpc_auth *a, const char *path, struct rpc_auth_who *who,
-                     struct rpc_status *st);
+int rpc_auth_recheck(struct rpc_auth *a, const char *path, grpc_call *call,
+                     struct rpc_auth_who *who, struct rpc_status *st);
 
 /* ---- start-up ---- */
+
+/* The two settings of every server process (node, router, merger), as
+ * entries of its table (settings.h; F is the table's field macro): the
+ * tokens file its callers' tokens are checked against, and the file of the
+ * token its own calls to nodes send. */
+#define RPC_AUTH_SETTINGS(F)                                                    \
+    {"tokens_file", SETTING_STRING, 0, 0, NULL, "", F(tokens_file),            \
+     "file of the tokens callers must present, one \"ROLE NAME SHA256HEX\" "   \
+     "per line (docs/SECURITY.md); SIGHUP re-reads it; empty: no token is "     \
+     "asked for (the loopback default)"},                                      \
+    {"token_file", SETTING_STRING, 0, 0, NULL, "", F(token_file),              \
+     "file holding the token this process sends on its own calls to nodes "    \
+     "(an admin token, needed when they have a tokens file and no cluster "    \
+     "certificate is used); empty: none"}
 
 /* A server process's tokens: the token its own calls send (token_file, ""
  * for none: read and given to rpc_client_set_token) and the table callers

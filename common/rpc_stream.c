@@ -316,7 +316,7 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     *len = GRPC_SLICE_LENGTH(s->cur);
     struct rpc_status refused;
     if (s->who.by_token &&
-        rpc_auth_recheck(s->srv->auth, s->m->path, &s->who, &refused) < 0) {
+        rpc_auth_recheck(s->srv->auth, s->m->path, s->call, &s->who, &refused) < 0) {
         s->bad_request = true;
         s->bad_code = refused.code;
         memcpy(s->bad_msg, refused.message, sizeof s->bad_msg);

@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "rpc_auth.h"
 #include "settings.h"
 
 #define F(f) SETTING_FIELD(struct merger_config, f)
@@ -31,14 +32,7 @@ static const struct setting settings[] = {
      F(max_message_size), "largest gRPC message in bytes, both directions"},
     {"workers", SETTING_UINT, 1, 256, NULL, "4", F(workers),
      "shards pulled, merged and pushed at once (threads)"},
-    {"tokens_file", SETTING_STRING, 0, 0, NULL, "", F(tokens_file),
-     "file of the tokens callers must present, one \"ROLE NAME SHA256HEX\" "
-     "per line (docs/SECURITY.md); SIGHUP re-reads it; empty: no token is "
-     "asked for (the loopback default)"},
-    {"token_file", SETTING_STRING, 0, 0, NULL, "", F(token_file),
-     "file holding the token this process sends on its calls to the nodes "
-     "(an admin token, needed when they have a tokens file and no cluster "
-     "certificate is used); empty: none"},
+    RPC_AUTH_SETTINGS(F),
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info",
      F(log_level), "least severe log level printed"},
 };

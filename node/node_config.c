@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rpc_auth.h"
 #include "rules.h"
 #include "settings.h"
 
@@ -60,14 +61,7 @@ static const struct setting settings[] = {
      "gone: refused (a group is now a list of equal copies: set topology)"},
     {"primary", SETTING_STRING, 0, 0, NULL, "", F(primary),
      "gone: refused (copies pull from each other: set topology)"},
-    {"tokens_file", SETTING_STRING, 0, 0, NULL, "", F(tokens_file),
-     "file of the tokens callers must present, one \"ROLE NAME SHA256HEX\" "
-     "per line (docs/SECURITY.md); SIGHUP re-reads it; empty: no token is "
-     "asked for (the loopback default)"},
-    {"token_file", SETTING_STRING, 0, 0, NULL, "", F(token_file),
-     "file holding the token this process sends on its calls to the other copies of its group "
-     "(an admin token, needed when they have a tokens file and no cluster "
-     "certificate is used); empty: none"},
+    RPC_AUTH_SETTINGS(F),
     {"replicate_interval_ms", SETTING_UINT | SETTING_LIVE, 10, 60000, NULL, "1000",
      F(replicate_interval_ms),
      "with a topology: milliseconds between pulls of the pages that changed "

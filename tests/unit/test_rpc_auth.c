@@ -112,6 +112,26 @@ START_TEST(bad_lines_refuse_the_file_with_their_number)
 }
 END_TEST
 
+START_TEST(a_file_of_too_many_lines_is_refused_before_any_is_parsed)
+{
+    size_t n = 100001, len = 2 * n;
+    char *text = malloc(len + 1), err[RPC_AUTH_ERRLEN] = "";
+    ck_assert_ptr_nonnull(text);
+    for (size_t i = 0; i < n; i++)
+        memcpy(text + 2 * i, "x\n", 2);
+    text[len] = 0;
+    ck_assert_ptr_null(rpc_tokens_parse(text, len, "tokens", err));
+    ck_assert_str_eq(err, "tokens: 100001 lines of tokens, more than 100000");
+    /* Blank and comment lines do not count. */
+    for (size_t i = 0; i < n; i++)
+        memcpy(text + 2 * i, i % 2 ? "#\n" : " \n", 2);
+    struct rpc_tokens *t = rpc_tokens_parse(text, len, "tokens", err);
+    ck_assert_msg(t != NULL, "%s", err);
+    rpc_tokens_free(t);
+    free(text);
+}
+END_TEST
+
 /* The roles of the public API as docs/SECURITY.md lists them, written out
  * here apart from rpc_auth.c's table. */
 static enum rpc_role public_role(const char *method)
@@ -204,26 +224,26 @@ START_TEST(reload_swaps_the_table_or_keeps_the_old_one)
     struct rpc_status st;
     rpc_token_digest("bgt-write-0001", 14, who.digest);
     snprintf(who.name, sizeof who.name, "ci");
-    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", &who, &st), 0);
+    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", NULL, &who, &st), 0);
 
     write_text(path, "read ci " H_READ "\nwrite\n");
     ck_assert_int_eq(rpc_auth_reload(a, err), -EINVAL);
     ck_assert_msg(strstr(err, "tokens:2:") != NULL, "%s", err);
-    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", &who, &st), 0);
+    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", NULL, &who, &st), 0);
 
     /* The write token demoted to read: its streams stop. */
     write_text(path, "read ci " H_WRITE "\n");
     ck_assert_int_eq(rpc_auth_reload(a, err), 0);
-    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", &who, &st), -EACCES);
+    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", NULL, &who, &st), -EACCES);
     ck_assert_int_eq(st.code, GRPC_STATUS_PERMISSION_DENIED);
     /* Removed: unknown. */
     write_text(path, "admin ops " H_ADMIN "\n");
     ck_assert_int_eq(rpc_auth_reload(a, err), 0);
-    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", &who, &st), -EACCES);
+    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", NULL, &who, &st), -EACCES);
     ck_assert_int_eq(st.code, GRPC_STATUS_UNAUTHENTICATED);
     /* A call admitted by a certificate is not re-checked. */
     who.by_token = false;
-    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", &who, &st), 0);
+    ck_assert_int_eq(rpc_auth_recheck(a, "/x/Add", NULL, &who, &st), 0);
 
     unlink(path);
     ck_assert_int_eq(rpc_auth_reload(a, err), -EINVAL);
@@ -277,6 +297,7 @@ Suite *rpc_auth_suite(void)
     tcase_add_test(tc, token_digest_is_sha256);
     tcase_add_test(tc, tokens_file_parses_roles_comments_and_blank_lines);
     tcase_add_test(tc, bad_lines_refuse_the_file_with_their_number);
+    tcase_add_test(tc, a_file_of_too_many_lines_is_refused_before_any_is_parsed);
     tcase_add_test(tc, every_method_has_the_documented_rule);
     tcase_add_test(tc, reload_swaps_the_table_or_keeps_the_old_one);
     tcase_add_test(tc, tokens_read_from_files_and_checked);

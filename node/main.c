@@ -33,6 +33,7 @@
 #include "node_rpc.h"
 #include "rpc_auth.h"
 #include "rpc_server.h"
+#include "rpc_reflect.h"
 #include "settings.h"
 #include "store.h"
 #include "topo.h"
@@ -269,6 +270,10 @@ int main(int argc, char **argv)
     rpc_server_add_service(n.srv, &bloomgrid__v1__internal__descriptor,
                            node_rpc_internal, &n);
     rpc_server_set_auth(n.srv, auth);
+    static const char *const served[] = {"bloomgrid.v1.BloomGrid", "bloomgrid.v1.Internal",
+                                         "grpc.health.v1.Health", NULL};
+    if (rpc_reflect_add(n.srv, served) != 0)
+        log_warn("gRPC reflection unavailable");
     set_health(&n, false);
 
     int port = rpc_server_start(n.srv);

@@ -21,6 +21,7 @@
 #include "router_rpc.h"
 #include "rpc_auth.h"
 #include "rpc_server.h"
+#include "rpc_reflect.h"
 #include "topo.h"
 
 static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid"};
@@ -129,6 +130,10 @@ int main(int argc, char **argv)
     rpc_server_add_service(r.srv, &bloomgrid__v1__bloom_grid__descriptor,
                            router_rpc_public, &r);
     rpc_server_set_auth(r.srv, auth);
+    static const char *const served[] = {"bloomgrid.v1.BloomGrid", "grpc.health.v1.Health",
+                                         NULL};
+    if (rpc_reflect_add(r.srv, served) != 0)
+        log_warn("gRPC reflection unavailable");
     int port = rpc_server_start(r.srv);
     if (port < 0) {
         log_error("cannot listen on %s (address in use or invalid)", cfg.listen);

@@ -419,7 +419,8 @@ static int parse_line(const char *s, size_t n, const char *file, unsigned line,
     for (size_t i = 0; hex && i < RPC_TOKEN_DIGEST; i++) {
         int hi = hexval(f[2][2 * i]), lo = hexval(f[2][2 * i + 1]);
         hex = hi >= 0 && lo >= 0;
-        out->digest[i] = (uint8_t)(hi << 4 | lo);
+        if (hex)
+            out->digest[i] = (uint8_t)(hi << 4 | lo);
     }
     if (!hex) {
         snprintf(err, RPC_AUTH_ERRLEN, "%s:%u: the SHA-256 of token \"%s\" must be %d "

@@ -303,6 +303,7 @@ static void *pool_main(void *p)
             srv->jobs_tail = NULL;
         pthread_mutex_unlock(&srv->lock);
 
+        bool internal = s->m->internal;
         s->m->stream(s->m->arg, (struct rpc_stream *)s);
         if (!s->finished)
             rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_OK, "%s", "");
@@ -310,6 +311,7 @@ static void *pool_main(void *p)
 
         pthread_mutex_lock(&srv->lock);
         srv->streams_active--;
+        srv->streams_public -= !internal;
         pthread_cond_broadcast(&srv->cond);
     }
     pthread_mutex_unlock(&srv->lock);
@@ -323,10 +325,17 @@ static void stream_start(struct slot *s)
     struct rpc_server *srv = s->srv;
 
     pthread_mutex_lock(&srv->lock);
+    /* Public streams leave internal_streams threads to the cluster's. */
     int limit = srv->npool;
+    bool internal = s->m->internal;
     bool full = srv->streams_active >= limit;
+    if (!internal && !full) {
+        limit = srv->npool - srv->cfg.internal_streams;
+        full = srv->streams_public >= limit;
+    }
     if (!full) {
         srv->streams_active++;
+        srv->streams_public += !internal;
         s->job_next = NULL;
         if (srv->jobs_tail)
             srv->jobs_tail->job_next = s;
@@ -337,10 +346,12 @@ static void stream_start(struct slot *s)
     }
     pthread_mutex_unlock(&srv->lock);
     if (full) {
-        log_warn("refusing stream %s: %d streams open", s->m->path, limit);
+        log_warn("refusing stream %s: %d %sstreams open", s->m->path, limit,
+                 internal ? "" : "public ");
         rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "server has %d streams open, its limit; retry later",
-                          limit);
+                          "server has %d %sstreams open, its limit (max_streams%s); "
+                          "retry later", limit, internal ? "" : "public ",
+                          internal ? "" : " less internal_streams");
         rpc_server__slot_free(s);
     }
 }
@@ -456,6 +467,7 @@ static int add_method(struct rpc_server *srv, const char *path,
     m->stream = stream;
     m->arg = arg;
     m->input = h->checks_strings ? NULL : input;
+    m->internal = h->internal;
     m->rule = rpc_auth_rule_of(m->path);
     if (!unary && !stream) {
         m->unary = unimplemented_unary;
@@ -511,6 +523,9 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
         srv->cfg.max_deferred = RPC_DEFAULT_MAX_DEFERRED;
     if (srv->cfg.stream_queue == 0)
         srv->cfg.stream_queue = RPC_DEFAULT_STREAM_QUEUE;
+    if (srv->cfg.internal_streams < 0 ||
+        srv->cfg.internal_streams >= srv->cfg.max_streams)
+        srv->cfg.internal_streams = 0;
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->cond, NULL);
     pthread_cond_init(&srv->health_cond, NULL);
@@ -520,7 +535,7 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     srv->health[0].serving = false;
     srv->nhealth = 1;
 
-    grpc_arg args[4];
+    grpc_arg args[7];
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -534,7 +549,21 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     args[3].type = GRPC_ARG_INTEGER;
     args[3].key = GRPC_ARG_KEEPALIVE_TIME_MS;
     args[3].value.integer = 60000;
-    grpc_channel_args cargs = {.num_args = 4, .args = args};
+    /* A peer that stops answering pings is dropped, as are connections
+     * with no call (and ones stuck in their handshake) past conn_idle_ms. */
+    args[4].type = GRPC_ARG_INTEGER;
+    args[4].key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
+    args[4].value.integer = 20000;
+    size_t nargs = 5;
+    if (cfg->conn_idle_ms > 0) {
+        args[nargs].type = GRPC_ARG_INTEGER;
+        args[nargs].key = GRPC_ARG_MAX_CONNECTION_IDLE_MS;
+        args[nargs++].value.integer = cfg->conn_idle_ms;
+        args[nargs].type = GRPC_ARG_INTEGER;
+        args[nargs].key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
+        args[nargs++].value.integer = cfg->conn_idle_ms;
+    }
+    grpc_channel_args cargs = {.num_args = nargs, .args = args};
     srv->server = grpc_server_create(&cargs, NULL);
 
     /* Worker threads share a few queues, so that a handler blocked on a

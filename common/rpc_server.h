@@ -76,6 +76,18 @@ struct rpc_server_config {
                                 message it is sending before its handler's
                                 reads wait (rpc_stream_post).
                                 0: RPC_DEFAULT_STREAM_QUEUE */
+    int stream_idle_ms;      /* a stream of a method not marked internal
+                                that neither receives a message nor gets
+                                one sent for this long is ended with
+                                RESOURCE_EXHAUSTED; 0: never */
+    int internal_streams;    /* pool threads only streams of internal
+                                methods may take (public ones get
+                                RESOURCE_EXHAUSTED past max_streams minus
+                                this); 0: none kept */
+    int conn_idle_ms;        /* a connection with no call for this long is
+                                closed (GOAWAY), and one that has not
+                                finished its handshake within it; 0: gRPC's
+                                defaults (none, 120 s) */
 };
 
 /* The outcome of a unary call, filled by its handler (or, once deferred, by
@@ -115,6 +127,10 @@ struct rpc_handler {
     rpc_unary_fn unary;
     rpc_stream_fn stream;
     bool checks_strings;
+    /* A method of cluster peers (long-lived streams such as the routers'
+     * Batches): its streams may take the pool threads kept by
+     * internal_streams and are not ended by stream_idle_ms. */
+    bool internal;
 };
 
 /* Create a server (not yet listening).  NULL on bad config. */
@@ -202,7 +218,8 @@ int rpc_deferred_finish(struct rpc_deferred *d);
 
 /* Read the next message.  Returns 1 with *buf and *len set (valid until the next
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED
- * when the call failed or was cancelled, -EINVAL when the message broke the
+ * when the call failed or was cancelled (or sat idle past stream_idle_ms:
+ * the client then gets RESOURCE_EXHAUSTED), -EINVAL when the message broke the
  * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT),
  * -EACCES when the stream's token no longer has the role its method needs
  * (removed from the tokens file at a reload: the call ends UNAUTHENTICATED

@@ -25,6 +25,7 @@ struct rpc_method {
     rpc_stream_fn stream;
     void *arg;
     const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
+    bool internal;         /* struct rpc_handler.internal */
     enum rpc_auth_rule rule;                  /* who may call it */
 };
 
@@ -106,6 +107,9 @@ struct slot {
     uint64_t post_seq;           /* messages accepted so far */
     uint64_t sent_seq;           /* of those, sent or dropped */
     int holds;                   /* rpc_stream_hold */
+    /* No message for stream_idle_ms: the call was cancelled with a status
+     * saying so. */
+    bool idled;
     /* A message broke the string rule, or the stream's token lost its
      * role: the status the call ends with. */
     bool bad_request;
@@ -136,6 +140,7 @@ struct rpc_server {
     pthread_cond_t cond;         /* broadcast when a stream ends */
     pthread_cond_t health_cond;  /* broadcast on every health change */
     int streams_active;          /* queued for the pool or running */
+    int streams_public;          /* of those, of methods not internal */
     /* Stream thread pool, created at start: streams wait on job_cond. */
     pthread_t *pool;
     int npool;

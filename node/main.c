@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,7 +120,7 @@ static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid",
  * the overall and internal health follow the filters' states. */
 static void set_health(struct node *n, bool serving)
 {
-    bool syncing = node_sync_count(node_rpc__sync_get()) > 0 &&
+    bool syncing = node_sync_any(node_rpc__sync_get()) &&
                    node_rpc__group_copies() > 1;
     for (size_t i = 0; i < sizeof health_names / sizeof health_names[0]; i++)
         rpc_server_set_health(n->srv, health_names[i],
@@ -159,6 +160,8 @@ static void *housekeeping_main(void *arg)
                                                              : STORE_DURABLE_FSYNC,
         .snapshot_interval_ms = (unsigned)(n->cfg.snapshot_interval_s * 1000),
         .snapshot_wal_bytes = n->cfg.snapshot_wal_mb << 20,
+        .max_memory_bytes = n->cfg.max_memory_mb << 20,
+        .max_filters = n->cfg.max_filters,
     };
 
     log_info("opening data directory %s", n->cfg.data_dir);
@@ -205,6 +208,25 @@ static void *housekeeping_main(void *arg)
     return NULL;
 }
 
+/* Descriptors: filters hold none (one log for all), so what the node
+ * spends them on is connections, checkpoint files and log segments.  The
+ * soft limit is raised to the hard one so that connections do not run the
+ * log out of descriptors. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            log_info("file descriptors: soft limit raised from %llu to %llu",
+                     (unsigned long long)was, (unsigned long long)rl.rlim_cur);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static struct node n;
@@ -214,6 +236,12 @@ int main(int argc, char **argv)
 
     apply_log_level(&n.cfg);
     log_set_ident("bloomgrid-node");
+    raise_nofile();
+    if (n.cfg.max_memory_mb == 0) {
+        n.cfg.max_memory_mb = node_config_default_memory_mb();
+        log_info("max_memory_mb = %llu (three quarters of this machine's memory)",
+                 (unsigned long long)n.cfg.max_memory_mb);
+    }
     if (strcmp(n.cfg.durability, "none") == 0)
         log_warn("durability none: writes are acknowledged before they reach "
                  "the disk; a machine crash loses the most recent ones");
@@ -253,6 +281,9 @@ int main(int argc, char **argv)
         .max_message = n.cfg.max_message_size,
         .grace_ms = (int)n.cfg.shutdown_grace_ms,
         .max_streams = (int)n.cfg.max_streams,
+        .stream_idle_ms = (int)n.cfg.stream_idle_ms,
+        .internal_streams = (int)n.cfg.internal_streams,
+        .conn_idle_ms = (int)n.cfg.conn_idle_ms,
     };
     n.srv = rpc_server_create(&sc);
     if (!n.srv) {

@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -76,6 +77,24 @@ double harness_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static uint64_t du_bytes;
+
+static int du_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)p;
+    (void)flag;
+    (void)ftw;
+    du_bytes += (uint64_t)st->st_blocks * 512;
+    return 0;
+}
+
+uint64_t harness_du(const char *dir)
+{
+    du_bytes = 0;
+    CHECK(nftw(dir, du_one, 16, FTW_PHYS) == 0, "cannot walk %s", dir);
+    return du_bytes;
 }
 
 int harness_log_count(const char *path, const char *needle)
@@ -471,6 +490,37 @@ int t_shard_count(struct rpc_channel *ch, const char *filter)
     return n;
 }
 
+int t_shard_state(struct rpc_channel *ch, const char *filter, uint32_t s)
+{
+    Bloomgrid__V1__GetShardRequest q = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
+    Bloomgrid__V1__InternalShardInfo *isi = NULL;
+    struct rpc_status st;
+    q.filter = (char *)filter;
+    q.shard_index = s;
+    if (rpc_call(ch, "/bloomgrid.v1.Internal/GetShard", &q.base,
+                 &bloomgrid__v1__internal_shard_info__descriptor,
+                 (ProtobufCMessage **)&isi, TIMEOUT_MS, &st) != 0)
+        return -1;
+    int state = isi->info ? (int)isi->info->state : -1;
+    bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+    return state;
+}
+
+bool t_never_no(struct rpc_channel *ch, const char *filter, char **k, size_t n,
+                const char *when)
+{
+    bool *out = calloc(n ? n : 1, sizeof *out);
+    struct rpc_status st;
+    CHECK(out, "out of memory");
+    int code = t_keys(ch, "MayContain", filter, k, n, out, &st);
+    CHECK(code == 0 || code == GRPC_STATUS_UNAVAILABLE, "%s: %d %s", when, code,
+          st.message);
+    for (size_t i = 0; code == 0 && i < n; i++)
+        CHECK(out[i], "%s: acknowledged key %s reads \"no\"", when, k[i]);
+    free(out);
+    return code == 0;
+}
+
 void t_node_info(struct rpc_channel *ch, struct node_info *out)
 {
     Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;
@@ -487,6 +537,10 @@ void t_node_info(struct rpc_channel *ch, struct node_info *out)
     out->read_streams = resp->read_streams;
     out->write_streams = resp->write_streams;
     out->mixed_streams = resp->mixed_streams;
+    out->max_memory_bytes = resp->max_memory_bytes;
+    out->charged_bytes = resp->charged_bytes;
+    out->max_filters = resp->max_filters;
+    out->filters = resp->filters;
     bloomgrid__v1__node_info_response__free_unpacked(resp, NULL);
 }
 

@@ -55,6 +55,8 @@ void harness_tmpdir(char *out, size_t len, const char *tag);
 void harness_sleep_ms(int ms);
 /* Monotonic seconds, for the timings tests print (never for assertions). */
 double harness_now_s(void);
+/* Bytes the files under dir take on disk (allocated blocks, as du). */
+uint64_t harness_du(const char *dir);
 /* Lines of the file at path that contain needle (0 when it cannot be read).
  * Only for what a process reports nowhere but its log: say why where used. */
 int harness_log_count(const char *path, const char *needle);
@@ -132,11 +134,21 @@ int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
 /* Shards of filter the node on ch holds (Internal/ListShards).  Dies on
  * failure. */
 int t_shard_count(struct rpc_channel *ch, const char *filter);
+/* The state (bloomgrid.v1.FilterState) node ch reports for shard s of
+ * filter (Internal/GetShard), -1 when it has no such shard. */
+int t_shard_state(struct rpc_channel *ch, const char *filter, uint32_t s);
+/* Read the n keys k of filter through the router on ch: answered with every
+ * key "maybe" (dies on a "no", naming when) or UNAVAILABLE (any other
+ * answer dies).  Returns whether it was answered. */
+bool t_never_no(struct rpc_channel *ch, const char *filter, char **k, size_t n,
+                const char *when);
 /* What the node on ch counted of the routers' Batches streams
  * (Internal/NodeInfo).  Dies on failure. */
 struct node_info {
     uint64_t messages, entries, hashes;
     uint64_t streams, read_streams, write_streams, mixed_streams;
+    /* The node's budgets (docs/SECURITY.md, "Budgets"). */
+    uint64_t max_memory_bytes, charged_bytes, max_filters, filters;
 };
 void t_node_info(struct rpc_channel *ch, struct node_info *out);
 

@@ -21,6 +21,9 @@
  *          cps=.. p50=.. p99=.. p999=.. true=.. errors=.. ccpu=..
  * (latencies in µs; true: the fraction of answers that were true; ccpu: the
  * client's CPU seconds), and exits 1 when any call failed.
+ *
+ * --token-file FILE (or $BLOOMGRID_TOKEN) sends a token on every call, for
+ * servers with a tokens file.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -41,6 +44,7 @@
 #include <grpc/support/time.h>
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
+#include "rpc_auth.h"
 #include "rpc_client.h"
 #include "rpc_keys.h"
 #include "rpc_ops.h"
@@ -53,7 +57,7 @@ enum action { A_NONE, A_CREATE, A_DROP, A_PREFILL, A_RUN };
 
 static struct {
     enum action action;
-    const char *target, *filter;
+    const char *target, *filter, *token_file;
     bool add, stream;
     uint64_t batch, depth;
     double duration;
@@ -168,6 +172,8 @@ struct run {
     uint64_t deadline;
     struct keys ks;
     grpc_channel *ch;
+    grpc_metadata *md;               /* initial metadata: the token */
+    size_t nmd;
     grpc_completion_queue *cq;
     void *method;                    /* registered call handle */
     uint8_t *keybuf;                 /* batch keys, KEYLEN each */
@@ -276,6 +282,8 @@ static void ucall_start(struct run *r, struct ucall *c, uint64_t n)
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[0].data.send_initial_metadata.count = r->nmd;
+    ops[0].data.send_initial_metadata.metadata = r->md;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = c->send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -370,7 +378,9 @@ static void scall_send(struct run *r, struct scall *s)
     size_t n = 0;
     memset(ops, 0, sizeof ops);
     if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].data.send_initial_metadata.count = r->nmd;
+        ops[n++].data.send_initial_metadata.metadata = r->md;
         s->md_sent = true;
     }
     if (now_ns() >= r->deadline || r->sent >= r->limit) {
@@ -481,11 +491,13 @@ static void run_stream(struct run *r)
 
 /* ---- runs ---- */
 
-static void run_init(struct run *r, grpc_channel *ch, grpc_completion_queue *cq, bool add,
-                     uint64_t batch, uint64_t depth)
+static void run_init(struct run *r, struct rpc_channel *rch, grpc_completion_queue *cq,
+                     bool add, uint64_t batch, uint64_t depth)
 {
     memset(r, 0, sizeof *r);
+    grpc_channel *ch = rpc_channel_grpc(rch);
     r->ch = ch;
+    r->nmd = rpc_channel_metadata(rch, &r->md);
     r->cq = cq;
     r->add = add;
     r->batch = batch;
@@ -567,14 +579,13 @@ static int measure(void)
     struct rpc_channel *rch = rpc_channel_create(o.target, 0);
     if (!rch)
         die("out of memory");
-    grpc_channel *ch = rpc_channel_grpc(rch);
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     struct run r;
     bool prefill = o.action == A_PREFILL;
 
     /* Warm-up: one single-key call (connection, first-call costs), not
      * counted, with keys no measured run uses. */
-    run_init(&r, ch, cq, prefill || o.add, 1, 1);
+    run_init(&r, rch, cq, prefill || o.add, 1, 1);
     r.ks.seed = o.seed ^ 0x5741524d55505f5fu;
     r.limit = 1;
     r.deadline = now_ns() + 10 * 1000000000ull;
@@ -584,12 +595,12 @@ static int measure(void)
     run_deinit(&r);
 
     if (prefill) {
-        run_init(&r, ch, cq, true, 1000, 4);
+        run_init(&r, rch, cq, true, 1000, 4);
         r.ks.seed = o.pseed;
         r.limit = o.prefill;
         r.deadline = UINT64_MAX;
     } else {
-        run_init(&r, ch, cq, o.add, o.batch, o.depth);
+        run_init(&r, rch, cq, o.add, o.batch, o.depth);
         r.ks = (struct keys){.seed = o.seed, .pseed = o.pseed, .pcount = o.add ? 0 : o.pcount};
         r.limit = o.max_keys ? o.max_keys : o.add ? o.capacity : UINT64_MAX;
     }
@@ -664,6 +675,7 @@ static void usage(FILE *f)
             "                      [plaintext]\n"
             "  --tls-cert FILE     a client certificate to present, with --tls-key\n"
             "  --tls-key FILE      its private key\n"
+            "  --token-file FILE   send the token in FILE (default: $BLOOMGRID_TOKEN)\n"
             "  -h, --help          this text\n"
             "RESULT fields: keys, calls, secs, kps (keys/s), cps (calls/s), p50/p99/p999\n"
             "(µs per call), true (fraction of true answers), errors, ccpu (client CPU s).\n"
@@ -691,6 +703,21 @@ static double real(const char *opt, const char *s, double min, double max)
     return v;
 }
 
+/* The token every channel sends: --token-file, else $BLOOMGRID_TOKEN. */
+static void token_setup(void)
+{
+    char token[RPC_TOKEN_MAX + 1], err[RPC_AUTH_ERRLEN];
+    const char *env = getenv(RPC_TOKEN_ENV);
+
+    if (o.token_file) {
+        if (rpc_token_read(o.token_file, token, err) < 0)
+            die("--token-file: %s", err);
+        env = token;
+    }
+    if (env && env[0] && rpc_client_set_token(env) < 0)
+        die("the token of %s is not a token", o.token_file ? o.token_file : "$" RPC_TOKEN_ENV);
+}
+
 static void set_action(enum action a)
 {
     if (o.action != A_NONE && o.action != a)
@@ -708,7 +735,7 @@ int main(int argc, char **argv)
         {"prefill-seed", 1, 0, 'p'},  {"prefill-count", 1, 0, 'n'}, {"capacity", 1, 0, 'c'},
         {"error-rate", 1, 0, 'e'},    {"shards", 1, 0, 'x'},        {"wait", 1, 0, 'w'},
         {"tls-ca", 1, 0, 'A'},        {"tls-cert", 1, 0, 'R'},      {"tls-key", 1, 0, 'K'},
-        {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+        {"token-file", 1, 0, 'O'},    {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
@@ -742,6 +769,7 @@ int main(int argc, char **argv)
         case 'A': o.tls_ca = optarg; break;
         case 'R': o.tls_cert = optarg; break;
         case 'K': o.tls_key = optarg; break;
+        case 'O': o.token_file = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -760,6 +788,7 @@ int main(int argc, char **argv)
             die("%s", err);
         rpc_tls_set_client(tls);   /* every channel of this run */
     }
+    token_setup();
     grpc_init();
     int rc;
     if (o.action == A_CREATE || o.action == A_DROP) {

@@ -74,6 +74,7 @@ int cmd_query(int argc, char **argv);
 int cmd_remove(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_token(int argc, char **argv);
 
 /* Help: the overview, and the text of one command (NULL if unknown; the
  * offline text when a command has both forms). */

@@ -29,6 +29,7 @@ void online_cmd_init(struct online *o)
     o->tls_ca = option_or_env(online_global.tls_ca, ONLINE_ENV_TLS_CA);
     o->tls_cert = option_or_env(online_global.tls_cert, ONLINE_ENV_TLS_CERT);
     o->tls_key = option_or_env(online_global.tls_key, ONLINE_ENV_TLS_KEY);
+    o->token_file = online_global.token_file;
 }
 
 int online_parse_deadline(const char *s, int *out)
@@ -61,6 +62,9 @@ int online_common_opt(struct online *o, const char *cmd, int c, char **argv)
         return 0;
     case OPT_TLS_KEY:
         o->tls_key = optarg;
+        return 0;
+    case OPT_TOKEN_FILE:
+        o->token_file = optarg;
         return 0;
     case 'h':
         help_print(cmd);

@@ -107,11 +107,39 @@ static const struct help_entry help_entries[] = {
      "\n"
      "example:\n"
      "  bloomgrid inspect users.bf --json\n"},
+    {"token",
+     "usage: bloomgrid token new --role ROLE --name NAME [--out FILE [--force]]\n"
+     "\n"
+     "Make a token for the servers' tokens file (setting tokens_file): print\n"
+     "the token on the first line and, on the second, the line that grants it\n"
+     "ROLE: \"ROLE NAME SHA256HEX\".  The servers keep only the SHA-256, so\n"
+     "the token is shown this once: hand it to its user as a credential.  Add\n"
+     "the line to the tokens file and send the servers SIGHUP; delete the line\n"
+     "(and SIGHUP) to revoke the token, open streams included.\n"
+     "\n"
+     "  -r, --role ROLE       read (MayContain, MayContainStream, GetFilter,\n"
+     "                        ListFilters), write (+ Add, AddStream, Import)\n"
+     "                        or admin (+ CreateFilter, DropFilter, Remove,\n"
+     "                        Export, the Internal and Merger services)\n"
+     "  -n, --name NAME       names the token in the servers' logs: 1 to 64\n"
+     "                        letters, digits, '.', '_' or '-'\n"
+     "  -o, --out FILE        write the token to FILE (mode 0600) instead and\n"
+     "                        print only the line\n"
+     "  -f, --force           replace FILE if it exists\n"
+     "\n"
+     "A client sends the token with --token-file FILE or $BLOOMGRID_TOKEN;\n"
+     "a router, merger or node sends one to the nodes with token_file = FILE.\n"
+     "\n"
+     "examples:\n"
+     "  bloomgrid token new --role write --name ci\n"
+     "  bloomgrid token new --role admin --name router-1 --out router.token \\\n"
+     "      >> /etc/bloomgrid/tokens\n"},
     {NULL, NULL},
 };
 
 /* Online commands.  Every one takes --server HOST:PORT (default: the
- * BLOOMGRID_SERVER environment variable) and --deadline MS. */
+ * BLOOMGRID_SERVER environment variable), --token-file FILE (default: the
+ * BLOOMGRID_TOKEN environment variable) and --deadline MS. */
 #define SERVER_OPTIONS \
     "  --server HOST:PORT    the node or router (default: $BLOOMGRID_SERVER);\n" \
     "                        may also come before the command name\n" \
@@ -120,6 +148,8 @@ static const struct help_entry help_entries[] = {
     "  --tls-cert FILE       client certificate chain, with --tls-key (default:\n" \
     "                        $BLOOMGRID_TLS_CERT)\n" \
     "  --tls-key FILE        its private key (default: $BLOOMGRID_TLS_KEY)\n" \
+    "  --token-file FILE     send the token in FILE (default: the token in\n" \
+    "                        $BLOOMGRID_TOKEN; none when unset)\n" \
     "  --deadline MS         give up on a call after MS milliseconds\n"
 
 #define KEYS_OPTIONS \
@@ -303,6 +333,9 @@ void help_overview(FILE *out)
           "  export    save a server's filter as a filter file\n"
           "  import    OR-merge a filter file into a server's filter\n"
           "\n"
+          "tokens:\n"
+          "  token new make a token and its line for the servers' tokens file\n"
+          "\n"
           "  help      show help for a command\n"
           "\n"
           "  --help, --version\n"
@@ -314,6 +347,9 @@ void help_overview(FILE *out)
           "                      of FILE (default: $BLOOMGRID_TLS_CA; none: plaintext)\n"
           "  --tls-cert FILE     a client certificate to present, with --tls-key\n"
           "  --tls-key FILE      (default: $BLOOMGRID_TLS_CERT, $BLOOMGRID_TLS_KEY)\n"
+          "  --token-file FILE   the token online commands send (default: the\n"
+          "                      token in $BLOOMGRID_TOKEN): servers with a\n"
+          "                      tokens file ask for one\n"
           "\n"
           "Run 'bloomgrid help COMMAND' for a command's options and examples.\n"
           "Exit status: 0 success, 1 a queried key is definitely absent,\n"

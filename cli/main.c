@@ -30,6 +30,7 @@ static const struct command commands[] = {
     {"remove", cmd_remove, cmd_online_remove},
     {"merge", cmd_merge, NULL},
     {"inspect", cmd_inspect, NULL},
+    {"token", cmd_token, NULL},
     {"drop", NULL, cmd_online_drop},
     {"list", NULL, cmd_online_list},
     {"info", NULL, cmd_online_info},
@@ -71,10 +72,11 @@ static const struct {
     {"--tls-ca", &online_global.tls_ca},
     {"--tls-cert", &online_global.tls_cert},
     {"--tls-key", &online_global.tls_key},
+    {"--token-file", &online_global.token_file},
 };
 
-/* Options before the command name: --server, --deadline and the TLS
- * files.  Returns how many arguments they took, or -1 after printing an
+/* Options before the command name: --server, --deadline, the TLS files
+ * and --token-file.  Returns how many arguments they took, or -1 after printing an
  * error. */
 static int global_options(int argc, char **argv)
 {

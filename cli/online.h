@@ -34,6 +34,7 @@ struct online_opts {
     const char *server;     /* NULL: not given */
     int deadline_ms;        /* 0: not given */
     const char *tls_ca, *tls_cert, *tls_key;   /* NULL: not given */
+    const char *token_file; /* NULL: not given */
 };
 extern struct online_opts online_global;
 
@@ -41,13 +42,15 @@ struct online {
     const char *server;
     int deadline_ms;
     const char *tls_ca, *tls_cert, *tls_key;   /* TLS when tls_ca is set */
+    const char *token_file; /* NULL: $BLOOMGRID_TOKEN, or no token */
     struct rpc_channel *ch;
 };
 
 /* Open a channel to o->server (which must be set): TLS verified with
  * o->tls_ca when it is set, with o->tls_cert and o->tls_key as the client
- * certificate when they are, plaintext otherwise.  Prints the reason and
- * returns CLI_ERR on failure (a TLS file refused names it), else 0.
+ * certificate when they are, plaintext otherwise; sending the token of
+ * o->token_file or $BLOOMGRID_TOKEN on every call.  Prints the reason and
+ * returns CLI_ERR on failure (a TLS or token file refused names it), else 0.
  * online_close() is safe after a failed open. */
 int online_open(struct online *o);
 void online_close(struct online *o);

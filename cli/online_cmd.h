@@ -1,10 +1,11 @@
 /* online_cmd: option handling shared by the online commands (cmd_online*.c).
  *
  * Every online command accepts --server HOST:PORT, --deadline MS, --tls-ca,
- * --tls-cert, --tls-key FILE and --help after its name, on top of the same
- * options given before the command name (online_global) and the
- * BLOOMGRID_SERVER and BLOOMGRID_TLS_CA/CERT/KEY environment variables, in
- * that order of precedence: command option, global option, environment.
+ * --tls-cert, --tls-key FILE, --token-file FILE and --help after its name,
+ * on top of the same options given before the command name (online_global)
+ * and the BLOOMGRID_SERVER, BLOOMGRID_TLS_CA/CERT/KEY and BLOOMGRID_TOKEN
+ * environment variables, in that order of precedence: command option,
+ * global option, environment.
  */
 #ifndef BLOOMGRID_ONLINE_CMD_H
 #define BLOOMGRID_ONLINE_CMD_H
@@ -17,6 +18,7 @@
 #define OPT_TLS_CA 0x102
 #define OPT_TLS_CERT 0x103
 #define OPT_TLS_KEY 0x104
+#define OPT_TOKEN_FILE 0x105
 
 #define ONLINE_COMMON_LONGOPTS                                  \
     {"server", required_argument, NULL, OPT_SERVER},            \
@@ -24,6 +26,7 @@
     {"tls-ca", required_argument, NULL, OPT_TLS_CA},            \
     {"tls-cert", required_argument, NULL, OPT_TLS_CERT},        \
     {"tls-key", required_argument, NULL, OPT_TLS_KEY},          \
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},    \
     {"help", no_argument, NULL, 'h'},                           \
     {NULL, 0, NULL, 0}
 

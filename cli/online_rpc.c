@@ -15,6 +15,7 @@
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "cli.h"
+#include "rpc_auth.h"
 #include "rpc_keys.h"
 #include "rpc_tls.h"
 #include "rules.h"
@@ -46,8 +47,31 @@ static void quiet_log(gpr_log_func_args *args)
     (void)args;
 }
 
+/* The token to send: o->token_file's, else $BLOOMGRID_TOKEN, else none
+ * (buf empty).  Returns 0 or CLI_ERR (printed). */
+static int token_get(const struct online *o, char *buf)
+{
+    char err[RPC_AUTH_ERRLEN];
+    const char *env = getenv(RPC_TOKEN_ENV);
+
+    buf[0] = 0;
+    if (o->token_file) {
+        if (rpc_token_read(o->token_file, buf, err) < 0)
+            return cli_fail("--token-file: %s", err);
+        return 0;
+    }
+    if (!env || !env[0])
+        return 0;
+    if (rpc_token_check("$" RPC_TOKEN_ENV, env, strlen(env), err) < 0)
+        return cli_fail("%s", err);
+    snprintf(buf, RPC_TOKEN_MAX + 1, "%s", env);
+    return 0;
+}
+
 int online_open(struct online *o)
 {
+    char token[RPC_TOKEN_MAX + 1];
+
     o->ch = NULL;
     if (!o->server || !o->server[0])
         return cli_fail("no server: give --server HOST:PORT or set %s",
@@ -57,6 +81,8 @@ int online_open(struct online *o)
                         "65535, got '%s'", o->server);
     if (o->deadline_ms <= 0)
         o->deadline_ms = ONLINE_DEADLINE_MS;
+    if (token_get(o, token))
+        return CLI_ERR;
     struct rpc_tls *tls = NULL;
     if (o->tls_ca || o->tls_cert || o->tls_key) {
         static const struct rpc_tls_names flags = {"--tls-cert", "--tls-key",
@@ -72,7 +98,9 @@ int online_open(struct online *o)
     /* The channel keeps its own copy of the files. */
     o->ch = rpc_channel_create_tls(o->server, 0, tls);
     rpc_tls_destroy(tls);
-    if (!o->ch) {
+    if (!o->ch || rpc_channel_set_token(o->ch, token) < 0) {
+        rpc_channel_destroy(o->ch);
+        o->ch = NULL;
         grpc_shutdown();
         return cli_fail("cannot open a channel to %s", o->server);
     }

@@ -17,6 +17,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "rpc_auth.h"
 #include "rpc_ops.h"
 
 #define MAX_METHODS 64
@@ -28,12 +29,15 @@ struct reg_method {
 
 struct rpc_channel {
     grpc_channel *ch;
+    grpc_metadata auth;          /* authorization: Bearer TOKEN */
+    size_t nauth;                /* 0 or 1 */
     pthread_mutex_t lock;
     struct reg_method methods[MAX_METHODS];
     int nmethods;
 };
 
 struct rpc_cstream {
+    struct rpc_channel *ch;      /* its initial metadata */
     grpc_call *call;
     grpc_completion_queue *cq;
     grpc_metadata_array md_initial, md_trailing;
@@ -47,6 +51,54 @@ struct rpc_cstream {
     bool md_sent;
     char tags[4]; /* distinct addresses: write, read, finish, metadata */
 };
+
+/* Set at start-up, before any channel; read when one is created. */
+static char default_token[RPC_TOKEN_MAX + 1];
+
+int rpc_client_set_token(const char *token)
+{
+    char err[RPC_AUTH_ERRLEN];
+    if (token && token[0] && rpc_token_check("token", token, strlen(token), err) < 0)
+        return -EINVAL;
+    snprintf(default_token, sizeof default_token, "%s", token ? token : "");
+    return 0;
+}
+
+int rpc_channel_set_token(struct rpc_channel *c, const char *token)
+{
+    char err[RPC_AUTH_ERRLEN];
+    if (token && token[0] && rpc_token_check("token", token, strlen(token), err) < 0)
+        return -EINVAL;
+    if (c->nauth) {
+        grpc_slice_unref(c->auth.value);
+        c->nauth = 0;
+    }
+    if (!token || !token[0])
+        return 0;
+    char *v = malloc(strlen(token) + 8);
+    if (!v)
+        return -ENOMEM;
+    sprintf(v, "Bearer %s", token);
+    memset(&c->auth, 0, sizeof c->auth);
+    c->auth.key = grpc_slice_from_static_string("authorization");
+    c->auth.value = grpc_slice_from_copied_string(v);
+    c->nauth = 1;
+    free(v);
+    return 0;
+}
+
+size_t rpc_channel_metadata(const struct rpc_channel *c, grpc_metadata **md)
+{
+    *md = (grpc_metadata *)&c->auth;
+    return c->nauth;
+}
+
+/* Initial metadata of a call on c: the token, if any. */
+static void md_fill(struct rpc_channel *c, grpc_op *op)
+{
+    op->data.send_initial_metadata.count = c->nauth;
+    op->data.send_initial_metadata.metadata = c->nauth ? &c->auth : NULL;
+}
 
 struct rpc_channel *rpc_channel_create(const char *target, size_t max_message)
 {
@@ -86,6 +138,8 @@ struct rpc_channel *rpc_channel_create_tls(const char *target, size_t max_messag
         return NULL;
     }
     pthread_mutex_init(&c->lock, NULL);
+    if (default_token[0])
+        rpc_channel_set_token(c, default_token);
     return c;
 }
 
@@ -94,6 +148,7 @@ void rpc_channel_destroy(struct rpc_channel *c)
     if (!c)
         return;
     grpc_channel_destroy(c->ch);
+    rpc_channel_set_token(c, NULL);
     for (int i = 0; i < c->nmethods; i++)
         free(c->methods[i].path);
     pthread_mutex_destroy(&c->lock);
@@ -222,6 +277,7 @@ int rpc_call_raw(struct rpc_channel *c, const char *method, const void *req,
     grpc_op ops[6];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    md_fill(c, &ops[0]);
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = send;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -339,6 +395,7 @@ size_t rpc_call_many(struct rpc_multi *calls, size_t n)
         m->send = grpc_raw_byte_buffer_create(&c->req, 1);
         grpc_op *ops = m->ops;
         ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+        md_fill(c->ch, &ops[0]);
         ops[1].op = GRPC_OP_SEND_MESSAGE;
         ops[1].data.send_message.send_message = m->send;
         ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -423,6 +480,7 @@ struct rpc_cstream *rpc_cstream_open(struct rpc_channel *c, const char *method,
     struct rpc_cstream *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
+    s->ch = c;
     s->cq = grpc_completion_queue_create_for_pluck(NULL);
     s->call = call_create(c, method, s->cq, timeout_ms);
     grpc_metadata_array_init(&s->md_initial);
@@ -448,7 +506,8 @@ static bool stream_send(struct rpc_cstream *s, grpc_op *op, void *tag)
     memset(ops, 0, sizeof ops);
     pthread_mutex_lock(&s->md_lock);
     if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        md_fill(s->ch, &ops[n++]);
         s->md_sent = true;
     }
     ops[n++] = *op;
@@ -473,6 +532,7 @@ static bool stream_send_md(struct rpc_cstream *s)
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    md_fill(s->ch, &op);
     grpc_call_error e = grpc_call_start_batch(s->call, &op, 1, &s->tags[3], NULL);
     pthread_mutex_unlock(&s->md_lock);
     if (e != GRPC_CALL_OK)
@@ -557,7 +617,8 @@ int rpc_cstream_finish(struct rpc_cstream *s, struct rpc_status *st)
     s->status = GRPC_STATUS_UNKNOWN;
     memset(ops, 0, sizeof ops);
     if (!s->md_sent) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+        md_fill(s->ch, &ops[n++]);
         s->md_sent = true;
     }
     if (!s->md_received) {

@@ -8,6 +8,10 @@
  * A struct rpc_cstream is one streaming call.  One thread may write while
  * another reads; otherwise one thread at a time.
  *
+ * Token: a channel with a token (rpc_channel_set_token, or the process's
+ * default from rpc_client_set_token) sends "authorization: Bearer TOKEN"
+ * in the initial metadata of every call it makes, unary or streaming.
+ *
  * Status: calls return 0 when the call ended with OK and -1 otherwise, with
  * the code, reason (the server's "bloomgrid-reason" trailing metadata) and
  * message in *st (when st is not NULL; see rpc_status.h).  Transport failures
@@ -47,6 +51,17 @@ void rpc_channel_destroy(struct rpc_channel *ch);
 /* The gRPC core channel inside, for callers that drive their own calls on
  * it (the router's batch streams); owned by ch. */
 grpc_channel *rpc_channel_grpc(struct rpc_channel *ch);
+
+/* The token every channel created afterwards sends (NULL or "": none).
+ * Call once at start-up, before any channel exists.  Returns 0, or -EINVAL
+ * for a token that cannot travel in a header (rpc_token_check). */
+int rpc_client_set_token(const char *token);
+/* Give ch its own token (NULL: none), before any call on it.  0 or -EINVAL. */
+int rpc_channel_set_token(struct rpc_channel *ch, const char *token);
+/* The initial metadata every call on ch sends (the token; count 0 without
+ * one), for callers that drive their own calls on rpc_channel_grpc(ch).
+ * Owned by ch. */
+size_t rpc_channel_metadata(const struct rpc_channel *ch, grpc_metadata **md);
 
 /* Unary call with raw bytes.  On OK, *resp (when not NULL) receives the
  * response bytes, owned by the caller (grpc_slice_unref).  method is a full

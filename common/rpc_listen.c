@@ -40,7 +40,8 @@ bool rpc_listen_loopback(const char *addr)
     if (inet_pton(AF_INET, host, &a4) == 1)
         return (ntohl(a4.s_addr) >> 24) == 127;
     if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
+        return IN6_IS_ADDR_LOOPBACK(&a6) ||
+               (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
     return false;
 }
 
@@ -67,6 +68,24 @@ static int plaintext_check(const struct rpc_listen_rule *r, const char *what,
     return 0;
 }
 
+/* A non-loopback public listener without a tokens file (its clients
+ * present no certificate): refused, or warned about with --insecure. */
+static int tokens_check(const struct rpc_listen_rule *r, char *err)
+{
+    if (r->tokens || !set(r->listen) || rpc_listen_loopback(r->listen))
+        return 0;
+    if (!r->insecure) {
+        snprintf(err, RPC_LISTEN_ERRLEN, "listen %s is not a loopback address and "
+                 "tokens_file is not set: anyone who reaches it could drop filters "
+                 "and read their secrets; set tokens_file (docs/SECURITY.md), or "
+                 "give --insecure to serve it without tokens anyway", r->listen);
+        return -1;
+    }
+    log_warn("--insecure: serving listen %s without a tokens file: anyone who "
+             "can reach it can drop filters and read their secrets", r->listen);
+    return 0;
+}
+
 int rpc_listen_check(const struct rpc_listen_rule *r, char *err)
 {
     bool cert = set(r->tls_cert), key = set(r->tls_key), ca = set(r->tls_ca);
@@ -80,7 +99,8 @@ int rpc_listen_check(const struct rpc_listen_rule *r, char *err)
     }
     if (!cert)
         return plaintext_check(r, "listen", r->listen, err) < 0 ||
-                       plaintext_check(r, "internal_listen", r->internal_listen, err) < 0
+                       plaintext_check(r, "internal_listen", r->internal_listen, err) < 0 ||
+                       tokens_check(r, err) < 0
                    ? -1
                    : 0;
     if (r->has_internal && !set(r->internal_listen)) {
@@ -90,7 +110,7 @@ int rpc_listen_check(const struct rpc_listen_rule *r, char *err)
                  "there); the topology lists that address");
         return -1;
     }
-    return 0;
+    return tokens_check(r, err);
 }
 
 int rpc_listen_setup(const struct rpc_listen_rule *r, const char *prog,

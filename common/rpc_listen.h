@@ -48,6 +48,7 @@ struct rpc_listen_rule {
     bool has_internal;            /* serves bloomgrid.v1.Internal (the node) */
     const char *tls_cert, *tls_key, *tls_ca;  /* "" or NULL: not set */
     bool insecure;                /* --insecure */
+    bool tokens;                  /* a tokens_file is set (rpc_auth.h) */
 };
 
 /* Is host:port (or a bare host) a loopback address? */

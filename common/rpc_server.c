@@ -368,6 +368,18 @@ static bool served_elsewhere(const struct rpc_server *srv, const char *path)
     return false;
 }
 
+/* Admit the call, or fill its refusal (UNAUTHENTICATED or
+ * PERMISSION_DENIED) in s->reply before any handler sees it.  Without a
+ * tokens table this is one test. */
+static bool call_admitted(struct slot *s)
+{
+    struct rpc_auth *a = s->srv->auth;
+    if (!a || s->m->rule == RPC_AUTH_OPEN)
+        return true;
+    return rpc_auth_admit(a, s->m->rule, s->m->path, s->call, &s->md, &s->who,
+                          &s->reply.st) == 0;
+}
+
 static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
 {
     if (s->state == SLOT_REPLYING) {
@@ -402,12 +414,19 @@ static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
     }
     case SLOT_UNARY:
         post_request(srv, s->m, s->li, s->cqi);
-        if (s->m->unary)
+        if (!call_admitted(s))
+            rpc_server__send_reply(s);
+        else if (s->m->unary)
             unary_run(s);
         break;
     case SLOT_STREAM:
         post_request(srv, s->m, s->li, s->cqi);
-        stream_start(s);
+        if (call_admitted(s)) {
+            stream_start(s);
+            break;
+        }
+        rpc_stream_finish_status((struct rpc_stream *)s, &s->reply.st);
+        rpc_server__slot_free(s);
         break;
     }
 }
@@ -475,6 +494,7 @@ static int add_method(struct rpc_server *srv, const char *path,
     m->arg = arg;
     m->input = h->checks_strings ? NULL : input;
     m->internal = h->internal;
+    m->rule = rpc_auth_rule_of(m->path);
     if (!unary && !stream) {
         m->unary = unimplemented_unary;
         m->arg = m->path;
@@ -524,6 +544,11 @@ int rpc_server_add_listener(struct rpc_server *srv, const struct rpc_listener *l
     ln->tls = l->tls;
     ln->peer = l->peer;
     return srv->nlisteners++;
+}
+
+void rpc_server_set_auth(struct rpc_server *srv, struct rpc_auth *auth)
+{
+    srv->auth = auth;
 }
 
 struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)

@@ -38,6 +38,11 @@
  * No listener shares its port with another process (SO_REUSEPORT is off):
  * binding a port in use fails rpc_server_start, naming the address.
  *
+ * With a tokens table (rpc_server_set_auth, rpc_auth.h) every call is
+ * admitted or refused (UNAUTHENTICATED, PERMISSION_DENIED) by its method's
+ * rule before any handler runs, and every message a stream reads is
+ * checked again against the table in force.
+ *
  * Shutdown: rpc_server_shutdown() stops accepting calls, lets in-flight calls
  * (deferred ones included) finish for a grace period, cancels what is left
  * (open streams and deferred calls; clients see UNAVAILABLE or CANCELLED),
@@ -190,6 +195,12 @@ int rpc_server_port(const struct rpc_server *srv, int listener);
 void rpc_server_set_health(struct rpc_server *srv, const char *service,
                            bool serving);
 
+/* Ask every call for a token of the role its method needs (rpc_auth.h).
+ * auth is borrowed and must outlive the server; NULL (the default): every
+ * method is open.  Before rpc_server_start. */
+struct rpc_auth;
+void rpc_server_set_auth(struct rpc_server *srv, struct rpc_auth *auth);
+
 /* Stop accepting, finish or cancel in-flight calls, join every thread.
  * Idempotent. */
 void rpc_server_shutdown(struct rpc_server *srv);
@@ -253,7 +264,10 @@ int rpc_deferred_finish(struct rpc_deferred *d);
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED
  * when the call failed or was cancelled (or sat idle past stream_idle_ms:
  * the client then gets RESOURCE_EXHAUSTED), -EINVAL when the message broke the
- * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT).
+ * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT),
+ * -EACCES when the stream's token no longer has the role its method needs
+ * (removed from the tokens file at a reload: the call ends UNAUTHENTICATED
+ * or PERMISSION_DENIED whatever the handler finishes it with).
  * Waits first while more than stream_queue posted bytes wait behind the
  * message being sent (see rpc_stream_post). */
 int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len);

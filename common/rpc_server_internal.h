@@ -13,6 +13,7 @@
 #include <grpc/grpc.h>
 #include <grpc/support/time.h>
 
+#include "rpc_auth.h"
 #include "rpc_server.h"
 
 #define HEALTH_MAX 16
@@ -26,6 +27,7 @@ struct rpc_method {
     void *arg;
     const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
     bool internal;         /* struct rpc_handler.internal */
+    enum rpc_auth_rule rule;                  /* who may call it */
 };
 
 enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
@@ -110,9 +112,14 @@ struct slot {
     /* No message for stream_idle_ms: the call was cancelled with a status
      * saying so. */
     bool idled;
-    /* A message broke the string rule: the status the call ends with. */
+    /* A message broke the string rule, or the stream's token lost its
+     * role: the status the call ends with. */
     bool bad_request;
+    grpc_status_code bad_code;
     char bad_msg[RPC_MSGLEN];
+    /* The caller as admitted (a tokens table is set), re-checked on each
+     * message a stream reads. */
+    struct rpc_auth_who who;
 };
 
 struct health_entry {
@@ -159,6 +166,7 @@ struct rpc_server {
     struct defer_book *book;
     struct health_entry health[HEALTH_MAX];
     int nhealth;
+    struct rpc_auth *auth;       /* NULL: every method open */
 };
 
 static inline gpr_timespec rpc_server__inf_future(void)

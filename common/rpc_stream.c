@@ -360,9 +360,20 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     grpc_byte_buffer_destroy(bb);
     *buf = GRPC_SLICE_START_PTR(s->cur);
     *len = GRPC_SLICE_LENGTH(s->cur);
+    struct rpc_status refused;
+    if (s->who.by_token &&
+        rpc_auth_recheck(s->srv->auth, s->m->path, s->call, &s->who, &refused) < 0) {
+        s->bad_request = true;
+        s->bad_code = refused.code;
+        memcpy(s->bad_msg, refused.message, sizeof s->bad_msg);
+        *buf = NULL;
+        *len = 0;
+        return -EACCES;
+    }
     if (s->m && rpc_check_strings(s->m->input, *buf, *len, s->bad_msg,
                                   sizeof s->bad_msg) < 0) {
         s->bad_request = true;
+        s->bad_code = GRPC_STATUS_INVALID_ARGUMENT;
         *buf = NULL;
         *len = 0;
         return -EINVAL;
@@ -419,7 +430,7 @@ static int finish(struct slot *s, grpc_status_code code, enum rpc_reason reason,
     drop_queue_locked(s);
     pthread_mutex_unlock(&s->lock);
     if (s->bad_request) {
-        code = GRPC_STATUS_INVALID_ARGUMENT;
+        code = s->bad_code;
         reason = RPC_REASON_NONE;
         msg = s->bad_msg;
     }

@@ -7,11 +7,11 @@
  * the mask), load the saved state, start the round thread (merger_runner)
  * and serve bloomgrid.v1.Merger (merger_rpc) and health.  The main thread
  * waits for signals: SIGUSR1 asks for a round, SIGHUP re-reads the TLS
- * files, SIGTERM/SIGINT stop (the running round finishes, waiting RunRound
- * calls get UNAVAILABLE) and exit 0.  With TLS the merger calls the nodes'
- * internal listeners with its certificate as the client's, and its own
- * listener verifies a client certificate when one is offered (a cluster
- * process) without requiring one.  With --once the merger runs one round, prints its report and exits
+ * files and the tokens file, SIGTERM/SIGINT stop (the running round
+ * finishes, waiting RunRound calls get UNAVAILABLE) and exit 0.  With TLS
+ * the merger calls the nodes' internal listeners with its certificate as
+ * the client's, and its own listener verifies a client certificate when one
+ * is offered (a cluster process) without requiring one.  With --once the merger runs one round, prints its report and exits
  * (0 when the round had no error, 1 otherwise), without serving.
  */
 #include <inttypes.h>
@@ -30,6 +30,7 @@
 #include "merger_rpc.h"
 #include "merger_runner.h"
 #include "rpc_listen.h"
+#include "rpc_auth.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
 #include "rpc_tls.h"
@@ -56,7 +57,7 @@ static int run_once(struct merger *m)
 
 /* Serve until SIGTERM/SIGINT.  Returns the exit code. */
 static int serve(struct merger *m, const struct merger_config *cfg, int nf,
-                 const sigset_t *set, struct rpc_tls *tls)
+                 const sigset_t *set, struct rpc_tls *tls, struct rpc_auth *auth)
 {
     struct rpc_server_config sc = {.listen = cfg->listen, .threads = 2,
                                    .max_message = cfg->max_message_size,
@@ -77,7 +78,9 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
     }
     static const char *const served[] = {"bloomgrid.v1.Merger", "grpc.health.v1.Health",
                                          NULL};
-    if (!(srv = rpc_server_create(&sc)) ||
+    if ((srv = rpc_server_create(&sc)))
+        rpc_server_set_auth(srv, auth);
+    if (!srv ||
         rpc_server_add_service(srv, &bloomgrid__v1__merger__descriptor,
                                merger_rpc_handlers, &mr) < 0 ||
         rpc_reflect_add(srv, served) < 0 ||
@@ -104,6 +107,8 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
             merger_runner_ask(mr.run);
         else if (sig == SIGHUP && tls)
             rpc_tls_reload_hook(tls);
+        else if (sig == SIGHUP && auth)
+            rpc_auth_reload_hook(auth);
         else if (sig == SIGINT || sig == SIGTERM)
             break;
     }
@@ -135,12 +140,20 @@ int main(int argc, char **argv)
     struct rpc_listen_rule rule = {
         .listen = once ? NULL : cfg.listen, .tls_cert = cfg.tls_cert,
         .tls_key = cfg.tls_key, .tls_ca = cfg.tls_ca, .insecure = cfg.insecure,
+        .tokens = cfg.tokens_file[0] != 0,
     };
     struct rpc_tls *tls = NULL;
     if (rpc_listen_setup(&rule, argv[0], &tls) < 0)
         return 2;
     int nf = merger_sources_load(cfg.sources, filters, MG_MAX_FILTERS, err);
     if (nf < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err);
+        return 2;
+    }
+    /* The tokens callers present and the one the merger's calls to the
+     * nodes send: a file that does not parse stops the start. */
+    struct rpc_auth *auth = NULL;
+    if (rpc_auth_setup(cfg.tokens_file, cfg.token_file, &auth, err) < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err);
         return 2;
     }
@@ -158,9 +171,10 @@ int main(int argc, char **argv)
         grpc_shutdown();
         return 1;
     }
-    rc = once ? run_once(m) : serve(m, &cfg, nf, &set, tls);
+    rc = once ? run_once(m) : serve(m, &cfg, nf, &set, tls, auth);
     merger_destroy(m);
     rpc_tls_destroy(tls);
+    rpc_auth_destroy(auth);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

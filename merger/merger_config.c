@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rpc_listen.h"
+#include "rpc_auth.h"
 #include "settings.h"
 
 #define F(f) SETTING_FIELD(struct merger_config, f)
@@ -32,6 +33,7 @@ static const struct setting settings[] = {
      F(max_message_size), "largest gRPC message in bytes, both directions"},
     {"workers", SETTING_UINT, 1, 256, NULL, "4", F(workers),
      "shards pulled, merged and pushed at once (threads)"},
+    RPC_AUTH_SETTINGS(F),
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info",
      F(log_level), "least severe log level printed"},
     RPC_LISTEN_SETTINGS(struct merger_config),

@@ -37,6 +37,7 @@
 #include "node.h"
 #include "node_rpc.h"
 #include "rpc_listen.h"
+#include "rpc_auth.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
 #include "rpc_tls.h"
@@ -242,6 +243,7 @@ int main(int argc, char **argv)
         .listen = n.cfg.listen, .internal_listen = n.cfg.internal_listen,
         .has_internal = true, .tls_cert = n.cfg.tls_cert, .tls_key = n.cfg.tls_key,
         .tls_ca = n.cfg.tls_ca, .insecure = n.cfg.insecure,
+        .tokens = n.cfg.tokens_file[0] != 0,
     };
     struct rpc_tls *tls = NULL;
     if (rpc_listen_setup(&rule, argv[0], &tls) < 0)
@@ -265,12 +267,23 @@ int main(int argc, char **argv)
     if (n.cfg.topology[0] && !(topo = topology_read(&n.cfg)))
         return 2;
 
+    /* The tokens callers present and the one this node's calls send: a
+     * file that does not parse stops the start. */
+    struct rpc_auth *auth = NULL;
+    char aerr[RPC_AUTH_ERRLEN];
+    if (rpc_auth_setup(n.cfg.tokens_file, n.cfg.token_file, &auth, aerr) < 0) {
+        log_error("not starting: %s", aerr);
+        return 2;
+    }
+
     rpc_signals_block();
     reload_args.argc = argc;
     reload_args.argv = argv;
     rpc_signals_on_hup(reload_settings, &n);
     if (tls)
         rpc_signals_on_hup(rpc_tls_reload_hook, tls);
+    if (auth)
+        rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
 
     struct rpc_server_config sc = {
@@ -311,6 +324,7 @@ int main(int argc, char **argv)
                               node_rpc_public, &n, 1u << RPC_LISTENER_MAIN);
     rpc_server_add_service_on(n.srv, &bloomgrid__v1__internal__descriptor,
                               node_rpc_internal, &n, 1u << ili);
+    rpc_server_set_auth(n.srv, auth);
     /* Reflection is on every listener; with an internal listener it lists
      * what the public one serves. */
     static const char *const served[] = {"bloomgrid.v1.BloomGrid", "grpc.health.v1.Health",
@@ -393,6 +407,7 @@ int main(int argc, char **argv)
     node_rpc__sync_set(NULL);
     rpc_server_destroy(n.srv);
     rpc_tls_destroy(tls);
+    rpc_auth_destroy(auth);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

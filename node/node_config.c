@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "rpc_listen.h"
+#include "rpc_auth.h"
 #include "rules.h"
 #include "settings.h"
 
@@ -95,6 +96,7 @@ static const struct setting settings[] = {
      "gone: refused (a group is now a list of equal copies: set topology)"},
     {"primary", SETTING_STRING, 0, 0, NULL, "", F(primary),
      "gone: refused (copies pull from each other: set topology)"},
+    RPC_AUTH_SETTINGS(F),
     {"replicate_interval_ms", SETTING_UINT | SETTING_LIVE, 10, 60000, NULL, "1000",
      F(replicate_interval_ms),
      "with a topology: milliseconds between pulls of the pages that changed "

@@ -40,6 +40,8 @@ struct node_config {
     char log_level[16];           /* live; read by the main thread only */
     char topology[1024];          /* topology file, or "" */
     char advertise[256];          /* this node in the topology, or "" */
+    char tokens_file[1024];       /* tokens callers present, or "" */
+    char token_file[1024];        /* the token of this process's calls, or "" */
     char role[16];                /* gone: refused when set */
     char primary[256];            /* gone: refused when set */
     _Atomic uint64_t replicate_interval_ms;   /* live */

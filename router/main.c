@@ -22,6 +22,7 @@
 #include "router_config.h"
 #include "router_rpc.h"
 #include "rpc_listen.h"
+#include "rpc_auth.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
 #include "rpc_tls.h"
@@ -79,10 +80,20 @@ int main(int argc, char **argv)
     struct rpc_listen_rule rule = {
         .listen = cfg.listen, .tls_cert = cfg.tls_cert, .tls_key = cfg.tls_key,
         .tls_ca = cfg.tls_ca, .insecure = cfg.insecure,
+        .tokens = cfg.tokens_file[0] != 0,
     };
     struct rpc_tls *tls = NULL;
     if (rpc_listen_setup(&rule, argv[0], &tls) < 0)
         return 2;
+
+    /* The tokens callers present and the one the router's calls to the
+     * nodes send: a file that does not parse stops the start. */
+    struct rpc_auth *auth = NULL;
+    char aerr[RPC_AUTH_ERRLEN];
+    if (rpc_auth_setup(cfg.tokens_file, cfg.token_file, &auth, aerr) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], aerr);
+        return 2;
+    }
 
     struct topo *t = topo_load(cfg.topology, err);
     if (!t) {
@@ -104,6 +115,8 @@ int main(int argc, char **argv)
     rpc_signals_on_hup(reload_topology, &r);
     if (tls)
         rpc_signals_on_hup(rpc_tls_reload_hook, tls);
+    if (auth)
+        rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
 
     struct rpc_server_config sc = {
@@ -125,6 +138,7 @@ int main(int argc, char **argv)
     }
     rpc_server_add_service(r.srv, &bloomgrid__v1__bloom_grid__descriptor,
                            router_rpc_public, &r);
+    rpc_server_set_auth(r.srv, auth);
     static const char *const served[] = {"bloomgrid.v1.BloomGrid", "grpc.health.v1.Health",
                                          NULL};
     if (rpc_reflect_add(r.srv, served) != 0)
@@ -153,6 +167,7 @@ int main(int argc, char **argv)
     rpc_server_destroy(r.srv);
     router_deinit(&r);
     rpc_tls_destroy(tls);
+    rpc_auth_destroy(auth);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

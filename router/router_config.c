@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rpc_listen.h"
+#include "rpc_auth.h"
 #include "rules.h"
 #include "settings.h"
 
@@ -47,6 +48,7 @@ static const struct setting settings[] = {
      "RESOURCE_EXHAUSTED"},
     {"shutdown_grace_ms", SETTING_UINT, 0, 600000, NULL, "3000", F(shutdown_grace_ms),
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
+    RPC_AUTH_SETTINGS(F),
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
     RPC_LISTEN_SETTINGS(struct router_config),

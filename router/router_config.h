@@ -29,6 +29,8 @@ struct router_config {
     char log_level[16];
     char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
     bool insecure;                /* --insecure */
+    char tokens_file[1024];       /* tokens callers present, or "" */
+    char token_file[1024];        /* the token of this process's calls, or "" */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the router

@@ -247,7 +247,9 @@ static void lane_kick(struct link_lane *ln)
         return;
     }
     grpc_op ops[2];
-    size_t n = rpc_ops_send(ops, &s->md_sent, bb);
+    grpc_metadata *md;
+    size_t nmd = rpc_channel_metadata(l->ch, &md);
+    size_t n = rpc_ops_send_md(ops, &s->md_sent, bb, md, nmd);
     m->s = s;
     ln->inflight = m;
     s->send_buf = bb;

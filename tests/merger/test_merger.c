@@ -303,17 +303,22 @@ static void test_converge(void)
           "daemon quiet round: %llu pulled, %llu pushed, %u errors",
           (unsigned long long)rep->bytes_pulled,
           (unsigned long long)rep->bytes_pushed, rep->errors);
-    size_t replicas = 0;
+    /* Groups of two copies, W = 2, R = 1: one copy pulled per group and
+     * datacenter, every copy pushed without an error. */
+    CHECK(rep->n_pulls == 2 * SHARDS && rep->uncovered == 0, "%zu group pulls, "
+          "%u uncovered", rep->n_pulls, rep->uncovered);
+    for (size_t i = 0; i < rep->n_pulls; i++)
+        CHECK(rep->pulls[i]->covered && rep->pulls[i]->read_quorum == 1 &&
+              rep->pulls[i]->n_pulled == 1 && rep->pulls[i]->n_not_asked == 1,
+              "shard %u in %s: %zu pulled, %zu not asked", rep->pulls[i]->shard_index,
+              rep->pulls[i]->datacenter, rep->pulls[i]->n_pulled,
+              rep->pulls[i]->n_not_asked);
+    CHECK(rep->n_targets == 4 * SHARDS, "%zu copies", rep->n_targets);
     for (size_t i = 0; i < rep->n_targets; i++)
-        if (rep->targets[i]->replica) {
-            replicas++;
-            CHECK(rep->targets[i]->version == rep->targets[i]->primary_version,
-                  "replica %s shard %u behind: %llu < %llu",
-                  rep->targets[i]->node, rep->targets[i]->shard_index,
-                  (unsigned long long)rep->targets[i]->version,
-                  (unsigned long long)rep->targets[i]->primary_version);
-        }
-    CHECK(replicas == 2 * SHARDS, "%zu replica targets", replicas);
+        CHECK(!rep->targets[i]->error[0] && rep->targets[i]->lag_ms > 0,
+              "copy %s shard %u: error \"%s\", lag %llu ms", rep->targets[i]->node,
+              rep->targets[i]->shard_index, rep->targets[i]->error,
+              (unsigned long long)rep->targets[i]->lag_ms);
     bloomgrid__v1__round_report__free_unpacked(rep, NULL);
     Bloomgrid__V1__MergerStatusRequest sr = BLOOMGRID__V1__MERGER_STATUS_REQUEST__INIT;
     Bloomgrid__V1__MergerStatus *ms = NULL;

@@ -26,7 +26,6 @@
  *             by the next round
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +40,7 @@
 #include "bf_file.h"
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "harness.h"
+#include "merger_once.h"
 #include "node_client.h"
 
 #define NKEYS 20000
@@ -149,56 +149,15 @@ static void write_merger_config(const char *partials)
     fclose(f);
 }
 
-struct round_out {
-    int status;
-    unsigned long long pulled, pushed, changed, errors;
-    char text[8192];
-};
-
-/* Run "bloomgrid-merger --once"; kill_after_ms > 0 kills it with SIGKILL
- * after that long (pause_ms: the test pause between pulls and pushes). */
+/* One round as a process; pause_ms > 0: the test pause between pulls and
+ * pushes; kill_after_ms > 0: killed (SIGKILL) after that long. */
 static void merger_once(struct round_out *o, int pause_ms, int kill_after_ms)
 {
-    char out[700], log[700], pause[32];
-    snprintf(out, sizeof out, "%s/merger-once.out", tdir);
-    snprintf(log, sizeof log, "%s/merger.log", tdir);
+    char pause[32];
     snprintf(pause, sizeof pause, "%d", pause_ms);
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        int ofd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(ofd, 1);
-        dup2(lfd, 2);
-        if (pause_ms)
-            setenv("BLOOMGRID_MERGER_TEST_PAUSE_MS", pause, 1);
-        execl(merger_bin, merger_bin, "--config", mcfg, "--once", (char *)NULL);
-        _exit(127);
-    }
-    if (kill_after_ms) {
-        harness_sleep_ms(kill_after_ms);
-        kill(pid, SIGKILL);
-    }
-    int ws;
-    waitpid(pid, &ws, 0);
-    memset(o, 0, sizeof *o);
-    o->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    FILE *f = fopen(out, "r");
-    if (f) {
-        size_t n = fread(o->text, 1, sizeof o->text - 1, f);
-        o->text[n] = 0;
-        fclose(f);
-    }
-    char *r = strstr(o->text, "round ");
-    if (r)
-        sscanf(strstr(r, "bytes_pulled"), "bytes_pulled %llu bytes_pushed %llu",
-               &o->pulled, &o->pushed);
-    if (r && strstr(r, "pages_changed"))
-        sscanf(strstr(r, "pages_changed"), "pages_changed %llu errors %llu",
-               &o->changed, &o->errors);
-    printf("merger round: exit %d, pulled %llu, pushed %llu bytes, %llu pages "
-           "changed, %llu errors\n", o->status, o->pulled, o->pushed, o->changed,
-           o->errors);
+    merger_once_run(merger_bin, mcfg, tdir, o,
+                    pause_ms ? "BLOOMGRID_MERGER_TEST_PAUSE_MS" : NULL, pause,
+                    kill_after_ms);
 }
 
 static void check_everywhere(char **k, int n, const char *what)

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <grpc/grpc.h>
 
@@ -98,7 +99,8 @@ static void start_dcs(struct cluster *c, const char *tag, struct node_proc *d)
     merger_setup(c->dir, c->topo, d->addr);
 }
 
-/* Keys of k present in the saved global snapshot (shards files). */
+/* Keys of k present in the saved global snapshot (shards files; none is
+ * saved before a round changed something). */
 static size_t snapshot_has(char **k, size_t n, uint32_t shards)
 {
     struct bf *g[8];
@@ -107,6 +109,11 @@ static size_t snapshot_has(char **k, size_t n, uint32_t shards)
     CHECK(shards <= 8, "%u shards", shards);
     for (uint32_t i = 0; i < shards; i++) {
         snprintf(path, sizeof path, "%s/f/shard-%04u.bf", state_dir, i);
+        if (access(path, F_OK) < 0) {
+            for (uint32_t j = 0; j < i; j++)
+                bf_destroy(g[j]);
+            return 0;
+        }
         CHECK((g[i] = bf_file_load(path, err, NULL)), "%s: %s", path, err);
     }
     for (size_t j = 0; j < n; j++) {

@@ -4,16 +4,31 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps build run stop status test unit test-asan soak-copies bench clean
+.PHONY: all deps test-deps build build-only install run stop status test unit test-asan soak-copies bench clean
 
 all: build
 
+# Build dependencies only; the test target adds what the tests run against.
 deps:
-	@./deploy/install-deps.sh
+	@./deploy/install-deps.sh build
+
+test-deps:
+	@./deploy/install-deps.sh test
 
 build: deps
+	@$(MAKE) --no-print-directory build-only
+
+build-only:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# Install the programs, units, examples, docs and manual pages under PREFIX
+# (DESTDIR=... stages the install for packaging).
+PREFIX ?= /usr/local
+install: build
+	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	@cmake --install $(BUILD)
 
 run: build
 	@./deploy/run.sh $(BUILD)
@@ -24,14 +39,16 @@ stop:
 status:
 	@./deploy/local/status.sh
 
-test: build
+test: test-deps
+	@$(MAKE) --no-print-directory build-only
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
-unit: build
+unit: test-deps
+	@$(MAKE) --no-print-directory build-only
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
 
 # Unit tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
-test-asan: deps
+test-asan: test-deps
 	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DBLOOMGRID_SANITIZE=ON >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS)
 	@cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -42,13 +59,15 @@ test-asan: deps
 # (e.g. "--write-quorum 3 --read-quorum 1").
 SOAK_S ?= 600
 SOAK_ARGS ?=
-soak-copies: build
+soak-copies: test-deps
+	@$(MAKE) --no-print-directory build-only
 	@mkdir -p $(BUILD)/tests/integ/tmp
 	@cd $(BUILD) && BLOOMGRID_TEST_TMP=$(CURDIR)/$(BUILD)/tests/integ/tmp \
 		./tests/integ/test_copies_set node/bloomgrid-node router/bloomgrid-router \
 		merger/bloomgrid-merger --duration $(SOAK_S) $(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
 
-bench: build
+bench: test-deps
+	@$(MAKE) --no-print-directory build-only
 	@./$(BUILD)/bench/bench_engine
 
 clean:

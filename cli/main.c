@@ -13,10 +13,8 @@
 #include "cli.h"
 #include "online.h"
 #include "online_cmd.h"
+#include "version.h"
 
-#ifndef BLOOMGRID_VERSION
-#define BLOOMGRID_VERSION "unknown"
-#endif
 
 struct command {
     const char *name;
@@ -128,7 +126,7 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
         return run_help(1, argv + 1);
     if (strcmp(argv[1], "--version") == 0) {
-        printf("bloomgrid %s (file format version %d)\n", BLOOMGRID_VERSION,
+        printf("bloomgrid %s (file format version %d)\n", bloomgrid_version,
                BF_FILE_VERSION);
         return CLI_OK;
     }

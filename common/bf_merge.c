@@ -220,7 +220,9 @@ int bf_merge_from(struct bf *dst, const struct bf *src, char *err)
         if (s->count > d->count)
             d->count = s->count;
     }
-    if (src->inserts > dst->inserts)
-        dst->inserts = src->inserts;
+    /* inserts counts add operations, so the merge of partials built from
+     * separate slices has the sum of theirs (saturating). */
+    dst->inserts = dst->inserts > UINT64_MAX - src->inserts ? UINT64_MAX
+                                                            : dst->inserts + src->inserts;
     return 0;
 }

@@ -11,10 +11,8 @@
 
 #include "log.h"
 #include "rules.h"
+#include "version.h"
 
-#ifndef BLOOMGRID_VERSION
-#define BLOOMGRID_VERSION "unknown"
-#endif
 
 static enum setting_type setting_kind(const struct setting *s)
 {
@@ -211,7 +209,7 @@ static int scan_meta(const struct settings_spec *spec, int argc, char **argv,
             return 1;
         }
         if (act && strcmp(argv[i], "--version") == 0) {
-            printf("%s %s\n", spec->program, BLOOMGRID_VERSION);
+            printf("%s %s\n", spec->program, bloomgrid_version);
             return 1;
         }
         if (strcmp(argv[i], "--config") == 0) {

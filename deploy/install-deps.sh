@@ -1,19 +1,45 @@
 #!/usr/bin/env bash
-# Install every Debian package that bloomgrid's build, tests and benchmarks
-# need.  Idempotent: does nothing when everything is already installed.
+# Install the Debian packages bloomgrid needs, by purpose.  Idempotent: does
+# nothing when everything is already installed.
+#
+# usage: deploy/install-deps.sh [runtime|build|test]   (default: test)
+#   runtime  the shared libraries the four programs load (the image's run
+#            stage)
+#   build    what `make build` needs: compiler, CMake, headers, code
+#            generators, help2man for the manual pages
+#   test     build, plus what the test suite and the benchmarks run against:
+#            libbloom and redis (benchmarks), Node.js and npm (the grpc-js
+#            client tests), Python's prometheus, grpc and protobuf modules,
+#            protoc-gen-go, openssl (test certificates)
 set -euo pipefail
 
-PKGS=(
+what=${1:-test}
+RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3)
+BUILD=(
   build-essential cmake pkg-config
   libxxhash-dev check libsubunit-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev
-  libbloom-dev redis-server
+  libmicrohttpd-dev protobuf-compiler libprotobuf-dev grpc-proto
+  help2man
 )
-# Node.js runs the independent client test.  Some machines carry a Node.js
-# build that bundles npm (and conflicts with Debian's npm package), so these
-# two are wanted only when their commands are missing.
-command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
-command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+TEST=(
+  libbloom-dev redis-server openssl
+  python3-prometheus-client python3-grpcio python3-protobuf protoc-gen-go
+)
+case "$what" in
+  runtime) PKGS=("${RUNTIME[@]}") ;;
+  build) PKGS=("${BUILD[@]}") ;;
+  test)
+    PKGS=("${BUILD[@]}" "${TEST[@]}")
+    # Node.js runs the independent client tests.  Some machines carry a
+    # Node.js build that bundles npm (and conflicts with Debian's npm
+    # package), so these two are wanted only when their commands are missing.
+    command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+    command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+    ;;
+  -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "install-deps: unknown set '$what' (runtime, build or test)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -43,16 +43,18 @@ Or with other clients:
   # the router (filters of its own, dropped after), with a latency table
   bench/bench_matrix.sh --build $BUILD --systems "" --query-systems "" --target local=$router --rounds 1 --duration 1
 
-  # with grpcurl (if installed), from the repository root:
-  P="-plaintext -import-path proto -proto bloomgrid/v1/bloomgrid.proto"
-  grpcurl \$P -d '{"name":"slugs","capacity":1000000,"error_rate":0.01}' $router bloomgrid.v1.BloomGrid/CreateFilter
-  grpcurl \$P -d '{"filter":"slugs","keys":["YWxpY2U=","Ym9i"]}' $router bloomgrid.v1.BloomGrid/Add
-  grpcurl \$P -d '{"filter":"slugs","keys":["YWxpY2U=","Y2Fyb2w="]}' $router bloomgrid.v1.BloomGrid/MayContain
-  grpcurl \$P -d '{"name":"slugs"}' $router bloomgrid.v1.BloomGrid/GetFilter
+  # with grpcurl, grpcui or Postman (if installed): every process serves gRPC
+  # reflection, so no .proto file is needed:
+  grpcurl -plaintext $router list
+  grpcurl -plaintext $router describe bloomgrid.v1.BloomGrid.MayContain
+  grpcurl -plaintext -d '{"name":"slugs","capacity":1000000,"error_rate":0.01}' $router bloomgrid.v1.BloomGrid/CreateFilter
+  grpcurl -plaintext -d '{"filter":"slugs","keys":["YWxpY2U=","Ym9i"]}' $router bloomgrid.v1.BloomGrid/Add
+  grpcurl -plaintext -d '{"filter":"slugs","keys":["YWxpY2U=","Y2Fyb2w="]}' $router bloomgrid.v1.BloomGrid/MayContain
+  grpcurl -plaintext -d '{"name":"slugs"}' $router bloomgrid.v1.BloomGrid/GetFilter
   (keys are bytes: base64 in JSON; "YWxpY2U=" is "alice")
 
   # health of the router (and of any node, e.g. $node):
-  grpcurl -plaintext -import-path proto -proto grpc/health/v1/health.proto $router grpc.health.v1.Health/Check
+  grpcurl -plaintext $router grpc.health.v1.Health/Check
 
 Logs and data:  $BLOOMGRID_STATE/{node*,router*}/  (status: deploy/local/status.sh)
 Reload the topology after editing $BLOOMGRID_STATE/topology.ini:

@@ -27,6 +27,7 @@
 #include "merger_rpc.h"
 #include "merger_runner.h"
 #include "rpc_server.h"
+#include "rpc_reflect.h"
 
 static const char *const health_names[] = {"", "bloomgrid.v1.Merger"};
 
@@ -68,9 +69,12 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
         log_error("cannot start the round thread");
         return 1;
     }
+    static const char *const served[] = {"bloomgrid.v1.Merger", "grpc.health.v1.Health",
+                                         NULL};
     if (!(srv = rpc_server_create(&sc)) ||
         rpc_server_add_service(srv, &bloomgrid__v1__merger__descriptor,
                                merger_rpc_handlers, &mr) < 0 ||
+        rpc_reflect_add(srv, served) < 0 ||
         (port = rpc_server_start(srv)) < 0) {
         fprintf(stderr, "bloomgrid-merger: cannot serve on %s: %s\n",
                 cfg->listen, port < 0 ? strerror(-port) : "bad settings");

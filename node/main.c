@@ -32,6 +32,7 @@
 #include "node.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
+#include "rpc_reflect.h"
 #include "settings.h"
 #include "store.h"
 #include "topo.h"
@@ -250,6 +251,10 @@ int main(int argc, char **argv)
                            node_rpc_public, &n);
     rpc_server_add_service(n.srv, &bloomgrid__v1__internal__descriptor,
                            node_rpc_internal, &n);
+    static const char *const served[] = {"bloomgrid.v1.BloomGrid", "bloomgrid.v1.Internal",
+                                         "grpc.health.v1.Health", NULL};
+    if (rpc_reflect_add(n.srv, served) != 0)
+        log_warn("gRPC reflection unavailable");
     set_health(&n, false);
 
     int port = rpc_server_start(n.srv);

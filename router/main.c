@@ -20,6 +20,7 @@
 #include "router_config.h"
 #include "router_rpc.h"
 #include "rpc_server.h"
+#include "rpc_reflect.h"
 #include "topo.h"
 
 static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid"};
@@ -110,6 +111,10 @@ int main(int argc, char **argv)
     }
     rpc_server_add_service(r.srv, &bloomgrid__v1__bloom_grid__descriptor,
                            router_rpc_public, &r);
+    static const char *const served[] = {"bloomgrid.v1.BloomGrid", "grpc.health.v1.Health",
+                                         NULL};
+    if (rpc_reflect_add(r.srv, served) != 0)
+        log_warn("gRPC reflection unavailable");
     int port = rpc_server_start(r.srv);
     if (port < 0) {
         log_error("cannot listen on %s (address in use or invalid)", cfg.listen);

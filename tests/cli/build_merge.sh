@@ -27,6 +27,17 @@ for kind in blocked classic counting scalable; do
     grep -q 'projected fill' err.txt || fail "$kind: no projection: $(cat err.txt)"
     [ "$(grep -c 'projected fill' err.txt)" -eq 2 ] || fail "$kind: projections"
 
+    # inserts of the merge: the sum of the partials'.
+    want=0
+    for i in 1 2 3; do
+        n=$("$BG" inspect --json "p$i-$kind.bf" | python3 -c \
+            'import json,sys; print(json.load(sys.stdin)["inserts"])')
+        [ "$n" -gt 9000 ] || fail "$kind: partial $i inserts $n"
+        want=$((want + n))
+    done
+    got=$("$BG" inspect --json "m-$kind.bf" | python3 -c \
+        'import json,sys; print(json.load(sys.stdin)["inserts"])')
+    [ "$got" -eq "$want" ] || fail "$kind: merged inserts $got, want $want (the partials' sum)"
     run "$BG" query "m-$kind.bf" < queries.txt
     [ "$rc" -eq 1 ] || fail "$kind: merged query exit $rc"
     mv out.txt merged.txt

@@ -211,11 +211,19 @@ seq -f 'new%g' 1 2000 > new.txt
 run "$BG" --server "$S" check nums --count < new.txt
 [ "$rc" -eq 1 ] || fail "new keys already present"
 expect_ok "$BG" build part.bf --like nums.bf < new.txt
+expect_ok "$BG" --server "$S" info nums
+ins_before=$(sed -n 's/^inserts: *//p' out.txt)
+expect_ok "$BG" inspect part.bf
+ins_part=$(sed -n 's/^inserts: *//p' out.txt)
 expect_ok "$BG" --server "$S" import nums part.bf
 grep -q '^import: part.bf into nums: [0-9]* bytes, projected fill' err.txt ||
     fail "import report: $(cat err.txt)"
 expect_ok "$BG" --server "$S" check nums --count < new.txt
 [ "$(cat out.txt)" = "$(printf 'maybe 2000\nno 0')" ] || fail "imported keys: $(cat out.txt)"
+expect_ok "$BG" --server "$S" info nums
+ins_after=$(sed -n 's/^inserts: *//p' out.txt)
+[ "$ins_after" -eq $((ins_before + ins_part)) ] ||
+    fail "inserts after import $ins_after, want $ins_before + $ins_part"
 expect_ok "$BG" --server "$S" check nums --count < added.txt
 
 # Incompatible, corrupt and truncated files are refused; nothing changes.

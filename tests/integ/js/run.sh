@@ -1,11 +1,13 @@
 #!/bin/sh
-# Run the grpc-js client test.  Installs its npm dependencies into WORK (in
+# Run one grpc-js client test.  Installs its npm dependencies into WORK (in
 # the build tree) the first time.
-# usage: run.sh SRC_DIR WORK_DIR NODE_BINARY PROTO_DIR
+# usage: run.sh SRC_DIR WORK_DIR SCRIPT ARGS...   (the script gets ARGS and,
+# last, a fresh data directory)
 set -eu
-src=$1 work=$2 node_bin=$3 proto=$4
+src=$1 work=$2 script=$3
+shift 3
 mkdir -p "$work"
-cp "$src/package.json" "$src/package-lock.json" "$src/test_node.js" "$work/"
+cp "$src/package.json" "$src/package-lock.json" "$src/$script" "$work/"
 if [ ! -d "$work/node_modules/@grpc/grpc-js" ] || [ ! -d "$work/node_modules/@grpc/proto-loader" ]; then
   # The lock file pins the exact versions the test was written against.
   (cd "$work" && npm ci --no-audit --no-fund --loglevel=error >&2)
@@ -13,4 +15,4 @@ fi
 mkdir -p "${BLOOMGRID_TEST_TMP:-/tmp}"
 data=$(mktemp -d "${BLOOMGRID_TEST_TMP:-/tmp}/integ-js-XXXXXX")
 cd "$work"
-node test_node.js "$node_bin" "$proto" "$data/data"
+node "$script" "$@" "$data/data"

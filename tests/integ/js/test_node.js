@@ -2,7 +2,7 @@
 // files loaded at run time by @grpc/proto-loader (no generated code shared
 // with the server).  Starts its own node on a free loopback port.
 //
-// usage: node test_node.js NODE_BINARY PROTO_DIR DATA_DIR
+// usage: node test_node.js NODE_BINARY PROTO_DIRS DATA_DIR  (PROTO_DIRS: a:b)
 'use strict';
 
 const assert = require('assert');
@@ -19,7 +19,7 @@ if (!nodeBin || !protoDir || !dataDir) {
 }
 
 const loadOpts = { keepCase: true, longs: String, enums: String, defaults: true,
-                   includeDirs: [protoDir] };
+                   includeDirs: protoDir.split(':') };
 const pkg = grpc.loadPackageDefinition(protoLoader.loadSync(
   ['bloomgrid/v1/bloomgrid.proto', 'grpc/health/v1/health.proto'], loadOpts));
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""The README's offline and online examples, run as a newcomer would paste
+them: from a directory laid out like the repository root (build/ and deploy/),
+after starting a local cluster with deploy/local/start.sh (what `make run`
+does).  Only the router address changes: the README names the port `make run`
+uses (7501); here the cluster gets free ports of its own.
+
+Every line must exit 0, except lines whose comment says "exit N".
+
+Usage: readme_examples.py SOURCE_DIR BUILD_DIR TMP_DIR
+"""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+src, build, tmp = (os.path.abspath(a) for a in sys.argv[1:4])
+readme = open(os.path.join(src, "README.md")).read()
+
+
+def block_after(heading):
+    at = readme.index(heading)
+    m = re.compile(r"```sh\n(.*?)```", re.S).search(readme, at)
+    return m.group(1).splitlines()
+
+
+def free_base():
+    """A base port P with P+1..P+3 and P+101 free (nodes and the router)."""
+    for base in range(21000, 40000, 211):
+        ok = True
+        for p in (base + 1, base + 2, base + 3, base + 101):
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                ok = False
+            finally:
+                s.close()
+        if ok:
+            return base
+    sys.exit("no free ports")
+
+
+os.makedirs(tmp, exist_ok=True)
+root = tempfile.mkdtemp(prefix="readme.", dir=tmp)
+os.symlink(build, os.path.join(root, "build"))
+os.symlink(os.path.join(src, "deploy"), os.path.join(root, "deploy"))
+base = free_base()
+router = "127.0.0.1:%d" % (base + 101)
+env = dict(os.environ, BLOOMGRID_STATE=os.path.join(root, "run"),
+           BLOOMGRID_BUILD="build", BLOOMGRID_PORT=str(base))
+env.pop("BLOOMGRID_SERVER", None)
+
+lines = block_after("## The offline tool") + block_after("## The online commands")
+script = ["set -u"]
+for i, line in enumerate(lines):
+    if not line.strip() or line.lstrip().startswith("#"):
+        continue
+    m = re.search(r"#.*\bexit (\d+)", line)
+    want = int(m.group(1)) if m else 0
+    line = line.replace("127.0.0.1:7501", router)
+    script.append(line)
+    script.append('rc=$?; if [ $rc -ne %d ]; then echo "FAIL: exit $rc, want %d: %s" >&2; exit 1; fi'
+                  % (want, want, line.replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")))
+script.append("echo README examples OK")
+
+rc = 1
+try:
+    subprocess.run(["deploy/local/start.sh"], cwd=root, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=root, env=env)
+    rc = r.returncode
+finally:
+    subprocess.run(["deploy/local/stop.sh"], cwd=root, env=env,
+                   stdout=subprocess.DEVNULL)
+if rc == 0:
+    shutil.rmtree(root, ignore_errors=True)
+sys.exit(rc)

@@ -271,13 +271,19 @@ static void shard_round(struct merger *m, struct mg_filter *f,
                 "gives an estimated FPR of %.4g, past the target %.4g",
                 f->c.name, s->index, bs.fill_ratio, bs.estimated_fpr,
                 bf_error_rate(s->g));
+        s->dirty = true;
+    }
+    if (s->dirty) {
         merger__shard_path(m, f, s->index, "bf", path, sizeof path);
         if (bf_file_save(s->g, path, e2) < 0) {
             /* Without the snapshot on disk, nothing may be acknowledged:
-             * the sidecar keeps the old cursors. */
+             * the sidecar keeps the old cursors (and stays so until a
+             * save succeeds). */
             merger__rep_msg(rep, true, "cannot save %s: %s", path, e2);
             return;
         }
+        s->dirty = false;
+        moved = true;   /* the sidecar's T lines describe the old one */
     }
     if (moved && merger__state_save(m, f, s, err) < 0)
         merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard "

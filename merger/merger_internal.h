@@ -57,6 +57,7 @@ struct mg_shard {
     char fp[17];
     uint64_t body_bytes, npages;
     uint64_t *stamp; /* per page: round of the last change */
+    bool dirty;      /* changed since last saved (a save failed) */
     uint64_t *have;  /* this round, per page: bit k when the copy pulled
                         with slot k sent the page and holds it whole */
     /* Per datacenter: when the pulls of the last round that reached R

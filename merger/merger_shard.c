@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "bf.h"
 #include "bf_file.h"
 #include "durable.h"
@@ -60,11 +62,21 @@ int merger__dir_make(const char *dir, char *err)
 
 /* The sidecar (format MG_STATE_VERSION), one line each:
  *   bloomgrid-merger-state 2                        the format
+ *   G hash                                          XXH3-64 of the snapshot
+ *                                                   body it describes
  *   C dc addr epoch since store_version pulled_ms   a copy's pull cursor
  *   T dc addr data_ms                               a copy holding every
- *                                                   page of the snapshot
+ *                                                   page of that snapshot
  * Written (durable_write_file: temp file, fsync, rename, fsync of the
- * directory) only after the snapshot it describes is on disk. */
+ * directory) only after the snapshot it describes is on disk.  A merger
+ * stopped between the two leaves a newer snapshot than the sidecar: its
+ * cursors stay true (what they pulled is in the newer snapshot too), its
+ * T lines do not, hence the hash. */
+static uint64_t shard_hash(const struct mg_shard *s)
+{
+    return XXH3_64bits(bf_layer_body_const(s->g, 0), (size_t)s->body_bytes);
+}
+
 int merger__state_save(const struct merger *m, const struct mg_filter *f,
                        struct mg_shard *s, char *err)
 {
@@ -79,7 +91,8 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
         merger__strfmt(err, MG_ERRLEN, "out of memory for %s", path);
         return -ENOMEM;
     }
-    fprintf(fp, "%s %d\n", MG_STATE_MAGIC, MG_STATE_VERSION);
+    fprintf(fp, "%s %d\nG %016" PRIx64 "\n", MG_STATE_MAGIC, MG_STATE_VERSION,
+            shard_hash(s));
     for (size_t i = 0; i < s->ncp; i++) {
         const struct mg_copy *c = &s->cp[i];
         if (c->epoch)
@@ -133,34 +146,33 @@ static void state_synced(const struct mg_filter *f, struct mg_shard *s,
  *                                                   datacenter
  *   T addr replica dc-index version data_ms         a copy holding every
  *                                                   page of the snapshot
- * A datacenter's cursor named no copy: it is dropped, and the next round
- * pulls every page of the copies it asks (always safe).  The T lines stay
- * true. */
-static bool state_line_v1(const struct mg_filter *f, struct mg_shard *s,
-                          const char *line)
+ * Both are dropped: a datacenter's cursor names no copy, and the T lines
+ * are not tied to the snapshot they describe (a merger stopped between
+ * saving the snapshot and the sidecar left them wrong).  The next round
+ * pulls every page of the copies it asks and pushes every copy all it
+ * lacks: always safe, once. */
+static bool state_line_v1(const char *line)
 {
-    char addr[TOPO_ADDR_MAX + 1];
-    uint64_t version, ms;
-    unsigned dc;
-    int repl;
-
-    if (line[0] == 'S' && line[1] == ' ')
-        return true;
-    if (sscanf(line, "T %127s %d %u %" SCNu64 " %" SCNu64, addr, &repl, &dc,
-               &version, &ms) != 5)
-        return false;
-    if (dc < f->c.ndc)
-        state_synced(f, s, addr, dc, ms);
-    return true;
+    return (line[0] == 'S' || line[0] == 'T') && line[1] == ' ';
 }
 
+/* A line of the current format; *t_ok: a G line matched the snapshot
+ * (T lines before it or without it are not trusted). */
 static bool state_line_v2(const struct mg_filter *f, struct mg_shard *s,
-                          const char *line)
+                          const char *line, uint64_t hash, bool *t_ok)
 {
     char dcn[64], addr[TOPO_ADDR_MAX + 1];
-    uint64_t e, since, sv, ms;
+    uint64_t e, since, sv, ms, g;
     int d;
 
+    if (sscanf(line, "G %" SCNx64, &g) == 1) {
+        if (!(*t_ok = g == hash))
+            log_info("merger: \"%s\" shard %u: the sidecar describes "
+                     "another snapshot than the one saved (the merger "
+                     "stopped between the two): every copy gets what it "
+                     "lacks pushed", f->c.name, s->index);
+        return true;
+    }
     if (sscanf(line, "C %63s %127s %" SCNu64 " %" SCNu64 " %" SCNu64
                " %" SCNu64, dcn, addr, &e, &since, &sv, &ms) == 6) {
         struct mg_copy *c;
@@ -174,7 +186,7 @@ static bool state_line_v2(const struct mg_filter *f, struct mg_shard *s,
         return true;
     }
     if (sscanf(line, "T %63s %127s %" SCNu64, dcn, addr, &ms) == 3) {
-        if ((d = dc_index(f, dcn)) >= 0)
+        if (*t_ok && (d = dc_index(f, dcn)) >= 0)
             state_synced(f, s, addr, (unsigned)d, ms);
         return true;
     }
@@ -189,6 +201,8 @@ static void state_load(const struct merger *m, const struct mg_filter *f,
 {
     char path[MG_PATH_MAX + 64], line[512], magic[32];
     int version = 0, v;
+    bool t_ok = false;
+    uint64_t hash = shard_hash(s);
     FILE *fp;
 
     merger__shard_path(m, f, s->index, "state", path, sizeof path);
@@ -208,12 +222,13 @@ static void state_load(const struct merger *m, const struct mg_filter *f,
                 continue;
             }
             version = 1;
-            log_info("merger: %s is in the first merger's format: its "
-                     "cursors name no copy and are dropped (the next round "
-                     "pulls every page once)", path);
+            log_info("merger: %s is in the first merger's format: it is "
+                     "dropped (the next round pulls every page of the "
+                     "copies it asks once, and pushes every copy what it "
+                     "lacks)", path);
         }
-        bool ok = version == 1 ? state_line_v1(f, s, line)
-                               : state_line_v2(f, s, line);
+        bool ok = version == 1 ? state_line_v1(line)
+                               : state_line_v2(f, s, line, hash, &t_ok);
         if (!ok) {
             log_warn("merger: %s:%u cannot be read: the rest of the file is "
                      "ignored (full pulls and pushes)", path, n);

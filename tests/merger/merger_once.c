@@ -12,8 +12,8 @@
 #include "harness.h"
 
 void merger_once_run(const char *bin, const char *cfg, const char *dir,
-                     struct round_out *o, const char *env_name,
-                     const char *env_value, int kill_after_ms)
+                     struct round_out *o, const char *const *env,
+                     int kill_after_ms, const char *kill_when)
 {
     char out[700], log[700];
     snprintf(out, sizeof out, "%s/merger-once.out", dir);
@@ -25,8 +25,8 @@ void merger_once_run(const char *bin, const char *cfg, const char *dir,
         int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         dup2(ofd, 1);
         dup2(lfd, 2);
-        if (env_name)
-            setenv(env_name, env_value, 1);
+        for (int i = 0; env && env[i]; i += 2)
+            setenv(env[i], env[i + 1], 1);
         execl(bin, bin, "--config", cfg, "--once", (char *)NULL);
         _exit(127);
     }
@@ -34,8 +34,16 @@ void merger_once_run(const char *bin, const char *cfg, const char *dir,
         harness_sleep_ms(kill_after_ms);
         kill(pid, SIGKILL);
     }
+    /* Until the file appears or the process ends by itself. */
     int ws;
-    waitpid(pid, &ws, 0);
+    pid_t done = 0;
+    while (kill_when && access(kill_when, F_OK) != 0 &&
+           (done = waitpid(pid, &ws, WNOHANG)) == 0)
+        harness_sleep_ms(5);
+    if (kill_when && !done)
+        kill(pid, SIGKILL);
+    if (!done)
+        CHECK(waitpid(pid, &ws, 0) == pid, "waitpid");
     memset(o, 0, sizeof *o);
     o->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
     FILE *f = fopen(out, "r");

@@ -14,11 +14,12 @@ struct round_out {
 };
 
 /* Run bin --config cfg --once with stdout in dir/merger-once.out and stderr
- * appended to dir/merger.log; env_name=env_value is set for it when
- * env_name is not NULL.  kill_after_ms > 0 kills it (SIGKILL) after that
- * long.  Fills *o and prints a line of totals. */
+ * appended to dir/merger.log; env (may be NULL) is a NULL-terminated list
+ * of name, value pairs set for it.  kill_after_ms > 0 kills it (SIGKILL)
+ * after that long; kill_when (may be NULL) kills it once that file exists.
+ * Fills *o and prints a line of totals. */
 void merger_once_run(const char *bin, const char *cfg, const char *dir,
-                     struct round_out *o, const char *env_name,
-                     const char *env_value, int kill_after_ms);
+                     struct round_out *o, const char *const *env,
+                     int kill_after_ms, const char *kill_when);
 
 #endif

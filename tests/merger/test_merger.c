@@ -155,9 +155,9 @@ static void merger_once(struct round_out *o, int pause_ms, int kill_after_ms)
 {
     char pause[32];
     snprintf(pause, sizeof pause, "%d", pause_ms);
-    merger_once_run(merger_bin, mcfg, tdir, o,
-                    pause_ms ? "BLOOMGRID_MERGER_TEST_PAUSE_MS" : NULL, pause,
-                    kill_after_ms);
+    const char *env[] = {"BLOOMGRID_MERGER_TEST_PAUSE_MS", pause, NULL};
+    merger_once_run(merger_bin, mcfg, tdir, o, pause_ms ? env : NULL,
+                    kill_after_ms, NULL);
 }
 
 static void check_everywhere(char **k, int n, const char *what)

@@ -5,6 +5,7 @@
  * what a copy holds is what it took and what the merger pushed.
  *
  * usage: test_merger_copies NODE_BIN ROUTER_BIN MERGER_BIN TEST FIXTURES
+ *                           SLOW_FSYNC_LIB
  *   quorum   keys acknowledged with copy 0 down (so on copies 1 and 2),
  *            then copy 0 back and copy 1 down during a round: the round
  *            pulls copies 0 and 2 (copy 0, asked first, lacks the keys)
@@ -25,6 +26,11 @@
  *            the other datacenter, and the sidecar is rewritten in the
  *            current format; one of an unknown format is ignored the same
  *            way
+ *   torn     the merger killed after saving a shard's snapshot and before
+ *            its sidecar (the sidecar's fsync held by SLOW_FSYNC_LIB): the
+ *            old sidecar's complete copies describe the old snapshot, so
+ *            the next round still pushes the other datacenter the keys the
+ *            new snapshot holds
  */
 #include <signal.h>
 #include <stdio.h>
@@ -40,7 +46,7 @@
 #include "merger_once.h"
 #include "node_client.h"
 
-static const char *merger_bin, *fixtures;
+static const char *merger_bin, *fixtures, *slow_fsync;
 static char mcfg[700], state_dir[700];
 /* Anti-entropy out of the way (its slowest pace). */
 static const char *const slow_ae[] = {"--replicate-interval-ms", "60000", NULL};
@@ -67,7 +73,8 @@ static void merger_setup(const char *dir, const char *dc1, const char *dc2)
 static void round_once(const char *dir, struct round_out *o, const char *env,
                        const char *val)
 {
-    merger_once_run(merger_bin, mcfg, dir, o, env, val, 0);
+    const char *pairs[] = {env, val, NULL};
+    merger_once_run(merger_bin, mcfg, dir, o, env ? pairs : NULL, 0, NULL);
 }
 
 /* A router over dc2's node d (a node reads sharded filters through one). */
@@ -317,35 +324,77 @@ static void write_file(const char *path, const char *text)
     CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0, "write %s", path);
 }
 
-static void test_migrate(void)
+/* Two stand-alone nodes a and b (datacenters a and b) with an unsharded
+ * filter f holding k on a, merged once. */
+static void start_pair(char *tdir, size_t len, const char *tag, struct node_proc *a,
+                       struct node_proc *b, char **k, size_t n)
 {
-    char tdir[512], da[600], db[600], path[800], fixture[800], text[4096], out[4096];
-    char ca[3][32], cb[3][32];
-    struct node_proc a, b;
+    char da[600], db[600], sources[700], text[600];
     struct rpc_status st;
     struct round_out o;
     const char *fast[] = {"--durability", "none", NULL};
 
-    harness_tmpdir(tdir, sizeof tdir, "merger-copies-migrate");
+    harness_tmpdir(tdir, len, tag);
     snprintf(da, sizeof da, "%s/a", tdir);
     snprintf(db, sizeof db, "%s/b", tdir);
-    node_start(&a, da, fast);
-    node_start(&b, db, fast);
-    CHECK(node_wait_health(&a, true, 20000) && node_wait_health(&b, true, 20000),
+    node_start(a, da, fast);
+    node_start(b, db, fast);
+    CHECK(node_wait_health(a, true, 20000) && node_wait_health(b, true, 20000),
           "nodes not serving");
-    CHECK(t_create(a.ch, "f", 100000, 0.01, 1, &st) == 0, "create: %s", st.message);
-    char **k1 = keys_make("before", 0, 2000), **k2 = keys_make("after", 0, 2000);
-    keys_call(a.ch, "Add", "f", k1, 2000, 1000, NULL);
-    merger_setup(tdir, a.addr, b.addr);
-    /* The datacenters are named a and b in the fixture. */
-    char sources[700];
+    CHECK(t_create(a->ch, "f", 100000, 0.01, 1, &st) == 0, "create: %s", st.message);
+    keys_call(a->ch, "Add", "f", k, n, 1000, NULL);
+    merger_setup(tdir, a->addr, b->addr);
     snprintf(sources, sizeof sources, "%s/sources.ini", tdir);
     snprintf(text, sizeof text, "[filter f]\ndatacenter = a %s\ndatacenter = b %s\n",
-             a.addr, b.addr);
+             a->addr, b->addr);
     write_file(sources, text);
     round_once(tdir, &o, NULL, NULL);
-    CHECK(o.status == 0 && keys_present(b.ch, "f", k1, 2000, NULL) == 2000,
+    CHECK(o.status == 0 && keys_present(b->ch, "f", k, n, NULL) == n,
           "first round:\n%s", o.text);
+}
+
+static void test_torn(void)
+{
+    char tdir[512], gate[600], held[700];
+    struct node_proc a, b;
+    struct round_out o;
+    char **k1 = keys_make("before", 0, 2000), **k2 = keys_make("after", 0, 2000);
+    start_pair(tdir, sizeof tdir, "merger-copies-torn", &a, &b, k1, 2000);
+
+    /* The round saves the snapshot holding k2, then stops in the
+     * sidecar's fsync and is killed there. */
+    keys_call(a.ch, "Add", "f", k2, 2000, 1000, NULL);
+    snprintf(gate, sizeof gate, "%s/gate", tdir);
+    snprintf(held, sizeof held, "%s.held", gate);
+    write_file(gate, "");
+    const char *env[] = {"LD_PRELOAD", slow_fsync, "SLOW_FSYNC_GATE", gate,
+                         "SLOW_FSYNC_MATCH", ".state",
+                         "ASAN_OPTIONS", "verify_asan_link_order=0", NULL};
+    merger_once_run(merger_bin, mcfg, tdir, &o, env, 0, held);
+    CHECK(o.status == 128 + SIGKILL, "merger not killed in the sidecar's fsync: %d",
+          o.status);
+    CHECK(snapshot_has(k2, 2000, 1) == 2000, "the snapshot was not saved before "
+          "the kill");
+    unlink(gate);
+    round_once(tdir, &o, NULL, NULL);
+    CHECK(o.status == 0, "round after the kill:\n%s", o.text);
+    size_t on_b = keys_present(b.ch, "f", k2, 2000, NULL);
+    CHECK(on_b == 2000, "b holds %zu of 2000 keys of the saved snapshot", on_b);
+    printf("killed between snapshot and sidecar: the next round pushed every key\n");
+    keys_free(k1, 2000);
+    keys_free(k2, 2000);
+    node_stop(&a, SIGTERM);
+    node_stop(&b, SIGTERM);
+}
+
+static void test_migrate(void)
+{
+    char tdir[512], path[800], fixture[800], text[4096], out[4096];
+    char ca[3][32], cb[3][32];
+    struct node_proc a, b;
+    struct round_out o;
+    char **k1 = keys_make("before", 0, 2000), **k2 = keys_make("after", 0, 2000);
+    start_pair(tdir, sizeof tdir, "merger-copies-migrate", &a, &b, k1, 2000);
 
     /* Keys the saved snapshot lacks, and a sidecar of the first format
      * whose per-datacenter cursors are the nodes' current ones: taken
@@ -393,8 +442,9 @@ static void test_migrate(void)
 
 int main(int argc, char **argv)
 {
-    CHECK(argc == 6, "usage: test_merger_copies NODE_BIN ROUTER_BIN MERGER_BIN "
-          "TEST FIXTURES");
+    CHECK(argc == 7, "usage: test_merger_copies NODE_BIN ROUTER_BIN MERGER_BIN "
+          "TEST FIXTURES SLOW_FSYNC_LIB");
+    slow_fsync = argv[6];
     harness_node_bin = argv[1];
     harness_router_bin = argv[2];
     merger_bin = argv[3];
@@ -407,6 +457,8 @@ int main(int argc, char **argv)
         test_streams();
     else if (!strcmp(argv[4], "migrate"))
         test_migrate();
+    else if (!strcmp(argv[4], "torn"))
+        test_torn();
     else
         CHECK(0, "unknown test %s", argv[4]);
     grpc_shutdown();

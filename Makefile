@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps test-deps build build-only install run stop status test unit test-asan soak-copies bench clean
+.PHONY: all deps test-deps build build-only install image image-test run stop status test unit test-asan soak-copies bench clean
 
 all: build
 
@@ -29,6 +29,13 @@ install: build
 	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	@cmake --install $(BUILD)
+
+# The container image (Dockerfile; deploy/image/README.md), and a run of it.
+image:
+	@./deploy/image/build.sh
+
+image-test:
+	@./deploy/image/test.sh
 
 run: build
 	@./deploy/run.sh $(BUILD)

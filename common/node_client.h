@@ -63,6 +63,13 @@ int node_client_pull(struct rpc_channel *ch, const char *filter,
                      struct node_client_pull_end *end, int timeout_ms,
                      struct rpc_status *st);
 
+/* node_client_pull under topology version topo_version (0: not sent). */
+int node_client_pull_at(struct rpc_channel *ch, uint64_t topo_version,
+                        const char *filter, uint32_t shard, uint64_t since,
+                        uint64_t epoch, node_client_page_fn fn, void *ctx,
+                        struct node_client_pull_end *end, int timeout_ms,
+                        struct rpc_status *st);
+
 /* One page to push; data is borrowed for the call. */
 struct node_client_page {
     uint64_t offset;

@@ -45,7 +45,11 @@ struct quorum_set {
 struct group_parse {
     int section;               /* which header (rd.sections) opened it */
     struct quorum_set q;       /* as its section set them */
+    struct quorum_set oq;      /* ..._next or ..._prev */
     int copies_line;           /* line of its copies (0: none) */
+    int other_line;            /* line of copies_next or copies_prev */
+    enum topo_joint oq_joint;  /* which suffix the quorums of oq had */
+    int oq_line;
 };
 
 struct parse_ctx {
@@ -127,13 +131,24 @@ int topo_addr_check(const char *addr)
     return rules_addr_check("address", addr, false, NULL);
 }
 
-/* Is addr already a copy of any group? */
-static const char *addr_owner(const struct parse_ctx *x, const char *addr)
+static const char *joint_key(enum topo_joint j)
+{
+    return j == TOPO_JOINT_NEXT ? "copies_next" : "copies_prev";
+}
+
+/* Is addr already listed where a new listing in group self's copies (or,
+ * when other, its other set) would list it twice?  An address may be both
+ * a copy and in the other set of one group; nowhere else twice. */
+static const char *addr_owner(const struct parse_ctx *x, const struct topo_group *self,
+                              bool other, const char *addr)
 {
     for (unsigned i = 0; i < x->ngroups; i++) {
         const struct topo_group *g = &x->groups[i];
         for (unsigned c = 0; c < g->ncopies; c++)
-            if (strcmp(g->copies[c], addr) == 0)
+            if (strcmp(g->copies[c], addr) == 0 && !(other && g == self))
+                return g->name;
+        for (unsigned c = 0; c < g->nother; c++)
+            if (strcmp(g->other[c], addr) == 0 && (other || g != self))
                 return g->name;
     }
     return NULL;
@@ -186,30 +201,36 @@ static struct topo_group *group_get(struct parse_ctx *x, const char *name)
     return g;
 }
 
-/* Add one copy address to g. */
-static bool add_copy(struct parse_ctx *x, struct topo_group *g, const char *value)
+/* Add one copy address to g (to its other set when other). */
+static bool add_copy(struct parse_ctx *x, struct topo_group *g, bool other,
+                     const char *value)
 {
     int line = x->rd.line;
     const char *owner;
     char why[RULES_ERRLEN];
+    char (*list)[TOPO_ADDR_MAX + 1] = other ? g->other : g->copies;
+    unsigned *n = other ? &g->nother : &g->ncopies;
     if (strlen(value) > TOPO_ADDR_MAX)
         return fail(x, line, "group %s: copy \"%.40s...\" is longer than %d "
                     "characters", g->name, value, TOPO_ADDR_MAX);
     if (rules_addr_check("copy", value, false, why) < 0)
         return fail(x, line, "group %s: %s", g->name, why);
-    if ((owner = addr_owner(x, value)) != NULL)
+    if ((owner = addr_owner(x, g, other, value)) != NULL)
         return fail(x, line, "node %s is listed twice (already in group %s)",
                     value, owner);
-    if (g->ncopies >= TOPO_MAX_COPIES)
-        return fail(x, line, "group %s has more than %d copies", g->name,
-                    TOPO_MAX_COPIES);
-    snprintf(g->copies[g->ncopies++], TOPO_ADDR_MAX + 1, "%s", value);
+    if (*n >= TOPO_MAX_COPIES)
+        return fail(x, line, "group %s has more than %d %s", g->name,
+                    TOPO_MAX_COPIES, other ? joint_key(g->joint) : "copies");
+    snprintf(list[(*n)++], TOPO_ADDR_MAX + 1, "%s", value);
     return true;
 }
 
-/* "copies = A B ...": space-separated addresses. */
-static bool set_copies(struct parse_ctx *x, struct topo_group *g, const char *value)
+/* "copies = A B ...": space-separated addresses (copies_next or
+ * copies_prev when other). */
+static bool set_copies(struct parse_ctx *x, struct topo_group *g, bool other,
+                       const char *value)
 {
+    const char *key = other ? joint_key(g->joint) : "copies";
     char addr[TOPO_ADDR_MAX + 2];
     const char *p = value;
     while (*p) {
@@ -222,13 +243,13 @@ static bool set_copies(struct parse_ctx *x, struct topo_group *g, const char *va
                         "than %d characters", g->name, p, TOPO_ADDR_MAX);
         memcpy(addr, p, len);
         addr[len] = 0;
-        if (!add_copy(x, g, addr))
+        if (!add_copy(x, g, other, addr))
             return false;
         p += len;
     }
-    if (g->ncopies == 0)
-        return fail(x, x->rd.line, "group %s: copies lists no address (expected "
-                    "copies = HOST:PORT HOST:PORT ...)", g->name);
+    if ((other ? g->nother : g->ncopies) == 0)
+        return fail(x, x->rd.line, "group %s: %s lists no address (expected "
+                    "%s = HOST:PORT HOST:PORT ...)", g->name, key, key);
     return true;
 }
 
@@ -270,6 +291,18 @@ static bool set_quorum(struct parse_ctx *x, struct quorum_set *q, const char *na
 static bool is_quorum(const char *name)
 {
     return strcmp(name, "write_quorum") == 0 || strcmp(name, "read_quorum") == 0;
+}
+
+/* write_quorum_next and the like: which joint key they belong to, or
+ * TOPO_JOINT_NONE. */
+static enum topo_joint joint_quorum(const char *name)
+{
+    static const char *const keys[] = {"write_quorum_next", "read_quorum_next",
+                                       "write_quorum_prev", "read_quorum_prev"};
+    for (unsigned i = 0; i < 4; i++)
+        if (strcmp(name, keys[i]) == 0)
+            return i < 2 ? TOPO_JOINT_NEXT : TOPO_JOINT_PREV;
+    return TOPO_JOINT_NONE;
 }
 
 /* An entry before the first section: version and the quorum defaults. */
@@ -329,7 +362,7 @@ static int on_entry(void *user, const char *section, const char *name,
                         "line %d): list every copy on one line", g->name,
                         x->gp[gi].copies_line);
         x->gp[gi].copies_line = line;
-        return set_copies(x, g, value);
+        return set_copies(x, g, false, value);
     }
     if (strcmp(name, "primary") == 0 || strcmp(name, "replica") == 0)
         return fail(x, line, "group %s: \"%s\" is gone: a group is a list of "
@@ -337,6 +370,26 @@ static int on_entry(void *user, const char *section, const char *name,
                     "(docs/TOPOLOGY.md)", g->name, name);
     if (is_quorum(name))
         return set_quorum(x, &x->gp[gi].q, name, value);
+    if (strcmp(name, "copies_next") == 0 || strcmp(name, "copies_prev") == 0) {
+        enum topo_joint j = name[7] == 'n' ? TOPO_JOINT_NEXT : TOPO_JOINT_PREV;
+        if (x->gp[gi].other_line)
+            return fail(x, line, "group %s: %s after %s at line %d: a group "
+                        "changes from one set of copies to one other set at a "
+                        "time (docs/REPLICATION.md)", g->name, name,
+                        joint_key(g->joint), x->gp[gi].other_line);
+        x->gp[gi].other_line = line;
+        g->joint = j;
+        return set_copies(x, g, true, value);
+    }
+    enum topo_joint jq = joint_quorum(name);
+    if (jq != TOPO_JOINT_NONE) {
+        if (x->gp[gi].oq_joint && x->gp[gi].oq_joint != jq)
+            return fail(x, line, "group %s: %s and a quorum of %s in one group",
+                        g->name, name, joint_key(x->gp[gi].oq_joint));
+        x->gp[gi].oq_joint = jq;
+        x->gp[gi].oq_line = line;
+        return set_quorum(x, &x->gp[gi].oq, name, value);
+    }
     if (strcmp(name, "datacenter") == 0) {
         if (!name_ok(value, TOPO_NAME_MAX))
             return fail(x, line, "datacenter \"%s\" must be 1..%d characters of "
@@ -347,33 +400,99 @@ static int on_entry(void *user, const char *section, const char *name,
     if (strcmp(name, "version") == 0)
         return fail(x, line, "version belongs before the first [group] section");
     return fail(x, line, "unknown setting \"%s\" in group %s (expected copies, "
-                "write_quorum, read_quorum or datacenter)", name, g->name);
+                "write_quorum, read_quorum, datacenter, or copies_next or "
+                "copies_prev with their quorums)", name, g->name);
 }
 
-/* Resolve group i's W and R (its own, the file's defaults, or majority and
- * N - W + 1) and check them. */
-static bool quorums_resolve(struct parse_ctx *x, unsigned i)
+/* Resolve the W and R of a set of N copies of group g (its own q, the
+ * file's defaults, or majority and N - W + 1) and check them; suffix names
+ * the set's keys in messages ("" or "_next" or "_prev"). */
+static bool set_quorums(struct parse_ctx *x, const struct topo_group *g,
+                        const struct quorum_set *q, unsigned N, const char *suffix,
+                        unsigned *wout, unsigned *rout)
 {
-    struct topo_group *g = &x->groups[i];
-    const struct quorum_set *q = &x->gp[i].q;
-    unsigned N = g->ncopies;
     unsigned w = q->w ? q->w : x->dflt.w ? x->dflt.w : N / 2 + 1;
     int wline = q->w ? q->wline : x->dflt.w ? x->dflt.wline : g->line;
     unsigned r = q->r ? q->r : x->dflt.r ? x->dflt.r : N - w + 1;
     int rline = q->r ? q->rline : x->dflt.r ? x->dflt.rline : g->line;
 
+    char set[8] = "";
+    if (*suffix)
+        snprintf(set, sizeof set, "%s ", suffix + 1);
     if (w > N)
-        return fail(x, wline, "group %s has %u cop%s: write_quorum %u must be "
-                    "1..%u", g->name, N, N == 1 ? "y" : "ies", w, N);
+        return fail(x, wline, "group %s has %u %scop%s: write_quorum%s %u must be "
+                    "1..%u", g->name, N, set, N == 1 ? "y" : "ies", suffix, w, N);
     if (r > N)
-        return fail(x, rline, "group %s has %u cop%s: read_quorum %u must be "
-                    "1..%u", g->name, N, N == 1 ? "y" : "ies", r, N);
+        return fail(x, rline, "group %s has %u %scop%s: read_quorum%s %u must be "
+                    "1..%u", g->name, N, set, N == 1 ? "y" : "ies", suffix, r, N);
     if (r + w <= N)
-        return fail(x, rline > wline ? rline : wline, "group %s: read_quorum %u + write_quorum %u must exceed its "
-                    "%u copies, or a read quorum would not meet every write "
-                    "quorum", g->name, r, w, N);
-    g->write_quorum = w;
-    g->read_quorum = r;
+        return fail(x, rline > wline ? rline : wline, "group %s: read_quorum%s %u + "
+                    "write_quorum%s %u must exceed its %u %scopies, or a read quorum "
+                    "would not meet every write quorum", g->name, suffix, r, suffix,
+                    w, N, set);
+    *wout = w;
+    *rout = r;
+    return true;
+}
+
+static bool quorums_resolve(struct parse_ctx *x, unsigned i)
+{
+    struct topo_group *g = &x->groups[i];
+    return set_quorums(x, g, &x->gp[i].q, g->ncopies, "", &g->write_quorum,
+                       &g->read_quorum);
+}
+
+/* The other set of group i: its quorums, the members, and the rule that
+ * joins the phases: a read of the new set meets every write the old set
+ * acknowledged (R_new + W_old > N_old, docs/REPLICATION.md). */
+static bool joint_resolve(struct parse_ctx *x, unsigned i)
+{
+    struct topo_group *g = &x->groups[i];
+    struct group_parse *gp = &x->gp[i];
+
+    if (!g->nother) {
+        if (gp->oq_joint)
+            return fail(x, gp->oq_line, "group %s: a quorum of %s without %s",
+                        g->name, joint_key(gp->oq_joint), joint_key(gp->oq_joint));
+        return true;
+    }
+    if (gp->oq_joint && gp->oq_joint != g->joint)
+        return fail(x, gp->oq_line, "group %s has %s: its quorums are "
+                    "write_quorum%s and read_quorum%s", g->name, joint_key(g->joint),
+                    g->joint == TOPO_JOINT_NEXT ? "_next" : "_prev",
+                    g->joint == TOPO_JOINT_NEXT ? "_next" : "_prev");
+    bool next = g->joint == TOPO_JOINT_NEXT;
+    /* The file's defaults apply to every set; the other set's own keys win. */
+    if (!set_quorums(x, g, &gp->oq, g->nother, next ? "_next" : "_prev",
+                     &g->other_write_quorum, &g->other_read_quorum))
+        return false;
+    g->nmembers = g->ncopies;
+    for (unsigned o = 0; o < g->nother; o++) {
+        unsigned m = 0;
+        while (m < g->ncopies && strcmp(g->copies[m], g->other[o]) != 0)
+            m++;
+        if (m == g->ncopies) {
+            if (g->nmembers >= TOPO_MAX_COPIES)
+                return fail(x, gp->other_line, "group %s: copies and %s name more "
+                            "than %d nodes together; change fewer copies at once",
+                            g->name, joint_key(g->joint), TOPO_MAX_COPIES);
+            memcpy(g->extra[g->nmembers - g->ncopies], g->other[o],
+                   sizeof g->other[o]);
+            m = g->nmembers++;
+        }
+        g->other_mask |= 1u << m;
+    }
+    unsigned r_new = next ? g->other_read_quorum : g->read_quorum;
+    unsigned w_old = next ? g->write_quorum : g->other_write_quorum;
+    unsigned n_old = next ? g->ncopies : g->nother;
+    if (r_new + w_old <= n_old)
+        return fail(x, gp->other_line, "group %s: read quorum %u of %s + write "
+                    "quorum %u of %s must exceed the %u %s, or a read of the new "
+                    "copies could miss a write the old ones acknowledged "
+                    "(raise read_quorum%s)", g->name, r_new,
+                    next ? "copies_next" : "copies", w_old,
+                    next ? "copies" : "copies_prev", n_old,
+                    next ? "copies" : "copies_prev", next ? "_next" : "");
     return true;
 }
 
@@ -411,6 +530,9 @@ struct topo *topo_parse(const char *text, const char *origin, char *err)
             goto out;
         }
         if (!quorums_resolve(&x, i))
+            goto out;
+        x.groups[i].nmembers = x.groups[i].ncopies;
+        if (!joint_resolve(&x, i))
             goto out;
     }
     if (!x.version_line) {
@@ -523,11 +645,16 @@ unsigned topo_group_for(const struct topo *t, const char *filter, uint32_t shard
     return best;
 }
 
+const char *topo_member(const struct topo_group *g, unsigned m)
+{
+    return m < g->ncopies ? g->copies[m] : g->extra[m - g->ncopies];
+}
+
 int topo_group_of(const struct topo *t, const char *addr, unsigned *copy)
 {
     for (unsigned i = 0; i < t->ngroups; i++)
-        for (unsigned c = 0; c < t->groups[i].ncopies; c++)
-            if (strcmp(t->groups[i].copies[c], addr) == 0) {
+        for (unsigned c = 0; c < t->groups[i].nmembers; c++)
+            if (strcmp(topo_member(&t->groups[i], c), addr) == 0) {
                 if (copy)
                     *copy = c;
                 return (int)i;

@@ -14,6 +14,15 @@
  * W defaults to a majority (floor(N/2) + 1) and R to N - W + 1; both may be
  * set for every group before the first section and per group.
  *
+ * A change of a group's copies goes through joint phases
+ * (docs/REPLICATION.md, "Changing a group's copies"): next to copies, a
+ * group may name the set it is moving to (copies_next, with
+ * write_quorum_next and read_quorum_next) or the one it comes from
+ * (copies_prev, write_quorum_prev, read_quorum_prev).  A write then goes to
+ * both sets and needs W of each; reads use copies alone.  The addresses of
+ * both sets are the group's members: copies first, then the other set's
+ * addresses that are not copies (topo_member).
+ *
  * Placement: shard i of filter F lives on the group with the highest
  * rendezvous score topo_score(F, i, group name) (highest-random-weight
  * hashing; ties go to the smaller name).  Adding or removing a group moves
@@ -41,6 +50,13 @@
 #define TOPO_MAX_GROUPS 1024
 #define TOPO_ERRLEN 512
 
+/* Which other set of copies a group names during a change. */
+enum topo_joint {
+    TOPO_JOINT_NONE,
+    TOPO_JOINT_NEXT,                         /* copies_next: moving to it */
+    TOPO_JOINT_PREV,                         /* copies_prev: coming from it */
+};
+
 struct topo_group {
     char name[TOPO_NAME_MAX + 1];
     char datacenter[TOPO_NAME_MAX + 1];      /* "" when not tagged */
@@ -49,6 +65,18 @@ struct topo_group {
     unsigned write_quorum;                   /* W, 1..N */
     unsigned read_quorum;                    /* R, 1..N, R + W > N */
     int line;                                /* line of its [group] header */
+    /* The other set of a joint phase (joint != TOPO_JOINT_NONE): written
+     * with its own quorum W', never read.  R' + W' > N'; the new set's R
+     * plus the old set's W exceeds the old set's N. */
+    enum topo_joint joint;
+    char other[TOPO_MAX_COPIES][TOPO_ADDR_MAX + 1];
+    unsigned nother;                         /* 0 without a joint phase */
+    unsigned other_write_quorum, other_read_quorum;
+    /* Members: copies[0..ncopies), then extra[0..nmembers - ncopies), the
+     * addresses of other that are not copies.  At most TOPO_MAX_COPIES. */
+    char extra[TOPO_MAX_COPIES][TOPO_ADDR_MAX + 1];
+    unsigned nmembers;
+    unsigned other_mask;                     /* bit m: member m is in other */
 };
 
 struct topo {
@@ -77,9 +105,13 @@ uint64_t topo_score(const char *filter, uint32_t shard, const char *group);
 /* Index (into t->groups) of the group holding shard of filter. */
 unsigned topo_group_for(const struct topo *t, const char *filter, uint32_t shard);
 
-/* The index (into t->groups) of the group listing addr as a copy, with
- * the copy's index in *copy (may be NULL), or -1 when no group lists it. */
+/* The index (into t->groups) of the group listing addr as a member (a
+ * copy, or an address of its other set), with the member's index in *copy
+ * (may be NULL; < ncopies for a copy), or -1 when no group lists it. */
 int topo_group_of(const struct topo *t, const char *addr, unsigned *copy);
+
+/* Member m (0..nmembers) of g: copies first, then the other set's extras. */
+const char *topo_member(const struct topo_group *g, unsigned m);
 
 /* Is a "host:port" address one a group may list: rules_addr_check (port
  * 1..65535) and at most TOPO_ADDR_MAX characters?  Returns 0 or -EINVAL. */

@@ -118,7 +118,7 @@ static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid",
  * the overall and internal health follow the filters' states. */
 static void set_health(struct node *n, bool serving)
 {
-    bool syncing = node_sync_count(node_rpc__sync_get()) > 0 &&
+    bool syncing = node_sync_any(node_rpc__sync_get()) &&
                    node_rpc__group_copies() > 1;
     for (size_t i = 0; i < sizeof health_names / sizeof health_names[0]; i++)
         rpc_server_set_health(n->srv, health_names[i],

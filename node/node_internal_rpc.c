@@ -240,6 +240,8 @@ void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
     UNPACK_OR_FAIL(Bloomgrid__V1__ListShardsRequest,
                    bloomgrid__v1__list_shards_request, m, req, len, r);
     bool refused = node_rpc__refuse_version(r, m->topology_version);
+    uint64_t heard = refused ? 0 : node_rpc__peer_heard(m->group, m->copy_id,
+                                                        m->copy_epoch);
     bloomgrid__v1__list_shards_request__free_unpacked(m, NULL);
     if (refused)
         return;
@@ -276,6 +278,7 @@ void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
     Bloomgrid__V1__ListShardsResponse resp = BLOOMGRID__V1__LIST_SHARDS_RESPONSE__INIT;
     resp.n_shards = k;
     resp.shards = ptrs;
+    resp.heard_epoch = heard;
     rpc_reply_pack(r, &resp.base);
 out:
     free(ptrs);

@@ -100,7 +100,8 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
                         "(send 0)", m->page_size, RULES_PAGE_BYTES);
         goto done;
     }
-    if (!(s = node_rpc__need_store(n, &r)) ||
+    if (node_rpc__refuse_version(&r, m->topology_version) ||
+        !(s = node_rpc__need_store(n, &r)) ||
         !(sf = node_rpc__get_shard(s, m->filter, m->shard_index, &r)))
         goto done;
     snprintf(label, sizeof label, "shard %u of \"%s\"", m->shard_index,

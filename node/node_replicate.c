@@ -25,6 +25,26 @@
  * REPL_RECREATE_DELAY_MS (a router's CreateFilter reaches the copies one by
  * one) and unless it was dropped here: the store's durable tombstones, and
  * drops since start (repl_tombstoned).
+ *
+ * While the group changes its copies (copies_next or copies_prev), every
+ * member is pulled from, but only full pulls from the group's copies
+ * count towards leaving SYNCING (each version a member can meet needs W of
+ * those copies for a write: docs/REPLICATION.md), and pulls carry the
+ * topology version, so a peer under another version is not counted.  A
+ * member that is not one of the copies (it joins) is held (reads refused,
+ * NOT_SERVING) until N - W + 1 copies listed no shard it lacks and none of
+ * its own is SYNCING: its health says when it may become a copy.
+ *
+ * Restored copies (node_sync.h, docs/REPLICATION.md): each listing
+ * announces this directory's copy id and epoch to the copies, which answer
+ * with the highest epoch of that id they heard before.  The epoch is bumped
+ * (durably, then announced) every REPL_LIST_EVERY_MS and at a clean stop.
+ * A peer's first answer since the start above the epoch the directory had
+ * at the start (later ones: above the current epoch) means this node runs
+ * on an older copy of its directory: every shard becomes SYNCING and the
+ * epoch moves past what was heard.  Until the first answers of N - W + 1
+ * copies are in, the node is held.
+ *
  * Queries never wait for this thread: it holds no lock of its own across a
  * pull, and the store's locks only for the OR itself.
  */
@@ -55,6 +75,10 @@
  * describes every shard, a count of its bits included: not every round). */
 #define REPL_LIST_EVERY_MS 2000
 #define REPL_LIST_TIMEOUT_MS 2000
+/* While the epoch is not checked: how often the copies are asked. */
+#define REPL_CHECK_EVERY_MS 200
+/* A clean stop's last announcement, per peer. */
+#define REPL_FAREWELL_TIMEOUT_MS 1000
 
 /* What this node got last from one peer for one shard. */
 struct repl_shard {
@@ -63,8 +87,9 @@ struct repl_shard {
     const void *sf_id;               /* the store filter it was got for */
     uint64_t epoch, version;         /* the peer's, for the next pull */
     bool failing;                    /* last pull failed (logged once) */
-    bool full_ok;                    /* a full pull that counts towards
-                                        leaving SYNCING (this sf_id) */
+    uint64_t full_ms;                /* start of the last full pull that
+                                        counts towards leaving SYNCING (this
+                                        sf_id; node_sync_now_ms), 0: none */
     char last_err[RPC_CLIENT_MSGLEN];
     struct repl_shard *next;
 };
@@ -91,6 +116,14 @@ struct node_replicate {
     struct repl_shard *shards;
     struct repl_missing *missing;
     uint64_t listed_ms;              /* last listing of the peers' shards */
+    /* The epoch check (see the top of this file). */
+    bool identity_read;              /* start_epoch and the group checked */
+    bool verified;                   /* first answers of enough copies in */
+    uint64_t start_epoch;            /* the directory's at the start */
+    uint64_t bumped_ms;              /* last bump of the epoch */
+    char heard[TOPO_MAX_COPIES][TOPO_ADDR_MAX + 1];   /* first answers in */
+    unsigned nheard;
+    bool joined;                     /* a joining member found complete */
 };
 
 /* Pages of one pull, copied as they arrive. */
@@ -164,7 +197,7 @@ static struct repl_shard *shard_state(struct node_replicate *r,
         /* A new (or re-created) shard: start with a full pull. */
         rs->sf_id = sf;
         rs->epoch = rs->version = 0;
-        rs->full_ok = false;
+        rs->full_ms = 0;
     }
     return rs;
 }
@@ -199,10 +232,23 @@ static void id_read(const struct bf *f, void *ctx)
     bf_fingerprint_id(f, id->fp);
 }
 
+/* When shard sf was marked SYNCING (node_sync_since), 0 when it is not
+ * listed (a hold alone does not make pulls full). */
+static uint64_t shard_listed(struct store_filter *sf)
+{
+    struct node_sync *ns = node_rpc__sync_get();
+    struct shard_facts facts;
+
+    if (!ns || node_sync_count(ns) == 0 || node_rpc__shard_facts(sf, &facts) < 0 ||
+        !node_sync_listed(ns, store_filter_name(sf), facts.secret_id))
+        return 0;
+    return node_sync_since(ns, store_filter_name(sf));
+}
+
 /* Pull shard sf's changed pages from the copy peer.  Returns false when
  * the peer is down or slow (the round then passes over it). */
 static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
-                            const char *peer)
+                            const char *peer, uint64_t topo_version)
 {
     const char *name = store_filter_name(sf);
     char filter[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
@@ -228,11 +274,12 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
         return true;
     /* The shard was READY above, so it took writes before this pull
      * starts: a full pull now holds every write the peer acknowledged. */
-    bool full = node_rpc__shard_syncing(sf) && !rs->full_ok;
+    uint64_t since = shard_listed(sf);
+    bool full = since && rs->full_ms < since;
     uint64_t started = node_sync_now_ms();
-    if (node_client_pull(ch, filter, id.index, full ? 0 : rs->version,
-                         full ? 0 : rs->epoch, buf_page, &b, &end,
-                         REPL_PULL_TIMEOUT_MS, &st) < 0) {
+    if (node_client_pull_at(ch, topo_version, filter, id.index,
+                            full ? 0 : rs->version, full ? 0 : rs->epoch, buf_page,
+                            &b, &end, REPL_PULL_TIMEOUT_MS, &st) < 0) {
         snprintf(msg, sizeof msg, "PullPages: %s: %s",
                  rpc_status_name(st.code), st.message);
         shard_fail(r, rs, msg);
@@ -263,16 +310,36 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
                   name, peer, b.n, end.bytes);
     rs->epoch = end.epoch;
     rs->version = end.version;
-    if (full && !end.syncing &&
-        started >= node_sync_since(node_rpc__sync_get(), name))
-        rs->full_ok = true;
+    if (full && !end.syncing && started >= since)
+        rs->full_ms = started;
 out:
     buf_free(&b);
     return reachable;
 }
 
-/* Has the shard left SYNCING?  It has when full pulls (full_ok) from
- * N - W + 1 peers succeeded for the shard object sf. */
+/* Is addr one of grp's copies (not only a member of its other set)? */
+static bool is_copy(const struct topo_group *grp, const char *addr)
+{
+    for (unsigned c = 0; c < grp->ncopies; c++)
+        if (strcmp(grp->copies[c], addr) == 0)
+            return true;
+    return false;
+}
+
+/* How many copies other than this node answer for the group: N - W + 1,
+ * or every other copy when there are fewer (W = 1). */
+static unsigned copies_needed(const struct topo_group *grp)
+{
+    unsigned others = 0;
+    for (unsigned c = 0; c < grp->ncopies; c++)
+        others += !node_rpc__is_self(grp->copies[c]);
+    unsigned need = grp->ncopies - grp->write_quorum + 1;
+    return need < others ? need : others;
+}
+
+/* Has the shard left SYNCING?  It has when full pulls (full_ms) from
+ * N - W + 1 of the group's copies succeeded for the shard object sf since
+ * it was marked. */
 static void sync_check(struct node_replicate *r, struct store_filter *sf,
                        const struct topo_group *grp)
 {
@@ -281,10 +348,12 @@ static void sync_check(struct node_replicate *r, struct store_filter *sf,
     unsigned need = grp->ncopies - grp->write_quorum + 1, got = 0;
     struct shard_facts facts;
 
-    if (!node_rpc__shard_syncing(sf))
+    uint64_t since = shard_listed(sf);
+    if (!since)
         return;
     for (struct repl_shard *rs = r->shards; rs; rs = rs->next)
-        if (rs->sf_id == (const void *)sf && rs->full_ok && !strcmp(rs->name, name))
+        if (rs->sf_id == (const void *)sf && rs->full_ms >= since &&
+            !strcmp(rs->name, name) && is_copy(grp, rs->peer))
             got++;
     if (got < need || node_rpc__shard_facts(sf, &facts) < 0)
         return;
@@ -359,26 +428,157 @@ static struct repl_missing *missing_note(struct node_replicate *r, const char *n
     return m;
 }
 
-/* Shards peer holds that this node lacks: noted, and re-created once they
- * have been missing long enough.  Returns false when peer is down. */
-static bool recreate_from(struct node_replicate *r, const char *peer)
+/* Mark every shard of the store SYNCING, durably.  Returns 0 or the
+ * first error (logged). */
+static int mark_all(struct node_replicate *r, const char *why)
+{
+    struct store *s = node_store(r->n);
+    char **names = NULL, err[NODE_SYNC_ERRLEN] = "";
+    size_t nn = 0;
+    int rc = 0;
+
+    if (store_list(s, &names, &nn) < 0)
+        return -ENOMEM;
+    for (size_t i = 0; i < nn && rc == 0; i++) {
+        struct store_filter *sf = store_get(s, names[i]);
+        struct shard_facts facts;
+        if (!sf)
+            continue;
+        if (node_rpc__shard_facts(sf, &facts) == 0 &&
+            (rc = node_sync_mark(node_rpc__sync_get(), names[i], facts.secret_id,
+                                 err)) < 0)
+            log_error("shard %s: cannot mark it SYNCING: %s", names[i], err);
+        store_put(sf);
+    }
+    store_list_free(names, nn);
+    if (rc == 0 && nn)
+        log_warn("every shard (%zu) is SYNCING: %s", nn, why);
+    return rc;
+}
+
+/* Once the store is open: the directory's epoch at the start, and the
+ * group it was a copy of (another group's directory vouches for nothing
+ * here).  Returns false until it could be done. */
+static bool identity_read(struct node_replicate *r, const struct topo_group *grp)
+{
+    struct node_sync *ns = node_rpc__sync_get();
+    struct node_sync_copy c;
+    char err[NODE_SYNC_ERRLEN] = "", why[256];
+
+    if (r->identity_read)
+        return true;
+    if (!ns || !node_store(r->n))
+        return false;
+    node_sync_copy_get(ns, &c);
+    if (c.group[0] && strcmp(c.group, grp->name) != 0) {
+        snprintf(why, sizeof why, "the data directory was a copy of group %s, "
+                 "this node is one of group %s", c.group, grp->name);
+        if (mark_all(r, why) < 0)
+            return false;
+    }
+    if (node_sync_copy_set(ns, c.epoch, grp->name, err) < 0) {
+        log_warn("cannot record this copy's group: %s", err);
+        return false;
+    }
+    r->start_epoch = c.epoch;
+    r->identity_read = true;
+    return true;
+}
+
+/* Raise this copy's epoch by one, durably (before any peer hears of it). */
+static void epoch_bump(struct node_replicate *r, const struct topo_group *grp)
+{
+    struct node_sync *ns = node_rpc__sync_get();
+    struct node_sync_copy c;
+    char err[NODE_SYNC_ERRLEN] = "";
+
+    node_sync_copy_get(ns, &c);
+    if (node_sync_copy_set(ns, c.epoch + 1, grp->name, err) < 0)
+        log_warn("cannot raise this copy's epoch: %s", err);
+    r->bumped_ms = node_sync_now_ms();
+}
+
+/* What copy peer answered about this directory's epoch: heard, the highest
+ * epoch of its id it had heard before the call. */
+static void epoch_heard(struct node_replicate *r, const struct topo_group *grp,
+                        const char *peer, uint64_t heard)
+{
+    struct node_sync *ns = node_rpc__sync_get();
+    struct node_sync_copy c;
+    char err[NODE_SYNC_ERRLEN] = "", why[256];
+    unsigned i;
+
+    for (i = 0; i < r->nheard && strcmp(r->heard[i], peer); i++)
+        ;
+    bool first = i == r->nheard;
+    node_sync_copy_get(ns, &c);
+    /* A first answer may know epochs of the runs before this one only;
+     * later ones also those this run announced, which are <= c.epoch. */
+    if (heard > (first ? r->start_epoch : c.epoch)) {
+        snprintf(why, sizeof why, "copy %s heard epoch %" PRIu64 " of this data "
+                 "directory, which started at %" PRIu64 ": it runs on an older "
+                 "copy of its directory (a restored backup)", peer, heard,
+                 r->start_epoch);
+        log_error("%s", why);
+        if (mark_all(r, why) < 0)
+            return;    /* the next answer tries again */
+        /* From here the directory is current again (every shard SYNCING). */
+        if (node_sync_copy_set(ns, heard + 1, grp->name, err) < 0) {
+            log_warn("cannot raise this copy's epoch: %s", err);
+            return;
+        }
+        r->start_epoch = heard + 1;
+    }
+    if (first && r->nheard < TOPO_MAX_COPIES)
+        snprintf(r->heard[r->nheard++], TOPO_ADDR_MAX + 1, "%s", peer);
+    if (!r->verified && r->nheard >= copies_needed(grp)) {
+        r->verified = true;
+        node_sync_hold(ns, NODE_SYNC_HOLD_EPOCH, false);
+        log_info("epoch %" PRIu64 " of this copy checked with %u copies: it "
+                 "holds what it acknowledged", c.epoch, r->nheard);
+    }
+}
+
+/* ListShards on peer, announcing this copy; *resp (freed by the caller)
+ * or NULL.  Returns false when peer is down. */
+static bool list_peer(struct node_replicate *r, const struct topo_group *grp,
+                      uint64_t topo_version, const char *peer, int timeout_ms,
+                      Bloomgrid__V1__ListShardsResponse **resp)
+{
+    Bloomgrid__V1__ListShardsRequest req = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+    struct rpc_channel *ch = peer_channel(r, peer);
+    struct rpc_status st = {0};
+    struct node_sync_copy c;
+
+    *resp = NULL;
+    node_sync_copy_get(node_rpc__sync_get(), &c);
+    req.topology_version = topo_version;
+    req.group = (char *)grp->name;
+    req.copy_id = c.id;
+    req.copy_epoch = c.epoch;
+    if (!ch || rpc_call(ch, "/bloomgrid.v1.Internal/ListShards", &req.base,
+                        &bloomgrid__v1__list_shards_response__descriptor,
+                        (ProtobufCMessage **)resp, timeout_ms, &st) < 0) {
+        log_debug("ListShards of %s: %s: %s", peer, rpc_status_name(st.code),
+                  st.message);
+        *resp = NULL;
+        return st.code != GRPC_STATUS_UNAVAILABLE &&
+               st.code != GRPC_STATUS_DEADLINE_EXCEEDED;
+    }
+    epoch_heard(r, grp, peer, (*resp)->heard_epoch);
+    return true;
+}
+
+/* Shards a listing of peer holds that this node lacks: noted, re-created
+ * once they have been missing long enough.  Returns how many are missing. */
+static unsigned recreate_from(struct node_replicate *r, const char *peer,
+                              const Bloomgrid__V1__ListShardsResponse *resp)
 {
     struct store *s = node_store(r->n);
     struct rpc_channel *ch = peer_channel(r, peer);
-    Bloomgrid__V1__ListShardsRequest req = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
-    Bloomgrid__V1__ListShardsResponse *resp = NULL;
-    struct rpc_status st = {0};
-    int g = -1;
-    struct topo *t = node_rpc__topo_get(&g);
+    unsigned missing = 0;
 
-    req.topology_version = t ? t->version : 0;
-    topo_unref(t);
-    if (!ch || rpc_call(ch, "/bloomgrid.v1.Internal/ListShards", &req.base,
-                        &bloomgrid__v1__list_shards_response__descriptor,
-                        (ProtobufCMessage **)&resp, REPL_LIST_TIMEOUT_MS, &st) < 0)
-        return st.code != GRPC_STATUS_UNAVAILABLE &&
-               st.code != GRPC_STATUS_DEADLINE_EXCEEDED;
-    for (size_t i = 0; i < resp->n_shards && !atomic_load(&r->n->stopping); i++) {
+    for (size_t i = 0; ch && i < resp->n_shards && !atomic_load(&r->n->stopping); i++) {
         const Bloomgrid__V1__InternalShardInfo *isi = resp->shards[i];
         char sname[STORE_NAME_MAX + 1];
         struct store_filter *sf;
@@ -391,14 +591,19 @@ static bool recreate_from(struct node_replicate *r, const char *peer)
             store_put(sf);
             continue;
         }
+        /* Dropped here (the drop has not reached peer yet): not missing,
+         * never re-created. */
+        const char *fp = isi->info && isi->info->fingerprint ? isi->info->fingerprint
+                                                             : NULL;
+        if (fp && fp[0] && store_dropped(s, sname, 0, fp))
+            continue;
+        missing++;
         struct repl_missing *m = missing_note(r, sname);
         if (m && node_sync_now_ms() - m->first_ms >= REPL_RECREATE_DELAY_MS)
             recreate_shard(r, ch, peer, isi->filter, isi->shard_index, sname);
     }
-    protobuf_c_message_free_unpacked(&resp->base, NULL);
-    return true;
+    return missing;
 }
-
 /* Forget shards no peer listed this round (created here or dropped). */
 static void missing_sweep(struct node_replicate *r)
 {
@@ -414,7 +619,53 @@ static void missing_sweep(struct node_replicate *r)
     }
 }
 
-static void replicate_round(struct node_replicate *r)
+/* List the shards of the group's copies (announcing this copy), every
+ * REPL_LIST_EVERY_MS, or every REPL_CHECK_EVERY_MS while the epoch is not
+ * checked; down[m] is set for members that are down. */
+static void list_round(struct node_replicate *r, const struct topo *t,
+                       const struct topo_group *grp, bool *down)
+{
+    struct node_sync *ns = node_rpc__sync_get();
+    uint64_t now = node_sync_now_ms();
+    bool self_copy = false;
+    unsigned listed = 0, missing = 0;
+
+    if (now - r->listed_ms < (r->verified ? REPL_LIST_EVERY_MS : REPL_CHECK_EVERY_MS))
+        return;
+    r->listed_ms = now;
+    for (unsigned c = 0; c < grp->ncopies; c++)
+        self_copy |= node_rpc__is_self(grp->copies[c]);
+    if (!self_copy && !r->joined)
+        node_sync_hold(ns, NODE_SYNC_HOLD_JOINING, true);
+    if (now - r->bumped_ms >= REPL_LIST_EVERY_MS)
+        epoch_bump(r, grp);
+    for (unsigned c = 0; c < grp->ncopies; c++) {
+        Bloomgrid__V1__ListShardsResponse *resp = NULL;
+        if (node_rpc__is_self(grp->copies[c]))
+            continue;
+        down[c] = !list_peer(r, grp, t->version, grp->copies[c], REPL_LIST_TIMEOUT_MS,
+                             &resp);
+        if (!resp)
+            continue;
+        listed++;
+        missing += recreate_from(r, grp->copies[c], resp);
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
+    }
+    missing_sweep(r);
+    /* A member joining the copies may become one once enough copies listed
+     * nothing it lacks and none of its shards is SYNCING. */
+    bool ready = self_copy || (listed >= copies_needed(grp) && missing == 0 &&
+                               node_sync_count(ns) == 0);
+    if (ready != r->joined && !self_copy)
+        log_info("joining group %s: %s", grp->name,
+                 ready ? "every shard of its copies is here and in sync: it may "
+                         "become a copy"
+                       : "shards missing or SYNCING");
+    r->joined = ready;
+    node_sync_hold(ns, NODE_SYNC_HOLD_JOINING, !ready);
+}
+
+static void replicate_round(struct node_replicate *r, bool pull)
 {
     struct store *s = node_store(r->n);
     char **names = NULL;
@@ -422,32 +673,52 @@ static void replicate_round(struct node_replicate *r)
     int g = -1;
     struct topo *t = node_rpc__topo_get(&g);
 
-    if (!t || g < 0 || t->groups[g].ncopies < 2 || !s || store_list(s, &names, &nn) < 0)
+    if (!t || g < 0 || t->groups[g].nmembers < 2 || !s)
         goto out;
     const struct topo_group *grp = &t->groups[g];
+    if (!identity_read(r, grp))
+        goto out;
     /* A peer that is down or stopped costs one pull's deadline per round,
      * not one per shard: the rest of the round passes over it. */
     bool down[TOPO_MAX_COPIES] = {false};
-    uint64_t now = node_sync_now_ms();
-    if (now - r->listed_ms >= REPL_LIST_EVERY_MS) {
-        r->listed_ms = now;
-        for (unsigned c = 0; c < grp->ncopies; c++)
-            if (!node_rpc__is_self(grp->copies[c]))
-                down[c] = !recreate_from(r, grp->copies[c]);
-        missing_sweep(r);
-    }
+    list_round(r, t, grp, down);
+    if (!pull || store_list(s, &names, &nn) < 0)
+        goto out;
     for (size_t i = 0; i < nn && !atomic_load(&r->n->stopping); i++) {
         struct store_filter *sf = store_get(s, names[i]);
         if (!sf)
             continue;
-        for (unsigned c = 0; c < grp->ncopies; c++)
-            if (!down[c] && !node_rpc__is_self(grp->copies[c]))
-                down[c] = !replicate_shard(r, sf, grp->copies[c]);
+        for (unsigned m = 0; m < grp->nmembers; m++)
+            if (!down[m] && !node_rpc__is_self(topo_member(grp, m)))
+                down[m] = !replicate_shard(r, sf, topo_member(grp, m), t->version);
         sync_check(r, sf, grp);
         store_put(sf);
     }
     store_list_free(names, nn);
 out:
+    topo_unref(t);
+}
+
+/* A clean stop: a last epoch, announced to the copies, so that a copy of
+ * the directory taken before it is known as older (docs/REPLICATION.md). */
+static void farewell(struct node_replicate *r)
+{
+    int g = -1;
+    struct topo *t = node_rpc__topo_get(&g);
+
+    if (t && g >= 0 && t->groups[g].nmembers > 1 && r->identity_read) {
+        const struct topo_group *grp = &t->groups[g];
+        epoch_bump(r, grp);
+        for (unsigned c = 0; c < grp->ncopies; c++) {
+            Bloomgrid__V1__ListShardsResponse *resp = NULL;
+            if (node_rpc__is_self(grp->copies[c]))
+                continue;
+            list_peer(r, grp, t->version, grp->copies[c], REPL_FAREWELL_TIMEOUT_MS,
+                      &resp);
+            if (resp)
+                protobuf_c_message_free_unpacked(&resp->base, NULL);
+        }
+    }
     topo_unref(t);
 }
 
@@ -461,11 +732,15 @@ static void *replicate_main(void *arg)
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
         slept += 10;
-        if (slept < r->n->cfg.replicate_interval_ms)
+        bool pull = slept >= r->n->cfg.replicate_interval_ms;
+        /* The epoch is checked at once, whatever the interval of pulls. */
+        if (!pull && (r->verified || slept % REPL_CHECK_EVERY_MS))
             continue;
-        slept = 0;
-        replicate_round(r);
+        if (pull)
+            slept = 0;
+        replicate_round(r, pull);
     }
+    farewell(r);
     return NULL;
 }
 

@@ -470,15 +470,21 @@ int node_rpc__topo_install(struct topo *t, const char *addr, char *err, size_t e
     node_topo = t;
     node_group = g;
     snprintf(self_addr, sizeof self_addr, "%s", addr);
-    atomic_store(&group_n, t->groups[g].ncopies);
+    /* A member of a group that changes its copies holds writes others
+     * count on too: the copies' rules apply to it (docs/REPLICATION.md). */
+    atomic_store(&group_n, t->groups[g].nmembers);
     atomic_store(&group_w, t->groups[g].write_quorum);
     atomic_store(&topo_version, t->version);
     pthread_mutex_unlock(&topo_mu);
     topo_unref(old);
-    log_info("topology %s version %llu: copy %u of group %s (%u copies, write "
-             "quorum %u, read quorum %u)", t->origin, (unsigned long long)t->version,
-             copy + 1, t->groups[g].name, t->groups[g].ncopies,
-             t->groups[g].write_quorum, t->groups[g].read_quorum);
+    const struct topo_group *gr = &t->groups[g];
+    log_info("topology %s version %llu: %s %u of group %s (%u copies, write "
+             "quorum %u, read quorum %u%s%s)", t->origin, (unsigned long long)t->version,
+             copy < gr->ncopies ? "copy" : "member", copy + 1, gr->name, gr->ncopies,
+             gr->write_quorum, gr->read_quorum,
+             gr->joint == TOPO_JOINT_NONE ? "" : "; changing copies with ",
+             gr->joint == TOPO_JOINT_NONE ? ""
+             : gr->joint == TOPO_JOINT_NEXT ? "copies_next" : "copies_prev");
     return 0;
 }
 
@@ -558,6 +564,18 @@ bool node_rpc__refuse_version(struct rpc_reply *r, uint64_t version)
 
 /* ---- SYNCING shards ---- */
 
+uint64_t node_rpc__peer_heard(const char *group, uint64_t copy_id, uint64_t epoch)
+{
+    int g = -1;
+    struct topo *t = node_rpc__topo_get(&g);
+    uint64_t heard = 0;
+    if (t && g >= 0 && copy_id)
+        heard = node_sync_peer_heard(node_rpc__sync_get(), t->groups[g].name, group,
+                                     copy_id, epoch);
+    topo_unref(t);
+    return heard;
+}
+
 static _Atomic(struct node_sync *) node_syncs;
 
 void node_rpc__sync_set(struct node_sync *ns)
@@ -576,7 +594,7 @@ bool node_rpc__shard_syncing(struct store_filter *sf)
     struct shard_facts facts;
 
     /* One atomic load on the hot path while nothing is SYNCING. */
-    if (!ns || node_sync_count(ns) == 0 || atomic_load(&group_n) <= 1)
+    if (!node_sync_any(ns) || atomic_load(&group_n) <= 1)
         return false;
     node_rpc__shard_facts(sf, &facts);
     return node_sync_is(ns, store_filter_name(sf), facts.secret_id);

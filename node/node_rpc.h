@@ -140,6 +140,10 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
 int node_rpc__topo_install(struct topo *t, const char *addr, char *err, size_t errlen);
 struct topo *node_rpc__topo_get(int *group);
 void node_rpc__topo_clear(void);
+/* ListShards of a peer announcing its copy id at epoch in group: the
+ * highest epoch of it heard before (node_sync_peer_heard), 0 without a
+ * topology. */
+uint64_t node_rpc__peer_heard(const char *group, uint64_t copy_id, uint64_t epoch);
 /* Is addr this node's address in the topology? */
 bool node_rpc__is_self(const char *addr);
 /* N of the node's group (1 without a topology). */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include <xxhash.h>
@@ -18,6 +19,8 @@
 #include "rules.h"
 
 #define SYNC_HEADER "bloomgrid-syncing 1"
+#define COPY_HEADER "bloomgrid-copy 1"
+#define PEERS_HEADER "bloomgrid-peers 1"
 
 struct sync_ent {
     char name[STORE_NAME_MAX + 1];
@@ -34,6 +37,15 @@ struct node_sync {
     atomic_size_t count;         /* n, read without mu */
     struct sync_ent *gone;       /* dropped since the start, under mu */
     size_t ngone, capgone;
+    atomic_uint held;            /* enum node_sync_hold bits */
+    /* The identity: under idmu, which is never held with mu. */
+    pthread_mutex_t idmu;
+    char copy_path[DURABLE_PATH_MAX], peers_path[DURABLE_PATH_MAX];
+    struct node_sync_copy copy;
+    struct peer_ent {
+        uint64_t id, epoch;
+    } *peers;
+    size_t npeers, cappeers;
 };
 
 uint64_t node_sync_now_ms(void)
@@ -101,11 +113,181 @@ bad:
     return -EBADMSG;
 }
 
+/* Read the whole of path into *text (NUL-terminated; a NUL inside makes
+ * it not parse: *len says how much was read).  Returns 0, -ENOENT, or
+ * another negative errno with err set. */
+static int read_text(const char *path, char **text, size_t *len, char *err)
+{
+    FILE *f = fopen(path, "r");
+    size_t cap = 1 << 16, n = 0;
+    char *t = NULL;
+
+    *text = NULL;
+    if (!f) {
+        if (errno == ENOENT)
+            return -ENOENT;
+        errmsg_set(err, "cannot read %s: %s", path, strerror(errno));
+        return -errno;
+    }
+    /* Bounded: one line per shard or peer of this node. */
+    if (!(t = malloc(cap + 1)))
+        goto nomem;
+    for (size_t got; (got = fread(t + n, 1, cap - n, f)) > 0;) {
+        n += got;
+        if (n == cap) {
+            char *nt = realloc(t, 2 * cap + 1);
+            if (!nt)
+                goto nomem;
+            t = nt;
+            cap *= 2;
+        }
+    }
+    if (ferror(f)) {
+        errmsg_set(err, "cannot read %s: I/O error", path);
+        fclose(f);
+        free(t);
+        return -EIO;
+    }
+    fclose(f);
+    t[n] = 0;
+    *text = t;
+    *len = n;
+    return 0;
+nomem:
+    errmsg_set(err, "out of memory");
+    fclose(f);
+    free(t);
+    return -ENOMEM;
+}
+
+/* Parse COPY: its header, then "ID EPOCH GROUP" ("-": no group). */
+static int copy_parse(struct node_sync_copy *c, char *text)
+{
+    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    char hex[17], group[NODE_SYNC_GROUP_MAX + 2];
+    unsigned long long epoch;
+
+    if (!line || strcmp(line, COPY_HEADER) != 0 || !(line = strtok_r(NULL, "\n", &save)))
+        return -EBADMSG;
+    if (sscanf(line, "%16s %llu %64s", hex, &epoch, group) != 3 || strlen(hex) != 16 ||
+        strspn(hex, "0123456789abcdef") != 16 || strlen(group) > NODE_SYNC_GROUP_MAX ||
+        strtok_r(NULL, "\n", &save))
+        return -EBADMSG;
+    c->id = strtoull(hex, NULL, 16);
+    c->epoch = epoch;
+    size_t gl = strcmp(group, "-") ? strlen(group) : 0;   /* checked above */
+    memcpy(c->group, group, gl);
+    c->group[gl] = 0;
+    return c->id ? 0 : -EBADMSG;
+}
+
+static int peers_push(struct node_sync *ns, uint64_t id, uint64_t epoch)
+{
+    if (ns->npeers == ns->cappeers) {
+        size_t c = ns->cappeers ? 2 * ns->cappeers : 8;
+        void *nv = realloc(ns->peers, c * sizeof *ns->peers);
+        if (!nv)
+            return -ENOMEM;
+        ns->peers = nv;
+        ns->cappeers = c;
+    }
+    ns->peers[ns->npeers++] = (struct peer_ent){.id = id, .epoch = epoch};
+    return 0;
+}
+
+/* Parse PEERS; a list that does not parse is forgotten (it only helps to
+ * find a restored peer). */
+static void peers_parse(struct node_sync *ns, char *text)
+{
+    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    char hex[17];
+    unsigned long long epoch;
+
+    if (!line || strcmp(line, PEERS_HEADER) != 0)
+        goto bad;
+    while ((line = strtok_r(NULL, "\n", &save))) {
+        if (sscanf(line, "%16s %llu", hex, &epoch) != 2 || strlen(hex) != 16 ||
+            strspn(hex, "0123456789abcdef") != 16 ||
+            peers_push(ns, strtoull(hex, NULL, 16), epoch) < 0)
+            goto bad;
+    }
+    return;
+bad:
+    log_warn("%s does not parse: the epochs heard from peers are forgotten",
+             ns->peers_path);
+    ns->npeers = 0;
+}
+
+static int copy_fill(int fd, void *ctx)
+{
+    const struct node_sync_copy *c = ctx;
+    char text[128 + NODE_SYNC_GROUP_MAX];
+    int len = snprintf(text, sizeof text, COPY_HEADER "\n%016" PRIx64 " %" PRIu64 " %s\n",
+                       c->id, c->epoch, c->group[0] ? c->group : "-");
+    return durable_write_all(fd, text, (size_t)len);
+}
+
+static int peers_fill(int fd, void *ctx)
+{
+    struct node_sync *ns = ctx;
+    char line[64];
+    int rc = durable_write_all(fd, PEERS_HEADER "\n", sizeof PEERS_HEADER);
+
+    for (size_t i = 0; rc == 0 && i < ns->npeers; i++) {
+        int len = snprintf(line, sizeof line, "%016" PRIx64 " %" PRIu64 "\n",
+                           ns->peers[i].id, ns->peers[i].epoch);
+        rc = durable_write_all(fd, line, (size_t)len);
+    }
+    return rc;
+}
+
+/* Read COPY and PEERS, or draw a new identity.  Returns 0 or an error. */
+static int identity_open(struct node_sync *ns, const char *dir, char *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc;
+
+    snprintf(ns->copy_path, sizeof ns->copy_path, "%s/%s", dir, NODE_SYNC_COPY_FILE);
+    snprintf(ns->peers_path, sizeof ns->peers_path, "%s/%s", dir, NODE_SYNC_PEERS_FILE);
+    if ((rc = read_text(ns->peers_path, &text, &len, err)) == 0)
+        peers_parse(ns, text);
+    free(text);
+    if (rc < 0 && rc != -ENOENT)
+        return rc;
+    rc = read_text(ns->copy_path, &text, &len, err);
+    if (rc < 0 && rc != -ENOENT)
+        return rc;
+    if (rc == 0 && (strlen(text) != len || copy_parse(&ns->copy, text) < 0)) {
+        log_error("%s does not parse: every shard of this node is SYNCING until "
+                  "it has pulled its group's pages, and the directory gets a new "
+                  "copy id", ns->copy_path);
+        ns->doubt = true;
+        rc = -ENOENT;
+    }
+    free(text);
+    if (rc == -ENOENT) {
+        /* A new directory (or one in doubt): a new id, never one a peer
+         * has heard of. */
+        memset(&ns->copy, 0, sizeof ns->copy);
+        while (!ns->copy.id)
+            if (getrandom(&ns->copy.id, sizeof ns->copy.id, 0) != sizeof ns->copy.id) {
+                errmsg_set(err, "cannot draw a copy id: %s", strerror(errno));
+                return -EIO;
+            }
+        ns->copy.epoch = 1;
+        if ((rc = durable_write_with(ns->copy_path, copy_fill, &ns->copy, 0644, err)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
 struct node_sync *node_sync_open(const char *dir, bool *doubt, char *err)
 {
     struct node_sync *ns = calloc(1, sizeof *ns);
     char *text = NULL;
-    FILE *f = NULL;
+    size_t len = 0;
+    int rc;
 
     if (doubt)
         *doubt = false;
@@ -114,51 +296,27 @@ struct node_sync *node_sync_open(const char *dir, bool *doubt, char *err)
         return NULL;
     }
     pthread_mutex_init(&ns->mu, NULL);
+    pthread_mutex_init(&ns->idmu, NULL);
+    /* Until anti-entropy has checked the epoch with the peers, nothing is
+     * vouched for (ignored in a group of one copy). */
+    atomic_init(&ns->held, NODE_SYNC_HOLD_EPOCH);
     snprintf(ns->path, sizeof ns->path, "%s/%s", dir, NODE_SYNC_FILE);
-    if (!(f = fopen(ns->path, "r"))) {
-        if (errno == ENOENT)
-            return ns;
-        errmsg_set(err, "cannot read %s: %s", ns->path, strerror(errno));
+    rc = read_text(ns->path, &text, &len, err);
+    if (rc < 0 && rc != -ENOENT)
         goto fail;
-    }
-    /* Bounded: one line per shard of this node. */
-    size_t cap = 1 << 16, len = 0;
-    if (!(text = malloc(cap + 1))) {
-        errmsg_set(err, "out of memory");
-        goto fail;
-    }
-    for (size_t got; (got = fread(text + len, 1, cap - len, f)) > 0;) {
-        len += got;
-        if (len == cap) {
-            char *nt = realloc(text, 2 * cap + 1);
-            if (!nt) {
-                errmsg_set(err, "out of memory");
-                goto fail;
-            }
-            text = nt;
-            cap *= 2;
-        }
-    }
-    if (ferror(f)) {
-        errmsg_set(err, "cannot read %s: I/O error", ns->path);
-        goto fail;
-    }
-    text[len] = 0;
-    if (strlen(text) != len || sync_parse(ns, text) < 0) {
+    if (rc == 0 && (strlen(text) != len || sync_parse(ns, text) < 0)) {
         log_error("%s does not parse: every shard of this node is SYNCING "
                   "until it has pulled its group's pages", ns->path);
         ns->doubt = true;
-        if (doubt)
-            *doubt = true;
     }
-    atomic_store(&ns->count, ns->n);
-    fclose(f);
     free(text);
+    if (identity_open(ns, dir, err) < 0)
+        goto fail;
+    if (doubt)
+        *doubt = ns->doubt;
+    atomic_store(&ns->count, ns->n);
     return ns;
 fail:
-    if (f)
-        fclose(f);
-    free(text);
     node_sync_close(ns);
     return NULL;
 }
@@ -168,8 +326,10 @@ void node_sync_close(struct node_sync *ns)
     if (!ns)
         return;
     pthread_mutex_destroy(&ns->mu);
+    pthread_mutex_destroy(&ns->idmu);
     free(ns->v);
     free(ns->gone);
+    free(ns->peers);
     free(ns);
 }
 
@@ -253,6 +413,11 @@ out:
 }
 
 bool node_sync_is(struct node_sync *ns, const char *name, uint64_t secret_id)
+{
+    return ns && (atomic_load(&ns->held) || node_sync_listed(ns, name, secret_id));
+}
+
+bool node_sync_listed(struct node_sync *ns, const char *name, uint64_t secret_id)
 {
     if (!ns || atomic_load_explicit(&ns->count, memory_order_acquire) == 0)
         return false;
@@ -338,4 +503,83 @@ bool node_sync_dropped(struct node_sync *ns, const char *name, uint64_t secret_i
                (!ns->gone[i].secret_id || ns->gone[i].secret_id == secret_id);
     pthread_mutex_unlock(&ns->mu);
     return gone;
+}
+
+void node_sync_copy_get(struct node_sync *ns, struct node_sync_copy *out)
+{
+    pthread_mutex_lock(&ns->idmu);
+    *out = ns->copy;
+    pthread_mutex_unlock(&ns->idmu);
+}
+
+int node_sync_copy_set(struct node_sync *ns, uint64_t epoch, const char *group,
+                       char *err)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&ns->idmu);
+    struct node_sync_copy c = ns->copy;
+    if (epoch > c.epoch)
+        c.epoch = epoch;
+    snprintf(c.group, sizeof c.group, "%s", group);
+    if (c.epoch != ns->copy.epoch || strcmp(c.group, ns->copy.group) != 0) {
+        /* Durable first: no peer hears of an epoch a restart could lose. */
+        rc = durable_write_with(ns->copy_path, copy_fill, &c, 0644, err);
+        if (rc == 0)
+            ns->copy = c;
+    }
+    pthread_mutex_unlock(&ns->idmu);
+    return rc;
+}
+
+uint64_t node_sync_peer_heard(struct node_sync *ns, const char *mine,
+                              const char *group, uint64_t id, uint64_t epoch)
+{
+    char err[NODE_SYNC_ERRLEN] = "";
+    uint64_t before = 0;
+
+    if (!ns || !id || !mine || !group || strcmp(mine, group) != 0)
+        return 0;
+    pthread_mutex_lock(&ns->idmu);
+    struct peer_ent *p = NULL;
+    for (size_t i = 0; i < ns->npeers && !p; i++)
+        if (ns->peers[i].id == id)
+            p = &ns->peers[i];
+    before = p ? p->epoch : 0;
+    if (epoch > before) {
+        if (p)
+            p->epoch = epoch;
+        else if (peers_push(ns, id, epoch) < 0)
+            goto out;
+        else
+            p = &ns->peers[ns->npeers - 1];
+        if (durable_write_with(ns->peers_path, peers_fill, ns, 0644, err) < 0) {
+            /* Not recorded: the next announcement tries again. */
+            log_warn("cannot record a peer's epoch: %s", err);
+            p->epoch = before;
+        }
+    }
+out:
+    pthread_mutex_unlock(&ns->idmu);
+    return before;
+}
+
+void node_sync_hold(struct node_sync *ns, enum node_sync_hold why, bool on)
+{
+    if (!ns)
+        return;
+    if (on)
+        atomic_fetch_or(&ns->held, (unsigned)why);
+    else
+        atomic_fetch_and(&ns->held, ~(unsigned)why);
+}
+
+bool node_sync_held(struct node_sync *ns)
+{
+    return ns && atomic_load(&ns->held) != 0;
+}
+
+bool node_sync_any(struct node_sync *ns)
+{
+    return ns && (atomic_load(&ns->held) != 0 || atomic_load(&ns->count) != 0);
 }

@@ -22,6 +22,24 @@
  * this node, so anti-entropy does not bring one back from a peer the drop
  * has not reached yet (node_sync_dropped; durable tombstones replace it).
  *
+ * The data directory's identity as a copy (docs/REPLICATION.md, "Restored
+ * copies"): DIR/COPY holds a random copy id drawn when the directory got
+ * its first COPY file, the group it is a copy of, and an epoch that only
+ * grows and is durable before any peer hears of it,
+ *   bloomgrid-copy 1
+ *   <copy id: 16 hex digits> <epoch> <group>
+ * and DIR/PEERS the highest epoch heard from each peer's copy id,
+ *   bloomgrid-peers 1
+ *   <copy id: 16 hex digits> <epoch>
+ * A COPY that does not parse is doubt (every shard SYNCING, a new id).  A
+ * copy that hears from a peer an epoch of its own id above its own was
+ * started on an older copy of its directory (node_replicate.c decides).
+ *
+ * Holds: reasons for which every shard of the node answers as SYNCING
+ * (reads refused) without being listed: its epoch is not yet checked
+ * against its peers' (set from the start), or it joins a group and lacks
+ * shards its peers hold.
+ *
  * Threads: every function may be called from any thread at once; a mark or
  * clear writes the file under the list's lock.  node_sync_is costs one
  * atomic load while nothing is SYNCING.  Errors: 0 or a negative errno with
@@ -55,8 +73,12 @@ void node_sync_close(struct node_sync *ns);
  * now.  Returns 0 or the file's write error. */
 int node_sync_adopt(struct node_sync *ns, struct store *s, bool mark, char *err);
 
-/* Is store name (with secret id, 0 if unknown) SYNCING? */
+/* Is store name (with secret id, 0 if unknown) SYNCING: listed, or the
+ * node held (node_sync_hold)? */
 bool node_sync_is(struct node_sync *ns, const char *name, uint64_t secret_id);
+
+/* Is it listed (holds aside)? */
+bool node_sync_listed(struct node_sync *ns, const char *name, uint64_t secret_id);
 
 /* How many shards are SYNCING. */
 size_t node_sync_count(struct node_sync *ns);
@@ -85,5 +107,44 @@ bool node_sync_dropped(struct node_sync *ns, const char *name, uint64_t secret_i
 
 /* CLOCK_MONOTONIC in ms (the clock of node_sync_since). */
 uint64_t node_sync_now_ms(void);
+
+#define NODE_SYNC_COPY_FILE "COPY"
+#define NODE_SYNC_PEERS_FILE "PEERS"
+#define NODE_SYNC_GROUP_MAX 63
+
+/* This directory's identity (read or drawn by node_sync_open). */
+struct node_sync_copy {
+    uint64_t id;
+    uint64_t epoch;
+    char group[NODE_SYNC_GROUP_MAX + 1];   /* "" until first recorded */
+};
+
+void node_sync_copy_get(struct node_sync *ns, struct node_sync_copy *out);
+
+/* Record epoch (not below the current one) and group in DIR/COPY,
+ * durably.  Returns 0 or the write error. */
+int node_sync_copy_set(struct node_sync *ns, uint64_t epoch, const char *group,
+                       char *err);
+
+/* A peer of group `group` announces copy id at epoch.  Returns the highest
+ * epoch of id heard before this call (0: never), and records epoch in
+ * DIR/PEERS when it is higher, durably.  A peer of another group than
+ * mine (this node's) is neither answered (0) nor recorded. */
+uint64_t node_sync_peer_heard(struct node_sync *ns, const char *mine,
+                              const char *group, uint64_t id, uint64_t epoch);
+
+enum node_sync_hold {
+    NODE_SYNC_HOLD_EPOCH = 1,      /* epoch not yet checked with peers */
+    NODE_SYNC_HOLD_JOINING = 2,    /* a joining member lacks shards */
+};
+
+/* Set or clear one hold. */
+void node_sync_hold(struct node_sync *ns, enum node_sync_hold why, bool on);
+
+/* Is any hold set? */
+bool node_sync_held(struct node_sync *ns);
+
+/* Is anything SYNCING or held (one atomic load each)? */
+bool node_sync_any(struct node_sync *ns);
 
 #endif

@@ -33,19 +33,23 @@ static const char *const op_names[] = {"Add", "MayContain", "Remove"};
  * per-router rotation, and asks one more untried copy for each that fails,
  * until R have answered or none is left.  Answers OR: a key is "maybe"
  * when any copy that answered says so.  A copy's error, NOT_FOUND
- * included, is a failed copy, never a "no". */
+ * included, is a failed copy, never a "no".  While the group changes its
+ * copies (copies_next or copies_prev), a write goes to every member and
+ * needs W of the copies and W' of the other set; reads ask copies only. */
 struct shard_q {
     uint32_t shard;
     uint32_t start, count;      /* the shard's hashes: hs[start, +count) */
     const struct topo_group *g;
     unsigned need;              /* W or R */
     unsigned ok;                /* copies that answered */
-    unsigned asked;             /* bit c: copy c was asked */
+    unsigned need_other;        /* writes: W' of the other set (0: none) */
+    unsigned ok_other;          /* members of the other set that answered */
+    unsigned asked;             /* bit m: member m was asked */
     unsigned rot;               /* reads: the copy asked first */
     unsigned next;              /* reads: copies tried so far, from rot */
     unsigned nfail;
     struct copy_fail {
-        unsigned copy;
+        unsigned copy;          /* member index (topo_member) */
         grpc_status_code code;
         enum rpc_reason reason;
         char msg[160];
@@ -258,6 +262,12 @@ static void msg_add(struct rpc_status *st, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Has q as many answers as its quorums need? */
+static bool shard_quorate(const struct shard_q *q)
+{
+    return q->ok >= q->need && q->ok_other >= q->need_other;
+}
+
 /* Does this error come from a copy that is down, slow or lacks the shard
  * (a failed copy), rather than from a refusal to pass on? */
 static bool copy_missing(grpc_status_code c)
@@ -281,6 +291,7 @@ static void batch_failure(struct rpc_status *st, enum router_key_op op,
     for (size_t k = 0; k < nq; k++) {
         if (!failed_shard[q[k].shard])
             continue;
+        const struct topo_group *g = q[k].g;
         for (unsigned f = 0; f < q[k].nfail && code == GRPC_STATUS_UNAVAILABLE; f++)
             if (!copy_missing(q[k].fail[f].code))
                 code = q[k].fail[f].code;
@@ -288,23 +299,28 @@ static void batch_failure(struct rpc_status *st, enum router_key_op op,
         if (nbad == 1) {
             /* The first failed shard in full: each failed copy's answer. */
             msg_add(st, "%s on filter \"%s\": shard %u (group %s): %u of %u copies "
-                    "%s, %s quorum %u", op_names[op], filter, q[k].shard, q[k].g->name,
-                    q[k].ok, q[k].g->ncopies, write ? "acknowledged" : "answered",
+                    "%s, %s quorum %u", op_names[op], filter, q[k].shard, g->name,
+                    q[k].ok, g->ncopies, write ? "acknowledged" : "answered",
                     write ? "write" : "read", q[k].need);
+            if (q[k].need_other)
+                msg_add(st, ", and %u of the %u of %s, write quorum %u", q[k].ok_other,
+                        g->nother, g->joint == TOPO_JOINT_NEXT ? "copies_next"
+                                                              : "copies_prev",
+                        q[k].need_other);
             /* The failed copies by name first, then what the first said,
              * so that a long message cuts only that. */
             for (unsigned f = 0; f < q[k].nfail; f++)
                 msg_add(st, "%s %s %s", f ? "," : "; failed copies:",
-                        q[k].g->copies[q[k].fail[f].copy],
+                        topo_member(g, q[k].fail[f].copy),
                         rpc_status_name(q[k].fail[f].code));
             if (q[k].nfail)
-                msg_add(st, " (%s: %s)", q[k].g->copies[q[k].fail[0].copy],
+                msg_add(st, " (%s: %s)", topo_member(g, q[k].fail[0].copy),
                         q[k].fail[0].msg);
         } else if (nbad <= 6) {
             /* The others by shard and failed copies. */
             msg_add(st, "%s %u@", nbad == 2 ? " (and shards" : ",", q[k].shard);
             for (unsigned f = 0; f < q[k].nfail; f++)
-                msg_add(st, "%s%s", f ? "+" : "", q[k].g->copies[q[k].fail[f].copy]);
+                msg_add(st, "%s%s", f ? "+" : "", topo_member(g, q[k].fail[f].copy));
         }
     }
     if (nbad > 1)
@@ -324,7 +340,7 @@ static void batch_failure(struct rpc_status *st, enum router_key_op op,
     st->code = code;
 }
 
-/* The copies of q to ask in the next round: every copy of a write at
+/* The members of q to ask in the next round: every member for a write at
  * once; for a read, as many untried copies (in rotation order) as answers
  * are missing.  Returns how many were chosen into copies[]. */
 static unsigned round_copies(struct shard_q *q, bool write, unsigned *copies)
@@ -333,7 +349,7 @@ static unsigned round_copies(struct shard_q *q, bool write, unsigned *copies)
     if (write) {
         if (q->asked)
             return 0;
-        for (unsigned c = 0; c < N; c++)
+        for (unsigned c = 0; c < q->g->nmembers; c++)
             copies[k++] = c;
         return k;
     }
@@ -365,7 +381,7 @@ static int round_build(struct key_batch *b)
     for (size_t k = 0; k < b->nq; k++) {
         unsigned m = round_copies(&q[k], write, copies);
         for (unsigned j = 0; j < m; j++) {
-            const char *a = q[k].g->copies[copies[j]];
+            const char *a = topo_member(q[k].g, copies[j]);
             size_t c = 0;
             while (c < ncalls && strcmp(router_link_addr(b->calls[c].link), a) != 0)
                 c++;
@@ -431,7 +447,7 @@ static int batch_outcome(struct key_batch *b, struct rpc_status *st, bool *stale
     bool not_counting = false;
     const char *stale_msg = NULL;
     for (size_t k = 0; k < nq; k++) {
-        if (q[k].ok >= q[k].need)
+        if (shard_quorate(&q[k]))
             continue;
         failed_shard[q[k].shard] = true;
         nfail++;
@@ -569,7 +585,9 @@ static void batch_count(struct key_batch *b, size_t i0, size_t i1)
         const struct router_link_entry *e = &b->ent[i];
         struct shard_q *sq = &b->q[b->ent_q[i]];
         if (e->st.code == GRPC_STATUS_OK) {
-            sq->ok++;
+            unsigned m = b->ent_copy[i];
+            sq->ok += m < sq->g->ncopies;
+            sq->ok_other += (sq->g->other_mask >> m) & 1;
             if (!b->answered)
                 for (uint32_t j = 0; j < e->n; j++)
                     b->out[b->idx[sq->start + j]] |= e->out[j];
@@ -587,7 +605,7 @@ static void batch_count(struct key_batch *b, size_t i0, size_t i1)
 static bool batch_quorate(const struct key_batch *b)
 {
     for (size_t k = 0; k < b->nq; k++)
-        if (b->q[k].ok < b->q[k].need)
+        if (!shard_quorate(&b->q[k]))
             return false;
     return true;
 }
@@ -663,15 +681,15 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
         sc->start[s] = off;
         off += sc->count[s];
         nused += sc->count[s] > 0;
-        if (sc->count[s] && t->groups[f->group[s]].ncopies > N)
-            N = t->groups[f->group[s]].ncopies;
+        if (sc->count[s] && t->groups[f->group[s]].nmembers > N)
+            N = t->groups[f->group[s]].nmembers;
     }
     if (nused == 0 && op == ROUTER_REMOVE) {
         /* No keys: shard 0 still answers whether the filter takes a
          * Remove, as a node's Remove of no keys does. */
         ask0 = true;
         nused = 1;
-        N = t->groups[f->group[0]].ncopies;
+        N = t->groups[f->group[0]].nmembers;
     }
     if (nused == 0) {
         router_filter_unref(f);
@@ -702,6 +720,7 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
         b->q[b->nq++] = (struct shard_q){.shard = s, .start = sc->start[s],
                                          .count = sc->count[s], .g = g,
                                          .need = write ? g->write_quorum : g->read_quorum,
+                                         .need_other = write ? g->other_write_quorum : 0,
                                          .rot = rot % g->ncopies};
     }
     snprintf(b->filter, sizeof b->filter, "%s", filter);

@@ -4,8 +4,10 @@
  *
  * Fan-out: a key batch is hashed once, split by shard, and each shard goes
  * to copies of its group (docs/REPLICATION.md): a write to all N at once,
- * acknowledged when W have it durable; a read to R copies (then one more
- * for each that failed), "maybe" when any answering copy says so.  The
+ * acknowledged when W have it durable (while the group changes its copies,
+ * to every member, acknowledged when W of the copies and W' of the other
+ * set have it); a read to R copies (then one more for each that failed),
+ * "maybe" when any answering copy says so.  The
  * entries of one node go to that node's link (router_link.h) as one call,
  * every node's at once, without waiting (the batch is answered from the
  * thread that completes it); the link sends them on its batch stream together

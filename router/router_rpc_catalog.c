@@ -108,7 +108,7 @@ static int fan_run(struct router *r, const struct topo *t, const struct router_f
     size_t total = 0;
     memset(fn, 0, sizeof *fn);
     for (size_t i = 0; i < n; i++)
-        total += t->groups[f->group[list[i]]].ncopies;
+        total += t->groups[f->group[list[i]]].nmembers;
     fn->calls = calloc(total ? total : 1, sizeof *fn->calls);
     fn->shard = calloc(total ? total : 1, sizeof *fn->shard);
     fn->node = calloc(total ? total : 1, sizeof *fn->node);
@@ -117,15 +117,16 @@ static int fan_run(struct router *r, const struct topo *t, const struct router_f
     for (size_t i = 0; i < n; i++) {
         const struct topo_group *g = &t->groups[f->group[list[i]]];
         grpc_slice body = req(ctx, list[i]);
-        for (unsigned c = 0; c < g->ncopies; c++) {
+        /* Every member: a copy that joins a group holds its filters too. */
+        for (unsigned c = 0; c < g->nmembers; c++) {
             struct rpc_multi *m = &fn->calls[fn->n];
             m->req = grpc_slice_ref(body);
             m->resp = grpc_empty_slice();
-            m->ch = router_channel(r, g->copies[c]);
+            m->ch = router_channel(r, topo_member(g, c));
             m->method = method;
             m->timeout_ms = (int)r->cfg.node_timeout_ms;
             fn->shard[fn->n] = list[i];
-            fn->node[fn->n] = g->copies[c];
+            fn->node[fn->n] = topo_member(g, c);
             fn->n++;
         }
         grpc_slice_unref(body);

@@ -50,6 +50,9 @@ void cluster_start_copies(struct cluster *c, const char *tag, int ngroups, int c
     c->node_topo = true;
     for (int i = 0; i < n; i++)
         cluster_node_restart(c, i, SIGTERM, NULL);
+    /* Each copy answers reads once it has heard from its peers. */
+    for (int i = 0; i < n && copies > 1; i++)
+        CHECK(cluster_wait_reads(c, i, 20000), "node %d does not answer reads", i);
     for (int i = 0; i < nrouters; i++)
         cluster_router_start(c, i, NULL);
 }
@@ -94,6 +97,16 @@ void cluster_node_start(struct cluster *c, int i, int port, const char *const *m
     CHECK(node_wait_health(&c->node[i], true, 20000), "node %d not serving", i);
     if (i >= c->nnodes)
         c->nnodes = i + 1;
+}
+
+bool cluster_wait_reads(struct cluster *c, int i, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 20) {
+        if (node_health(&c->node[i], "bloomgrid.v1.BloomGrid") == 1)
+            return true;
+        harness_sleep_ms(20);
+    }
+    return false;
 }
 
 void cluster_node_restart(struct cluster *c, int i, int sig, const char *const *more)

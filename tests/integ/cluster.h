@@ -66,6 +66,12 @@ void cluster_stop(struct cluster *c);
  * further flags (NULL-terminated, may be NULL). */
 void cluster_node_start(struct cluster *c, int i, int port, const char *const *more);
 
+/* Wait until node i answers reads: the health of its public service
+ * (bloomgrid.v1.BloomGrid) is SERVING, i.e. no shard is SYNCING and a
+ * copy of a group has checked its epoch with its peers.  Returns whether
+ * it did within timeout_ms. */
+bool cluster_wait_reads(struct cluster *c, int i, int timeout_ms);
+
 /* Stop node i with sig and start it again on the same gRPC port and data
  * with the flags more (NULL-terminated, may be NULL). */
 void cluster_node_restart(struct cluster *c, int i, int sig, const char *const *more);

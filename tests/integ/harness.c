@@ -471,6 +471,37 @@ int t_shard_count(struct rpc_channel *ch, const char *filter)
     return n;
 }
 
+int t_shard_state(struct rpc_channel *ch, const char *filter, uint32_t s)
+{
+    Bloomgrid__V1__GetShardRequest q = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
+    Bloomgrid__V1__InternalShardInfo *isi = NULL;
+    struct rpc_status st;
+    q.filter = (char *)filter;
+    q.shard_index = s;
+    if (rpc_call(ch, "/bloomgrid.v1.Internal/GetShard", &q.base,
+                 &bloomgrid__v1__internal_shard_info__descriptor,
+                 (ProtobufCMessage **)&isi, TIMEOUT_MS, &st) != 0)
+        return -1;
+    int state = isi->info ? (int)isi->info->state : -1;
+    bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+    return state;
+}
+
+bool t_never_no(struct rpc_channel *ch, const char *filter, char **k, size_t n,
+                const char *when)
+{
+    bool *out = calloc(n ? n : 1, sizeof *out);
+    struct rpc_status st;
+    CHECK(out, "out of memory");
+    int code = t_keys(ch, "MayContain", filter, k, n, out, &st);
+    CHECK(code == 0 || code == GRPC_STATUS_UNAVAILABLE, "%s: %d %s", when, code,
+          st.message);
+    for (size_t i = 0; code == 0 && i < n; i++)
+        CHECK(out[i], "%s: acknowledged key %s reads \"no\"", when, k[i]);
+    free(out);
+    return code == 0;
+}
+
 void t_node_info(struct rpc_channel *ch, struct node_info *out)
 {
     Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;

@@ -132,6 +132,14 @@ int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
 /* Shards of filter the node on ch holds (Internal/ListShards).  Dies on
  * failure. */
 int t_shard_count(struct rpc_channel *ch, const char *filter);
+/* The state (bloomgrid.v1.FilterState) node ch reports for shard s of
+ * filter (Internal/GetShard), -1 when it has no such shard. */
+int t_shard_state(struct rpc_channel *ch, const char *filter, uint32_t s);
+/* Read the n keys k of filter through the router on ch: answered with every
+ * key "maybe" (dies on a "no", naming when) or UNAVAILABLE (any other
+ * answer dies).  Returns whether it was answered. */
+bool t_never_no(struct rpc_channel *ch, const char *filter, char **k, size_t n,
+                const char *when);
 /* What the node on ch counted of the routers' Batches streams
  * (Internal/NodeInfo).  Dies on failure. */
 struct node_info {

@@ -25,6 +25,8 @@ static bool wait_copy_has(struct cluster *c, int i, char **k, int timeout_ms)
 {
     struct node_proc view = {0};
     bool all = false;
+    /* A restarted copy reads once it has checked its epoch with its peer. */
+    CHECK(cluster_wait_reads(c, i, timeout_ms), "copy %d does not answer reads", i);
     cluster_view_start(c, i, &view);
     for (int t = 0; t < timeout_ms && !all; t += 50) {
         all = keys_present(view.ch, "f", k, NKEYS, NULL) == NKEYS;

@@ -74,6 +74,9 @@ static void restart_reached(struct cluster *c, int i, const char *const *more)
             harness_sleep_ms(50);
     }
     CHECK(ni.messages > 0, "the router does not reach restarted node %d", i);
+    /* A restarted copy answers reads once it has checked its epoch with
+     * its peers (docs/REPLICATION.md, "Restored copies"). */
+    CHECK(cluster_wait_reads(c, i, 20000), "restarted node %d does not answer reads", i);
 }
 
 static void setup_flags(struct cluster *c, const char *tag, const char *head, char ***k,

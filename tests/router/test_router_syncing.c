@@ -25,30 +25,13 @@
 #define NKEYS 1000
 #define S 4        /* shards */
 
-/* The state copy ch reports for shard s of "f" (-1: no such shard). */
-static int shard_state(struct rpc_channel *ch, uint32_t s)
-{
-    Bloomgrid__V1__GetShardRequest q = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
-    Bloomgrid__V1__InternalShardInfo *isi = NULL;
-    struct rpc_status st;
-    q.filter = "f";
-    q.shard_index = s;
-    if (rpc_call(ch, "/bloomgrid.v1.Internal/GetShard", &q.base,
-                 &bloomgrid__v1__internal_shard_info__descriptor,
-                 (ProtobufCMessage **)&isi, TIMEOUT_MS, &st) != 0)
-        return -1;
-    int state = isi->info ? (int)isi->info->state : -1;
-    bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
-    return state;
-}
-
 /* Wait until every shard of copy ch is in state want. */
 static bool wait_states(struct rpc_channel *ch, int want, int timeout_ms)
 {
     for (int t = 0; t < timeout_ms / 100; t++) {
         bool all = true;
         for (uint32_t s = 0; s < S && all; s++)
-            all = shard_state(ch, s) == want;
+            all = t_shard_state(ch, "f", s) == want;
         if (all)
             return true;
         harness_sleep_ms(100);
@@ -56,20 +39,11 @@ static bool wait_states(struct rpc_channel *ch, int want, int timeout_ms)
     return false;
 }
 
-/* Read k through the router: every key "maybe", or the call UNAVAILABLE.
- * Returns whether it was answered. */
+/* Read k through the router: answered with every key "maybe", or
+ * UNAVAILABLE; never "no".  Returns whether it was answered. */
 static bool never_no(struct cluster *c, char **k, const char *when)
 {
-    static bool out[NKEYS];
-    struct rpc_status st;
-    int code = t_keys(c->router[0].ch, "MayContain", "f", k, NKEYS, out, &st);
-    CHECK(code == 0 || code == GRPC_STATUS_UNAVAILABLE, "%s: %d %s", when, code,
-          st.message);
-    if (code != 0)
-        return false;
-    for (int i = 0; i < NKEYS; i++)
-        CHECK(out[i], "%s: acknowledged key %s reads \"no\"", when, k[i]);
-    return true;
+    return t_never_no(c->router[0].ch, "f", k, NKEYS, when);
 }
 
 static void test(void)
@@ -86,7 +60,7 @@ static void test(void)
     /* A router's new filter: READY everywhere, read at once. */
     for (int i = 0; i < 3; i++)
         for (uint32_t s = 0; s < S; s++)
-            CHECK(shard_state(c.node[i].ch, s) ==
+            CHECK(t_shard_state(c.node[i].ch, "f", s) ==
                       BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY,
                   "copy %d shard %u is not READY after CreateFilter", i, s);
     char **k = keys_make("k", 0, NKEYS);
@@ -98,6 +72,7 @@ static void test(void)
     char **k2 = keys_make("k2", 0, NKEYS);
     keys_call(c.router[0].ch, "Add", "f", k2, NKEYS, 500, NULL);
     cluster_node_start(&c, 0, c.node[0].port, slow);
+    CHECK(cluster_wait_reads(&c, 0, 20000), "restarted copy 0 does not answer reads");
     struct node_proc view = {0};
     cluster_view_start(&c, 0, &view);
     size_t on0 = keys_present(view.ch, "f", k2, NKEYS, NULL);

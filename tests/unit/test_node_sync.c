@@ -33,14 +33,20 @@ static struct store *open_with(const char *const *names)
     return s;
 }
 
-static void write_file(const char *text)
+/* Write tdir/name with text. */
+static void write_named(const char *name, const char *text)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/%s", tdir, NODE_SYNC_FILE);
+    snprintf(path, sizeof path, "%s/%s", tdir, name);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
     fputs(text, f);
     fclose(f);
+}
+
+static void write_file(const char *text)
+{
+    write_named(NODE_SYNC_FILE, text);
 }
 
 /* Open the list on tdir and adopt s (as a copy of a group of N > 1). */
@@ -61,7 +67,7 @@ START_TEST(sync_missing_file_is_empty)
     struct node_sync *ns = adopt(s, &doubt);
     ck_assert(!doubt);
     ck_assert_uint_eq(node_sync_count(ns), 0);
-    ck_assert(!node_sync_is(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "a", 0));
     node_sync_close(ns);
     store_close(s);
 }
@@ -80,7 +86,7 @@ START_TEST(sync_bad_file_marks_every_shard)
         bool doubt = false;
         struct node_sync *ns = adopt(s, &doubt);
         ck_assert_msg(doubt, "file %zu parsed", i);
-        ck_assert_msg(node_sync_is(ns, "a", 0) && node_sync_is(ns, "b", 0),
+        ck_assert_msg(node_sync_listed(ns, "a", 0) && node_sync_listed(ns, "b", 0),
                       "file %zu: not every shard SYNCING", i);
         node_sync_close(ns);
         /* The rewritten list keeps them after a restart. */
@@ -100,14 +106,14 @@ START_TEST(sync_marks_survive_and_clear)
     char err[NODE_SYNC_ERRLEN];
     struct node_sync *ns = adopt(s, NULL);
     ck_assert_int_eq(node_sync_mark(ns, "a", 0, err), 0);
-    ck_assert(node_sync_is(ns, "a", 0));
-    ck_assert(!node_sync_is(ns, "b", 0));
+    ck_assert(node_sync_listed(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "b", 0));
     ck_assert_uint_gt(node_sync_since(ns, "a"), 0);
     node_sync_close(ns);
     ns = adopt(s, NULL);
-    ck_assert(node_sync_is(ns, "a", 0));
+    ck_assert(node_sync_listed(ns, "a", 0));
     ck_assert_int_eq(node_sync_clear(ns, "a", 0, err), 0);
-    ck_assert(!node_sync_is(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "a", 0));
     node_sync_close(ns);
     ns = adopt(s, NULL);
     ck_assert_uint_eq(node_sync_count(ns), 0);
@@ -123,8 +129,8 @@ START_TEST(sync_adopt_drops_entries_of_gone_shards)
     write_file("bloomgrid-syncing 1\na 0000000000000000\ngone 0000000000000000\n"
                "a.shard-1 00000000000000ff\n");
     struct node_sync *ns = adopt(s, NULL);
-    ck_assert(node_sync_is(ns, "a", 0));
-    ck_assert(!node_sync_is(ns, "gone", 0));
+    ck_assert(node_sync_listed(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "gone", 0));
     ck_assert_uint_eq(node_sync_count(ns), 1);
     node_sync_close(ns);
     store_close(s);
@@ -138,12 +144,107 @@ START_TEST(sync_forget_remembers_drops)
     char err[NODE_SYNC_ERRLEN];
     struct node_sync *ns = adopt(s, NULL);
     ck_assert_int_eq(node_sync_mark(ns, "a", 7, err), 0);
-    ck_assert(!node_sync_is(ns, "a", 8));
-    ck_assert(node_sync_is(ns, "a", 7));
+    ck_assert(!node_sync_listed(ns, "a", 8));
+    ck_assert(node_sync_listed(ns, "a", 7));
     node_sync_forget(ns, "a", 7);
-    ck_assert(!node_sync_is(ns, "a", 0));
+    ck_assert(!node_sync_listed(ns, "a", 0));
     ck_assert(node_sync_dropped(ns, "a", 7));
     ck_assert(!node_sync_dropped(ns, "a", 8));
+    node_sync_close(ns);
+    store_close(s);
+}
+END_TEST
+
+START_TEST(copy_identity_is_durable_and_only_grows)
+{
+    char err[NODE_SYNC_ERRLEN] = "";
+    struct node_sync_copy c, d;
+    struct node_sync *ns = node_sync_open(tdir, NULL, err);
+    ck_assert_msg(ns, "%s", err);
+    node_sync_copy_get(ns, &c);
+    ck_assert_uint_ne(c.id, 0);
+    ck_assert_uint_eq(c.epoch, 1);
+    ck_assert_str_eq(c.group, "");
+    ck_assert_int_eq(node_sync_copy_set(ns, 5, "g0", err), 0);
+    ck_assert_int_eq(node_sync_copy_set(ns, 3, "g0", err), 0);
+    node_sync_close(ns);
+    ns = node_sync_open(tdir, NULL, err);
+    node_sync_copy_get(ns, &d);
+    ck_assert_uint_eq(d.id, c.id);
+    ck_assert_uint_eq(d.epoch, 5);
+    ck_assert_str_eq(d.group, "g0");
+    node_sync_close(ns);
+}
+END_TEST
+
+START_TEST(copy_file_in_doubt_marks_every_shard_and_draws_a_new_id)
+{
+    const char *names[] = {"a", "b", NULL};
+    struct store *s = open_with(names);
+    char err[NODE_SYNC_ERRLEN] = "";
+    struct node_sync_copy c, d;
+    struct node_sync *ns = adopt(s, NULL);
+    node_sync_copy_get(ns, &c);
+    node_sync_close(ns);
+    const char *bad[] = {"", "bloomgrid-copy 1\n", "bloomgrid-copy 1\nzz 1 g\n",
+                         "bloomgrid-copy 1\n0000000000000000 1 g\n",
+                         "bloomgrid-copy 2\n00000000000000aa 1 g\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_named(NODE_SYNC_COPY_FILE, bad[i]);
+        bool doubt = false;
+        ns = node_sync_open(tdir, &doubt, err);
+        ck_assert_msg(ns, "%s", err);
+        ck_assert_msg(doubt, "COPY %zu parsed", i);
+        ck_assert_int_eq(node_sync_adopt(ns, s, true, err), 0);
+        ck_assert(node_sync_listed(ns, "a", 0) && node_sync_listed(ns, "b", 0));
+        node_sync_copy_get(ns, &d);
+        ck_assert_uint_ne(d.id, c.id);
+        ck_assert_uint_eq(d.epoch, 1);
+        node_sync_close(ns);
+    }
+    store_close(s);
+}
+END_TEST
+
+START_TEST(peer_epochs_are_remembered_per_group)
+{
+    char err[NODE_SYNC_ERRLEN] = "";
+    struct node_sync *ns = node_sync_open(tdir, NULL, err);
+    ck_assert_msg(ns, "%s", err);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 4), 0);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 3), 4);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 6), 4);
+    /* Another group is neither answered nor recorded. */
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g1", 43, 9), 0);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g1", 43, 9), 0);
+    node_sync_close(ns);
+    ns = node_sync_open(tdir, NULL, err);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 1), 6);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 43, 1), 0);
+    node_sync_close(ns);
+    /* A list that does not parse is forgotten, not fatal. */
+    write_named(NODE_SYNC_PEERS_FILE, "bloomgrid-peers 1\nnot a line\n");
+    ns = node_sync_open(tdir, NULL, err);
+    ck_assert_msg(ns, "%s", err);
+    ck_assert_uint_eq(node_sync_peer_heard(ns, "g0", "g0", 42, 1), 0);
+    node_sync_close(ns);
+}
+END_TEST
+
+START_TEST(holds_make_every_shard_syncing_until_cleared)
+{
+    const char *names[] = {"a", NULL};
+    struct store *s = open_with(names);
+    struct node_sync *ns = adopt(s, NULL);
+    /* Held from the start: the epoch is not checked yet. */
+    ck_assert(node_sync_held(ns) && node_sync_any(ns));
+    ck_assert(node_sync_is(ns, "a", 0) && !node_sync_listed(ns, "a", 0));
+    node_sync_hold(ns, NODE_SYNC_HOLD_JOINING, true);
+    node_sync_hold(ns, NODE_SYNC_HOLD_EPOCH, false);
+    ck_assert(node_sync_is(ns, "a", 0));
+    node_sync_hold(ns, NODE_SYNC_HOLD_JOINING, false);
+    ck_assert(!node_sync_held(ns) && !node_sync_any(ns));
+    ck_assert(!node_sync_is(ns, "a", 0));
     node_sync_close(ns);
     store_close(s);
 }
@@ -159,6 +260,10 @@ Suite *node_sync_suite(void)
     tcase_add_test(tc, sync_marks_survive_and_clear);
     tcase_add_test(tc, sync_adopt_drops_entries_of_gone_shards);
     tcase_add_test(tc, sync_forget_remembers_drops);
+    tcase_add_test(tc, copy_identity_is_durable_and_only_grows);
+    tcase_add_test(tc, copy_file_in_doubt_marks_every_shard_and_draws_a_new_id);
+    tcase_add_test(tc, peer_epochs_are_remembered_per_group);
+    tcase_add_test(tc, holds_make_every_shard_syncing_until_cleared);
     suite_add_tcase(s, tc);
     return s;
 }

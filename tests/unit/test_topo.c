@@ -171,7 +171,8 @@ START_TEST(parse_errors_name_the_line)
 {
     ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\ncopis = h:2\n"),
                      "t.ini:4: unknown setting \"copis\" in group a (expected "
-                     "copies, write_quorum, read_quorum or datacenter)");
+                     "copies, write_quorum, read_quorum, datacenter, or copies_next or "
+                     "copies_prev with their quorums)");
     ck_assert_str_eq(parse_fails(V "[group a]\ncopies = h:1\n[nodes]\nx = 1\n"),
                      "t.ini:4: unknown section [nodes] (expected [group NAME])");
     ck_assert_str_eq(parse_fails(V "[group a]\ncopies = nohost\n"),
@@ -376,6 +377,103 @@ START_TEST(shard_selection_known_answers)
 }
 END_TEST
 
+/* A group changing its copies: copies_next (moving to it) and copies_prev
+ * (coming from it) name the other set of a joint phase. */
+START_TEST(joint_sets_parse_with_members_and_quorums)
+{
+    struct topo *t = parse_ok(V "[group g]\ncopies = a:1 b:1 x:1\n"
+                                "copies_next = a:1 b:1 j:1\n");
+    const struct topo_group *g = &t->groups[0];
+    ck_assert_int_eq(g->joint, TOPO_JOINT_NEXT);
+    ck_assert_uint_eq(g->ncopies, 3);
+    ck_assert_uint_eq(g->write_quorum, 2);
+    ck_assert_uint_eq(g->read_quorum, 2);
+    ck_assert_uint_eq(g->nother, 3);
+    ck_assert_uint_eq(g->other_write_quorum, 2);
+    ck_assert_uint_eq(g->other_read_quorum, 2);
+    /* Members: the copies, then the new one; a, b and j are the next set. */
+    ck_assert_uint_eq(g->nmembers, 4);
+    ck_assert_str_eq(topo_member(g, 2), "x:1");
+    ck_assert_str_eq(topo_member(g, 3), "j:1");
+    ck_assert_uint_eq(g->other_mask, 0x1 | 0x2 | 0x8);
+    unsigned m = 99;
+    ck_assert_int_eq(topo_group_of(t, "j:1", &m), 0);
+    ck_assert_uint_eq(m, 3);
+    ck_assert_int_eq(topo_group_of(t, "x:1", &m), 0);
+    ck_assert_uint_eq(m, 2);
+    topo_unref(t);
+
+    /* The second step: reads from the new copies, writes to the old too. */
+    t = parse_ok(V "[group g]\ncopies_prev = a:1 b:1 x:1\ncopies = a:1 b:1 j:1\n");
+    g = &t->groups[0];
+    ck_assert_int_eq(g->joint, TOPO_JOINT_PREV);
+    ck_assert_str_eq(g->copies[2], "j:1");
+    ck_assert_str_eq(topo_member(g, 3), "x:1");
+    ck_assert_uint_eq(g->other_mask, 0x1 | 0x2 | 0x8);
+    topo_unref(t);
+
+    /* Adding a copy with its own quorums; no joint set: no other members. */
+    t = parse_ok(V "[group g]\ncopies = a:1 b:1 c:1\ncopies_next = a:1 b:1 c:1 d:1\n"
+                   "write_quorum_next = 3\nread_quorum_next = 2\n[group h]\ncopies = e:1\n");
+    ck_assert_uint_eq(t->groups[0].other_write_quorum, 3);
+    ck_assert_uint_eq(t->groups[0].other_read_quorum, 2);
+    ck_assert_uint_eq(t->groups[1].nmembers, 1);
+    ck_assert_uint_eq(t->groups[1].nother, 0);
+    ck_assert_uint_eq(t->groups[1].other_write_quorum, 0);
+    topo_unref(t);
+}
+END_TEST
+
+START_TEST(joint_sets_are_checked)
+{
+    /* A read of the new set must meet every write of the old: removing c
+     * from three copies at W = 2 needs R = 2 on the two left. */
+    ck_assert_str_eq(parse_fails(V "[group g]\ncopies = a:1 b:1 c:1\n"
+                                   "copies_next = a:1 b:1\n"),
+                     "t.ini:4: group g: read quorum 1 of copies_next + write quorum 2 "
+                     "of copies must exceed the 3 copies, or a read of the new copies "
+                     "could miss a write the old ones acknowledged (raise "
+                     "read_quorum_next)");
+    struct topo *t = parse_ok(V "[group g]\ncopies = a:1 b:1 c:1\ncopies_next = a:1 b:1\n"
+                                "read_quorum_next = 2\n");
+    ck_assert_uint_eq(t->groups[0].nmembers, 3);
+    ck_assert_uint_eq(t->groups[0].other_mask, 0x3);
+    topo_unref(t);
+    ck_assert_str_eq(parse_fails(V "[group g]\ncopies = a:1 b:1\ncopies_prev = a:1 b:1 c:1\n"),
+                     "t.ini:4: group g: read quorum 1 of copies + write quorum 2 of "
+                     "copies_prev must exceed the 3 copies_prev, or a read of the new "
+                     "copies could miss a write the old ones acknowledged (raise "
+                     "read_quorum)");
+    /* One other set, with its own quorum keys only. */
+    ck_assert_str_eq(parse_fails(V "[group g]\ncopies = a:1\ncopies_next = a:1 b:1\n"
+                                   "copies_prev = c:1\n"),
+                     "t.ini:5: group g: copies_prev after copies_next at line 4: a "
+                     "group changes from one set of copies to one other set at a "
+                     "time (docs/REPLICATION.md)");
+    ck_assert_str_eq(parse_fails(V "[group g]\ncopies = a:1\nwrite_quorum_next = 1\n"),
+                     "t.ini:4: group g: a quorum of copies_next without copies_next");
+    ck_assert_str_eq(parse_fails(V "[group g]\ncopies = a:1\ncopies_next = a:1 b:1\n"
+                                   "write_quorum_prev = 1\n"),
+                     "t.ini:5: group g has copies_next: its quorums are "
+                     "write_quorum_next and read_quorum_next");
+    ck_assert_str_eq(parse_fails(V "[group g]\ncopies = a:1 b:1 c:1\ncopies_next = a:1 b:1 c:1\n"
+                                   "write_quorum_next = 1\nread_quorum_next = 2\n"),
+                     "t.ini:6: group g: read_quorum_next 2 + write_quorum_next 1 must "
+                     "exceed its 3 next copies, or a read quorum would not meet every "
+                     "write quorum");
+    /* An address in the other set of another group, or twice in one set. */
+    ck_assert_str_eq(parse_fails(V "[group g]\ncopies = a:1\ncopies_next = a:1 b:1\n"
+                                   "[group h]\ncopies = b:1\n"),
+                     "t.ini:6: node b:1 is listed twice (already in group g)");
+    ck_assert_str_eq(parse_fails(V "[group g]\ncopies = a:1\ncopies_next = b:1 b:1\n"),
+                     "t.ini:4: node b:1 is listed twice (already in group g)");
+    ck_assert_str_eq(parse_fails(V "[group g]\ncopies = a:1 b:1 c:1 d:1 e:1\n"
+                                   "copies_next = f:1 g:1 h:1 i:1\n"),
+                     "t.ini:4: group g: copies and copies_next name more than 8 nodes "
+                     "together; change fewer copies at once");
+}
+END_TEST
+
 Suite *topo_suite(void)
 {
     Suite *s = suite_create("topo");
@@ -392,6 +490,8 @@ Suite *topo_suite(void)
     tcase_add_test(tc, placement_known_answers);
     tcase_add_test(tc, placement_ignores_file_order_and_moves_little_on_a_new_group);
     tcase_add_test(tc, shard_selection_known_answers);
+    tcase_add_test(tc, joint_sets_parse_with_members_and_quorums);
+    tcase_add_test(tc, joint_sets_are_checked);
     suite_add_tcase(s, tc);
     return s;
 }

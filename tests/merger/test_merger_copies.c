@@ -77,6 +77,15 @@ static void round_once(const char *dir, struct round_out *o, const char *env,
     merger_once_run(merger_bin, mcfg, dir, o, env ? pairs : NULL, 0, NULL);
 }
 
+/* Start copy i again on its port and data and wait until it answers reads
+ * (a restarted copy is held until it has checked its epoch with two
+ * peers: docs/REPLICATION.md). */
+static void copy_start(struct cluster *c, int i)
+{
+    cluster_node_start(c, i, c->node[i].port, slow_ae);
+    CHECK(cluster_wait_reads(c, i, 20000), "copy %d does not answer reads", i);
+}
+
 /* A router over dc2's node d (a node reads sharded filters through one). */
 static void start_dc2_router(struct cluster *c, struct node_proc *d,
                              struct node_proc *r)
@@ -99,6 +108,8 @@ static void start_dcs(struct cluster *c, const char *tag, struct node_proc *d)
     cluster_start_copies(c, tag, 1, 3, "write_quorum = 2\nread_quorum = 2\n", 0);
     for (int i = 0; i < 3; i++)
         cluster_node_restart(c, i, SIGTERM, slow_ae);
+    for (int i = 0; i < 3; i++)
+        CHECK(cluster_wait_reads(c, i, 20000), "copy %d does not answer reads", i);
     cluster_router_start(c, 0, NULL);
     snprintf(dir, sizeof dir, "%s/dc2", c->dir);
     node_start(d, dir, NULL);
@@ -169,7 +180,7 @@ static void test_quorum(void)
     char **k = keys_make("q", 0, QK);
     node_stop(&c.node[0], SIGKILL);
     keys_call(c.router[0].ch, "Add", "f", k, QK, 500, NULL);
-    cluster_node_start(&c, 0, c.node[0].port, slow_ae);
+    copy_start(&c, 0);
     node_stop(&c.node[1], SIGKILL);
     /* Copy 0 answers first and lacks every key: a round that took it alone
      * would not hold them. */
@@ -197,7 +208,8 @@ static void test_quorum(void)
      * failed pull) and creates them, SYNCING; the next one pulls it but
      * counts copies 1 and 2. */
     cluster_node_start(&c, 1, c.node[1].port, slow_ae);
-    cluster_node_start(&c, 2, c.node[2].port, slow_ae);
+    copy_start(&c, 2);
+    CHECK(cluster_wait_reads(&c, 1, 20000), "copy 1 does not answer reads");
     node_stop(&c.node[0], SIGKILL);
     char cmd[800];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[0]);
@@ -251,7 +263,7 @@ static void test_streams(void)
     char **k = keys_make("s", 0, SK);
     node_stop(&c.node[2], SIGKILL);
     keys_call(c.router[0].ch, "Add", "f", k, SK, 5000, NULL);
-    cluster_node_start(&c, 2, c.node[2].port, slow_ae);
+    copy_start(&c, 2);
     /* Copies 0 and 1 hold every page whole and get nothing; copy 2 is
      * pushed first, and the merger dies after its first stream. */
     round_once(c.dir, &o, "BLOOMGRID_MERGER_TEST_KILL_AFTER_STREAMS", "1");
@@ -267,7 +279,7 @@ static void test_streams(void)
         node_stop(&c.node[i], SIGKILL);
         snprintf(when, sizeof when, "copy %d down", i);
         all_maybe(&c, k, SK, when);
-        cluster_node_start(&c, i, c.node[i].port, slow_ae);
+        copy_start(&c, i);
     }
 
     /* The next round completes copy 2 and dc2. */

@@ -132,6 +132,10 @@ END {
         T[++n] = "Node MayContain, 1000 keys, " depthb " in flight: node / RedisBloom|query" b1000 "|node|query" b1000 "|redisbloom|kps|>=|3"
         T[++n] = "Node single-key MayContain (sequential): node / gRPC floor|query b1 d1|node|query b1 d1|floor|kps|>=|0.9"
         T[++n] = "Node single-key MayContain, " depth1 " in flight: node / gRPC floor|query" d1 "|node|query" d1 "|floor|kps|>=|0.9"
+        T[++n] = "TLS: node Add, 1000 keys, " depthb " in flight: TLS / plaintext|add" b1000 "|node-tls|add" b1000 "|node|kps|>=|0.85"
+        T[++n] = "TLS: node MayContain, 1000 keys, " depthb " in flight: TLS / plaintext|query" b1000 "|node-tls|query" b1000 "|node|kps|>=|0.85"
+        T[++n] = "TLS: router Add, 1000 keys, " depthb " in flight: TLS / plaintext|add" b1000 "|router-tls|add" b1000 "|router|kps|>=|0.85"
+        T[++n] = "TLS: router MayContain, 1000 keys, " depthb " in flight: TLS / plaintext|query" b1000 "|router-tls|query" b1000 "|router|kps|>=|0.85"
         rows = 0
         for (t = 1; t <= n; t++) {
             split(T[t], f, "|")

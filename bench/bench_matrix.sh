@@ -27,6 +27,10 @@
 #   copies3w3    the same with W = 3, R = 1
 #   floor        bench/grpc_floor: the node's gRPC server with handlers that
 #                touch no store (what the gRPC core alone costs here)
+#   node-tls     node with TLS (and its internal listener), called over TLS
+#   router-tls   router with TLS in front of --nodes nodes with TLS, called
+#                over TLS, calling the nodes' internal listeners with mTLS
+#                (certificates made at start by tests/tls/gen-certs.sh)
 # and any server already running, named with --target NAME=HOST:PORT.
 #
 # Prints a line per run as it goes, then the tables (also written to the
@@ -57,7 +61,7 @@ OUT=
 NODE_ARGS=
 ROUTER_ARGS=
 TARGETS=()
-KNOWN="node node-none router router-none copies1 copies3 copies3w3 floor"
+KNOWN="node node-none router router-none copies1 copies3 copies3w3 floor node-tls router-tls"
 
 usage() {
   cat <<EOF
@@ -168,7 +172,7 @@ mkdir -p "$ST"
 RES=$OUT/results.tsv
 : >"$RES"
 
-declare -A ADDR PIDS
+declare -A ADDR PIDS BBTLS
 STARTED=()     # every process this script started
 cleanup() {
   set +e
@@ -198,7 +202,8 @@ start_server() {
   LAST_PID=$!
   STARTED+=("$LAST_PID")
   for i in $(seq 1 400); do
-    LAST_ADDR=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$dir/stdout" | head -n 1)
+    # The server's shell may not have made its stdout file yet.
+    LAST_ADDR=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$dir/stdout" 2>/dev/null | head -n 1 || true)
     [ -n "$LAST_ADDR" ] && return 0
     kill -0 "$LAST_PID" 2>/dev/null || break
     sleep 0.05
@@ -208,24 +213,38 @@ start_server() {
   exit 1
 }
 
-start_node() {  # dir durability
-  # shellcheck disable=SC2086  # NODE_ARGS is a list of flags
-  start_server "node $1" "$1" "$NODE_BIN" --listen 127.0.0.1:0 --data-dir "$1/data" \
-    --durability "$2" --log-level warn $NODE_ARGS
+# TLS systems: the test certificates (CA, node, router) and the flags.
+CERTS=$ST/certs
+tls_flags() {  # name: TLS flags of a node or router with certificate NAME
+  [ -f "$CERTS/ca.pem" ] || sh "$HERE/../tests/tls/gen-certs.sh" "$CERTS" >/dev/null
+  echo "--tls-cert $CERTS/$1.pem --tls-key $CERTS/$1.key --tls-ca $CERTS/ca.pem"
 }
 
-start_router() {  # name durability
-  local d=$ST/$1 i pids=
+start_node() {  # dir durability [extra flags]
+  # shellcheck disable=SC2086  # NODE_ARGS is a list of flags
+  start_server "node $1" "$1" "$NODE_BIN" --listen 127.0.0.1:0 --data-dir "$1/data" \
+    --durability "$2" --log-level warn ${3:-} $NODE_ARGS
+  # What routers call: the internal listener when there is one.
+  LAST_IADDR=$(sed -n 's/.*listening on [^ ]* internal \([^ ]*\).*/\1/p' "$1/stdout")
+  LAST_IADDR=${LAST_IADDR:-$LAST_ADDR}
+}
+
+start_router() {  # name durability [tls]
+  local d=$ST/$1 i pids= nflags= rflags=
   mkdir -p "$d"
+  if [ -n "${3:-}" ]; then
+    nflags="$(tls_flags node) --internal-listen 127.0.0.1:0"
+    rflags=$(tls_flags router)
+  fi
   echo "version = 1" >"$d/topology.ini"
   for i in $(seq 1 "$NODES"); do
-    start_node "$d/node$i" "$2"
+    start_node "$d/node$i" "$2" "$nflags"
     pids="$pids $LAST_PID"
-    printf '[group node%d]\ncopies = %s\n\n' "$i" "$LAST_ADDR" >>"$d/topology.ini"
+    printf '[group node%d]\ncopies = %s\n\n' "$i" "$LAST_IADDR" >>"$d/topology.ini"
   done
   # shellcheck disable=SC2086
   start_server "router $1" "$d/router" "$ROUTER_BIN" --listen 127.0.0.1:0 \
-    --topology "$d/topology.ini" --log-level warn $ROUTER_ARGS
+    --topology "$d/topology.ini" --log-level warn $rflags $ROUTER_ARGS
   ADDR[$1]=$LAST_ADDR
   PIDS[$1]="$LAST_PID$pids"
 }
@@ -270,6 +289,12 @@ for s in $(printf '%s\n' "${SYS[@]}" "${QSYS[@]}" | awk '!seen[$0]++'); do
     floor)
       start_server floor "$ST/floor" "$FLOOR" --listen 127.0.0.1:0
       ADDR[$s]=$LAST_ADDR; PIDS[$s]=$LAST_PID ;;
+    node-tls)
+      start_node "$ST/$s" fsync "$(tls_flags node) --internal-listen 127.0.0.1:0"
+      ADDR[$s]=$LAST_ADDR; PIDS[$s]=$LAST_PID; BBTLS[$s]="--tls-ca $CERTS/ca.pem" ;;
+    router-tls)
+      start_router router-tls fsync tls
+      BBTLS[$s]="--tls-ca $CERTS/ca.pem" ;;
   esac
 done
 for t in "${TARGETS[@]}"; do ADDR[${t%%=*}]=${t#*=}; PIDS[${t%%=*}]=; done
@@ -288,7 +313,8 @@ TMO=$(awk -v d="$DURATION" 'BEGIN { printf "%d", d + 90 }')
 bb() {  # system, then bloombench arguments
   local s=$1
   shift
-  timeout "$TMO" "$BB" --target "${ADDR[$s]}" "$@"
+  # shellcheck disable=SC2086  # BBTLS holds flags
+  timeout "$TMO" "$BB" --target "${ADDR[$s]}" ${BBTLS[$s]:-} "$@"
 }
 
 echo "bench_matrix: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start;" \

@@ -44,6 +44,7 @@
 #include "rpc_client.h"
 #include "rpc_keys.h"
 #include "rpc_ops.h"
+#include "rpc_tls.h"
 
 #define KEYLEN 16
 #define CALL_TIMEOUT_MS 15000
@@ -59,6 +60,7 @@ static struct {
     uint64_t max_keys, seed, pseed, pcount, prefill, capacity, shards;
     double error_rate;
     double wait;
+    const char *tls_ca, *tls_cert, *tls_key;
 } o = {
     .filter = "bench",
     .batch = 1,
@@ -658,6 +660,10 @@ static void usage(FILE *f)
             "                      (0: the router's default) [0]\n"
             "  --wait S            how long --create/--drop retry while the server\n"
             "                      is not answering yet [20]\n"
+            "  --tls-ca FILE       TLS to the server, verified with this CA (PEM)\n"
+            "                      [plaintext]\n"
+            "  --tls-cert FILE     a client certificate to present, with --tls-key\n"
+            "  --tls-key FILE      its private key\n"
             "  -h, --help          this text\n"
             "RESULT fields: keys, calls, secs, kps (keys/s), cps (calls/s), p50/p99/p999\n"
             "(µs per call), true (fraction of true answers), errors, ccpu (client CPU s).\n"
@@ -701,6 +707,7 @@ int main(int argc, char **argv)
         {"duration", 1, 0, 't'},      {"max-keys", 1, 0, 'm'},      {"seed", 1, 0, 's'},
         {"prefill-seed", 1, 0, 'p'},  {"prefill-count", 1, 0, 'n'}, {"capacity", 1, 0, 'c'},
         {"error-rate", 1, 0, 'e'},    {"shards", 1, 0, 'x'},        {"wait", 1, 0, 'w'},
+        {"tls-ca", 1, 0, 'A'},        {"tls-cert", 1, 0, 'R'},      {"tls-key", 1, 0, 'K'},
         {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -732,6 +739,9 @@ int main(int argc, char **argv)
         case 'e': o.error_rate = real("--error-rate", optarg, 1e-9, 0.5); break;
         case 'x': o.shards = num("--shards", optarg, 0, 65536); break;
         case 'w': o.wait = real("--wait", optarg, 0, 3600); break;
+        case 'A': o.tls_ca = optarg; break;
+        case 'R': o.tls_cert = optarg; break;
+        case 'K': o.tls_key = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -742,6 +752,14 @@ int main(int argc, char **argv)
         die("--target HOST:PORT is required (see --help)");
     if (o.action == A_NONE)
         die("give an action: --create, --drop, --prefill N or --op add|query (see --help)");
+    struct rpc_tls *tls = NULL;
+    if (o.tls_ca || o.tls_cert || o.tls_key) {
+        static const struct rpc_tls_names flags = {"--tls-cert", "--tls-key", "--tls-ca"};
+        char err[RPC_TLS_ERRLEN];
+        if (!(tls = rpc_tls_load(o.tls_cert, o.tls_key, o.tls_ca, &flags, err)))
+            die("%s", err);
+        rpc_tls_set_client(tls);   /* every channel of this run */
+    }
     grpc_init();
     int rc;
     if (o.action == A_CREATE || o.action == A_DROP) {
@@ -751,5 +769,6 @@ int main(int argc, char **argv)
         rc = measure();
     }
     grpc_shutdown();
+    rpc_tls_destroy(tls);
     return rc;
 }

@@ -14,14 +14,21 @@
 #include "online.h"
 #include "online_cmd.h"
 
+/* A global option, else the environment variable (unset or empty: NULL). */
+static const char *option_or_env(const char *global, const char *var)
+{
+    const char *env = getenv(var);
+    return global ? global : (env && env[0] ? env : NULL);
+}
+
 void online_cmd_init(struct online *o)
 {
-    const char *env = getenv(ONLINE_ENV_SERVER);
-
     memset(o, 0, sizeof *o);
-    o->server = online_global.server ? online_global.server
-                                     : (env && env[0] ? env : NULL);
+    o->server = option_or_env(online_global.server, ONLINE_ENV_SERVER);
     o->deadline_ms = online_global.deadline_ms;
+    o->tls_ca = option_or_env(online_global.tls_ca, ONLINE_ENV_TLS_CA);
+    o->tls_cert = option_or_env(online_global.tls_cert, ONLINE_ENV_TLS_CERT);
+    o->tls_key = option_or_env(online_global.tls_key, ONLINE_ENV_TLS_KEY);
 }
 
 int online_parse_deadline(const char *s, int *out)
@@ -46,6 +53,15 @@ int online_common_opt(struct online *o, const char *cmd, int c, char **argv)
         return 0;
     case OPT_DEADLINE:
         return online_parse_deadline(optarg, &o->deadline_ms);
+    case OPT_TLS_CA:
+        o->tls_ca = optarg;
+        return 0;
+    case OPT_TLS_CERT:
+        o->tls_cert = optarg;
+        return 0;
+    case OPT_TLS_KEY:
+        o->tls_key = optarg;
+        return 0;
     case 'h':
         help_print(cmd);
         return CLI_HELP_SHOWN;

@@ -115,6 +115,11 @@ static const struct help_entry help_entries[] = {
 #define SERVER_OPTIONS \
     "  --server HOST:PORT    the node or router (default: $BLOOMGRID_SERVER);\n" \
     "                        may also come before the command name\n" \
+    "  --tls-ca FILE         talk TLS, trusting the CA certificates of FILE\n" \
+    "                        (PEM; default: $BLOOMGRID_TLS_CA; unset: plaintext)\n" \
+    "  --tls-cert FILE       client certificate chain, with --tls-key (default:\n" \
+    "                        $BLOOMGRID_TLS_CERT)\n" \
+    "  --tls-key FILE        its private key (default: $BLOOMGRID_TLS_KEY)\n" \
     "  --deadline MS         give up on a call after MS milliseconds\n"
 
 #define KEYS_OPTIONS \
@@ -305,6 +310,10 @@ void help_overview(FILE *out)
           "                      add and remove work on a FILE when no server is\n"
           "                      named (BLOOMGRID_SERVER= to force file mode)\n"
           "  --deadline MS       per-call deadline of online commands\n"
+          "  --tls-ca FILE       TLS to the server, verified with the CA certificates\n"
+          "                      of FILE (default: $BLOOMGRID_TLS_CA; none: plaintext)\n"
+          "  --tls-cert FILE     a client certificate to present, with --tls-key\n"
+          "  --tls-key FILE      (default: $BLOOMGRID_TLS_CERT, $BLOOMGRID_TLS_KEY)\n"
           "\n"
           "Run 'bloomgrid help COMMAND' for a command's options and examples.\n"
           "Exit status: 0 success, 1 a queried key is definitely absent,\n"

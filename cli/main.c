@@ -61,35 +61,48 @@ static bool wants_server(int argc, char **argv)
     return false;
 }
 
-/* Options before the command name: --server and --deadline.  Returns how
- * many arguments they took, or -1 after printing an error. */
+/* Options before the command name that take a value; NULL dst: --deadline. */
+static const struct {
+    const char *name;
+    const char **dst;
+} global_opts[] = {
+    {"--server", &online_global.server},
+    {"--deadline", NULL},
+    {"--tls-ca", &online_global.tls_ca},
+    {"--tls-cert", &online_global.tls_cert},
+    {"--tls-key", &online_global.tls_key},
+};
+
+/* Options before the command name: --server, --deadline and the TLS
+ * files.  Returns how many arguments they took, or -1 after printing an
+ * error. */
 static int global_options(int argc, char **argv)
 {
     int i = 1;
 
     while (i < argc) {
         const char *a = argv[i], *v = NULL;
+        size_t k, n = 0;
+        for (k = 0; k < sizeof global_opts / sizeof global_opts[0]; k++) {
+            n = strlen(global_opts[k].name);
+            if (strncmp(a, global_opts[k].name, n) == 0 && (!a[n] || a[n] == '='))
+                break;
+        }
+        if (k == sizeof global_opts / sizeof global_opts[0])
+            break;
         int used = 1;
-        bool server = strcmp(a, "--server") == 0,
-             deadline = strcmp(a, "--deadline") == 0;
-        if (strncmp(a, "--server=", 9) == 0) {
-            server = true;
-            v = a + 9;
-        } else if (strncmp(a, "--deadline=", 11) == 0) {
-            deadline = true;
-            v = a + 11;
-        } else if (server || deadline) {
+        if (a[n] == '=') {
+            v = a + n + 1;
+        } else {
             if (i + 1 >= argc) {
                 cli_fail("option '%s' needs a value", a);
                 return -1;
             }
             v = argv[i + 1];
             used = 2;
-        } else {
-            break;
         }
-        if (server)
-            online_global.server = v;
+        if (global_opts[k].dst)
+            *global_opts[k].dst = v;
         else if (online_parse_deadline(v, &online_global.deadline_ms))
             return -1;
         i += used;

@@ -24,24 +24,31 @@
 #define ONLINE_DEADLINE_MS 10000         /* default per call */
 #define ONLINE_TRANSFER_DEADLINE_MS 600000 /* default for export and import */
 #define ONLINE_ENV_SERVER "BLOOMGRID_SERVER"
+#define ONLINE_ENV_TLS_CA "BLOOMGRID_TLS_CA"
+#define ONLINE_ENV_TLS_CERT "BLOOMGRID_TLS_CERT"
+#define ONLINE_ENV_TLS_KEY "BLOOMGRID_TLS_KEY"
 
 /* Options before the command name (bloomgrid --server H:P --deadline MS
  * COMMAND ...), set by main(); commands may override them. */
 struct online_opts {
     const char *server;     /* NULL: not given */
     int deadline_ms;        /* 0: not given */
+    const char *tls_ca, *tls_cert, *tls_key;   /* NULL: not given */
 };
 extern struct online_opts online_global;
 
 struct online {
     const char *server;
     int deadline_ms;
+    const char *tls_ca, *tls_cert, *tls_key;   /* TLS when tls_ca is set */
     struct rpc_channel *ch;
 };
 
-/* Open a channel to o->server (which must be set).  Prints the reason and
- * returns CLI_ERR on failure, else 0.  online_close() is safe after a failed
- * open. */
+/* Open a channel to o->server (which must be set): TLS verified with
+ * o->tls_ca when it is set, with o->tls_cert and o->tls_key as the client
+ * certificate when they are, plaintext otherwise.  Prints the reason and
+ * returns CLI_ERR on failure (a TLS file refused names it), else 0.
+ * online_close() is safe after a failed open. */
 int online_open(struct online *o);
 void online_close(struct online *o);
 

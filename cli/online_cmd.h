@@ -1,9 +1,10 @@
 /* online_cmd: option handling shared by the online commands (cmd_online*.c).
  *
- * Every online command accepts --server HOST:PORT, --deadline MS and --help
- * after its name, on top of the same options given before the command name
- * (online_global) and the BLOOMGRID_SERVER environment variable, in that
- * order of precedence: command option, global option, environment.
+ * Every online command accepts --server HOST:PORT, --deadline MS, --tls-ca,
+ * --tls-cert, --tls-key FILE and --help after its name, on top of the same
+ * options given before the command name (online_global) and the
+ * BLOOMGRID_SERVER and BLOOMGRID_TLS_CA/CERT/KEY environment variables, in
+ * that order of precedence: command option, global option, environment.
  */
 #ifndef BLOOMGRID_ONLINE_CMD_H
 #define BLOOMGRID_ONLINE_CMD_H
@@ -13,10 +14,16 @@
 /* getopt_long codes of the long-only common options. */
 #define OPT_SERVER 0x100
 #define OPT_DEADLINE 0x101
+#define OPT_TLS_CA 0x102
+#define OPT_TLS_CERT 0x103
+#define OPT_TLS_KEY 0x104
 
 #define ONLINE_COMMON_LONGOPTS                                  \
     {"server", required_argument, NULL, OPT_SERVER},            \
     {"deadline", required_argument, NULL, OPT_DEADLINE},        \
+    {"tls-ca", required_argument, NULL, OPT_TLS_CA},            \
+    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},        \
+    {"tls-key", required_argument, NULL, OPT_TLS_KEY},          \
     {"help", no_argument, NULL, 'h'},                           \
     {NULL, 0, NULL, 0}
 

@@ -11,10 +11,12 @@
 #include <string.h>
 
 #include <grpc/grpc.h>
+#include <grpc/support/log.h>
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "cli.h"
 #include "rpc_keys.h"
+#include "rpc_tls.h"
 #include "rules.h"
 
 #define SVC "/bloomgrid.v1.BloomGrid/"
@@ -39,6 +41,11 @@ static bool target_ok(const char *t)
     return rules_addr_check("--server", t, false, NULL) == 0;
 }
 
+static void quiet_log(gpr_log_func_args *args)
+{
+    (void)args;
+}
+
 int online_open(struct online *o)
 {
     o->ch = NULL;
@@ -50,8 +57,21 @@ int online_open(struct online *o)
                         "65535, got '%s'", o->server);
     if (o->deadline_ms <= 0)
         o->deadline_ms = ONLINE_DEADLINE_MS;
+    struct rpc_tls *tls = NULL;
+    if (o->tls_ca || o->tls_cert || o->tls_key) {
+        static const struct rpc_tls_names flags = {"--tls-cert", "--tls-key",
+                                                   "--tls-ca"};
+        char err[RPC_TLS_ERRLEN];
+        if (!(tls = rpc_tls_load(o->tls_cert, o->tls_key, o->tls_ca, &flags, err)))
+            return cli_fail("%s", err);
+    }
+    /* gRPC's own log lines (a failed handshake...) would come on top of the
+     * tool's one-line message, which carries the status text. */
+    gpr_set_log_function(quiet_log);
     grpc_init();
-    o->ch = rpc_channel_create(o->server, 0);
+    /* The channel keeps its own copy of the files. */
+    o->ch = rpc_channel_create_tls(o->server, 0, tls);
+    rpc_tls_destroy(tls);
     if (!o->ch) {
         grpc_shutdown();
         return cli_fail("cannot open a channel to %s", o->server);
@@ -88,9 +108,15 @@ int online_report(const struct online *o, const struct rpc_status *st)
         return cli_fail("cannot reach server %s: the call could not start "
                         "within %d ms (see --deadline)", o->server,
                         o->deadline_ms);
-    if (unreachable(st))
-        return cli_fail("cannot reach server %s: %s", o->server,
-                        st->message[0] ? st->message : "UNAVAILABLE");
+    if (unreachable(st) || strstr(st->message, "andshake"))
+        return cli_fail("cannot reach server %s: %s%s", o->server,
+                        st->message[0] ? st->message : "UNAVAILABLE",
+                        strstr(st->message, "andshake")
+                            ? " (is its certificate signed by the CA of --tls-ca, "
+                              "for this host, and not expired?)"
+                        : !o->tls_ca && strstr(st->message, "Socket closed")
+                            ? " (a TLS server needs --tls-ca)"
+                            : "");
     if (st->code == GRPC_STATUS_DEADLINE_EXCEEDED)
         return cli_fail("server: DEADLINE_EXCEEDED: no answer from %s within "
                         "%d ms (see --deadline)", o->server, o->deadline_ms);

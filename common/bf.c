@@ -300,13 +300,51 @@ void bf__layer_deinit(struct bf_layer *l)
     l->body = NULL;
 }
 
+static void layer_params(uint64_t capacity, double p, double growth, double tightening,
+                         uint32_t i, uint64_t *cap_out, double *p_out)
+{
+    double cap = (double)capacity * pow(growth, (double)i);
+    *cap_out = cap > 1e18 ? (uint64_t)1e18 : (uint64_t)ceil(cap);
+    /* Errors p(1-r), p(1-r)r, p(1-r)r^2, ... sum to at most p. */
+    *p_out = p * (1.0 - tightening) * pow(tightening, (double)i);
+}
+
 void bf__scalable_layer_params(const struct bf *f, uint32_t i, uint64_t *capacity,
                                double *error_rate)
 {
-    double cap = (double)f->capacity * pow(f->growth, (double)i);
-    *capacity = cap > 1e18 ? (uint64_t)1e18 : (uint64_t)ceil(cap);
-    /* Errors p(1-r), p(1-r)r, p(1-r)r^2, ... sum to at most p. */
-    *error_rate = f->error_rate * (1.0 - f->tightening) * pow(f->tightening, (double)i);
+    layer_params(f->capacity, f->error_rate, f->growth, f->tightening, i, capacity,
+                 error_rate);
+}
+
+int bf_params_bytes(const struct bf_params *params, uint64_t *bytes)
+{
+    struct bf_params p = *params;
+    uint64_t cap, m;
+    double rate;
+    uint32_t k;
+
+    bf_params_default(&p);
+    if (bf_params_check(&p, NULL) < 0)
+        return -EINVAL;
+    cap = p.capacity;
+    rate = p.error_rate;
+    if (p.kind == BF_KIND_SCALABLE)
+        layer_params(p.capacity, p.error_rate, p.growth, p.tightening, 0, &cap, &rate);
+    if (bf_size_for(p.kind, cap, rate, &m, &k) < 0 || m > BF_MAX_BITS)
+        return -EINVAL;
+    *bytes = bf_body_bytes(p.kind, m);
+    return 0;
+}
+
+uint64_t bf_bytes(const struct bf *f)
+{
+    uint64_t total = 0;
+
+    uint32_t n = bf__nlayers(f);
+
+    for (uint32_t i = 0; i < n; i++)
+        total += f->layers[i].words * 8;
+    return total;
 }
 
 static struct bf *bf_alloc(const struct bf_params *p, uint32_t hash_id, char *err)

@@ -236,6 +236,14 @@ struct bf *bf_assemble(const struct bf_params *p, uint32_t hash_id,
 /* Set the insert counter and per-layer counts (file loader). */
 void bf_set_counts(struct bf *f, uint64_t inserts, const uint64_t *layer_counts);
 
+/* The body bytes a filter created with p would have (bf_create makes the
+ * same geometry), without allocating anything: 0, or -EINVAL when p cannot
+ * make a filter. */
+int bf_params_bytes(const struct bf_params *p, uint64_t *bytes);
+
+/* Body bytes of every layer f has now (no scan). */
+uint64_t bf_bytes(const struct bf *f);
+
 /* The expected body size in bytes of a layer of the given kind and m. */
 uint64_t bf_body_bytes(enum bf_kind kind, uint64_t m);
 

@@ -285,14 +285,86 @@ out:
 
 /* ---- atomic save ------------------------------------------------------- */
 
-static int fd_write_all(void *ctx, const void *buf, size_t len)
+/* Files are written sparse: a whole 4 KiB block of zeros is skipped (a
+ * hole reads back as zeros), so an empty filter's file costs a few KiB of
+ * writes and disk whatever its size, and a sparse one little more than its
+ * set pages.  The bytes, and so the checksum, are the same. */
+#define HOLE_BLOCK 4096u
+
+struct sparse_out {
+    int fd;
+    uint64_t pos;        /* file offset of the next byte */
+};
+
+static bool all_zero(const uint8_t *p, size_t len)
 {
-    return durable_write_all(*(int *)ctx, buf, len);
+    size_t i = 0;
+
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        if (w)
+            return false;
+    }
+    for (; i < len; i++)
+        if (p[i])
+            return false;
+    return true;
+}
+
+static int pwrite_all(int fd, const uint8_t *p, size_t len, uint64_t off)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int sparse_write(void *ctx, const void *buf, size_t len)
+{
+    struct sparse_out *o = ctx;
+    const uint8_t *p = buf;
+    size_t run = 0;      /* bytes of data waiting to be written at p */
+    int rc;
+
+    while (len > 0) {
+        /* Pieces end on file block boundaries, so a hole is whole blocks. */
+        size_t n = HOLE_BLOCK - (size_t)((o->pos + run) % HOLE_BLOCK);
+        if (n > len)
+            n = len;
+        if (n == HOLE_BLOCK && all_zero(p + run, n)) {
+            if (run && (rc = pwrite_all(o->fd, p, run, o->pos)) < 0)
+                return rc;
+            o->pos += run + n;
+            p += run + n;
+            run = 0;
+        } else {
+            run += n;
+        }
+        len -= n;
+    }
+    if (run && (rc = pwrite_all(o->fd, p, run, o->pos)) < 0)
+        return rc;
+    o->pos += run;
+    return 0;
 }
 
 static int fill_file(int fd, void *ctx)
 {
-    return bf_file_write(ctx, fd_write_all, &fd);
+    struct sparse_out o = {.fd = fd};
+    int rc = bf_file_write(ctx, sparse_write, &o);
+
+    /* A hole at the end is not part of the file until its size says so. */
+    if (rc == 0 && ftruncate(fd, (off_t)o.pos) < 0)
+        rc = -errno;
+    return rc;
 }
 
 int bf_file_save(const struct bf *f, const char *path, char *err)

@@ -50,6 +50,12 @@ struct rpc_cstream {
 
 struct rpc_channel *rpc_channel_create(const char *target, size_t max_message)
 {
+    return rpc_channel_create_tls(target, max_message, rpc_tls_client());
+}
+
+struct rpc_channel *rpc_channel_create_tls(const char *target, size_t max_message,
+                                           struct rpc_tls *tls)
+{
     struct rpc_channel *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
@@ -68,7 +74,11 @@ struct rpc_channel *rpc_channel_create(const char *target, size_t max_message)
     args[2].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
     args[2].value.integer = 1000;
     grpc_channel_args cargs = {.num_args = 3, .args = args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_channel_credentials *creds = rpc_tls_channel_credentials(tls);
+    if (!creds) {
+        free(c);
+        return NULL;
+    }
     c->ch = grpc_channel_create(target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     if (!c->ch) {

@@ -26,6 +26,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "rpc_status.h"
+#include "rpc_tls.h"
 
 #define RPC_CLIENT_MSGLEN RPC_MSGLEN
 
@@ -33,8 +34,15 @@ struct rpc_channel;
 struct rpc_cstream;
 
 /* Open a channel to "host:port".  max_message bounds both directions
- * (0: 64 MiB).  Returns NULL when out of memory. */
+ * (0: 64 MiB).  The channel uses the process-wide client TLS
+ * (rpc_tls_set_client; plaintext when none is set).  Returns NULL when out
+ * of memory. */
 struct rpc_channel *rpc_channel_create(const char *target, size_t max_message);
+/* The same with the TLS files of tls (NULL: plaintext), whatever the
+ * process-wide setting.  The channel keeps the files as they are now (see
+ * rpc_tls.h); tls may be destroyed while the channel lives. */
+struct rpc_channel *rpc_channel_create_tls(const char *target, size_t max_message,
+                                           struct rpc_tls *tls);
 void rpc_channel_destroy(struct rpc_channel *ch);
 /* The gRPC core channel inside, for callers that drive their own calls on
  * it (the router's batch streams); owned by ch. */

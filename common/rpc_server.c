@@ -37,10 +37,11 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
 
-static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi);
+static void post_request(struct rpc_server *srv, struct rpc_method *m, int li,
+                         int cqi);
 static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
                                 struct rpc_reply *reply);
-static void post_generic(struct rpc_server *srv, int cqi);
+static void post_generic(struct rpc_server *srv, int li, int cqi);
 
 /* ---- reply helpers ---- */
 
@@ -97,7 +98,7 @@ int rpc_reply_pack(struct rpc_reply *r, const ProtobufCMessage *msg)
 /* ---- slots ---- */
 
 static struct slot *slot_new(struct rpc_server *srv, enum slot_kind kind,
-                             struct rpc_method *m, int cqi)
+                             struct rpc_method *m, int li, int cqi)
 {
     struct slot *s = calloc(1, sizeof *s);
     if (!s)
@@ -105,6 +106,7 @@ static struct slot *slot_new(struct rpc_server *srv, enum slot_kind kind,
     s->kind = kind;
     s->srv = srv;
     s->m = m;
+    s->li = li;
     s->cqi = cqi;
     grpc_metadata_array_init(&s->md);
     if (kind == SLOT_GENERIC)
@@ -148,12 +150,13 @@ void rpc_server__slot_free(struct slot *s)
     free(s);
 }
 
-static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi)
+static void post_request(struct rpc_server *srv, struct rpc_method *m, int li,
+                         int cqi)
 {
     if (atomic_load(&srv->stopping))
         return;
     bool stream = m->stream != NULL;
-    struct slot *s = slot_new(srv, stream ? SLOT_STREAM : SLOT_UNARY, m, cqi);
+    struct slot *s = slot_new(srv, stream ? SLOT_STREAM : SLOT_UNARY, m, li, cqi);
     if (!s) {
         log_error("out of memory posting a request for %s", m->path);
         return;
@@ -166,7 +169,7 @@ static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi)
         rpc_server__stream_init(s);
     }
     grpc_call_error e = grpc_server_request_registered_call(
-        srv->server, m->handle, &s->call, &s->deadline, &s->md,
+        srv->listeners[li].server, m->handle[li], &s->call, &s->deadline, &s->md,
         stream ? NULL : &s->payload, bound, ncq, s);
     if (e != GRPC_CALL_OK) {
         log_error("grpc_server_request_registered_call(%s): %d", m->path, e);
@@ -174,15 +177,15 @@ static void post_request(struct rpc_server *srv, struct rpc_method *m, int cqi)
     }
 }
 
-static void post_generic(struct rpc_server *srv, int cqi)
+static void post_generic(struct rpc_server *srv, int li, int cqi)
 {
     if (atomic_load(&srv->stopping))
         return;
-    struct slot *s = slot_new(srv, SLOT_GENERIC, NULL, cqi);
+    struct slot *s = slot_new(srv, SLOT_GENERIC, NULL, li, cqi);
     if (!s)
         return;
     grpc_completion_queue *cq = srv->cqs[cqi].cq;
-    grpc_call_error e = grpc_server_request_call(srv->server, &s->call,
+    grpc_call_error e = grpc_server_request_call(srv->listeners[li].server, &s->call,
                                                  &s->details, &s->md, cq, cq, s);
     if (e != GRPC_CALL_OK) {
         log_error("grpc_server_request_call: %d", e);
@@ -303,6 +306,7 @@ static void *pool_main(void *p)
             srv->jobs_tail = NULL;
         pthread_mutex_unlock(&srv->lock);
 
+        bool internal = s->m->internal;
         s->m->stream(s->m->arg, (struct rpc_stream *)s);
         if (!s->finished)
             rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_OK, "%s", "");
@@ -310,6 +314,7 @@ static void *pool_main(void *p)
 
         pthread_mutex_lock(&srv->lock);
         srv->streams_active--;
+        srv->streams_public -= !internal;
         pthread_cond_broadcast(&srv->cond);
     }
     pthread_mutex_unlock(&srv->lock);
@@ -323,10 +328,17 @@ static void stream_start(struct slot *s)
     struct rpc_server *srv = s->srv;
 
     pthread_mutex_lock(&srv->lock);
+    /* Public streams leave internal_streams threads to the cluster's. */
     int limit = srv->npool;
+    bool internal = s->m->internal;
     bool full = srv->streams_active >= limit;
+    if (!internal && !full) {
+        limit = srv->npool - srv->cfg.internal_streams;
+        full = srv->streams_public >= limit;
+    }
     if (!full) {
         srv->streams_active++;
+        srv->streams_public += !internal;
         s->job_next = NULL;
         if (srv->jobs_tail)
             srv->jobs_tail->job_next = s;
@@ -337,12 +349,23 @@ static void stream_start(struct slot *s)
     }
     pthread_mutex_unlock(&srv->lock);
     if (full) {
-        log_warn("refusing stream %s: %d streams open", s->m->path, limit);
+        log_warn("refusing stream %s: %d %sstreams open", s->m->path, limit,
+                 internal ? "" : "public ");
         rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "server has %d streams open, its limit; retry later",
-                          limit);
+                          "server has %d %sstreams open, its limit (max_streams%s); "
+                          "retry later", limit, internal ? "" : "public ",
+                          internal ? "" : " less internal_streams");
         rpc_server__slot_free(s);
     }
+}
+
+/* Is path a method of this server that another listener serves? */
+static bool served_elsewhere(const struct rpc_server *srv, const char *path)
+{
+    for (size_t i = 0; i < srv->nmethods; i++)
+        if (strcmp(srv->methods[i]->path, path) == 0)
+            return true;
+    return false;
 }
 
 static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
@@ -358,26 +381,32 @@ static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
     }
     switch (s->kind) {
     case SLOT_GENERIC: {
-        post_generic(srv, s->cqi);
+        post_generic(srv, s->li, s->cqi);
         char path[256];
         size_t len = GRPC_SLICE_LENGTH(s->details.method);
         if (len >= sizeof path)
             len = sizeof path - 1;
         memcpy(path, GRPC_SLICE_START_PTR(s->details.method), len);
         path[len] = 0;
-        log_debug("unknown method %s", path);
-        rpc_reply_error(&s->reply, GRPC_STATUS_UNIMPLEMENTED,
-                        "unknown method %s", path);
+        log_debug("unknown method %s on %s", path, srv->listeners[s->li].addr);
+        if (served_elsewhere(srv, path))
+            rpc_reply_error(&s->reply, GRPC_STATUS_UNIMPLEMENTED,
+                            "%s is not served on this address (%s): this "
+                            "server serves it on another listener", path,
+                            srv->listeners[s->li].addr);
+        else
+            rpc_reply_error(&s->reply, GRPC_STATUS_UNIMPLEMENTED,
+                            "unknown method %s", path);
         rpc_server__send_reply(s);
         break;
     }
     case SLOT_UNARY:
-        post_request(srv, s->m, s->cqi);
+        post_request(srv, s->m, s->li, s->cqi);
         if (s->m->unary)
             unary_run(s);
         break;
     case SLOT_STREAM:
-        post_request(srv, s->m, s->cqi);
+        post_request(srv, s->m, s->li, s->cqi);
         stream_start(s);
         break;
     }
@@ -416,7 +445,8 @@ static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
 
 static int add_method(struct rpc_server *srv, const char *path,
                       const struct rpc_handler *h,
-                      const ProtobufCMessageDescriptor *input, void *arg)
+                      const ProtobufCMessageDescriptor *input, void *arg,
+                      unsigned listeners)
 {
     rpc_unary_fn unary = h->unary;
     rpc_stream_fn stream = h->stream;
@@ -428,30 +458,48 @@ static int add_method(struct rpc_server *srv, const char *path,
         return -ENOMEM;
     }
     srv->methods = nm;
+    for (size_t i = 0; i < srv->nmethods; i++)
+        if (strcmp(srv->methods[i]->path, path) == 0) {
+            log_error("method %s registered twice", path);
+            free(m);
+            return -EEXIST;
+        }
     m->path = strdup(path);
     if (!m->path) {
         free(m);
         return -ENOMEM;
     }
+    m->listeners = listeners;
     m->unary = unary;
     m->stream = stream;
     m->arg = arg;
     m->input = h->checks_strings ? NULL : input;
+    m->internal = h->internal;
     if (!unary && !stream) {
         m->unary = unimplemented_unary;
         m->arg = m->path;
     }
-    m->handle = grpc_server_register_method(
-        srv->server, m->path, NULL,
-        m->stream ? GRPC_SRM_PAYLOAD_NONE : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
-        0);
-    if (!m->handle) {
-        log_error("cannot register method %s", path);
-        free(m->path);
-        free(m);
-        return -EEXIST;
-    }
     srv->methods[srv->nmethods++] = m;
+    return 0;
+}
+
+int rpc_server_add_service_on(struct rpc_server *srv,
+                              const ProtobufCServiceDescriptor *sd,
+                              const struct rpc_handler *handlers, void *arg,
+                              unsigned listeners)
+{
+    if (srv->started)
+        return -EBUSY;
+    if (!(listeners & RPC_LISTENERS_ALL))
+        return -EINVAL;
+    for (unsigned i = 0; i < sd->n_methods; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "/%s/%s", sd->name, sd->methods[i].name);
+        int rc = add_method(srv, path, &handlers[i], sd->methods[i].input, arg,
+                            listeners);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -459,16 +507,23 @@ int rpc_server_add_service(struct rpc_server *srv,
                            const ProtobufCServiceDescriptor *sd,
                            const struct rpc_handler *handlers, void *arg)
 {
+    return rpc_server_add_service_on(srv, sd, handlers, arg, RPC_LISTENERS_ALL);
+}
+
+int rpc_server_add_listener(struct rpc_server *srv, const struct rpc_listener *l)
+{
     if (srv->started)
         return -EBUSY;
-    for (unsigned i = 0; i < sd->n_methods; i++) {
-        char path[256];
-        snprintf(path, sizeof path, "/%s/%s", sd->name, sd->methods[i].name);
-        int rc = add_method(srv, path, &handlers[i], sd->methods[i].input, arg);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    if (srv->nlisteners >= RPC_MAX_LISTENERS)
+        return -ENOSPC;
+    if (!l || !l->listen || !l->listen[0] || (l->tls && !rpc_tls_has_cert(l->tls)))
+        return -EINVAL;
+    struct listener *ln = &srv->listeners[srv->nlisteners];
+    if (!(ln->addr = strdup(l->listen)))
+        return -ENOMEM;
+    ln->tls = l->tls;
+    ln->peer = l->peer;
+    return srv->nlisteners++;
 }
 
 struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
@@ -486,6 +541,9 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
         srv->cfg.max_deferred = RPC_DEFAULT_MAX_DEFERRED;
     if (srv->cfg.stream_queue == 0)
         srv->cfg.stream_queue = RPC_DEFAULT_STREAM_QUEUE;
+    if (srv->cfg.internal_streams < 0 ||
+        srv->cfg.internal_streams >= srv->cfg.max_streams)
+        srv->cfg.internal_streams = 0;
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->cond, NULL);
     pthread_cond_init(&srv->health_cond, NULL);
@@ -495,8 +553,8 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     srv->health[0].serving = false;
     srv->nhealth = 1;
 
-    grpc_arg args[4];
-    memset(args, 0, sizeof args);
+    grpc_arg *args = srv->args;
+    memset(srv->args, 0, sizeof srv->args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = (int)cfg->max_message;
@@ -509,9 +567,30 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     args[3].type = GRPC_ARG_INTEGER;
     args[3].key = GRPC_ARG_KEEPALIVE_TIME_MS;
     args[3].value.integer = 60000;
-    grpc_channel_args cargs = {.num_args = 4, .args = args};
-    srv->server = grpc_server_create(&cargs, NULL);
+    /* A peer that stops answering pings is dropped, as are connections
+     * with no call (and ones stuck in their handshake) past conn_idle_ms. */
+    args[4].type = GRPC_ARG_INTEGER;
+    args[4].key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
+    args[4].value.integer = 20000;
+    /* On by default: a second process on the port would start and take a
+     * share of the calls. */
+    args[5].type = GRPC_ARG_INTEGER;
+    args[5].key = GRPC_ARG_ALLOW_REUSEPORT;
+    args[5].value.integer = 0;
+    size_t nargs = 6;
+    if (cfg->conn_idle_ms > 0) {
+        args[nargs].type = GRPC_ARG_INTEGER;
+        args[nargs].key = GRPC_ARG_MAX_CONNECTION_IDLE_MS;
+        args[nargs++].value.integer = cfg->conn_idle_ms;
+        args[nargs].type = GRPC_ARG_INTEGER;
+        args[nargs].key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
+        args[nargs++].value.integer = cfg->conn_idle_ms;
+    }
+    srv->cargs.num_args = nargs;
+    srv->cargs.args = args;
 
+    struct rpc_listener main_listener = {.listen = cfg->listen, .tls = cfg->tls,
+                                         .peer = cfg->peer};
     /* Worker threads share a few queues, so that a handler blocked on a
      * durable write does not hold up calls waiting on its queue. */
     srv->nthreads = cfg->threads;
@@ -520,13 +599,11 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     srv->threads = calloc((size_t)srv->nthreads, sizeof *srv->threads);
     srv->pool = calloc((size_t)srv->cfg.max_streams, sizeof *srv->pool);
     srv->book = rpc_server__book_create(srv->cfg.max_deferred);
-    if (!srv->server || !srv->cqs || !srv->threads || !srv->pool || !srv->book ||
-        !srv->cfg.listen)
+    if (!srv->cqs || !srv->threads || !srv->pool || !srv->book ||
+        !srv->cfg.listen || rpc_server_add_listener(srv, &main_listener) < 0)
         goto fail;
-    for (int i = 0; i < srv->ncq; i++) {
+    for (int i = 0; i < srv->ncq; i++)
         srv->cqs[i].cq = grpc_completion_queue_create_for_next(NULL);
-        grpc_server_register_completion_queue(srv->server, srv->cqs[i].cq, NULL);
-    }
     static const struct rpc_handler health_handlers[] = {
         {.unary = rpc_server__health_check},
         {.stream = rpc_server__health_watch},
@@ -536,12 +613,16 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
         goto fail;
     return srv;
 fail:
-    if (srv->server)
-        grpc_server_destroy(srv->server);
     if (srv->cqs)
         for (int i = 0; i < srv->ncq; i++)
             if (srv->cqs[i].cq)
                 grpc_completion_queue_destroy(srv->cqs[i].cq);
+    for (size_t i = 0; i < srv->nmethods; i++) {
+        free(srv->methods[i]->path);
+        free(srv->methods[i]);
+    }
+    free(srv->methods);
+    free(srv->listeners[0].addr);
     free(srv->cqs);
     free(srv->threads);
     free(srv->pool);
@@ -551,16 +632,79 @@ fail:
     return NULL;
 }
 
-int rpc_server_start(struct rpc_server *srv)
+/* The grpc_server of listener li, its methods, queues and bound port.
+ * Returns the port, or -EADDRINUSE (logged with the address). */
+static int listener_bind(struct rpc_server *srv, int li)
 {
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int port = grpc_server_add_http2_port(srv->server, srv->cfg.listen, creds);
+    struct listener *ln = &srv->listeners[li];
+    if (!(ln->server = grpc_server_create(&srv->cargs, NULL)))
+        return -ENOMEM;
+    for (int i = 0; i < srv->ncq; i++)
+        grpc_server_register_completion_queue(ln->server, srv->cqs[i].cq, NULL);
+    for (size_t i = 0; i < srv->nmethods; i++) {
+        struct rpc_method *m = srv->methods[i];
+        if (!(m->listeners & (1u << li)))
+            continue;
+        m->handle[li] = grpc_server_register_method(
+            ln->server, m->path, NULL,
+            m->stream ? GRPC_SRM_PAYLOAD_NONE
+                      : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            0);
+        if (!m->handle[li]) {
+            log_error("cannot register method %s", m->path);
+            return -EEXIST;
+        }
+    }
+    grpc_server_credentials *creds = rpc_tls_server_credentials(ln->tls, ln->peer);
+    if (!creds) {
+        log_error("cannot make the credentials of %s", ln->addr);
+        return -ENOMEM;
+    }
+    ln->port = grpc_server_add_http2_port(ln->server, ln->addr, creds);
     grpc_server_credentials_release(creds);
-    if (port <= 0) {
-        log_error("cannot listen on %s", srv->cfg.listen);
+    if (ln->port <= 0) {
+        log_error("cannot listen on %s: the address is in use (another process "
+                  "listens on that port) or not an address of this machine",
+                  ln->addr);
         return -EADDRINUSE;
     }
-    grpc_server_start(srv->server);
+    return ln->port;
+}
+
+/* Undo listener_bind of a server never started: gRPC destroys a server
+ * with a bound port only once it has been shut down. */
+static void listener_unbind(struct rpc_server *srv, int li)
+{
+    struct listener *ln = &srv->listeners[li];
+    if (!ln->server)
+        return;
+    if (ln->port > 0) {
+        grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
+        grpc_server_shutdown_and_notify(ln->server, scq, ln);
+        grpc_completion_queue_pluck(scq, ln, rpc_server__inf_future(), NULL);
+        grpc_completion_queue_shutdown(scq);
+        grpc_completion_queue_pluck(scq, ln, rpc_server__inf_future(), NULL);
+        grpc_completion_queue_destroy(scq);
+    }
+    grpc_server_destroy(ln->server);
+    ln->server = NULL;
+    ln->port = 0;
+}
+
+int rpc_server_start(struct rpc_server *srv)
+{
+    if (srv->started)
+        return -EBUSY;
+    for (int li = 0; li < srv->nlisteners; li++) {
+        int rc = listener_bind(srv, li);
+        if (rc < 0) {
+            for (int k = 0; k <= li; k++)
+                listener_unbind(srv, k);
+            return rc;
+        }
+    }
+    for (int li = 0; li < srv->nlisteners; li++)
+        grpc_server_start(srv->listeners[li].server);
     srv->started = true;
 
     /* Every stream thread now, before any call can arrive, so that no
@@ -578,12 +722,16 @@ int rpc_server_start(struct rpc_server *srv)
     if (per_cq < 2)
         per_cq = 2;
     for (int q = 0; q < srv->ncq; q++) {
-        for (size_t i = 0; i < srv->nmethods; i++) {
-            int n = srv->methods[i]->stream ? 1 : per_cq;
-            for (int k = 0; k < n; k++)
-                post_request(srv, srv->methods[i], q);
+        for (int li = 0; li < srv->nlisteners; li++) {
+            for (size_t i = 0; i < srv->nmethods; i++) {
+                if (!(srv->methods[i]->listeners & (1u << li)))
+                    continue;
+                int n = srv->methods[i]->stream ? 1 : per_cq;
+                for (int k = 0; k < n; k++)
+                    post_request(srv, srv->methods[i], li, q);
+            }
+            post_generic(srv, li, q);
         }
-        post_generic(srv, q);
     }
     for (int i = 0; i < srv->nthreads; i++) {
         void **p = malloc(2 * sizeof *p);
@@ -596,7 +744,20 @@ int rpc_server_start(struct rpc_server *srv)
             break;
         }
     }
-    return port;
+    return srv->listeners[RPC_LISTENER_MAIN].port;
+}
+
+int rpc_server_port(const struct rpc_server *srv, int listener)
+{
+    if (listener < 0 || listener >= srv->nlisteners || !srv->listeners[listener].port)
+        return -ENOENT;
+    return srv->listeners[listener].port;
+}
+
+static void cancel_all(struct rpc_server *srv)
+{
+    for (int li = 0; li < srv->nlisteners; li++)
+        grpc_server_cancel_all_calls(srv->listeners[li].server);
 }
 
 void rpc_server_shutdown(struct rpc_server *srv)
@@ -606,18 +767,27 @@ void rpc_server_shutdown(struct rpc_server *srv)
     srv->shut = true;
     atomic_store(&srv->stopping, true);
 
+    /* Every listener stops accepting at once; the grace period is shared. */
     grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
-    grpc_server_shutdown_and_notify(srv->server, scq, srv);
+    for (int li = 0; li < srv->nlisteners; li++)
+        grpc_server_shutdown_and_notify(srv->listeners[li].server, scq,
+                                        &srv->listeners[li]);
     gpr_timespec grace = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                       gpr_time_from_millis(srv->cfg.grace_ms,
                                                            GPR_TIMESPAN));
-    grpc_event ev = grpc_completion_queue_pluck(scq, srv, grace, NULL);
-    if (ev.type == GRPC_QUEUE_TIMEOUT) {
-        log_info("cancelling calls still running after %d ms", srv->cfg.grace_ms);
-        grpc_server_cancel_all_calls(srv->server);
-        /* A deferred call's reference would hold the shutdown up. */
-        rpc_server__book_close(srv->book);
-        ev = grpc_completion_queue_pluck(scq, srv, rpc_server__inf_future(), NULL);
+    bool cancelled = false;
+    for (int li = 0; li < srv->nlisteners; li++) {
+        grpc_event ev = grpc_completion_queue_pluck(scq, &srv->listeners[li],
+                                                    cancelled ? rpc_server__inf_future()
+                                                              : grace, NULL);
+        if (ev.type == GRPC_QUEUE_TIMEOUT) {
+            log_info("cancelling calls still running after %d ms", srv->cfg.grace_ms);
+            cancel_all(srv);
+            /* A deferred call's reference would hold the shutdown up. */
+            rpc_server__book_close(srv->book);
+            cancelled = true;
+            li--;
+        }
     }
     rpc_server__book_close(srv->book);
     grpc_completion_queue_shutdown(scq);
@@ -630,7 +800,7 @@ void rpc_server_shutdown(struct rpc_server *srv)
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;
         if (pthread_cond_timedwait(&srv->cond, &srv->lock, &ts) == ETIMEDOUT)
-            grpc_server_cancel_all_calls(srv->server);
+            cancel_all(srv);
     }
     srv->pool_quit = true;
     pthread_cond_broadcast(&srv->job_cond);
@@ -642,8 +812,10 @@ void rpc_server_shutdown(struct rpc_server *srv)
         grpc_completion_queue_shutdown(srv->cqs[i].cq);
     for (int i = 0; i < srv->nthreads; i++)
         pthread_join(srv->threads[i], NULL);
-    grpc_server_destroy(srv->server);
-    srv->server = NULL;
+    for (int li = 0; li < srv->nlisteners; li++) {
+        grpc_server_destroy(srv->listeners[li].server);
+        srv->listeners[li].server = NULL;
+    }
     for (int i = 0; i < srv->ncq; i++)
         grpc_completion_queue_destroy(srv->cqs[i].cq);
     srv->ncq = 0;
@@ -655,15 +827,15 @@ void rpc_server_destroy(struct rpc_server *srv)
         return;
     if (srv->started)
         rpc_server_shutdown(srv);
-    else if (srv->server) {
-        grpc_server_destroy(srv->server);
+    else
         for (int i = 0; i < srv->ncq; i++)
             grpc_completion_queue_destroy(srv->cqs[i].cq);
-    }
     for (size_t i = 0; i < srv->nmethods; i++) {
         free(srv->methods[i]->path);
         free(srv->methods[i]);
     }
+    for (int li = 0; li < srv->nlisteners; li++)
+        free(srv->listeners[li].addr);
     free(srv->methods);
     free(srv->cqs);
     free(srv->threads);

@@ -27,6 +27,17 @@
  * Every server serves grpc.health.v1.Health/Check from a small table set with
  * rpc_server_set_health().
  *
+ * Listeners: a server listens on the address of its config and on every
+ * address added with rpc_server_add_listener, each with its own
+ * credentials (plaintext, or TLS asking clients for a certificate or
+ * requiring one) and its own set of services (rpc_server_add_service_on;
+ * Health is served on every listener).  Each listener is a grpc_server of
+ * its own, sharing the server's completion queues, worker threads and
+ * stream pool, so a second listener adds no thread.  A call to a service
+ * that its listener does not serve is answered UNIMPLEMENTED, saying so.
+ * No listener shares its port with another process (SO_REUSEPORT is off):
+ * binding a port in use fails rpc_server_start, naming the address.
+ *
  * Shutdown: rpc_server_shutdown() stops accepting calls, lets in-flight calls
  * (deferred ones included) finish for a grace period, cancels what is left
  * (open streams and deferred calls; clients see UNAVAILABLE or CANCELLED),
@@ -49,13 +60,18 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "rpc_status.h"
+#include "rpc_tls.h"
 
 #define RPC_DEFAULT_MAX_STREAMS 256
 #define RPC_DEFAULT_MAX_DEFERRED 4096
 #define RPC_DEFAULT_STREAM_QUEUE (4u << 20)
 
 struct rpc_server_config {
-    const char *listen;      /* "host:port"; port 0 picks a free one */
+    const char *listen;      /* "host:port"; port 0 picks a free one: the
+                                first listener (RPC_LISTENER_MAIN) */
+    struct rpc_tls *tls;     /* its TLS (rpc_tls.h, outlives the server);
+                                NULL: plaintext */
+    enum rpc_tls_peer peer;  /* with tls: what it asks of clients */
     int threads;             /* worker threads (completion queues), >= 1 */
     size_t max_message;      /* max message size, both directions (bytes) */
     int grace_ms;            /* how long shutdown lets calls finish */
@@ -71,6 +87,18 @@ struct rpc_server_config {
                                 message it is sending before its handler's
                                 reads wait (rpc_stream_post).
                                 0: RPC_DEFAULT_STREAM_QUEUE */
+    int stream_idle_ms;      /* a stream of a method not marked internal
+                                that neither receives a message nor gets
+                                one sent for this long is ended with
+                                RESOURCE_EXHAUSTED; 0: never */
+    int internal_streams;    /* pool threads only streams of internal
+                                methods may take (public ones get
+                                RESOURCE_EXHAUSTED past max_streams minus
+                                this); 0: none kept */
+    int conn_idle_ms;        /* a connection with no call for this long is
+                                closed (GOAWAY), and one that has not
+                                finished its handshake within it; 0: gRPC's
+                                defaults (none, 120 s) */
 };
 
 /* The outcome of a unary call, filled by its handler (or, once deferred, by
@@ -110,20 +138,52 @@ struct rpc_handler {
     rpc_unary_fn unary;
     rpc_stream_fn stream;
     bool checks_strings;
+    /* A method of cluster peers (long-lived streams such as the routers'
+     * Batches): its streams may take the pool threads kept by
+     * internal_streams and are not ended by stream_idle_ms. */
+    bool internal;
 };
 
 /* Create a server (not yet listening).  NULL on bad config. */
 struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg);
 
-/* Register every method of a service.  handlers has sd->n_methods entries.
- * arg is passed to every handler.  Must be called before rpc_server_start. */
+/* Listeners, as bits of a mask: the config's listener is bit 0
+ * (RPC_LISTENER_MAIN), rpc_server_add_listener returns the next ones. */
+#define RPC_MAX_LISTENERS 4
+#define RPC_LISTENER_MAIN 0
+#define RPC_LISTENERS_ALL ((1u << RPC_MAX_LISTENERS) - 1)
+
+struct rpc_listener {
+    const char *listen;      /* "host:port"; port 0 picks a free one */
+    struct rpc_tls *tls;     /* NULL: plaintext; outlives the server */
+    enum rpc_tls_peer peer;  /* with tls: what it asks of clients */
+};
+
+/* Add a listener before rpc_server_start.  Returns its index (1 ..
+ * RPC_MAX_LISTENERS - 1), or -ENOSPC, -EBUSY (started), -EINVAL (a bad
+ * listener: no address, or tls without a certificate) or -ENOMEM. */
+int rpc_server_add_listener(struct rpc_server *srv, const struct rpc_listener *l);
+
+/* Register every method of a service on every listener.  handlers has
+ * sd->n_methods entries.  arg is passed to every handler.  Must be called
+ * before rpc_server_start. */
 int rpc_server_add_service(struct rpc_server *srv,
                            const ProtobufCServiceDescriptor *sd,
                            const struct rpc_handler *handlers, void *arg);
+/* The same, on the listeners of the mask (bit i: listener i) only. */
+int rpc_server_add_service_on(struct rpc_server *srv,
+                              const ProtobufCServiceDescriptor *sd,
+                              const struct rpc_handler *handlers, void *arg,
+                              unsigned listeners);
 
-/* Bind and start the workers.  Returns the bound port (> 0) or a negative
- * errno (-EADDRINUSE when the address cannot be bound). */
+/* Bind every listener and start the workers.  Returns the port bound by
+ * the main listener (> 0), or a negative errno (-EADDRINUSE when an
+ * address cannot be bound, with the address logged); nothing listens
+ * then. */
 int rpc_server_start(struct rpc_server *srv);
+
+/* The port listener i bound (after rpc_server_start), or -ENOENT. */
+int rpc_server_port(const struct rpc_server *srv, int listener);
 
 /* Health status of a service name ("" is the whole process).  Names never set
  * answer NOT_FOUND, except "" which starts as NOT_SERVING. */
@@ -191,7 +251,8 @@ int rpc_deferred_finish(struct rpc_deferred *d);
 
 /* Read the next message.  Returns 1 with *buf and *len set (valid until the next
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED
- * when the call failed or was cancelled, -EINVAL when the message broke the
+ * when the call failed or was cancelled (or sat idle past stream_idle_ms:
+ * the client then gets RESOURCE_EXHAUSTED), -EINVAL when the message broke the
  * string rule (see struct rpc_handler; the call ends INVALID_ARGUMENT).
  * Waits first while more than stream_queue posted bytes wait behind the
  * message being sent (see rpc_stream_post). */

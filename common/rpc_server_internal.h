@@ -19,11 +19,13 @@
 
 struct rpc_method {
     char *path;
-    void *handle;          /* grpc_server_register_method */
+    unsigned listeners;    /* the listeners that serve it (bit i: i) */
+    void *handle[RPC_MAX_LISTENERS];  /* grpc_server_register_method */
     rpc_unary_fn unary;
     rpc_stream_fn stream;
     void *arg;
     const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
+    bool internal;         /* struct rpc_handler.internal */
 };
 
 enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
@@ -58,6 +60,7 @@ struct slot {
     enum slot_state state;
     struct rpc_server *srv;
     struct rpc_method *m;        /* NULL for generic */
+    int li;                      /* listener the request is posted on */
     int cqi;                     /* notification queue index */
     grpc_call *call;
     gpr_timespec deadline;
@@ -104,6 +107,9 @@ struct slot {
     uint64_t post_seq;           /* messages accepted so far */
     uint64_t sent_seq;           /* of those, sent or dropped */
     int holds;                   /* rpc_stream_hold */
+    /* No message for stream_idle_ms: the call was cancelled with a status
+     * saying so. */
+    bool idled;
     /* A message broke the string rule: the status the call ends with. */
     bool bad_request;
     char bad_msg[RPC_MSGLEN];
@@ -114,9 +120,23 @@ struct health_entry {
     bool serving;
 };
 
+/* One address the server listens on: a grpc_server of its own. */
+struct listener {
+    char *addr;
+    struct rpc_tls *tls;
+    enum rpc_tls_peer peer;
+    grpc_server *server;
+    int port;
+};
+
+#define SERVER_ARGS 8
+
 struct rpc_server {
     struct rpc_server_config cfg;
-    grpc_server *server;
+    grpc_arg args[SERVER_ARGS];  /* every listener's channel args */
+    grpc_channel_args cargs;
+    struct listener listeners[RPC_MAX_LISTENERS];
+    int nlisteners;
     int ncq;
     struct worker_cq *cqs;
     int nthreads;
@@ -129,6 +149,7 @@ struct rpc_server {
     pthread_cond_t cond;         /* broadcast when a stream ends */
     pthread_cond_t health_cond;  /* broadcast on every health change */
     int streams_active;          /* queued for the pool or running */
+    int streams_public;          /* of those, of methods not internal */
     /* Stream thread pool, created at start: streams wait on job_cond. */
     pthread_t *pool;
     int npool;

@@ -129,6 +129,38 @@ grpc_event rpc_server__stream_next(struct slot *s, gpr_timespec deadline)
     return ev;
 }
 
+/* Idle streams (stream_idle_ms): a read that gets no message, or a send
+ * the client does not take, for that long ends the call.  Internal
+ * methods' streams are exempt (struct rpc_handler.internal). */
+static gpr_timespec idle_deadline(const struct slot *s)
+{
+    int ms = s->srv->cfg.stream_idle_ms;
+
+    if (ms <= 0 || !s->m || s->m->internal)
+        return rpc_server__inf_future();
+    return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                        gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* Cancel an idle call with a status that says why; the batches in flight
+ * then complete as failed.  s->lock not held. */
+static void idle_end(struct slot *s)
+{
+    char msg[RPC_MSGLEN];
+
+    if (s->idled)
+        return;
+    s->idled = true;
+    snprintf(msg, sizeof msg, "%s: stream ended: no message for %d ms (the "
+             "server's stream_idle_ms); open a new one", s->m->path,
+             s->srv->cfg.stream_idle_ms);
+    log_info("%s", msg);
+    pthread_mutex_lock(&s->lock);
+    grpc_call_cancel_with_status(s->call, GRPC_STATUS_RESOURCE_EXHAUSTED, msg,
+                                 NULL);
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* One step of a wait on the handler's thread (s->lock held): meet the next
  * completion while a send is in flight, else sleep until a post or a
  * release wakes it.  Returns false when the call's queue is gone. */
@@ -139,7 +171,11 @@ static bool wait_step_locked(struct slot *s)
         return true;
     }
     pthread_mutex_unlock(&s->lock);
-    grpc_event ev = rpc_server__stream_next(s, rpc_server__inf_future());
+    grpc_event ev = rpc_server__stream_next(s, idle_deadline(s));
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+        idle_end(s);   /* the send now completes, failed */
+        ev.type = GRPC_OP_COMPLETE;
+    }
     pthread_mutex_lock(&s->lock);
     return ev.type == GRPC_OP_COMPLETE;
 }
@@ -247,20 +283,30 @@ int rpc_stream_drain(struct rpc_stream *st)
 }
 
 /* Run the handler's batch (tag s) and wait for it, meeting the sends'
- * completions on the way. */
-static bool stream_wait(struct slot *s, grpc_op *ops, size_t n)
+ * completions on the way.  idle: the call ends if the batch has not
+ * completed by deadline (a read). */
+static bool stream_wait(struct slot *s, grpc_op *ops, size_t n, bool idle)
 {
+    gpr_timespec deadline = idle ? idle_deadline(s) : rpc_server__inf_future();
     grpc_call_error e = rpc_server__stream_start(s, ops, n, s);
     if (e != GRPC_CALL_OK) {
         log_error("stream batch failed to start: %d", e);
         return false;
     }
     for (;;) {
-        grpc_event ev = rpc_server__stream_next(s, rpc_server__inf_future());
+        grpc_event ev = rpc_server__stream_next(s, deadline);
+        if (ev.type == GRPC_QUEUE_TIMEOUT) {
+            idle_end(s);   /* the read now completes, failed */
+            deadline = rpc_server__inf_future();
+            continue;
+        }
         if (ev.type != GRPC_OP_COMPLETE)
             return false;
         if (ev.tag == s)
             return ev.success != 0;
+        /* A send went out: the client is taking messages. */
+        if (idle)
+            deadline = idle_deadline(s);
     }
 }
 
@@ -291,7 +337,7 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &bb;
-    if (!stream_wait(s, &op, 1)) {
+    if (!stream_wait(s, &op, 1, true)) {
         if (bb)
             grpc_byte_buffer_destroy(bb);
         /* The call is gone: what is queued can never be sent. */
@@ -400,7 +446,7 @@ static int finish(struct slot *s, grpc_status_code code, enum rpc_reason reason,
         ops[n].data.recv_close_on_server.cancelled = &s->cancelled;
         n++;
     }
-    bool ok = stream_wait(s, ops, n);
+    bool ok = stream_wait(s, ops, n, false);
     grpc_slice_unref(details);
     return ok ? 0 : -ECANCELED;
 }

@@ -49,6 +49,15 @@ static int set_value(void *cfg, const struct setting *s, const char *v, char *er
 {
     char *dst = (char *)cfg + s->offset;
 
+    if (setting_kind(s) == SETTING_FLAG) {
+        if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0) {
+            snprintf(err, errlen, "--%s takes no value (or =true, =false), not "
+                     "\"%s\"", s->name, v);
+            return -1;
+        }
+        *(bool *)(void *)dst = strcmp(v, "true") == 0;
+        return 0;
+    }
     if (setting_kind(s) == SETTING_UINT) {
         char *end;
         errno = 0;
@@ -112,6 +121,12 @@ static int on_ini_entry(void *user, const char *section, const char *name,
         x->failed = true;
         return 0;
     }
+    if (setting_kind(s) == SETTING_FLAG) {
+        snprintf(x->err, sizeof x->err, "\"%s\" is a command-line flag (--%s), "
+                 "not a setting of the file", name, name);
+        x->failed = true;
+        return 0;
+    }
     if (set_value(x->cfg, s, value, msg, sizeof msg) < 0) {
         snprintf(x->err, sizeof x->err, "%s", msg);
         x->failed = true;
@@ -149,6 +164,8 @@ void settings_usage(const struct settings_spec *spec, FILE *out, const char *pro
             snprintf(range, sizeof range, "%" PRIu64 "..%" PRIu64, s->min, s->max);
         else if (setting_kind(s) == SETTING_ENUM)
             snprintf(range, sizeof range, "%s", s->choices);
+        else if (setting_kind(s) == SETTING_FLAG)
+            snprintf(range, sizeof range, "command-line flag, no value");
         else if (setting_kind(s) == SETTING_ADDR)
             snprintf(range, sizeof range, "host:port, port %" PRIu64 "..%d", s->min,
                      RULES_PORT_MAX);
@@ -249,6 +266,8 @@ static int apply_flags(const struct settings_spec *spec, void *cfg, int argc, ch
         const char *v = strchr(a, '=');
         if (v) {
             v++;
+        } else if (setting_kind(s) == SETTING_FLAG) {
+            v = "true";
         } else {
             if (i + 1 >= argc) {
                 snprintf(err, SETTINGS_ERRLEN, "%s needs a value", a);
@@ -308,6 +327,9 @@ static uint64_t uint_value(const struct setting *s, const void *cfg)
 static const char *value_text(const struct setting *s, const void *cfg, char *buf,
                               size_t len)
 {
+    if (setting_kind(s) == SETTING_FLAG)
+        return *(const bool *)(const void *)((const char *)cfg + s->offset) ? "true"
+                                                                           : "false";
     if (setting_kind(s) != SETTING_UINT)
         return (const char *)cfg + s->offset;
     snprintf(buf, len, "%" PRIu64, uint_value(s, cfg));

@@ -29,6 +29,10 @@ enum setting_type {
     SETTING_ADDR,    /* host:port (rules_addr_check) with a port of min..65535:
                         min 0 for a listen address (0 picks a free port); ""
                         only where it is the default (meaning "off") */
+    SETTING_FLAG,    /* a bool set by the flag alone (--name); command line
+                        only: a config file naming it is refused, so that
+                        what it allows is asked for at each start.  Default
+                        "false" */
     SETTING_TYPE_MASK = 0xff,
     /* Or'ed into a type ("SETTING_UINT | SETTING_LIVE"): settings_apply takes
      * a new value at run time.  Without it a setting takes effect at start. */

@@ -164,7 +164,8 @@ int store_list(struct store *s, char ***names, size_t *n)
         k++;
     }
     pthread_mutex_unlock(&s->mu);
-    qsort(v, k, sizeof(*v), name_cmp);
+    if (k > 1)
+        qsort(v, k, sizeof(*v), name_cmp);
     *names = v;
     *n = k;
     return 0;
@@ -181,6 +182,99 @@ void store_list_free(char **names, size_t n)
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
+}
+
+/* ---- budgets (store.h, "Budgets") ---- */
+
+/* How many times a filter's bits count: the bits, the copy a checkpoint or
+ * an export takes and, for the kinds whose pages are tracked, the copy
+ * behind change tracking (store_pages.c). */
+static unsigned charge_times(enum bf_kind kind)
+{
+    return kind == BF_KIND_BLOCKED || kind == BF_KIND_CLASSIC ? 3 : 2;
+}
+
+int store_charge(const struct bf_params *p, uint64_t *bytes)
+{
+    struct bf_params d = *p;
+    uint64_t b;
+
+    bf_params_default(&d);
+    if (bf_params_bytes(&d, &b) < 0)
+        return -EINVAL;
+    *bytes = b * charge_times(d.kind);
+    return 0;
+}
+
+uint64_t store__charge_of(const struct bf *f)
+{
+    return bf_bytes(f) * charge_times(bf_kind(f));
+}
+
+void store_budget(struct store *s, struct store_budget *out)
+{
+    pthread_mutex_lock(&s->mu);
+    out->max_memory_bytes = s->max_memory;
+    out->charged_bytes = atomic_load(&s->charged);
+    out->max_filters = s->max_filters;
+    out->filters = s->n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static double mib(uint64_t b)
+{
+    return (double)b / (1024.0 * 1024.0);
+}
+
+/* May a filter of this charge be added?  s->mu held (creations reserve
+ * under it, so two cannot both take the last room).  0 or -EDQUOT. */
+static int budget_check_locked(struct store *s, const char *name,
+                               enum bf_kind kind, uint64_t charge, char *err)
+{
+    uint64_t used = atomic_load(&s->charged);
+
+    if (s->max_filters && s->n >= s->max_filters) {
+        errmsg_set(err, "filter '%s' refused: the node holds %zu filters, "
+                   "its budget (max_filters = %" PRIu64 "); drop one or raise "
+                   "max_filters", name, s->n, s->max_filters);
+        return -EDQUOT;
+    }
+    if (s->max_memory && (charge > s->max_memory ||
+                          used > s->max_memory - charge)) {
+        errmsg_set(err, "filter '%s' refused: it counts %.1f MiB (%.1f MiB "
+                   "of bits, %u times: bits, checkpoint copy%s) and %.1f MiB "
+                   "of max_memory_mb = %" PRIu64 " are taken",
+                   name, mib(charge), mib(charge / charge_times(kind)),
+                   charge_times(kind),
+                   charge_times(kind) == 3 ? ", change tracking" : "",
+                   mib(used), s->max_memory >> 20);
+        return -EDQUOT;
+    }
+    return 0;
+}
+
+int store_reserve(struct store *s, uint64_t bytes, const char *what, char *err)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&s->mu);
+    uint64_t used = atomic_load(&s->charged);
+    if (s->max_memory && (bytes > s->max_memory || used > s->max_memory - bytes)) {
+        errmsg_set(err, "%s refused: %.1f MiB more would take the node past "
+                   "max_memory_mb = %" PRIu64 " (%.1f MiB taken by filters and "
+                   "transfers in flight)", what, mib(bytes), s->max_memory >> 20,
+                   mib(used));
+        rc = -EDQUOT;
+    } else {
+        atomic_fetch_add(&s->charged, bytes);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void store_release(struct store *s, uint64_t bytes)
+{
+    atomic_fetch_sub(&s->charged, bytes);
 }
 
 int store_create_from(struct store *s, const char *name, struct bf *f,
@@ -200,11 +294,16 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
     }
     /* Reserve the name in the catalog (RECOVERING) while the files are
      * written, so the catalog lock is not held across I/O. */
+    uint64_t charge = store__charge_of(f);
     pthread_mutex_lock(&s->mu);
     if (catalog_find(s, name)) {
         pthread_mutex_unlock(&s->mu);
         errmsg_set(err, "filter '%s' already exists", name);
         return -EEXIST;
+    }
+    if ((rc = budget_check_locked(s, name, bf_kind(f), charge, err)) < 0) {
+        pthread_mutex_unlock(&s->mu);
+        return rc;
     }
     if (!(sf = store__filter_new(s, name)) || catalog_add(s, sf) < 0) {
         pthread_mutex_unlock(&s->mu);
@@ -213,6 +312,9 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
         errmsg_set(err, "out of memory");
         return -ENOMEM;
     }
+    /* Reserved now; store__filter_free gives it back. */
+    atomic_store(&sf->charge, charge);
+    atomic_fetch_add(&s->charged, charge);
     /* A drop of the reserved name waits for the files to be in place. */
     pthread_mutex_lock(&sf->snap_mu);
     pthread_mutex_unlock(&s->mu);
@@ -268,6 +370,18 @@ int store_create(struct store *s, const char *name, const struct bf_params *p,
         return rc;
     if ((rc = bf_params_check(p, err)) < 0)
         return rc;
+    /* The budgets before the bits are allocated; store_create_from checks
+     * again under the catalog lock, where the room is taken. */
+    uint64_t charge;
+    struct bf_params d = *p;
+    bf_params_default(&d);
+    if (store_charge(&d, &charge) == 0) {
+        pthread_mutex_lock(&s->mu);
+        rc = budget_check_locked(s, name, d.kind, charge, err);
+        pthread_mutex_unlock(&s->mu);
+        if (rc < 0)
+            return rc;
+    }
     if (!(f = bf_create(p, err)))
         return -ENOMEM;   /* the parameters passed the check above */
     if ((rc = store_create_from(s, name, f, err)) < 0)
@@ -325,6 +439,9 @@ static int drop(struct store *s, const char *name, struct store_filter *want,
     pthread_mutex_unlock(&s->mu);
     if (rc == 0)
         store__rm_rf(tomb);
+    /* The room is free at once: a handle still held only ends its call. */
+    if (mine)
+        atomic_fetch_sub(&s->charged, atomic_exchange(&sf->charge, 0));
     if (mine)
         store_put(sf);   /* the catalog's reference */
     return rc;
@@ -467,6 +584,8 @@ struct store *store_open(const struct store_options *o, char *err)
                                          : DEFAULT_WAL_BYTES;
     s->retry_ms = o->recover_retry_ms ? o->recover_retry_ms
                                       : DEFAULT_RETRY_MS;
+    s->max_memory = o->max_memory_bytes;
+    s->max_filters = o->max_filters;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tomb_mu, NULL);
     pthread_mutex_init(&s->tmu, NULL);

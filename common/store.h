@@ -121,6 +121,9 @@ struct store_options {
                                         log's bound"); 0: default 64 MiB */
     unsigned recover_retry_ms;       /* 0: default 1000; see "Failed
                                         writes" */
+    uint64_t max_memory_bytes;       /* the memory budget ("Budgets"); 0:
+                                        none */
+    uint64_t max_filters;            /* the most filters; 0: none */
 };
 
 enum store_state {
@@ -150,10 +153,49 @@ void store_close(struct store *s);
  * err. */
 int store_name_check(const char *name, char *err);
 
+/* Budgets: a store may be given a bound on the memory its filters take
+ * (max_memory_bytes) and on their number (max_filters).  A filter is
+ * charged what it makes the store hold (store_charge): its bits, once more
+ * for the copy a checkpoint or an export takes, and, for the kinds whose
+ * pages are tracked (blocked, classic), once more for the copy behind
+ * change tracking.  A creation that would take the charges of all filters
+ * past max_memory_bytes, or their number past max_filters, is refused with
+ * -EDQUOT (err names the budget and what is taken) before the filter's
+ * memory is allocated or any file written; filters already stored are
+ * never touched, and a store opened with less budget than its filters
+ * take keeps them all (it only refuses new ones).  A drop gives the
+ * filter's charge back at once (a handle still held keeps the bits only
+ * until its call ends).  Scalable filters are
+ * charged the layers they have when created or loaded. */
+
+/* The charge of a filter created with p (store_create's parameters):
+ * 0 with *bytes set, or -EINVAL when p cannot make a filter. */
+int store_charge(const struct bf_params *p, uint64_t *bytes);
+
+struct store_budget {
+    uint64_t max_memory_bytes;   /* 0: none */
+    uint64_t charged_bytes;      /* charges of the filters held */
+    uint64_t max_filters;        /* 0: none */
+    uint64_t filters;
+};
+
+/* What the store's budgets are and how much of them is taken. */
+void store_budget(struct store *s, struct store_budget *out);
+
+/* Memory held for a while beside the filters (an import's bytes as they
+ * arrive, pushed pages until they are merged) is counted against
+ * max_memory_bytes too, while held: reserve returns 0, or -EDQUOT with err
+ * naming the budget and what (a short noun: "the import into 'x'") wanted
+ * it; every reservation is given back with release. */
+int store_reserve(struct store *s, uint64_t bytes, const char *what, char *err);
+void store_release(struct store *s, uint64_t bytes);
+
 /* Create an empty filter.  Returns 0 once it is durable; -EINVAL (bad name
  * or parameters, see bf_params_check), -EEXIST, -ESTALE (p->secret is
- * that of a dropped filter of this name: see "Tombstones"), -ENOMEM or an
- * I/O error. */
+ * that of a dropped filter of this name: see "Tombstones"), -EDQUOT (over
+ * a budget: "Budgets"), -ENOMEM or an I/O error.  The first checkpoint of
+ * the empty filter is written sparse (bf_file_save), so creating a big
+ * filter writes and fsyncs a few KiB, not its size. */
 int store_create(struct store *s, const char *name, const struct bf_params *p,
                  char *err);
 

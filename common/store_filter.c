@@ -56,6 +56,7 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
 
 void store__filter_free(struct store_filter *sf)
 {
+    atomic_fetch_sub(&sf->s->charged, atomic_load(&sf->charge));
     wal_stream_close(sf->stream);
     bf_destroy(sf->bf);
     store__pages_free(sf->pages);   /* the tracking dies with the filter */
@@ -156,6 +157,11 @@ int store__filter_install(struct store_filter *sf, struct bf *f,
         store__filter_fail(sf, "no memory for the filter's log stream", true);
         return -ENOMEM;
     }
+    /* The charge follows the bits installed (a load, a recovery). */
+    uint64_t charge = store__charge_of(f);
+    uint64_t old = atomic_exchange(&sf->charge, charge);
+    atomic_fetch_add(&sf->s->charged, charge);
+    atomic_fetch_sub(&sf->s->charged, old);
     pthread_rwlock_wrlock(&sf->lock);
     sf->bf = f;
     store__pages_reloaded(sf->pages);

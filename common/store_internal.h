@@ -70,6 +70,10 @@ struct store_filter {
                                     until first asked for */
     _Atomic uint64_t source_version;   /* store_pages_source_version */
     atomic_bool recovery_cut;    /* store_filter_recovery_cut */
+    _Atomic uint64_t charge;     /* store_charge of the bits last installed
+                                    (or reserved at creation), counted in
+                                    store.charged until the filter is
+                                    freed */
 };
 
 /* A dropped filter (store_tomb.c). */
@@ -91,6 +95,10 @@ struct store {
     struct store_filter **v;     /* catalog, under mu */
     size_t n, cap;
     uint64_t drops;              /* .dropped-N counter, under mu */
+    uint64_t max_memory;         /* budgets (store.h); 0: none */
+    uint64_t max_filters;
+    _Atomic uint64_t charged;    /* sum of the filters' charges; raised
+                                    under mu by creations */
     pthread_mutex_t tomb_mu;     /* a leaf lock: tombs, ntombs */
     struct store_tomb *tombs;    /* STORE_TOMBS_MAX, oldest first; NULL
                                     until the first */
@@ -131,6 +139,9 @@ struct store_filter **store__catalog_refs(struct store *s, size_t *n,
 /* The LSN a new checkpoint of a filter with no record in the log takes
  * (the durable one), set as its ckpt_lsn at once (see above). */
 uint64_t store__claim_lsn(struct store_filter *sf);
+
+/* The charge of f against the memory budget (store.h, "Budgets"). */
+uint64_t store__charge_of(const struct bf *f);
 
 /* A filter object in state RECOVERING holding one reference; freed by the
  * last store_put. */

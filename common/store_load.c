@@ -462,7 +462,8 @@ int store__load_all(struct store *s, char *err)
             max_lsn = e->ckpt_lsn;
         r.n++;
     }
-    qsort(r.v, r.n, sizeof(*r.v), ent_cmp);
+    if (r.n > 1)
+        qsort(r.v, r.n, sizeof(*r.v), ent_cmp);
     for (size_t i = 1; i < r.n; i++)
         if (r.v[i].id == r.v[i - 1].id) {
             ent_fail(&r.v[i], -EBADMSG, "another filter has the same "

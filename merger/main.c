@@ -6,9 +6,12 @@
  * SIGINT/SIGTERM/SIGUSR1 (before grpc_init so every gRPC thread inherits
  * the mask), load the saved state, start the round thread (merger_runner)
  * and serve bloomgrid.v1.Merger (merger_rpc) and health.  The main thread
- * waits for signals: SIGUSR1 asks for a round, SIGTERM/SIGINT stop (the
- * running round finishes, waiting RunRound calls get UNAVAILABLE) and exit
- * 0.  With --once the merger runs one round, prints its report and exits
+ * waits for signals: SIGUSR1 asks for a round, SIGHUP re-reads the TLS
+ * files, SIGTERM/SIGINT stop (the running round finishes, waiting RunRound
+ * calls get UNAVAILABLE) and exit 0.  With TLS the merger calls the nodes'
+ * internal listeners with its certificate as the client's, and its own
+ * listener verifies a client certificate when one is offered (a cluster
+ * process) without requiring one.  With --once the merger runs one round, prints its report and exits
  * (0 when the round had no error, 1 otherwise), without serving.
  */
 #include <inttypes.h>
@@ -26,8 +29,10 @@
 #include "merger_config.h"
 #include "merger_rpc.h"
 #include "merger_runner.h"
+#include "rpc_listen.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
+#include "rpc_tls.h"
 
 static const char *const health_names[] = {"", "bloomgrid.v1.Merger"};
 
@@ -51,11 +56,12 @@ static int run_once(struct merger *m)
 
 /* Serve until SIGTERM/SIGINT.  Returns the exit code. */
 static int serve(struct merger *m, const struct merger_config *cfg, int nf,
-                 const sigset_t *set)
+                 const sigset_t *set, struct rpc_tls *tls)
 {
     struct rpc_server_config sc = {.listen = cfg->listen, .threads = 2,
                                    .max_message = cfg->max_message_size,
-                                   .grace_ms = 1000};
+                                   .grace_ms = 1000, .tls = tls,
+                                   .peer = RPC_TLS_PEER_VERIFY};
     struct merger_rpc mr = {.m = m};
     struct rpc_server *srv = NULL;
     int port = -1, sig = 0;
@@ -84,10 +90,7 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
     }
     /* Tests and scripts read the bound port from this line. */
     char host[256];
-    snprintf(host, sizeof host, "%s", cfg->listen);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = 0;
+    rpc_listen_host(cfg->listen, host, sizeof host);
     printf("bloomgrid-merger listening on %s:%d\n", host, port);
     fflush(stdout);
     log_info("merger listening on %s:%d, %d filters, state in %s, a round "
@@ -99,6 +102,8 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
             continue;
         if (sig == SIGUSR1)
             merger_runner_ask(mr.run);
+        else if (sig == SIGHUP && tls)
+            rpc_tls_reload_hook(tls);
         else if (sig == SIGINT || sig == SIGTERM)
             break;
     }
@@ -127,6 +132,13 @@ int main(int argc, char **argv)
     if (log_level_parse(cfg.log_level, &lvl) == 0)
         log_set_level(lvl);
     log_set_ident("bloomgrid-merger");
+    struct rpc_listen_rule rule = {
+        .listen = once ? NULL : cfg.listen, .tls_cert = cfg.tls_cert,
+        .tls_key = cfg.tls_key, .tls_ca = cfg.tls_ca, .insecure = cfg.insecure,
+    };
+    struct rpc_tls *tls = NULL;
+    if (rpc_listen_setup(&rule, argv[0], &tls) < 0)
+        return 2;
     int nf = merger_sources_load(cfg.sources, filters, MG_MAX_FILTERS, err);
     if (nf < 0) {
         fprintf(stderr, "%s: %s\n", argv[0], err);
@@ -138,6 +150,7 @@ int main(int argc, char **argv)
     rpc_signals_block();
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
     grpc_init();
     struct merger *m = merger_create(&cfg, filters, (size_t)nf, err);
     if (!m) {
@@ -145,8 +158,9 @@ int main(int argc, char **argv)
         grpc_shutdown();
         return 1;
     }
-    rc = once ? run_once(m) : serve(m, &cfg, nf, &set);
+    rc = once ? run_once(m) : serve(m, &cfg, nf, &set, tls);
     merger_destroy(m);
+    rpc_tls_destroy(tls);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "rpc_listen.h"
 #include "settings.h"
 
 #define F(f) SETTING_FIELD(struct merger_config, f)
@@ -33,6 +34,7 @@ static const struct setting settings[] = {
      "shards pulled, merged and pushed at once (threads)"},
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info",
      F(log_level), "least severe log level printed"},
+    RPC_LISTEN_SETTINGS(struct merger_config),
 };
 
 static const struct settings_spec spec = {

@@ -23,6 +23,8 @@ struct merger_config {
     uint64_t max_message_size;
     uint64_t workers;             /* shards handled at once */
     char log_level[16];
+    char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
+    bool insecure;                /* --insecure */
 };
 
 /* Parse argv (and the --config file it names) into *c; *once is set when

@@ -10,8 +10,12 @@
  * step with the filters' states (the store itself retries recovery of
  * filters failed by a write error; damaged files stay refused).
  * SIGHUP: re-read the settings and apply the live ones (node_config.h), and
- * re-read the topology, while the server keeps serving; a refused file
- * changes nothing.
+ * re-read the topology and the TLS files, while the server keeps serving; a
+ * refused file changes nothing.
+ * Listeners (rpc_listen.h has the rule checked at start): listen serves the
+ * public service and health; with internal_listen, the internal service
+ * is served there alone (client certificates of tls_ca required with TLS),
+ * and the topology lists that address; without it, on listen too.
  * Shutdown: stop the server (in-flight calls finish or are cancelled), close
  * the store (final snapshots), exit 0.
  */
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,8 +36,10 @@
 #include "log.h"
 #include "node.h"
 #include "node_rpc.h"
+#include "rpc_listen.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
+#include "rpc_tls.h"
 #include "settings.h"
 #include "store.h"
 #include "topo.h"
@@ -158,6 +165,8 @@ static void *housekeeping_main(void *arg)
                                                              : STORE_DURABLE_FSYNC,
         .snapshot_interval_ms = (unsigned)(n->cfg.snapshot_interval_s * 1000),
         .snapshot_wal_bytes = n->cfg.snapshot_wal_mb << 20,
+        .max_memory_bytes = n->cfg.max_memory_mb << 20,
+        .max_filters = n->cfg.max_filters,
     };
 
     log_info("opening data directory %s", n->cfg.data_dir);
@@ -204,15 +213,48 @@ static void *housekeeping_main(void *arg)
     return NULL;
 }
 
+/* Descriptors: filters hold none (one log for all), so what the node
+ * spends them on is connections, checkpoint files and log segments.  The
+ * soft limit is raised to the hard one so that connections do not run the
+ * log out of descriptors. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            log_info("file descriptors: soft limit raised from %llu to %llu",
+                     (unsigned long long)was, (unsigned long long)rl.rlim_cur);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static struct node n;
     int rc = node_config_load(&n.cfg, argc, argv);
     if (rc != 0)
         return rc > 0 ? 0 : 2;
+    struct rpc_listen_rule rule = {
+        .listen = n.cfg.listen, .internal_listen = n.cfg.internal_listen,
+        .has_internal = true, .tls_cert = n.cfg.tls_cert, .tls_key = n.cfg.tls_key,
+        .tls_ca = n.cfg.tls_ca, .insecure = n.cfg.insecure,
+    };
+    struct rpc_tls *tls = NULL;
+    if (rpc_listen_setup(&rule, argv[0], &tls) < 0)
+        return 2;
 
     apply_log_level(&n.cfg);
     log_set_ident("bloomgrid-node");
+    raise_nofile();
+    if (n.cfg.max_memory_mb == 0) {
+        n.cfg.max_memory_mb = node_config_default_memory_mb();
+        log_info("max_memory_mb = %llu (three quarters of this machine's memory)",
+                 (unsigned long long)n.cfg.max_memory_mb);
+    }
     if (strcmp(n.cfg.durability, "none") == 0)
         log_warn("durability none: writes are acknowledged before they reach "
                  "the disk; a machine crash loses the most recent ones");
@@ -227,14 +269,20 @@ int main(int argc, char **argv)
     reload_args.argc = argc;
     reload_args.argv = argv;
     rpc_signals_on_hup(reload_settings, &n);
+    if (tls)
+        rpc_signals_on_hup(rpc_tls_reload_hook, tls);
     grpc_init();
 
     struct rpc_server_config sc = {
         .listen = n.cfg.listen,
+        .tls = tls,
         .threads = (int)n.cfg.threads,
         .max_message = n.cfg.max_message_size,
         .grace_ms = (int)n.cfg.shutdown_grace_ms,
         .max_streams = (int)n.cfg.max_streams,
+        .stream_idle_ms = (int)n.cfg.stream_idle_ms,
+        .internal_streams = (int)n.cfg.internal_streams,
+        .conn_idle_ms = (int)n.cfg.conn_idle_ms,
     };
     n.srv = rpc_server_create(&sc);
     if (!n.srv) {
@@ -247,36 +295,58 @@ int main(int argc, char **argv)
         log_error("handler tables do not match the service descriptors");
         return 1;
     }
-    rpc_server_add_service(n.srv, &bloomgrid__v1__bloom_grid__descriptor,
-                           node_rpc_public, &n);
-    rpc_server_add_service(n.srv, &bloomgrid__v1__internal__descriptor,
-                           node_rpc_internal, &n);
-    static const char *const served[] = {"bloomgrid.v1.BloomGrid", "bloomgrid.v1.Internal",
-                                         "grpc.health.v1.Health", NULL};
-    if (rpc_reflect_add(n.srv, served) != 0)
+    int ili = RPC_LISTENER_MAIN;   /* the listener of the internal service */
+    if (n.cfg.internal_listen[0]) {
+        struct rpc_listener il = {.listen = n.cfg.internal_listen, .tls = tls,
+                                  .peer = RPC_TLS_PEER_REQUIRE};
+        int li = rpc_server_add_listener(n.srv, &il);
+        if (li < 0) {
+            log_error("cannot add the listener %s: %s", n.cfg.internal_listen,
+                      strerror(-li));
+            return 1;
+        }
+        ili = li;
+    }
+    rpc_server_add_service_on(n.srv, &bloomgrid__v1__bloom_grid__descriptor,
+                              node_rpc_public, &n, 1u << RPC_LISTENER_MAIN);
+    rpc_server_add_service_on(n.srv, &bloomgrid__v1__internal__descriptor,
+                              node_rpc_internal, &n, 1u << ili);
+    /* Reflection is on every listener; with an internal listener it lists
+     * what the public one serves. */
+    static const char *const served[] = {"bloomgrid.v1.BloomGrid", "grpc.health.v1.Health",
+                                         "bloomgrid.v1.Internal", NULL};
+    static const char *const served_public[] = {"bloomgrid.v1.BloomGrid",
+                                                "grpc.health.v1.Health", NULL};
+    if (rpc_reflect_add(n.srv, ili == RPC_LISTENER_MAIN ? served : served_public) != 0)
         log_warn("gRPC reflection unavailable");
     set_health(&n, false);
 
     int port = rpc_server_start(n.srv);
     if (port < 0) {
-        log_error("cannot listen on %s (address in use or invalid)", n.cfg.listen);
+        log_error("not starting: a listener could not be bound (see above)");
         rpc_server_destroy(n.srv);
         grpc_shutdown();
         return 1;
     }
-    /* Tests and scripts read the bound port from this line. */
-    char host[256];
-    snprintf(host, sizeof host, "%s", n.cfg.listen);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = 0;
-    printf("bloomgrid-node listening on %s:%d\n", host, port);
+    /* Tests and scripts read the bound ports from this line. */
+    char host[256], ihost[256] = "", iaddr[sizeof ihost + 16] = "";
+    rpc_listen_host(n.cfg.listen, host, sizeof host);
+    if (n.cfg.internal_listen[0]) {
+        rpc_listen_host(n.cfg.internal_listen, ihost, sizeof ihost);
+        snprintf(iaddr, sizeof iaddr, "%s:%d", ihost,
+                 rpc_server_port(n.srv, ili));
+    }
+    printf("bloomgrid-node listening on %s:%d%s%s\n", host, port,
+           iaddr[0] ? " internal " : "", iaddr);
     fflush(stdout);
-    log_info("listening on %s:%d (data %s, durability %s)", host, port,
-             n.cfg.data_dir, n.cfg.durability);
+    log_info("listening on %s:%d%s%s (%s; data %s, durability %s)", host, port,
+             iaddr[0] ? ", internal service on " : "", iaddr,
+             tls ? "TLS" : "plaintext", n.cfg.data_dir, n.cfg.durability);
     char self[sizeof host + 16];
     if (n.cfg.advertise[0])
         snprintf(self, sizeof self, "%s", n.cfg.advertise);
+    else if (iaddr[0])
+        snprintf(self, sizeof self, "%s", iaddr);
     else
         snprintf(self, sizeof self, "%s:%d", host, port);
     if (strlen(self) >= sizeof self_addr && n.cfg.topology[0]) {
@@ -322,6 +392,7 @@ int main(int argc, char **argv)
     node_sync_close(node_rpc__sync_get());
     node_rpc__sync_set(NULL);
     rpc_server_destroy(n.srv);
+    rpc_tls_destroy(tls);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

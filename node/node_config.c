@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "rpc_listen.h"
 #include "rules.h"
 #include "settings.h"
 
@@ -13,7 +15,15 @@
 
 static const struct setting settings[] = {
     {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:7400", F(listen),
-     "address to serve gRPC on, host:port (port 0 picks a free port)"},
+     "address to serve gRPC on, host:port (port 0 picks a free port); with "
+     "internal_listen set, the public service (bloomgrid.v1.BloomGrid) and "
+     "health only"},
+    {"internal_listen", SETTING_ADDR, 0, 0, NULL, "", F(internal_listen),
+     "address of the listener serving bloomgrid.v1.Internal (and health) to "
+     "routers, the merger and the other copies, host:port (port 0 picks a "
+     "free port); with TLS it requires a client certificate of tls_ca, and "
+     "must be set; the topology lists this address; empty: the internal "
+     "service is served on listen"},
     {"data_dir", SETTING_STRING, 0, 0, NULL, "./bloomgrid-data", F(data_dir),
      "directory holding the filters (checkpoints) and the node's write-ahead "
      "log (docs/STORAGE.md)"},
@@ -37,6 +47,31 @@ static const struct setting settings[] = {
     {"max_push_mb", SETTING_UINT, 1, 1 << 16, NULL, "256", F(max_push_mb),
      "most page bytes one PushPages stream may carry, in MiB (held until the "
      "stream ends); more is RESOURCE_EXHAUSTED"},
+    {"max_memory_mb", SETTING_UINT, 0, UINT64_C(1) << 40, NULL, "0", F(max_memory_mb),
+     "memory budget of the node's filters, in MiB: a filter counts its bits "
+     "three times (blocked, classic: the bits, a checkpoint copy, change "
+     "tracking) or twice (counting, scalable), and an Import's bytes and "
+     "pushed pages count while held; a CreateFilter or CreateShard past it is "
+     "RESOURCE_EXHAUSTED before anything is allocated or written "
+     "(docs/SECURITY.md, Budgets); "
+     "0: three quarters of the machine's memory (or of the cgroup's "
+     "memory.max), computed at start"},
+    {"max_filters", SETTING_UINT, 1, 1000000, NULL, "100000", F(max_filters),
+     "most filters (and shards) the node holds; one more is RESOURCE_EXHAUSTED "
+     "(filters hold no file descriptor: the node has one log for all)"},
+    {"stream_idle_ms", SETTING_UINT, 0, 86400000, NULL, "60000", F(stream_idle_ms),
+     "a public stream (AddStream, MayContainStream, Export, Import) that "
+     "receives no message, or whose client takes no answer, for this long "
+     "is ended with RESOURCE_EXHAUSTED; internal streams (routers' Batches, "
+     "pages) are exempt; 0: never"},
+    {"internal_streams", SETTING_UINT, 0, 99999, NULL, "32", F(internal_streams),
+     "of max_streams, the stream threads only internal streams (Batches, "
+     "PullPages, PushPages, ExportShard, ImportShard) may take, so public "
+     "streams cannot starve the routers and the merger; less than "
+     "max_streams"},
+    {"conn_idle_ms", SETTING_UINT, 0, 86400000, NULL, "300000", F(conn_idle_ms),
+     "a connection with no call for this long is closed, and one that has "
+     "not finished its HTTP/2 handshake within it; 0: gRPC's defaults"},
     {"threads", SETTING_UINT, 1, 256, NULL, "8", F(threads),
      "RPC worker threads (writes are answered by the commit thread once "
      "durable, so no worker waits for an fsync: about the number of cores)"},
@@ -54,8 +89,8 @@ static const struct setting settings[] = {
      "from the other copies of its group; SIGHUP re-reads it; empty: a node "
      "of its own"},
     {"advertise", SETTING_ADDR, 1, 0, NULL, "", F(advertise),
-     "host:port of this node as the topology lists it; empty: the listen "
-     "host with the port bound"},
+     "host:port of this node as the topology lists it; empty: the host of "
+     "internal_listen (or of listen, without it) with the port bound"},
     {"role", SETTING_STRING, 0, 0, NULL, "", F(role),
      "gone: refused (a group is now a list of equal copies: set topology)"},
     {"primary", SETTING_STRING, 0, 0, NULL, "", F(primary),
@@ -64,6 +99,7 @@ static const struct setting settings[] = {
      F(replicate_interval_ms),
      "with a topology: milliseconds between pulls of the pages that changed "
      "on the other copies of the node's group (anti-entropy)"},
+    RPC_LISTEN_SETTINGS(struct node_config),
 };
 
 static const struct settings_spec spec = {
@@ -78,9 +114,17 @@ static const struct settings_spec spec = {
     .count = sizeof settings / sizeof settings[0],
 };
 
-/* Settings that are gone: refused with what replaces them. */
+/* Settings that are gone: refused with what replaces them; settings that
+ * must agree. */
 static int gone_check(const struct node_config *c, char *err, size_t len)
 {
+    if (c->internal_streams >= c->max_streams) {
+        snprintf(err, len, "internal_streams = %llu must be less than "
+                 "max_streams = %llu (public streams need threads too)",
+                 (unsigned long long)c->internal_streams,
+                 (unsigned long long)c->max_streams);
+        return -1;
+    }
     if (c->role[0] || c->primary[0]) {
         snprintf(err, len, "%s is gone: a shard group is a list of equal copies "
                  "in the topology file (copies = HOST:PORT ...); set topology = "
@@ -117,6 +161,45 @@ int node_config_reload(struct node_config *c, int argc, char **argv, char *err)
         rc = settings_apply(&spec, c, next);
     free(next);
     return rc;
+}
+
+/* The cgroup v2 bound on this process's memory, or 0. */
+static uint64_t cgroup_memory_max(void)
+{
+    char path[512] = "/sys/fs/cgroup", line[512];
+    unsigned long long v = 0;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+
+    /* "0::/PATH": the unified hierarchy. */
+    if (f) {
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "0::", 3) == 0) {
+                line[strcspn(line, "\n")] = 0;
+                snprintf(path, sizeof path, "/sys/fs/cgroup%.400s/memory.max",
+                         line + 3);
+            }
+        fclose(f);
+    }
+    f = fopen(path, "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%llu", &v) != 1)   /* "max": none */
+        v = 0;
+    fclose(f);
+    return v;
+}
+
+uint64_t node_config_default_memory_mb(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t mem = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize
+                                          : UINT64_C(1) << 30;
+    uint64_t cg = cgroup_memory_max();
+
+    if (cg && cg < mem)
+        mem = cg;
+    uint64_t mb = (mem / 4 * 3) >> 20;
+    return mb ? mb : 1;
 }
 
 void node_config_usage(FILE *out, const char *prog)

@@ -28,6 +28,12 @@ struct node_config {
     _Atomic uint64_t max_key_size;      /* live */
     uint64_t max_message_size;
     uint64_t max_push_mb;         /* page bytes per PushPages stream */
+    uint64_t max_memory_mb;       /* memory budget of the filters; 0 at
+                                     load: computed (node_config_memory) */
+    uint64_t max_filters;
+    uint64_t stream_idle_ms;      /* 0: streams never idle out */
+    uint64_t internal_streams;    /* stream threads kept for internal calls */
+    uint64_t conn_idle_ms;
     uint64_t threads;
     uint64_t max_streams;
     uint64_t shutdown_grace_ms;
@@ -37,6 +43,9 @@ struct node_config {
     char role[16];                /* gone: refused when set */
     char primary[256];            /* gone: refused when set */
     _Atomic uint64_t replicate_interval_ms;   /* live */
+    char internal_listen[256];    /* the Internal service's address, or "" */
+    char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
+    bool insecure;                /* --insecure */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node
@@ -50,6 +59,10 @@ int node_config_load(struct node_config *c, int argc, char **argv);
  * settings changed, or -1 with a message in err (SETTINGS_ERRLEN bytes)
  * when the file or a flag is refused; c is then untouched. */
 int node_config_reload(struct node_config *c, int argc, char **argv, char *err);
+
+/* The default of max_memory_mb: three quarters of the machine's memory
+ * (physical pages, or the cgroup's memory.max when lower), in MiB. */
+uint64_t node_config_default_memory_mb(void);
 
 /* Print the --help text with every setting. */
 void node_config_usage(FILE *out, const char *prog);

@@ -350,11 +350,22 @@ void node_rpc__h_remove_hashes(void *arg, const uint8_t *req, size_t len,
 void node_rpc__h_node_info(void *arg, const uint8_t *req, size_t len,
                            struct rpc_reply *r)
 {
-    (void)arg;
+    struct node *n = arg;
     UNPACK_OR_FAIL(Bloomgrid__V1__NodeInfoRequest, bloomgrid__v1__node_info_request,
                    m, req, len, r);
     Bloomgrid__V1__NodeInfoResponse resp = BLOOMGRID__V1__NODE_INFO_RESPONSE__INIT;
     node_rpc__batch_counters(&resp);
+    /* The budgets a router checks a new filter against; while the store
+     * opens only the bounds are known. */
+    struct store *s = node_store(n);
+    struct store_budget b = {.max_memory_bytes = n->cfg.max_memory_mb << 20,
+                             .max_filters = n->cfg.max_filters};
+    if (s)
+        store_budget(s, &b);
+    resp.max_memory_bytes = b.max_memory_bytes;
+    resp.charged_bytes = b.charged_bytes;
+    resp.max_filters = b.max_filters;
+    resp.filters = b.filters;
     rpc_reply_pack(r, &resp.base);
     bloomgrid__v1__node_info_request__free_unpacked(m, NULL);
 }

@@ -159,7 +159,8 @@ gone:
 struct push_msgs {
     Bloomgrid__V1__PushPagesRequest **v;
     size_t n, cap;
-    uint64_t bytes;
+    uint64_t bytes;              /* kept, and reserved in s (max_memory_mb) */
+    struct store *s;
 };
 
 static void push_msgs_free(struct push_msgs *pm)
@@ -167,6 +168,8 @@ static void push_msgs_free(struct push_msgs *pm)
     for (size_t i = 0; i < pm->n; i++)
         bloomgrid__v1__push_pages_request__free_unpacked(pm->v[i], NULL);
     free(pm->v);
+    if (pm->s)
+        store_release(pm->s, pm->bytes);
 }
 
 /* Check one page against the shard's body; false with r set. */
@@ -205,10 +208,17 @@ static bool push_keep(struct push_msgs *pm, Bloomgrid__V1__PushPagesRequest *m,
                         label, limit >> 20);
         goto refuse;
     }
+    char err[STORE_ERRLEN];
+    if (store_reserve(pm->s, m->data.len, "PushPages", err) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: %s; nothing was "
+                        "applied", label, err);
+        goto refuse;
+    }
     if (pm->n == pm->cap) {
         size_t cap = pm->cap ? 2 * pm->cap : 64;
         void *nv = realloc(pm->v, cap * sizeof *pm->v);
         if (!nv) {
+            store_release(pm->s, m->data.len);
             rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto refuse;
         }
@@ -334,6 +344,7 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
     /* Nothing is kept before the shard and its identity are known. */
     if (!(sf = push_open(n, h, label, &g, &r)))
         goto done;
+    pm.s = node_store(n);
     uint64_t source_version = h->source_version;
     if (h->data.len) {
         if (!push_page_ok(h, g.body_bytes, label, &r) ||

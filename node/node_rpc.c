@@ -139,6 +139,10 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
         rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION, "filter \"%s\": %s",
                         name, err && err[0] ? err : "dropped");
         break;
+    case -EDQUOT:   /* a budget: store.h, "Budgets" */
+        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s",
+                        err && err[0] ? err : "over a budget of the node");
+        break;
     case -ENOSPC:
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
                         "filter \"%s\": disk full (%s); nothing was acknowledged",

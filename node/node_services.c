@@ -35,11 +35,11 @@ const struct rpc_handler node_rpc_internal[] = {
     {.unary = node_rpc__h_add_hashes},
     {.unary = node_rpc__h_may_contain_hashes},
     {.unary = node_rpc__h_remove_hashes},
-    {.stream = node_rpc__h_pull_pages},
-    {.stream = node_rpc__h_push_pages},
-    {.stream = node_rpc__h_export_shard},
-    {.stream = node_rpc__h_import_shard},
-    {.stream = node_rpc__h_batches},
+    {.stream = node_rpc__h_pull_pages, .internal = true},
+    {.stream = node_rpc__h_push_pages, .internal = true},
+    {.stream = node_rpc__h_export_shard, .internal = true},
+    {.stream = node_rpc__h_import_shard, .internal = true},
+    {.stream = node_rpc__h_batches, .internal = true},
     {.unary = node_rpc__h_node_info},
 };
 

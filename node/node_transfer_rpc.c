@@ -191,6 +191,7 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     char name[STORE_NAME_MAX + 1] = "";
     char err[STORE_ERRLEN] = "";
     size_t limit = 0;
+    uint64_t reserved = 0;       /* of max_memory_mb (store_reserve) */
 
     struct store *s = node_rpc__need_store(n, &r);
     if (!s || (!shard && node_rpc__refuse_public(&r, "Import", true)))
@@ -231,8 +232,19 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
                             "ImportRequest names filter \"%s\" after \"%s\"",
                             m->filter, name);
         }
-        int arc = r.st.code == GRPC_STATUS_OK ? bytebuf_append(&mb, m->data.data, m->data.len)
-                                           : 0;
+        /* The file's bytes, and the filter parsed from them, count
+         * against max_memory_mb while the import runs. */
+        int arc = 0;
+        if (r.st.code == GRPC_STATUS_OK && m->data.len && mb.len + m->data.len <= mb.max) {
+            char what[STORE_NAME_MAX + 32];
+            snprintf(what, sizeof what, "the import into \"%s\"", name);
+            if (store_reserve(s, 2 * (uint64_t)m->data.len, what, err) < 0)
+                rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+            else
+                reserved += 2 * (uint64_t)m->data.len;
+        }
+        if (r.st.code == GRPC_STATUS_OK)
+            arc = bytebuf_append(&mb, m->data.data, m->data.len);
         if (arc == -E2BIG)
             rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED,
                             "import is larger (%zu+ bytes) than any file "
@@ -303,6 +315,8 @@ out:
     if (sf)
         store_put(sf);
     bytebuf_deinit(&mb);
+    if (reserved)
+        store_release(s, reserved);
 }
 
 void node_rpc__h_import(void *arg, struct rpc_stream *st)

@@ -4,8 +4,10 @@
  * one), block SIGINT/SIGTERM/SIGHUP (before grpc_init so every gRPC thread
  * inherits the mask), start listening.  The main thread waits for signals:
  * SIGHUP reloads the topology (calls in flight keep the one they started
- * with; a bad file is refused and logged with its line), SIGTERM/SIGINT stop
- * the server (in-flight calls finish or are cancelled) and exit 0.
+ * with; a bad file is refused and logged with its line) and the TLS files,
+ * SIGTERM/SIGINT stop the server (in-flight calls finish or are cancelled)
+ * and exit 0.  With TLS the router serves TLS and calls the nodes'
+ * internal listeners with its certificate (tls_cert) as the client's.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -19,8 +21,10 @@
 #include "router.h"
 #include "router_config.h"
 #include "router_rpc.h"
+#include "rpc_listen.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
+#include "rpc_tls.h"
 #include "topo.h"
 
 static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid"};
@@ -72,6 +76,13 @@ int main(int argc, char **argv)
     if (log_level_parse(cfg.log_level, &lvl) == 0)
         log_set_level(lvl);
     log_set_ident("bloomgrid-router");
+    struct rpc_listen_rule rule = {
+        .listen = cfg.listen, .tls_cert = cfg.tls_cert, .tls_key = cfg.tls_key,
+        .tls_ca = cfg.tls_ca, .insecure = cfg.insecure,
+    };
+    struct rpc_tls *tls = NULL;
+    if (rpc_listen_setup(&rule, argv[0], &tls) < 0)
+        return 2;
 
     struct topo *t = topo_load(cfg.topology, err);
     if (!t) {
@@ -91,10 +102,13 @@ int main(int argc, char **argv)
 
     rpc_signals_block();
     rpc_signals_on_hup(reload_topology, &r);
+    if (tls)
+        rpc_signals_on_hup(rpc_tls_reload_hook, tls);
     grpc_init();
 
     struct rpc_server_config sc = {
         .listen = cfg.listen,
+        .tls = tls,
         .threads = (int)cfg.threads,
         .max_deferred = (int)cfg.max_deferred,
         .max_message = cfg.max_message_size,
@@ -117,7 +131,7 @@ int main(int argc, char **argv)
         log_warn("gRPC reflection unavailable");
     int port = rpc_server_start(r.srv);
     if (port < 0) {
-        log_error("cannot listen on %s (address in use or invalid)", cfg.listen);
+        log_error("not starting: cannot listen on %s (see above)", cfg.listen);
         rpc_server_destroy(r.srv);
         grpc_shutdown();
         return 1;
@@ -125,14 +139,12 @@ int main(int argc, char **argv)
     set_health(&r, true);
     /* Tests and scripts read the bound port from this line. */
     char host[256];
-    snprintf(host, sizeof host, "%s", cfg.listen);
-    char *colon = strrchr(host, ':');
-    if (colon)
-        *colon = 0;
+    rpc_listen_host(cfg.listen, host, sizeof host);
     printf("bloomgrid-router listening on %s:%d\n", host, port);
     fflush(stdout);
-    log_info("listening on %s:%d (topology %s, %llu shards by default)", host, port,
-             cfg.topology, (unsigned long long)cfg.default_shards);
+    log_info("listening on %s:%d (%s; topology %s, %llu shards by default)", host,
+             port, tls ? "TLS" : "plaintext", cfg.topology,
+             (unsigned long long)cfg.default_shards);
 
     int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));
@@ -140,6 +152,7 @@ int main(int argc, char **argv)
     rpc_server_shutdown(r.srv);
     rpc_server_destroy(r.srv);
     router_deinit(&r);
+    rpc_tls_destroy(tls);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

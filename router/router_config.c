@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "rpc_listen.h"
 #include "rules.h"
 #include "settings.h"
 
@@ -48,6 +49,7 @@ static const struct setting settings[] = {
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
+    RPC_LISTEN_SETTINGS(struct router_config),
 };
 
 static const struct settings_spec spec = {

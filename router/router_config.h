@@ -8,6 +8,7 @@
 #ifndef BLOOMGRID_ROUTER_CONFIG_H
 #define BLOOMGRID_ROUTER_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -26,6 +27,8 @@ struct router_config {
     uint64_t node_queue_mb;
     uint64_t shutdown_grace_ms;
     char log_level[16];
+    char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
+    bool insecure;                /* --insecure */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the router

@@ -22,11 +22,13 @@
 #include "router_rpc.h"
 #include "rpc_client.h"
 #include "rules.h"
+#include "store.h"
 
 #define M_CREATE "/bloomgrid.v1.Internal/CreateShard"
 #define M_DROP "/bloomgrid.v1.Internal/DropShard"
 #define M_GET "/bloomgrid.v1.Internal/GetShard"
 #define M_LIST "/bloomgrid.v1.Internal/ListShards"
+#define M_NODE_INFO "/bloomgrid.v1.Internal/NodeInfo"
 
 /* ---- catalog ---- */
 
@@ -309,6 +311,129 @@ static grpc_slice create_req(const void *ctx, uint32_t s)
     return router_rpc__pack_slice(&m.base);
 }
 
+/* What one node of the groups would take of a new filter. */
+struct node_need {
+    const char *addr;
+    const char *group;
+    uint64_t bytes;             /* charges of its shards (store_charge) */
+    uint32_t shards;
+};
+
+static double mib(uint64_t b)
+{
+    return (double)b / (1024.0 * 1024.0);
+}
+
+/* Does node i's answer leave room for what it would take?  Returns true,
+ * or false with st set (RESOURCE_EXHAUSTED naming the node's budget). */
+static bool need_fits(const char *name, const struct node_need *nd,
+                      const Bloomgrid__V1__NodeInfoResponse *ni,
+                      struct rpc_status *st)
+{
+    if (ni->max_memory_bytes &&
+        (nd->bytes > ni->max_memory_bytes ||
+         ni->charged_bytes > ni->max_memory_bytes - nd->bytes)) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                       "CreateFilter \"%s\": node %s (group %s) would exceed its "
+                       "budget max_memory_mb = %llu: its %u shards of this filter "
+                       "count %.1f MiB (bits and the copies the node keeps: "
+                       "docs/SECURITY.md, Budgets) "
+                       "and %.1f MiB are taken; ask for a smaller filter or add "
+                       "groups; nothing was created", name, nd->addr, nd->group,
+                       (unsigned long long)(ni->max_memory_bytes >> 20), nd->shards,
+                       mib(nd->bytes), mib(ni->charged_bytes));
+        return false;
+    }
+    if (ni->max_filters && ni->filters + nd->shards > ni->max_filters) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                       "CreateFilter \"%s\": node %s (group %s) holds %llu "
+                       "filters and shards of its budget max_filters = %llu, "
+                       "and this filter would add %u; nothing was created",
+                       name, nd->addr, nd->group, (unsigned long long)ni->filters,
+                       (unsigned long long)ni->max_filters, nd->shards);
+        return false;
+    }
+    return true;
+}
+
+/* The whole filter against the budgets of every node that would hold a
+ * shard of it, before any shard is created: each node's NodeInfo says its
+ * bounds and what is taken, store_charge what a shard of c would take
+ * there.  A node that does not answer is left to the creation itself
+ * (which then fails on it and is rolled back).  Returns 0, or -1 with st
+ * set. */
+static int budget_check(struct router *r, const struct topo *t,
+                        const struct router_filter *f, const struct router_create *c,
+                        uint64_t per_shard, struct rpc_status *st)
+{
+    struct bf_params p = {.kind = c->kind == 0 ? BF_KIND_BLOCKED : (enum bf_kind)c->kind,
+                          .capacity = per_shard, .error_rate = c->error_rate,
+                          .shard_count = c->shards};
+    struct node_need *need = NULL;
+    struct rpc_multi *calls = NULL;
+    size_t nn = 0, cap = 0;
+    uint64_t charge;
+    int rc = 0;
+
+    if (store_charge(&p, &charge) < 0)
+        return 0;   /* the nodes refuse the parameters themselves */
+    for (uint32_t s = 0; s < c->shards; s++) {
+        const struct topo_group *g = &t->groups[f->group[s]];
+        for (unsigned k = 0; k < g->ncopies; k++) {
+            size_t i = 0;
+            while (i < nn && strcmp(need[i].addr, g->copies[k]) != 0)
+                i++;
+            if (i == nn) {
+                if (nn == cap) {
+                    struct node_need *nv = realloc(need, (cap ? 2 * cap : 8) * sizeof *nv);
+                    if (!nv)
+                        goto nomem;
+                    need = nv;
+                    cap = cap ? 2 * cap : 8;
+                }
+                need[nn++] = (struct node_need){.addr = g->copies[k], .group = g->name};
+            }
+            need[i].bytes += charge;
+            need[i].shards++;
+        }
+    }
+    Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;
+    if (!(calls = calloc(nn ? nn : 1, sizeof *calls)))
+        goto nomem;
+    for (size_t i = 0; i < nn; i++) {
+        calls[i].req = router_rpc__pack_slice(&rq.base);
+        calls[i].resp = grpc_empty_slice();
+        calls[i].ch = router_channel(r, need[i].addr);
+        calls[i].method = M_NODE_INFO;
+        calls[i].timeout_ms = (int)r->cfg.node_timeout_ms;
+        if (!calls[i].ch) {
+            router_rpc__multi_free(calls, i + 1);
+            calls = NULL;
+            goto nomem;
+        }
+    }
+    rpc_call_many(calls, nn);
+    for (size_t i = 0; i < nn && rc == 0; i++) {
+        if (calls[i].rc != 0)
+            continue;
+        Bloomgrid__V1__NodeInfoResponse *ni = bloomgrid__v1__node_info_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(calls[i].resp), GRPC_SLICE_START_PTR(calls[i].resp));
+        if (ni && !need_fits(c->name, &need[i], ni, st))
+            rc = -1;
+        if (ni)
+            bloomgrid__v1__node_info_response__free_unpacked(ni, NULL);
+    }
+    if (rc < 0)
+        log_warn("%s", st->message);
+    router_rpc__multi_free(calls, nn);
+    free(need);
+    return rc;
+nomem:
+    free(need);
+    rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+}
+
 int router_create_filter(struct router *r, const struct router_create *c,
                          struct router_filter_desc *out, struct rpc_status *st)
 {
@@ -344,6 +469,8 @@ int router_create_filter(struct router *r, const struct router_create *c,
         list[s] = s;
     struct create_ctx x = {.c = c, .t = t, .secret = secret,
                            .per_shard = rules_shard_capacity(c->capacity, S)};
+    if (budget_check(r, t, f, c, x.per_shard, st) < 0)
+        goto out;
     if (fan_run(r, t, f, list, S, M_CREATE, create_req, &x, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
@@ -672,7 +799,8 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
             shard_desc_failed(sd, s, node, &rs);
         }
     }
-    qsort(d, nd, sizeof *d, desc_cmp);
+    if (nd > 1)   /* d is NULL when there is nothing */
+        qsort(d, nd, sizeof *d, desc_cmp);
     *out = d;
     *nout = nd;
     d = NULL;

@@ -11,6 +11,18 @@
 #define PROBE_FILTER "topology-probe"
 #define PROBE_SHARDS 16
 
+/* A node's address in the topology, and the channel of its internal
+ * service: the internal listener's when it has one. */
+static const char *topo_addr(const struct node_proc *np)
+{
+    return np->iaddr[0] ? np->iaddr : np->addr;
+}
+
+static struct rpc_channel *internal_ch(const struct node_proc *np)
+{
+    return np->ich ? np->ich : np->ch;
+}
+
 void cluster_init(struct cluster *c, const char *tag, const char *durability)
 {
     memset(c, 0, sizeof *c);
@@ -37,9 +49,15 @@ void cluster_start_flags(struct cluster *c, const char *tag, int nnodes, int nro
 void cluster_start_copies(struct cluster *c, const char *tag, int ngroups, int copies,
                           const char *head, int nrouters)
 {
+    cluster_init(c, tag, "fsync");
+    cluster_run_copies(c, ngroups, copies, head, nrouters);
+}
+
+void cluster_run_copies(struct cluster *c, int ngroups, int copies, const char *head,
+                        int nrouters)
+{
     int n = ngroups * copies;
     CHECK(n <= CLUSTER_MAX_NODES, "%d nodes", n);
-    cluster_init(c, tag, "fsync");
     c->copies = copies;
     snprintf(c->topo_head, sizeof c->topo_head, "%s", head ? head : "");
     /* The ports are known once the nodes listen: start them, write the
@@ -74,10 +92,20 @@ void cluster_stop(struct cluster *c)
 
 void cluster_node_start(struct cluster *c, int i, int port, const char *const *more)
 {
-    char listen[64];
-    const char *extra[8 + CLUSTER_MAX_FLAGS + 1] = {"--durability", c->durability,
-                                                    "--threads", "4"};
+    char listen[64], ilisten[64];
+    const char *extra[10 + 3 * CLUSTER_MAX_FLAGS + 1] = {"--durability", c->durability,
+                                                         "--threads", "4"};
     int a = 4;
+    if (c->internal) {
+        /* A restart keeps the internal port the topology lists. */
+        snprintf(ilisten, sizeof ilisten, "127.0.0.1:%d", port ? c->node[i].iport : 0);
+        extra[a++] = "--internal-listen";
+        extra[a++] = ilisten;
+    }
+    for (int k = 0; c->node_flags && c->node_flags[k]; k++) {
+        CHECK(k < 2 * CLUSTER_MAX_FLAGS, "too many node flags");
+        extra[a++] = c->node_flags[k];
+    }
     if (c->node_topo) {
         extra[a++] = "--topology";
         extra[a++] = c->topo;
@@ -119,9 +147,13 @@ void cluster_router_start(struct cluster *c, int i, const char *const *more)
 {
     struct node_proc *rp = &c->router[i];
     char log[sizeof rp->log];
-    const char *extra[4 + CLUSTER_MAX_FLAGS + 1] = {"--node-timeout-ms", "3000",
-                                                    "--threads", "4"};
+    const char *extra[4 + 3 * CLUSTER_MAX_FLAGS + 1] = {"--node-timeout-ms", "3000",
+                                                        "--threads", "4"};
     int a = 4;
+    for (int k = 0; c->router_flags && c->router_flags[k]; k++) {
+        CHECK(k < 2 * CLUSTER_MAX_FLAGS, "too many router flags");
+        extra[a++] = c->router_flags[k];
+    }
     CHECK(i >= 0 && i < CLUSTER_MAX_ROUTERS, "router %d", i);
     for (int k = 0; more && more[k]; k++) {
         CHECK(k < CLUSTER_MAX_FLAGS, "too many router flags");
@@ -145,7 +177,7 @@ void cluster_write_topo(struct cluster *c, int n, bool reversed, const char *ext
         int g = reversed ? groups - 1 - k : k;
         fprintf(f, "[group g%d]\ncopies =", g);
         for (int i = g * c->copies; i < (g + 1) * c->copies; i++)
-            fprintf(f, " %s", c->node[i].addr);
+            fprintf(f, " %s", topo_addr(&c->node[i]));
         fprintf(f, "\n\n");
     }
     if (extra)
@@ -161,7 +193,7 @@ void cluster_view_start(struct cluster *c, int i, struct node_proc *view)
     FILE *f = fopen(path, "w");
     CHECK(f, "open %s", path);
     fprintf(f, "version = %llu\n[group g0]\ncopies = %s\n", c->topo_version,
-            c->node[i].addr);
+            topo_addr(&c->node[i]));
     fclose(f);
     router_start(view, log, path, NULL);
     CHECK(node_wait_health(view, true, 10000), "view router of node %d", i);
@@ -174,7 +206,7 @@ static bool probe_matches(const struct cluster *c, const Bloomgrid__V1__FilterIn
     bool used[CLUSTER_MAX_NODES] = {false};
     for (size_t s = 0; s < fi->n_shard_info; s++) {
         int j = 0;
-        while (j < n && strcmp(fi->shard_info[s]->node, c->node[nodes[j]].addr) != 0)
+        while (j < n && strcmp(fi->shard_info[s]->node, topo_addr(&c->node[nodes[j]])) != 0)
             j++;
         if (j == n)
             return false;   /* a shard on a node not in the set */
@@ -199,7 +231,7 @@ static void probe_drop(struct cluster *c, int r, const char *name)
             continue;
         Bloomgrid__V1__ListShardsRequest rq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
         Bloomgrid__V1__ListShardsResponse *ls = NULL;
-        CHECK(rpc_call(c->node[i].ch, "/bloomgrid.v1.Internal/ListShards", &rq.base,
+        CHECK(rpc_call(internal_ch(&c->node[i]), "/bloomgrid.v1.Internal/ListShards", &rq.base,
                        &bloomgrid__v1__list_shards_response__descriptor,
                        (ProtobufCMessage **)&ls, TIMEOUT_MS, &st) == 0,
               "ListShards on node %d: %s", i, st.message);
@@ -210,7 +242,7 @@ static void probe_drop(struct cluster *c, int r, const char *name)
             ProtobufCMessage *resp = NULL;
             ref.filter = (char *)name;
             ref.shard_index = ls->shards[k]->shard_index;
-            CHECK(rpc_call(c->node[i].ch, "/bloomgrid.v1.Internal/DropShard", &ref.base,
+            CHECK(rpc_call(internal_ch(&c->node[i]), "/bloomgrid.v1.Internal/DropShard", &ref.base,
                            &bloomgrid__v1__drop_shard_response__descriptor, &resp,
                            TIMEOUT_MS, &st) == 0,
                   "drop shard %u of %s on node %d: %s", ref.shard_index, name, i,

@@ -34,6 +34,13 @@ struct cluster {
     unsigned long long topo_version;   /* written as version = (from 1) */
     char topo_head[256];        /* settings written before the groups */
     bool node_topo;             /* nodes start with --topology */
+    /* Set after cluster_init, before starting processes (all may be left
+     * unset): flags every node and every router gets (NULL-terminated),
+     * and whether nodes listen on an internal address too
+     * (--internal-listen; the topology then lists those addresses). */
+    const char *const *node_flags;
+    const char *const *router_flags;
+    bool internal;
 };
 
 /* Set c up on a fresh temporary directory named after tag, with nodes of
@@ -57,6 +64,10 @@ void cluster_start_flags(struct cluster *c, const char *tag, int nnodes, int nro
  * nrouters routers.  Nodes run with durability fsync. */
 void cluster_start_copies(struct cluster *c, const char *tag, int ngroups, int copies,
                           const char *head, int nrouters);
+/* The same on a cluster already set up with cluster_init (durability
+ * fsync): its node_flags, router_flags and internal apply. */
+void cluster_run_copies(struct cluster *c, int ngroups, int copies, const char *head,
+                        int nrouters);
 
 /* Stop every router (each must exit 0 on SIGTERM) and every running node. */
 void cluster_stop(struct cluster *c);

@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -78,6 +79,24 @@ double harness_now_s(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static uint64_t du_bytes;
+
+static int du_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)p;
+    (void)flag;
+    (void)ftw;
+    du_bytes += (uint64_t)st->st_blocks * 512;
+    return 0;
+}
+
+uint64_t harness_du(const char *dir)
+{
+    du_bytes = 0;
+    CHECK(nftw(dir, du_one, 16, FTW_PHYS) == 0, "cannot walk %s", dir);
+    return du_bytes;
+}
+
 int harness_log_count(const char *path, const char *needle)
 {
     FILE *f = fopen(path, "r");
@@ -128,12 +147,21 @@ void proc_spawn(struct node_proc *p, const char *log, const char *const *argv)
     CHECK(s != NULL, "%s did not start (see %s): \"%s\"", argv[0], log, buf);
     s += strlen("listening on ");
     s[strcspn(s, "\n")] = 0;
+    char *internal = strstr(s, " internal ");
+    if (internal) {
+        *internal = 0;
+        snprintf(p->iaddr, sizeof p->iaddr, "%s", internal + strlen(" internal "));
+        char *icolon = strrchr(p->iaddr, ':');
+        p->iport = icolon ? atoi(icolon + 1) : 0;
+    }
     snprintf(p->addr, sizeof p->addr, "%s", s);
     char *colon = strrchr(p->addr, ':');
     p->port = colon ? atoi(colon + 1) : 0;
     p->pid = pid;
     p->ch = rpc_channel_create(p->addr, 0);
     CHECK(p->ch != NULL, "channel");
+    if (p->iaddr[0])
+        CHECK((p->ich = rpc_channel_create(p->iaddr, 0)), "channel");
 }
 
 void node_start(struct node_proc *np, const char *dir, const char *const *extra)
@@ -175,6 +203,10 @@ int node_stop(struct node_proc *np, int sig)
     if (np->ch) {
         rpc_channel_destroy(np->ch);
         np->ch = NULL;
+    }
+    if (np->ich) {
+        rpc_channel_destroy(np->ich);
+        np->ich = NULL;
     }
     if (np->pid <= 0)
         return -1;
@@ -518,6 +550,10 @@ void t_node_info(struct rpc_channel *ch, struct node_info *out)
     out->read_streams = resp->read_streams;
     out->write_streams = resp->write_streams;
     out->mixed_streams = resp->mixed_streams;
+    out->max_memory_bytes = resp->max_memory_bytes;
+    out->charged_bytes = resp->charged_bytes;
+    out->max_filters = resp->max_filters;
+    out->filters = resp->filters;
     bloomgrid__v1__node_info_response__free_unpacked(resp, NULL);
 }
 

@@ -46,6 +46,11 @@ struct node_proc {
     char dir[512];
     char log[600];
     struct rpc_channel *ch;
+    /* A node with internal_listen: that listener's address and a channel to
+     * it (iaddr "", iport 0 and ich NULL otherwise). */
+    int iport;
+    char iaddr[64];
+    struct rpc_channel *ich;
 };
 
 /* ---- time and files ---- */
@@ -55,15 +60,19 @@ void harness_tmpdir(char *out, size_t len, const char *tag);
 void harness_sleep_ms(int ms);
 /* Monotonic seconds, for the timings tests print (never for assertions). */
 double harness_now_s(void);
+/* Bytes the files under dir take on disk (allocated blocks, as du). */
+uint64_t harness_du(const char *dir);
 /* Lines of the file at path that contain needle (0 when it cannot be read).
  * Only for what a process reports nowhere but its log: say why where used. */
 int harness_log_count(const char *path, const char *needle);
 
 /* ---- processes ---- */
 
-/* Start argv[0] with stdout read until its "listening on HOST:PORT" line and
- * stderr appended to log; fills p (address, port, pid, channel).  The process
- * is killed at exit if a test fails before stopping it.  Dies on failure. */
+/* Start argv[0] with stdout read until its "listening on HOST:PORT" line
+ * (a node's may go on with " internal HOST:PORT") and stderr appended to
+ * log; fills p (addresses, ports, pid, channels, with the process-wide
+ * client TLS of rpc_channel_create).  The process is killed at exit if a
+ * test fails before stopping it.  Dies on failure. */
 void proc_spawn(struct node_proc *p, const char *log, const char *const *argv);
 
 /* Start a node on dir (log <dir>.log) with extra flags (NULL-terminated,
@@ -73,8 +82,8 @@ void node_start(struct node_proc *np, const char *dir, const char *const *extra)
  * may be NULL).  Dies on failure. */
 void router_start(struct node_proc *p, const char *log, const char *topo,
                   const char *const *extra);
-/* Close p's channel, send sig and wait; returns the exit status (or
- * 128+signal), -1 when p is not running.  p keeps its address and port. */
+/* Close p's channels, send sig and wait; returns the exit status (or
+ * 128+signal), -1 when p is not running.  p keeps its addresses and ports. */
 int node_stop(struct node_proc *np, int sig);
 /* Wait until health "" answers want (true: SERVING); false on timeout. */
 bool node_wait_health(struct node_proc *np, bool serving, int timeout_ms);
@@ -145,6 +154,8 @@ bool t_never_no(struct rpc_channel *ch, const char *filter, char **k, size_t n,
 struct node_info {
     uint64_t messages, entries, hashes;
     uint64_t streams, read_streams, write_streams, mixed_streams;
+    /* The node's budgets (docs/SECURITY.md, "Budgets"). */
+    uint64_t max_memory_bytes, charged_bytes, max_filters, filters;
 };
 void t_node_info(struct rpc_channel *ch, struct node_info *out);
 

@@ -385,6 +385,43 @@ END_TEST
 
 /* ---- corruption ----------------------------------------------------------- */
 
+/* Saved files are sparse: an empty filter of 64 MiB takes a few blocks of
+ * disk, reads back whole, and a filter with keys keeps them. */
+START_TEST(save_leaves_zero_blocks_as_holes)
+{
+    char dir[] = "/tmp/bf_file_sparse_XXXXXX", path[128], err[BF_ERRLEN];
+    struct bf_params p = {.kind = BF_KIND_BLOCKED, .capacity = 50000000,
+                          .error_rate = 0.01, .secret = test_secret};
+    struct stat st;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/f.bf", dir);
+    struct bf *f = bf_create(&p, err);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(bf_file_save(f, path, err), 0);
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_uint_eq((uint64_t)st.st_size, bf_file_size(f));
+    ck_assert_uint_gt((uint64_t)st.st_size, 50u << 20);
+    ck_assert_uint_lt((uint64_t)st.st_blocks * 512, 1u << 20);
+    struct bf *g = bf_file_load(path, err, NULL);
+    ck_assert_msg(g != NULL, "%s", err);
+    bf_destroy(g);
+    char key[32];
+    for (uint64_t i = 0; i < 1000; i++)
+        bf_add(f, key, key_of(key, i));
+    ck_assert_int_eq(bf_file_save(f, path, err), 0);
+    g = bf_file_load(path, err, NULL);
+    ck_assert_msg(g != NULL, "%s", err);
+    for (uint64_t i = 0; i < 1000; i++)
+        ck_assert(bf_may_contain(g, key, key_of(key, i)));
+    bf_destroy(g);
+    bf_destroy(f);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+
 START_TEST(truncated_file_refused)
 {
     struct bf *f = make_filled(all_kinds[_i], 0, 1);
@@ -908,6 +945,7 @@ Suite *bf_file_suite(void)
     tcase_add_loop_test(tc, memory_form_equals_file_form, 0, nkinds);
     tcase_add_test(tc, writer_error_stops_serializing);
     tcase_add_loop_test(tc, write_during_adds_verifies, 0, nkinds);
+    tcase_add_test(tc, save_leaves_zero_blocks_as_holes);
     tcase_add_loop_test(tc, truncated_file_refused, 0, nkinds);
     tcase_add_test(tc, truncated_file_on_disk_refused);
     tcase_add_test(tc, trailing_bytes_refused);

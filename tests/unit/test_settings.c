@@ -1,6 +1,7 @@
 /* Unit tests of the settings table parser: defaults < file < flags, and
  * errors that name the setting, file and line. */
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@ struct cfg {
     char peer[32];
     _Atomic uint64_t limit;
     char level[8];
+    bool loud;
 };
 
 #define F(f) SETTING_FIELD(struct cfg, f)
@@ -26,6 +28,7 @@ static const struct setting table[] = {
     {"peer", SETTING_ADDR, 1, 0, NULL, "", F(peer), "peer address or empty"},
     {"limit", SETTING_UINT | SETTING_LIVE, 1, 1000, NULL, "100", F(limit), "limit"},
     {"level", SETTING_ENUM | SETTING_LIVE, 0, 0, "low|high", "low", F(level), "level"},
+    {"loud", SETTING_FLAG, 0, 0, NULL, "false", F(loud), "a flag"},
 };
 static const struct settings_spec spec = {"prog", "test", "intro\n", table,
                                           sizeof table / sizeof table[0]};
@@ -91,6 +94,33 @@ START_TEST(bad_values_are_refused)
         ck_assert_msg(load(&c, 3, bad[i]) == -1, "accepted %s %s", bad[i][1], bad[i][2]);
     const char *missing[] = {"prog", "--threads"};
     ck_assert_int_eq(load(&c, 2, missing), -1);
+}
+END_TEST
+
+START_TEST(flags_take_no_value_and_stay_off_the_file)
+{
+    struct cfg c;
+    const char *a0[] = {"prog"};
+    ck_assert_int_eq(load(&c, 1, a0), 0);
+    ck_assert(!c.loud);
+    /* The flag does not take the next argument as its value. */
+    const char *a1[] = {"prog", "--loud", "--threads", "5"};
+    ck_assert_int_eq(load(&c, 4, a1), 0);
+    ck_assert(c.loud);
+    ck_assert_uint_eq(c.threads, 5);
+    const char *a2[] = {"prog", "--loud", "--loud=false"};
+    ck_assert_int_eq(load(&c, 3, a2), 0);
+    ck_assert(!c.loud);
+    const char *a3[] = {"prog", "--loud=yes"};
+    ck_assert_int_eq(load(&c, 2, a3), -1);
+    /* A file cannot set it: what it allows is asked for at each start. */
+    char *path = write_ini("[test]\nloud = true\n");
+    const char *a4[] = {"prog", "--config", path};
+    ck_assert_int_eq(load(&c, 3, a4), -1);
+    char err[SETTINGS_ERRLEN];
+    ck_assert_int_eq(settings_reload(&spec, &c, 3, (char **)a4, err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "command-line flag"));
+    unlink(path);
 }
 END_TEST
 
@@ -243,6 +273,7 @@ Suite *settings_suite(void)
     tcase_add_test(tc, defaults_then_file_then_flags);
     tcase_add_test(tc, bad_values_are_refused);
     tcase_add_test(tc, bad_file_is_refused);
+    tcase_add_test(tc, flags_take_no_value_and_stay_off_the_file);
     tcase_add_test(tc, help_exits_early);
     tcase_add_test(tc, addresses_are_checked);
     tcase_add_test(tc, reload_applies_only_live_settings);

@@ -250,6 +250,62 @@ START_TEST(create_list_drop_and_reopen)
 }
 END_TEST
 
+/* Budgets: a creation past max_memory_bytes or max_filters is -EDQUOT
+ * naming the budget, before anything is written; what a filter is charged
+ * (store_charge) comes back when it is freed, and loaded filters are
+ * charged again after a reopen. */
+START_TEST(budgets_refuse_before_anything_is_written)
+{
+    struct bf_params p;
+    uint64_t one;
+    char err[STORE_ERRLEN];
+    struct store_budget b;
+
+    params(&p, BF_KIND_BLOCKED, 1000000);
+    ck_assert_int_eq(store_charge(&p, &one), 0);
+    uint64_t bits;
+    ck_assert_int_eq(bf_params_bytes(&p, &bits), 0);
+    ck_assert_uint_eq(one, 3 * bits);   /* bits, checkpoint copy, tracking */
+    struct store_options o = {.dir = tdir, .max_memory_bytes = 2 * one + one / 2,
+                              .max_filters = 3};
+    struct store *s = store_open(&o, err);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(store_create(s, "a", &p, err), 0);
+    ck_assert_int_eq(store_create(s, "b", &p, err), 0);
+    store_budget(s, &b);
+    ck_assert_uint_eq(b.charged_bytes, 2 * one);
+    ck_assert_uint_eq(b.filters, 2);
+    ck_assert_int_eq(store_create(s, "c", &p, err), -EDQUOT);
+    ck_assert_ptr_nonnull(strstr(err, "max_memory_mb"));
+    ck_assert_ptr_null(store_get(s, "c"));
+    char path[STORE_PATH_LEN + 8];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/c", tdir);
+    ck_assert_int_eq(stat(path, &st), -1);
+    /* Transient reservations share the budget. */
+    ck_assert_int_eq(store_reserve(s, one, "a test", err), -EDQUOT);
+    ck_assert_int_eq(store_reserve(s, one / 4, "a test", err), 0);
+    store_release(s, one / 4);
+    /* Counting filters count twice; the filter count is its own budget. */
+    params(&p, BF_KIND_COUNTING, 1000);
+    ck_assert_int_eq(store_create(s, "small", &p, err), 0);
+    ck_assert_int_eq(store_create(s, "more", &p, err), -EDQUOT);
+    ck_assert_ptr_nonnull(strstr(err, "max_filters"));
+    ck_assert_int_eq(store_drop(s, "a", err), 0);
+    params(&p, BF_KIND_BLOCKED, 1000000);
+    ck_assert_int_eq(store_create(s, "c", &p, err), 0);
+    store_close(s);
+
+    s = store_open(&o, err);
+    ck_assert_ptr_nonnull(s);
+    store_budget(s, &b);
+    ck_assert_uint_eq(b.filters, 3);
+    ck_assert_uint_gt(b.charged_bytes, 2 * one);
+    ck_assert_int_eq(store_create(s, "d", &p, err), -EDQUOT);
+    store_close(s);
+}
+END_TEST
+
 /* A drop leaves a tombstone: the name with the old secret is refused,
  * across a restart, and the name with a new secret is a new filter. */
 START_TEST(drop_leaves_a_tombstone)
@@ -1559,6 +1615,7 @@ Suite *store_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, create_list_drop_and_reopen);
+    tcase_add_test(tc, budgets_refuse_before_anything_is_written);
     tcase_add_test(tc, drop_leaves_a_tombstone);
     tcase_add_test(tc, tombstones_are_bounded);
     tcase_add_test(tc, damaged_tombstones_refuse_the_open);

@@ -1,0 +1,75 @@
+/* rpc_listen: the start-up rule of every serving process (node, router,
+ * merger): what it may listen on, given its TLS settings and --insecure.
+ *
+ * The rule, in one place:
+ *  - tls_cert and tls_key go together, and tls_ca with them: all three or
+ *    none;
+ *  - without TLS a process listens in plaintext on loopback addresses only
+ *    (127.0.0.0/8, ::1, localhost); any other address is refused unless
+ *    --insecure is given, and then each such address is warned about at
+ *    start;
+ *  - a node with TLS must have internal_listen: its internal service is
+ *    served there, to clients with a certificate of tls_ca only.
+ * A host name other than localhost counts as non-loopback (it is not
+ * resolved here).  Pure checks, no I/O but the warning log lines; any
+ * thread.
+ */
+#ifndef BLOOMGRID_RPC_LISTEN_H
+#define BLOOMGRID_RPC_LISTEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define RPC_LISTEN_ERRLEN 512
+
+/* The settings-table entries (settings.h) of the TLS files and --insecure,
+ * shared by every serving process; type is its config struct, with fields
+ * char tls_cert[], tls_key[], tls_ca[] and bool insecure. */
+#define RPC_LISTEN_SETTINGS(type)                                              \
+    {"tls_cert", SETTING_STRING, 0, 0, NULL, "", SETTING_FIELD(type, tls_cert), \
+     "certificate chain of this process (PEM, its own certificate first), "    \
+     "served on every listener and offered as the client certificate on "      \
+     "calls to cluster processes; its subject alternative names must hold "    \
+     "the host of every address it is called on; SIGHUP re-reads the file; "   \
+     "empty: no TLS (loopback only, see --insecure)"},                        \
+    {"tls_key", SETTING_STRING, 0, 0, NULL, "", SETTING_FIELD(type, tls_key),   \
+     "private key of tls_cert (PEM, not encrypted); SIGHUP re-reads it"},     \
+    {"tls_ca", SETTING_STRING, 0, 0, NULL, "", SETTING_FIELD(type, tls_ca),     \
+     "the cluster CA (PEM): verifies the servers this process calls and the "  \
+     "client certificates of cluster processes; SIGHUP re-reads it"},         \
+    {"insecure", SETTING_FLAG, 0, 0, NULL, "false", SETTING_FIELD(type, insecure), \
+     "allow listening on a non-loopback address without TLS (plaintext: "      \
+     "anyone who can reach it can read and change every filter); warned "     \
+     "about at start"}
+
+struct rpc_listen_rule {
+    const char *listen;           /* the public listener, host:port */
+    const char *internal_listen;  /* "" or NULL: none */
+    bool has_internal;            /* serves bloomgrid.v1.Internal (the node) */
+    const char *tls_cert, *tls_key, *tls_ca;  /* "" or NULL: not set */
+    bool insecure;                /* --insecure */
+};
+
+/* Is host:port (or a bare host) a loopback address? */
+bool rpc_listen_loopback(const char *addr);
+
+/* Whether TLS is configured (all three files named). */
+bool rpc_listen_tls(const struct rpc_listen_rule *r);
+
+/* Apply the rule.  Returns 0 when the process may start (warnings
+ * logged), or -1 with a sentence in err (RPC_LISTEN_ERRLEN bytes) that
+ * says what to set. */
+int rpc_listen_check(const struct rpc_listen_rule *r, char *err);
+
+struct rpc_tls;
+/* At start: apply the rule and, with TLS, load the files (rpc_tls_load)
+ * into *tls and make them the process's client TLS (rpc_tls_set_client);
+ * *tls is NULL without TLS.  Returns 0, or -1 after printing
+ * "PROG: not starting: REASON" on stderr (the process exits 2). */
+int rpc_listen_setup(const struct rpc_listen_rule *r, const char *prog,
+                     struct rpc_tls **tls);
+
+/* The host of a host:port listen address, for the "listening on" line. */
+void rpc_listen_host(const char *addr, char *host, size_t len);
+
+#endif

@@ -1,0 +1,471 @@
+/* Integration test: the node's budgets (docs/SECURITY.md, "Budgets").
+ *
+ * usage: test_node_budgets NODE_BIN CASE
+ *   memory   max_memory_mb: a CreateFilter or CreateShard that would take
+ *            the filters' charges past it is RESOURCE_EXHAUSTED naming the
+ *            budget; nothing stored changes, and the node's memory, data
+ *            directory and descriptors do not grow; an Import's bytes count
+ *            while it runs; a drop gives the room back.
+ *   filters  max_filters: one filter more is RESOURCE_EXHAUSTED; a drop
+ *            makes room.
+ *   sparse   the first checkpoint of a new filter is sparse: creating a
+ *            256 MiB filter leaves a data directory of a few MiB, and the
+ *            filter survives kill -9 right after the create and after adds.
+ *   idle     stream_idle_ms: a stream that sends nothing is ended with
+ *            RESOURCE_EXHAUSTED and its pool thread is free again.
+ *   pool     internal_streams: public streams that hold every public pool
+ *            thread are refused past their share; an internal stream still
+ *            gets a thread.
+ *   conn     conn_idle_ms: a TCP connection that never starts its HTTP/2
+ *            handshake is closed by the node.
+ *   fds      a node with 256 descriptors holds 300 filters, all READY, with
+ *            a descriptor count that does not grow with them (also after a
+ *            restart).
+ * Memory, disk and descriptors are read from /proc/PID/status (VmRSS),
+ * /proc/PID/fd and the blocks of the data directory.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "harness.h"
+
+#define FILTER_KIND_BLOCKED 1
+
+/* ---- what the test measures of the node ---- */
+
+static uint64_t rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    unsigned long long kb = 0;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "cannot read %s", path);
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
+static int fd_count(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    CHECK(d != NULL, "cannot read %s", path);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+
+/* GetFilter's status code (0: the filter exists). */
+static int get_code(struct rpc_channel *ch, const char *name)
+{
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+    struct rpc_status st;
+    int rc = t_get(ch, name, &fi, &st);
+    if (fi)
+        bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    return rc;
+}
+
+/* Restart np on its data directory with flags after sig. */
+static void restart(struct node_proc *np, int sig, const char *const *flags)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", np->dir);
+    node_stop(np, sig);
+    node_start(np, dir, flags);
+    CHECK(node_wait_health(np, true, TIMEOUT_MS), "node not SERVING after a restart");
+}
+
+static void expect_exhausted(int rc, const struct rpc_status *st, const char *budget)
+{
+    CHECK(rc == GRPC_STATUS_RESOURCE_EXHAUSTED, "want RESOURCE_EXHAUSTED, got %d: %s",
+          rc, st->message);
+    CHECK(strstr(st->message, budget) != NULL, "message does not name %s: %s",
+          budget, st->message);
+}
+
+static uint64_t filter_bytes(struct rpc_channel *ch, const char *name)
+{
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+    struct rpc_status st;
+    CHECK(t_get(ch, name, &fi, &st) == 0, "GetFilter %s: %s", name, st.message);
+    CHECK(fi->state == BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY,
+          "filter %s is not READY (%d): %s", name, fi->state, fi->reason);
+    uint64_t b = fi->bytes;
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    return b;
+}
+
+static int create_shard(struct rpc_channel *ch, const char *filter, uint64_t cap,
+                        struct rpc_status *st)
+{
+    Bloomgrid__V1__CreateShardRequest rq = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
+    uint8_t secret[32];
+    memset(secret, 7, sizeof secret);
+    rq.filter = (char *)filter;
+    rq.shard_index = 0;
+    rq.shard_count = 2;
+    rq.capacity = cap;
+    rq.error_rate = 0.01;
+    rq.secret.data = secret;
+    rq.secret.len = sizeof secret;
+    rq.new_filter = true;
+    ProtobufCMessage *resp = NULL;
+    if (rpc_call(ch, "/bloomgrid.v1.Internal/CreateShard", &rq.base,
+                 &bloomgrid__v1__internal_shard_info__descriptor, &resp, TIMEOUT_MS,
+                 st) < 0)
+        return st->code;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return 0;
+}
+
+static void start(struct node_proc *np, const char *tag, const char *const *flags)
+{
+    char dir[512];
+    harness_tmpdir(dir, sizeof dir, tag);
+    node_start(np, dir, flags);
+    CHECK(node_wait_health(np, true, TIMEOUT_MS), "node not SERVING");
+}
+
+/* ---- cases ---- */
+
+static void case_memory(void)
+{
+    struct node_proc np;
+    struct rpc_status st;
+    const char *flags[] = {"--max-memory-mb", "48", NULL};
+    start(&np, "budget-memory", flags);
+
+    /* About 7 MiB of bits: charged 21 MiB of the 48. */
+    CHECK(t_create(np.ch, "a", 5000000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create a: %s", st.message);
+    uint64_t abytes = filter_bytes(np.ch, "a");
+    CHECK(abytes > (6u << 20) && abytes < (8u << 20), "a has %llu bytes",
+          (unsigned long long)abytes);
+    char **keys = keys_make("k", 0, 2000);
+    keys_call(np.ch, "Add", "a", keys, 2000, 500, NULL);
+
+    uint64_t rss0 = rss_kb(np.pid), disk0 = harness_du(np.dir);
+    int fd0 = fd_count(np.pid);
+    /* 196 GB of bits, as one router CreateFilter once asked of a node. */
+    int rc = t_create(np.ch, "huge", 150000000000ull, 0.01, FILTER_KIND_BLOCKED, &st);
+    expect_exhausted(rc, &st, "max_memory_mb");
+    /* A filter that would fit alone but not beside a and b: 3 * 21 > 48. */
+    CHECK(t_create(np.ch, "b", 5000000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create b: %s", st.message);
+    rc = t_create(np.ch, "c", 5000000, 0.01, FILTER_KIND_BLOCKED, &st);
+    expect_exhausted(rc, &st, "max_memory_mb");
+    rc = create_shard(np.ch, "sharded", 5000000, &st);
+    expect_exhausted(rc, &st, "max_memory_mb");
+    for (int i = 0; i < 20; i++) {
+        rc = t_create(np.ch, "huge", 150000000000ull, 0.01, FILTER_KIND_BLOCKED, &st);
+        expect_exhausted(rc, &st, "max_memory_mb");
+    }
+    /* Nothing of the refused filters exists or was written. */
+    CHECK(get_code(np.ch, "huge") == GRPC_STATUS_NOT_FOUND, "huge exists");
+    CHECK(get_code(np.ch, "c") == GRPC_STATUS_NOT_FOUND, "c exists");
+    CHECK(keys_present(np.ch, "a", keys, 2000, NULL) == 2000, "a lost keys");
+    uint64_t rss1 = rss_kb(np.pid), disk1 = harness_du(np.dir);
+    int fd1 = fd_count(np.pid);
+    printf("rss %llu -> %llu kB, disk %llu -> %llu kB, fds %d -> %d\n",
+           (unsigned long long)rss0, (unsigned long long)rss1,
+           (unsigned long long)disk0 >> 10, (unsigned long long)disk1 >> 10, fd0, fd1);
+    /* b's own bits (untouched: a few pages) and its sparse checkpoint are
+     * all that may have been added. */
+    CHECK(rss1 < rss0 + 16 * 1024, "RSS grew from %llu to %llu kB",
+          (unsigned long long)rss0, (unsigned long long)rss1);
+    CHECK(disk1 < disk0 + (4u << 20), "data directory grew from %llu to %llu bytes",
+          (unsigned long long)disk0, (unsigned long long)disk1);
+    CHECK(fd1 <= fd0 + 4, "descriptors grew from %d to %d", fd0, fd1);
+
+    /* An import's bytes count while it runs: a's own export (its file,
+     * and the filter parsed from it) does not fit beside a and b. */
+    uint8_t *file = NULL;
+    size_t flen = t_export(np.ch, "a", &file, &st);
+    CHECK(flen > abytes, "export a: %s", st.message);
+    rc = t_import(np.ch, "a", file, flen, NULL, &st);
+    expect_exhausted(rc, &st, "max_memory_mb");
+    CHECK(keys_present(np.ch, "a", keys, 2000, NULL) == 2000, "a lost keys");
+
+    /* Dropping b gives its charge back: the import fits, and so does c. */
+    CHECK(t_drop(np.ch, "b", &st) == 0, "drop b: %s", st.message);
+    CHECK(t_import(np.ch, "a", file, flen, NULL, &st) == 0, "import: %s", st.message);
+    free(file);
+    CHECK(t_create(np.ch, "c", 5000000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create c after the drop: %s", st.message);
+    /* A restart with the same budget keeps every filter. */
+    restart(&np, SIGKILL, flags);
+    CHECK(keys_present(np.ch, "a", keys, 2000, NULL) == 2000, "a lost keys");
+    filter_bytes(np.ch, "c");
+    rc = t_create(np.ch, "d", 5000000, 0.01, FILTER_KIND_BLOCKED, &st);
+    expect_exhausted(rc, &st, "max_memory_mb");
+    keys_free(keys, 2000);
+    node_stop(&np, SIGTERM);
+}
+
+static void case_filters(void)
+{
+    struct node_proc np;
+    struct rpc_status st;
+    const char *flags[] = {"--max-filters", "5", NULL};
+    start(&np, "budget-filters", flags);
+    char name[32];
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof name, "f%d", i);
+        CHECK(t_create(np.ch, name, 1000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+              "create %s: %s", name, st.message);
+    }
+    uint64_t disk0 = harness_du(np.dir);
+    int rc = t_create(np.ch, "f5", 1000, 0.01, FILTER_KIND_BLOCKED, &st);
+    expect_exhausted(rc, &st, "max_filters");
+    rc = create_shard(np.ch, "s", 1000, &st);
+    expect_exhausted(rc, &st, "max_filters");
+    CHECK(get_code(np.ch, "f5") == GRPC_STATUS_NOT_FOUND, "f5 exists");
+    CHECK(harness_du(np.dir) <= disk0 + 64 * 1024, "data directory grew");
+    CHECK(t_drop(np.ch, "f0", &st) == 0, "drop: %s", st.message);
+    CHECK(t_create(np.ch, "f5", 1000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create f5 after a drop: %s", st.message);
+    node_stop(&np, SIGTERM);
+}
+
+static void case_sparse(void)
+{
+    struct node_proc np;
+    struct rpc_status st;
+    start(&np, "budget-sparse", NULL);
+    uint64_t disk0 = harness_du(np.dir);
+    /* About 256 MiB of bits. */
+    CHECK(t_create(np.ch, "big", 190000000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create: %s", st.message);
+    uint64_t bytes = filter_bytes(np.ch, "big");
+    CHECK(bytes > (200u << 20), "big has only %llu bytes", (unsigned long long)bytes);
+    uint64_t disk1 = harness_du(np.dir);
+    printf("filter of %llu MiB: data directory %llu -> %llu KiB\n",
+           (unsigned long long)bytes >> 20, (unsigned long long)disk0 >> 10,
+           (unsigned long long)disk1 >> 10);
+    CHECK(disk1 < disk0 + (8u << 20), "the first checkpoint took %llu bytes of disk",
+          (unsigned long long)(disk1 - disk0));
+    /* Crash right after the create: the filter comes back, whole. */
+    restart(&np, SIGKILL, NULL);
+    CHECK(filter_bytes(np.ch, "big") == bytes, "big changed size");
+    char **keys = keys_make("s", 0, 5000);
+    CHECK(keys_present(np.ch, "big", keys, 5000, NULL) < 50, "an empty filter says maybe");
+    keys_call(np.ch, "Add", "big", keys, 5000, 1000, NULL);
+    restart(&np, SIGKILL, NULL);
+    CHECK(keys_present(np.ch, "big", keys, 5000, NULL) == 5000, "keys lost");
+    /* A clean stop checkpoints the filter with its keys: still sparse
+     * where no key landed. */
+    restart(&np, SIGTERM, NULL);
+    CHECK(keys_present(np.ch, "big", keys, 5000, NULL) == 5000, "keys lost");
+    keys_free(keys, 5000);
+    node_stop(&np, SIGTERM);
+}
+
+/* Open a stream on method and send its first message (so it holds a pool
+ * thread), or nothing when msg is NULL. */
+static struct rpc_cstream *stream_open(struct rpc_channel *ch, const char *method,
+                                       const ProtobufCMessage *msg)
+{
+    struct rpc_cstream *s = rpc_cstream_open(ch, method, 30000);
+    CHECK(s != NULL, "cannot open %s", method);
+    if (msg)
+        CHECK(rpc_cstream_write_msg(s, msg) == 0, "first message of %s", method);
+    return s;
+}
+
+/* Read what is left of s and end it: its status code (0: OK). */
+static int stream_end(struct rpc_cstream *s, struct rpc_status *st)
+{
+    grpc_slice m;
+    while (rpc_cstream_read(s, &m) == 1)
+        grpc_slice_unref(m);
+    return rpc_cstream_finish(s, st) < 0 ? (int)st->code : 0;
+}
+
+static void case_idle(void)
+{
+    struct node_proc np;
+    struct rpc_status st;
+    const char *flags[] = {"--stream-idle-ms", "300", "--max-streams", "4",
+                           "--internal-streams", "1", NULL};
+    start(&np, "budget-idle", flags);
+    CHECK(t_create(np.ch, "f", 1000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create: %s", st.message);
+    Bloomgrid__V1__AddRequest kr = BLOOMGRID__V1__ADD_REQUEST__INIT;
+    kr.filter = "f";
+    /* Three idle streams take every public thread; each is ended. */
+    struct rpc_cstream *s[3];
+    for (int i = 0; i < 3; i++)
+        s[i] = stream_open(np.ch, "/bloomgrid.v1.BloomGrid/AddStream", &kr.base);
+    for (int i = 0; i < 3; i++)
+        expect_exhausted(stream_end(s[i], &st), &st, "stream_idle_ms");
+    /* Their threads are free: a stream that talks gets its answers. */
+    char **keys = keys_make("i", 0, 10);
+    bool out[10];
+    CHECK(t_stream_keys(np.ch, "AddStream", "f", keys, 10, 1, out, &st) == 0,
+          "AddStream after the idle ones: %s", st.message);
+    keys_free(keys, 10);
+    node_stop(&np, SIGTERM);
+}
+
+static void case_pool(void)
+{
+    struct node_proc np;
+    struct rpc_status st;
+    const char *flags[] = {"--stream-idle-ms", "0", "--max-streams", "4",
+                           "--internal-streams", "2", NULL};
+    start(&np, "budget-pool", flags);
+    CHECK(t_create(np.ch, "f", 1000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create: %s", st.message);
+    Bloomgrid__V1__MayContainRequest kr = BLOOMGRID__V1__MAY_CONTAIN_REQUEST__INIT;
+    kr.filter = "f";
+    struct rpc_cstream *s[2];
+    for (int i = 0; i < 2; i++)
+        s[i] = stream_open(np.ch, "/bloomgrid.v1.BloomGrid/MayContainStream", &kr.base);
+    /* Each is on its thread once it answers its message (no keys: one
+     * empty answer). */
+    for (int i = 0; i < 2; i++) {
+        grpc_slice m;
+        CHECK(rpc_cstream_read(s[i], &m) == 1, "stream %d got no answer", i);
+        grpc_slice_unref(m);
+    }
+    /* A third public stream is refused ... */
+    char **keys = keys_make("p", 0, 10);
+    bool out[10];
+    int rc = t_stream_keys(np.ch, "MayContainStream", "f", keys, 10, 1, out, &st);
+    expect_exhausted(rc, &st, "internal_streams");
+    /* ... while the internal share still serves a pull of pages. */
+    Bloomgrid__V1__PullPagesRequest pr = BLOOMGRID__V1__PULL_PAGES_REQUEST__INIT;
+    pr.filter = "f";
+    struct rpc_cstream *p = stream_open(np.ch, "/bloomgrid.v1.Internal/PullPages",
+                                        &pr.base);
+    CHECK(rpc_cstream_close_send(p) == 0, "close PullPages");
+    CHECK(stream_end(p, &st) == 0, "PullPages: %s", st.message);
+    for (int i = 0; i < 2; i++) {
+        rpc_cstream_close_send(s[i]);
+        CHECK(stream_end(s[i], &st) == 0, "stream %d: %s", i, st.message);
+    }
+    CHECK(t_stream_keys(np.ch, "MayContainStream", "f", keys, 10, 1, out, &st) == 0,
+          "MayContainStream once the others ended: %s", st.message);
+    keys_free(keys, 10);
+    node_stop(&np, SIGTERM);
+}
+
+static void case_conn(void)
+{
+    struct node_proc np;
+    const char *flags[] = {"--conn-idle-ms", "500", NULL};
+    start(&np, "budget-conn", flags);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)np.port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
+          strerror(errno));
+    /* Send nothing: the node must close it (gRPC's own default waits 120 s
+     * for a handshake; the 30 s bound here is generous, not a timing).  It
+     * may send its settings first. */
+    double until = harness_now_s() + 30;
+    ssize_t n = 1;
+    while (n > 0) {
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int left = (int)((until - harness_now_s()) * 1000);
+        CHECK(left > 0 && poll(&pf, 1, left) == 1,
+              "the node kept a silent connection open for 30 s");
+        char b[256];
+        n = recv(fd, b, sizeof b, 0);
+    }
+    CHECK(n == 0 || errno == ECONNRESET, "connection not closed: %s", strerror(errno));
+    close(fd);
+    CHECK(node_health(&np, "") == 1, "node not serving");
+    node_stop(&np, SIGTERM);
+}
+
+static void case_fds(void)
+{
+    struct node_proc np;
+    struct rpc_status st;
+    struct rlimit rl = {.rlim_cur = 256, .rlim_max = 256};
+    /* The node inherits a limit of 256 descriptors. */
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
+    const char *flags[] = {"--durability", "none", NULL};
+    start(&np, "budget-fds", flags);
+    int fd0 = fd_count(np.pid);
+    char name[32];
+    char *key[1] = {"k"};
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof name, "small%d", i);
+        CHECK(t_create(np.ch, name, 100, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+              "create %s: %s", name, st.message);
+        bool added[1];
+        CHECK(t_keys(np.ch, "Add", name, key, 1, added, &st) == 0, "add: %s",
+              st.message);
+    }
+    int fd1 = fd_count(np.pid);
+    printf("descriptors: %d with no filter, %d with 300\n", fd0, fd1);
+    CHECK(fd1 < fd0 + 16, "descriptors grew with the filters: %d -> %d", fd0, fd1);
+    for (int i = 0; i < 300; i += 37) {
+        snprintf(name, sizeof name, "small%d", i);
+        filter_bytes(np.ch, name);
+    }
+    restart(&np, SIGTERM, flags);
+    for (int i = 0; i < 300; i++) {
+        snprintf(name, sizeof name, "small%d", i);
+        bool out[1];
+        CHECK(t_keys(np.ch, "MayContain", name, key, 1, out, &st) == 0 && out[0],
+              "filter %s lost its key: %s", name, st.message);
+    }
+    CHECK(fd_count(np.pid) < fd0 + 16, "descriptors grew after the restart");
+    node_stop(&np, SIGTERM);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s NODE_BIN memory|filters|sparse|idle|pool|conn|fds\n",
+                argv[0]);
+        return 2;
+    }
+    harness_node_bin = argv[1];
+    grpc_init();
+    const char *c = argv[2];
+    if (!strcmp(c, "memory"))
+        case_memory();
+    else if (!strcmp(c, "filters"))
+        case_filters();
+    else if (!strcmp(c, "sparse"))
+        case_sparse();
+    else if (!strcmp(c, "idle"))
+        case_idle();
+    else if (!strcmp(c, "pool"))
+        case_pool();
+    else if (!strcmp(c, "conn"))
+        case_conn();
+    else if (!strcmp(c, "fds"))
+        case_fds();
+    else {
+        fprintf(stderr, "unknown case %s\n", c);
+        return 2;
+    }
+    printf("ok\n");
+    return 0;
+}

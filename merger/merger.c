@@ -163,7 +163,7 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
                     bf_destroy(f->sh[j].g);
                     free(f->sh[j].stamp);
                     free(f->sh[j].have);
-                    free(f->sh[j].tg);
+                    free(f->sh[j].cp);
                 }
                 free(f->sh);
                 f->sh = NULL;
@@ -174,47 +174,93 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
     return 0;
 }
 
+/* Pull shard s from R in-sync copies of its group in datacenter d: the
+ * copies in topology order until R that are not SYNCING have answered
+ * (docs/MERGER.md: a key acknowledged by W copies is then on one of them).
+ * Fewer: the pages pulled are kept, but the round does not cover d for the
+ * shard (an error; the next round asks again).  *slot numbers the copies
+ * pulled in this round of the shard.  Returns whether a cursor moved. */
+static bool pull_group(struct merger *m, struct mg_filter *f,
+                       struct mg_shard *s, unsigned d,
+                       const struct topo_group *grp, int *slot,
+                       uint64_t round, struct mg_report *rep)
+{
+    struct mg_pull_rep *g = &s->gp[d];
+    uint64_t t0 = merger__now_ms();
+    bool moved = false;
+    char failed[MG_ERRLEN] = "", syncing[MG_ERRLEN] = "";
+    char *list;
+
+    memset(g, 0, sizeof *g);
+    g->round = round;
+    merger__strfmt(g->filter, sizeof g->filter, "%s", f->c.name);
+    g->shard = s->index;
+    merger__strfmt(g->dc, sizeof g->dc, "%s", f->c.dc[d]);
+    merger__strfmt(g->group, sizeof g->group, "%s", grp->name);
+    g->read_quorum = grp->read_quorum;
+    g->ncopies = grp->ncopies;
+    for (unsigned c = 0; c < grp->ncopies; c++) {
+        merger__strfmt(g->copy[c], sizeof g->copy[c], "%s", grp->copies[c]);
+        if (g->in_sync >= grp->read_quorum)
+            continue;
+        struct mg_copy *cp = merger__copy_get(s, grp->copies[c], d);
+        if (!cp) {
+            merger__rep_msg(rep, true, "out of memory for copy %s",
+                            grp->copies[c]);
+            g->state[c] = MG_FAILED;
+            continue;
+        }
+        uint64_t epoch = cp->epoch, since = cp->since;
+        if (merger__pull_one(m, f, s, cp, (*slot)++, round, rep) < 0) {
+            g->state[c] = MG_FAILED;
+            list = failed;
+        } else {
+            moved |= cp->epoch != epoch || cp->since != since;
+            g->state[c] = cp->in_sync ? MG_PULLED : MG_SYNCING;
+            g->in_sync += cp->in_sync;
+            list = cp->in_sync ? NULL : syncing;
+        }
+        if (list)
+            merger__strfmt(list + strlen(list), MG_ERRLEN - strlen(list),
+                           " %s", cp->addr);
+    }
+    if (g->in_sync >= grp->read_quorum) {
+        s->covered_ms[d] = t0;
+        return moved;
+    }
+    rep->uncovered++;
+    merger__rep_msg(rep, true,
+                    "filter \"%s\" shard %u in %s (group %s): %u of %u copies "
+                    "pulled in sync, read quorum %u (failed:%s; syncing:%s): "
+                    "this round does not cover %s for the shard, the next "
+                    "one asks again", f->c.name, s->index, f->c.dc[d],
+                    grp->name, g->in_sync, grp->ncopies, grp->read_quorum,
+                    failed[0] ? failed : " none",
+                    syncing[0] ? syncing : " none", f->c.dc[d]);
+    return moved;
+}
+
 static void shard_round(struct merger *m, struct mg_filter *f,
                         struct mg_shard *s, struct topo **topos, uint64_t round,
                         struct mg_report *rep)
 {
     uint64_t before = rep->pages_changed;
     char path[MG_PATH_MAX + 64], e2[BF_ERRLEN], err[MG_ERRLEN];
-    struct mg_src old[MG_MAX_DC];
+    bool moved = false;
+    int slot = 0;
 
-    memcpy(old, s->src, sizeof old);
-
-    /* Per datacenter, the first copy of the shard's group that answers a
-     * pull (docs/REPLICATION.md: pulls from R copies are not built yet). */
-    struct pulled pl[MG_MAX_DC] = {{0}};
-    int from[MG_MAX_DC];
-    for (unsigned d = 0; d < f->c.ndc; d++) {
-        const struct topo_group *grp =
-            &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)];
-        from[d] = -1;
-        for (unsigned c = 0; c < grp->ncopies && from[d] < 0; c++)
-            if (merger__pull_one(m, f, s, d, grp->copies[c], round, rep, &pl[d]) == 0)
-                from[d] = (int)c;
+    memset(s->have, 0, s->npages * sizeof *s->have);
+    for (size_t i = 0; i < s->ncp; i++) {
+        s->cp[i].slot = -1;
+        s->cp[i].in_sync = false;
     }
+    for (unsigned d = 0; d < f->c.ndc; d++)
+        moved |= pull_group(
+            m, f, s, d,
+            &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)],
+            &slot, round, rep);
     for (unsigned i = 0; i < f->c.npart; i++)
         merger__partial_one(f, s, i, round, rep);
-    /* A page the pulled copy sent that equals the merged page needs no push
-     * back to that copy. */
-    memset(s->have, 0, s->npages);
-    const uint8_t *body = (const uint8_t *)bf_layer_body_const(s->g, 0);
-    for (unsigned d = 0; d < f->c.ndc; d++) {
-        for (size_t o = 0; o < pl[d].len;) {
-            uint64_t off, len;
-            memcpy(&off, pl[d].buf + o, 8);
-            memcpy(&len, pl[d].buf + o + 8, 8);
-            if (off % RULES_PAGE_BYTES == 0 &&
-                (len == RULES_PAGE_BYTES || off + len == s->body_bytes) &&
-                memcmp(pl[d].buf + o + 16, body + off, len) == 0)
-                s->have[off / RULES_PAGE_BYTES] |= (uint8_t)(1u << d);
-            o += 16 + len;
-        }
-        free(pl[d].buf);
-    }
     if (rep->pages_changed != before) {
         struct bf_stats bs;
         bf_stats(s->g, &bs);
@@ -225,70 +271,85 @@ static void shard_round(struct merger *m, struct mg_filter *f,
                 "gives an estimated FPR of %.4g, past the target %.4g",
                 f->c.name, s->index, bs.fill_ratio, bs.estimated_fpr,
                 bf_error_rate(s->g));
+        s->dirty = true;
+    }
+    if (s->dirty) {
         merger__shard_path(m, f, s->index, "bf", path, sizeof path);
         if (bf_file_save(s->g, path, e2) < 0) {
             /* Without the snapshot on disk, nothing may be acknowledged:
-             * the sidecar keeps the old since_versions. */
+             * the sidecar keeps the old cursors (and stays so until a
+             * save succeeds). */
             merger__rep_msg(rep, true, "cannot save %s: %s", path, e2);
             return;
         }
+        s->dirty = false;
+        moved = true;   /* the sidecar's T lines describe the old one */
     }
-    if (memcmp(old, s->src, sizeof old) != 0 &&
-        merger__state_save(m, f, s, err) < 0)
+    if (moved && merger__state_save(m, f, s, err) < 0)
         merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard "
                         "%u: %s", f->c.name, s->index, err);
     const char *pause = getenv("BLOOMGRID_MERGER_TEST_PAUSE_MS");
     if (pause && *pause)
         usleep((useconds_t)atoi(pause) * 1000);
+    /* Every copy everywhere, pulled or not, in-sync or not: a push only
+     * adds bits. */
     for (unsigned d = 0; d < f->c.ndc; d++) {
         struct topo_group *grp =
             &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)];
         for (unsigned c = 0; c < grp->ncopies; c++) {
-            struct mg_target *t = merger__target_get(s, grp->copies[c], d,
-                                                     (int)c != from[d]);
-            if (t)
-                merger__push_one(m, f, s, t, round, rep);
+            struct mg_copy *cp = merger__copy_get(s, grp->copies[c], d);
+            if (cp)
+                merger__push_one(m, f, s, cp, round, rep);
         }
     }
     /* Record which copies are now complete (a restart then pushes them
      * only what changes later). */
     bool changed = false;
-    for (size_t i = 0; i < s->ntg; i++)
-        changed |= merger__target_synced(s, &s->tg[i]) != s->tg[i].was_synced;
+    for (size_t i = 0; i < s->ncp; i++)
+        changed |= merger__copy_synced(s, &s->cp[i]) != s->cp[i].was_synced;
     if (changed && merger__state_save(m, f, s, err) < 0)
         merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard "
                         "%u: %s", f->c.name, s->index, err);
 }
 
+/* The copies of every shard, and the group pulls of this round. */
 static void report_lag(struct merger *m, struct mg_report *rep)
 {
-    size_t n = 0, k = 0;
+    size_t n = 0, np = 0, k = 0, kp = 0;
     uint64_t now = merger__now_ms();
 
     for (size_t i = 0; i < m->nf; i++)
-        for (uint32_t j = 0; m->f[i].sh && j < m->f[i].nshards; j++)
-            n += m->f[i].sh[j].ntg;
+        for (uint32_t j = 0; m->f[i].sh && j < m->f[i].nshards; j++) {
+            n += m->f[i].sh[j].ncp;
+            np += m->f[i].c.ndc;
+        }
     rep->lag = calloc(n ? n : 1, sizeof *rep->lag);
-    if (!rep->lag)
+    rep->pull = calloc(np ? np : 1, sizeof *rep->pull);
+    if (!rep->lag || !rep->pull)
         return;
     for (size_t i = 0; i < m->nf; i++) {
         struct mg_filter *f = &m->f[i];
-        for (uint32_t j = 0; f->sh && j < f->nshards; j++)
-            for (size_t t = 0; t < f->sh[j].ntg; t++) {
-                struct mg_target *tg = &f->sh[j].tg[t];
+        for (uint32_t j = 0; f->sh && j < f->nshards; j++) {
+            struct mg_shard *s = &f->sh[j];
+            for (size_t t = 0; t < s->ncp; t++) {
+                struct mg_copy *c = &s->cp[t];
                 struct mg_lag *l = &rep->lag[k++];
                 merger__strfmt(l->filter, sizeof l->filter, "%s", f->c.name);
                 l->shard = j;
-                merger__strfmt(l->dc, sizeof l->dc, "%s", f->c.dc[tg->dc]);
-                merger__strfmt(l->node, sizeof l->node, "%s", tg->addr);
-                l->replica = tg->replica;
-                l->version = tg->version;
-                l->primary_version = f->sh[j].src[tg->dc].store_version;
-                l->lag_ms = tg->data_ms ? now - tg->data_ms : 0;
-                merger__strfmt(l->error, sizeof l->error, "%s", tg->error);
+                merger__strfmt(l->dc, sizeof l->dc, "%s", f->c.dc[c->dc]);
+                merger__strfmt(l->node, sizeof l->node, "%s", c->addr);
+                l->replica = c->slot < 0 || !c->in_sync;
+                l->version = c->store_version;
+                l->lag_ms = c->data_ms ? now - c->data_ms : 0;
+                merger__strfmt(l->error, sizeof l->error, "%s", c->error);
             }
+            for (unsigned d = 0; d < f->c.ndc; d++)
+                if (s->gp[d].round == rep->round)
+                    rep->pull[kp++] = s->gp[d];
+        }
     }
     rep->nlag = k;
+    rep->npull = kp;
 }
 
 /* Shards of one filter are independent: workers take them in turn from one
@@ -316,6 +377,7 @@ static void rep_add(struct mg_report *to, const struct mg_report *from)
     to->pages_pushed += from->pages_pushed;
     to->pages_changed += from->pages_changed;
     to->errors += from->errors;
+    to->uncovered += from->uncovered;
     for (unsigned i = 0; i < from->nmsg && to->nmsg < MG_REPORT_MSGS; i++)
         memcpy(to->msg[to->nmsg++], from->msg[i], MG_ERRLEN);
 }
@@ -379,6 +441,22 @@ static struct topo *dc_topology(const char *where, char *err)
     return topo_parse(text, where, err);
 }
 
+/* *to = *from with copies of its arrays (none when out of memory). */
+static void report_copy(struct mg_report *to, const struct mg_report *from)
+{
+    *to = *from;
+    to->lag = from->nlag ? malloc(from->nlag * sizeof *from->lag) : NULL;
+    to->pull = from->npull ? malloc(from->npull * sizeof *from->pull) : NULL;
+    if (to->lag)
+        memcpy(to->lag, from->lag, from->nlag * sizeof *from->lag);
+    else
+        to->nlag = 0;
+    if (to->pull)
+        memcpy(to->pull, from->pull, from->npull * sizeof *from->pull);
+    else
+        to->npull = 0;
+}
+
 int merger_round(struct merger *m, struct mg_report *rep)
 {
     char err[TOPO_ERRLEN];
@@ -406,12 +484,7 @@ int merger_round(struct merger *m, struct mg_report *rep)
     report_lag(m, rep);
     pthread_mutex_lock(&m->mu);
     mg_report_free(&m->last);
-    m->last = *rep;
-    m->last.lag = NULL;
-    if (rep->nlag && (m->last.lag = malloc(rep->nlag * sizeof *rep->lag)))
-        memcpy(m->last.lag, rep->lag, rep->nlag * sizeof *rep->lag);
-    else
-        m->last.nlag = 0;
+    report_copy(&m->last, rep);
     m->rounds_done++;
     m->total += rep->bytes_pulled + rep->bytes_pushed;
     pthread_mutex_unlock(&m->mu);
@@ -422,12 +495,7 @@ void merger_last_report(struct merger *m, struct mg_report *rep,
                         uint64_t *rounds, uint64_t *total)
 {
     pthread_mutex_lock(&m->mu);
-    *rep = m->last;
-    rep->lag = NULL;
-    if (m->last.nlag && (rep->lag = malloc(m->last.nlag * sizeof *rep->lag)))
-        memcpy(rep->lag, m->last.lag, m->last.nlag * sizeof *rep->lag);
-    else
-        rep->nlag = 0;
+    report_copy(rep, &m->last);
     if (rounds)
         *rounds = m->rounds_done;
     if (total)
@@ -438,25 +506,42 @@ void merger_last_report(struct merger *m, struct mg_report *rep,
 void mg_report_free(struct mg_report *rep)
 {
     free(rep->lag);
+    free(rep->pull);
     rep->lag = NULL;
-    rep->nlag = 0;
+    rep->pull = NULL;
+    rep->nlag = rep->npull = 0;
 }
+
+static const char *const pull_state_name[] = {
+    [MG_NOT_ASKED] = "not-asked", [MG_PULLED] = "pulled",
+    [MG_SYNCING] = "syncing", [MG_FAILED] = "failed"};
 
 void mg_report_print(FILE *out, const struct mg_report *r)
 {
     fprintf(out, "round %" PRIu64 ": duration_ms %" PRIu64 " bytes_pulled %"
             PRIu64 " bytes_pushed %" PRIu64 " pages_pulled %" PRIu64
-            " pages_pushed %" PRIu64 " pages_changed %" PRIu64 " errors %u\n",
+            " pages_pushed %" PRIu64 " pages_changed %" PRIu64 " errors %u"
+            " uncovered %u\n",
             r->round, r->duration_ms, r->bytes_pulled, r->bytes_pushed,
-            r->pages_pulled, r->pages_pushed, r->pages_changed, r->errors);
+            r->pages_pulled, r->pages_pushed, r->pages_changed, r->errors,
+            r->uncovered);
     for (unsigned i = 0; i < r->nmsg; i++)
         fprintf(out, "  message: %s\n", r->msg[i]);
+    for (size_t i = 0; i < r->npull; i++) {
+        const struct mg_pull_rep *p = &r->pull[i];
+        fprintf(out, "  pull %s shard %u %s group %s read_quorum %u %s:",
+                p->filter, p->shard, p->dc, p->group, p->read_quorum,
+                p->in_sync >= p->read_quorum ? "covered" : "not-covered");
+        for (unsigned c = 0; c < p->ncopies; c++)
+            fprintf(out, " %s=%s", p->copy[c], pull_state_name[p->state[c]]);
+        fprintf(out, "\n");
+    }
     for (size_t i = 0; i < r->nlag; i++)
         fprintf(out, "  target %s shard %u %s %s %s version %" PRIu64
-                " primary_version %" PRIu64 " lag_ms %" PRIu64 "%s%s\n",
+                " lag_ms %" PRIu64 "%s%s\n",
                 r->lag[i].filter, r->lag[i].shard, r->lag[i].dc,
-                r->lag[i].replica ? "replica" : "primary", r->lag[i].node,
-                r->lag[i].version, r->lag[i].primary_version, r->lag[i].lag_ms,
+                r->lag[i].replica ? "not-pulled" : "pulled", r->lag[i].node,
+                r->lag[i].version, r->lag[i].lag_ms,
                 r->lag[i].error[0] ? " error " : "", r->lag[i].error);
 }
 
@@ -465,15 +550,16 @@ void mg_report_log(const struct mg_report *rep)
     uint64_t worst = 0;
 
     for (size_t i = 0; i < rep->nlag; i++)
-        if (rep->lag[i].replica && rep->lag[i].lag_ms > worst)
+        if (rep->lag[i].lag_ms > worst)
             worst = rep->lag[i].lag_ms;
     log_info("merger: round %" PRIu64 ": %" PRIu64 " ms, pulled %" PRIu64
              " pages (%" PRIu64 " bytes), %" PRIu64
              " pages changed, pushed %" PRIu64 " pages (%" PRIu64
-             " bytes), %u errors, replica lag max %" PRIu64 " ms",
+             " bytes), %u errors, %u pulls short of the read quorum, "
+             "lag max %" PRIu64 " ms",
              rep->round, rep->duration_ms, rep->pages_pulled, rep->bytes_pulled,
              rep->pages_changed, rep->pages_pushed, rep->bytes_pushed,
-             rep->errors, worst);
+             rep->errors, rep->uncovered, worst);
 }
 
 struct merger *merger_create(const struct merger_config *cfg,
@@ -512,7 +598,7 @@ void merger_destroy(struct merger *m)
             bf_destroy(m->f[i].sh[j].g);
             free(m->f[i].sh[j].stamp);
             free(m->f[i].sh[j].have);
-            free(m->f[i].sh[j].tg);
+            free(m->f[i].sh[j].cp);
         }
         free(m->f[i].sh);
     }

@@ -3,19 +3,24 @@
  * A struct merger owns, per configured filter and shard, the global
  * snapshot (a struct bf kept on its own disk, STATE_DIR/<filter>/
  * shard-<i>.bf, saved atomically with bf_file_save), a stamp per 64 KiB page
- * (the round in which the page last changed), what it last pulled from each
- * datacenter (epoch, since_version, store_version, in a sidecar
- * shard-<i>.state written after the snapshot) and, per copy it pushes to,
- * the last round that copy received in full.
+ * (the round in which the page last changed) and, per copy of the shard's
+ * group in each datacenter, the cursor of its last pull (epoch,
+ * since_version, store_version) and the last round that copy received in
+ * full; the cursors and the complete copies go in a sidecar
+ * (shard-<i>.state, versioned) written after the snapshot.
  *
- * A round, per filter and shard: pull from every datacenter (the first copy
- * of the shard's group that answers) the
- * pages changed since the last pull (every page is verified, and applied
- * only once the whole pull succeeded and its fingerprint matched), OR in
- * the imported partial files that changed, save the snapshot if anything
- * changed, then push to every copy of the group in every datacenter the pages stamped after the round it last received.  Shards
- * missing in a datacenter or on a copy are created with the geometry
- * and secret of the first datacenter that has them.
+ * A round, per filter and shard: pull, in every datacenter, from copies of
+ * the shard's group in topology order until R (the group's read quorum)
+ * that are not SYNCING have answered, each the pages changed since its own
+ * cursor (every page is verified, and a pull is applied only once it
+ * succeeded whole and its fingerprint matched); fewer than R: the pages are
+ * kept but the round does not cover that datacenter for the shard (an
+ * error, and the report says so).  Then OR in the imported partial files
+ * that changed, save the snapshot if anything changed, and push to every
+ * copy of the group in every datacenter the pages stamped after the round
+ * it last received (but those it sent whole).  Shards missing in a
+ * datacenter or on a copy are created with the geometry and secret of the
+ * first datacenter that has them.
  *
  * Threads: merger_round is called by one thread at a time (the caller
  * serializes); it runs the shards of a filter on `workers` threads (each
@@ -54,15 +59,38 @@ struct mg_filter_conf {
 int merger_sources_load(const char *path, struct mg_filter_conf *out,
                         size_t max, char *err);
 
-/* Per-copy lag, as RoundReport.targets. */
+/* Per copy, as RoundReport.targets. */
 struct mg_lag {
     char filter[129];
     uint32_t shard;
     char dc[64];
     char node[128];
-    bool replica;
-    uint64_t version, primary_version, lag_ms;
+    bool replica;         /* not pulled in sync this round */
+    uint64_t version;     /* its store version at the merger's last pull */
+    uint64_t lag_ms;      /* age of the data it is known to hold (0: not
+                             known) */
     char error[256];
+};
+
+/* What a round's pulls of one shard reached in one datacenter, as
+ * RoundReport.pulls: the copies of its group, in the order asked. */
+#define MG_MAX_COPIES 8
+enum mg_pull_state {
+    MG_NOT_ASKED,   /* R in-sync copies had answered before */
+    MG_PULLED,      /* pulled, not SYNCING: counts towards R */
+    MG_SYNCING,     /* pulled (its pages kept), but SYNCING: does not count */
+    MG_FAILED       /* asked; the pull failed (the messages say why) */
+};
+
+struct mg_pull_rep {
+    uint64_t round;
+    char filter[129];
+    uint32_t shard;
+    char dc[64];
+    char group[64];
+    unsigned read_quorum, ncopies, in_sync;
+    char copy[MG_MAX_COPIES][128];
+    uint8_t state[MG_MAX_COPIES];   /* enum mg_pull_state */
 };
 
 struct mg_report {
@@ -75,6 +103,9 @@ struct mg_report {
     char msg[MG_REPORT_MSGS][MG_ERRLEN];
     size_t nlag;
     struct mg_lag *lag;       /* owned by the report */
+    size_t npull;
+    struct mg_pull_rep *pull; /* owned by the report */
+    unsigned uncovered;       /* pulls short of R in-sync copies */
 };
 
 struct merger;

@@ -21,23 +21,28 @@
 #include "rules.h"
 #include "topo.h"
 
+_Static_assert(MG_MAX_COPIES == TOPO_MAX_COPIES, "a group pull lists every copy");
 
-struct mg_src {
-    uint64_t epoch, since, store_version;
-    uint64_t pulled_ms; /* wall clock of the last complete pull */
-};
 
-struct mg_target {
+/* One copy of a shard's group in one datacenter: the cursor of the
+ * merger's pulls from it and what it has received of the pushes. */
+struct mg_copy {
     char addr[TOPO_ADDR_MAX + 1];
     unsigned dc;
-    bool replica;     /* not the copy pulled from this round: push it every
-                         page it has not acknowledged */
+    /* Pulls: the node's epoch and change counter after the last complete
+     * pull (0, 0: none, the next pull ships every non-empty page), its
+     * store version then, and when that pull started (wall clock). */
+    uint64_t epoch, since, store_version, pulled_ms;
+    /* Pushes. */
     bool ready;       /* the shard is known to exist there */
     uint64_t acked;   /* last round received in full */
-    uint64_t version; /* replicas: source store version held */
-    uint64_t data_ms; /* replicas: when that pull was taken */
+    uint64_t data_ms; /* what every datacenter had acknowledged by then is
+                         on it (0: not known) */
     bool was_synced;  /* as last written to the sidecar */
-    char error[256];
+    char error[256];  /* the last push's error */
+    /* This round. */
+    int slot;         /* its bit in mg_shard.have, -1: not pulled */
+    bool in_sync;     /* pulled, and not SYNCING: counts towards R */
 };
 
 struct mg_part {
@@ -52,11 +57,15 @@ struct mg_shard {
     char fp[17];
     uint64_t body_bytes, npages;
     uint64_t *stamp; /* per page: round of the last change */
-    uint8_t *have;   /* this round, per page: bit d when the
-                                  copy pulled in datacenter d sent it whole */
-    struct mg_src src[MG_MAX_DC];
-    struct mg_target *tg;
-    size_t ntg, captg;
+    bool dirty;      /* changed since last saved (a save failed) */
+    uint64_t *have;  /* this round, per page: bit k when the copy pulled
+                        with slot k sent the page and holds it whole */
+    /* Per datacenter: when the pulls of the last round that reached R
+     * in-sync copies there started (0: none since the merger started). */
+    uint64_t covered_ms[MG_MAX_DC];
+    struct mg_pull_rep gp[MG_MAX_DC];   /* the last round's pulls */
+    struct mg_copy *cp;
+    size_t ncp, capcp;
     struct mg_part part[MG_MAX_PARTIALS];
 };
 
@@ -94,6 +103,10 @@ struct pulled {
     uint64_t data;    /* page bytes in buf: at most the shard's body */
 };
 
+/* The sidecar's format: the first line is MG_STATE_MAGIC and a version. */
+#define MG_STATE_MAGIC "bloomgrid-merger-state"
+#define MG_STATE_VERSION 2
+
 /* Formatting that may be cut short (messages, paths). */
 void merger__strfmt(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -116,7 +129,7 @@ struct rpc_channel *merger__chan(struct merger *m, const char *addr);
 int merger__dir_make(const char *dir, char *err);
 void merger__shard_path(const struct merger *m, const struct mg_filter *f,
                         uint32_t i, const char *ext, char *out, size_t len);
-bool merger__target_synced(const struct mg_shard *s, const struct mg_target *t);
+bool merger__copy_synced(const struct mg_shard *s, const struct mg_copy *c);
 /* Write the sidecar of s durably.  Returns 0 or a negative errno with err
  * (MG_ERRLEN bytes). */
 int merger__state_save(const struct merger *m, const struct mg_filter *f,
@@ -125,15 +138,21 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
  * Returns 0 or a negative errno with err (MG_ERRLEN bytes). */
 int merger__shard_init(struct merger *m, struct mg_filter *f,
                        struct mg_shard *s, char *err);
+/* The copy addr of datacenter dc (created, with no cursor, when new); NULL
+ * when out of memory.  The pointer is good until the next call. */
+struct mg_copy *merger__copy_get(struct mg_shard *s, const char *addr,
+                                 unsigned dc);
+/* Pull from copy c (changed pages since its cursor) and OR the pages in,
+ * giving them the have bit slot.  Returns 0 (c->in_sync tells whether it
+ * counts), or -1 (reported) when the pull failed. */
 int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
-                      unsigned d, const char *addr, uint64_t round,
-                      struct mg_report *rep, struct pulled *pp);
+                     struct mg_copy *c, int slot, uint64_t round,
+                     struct mg_report *rep);
 void merger__partial_one(struct mg_filter *f, struct mg_shard *s, unsigned i,
                          uint64_t round, struct mg_report *rep);
-struct mg_target *merger__target_get(struct mg_shard *s, const char *addr,
-                                     unsigned dc, bool replica);
+/* Push to copy c every page stamped after the round it last received in
+ * full, but those it sent whole this round. */
 void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
-                      struct mg_target *t, uint64_t round,
-                      struct mg_report *rep);
+                      struct mg_copy *c, uint64_t round, struct mg_report *rep);
 
 #endif

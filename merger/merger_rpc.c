@@ -6,7 +6,9 @@
  */
 #include "merger_rpc.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bloomgrid/v1/merger.pb-c.h"
 
@@ -26,13 +28,55 @@ static bool request_ok(const ProtobufCMessageDescriptor *desc,
     return true;
 }
 
-/* The wire form of a report; tl and tlp have r->nlag entries, msgs 16.
- * Every pointer of w points into r, tl, tlp or msgs. */
-static void report_to_wire(const struct mg_report *r,
-                           Bloomgrid__V1__RoundReport *w,
-                           Bloomgrid__V1__TargetLag *tl,
-                           Bloomgrid__V1__TargetLag **tlp, char **msgs)
+/* The wire form of a report: tl and tlp have r->nlag entries, gp and gpp
+ * r->npull, names r->npull * MG_MAX_COPIES, msgs MG_REPORT_MSGS.  Every
+ * pointer of w points into r or those arrays. */
+struct wire_report {
+    Bloomgrid__V1__RoundReport w;
+    Bloomgrid__V1__TargetLag *tl, **tlp;
+    Bloomgrid__V1__GroupPull *gp, **gpp;
+    char **names;
+    char *msgs[MG_REPORT_MSGS];
+};
+
+static void wire_free(struct wire_report *x)
 {
+    free(x->tl);
+    free(x->tlp);
+    free(x->gp);
+    free(x->gpp);
+    free(x->names);
+}
+
+/* The copies of p in state st, as a repeated string taken from names. */
+static char **pull_list(const struct mg_pull_rep *p, enum mg_pull_state st,
+                        char ***names, size_t *n)
+{
+    char **first = *names;
+
+    *n = 0;
+    for (unsigned c = 0; c < p->ncopies; c++)
+        if (p->state[c] == st) {
+            *(*names)++ = (char *)p->copy[c];
+            (*n)++;
+        }
+    return first;
+}
+
+static int report_to_wire(const struct mg_report *r, struct wire_report *x)
+{
+    Bloomgrid__V1__RoundReport *w = &x->w;
+
+    memset(x, 0, sizeof *x);
+    x->tl = calloc(r->nlag + 1, sizeof *x->tl);
+    x->tlp = calloc(r->nlag + 1, sizeof *x->tlp);
+    x->gp = calloc(r->npull + 1, sizeof *x->gp);
+    x->gpp = calloc(r->npull + 1, sizeof *x->gpp);
+    x->names = calloc(r->npull * MG_MAX_COPIES + 1, sizeof *x->names);
+    if (!x->tl || !x->tlp || !x->gp || !x->gpp || !x->names) {
+        wire_free(x);
+        return -ENOMEM;
+    }
     bloomgrid__v1__round_report__init(w);
     w->round = r->round;
     w->started_unix_ms = r->started_ms;
@@ -43,25 +87,46 @@ static void report_to_wire(const struct mg_report *r,
     w->pages_pushed = r->pages_pushed;
     w->pages_changed = r->pages_changed;
     w->errors = r->errors;
+    w->uncovered = r->uncovered;
     for (unsigned i = 0; i < r->nmsg; i++)
-        msgs[i] = (char *)r->msg[i];
+        x->msgs[i] = (char *)r->msg[i];
     w->n_messages = r->nmsg;
-    w->messages = msgs;
+    w->messages = x->msgs;
     for (size_t i = 0; i < r->nlag; i++) {
-        bloomgrid__v1__target_lag__init(&tl[i]);
-        tl[i].filter = (char *)r->lag[i].filter;
-        tl[i].shard_index = r->lag[i].shard;
-        tl[i].datacenter = (char *)r->lag[i].dc;
-        tl[i].node = (char *)r->lag[i].node;
-        tl[i].replica = r->lag[i].replica;
-        tl[i].version = r->lag[i].version;
-        tl[i].primary_version = r->lag[i].primary_version;
-        tl[i].lag_ms = r->lag[i].lag_ms;
-        tl[i].error = (char *)r->lag[i].error;
-        tlp[i] = &tl[i];
+        Bloomgrid__V1__TargetLag *t = &x->tl[i];
+        bloomgrid__v1__target_lag__init(t);
+        t->filter = (char *)r->lag[i].filter;
+        t->shard_index = r->lag[i].shard;
+        t->datacenter = (char *)r->lag[i].dc;
+        t->node = (char *)r->lag[i].node;
+        t->replica = r->lag[i].replica;
+        t->version = r->lag[i].version;
+        t->lag_ms = r->lag[i].lag_ms;
+        t->error = (char *)r->lag[i].error;
+        x->tlp[i] = t;
     }
     w->n_targets = r->nlag;
-    w->targets = tlp;
+    w->targets = x->tlp;
+    char **names = x->names;
+    for (size_t i = 0; i < r->npull; i++) {
+        const struct mg_pull_rep *p = &r->pull[i];
+        Bloomgrid__V1__GroupPull *g = &x->gp[i];
+        bloomgrid__v1__group_pull__init(g);
+        g->filter = (char *)p->filter;
+        g->shard_index = p->shard;
+        g->datacenter = (char *)p->dc;
+        g->group = (char *)p->group;
+        g->read_quorum = p->read_quorum;
+        g->pulled = pull_list(p, MG_PULLED, &names, &g->n_pulled);
+        g->syncing = pull_list(p, MG_SYNCING, &names, &g->n_syncing);
+        g->failed = pull_list(p, MG_FAILED, &names, &g->n_failed);
+        g->not_asked = pull_list(p, MG_NOT_ASKED, &names, &g->n_not_asked);
+        g->covered = p->in_sync >= p->read_quorum;
+        x->gpp[i] = g;
+    }
+    w->n_pulls = r->npull;
+    w->pulls = x->gpp;
+    return 0;
 }
 
 /* Reply with the last report (and, for Status, the totals). */
@@ -70,30 +135,25 @@ static void reply_report(struct merger_rpc *mr, struct rpc_reply *reply,
 {
     struct mg_report r;
     uint64_t rounds, total;
-    char *msgs[MG_REPORT_MSGS];
-    Bloomgrid__V1__RoundReport w;
+    struct wire_report x;
 
     merger_last_report(mr->m, &r, &rounds, &total);
-    Bloomgrid__V1__TargetLag *tl = calloc(r.nlag + 1, sizeof *tl);
-    Bloomgrid__V1__TargetLag **tlp = calloc(r.nlag + 1, sizeof *tlp);
-    if (!tl || !tlp) {
+    if (report_to_wire(&r, &x) < 0) {
         rpc_reply_error(reply, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
+        mg_report_free(&r);
+        return;
     }
-    report_to_wire(&r, &w, tl, tlp, msgs);
     if (status) {
         Bloomgrid__V1__MergerStatus ms = BLOOMGRID__V1__MERGER_STATUS__INIT;
-        ms.last = &w;
+        ms.last = &x.w;
         ms.rounds = rounds;
         ms.bytes_shipped_total = total;
         ms.running = merger_runner_busy(mr->run);
         rpc_reply_pack(reply, &ms.base);
     } else {
-        rpc_reply_pack(reply, &w.base);
+        rpc_reply_pack(reply, &x.w.base);
     }
-out:
-    free(tl);
-    free(tlp);
+    wire_free(&x);
     mg_report_free(&r);
 }
 

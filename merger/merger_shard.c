@@ -1,16 +1,20 @@
 /* merger_shard: one shard of the merger's global snapshot: its files (the
  * snapshot and the sidecar of what was pulled and which copies are
- * complete), pulls from the datacenters' primaries, partial files, and
+ * complete), pulls from the copies of its groups, partial files, and
  * pushes to every copy.  See merger.h for the round and
  * docs/MERGER.md for why each step is safe to interrupt.
  */
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <xxhash.h>
 
 #include "bf.h"
 #include "bf_file.h"
@@ -28,12 +32,12 @@ void merger__shard_path(const struct merger *m, const struct mg_filter *f,
 }
 
 /* Is a copy known to hold every page of the snapshot? */
-bool merger__target_synced(const struct mg_shard *s, const struct mg_target *t)
+bool merger__copy_synced(const struct mg_shard *s, const struct mg_copy *c)
 {
     for (uint64_t p = 0; p < s->npages; p++)
-        if (s->stamp[p] > t->acked)
+        if (s->stamp[p] > c->acked)
             return false;
-    return t->ready;
+    return c->ready;
 }
 
 int merger__dir_make(const char *dir, char *err)
@@ -56,12 +60,23 @@ int merger__dir_make(const char *dir, char *err)
     return 0;
 }
 
-/* The sidecar, one line each:
- *   S dc epoch since store_version pulled_ms       what was pulled
- *   T addr replica dc version data_ms              a copy holding every
- *                                                  page of the snapshot
+/* The sidecar (format MG_STATE_VERSION), one line each:
+ *   bloomgrid-merger-state 2                        the format
+ *   G hash                                          XXH3-64 of the snapshot
+ *                                                   body it describes
+ *   C dc addr epoch since store_version pulled_ms   a copy's pull cursor
+ *   T dc addr data_ms                               a copy holding every
+ *                                                   page of that snapshot
  * Written (durable_write_file: temp file, fsync, rename, fsync of the
- * directory) only after the snapshot it describes is on disk. */
+ * directory) only after the snapshot it describes is on disk.  A merger
+ * stopped between the two leaves a newer snapshot than the sidecar: its
+ * cursors stay true (what they pulled is in the newer snapshot too), its
+ * T lines do not, hence the hash. */
+static uint64_t shard_hash(const struct mg_shard *s)
+{
+    return XXH3_64bits(bf_layer_body_const(s->g, 0), (size_t)s->body_bytes);
+}
+
 int merger__state_save(const struct merger *m, const struct mg_filter *f,
                        struct mg_shard *s, char *err)
 {
@@ -76,15 +91,19 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
         merger__strfmt(err, MG_ERRLEN, "out of memory for %s", path);
         return -ENOMEM;
     }
-    for (unsigned d = 0; d < f->c.ndc; d++)
-        fprintf(fp, "S %s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
-                f->c.dc[d], s->src[d].epoch, s->src[d].since,
-                s->src[d].store_version, s->src[d].pulled_ms);
-    for (size_t i = 0; i < s->ntg; i++)
-        if ((s->tg[i].was_synced = merger__target_synced(s, &s->tg[i])))
-            fprintf(fp, "T %s %d %u %" PRIu64 " %" PRIu64 "\n", s->tg[i].addr,
-                    s->tg[i].replica, s->tg[i].dc, s->tg[i].version,
-                    s->tg[i].data_ms);
+    fprintf(fp, "%s %d\nG %016" PRIx64 "\n", MG_STATE_MAGIC, MG_STATE_VERSION,
+            shard_hash(s));
+    for (size_t i = 0; i < s->ncp; i++) {
+        const struct mg_copy *c = &s->cp[i];
+        if (c->epoch)
+            fprintf(fp, "C %s %s %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+                    "\n", f->c.dc[c->dc], c->addr, c->epoch, c->since,
+                    c->store_version, c->pulled_ms);
+    }
+    for (size_t i = 0; i < s->ncp; i++)
+        if ((s->cp[i].was_synced = merger__copy_synced(s, &s->cp[i])))
+            fprintf(fp, "T %s %s %" PRIu64 "\n", f->c.dc[s->cp[i].dc],
+                    s->cp[i].addr, s->cp[i].data_ms);
     if (fclose(fp) != 0) {
         free(text);
         merger__strfmt(err, MG_ERRLEN, "out of memory for %s", path);
@@ -97,42 +116,122 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
     return rc;
 }
 
-/* Synced copies come back with acked = 1: the stamp of every loaded page. */
+static int dc_index(const struct mg_filter *f, const char *name)
+{
+    for (unsigned d = 0; d < f->c.ndc; d++)
+        if (!strcmp(f->c.dc[d], name))
+            return (int)d;
+    return -1;
+}
+
+/* A copy holds every page of the saved snapshot: it comes back with
+ * acked = 1, the stamp of every loaded page. */
+static void state_synced(const struct mg_filter *f, struct mg_shard *s,
+                         const char *addr, unsigned dc, uint64_t data_ms)
+{
+    struct mg_copy *c = merger__copy_get(s, addr, dc);
+
+    log_debug("merger: \"%s\" shard %u: %s holds every page of the saved "
+              "snapshot", f->c.name, s->index, addr);
+    if (c) {
+        c->ready = true;
+        c->was_synced = true;
+        c->acked = 1;
+        c->data_ms = data_ms;
+    }
+}
+
+/* One line of the first merger's sidecar, which had no format line:
+ *   S dc epoch since store_version pulled_ms        one cursor per
+ *                                                   datacenter
+ *   T addr replica dc-index version data_ms         a copy holding every
+ *                                                   page of the snapshot
+ * Both are dropped: a datacenter's cursor names no copy, and the T lines
+ * are not tied to the snapshot they describe (a merger stopped between
+ * saving the snapshot and the sidecar left them wrong).  The next round
+ * pulls every page of the copies it asks and pushes every copy all it
+ * lacks: always safe, once. */
+static bool state_line_v1(const char *line)
+{
+    return (line[0] == 'S' || line[0] == 'T') && line[1] == ' ';
+}
+
+/* A line of the current format; *t_ok: a G line matched the snapshot
+ * (T lines before it or without it are not trusted). */
+static bool state_line_v2(const struct mg_filter *f, struct mg_shard *s,
+                          const char *line, uint64_t hash, bool *t_ok)
+{
+    char dcn[64], addr[TOPO_ADDR_MAX + 1];
+    uint64_t e, since, sv, ms, g;
+    int d;
+
+    if (sscanf(line, "G %" SCNx64, &g) == 1) {
+        if (!(*t_ok = g == hash))
+            log_info("merger: \"%s\" shard %u: the sidecar describes "
+                     "another snapshot than the one saved (the merger "
+                     "stopped between the two): every copy gets what it "
+                     "lacks pushed", f->c.name, s->index);
+        return true;
+    }
+    if (sscanf(line, "C %63s %127s %" SCNu64 " %" SCNu64 " %" SCNu64
+               " %" SCNu64, dcn, addr, &e, &since, &sv, &ms) == 6) {
+        struct mg_copy *c;
+        if ((d = dc_index(f, dcn)) >= 0 &&
+            (c = merger__copy_get(s, addr, (unsigned)d))) {
+            c->epoch = e;
+            c->since = since;
+            c->store_version = sv;
+            c->pulled_ms = ms;
+        }
+        return true;
+    }
+    if (sscanf(line, "T %63s %127s %" SCNu64, dcn, addr, &ms) == 3) {
+        if (*t_ok && (d = dc_index(f, dcn)) >= 0)
+            state_synced(f, s, addr, (unsigned)d, ms);
+        return true;
+    }
+    return false;
+}
+
+/* Read the sidecar.  What cannot be read is forgotten, with a warning:
+ * a copy without a cursor gets a full pull, one not known to be complete a
+ * full push, both always safe. */
 static void state_load(const struct merger *m, const struct mg_filter *f,
                        struct mg_shard *s)
 {
-    char path[MG_PATH_MAX + 64], kind[4], name[TOPO_ADDR_MAX + 1];
-    uint64_t e, since, sv, ms;
-    unsigned dc;
-    int repl;
+    char path[MG_PATH_MAX + 64], line[512], magic[32];
+    int version = 0, v;
+    bool t_ok = false;
+    uint64_t hash = shard_hash(s);
     FILE *fp;
 
     merger__shard_path(m, f, s->index, "state", path, sizeof path);
     if (!(fp = fopen(path, "r")))
         return;
-    while (fscanf(fp, "%3s", kind) == 1) {
-        if (!strcmp(kind, "S") &&
-            fscanf(fp, "%127s %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
-                   name, &e, &since, &sv, &ms) == 5) {
-            for (unsigned d = 0; d < f->c.ndc; d++)
-                if (!strcmp(f->c.dc[d], name))
-                    s->src[d] = (struct mg_src){e, since, sv, ms};
-        } else if (!strcmp(kind, "T") &&
-                   fscanf(fp, "%127s %d %u %" SCNu64 " %" SCNu64, name, &repl,
-                          &dc, &sv, &ms) == 5 &&
-                   dc < f->c.ndc) {
-            struct mg_target *t = merger__target_get(s, name, dc, repl != 0);
-            log_debug("merger: \"%s\" shard %u: %s holds every page of the "
-                      "saved snapshot",
-                      f->c.name, s->index, name);
-            if (t) {
-                t->ready = true;
-                t->was_synced = true;
-                t->acked = 1;
-                t->version = sv;
-                t->data_ms = ms;
+    for (unsigned n = 1; fgets(line, sizeof line, fp); n++) {
+        if (n == 1) {
+            if (sscanf(line, "%31s %d", magic, &v) == 2 &&
+                !strcmp(magic, MG_STATE_MAGIC)) {
+                if (v != MG_STATE_VERSION) {
+                    log_warn("merger: %s has format %d, this merger writes "
+                             "%d: ignored (every copy gets a full pull and "
+                             "push)", path, v, MG_STATE_VERSION);
+                    break;
+                }
+                version = v;
+                continue;
             }
-        } else {
+            version = 1;
+            log_info("merger: %s is in the first merger's format: it is "
+                     "dropped (the next round pulls every page of the "
+                     "copies it asks once, and pushes every copy what it "
+                     "lacks)", path);
+        }
+        bool ok = version == 1 ? state_line_v1(line)
+                               : state_line_v2(f, s, line, hash, &t_ok);
+        if (!ok) {
+            log_warn("merger: %s:%u cannot be read: the rest of the file is "
+                     "ignored (full pulls and pushes)", path, n);
             break;
         }
     }
@@ -179,7 +278,7 @@ int merger__shard_init(struct merger *m, struct mg_filter *f,
     s->body_bytes = li.body_bytes;
     s->npages = (li.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
     s->stamp = calloc(s->npages ? s->npages : 1, sizeof *s->stamp);
-    s->have = calloc(s->npages ? s->npages : 1, 1);
+    s->have = calloc(s->npages ? s->npages : 1, sizeof *s->have);
     if (!s->stamp || !s->have) {
         merger__strfmt(err, MG_ERRLEN, "out of memory");
         return -ENOMEM;
@@ -214,6 +313,7 @@ static uint64_t shard_or(struct mg_shard *s, uint64_t off, const uint8_t *data,
         if ((w[i] | x) != w[i]) {
             w[i] |= x;
             uint64_t p = (off + 8 * i) / RULES_PAGE_BYTES;
+            s->have[p] = 0;    /* no copy pulled before holds it whole */
             if (p != last && s->stamp[p] != round) {
                 s->stamp[p] = round;
                 changed++;
@@ -297,38 +397,62 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
     return 0;
 }
 
-/* Pull from one copy (addr) of a datacenter's group and OR the pages in.
- * Returns 0, or -1 (reported) when the pull failed.  The pages stay
- * in *pp (the caller frees pp->buf) to tell later which of them the source
- * already holds in full. */
-int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
-                      unsigned d, const char *addr, uint64_t round,
-                      struct mg_report *rep, struct pulled *pp)
+/* OR in the pages of a complete pull from the copy with slot; a whole
+ * page the snapshot now equals is one that copy needs no push of (unless
+ * a later pull or partial of the round changes it: shard_or clears it). */
+static void pulled_apply(struct mg_shard *s, const struct pulled *p, int slot,
+                         uint64_t round, struct mg_report *rep)
 {
-    struct rpc_channel *ch = merger__chan(m, addr);
+    const uint8_t *body = (const uint8_t *)bf_layer_body_const(s->g, 0);
+
+    for (size_t o = 0; o < p->len;) {
+        uint64_t off, len;
+        memcpy(&off, p->buf + o, 8);
+        memcpy(&len, p->buf + o + 8, 8);
+        rep->pages_changed += shard_or(s, off, p->buf + o + 16, len, round);
+        if (off % RULES_PAGE_BYTES == 0 &&
+            (len == RULES_PAGE_BYTES || off + len == s->body_bytes) &&
+            memcmp(p->buf + o + 16, body + off, len) == 0)
+            s->have[off / RULES_PAGE_BYTES] |= 1ull << slot;
+        o += 16 + len;
+    }
+}
+
+int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
+                     struct mg_copy *c, int slot, uint64_t round,
+                     struct mg_report *rep)
+{
+    struct rpc_channel *ch = merger__chan(m, c->addr);
     struct pulled p = {.s = s};
     struct node_client_pull_end end;
     struct rpc_status st;
+    const char *dc = f->c.dc[c->dc];
     char why[300];
     uint64_t t0 = merger__now_ms();
 
     if (!ch) {
-        merger__rep_msg(rep, true, "out of memory for a channel to %s", addr);
+        merger__rep_msg(rep, true, "out of memory for a channel to %s", c->addr);
         return -1;
     }
-    if (s->src[d].epoch == 0 &&
-        shard_ensure(m, f, s, ch, true, why, sizeof why) < 0) {
+    if (c->epoch == 0 && shard_ensure(m, f, s, ch, true, why, sizeof why) < 0) {
         merger__rep_msg(rep, true, "filter \"%s\" shard %u in %s (%s): %s",
-                        f->c.name, s->index, f->c.dc[d], addr, why);
+                        f->c.name, s->index, dc, c->addr, why);
         return -1;
     }
-    if (node_client_pull(ch, f->c.name, s->index, s->src[d].since,
-                         s->src[d].epoch, pulled_page, &p, &end,
+    if (node_client_pull(ch, f->c.name, s->index, c->since, c->epoch,
+                         pulled_page, &p, &end,
                          (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
         merger__rep_msg(rep, true,
                         "pull of \"%s\" shard %u from %s (%s): %s: %s",
-                        f->c.name, s->index, f->c.dc[d], addr,
+                        f->c.name, s->index, dc, c->addr,
                         rpc_status_name(st.code), st.message);
+        /* The copy lost the shard: the push creates it again, and the
+         * next pull starts from nothing. */
+        if (st.code == GRPC_STATUS_NOT_FOUND) {
+            c->epoch = c->since = 0;
+            c->ready = false;
+            c->acked = 0;
+        }
         free(p.buf);
         return -1;
     }
@@ -338,29 +462,28 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
             "pull of \"%s\" shard %u from %s (%s) refused: "
             "fingerprint %s, the global snapshot's is %s (another secret "
             "or geometry)",
-            f->c.name, s->index, f->c.dc[d], addr, end.fp, s->fp);
+            f->c.name, s->index, dc, c->addr, end.fp, s->fp);
         free(p.buf);
         return -1;
     }
-    for (size_t o = 0; o < p.len;) {
-        uint64_t off, len;
-        memcpy(&off, p.buf + o, 8);
-        memcpy(&len, p.buf + o + 8, 8);
-        rep->pages_changed += shard_or(s, off, p.buf + o + 16, len, round);
-        o += 16 + len;
-    }
-    *pp = p;
+    pulled_apply(s, &p, slot, round, rep);
+    free(p.buf);
     rep->pages_pulled += end.pages;
     rep->bytes_pulled += end.bytes;
     /* Another epoch: the node restarted, or its shard was re-created (and
      * may have lost what it had): push it every page again. */
-    if (s->src[d].epoch && s->src[d].epoch != end.epoch)
-        for (size_t i = 0; i < s->ntg; i++)
-            if (!strcmp(s->tg[i].addr, addr)) {
-                s->tg[i].acked = 0;
-                s->tg[i].ready = false;
-            }
-    s->src[d] = (struct mg_src){end.epoch, end.version, end.store_version, t0};
+    if (c->epoch && c->epoch != end.epoch) {
+        c->acked = 0;
+        c->ready = false;
+    }
+    c->epoch = end.epoch;
+    c->since = end.version;
+    c->store_version = end.store_version;
+    c->pulled_ms = t0;
+    c->slot = slot;
+    /* A SYNCING copy may lack acknowledged writes: its pages are kept (bits
+     * only add), but it does not count towards the read quorum. */
+    c->in_sync = !end.syncing;
     return 0;
 }
 
@@ -420,110 +543,119 @@ void merger__partial_one(struct mg_filter *f, struct mg_shard *s, unsigned i,
 
 /* ---- pushes ---- */
 
-struct mg_target *merger__target_get(struct mg_shard *s, const char *addr,
-                                     unsigned dc, bool replica)
+struct mg_copy *merger__copy_get(struct mg_shard *s, const char *addr,
+                                 unsigned dc)
 {
-    for (size_t i = 0; i < s->ntg; i++)
-        if (!strcmp(s->tg[i].addr, addr) && s->tg[i].replica == replica)
-            return &s->tg[i];
-    if (s->ntg == s->captg) {
-        size_t cap = s->captg ? 2 * s->captg : 4;
-        void *nv = realloc(s->tg, cap * sizeof *s->tg);
+    for (size_t i = 0; i < s->ncp; i++)
+        if (s->cp[i].dc == dc && !strcmp(s->cp[i].addr, addr))
+            return &s->cp[i];
+    if (s->ncp == s->capcp) {
+        size_t cap = s->capcp ? 2 * s->capcp : 4;
+        void *nv = realloc(s->cp, cap * sizeof *s->cp);
         if (!nv)
             return NULL;
-        s->tg = nv;
-        s->captg = cap;
+        s->cp = nv;
+        s->capcp = cap;
     }
-    struct mg_target *t = &s->tg[s->ntg++];
-    memset(t, 0, sizeof *t);
-    merger__strfmt(t->addr, sizeof t->addr, "%s", addr);
-    t->dc = dc;
-    t->replica = replica;
-    return t;
+    struct mg_copy *c = &s->cp[s->ncp++];
+    memset(c, 0, sizeof *c);
+    merger__strfmt(c->addr, sizeof c->addr, "%s", addr);
+    c->dc = dc;
+    c->slot = -1;
+    return c;
+}
+
+/* Every write a datacenter acknowledged before its last covering pull is
+ * in the snapshot: a copy holding the snapshot holds what every datacenter
+ * had acknowledged by the oldest of those (0: a datacenter not covered
+ * since the merger started). */
+static uint64_t shard_data_ms(const struct mg_filter *f,
+                              const struct mg_shard *s)
+{
+    uint64_t ms = UINT64_MAX;
+
+    for (unsigned d = 0; d < f->c.ndc; d++)
+        if (s->covered_ms[d] < ms)
+            ms = s->covered_ms[d];
+    return ms == UINT64_MAX ? 0 : ms;
+}
+
+/* Tests: BLOOMGRID_MERGER_TEST_KILL_AFTER_STREAMS=N makes the process kill
+ * itself (SIGKILL) once N push streams have been acknowledged, to cut a
+ * push of several streams in the middle. */
+static void test_kill_point(void)
+{
+    static atomic_uint streams;
+    const char *k = getenv("BLOOMGRID_MERGER_TEST_KILL_AFTER_STREAMS");
+
+    if (k && *k && atomic_fetch_add(&streams, 1) + 1 >= (unsigned)atoi(k))
+        raise(SIGKILL);
 }
 
 void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
-                      struct mg_target *t, uint64_t round,
-                      struct mg_report *rep)
+                      struct mg_copy *c, uint64_t round, struct mg_report *rep)
 {
-    struct rpc_channel *ch = merger__chan(m, t->addr);
+    struct rpc_channel *ch = merger__chan(m, c->addr);
     struct node_client_page *pg = NULL;
     struct rpc_status st;
     size_t n = 0;
-    uint64_t bytes = 0;
     const uint8_t *body = (const uint8_t *)bf_layer_body_const(s->g, 0);
+    const char *dc = f->c.dc[c->dc];
 
     if (!ch)
         return;
-    if (!t->ready) {
-        if (shard_ensure(m, f, s, ch, true, t->error, sizeof t->error) < 0) {
-            merger__text_clean(t->error);
-            merger__rep_msg(rep, true,
-                            "push of \"%s\" shard %u to %s (%s %s): %s",
-                            f->c.name, s->index, t->addr, f->c.dc[t->dc],
-                            t->replica ? "copy" : "source copy", t->error);
+    if (!c->ready) {
+        if (shard_ensure(m, f, s, ch, true, c->error, sizeof c->error) < 0) {
+            merger__text_clean(c->error);
+            merger__rep_msg(rep, true, "push of \"%s\" shard %u to %s (%s): %s",
+                            f->c.name, s->index, c->addr, dc, c->error);
             return;
         }
-        t->ready = true;
+        c->ready = true;
     }
     pg = calloc(s->npages ? s->npages : 1, sizeof *pg);
     if (!pg)
         return;
     for (uint64_t p = 0; p < s->npages; p++) {
-        if (s->stamp[p] <= t->acked ||
-            (!t->replica && (s->have[p] & (1u << t->dc))))
+        if (s->stamp[p] <= c->acked ||
+            (c->slot >= 0 && (s->have[p] >> c->slot) & 1))
             continue;
         uint64_t off = p * RULES_PAGE_BYTES;
         size_t len = s->body_bytes - off < RULES_PAGE_BYTES
                          ? (size_t)(s->body_bytes - off)
                          : RULES_PAGE_BYTES;
         pg[n++] = (struct node_client_page){off, body + off, len};
-        bytes += len;
     }
-    /* A primary needs nothing when nothing changed; a replica still hears
-     * the version it covers every round (it forgets it when it restarts). */
-    if (n == 0 && !t->replica) {
-        t->acked = round;
-        free(pg);
-        return;
-    }
-    /* Large shards go in several streams of at most 64 MiB of pages. */
-    size_t first = 0;
-    while (first < n || (n == 0 && first == 0)) {
+    /* Large shards go in several streams of at most 64 MiB of pages.  A
+     * push claims nothing (source_version 0): a copy that got part of it
+     * only has more bits. */
+    for (size_t first = 0; first < n;) {
         size_t last = first;
         uint64_t chunk = 0;
         while (last < n && chunk < (64u << 20))
             chunk += pg[last++].len;
-        if (node_client_push(ch, f->c.name, s->index, s->fp,
-                             t->replica ? s->src[t->dc].store_version : 0,
-                             pg + first, last - first, NULL,
+        if (node_client_push(ch, f->c.name, s->index, s->fp, 0, pg + first,
+                             last - first, NULL,
                              (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
-            merger__strfmt(t->error, sizeof t->error, "%s: %s",
+            merger__strfmt(c->error, sizeof c->error, "%s: %s",
                            rpc_status_name(st.code), st.message);
-            merger__text_clean(t->error);
-            merger__rep_msg(rep, true,
-                            "push of \"%s\" shard %u to %s (%s %s): %s",
-                            f->c.name, s->index, t->addr, f->c.dc[t->dc],
-                            t->replica ? "copy" : "source copy", t->error);
+            merger__text_clean(c->error);
+            merger__rep_msg(rep, true, "push of \"%s\" shard %u to %s (%s): %s",
+                            f->c.name, s->index, c->addr, dc, c->error);
             if (st.code == GRPC_STATUS_NOT_FOUND) {
-                t->ready = false;
-                t->acked = 0;
+                c->ready = false;
+                c->acked = 0;
             }
             free(pg);
             return;
         }
         rep->pages_pushed += last - first;
         rep->bytes_pushed += chunk;
-        if (n == 0)
-            break;
+        test_kill_point();
         first = last;
     }
-    (void)bytes;
-    t->acked = round;
-    t->error[0] = 0;
-    if (t->replica) {
-        t->version = s->src[t->dc].store_version;
-        t->data_ms = s->src[t->dc].pulled_ms;
-    }
+    c->acked = round;
+    c->error[0] = 0;
+    c->data_ms = shard_data_ms(f, s);
     free(pg);
 }

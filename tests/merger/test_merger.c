@@ -26,7 +26,6 @@
  *             by the next round
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +40,7 @@
 #include "bf_file.h"
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "harness.h"
+#include "merger_once.h"
 #include "node_client.h"
 
 #define NKEYS 20000
@@ -149,56 +149,15 @@ static void write_merger_config(const char *partials)
     fclose(f);
 }
 
-struct round_out {
-    int status;
-    unsigned long long pulled, pushed, changed, errors;
-    char text[8192];
-};
-
-/* Run "bloomgrid-merger --once"; kill_after_ms > 0 kills it with SIGKILL
- * after that long (pause_ms: the test pause between pulls and pushes). */
+/* One round as a process; pause_ms > 0: the test pause between pulls and
+ * pushes; kill_after_ms > 0: killed (SIGKILL) after that long. */
 static void merger_once(struct round_out *o, int pause_ms, int kill_after_ms)
 {
-    char out[700], log[700], pause[32];
-    snprintf(out, sizeof out, "%s/merger-once.out", tdir);
-    snprintf(log, sizeof log, "%s/merger.log", tdir);
+    char pause[32];
     snprintf(pause, sizeof pause, "%d", pause_ms);
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        int ofd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(ofd, 1);
-        dup2(lfd, 2);
-        if (pause_ms)
-            setenv("BLOOMGRID_MERGER_TEST_PAUSE_MS", pause, 1);
-        execl(merger_bin, merger_bin, "--config", mcfg, "--once", (char *)NULL);
-        _exit(127);
-    }
-    if (kill_after_ms) {
-        harness_sleep_ms(kill_after_ms);
-        kill(pid, SIGKILL);
-    }
-    int ws;
-    waitpid(pid, &ws, 0);
-    memset(o, 0, sizeof *o);
-    o->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    FILE *f = fopen(out, "r");
-    if (f) {
-        size_t n = fread(o->text, 1, sizeof o->text - 1, f);
-        o->text[n] = 0;
-        fclose(f);
-    }
-    char *r = strstr(o->text, "round ");
-    if (r)
-        sscanf(strstr(r, "bytes_pulled"), "bytes_pulled %llu bytes_pushed %llu",
-               &o->pulled, &o->pushed);
-    if (r && strstr(r, "pages_changed"))
-        sscanf(strstr(r, "pages_changed"), "pages_changed %llu errors %llu",
-               &o->changed, &o->errors);
-    printf("merger round: exit %d, pulled %llu, pushed %llu bytes, %llu pages "
-           "changed, %llu errors\n", o->status, o->pulled, o->pushed, o->changed,
-           o->errors);
+    const char *env[] = {"BLOOMGRID_MERGER_TEST_PAUSE_MS", pause, NULL};
+    merger_once_run(merger_bin, mcfg, tdir, o, pause_ms ? env : NULL,
+                    kill_after_ms, NULL);
 }
 
 static void check_everywhere(char **k, int n, const char *what)
@@ -303,17 +262,22 @@ static void test_converge(void)
           "daemon quiet round: %llu pulled, %llu pushed, %u errors",
           (unsigned long long)rep->bytes_pulled,
           (unsigned long long)rep->bytes_pushed, rep->errors);
-    size_t replicas = 0;
+    /* Groups of two copies, W = 2, R = 1: one copy pulled per group and
+     * datacenter, every copy pushed without an error. */
+    CHECK(rep->n_pulls == 2 * SHARDS && rep->uncovered == 0, "%zu group pulls, "
+          "%u uncovered", rep->n_pulls, rep->uncovered);
+    for (size_t i = 0; i < rep->n_pulls; i++)
+        CHECK(rep->pulls[i]->covered && rep->pulls[i]->read_quorum == 1 &&
+              rep->pulls[i]->n_pulled == 1 && rep->pulls[i]->n_not_asked == 1,
+              "shard %u in %s: %zu pulled, %zu not asked", rep->pulls[i]->shard_index,
+              rep->pulls[i]->datacenter, rep->pulls[i]->n_pulled,
+              rep->pulls[i]->n_not_asked);
+    CHECK(rep->n_targets == 4 * SHARDS, "%zu copies", rep->n_targets);
     for (size_t i = 0; i < rep->n_targets; i++)
-        if (rep->targets[i]->replica) {
-            replicas++;
-            CHECK(rep->targets[i]->version == rep->targets[i]->primary_version,
-                  "replica %s shard %u behind: %llu < %llu",
-                  rep->targets[i]->node, rep->targets[i]->shard_index,
-                  (unsigned long long)rep->targets[i]->version,
-                  (unsigned long long)rep->targets[i]->primary_version);
-        }
-    CHECK(replicas == 2 * SHARDS, "%zu replica targets", replicas);
+        CHECK(!rep->targets[i]->error[0] && rep->targets[i]->lag_ms > 0,
+              "copy %s shard %u: error \"%s\", lag %llu ms", rep->targets[i]->node,
+              rep->targets[i]->shard_index, rep->targets[i]->error,
+              (unsigned long long)rep->targets[i]->lag_ms);
     bloomgrid__v1__round_report__free_unpacked(rep, NULL);
     Bloomgrid__V1__MergerStatusRequest sr = BLOOMGRID__V1__MERGER_STATUS_REQUEST__INIT;
     Bloomgrid__V1__MergerStatus *ms = NULL;

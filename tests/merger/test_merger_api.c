@@ -23,14 +23,12 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +40,7 @@
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "harness.h"
+#include "merger_once.h"
 #include "node_client.h"
 #include "rpc_server.h"
 #include "rules.h"
@@ -86,51 +85,15 @@ static void write_config(const char *sources_text)
     fclose(f);
 }
 
-struct once_out {
-    int status;
-    unsigned long long pulled, changed, errors;
-    char text[8192];
-};
-
 /* Run "bloomgrid-merger --once"; spy_log (may be NULL) records its file
  * calls through SPY_LIB. */
-static void once(struct once_out *o, const char *spy_log)
+static void once(struct round_out *o, const char *spy_log)
 {
-    char out[PATH_MAX + 32], log[PATH_MAX + 32];
-    snprintf(out, sizeof out, "%s/once.out", tdir);
-    snprintf(log, sizeof log, "%s/merger.log", tdir);
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        int ofd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(ofd, 1);
-        dup2(lfd, 2);
-        if (spy_log) {
-            setenv("FSYNC_SPY_LOG", spy_log, 1);
-            setenv("LD_PRELOAD", spy_lib, 1);
-            /* A sanitizer build wants its runtime first; the spy only
-             * wraps five calls. */
-            setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
-        }
-        execl(merger_bin, merger_bin, "--config", cfg, "--once", (char *)NULL);
-        _exit(127);
-    }
-    int ws;
-    CHECK(waitpid(pid, &ws, 0) == pid, "waitpid");
-    memset(o, 0, sizeof *o);
-    o->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-    FILE *f = fopen(out, "r");
-    if (f) {
-        size_t n = fread(o->text, 1, sizeof o->text - 1, f);
-        o->text[n] = 0;
-        fclose(f);
-    }
-    const char *r = strstr(o->text, "bytes_pulled ");
-    if (r)
-        sscanf(r, "bytes_pulled %llu", &o->pulled);
-    if ((r = strstr(o->text, "pages_changed ")))
-        sscanf(r, "pages_changed %llu errors %llu", &o->changed, &o->errors);
+    /* A sanitizer build wants its runtime first; the spy only wraps five
+     * calls. */
+    const char *env[] = {"FSYNC_SPY_LOG", spy_log, "LD_PRELOAD", spy_lib,
+                         "ASAN_OPTIONS", "verify_asan_link_order=0", NULL};
+    merger_once_run(merger_bin, cfg, tdir, o, spy_log ? env : NULL, 0, NULL);
 }
 
 static void merger_start(struct node_proc *p)
@@ -340,7 +303,7 @@ static void spy_check(const char *log, int *renames_bf, int *renames_state)
 static void test_durable(void)
 {
     struct node_proc n;
-    struct once_out o;
+    struct round_out o;
     char src[256], spy[PATH_MAX + 32], path[PATH_MAX + 64], key[32];
     char *keys[1] = {key}, err[BF_ERRLEN];
     struct rpc_status st;
@@ -580,7 +543,7 @@ static void client_checks(struct rpc_channel *ch)
 static void test_hostile(void)
 {
     char addr[64], src[256];
-    struct once_out o;
+    struct round_out o;
     struct node_proc m;
     struct stat sb;
 
@@ -640,7 +603,7 @@ static void test_hostile(void)
 
 static void test_sources(void)
 {
-    struct once_out o;
+    struct round_out o;
     char src[512], name[80], escaped[PATH_MAX + 32];
     struct stat sb;
 

@@ -1,0 +1,479 @@
+/* Integration tests of bloomgrid-merger over shard groups of copies
+ * (docs/MERGER.md, "A round"): datacenter dc1 is one group of three copies
+ * (W = 2, R = 2) behind a router, dc2 one stand-alone node named by its
+ * address.  Anti-entropy between the copies runs once a minute only, so
+ * what a copy holds is what it took and what the merger pushed.
+ *
+ * usage: test_merger_copies NODE_BIN ROUTER_BIN MERGER_BIN TEST FIXTURES
+ *                           SLOW_FSYNC_LIB
+ *   quorum   keys acknowledged with copy 0 down (so on copies 1 and 2),
+ *            then copy 0 back and copy 1 down during a round: the round
+ *            pulls copies 0 and 2 (copy 0, asked first, lacks the keys)
+ *            and the global snapshot and dc2 hold every key; with copies 1
+ *            and 2 down the round covers nothing and says so, and loses
+ *            nothing; copy 0 wiped and re-created SYNCING: pulled, not
+ *            counted, two others pulled instead
+ *   streams  a shard of more than 64 MiB that copy 2 lacks entirely (it was
+ *            down while 60 000 keys were acknowledged) is pushed to it in
+ *            two streams, and the merger is killed (SIGKILL) after the
+ *            first (copy 2 then holds some keys, not all); with any one
+ *            copy down no acknowledged key reads "no" through the router;
+ *            the next round completes copy 2 and dc2
+ *   migrate  a sidecar in the first merger's format (FIXTURES/
+ *            shard-v1.state, its cursors filled with the nodes' current
+ *            ones, which would make an incremental pull send nothing) is
+ *            read as no cursor: keys added since the saved snapshot reach
+ *            the other datacenter, and the sidecar is rewritten in the
+ *            current format; one of an unknown format is ignored the same
+ *            way
+ *   torn     the merger killed after saving a shard's snapshot and before
+ *            its sidecar (the sidecar's fsync held by SLOW_FSYNC_LIB): the
+ *            old sidecar's complete copies describe the old snapshot, so
+ *            the next round still pushes the other datacenter the keys the
+ *            new snapshot holds
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "bf.h"
+#include "bf_file.h"
+#include "cluster.h"
+#include "merger_once.h"
+#include "node_client.h"
+
+static const char *merger_bin, *fixtures, *slow_fsync;
+static char mcfg[700], state_dir[700];
+/* Anti-entropy out of the way (its slowest pace). */
+static const char *const slow_ae[] = {"--replicate-interval-ms", "60000", NULL};
+
+/* Write the merger's config and sources: dc1 the cluster's topology, dc2
+ * the address of node d. */
+static void merger_setup(const char *dir, const char *dc1, const char *dc2)
+{
+    char sources[700];
+    FILE *f;
+    snprintf(sources, sizeof sources, "%s/sources.ini", dir);
+    snprintf(mcfg, sizeof mcfg, "%s/merger.ini", dir);
+    snprintf(state_dir, sizeof state_dir, "%s/merger-state", dir);
+    CHECK((f = fopen(sources, "w")), "sources");
+    fprintf(f, "[filter f]\ndatacenter = dc1 %s\ndatacenter = dc2 %s\n", dc1, dc2);
+    fclose(f);
+    CHECK((f = fopen(mcfg, "w")), "merger config");
+    fprintf(f, "[merger]\nlisten = 127.0.0.1:0\nstate_dir = %s\nsources = %s\n"
+            "interval_s = 3600\nnode_timeout_ms = 5000\nlog_level = debug\n",
+            state_dir, sources);
+    fclose(f);
+}
+
+static void round_once(const char *dir, struct round_out *o, const char *env,
+                       const char *val)
+{
+    const char *pairs[] = {env, val, NULL};
+    merger_once_run(merger_bin, mcfg, dir, o, env ? pairs : NULL, 0, NULL);
+}
+
+/* Start copy i again on its port and data and wait until it answers reads
+ * (a restarted copy is held until it has checked its epoch with two
+ * peers: docs/REPLICATION.md). */
+static void copy_start(struct cluster *c, int i)
+{
+    cluster_node_start(c, i, c->node[i].port, slow_ae);
+    CHECK(cluster_wait_reads(c, i, 20000), "copy %d does not answer reads", i);
+}
+
+/* A router over dc2's node d (a node reads sharded filters through one). */
+static void start_dc2_router(struct cluster *c, struct node_proc *d,
+                             struct node_proc *r)
+{
+    char topo[700], log[700], text[256];
+    snprintf(topo, sizeof topo, "%s/dc2.ini", c->dir);
+    snprintf(log, sizeof log, "%s/dc2-router.log", c->dir);
+    snprintf(text, sizeof text, "version = 1\n[group g0]\ncopies = %s\n", d->addr);
+    FILE *f = fopen(topo, "w");
+    CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0, "write %s", topo);
+    router_start(r, log, topo, NULL);
+    CHECK(node_wait_health(r, true, 10000), "dc2 router");
+}
+
+/* Three copies reading the topology, W = 2, R = 2, and a router; the
+ * nodes restarted with anti-entropy slowed down.  d: dc2's node. */
+static void start_dcs(struct cluster *c, const char *tag, struct node_proc *d)
+{
+    char dir[700];
+    cluster_start_copies(c, tag, 1, 3, "write_quorum = 2\nread_quorum = 2\n", 0);
+    for (int i = 0; i < 3; i++)
+        cluster_node_restart(c, i, SIGTERM, slow_ae);
+    for (int i = 0; i < 3; i++)
+        CHECK(cluster_wait_reads(c, i, 20000), "copy %d does not answer reads", i);
+    cluster_router_start(c, 0, NULL);
+    snprintf(dir, sizeof dir, "%s/dc2", c->dir);
+    node_start(d, dir, NULL);
+    CHECK(node_wait_health(d, true, 20000), "dc2 node not serving");
+    merger_setup(c->dir, c->topo, d->addr);
+}
+
+/* Keys of k present in the saved global snapshot (shards files; none is
+ * saved before a round changed something). */
+static size_t snapshot_has(char **k, size_t n, uint32_t shards)
+{
+    struct bf *g[8];
+    char path[800], err[BF_ERRLEN];
+    size_t have = 0;
+    CHECK(shards <= 8, "%u shards", shards);
+    for (uint32_t i = 0; i < shards; i++) {
+        snprintf(path, sizeof path, "%s/f/shard-%04u.bf", state_dir, i);
+        if (access(path, F_OK) < 0) {
+            for (uint32_t j = 0; j < i; j++)
+                bf_destroy(g[j]);
+            return 0;
+        }
+        CHECK((g[i] = bf_file_load(path, err, NULL)), "%s: %s", path, err);
+    }
+    for (size_t j = 0; j < n; j++) {
+        struct bf_hash h = bf_hash_key(g[0], k[j], strlen(k[j]));
+        have += bf_may_contain_hash(g[bf_hash_shard(h, shards)], h);
+    }
+    for (uint32_t i = 0; i < shards; i++)
+        bf_destroy(g[i]);
+    return have;
+}
+
+/* Does the report list, for every shard, dc1's group pull as expected
+ * ("covered: A=pulled B=failed C=pulled" with the copies' addresses)? */
+static void check_pulls(struct cluster *c, const struct round_out *o, int shards,
+                        const char *cover, const char *s0, const char *s1,
+                        const char *s2)
+{
+    for (int i = 0; i < shards; i++) {
+        char want[600];
+        snprintf(want, sizeof want,
+                 "pull f shard %d dc1 group g0 read_quorum 2 %s: %s=%s %s=%s %s=%s\n",
+                 i, cover, c->node[0].addr, s0, c->node[1].addr, s1,
+                 c->node[2].addr, s2);
+        CHECK(strstr(o->text, want), "report lacks \"%s\":\n%s", want, o->text);
+    }
+}
+
+#define QK 2000
+#define QS 2
+
+static void test_quorum(void)
+{
+    struct cluster c;
+    struct node_proc d, d_router;
+    struct round_out o;
+    struct rpc_status st;
+    start_dcs(&c, "merger-copies-quorum", &d);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, QS, NULL, &st) == 0,
+          "create: %s", st.message);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0, "first round:\n%s", o.text);
+    start_dc2_router(&c, &d, &d_router);
+    check_pulls(&c, &o, QS, "covered", "pulled", "pulled", "not-asked");
+
+    /* Acknowledged by copies 1 and 2 only. */
+    char **k = keys_make("q", 0, QK);
+    node_stop(&c.node[0], SIGKILL);
+    keys_call(c.router[0].ch, "Add", "f", k, QK, 500, NULL);
+    copy_start(&c, 0);
+    node_stop(&c.node[1], SIGKILL);
+    /* Copy 0 answers first and lacks every key: a round that took it alone
+     * would not hold them. */
+    round_once(c.dir, &o, NULL, NULL);
+    check_pulls(&c, &o, QS, "covered", "pulled", "failed", "pulled");
+    size_t in_snap = snapshot_has(k, QK, QS);
+    CHECK(in_snap == QK, "the global snapshot holds %zu of %d acknowledged keys",
+          in_snap, QK);
+    size_t in_dc2 = keys_present(d_router.ch, "f", k, QK, NULL);
+    CHECK(in_dc2 == QK, "dc2 holds %zu of %d acknowledged keys", in_dc2, QK);
+    printf("keys acknowledged by copies 1 and 2, copy 1 down: all %d merged\n", QK);
+
+    /* One copy left: short of the read quorum, reported, nothing lost. */
+    node_stop(&c.node[2], SIGKILL);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 1 && strstr(o.text, " uncovered 2\n") &&
+          strstr(o.text, "this round does not cover dc1"),
+          "round with one copy up:\n%s", o.text);
+    check_pulls(&c, &o, QS, "not-covered", "pulled", "failed", "failed");
+    CHECK(snapshot_has(k, QK, QS) == QK &&
+              keys_present(d_router.ch, "f", k, QK, NULL) == QK,
+          "keys lost by a round short of its quorum");
+
+    /* Copy 0 loses its disk: the round finds it without the shards (a
+     * failed pull) and creates them, SYNCING; the next one pulls it but
+     * counts copies 1 and 2. */
+    cluster_node_start(&c, 1, c.node[1].port, slow_ae);
+    copy_start(&c, 2);
+    CHECK(cluster_wait_reads(&c, 1, 20000), "copy 1 does not answer reads");
+    node_stop(&c.node[0], SIGKILL);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[0]);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    cluster_node_start(&c, 0, c.node[0].port, slow_ae);
+    round_once(c.dir, &o, NULL, NULL);
+    check_pulls(&c, &o, QS, "covered", "failed", "pulled", "pulled");
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0, "round with copy 0 syncing:\n%s", o.text);
+    check_pulls(&c, &o, QS, "covered", "syncing", "pulled", "pulled");
+    keys_free(k, QK);
+    node_stop(&d_router, SIGTERM);
+    node_stop(&d, SIGTERM);
+    cluster_stop(&c);
+}
+
+/* Every key of k is "maybe" through the router.  A call that fails (a copy
+ * just restarted, not yet reached) is asked again: only a "no" fails. */
+static void all_maybe(struct cluster *c, char **k, size_t n, const char *when)
+{
+    static bool out[5000];
+    struct rpc_status st;
+    for (size_t i = 0; i < n; i += 5000) {
+        size_t b = n - i < 5000 ? n - i : 5000;
+        int tries = 0, rc;
+        while ((rc = t_keys(c->router[0].ch, "MayContain", "f", k + i, b, out, &st)) &&
+               ++tries < 100)
+            harness_sleep_ms(100);
+        CHECK(rc == 0, "%s: %d %s", when, st.code, st.message);
+        for (size_t j = 0; j < b; j++)
+            CHECK(out[j], "%s: acknowledged key %s reads \"no\"", when, k[i + j]);
+    }
+    printf("%s: every acknowledged key is \"maybe\"\n", when);
+}
+
+#define SK 60000
+
+static void test_streams(void)
+{
+    struct cluster c;
+    struct node_proc d, view;
+    struct round_out o;
+    struct rpc_status st;
+    start_dcs(&c, "merger-copies-streams", &d);
+    /* One shard of about 72 MB: more than one push stream of 64 MiB. */
+    CHECK(t_create_sharded(c.router[0].ch, "f", 60000000, 0.01, 0, 1, NULL, &st) == 0,
+          "create: %s", st.message);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0, "first round:\n%s", o.text);
+
+    char **k = keys_make("s", 0, SK);
+    node_stop(&c.node[2], SIGKILL);
+    keys_call(c.router[0].ch, "Add", "f", k, SK, 5000, NULL);
+    copy_start(&c, 2);
+    /* Copies 0 and 1 hold every page whole and get nothing; copy 2 is
+     * pushed first, and the merger dies after its first stream. */
+    round_once(c.dir, &o, "BLOOMGRID_MERGER_TEST_KILL_AFTER_STREAMS", "1");
+    CHECK(o.status == 128 + SIGKILL, "merger not killed mid-push: %d\n%s", o.status,
+          o.text);
+    cluster_view_start(&c, 2, &view);
+    size_t on2 = keys_present(view.ch, "f", k, SK, NULL);
+    CHECK(on2 > 0 && on2 < SK, "copy 2 holds %zu of %d keys: not a push cut "
+          "between its streams", on2, SK);
+    printf("copy 2 holds %zu of %d keys after the first stream\n", on2, SK);
+    for (int i = 0; i < 3; i++) {
+        char when[64];
+        node_stop(&c.node[i], SIGKILL);
+        snprintf(when, sizeof when, "copy %d down", i);
+        all_maybe(&c, k, SK, when);
+        copy_start(&c, i);
+    }
+
+    /* The next round completes copy 2 and dc2. */
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0, "round after the kill:\n%s", o.text);
+    node_stop(&view, SIGTERM);
+    cluster_view_start(&c, 2, &view);
+    on2 = keys_present(view.ch, "f", k, SK, NULL);
+    CHECK(on2 == SK, "copy 2 holds %zu of %d keys after a complete round", on2, SK);
+    size_t in_dc2 = keys_present(d.ch, "f", k, SK, NULL);
+    CHECK(in_dc2 == SK, "dc2 holds %zu of %d keys", in_dc2, SK);
+    node_stop(&view, SIGTERM);
+    keys_free(k, SK);
+    node_stop(&d, SIGTERM);
+    cluster_stop(&c);
+}
+
+/* Replace every "@NAME@" of text (in place, into out) by its value. */
+static void fill(char *out, size_t len, const char *text, const char *const *subst)
+{
+    size_t o = 0;
+    while (*text && o + 1 < len) {
+        bool done = false;
+        for (int i = 0; subst[i] && !done; i += 2) {
+            size_t n = strlen(subst[i]);
+            if (!strncmp(text, subst[i], n)) {
+                o += (size_t)snprintf(out + o, len - o, "%s", subst[i + 1]);
+                text += n;
+                done = true;
+            }
+        }
+        if (!done)
+            out[o++] = *text++;
+    }
+    out[o < len ? o : len - 1] = 0;
+}
+
+/* The node's current pull cursor of shard 0 of f: epoch, version, store
+ * version (a pull by the test: other pullers still see every change). */
+static void cursor_of(struct node_proc *n, char out[3][32])
+{
+    struct node_client_pull_end end;
+    struct rpc_status st;
+    CHECK(node_client_pull(n->ch, "f", 0, 0, 0, NULL, NULL, &end, TIMEOUT_MS, &st) == 0,
+          "pull from %s: %s", n->addr, st.message);
+    snprintf(out[0], 32, "%llu", (unsigned long long)end.epoch);
+    snprintf(out[1], 32, "%llu", (unsigned long long)end.version);
+    snprintf(out[2], 32, "%llu", (unsigned long long)end.store_version);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(text, f) >= 0 && fclose(f) == 0, "write %s", path);
+}
+
+/* Two stand-alone nodes a and b (datacenters a and b) with an unsharded
+ * filter f holding k on a, merged once. */
+static void start_pair(char *tdir, size_t len, const char *tag, struct node_proc *a,
+                       struct node_proc *b, char **k, size_t n)
+{
+    char da[600], db[600], sources[700], text[600];
+    struct rpc_status st;
+    struct round_out o;
+    const char *fast[] = {"--durability", "none", NULL};
+
+    harness_tmpdir(tdir, len, tag);
+    snprintf(da, sizeof da, "%s/a", tdir);
+    snprintf(db, sizeof db, "%s/b", tdir);
+    node_start(a, da, fast);
+    node_start(b, db, fast);
+    CHECK(node_wait_health(a, true, 20000) && node_wait_health(b, true, 20000),
+          "nodes not serving");
+    CHECK(t_create(a->ch, "f", 100000, 0.01, 1, &st) == 0, "create: %s", st.message);
+    keys_call(a->ch, "Add", "f", k, n, 1000, NULL);
+    merger_setup(tdir, a->addr, b->addr);
+    snprintf(sources, sizeof sources, "%s/sources.ini", tdir);
+    snprintf(text, sizeof text, "[filter f]\ndatacenter = a %s\ndatacenter = b %s\n",
+             a->addr, b->addr);
+    write_file(sources, text);
+    round_once(tdir, &o, NULL, NULL);
+    CHECK(o.status == 0 && keys_present(b->ch, "f", k, n, NULL) == n,
+          "first round:\n%s", o.text);
+}
+
+static void test_torn(void)
+{
+    char tdir[512], gate[600], held[700];
+    struct node_proc a, b;
+    struct round_out o;
+    char **k1 = keys_make("before", 0, 2000), **k2 = keys_make("after", 0, 2000);
+    start_pair(tdir, sizeof tdir, "merger-copies-torn", &a, &b, k1, 2000);
+
+    /* The round saves the snapshot holding k2, then stops in the
+     * sidecar's fsync and is killed there. */
+    keys_call(a.ch, "Add", "f", k2, 2000, 1000, NULL);
+    snprintf(gate, sizeof gate, "%s/gate", tdir);
+    snprintf(held, sizeof held, "%s.held", gate);
+    write_file(gate, "");
+    const char *env[] = {"LD_PRELOAD", slow_fsync, "SLOW_FSYNC_GATE", gate,
+                         "SLOW_FSYNC_MATCH", ".state",
+                         "ASAN_OPTIONS", "verify_asan_link_order=0", NULL};
+    merger_once_run(merger_bin, mcfg, tdir, &o, env, 0, held);
+    CHECK(o.status == 128 + SIGKILL, "merger not killed in the sidecar's fsync: %d",
+          o.status);
+    CHECK(snapshot_has(k2, 2000, 1) == 2000, "the snapshot was not saved before "
+          "the kill");
+    unlink(gate);
+    round_once(tdir, &o, NULL, NULL);
+    CHECK(o.status == 0, "round after the kill:\n%s", o.text);
+    size_t on_b = keys_present(b.ch, "f", k2, 2000, NULL);
+    CHECK(on_b == 2000, "b holds %zu of 2000 keys of the saved snapshot", on_b);
+    printf("killed between snapshot and sidecar: the next round pushed every key\n");
+    keys_free(k1, 2000);
+    keys_free(k2, 2000);
+    node_stop(&a, SIGTERM);
+    node_stop(&b, SIGTERM);
+}
+
+static void test_migrate(void)
+{
+    char tdir[512], path[800], fixture[800], text[4096], out[4096];
+    char ca[3][32], cb[3][32];
+    struct node_proc a, b;
+    struct round_out o;
+    char **k1 = keys_make("before", 0, 2000), **k2 = keys_make("after", 0, 2000);
+    start_pair(tdir, sizeof tdir, "merger-copies-migrate", &a, &b, k1, 2000);
+
+    /* Keys the saved snapshot lacks, and a sidecar of the first format
+     * whose per-datacenter cursors are the nodes' current ones: taken
+     * for cursors, they would make the next pull send nothing. */
+    keys_call(a.ch, "Add", "f", k2, 2000, 1000, NULL);
+    cursor_of(&a, ca);
+    cursor_of(&b, cb);
+    snprintf(fixture, sizeof fixture, "%s/shard-v1.state", fixtures);
+    FILE *f = fopen(fixture, "r");
+    CHECK(f, "fixture %s", fixture);
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+    const char *subst[] = {"@EPOCH_A@", ca[0], "@VERSION_A@", ca[1], "@STORE_A@", ca[2],
+                           "@EPOCH_B@", cb[0], "@VERSION_B@", cb[1], "@STORE_B@", cb[2],
+                           "@ADDR_A@", a.addr, "@ADDR_B@", b.addr, NULL};
+    fill(out, sizeof out, text, subst);
+    snprintf(path, sizeof path, "%s/f/shard-0000.state", state_dir);
+    write_file(path, out);
+    round_once(tdir, &o, NULL, NULL);
+    CHECK(o.status == 0, "round on the old sidecar:\n%s", o.text);
+    size_t on_b = keys_present(b.ch, "f", k2, 2000, NULL);
+    CHECK(on_b == 2000, "b holds %zu of 2000 keys added after the saved snapshot "
+          "(an old cursor was trusted)", on_b);
+    CHECK((f = fopen(path, "r")) && fgets(text, sizeof text, f), "read %s", path);
+    fclose(f);
+    CHECK(!strcmp(text, "bloomgrid-merger-state 2\n"), "sidecar rewritten as %s", text);
+    printf("a sidecar of the first format: full pull, rewritten in format 2\n");
+
+    /* A format this merger does not know: ignored, the same way. */
+    char **k3 = keys_make("later", 0, 2000);
+    keys_call(a.ch, "Add", "f", k3, 2000, 1000, NULL);
+    cursor_of(&a, ca);
+    snprintf(text, sizeof text, "bloomgrid-merger-state 9\nC a %s %s %s %s 1\n",
+             a.addr, ca[0], ca[1], ca[2]);
+    write_file(path, text);
+    round_once(tdir, &o, NULL, NULL);
+    CHECK(o.status == 0 && keys_present(b.ch, "f", k3, 2000, NULL) == 2000,
+          "round on a sidecar of an unknown format:\n%s", o.text);
+    keys_free(k1, 2000);
+    keys_free(k2, 2000);
+    keys_free(k3, 2000);
+    node_stop(&a, SIGTERM);
+    node_stop(&b, SIGTERM);
+}
+
+int main(int argc, char **argv)
+{
+    CHECK(argc == 7, "usage: test_merger_copies NODE_BIN ROUTER_BIN MERGER_BIN "
+          "TEST FIXTURES SLOW_FSYNC_LIB");
+    slow_fsync = argv[6];
+    harness_node_bin = argv[1];
+    harness_router_bin = argv[2];
+    merger_bin = argv[3];
+    fixtures = argv[5];
+    signal(SIGPIPE, SIG_IGN);
+    grpc_init();
+    if (!strcmp(argv[4], "quorum"))
+        test_quorum();
+    else if (!strcmp(argv[4], "streams"))
+        test_streams();
+    else if (!strcmp(argv[4], "migrate"))
+        test_migrate();
+    else if (!strcmp(argv[4], "torn"))
+        test_torn();
+    else
+        CHECK(0, "unknown test %s", argv[4]);
+    grpc_shutdown();
+    printf("ok\n");
+    return 0;
+}

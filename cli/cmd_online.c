@@ -366,6 +366,23 @@ int cmd_online_drop(int argc, char **argv)
     return rc;
 }
 
+/* Shards that failed or could not be asked (their copies unreachable),
+ * each named on stderr.  Returns how many. */
+static size_t shards_failed(const struct online_info *f)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < f->nshard; i++) {
+        const struct online_shard *s = &f->shard[i];
+        if (strcmp(s->state, "failed") != 0 && strcmp(s->state, "unknown") != 0)
+            continue;
+        bad++;
+        fprintf(stderr, "bloomgrid: %s: shard %u%s%s %s%s%s\n", f->name, s->index,
+                s->node[0] ? " on " : "", s->node, s->state,
+                s->reason[0] ? ": " : "", s->reason);
+    }
+    return bad;
+}
+
 int cmd_online_info(int argc, char **argv)
 {
     struct online o;
@@ -380,10 +397,16 @@ int cmd_online_info(int argc, char **argv)
         return rc;
     if ((rc = online_open(&o)))
         return rc;
-    if (online_get(&o, argv[optind], &info, &st) < 0)
+    if (online_get(&o, argv[optind], &info, &st) < 0) {
         rc = online_report(&o, &st);
-    else
+    } else {
+        uint32_t shards = info.shards;
+        size_t bad = shards_failed(&info);
         rc = show_info(&info, json);
+        if (rc == CLI_OK && bad)
+            rc = cli_fail("%s: %zu of %u shards failed or unreachable (above)",
+                          argv[optind], bad, shards);
+    }
     online_close(&o);
     return rc;
 }
@@ -431,8 +454,17 @@ int cmd_online_list(int argc, char **argv)
         } else {
             print_list(list, n);
         }
+        size_t bad = 0, filters = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t b = shards_failed(&list[i]);
+            bad += b;
+            filters += b > 0;
+        }
         online_info_list_free(list, n);
         rc = finish_output();
+        if (rc == CLI_OK && bad)
+            rc = cli_fail("%zu shards of %zu filters failed or unreachable (above)",
+                          bad, filters);
     }
     online_close(&o);
     return rc;

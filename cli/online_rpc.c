@@ -117,12 +117,16 @@ void online_close(struct online *o)
 }
 
 /* Transport failures come back as UNAVAILABLE with gRPC's own wording;
- * a server's UNAVAILABLE names a filter or shard instead. */
+ * a server's UNAVAILABLE names a filter, shard, group or node instead (a
+ * router passes on what its call to a node met, which says "connect"
+ * too: the blame is the node's, not the router's). */
 static bool unreachable(const struct rpc_status *st)
 {
     const char *m = st->message;
 
-    if (st->code != GRPC_STATUS_UNAVAILABLE)
+    if (st->code != GRPC_STATUS_UNAVAILABLE || st->reason != RPC_REASON_NONE ||
+        strstr(m, "node ") || strstr(m, "group ") || strstr(m, "shard ") ||
+        strstr(m, "copies") || strstr(m, "filter "))
         return false;
     return !m[0] || strstr(m, "connect") || strstr(m, "Connect") ||
            strstr(m, "resolution") || strstr(m, "resolve") ||

@@ -1,6 +1,7 @@
 /* rpc_health: grpc.health.v1.Health on every server: Check answers from a
- * small table set with rpc_server_set_health; Watch sends the status at once
- * and then every change, until the client goes away or the server stops.
+ * small table set with rpc_server_set_health (and, for names not in it, the
+ * process's rpc_health_fn); Watch sends the status at once and then every
+ * change, until the client goes away or the server stops.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -38,6 +39,27 @@ void rpc_server_set_health(struct rpc_server *srv, const char *service,
     pthread_mutex_unlock(&srv->lock);
 }
 
+void rpc_server_set_health_fn(struct rpc_server *srv, rpc_health_fn fn, void *arg)
+{
+    srv->health_fn = fn;
+    srv->health_arg = arg;
+}
+
+/* 1 SERVING, 0 NOT_SERVING, -1 unknown service.  Takes srv->lock for the
+ * table; the function runs without it. */
+static int health_lookup(struct rpc_server *srv, const char *service)
+{
+    int found = -1;
+    pthread_mutex_lock(&srv->lock);
+    for (int i = 0; i < srv->nhealth; i++)
+        if (strcmp(srv->health[i].name, service) == 0)
+            found = srv->health[i].serving ? 1 : 0;
+    pthread_mutex_unlock(&srv->lock);
+    if (found < 0 && srv->health_fn)
+        found = srv->health_fn(srv->health_arg, service);
+    return found;
+}
+
 void rpc_server__health_check(void *arg, const uint8_t *req, size_t len,
                          struct rpc_reply *reply)
 {
@@ -49,12 +71,7 @@ void rpc_server__health_check(void *arg, const uint8_t *req, size_t len,
                         "HealthCheckRequest does not parse");
         return;
     }
-    int found = -1;
-    pthread_mutex_lock(&srv->lock);
-    for (int i = 0; i < srv->nhealth; i++)
-        if (strcmp(srv->health[i].name, rq->service) == 0)
-            found = srv->health[i].serving ? 1 : 0;
-    pthread_mutex_unlock(&srv->lock);
+    int found = health_lookup(srv, rq->service);
     if (found < 0) {
         rpc_reply_error(reply, GRPC_STATUS_NOT_FOUND,
                         "unknown service \"%.100s\"", rq->service);
@@ -66,15 +83,6 @@ void rpc_server__health_check(void *arg, const uint8_t *req, size_t len,
         rpc_reply_pack(reply, &resp.base);
     }
     grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
-}
-
-/* 1 SERVING, 0 NOT_SERVING, -1 unknown service.  Called with srv->lock. */
-static int health_lookup(struct rpc_server *srv, const char *service)
-{
-    for (int i = 0; i < srv->nhealth; i++)
-        if (strcmp(srv->health[i].name, service) == 0)
-            return srv->health[i].serving ? 1 : 0;
-    return -1;
 }
 
 /* Watch: the current status at once, then every change, until the client
@@ -114,9 +122,9 @@ void rpc_server__health_watch(void *arg, struct rpc_stream *st)
     int last = -2;
     for (;;) {
         bool stop = atomic_load(&srv->stopping) || s->close_done;
-        pthread_mutex_lock(&srv->lock);
         int now = health_lookup(srv, service);
         if (!stop && now == last) {
+            pthread_mutex_lock(&srv->lock);
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 200 * 1000 * 1000;
@@ -125,9 +133,9 @@ void rpc_server__health_watch(void *arg, struct rpc_stream *st)
                 ts.tv_nsec -= 1000000000;
             }
             pthread_cond_timedwait(&srv->health_cond, &srv->lock, &ts);
+            pthread_mutex_unlock(&srv->lock);
             now = health_lookup(srv, service);
         }
-        pthread_mutex_unlock(&srv->lock);
         if (now != last && !s->close_done) {
             Grpc__Health__V1__HealthCheckResponse resp =
                 GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;

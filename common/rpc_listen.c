@@ -2,10 +2,12 @@
 #include "rpc_listen.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "log.h"
+#include "rpc_server.h"
 #include "rpc_tls.h"
 
 static bool set(const char *s)
@@ -139,4 +141,32 @@ void rpc_listen_host(const char *addr, char *host, size_t len)
     char *colon = strrchr(host, ':');
     if (colon)
         *colon = 0;
+}
+
+int rpc_listen_add_health(struct rpc_server *srv, const char *addr)
+{
+    if (!addr || !addr[0])
+        return 0;
+    struct rpc_listener hl = {.listen = addr};
+    int li = rpc_server_add_listener(srv, &hl);
+    if (li < 0)
+        log_error("cannot add the health listener %s: %s", addr, strerror(-li));
+    return li;
+}
+
+unsigned rpc_listen_not(int index)
+{
+    return index > 0 ? RPC_LISTENERS_ALL & ~(1u << index) : RPC_LISTENERS_ALL;
+}
+
+void rpc_listen_health_note(const struct rpc_server *srv, int index,
+                            const char *addr, char *out, size_t len)
+{
+    char host[256];
+    if (index <= 0) {
+        snprintf(out, len, "%s", "");
+        return;
+    }
+    rpc_listen_host(addr, host, sizeof host);
+    snprintf(out, len, " health %s:%d", host, rpc_server_port(srv, index));
 }

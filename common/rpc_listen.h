@@ -10,6 +10,10 @@
  *    start;
  *  - a node with TLS must have internal_listen: its internal service is
  *    served there, to clients with a certificate of tls_ca only.
+ *  - health_listen (every process; empty: none) is exempt: it is
+ *    plaintext on any address, because it serves grpc.health.v1 alone
+ *    (the kubelet's gRPC probe speaks neither TLS nor tokens) and a
+ *    health answer says nothing about any filter.
  * A host name other than localhost counts as non-loopback (it is not
  * resolved here).  Pure checks, no I/O but the warning log lines; any
  * thread.
@@ -42,6 +46,14 @@
      "anyone who can reach it can read and change every filter); warned "     \
      "about at start"}
 
+/* The health_listen entry of the settings table. */
+#define RPC_HEALTH_LISTEN_SETTING(type)                                        \
+    {"health_listen", SETTING_ADDR, 0, 0, NULL, "", SETTING_FIELD(type, health_listen), \
+     "a plaintext listener (any address, no TLS, no token) that serves "      \
+     "only grpc.health.v1 (for the kubelet's gRPC probes: liveness asks "     \
+     "service \"\", readiness \"bloomgrid.v1.BloomGrid\"); every other call "  \
+     "there is UNIMPLEMENTED; empty: none"}
+
 struct rpc_listen_rule {
     const char *listen;           /* the public listener, host:port */
     const char *internal_listen;  /* "" or NULL: none */
@@ -69,6 +81,22 @@ struct rpc_tls;
  * "PROG: not starting: REASON" on stderr (the process exits 2). */
 int rpc_listen_setup(const struct rpc_listen_rule *r, const char *prog,
                      struct rpc_tls **tls);
+
+struct rpc_server;
+/* Add the health_listen listener to srv (before rpc_server_start):
+ * plaintext, serving only grpc.health.v1 (no other service is registered
+ * on it; a reflection service must be added with the mask
+ * rpc_listen_not(index)).  Returns the listener's index (> 0), 0 when addr
+ * is empty (no listener), or a negative errno (logged). */
+int rpc_listen_add_health(struct rpc_server *srv, const char *addr);
+
+/* After rpc_server_start: " health HOST:PORT" (the port bound) for the
+ * listener index > 0 of addr, for the "listening on" line; "" for 0. */
+void rpc_listen_health_note(const struct rpc_server *srv, int index,
+                            const char *addr, char *out, size_t len);
+
+/* Every listener but index (0: every listener). */
+unsigned rpc_listen_not(int index);
 
 /* The host of a host:port listen address, for the "listening on" line. */
 void rpc_listen_host(const char *addr, char *host, size_t len);

@@ -343,7 +343,8 @@ static const ProtobufCServiceDescriptor alpha_service = {
     alpha_index,
 };
 
-int rpc_reflect_add(struct rpc_server *srv, const char *const *services)
+int rpc_reflect_add_on(struct rpc_server *srv, const char *const *services,
+                       unsigned listeners)
 {
     pthread_once(&g_once, build_index);
     if (!g_index)
@@ -371,9 +372,14 @@ int rpc_reflect_add(struct rpc_server *srv, const char *const *services)
     g_args = a;
     pthread_mutex_unlock(&g_args_lock);
     static const struct rpc_handler h[1] = {{.stream = reflect_stream}};
-    int rc = rpc_server_add_service(srv, &grpc__reflection__v1__server_reflection__descriptor,
-                                    h, a);
+    int rc = rpc_server_add_service_on(srv, &grpc__reflection__v1__server_reflection__descriptor,
+                                       h, a, listeners);
     if (rc == 0)
-        rc = rpc_server_add_service(srv, &alpha_service, h, a);
+        rc = rpc_server_add_service_on(srv, &alpha_service, h, a, listeners);
     return rc;
+}
+
+int rpc_reflect_add(struct rpc_server *srv, const char *const *services)
+{
+    return rpc_reflect_add_on(srv, services, RPC_LISTENERS_ALL);
 }

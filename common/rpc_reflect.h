@@ -21,5 +21,8 @@
  * (copied).  Returns 0, -EINVAL when the embedded set does not parse, or
  * -ENOMEM. */
 int rpc_reflect_add(struct rpc_server *srv, const char *const *services);
+/* The same, on the listeners of the mask only (rpc_server_add_service_on). */
+int rpc_reflect_add_on(struct rpc_server *srv, const char *const *services,
+                       unsigned listeners);
 
 #endif

@@ -195,6 +195,13 @@ int rpc_server_port(const struct rpc_server *srv, int listener);
 void rpc_server_set_health(struct rpc_server *srv, const char *service,
                            bool serving);
 
+/* Names not in that table (a router's one name per filter): fn(arg,
+ * service) returns 1 SERVING, 0 NOT_SERVING or -1 unknown.  It runs on a
+ * worker thread for each Check and every 200 ms of a Watch, with no lock
+ * of the server held, and must not block.  Before rpc_server_start. */
+typedef int (*rpc_health_fn)(void *arg, const char *service);
+void rpc_server_set_health_fn(struct rpc_server *srv, rpc_health_fn fn, void *arg);
+
 /* Ask every call for a token of the role its method needs (rpc_auth.h).
  * auth is borrowed and must outlive the server; NULL (the default): every
  * method is open.  Before rpc_server_start. */

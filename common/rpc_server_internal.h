@@ -166,6 +166,8 @@ struct rpc_server {
     struct defer_book *book;
     struct health_entry health[HEALTH_MAX];
     int nhealth;
+    rpc_health_fn health_fn;     /* names not in the table; NULL: none */
+    void *health_arg;
     struct rpc_auth *auth;       /* NULL: every method open */
 };
 

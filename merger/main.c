@@ -78,12 +78,15 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
     }
     static const char *const served[] = {"bloomgrid.v1.Merger", "grpc.health.v1.Health",
                                          NULL};
-    if ((srv = rpc_server_create(&sc)))
+    int hli = -1;
+    if ((srv = rpc_server_create(&sc))) {
         rpc_server_set_auth(srv, auth);
-    if (!srv ||
-        rpc_server_add_service(srv, &bloomgrid__v1__merger__descriptor,
-                               merger_rpc_handlers, &mr) < 0 ||
-        rpc_reflect_add(srv, served) < 0 ||
+        hli = rpc_listen_add_health(srv, cfg->health_listen);
+    }
+    if (!srv || hli < 0 ||
+        rpc_server_add_service_on(srv, &bloomgrid__v1__merger__descriptor,
+                                  merger_rpc_handlers, &mr, rpc_listen_not(hli)) < 0 ||
+        rpc_reflect_add_on(srv, served, rpc_listen_not(hli)) < 0 ||
         (port = rpc_server_start(srv)) < 0) {
         fprintf(stderr, "bloomgrid-merger: cannot serve on %s: %s\n",
                 cfg->listen, port < 0 ? strerror(-port) : "bad settings");
@@ -92,9 +95,10 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
         return 1;
     }
     /* Tests and scripts read the bound port from this line. */
-    char host[256];
+    char host[256], hnote[300];
     rpc_listen_host(cfg->listen, host, sizeof host);
-    printf("bloomgrid-merger listening on %s:%d\n", host, port);
+    rpc_listen_health_note(srv, hli, cfg->health_listen, hnote, sizeof hnote);
+    printf("bloomgrid-merger listening on %s:%d%s\n", host, port, hnote);
     fflush(stdout);
     log_info("merger listening on %s:%d, %d filters, state in %s, a round "
              "every %" PRIu64 " s", host, port, nf, cfg->state_dir,

@@ -14,6 +14,7 @@ static const struct setting settings[] = {
     {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:7600", F(listen),
      "address to serve the Merger status service and health on, host:port "
      "(port 0 picks a free port)"},
+    RPC_HEALTH_LISTEN_SETTING(struct merger_config),
     {"state_dir", SETTING_STRING, 0, 0, NULL, "./bloomgrid-merger",
      F(state_dir),
      "directory of the global snapshots (<filter>/shard-<i>.bf) and of what "

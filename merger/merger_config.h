@@ -16,6 +16,7 @@
 
 struct merger_config {
     char listen[256];
+    char health_listen[256];      /* plaintext, health only, or "" */
     char state_dir[MG_PATH_MAX];
     char sources[MG_PATH_MAX];
     uint64_t interval_s;

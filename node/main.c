@@ -320,6 +320,9 @@ int main(int argc, char **argv)
         }
         ili = li;
     }
+    int hli = rpc_listen_add_health(n.srv, n.cfg.health_listen);
+    if (hli < 0)
+        return 1;
     rpc_server_add_service_on(n.srv, &bloomgrid__v1__bloom_grid__descriptor,
                               node_rpc_public, &n, 1u << RPC_LISTENER_MAIN);
     rpc_server_add_service_on(n.srv, &bloomgrid__v1__internal__descriptor,
@@ -331,7 +334,8 @@ int main(int argc, char **argv)
                                          "bloomgrid.v1.Internal", NULL};
     static const char *const served_public[] = {"bloomgrid.v1.BloomGrid",
                                                 "grpc.health.v1.Health", NULL};
-    if (rpc_reflect_add(n.srv, ili == RPC_LISTENER_MAIN ? served : served_public) != 0)
+    if (rpc_reflect_add_on(n.srv, ili == RPC_LISTENER_MAIN ? served : served_public,
+                           rpc_listen_not(hli)) != 0)
         log_warn("gRPC reflection unavailable");
     set_health(&n, false);
 
@@ -350,8 +354,10 @@ int main(int argc, char **argv)
         snprintf(iaddr, sizeof iaddr, "%s:%d", ihost,
                  rpc_server_port(n.srv, ili));
     }
-    printf("bloomgrid-node listening on %s:%d%s%s\n", host, port,
-           iaddr[0] ? " internal " : "", iaddr);
+    char hnote[300];
+    rpc_listen_health_note(n.srv, hli, n.cfg.health_listen, hnote, sizeof hnote);
+    printf("bloomgrid-node listening on %s:%d%s%s%s\n", host, port,
+           iaddr[0] ? " internal " : "", iaddr, hnote);
     fflush(stdout);
     log_info("listening on %s:%d%s%s (%s; data %s, durability %s)", host, port,
              iaddr[0] ? ", internal service on " : "", iaddr,

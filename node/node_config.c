@@ -25,6 +25,7 @@ static const struct setting settings[] = {
      "free port); with TLS it requires a client certificate of tls_ca, and "
      "must be set; the topology lists this address; empty: the internal "
      "service is served on listen"},
+    RPC_HEALTH_LISTEN_SETTING(struct node_config),
     {"data_dir", SETTING_STRING, 0, 0, NULL, "./bloomgrid-data", F(data_dir),
      "directory holding the filters (checkpoints) and the node's write-ahead "
      "log (docs/STORAGE.md)"},

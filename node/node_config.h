@@ -46,6 +46,7 @@ struct node_config {
     char primary[256];            /* gone: refused when set */
     _Atomic uint64_t replicate_interval_ms;   /* live */
     char internal_listen[256];    /* the Internal service's address, or "" */
+    char health_listen[256];      /* plaintext, health only, or "" */
     char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
     bool insecure;                /* --insecure */
 };

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "router.h"
 #include "router_config.h"
+#include "router_health.h"
 #include "router_rpc.h"
 #include "rpc_listen.h"
 #include "rpc_auth.h"
@@ -28,13 +29,6 @@
 #include "rpc_tls.h"
 #include "topo.h"
 
-static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid"};
-
-static void set_health(struct router *r, bool serving)
-{
-    for (size_t i = 0; i < sizeof health_names / sizeof health_names[0]; i++)
-        rpc_server_set_health(r->srv, health_names[i], serving);
-}
 
 static void log_topology(const struct topo *t)
 {
@@ -136,13 +130,23 @@ int main(int argc, char **argv)
         log_error("handler table does not match the service descriptor");
         return 1;
     }
-    rpc_server_add_service(r.srv, &bloomgrid__v1__bloom_grid__descriptor,
-                           router_rpc_public, &r);
+    int hli = rpc_listen_add_health(r.srv, cfg.health_listen);
+    if (hli < 0)
+        return 1;
+    rpc_server_add_service_on(r.srv, &bloomgrid__v1__bloom_grid__descriptor,
+                              router_rpc_public, &r, rpc_listen_not(hli));
     rpc_server_set_auth(r.srv, auth);
     static const char *const served[] = {"bloomgrid.v1.BloomGrid", "grpc.health.v1.Health",
                                          NULL};
-    if (rpc_reflect_add(r.srv, served) != 0)
+    if (rpc_reflect_add_on(r.srv, served, rpc_listen_not(hli)) != 0)
         log_warn("gRPC reflection unavailable");
+    /* "" is liveness; readiness and the filters' names follow the probe
+     * of the nodes (router_health.h). */
+    struct router_health *health = router_health_start(&r);
+    if (!health) {
+        log_error("cannot start the health probe thread");
+        return 1;
+    }
     int port = rpc_server_start(r.srv);
     if (port < 0) {
         log_error("not starting: cannot listen on %s (see above)", cfg.listen);
@@ -150,11 +154,12 @@ int main(int argc, char **argv)
         grpc_shutdown();
         return 1;
     }
-    set_health(&r, true);
+    rpc_server_set_health(r.srv, "", true);
     /* Tests and scripts read the bound port from this line. */
-    char host[256];
+    char host[256], hnote[300];
     rpc_listen_host(cfg.listen, host, sizeof host);
-    printf("bloomgrid-router listening on %s:%d\n", host, port);
+    rpc_listen_health_note(r.srv, hli, cfg.health_listen, hnote, sizeof hnote);
+    printf("bloomgrid-router listening on %s:%d%s\n", host, port, hnote);
     fflush(stdout);
     log_info("listening on %s:%d (%s; topology %s, %llu shards by default)", host,
              port, tls ? "TLS" : "plaintext", cfg.topology,
@@ -162,8 +167,10 @@ int main(int argc, char **argv)
 
     int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));
-    set_health(&r, false);
+    rpc_server_set_health(r.srv, "", false);
+    rpc_server_set_health(r.srv, "bloomgrid.v1.BloomGrid", false);
     rpc_server_shutdown(r.srv);
+    router_health_stop(health);
     rpc_server_destroy(r.srv);
     router_deinit(&r);
     rpc_tls_destroy(tls);

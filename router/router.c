@@ -193,6 +193,15 @@ struct router_filter *router_filter_add(struct router *r, const char *name,
     return f;
 }
 
+uint32_t router_filter_shards(struct router *r, const char *name)
+{
+    pthread_mutex_lock(&r->lock);
+    ssize_t i = cache_find(r, name);
+    uint32_t n = i >= 0 ? r->filters[i]->shards : 0;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
 void router_filter_forget(struct router *r, const char *name)
 {
     pthread_mutex_lock(&r->lock);

@@ -93,6 +93,10 @@ struct router_filter *router_filter_add(struct router *r, const char *name,
                                         const uint8_t *secret, uint32_t shards,
                                         struct topo *t);
 
+/* The shard count of a cached filter, stale or not; 0 when not cached.
+ * Takes no reference and makes no call. */
+uint32_t router_filter_shards(struct router *r, const char *name);
+
 /* Forget a filter (dropped, or a node said it does not exist). */
 void router_filter_forget(struct router *r, const char *name);
 

@@ -14,6 +14,11 @@
 static const struct setting settings[] = {
     {"listen", SETTING_ADDR, 0, 0, NULL, "127.0.0.1:7500", F(listen),
      "address to serve gRPC on, host:port (port 0 picks a free port)"},
+    RPC_HEALTH_LISTEN_SETTING(struct router_config),
+    {"health_probe_ms", SETTING_UINT, 50, 60000, NULL, "1000", F(health_probe_ms),
+     "milliseconds between the router's health checks of every node (each "
+     "bounded by the same time): a filter whose shard has fewer serving "
+     "copies than its group's read quorum is NOT_SERVING (docs/ROUTER.md)"},
     {"topology", SETTING_STRING, 0, 0, NULL, "./topology.ini", F(topology),
      "topology file naming the shard groups (docs/TOPOLOGY.md); SIGHUP "
      "re-reads it"},

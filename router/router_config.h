@@ -14,6 +14,8 @@
 
 struct router_config {
     char listen[256];
+    char health_listen[256];      /* plaintext, health only, or "" */
+    uint64_t health_probe_ms;     /* between probes of the nodes */
     char topology[1024];
     uint64_t default_shards;
     uint64_t node_timeout_ms;

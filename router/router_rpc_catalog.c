@@ -732,6 +732,25 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
+    /* A group no copy of which answered would leave its filters out of
+     * the list unseen: refuse instead, naming it. */
+    for (unsigned g = 0; g < t->ngroups; g++) {
+        size_t answered = 0, first = SIZE_MAX;
+        for (size_t i = 0; i < fn.n; i++)
+            if (fn.shard[i] == g) {
+                answered += fn.calls[i].rc == 0;
+                if (first == SIZE_MAX && fn.calls[i].rc != 0)
+                    first = i;
+            }
+        if (!answered && first != SIZE_MAX) {
+            rpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
+                           "cannot list every filter: no copy of group %s answered "
+                           "(node %s: %s: %s)", t->groups[g].name, fn.node[first],
+                           rpc_status_name(fn.calls[first].st.code),
+                           fn.calls[first].st.message);
+            goto out;
+        }
+    }
     for (size_t i = 0; i < fn.n; i++) {
         unsigned g = fn.shard[i];
         if (fn.calls[i].rc != 0) {

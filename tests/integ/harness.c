@@ -147,6 +147,13 @@ void proc_spawn(struct node_proc *p, const char *log, const char *const *argv)
     CHECK(s != NULL, "%s did not start (see %s): \"%s\"", argv[0], log, buf);
     s += strlen("listening on ");
     s[strcspn(s, "\n")] = 0;
+    char *health = strstr(s, " health ");
+    if (health) {
+        *health = 0;
+        snprintf(p->haddr, sizeof p->haddr, "%s", health + strlen(" health "));
+        char *hcolon = strrchr(p->haddr, ':');
+        p->hport = hcolon ? atoi(hcolon + 1) : 0;
+    }
     char *internal = strstr(s, " internal ");
     if (internal) {
         *internal = 0;

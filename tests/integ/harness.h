@@ -51,6 +51,9 @@ struct node_proc {
     int iport;
     char iaddr[64];
     struct rpc_channel *ich;
+    /* A process with health_listen: that listener's address ("" without). */
+    int hport;
+    char haddr[64];
 };
 
 /* ---- time and files ---- */
@@ -69,7 +72,8 @@ int harness_log_count(const char *path, const char *needle);
 /* ---- processes ---- */
 
 /* Start argv[0] with stdout read until its "listening on HOST:PORT" line
- * (a node's may go on with " internal HOST:PORT") and stderr appended to
+ * (a node's may go on with " internal HOST:PORT", any process's with
+ * " health HOST:PORT") and stderr appended to
  * log; fills p (addresses, ports, pid, channels, with the process-wide
  * client TLS of rpc_channel_create).  The process is killed at exit if a
  * test fails before stopping it.  Dies on failure. */

@@ -1,0 +1,216 @@
+/* router_health: the probe thread and the health answers (router_health.h). */
+#include "router_health.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "grpc/health/v1/health.pb-c.h"
+#include "log.h"
+#include "rpc_client.h"
+
+#define M_CHECK "/grpc.health.v1.Health/Check"
+#define READY_NAME "bloomgrid.v1.BloomGrid"
+
+struct router_health {
+    struct router *r;
+    pthread_t thread;
+    pthread_mutex_t lock;       /* guards everything below */
+    pthread_cond_t cond;
+    bool stop;
+    struct topo *topo;          /* the topology of the last round (a ref) */
+    unsigned *serving;          /* per group of topo: copies SERVING */
+    char (*state)[16];          /* per address of the last round, for logs */
+    size_t nstate;
+};
+
+/* 1 when every shard of the filter (every group when shards is 0) has its
+ * read quorum of serving copies.  Caller holds h->lock; h->topo is set. */
+static int judge(const struct router_health *h, const char *name, uint32_t shards)
+{
+    const struct topo *t = h->topo;
+    if (!shards) {
+        for (unsigned g = 0; g < t->ngroups; g++)
+            if (h->serving[g] < t->groups[g].read_quorum)
+                return 0;
+        return 1;
+    }
+    for (uint32_t s = 0; s < shards; s++) {
+        unsigned g = topo_group_for(t, name, s);
+        if (g >= t->ngroups || h->serving[g] < t->groups[g].read_quorum)
+            return 0;
+    }
+    return 1;
+}
+
+/* rpc_health_fn: the per-filter names. */
+static int health_of(void *arg, const char *service)
+{
+    struct router_health *h = arg;
+    size_t plen = strlen(ROUTER_HEALTH_FILTER_PREFIX);
+    if (strncmp(service, ROUTER_HEALTH_FILTER_PREFIX, plen) != 0 || !service[plen])
+        return -1;
+    const char *name = service + plen;
+    uint32_t shards = router_filter_shards(h->r, name);
+    pthread_mutex_lock(&h->lock);
+    int v = h->topo ? judge(h, name, shards) : 0;
+    pthread_mutex_unlock(&h->lock);
+    return v;
+}
+
+/* One round: every copy of t asked at once. */
+static void probe(struct router_health *h, struct topo *t, int timeout_ms)
+{
+    struct router *r = h->r;
+    size_t n = 0;
+    for (unsigned g = 0; g < t->ngroups; g++)
+        n += t->groups[g].ncopies;
+    struct rpc_multi *calls = calloc(n ? n : 1, sizeof *calls);
+    unsigned *serving = calloc(t->ngroups ? t->ngroups : 1, sizeof *serving);
+    char (*state)[16] = calloc(n ? n : 1, sizeof *state);
+    size_t k = 0;
+    if (!calls || !serving || !state)
+        goto out;
+    Grpc__Health__V1__HealthCheckRequest rq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    rq.service = (char *)READY_NAME;
+    size_t len = grpc__health__v1__health_check_request__get_packed_size(&rq);
+    for (unsigned g = 0; g < t->ngroups; g++)
+        for (unsigned c = 0; c < t->groups[g].ncopies; c++, k++) {
+            calls[k].ch = router_channel(r, t->groups[g].copies[c]);
+            calls[k].method = M_CHECK;
+            calls[k].timeout_ms = timeout_ms;
+            calls[k].req = grpc_slice_malloc(len);
+            calls[k].resp = grpc_empty_slice();
+            grpc__health__v1__health_check_request__pack(
+                &rq, GRPC_SLICE_START_PTR(calls[k].req));
+            if (!calls[k].ch)
+                goto out;   /* out of memory: this round is skipped */
+        }
+    rpc_call_many(calls, n);
+    k = 0;
+    for (unsigned g = 0; g < t->ngroups; g++)
+        for (unsigned c = 0; c < t->groups[g].ncopies; c++, k++) {
+            const char *what = "unreachable";
+            if (calls[k].rc == 0) {
+                Grpc__Health__V1__HealthCheckResponse *resp =
+                    grpc__health__v1__health_check_response__unpack(
+                        NULL, GRPC_SLICE_LENGTH(calls[k].resp),
+                        GRPC_SLICE_START_PTR(calls[k].resp));
+                what = resp && resp->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                           ? "serving" : "not serving";
+                if (resp)
+                    grpc__health__v1__health_check_response__free_unpacked(resp, NULL);
+            }
+            serving[g] += strcmp(what, "serving") == 0;
+            snprintf(state[k], sizeof state[k], "%s", what);
+        }
+
+    pthread_mutex_lock(&h->lock);
+    /* A change of a copy's state is logged once, when it is seen. */
+    bool same = h->topo == t && h->nstate == n;
+    k = 0;
+    for (unsigned g = 0; g < t->ngroups; g++)
+        for (unsigned c = 0; c < t->groups[g].ncopies; c++, k++) {
+            if (same && strcmp(h->state[k], state[k]) == 0)
+                continue;
+            if (strcmp(state[k], "serving") == 0)
+                log_info("health: node %s (group %s): serving",
+                         t->groups[g].copies[c], t->groups[g].name);
+            else
+                log_warn("health: node %s (group %s): %s%s%s",
+                         t->groups[g].copies[c], t->groups[g].name, state[k],
+                         calls[k].rc ? ": " : "", calls[k].rc ? calls[k].st.message : "");
+        }
+    if (h->topo != t) {
+        topo_unref(h->topo);
+        h->topo = topo_ref(t);
+    }
+    free(h->serving);
+    free(h->state);
+    h->serving = serving;
+    h->state = state;
+    h->nstate = n;
+    serving = NULL;
+    state = NULL;
+    int ready = judge(h, "", 0);
+    pthread_mutex_unlock(&h->lock);
+    rpc_server_set_health(r->srv, READY_NAME, ready);
+out:
+    for (size_t i = 0; calls && i < n; i++) {   /* zeroed slices: no-ops */
+        grpc_slice_unref(calls[i].req);
+        grpc_slice_unref(calls[i].resp);
+    }
+    free(calls);
+    free(serving);
+    free(state);
+}
+
+static void *probe_main(void *arg)
+{
+    struct router_health *h = arg;
+    int every = (int)h->r->cfg.health_probe_ms;
+    int timeout = every < (int)h->r->cfg.node_timeout_ms ? every
+                                                         : (int)h->r->cfg.node_timeout_ms;
+
+    pthread_mutex_lock(&h->lock);
+    while (!h->stop) {
+        pthread_mutex_unlock(&h->lock);
+        struct topo *t = router_topo(h->r);
+        probe(h, t, timeout);
+        topo_unref(t);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += every / 1000;
+        ts.tv_nsec += (long)(every % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&h->lock);
+        while (!h->stop &&
+               pthread_cond_timedwait(&h->cond, &h->lock, &ts) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+struct router_health *router_health_start(struct router *r)
+{
+    struct router_health *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->r = r;
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->cond, NULL);
+    rpc_server_set_health(r->srv, READY_NAME, false);
+    rpc_server_set_health_fn(r->srv, health_of, h);
+    if (pthread_create(&h->thread, NULL, probe_main, h) != 0) {
+        pthread_mutex_destroy(&h->lock);
+        pthread_cond_destroy(&h->cond);
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+void router_health_stop(struct router_health *h)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&h->lock);
+    h->stop = true;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    pthread_join(h->thread, NULL);
+    rpc_server_set_health(h->r->srv, READY_NAME, false);
+    rpc_server_set_health_fn(h->r->srv, NULL, NULL);
+    topo_unref(h->topo);
+    free(h->serving);
+    free(h->state);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->cond);
+    free(h);
+}

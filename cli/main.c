@@ -37,6 +37,7 @@ static const struct command commands[] = {
     {"check", NULL, cmd_online_check},
     {"export", NULL, cmd_online_export},
     {"import", NULL, cmd_online_import},
+    {"status", NULL, cmd_online_status},
     {NULL, NULL, NULL},
 };
 

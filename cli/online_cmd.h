@@ -53,5 +53,6 @@ int cmd_online_check(int argc, char **argv);
 int cmd_online_remove(int argc, char **argv);
 int cmd_online_export(int argc, char **argv);
 int cmd_online_import(int argc, char **argv);
+int cmd_online_status(int argc, char **argv);
 
 #endif

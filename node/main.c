@@ -122,8 +122,10 @@ static void reload_settings(void *arg)
 static const char *const health_names[] = {"", "bloomgrid.v1.BloomGrid",
                                            "bloomgrid.v1.Internal"};
 
-/* While a shard is SYNCING the public service (reads) is NOT_SERVING;
- * the overall and internal health follow the filters' states. */
+/* Readiness and liveness (docs/ROUTER.md, "Health"): while a shard is
+ * SYNCING the public service (reads) is NOT_SERVING; the overall ("",
+ * liveness) and internal health follow the filters' states only, so a
+ * SYNCING copy is alive and keeps taking writes and pulls. */
 static void set_health(struct node *n, bool serving)
 {
     bool syncing = node_sync_any(node_rpc__sync_get()) &&

@@ -510,6 +510,20 @@ int t_shard_count(struct rpc_channel *ch, const char *filter)
     return n;
 }
 
+bool t_wait_shard_states(struct rpc_channel *ch, const char *filter, uint32_t shards,
+                         int want, int timeout_ms)
+{
+    for (int t = 0; t < timeout_ms / 100; t++) {
+        bool all = true;
+        for (uint32_t s = 0; s < shards && all; s++)
+            all = t_shard_state(ch, filter, s) == want;
+        if (all)
+            return true;
+        harness_sleep_ms(100);
+    }
+    return false;
+}
+
 int t_shard_state(struct rpc_channel *ch, const char *filter, uint32_t s)
 {
     Bloomgrid__V1__GetShardRequest q = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;

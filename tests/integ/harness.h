@@ -148,6 +148,10 @@ int t_shard_count(struct rpc_channel *ch, const char *filter);
 /* The state (bloomgrid.v1.FilterState) node ch reports for shard s of
  * filter (Internal/GetShard), -1 when it has no such shard. */
 int t_shard_state(struct rpc_channel *ch, const char *filter, uint32_t s);
+/* Wait until shards [0, shards) of filter on ch are all in state want;
+ * false when they are not within timeout_ms. */
+bool t_wait_shard_states(struct rpc_channel *ch, const char *filter, uint32_t shards,
+                         int want, int timeout_ms);
 /* Read the n keys k of filter through the router on ch: answered with every
  * key "maybe" (dies on a "no", naming when) or UNAVAILABLE (any other
  * answer dies).  Returns whether it was answered. */

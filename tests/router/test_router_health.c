@@ -173,18 +173,6 @@ static void test_down(void)
     cluster_stop(&c);
 }
 
-static bool wait_states(struct rpc_channel *ch, int want, int timeout_ms)
-{
-    for (int t = 0; t < timeout_ms / 100; t++) {
-        bool all = true;
-        for (uint32_t s = 0; s < S && all; s++)
-            all = t_shard_state(ch, "f", s) == want;
-        if (all)
-            return true;
-        harness_sleep_ms(100);
-    }
-    return false;
-}
 
 static void test_syncing(void)
 {
@@ -203,7 +191,7 @@ static void test_syncing(void)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[SY]);
     CHECK(system(cmd) == 0, "%s", cmd);
     cluster_node_start(&c, SY, c.node[SY].port, NULL);
-    CHECK(wait_states(c.node[SY].ch, BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING,
+    CHECK(t_wait_shard_states(c.node[SY].ch, "f", S, BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING,
                       60000), "the wiped copy's shards are not re-created SYNCING");
     struct rpc_channel *hh = rpc_channel_create(c.node[SY].haddr, 0);
     CHECK(hh, "channel");
@@ -220,7 +208,7 @@ static void test_syncing(void)
     printf("one copy SYNCING, one stopped: filter NOT_SERVING, status exit 1\n");
 
     kill(c.node[STOPPED].pid, SIGCONT);
-    CHECK(wait_states(c.node[SY].ch, BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY,
+    CHECK(t_wait_shard_states(c.node[SY].ch, "f", S, BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_READY,
                       60000), "the wiped copy does not leave SYNCING");
     CHECK(wait_health(hh, "bloomgrid.v1.BloomGrid", 1), "readiness not back after SYNCING");
     CHECK(wait_health(c.router[0].ch, FILTER_HEALTH, 1),

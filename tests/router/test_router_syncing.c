@@ -25,18 +25,10 @@
 #define NKEYS 1000
 #define S 4        /* shards */
 
-/* Wait until every shard of copy ch is in state want. */
+/* Wait until every shard of f on copy ch is in state want. */
 static bool wait_states(struct rpc_channel *ch, int want, int timeout_ms)
 {
-    for (int t = 0; t < timeout_ms / 100; t++) {
-        bool all = true;
-        for (uint32_t s = 0; s < S && all; s++)
-            all = t_shard_state(ch, "f", s) == want;
-        if (all)
-            return true;
-        harness_sleep_ms(100);
-    }
-    return false;
+    return t_wait_shard_states(ch, "f", S, want, timeout_ms);
 }
 
 /* Read k through the router: answered with every key "maybe", or

@@ -136,7 +136,7 @@ static int show_merger(const struct online *opts, const char *addr)
     if (rpc_call(o.ch, "/bloomgrid.v1.Merger/Status", &rq.base,
                  &bloomgrid__v1__merger_status__descriptor, (ProtobufCMessage **)&ms,
                  o.deadline_ms, &st) < 0) {
-        printf("merger %s: unreachable: %s: %s\n", addr, rpc_status_name(st.code),
+        printf("merger %s: Status failed: %s: %s\n", addr, rpc_status_name(st.code),
                st.message);
         online_close(&o);
         return -1;

@@ -143,6 +143,15 @@ void cluster_node_restart(struct cluster *c, int i, int sig, const char *const *
     cluster_node_start(c, i, c->node[i].port, more);
 }
 
+void cluster_node_wipe(struct cluster *c, int i)
+{
+    char cmd[700];
+    node_stop(&c->node[i], SIGKILL);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->node_dir[i]);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    cluster_node_start(c, i, c->node[i].port, NULL);
+}
+
 void cluster_router_start(struct cluster *c, int i, const char *const *more)
 {
     struct node_proc *rp = &c->router[i];

@@ -87,6 +87,10 @@ bool cluster_wait_reads(struct cluster *c, int i, int timeout_ms);
  * with the flags more (NULL-terminated, may be NULL). */
 void cluster_node_restart(struct cluster *c, int i, int sig, const char *const *more);
 
+/* Kill node i (SIGKILL), delete its data directory and start it again on
+ * its port: a copy that lost its disk. */
+void cluster_node_wipe(struct cluster *c, int i);
+
 /* Start router i on the cluster's topology with the flags more
  * (NULL-terminated, may be NULL) and wait until it is SERVING. */
 void cluster_router_start(struct cluster *c, int i, const char *const *more);

@@ -186,11 +186,7 @@ static void test_syncing(void)
     CHECK(wait_health(c.router[0].ch, FILTER_HEALTH, 1), "filter health not SERVING");
 
     kill(c.node[STOPPED].pid, SIGSTOP);
-    char cmd[700];
-    node_stop(&c.node[SY], SIGKILL);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[SY]);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    cluster_node_start(&c, SY, c.node[SY].port, NULL);
+    cluster_node_wipe(&c, SY);
     CHECK(t_wait_shard_states(c.node[SY].ch, "f", S, BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING,
                       60000), "the wiped copy's shards are not re-created SYNCING");
     struct rpc_channel *hh = rpc_channel_create(c.node[SY].haddr, 0);

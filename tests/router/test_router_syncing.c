@@ -73,11 +73,7 @@ static void test(void)
 
     /* Copy 2 stopped, copy 1 loses its disk. */
     kill(c.node[STOPPED].pid, SIGSTOP);
-    char cmd[700];
-    node_stop(&c.node[SY], SIGKILL);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[SY]);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    cluster_node_start(&c, SY, c.node[SY].port, NULL);
+    cluster_node_wipe(&c, SY);
     CHECK(wait_states(c.node[SY].ch, BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING,
                       60000), "the wiped copy's shards are not re-created SYNCING");
     printf("wiped copy: every shard re-created, SYNCING\n");

@@ -531,5 +531,12 @@ def check_reduce():
 
 
 os.makedirs(TMP, exist_ok=True)
-{"manifests": check_manifests, "secrets": check_secrets, "reduce": check_reduce}[CHECK]()
+try:
+    {"manifests": check_manifests, "secrets": check_secrets, "reduce": check_reduce}[CHECK]()
+except (KeyError, StopIteration, IndexError, ValueError) as e:
+    # A manifest without a field or document these checks read.
+    import traceback
+    where = traceback.extract_tb(e.__traceback__)[-1]
+    fail("a field or document is missing (%s %r, checked at manifests.py:%d: %s)"
+         % (type(e).__name__, e.args[0] if e.args else "", where.lineno, where.line))
 finish()

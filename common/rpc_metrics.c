@@ -1,26 +1,11 @@
 /* rpc_metrics: the process's registry and its endpoint (see rpc_metrics.h). */
 #include "rpc_metrics.h"
 
-#include <pthread.h>
 #include <stdio.h>
 
 #include "log.h"
 #include "metrics_http.h"
 #include "rpc_listen.h"
-
-static struct metrics *registry;
-static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
-
-static void registry_make(void)
-{
-    registry = metrics_create();
-}
-
-struct metrics *rpc_metrics(void)
-{
-    pthread_once(&registry_once, registry_make);
-    return registry;
-}
 
 static int check(const char *addr, bool insecure, const char *prog)
 {
@@ -43,7 +28,7 @@ int rpc_metrics_start(const char *addr, bool insecure, const char *prog,
 {
     char err[256], host[256];
     int port = 0;
-    struct metrics *m = rpc_metrics();
+    struct metrics *m = metrics_registry();
 
     *out = NULL;
     if (!addr[0])

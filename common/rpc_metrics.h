@@ -1,11 +1,9 @@
-/* rpc_metrics: the process's metrics registry (metrics.h) and its
- * metrics_listen setting, shared by every serving process (node, router,
- * merger).
+/* rpc_metrics: the metrics_listen setting of every serving process (node,
+ * router, merger), which serves the process's registry (metrics_registry(),
+ * metrics.h: the RPC server counts every call there, and each module
+ * registers its own series there).
  *
- * One registry per process, created on first use and never freed: the RPC
- * server counts every call in it (rpc_server.h), and each module registers
- * its own series there.  metrics_listen = "" (the default) serves nothing;
- * otherwise GET /metrics is served in plaintext HTTP on that address
+ * metrics_listen = "" (the default) serves nothing; otherwise GET /metrics is served in plaintext HTTP on that address
  * (metrics_http.h).  The rule of rpc_listen.h applies to it whatever the
  * TLS settings (the metrics listener never speaks TLS): a non-loopback
  * address is refused unless --insecure is given, and is then warned about.
@@ -26,9 +24,6 @@
      "address of the Prometheus endpoint (plain HTTP GET /metrics, "           \
      "docs/METRICS.md); port 0 picks a free one; empty: no endpoint; "         \
      "a non-loopback address needs --insecure (no TLS there)"}
-
-/* The process's registry (NULL only when out of memory at first use). */
-struct metrics *rpc_metrics(void);
 
 struct metrics_http;
 /* Apply the start-up rule to addr, then serve the process's registry (with

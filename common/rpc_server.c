@@ -37,7 +37,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
-#include "rpc_metrics.h"
+#include "metrics.h"
 
 static void post_request(struct rpc_server *srv, struct rpc_method *m, int li,
                          int cqi);
@@ -472,7 +472,7 @@ static struct metric *calls_counter(struct rpc_method *m, grpc_status_code code)
 {
     const char *labels[] = {"service", m->service, "method", m->name, "code",
                             rpc_status_name(code), NULL};
-    return metrics_counter(rpc_metrics(), "bloomgrid_rpc_calls_total",
+    return metrics_counter(metrics_registry(), "bloomgrid_rpc_calls_total",
                            "calls answered, by method and status code", labels);
 }
 
@@ -482,7 +482,7 @@ static void method_metrics(struct rpc_method *m)
     const char *labels[] = {"service", m->service, "method", m->name, NULL};
     atomic_store_explicit(&m->calls[GRPC_STATUS_OK], calls_counter(m, GRPC_STATUS_OK),
                           memory_order_relaxed);
-    m->duration = metrics_histogram(rpc_metrics(), "bloomgrid_rpc_duration_seconds",
+    m->duration = metrics_histogram(metrics_registry(), "bloomgrid_rpc_duration_seconds",
                                     "time from a call's arrival to its status "
                                     "(streams: their whole life), by method",
                                     labels, metrics_latency_bounds,

@@ -37,6 +37,7 @@
 #include "node.h"
 #include "node_rpc.h"
 #include "metrics_http.h"
+#include "node_metrics.h"
 #include "rpc_listen.h"
 #include "rpc_metrics.h"
 #include "rpc_auth.h"
@@ -290,6 +291,7 @@ int main(int argc, char **argv)
     struct metrics_http *mh;
     if (rpc_metrics_start(n.cfg.metrics_listen, n.cfg.insecure, "bloomgrid-node", &mh) < 0)
         return 2;
+    node_metrics_start(&n);
 
     struct rpc_server_config sc = {
         .listen = n.cfg.listen,

@@ -12,6 +12,7 @@ without --insecure stops the start (exit 2).
 usage: test_metrics.py BLOOMGRID NODE ROUTER MERGER
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,12 +68,18 @@ def bg(*args, expect=0):
     return r
 
 
+FAMILIES = []
+
+
 def scrape(maddr):
+    """The families served at maddr (kept in FAMILIES too)."""
     with urllib.request.urlopen("http://%s/metrics" % maddr, timeout=10) as r:
         if r.status != 200:
             fail("GET /metrics of %s: %d" % (maddr, r.status))
         text = r.read().decode()
-    return list(text_string_to_metric_families(text))
+    fams = list(text_string_to_metric_families(text))
+    FAMILIES.extend(fams)
+    return fams
 
 
 def value(fams, sample, **labels):
@@ -164,6 +171,21 @@ def main():
     if not value(fams, "bloomgrid_merger_pages_pulled_total"):
         fail("the merger's round pulled no page")
     expect(fams, "bloomgrid_merger_round_duration_seconds_count", 1.0)
+
+    # Every bloomgrid_ family served is documented, and the alert rules and
+    # the dashboard name only documented families.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    doc = open(os.path.join(root, "docs", "METRICS.md")).read()
+    served = {s.name for f in FAMILIES for s in f.samples if s.name.startswith("bloomgrid_")}
+    def documented(name):
+        return "`%s`" % re.sub(r"_(bucket|count|sum)$", "", name) in doc
+    for name in served:
+        if not documented(name):
+            fail("%s is served but not in docs/METRICS.md" % name)
+    for rel in ("deploy/prometheus/alerts.yml", "deploy/grafana/bloomgrid.json"):
+        for name in set(re.findall(r"\bbloomgrid_[a-z_]+", open(os.path.join(root, rel)).read())):
+            if not documented(name):
+                fail("%s names %s, which docs/METRICS.md does not list" % (rel, name))
 
     # Plain HTTP off loopback needs --insecure.
     r = subprocess.run([NODE, "--listen", "127.0.0.1:0", "--data-dir",

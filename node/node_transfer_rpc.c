@@ -306,9 +306,22 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     resp.projected_fill_ratio = proj.fill_ratio;
     resp.projected_error_rate = proj.estimated_fpr;
     resp.over_target = proj.over_target;
+    /* The held bytes go back before the answer, so that a call the client
+     * makes once it has the answer finds them free. */
+    bf_destroy(src);
+    src = NULL;
+    bytebuf_deinit(&mb);
+    store_release(s, reserved);
+    reserved = 0;
     if (rpc_stream_write(st, &resp.base) < 0)
         goto out;
 done:
+    bf_destroy(src);
+    src = NULL;
+    bytebuf_deinit(&mb);
+    if (reserved)
+        store_release(s, reserved);
+    reserved = 0;
     node_rpc__finish_reply(st, &r);
 out:
     bf_destroy(src);

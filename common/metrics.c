@@ -133,6 +133,20 @@ struct metrics *metrics_create(void)
     return m;
 }
 
+static struct metrics *registry;
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
+
+static void registry_make(void)
+{
+    registry = metrics_create();
+}
+
+struct metrics *metrics_registry(void)
+{
+    pthread_once(&registry_once, registry_make);
+    return registry;
+}
+
 void metrics_destroy(struct metrics *m)
 {
     if (!m)

@@ -37,6 +37,10 @@ struct metric;
 struct metrics_out;
 
 struct metrics *metrics_create(void);
+/* The process's registry: created on first use, never freed (NULL only
+ * when out of memory then).  The RPC server and the store count there;
+ * metrics_listen serves it (rpc_metrics.h). */
+struct metrics *metrics_registry(void);
 /* Free the registry and every series (no update may be running). */
 void metrics_destroy(struct metrics *m);
 

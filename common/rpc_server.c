@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
@@ -36,6 +37,7 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
+#include "metrics.h"
 
 static void post_request(struct rpc_server *srv, struct rpc_method *m, int li,
                          int cqi);
@@ -217,6 +219,7 @@ int rpc_server__send_reply(struct slot *s)
     }
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = r->st.code;
+    rpc_server__call_done(s, r->st.code);
     if (r->st.code != GRPC_STATUS_OK) {
         s->status_details = grpc_slice_from_copied_string(r->st.message);
         s->has_status_details = true;
@@ -391,6 +394,7 @@ static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
         rpc_server__slot_free(s);
         return;
     }
+    clock_gettime(CLOCK_MONOTONIC, &s->t0);
     switch (s->kind) {
     case SLOT_GENERIC: {
         post_generic(srv, s->li, s->cqi);
@@ -462,6 +466,49 @@ static void unimplemented_unary(void *arg, const uint8_t *req, size_t len,
 
 /* ---- server ---- */
 
+/* ---- metrics ---- */
+
+static struct metric *calls_counter(struct rpc_method *m, grpc_status_code code)
+{
+    const char *labels[] = {"service", m->service, "method", m->name, "code",
+                            rpc_status_name(code), NULL};
+    return metrics_counter(metrics_registry(), "bloomgrid_rpc_calls_total",
+                           "calls answered, by method and status code", labels);
+}
+
+/* The method's series, made before any call arrives. */
+static void method_metrics(struct rpc_method *m)
+{
+    const char *labels[] = {"service", m->service, "method", m->name, NULL};
+    atomic_store_explicit(&m->calls[GRPC_STATUS_OK], calls_counter(m, GRPC_STATUS_OK),
+                          memory_order_relaxed);
+    m->duration = metrics_histogram(metrics_registry(), "bloomgrid_rpc_duration_seconds",
+                                    "time from a call's arrival to its status "
+                                    "(streams: their whole life), by method",
+                                    labels, metrics_latency_bounds,
+                                    metrics_latency_nbounds);
+}
+
+void rpc_server__call_done(struct slot *s, grpc_status_code code)
+{
+    struct rpc_method *m = s->m;
+    struct timespec now;
+
+    if (!m || !s->t0.tv_sec || (unsigned)code > GRPC_STATUS_UNAUTHENTICATED)
+        return;
+    struct metric *c = atomic_load_explicit(&m->calls[code], memory_order_relaxed);
+    if (!c) {
+        /* Same labels, same series: a race here stores the same pointer. */
+        c = calls_counter(m, code);
+        atomic_store_explicit(&m->calls[code], c, memory_order_relaxed);
+    }
+    metric_add(c, 1);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    metric_observe(m->duration, (double)(now.tv_sec - s->t0.tv_sec) +
+                                    (double)(now.tv_nsec - s->t0.tv_nsec) * 1e-9);
+    s->t0.tv_sec = 0;   /* once */
+}
+
 static int add_method(struct rpc_server *srv, const char *path,
                       const struct rpc_handler *h,
                       const ProtobufCMessageDescriptor *input, void *arg,
@@ -483,11 +530,22 @@ static int add_method(struct rpc_server *srv, const char *path,
             free(m);
             return -EEXIST;
         }
-    m->path = strdup(path);
+    /* "/svc/method", then "svc" and "method" (the metrics labels), in one
+     * allocation freed with the path. */
+    size_t plen = strlen(path);
+    m->path = malloc(2 * plen + 2);
     if (!m->path) {
         free(m);
         return -ENOMEM;
     }
+    memcpy(m->path, path, plen + 1);
+    memcpy(m->path + plen + 1, path + 1, plen);
+    m->service = m->path + plen + 1;
+    char *slash = strchr(m->service, '/');
+    m->name = slash ? slash + 1 : m->service + plen - 1;
+    if (slash)
+        *slash = 0;
+    method_metrics(m);
     m->listeners = listeners;
     m->unary = unary;
     m->stream = stream;

@@ -43,6 +43,11 @@
  * rule before any handler runs, and every message a stream reads is
  * checked again against the table in force.
  *
+ * Metrics: every call of a registered method is counted once in the
+ * process's registry (metrics_registry(), docs/METRICS.md) when its status
+ * is sent: bloomgrid_rpc_calls_total{service,method,code} and
+ * bloomgrid_rpc_duration_seconds{service,method} (from its arrival).
+ *
  * Shutdown: rpc_server_shutdown() stops accepting calls, lets in-flight calls
  * (deferred ones included) finish for a grace period, cancels what is left
  * (open streams and deferred calls; clients see UNAVAILABLE or CANCELLED),

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <time.h>
 
 #include <grpc/grpc.h>
 #include <grpc/support/time.h>
@@ -28,6 +29,11 @@ struct rpc_method {
     const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
     bool internal;         /* struct rpc_handler.internal */
     enum rpc_auth_rule rule;                  /* who may call it */
+    /* bloomgrid_rpc_calls_total per status code (OK made at registration,
+     * the others at their first call) and bloomgrid_rpc_duration_seconds. */
+    char *service, *name;                     /* the labels */
+    struct metric *_Atomic calls[GRPC_STATUS_UNAUTHENTICATED + 1];
+    struct metric *duration;
 };
 
 enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
@@ -66,6 +72,7 @@ struct slot {
     int cqi;                     /* notification queue index */
     grpc_call *call;
     gpr_timespec deadline;
+    struct timespec t0;          /* when the call arrived (metrics) */
     grpc_metadata_array md;
     grpc_byte_buffer *payload;   /* unary request */
     grpc_call_details details;   /* generic */
@@ -180,6 +187,10 @@ static inline gpr_timespec rpc_server__inf_future(void)
  * unary or generic reply (on failure the slot is freed, -ECANCELED). */
 void rpc_server__slot_free(struct slot *s);
 int rpc_server__send_reply(struct slot *s);
+
+/* rpc_server.c: count a call of a registered method as answered with
+ * code (unary, deferred or not, and streams; once per call). */
+void rpc_server__call_done(struct slot *s, grpc_status_code code);
 
 /* rpc_deferred.c.  The unary call whose handler runs on this thread (set by
  * the worker around the handler), for rpc_reply_defer. */

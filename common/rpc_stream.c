@@ -434,6 +434,7 @@ static int finish(struct slot *s, grpc_status_code code, enum rpc_reason reason,
         reason = RPC_REASON_NONE;
         msg = s->bad_msg;
     }
+    rpc_server__call_done(s, code);
     memset(ops, 0, sizeof ops);
     if (!s->md_sent) {
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;

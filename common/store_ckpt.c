@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "durable.h"
 #include "log.h"
+#include "metrics.h"
 #include "store_internal.h"
 #include "wal.h"
 
@@ -42,9 +44,39 @@ static int ckpt_advance(const char *dir, uint64_t id, uint64_t seq,
     return rc;
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const double ckpt_bounds[] = {0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5,
+                                     10, 30, 60};
+
+/* A checkpoint written (rc 0) or failed, with its duration and bytes. */
+static void ckpt_metrics(int rc, double seconds, uint64_t bytes)
+{
+    struct metrics *m = metrics_registry();
+    if (rc < 0) {
+        metric_add(metrics_counter(m, "bloomgrid_checkpoint_failures_total",
+                                   "checkpoints that failed", NULL), 1);
+        return;
+    }
+    metric_observe(metrics_histogram(m, "bloomgrid_checkpoint_duration_seconds",
+                                     "time a filter's checkpoint took, from its "
+                                     "log barrier to the file's rename", NULL,
+                                     ckpt_bounds, sizeof ckpt_bounds / sizeof *ckpt_bounds),
+                   seconds);
+    metric_add(metrics_counter(m, "bloomgrid_checkpoint_bytes_total",
+                               "bytes of filter bits written by checkpoints", NULL),
+               bytes);
+}
+
 int store__filter_checkpoint(struct store_filter *sf,
                              enum store_ckpt_mode mode, char *err)
 {
+    double t0 = mono_s();
     char e2[STORE_ERRLEN] = "";
     struct wal_waiter wt;
     struct bf *copy = NULL;
@@ -110,6 +142,8 @@ int store__filter_checkpoint(struct store_filter *sf,
     atomic_store(&sf->ckpt_lsn, lsn);
     store__ckpt_prune(sf->path, sf->id, seq, lsn);
 out:
+    if (write)
+        ckpt_metrics(rc, mono_s() - t0, copy ? bf_bytes(copy) : 0);
     bf_destroy(copy);
     pthread_mutex_unlock(&sf->snap_mu);
     return rc;

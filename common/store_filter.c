@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "store_internal.h"
 #include "wal.h"
 
@@ -372,6 +373,27 @@ static void submit_locked(struct store_filter *sf, struct wal_rec *rec,
  * under write_mu: one writer at a time lets the engine use plain stores,
  * and the log order is the apply order.  Everything that can fail is
  * checked before a bit changes. */
+/* ---- key counters (metrics.h), for every store of the process ---- */
+
+static struct {
+    struct metric *added, *removed, *queried, *present;
+} keys;
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+static void keys_register(void)
+{
+    struct metrics *m = metrics_registry();
+    keys.added = metrics_counter(m, "bloomgrid_keys_added_total",
+                                 "keys (hashes) written to a filter", NULL);
+    keys.removed = metrics_counter(m, "bloomgrid_keys_removed_total",
+                                   "keys (hashes) removed from a counting filter", NULL);
+    keys.queried = metrics_counter(m, "bloomgrid_keys_queried_total",
+                                   "keys (hashes) looked up in a filter", NULL);
+    keys.present = metrics_counter(m, "bloomgrid_keys_present_total",
+                                   "of the keys looked up, those answered present "
+                                   "(maybe in the filter)", NULL);
+}
+
 static int filter_mutate(struct store_filter *sf, uint32_t type,
                          const struct bf_hash *h, size_t n, bool *out,
                          store_done_fn done, void *ctx, char *err)
@@ -424,6 +446,8 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
     submit_locked(sf, rec, p);
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
+    pthread_once(&keys_once, keys_register);
+    metric_add(type == WAL_REC_ADD ? keys.added : keys.removed, n);
     return 0;
 fail:
     pthread_rwlock_unlock(&sf->lock);
@@ -536,6 +560,14 @@ int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
     if ((rc = store__state_errno(store__state(sf))) == 0)
         bf_may_contain_hashes(sf->bf, h, n, present);
     pthread_rwlock_unlock(&sf->lock);
+    if (rc == 0) {
+        uint64_t yes = 0;
+        for (size_t i = 0; i < n; i++)
+            yes += present[i];
+        pthread_once(&keys_once, keys_register);
+        metric_add(keys.queried, n);
+        metric_add(keys.present, yes);
+    }
     return rc;
 }
 

@@ -33,6 +33,8 @@ struct reader {
     int section_line;          /* line of the last [section] header */
     int sections;              /* headers seen so far */
     char section[256];         /* its text between the brackets, uncut */
+    bool cont;                 /* the line continues the previous value */
+    int too_long;              /* first line longer than inih's buffer, or 0 */
 };
 
 /* A quorum as the file sets it: 0 when not set, with the line that did. */
@@ -78,15 +80,23 @@ static char *read_line(char *str, int num, void *stream)
         if (c == '\n')
             break;
     }
-    /* A line longer than the buffer: drop the rest, it is refused below. */
-    if (n == num - 1 && str[n - 1] != '\n')
+    rd->line++;
+    /* A line longer than the buffer: drop the rest, it is refused (inih
+     * would cut it silently, and a cut address list places shards
+     * elsewhere). */
+    if (n == num - 1 && str[n - 1] != '\n') {
         while (*rd->p && *rd->p++ != '\n')
             ;
+        if (!rd->too_long)
+            rd->too_long = rd->line;
+    }
     str[n] = 0;
-    rd->line++;
     const char *s = str;
     while (*s == ' ' || *s == '\t')
         s++;
+    /* inih joins an indented line to the value above it (and hands it over
+     * under the same name): copies lists may go on over several lines. */
+    rd->cont = s != str && *s && *s != '\r' && *s != '\n' && *s != ';' && *s != '#';
     if (*s == '[') {
         rd->section_line = rd->line;
         rd->sections++;
@@ -305,6 +315,15 @@ static enum topo_joint joint_quorum(const char *name)
     return TOPO_JOINT_NONE;
 }
 
+
+/* Lines past inih's buffer (INI_MAX_LINE) are refused, naming the line. */
+static int too_long(struct parse_ctx *x)
+{
+    return fail(x, x->rd.too_long, "line longer than %d characters: put a long "
+                "copies list on several lines, each further line indented "
+                "(docs/TOPOLOGY.md)", INI_MAX_LINE - 1);
+}
+
 /* An entry before the first section: version and the quorum defaults. */
 static int on_global(struct parse_ctx *x, const char *name, const char *value)
 {
@@ -333,6 +352,8 @@ static int on_entry(void *user, const char *section, const char *name,
 
     if (x->failed)
         return 0;
+    if (x->rd.too_long)
+        return too_long(x);
     if (!section[0] && name)
         return on_global(x, name, value);
     if (strncmp(section, "group ", 6) != 0)
@@ -356,6 +377,9 @@ static int on_entry(void *user, const char *section, const char *name,
     if (!name)   /* a new section with no entry yet */
         return 1;
     unsigned gi = (unsigned)(g - x->groups);
+    if (x->rd.cont && (strcmp(name, "copies") == 0 || strcmp(name, "copies_next") == 0 ||
+                       strcmp(name, "copies_prev") == 0))
+        return set_copies(x, g, strcmp(name, "copies") != 0, value);
     if (strcmp(name, "copies") == 0) {
         if (x->gp[gi].copies_line)
             return fail(x, line, "group %s has a second copies line (first at "
@@ -511,6 +535,8 @@ struct topo *topo_parse(const char *text, const char *origin, char *err)
     x.rd.p = text;
     x.origin = origin;
     int rc = ini_parse_stream(read_line, &x.rd, on_entry, &x);
+    if (x.rd.too_long && !x.failed)
+        too_long(&x);
     if (rc > 0 && !x.failed)
         fail(&x, rc, "syntax error (expected [group NAME], name = value, or a "
              "comment starting with ; or #)");

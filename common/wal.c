@@ -11,6 +11,7 @@
  */
 #include "durable.h"
 #include "log.h"
+#include "metrics.h"
 #include "wal.h"
 #include "wal_format.h"
 
@@ -20,6 +21,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define BUF_KEEP (16u << 20)   /* larger batch buffers are freed */
@@ -232,6 +234,36 @@ static void complete(struct wal_rec *list)
     }
 }
 
+/* ---- metrics (metrics.h): one series per process, whatever the logs ---- */
+
+static struct {
+    struct metric *fsync, *group, *bytes;
+} wm;
+static pthread_once_t wm_once = PTHREAD_ONCE_INIT;
+
+static const double group_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+
+static void wm_register(void)
+{
+    struct metrics *m = metrics_registry();
+    wm.fsync = metrics_histogram(m, "bloomgrid_wal_fsync_duration_seconds",
+                                 "time of the write-ahead log's fdatasync of one "
+                                 "commit group", NULL, metrics_latency_bounds,
+                                 metrics_latency_nbounds);
+    wm.group = metrics_histogram(m, "bloomgrid_wal_group_records",
+                                 "log records written by one commit group", NULL,
+                                 group_bounds, sizeof group_bounds / sizeof *group_bounds);
+    wm.bytes = metrics_counter(m, "bloomgrid_wal_written_bytes_total",
+                               "bytes appended to the write-ahead log", NULL);
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Commit one batch (the queue as it was taken). */
 static void commit_batch(struct wal *w, struct wal_rec *list)
 {
@@ -270,8 +302,14 @@ static void commit_batch(struct wal *w, struct wal_rec *list)
     }
     if (rc == 0 && len) {
         rc = write_all(w->fd, w->buf, len);
-        if (rc == 0 && w->durability == WAL_SYNC_FSYNC)
+        pthread_once(&wm_once, wm_register);
+        if (rc == 0 && w->durability == WAL_SYNC_FSYNC) {
+            double t0 = mono_s();
             rc = sync_fd(w->fd);
+            metric_observe(wm.fsync, mono_s() - t0);
+        }
+        metric_observe(wm.group, (double)(w->next_lsn - first));
+        metric_add(wm.bytes, len);
         if (rc < 0) {
             char name[32];
             wal__seg_name(name, sizeof(name), w->segs[w->nsegs - 1].first);

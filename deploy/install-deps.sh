@@ -9,7 +9,7 @@
 #            generators, help2man for the manual pages
 #   test     build, plus what the test suite and the benchmarks run against:
 #            libbloom and redis (benchmarks), Node.js and npm (the grpc-js
-#            client tests), Python's prometheus, grpc and protobuf modules,
+#            client tests), Python's prometheus, grpc, protobuf and yaml modules,
 #            protoc-gen-go, openssl (test certificates)
 set -euo pipefail
 
@@ -24,7 +24,7 @@ BUILD=(
 )
 TEST=(
   libbloom-dev redis-server openssl
-  python3-prometheus-client python3-grpcio python3-protobuf protoc-gen-go
+  python3-prometheus-client python3-grpcio python3-protobuf python3-yaml protoc-gen-go
 )
 case "$what" in
   runtime) PKGS=("${RUNTIME[@]}") ;;

@@ -29,7 +29,9 @@
 #include "merger_config.h"
 #include "merger_rpc.h"
 #include "merger_runner.h"
+#include "metrics_http.h"
 #include "rpc_listen.h"
+#include "rpc_metrics.h"
 #include "rpc_auth.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
@@ -169,6 +171,10 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGHUP);
     grpc_init();
+    struct metrics_http *mh;
+    if (rpc_metrics_start(once ? "" : cfg.metrics_listen, cfg.insecure,
+                          "bloomgrid-merger", &mh) < 0)
+        return 2;
     struct merger *m = merger_create(&cfg, filters, (size_t)nf, err);
     if (!m) {
         fprintf(stderr, "%s: %s\n", argv[0], err);
@@ -179,6 +185,7 @@ int main(int argc, char **argv)
     merger_destroy(m);
     rpc_tls_destroy(tls);
     rpc_auth_destroy(auth);
+    metrics_http_stop(mh);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rpc_listen.h"
+#include "rpc_metrics.h"
 #include "rpc_auth.h"
 #include "settings.h"
 
@@ -38,6 +39,7 @@ static const struct setting settings[] = {
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info",
      F(log_level), "least severe log level printed"},
     RPC_LISTEN_SETTINGS(struct merger_config),
+    RPC_METRICS_SETTING(struct merger_config),
 };
 
 static const struct settings_spec spec = {

@@ -5,6 +5,7 @@
  * round that began after its ask.
  */
 #include "merger_runner.h"
+#include "merger_metrics.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -43,6 +44,7 @@ static void *runner_main(void *arg)
         struct mg_report rep;
         merger_round(r->m, &rep);
         mg_report_log(&rep);
+        merger_metrics_round(&rep);
         mg_report_free(&rep);
         pthread_mutex_lock(&r->mu);
         r->running = false;

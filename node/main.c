@@ -36,7 +36,10 @@
 #include "log.h"
 #include "node.h"
 #include "node_rpc.h"
+#include "metrics_http.h"
+#include "node_metrics.h"
 #include "rpc_listen.h"
+#include "rpc_metrics.h"
 #include "rpc_auth.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
@@ -287,6 +290,10 @@ int main(int argc, char **argv)
     if (auth)
         rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
+    struct metrics_http *mh;
+    if (rpc_metrics_start(n.cfg.metrics_listen, n.cfg.insecure, "bloomgrid-node", &mh) < 0)
+        return 2;
+    node_metrics_start(&n);
 
     struct rpc_server_config sc = {
         .listen = n.cfg.listen,
@@ -416,6 +423,7 @@ int main(int argc, char **argv)
     rpc_server_destroy(n.srv);
     rpc_tls_destroy(tls);
     rpc_auth_destroy(auth);
+    metrics_http_stop(mh);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

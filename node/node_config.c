@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "rpc_listen.h"
+#include "rpc_metrics.h"
 #include "rpc_auth.h"
 #include "rules.h"
 #include "settings.h"
@@ -103,6 +104,7 @@ static const struct setting settings[] = {
      "with a topology: milliseconds between pulls of the pages that changed "
      "on the other copies of the node's group (anti-entropy)"},
     RPC_LISTEN_SETTINGS(struct node_config),
+    RPC_METRICS_SETTING(struct node_config),
 };
 
 static const struct settings_spec spec = {

@@ -49,6 +49,7 @@ struct node_config {
     char health_listen[256];      /* plaintext, health only, or "" */
     char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
     bool insecure;                /* --insecure */
+    char metrics_listen[256];     /* GET /metrics, or "" */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node

@@ -59,6 +59,7 @@
 
 #include "bf.h"
 #include "log.h"
+#include "metrics.h"
 #include "node.h"
 #include "node_client.h"
 #include "node_rpc.h"
@@ -245,6 +246,19 @@ static uint64_t shard_listed(struct store_filter *sf)
     return node_sync_since(ns, store_filter_name(sf));
 }
 
+/* Pages merged by one pull from peer (metrics.h). */
+static void ae_metrics(const char *peer, size_t pages, uint64_t bytes)
+{
+    struct metrics *m = metrics_registry();
+    const char *labels[] = {"peer", peer, NULL};
+    metric_add(metrics_counter(m, "bloomgrid_antientropy_pages_total",
+                               "pages pulled from the other copies of the group "
+                               "and merged", labels), pages);
+    metric_add(metrics_counter(m, "bloomgrid_antientropy_bytes_total",
+                               "bytes of the pages pulled from the other copies",
+                               labels), bytes);
+}
+
 /* Pull shard sf's changed pages from the copy peer.  Returns false when
  * the peer is down or slow (the round then passes over it). */
 static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
@@ -305,6 +319,7 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
     if (rs->failing)
         log_info("anti-entropy %s from %s: resumed", name, peer);
     rs->failing = false;
+    ae_metrics(peer, b.n, end.bytes);
     if (b.n || end.epoch != rs->epoch)
         log_debug("anti-entropy %s from %s: %zu pages (%" PRIu64 " bytes)",
                   name, peer, b.n, end.bytes);

@@ -22,7 +22,9 @@
 #include "router_config.h"
 #include "router_health.h"
 #include "router_rpc.h"
+#include "metrics_http.h"
 #include "rpc_listen.h"
+#include "rpc_metrics.h"
 #include "rpc_auth.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
@@ -112,6 +114,9 @@ int main(int argc, char **argv)
     if (auth)
         rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
+    struct metrics_http *mh;
+    if (rpc_metrics_start(cfg.metrics_listen, cfg.insecure, "bloomgrid-router", &mh) < 0)
+        return 2;
 
     struct rpc_server_config sc = {
         .listen = cfg.listen,
@@ -175,6 +180,7 @@ int main(int argc, char **argv)
     router_deinit(&r);
     rpc_tls_destroy(tls);
     rpc_auth_destroy(auth);
+    metrics_http_stop(mh);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rpc_listen.h"
+#include "rpc_metrics.h"
 #include "rpc_auth.h"
 #include "rules.h"
 #include "settings.h"
@@ -57,6 +58,7 @@ static const struct setting settings[] = {
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
     RPC_LISTEN_SETTINGS(struct router_config),
+    RPC_METRICS_SETTING(struct router_config),
 };
 
 static const struct settings_spec spec = {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "router_link.h"
 #include "router_nodes.h"
 #include "router_pool.h"
@@ -286,6 +287,11 @@ static void batch_failure(struct rpc_status *st, enum router_key_op op,
     grpc_status_code code = GRPC_STATUS_UNAVAILABLE;
     size_t nbad = 0, acked = 0;
     bool write = op != ROUTER_MAY_CONTAIN;
+    const char *labels[] = {"op", op_names[op], NULL};
+
+    metric_add(metrics_counter(metrics_registry(), "bloomgrid_router_quorum_failures_total",
+                               "key calls with a shard short of its quorum, by "
+                               "operation", labels), 1);
 
     st->message[0] = 0;
     for (size_t k = 0; k < nq; k++) {

@@ -37,6 +37,7 @@
 #include <grpc/support/time.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "router_link_int.h"
 #include "rpc_ops.h"
 
@@ -75,9 +76,34 @@ static void link_unlock(struct router_link *l)
 
 /* ---- calls ---- */
 
+static const char *const lane_ops[] = {"read", "write"};
+
+static struct metric *node_calls(struct router_link *l, int lane, grpc_status_code code)
+{
+    const char *labels[] = {"node", l->addr, "lane", lane_ops[lane], "code",
+                            rpc_status_name(code), NULL};
+    return metrics_counter(metrics_registry(), "bloomgrid_router_node_calls_total",
+                           "key batches sent to a node, by the status of their "
+                           "first failed entry (OK: every entry answered)", labels);
+}
+
+/* Count c's outcome and time for its node (a call's deadline is its start
+ * plus its timeout). */
+static void call_metrics(struct router_link *l, const struct router_link_call *c)
+{
+    grpc_status_code code = GRPC_STATUS_OK;
+    int lane = lane_of(c);
+    for (size_t j = 0; j < c->n && code == GRPC_STATUS_OK; j++)
+        code = c->e[j].st.code;
+    metric_add(code == GRPC_STATUS_OK ? l->m_ok[lane] : node_calls(l, lane, code), 1);
+    int64_t start = c->deadline - (int64_t)c->timeout_ms * 1000000;
+    metric_observe(l->m_duration, (double)(now_ns() - start) * 1e-9);
+}
+
 void router_link__call_done(struct router_link *l, struct router_link_call *c)
 {
     struct link_set *set = c->set;
+    call_metrics(l, c);
     c->state = CALL_DONE;
     if (atomic_fetch_sub(&set->pending, 1) == 1) {
         set->next = l->fired;
@@ -481,6 +507,14 @@ struct router_link *router_link_create(const char *addr,
     l->ch = l->addr ? rpc_channel_create(addr, cfg->max_message) : NULL;
     if (!l->ch)
         goto fail;
+    const char *labels[] = {"node", l->addr, NULL};
+    l->m_ok[LANE_READ] = node_calls(l, LANE_READ, GRPC_STATUS_OK);
+    l->m_ok[LANE_WRITE] = node_calls(l, LANE_WRITE, GRPC_STATUS_OK);
+    l->m_duration = metrics_histogram(metrics_registry(),
+                                      "bloomgrid_router_node_duration_seconds",
+                                      "time from a key batch's submission to its "
+                                      "node's answer (or its failure)", labels,
+                                      metrics_latency_bounds, metrics_latency_nbounds);
     l->method = grpc_channel_register_call(rpc_channel_grpc(l->ch), M_BATCHES, NULL, NULL);
     l->cq = grpc_completion_queue_create_for_next(NULL);
     pthread_mutex_init(&l->mu, NULL);

@@ -115,6 +115,9 @@ struct router_link {
                                    once the mutex is let go */
     struct link_build b;
     struct rpc_arena arena;     /* answers; the link's thread only */
+    /* bloomgrid_router_node_calls_total{code="OK"} and the latency
+     * histogram of the calls to this node (other codes: looked up). */
+    struct metric *m_ok[LANES], *m_duration;
 };
 
 /* The call is done: count it off its set (which goes on l's fired list

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
+#include "metrics.h"
 #include "rpc_client.h"
 #include "rpc_server.h"
 
@@ -194,8 +195,20 @@ static void defer_handlers(struct rpc_handler *h)
     h[M_GET_FILTER].unary = defer_get;
 }
 
+/* bloomgrid_rpc_calls_total of a BloomGrid method and code, in the
+ * process's registry (every server of the process counts there). */
+static uint64_t calls_of(const char *method, const char *code)
+{
+    const char *labels[] = {"service", "bloomgrid.v1.BloomGrid", "method", method,
+                            "code", code, NULL};
+    return metric_count(metrics_counter(metrics_registry(), "bloomgrid_rpc_calls_total",
+                                        NULL, labels));
+}
+
 START_TEST(deferred_reply_arrives_when_finished)
 {
+    uint64_t ok0 = calls_of("GetFilter", "OK");
+    uint64_t fp0 = calls_of("GetFilter", "FAILED_PRECONDITION");
     struct fixture f;
     struct rpc_handler h[N_METHODS];
     struct client_call c;
@@ -208,8 +221,11 @@ START_TEST(deferred_reply_arrives_when_finished)
      * finish. */
     usleep(100 * 1000);
     ck_assert(!atomic_load(&c.done));
+    /* Counted when the reply goes out, with the code it carries. */
+    ck_assert_uint_eq(calls_of("GetFilter", "OK"), ok0);
     ck_assert_int_eq(finish_info(0, "slugs", 7), 0);
     pthread_join(c.t, NULL);
+    ck_assert_uint_eq(calls_of("GetFilter", "OK"), ok0 + 1);
     ck_assert_int_eq(c.rc, 0);
     ck_assert_str_eq(c.got_name, "slugs");
     ck_assert_uint_eq(c.got_capacity, 7);
@@ -227,6 +243,8 @@ START_TEST(deferred_reply_arrives_when_finished)
     ck_assert_int_eq(c.st.code, GRPC_STATUS_FAILED_PRECONDITION);
     ck_assert_int_eq(c.st.reason, RPC_REASON_SECRET_MISMATCH);
     ck_assert_str_eq(c.st.message, "shard \"other\" has another secret");
+    ck_assert_uint_eq(calls_of("GetFilter", "FAILED_PRECONDITION"), fp0 + 1);
+    ck_assert_uint_eq(calls_of("GetFilter", "OK"), ok0 + 1);
     stop(&f);
 }
 END_TEST
@@ -495,6 +513,7 @@ START_TEST(sequential_streams_reuse_the_pool_threads)
     struct fixture f;
     struct rpc_status st;
     seen.ntids = 0;
+    uint64_t ok0 = calls_of("AddStream", "OK");
     start_stream(&f, echo_stream, (struct rpc_server_config){.max_streams = POOL});
     /* The pool exists before any stream arrives. */
     ck_assert_int_ge(f.threads_started, POOL);
@@ -510,6 +529,9 @@ START_TEST(sequential_streams_reuse_the_pool_threads)
         ck_assert_int_eq(rpc_cstream_read(cs, &sl), 0);
         ck_assert_int_eq(rpc_cstream_finish(cs, &st), 0);
     }
+    /* Each stream counted once, when it ended (the handler's finish is
+     * sent before the client's finish returns). */
+    ck_assert_uint_eq(calls_of("AddStream", "OK"), ok0 + CALLS);
     /* A thread per stream would have shown CALLS thread ids. */
     ck_assert_int_ge(seen.ntids, 1);
     ck_assert_int_le(seen.ntids, POOL);

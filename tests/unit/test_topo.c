@@ -474,6 +474,34 @@ START_TEST(joint_sets_are_checked)
 }
 END_TEST
 
+/* Long copies lists go on over indented lines; a line past the INI
+ * reader's buffer is refused, naming it, never cut. */
+START_TEST(long_copies_lists_span_lines_and_long_lines_are_refused)
+{
+    char a[3][80];
+    for (int i = 0; i < 3; i++)
+        snprintf(a[i], sizeof a[i], "bloomgrid-node-%d.bloomgrid-node.bloomgrid.svc.cluster.local:7401", i);
+    char text[1024];
+    snprintf(text, sizeof text, V "[group g0]\ncopies = %s\n  %s\n\t%s\nwrite_quorum = 2\n",
+             a[0], a[1], a[2]);
+    struct topo *t = parse_ok(text);
+    ck_assert_uint_eq(t->groups[0].ncopies, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_str_eq(t->groups[0].copies[i], a[i]);
+    ck_assert_uint_eq(t->groups[0].write_quorum, 2);
+    topo_unref(t);
+    snprintf(text, sizeof text, V "[group g0]\ncopies = %s %s %s\n", a[0], a[1], a[2]);
+    const char *err = parse_fails(text);
+    ck_assert_msg(strstr(err, "t.ini:3:") && strstr(err, "longer than"), "%s", err);
+    /* The same for a joint set. */
+    snprintf(text, sizeof text, V "[group g0]\ncopies = h1:1 h2:2 h3:3\n"
+             "copies_next = h1:1 h2:2\n  h4:4\nread_quorum_next = 2\n");
+    t = parse_ok(text);
+    ck_assert_uint_eq(t->groups[0].nother, 3);
+    topo_unref(t);
+}
+END_TEST
+
 Suite *topo_suite(void)
 {
     Suite *s = suite_create("topo");
@@ -492,6 +520,7 @@ Suite *topo_suite(void)
     tcase_add_test(tc, shard_selection_known_answers);
     tcase_add_test(tc, joint_sets_parse_with_members_and_quorums);
     tcase_add_test(tc, joint_sets_are_checked);
+    tcase_add_test(tc, long_copies_lists_span_lines_and_long_lines_are_refused);
     suite_add_tcase(s, tc);
     return s;
 }

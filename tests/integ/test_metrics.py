@@ -1,0 +1,205 @@
+#!/usr/bin/python3
+"""GET /metrics of a node, a router and a merger (docs/METRICS.md).
+
+Starts the three with metrics_listen on 127.0.0.1:0, makes calls with the
+bloomgrid tool, scrapes each endpoint and parses it with
+prometheus_client's parser (Debian's python3-prometheus-client), then checks
+that the counters moved by exactly the calls made: Add calls OK at the
+router, a refused CreateFilter counted with its code, keys added and
+queried at the node, the merger's first round.  Also: a non-loopback metrics_listen
+without --insecure stops the start (exit 2).
+
+usage: test_metrics.py BLOOMGRID NODE ROUTER MERGER
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+BG, NODE, ROUTER, MERGER = (os.path.abspath(a) for a in sys.argv[1:5])
+TMP = os.environ.get("BLOOMGRID_TEST_TMP") or None
+if TMP:
+    os.makedirs(TMP, exist_ok=True)
+WORK = tempfile.mkdtemp(prefix="metrics.", dir=TMP)
+PROCS = []
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def start(tag, *args):
+    """Start a server; return (its address, its metrics address)."""
+    out = open(os.path.join(WORK, tag + ".out"), "w")
+    err = open(os.path.join(WORK, tag + ".log"), "w")
+    p = subprocess.Popen(list(args) + ["--listen", "127.0.0.1:0",
+                                       "--metrics-listen", "127.0.0.1:0"],
+                         stdout=out, stderr=err, cwd=WORK)
+    PROCS.append(p)
+    addr = maddr = None
+    for _ in range(400):
+        with open(out.name) as f:
+            for line in f:
+                if " listening on " in line:
+                    addr = line.split(" listening on ")[1].split()[0]
+                if " metrics on " in line:
+                    maddr = line.split(" metrics on ")[1].strip()
+        if addr and maddr:
+            return addr, maddr
+        if p.poll() is not None:
+            fail("%s exited %d: %s" % (tag, p.returncode, open(err.name).read()))
+        time.sleep(0.05)
+    fail("%s did not start: %s" % (tag, open(err.name).read()))
+
+
+def bg(*args, expect=0):
+    r = subprocess.run([BG, "--server", ROUTER_ADDR] + list(args), cwd=WORK,
+                       capture_output=True, text=True)
+    if r.returncode != expect:
+        fail("bloomgrid %s: exit %d, expected %d: %s" %
+             (" ".join(args), r.returncode, expect, r.stderr))
+    return r
+
+
+FAMILIES = []
+
+
+def scrape(maddr):
+    """The families served at maddr (kept in FAMILIES too)."""
+    with urllib.request.urlopen("http://%s/metrics" % maddr, timeout=10) as r:
+        if r.status != 200:
+            fail("GET /metrics of %s: %d" % (maddr, r.status))
+        text = r.read().decode()
+    fams = list(text_string_to_metric_families(text))
+    FAMILIES.extend(fams)
+    return fams
+
+
+def value(fams, sample, **labels):
+    """The value of the one sample named so with these labels (None: none)."""
+    found = [s.value for f in fams for s in f.samples
+             if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())]
+    if len(found) > 1:
+        fail("%s%s: %d samples" % (sample, labels, len(found)))
+    return found[0] if found else None
+
+
+def expect(fams, sample, want, **labels):
+    got = value(fams, sample, **labels)
+    if got != want:
+        fail("%s%s = %r, expected %r" % (sample, labels, got, want))
+
+
+def main():
+    global ROUTER_ADDR
+    node_addr, node_m = start("node", NODE, "--data-dir", os.path.join(WORK, "d"))
+    with open(os.path.join(WORK, "topo.ini"), "w") as f:
+        f.write("version = 1\n[group g0]\ncopies = %s\n" % node_addr)
+    ROUTER_ADDR, router_m = start("router", ROUTER, "--topology",
+                                  os.path.join(WORK, "topo.ini"))
+
+    # Before any call: the Add series exist already, at 0.
+    expect(scrape(router_m), "bloomgrid_rpc_calls_total", 0.0,
+           service="bloomgrid.v1.BloomGrid", method="Add", code="OK")
+
+    bg("create", "slugs", "-n", "10000", "-p", "0.01", "--shards", "2")
+    bg("create", "slugs", "-n", "10", "-p", "0.1", expect=2)   # ALREADY_EXISTS
+    keys = ["k%d" % i for i in range(30)]
+    for i in range(3):
+        bg("add", "slugs", *keys[10 * i:10 * i + 10])
+    bg("check", "slugs", "k1", "k2", "k3", "absent-1", "absent-2", expect=1)
+
+    fams = scrape(router_m)
+    expect(fams, "bloomgrid_rpc_calls_total", 3.0,
+           service="bloomgrid.v1.BloomGrid", method="Add", code="OK")
+    expect(fams, "bloomgrid_rpc_duration_seconds_count", 3.0,
+           service="bloomgrid.v1.BloomGrid", method="Add")
+    expect(fams, "bloomgrid_rpc_calls_total", 1.0,
+           service="bloomgrid.v1.BloomGrid", method="CreateFilter", code="ALREADY_EXISTS")
+    expect(fams, "bloomgrid_rpc_calls_total", 1.0,
+           service="bloomgrid.v1.BloomGrid", method="CreateFilter", code="OK")
+    expect(fams, "bloomgrid_rpc_calls_total", 1.0,
+           service="bloomgrid.v1.BloomGrid", method="MayContain", code="OK")
+    expect(fams, "bloomgrid_router_quorum_failures_total", None, op="Add")
+    if not value(fams, "bloomgrid_router_node_calls_total", node=node_addr,
+                 lane="write", code="OK"):
+        fail("no key batch counted to the node")
+    if not value(fams, "process_resident_memory_bytes"):
+        fail("router: no process_resident_memory_bytes")
+
+    fams = scrape(node_m)
+    expect(fams, "bloomgrid_keys_added_total", 30.0)
+    expect(fams, "bloomgrid_keys_queried_total", 5.0)
+    present = value(fams, "bloomgrid_keys_present_total")
+    if present is None or not 3.0 <= present <= 5.0:
+        fail("bloomgrid_keys_present_total = %r, expected 3 (or 4, 5 with false "
+             "positives)" % present)
+    inserts = sum(s.value for f in fams for s in f.samples
+                  if s.name == "bloomgrid_filter_inserts_total")
+    if inserts < 29 or inserts > 30:
+        fail("filter inserts sum to %r, expected 30 (29 with a collision)" % inserts)
+    shards = [s for f in fams for s in f.samples if s.name == "bloomgrid_filter_bytes"]
+    if len(shards) != 2 or any(s.value <= 0 for s in shards):
+        fail("bloomgrid_filter_bytes: %r" % shards)
+    for s in shards:
+        expect(fams, "bloomgrid_shard_syncing", 0.0, filter=s.labels["filter"])
+    if not value(fams, "bloomgrid_wal_fsync_duration_seconds_count"):
+        fail("node: no WAL fsync counted")
+    if not value(fams, "process_open_fds"):
+        fail("node: no process_open_fds")
+
+    # The merger's first round (at its start), counted once it has finished.
+    with open(os.path.join(WORK, "sources.ini"), "w") as f:
+        f.write("[filter slugs]\ndatacenter = dc1 %s\n" % os.path.join(WORK, "topo.ini"))
+    _, merger_m = start("merger", MERGER, "--sources",
+                        os.path.join(WORK, "sources.ini"), "--state-dir",
+                        os.path.join(WORK, "m"), "--interval-s", "3600")
+    for _ in range(400):
+        fams = scrape(merger_m)
+        if value(fams, "bloomgrid_merger_rounds_total"):
+            break
+        time.sleep(0.05)
+    expect(fams, "bloomgrid_merger_rounds_total", 1.0)
+    expect(fams, "bloomgrid_merger_errors_total", 0.0)
+    if not value(fams, "bloomgrid_merger_pages_pulled_total"):
+        fail("the merger's round pulled no page")
+    expect(fams, "bloomgrid_merger_round_duration_seconds_count", 1.0)
+
+    # Every bloomgrid_ family served is documented, and the alert rules and
+    # the dashboard name only documented families.
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    doc = open(os.path.join(root, "docs", "METRICS.md")).read()
+    served = {s.name for f in FAMILIES for s in f.samples if s.name.startswith("bloomgrid_")}
+    def documented(name):
+        return "`%s`" % re.sub(r"_(bucket|count|sum)$", "", name) in doc
+    for name in served:
+        if not documented(name):
+            fail("%s is served but not in docs/METRICS.md" % name)
+    for rel in ("deploy/prometheus/alerts.yml", "deploy/grafana/bloomgrid.json"):
+        for name in set(re.findall(r"\bbloomgrid_[a-z_]+", open(os.path.join(root, rel)).read())):
+            if not documented(name):
+                fail("%s names %s, which docs/METRICS.md does not list" % (rel, name))
+
+    # Plain HTTP off loopback needs --insecure.
+    r = subprocess.run([NODE, "--listen", "127.0.0.1:0", "--data-dir",
+                        os.path.join(WORK, "d2"), "--metrics-listen", "192.0.2.1:0"],
+                       capture_output=True, text=True)
+    if r.returncode != 2 or "metrics_listen 192.0.2.1:0 is not a loopback" not in r.stderr:
+        fail("non-loopback metrics_listen: exit %d: %s" % (r.returncode, r.stderr))
+    print("ok")
+
+
+try:
+    main()
+finally:
+    for p in PROCS:
+        p.terminate()
+        p.wait()
+    if not os.environ.get("KEEP"): shutil.rmtree(WORK, ignore_errors=True)

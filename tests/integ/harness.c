@@ -72,6 +72,33 @@ void harness_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+int harness_run(const char *const *argv, const char *out, const char *err,
+                const char *const *env, int timeout_ms)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        int o = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int e = !err ? open("/dev/null", O_WRONLY)
+                : (out && strcmp(out, err) == 0) ? o
+                : open(err, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(o, 1);
+        dup2(e, 2);
+        for (int i = 0; env && env[i]; i += 2)
+            setenv(env[i], env[i + 1], 1);
+        execv(argv[0], (char **)argv);
+        _exit(127);
+    }
+    int ws = 0, waited = 0;
+    while (waitpid(pid, &ws, timeout_ms ? WNOHANG : 0) == 0) {
+        waited += 20;
+        if (waited > timeout_ms)
+            kill(pid, SIGKILL);
+        harness_sleep_ms(20);
+    }
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
 double harness_now_s(void)
 {
     struct timespec ts;

@@ -61,6 +61,14 @@ struct node_proc {
 /* A fresh temporary directory (under $BLOOMGRID_TEST_TMP or /tmp). */
 void harness_tmpdir(char *out, size_t len, const char *tag);
 void harness_sleep_ms(int ms);
+
+/* Run argv (argv[0] the program's path) to its end, with stdout appended
+ * to out and stderr to err (NULL: /dev/null; the same path: one file), and
+ * env (name, value pairs, NULL-terminated, or NULL) added to its
+ * environment.  A process still running after timeout_ms (0: no bound) is
+ * killed.  Returns its exit status, 128 + the signal when killed. */
+int harness_run(const char *const *argv, const char *out, const char *err,
+                const char *const *env, int timeout_ms);
 /* Monotonic seconds, for the timings tests print (never for assertions). */
 double harness_now_s(void);
 /* Bytes the files under dir take on disk (allocated blocks, as du). */

@@ -562,18 +562,7 @@ static void test_merger(void)
 
 static int run_status(const char *const *argv, const char *log)
 {
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execv(argv[0], (char **)argv);
-        _exit(127);
-    }
-    int ws;
-    CHECK(waitpid(pid, &ws, 0) == pid, "waitpid");
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    return harness_run(argv, log, log, NULL, 0);
 }
 
 static void test_start(void)

@@ -59,22 +59,13 @@ static bool wait_health(struct rpc_channel *ch, const char *service, int want)
 static int cli(const char *server, const char *const *args)
 {
     const char *argv[32] = {cli_bin, "--server", server};
-    int a = 3, status = 0;
+    int a = 3;
     for (int i = 0; args[i] && a < 31; i++)
         argv[a++] = args[i];
     argv[a] = NULL;
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(o, 1);
-        dup2(e, 2);
-        execv(cli_bin, (char **)argv);
-        _exit(127);
-    }
-    CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    unlink(out_path);
+    unlink(err_path);
+    return harness_run(argv, out_path, err_path, NULL, 0);
 }
 
 static bool said(const char *path, const char *needle)

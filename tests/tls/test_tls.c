@@ -106,28 +106,14 @@ static int run_refused(const char *const *argv, char *err, size_t len)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/refused.err", tdir);
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int nul = open("/dev/null", O_WRONLY);
-        dup2(nul, 1);
-        dup2(fd, 2);
-        execv(argv[0], (char **)argv);
-        _exit(127);
-    }
-    int ws = 0, waited = 0;
-    while (waitpid(pid, &ws, WNOHANG) == 0) {
-        if (waited++ == 500)
-            kill(pid, SIGKILL);
-        harness_sleep_ms(20);
-    }
+    unlink(path);
+    int rc = harness_run(argv, NULL, path, NULL, 10000);
     FILE *f = fopen(path, "r");
     size_t n = f ? fread(err, 1, len - 1, f) : 0;
     err[n] = 0;
     if (f)
         fclose(f);
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    return rc;
 }
 
 /* ---- refuse ---------------------------------------------------------- */
@@ -233,19 +219,8 @@ static int merger_round(void)
     char log[700], out[700];
     snprintf(log, sizeof log, "%s/merger.log", tdir);
     snprintf(out, sizeof out, "%s/merger.out", tdir);
-    pid_t pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        int o = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int l = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        dup2(o, 1);
-        dup2(l, 2);
-        execl(merger_bin, merger_bin, "--config", mcfg, "--once", (char *)NULL);
-        _exit(127);
-    }
-    int ws;
-    CHECK(waitpid(pid, &ws, 0) == pid, "waitpid");
-    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+    const char *argv[] = {merger_bin, "--config", mcfg, "--once", NULL};
+    return harness_run(argv, out, log, NULL, 0);
 }
 
 static void test_cluster(void)

@@ -284,7 +284,11 @@ int rpc_deferred_finish(struct rpc_deferred *d);
  * message being sent (see rpc_stream_post). */
 int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len);
 /* Send one message (after any posted before it) and wait until it is sent.
- * Returns 0 or -ECANCELED (call gone) / -ENOMEM. */
+ * Returns 0 or -ECANCELED (call gone) / -ENOMEM, or -EACCES when the
+ * caller's token no longer admits the call (revoked at a reload: nothing
+ * is sent and the call ends UNAUTHENTICATED or PERMISSION_DENIED, as for
+ * rpc_stream_read).  The same holds for rpc_stream_write_slice and
+ * rpc_stream_send. */
 int rpc_stream_write(struct rpc_stream *st, const ProtobufCMessage *msg);
 /* Send one message already encoded; takes over the slice reference. */
 int rpc_stream_write_slice(struct rpc_stream *st, grpc_slice body);

@@ -381,11 +381,31 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     return 1;
 }
 
+/* A stream's token is checked again before each message its handler
+ * sends, as before each it reads, so a revoked token also ends a stream
+ * that only sends (Export, PullPages).  The check is one load while the
+ * tokens table has not changed. */
+static int send_admitted(struct slot *s)
+{
+    struct rpc_status refused;
+    if (!s->who.by_token ||
+        rpc_auth_recheck(s->srv->auth, s->m->path, s->call, &s->who, &refused) == 0)
+        return 0;
+    s->bad_request = true;
+    s->bad_code = refused.code;
+    memcpy(s->bad_msg, refused.message, sizeof s->bad_msg);
+    return -EACCES;
+}
+
 int rpc_stream_send(struct rpc_stream *st, grpc_slice body)
 {
     struct slot *s = (struct slot *)st;
     uint64_t seq;
 
+    if (send_admitted(s) < 0) {
+        grpc_slice_unref(body);
+        return -EACCES;
+    }
     pthread_mutex_lock(&s->lock);
     seq = s->post_seq;
     pthread_mutex_unlock(&s->lock);
@@ -400,6 +420,10 @@ int rpc_stream_write_slice(struct rpc_stream *st, grpc_slice body)
 {
     struct slot *s = (struct slot *)st;
     uint64_t seq;
+    if (send_admitted(s) < 0) {
+        grpc_slice_unref(body);
+        return -EACCES;
+    }
     int rc = post(s, body, &seq);
     return rc < 0 ? rc : wait_sent(s, seq);
 }

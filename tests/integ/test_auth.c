@@ -417,6 +417,41 @@ static void test_revoke(void)
     CHECK(kstream_end(&add2, &st) == GRPC_STATUS_OK, "%s", st.message);
     CHECK(t_keys(w2, "Add", "f", k, 2, out, &st) == 0, "other token: %s", st.message);
 
+    /* A stream that only sends (Export) ends too: its token is checked
+     * before every chunk.  The filter is large enough that flow control
+     * holds the export back while the client does not read. */
+    CHECK(t_create(a, "big", 40000000, 0.01, 0, &st) == 0, "create big: %s", st.message);
+    struct rpc_cstream *ex = rpc_cstream_open(a, "/bloomgrid.v1.BloomGrid/Export", 60000);
+    Bloomgrid__V1__ExportRequest er = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
+    er.filter = (char *)"big";
+    er.chunk_size = 64 * 1024;
+    CHECK(ex && rpc_cstream_write_msg(ex, &er.base) == 0 && rpc_cstream_close_send(ex) == 0,
+          "export request");
+    grpc_slice chunk;
+    CHECK(rpc_cstream_read(ex, &chunk) == 1, "first export chunk");
+    size_t got = GRPC_SLICE_LENGTH(chunk);
+    grpc_slice_unref(chunk);
+    write_file(tokens, LINE_READ LINE_WRITE2);
+    kill(np.pid, SIGHUP);
+    for (int i = 0; i < 200; i++) {
+        code = t_create(a, "probe", 1000, 0.01, 0, &st);
+        if (code != 0)
+            break;
+        harness_sleep_ms(50);
+    }
+    CHECK(code == GRPC_STATUS_UNAUTHENTICATED, "removed admin token: %s: %s",
+          rpc_status_name(code), st.message);
+    int r;
+    while ((r = rpc_cstream_read(ex, &chunk)) == 1) {
+        got += GRPC_SLICE_LENGTH(chunk);
+        grpc_slice_unref(chunk);
+    }
+    CHECK(rpc_cstream_finish(ex, &st) != 0 && st.code == GRPC_STATUS_UNAUTHENTICATED,
+          "export after its token was removed: %s: %s (%zu bytes read)",
+          rpc_status_name(st.code), st.message, got);
+    CHECK(got < 40u << 20, "the export sent %zu bytes after its token was removed", got);
+    printf("export cut after %zu bytes\n", got);
+
     keys_free(k, 2);
     rpc_channel_destroy(a);
     rpc_channel_destroy(w);

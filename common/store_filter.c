@@ -435,9 +435,18 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
         return 0;
     }
     pthread_mutex_lock(&sf->write_mu);
-    if (type == WAL_REC_ADD)
+    if (type == WAL_REC_ADD) {
         bf_add_hashes(sf->bf, h, n, out);
-    else
+        /* A scalable filter grows a layer as it fills: its charge follows
+         * (the next create is then judged against what it holds now). */
+        if (bf_kind(sf->bf) == BF_KIND_SCALABLE) {
+            uint64_t now = store__charge_of(sf->bf), was = atomic_load(&sf->charge);
+            if (now != was) {
+                atomic_store(&sf->charge, now);
+                atomic_fetch_add(&sf->s->charged, now - was);
+            }
+        }
+    } else
         for (size_t i = 0; i < n; i++) {
             int r = bf_remove_hash(sf->bf, h[i]);
             if (out)

@@ -306,6 +306,38 @@ START_TEST(budgets_refuse_before_anything_is_written)
 }
 END_TEST
 
+/* A scalable filter's charge follows the layers it grows as keys arrive,
+ * so a later create is judged against what it holds now. */
+START_TEST(scalable_growth_is_charged)
+{
+    struct bf_params p;
+    char err[STORE_ERRLEN];
+    struct store_budget b0, b1;
+    struct store_options o = {.dir = tdir, .max_memory_bytes = 64u << 20};
+    struct store *s = store_open(&o, err);
+    ck_assert_ptr_nonnull(s);
+    params(&p, BF_KIND_SCALABLE, 1000);
+    ck_assert_int_eq(store_create(s, "g", &p, err), 0);
+    store_budget(s, &b0);
+    struct store_filter *sf = store_get(s, "g");
+    ck_assert_uint_eq(bf_layer_count(store_filter_bf(sf)), 1);
+    struct bf_hash h[500];
+    for (uint64_t base = 0; bf_layer_count(store_filter_bf(sf)) < 3; base += 500) {
+        ck_assert_uint_lt(base, 100000);
+        hashes(base, 500, h);
+        ck_assert_int_eq(store_add_hashes(sf, h, 500, NULL, err), 0);
+    }
+    store_budget(s, &b1);
+    ck_assert_uint_eq(b1.charged_bytes, store__charge_of(store_filter_bf(sf)));
+    ck_assert_uint_gt(b1.charged_bytes, b0.charged_bytes);
+    store_put(sf);
+    ck_assert_int_eq(store_drop(s, "g", err), 0);
+    store_budget(s, &b1);
+    ck_assert_uint_eq(b1.charged_bytes, 0);
+    store_close(s);
+}
+END_TEST
+
 /* A drop leaves a tombstone: the name with the old secret is refused,
  * across a restart, and the name with a new secret is a new filter. */
 START_TEST(drop_leaves_a_tombstone)
@@ -1616,6 +1648,7 @@ Suite *store_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, create_list_drop_and_reopen);
     tcase_add_test(tc, budgets_refuse_before_anything_is_written);
+    tcase_add_test(tc, scalable_growth_is_charged);
     tcase_add_test(tc, drop_leaves_a_tombstone);
     tcase_add_test(tc, tombstones_are_bounded);
     tcase_add_test(tc, damaged_tombstones_refuse_the_open);

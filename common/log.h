@@ -27,6 +27,18 @@ int log_level_parse(const char *name, enum log_level *out);
 /* Set the program name printed on every line (kept by pointer). */
 void log_set_ident(const char *ident);
 
+/* Line formats.  LOG_FORMAT_TEXT: "TIME PROGRAM LEVEL FILE:LINE: message";
+ * when stderr is the systemd journal ($JOURNAL_STREAM set), the time is
+ * left to the journal and the line starts with the syslog priority
+ * ("<3>" error, "<4>" warn, "<6>" info, "<7>" debug), which journald
+ * reads.  LOG_FORMAT_JSON: one JSON object per line with "time", "level",
+ * "program", "source" and "msg" (control characters, quotes and
+ * backslashes escaped). */
+enum log_format { LOG_FORMAT_TEXT = 0, LOG_FORMAT_JSON = 1 };
+void log_set_format(enum log_format format);
+/* Parse "text" or "json".  Returns 0 or -EINVAL. */
+int log_format_parse(const char *name, enum log_format *out);
+
 void log__write(enum log_level level, const char *file, int line,
                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

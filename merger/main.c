@@ -142,6 +142,9 @@ int main(int argc, char **argv)
         return rc > 0 ? 0 : 2;
     if (log_level_parse(cfg.log_level, &lvl) == 0)
         log_set_level(lvl);
+    enum log_format lf;
+    if (log_format_parse(cfg.log_format, &lf) == 0)
+        log_set_format(lf);
     log_set_ident("bloomgrid-merger");
     struct rpc_listen_rule rule = {
         .listen = once ? NULL : cfg.listen, .tls_cert = cfg.tls_cert,

@@ -24,6 +24,7 @@ struct merger_config {
     uint64_t max_message_size;
     uint64_t workers;             /* shards handled at once */
     char log_level[16];
+    char log_format[8];           /* text or json */
     char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
     bool insecure;                /* --insecure */
     char metrics_listen[256];     /* GET /metrics, or "" */

@@ -100,6 +100,9 @@ static void apply_log_level(const struct node_config *c)
     enum log_level lvl;
     if (log_level_parse(c->log_level, &lvl) == 0)
         log_set_level(lvl);
+    enum log_format lf;
+    if (log_format_parse(c->log_format, &lf) == 0)
+        log_set_format(lf);
 }
 
 /* SIGHUP, on the main thread. */

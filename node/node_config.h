@@ -38,6 +38,7 @@ struct node_config {
     uint64_t max_streams;
     uint64_t shutdown_grace_ms;
     char log_level[16];           /* live; read by the main thread only */
+    char log_format[8];           /* text or json */
     char topology[1024];          /* topology file, or "" */
     char advertise[256];          /* this node in the topology, or "" */
     char tokens_file[1024];       /* tokens callers present, or "" */

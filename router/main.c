@@ -72,6 +72,9 @@ int main(int argc, char **argv)
     enum log_level lvl;
     if (log_level_parse(cfg.log_level, &lvl) == 0)
         log_set_level(lvl);
+    enum log_format lf;
+    if (log_format_parse(cfg.log_format, &lf) == 0)
+        log_set_format(lf);
     log_set_ident("bloomgrid-router");
     struct rpc_listen_rule rule = {
         .listen = cfg.listen, .tls_cert = cfg.tls_cert, .tls_key = cfg.tls_key,

@@ -29,6 +29,7 @@ struct router_config {
     uint64_t node_queue_mb;
     uint64_t shutdown_grace_ms;
     char log_level[16];
+    char log_format[8];           /* text or json */
     char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
     bool insecure;                /* --insecure */
     char metrics_listen[256];     /* GET /metrics, or "" */

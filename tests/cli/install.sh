@@ -32,7 +32,10 @@ done
 for e in node.ini router.ini merger.ini merger-sources.ini topology-three-machines.ini; do
     [ -s "$ROOT/share/bloomgrid/examples/$e" ] || fail "example $e not installed"
 done
-for d in README.md docs/FORMAT.md docs/REPLICATION.md; do
+for e in prometheus/alerts.yml grafana/bloomgrid.json; do
+    [ -s "$ROOT/share/bloomgrid/$e" ] || fail "$e not installed"
+done
+for d in README.md docs/FORMAT.md docs/REPLICATION.md docs/METRICS.md docs/SECURITY.md; do
     [ -s "$ROOT/share/doc/bloomgrid/$d" ] || fail "doc $d not installed"
 done
 [ -e "$ROOT/etc" ] && fail "install wrote under etc/ (settings are the operator's)"

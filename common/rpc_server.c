@@ -19,6 +19,7 @@
  */
 #include "rpc_check.h"
 #include "rpc_server.h"
+#include "svc_notify.h"
 #include "rpc_server_internal.h"
 
 #include <errno.h>
@@ -977,9 +978,13 @@ int rpc_signals_wait(void)
     for (;;) {
         if (sigwait(&set, &sig) != 0)
             continue;
-        if (sig != SIGHUP)
+        if (sig != SIGHUP) {
+            svc_notify_stopping(strsignal(sig));
             return sig;
+        }
+        svc_notify_reloading();
         for (unsigned i = 0; i < hup_count; i++)
             hup_hooks[i].fn(hup_hooks[i].arg);
+        svc_notify_reloaded();
     }
 }

@@ -30,6 +30,7 @@
 #include "rpc_reflect.h"
 #include "rpc_tls.h"
 #include "topo.h"
+#include "svc_notify.h"
 
 
 static void log_topology(const struct topo *t)
@@ -172,6 +173,7 @@ int main(int argc, char **argv)
     log_info("listening on %s:%d (%s; topology %s, %llu shards by default)", host,
              port, tls ? "TLS" : "plaintext", cfg.topology,
              (unsigned long long)cfg.default_shards);
+    svc_notify_ready("routing on %s:%d, topology %s", host, port, cfg.topology);
 
     int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));

@@ -183,8 +183,9 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGHUP);
     grpc_init();
     struct metrics_http *mh;
-    if (rpc_metrics_start(once ? "" : cfg.metrics_listen, cfg.insecure,
-                          "bloomgrid-merger", &mh) < 0)
+    struct rpc_metrics_conf mc = {once ? "" : cfg.metrics_listen, cfg.metrics_tls, tls,
+                                  cfg.insecure};
+    if (rpc_metrics_start(&mc, "bloomgrid-merger", &mh) < 0)
         return 2;
     struct merger *m = merger_create(&cfg, filters, (size_t)nf, err);
     if (!m) {

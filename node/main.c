@@ -300,7 +300,9 @@ int main(int argc, char **argv)
         rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
     struct metrics_http *mh;
-    if (rpc_metrics_start(n.cfg.metrics_listen, n.cfg.insecure, "bloomgrid-node", &mh) < 0)
+    struct rpc_metrics_conf mc = {n.cfg.metrics_listen, n.cfg.metrics_tls, tls,
+                                  n.cfg.insecure};
+    if (rpc_metrics_start(&mc, "bloomgrid-node", &mh) < 0)
         return 2;
     node_metrics_start(&n);
 

@@ -119,7 +119,8 @@ int main(int argc, char **argv)
         rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
     struct metrics_http *mh;
-    if (rpc_metrics_start(cfg.metrics_listen, cfg.insecure, "bloomgrid-router", &mh) < 0)
+    struct rpc_metrics_conf mc = {cfg.metrics_listen, cfg.metrics_tls, tls, cfg.insecure};
+    if (rpc_metrics_start(&mc, "bloomgrid-router", &mh) < 0)
         return 2;
 
     struct rpc_server_config sc = {
@@ -159,6 +160,8 @@ int main(int argc, char **argv)
     int port = rpc_server_start(r.srv);
     if (port < 0) {
         log_error("not starting: cannot listen on %s (see above)", cfg.listen);
+        /* The probe thread sets health on the server: stopped first. */
+        router_health_stop(health);
         rpc_server_destroy(r.srv);
         grpc_shutdown();
         return 1;

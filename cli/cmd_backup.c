@@ -723,8 +723,9 @@ static int restore_one(struct online *o, int given, const char *dir,
         online_info_deinit(&info);
         if (!same)
             return cli_fail("restore: %s: created with fingerprint %s, not the "
-                            "backup's %s: nothing imported; drop it", e->name,
-                            fp, e->fingerprint);
+                            "backup's %s: nothing imported; drop it (a router's "
+                            "backup restores through a router, a node's through "
+                            "a node)", e->name, fp, e->fingerprint);
     }
     deadline(o, given, true);
     if (plan == PLAN_MERGE) {

@@ -417,16 +417,18 @@ static int import_copy(struct router *r, const struct topo *t,
     return 0;
 }
 
-/* Merge one shard file into every copy of shard s (one after the other:
- * a copy that fails stops the import, which may simply be run again). */
+/* Merge one shard file into every member of shard s's group: its copies
+ * and, in a joint phase, the other set's (an import is a write, and a
+ * write reaches both sets).  One after the other: a copy that fails stops
+ * the import, which may simply be run again. */
 static int import_shard(struct router *r, const struct topo *t,
                         const struct router_filter *f, uint32_t s,
                         const struct bundle_entry *e, double *fill, double *fpr,
                         struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
-    for (unsigned c = 0; c < g->ncopies; c++)
-        if (import_copy(r, t, f, s, g->copies[c], e, fill, fpr, st) < 0)
+    for (unsigned m = 0; m < g->nmembers; m++)
+        if (import_copy(r, t, f, s, topo_member(g, m), e, fill, fpr, st) < 0)
             return -1;
     return 0;
 }

@@ -83,17 +83,19 @@ if [ -d "$stage/inst/share/bloomgrid/batch" ]; then
     cp -R "$stage/inst/share/bloomgrid/batch" "$tree/share/bloomgrid/"
 fi
 
-# The Debian package of a file: dpkg knows it under the name its package
-# ships, which usrmerge may have moved between /lib and /usr/lib.
-pkg_of() {
-    for f in "$1" "$(readlink -f "$1")"; do
-        for g in "$f" "/usr$f" "${f#/usr}"; do
-            s=$(dpkg -S "$g" 2>/dev/null | head -1) || continue
-            [ -n "$s" ] && { echo "${s%%: *}"; return 0; }
+# The Debian package of each library, with one dpkg -S for them all: dpkg
+# knows a file under the name its package ships, which usrmerge may have
+# moved between /lib and /usr/lib, so each is asked for under every name.
+: > "$stage/owners"
+if command -v dpkg >/dev/null 2>&1; then
+    while read -r so path; do
+        for f in "$path" "$(readlink -f "$path")"; do
+            printf '%s\n%s\n%s\n' "$f" "/usr$f" "${f#/usr}"
         done
-    done
-    return 1
-}
+    done < "$stage/libs" | sort -u > "$stage/names"
+    # "PACKAGE[, PACKAGE...]: PATH" per known name.
+    xargs dpkg -S < "$stage/names" 2>/dev/null | sed 's/, .*:/:/' > "$stage/owners" || true
+fi
 notice=$tree/share/doc/bloomgrid/NOTICE
 {
     echo "bloomgrid $version for Linux $arch: the programs, and the shared libraries"
@@ -111,7 +113,13 @@ notice=$tree/share/doc/bloomgrid/NOTICE
     printf '%-50s %-36s %s\n' "FILE" "PACKAGE" "VERSION"
 } > "$notice"
 sort "$stage/libs" | while read -r so path; do
-    if command -v dpkg >/dev/null 2>&1 && pkg=$(pkg_of "$path"); then
+    pkg=""
+    for f in "$path" "/usr$path" "${path#/usr}" "$(readlink -f "$path")" \
+             "/usr$(readlink -f "$path")" "$(readlink -f "$path" | sed 's|^/usr||')"; do
+        pkg=$(awk -v f="$f" '{ p = $1; sub(/:$/, "", p) } $2 == f { print p; exit }' "$stage/owners")
+        [ -z "$pkg" ] || break
+    done
+    if [ -n "$pkg" ]; then
         ver=$(dpkg-query -W -f '${Version}' "$pkg" 2>/dev/null || echo "?")
         base=${pkg%%:*}
         [ -r "/usr/share/doc/$base/copyright" ] &&

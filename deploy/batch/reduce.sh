@@ -12,7 +12,8 @@
 #              directory, or a Hadoop FS URI (hdfs://..., s3a://...) fetched
 #              with `hadoop fs -get` (default $SHARED/runs/$RUN/parts)
 #   PARTS      how many; unset, the number of Hadoop map outputs part-m-*
-#              in PARTS_DIR (one per map task, whatever its output)
+#              in PARTS_DIR (one per map task, whatever its output), which
+#              must then hold the job's _SUCCESS
 #   TEMPLATE   the template they were built --like ($SHARED/template.bundle)
 #   OUT        the merge ($SHARED/runs/$RUN/global.bundle)
 #   INPUT      the input splits, split-I for partial I ($SHARED/input);
@@ -47,9 +48,14 @@ case $dir in
 *://*)
     mkdir "$tmp/fetched"
     hadoop fs -get "$dir/part-*" "$tmp/fetched/" || fail "cannot fetch $dir/part-*"
+    hadoop fs -get "$dir/_SUCCESS" "$tmp/fetched/" 2>/dev/null || true
     dir=$tmp/fetched ;;
 esac
+# Counted from the map outputs, the set is only whole if the job committed:
+# a failed job may leave some tasks' outputs behind, but no _SUCCESS.
 if [ -z "${PARTS:-}" ]; then
+    [ -f "$dir/_SUCCESS" ] ||
+        fail "PARTS unset and $from has no _SUCCESS: the job did not succeed: nothing merged"
     PARTS=$(find "$dir" -maxdepth 1 -name 'part-m-*' | grep -c . || true)
     [ "$PARTS" -gt 0 ] || fail "PARTS unset and no map outputs (part-m-*) in $from"
 fi

@@ -143,6 +143,7 @@ def hadoop(router, template):
         for name in os.listdir(attempt):
             os.rename(os.path.join(attempt, name), os.path.join(out_dir, name))
     shutil.rmtree(os.path.join(out_dir, "_temporary"), ignore_errors=True)
+    open(os.path.join(out_dir, "_SUCCESS"), "w").close()       # the job's commit
     calls = open(os.path.join(FAKEBIN, "calls")).read()
     if "fs -put -f" not in calls:
         fail("the mappers did not put their partials with hadoop fs: %s" % calls)
@@ -176,6 +177,17 @@ def hadoop(router, template):
         fail("reduce without partial 1: exit %d: %s" % (r.returncode, r.stderr))
     else:
         ok("reduce without a partial refuses, nothing merged: %s" % r.stderr.strip())
+    failed = os.path.join(root, "out-failed")
+    shutil.copytree(out_dir, failed)
+    os.unlink(os.path.join(failed, "_SUCCESS"))
+    os.unlink(os.path.join(failed, "part-m-00002"))
+    os.unlink(os.path.join(failed, "part-2.bundle"))
+    r = reduce({"PARTS_DIR": "file://" + failed, "TEMPLATE": template,
+                "OUT": os.path.join(root, "g-failed.bundle"), "FILTER": "users"})
+    if r.returncode != 1 or "_SUCCESS" not in r.stderr:
+        fail("reduce of a failed job's outputs: exit %d: %s" % (r.returncode, r.stderr))
+    else:
+        ok("reduce of a job without _SUCCESS refuses: %s" % r.stderr.strip())
     short = os.path.join(root, "out-short")
     shutil.copytree(out_dir, short)
     with open(os.path.join(short, "part-3.keys"), "w") as f:

@@ -30,6 +30,7 @@
 #include "rpc_reflect.h"
 #include "rpc_tls.h"
 #include "topo.h"
+#include "svc_notify.h"
 
 
 static void log_topology(const struct topo *t)
@@ -118,7 +119,8 @@ int main(int argc, char **argv)
         rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
     struct metrics_http *mh;
-    if (rpc_metrics_start(cfg.metrics_listen, cfg.insecure, "bloomgrid-router", &mh) < 0)
+    struct rpc_metrics_conf mc = {cfg.metrics_listen, cfg.metrics_tls, tls, cfg.insecure};
+    if (rpc_metrics_start(&mc, "bloomgrid-router", &mh) < 0)
         return 2;
 
     struct rpc_server_config sc = {
@@ -158,6 +160,8 @@ int main(int argc, char **argv)
     int port = rpc_server_start(r.srv);
     if (port < 0) {
         log_error("not starting: cannot listen on %s (see above)", cfg.listen);
+        /* The probe thread sets health on the server: stopped first. */
+        router_health_stop(health);
         rpc_server_destroy(r.srv);
         grpc_shutdown();
         return 1;
@@ -172,6 +176,7 @@ int main(int argc, char **argv)
     log_info("listening on %s:%d (%s; topology %s, %llu shards by default)", host,
              port, tls ? "TLS" : "plaintext", cfg.topology,
              (unsigned long long)cfg.default_shards);
+    svc_notify_ready("routing on %s:%d, topology %s", host, port, cfg.topology);
 
     int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));

@@ -112,6 +112,16 @@ def bg(server, *args, expect=0):
     return r.stdout
 
 
+def wait_open(addr):
+    """Until the node's data directory is open (it listens before)."""
+    for _ in range(600):
+        if subprocess.run([BG, "--server", addr, "list"], cwd=WORK,
+                          capture_output=True).returncode == 0:
+            return
+        time.sleep(0.05)
+    fail("node %s never opened its data directory" % addr)
+
+
 def stop(p, mgr):
     p.send_signal(signal.SIGTERM)
     if mgr:
@@ -127,6 +137,7 @@ def main():
     # A first run, without a service manager, saves a large filter.
     p = start("node0", None, *args)
     addr = address(p)
+    wait_open(addr)
     bg(addr, "create", "big", "-n", "50M", "-p", "0.01")
     bg(addr, "add", "big", "k1", "k2")
     stop(p, None)

@@ -54,5 +54,6 @@ int cmd_online_remove(int argc, char **argv);
 int cmd_online_export(int argc, char **argv);
 int cmd_online_import(int argc, char **argv);
 int cmd_online_status(int argc, char **argv);
+int cmd_canary(int argc, char **argv);     /* cmd_canary.c */
 
 #endif

@@ -291,7 +291,7 @@ static void report_fn(struct canary_run *c, const struct online *o,
 /* ---- a round ---------------------------------------------------------- */
 
 /* Add key st.next through one router; on its acknowledgement record it.
- * Returns whether it was added. */
+ * Returns whether it was acknowledged. */
 static bool round_add(struct canary_run *c, const struct online *via, char *key)
 {
     struct rpc_status st;
@@ -309,12 +309,10 @@ static bool round_add(struct canary_run *c, const struct online *via, char *key)
         return false;
     }
     c->st.next++;
+    /* A state that cannot be saved lags: the next run adds its keys again. */
     if (canary_state_save(c->state_path, &c->st, err) < 0) {
-        /* The key is in the filter; the next run adds it again. */
-        c->st.next--;
         rpc_status_set(&st, GRPC_STATUS_INTERNAL, "%s", err);
         report_error(c, "saving the state", via, &st);
-        return false;
     }
     return true;
 }

@@ -19,6 +19,7 @@
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "log.h"
 #include "router.h"
+#include "router_canary.h"
 #include "router_config.h"
 #include "router_health.h"
 #include "router_rpc.h"
@@ -155,6 +156,13 @@ int main(int argc, char **argv)
         log_error("cannot start the health probe thread");
         return 1;
     }
+    /* The canary's first round is one interval away: after the start. */
+    struct router_canary *canary;
+    char cerr[CANARY_ERRLEN];
+    if (router_canary_start(&r, &canary, cerr) < 0) {
+        fprintf(stderr, "%s: not starting: %s\n", argv[0], cerr);
+        return 2;
+    }
     int port = rpc_server_start(r.srv);
     if (port < 0) {
         log_error("not starting: cannot listen on %s (see above)", cfg.listen);
@@ -179,6 +187,7 @@ int main(int argc, char **argv)
     rpc_server_set_health(r.srv, "bloomgrid.v1.BloomGrid", false);
     rpc_server_shutdown(r.srv);
     router_health_stop(health);
+    router_canary_stop(canary);
     rpc_server_destroy(r.srv);
     router_deinit(&r);
     rpc_tls_destroy(tls);

@@ -274,18 +274,22 @@ static void report_error(struct canary_run *c, const char *what,
 static void report_fn(struct canary_run *c, const struct online *o,
                       const char *key, size_t len)
 {
+    char k[CANARY_KEY_MAX];
+
+    /* The batch holds the keys one after another, without NULs. */
+    snprintf(k, sizeof k, "%.*s", (int)len, key);
     c->r_fn++;
     if (c->json) {
         json_sep(c);
         printf("{\"router\":");
         cli_json_str(o->server);
         printf(",\"false_negative\":");
-        cli_json_str(key);
+        cli_json_str(k);
         putchar('}');
         return;
     }
-    printf("FALSE NEGATIVE\t%.*s\tthrough %s: acknowledged earlier, reads \"no\"\n",
-           (int)len, key, o->server);
+    printf("FALSE NEGATIVE\t%s\tthrough %s: acknowledged earlier, reads \"no\"\n",
+           k, o->server);
 }
 
 /* ---- a round ---------------------------------------------------------- */

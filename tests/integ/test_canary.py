@@ -5,7 +5,7 @@ canary_filter, against two nodes and routers on free loopback ports.
   cli      rounds through two routers exit 0, the routers take turns adding,
            the state file counts the keys, a restarted canary asks for every
            earlier key, and a router that is down is an error (exit 2), not a
-           false negative;
+           false negative; a loop goes on past errors until SIGTERM;
   detect   a filter dropped and created again under the same name forgets the
            canary keys: the command exits 1 naming each key and the router
            that said "no";
@@ -188,6 +188,23 @@ def mode_cli():
         fail("a router down (text): %r %r" % (r.stdout, r.stderr))
     if state_next(state) != 7:
         fail("state after an add through the router still up: %r" % open(state).read())
+
+    # In a loop the canary goes on past failed calls; SIGTERM ends it after
+    # its round, with the whole run's exit status.
+    loop = subprocess.Popen([BG, "canary", "can", "--server", "%s,%s" % (r1, r2),
+                             "--interval", "20ms", "--state", state], cwd=WORK,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(1200):
+        if state_next(state) >= 10 or loop.poll() is not None:
+            break
+        time.sleep(0.05)
+    loop.terminate()
+    out, err = loop.communicate()
+    if loop.returncode != 2 or state_next(state) < 10:
+        fail("loop: exit %d, state %d: %r %r" % (loop.returncode, state_next(state), out, err))
+    n = len(re.findall(r"^round \d+: ", out, re.M))
+    if n < 6 or not re.search(r"^total: %d rounds, \d+ keys acknowledged, " % n, out, re.M):
+        fail("loop output: %r" % out)
 
 
 def mode_detect():

@@ -13,7 +13,20 @@
 struct metrics_http {
     struct MHD_Daemon *d;
     struct metrics *m;
+    char *cert, *key;   /* PEM, for HTTPS; NULL for plain HTTP */
 };
+
+static void http_free(struct metrics_http *h)
+{
+    if (!h)
+        return;
+    free(h->cert);
+    if (h->key) {
+        explicit_bzero(h->key, strlen(h->key));
+        free(h->key);
+    }
+    free(h);
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code,
                              const char *type, char *body, size_t len,
@@ -104,31 +117,53 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss, char *err,
 }
 
 struct metrics_http *metrics_http_start(const char *addr, struct metrics *m,
+                                        const char *cert_pem, const char *key_pem,
                                         int *port, char *err, size_t errlen)
 {
     struct sockaddr_storage ss = {0};
     if (parse_addr(addr, &ss, err, errlen) != 0)
         return NULL;
+    if (!cert_pem != !key_pem) {
+        snprintf(err, errlen, "metrics: HTTPS needs both a certificate and a key");
+        return NULL;
+    }
+    if (cert_pem && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(err, errlen, "metrics: this libmicrohttpd was built without TLS");
+        return NULL;
+    }
     struct metrics_http *h = calloc(1, sizeof *h);
     if (!h) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     h->m = m;
+    /* libmicrohttpd keeps pointers to the PEM text: the server owns copies. */
+    if (cert_pem && (!(h->cert = strdup(cert_pem)) || !(h->key = strdup(key_pem)))) {
+        snprintf(err, errlen, "out of memory");
+        http_free(h);
+        return NULL;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h,
+    /* Options after MHD_OPTION_END are not read: plain HTTP ends the list
+     * before the TLS ones. */
+    h->d = MHD_start_daemon(flags | (h->cert ? MHD_USE_TLS : 0), 0, NULL, NULL,
+                            on_request, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)8,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)0,
+                            h->cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, h->cert,
+                            MHD_OPTION_HTTPS_MEM_KEY, h->key,
                             MHD_OPTION_END);
     if (!h->d) {
         snprintf(err, errlen, "metrics: cannot listen on %s (%s)", addr,
-                 errno ? strerror(errno) : "address in use or not local");
-        free(h);
+                 h->cert ? "address in use, not local, or a certificate/key "
+                           "libmicrohttpd cannot use"
+                 : errno ? strerror(errno) : "address in use or not local");
+        http_free(h);
         return NULL;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -141,5 +176,5 @@ void metrics_http_stop(struct metrics_http *h)
     if (!h)
         return;
     MHD_stop_daemon(h->d);
-    free(h);
+    http_free(h);
 }

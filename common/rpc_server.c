@@ -19,6 +19,7 @@
  */
 #include "rpc_check.h"
 #include "rpc_server.h"
+#include "svc_notify.h"
 #include "rpc_server_internal.h"
 
 #include <errno.h>
@@ -309,7 +310,7 @@ static void *pool_main(void *p)
             srv->jobs_tail = NULL;
         pthread_mutex_unlock(&srv->lock);
 
-        bool internal = s->m->internal;
+        bool internal = s->m->internal, watch = s->m->watch;
         s->m->stream(s->m->arg, (struct rpc_stream *)s);
         if (!s->finished)
             rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_OK, "%s", "");
@@ -318,10 +319,20 @@ static void *pool_main(void *p)
         pthread_mutex_lock(&srv->lock);
         srv->streams_active--;
         srv->streams_public -= !internal;
+        srv->streams_watch -= watch;
         pthread_cond_broadcast(&srv->cond);
     }
     pthread_mutex_unlock(&srv->lock);
     return NULL;
+}
+
+/* Health Watch streams live as long as their client and never read again
+ * (stream_idle_ms cannot end them): they get a quarter of the pool, so
+ * that watchers cannot hold the threads Export, Import and page streams
+ * need. */
+static int watch_limit(const struct rpc_server *srv)
+{
+    return srv->npool / 4 > 0 ? srv->npool / 4 : 1;
 }
 
 /* Hand a stream to the pool, or refuse it when every pool thread has one
@@ -333,15 +344,19 @@ static void stream_start(struct slot *s)
     pthread_mutex_lock(&srv->lock);
     /* Public streams leave internal_streams threads to the cluster's. */
     int limit = srv->npool;
-    bool internal = s->m->internal;
+    bool internal = s->m->internal, watch = s->m->watch;
     bool full = srv->streams_active >= limit;
     if (!internal && !full) {
         limit = srv->npool - srv->cfg.internal_streams;
         full = srv->streams_public >= limit;
     }
-    if (!full) {
+    bool watch_full = !full && watch && srv->streams_watch >= watch_limit(srv);
+    if (watch_full)
+        limit = watch_limit(srv);
+    if (!full && !watch_full) {
         srv->streams_active++;
         srv->streams_public += !internal;
+        srv->streams_watch += watch;
         s->job_next = NULL;
         if (srv->jobs_tail)
             srv->jobs_tail->job_next = s;
@@ -351,7 +366,13 @@ static void stream_start(struct slot *s)
         pthread_cond_signal(&srv->job_cond);
     }
     pthread_mutex_unlock(&srv->lock);
-    if (full) {
+    if (watch_full) {
+        log_warn("refusing stream %s: %d health Watch streams open", s->m->path, limit);
+        rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "server has %d health Watch streams open, its limit (a "
+                          "quarter of max_streams); use Check, or retry later", limit);
+        rpc_server__slot_free(s);
+    } else if (full) {
         log_warn("refusing stream %s: %d %sstreams open", s->m->path, limit,
                  internal ? "" : "public ");
         rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -552,6 +573,7 @@ static int add_method(struct rpc_server *srv, const char *path,
     m->arg = arg;
     m->input = h->checks_strings ? NULL : input;
     m->internal = h->internal;
+    m->watch = stream == rpc_server__health_watch;
     m->rule = rpc_auth_rule_of(m->path);
     if (!unary && !stream) {
         m->unary = unimplemented_unary;
@@ -977,9 +999,13 @@ int rpc_signals_wait(void)
     for (;;) {
         if (sigwait(&set, &sig) != 0)
             continue;
-        if (sig != SIGHUP)
+        if (sig != SIGHUP) {
+            svc_notify_stopping(strsignal(sig));
             return sig;
+        }
+        svc_notify_reloading();
         for (unsigned i = 0; i < hup_count; i++)
             hup_hooks[i].fn(hup_hooks[i].arg);
+        svc_notify_reloaded();
     }
 }

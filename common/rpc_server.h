@@ -87,8 +87,9 @@ struct rpc_server_config {
     int grace_ms;            /* how long shutdown lets calls finish */
     int max_streams;         /* open streaming calls at once: the size of
                                 the stream thread pool created at start;
-                                more get RESOURCE_EXHAUSTED.
-                                0: RPC_DEFAULT_MAX_STREAMS */
+                                more get RESOURCE_EXHAUSTED, and so do
+                                health Watch streams past a quarter of
+                                it.  0: RPC_DEFAULT_MAX_STREAMS */
     int max_deferred;        /* unary calls deferred at once
                                 (rpc_reply_defer); more get
                                 RESOURCE_EXHAUSTED.

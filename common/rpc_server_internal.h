@@ -28,6 +28,7 @@ struct rpc_method {
     void *arg;
     const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
     bool internal;         /* struct rpc_handler.internal */
+    bool watch;            /* grpc.health.v1.Health/Watch (its own share) */
     enum rpc_auth_rule rule;                  /* who may call it */
     /* bloomgrid_rpc_calls_total per status code (OK made at registration,
      * the others at their first call) and bloomgrid_rpc_duration_seconds. */
@@ -164,6 +165,7 @@ struct rpc_server {
     pthread_cond_t health_cond;  /* broadcast on every health change */
     int streams_active;          /* queued for the pool or running */
     int streams_public;          /* of those, of methods not internal */
+    int streams_watch;           /* of those, health Watch streams */
     /* Stream thread pool, created at start: streams wait on job_cond. */
     pthread_t *pool;
     int npool;

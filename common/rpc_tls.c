@@ -276,6 +276,24 @@ bool rpc_tls_has_cert(const struct rpc_tls *t)
     return t && t->cert_path;
 }
 
+int rpc_tls_pem_pair(struct rpc_tls *t, char **cert, char **key)
+{
+    int rc = 0;
+
+    *cert = *key = NULL;
+    pthread_mutex_lock(&t->lock);
+    if (!t->pem.cert || !t->pem.key)
+        rc = -ENOENT;
+    else if (!(*cert = strdup(t->pem.cert)) || !(*key = strdup(t->pem.key)))
+        rc = -ENOMEM;
+    pthread_mutex_unlock(&t->lock);
+    if (rc == -ENOMEM) {
+        free(*cert);
+        *cert = NULL;
+    }
+    return rc;
+}
+
 void rpc_tls_destroy(struct rpc_tls *t)
 {
     if (!t)

@@ -89,6 +89,11 @@ bool rpc_tls_has_cert(const struct rpc_tls *t);
  * have been destroyed. */
 void rpc_tls_destroy(struct rpc_tls *t);
 
+/* Copies of the certificate chain and key as loaded now (PEM; free both),
+ * for a server that is not gRPC (the metrics endpoint).  0, -ENOENT without
+ * a certificate, -ENOMEM. */
+int rpc_tls_pem_pair(struct rpc_tls *t, char **cert, char **key);
+
 /* Credentials for one listener (a new reference: the caller releases it
  * with grpc_server_credentials_release once the port is added).  t NULL:
  * plaintext.  NULL when t has no certificate or out of memory. */

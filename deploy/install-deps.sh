@@ -14,12 +14,12 @@
 set -euo pipefail
 
 what=${1:-test}
-RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3)
+RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 libsystemd0)
 BUILD=(
   build-essential cmake pkg-config
   libxxhash-dev check libsubunit-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev
-  libmicrohttpd-dev protobuf-compiler libprotobuf-dev grpc-proto
+  libmicrohttpd-dev protobuf-compiler libprotobuf-dev grpc-proto libsystemd-dev
   help2man
 )
 TEST=(

@@ -25,6 +25,7 @@
 
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "log.h"
+#include "svc_notify.h"
 #include "merger.h"
 #include "merger_config.h"
 #include "merger_rpc.h"
@@ -106,18 +107,25 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
              "every %" PRIu64 " s", host, port, nf, cfg->state_dir,
              cfg->interval_s);
     set_health(srv, true);
+    svc_notify_ready("merging %d filters, a round every %" PRIu64 " s", nf, cfg->interval_s);
     for (;;) {
         if (sigwait(set, &sig) != 0)
             continue;
-        if (sig == SIGUSR1)
+        if (sig == SIGUSR1) {
             merger_runner_ask(mr.run);
-        else if (sig == SIGHUP && tls)
-            rpc_tls_reload_hook(tls);
-        else if (sig == SIGHUP && auth)
-            rpc_auth_reload_hook(auth);
-        else if (sig == SIGINT || sig == SIGTERM)
+        } else if (sig == SIGHUP) {
+            /* Both files: TLS material and tokens are independent. */
+            svc_notify_reloading();
+            if (tls)
+                rpc_tls_reload_hook(tls);
+            if (auth)
+                rpc_auth_reload_hook(auth);
+            svc_notify_reloaded();
+        } else if (sig == SIGINT || sig == SIGTERM) {
             break;
+        }
     }
+    svc_notify_stopping(strsignal(sig));
     log_info("merger stopping (%s)", strsignal(sig));
     set_health(srv, false);
     /* The runner first: RunRound calls waiting for a round end at once. */
@@ -175,8 +183,9 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGHUP);
     grpc_init();
     struct metrics_http *mh;
-    if (rpc_metrics_start(once ? "" : cfg.metrics_listen, cfg.insecure,
-                          "bloomgrid-merger", &mh) < 0)
+    struct rpc_metrics_conf mc = {once ? "" : cfg.metrics_listen, cfg.metrics_tls, tls,
+                                  cfg.insecure};
+    if (rpc_metrics_start(&mc, "bloomgrid-merger", &mh) < 0)
         return 2;
     struct merger *m = merger_create(&cfg, filters, (size_t)nf, err);
     if (!m) {

@@ -28,6 +28,7 @@ struct merger_config {
     char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
     bool insecure;                /* --insecure */
     char metrics_listen[256];     /* GET /metrics, or "" */
+    char metrics_tls[8];          /* auto, on, off (rpc_metrics.h) */
     char tokens_file[1024];       /* tokens callers present, or "" */
     char token_file[1024];        /* the token of this process's calls, or "" */
 };

@@ -45,6 +45,7 @@
 #include "rpc_reflect.h"
 #include "rpc_tls.h"
 #include "settings.h"
+#include "svc_notify.h"
 #include "store.h"
 #include "topo.h"
 
@@ -208,6 +209,10 @@ static void *housekeeping_main(void *arg)
     log_info("data directory %s open; %s", n->cfg.data_dir,
              ready ? "every filter is ready: SERVING"
                    : "some filters are not ready: NOT_SERVING");
+    /* Ready for the service manager once the data is loaded, SYNCING or
+     * not: a SYNCING copy takes writes and pulls (it is alive). */
+    svc_notify_ready("%s; %zu shards SYNCING", ready ? "serving" : "some filters not ready",
+                     node_sync_count(ns));
 
     while (!atomic_load(&n->stopping)) {
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
@@ -215,6 +220,7 @@ static void *housekeeping_main(void *arg)
         bool now = check_filters(n);
         if (now != ready) {
             log_info("health: %s", now ? "SERVING" : "NOT_SERVING");
+            svc_notify_status("%s", now ? "serving" : "some filters not ready");
             ready = now;
         }
         set_health(n, ready);
@@ -294,7 +300,9 @@ int main(int argc, char **argv)
         rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
     struct metrics_http *mh;
-    if (rpc_metrics_start(n.cfg.metrics_listen, n.cfg.insecure, "bloomgrid-node", &mh) < 0)
+    struct rpc_metrics_conf mc = {n.cfg.metrics_listen, n.cfg.metrics_tls, tls,
+                                  n.cfg.insecure};
+    if (rpc_metrics_start(&mc, "bloomgrid-node", &mh) < 0)
         return 2;
     node_metrics_start(&n);
 
@@ -371,6 +379,8 @@ int main(int argc, char **argv)
     printf("bloomgrid-node listening on %s:%d%s%s%s\n", host, port,
            iaddr[0] ? " internal " : "", iaddr, hnote);
     fflush(stdout);
+    svc_notify_status("listening on %s:%d; opening data directory %s", host, port,
+                      n.cfg.data_dir);
     log_info("listening on %s:%d%s%s (%s; data %s, durability %s)", host, port,
              iaddr[0] ? ", internal service on " : "", iaddr,
              tls ? "TLS" : "plaintext", n.cfg.data_dir, n.cfg.durability);

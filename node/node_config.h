@@ -51,6 +51,7 @@ struct node_config {
     char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
     bool insecure;                /* --insecure */
     char metrics_listen[256];     /* GET /metrics, or "" */
+    char metrics_tls[8];          /* auto, on, off (rpc_metrics.h) */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node

@@ -31,6 +31,7 @@
 #include "rpc_reflect.h"
 #include "rpc_tls.h"
 #include "topo.h"
+#include "svc_notify.h"
 
 
 static void log_topology(const struct topo *t)
@@ -119,7 +120,8 @@ int main(int argc, char **argv)
         rpc_signals_on_hup(rpc_auth_reload_hook, auth);
     grpc_init();
     struct metrics_http *mh;
-    if (rpc_metrics_start(cfg.metrics_listen, cfg.insecure, "bloomgrid-router", &mh) < 0)
+    struct rpc_metrics_conf mc = {cfg.metrics_listen, cfg.metrics_tls, tls, cfg.insecure};
+    if (rpc_metrics_start(&mc, "bloomgrid-router", &mh) < 0)
         return 2;
 
     struct rpc_server_config sc = {
@@ -149,6 +151,14 @@ int main(int argc, char **argv)
                                          NULL};
     if (rpc_reflect_add_on(r.srv, served, rpc_listen_not(hli)) != 0)
         log_warn("gRPC reflection unavailable");
+    /* The canary's first round is one interval away: after the start
+     * (a state file refused stops it before any thread runs). */
+    struct router_canary *canary;
+    char cerr[CANARY_ERRLEN];
+    if (router_canary_start(&r, &canary, cerr) < 0) {
+        fprintf(stderr, "%s: not starting: %s\n", argv[0], cerr);
+        return 2;
+    }
     /* "" is liveness; readiness and the filters' names follow the probe
      * of the nodes (router_health.h). */
     struct router_health *health = router_health_start(&r);
@@ -156,16 +166,12 @@ int main(int argc, char **argv)
         log_error("cannot start the health probe thread");
         return 1;
     }
-    /* The canary's first round is one interval away: after the start. */
-    struct router_canary *canary;
-    char cerr[CANARY_ERRLEN];
-    if (router_canary_start(&r, &canary, cerr) < 0) {
-        fprintf(stderr, "%s: not starting: %s\n", argv[0], cerr);
-        return 2;
-    }
     int port = rpc_server_start(r.srv);
     if (port < 0) {
         log_error("not starting: cannot listen on %s (see above)", cfg.listen);
+        /* The probe thread sets health on the server: stopped first. */
+        router_health_stop(health);
+        router_canary_stop(canary);
         rpc_server_destroy(r.srv);
         grpc_shutdown();
         return 1;
@@ -180,6 +186,7 @@ int main(int argc, char **argv)
     log_info("listening on %s:%d (%s; topology %s, %llu shards by default)", host,
              port, tls ? "TLS" : "plaintext", cfg.topology,
              (unsigned long long)cfg.default_shards);
+    svc_notify_ready("routing on %s:%d, topology %s", host, port, cfg.topology);
 
     int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));

@@ -28,6 +28,10 @@ for u in bloomgrid-node bloomgrid-router bloomgrid-merger; do
     exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$f")
     [ "$exe" = "$PREFIX/bin/$u" ] || fail "$u.service runs '$exe', installed as $PREFIX/bin/$u"
     [ -x "$STAGE$exe" ] || fail "$u.service runs $exe, which is not installed"
+    # The programs say READY=1 (tests/integ/test_notify.py): a unit of
+    # another type would start its dependents too early or time out.
+    grep -qx 'Type=notify' "$f" || fail "$u.service is not Type=notify"
+    grep -qx 'ExecReload=/bin/kill -HUP $MAINPID' "$f" || fail "$u.service has no ExecReload"
 done
 for e in node.ini router.ini merger.ini merger-sources.ini topology-three-machines.ini; do
     [ -s "$ROOT/share/bloomgrid/examples/$e" ] || fail "example $e not installed"

@@ -32,7 +32,7 @@ PROG = {"node": os.path.join(BUILD, "node", "bloomgrid-node"),
         "merger": os.path.join(BUILD, "merger", "bloomgrid-merger")}
 # Settings that other parts of the tree add; a build without them yet
 # checks the rest of the file and says which it left out.
-PENDING = {"health_listen", "metrics_listen"}
+PENDING = set()
 
 failures = []
 
@@ -294,6 +294,27 @@ def check_manifests():
             if probe == "readinessProbe" and prog != "merger" and service != "bloomgrid.v1.BloomGrid":
                 fail("%s: readiness asks %r, not bloomgrid.v1.BloomGrid" % (prog, service))
         print("ok: %s probes on health_listen port %d" % (prog, hport))
+        # Metrics: the port the ini serves is the pod's "metrics" port and
+        # the one its scrape annotations name, over HTTPS (the process has
+        # a certificate and metrics_tls leaves auto or says on).
+        if "metrics_listen" not in sec:
+            fail("%s: %s sets no metrics_listen" % (prog, key))
+        else:
+            mport = int(sec["metrics_listen"].rsplit(":", 1)[1])
+            ports = {p.get("name"): p["containerPort"] for p in ctr.get("ports", [])}
+            ann = wl["spec"]["template"]["metadata"].get("annotations", {})
+            if ports.get("metrics") != mport:
+                fail("%s: container port \"metrics\" %s, metrics_listen port %d"
+                     % (prog, ports.get("metrics"), mport))
+            if ann.get("prometheus.io/port") != str(mport) or ann.get("prometheus.io/scrape") != "true":
+                fail("%s: scrape annotations %r do not name port %d" % (prog, ann, mport))
+            https = "tls_cert" in sec and sec.get("metrics_tls", "auto") in ("auto", "on")
+            if not https or ann.get("prometheus.io/scheme") != "https":
+                fail("%s: metrics are not HTTPS (tls_cert %r, metrics_tls %r, scheme %r)"
+                     % (prog, sec.get("tls_cert"), sec.get("metrics_tls", "auto"),
+                        ann.get("prometheus.io/scheme")))
+            else:
+                print("ok: %s metrics on port %d, HTTPS, annotated for scraping" % (prog, mport))
         parse_with_program(prog, key, text)
         if prog == "node":
             # The request and limit are the budget plus push plus 1 GiB.

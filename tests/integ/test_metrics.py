@@ -11,13 +11,16 @@ without --insecure stops the start (exit 2).
 
 usage: test_metrics.py BLOOMGRID NODE ROUTER MERGER
 """
+import http.client
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,12 +38,12 @@ def fail(msg):
     sys.exit(1)
 
 
-def start(tag, *args):
+def start(tag, *args, metrics="127.0.0.1:0"):
     """Start a server; return (its address, its metrics address)."""
     out = open(os.path.join(WORK, tag + ".out"), "w")
     err = open(os.path.join(WORK, tag + ".log"), "w")
     p = subprocess.Popen(list(args) + ["--listen", "127.0.0.1:0",
-                                       "--metrics-listen", "127.0.0.1:0"],
+                                       "--metrics-listen", metrics],
                          stdout=out, stderr=err, cwd=WORK)
     PROCS.append(p)
     addr = maddr = None
@@ -50,7 +53,7 @@ def start(tag, *args):
                 if " listening on " in line:
                     addr = line.split(" listening on ")[1].split()[0]
                 if " metrics on " in line:
-                    maddr = line.split(" metrics on ")[1].strip()
+                    maddr = line.split(" metrics on ")[1].split()[0]
         if addr and maddr:
             return addr, maddr
         if p.poll() is not None:
@@ -71,9 +74,11 @@ def bg(*args, expect=0):
 FAMILIES = []
 
 
-def scrape(maddr):
-    """The families served at maddr (kept in FAMILIES too)."""
-    with urllib.request.urlopen("http://%s/metrics" % maddr, timeout=10) as r:
+def scrape(maddr, context=None):
+    """The families served at maddr (kept in FAMILIES too); over HTTPS when
+    an ssl context is given."""
+    url = "%s://%s/metrics" % ("https" if context else "http", maddr)
+    with urllib.request.urlopen(url, timeout=10, context=context) as r:
         if r.status != 200:
             fail("GET /metrics of %s: %d" % (maddr, r.status))
         text = r.read().decode()
@@ -100,6 +105,12 @@ def expect(fams, sample, want, **labels):
 def main():
     global ROUTER_ADDR
     node_addr, node_m = start("node", NODE, "--data-dir", os.path.join(WORK, "d"))
+    # The node listens before its data directory is open.
+    for _ in range(400):
+        if subprocess.run([BG, "--server", node_addr, "list"], cwd=WORK,
+                          capture_output=True).returncode == 0:
+            break
+        time.sleep(0.05)
     with open(os.path.join(WORK, "topo.ini"), "w") as f:
         f.write("version = 1\n[group g0]\ncopies = %s\n" % node_addr)
     ROUTER_ADDR, router_m = start("router", ROUTER, "--topology",
@@ -193,7 +204,57 @@ def main():
                        capture_output=True, text=True)
     if r.returncode != 2 or "metrics_listen 192.0.2.1:0 is not a loopback" not in r.stderr:
         fail("non-loopback metrics_listen: exit %d: %s" % (r.returncode, r.stderr))
+    https_checks(root)
     print("ok")
+
+
+def https_checks(root):
+    """metrics_tls: HTTPS with the process's certificate; plain HTTP off
+    loopback only when asked for."""
+    certs = os.path.join(WORK, "certs")
+    subprocess.run(["sh", os.path.join(root, "tests", "tls", "gen-certs.sh"), certs],
+                   check=True, capture_output=True)
+    tls = ["--tls-cert", os.path.join(certs, "node.pem"), "--tls-key",
+           os.path.join(certs, "node.key"), "--tls-ca", os.path.join(certs, "ca.pem"),
+           "--internal-listen", "127.0.0.1:0"]
+    ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.pem"))
+    other = ssl.create_default_context(cafile=os.path.join(certs, "other-ca.pem"))
+
+    # on: HTTPS on loopback, verified with the cluster CA; plain HTTP and a
+    # client that trusts another CA get nothing.
+    _, m = start("https-on", NODE, "--data-dir", os.path.join(WORK, "d3"), *tls,
+                 "--metrics-tls", "on")
+    if not value(scrape(m, ctx), "process_open_fds"):
+        fail("HTTPS metrics: no process_open_fds")
+    for what, c in (("plain HTTP", None), ("another CA", other)):
+        try:
+            scrape(m, c)
+            fail("HTTPS metrics answered %s" % what)
+        except (urllib.error.URLError, ConnectionError, ssl.SSLError, http.client.HTTPException):
+            pass
+
+    # auto: off loopback with a certificate, HTTPS (0.0.0.0 is not loopback).
+    _, m = start("https-auto", NODE, "--data-dir", os.path.join(WORK, "d4"), *tls,
+                 metrics="0.0.0.0:0")
+    port = m.rsplit(":", 1)[1]
+    if not value(scrape("127.0.0.1:" + port, ctx), "process_open_fds"):
+        fail("metrics_tls = auto off loopback with a certificate: not HTTPS")
+
+    # off: plain HTTP off loopback, the explicit choice, without --insecure.
+    _, m = start("http-off", NODE, "--data-dir", os.path.join(WORK, "d5"),
+                 "--metrics-tls", "off", metrics="0.0.0.0:0")
+    port = m.rsplit(":", 1)[1]
+    if not value(scrape("127.0.0.1:" + port), "process_open_fds"):
+        fail("metrics_tls = off off loopback: not served in plain HTTP")
+
+    # on without a certificate, and a bad value: refused at start.
+    for extra, want in ((["--metrics-tls", "on"], "metrics_tls = on needs tls_cert"),
+                        (["--metrics-tls", "maybe"], "metrics_tls")):
+        r = subprocess.run([NODE, "--listen", "127.0.0.1:0", "--data-dir",
+                            os.path.join(WORK, "d6"), "--metrics-listen", "127.0.0.1:0"]
+                           + extra, capture_output=True, text=True, timeout=60)
+        if r.returncode != 2 or want not in r.stderr:
+            fail("%s: exit %d: %s" % (" ".join(extra), r.returncode, r.stderr))
 
 
 try:

@@ -16,6 +16,9 @@
  *   pool     internal_streams: public streams that hold every public pool
  *            thread are refused past their share; an internal stream still
  *            gets a thread.
+ *   watch    health Watch streams (which never end on their own) get a
+ *            quarter of max_streams: one more is RESOURCE_EXHAUSTED while
+ *            other streams still get threads; an ended Watch makes room.
  *   conn     conn_idle_ms: a TCP connection that never starts its HTTP/2
  *            handshake is closed by the node.
  *   fds      a node with 256 descriptors holds 300 filters, all READY, with
@@ -39,6 +42,7 @@
 
 #include <grpc/grpc.h>
 
+#include "grpc/health/v1/health.pb-c.h"
 #include "harness.h"
 
 #define FILTER_KIND_BLOCKED 1
@@ -371,6 +375,66 @@ static void case_pool(void)
     node_stop(&np, SIGTERM);
 }
 
+/* A health Watch of service "" that has had its first answer (it holds its
+ * pool thread then). */
+static struct rpc_cstream *watch_open(struct rpc_channel *ch)
+{
+    Grpc__Health__V1__HealthCheckRequest rq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    rq.service = "";
+    struct rpc_cstream *w = stream_open(ch, "/grpc.health.v1.Health/Watch", &rq.base);
+    grpc_slice m;
+    CHECK(rpc_cstream_read(w, &m) == 1, "Watch sent no status");
+    grpc_slice_unref(m);
+    return w;
+}
+
+static void case_watch(void)
+{
+    struct node_proc np;
+    struct rpc_status st;
+    const char *flags[] = {"--stream-idle-ms", "0", "--max-streams", "8",
+                           "--internal-streams", "2", NULL};
+    start(&np, "budget-watch", flags);
+    CHECK(t_create(np.ch, "f", 1000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create: %s", st.message);
+    /* Two of 8 threads for watchers. */
+    struct rpc_cstream *w[2];
+    for (int i = 0; i < 2; i++)
+        w[i] = watch_open(np.ch);
+    Grpc__Health__V1__HealthCheckRequest rq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    rq.service = "";
+    struct rpc_cstream *x = stream_open(np.ch, "/grpc.health.v1.Health/Watch", &rq.base);
+    expect_exhausted(stream_end(x, &st), &st, "health Watch");
+    /* The rest of the pool still serves key streams. */
+    char **keys = keys_make("w", 0, 10);
+    bool out[10];
+    CHECK(t_stream_keys(np.ch, "AddStream", "f", keys, 10, 1, out, &st) == 0,
+          "AddStream beside the watchers: %s", st.message);
+    /* A watcher that leaves makes room for another. */
+    rpc_cstream_cancel(w[0]);
+    rpc_cstream_finish(w[0], &st);
+    struct rpc_cstream *y = NULL;
+    for (int i = 0; i < 100 && !y; i++) {
+        struct rpc_cstream *t = rpc_cstream_open(np.ch, "/grpc.health.v1.Health/Watch", 30000);
+        CHECK(t && rpc_cstream_write_msg(t, &rq.base) == 0, "Watch");
+        grpc_slice m;
+        if (rpc_cstream_read(t, &m) == 1) {
+            grpc_slice_unref(m);
+            y = t;
+        } else {
+            rpc_cstream_finish(t, &st);
+            harness_sleep_ms(50);
+        }
+    }
+    CHECK(y, "no Watch once one had ended");
+    rpc_cstream_cancel(y);
+    rpc_cstream_finish(y, &st);
+    rpc_cstream_cancel(w[1]);
+    rpc_cstream_finish(w[1], &st);
+    keys_free(keys, 10);
+    node_stop(&np, SIGTERM);
+}
+
 static void case_conn(void)
 {
     struct node_proc np;
@@ -441,7 +505,7 @@ static void case_fds(void)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s NODE_BIN memory|filters|sparse|idle|pool|conn|fds\n",
+        fprintf(stderr, "usage: %s NODE_BIN memory|filters|sparse|idle|pool|watch|conn|fds\n",
                 argv[0]);
         return 2;
     }
@@ -458,6 +522,8 @@ int main(int argc, char **argv)
         case_idle();
     else if (!strcmp(c, "pool"))
         case_pool();
+    else if (!strcmp(c, "watch"))
+        case_watch();
     else if (!strcmp(c, "conn"))
         case_conn();
     else if (!strcmp(c, "fds"))

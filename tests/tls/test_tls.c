@@ -94,6 +94,26 @@ static int call_with(const char *addr, struct rpc_tls *tls, const char *method,
     return rc == 0 ? 0 : (int)st->code;
 }
 
+/* call_with, sending token (NULL: none). */
+static int call_token(const char *addr, struct rpc_tls *tls, const char *token,
+                      const char *method, struct rpc_status *st)
+{
+    struct rpc_channel *ch = rpc_channel_create_tls(addr, 0, tls);
+    grpc_slice resp;
+    CHECK(ch, "channel to %s", addr);
+    CHECK(rpc_channel_set_token(ch, token) == 0, "token");
+    int rc = rpc_call_raw(ch, method, "", 0, &resp, 5000, st);
+    if (rc == 0)
+        grpc_slice_unref(resp);
+    rpc_channel_destroy(ch);
+    return rc == 0 ? 0 : (int)st->code;
+}
+
+/* A fixed admin token and its sha256sum (pinned, not computed by the code
+ * under test). */
+#define ADMIN_TOKEN "bgt-admin-0001"
+#define ADMIN_SHA256 "75c3d3777c1e033c564c3ca76cbaa744866ec9b7cca48ca17c4ff53aa4872d9c"
+
 /* The node flags of TLS with certificate name (name.pem, name.key) and an
  * internal listener on a free port. */
 #define NODE_TLS_FLAGS(name)                                                  \
@@ -223,6 +243,8 @@ static int merger_round(void)
     return harness_run(argv, out, log, NULL, 0);
 }
 
+static void copy_file(const char *from, const char *to);
+
 static void test_cluster(void)
 {
     struct cluster c;
@@ -287,6 +309,43 @@ static void test_cluster(void)
     CHECK(call_with(mp.addr, stranger, MERGER_STATUS, &st) == GRPC_STATUS_UNAVAILABLE,
           "merger, certificate of another CA: %s %s", rpc_status_name(st.code),
           st.message);
+    CHECK(node_stop(&mp, SIGTERM) == 0, "merger exit status");
+
+    /* With TLS and a tokens file, SIGHUP reloads both: a removed admin
+     * token stops working for a client without a cluster certificate. */
+    char tokens[700], mcfg_tok[800];
+    snprintf(tokens, sizeof tokens, "%s/merger-tokens", tdir);
+    snprintf(mcfg_tok, sizeof mcfg_tok, "%s.tokens", mcfg);
+    FILE *f = fopen(tokens, "w");
+    CHECK(f, "tokens file");
+    fputs("admin ops " ADMIN_SHA256 "\n", f);
+    fclose(f);
+    copy_file(mcfg, mcfg_tok);
+    CHECK((f = fopen(mcfg_tok, "a")), "merger config");
+    fprintf(f, "tokens_file = %s\n", tokens);
+    fclose(f);
+    const char *targv[] = {merger_bin, "--config", mcfg_tok, NULL};
+    proc_spawn(&mp, mlog, targv);
+    CHECK(call_token(mp.addr, anon, ADMIN_TOKEN, MERGER_STATUS, &st) == 0,
+          "merger, admin token: %s", st.message);
+    CHECK(call_token(mp.addr, anon, NULL, MERGER_STATUS, &st) ==
+              GRPC_STATUS_UNAUTHENTICATED,
+          "merger, no token: %s %s", rpc_status_name(st.code), st.message);
+    CHECK((f = fopen(tokens, "w")), "tokens file");
+    fputs("# emptied\n", f);
+    fclose(f);
+    kill(mp.pid, SIGHUP);
+    int code = 0;
+    for (int i = 0; i < 200 && code == 0; i++) {
+        code = call_token(mp.addr, anon, ADMIN_TOKEN, MERGER_STATUS, &st);
+        if (code == 0)
+            harness_sleep_ms(50);
+    }
+    CHECK(code == GRPC_STATUS_UNAUTHENTICATED,
+          "a removed token still works after SIGHUP: %s %s", rpc_status_name(st.code),
+          st.message);
+    CHECK(call_with(mp.addr, client, MERGER_STATUS, &st) == 0,
+          "merger, cluster certificate after the reload: %s", st.message);
     CHECK(node_stop(&mp, SIGTERM) == 0, "merger exit status");
 
     keys_free(ka, N);

@@ -214,7 +214,8 @@ START_TEST(http_endpoint)
     metric_add(metrics_counter(m, "served_total", "Served.", NULL), 42);
     char err[256];
     int port = 0;
-    struct metrics_http *h = metrics_http_start("127.0.0.1:0", m, &port, err, sizeof err);
+    struct metrics_http *h =
+        metrics_http_start("127.0.0.1:0", m, NULL, NULL, &port, err, sizeof err);
     ck_assert_msg(h != NULL, "%s", err);
     ck_assert_int_gt(port, 0);
     char *r = http(port, "GET /metrics HTTP/1.0\r\n\r\n");
@@ -231,10 +232,10 @@ START_TEST(http_endpoint)
     /* The port is taken: a second server on it fails, naming the address. */
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    ck_assert_ptr_null(metrics_http_start(addr, m, &port, err, sizeof err));
+    ck_assert_ptr_null(metrics_http_start(addr, m, NULL, NULL, &port, err, sizeof err));
     ck_assert_ptr_nonnull(strstr(err, addr));
-    ck_assert_ptr_null(metrics_http_start("nonsense", m, &port, err, sizeof err));
-    ck_assert_ptr_null(metrics_http_start("127.0.0.1:70000", m, &port, err, sizeof err));
+    ck_assert_ptr_null(metrics_http_start("nonsense", m, NULL, NULL, &port, err, sizeof err));
+    ck_assert_ptr_null(metrics_http_start("127.0.0.1:70000", m, NULL, NULL, &port, err, sizeof err));
     metrics_http_stop(h);
     metrics_destroy(m);
 }

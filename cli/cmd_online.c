@@ -307,7 +307,7 @@ int cmd_online_create(int argc, char **argv)
     if ((rc = online_open(&o)))
         return rc;
     if (online_create(&o, argv[optind], capacity, rate, kind,
-                      (uint32_t)shards, &info, &st) < 0)
+                      (uint32_t)shards, NULL, &info, &st) < 0)
         rc = online_report(&o, &st);
     else
         rc = show_info(&info, json);

@@ -110,10 +110,7 @@ static const struct option export_longopts[] = {
 
 int cmd_online_export(int argc, char **argv)
 {
-    char derr[DURABLE_ERRLEN] = "";
-    struct export_ctx e = {0};
     struct online o;
-    struct rpc_status st;
     bool force = false;
     const char *path;
     int c, rc;
@@ -138,23 +135,32 @@ int cmd_online_export(int argc, char **argv)
         o.deadline_ms = ONLINE_TRANSFER_DEADLINE_MS;
     if ((rc = online_open(&o)))
         return rc;
-    if (durable_open(&e.df, path, NULL, 0644, derr) < 0) {
-        rc = cli_fail("%s", derr);
-        goto out;
-    }
+    rc = online_export_file(&o, argv[optind], path, 0644);
+    online_close(&o);
+    return rc;
+}
+
+int online_export_file(struct online *o, const char *name, const char *path,
+                       mode_t mode)
+{
+    char derr[DURABLE_ERRLEN] = "";
+    struct export_ctx e = {0};
+    struct rpc_status st;
+    int rc;
+
+    if (durable_open(&e.df, path, NULL, mode, derr) < 0)
+        return cli_fail("%s", derr);
     export_guard(&e.df);
     progress_init_bytes(&e.prog);
-    rc = online_export(&o, argv[optind], export_chunk, &e, &st);
+    rc = online_export(o, name, export_chunk, &e, &st);
     if (rc < 0)
-        rc = online_report(&o, &st);
+        rc = online_report(o, &st);
     if (rc == 0)
         rc = export_commit(&e);
     if (rc == 0)
         progress_done(&e.prog);
     durable_abort(&e.df);       /* nothing left to remove once committed */
     export_guard(NULL);
-out:
-    online_close(&o);
     return rc;
 }
 
@@ -188,13 +194,36 @@ static ssize_t import_read(void *ctx, void *buf, size_t cap)
     return (ssize_t)got;
 }
 
-int cmd_online_import(int argc, char **argv)
+int online_import_file(struct online *o, const char *name, const char *path,
+                       struct online_import_result *res)
 {
-    struct import_ctx im = {.fd = -1};
-    struct online_import_result res;
-    struct online o;
+    struct import_ctx im = {.path = path};
     struct rpc_status st;
     struct stat sb;
+    int rc;
+
+    im.fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (im.fd < 0)
+        return cli_fail("%s: cannot open: %s", path, strerror(errno));
+    if (fstat(im.fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        close(im.fd);
+        return cli_fail("%s: is a directory", path);
+    }
+    progress_init_bytes(&im.prog);
+    rc = online_import(o, name, import_read, &im, res, &st);
+    if (rc < 0)
+        rc = online_report(o, &st);
+    else if (rc == 0)
+        progress_done(&im.prog);
+    close(im.fd);
+    return rc;
+}
+
+int cmd_online_import(int argc, char **argv)
+{
+    struct online_import_result res;
+    struct online o;
+    const char *path;
     int c, rc;
 
     online_cmd_init(&o);
@@ -206,34 +235,20 @@ int cmd_online_import(int argc, char **argv)
     }
     if ((rc = online_need_args("import", argc - optind, 2, "NAME and FILE")))
         return rc;
-    im.path = argv[optind + 1];
-    im.fd = open(im.path, O_RDONLY | O_CLOEXEC);
-    if (im.fd < 0)
-        return cli_fail("%s: cannot open: %s", im.path, strerror(errno));
-    if (fstat(im.fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        close(im.fd);
-        return cli_fail("%s: is a directory", im.path);
-    }
+    path = argv[optind + 1];
     if (o.deadline_ms <= 0)
         o.deadline_ms = ONLINE_TRANSFER_DEADLINE_MS;
-    if ((rc = online_open(&o))) {
-        close(im.fd);
+    if ((rc = online_open(&o)))
         return rc;
-    }
-    progress_init_bytes(&im.prog);
-    rc = online_import(&o, argv[optind], import_read, &im, &res, &st);
-    if (rc < 0) {
-        rc = online_report(&o, &st);
-    } else if (rc == 0) {
-        progress_done(&im.prog);
+    rc = online_import_file(&o, argv[optind], path, &res);
+    if (rc == 0) {
         fprintf(stderr, "import: %s into %s: %llu bytes, projected fill "
-                "%.4f, estimated FPR %.4g%s\n", im.path, argv[optind],
+                "%.4f, estimated FPR %.4g%s\n", path, argv[optind],
                 (unsigned long long)res.bytes_received,
                 res.projected_fill_ratio, res.projected_error_rate,
                 res.over_target ? " (above the target error rate)" : "");
         online_info_deinit(&res.info);
     }
-    close(im.fd);
     online_close(&o);
     return rc;
 }

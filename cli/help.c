@@ -377,6 +377,43 @@ static const struct help_entry online_help_entries[] = {
      "  bloomgrid --server localhost:7400 export users users.bf\n"
      "  bloomgrid build batch.bf --like users.bf < todays-users.txt\n"
      "  bloomgrid --server localhost:7400 import users batch.bf\n"},
+    {"backup",
+     "usage: bloomgrid [--server HOST:PORT] backup DIR [--force]\n"
+     "\n"
+     "Export every filter of the server into DIR, one NAME.filter each, and\n"
+     "write DIR/manifest.ini last (name, kind, geometry, inserts, fingerprint,\n"
+     "size and XXH3-64 of each file).  DIR is made (mode 0700) when missing\n"
+     "and must be empty unless --force.  The files hold the filters' secrets\n"
+     "(mode 0600): keep DIR as a credential.  Export needs an admin token.\n"
+     "Prints one line per filter; any failure exits 2 and leaves no manifest.\n"
+     "See docs/BACKUP.md.\n"
+     "\n"
+     "  -f, --force           write into a DIR that is not empty\n"
+     SERVER_OPTIONS
+     "                        (default 600000 per export)\n"
+     "\n"
+     "example:\n"
+     "  bloomgrid --server localhost:7500 --token-file admin.tok \\\n"
+     "      backup /var/backups/bloomgrid/$(date +%F)\n"},
+    {"restore",
+     "usage: bloomgrid [--server HOST:PORT] restore DIR\n"
+     "\n"
+     "Restore the filters of a backup made by 'bloomgrid backup'.  First every\n"
+     "file is checked against DIR/manifest.ini and every filter against the\n"
+     "server's: a damaged or missing file, or a filter that exists with\n"
+     "another kind, shard count, geometry or secret (the message names it),\n"
+     "fails the restore before anything changes.  Then a filter that does not\n"
+     "exist is created with the backup's geometry and secret and its file\n"
+     "imported; one that exists gets the import only when it lacks some key\n"
+     "of the backup, so running the same restore twice changes nothing.\n"
+     "Needs an admin token.  Prints one line per filter; exit 2 on any\n"
+     "failure.  See docs/BACKUP.md.\n"
+     "\n" SERVER_OPTIONS
+     "                        (default 600000 per transfer)\n"
+     "\n"
+     "example:\n"
+     "  bloomgrid --server localhost:7500 --token-file admin.tok \\\n"
+     "      restore /var/backups/bloomgrid/2024-05-01\n"},
     {NULL, NULL},
 };
 
@@ -407,6 +444,8 @@ void help_overview(FILE *out)
           "  export    save a server's filter as a filter file\n"
           "  status    the cluster: copies serving, SYNCING or unreachable\n"
           "  import    OR-merge a filter file into a server's filter\n"
+          "  backup    export every filter into a directory, with a manifest\n"
+          "  restore   re-create and fill the filters of a backup\n"
           "  canary    add a known key now and then, check every earlier one\n"
           "            through every router (exit 1 on a false negative)\n"
           "\n"

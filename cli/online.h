@@ -91,9 +91,12 @@ void online_info_deinit(struct online_info *info);
 /* Kind names as on the command line; false when name is not one. */
 bool online_kind_parse(const char *name, int *kind);
 
+/* secret: BF_SECRET_LEN bytes (an export's, for a restore), or NULL for
+ * one the server draws. */
 int online_create(struct online *o, const char *name, uint64_t capacity,
                   double error_rate, int kind, uint32_t shards,
-                  struct online_info *out, struct rpc_status *st);
+                  const uint8_t *secret, struct online_info *out,
+                  struct rpc_status *st);
 int online_drop(struct online *o, const char *name, struct rpc_status *st);
 int online_get(struct online *o, const char *name, struct online_info *out,
                struct rpc_status *st);

@@ -43,6 +43,19 @@ int online_parse_deadline(const char *s, int *out);
 /* Check the count of positional arguments; what names the missing ones. */
 int online_need_args(const char *cmd, int have, int want, const char *what);
 
+/* Export filter name into the file at path (mode for a new file), through
+ * common/durable.h: the whole file is received and verified before it
+ * replaces path; on any failure path is unchanged.  Returns 0 or CLI_ERR
+ * (printed). */
+int online_export_file(struct online *o, const char *name, const char *path,
+                       mode_t mode);
+
+/* Import the file at path into filter name (the server verifies it whole
+ * before merging).  Returns 0 with *res filled (online_info_deinit(&res->info)),
+ * or CLI_ERR (printed). */
+int online_import_file(struct online *o, const char *name, const char *path,
+                       struct online_import_result *res);
+
 /* Commands. */
 int cmd_online_create(int argc, char **argv);
 int cmd_online_drop(int argc, char **argv);
@@ -54,6 +67,8 @@ int cmd_online_remove(int argc, char **argv);
 int cmd_online_export(int argc, char **argv);
 int cmd_online_import(int argc, char **argv);
 int cmd_online_status(int argc, char **argv);
+int cmd_backup(int argc, char **argv);
+int cmd_restore(int argc, char **argv);
 int cmd_canary(int argc, char **argv);     /* cmd_canary.c */
 
 #endif

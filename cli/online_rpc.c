@@ -260,7 +260,8 @@ void online_info_list_free(struct online_info *list, size_t n)
 
 int online_create(struct online *o, const char *name, uint64_t capacity,
                   double error_rate, int kind, uint32_t shards,
-                  struct online_info *out, struct rpc_status *st)
+                  const uint8_t *secret, struct online_info *out,
+                  struct rpc_status *st)
 {
     Bloomgrid__V1__CreateFilterRequest rq =
         BLOOMGRID__V1__CREATE_FILTER_REQUEST__INIT;
@@ -271,6 +272,10 @@ int online_create(struct online *o, const char *name, uint64_t capacity,
     rq.error_rate = error_rate;
     rq.kind = (Bloomgrid__V1__FilterKind)kind;
     rq.shards = shards;
+    if (secret) {
+        rq.secret.data = (uint8_t *)secret;
+        rq.secret.len = BF_SECRET_LEN;
+    }
     if (rpc_call(o->ch, SVC "CreateFilter", &rq.base,
                  &bloomgrid__v1__filter_info__descriptor, &resp,
                  o->deadline_ms, st) < 0)

@@ -316,6 +316,36 @@ void bf__scalable_layer_params(const struct bf *f, uint32_t i, uint64_t *capacit
                  error_rate);
 }
 
+uint64_t bf_growth_bytes(const struct bf *f, uint64_t n)
+{
+    if (f->kind != BF_KIND_SCALABLE || n == 0)
+        return 0;
+    uint32_t i = bf__nlayers(f);
+    const struct bf_layer *last = &f->layers[i - 1];
+    uint64_t count = __atomic_load_n(&last->count, __ATOMIC_RELAXED);
+    uint64_t room = last->capacity > count ? last->capacity - count : 0;
+    uint64_t bytes = 0;
+
+    /* A layer is appended as soon as the newest one reaches its capacity:
+     * the add that fills it already grows the filter. */
+    if (n < room)
+        return 0;
+    uint64_t left = n - room;
+    for (; i < BF_MAX_LAYERS; i++) {
+        uint64_t cap, m;
+        double rate;
+        uint32_t k;
+        bf__scalable_layer_params(f, i, &cap, &rate);
+        if (bf_size_for(f->kind, cap, rate, &m, &k) < 0)
+            break;
+        bytes += bf_body_bytes(f->kind, m);
+        if (left < cap)
+            break;
+        left -= cap;
+    }
+    return bytes;
+}
+
 int bf_params_bytes(const struct bf_params *params, uint64_t *bytes)
 {
     struct bf_params p = *params;

@@ -191,6 +191,11 @@ void bf_fingerprint(const struct bf *f, struct bf_fingerprint *fp);
 void bf_fingerprint_id(const struct bf *f, char buf[17]);
 
 uint32_t bf_layer_count(const struct bf *f);
+/* Scalable: the body bytes of the layers that n more adds could make the
+ * filter append (each add assumed to be new; 0 when n fits in the newest
+ * layer's room, and for every other kind).  For budgets checked before a
+ * write. */
+uint64_t bf_growth_bytes(const struct bf *f, uint64_t n);
 int bf_layer_info(const struct bf *f, uint32_t i, struct bf_layer_info *out);
 /* The body of layer i: body_bytes bytes of 64-bit little-endian words.  The
  * pointer stays owned by the filter. */

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "durable.h"
@@ -240,6 +241,23 @@ const char *bundle_shard_mismatch(const struct bf *f, uint32_t index,
 }
 
 /* ---- parsed level ------------------------------------------------------ */
+
+void bundle_fingerprint_id(const struct bundle *b, char out[17])
+{
+    XXH3_state_t xs;
+    char id[17];
+
+    if (b->plain) {
+        bf_fingerprint_id(b->shard[0], out);
+        return;
+    }
+    XXH3_64bits_reset(&xs);
+    for (uint32_t i = 0; i < b->count; i++) {
+        bf_fingerprint_id(b->shard[i], id);
+        XXH3_64bits_update(&xs, id, sizeof id);
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(&xs));
+}
 
 void bundle_destroy(struct bundle *b)
 {

@@ -149,6 +149,12 @@ int bundle_save(const struct bundle *b, const char *path, char *err);
 
 void bundle_destroy(struct bundle *b);
 
+/* The fingerprint id of the whole filter, as its server's FilterInfo shows
+ * it: a plain bundle's is its filter's bf_fingerprint_id (a node's); a
+ * shard bundle's is the XXH3-64 (seed 0) of every shard's id with its NUL,
+ * in shard order, in 16 hex digits (a router's, router_rpc.c). */
+void bundle_fingerprint_id(const struct bundle *b, char out[17]);
+
 /* bf_set_exclusive for every shard. */
 void bundle_set_exclusive(struct bundle *b, bool exclusive);
 

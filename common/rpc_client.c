@@ -113,7 +113,7 @@ struct rpc_channel *rpc_channel_create_tls(const char *target, size_t max_messag
         return NULL;
     if (!max_message)
         max_message = 64u << 20;
-    grpc_arg args[3];
+    grpc_arg args[4];
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -125,7 +125,13 @@ struct rpc_channel *rpc_channel_create_tls(const char *target, size_t max_messag
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
     args[2].value.integer = 1000;
-    grpc_channel_args cargs = {.num_args = 3, .args = args};
+    /* Each channel its own connections: TLS credentials on one file
+     * watcher compare equal, and gRPC's global pool would hand a new
+     * channel a connection made before the files changed. */
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+    args[3].value.integer = 1;
+    grpc_channel_args cargs = {.num_args = 4, .args = args};
     grpc_channel_credentials *creds = rpc_tls_channel_credentials(tls);
     if (!creds) {
         free(c);

@@ -44,6 +44,9 @@ struct rpc_tls {
     struct pem_set pem;
     uint64_t gen;
     struct fetcher *fetchers;
+    /* Channels: gRPC's watcher of the same files, made at the first
+     * channel and shared by all (one thread reading them). */
+    grpc_tls_certificate_provider *watcher;
 };
 
 static struct rpc_tls *client_tls;
@@ -305,6 +308,8 @@ void rpc_tls_destroy(struct rpc_tls *t)
         t->fetchers = f->next;
         free(f);
     }
+    if (t->watcher)
+        grpc_tls_certificate_provider_release(t->watcher);
     pem_free(&t->pem);
     free(t->cert_path);
     free(t->key_path);
@@ -372,13 +377,31 @@ grpc_channel_credentials *rpc_tls_channel_credentials(struct rpc_tls *t)
 {
     if (!t)
         return grpc_insecure_credentials_create();
+    /* Every handshake (the first, and each reconnect of a long-lived
+     * channel) takes the files as the watcher last read them, so a renewed
+     * client certificate or CA reaches channels that are already open. */
     pthread_mutex_lock(&t->lock);
-    grpc_ssl_pem_key_cert_pair pair = {.private_key = t->pem.key,
-                                       .cert_chain = t->pem.cert};
-    grpc_channel_credentials *c =
-        grpc_ssl_credentials_create(t->pem.ca, t->pem.cert ? &pair : NULL, NULL, NULL);
+    if (!t->watcher)
+        t->watcher = grpc_tls_certificate_provider_file_watcher_create(
+            t->key_path, t->cert_path, t->ca_path, RPC_TLS_WATCH_S);
+    grpc_tls_certificate_provider *w = t->watcher;
     pthread_mutex_unlock(&t->lock);
-    return c;
+    if (!w)
+        return NULL;
+    grpc_tls_credentials_options *o = grpc_tls_credentials_options_create();
+    if (!o)
+        return NULL;
+    grpc_tls_credentials_options_set_certificate_provider(o, w);
+    grpc_tls_credentials_options_watch_root_certs(o);
+    if (t->cert_path)
+        grpc_tls_credentials_options_watch_identity_key_cert_pairs(o);
+    /* The server's certificate is verified against the CA and must name
+     * the target's host (gRPC's default verifier, said here). */
+    grpc_tls_credentials_options_set_verify_server_cert(o, 1);
+    grpc_tls_certificate_verifier *v = grpc_tls_certificate_verifier_host_name_create();
+    grpc_tls_credentials_options_set_certificate_verifier(o, v);
+    grpc_tls_certificate_verifier_release(v);
+    return grpc_tls_credentials_create(o);
 }
 
 void rpc_tls_set_client(struct rpc_tls *t)

@@ -19,13 +19,15 @@
  * (RPC_TLS_PEER_VERIFY), or such a certificate always (RPC_TLS_PEER_REQUIRE:
  * the handshake of a client without one fails).
  *
- * Client side: rpc_tls_channel_credentials builds credentials from the
- * files as they are now: the CA verifies the server (its certificate must
- * name the host of the target, as a DNS or IP subject alternative name),
- * and a loaded certificate and key are offered as the client's.  A channel
- * keeps the credentials it was created with for its whole life, through
- * reconnects too: after a reload, channels created later use the new files
- * and channels already open keep the old ones until they are destroyed.
+ * Client side: rpc_tls_channel_credentials builds credentials on gRPC's
+ * watcher of the same three files (one per struct rpc_tls, reading them
+ * again every RPC_TLS_WATCH_S seconds, keeping the last good pair): the
+ * CA verifies the server (its certificate must name the host of the
+ * target, as a DNS or IP subject alternative name), and the certificate
+ * and key are offered as the client's.  Every handshake takes the files
+ * as last read, so a renewed certificate or CA reaches open channels at
+ * their next connection, without a restart and without SIGHUP (which
+ * renews the listeners' side).
  * rpc_tls_set_client sets the process-wide client TLS that rpc_channel_create
  * uses (rpc_client.h); NULL, the default, is plaintext.
  *
@@ -48,6 +50,8 @@
 #include <grpc/grpc_security.h>
 
 #define RPC_TLS_ERRLEN 512
+/* How often channels' credentials read their files again. */
+#define RPC_TLS_WATCH_S 5
 /* The largest PEM file read. */
 #define RPC_TLS_FILE_MAX (1u << 20)
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf.h"
 #include "errmsg.h"
 #include "rules.h"
 
@@ -257,6 +258,16 @@ int rules_kind_check(int kind, char *err)
     if (kind < 0 || kind > 4) {
         errmsg_set(err, "unknown filter kind %d (BLOCKED=1, CLASSIC=2, COUNTING=3, "
                    "SCALABLE=4)", kind);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int rules_secret_check(size_t len, char *err)
+{
+    if (len != 0 && len != BF_SECRET_LEN) {
+        errmsg_set(err, "secret must be %d bytes (or empty), not %zu",
+                   BF_SECRET_LEN, len);
         return -EINVAL;
     }
     return 0;

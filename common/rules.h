@@ -116,6 +116,9 @@ int rules_kind_check(int kind, char *err);
 /* Capacity and error rate of a new filter: capacity > 0, 0 < p < 1. */
 int rules_params_check(uint64_t capacity, double error_rate, char *err);
 
+/* The secret of a create request: len 0 (random) or BF_SECRET_LEN (32). */
+int rules_secret_check(size_t len, char *err);
+
 /* Capacity of each of shards shards of a filter of capacity keys: the
  * ceiling of capacity / shards, without overflow for any capacity. */
 uint64_t rules_shard_capacity(uint64_t capacity, uint32_t shards);

@@ -206,6 +206,11 @@ int store_charge(const struct bf_params *p, uint64_t *bytes)
     return 0;
 }
 
+unsigned store__charge_times(enum bf_kind kind)
+{
+    return charge_times(kind);
+}
+
 uint64_t store__charge_of(const struct bf *f)
 {
     return bf_bytes(f) * charge_times(bf_kind(f));

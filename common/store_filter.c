@@ -436,11 +436,26 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
     }
     pthread_mutex_lock(&sf->write_mu);
     if (type == WAL_REC_ADD) {
+        /* A scalable filter grows a layer as it fills: the layers this
+         * batch could append are reserved against max_memory_mb before
+         * anything is applied (refused whole otherwise), then its charge
+         * follows what it holds. */
+        bool scalable = bf_kind(sf->bf) == BF_KIND_SCALABLE;
+        uint64_t grow = 0;
+        if (scalable && sf->s->max_memory &&
+            (grow = bf_growth_bytes(sf->bf, n) * store__charge_times(BF_KIND_SCALABLE))) {
+            char what[STORE_NAME_MAX + 96];
+            snprintf(what, sizeof what, "an add of %zu keys to scalable filter '%s', "
+                     "which would grow it a layer,", n, sf->name);
+            if ((rc = store_reserve(sf->s, grow, what, err)) < 0) {
+                pthread_mutex_unlock(&sf->write_mu);
+                goto fail;
+            }
+        }
         bf_add_hashes(sf->bf, h, n, out);
-        /* A scalable filter grows a layer as it fills: its charge follows
-         * (the next create is then judged against what it holds now). */
-        if (bf_kind(sf->bf) == BF_KIND_SCALABLE) {
+        if (scalable) {
             uint64_t now = store__charge_of(sf->bf), was = atomic_load(&sf->charge);
+            atomic_fetch_sub(&sf->s->charged, grow);
             if (now != was) {
                 atomic_store(&sf->charge, now);
                 atomic_fetch_add(&sf->s->charged, now - was);

@@ -142,6 +142,8 @@ uint64_t store__claim_lsn(struct store_filter *sf);
 
 /* The charge of f against the memory budget (store.h, "Budgets"). */
 uint64_t store__charge_of(const struct bf *f);
+/* How many times a kind's bits are charged (bits, checkpoint copy, ...). */
+unsigned store__charge_times(enum bf_kind kind);
 
 /* A filter object in state RECOVERING holding one reference; freed by the
  * last store_put. */

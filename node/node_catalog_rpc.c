@@ -39,6 +39,10 @@ void node_rpc__h_create_filter(void *arg, const uint8_t *req, size_t len,
         !node_rpc__params_ok(m->capacity, m->error_rate, r) ||
         !node_rpc__kind_from_wire(m->kind, &p.kind, r))
         goto out;
+    if (rules_secret_check(m->secret.len, err) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
+        goto out;
+    }
     if (m->shards > 1) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                         "shards = %u: a node serves single-shard filters; create "
@@ -47,6 +51,7 @@ void node_rpc__h_create_filter(void *arg, const uint8_t *req, size_t len,
     }
     p.capacity = m->capacity;
     p.error_rate = m->error_rate;
+    p.secret = m->secret.len ? m->secret.data : NULL;
     bf_params_default(&p);
     int rc = store_create(s, m->name, &p, err);
     if (rc < 0) {

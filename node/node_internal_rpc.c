@@ -105,10 +105,8 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
         goto out;
     }
-    if (m->secret.len != 0 && m->secret.len != BF_SECRET_LEN) {
-        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "secret must be %d bytes (or empty), not %zu",
-                        BF_SECRET_LEN, m->secret.len);
+    if (rules_secret_check(m->secret.len, err) < 0) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
         goto out;
     }
     if (m->secret.len == 0 && m->shard_count > 1) {

@@ -100,6 +100,7 @@ struct router_create {
     double error_rate;
     int kind;                  /* bloomgrid.v1.FilterKind */
     uint32_t shards;           /* resolved (> 0) */
+    const uint8_t *secret;     /* BF_SECRET_LEN bytes, or NULL for random */
 };
 
 /* Create every shard on its group, or none: shards created before a failure

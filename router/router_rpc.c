@@ -508,6 +508,7 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         .error_rate = m->error_rate,
         .kind = m->kind,
         .shards = m->shards ? m->shards : (uint32_t)r->cfg.default_shards,
+        .secret = m->secret.len ? m->secret.data : NULL,
     };
     char err[RULES_ERRLEN];
     /* Every rule a node applies to each shard, checked before any fan-out. */
@@ -515,7 +516,8 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         goto out;
     if (rules_params_check(m->capacity, m->error_rate, err) < 0 ||
         rules_kind_check(m->kind, err) < 0 ||
-        rules_shard_count_check(c.shards, err) < 0) {
+        rules_shard_count_check(c.shards, err) < 0 ||
+        rules_secret_check(m->secret.len, err) < 0) {
         rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
         goto out;
     }

@@ -305,8 +305,10 @@ static grpc_slice create_req(const void *ctx, uint32_t s)
     m.secret.data = (uint8_t *)x->secret;
     m.secret.len = BF_SECRET_LEN;
     m.topology_version = x->t->version;
-    /* A new secret: no write was ever acknowledged for this shard, so no
-     * copy starts SYNCING (docs/REPLICATION.md). */
+    /* A new filter: no write was ever acknowledged for this shard, so no
+     * copy starts SYNCING (docs/REPLICATION.md).  A secret the caller gave
+     * is a new filter too: a dropped one's is refused by the node's
+     * tombstone, a live one's by ALREADY_EXISTS. */
     m.new_filter = true;
     return router_rpc__pack_slice(&m.base);
 }
@@ -446,7 +448,9 @@ int router_create_filter(struct router *r, const struct router_create *c,
     int rc = -1;
 
     memset(out, 0, sizeof *out);
-    if (getrandom(secret, sizeof secret, 0) != (ssize_t)sizeof secret) {
+    if (c->secret) {
+        memcpy(secret, c->secret, sizeof secret);
+    } else if (getrandom(secret, sizeof secret, 0) != (ssize_t)sizeof secret) {
         rpc_status_set(st, GRPC_STATUS_INTERNAL, "cannot read random bytes");
         goto out;
     }

@@ -338,6 +338,60 @@ START_TEST(scalable_growth_is_charged)
 }
 END_TEST
 
+/* An add that would grow a scalable filter a layer past max_memory_mb is
+ * refused whole, before anything is applied; the filter keeps serving and
+ * adds that fit its newest layer still go in. */
+START_TEST(scalable_growth_past_budget_is_refused)
+{
+    struct bf_params p;
+    char err[STORE_ERRLEN] = "";
+    struct store_budget b;
+    struct store_options o = {.dir = tdir, .max_memory_bytes = 1u << 20};
+    struct store *s = store_open(&o, err);
+    ck_assert_ptr_nonnull(s);
+    params(&p, BF_KIND_SCALABLE, 1000);
+    ck_assert_int_eq(store_create(s, "g", &p, err), 0);
+    struct store_filter *sf = store_get(s, "g");
+    const struct bf *f = store_filter_bf(sf);
+    struct bf_hash h[500];
+    uint64_t base = 0;
+    int rc = 0;
+    for (; rc == 0; base += 500) {
+        ck_assert_msg(base < 1000000, "no add refused after %u layers",
+                      bf_layer_count(f));
+        hashes(base, 500, h);
+        uint32_t layers = bf_layer_count(f);
+        uint64_t inserts = bf_insert_count(f);
+        rc = store_add_hashes(sf, h, 500, NULL, err);
+        if (rc != 0) {
+            /* Nothing of the refused batch is in. */
+            ck_assert_uint_eq(bf_layer_count(f), layers);
+            ck_assert_uint_eq(bf_insert_count(f), inserts);
+        }
+    }
+    ck_assert_int_eq(rc, -EDQUOT);
+    ck_assert_msg(strstr(err, "scalable filter 'g'") && strstr(err, "max_memory_mb"),
+                  "%s", err);
+    /* The reservation is given back: the charge is what the filter holds,
+     * within the budget. */
+    store_budget(s, &b);
+    ck_assert_uint_eq(b.charged_bytes, store__charge_of(f));
+    ck_assert_uint_le(b.charged_bytes, 1u << 20);
+    bool out[1];
+    hashes(0, 1, h);
+    ck_assert_int_eq(store_may_contain_hashes(sf, h, 1, out), 0);
+    ck_assert(out[0]);
+    /* One key fits the newest layer's room (unless it is exactly full). */
+    struct bf_layer_info li;
+    ck_assert_int_eq(bf_layer_info(f, bf_layer_count(f) - 1, &li), 0);
+    hashes(base + 1000000, 1, h);
+    if (li.count + 1 < li.capacity)
+        ck_assert_int_eq(store_add_hashes(sf, h, 1, NULL, err), 0);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
 /* A drop leaves a tombstone: the name with the old secret is refused,
  * across a restart, and the name with a new secret is a new filter. */
 START_TEST(drop_leaves_a_tombstone)
@@ -1649,6 +1703,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, create_list_drop_and_reopen);
     tcase_add_test(tc, budgets_refuse_before_anything_is_written);
     tcase_add_test(tc, scalable_growth_is_charged);
+    tcase_add_test(tc, scalable_growth_past_budget_is_refused);
     tcase_add_test(tc, drop_leaves_a_tombstone);
     tcase_add_test(tc, tombstones_are_bounded);
     tcase_add_test(tc, damaged_tombstones_refuse_the_open);

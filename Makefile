@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: all deps test-deps build build-only install image image-test run stop status test unit test-asan soak-copies bench clean
+.PHONY: all deps test-deps build build-only install dist image image-test run stop status test unit test-asan soak-copies bench clean
 
 all: build
 
@@ -29,6 +29,11 @@ install: build
 	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	@cmake --install $(BUILD)
+
+# A relocatable tarball of the programs with every library they need, for
+# machines without them (Hadoop, Spark): deploy/dist/README.md.
+dist: build
+	@./deploy/dist/make-dist.sh $(BUILD)
 
 # The container image (Dockerfile; deploy/image/README.md), and a run of it.
 image:

@@ -292,12 +292,13 @@ static void shard_round(struct merger *m, struct mg_filter *f,
     if (pause && *pause)
         usleep((useconds_t)atoi(pause) * 1000);
     /* Every copy everywhere, pulled or not, in-sync or not: a push only
-     * adds bits. */
+     * adds bits.  In a joint phase the other set's copies too: a push is a
+     * write, and writes reach both sets. */
     for (unsigned d = 0; d < f->c.ndc; d++) {
         struct topo_group *grp =
             &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)];
-        for (unsigned c = 0; c < grp->ncopies; c++) {
-            struct mg_copy *cp = merger__copy_get(s, grp->copies[c], d);
+        for (unsigned c = 0; c < grp->nmembers; c++) {
+            struct mg_copy *cp = merger__copy_get(s, topo_member(grp, c), d);
             if (cp)
                 merger__push_one(m, f, s, cp, round, rep);
         }

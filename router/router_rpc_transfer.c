@@ -37,12 +37,21 @@
 #define M_IMPORT_SHARD "/bloomgrid.v1.Internal/ImportShard"
 #define TRANSFER_TIMEOUT_MS 600000
 
-/* Stream shard s's file, exported by the copy node, into the bundle w.
- * *begun says whether any of it reached w (else another copy may be
+/* Where a copy's shard file goes: begin(ctx, total) once its size is
+ * known, then data(ctx, ...) for each chunk. */
+struct export_sink {
+    int (*begin)(void *ctx, uint64_t total);
+    bf_file_writer data;
+    void *ctx;
+};
+
+/* Stream shard s's file, exported by the copy node, into sink.  *pbegun
+ * says whether any of it reached the sink (else another copy may be
  * asked). */
 static int export_copy(struct router *r, const struct topo *t,
                        const struct router_filter *f, uint32_t s, const char *node,
-                       struct bundle_writer *w, bool *pbegun, struct rpc_status *st)
+                       const struct export_sink *sink, bool *pbegun,
+                       struct rpc_status *st)
 {
     struct rpc_channel *ch = router_channel(r, node);
     struct rpc_status rs = {0};
@@ -77,9 +86,9 @@ static int export_copy(struct router *r, const struct topo *t,
             /* The first chunk announces the size: the entry can begin. */
             begun = true;
             total = fc->total_size;
-            bad = total == 0 || (wrc = bundle_writer_entry(w, s, total)) < 0;
+            bad = total == 0 || (wrc = sink->begin(sink->ctx, total)) < 0;
         }
-        if (!bad && (wrc = bundle_writer_data(w, fc->data.data, fc->data.len)) < 0)
+        if (!bad && (wrc = sink->data(sink->ctx, fc->data.data, fc->data.len)) < 0)
             bad = true;
         if (!bad)
             got += fc->data.len;
@@ -106,20 +115,124 @@ static int export_copy(struct router *r, const struct topo *t,
     return 0;
 }
 
-/* Shard s from the first copy of its group that answers (a copy that
- * failed before its file began is passed over). */
+struct entry_sink {
+    struct bundle_writer *w;
+    uint32_t index;
+};
+
+static int entry_begin(void *ctx, uint64_t total)
+{
+    struct entry_sink *e = ctx;
+    return bundle_writer_entry(e->w, e->index, total);
+}
+
+static int entry_data(void *ctx, const void *buf, size_t len)
+{
+    struct entry_sink *e = ctx;
+    return bundle_writer_data(e->w, buf, len);
+}
+
+static int buf_begin(void *ctx, uint64_t total)
+{
+    struct bytebuf *b = ctx;
+    return total > b->max ? -ENOMEM : 0;
+}
+
+/* Shard s of a group of one copy, or read by one copy (R = 1): streamed
+ * from the first copy that answers into the bundle (a copy that failed
+ * before its file began is passed over). */
+static int export_shard_one(struct router *r, const struct topo *t,
+                            const struct router_filter *f, uint32_t s,
+                            struct bundle_writer *w, struct rpc_status *st)
+{
+    const struct topo_group *g = &t->groups[f->group[s]];
+    struct entry_sink e = {w, s};
+    struct export_sink sink = {entry_begin, entry_data, &e};
+    int rc = -1;
+    for (unsigned c = 0; c < g->ncopies; c++) {
+        bool begun = false;
+        if ((rc = export_copy(r, t, f, s, g->copies[c], &sink, &begun, st)) == 0 || begun)
+            break;
+    }
+    return rc;
+}
+
+/* Shard s of a group read by R > 1 copies: one copy alone may lack a write
+ * that W others acknowledged, so R copies are exported and ORed, as a read
+ * asks R (R + W > N: every acknowledged key is in one of them).  inserts is
+ * the largest copy's, not the sum (the copies hold the same adds).  Fewer
+ * than R copies answering: UNAVAILABLE, never a file from fewer. */
+static int export_shard_quorum(struct router *r, const struct topo *t,
+                               const struct router_filter *f, uint32_t s,
+                               struct bundle_writer *w, struct rpc_status *st)
+{
+    const struct topo_group *g = &t->groups[f->group[s]];
+    unsigned need = g->read_quorum, got = 0;
+    struct bf *acc = NULL;
+    char failed[512] = "", err[256];
+    size_t flen = 0;
+    int rc = -1;
+
+    for (unsigned c = 0; c < g->ncopies && got < need; c++) {
+        struct bytebuf b;
+        struct rpc_status cst = {0};
+        bool begun = false;
+        bytebuf_init(&b, SIZE_MAX);
+        struct export_sink sink = {buf_begin, bytebuf_write, &b};
+        struct bf *one = NULL;
+        if (export_copy(r, t, f, s, g->copies[c], &sink, &begun, &cst) == 0 &&
+            !(one = bf_file_parse(b.p, b.len, err)))
+            rpc_status_set(&cst, GRPC_STATUS_DATA_LOSS, "its file does not parse: %s", err);
+        bytebuf_deinit(&b);
+        if (one && acc) {
+            uint64_t ia = bf_insert_count(acc), ib = bf_insert_count(one);
+            struct bf_layer_info la, lb;
+            if (bf_merge_from(acc, one, err) < 0) {
+                rpc_status_set(&cst, GRPC_STATUS_DATA_LOSS, "its copy differs: %s", err);
+            } else if (bf_layer_info(acc, 0, &la) == 0 && bf_layer_info(one, 0, &lb) == 0) {
+                uint64_t lc = la.count > lb.count ? la.count : lb.count;
+                bf_set_counts(acc, ia > ib ? ia : ib, &lc);
+            }
+            bf_destroy(one);
+            one = cst.code ? NULL : acc;
+        } else if (one) {
+            acc = one;
+        }
+        if (one) {
+            got++;
+        } else if (flen < sizeof failed) {
+            int n = snprintf(failed + flen, sizeof failed - flen, "%s%s %s: %s",
+                             flen ? "; " : "", g->copies[c],
+                             rpc_status_name(cst.code), cst.message);
+            flen += n > 0 ? (size_t)n : 0;
+        }
+    }
+    if (got < need) {
+        rpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
+                       "Export of \"%s\": shard %u (group %s): %u of %u copies answered, "
+                       "read quorum %u; failed copies: %s", f->name, s, g->name, got,
+                       g->ncopies, need, failed[0] ? failed : "none asked");
+        goto out;
+    }
+    if (bundle_writer_entry(w, s, bf_file_size(acc)) < 0 ||
+        bf_file_write(acc, bundle_writer_data, w) < 0) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    bf_destroy(acc);
+    return rc;
+}
+
 static int export_shard(struct router *r, const struct topo *t,
                         const struct router_filter *f, uint32_t s,
                         struct bundle_writer *w, struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
-    int rc = -1;
-    for (unsigned c = 0; c < g->ncopies; c++) {
-        bool begun = false;
-        if ((rc = export_copy(r, t, f, s, g->copies[c], w, &begun, st)) == 0 || begun)
-            break;
-    }
-    return rc;
+    if (g->ncopies > 1 && g->read_quorum > 1)
+        return export_shard_quorum(r, t, f, s, w, st);
+    return export_shard_one(r, t, f, s, w, st);
 }
 
 /* The bundle of every shard of filter name, in out. */
@@ -304,16 +417,18 @@ static int import_copy(struct router *r, const struct topo *t,
     return 0;
 }
 
-/* Merge one shard file into every copy of shard s (one after the other:
- * a copy that fails stops the import, which may simply be run again). */
+/* Merge one shard file into every member of shard s's group: its copies
+ * and, in a joint phase, the other set's (an import is a write, and a
+ * write reaches both sets).  One after the other: a copy that fails stops
+ * the import, which may simply be run again. */
 static int import_shard(struct router *r, const struct topo *t,
                         const struct router_filter *f, uint32_t s,
                         const struct bundle_entry *e, double *fill, double *fpr,
                         struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
-    for (unsigned c = 0; c < g->ncopies; c++)
-        if (import_copy(r, t, f, s, g->copies[c], e, fill, fpr, st) < 0)
+    for (unsigned m = 0; m < g->nmembers; m++)
+        if (import_copy(r, t, f, s, topo_member(g, m), e, fill, fpr, st) < 0)
             return -1;
     return 0;
 }

@@ -370,6 +370,17 @@ def check_manifests():
         fail("reduce server %s is not the router Service" % renv["BLOOMGRID_SERVER"])
     if "ReadWriteMany" not in pvcs["bloomgrid-batch"]["spec"]["accessModes"]:
         fail("batch volume is not ReadWriteMany")
+    # The reduce runs deploy/batch/reduce.sh as the image installs it.
+    rcmd = red["spec"]["template"]["spec"]["containers"][0]["command"]
+    with open(os.path.join(SRC, "Dockerfile")) as f:
+        prefix = re.search(r"-DCMAKE_INSTALL_PREFIX=(\S+)", f.read()).group(1)
+    with open(os.path.join(SRC, "deploy", "CMakeLists.txt")) as f:
+        installs = re.search(r"install\(PROGRAMS[^)]*batch/reduce\.sh[^)]*"
+                             r"DESTINATION \$\{CMAKE_INSTALL_DATADIR\}/bloomgrid/batch\)", f.read())
+    if rcmd[-1] != prefix + "/share/bloomgrid/batch/reduce.sh" or not installs:
+        fail("reduce Job runs %s; the image installs deploy/batch/reduce.sh as %s: %s" %
+             (rcmd[-1], prefix + "/share/bloomgrid/batch/reduce.sh",
+              "" if installs else "not installed by deploy/CMakeLists.txt"))
     print("ok: batch map/reduce agree on parts, run, router Service and an RWX volume")
 
     # The topology and the router's own checks of it.
@@ -465,15 +476,10 @@ def check_secrets():
 
 
 def check_reduce():
-    with open(os.path.join(BATCH, "kubernetes-indexed-job.yaml")) as f:
-        docs = [d for d in yaml.safe_load_all(f) if d]
-    script = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["reduce.sh"]
+    rpath = os.path.join(BATCH, "reduce.sh")
     work = os.path.join(TMP, "reduce")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    rpath = os.path.join(work, "reduce.sh")
-    with open(rpath, "w") as f:
-        f.write(script)
     # The real tool, except that `import` (a router's call) is recorded.
     fake = os.path.join(work, "bloomgrid")
     log = os.path.join(work, "imports")

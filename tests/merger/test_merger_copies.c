@@ -26,6 +26,8 @@
  *            the other datacenter, and the sidecar is rewritten in the
  *            current format; one of an unknown format is ignored the same
  *            way
+ *   joint    in a joint phase (copies_next names a new copy) a round's
+ *            pushes reach the new copy too, as every write does
  *   torn     the merger killed after saving a shard's snapshot and before
  *            its sidecar (the sidecar's fsync held by SLOW_FSYNC_LIB): the
  *            old sidecar's complete copies describe the old snapshot, so
@@ -452,6 +454,60 @@ static void test_migrate(void)
     node_stop(&b, SIGTERM);
 }
 
+/* A joint phase (copies_next names node 3): the merger's pushes are writes
+ * and reach node 3 too, not only through its next pull from the others. */
+static void test_joint(void)
+{
+    struct cluster c;
+    struct node_proc d, d_router, view = {0};
+    struct round_out o;
+    struct rpc_status st;
+    char tmp[700];
+    start_dcs(&c, "merger-copies-joint", &d);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, QS, NULL, &st) == 0,
+          "create: %s", st.message);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0, "first round:\n%s", o.text);
+    start_dc2_router(&c, &d, &d_router);
+
+    /* Node 3 joins (its port known once it listened alone first), fills
+     * its shards by anti-entropy, then runs with it slowed down. */
+    c.node_topo = false;
+    cluster_node_start(&c, 3, 0, NULL);
+    node_stop(&c.node[3], SIGTERM);
+    c.node_topo = true;
+    snprintf(tmp, sizeof tmp, "%s.tmp", c.topo);
+    FILE *f = fopen(tmp, "w");
+    CHECK(f, "cannot write %s", tmp);
+    fprintf(f, "version = 2\nwrite_quorum = 2\nread_quorum = 2\n[group g0]\n"
+               "copies = %s %s %s\ncopies_next = %s %s %s\n", c.node[0].addr,
+            c.node[1].addr, c.node[2].addr, c.node[0].addr, c.node[1].addr, c.node[3].addr);
+    CHECK(fclose(f) == 0 && rename(tmp, c.topo) == 0, "cannot write %s", c.topo);
+    c.topo_version = 2;
+    for (int i = 0; i < 3; i++)
+        CHECK(kill(c.node[i].pid, SIGHUP) == 0, "SIGHUP node %d", i);
+    CHECK(kill(c.router[0].pid, SIGHUP) == 0, "SIGHUP router");
+    cluster_node_start(&c, 3, c.node[3].port, NULL);
+    CHECK(cluster_wait_reads(&c, 3, 60000), "node 3 does not report in sync");
+    cluster_node_restart(&c, 3, SIGTERM, slow_ae);
+    CHECK(cluster_wait_reads(&c, 3, 20000), "node 3 does not answer reads");
+
+    /* Keys of dc2, merged into dc1 by one round. */
+    char **k = keys_make("joint", 0, QK);
+    keys_call(d_router.ch, "Add", "f", k, QK, 500, NULL);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0, "round in the joint phase:\n%s", o.text);
+    cluster_view_start(&c, 3, &view);
+    size_t on3 = keys_present(view.ch, "f", k, QK, NULL);
+    node_stop(&view, SIGTERM);
+    CHECK(on3 == QK, "node 3 (joining) holds %zu of %d keys the round pushed", on3, QK);
+    printf("a round in the joint phase pushed into the joining copy\n");
+    keys_free(k, QK);
+    node_stop(&d_router, SIGTERM);
+    node_stop(&d, SIGTERM);
+    cluster_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc == 7, "usage: test_merger_copies NODE_BIN ROUTER_BIN MERGER_BIN "
@@ -471,6 +527,8 @@ int main(int argc, char **argv)
         test_migrate();
     else if (!strcmp(argv[4], "torn"))
         test_torn();
+    else if (!strcmp(argv[4], "joint"))
+        test_joint();
     else
         CHECK(0, "unknown test %s", argv[4]);
     grpc_shutdown();

@@ -22,6 +22,10 @@
  *           waiting for the stopped one, and reads that ask it move on to
  *           the third copy after read_failover_ms; the keys are "maybe"
  *           once it is back
+ *   export  W = 2, R = 2: a router's Export ORs R copies of each shard, so
+ *           a copy that missed acknowledged writes (the first one asked)
+ *           does not make the export miss them; with fewer than R copies
+ *           up, Export is UNAVAILABLE
  *   refuse  a copy refuses a public Add and MayContain, CreateFilter and
  *           DropFilter (FAILED_PRECONDITION naming the router rule), a
  *           counting filter cannot be created on the group, a node refuses router calls made under another
@@ -37,6 +41,7 @@
 #include <grpc/grpc.h>
 
 #include "bf.h"
+#include "bundle.h"
 #include "cluster.h"
 
 #define NKEYS 2000
@@ -400,6 +405,73 @@ static void test_refuse(void)
     cluster_stop(&c);
 }
 
+/* Every key of k (n) is "maybe" in the bundle buf. */
+static void bundle_holds(const uint8_t *buf, size_t len, char **k, size_t n,
+                         const char *when)
+{
+    char err[256];
+    struct bundle *b = bundle_parse(buf, len, err);
+    CHECK(b, "%s: the export does not parse: %s", when, err);
+    size_t *lens = malloc(n * sizeof *lens);
+    bool *out = malloc(n);
+    CHECK(lens && out, "memory");
+    for (size_t i = 0; i < n; i++)
+        lens[i] = strlen(k[i]);
+    bundle_may_contain_keys(b, (const void *const *)k, lens, n, out);
+    for (size_t i = 0; i < n; i++)
+        CHECK(out[i], "%s: acknowledged key %s is not in the export", when, k[i]);
+    printf("%s: every acknowledged key is in the export\n", when);
+    free(lens);
+    free(out);
+    bundle_destroy(b);
+}
+
+static void test_export(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    char **k;
+    uint8_t *buf = NULL;
+    setup(&c, "router-copies-export", "write_quorum = 2\nread_quorum = 2\n", &k);
+
+    /* Copy 0, the first an Export asks, misses writes the two others
+     * acknowledge, and comes back with anti-entropy slowed down so that it
+     * still lacks them. */
+    node_stop(&c.node[0], SIGKILL);
+    char **more = keys_make("missed", 0, NKEYS);
+    keys_call(c.router[0].ch, "Add", "f", more, NKEYS, 500, NULL);
+    const char *slow[] = {"--replicate-interval-ms", "60000", NULL};
+    restart_reached(&c, 0, slow);
+    size_t len = t_export(c.router[0].ch, "f", &buf, &st);
+    CHECK(len > 0, "Export: %s", st.message);
+    bundle_holds(buf, len, k, NKEYS, "export, copy 0 behind");
+    bundle_holds(buf, len, more, NKEYS, "export, copy 0 behind");
+    /* inserts is one copy's count, not the sum over the copies read. */
+    char err[256];
+    struct bundle *b = bundle_parse(buf, len, err);
+    CHECK(b, "export: %s", err);
+    uint64_t inserts = 0;
+    for (uint32_t i = 0; i < b->count; i++)
+        inserts += bf_insert_count(b->shard[i]);
+    bundle_destroy(b);
+    free(buf);
+    CHECK(inserts >= 2 * NKEYS - 20 && inserts <= 2 * NKEYS + 100,
+          "export inserts %llu, expected about %d (one copy's adds)",
+          (unsigned long long)inserts, 2 * NKEYS);
+
+    /* Two copies down: fewer than R answer, and nothing is exported. */
+    node_stop(&c.node[1], SIGKILL);
+    node_stop(&c.node[2], SIGKILL);
+    buf = NULL;
+    CHECK(t_export(c.router[0].ch, "f", &buf, &st) == 0 && st.code ==
+              GRPC_STATUS_UNAVAILABLE && strstr(st.message, "read quorum 2"),
+          "Export with one copy up: %d %s", st.code, st.message);
+    free(buf);
+    keys_free(more, NKEYS);
+    keys_free(k, NKEYS);
+    cluster_stop(&c);
+}
+
 static void run(void)
 {
     if (!strcmp(test_name, "quorum"))
@@ -414,6 +486,8 @@ static void run(void)
         test_early();
     else if (!strcmp(test_name, "refuse"))
         test_refuse();
+    else if (!strcmp(test_name, "export"))
+        test_export();
     else
         CHECK(false, "unknown test %s", test_name);
 }

@@ -5,7 +5,8 @@
  * usage: test_router_joint NODE_BIN ROUTER_BIN TEST
  *   replace  copy 2 is replaced by a new empty node (node 3) while a
  *            writer adds keys through the router, by the steps of the
- *            docs: copies_next (node 3 joins), node 3's health SERVING,
+ *            docs: copies_next (node 3 joins), node 3's health SERVING
+ *            (an Import then reaches node 3 at once, as writes do),
  *            copies_prev (reads from the new copies), the new copies
  *            alone.  After every step every acknowledged key reads
  *            "maybe"; in the joint phase a write that the next copies do
@@ -30,6 +31,8 @@
 
 #include <grpc/grpc.h>
 
+#include "bundle.h"
+#include "bytebuf.h"
 #include "cluster.h"
 
 #define S 4          /* shards */
@@ -213,6 +216,37 @@ static void test_replace(void)
     CHECK(cluster_wait_reads(&c, 3, 120000), "node 3 does not report in sync");
     printf("node 3 reports in sync (public health SERVING)\n");
     check_acked(&c, writer_progress(&w, 200), "node 3 in sync");
+
+    /* An Import is a write: it reaches the joining copy too, at once (not
+     * only through node 3's next pull from the others). */
+    uint8_t *buf = NULL;
+    size_t blen = t_export(c.router[0].ch, "f", &buf, &st);
+    CHECK(blen > 0, "Export: %s", st.message);
+    char err[256];
+    struct bundle *b = bundle_parse(buf, blen, err);
+    CHECK(b, "export: %s", err);
+    free(buf);
+    enum { NI = 500 };
+    char **ik = keys_make("imported", 0, NI);
+    size_t ilens[NI];
+    for (int i = 0; i < NI; i++)
+        ilens[i] = strlen(ik[i]);
+    bundle_add_keys(b, (const void *const *)ik, ilens, NI);
+    struct bytebuf bb;
+    bytebuf_init(&bb, SIZE_MAX);
+    CHECK(bundle_write(b, bytebuf_write, &bb) == 0, "bundle");
+    bundle_destroy(b);
+    CHECK(t_import(c.router[0].ch, "f", bb.p, bb.len, NULL, &st) == 0, "Import in the "
+          "joint phase: %s", st.message);
+    bytebuf_deinit(&bb);
+    struct node_proc iview = {0};
+    cluster_view_start(&c, 3, &iview);
+    size_t got = keys_present(iview.ch, "f", ik, NI, NULL);
+    node_stop(&iview, SIGTERM);
+    CHECK(got == NI, "the joining copy holds %zu of %d imported keys right after the "
+          "Import", got, (int)NI);
+    printf("an Import in the joint phase reached the joining copy\n");
+    keys_free(ik, NI);
 
     /* Step 2: reads from the new copies; writes still reach node 2. */
     snprintf(body, sizeof body, "copies = %s %s %s\ncopies_prev = %s %s %s\n",

@@ -40,6 +40,7 @@ static const struct command commands[] = {
     {"status", NULL, cmd_online_status},
     {"backup", NULL, cmd_backup},
     {"restore", NULL, cmd_restore},
+    {"canary", NULL, cmd_canary},
     {NULL, NULL, NULL},
 };
 

@@ -69,5 +69,6 @@ int cmd_online_import(int argc, char **argv);
 int cmd_online_status(int argc, char **argv);
 int cmd_backup(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
+int cmd_canary(int argc, char **argv);     /* cmd_canary.c */
 
 #endif

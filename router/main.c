@@ -19,6 +19,7 @@
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "log.h"
 #include "router.h"
+#include "router_canary.h"
 #include "router_config.h"
 #include "router_health.h"
 #include "router_rpc.h"
@@ -150,6 +151,14 @@ int main(int argc, char **argv)
                                          NULL};
     if (rpc_reflect_add_on(r.srv, served, rpc_listen_not(hli)) != 0)
         log_warn("gRPC reflection unavailable");
+    /* The canary's first round is one interval away: after the start
+     * (a state file refused stops it before any thread runs). */
+    struct router_canary *canary;
+    char cerr[CANARY_ERRLEN];
+    if (router_canary_start(&r, &canary, cerr) < 0) {
+        fprintf(stderr, "%s: not starting: %s\n", argv[0], cerr);
+        return 2;
+    }
     /* "" is liveness; readiness and the filters' names follow the probe
      * of the nodes (router_health.h). */
     struct router_health *health = router_health_start(&r);
@@ -162,6 +171,7 @@ int main(int argc, char **argv)
         log_error("not starting: cannot listen on %s (see above)", cfg.listen);
         /* The probe thread sets health on the server: stopped first. */
         router_health_stop(health);
+        router_canary_stop(canary);
         rpc_server_destroy(r.srv);
         grpc_shutdown();
         return 1;
@@ -184,6 +194,7 @@ int main(int argc, char **argv)
     rpc_server_set_health(r.srv, "bloomgrid.v1.BloomGrid", false);
     rpc_server_shutdown(r.srv);
     router_health_stop(health);
+    router_canary_stop(canary);
     rpc_server_destroy(r.srv);
     router_deinit(&r);
     rpc_tls_destroy(tls);

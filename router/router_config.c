@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "canary.h"
 #include "rpc_listen.h"
 #include "rpc_metrics.h"
 #include "rpc_auth.h"
@@ -61,6 +62,23 @@ static const struct setting settings[] = {
      "log line format: text (with a syslog priority prefix instead of the time when stderr is the systemd journal) or json (one object per line: time, level, program, source, msg)"},
     RPC_LISTEN_SETTINGS(struct router_config),
     RPC_METRICS_SETTING(struct router_config),
+    {"canary_filter", SETTING_STRING, 0, 0, NULL, "", F(canary_filter),
+     "filter the router's canary adds a key to every canary_interval_ms and "
+     "asks for every earlier one (bloomgrid_canary_false_negatives_total, "
+     "docs/ROUTER.md); the filter must exist; empty: no canary"},
+    {"canary_interval_ms", SETTING_UINT, 100, 86400000, NULL, "60000",
+     F(canary_interval_ms), "milliseconds between canary rounds"},
+    {"canary_check_keys", SETTING_UINT, 1, CANARY_CHECK_MAX, NULL, "1000",
+     F(canary_check_keys),
+     "earlier canary keys asked for per round at most: all while there are "
+     "no more, then the newest half and a sample of the older ones"},
+    {"canary_name", SETTING_STRING, 0, 0, NULL, "router", F(canary_name),
+     "the canary's name in its keys, bloomgrid-canary/NAME/SEQ: letters, "
+     "digits, '.', '_', '-'"},
+    {"canary_state_file", SETTING_STRING, 0, 0, NULL, "", F(canary_state_file),
+     "file recording how many canary keys were acknowledged, so that a "
+     "restarted router checks the keys of its earlier runs; empty: the "
+     "router checks only the keys it added since it started"},
 };
 
 static const struct settings_spec spec = {
@@ -80,10 +98,35 @@ static const struct settings_spec spec = {
     .count = sizeof settings / sizeof settings[0],
 };
 
+/* What the table cannot say of the canary settings; prints the error. */
+static int canary_settings_check(const struct router_config *c, const char *prog)
+{
+    char err[RULES_ERRLEN];
+
+    if (canary_name_check("canary_name", c->canary_name, err) < 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return -1;
+    }
+    if (c->canary_filter[0] &&
+        rules_filter_name_check(c->canary_filter, strlen(c->canary_filter), err) < 0) {
+        fprintf(stderr, "%s: canary_filter: %s\n", prog, err);
+        return -1;
+    }
+    if (!c->canary_filter[0] && c->canary_state_file[0]) {
+        fprintf(stderr, "%s: canary_state_file is set but canary_filter is not "
+                "(name the filter the canary writes to)\n", prog);
+        return -1;
+    }
+    return 0;
+}
+
 int router_config_load(struct router_config *c, int argc, char **argv)
 {
     memset(c, 0, sizeof *c);
-    return settings_load(&spec, c, argc, argv);
+    int rc = settings_load(&spec, c, argc, argv);
+    if (rc == 0 && canary_settings_check(c, argv[0]) < 0)
+        return -1;
+    return rc;
 }
 
 void router_config_usage(FILE *out, const char *prog)

@@ -12,6 +12,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "canary.h"
+#include "rules.h"
+
 struct router_config {
     char listen[256];
     char health_listen[256];      /* plaintext, health only, or "" */
@@ -36,6 +39,12 @@ struct router_config {
     char metrics_tls[8];          /* auto, on, off (rpc_metrics.h) */
     char tokens_file[1024];       /* tokens callers present, or "" */
     char token_file[1024];        /* the token of this process's calls, or "" */
+    /* The canary (router_canary.h); off while canary_filter is "". */
+    char canary_filter[RULES_FILTER_NAME_MAX + 1];
+    char canary_name[CANARY_NAME_MAX + 1];
+    char canary_state_file[1024]; /* "": keys kept in memory only */
+    uint64_t canary_interval_ms;
+    uint64_t canary_check_keys;
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the router

@@ -204,6 +204,14 @@ const uint64_t *bf_layer_body_const(const struct bf *f, uint32_t i);
 
 /* Scan the bits and compute estimates. */
 void bf_stats(const struct bf *f, struct bf_stats *out);
+/* The same from a sample: a layer of more than max_words words is read in
+ * evenly spaced runs of 64 words, max_words in all, placed by seed, and
+ * its set bits scaled up (the standard error of the fill is about
+ * sqrt(fill (1 - fill) / (64 max_words)), a little more for blocked
+ * filters, whose bits cluster in blocks).  Layers of at most max_words are
+ * read whole, as bf_stats does.  For gauges kept without a full scan. */
+void bf_stats_sampled(const struct bf *f, uint64_t max_words, uint64_t seed,
+                      struct bf_stats *out);
 
 /* The textbook / model FPR a layer geometry gives at n keys. */
 double bf_model_fpr(enum bf_kind kind, uint64_t m, uint32_t k, double n);

@@ -17,24 +17,52 @@
 
 #include "bf_internal.h"
 
-/* Bits set (counters above zero for the counting kind) in one layer. */
-static uint64_t layer_set(enum bf_kind kind, const struct bf_layer *l)
+/* Bits set (counters above zero for the counting kind) in words
+ * [from, to) of one layer. */
+static uint64_t words_set(enum bf_kind kind, const struct bf_layer *l, uint64_t from,
+                          uint64_t to)
 {
     uint64_t set = 0;
 
     if (kind != BF_KIND_COUNTING) {
-        for (uint64_t i = 0; i < l->words; i++)
+        for (uint64_t i = from; i < to; i++)
             set += (uint64_t)__builtin_popcountll(
                 __atomic_load_n(&l->body[i], __ATOMIC_RELAXED));
         return set;
     }
-    for (uint64_t i = 0; i < l->words; i++) {
+    for (uint64_t i = from; i < to; i++) {
         uint64_t w = __atomic_load_n(&l->body[i], __ATOMIC_RELAXED);
         /* One bit per nonzero nibble. */
         uint64_t nz = (w | w >> 1 | w >> 2 | w >> 3) & 0x1111111111111111ULL;
         set += (uint64_t)__builtin_popcountll(nz);
     }
     return set;
+}
+
+/* Runs of this many words are read together when sampling (cache lines). */
+#define SAMPLE_RUN 64
+
+/* Bits set in one layer: every word when it has at most max_words, else
+ * max_words of them in evenly spaced runs starting at offset seed, scaled
+ * to the layer. */
+static uint64_t layer_set(enum bf_kind kind, const struct bf_layer *l, uint64_t max_words,
+                          uint64_t seed)
+{
+    if (l->words <= max_words)
+        return words_set(kind, l, 0, l->words);
+    uint64_t runs = max_words / SAMPLE_RUN ? max_words / SAMPLE_RUN : 1;
+    uint64_t stride = l->words / runs, read = 0, set = 0;
+    uint64_t off = stride > SAMPLE_RUN ? seed % (stride - SAMPLE_RUN) : 0;
+    for (uint64_t r = 0; r < runs; r++) {
+        uint64_t from = r * stride + off, to = from + SAMPLE_RUN;
+        if (to > l->words)
+            to = l->words;
+        set += words_set(kind, l, from, to);
+        read += to - from;
+    }
+    double per_word = read ? (double)set / (double)read : 0.0;
+    double est = per_word * (double)l->words;
+    return est >= (double)l->m ? l->m : (uint64_t)llround(est);
 }
 
 static double estimate_count(uint64_t m, uint32_t k, uint64_t set)
@@ -52,6 +80,12 @@ static double combine_fpr(double acc_not, double fpr)
 
 void bf_stats(const struct bf *f, struct bf_stats *out)
 {
+    bf_stats_sampled(f, UINT64_MAX, 0, out);
+}
+
+void bf_stats_sampled(const struct bf *f, uint64_t max_words, uint64_t seed,
+                      struct bf_stats *out)
+{
     uint32_t n = bf__nlayers(f);
     double not_fp = 1.0;
 
@@ -59,7 +93,7 @@ void bf_stats(const struct bf *f, struct bf_stats *out)
     out->layers = n;
     for (uint32_t i = 0; i < n; i++) {
         const struct bf_layer *l = &f->layers[i];
-        uint64_t set = layer_set(f->kind, l);
+        uint64_t set = layer_set(f->kind, l, max_words, seed);
         double est = estimate_count(l->m, l->k, set);
         double fpr = set >= l->m ? 1.0 : bf_model_fpr(f->kind, l->m, l->k, est);
         if (f->kind != BF_KIND_BLOCKED && f->kind != BF_KIND_SCALABLE && set < l->m)

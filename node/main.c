@@ -305,6 +305,8 @@ int main(int argc, char **argv)
     if (rpc_metrics_start(&mc, "bloomgrid-node", &mh) < 0)
         return 2;
     node_metrics_start(&n);
+    if (mh)
+        node_metrics_sample_start(&n);
 
     struct rpc_server_config sc = {
         .listen = n.cfg.listen,
@@ -425,6 +427,7 @@ int main(int argc, char **argv)
     atomic_store(&n.stopping, true);
     set_health(&n, false);
     rpc_server_shutdown(n.srv);
+    node_metrics_sample_stop();
     pthread_join(hk, NULL);
     node_replicate_stop(repl);
     node_rpc__topo_clear();

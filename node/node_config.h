@@ -52,6 +52,7 @@ struct node_config {
     bool insecure;                /* --insecure */
     char metrics_listen[256];     /* GET /metrics, or "" */
     char metrics_tls[8];          /* auto, on, off (rpc_metrics.h) */
+    uint64_t metrics_sample_s;    /* fill gauges' sampling period */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node

@@ -104,7 +104,8 @@ def expect(fams, sample, want, **labels):
 
 def main():
     global ROUTER_ADDR
-    node_addr, node_m = start("node", NODE, "--data-dir", os.path.join(WORK, "d"))
+    node_addr, node_m = start("node", NODE, "--data-dir", os.path.join(WORK, "d"),
+                              "--metrics-sample-s", "1")
     # The node listens before its data directory is open.
     for _ in range(400):
         if subprocess.run([BG, "--server", node_addr, "list"], cwd=WORK,
@@ -161,6 +162,23 @@ def main():
         fail("bloomgrid_filter_bytes: %r" % shards)
     for s in shards:
         expect(fams, "bloomgrid_shard_syncing", 0.0, filter=s.labels["filter"])
+    # The sampled fill (every second here): n-hat sums to the 30 keys, and
+    # the fill and its FPR are those of a filter at 30 of 10 000 keys.
+    nhat = 0.0
+    for _ in range(200):
+        fams = scrape(node_m)
+        nhat = sum(s.value for f in fams for s in f.samples
+                   if s.name == "bloomgrid_filter_estimated_keys")
+        if nhat >= 29:
+            break
+        time.sleep(0.1)
+    if not 27 <= nhat <= 33:
+        fail("bloomgrid_filter_estimated_keys sum to %r, expected about 30" % nhat)
+    for name, lo, hi in (("bloomgrid_filter_fill_ratio", 1e-4, 0.05),
+                         ("bloomgrid_filter_estimated_fpr", 0.0, 1e-3)):
+        got = [s.value for f in fams for s in f.samples if s.name == name]
+        if len(got) != 2 or not all(lo <= v <= hi for v in got):
+            fail("%s: %r, expected two shards within [%g, %g]" % (name, got, lo, hi))
     if not value(fams, "bloomgrid_wal_fsync_duration_seconds_count"):
         fail("node: no WAL fsync counted")
     if not value(fams, "process_open_fds"):

@@ -838,6 +838,38 @@ START_TEST(like_shares_fingerprint)
 }
 END_TEST
 
+/* Sampled stats: equal to the full scan for a layer within the sample,
+ * and within many standard errors of it for a large one (64 Ki words of
+ * 12 MB: the fill's standard error is about 2.5e-4, the bound 5e-3). */
+START_TEST(sampled_stats_track_the_scan)
+{
+    static const enum bf_kind kinds[] = {BF_KIND_BLOCKED, BF_KIND_CLASSIC,
+                                         BF_KIND_COUNTING};
+    uint64_t n = fast_mode() ? 1000000 : 10000000;
+    for (size_t ki = 0; ki < sizeof kinds / sizeof kinds[0]; ki++) {
+        struct bf *f = make(kinds[ki], n, 0.01, NULL);
+        char key[48];
+        for (uint64_t i = 0; i < n / 2; i++)
+            bf_add(f, key, key_of(key, "s", i));
+        struct bf_stats full, part, whole;
+        bf_stats(f, &full);
+        bf_stats_sampled(f, UINT64_MAX, 7, &whole);
+        ck_assert_uint_eq(whole.set, full.set);
+        for (uint64_t seed = 0; seed < 3; seed++) {
+            bf_stats_sampled(f, 65536, seed * 977, &part);
+            ck_assert_msg(fabs(part.fill_ratio - full.fill_ratio) < 5e-3,
+                          "kind %d: sampled fill %.5f, scan %.5f", kinds[ki],
+                          part.fill_ratio, full.fill_ratio);
+            ck_assert_msg(fabs(part.estimated_count - full.estimated_count) <
+                              0.02 * full.estimated_count,
+                          "kind %d: sampled n-hat %.0f, scan %.0f", kinds[ki],
+                          part.estimated_count, full.estimated_count);
+        }
+        bf_destroy(f);
+    }
+}
+END_TEST
+
 Suite *bf_suite(void)
 {
     Suite *s = suite_create("bf");
@@ -855,6 +887,7 @@ Suite *bf_suite(void)
     tcase_add_test(tc, counting_remove);
     tcase_add_test(tc, counting_saturated_counter_never_decrements);
     tcase_add_test(tc, estimates_track_count);
+    tcase_add_test(tc, sampled_stats_track_the_scan);
     tcase_add_test(tc, merge_equals_union_bit_for_bit);
     tcase_add_test(tc, merge_scalable_appends_layers);
     tcase_add_test(tc, merge_refuses_every_mismatch);

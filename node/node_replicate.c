@@ -257,6 +257,13 @@ static void ae_metrics(const char *peer, size_t pages, uint64_t bytes)
     metric_add(metrics_counter(m, "bloomgrid_antientropy_bytes_total",
                                "bytes of the pages pulled from the other copies",
                                labels), bytes);
+    /* The lag of this copy behind peer: time() minus this, in a query. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    metric_set(metrics_gauge(m, "bloomgrid_antientropy_last_pull_timestamp_seconds",
+                             "when a pull of a shard's changed pages from the peer "
+                             "last succeeded (Unix time)", labels),
+               (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
 }
 
 /* Pull shard sf's changed pages from the copy peer.  Returns false when

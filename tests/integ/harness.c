@@ -1,13 +1,17 @@
 /* harness: processes, keys and RPC wrappers for integration tests. */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
-#include <ftw.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -139,7 +143,7 @@ int harness_log_count(const char *path, const char *needle)
 void proc_spawn(struct node_proc *p, const char *log, const char *const *argv)
 {
     int pfd[2];
-    char buf[256];
+    char buf[1024];
     size_t got = 0;
 
     memset(p, 0, sizeof *p);
@@ -159,17 +163,24 @@ void proc_spawn(struct node_proc *p, const char *log, const char *const *argv)
     }
     close(pfd[1]);
     live_add(pid);
+    /* Lines up to the "listening on" one (a metrics line may come first). */
     while (got < sizeof buf - 1) {
         ssize_t r = read(pfd[0], buf + got, sizeof buf - 1 - got);
         if (r <= 0)
             break;
         got += (size_t)r;
         buf[got] = 0;
-        if (strchr(buf, '\n'))
+        char *l = strstr(buf, "listening on ");
+        if (l && strchr(l, '\n'))
             break;
     }
     close(pfd[0]);
     buf[got] = 0;
+    char *m = strstr(buf, " metrics on ");
+    if (m) {
+        m += strlen(" metrics on ");
+        snprintf(p->maddr, sizeof p->maddr, "%.*s", (int)strcspn(m, " \n"), m);
+    }
     char *s = strstr(buf, "listening on ");
     CHECK(s != NULL, "%s did not start (see %s): \"%s\"", argv[0], log, buf);
     s += strlen("listening on ");
@@ -196,6 +207,59 @@ void proc_spawn(struct node_proc *p, const char *log, const char *const *argv)
     CHECK(p->ch != NULL, "channel");
     if (p->iaddr[0])
         CHECK((p->ich = rpc_channel_create(p->iaddr, 0)), "channel");
+}
+
+char *harness_http_get(const char *addr, const char *path)
+{
+    char host[64], req[512];
+    const char *colon = strrchr(addr, ':');
+    if (!colon || (size_t)(colon - addr) >= sizeof host)
+        return NULL;
+    snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || inet_pton(AF_INET, host, &a.sin_addr) != 1 ||
+        connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf || write(fd, req, (size_t)n) != n) {
+        free(buf);
+        close(fd);
+        return NULL;
+    }
+    for (ssize_t r; (r = read(fd, buf + len, cap - len)) > 0;) {
+        len += (size_t)r;
+        if (len == cap) {
+            char *nb = realloc(buf, 2 * cap + 1);
+            if (!nb)
+                break;
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    close(fd);
+    buf[len] = 0;
+    char *body = strstr(buf, "\r\n\r\n");
+    if (strncmp(buf, "HTTP/1.", 7) != 0 || strncmp(buf + 8, " 200", 4) != 0 || !body) {
+        free(buf);
+        return NULL;
+    }
+    memmove(buf, body + 4, len - (size_t)(body + 4 - buf) + 1);
+    return buf;
+}
+
+double harness_metric(const char *text, const char *series)
+{
+    size_t sl = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, series, sl) == 0 && p[sl] == ' ')
+            return strtod(p + sl + 1, NULL);
+    return NAN;
 }
 
 void node_start(struct node_proc *np, const char *dir, const char *const *extra)

@@ -54,6 +54,8 @@ struct node_proc {
     /* A process with health_listen: that listener's address ("" without). */
     int hport;
     char haddr[64];
+    /* A process with metrics_listen: its "PROG metrics on HOST:PORT" ("" without). */
+    char maddr[64];
 };
 
 /* ---- time and files ---- */
@@ -77,9 +79,19 @@ uint64_t harness_du(const char *dir);
  * Only for what a process reports nowhere but its log: say why where used. */
 int harness_log_count(const char *path, const char *needle);
 
+/* GET http://addr/path (plain HTTP/1.0 on loopback): the response body,
+ * malloc'd and NUL-terminated, or NULL (no answer, or a status other than
+ * 200). */
+char *harness_http_get(const char *addr, const char *path);
+
+/* The value of the sample "series" (name{labels} exactly as served, e.g.
+ * "x_total{peer=\"127.0.0.1:5\"}") in a text exposition; NAN without it. */
+double harness_metric(const char *text, const char *series);
+
 /* ---- processes ---- */
 
 /* Start argv[0] with stdout read until its "listening on HOST:PORT" line
+ * (a "metrics on HOST:PORT" line before it fills maddr)
  * (a node's may go on with " internal HOST:PORT", any process's with
  * " health HOST:PORT") and stderr appended to
  * log; fills p (addresses, ports, pid, channels, with the process-wide

@@ -26,17 +26,21 @@
  *           a copy that missed acknowledged writes (the first one asked)
  *           does not make the export miss them; with fewer than R copies
  *           up, Export is UNAVAILABLE
+ *   metrics every copy's metrics show, per other copy, anti-entropy pages
+ *           and the time of its last pull, which stops for a killed copy
  *   refuse  a copy refuses a public Add and MayContain, CreateFilter and
  *           DropFilter (FAILED_PRECONDITION naming the router rule), a
  *           counting filter cannot be created on the group, a node refuses router calls made under another
  *           topology version until it reads the same file, and a node
  *           refuses to start outside the topology or with durability none
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include <grpc/grpc.h>
 
@@ -472,6 +476,70 @@ static void test_export(void)
     cluster_stop(&c);
 }
 
+/* Anti-entropy's series on every copy: for each other copy, pages and
+ * bytes pulled and the time of the last successful pull, which moves on
+ * while the copies run and stops for a copy that is stopped. */
+static void test_metrics(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    const char *flags[] = {"--metrics-listen", "127.0.0.1:0", "--replicate-interval-ms",
+                           "100", NULL};
+    cluster_init(&c, "router-copies-metrics", "fsync");
+    c.node_flags = flags;
+    cluster_run_copies(&c, 1, 3, "write_quorum = 2\nread_quorum = 2\n", 1);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, S, NULL, &st) == 0,
+          "create: %s", st.message);
+    char **k = keys_make("m", 0, NKEYS);
+    keys_call(c.router[0].ch, "Add", "f", k, NKEYS, 500, NULL);
+    for (int i = 0; i < 3; i++)
+        CHECK(c.node[i].maddr[0], "node %d printed no metrics address", i);
+
+    char series[3][256];
+    double t0 = 0, t1 = 0;
+    for (int p = 1; p < 3; p++) {
+        snprintf(series[p], sizeof series[p],
+                 "bloomgrid_antientropy_last_pull_timestamp_seconds{peer=\"%s\"}",
+                 c.node[p].addr);
+    }
+    /* Copy 0 has pulled from both others, recently. */
+    char pages[256];
+    snprintf(pages, sizeof pages, "bloomgrid_antientropy_pages_total{peer=\"%s\"}",
+             c.node[1].addr);
+    double now = (double)time(NULL);
+    for (int t = 0; t < 100; t++) {
+        char *body = harness_http_get(c.node[0].maddr, "/metrics");
+        CHECK(body, "GET /metrics of node 0");
+        t0 = harness_metric(body, series[1]);
+        t1 = harness_metric(body, series[2]);
+        double pg = harness_metric(body, pages);
+        free(body);
+        if (!isnan(t0) && !isnan(t1) && !isnan(pg) && t0 >= now - 1 && t1 >= now - 1)
+            break;
+        harness_sleep_ms(100);
+    }
+    CHECK(!isnan(t0) && !isnan(t1) && t0 >= now - 1 && t1 >= now - 1,
+          "node 0: last pulls %f and %f, not after %f", t0, t1, now);
+    /* Copy 2 killed: its timestamp stays, copy 1's moves on. */
+    node_stop(&c.node[2], SIGKILL);
+    harness_sleep_ms(1500);
+    char *body = harness_http_get(c.node[0].maddr, "/metrics");
+    CHECK(body, "GET /metrics of node 0");
+    double a1 = harness_metric(body, series[1]), a2 = harness_metric(body, series[2]);
+    free(body);
+    harness_sleep_ms(1500);
+    body = harness_http_get(c.node[0].maddr, "/metrics");
+    CHECK(body, "GET /metrics of node 0");
+    double b1 = harness_metric(body, series[1]), b2 = harness_metric(body, series[2]);
+    free(body);
+    CHECK(b1 > a1, "the last pull from copy 1 did not move on: %f then %f", a1, b1);
+    CHECK(b2 == a2, "the last pull from killed copy 2 moved: %f then %f", a2, b2);
+    printf("anti-entropy lag: copy 1 pulled again, killed copy 2 %.1f s behind\n",
+           b1 - b2);
+    keys_free(k, NKEYS);
+    cluster_stop(&c);
+}
+
 static void run(void)
 {
     if (!strcmp(test_name, "quorum"))
@@ -488,6 +556,8 @@ static void run(void)
         test_refuse();
     else if (!strcmp(test_name, "export"))
         test_export();
+    else if (!strcmp(test_name, "metrics"))
+        test_metrics();
     else
         CHECK(false, "unknown test %s", test_name);
 }

@@ -25,6 +25,7 @@
 
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "log.h"
+#include "proc_malloc.h"
 #include "svc_notify.h"
 #include "merger.h"
 #include "merger_config.h"
@@ -141,6 +142,8 @@ int main(int argc, char **argv)
     static struct mg_filter_conf filters[MG_MAX_FILTERS];
     struct merger_config cfg;
     char err[MG_ERRLEN];
+    /* Before any thread: see proc_malloc.h (TLB shootdowns per call). */
+    proc_malloc_tune();
     bool once;
     enum log_level lvl;
     sigset_t set;

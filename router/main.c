@@ -18,6 +18,7 @@
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "log.h"
+#include "proc_malloc.h"
 #include "router.h"
 #include "router_canary.h"
 #include "router_config.h"
@@ -67,6 +68,8 @@ int main(int argc, char **argv)
     static struct router r;
     struct router_config cfg;
     char err[TOPO_ERRLEN];
+    /* Before any thread: see proc_malloc.h (TLB shootdowns per call). */
+    proc_malloc_tune();
 
     int rc = router_config_load(&cfg, argc, argv);
     if (rc != 0)

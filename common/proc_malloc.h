@@ -1,0 +1,29 @@
+/* proc_malloc: the allocator settings of the serving processes (node,
+ * router, merger), applied once at start.
+ *
+ * glibc's malloc gives freed memory back to the kernel as soon as 128 KiB
+ * lie free at the top of a heap (brk, or madvise(MADV_DONTNEED) in a
+ * thread's arena), and serves requests of more than its moving mmap
+ * threshold with mmap/munmap.  With gRPC and TLS buffers freed and taken
+ * again on every call, that is hundreds of madvise calls a second, each a
+ * TLB shootdown of every thread of the process (measured on a router under
+ * 1000-key reads over TLS: 476 madvise calls in 5 s, and a quarter of its
+ * CPU in the kernel's cross-CPU calls and their spin locks; none with
+ * these settings).  So: up to 16 MiB may stay free at the top of a heap,
+ * and only requests of 4 MiB or more are mapped on their own (filters'
+ * bits are mapped by bf.c anyway).
+ *
+ * A process started with GLIBC_TUNABLES naming glibc.malloc, or with any
+ * MALLOC_*_ variable, keeps what it was given.
+ */
+#ifndef BLOOMGRID_PROC_MALLOC_H
+#define BLOOMGRID_PROC_MALLOC_H
+
+#define PROC_MALLOC_TRIM_BYTES (16u << 20)
+#define PROC_MALLOC_MMAP_BYTES (4u << 20)
+
+/* Apply the settings above (before any thread starts).  Returns 1 when
+ * they were applied, 0 when the environment asked for its own. */
+int proc_malloc_tune(void);
+
+#endif

@@ -21,6 +21,18 @@ start_server() {
         sleep 0.05
     done
     ADDR=$(sed -n 's/.*listening on //p' "$tag.out")
+    # A node listens before its data directory is open, and answers
+    # UNAVAILABLE ("recovering") until then: its log says when (the one
+    # thing here read from a log, and only to wait).
+    if grep -q '^bloomgrid-node listening' "$tag.out"; then
+        n=0
+        while ! grep -q 'data directory .* open' "$tag.log"; do
+            kill -0 $pid 2>/dev/null || fail "$tag exited: $(cat "$tag.log")"
+            n=$((n + 1))
+            [ $n -lt 400 ] || fail "$tag did not open its data: $(cat "$tag.log")"
+            sleep 0.05
+        done
+    fi
 }
 
 # all_alive: every started server still runs.

@@ -37,9 +37,11 @@ dist: build
 
 # The container image (Dockerfile; deploy/image/README.md), and a run of it.
 image:
+	@./deploy/install-deps.sh image
 	@./deploy/image/build.sh
 
 image-test:
+	@./deploy/install-deps.sh image
 	@./deploy/image/test.sh
 
 run: build

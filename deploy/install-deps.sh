@@ -2,7 +2,7 @@
 # Install the Debian packages bloomgrid needs, by purpose.  Idempotent: does
 # nothing when everything is already installed.
 #
-# usage: deploy/install-deps.sh [runtime|build|test]   (default: test)
+# usage: deploy/install-deps.sh [runtime|build|test|image]   (default: test)
 #   runtime  the shared libraries the four programs load (the image's run
 #            stage)
 #   build    what `make build` needs: compiler, CMake, headers, code
@@ -11,6 +11,8 @@
 #            libbloom and redis (benchmarks), Node.js and npm (the grpc-js
 #            client tests), Python's prometheus, grpc, protobuf and yaml modules,
 #            protoc-gen-go, openssl (test certificates)
+#   image    what `make image` needs to build the image here: podman with
+#            runc, and debootstrap for a base where no registry serves one
 set -euo pipefail
 
 what=${1:-test}
@@ -37,8 +39,9 @@ case "$what" in
     command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
     command -v npm >/dev/null 2>&1 || PKGS+=(npm)
     ;;
-  -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) echo "install-deps: unknown set '$what' (runtime, build or test)" >&2; exit 2 ;;
+  image) PKGS=(podman runc debootstrap) ;;
+  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "install-deps: unknown set '$what' (runtime, build, test or image)" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -491,7 +491,12 @@ static void check_scalable_fpr(double p)
     double fpr = measure_fpr(f, 100 * n0, probes);
 
     ck_assert_uint_gt(bf_layer_count(f), 5);
-    ck_assert_msg(fpr <= p, "scalable p=%g after 100x: measured %g", p, fpr);
+    /* The layers' targets sum to p (1 - r^L), a hair under p, so the
+     * compound rate sits at the target: the bound is p plus five standard
+     * errors of the measurement, not p itself. */
+    double bound = p + 5.0 * sqrt(p / (double)probes);
+    ck_assert_msg(fpr <= bound, "scalable p=%g after 100x: measured %g (bound %g)", p, fpr,
+                  bound);
     bf_destroy(f);
 }
 

@@ -209,3 +209,56 @@ int durable_write_file(const char *path, const void *buf, size_t len,
     struct buf_ctx b = {buf, len};
     return durable_write_with(path, fill_buf, &b, mode, err);
 }
+
+char *durable_read_all(const char *path, size_t max, size_t *len, char *err,
+                       size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap > max)
+                break;
+            cap = cap ? cap * 2 : 4096;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) {
+                snprintf(err, errlen, "%s: out of memory", path);
+                goto fail;
+            }
+            buf = nb;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    if (n > max) {
+        snprintf(err, errlen, "%s: larger than %zu bytes", path, max);
+        goto fail;
+    }
+    if (!buf && !(buf = malloc(1))) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        goto fail;
+    }
+    close(fd);
+    buf[n] = 0;
+    if (len)
+        *len = n;
+    return buf;
+fail:
+    close(fd);
+    free(buf);
+    return NULL;
+}

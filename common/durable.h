@@ -72,6 +72,13 @@ int durable_write_with(const char *path, int (*fill)(int fd, void *ctx),
                        void *ctx, mode_t mode, char *err);
 
 /* fsync a directory / the directory holding path.  0 or -errno. */
+/* The reading side: the whole file at path, at most max bytes, in a
+ * malloc'd buffer with a NUL after its len bytes (len may be NULL).  NULL
+ * with "PATH: cannot open: ...", "PATH: cannot read: ...", "PATH: larger
+ * than MAX bytes" or "PATH: out of memory" in err (errlen bytes). */
+char *durable_read_all(const char *path, size_t max, size_t *len, char *err,
+                       size_t errlen);
+
 int durable_fsync_dir(const char *dir);
 int durable_fsync_parent(const char *path);
 

@@ -15,22 +15,20 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "durable.h"
 #include "log.h"
 #include "rpc_client.h"
 
@@ -165,65 +163,10 @@ int rpc_token_check(const char *what, const char *token, size_t len, char *err)
     return 0;
 }
 
-/* Read at most max bytes of path into a malloc'd, NUL-terminated buffer. */
-static char *slurp(const char *path, size_t max, size_t *len, char *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-
-    if (fd < 0) {
-        snprintf(err, RPC_AUTH_ERRLEN, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    for (;;) {
-        if (n == cap) {
-            if (cap > max) {
-                snprintf(err, RPC_AUTH_ERRLEN, "%s: larger than %zu bytes", path, max);
-                goto fail;
-            }
-            cap = cap ? cap * 2 : 4096;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) {
-                snprintf(err, RPC_AUTH_ERRLEN, "%s: out of memory", path);
-                goto fail;
-            }
-            buf = nb;
-        }
-        ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            snprintf(err, RPC_AUTH_ERRLEN, "%s: %s", path, strerror(errno));
-            goto fail;
-        }
-        if (r == 0)
-            break;
-        n += (size_t)r;
-    }
-    close(fd);
-    if (n > max) {
-        snprintf(err, RPC_AUTH_ERRLEN, "%s: larger than %zu bytes", path, max);
-        free(buf);
-        return NULL;
-    }
-    if (!buf && !(buf = malloc(1))) {
-        snprintf(err, RPC_AUTH_ERRLEN, "%s: out of memory", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-fail:
-    close(fd);
-    free(buf);
-    return NULL;
-}
-
 int rpc_token_read(const char *path, char *buf, char *err)
 {
     size_t len;
-    char *text = slurp(path, 4096, &len, err);
+    char *text = durable_read_all(path, 4096, &len, err, RPC_AUTH_ERRLEN);
     char what[300];
 
     if (!text)
@@ -506,7 +449,7 @@ fail:
 struct rpc_tokens *rpc_tokens_load(const char *path, char *err)
 {
     size_t len;
-    char *text = slurp(path, TOKENS_FILE_MAX, &len, err);
+    char *text = durable_read_all(path, TOKENS_FILE_MAX, &len, err, RPC_AUTH_ERRLEN);
     if (!text)
         return NULL;
     struct rpc_tokens *t = rpc_tokens_parse(text, len, path, err);

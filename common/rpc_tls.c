@@ -22,6 +22,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include "durable.h"
 #include "log.h"
 
 const struct rpc_tls_names rpc_tls_setting_names = {"tls_cert", "tls_key", "tls_ca"};
@@ -59,41 +60,14 @@ static void pem_free(struct pem_set *p)
     memset(p, 0, sizeof *p);
 }
 
-/* The text of path, NUL-terminated; NULL with err set. */
+/* The text of path, NUL-terminated; NULL with err naming the setting. */
 static char *file_read(const char *what, const char *path, char *err)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n = 0;
-
-    if (!f) {
-        snprintf(err, RPC_TLS_ERRLEN, "%s %s: cannot open: %s", what, path,
-                 strerror(errno));
-        return NULL;
-    }
-    buf = malloc(RPC_TLS_FILE_MAX + 1);
-    if (!buf) {
-        snprintf(err, RPC_TLS_ERRLEN, "%s %s: out of memory", what, path);
-        goto fail;
-    }
-    n = fread(buf, 1, RPC_TLS_FILE_MAX + 1, f);
-    if (ferror(f)) {
-        snprintf(err, RPC_TLS_ERRLEN, "%s %s: cannot read: %s", what, path,
-                 strerror(errno));
-        goto fail;
-    }
-    if (n > RPC_TLS_FILE_MAX) {
-        snprintf(err, RPC_TLS_ERRLEN, "%s %s: larger than %u bytes: not a PEM "
-                 "file", what, path, RPC_TLS_FILE_MAX);
-        goto fail;
-    }
-    fclose(f);
-    buf[n] = 0;
+    char e[RPC_TLS_ERRLEN - 64];
+    char *buf = durable_read_all(path, RPC_TLS_FILE_MAX, NULL, e, sizeof e);
+    if (!buf)
+        snprintf(err, RPC_TLS_ERRLEN, "%s %s", what, e);
     return buf;
-fail:
-    free(buf);
-    fclose(f);
-    return NULL;
 }
 
 /* OpenSSL's last error, for messages. */

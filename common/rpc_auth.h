@@ -162,10 +162,14 @@ int rpc_auth_recheck(struct rpc_auth *a, const char *path, grpc_call *call,
 
 /* ---- start-up ---- */
 
-/* The two settings of every server process (node, router, merger), as
- * entries of its table (settings.h; F is the table's field macro): the
+/* The two settings of every server process (node, router, merger): the
  * tokens file its callers' tokens are checked against, and the file of the
- * token its own calls to nodes send. */
+ * token its own calls to nodes send.  RPC_AUTH_FIELDS goes in its config
+ * struct, RPC_AUTH_SETTINGS in its table (settings.h; F is the table's
+ * field macro). */
+#define RPC_AUTH_FIELDS                                                         \
+    char tokens_file[1024]; /* tokens callers present, or "" */                 \
+    char token_file[1024];  /* the token of this process's calls, or "" */
 #define RPC_AUTH_SETTINGS(F)                                                    \
     {"tokens_file", SETTING_STRING, 0, 0, NULL, "", F(tokens_file),            \
      "file of the tokens callers must present, one \"ROLE NAME SHA256HEX\" "   \

@@ -26,9 +26,16 @@
 
 #define RPC_LISTEN_ERRLEN 512
 
-/* The settings-table entries (settings.h) of the TLS files and --insecure,
- * shared by every serving process; type is its config struct, with fields
- * char tls_cert[], tls_key[], tls_ca[] and bool insecure. */
+/* The fields the entries below fill, for the config struct of every
+ * serving process. */
+#define RPC_LISTEN_FIELDS                                                      \
+    char tls_cert[1024], tls_key[1024], tls_ca[1024]; /* "" without TLS */     \
+    bool insecure;                                     /* --insecure */        \
+    char health_listen[256]; /* plaintext, health only, or "" */
+
+/* The settings-table entries (settings.h) of the TLS files, --insecure and
+ * health_listen, shared by every serving process; type is its config
+ * struct, holding RPC_LISTEN_FIELDS. */
 #define RPC_LISTEN_SETTINGS(type)                                              \
     {"tls_cert", SETTING_STRING, 0, 0, NULL, "", SETTING_FIELD(type, tls_cert), \
      "certificate chain of this process (PEM, its own certificate first), "    \

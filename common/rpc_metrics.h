@@ -25,8 +25,13 @@
 
 #include "metrics.h"
 
-/* The settings-table entries; type is the config struct, with fields
- * char metrics_listen[] (a host:port, or "") and char metrics_tls[8]. */
+/* The fields the entries below fill. */
+#define RPC_METRICS_FIELDS                                                     \
+    char metrics_listen[256]; /* GET /metrics, or "" */                        \
+    char metrics_tls[8];      /* auto, on, off */
+
+/* The settings-table entries; type is the config struct, holding
+ * RPC_METRICS_FIELDS. */
 #define RPC_METRICS_SETTING(type)                                              \
     {"metrics_listen", SETTING_ADDR, 0, 0, NULL, "",                           \
      SETTING_FIELD(type, metrics_listen),                                      \

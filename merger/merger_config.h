@@ -12,11 +12,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "rpc_auth.h"
+#include "rpc_listen.h"
+#include "rpc_metrics.h"
+
 #define MG_PATH_MAX 1024
 
 struct merger_config {
     char listen[256];
-    char health_listen[256];      /* plaintext, health only, or "" */
     char state_dir[MG_PATH_MAX];
     char sources[MG_PATH_MAX];
     uint64_t interval_s;
@@ -25,12 +28,9 @@ struct merger_config {
     uint64_t workers;             /* shards handled at once */
     char log_level[16];
     char log_format[8];           /* text or json */
-    char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
-    bool insecure;                /* --insecure */
-    char metrics_listen[256];     /* GET /metrics, or "" */
-    char metrics_tls[8];          /* auto, on, off (rpc_metrics.h) */
-    char tokens_file[1024];       /* tokens callers present, or "" */
-    char token_file[1024];        /* the token of this process's calls, or "" */
+    RPC_LISTEN_FIELDS
+    RPC_METRICS_FIELDS
+    RPC_AUTH_FIELDS
 };
 
 /* Parse argv (and the --config file it names) into *c; *once is set when

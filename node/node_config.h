@@ -18,6 +18,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "rpc_auth.h"
+#include "rpc_listen.h"
+#include "rpc_metrics.h"
+
 struct node_config {
     char listen[256];
     char data_dir[1024];
@@ -41,18 +45,14 @@ struct node_config {
     char log_format[8];           /* text or json */
     char topology[1024];          /* topology file, or "" */
     char advertise[256];          /* this node in the topology, or "" */
-    char tokens_file[1024];       /* tokens callers present, or "" */
-    char token_file[1024];        /* the token of this process's calls, or "" */
     char role[16];                /* gone: refused when set */
     char primary[256];            /* gone: refused when set */
     _Atomic uint64_t replicate_interval_ms;   /* live */
     char internal_listen[256];    /* the Internal service's address, or "" */
-    char health_listen[256];      /* plaintext, health only, or "" */
-    char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
-    bool insecure;                /* --insecure */
-    char metrics_listen[256];     /* GET /metrics, or "" */
-    char metrics_tls[8];          /* auto, on, off (rpc_metrics.h) */
     uint64_t metrics_sample_s;    /* fill gauges' sampling period */
+    RPC_LISTEN_FIELDS
+    RPC_METRICS_FIELDS
+    RPC_AUTH_FIELDS
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node

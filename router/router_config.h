@@ -14,10 +14,12 @@
 
 #include "canary.h"
 #include "rules.h"
+#include "rpc_auth.h"
+#include "rpc_listen.h"
+#include "rpc_metrics.h"
 
 struct router_config {
     char listen[256];
-    char health_listen[256];      /* plaintext, health only, or "" */
     uint64_t health_probe_ms;     /* between probes of the nodes */
     char topology[1024];
     uint64_t default_shards;
@@ -33,18 +35,15 @@ struct router_config {
     uint64_t shutdown_grace_ms;
     char log_level[16];
     char log_format[8];           /* text or json */
-    char tls_cert[1024], tls_key[1024], tls_ca[1024];   /* "" without TLS */
-    bool insecure;                /* --insecure */
-    char metrics_listen[256];     /* GET /metrics, or "" */
-    char metrics_tls[8];          /* auto, on, off (rpc_metrics.h) */
-    char tokens_file[1024];       /* tokens callers present, or "" */
-    char token_file[1024];        /* the token of this process's calls, or "" */
     /* The canary (router_canary.h); off while canary_filter is "". */
     char canary_filter[RULES_FILTER_NAME_MAX + 1];
     char canary_name[CANARY_NAME_MAX + 1];
     char canary_state_file[1024]; /* "": keys kept in memory only */
     uint64_t canary_interval_ms;
     uint64_t canary_check_keys;
+    RPC_LISTEN_FIELDS
+    RPC_METRICS_FIELDS
+    RPC_AUTH_FIELDS
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the router

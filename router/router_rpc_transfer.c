@@ -157,6 +157,25 @@ static int export_shard_one(struct router *r, const struct topo *t,
     return rc;
 }
 
+/* Copy node's file of shard s, parsed; NULL with *cst saying why. */
+static struct bf *export_copy_bf(struct router *r, const struct topo *t,
+                                 const struct router_filter *f, uint32_t s,
+                                 const char *node, struct rpc_status *cst)
+{
+    struct bytebuf b;
+    struct export_sink sink = {buf_begin, bytebuf_write, &b};
+    struct bf *one = NULL;
+    char err[256];
+    bool begun = false;
+
+    bytebuf_init(&b, SIZE_MAX);
+    if (export_copy(r, t, f, s, node, &sink, &begun, cst) == 0 &&
+        !(one = bf_file_parse(b.p, b.len, err)))
+        rpc_status_set(cst, GRPC_STATUS_DATA_LOSS, "its file does not parse: %s", err);
+    bytebuf_deinit(&b);
+    return one;
+}
+
 /* Shard s of a group read by R > 1 copies: one copy alone may lack a write
  * that W others acknowledged, so R copies are exported and ORed, as a read
  * asks R (R + W > N: every acknowledged key is in one of them).  inserts is
@@ -168,39 +187,30 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
 {
     const struct topo_group *g = &t->groups[f->group[s]];
     unsigned need = g->read_quorum, got = 0;
+    uint64_t inserts = 0, count = 0;     /* the largest copy's */
     struct bf *acc = NULL;
     char failed[512] = "", err[256];
     size_t flen = 0;
     int rc = -1;
 
     for (unsigned c = 0; c < g->ncopies && got < need; c++) {
-        struct bytebuf b;
         struct rpc_status cst = {0};
-        bool begun = false;
-        bytebuf_init(&b, SIZE_MAX);
-        struct export_sink sink = {buf_begin, bytebuf_write, &b};
-        struct bf *one = NULL;
-        if (export_copy(r, t, f, s, g->copies[c], &sink, &begun, &cst) == 0 &&
-            !(one = bf_file_parse(b.p, b.len, err)))
-            rpc_status_set(&cst, GRPC_STATUS_DATA_LOSS, "its file does not parse: %s", err);
-        bytebuf_deinit(&b);
-        if (one && acc) {
-            uint64_t ia = bf_insert_count(acc), ib = bf_insert_count(one);
-            struct bf_layer_info la, lb;
-            if (bf_merge_from(acc, one, err) < 0) {
-                rpc_status_set(&cst, GRPC_STATUS_DATA_LOSS, "its copy differs: %s", err);
-            } else if (bf_layer_info(acc, 0, &la) == 0 && bf_layer_info(one, 0, &lb) == 0) {
-                uint64_t lc = la.count > lb.count ? la.count : lb.count;
-                bf_set_counts(acc, ia > ib ? ia : ib, &lc);
-            }
-            bf_destroy(one);
-            one = cst.code ? NULL : acc;
-        } else if (one) {
-            acc = one;
-        }
-        if (one) {
+        struct bf *one = export_copy_bf(r, t, f, s, g->copies[c], &cst);
+        struct bf_layer_info li;
+        if (one && acc && bf_merge_from(acc, one, err) < 0)
+            rpc_status_set(&cst, GRPC_STATUS_DATA_LOSS, "its copy differs: %s", err);
+        if (one && !cst.code) {
             got++;
-        } else if (flen < sizeof failed) {
+            if (bf_insert_count(one) > inserts)
+                inserts = bf_insert_count(one);
+            if (bf_layer_info(one, 0, &li) == 0 && li.count > count)
+                count = li.count;
+        }
+        if (one && !acc)
+            acc = one;
+        else
+            bf_destroy(one);
+        if (cst.code && flen < sizeof failed) {
             int n = snprintf(failed + flen, sizeof failed - flen, "%s%s %s: %s",
                              flen ? "; " : "", g->copies[c],
                              rpc_status_name(cst.code), cst.message);
@@ -214,6 +224,7 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
                        g->ncopies, need, failed[0] ? failed : "none asked");
         goto out;
     }
+    bf_set_counts(acc, inserts, &count);
     if (bundle_writer_entry(w, s, bf_file_size(acc)) < 0 ||
         bf_file_write(acc, bundle_writer_data, w) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");

@@ -964,6 +964,10 @@ static struct {
     void *arg;
 } hup_hooks[RPC_SIGHUP_HOOKS];
 static unsigned hup_count;
+static struct {
+    void (*fn)(void *);
+    void *arg;
+} usr1_hook;
 
 static void signal_set(sigset_t *set)
 {
@@ -991,14 +995,26 @@ int rpc_signals_on_hup(void (*fn)(void *arg), void *arg)
     return 0;
 }
 
+void rpc_signals_on_usr1(void (*fn)(void *arg), void *arg)
+{
+    usr1_hook.fn = fn;
+    usr1_hook.arg = arg;
+}
+
 int rpc_signals_wait(void)
 {
     sigset_t set;
     int sig = 0;
     signal_set(&set);
+    if (usr1_hook.fn)
+        sigaddset(&set, SIGUSR1);
     for (;;) {
         if (sigwait(&set, &sig) != 0)
             continue;
+        if (sig == SIGUSR1) {
+            usr1_hook.fn(usr1_hook.arg);
+            continue;
+        }
         if (sig != SIGHUP) {
             svc_notify_stopping(strsignal(sig));
             return sig;

@@ -361,8 +361,15 @@ void rpc_signals_block(void);
 #define RPC_SIGHUP_HOOKS 8
 int rpc_signals_on_hup(void (*fn)(void *arg), void *arg);
 
+/* What SIGUSR1 does (one fn; NULL: SIGUSR1 is not waited for).  The
+ * caller blocks SIGUSR1 itself before creating threads (only a process that
+ * uses it does).  Register from the main thread before waiting. */
+void rpc_signals_on_usr1(void (*fn)(void *arg), void *arg);
+
 /* Wait for SIGINT or SIGTERM and return its number, running the SIGHUP
- * hooks for every SIGHUP on the way (with none, SIGHUP is ignored). */
+ * hooks for every SIGHUP on the way (with none, SIGHUP is ignored) and the
+ * SIGUSR1 one for every SIGUSR1.  Tells the service manager (svc_notify.h)
+ * RELOADING/READY around the SIGHUP hooks and STOPPING before it returns. */
 int rpc_signals_wait(void);
 
 #endif

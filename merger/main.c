@@ -59,9 +59,15 @@ static int run_once(struct merger *m)
     return errors ? 1 : 0;
 }
 
+/* SIGUSR1: a round now. */
+static void ask_round(void *runner)
+{
+    merger_runner_ask(runner);
+}
+
 /* Serve until SIGTERM/SIGINT.  Returns the exit code. */
 static int serve(struct merger *m, const struct merger_config *cfg, int nf,
-                 const sigset_t *set, struct rpc_tls *tls, struct rpc_auth *auth)
+                 struct rpc_tls *tls, struct rpc_auth *auth)
 {
     struct rpc_server_config sc = {.listen = cfg->listen, .threads = 2,
                                    .max_message = cfg->max_message_size,
@@ -109,24 +115,12 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
              cfg->interval_s);
     set_health(srv, true);
     svc_notify_ready("merging %d filters, a round every %" PRIu64 " s", nf, cfg->interval_s);
-    for (;;) {
-        if (sigwait(set, &sig) != 0)
-            continue;
-        if (sig == SIGUSR1) {
-            merger_runner_ask(mr.run);
-        } else if (sig == SIGHUP) {
-            /* Both files: TLS material and tokens are independent. */
-            svc_notify_reloading();
-            if (tls)
-                rpc_tls_reload_hook(tls);
-            if (auth)
-                rpc_auth_reload_hook(auth);
-            svc_notify_reloaded();
-        } else if (sig == SIGINT || sig == SIGTERM) {
-            break;
-        }
-    }
-    svc_notify_stopping(strsignal(sig));
+    rpc_signals_on_usr1(ask_round, mr.run);
+    if (tls)
+        rpc_signals_on_hup(rpc_tls_reload_hook, tls);
+    if (auth)
+        rpc_signals_on_hup(rpc_auth_reload_hook, auth);
+    sig = rpc_signals_wait();
     log_info("merger stopping (%s)", strsignal(sig));
     set_health(srv, false);
     /* The runner first: RunRound calls waiting for a round end at once. */
@@ -177,13 +171,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: %s\n", argv[0], err);
         return 2;
     }
+    /* SIGUSR1 runs a round (rpc_signals_on_usr1): blocked in every thread. */
     sigemptyset(&set);
     sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     rpc_signals_block();
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
     grpc_init();
     struct metrics_http *mh;
     struct rpc_metrics_conf mc = {once ? "" : cfg.metrics_listen, cfg.metrics_tls, tls,
@@ -196,7 +188,7 @@ int main(int argc, char **argv)
         grpc_shutdown();
         return 1;
     }
-    rc = once ? run_once(m) : serve(m, &cfg, nf, &set, tls, auth);
+    rc = once ? run_once(m) : serve(m, &cfg, nf, tls, auth);
     merger_destroy(m);
     rpc_tls_destroy(tls);
     rpc_auth_destroy(auth);

@@ -15,6 +15,7 @@ import http.client
 import os
 import re
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -200,6 +201,14 @@ def main():
     if not value(fams, "bloomgrid_merger_pages_pulled_total"):
         fail("the merger's round pulled no page")
     expect(fams, "bloomgrid_merger_round_duration_seconds_count", 1.0)
+    # SIGUSR1 runs a round now (the interval is an hour).
+    PROCS[-1].send_signal(signal.SIGUSR1)
+    for _ in range(400):
+        fams = scrape(merger_m)
+        if value(fams, "bloomgrid_merger_rounds_total") == 2.0:
+            break
+        time.sleep(0.05)
+    expect(fams, "bloomgrid_merger_rounds_total", 2.0)
 
     # Every bloomgrid_ family served is documented, and the alert rules and
     # the dashboard name only documented families.

@@ -49,9 +49,19 @@ static void facts_read(const struct bf *f, void *ctx)
 #define SAMPLE_MIN_WORDS 256u
 #define SAMPLE_MAX_WORDS 65536u
 
+/* The gauges of one sample, in the order of sampled_fam. */
+enum { S_FILL, S_NHAT, S_FPR, S_N };
+static const char *const sampled_fam[S_N][2] = {
+    {"bloomgrid_filter_fill_ratio", "bits set / bits, from the last sample"},
+    {"bloomgrid_filter_estimated_keys",
+     "n-hat, the distinct keys the fill says the filter holds (last sample)"},
+    {"bloomgrid_filter_estimated_fpr",
+     "false positive rate the fill gives (last sample; bits from Import and "
+     "merged pages included)"}};
+
 struct sampled {
     char *name;
-    double fill, nhat, fpr;
+    double v[S_N];   /* < 0: none (n-hat of a full filter) */
 };
 
 static struct {
@@ -78,9 +88,9 @@ static void sample_read(const struct bf *f, void *ctx)
     struct bf_stats st;
 
     bf_stats_sampled(f, j->max_words, j->seed, &st);
-    j->out->fill = st.fill_ratio;
-    j->out->nhat = isfinite(st.estimated_count) ? st.estimated_count : -1.0;
-    j->out->fpr = st.estimated_fpr;
+    j->out->v[S_FILL] = st.fill_ratio;
+    j->out->v[S_NHAT] = isfinite(st.estimated_count) ? st.estimated_count : -1.0;
+    j->out->v[S_FPR] = st.estimated_fpr;
     j->done = true;
 }
 
@@ -201,21 +211,14 @@ static void node_sampler(void *arg, struct metrics_out *out)
          "1 while this copy of the shard is SYNCING (reads refused)", syncing);
     /* The last sample of the bits (metrics_sample_s), for the filters that
      * have one. */
-    static const char *const fam[3][2] = {
-        {"bloomgrid_filter_fill_ratio", "bits set / bits, from the last sample"},
-        {"bloomgrid_filter_estimated_keys",
-         "n-hat, the distinct keys the fill says the filter holds (last sample)"},
-        {"bloomgrid_filter_estimated_fpr",
-         "false positive rate the fill gives (last sample; bits from Import and "
-         "merged pages included)"}};
     pthread_mutex_lock(&fs.mu);
-    for (int f = 0; f < 3; f++)
+    for (int f = 0; f < S_N; f++)
         for (size_t i = 0; i < nn; i++) {
             const struct sampled *sm = ff[i].ready ? sampled_find(ff[i].name) : NULL;
-            double v = !sm ? 0 : f == 0 ? sm->fill : f == 1 ? sm->nhat : sm->fpr;
-            if (sm && v >= 0)
-                metrics_emit(out, METRIC_GAUGE, fam[f][0], fam[f][1],
-                             (const char *const[]){"filter", ff[i].name, NULL}, v);
+            if (sm && sm->v[f] >= 0)
+                metrics_emit(out, METRIC_GAUGE, sampled_fam[f][0], sampled_fam[f][1],
+                             (const char *const[]){"filter", ff[i].name, NULL},
+                             sm->v[f]);
         }
     pthread_mutex_unlock(&fs.mu);
 

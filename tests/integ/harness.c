@@ -1,17 +1,14 @@
 /* harness: processes, keys and RPC wrappers for integration tests. */
 #include "harness.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -209,57 +206,25 @@ void proc_spawn(struct node_proc *p, const char *log, const char *const *argv)
         CHECK((p->ich = rpc_channel_create(p->iaddr, 0)), "channel");
 }
 
-char *harness_http_get(const char *addr, const char *path)
+int harness_scrape(const char *addr, const char *name, const char *key,
+                   const char *const *values, int n, double *out)
 {
-    char host[64], req[512];
-    const char *colon = strrchr(addr, ':');
-    if (!colon || (size_t)(colon - addr) >= sizeof host)
-        return NULL;
-    snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0 || inet_pton(AF_INET, host, &a.sin_addr) != 1 ||
-        connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap + 1);
-    if (!buf || write(fd, req, (size_t)n) != n) {
-        free(buf);
-        close(fd);
-        return NULL;
-    }
-    for (ssize_t r; (r = read(fd, buf + len, cap - len)) > 0;) {
-        len += (size_t)r;
-        if (len == cap) {
-            char *nb = realloc(buf, 2 * cap + 1);
-            if (!nb)
-                break;
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    close(fd);
-    buf[len] = 0;
-    char *body = strstr(buf, "\r\n\r\n");
-    if (strncmp(buf, "HTTP/1.", 7) != 0 || strncmp(buf + 8, " 200", 4) != 0 || !body) {
-        free(buf);
-        return NULL;
-    }
-    memmove(buf, body + 4, len - (size_t)(body + 4 - buf) + 1);
-    return buf;
-}
-
-double harness_metric(const char *text, const char *series)
-{
-    size_t sl = strlen(series);
-    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-        if (strncmp(p, series, sl) == 0 && p[sl] == ' ')
-            return strtod(p + sl + 1, NULL);
-    return NAN;
+    char cmd[4096];
+    int len = snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/scrape.py' '%s' '%s'",
+                       HARNESS_SRC_DIR, addr, name);
+    for (int i = 0; i < n && len > 0 && (size_t)len < sizeof cmd; i++)
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " '%s=%s'", key, values[i]);
+    CHECK(len > 0 && (size_t)len < sizeof cmd, "scrape command too long");
+    FILE *p = popen(cmd, "r");
+    CHECK(p, "cannot run %s", cmd);
+    char line[128];
+    int got = 0;
+    while (got < n && fgets(line, sizeof line, p))
+        out[got++] = strtod(line, NULL);
+    int rc = pclose(p);
+    for (; got < n; got++)
+        out[got] = NAN;
+    return rc == 0 ? 0 : -1;
 }
 
 void node_start(struct node_proc *np, const char *dir, const char *const *extra)

@@ -79,14 +79,12 @@ uint64_t harness_du(const char *dir);
  * Only for what a process reports nowhere but its log: say why where used. */
 int harness_log_count(const char *path, const char *needle);
 
-/* GET http://addr/path (plain HTTP/1.0 on loopback): the response body,
- * malloc'd and NUL-terminated, or NULL (no answer, or a status other than
- * 200). */
-char *harness_http_get(const char *addr, const char *path);
-
-/* The value of the sample "series" (name{labels} exactly as served, e.g.
- * "x_total{peer=\"127.0.0.1:5\"}") in a text exposition; NAN without it. */
-double harness_metric(const char *text, const char *series);
+/* Scrape http://addr/metrics with tests/integ/scrape.py (prometheus_client's
+ * parser) and put in out[i] the value of sample name with label key =
+ * values[i] (NAN when not served), for n values.  Returns 0, or -1 when the
+ * endpoint does not answer. */
+int harness_scrape(const char *addr, const char *name, const char *key,
+                   const char *const *values, int n, double *out);
 
 /* ---- processes ---- */
 

@@ -495,47 +495,33 @@ static void test_metrics(void)
     for (int i = 0; i < 3; i++)
         CHECK(c.node[i].maddr[0], "node %d printed no metrics address", i);
 
-    char series[3][256];
-    double t0 = 0, t1 = 0;
-    for (int p = 1; p < 3; p++) {
-        snprintf(series[p], sizeof series[p],
-                 "bloomgrid_antientropy_last_pull_timestamp_seconds{peer=\"%s\"}",
-                 c.node[p].addr);
-    }
+    const char *const peers[2] = {c.node[1].addr, c.node[2].addr};
+    const char *ts = "bloomgrid_antientropy_last_pull_timestamp_seconds";
+    double t[2] = {NAN, NAN}, pg = NAN;
     /* Copy 0 has pulled from both others, recently. */
-    char pages[256];
-    snprintf(pages, sizeof pages, "bloomgrid_antientropy_pages_total{peer=\"%s\"}",
-             c.node[1].addr);
     double now = (double)time(NULL);
-    for (int t = 0; t < 100; t++) {
-        char *body = harness_http_get(c.node[0].maddr, "/metrics");
-        CHECK(body, "GET /metrics of node 0");
-        t0 = harness_metric(body, series[1]);
-        t1 = harness_metric(body, series[2]);
-        double pg = harness_metric(body, pages);
-        free(body);
-        if (!isnan(t0) && !isnan(t1) && !isnan(pg) && t0 >= now - 1 && t1 >= now - 1)
+    for (int i = 0; i < 100; i++) {
+        CHECK(harness_scrape(c.node[0].maddr, ts, "peer", peers, 2, t) == 0,
+              "GET /metrics of node 0");
+        CHECK(harness_scrape(c.node[0].maddr, "bloomgrid_antientropy_pages_total", "peer",
+                             peers, 1, &pg) == 0, "GET /metrics of node 0");
+        if (!isnan(pg) && t[0] >= now - 1 && t[1] >= now - 1)
             break;
         harness_sleep_ms(100);
     }
-    CHECK(!isnan(t0) && !isnan(t1) && t0 >= now - 1 && t1 >= now - 1,
-          "node 0: last pulls %f and %f, not after %f", t0, t1, now);
+    CHECK(!isnan(pg) && t[0] >= now - 1 && t[1] >= now - 1,
+          "node 0: last pulls %f and %f, not after %f", t[0], t[1], now);
     /* Copy 2 killed: its timestamp stays, copy 1's moves on. */
     node_stop(&c.node[2], SIGKILL);
     harness_sleep_ms(1500);
-    char *body = harness_http_get(c.node[0].maddr, "/metrics");
-    CHECK(body, "GET /metrics of node 0");
-    double a1 = harness_metric(body, series[1]), a2 = harness_metric(body, series[2]);
-    free(body);
+    double a[2], b[2];
+    CHECK(harness_scrape(c.node[0].maddr, ts, "peer", peers, 2, a) == 0, "GET /metrics");
     harness_sleep_ms(1500);
-    body = harness_http_get(c.node[0].maddr, "/metrics");
-    CHECK(body, "GET /metrics of node 0");
-    double b1 = harness_metric(body, series[1]), b2 = harness_metric(body, series[2]);
-    free(body);
-    CHECK(b1 > a1, "the last pull from copy 1 did not move on: %f then %f", a1, b1);
-    CHECK(b2 == a2, "the last pull from killed copy 2 moved: %f then %f", a2, b2);
+    CHECK(harness_scrape(c.node[0].maddr, ts, "peer", peers, 2, b) == 0, "GET /metrics");
+    CHECK(b[0] > a[0], "the last pull from copy 1 did not move on: %f then %f", a[0], b[0]);
+    CHECK(b[1] == a[1], "the last pull from killed copy 2 moved: %f then %f", a[1], b[1]);
     printf("anti-entropy lag: copy 1 pulled again, killed copy 2 %.1f s behind\n",
-           b1 - b2);
+           b[0] - b[1]);
     keys_free(k, NKEYS);
     cluster_stop(&c);
 }

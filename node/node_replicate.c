@@ -1,12 +1,13 @@
 /* node_replicate: anti-entropy between the copies of a shard group
  * (setting topology; docs/REPLICATION.md).
  *
- * One thread wakes every replicate_interval_ms and, for each blocked or
- * classic shard this node holds and each other copy of its group, calls
- * PullPages on that copy with the epoch and version it got last from it
- * (0 at first, so the first pull after a start, or after the peer
- * restarted with a new epoch, ships every non-empty page): one cursor per
- * peer and shard.  The pages of a pull are checked by their checksums
+ * One thread wakes every replicate_interval_ms and has, for each other
+ * copy of its group, that copy's puller (one thread per peer, made with
+ * its channel) call PullPages for each blocked or classic shard this node
+ * holds, with the epoch and version it got last from that copy (0 at
+ * first, so the first pull after a start, or after the peer restarted
+ * with a new epoch, ships every non-empty page): one cursor per peer and
+ * shard.  The pages of a pull are checked by their checksums
  * (node_client) and buffered; only when the whole pull succeeded and its
  * fingerprint is the shard's are they ORed in with store_pages_merge (the
  * durable path PushPages takes).  Nothing a peer claims is kept: no
@@ -14,6 +15,17 @@
  * pull changes nothing and is retried at the next wake-up; failures are
  * logged once per change of state.  A peer without the shard (NOT_FOUND) is
  * passed over.
+ *
+ * A peer that is down or hung (stopped, its port still open) must not hold
+ * back the others: each round first asks every peer's health at once, with
+ * a short deadline (REPL_PROBE_TIMEOUT_MS), and lists and pulls only from
+ * those that answered; the pullers run side by side, so a peer that hangs
+ * in the middle of a pull costs its own puller the pull's deadline and no
+ * other peer anything; a puller still busy when a round starts is passed
+ * over, and its pass ends at its first pull that finds the peer down.
+ * Channels, pullers and cursors are dropped once their peer has left the
+ * group (a topology reloaded by SIGHUP) or their shard is gone, so their
+ * number follows the topology and the shards held.
  *
  * SYNCING shards (node_sync.h): each pull of a SYNCING shard from a peer
  * is a full one (since 0) until one succeeded that started after the shard
@@ -45,12 +57,15 @@
  * epoch moves past what was heard.  Until the first answers of N - W + 1
  * copies are in, the node is held.
  *
- * Queries never wait for this thread: it holds no lock of its own across a
- * pull, and the store's locks only for the OR itself.
+ * Queries never wait for these threads: they hold no lock of their own
+ * across a call (mu guards the cursors and the pullers' work; it may be
+ * held while taking a store lock, never the reverse), and the store's
+ * locks only for the OR itself.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -69,8 +84,12 @@
 #include "topo.h"
 
 #include "bloomgrid/v1/internal.pb-c.h"
+#include "grpc/health/v1/health.pb-c.h"
 
 #define REPL_PULL_TIMEOUT_MS 10000
+/* The health asked of every peer before a round lists or pulls: a peer
+ * that does not answer within it is passed over for the round. */
+#define REPL_PROBE_TIMEOUT_MS 500
 #define REPL_RECREATE_DELAY_MS 2000
 /* How often the peers' shards are listed to find missing ones (a listing
  * describes every shard, a count of its bits included: not every round). */
@@ -95,10 +114,21 @@ struct repl_shard {
     struct repl_shard *next;
 };
 
-/* A channel per peer address, kept for the life of the thread. */
+/* A member of the group: its channel and its puller, kept while it is a
+ * member.  The list and the fields not under mu are the replicate
+ * thread's. */
 struct repl_peer {
     char addr[TOPO_ADDR_MAX + 1];
     struct rpc_channel *ch;
+    struct node_replicate *r;
+    pthread_t thread;                /* the puller (peer_main) */
+    pthread_cond_t cond;             /* kicked or quit changed */
+    bool kicked;                     /* under mu: a pass is due */
+    bool busy;                       /* under mu: a pass runs */
+    uint64_t topo_version;           /* under mu: the pass's */
+    atomic_bool quit;                /* the puller is to end */
+    bool answered;                   /* the last probe was answered */
+    bool leaving;                    /* no longer a member: freed once idle */
     struct repl_peer *next;
 };
 
@@ -113,6 +143,7 @@ struct repl_missing {
 struct node_replicate {
     struct node *n;
     pthread_t thread;
+    pthread_mutex_t mu;              /* shards, and the peers' work */
     struct repl_peer *peers;
     struct repl_shard *shards;
     struct repl_missing *missing;
@@ -161,33 +192,79 @@ static void buf_free(struct repl_buf *b)
     free(b->v);
 }
 
-static struct rpc_channel *peer_channel(struct node_replicate *r, const char *addr)
+static void *peer_main(void *arg);
+
+/* The peer of address addr, with its channel and its puller (started
+ * here), or NULL when out of memory.  Replicate thread only. */
+static struct repl_peer *peer_get(struct node_replicate *r, const char *addr)
 {
     struct repl_peer *p;
 
-    for (p = r->peers; p && strcmp(p->addr, addr); p = p->next)
+    for (p = r->peers; p && (p->leaving || strcmp(p->addr, addr)); p = p->next)
         ;
-    if (!p && (p = calloc(1, sizeof *p))) {
-        snprintf(p->addr, sizeof p->addr, "%s", addr);
-        if (!(p->ch = rpc_channel_create(addr, r->n->cfg.max_message_size))) {
-            free(p);
-            return NULL;
-        }
-        p->next = r->peers;
-        r->peers = p;
+    if (p || !(p = calloc(1, sizeof *p)))
+        return p;
+    snprintf(p->addr, sizeof p->addr, "%s", addr);
+    p->r = r;
+    pthread_cond_init(&p->cond, NULL);
+    if (!(p->ch = rpc_channel_create(addr, r->n->cfg.max_message_size)))
+        goto fail;
+    if (pthread_create(&p->thread, NULL, peer_main, p) != 0) {
+        log_warn("anti-entropy: no thread to pull from %s (retried next round)", addr);
+        rpc_channel_destroy(p->ch);
+        goto fail;
     }
+    p->answered = true;    /* until a probe says otherwise (logged then) */
+    p->next = r->peers;
+    r->peers = p;
+    return p;
+fail:
+    pthread_cond_destroy(&p->cond);
+    free(p);
+    return NULL;
+}
+
+static struct rpc_channel *peer_channel(struct node_replicate *r, const char *addr)
+{
+    struct repl_peer *p = peer_get(r, addr);
     return p ? p->ch : NULL;
 }
 
-static struct repl_shard *shard_state(struct node_replicate *r,
-                                      const char *name, const char *peer,
-                                      const struct store_filter *sf)
+/* End p's puller (waiting for a pass that runs: it ends at its next shard
+ * or when its call does) and free p. */
+static void peer_free(struct node_replicate *r, struct repl_peer *p)
+{
+    pthread_mutex_lock(&r->mu);
+    atomic_store(&p->quit, true);
+    pthread_cond_signal(&p->cond);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(p->thread, NULL);
+    pthread_cond_destroy(&p->cond);
+    rpc_channel_destroy(p->ch);
+    free(p);
+}
+
+/* The cursor of (name, peer) for the store filter sf, NULL when there is
+ * none (pruned while a pull ran).  Caller holds mu. */
+static struct repl_shard *shard_find(struct node_replicate *r, const char *name,
+                                     const char *peer, const struct store_filter *sf)
 {
     struct repl_shard *rs;
 
     for (rs = r->shards; rs && (strcmp(rs->name, name) || strcmp(rs->peer, peer));
          rs = rs->next)
         ;
+    return rs && (!sf || rs->sf_id == (const void *)sf) ? rs : NULL;
+}
+
+/* The cursor of (name, peer), made (or reset, for another store filter
+ * than it was got for) for sf.  Caller holds mu. */
+static struct repl_shard *shard_state(struct node_replicate *r,
+                                      const char *name, const char *peer,
+                                      const struct store_filter *sf)
+{
+    struct repl_shard *rs = shard_find(r, name, peer, NULL);
+
     if (!rs && (rs = calloc(1, sizeof *rs))) {
         snprintf(rs->name, sizeof rs->name, "%s", name);
         snprintf(rs->peer, sizeof rs->peer, "%s", peer);
@@ -203,7 +280,7 @@ static struct repl_shard *shard_state(struct node_replicate *r,
     return rs;
 }
 
-/* Log a failure only when it differs from the last one. */
+/* Log a failure only when it differs from the last one.  Caller holds mu. */
 static void shard_fail(struct node_replicate *r, struct repl_shard *rs,
                        const char *msg)
 {
@@ -266,14 +343,14 @@ static void ae_metrics(const char *peer, size_t pages, uint64_t bytes)
                (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
 }
 
-/* Pull shard sf's changed pages from the copy peer.  Returns false when
- * the peer is down or slow (the round then passes over it). */
+/* Pull shard sf's changed pages from peer p (on p's puller).  Returns
+ * false when the peer is down or slow (the pass then ends). */
 static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
-                            const char *peer, uint64_t topo_version)
+                            struct repl_peer *p, uint64_t topo_version)
 {
-    const char *name = store_filter_name(sf);
+    const char *name = store_filter_name(sf), *peer = p->addr;
     char filter[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
-    char msg[RPC_CLIENT_MSGLEN + STORE_ERRLEN];
+    char msg[RPC_CLIENT_MSGLEN + STORE_ERRLEN] = "";
     struct rpc_status st = {0};
     struct node_client_pull_end end;
     struct repl_buf b = {0};
@@ -281,7 +358,6 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
     struct repl_shard *rs;
     int rc;
 
-    bool reachable = true;
     if (store_filter_inspect(sf, id_read, &id) < 0)
         return true;   /* not ready: the next wake-up tries again */
     if ((id.kind != BF_KIND_BLOCKED && id.kind != BF_KIND_CLASSIC) ||
@@ -290,53 +366,117 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
     unsigned index;
     if (rules_shard_split(name, filter, sizeof filter, &index) != (id.count > 1))
         return true;
-    struct rpc_channel *ch = peer_channel(r, peer);
-    if (!ch || !(rs = shard_state(r, name, peer, sf)))
+    pthread_mutex_lock(&r->mu);
+    uint64_t epoch = 0, version = 0, full_ms = 0;
+    if ((rs = shard_state(r, name, peer, sf))) {
+        epoch = rs->epoch;
+        version = rs->version;
+        full_ms = rs->full_ms;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!rs)
         return true;
     /* The shard was READY above, so it took writes before this pull
      * starts: a full pull now holds every write the peer acknowledged. */
     uint64_t since = shard_listed(sf);
-    bool full = since && rs->full_ms < since;
+    bool full = since && full_ms < since;
     uint64_t started = node_sync_now_ms();
-    if (node_client_pull_at(ch, topo_version, filter, id.index,
-                            full ? 0 : rs->version, full ? 0 : rs->epoch, buf_page,
-                            &b, &end, REPL_PULL_TIMEOUT_MS, &st) < 0) {
-        snprintf(msg, sizeof msg, "PullPages: %s: %s",
-                 rpc_status_name(st.code), st.message);
+    if (node_client_pull_at(p->ch, topo_version, filter, id.index, full ? 0 : version,
+                            full ? 0 : epoch, buf_page, &b, &end, REPL_PULL_TIMEOUT_MS,
+                            &st) < 0)
+        snprintf(msg, sizeof msg, "PullPages: %s: %s", rpc_status_name(st.code),
+                 st.message);
+    else if (strcmp(end.fp, id.fp) != 0)
+        snprintf(msg, sizeof msg, "pages of fingerprint \"%s\" refused: the "
+                 "shard's is \"%s\"", end.fp, id.fp);
+    /* Source version 0: a copy never reports what a peer covers. */
+    else if ((rc = store_pages_merge(sf, b.v, b.n, 0, err)) < 0)
+        snprintf(msg, sizeof msg, "%s", err[0] ? err : strerror(-rc));
+    else
+        ae_metrics(peer, b.n, end.bytes);
+
+    pthread_mutex_lock(&r->mu);
+    /* Gone while the pull ran (shard dropped, peer left): nothing to keep. */
+    rs = shard_find(r, name, peer, sf);
+    if (rs && msg[0]) {
         shard_fail(r, rs, msg);
         /* The peer restarted or re-created it: start again from 0. */
         if (st.code == GRPC_STATUS_NOT_FOUND)
             rs->epoch = rs->version = 0;
-        reachable = st.code != GRPC_STATUS_UNAVAILABLE &&
-                    st.code != GRPC_STATUS_DEADLINE_EXCEEDED;
-        goto out;
+    } else if (rs) {
+        if (rs->failing)
+            log_info("anti-entropy %s from %s: resumed", name, peer);
+        rs->failing = false;
+        if (b.n || end.epoch != rs->epoch)
+            log_debug("anti-entropy %s from %s: %zu pages (%" PRIu64 " bytes)",
+                      name, peer, b.n, end.bytes);
+        rs->epoch = end.epoch;
+        rs->version = end.version;
+        if (full && !end.syncing && started >= since)
+            rs->full_ms = started;
     }
-    if (strcmp(end.fp, id.fp) != 0) {
-        snprintf(msg, sizeof msg, "pages of fingerprint \"%s\" refused: the "
-                 "shard's is \"%s\"", end.fp, id.fp);
-        shard_fail(r, rs, msg);
-        goto out;
-    }
-    /* Source version 0: a copy never reports what a peer covers. */
-    if ((rc = store_pages_merge(sf, b.v, b.n, 0, err)) < 0) {
-        snprintf(msg, sizeof msg, "%s", err[0] ? err : strerror(-rc));
-        shard_fail(r, rs, msg);
-        goto out;
-    }
-    if (rs->failing)
-        log_info("anti-entropy %s from %s: resumed", name, peer);
-    rs->failing = false;
-    ae_metrics(peer, b.n, end.bytes);
-    if (b.n || end.epoch != rs->epoch)
-        log_debug("anti-entropy %s from %s: %zu pages (%" PRIu64 " bytes)",
-                  name, peer, b.n, end.bytes);
-    rs->epoch = end.epoch;
-    rs->version = end.version;
-    if (full && !end.syncing && started >= since)
-        rs->full_ms = started;
-out:
+    pthread_mutex_unlock(&r->mu);
     buf_free(&b);
-    return reachable;
+    return st.code != GRPC_STATUS_UNAVAILABLE && st.code != GRPC_STATUS_DEADLINE_EXCEEDED;
+}
+
+/* One pass of p's puller: every shard held, until the peer is found down
+ * (the rest waits for the next round). */
+static void peer_pass(struct node_replicate *r, struct repl_peer *p, uint64_t topo_version)
+{
+    struct store *s = node_store(r->n);
+    char **names = NULL;
+    size_t nn = 0;
+
+    if (!s || store_list(s, &names, &nn) < 0)
+        return;
+    bool reachable = true;
+    for (size_t i = 0; i < nn && reachable && !atomic_load(&r->n->stopping) &&
+                       !atomic_load(&p->quit); i++) {
+        struct store_filter *sf = store_get(s, names[i]);
+        if (!sf)
+            continue;
+        reachable = replicate_shard(r, sf, p, topo_version);
+        store_put(sf);
+    }
+    store_list_free(names, nn);
+}
+
+/* p's puller: a pass each time the replicate thread kicks it. */
+static void *peer_main(void *arg)
+{
+    struct repl_peer *p = arg;
+    struct node_replicate *r = p->r;
+
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!p->kicked && !atomic_load(&p->quit))
+            pthread_cond_wait(&p->cond, &r->mu);
+        if (atomic_load(&p->quit))
+            break;
+        p->kicked = false;
+        p->busy = true;
+        uint64_t v = p->topo_version;
+        pthread_mutex_unlock(&r->mu);
+        peer_pass(r, p, v);
+        pthread_mutex_lock(&r->mu);
+        p->busy = false;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Start a pass of p's puller, unless the last one still runs (a slow
+ * peer is not waited for). */
+static void peer_kick(struct node_replicate *r, struct repl_peer *p, uint64_t topo_version)
+{
+    pthread_mutex_lock(&r->mu);
+    if (!p->busy && !p->kicked) {
+        p->kicked = true;
+        p->topo_version = topo_version;
+        pthread_cond_signal(&p->cond);
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* Is addr one of grp's copies (not only a member of its other set)? */
@@ -373,10 +513,12 @@ static void sync_check(struct node_replicate *r, struct store_filter *sf,
     uint64_t since = shard_listed(sf);
     if (!since)
         return;
+    pthread_mutex_lock(&r->mu);
     for (struct repl_shard *rs = r->shards; rs; rs = rs->next)
         if (rs->sf_id == (const void *)sf && rs->full_ms >= since &&
             !strcmp(rs->name, name) && is_copy(grp, rs->peer))
             got++;
+    pthread_mutex_unlock(&r->mu);
     if (got < need || node_rpc__shard_facts(sf, &facts) < 0)
         return;
     if (node_sync_clear(node_rpc__sync_get(), name, facts.secret_id, err) < 0)
@@ -407,7 +549,7 @@ static void recreate_shard(struct node_replicate *r, struct rpc_channel *ch,
     char err[STORE_ERRLEN] = "";
     struct bf *f;
 
-    if (node_client_get_shard(ch, filter, index, &sh, REPL_PULL_TIMEOUT_MS, &st) < 0)
+    if (node_client_get_shard(ch, filter, index, &sh, REPL_LIST_TIMEOUT_MS, &st) < 0)
         return;
     uint64_t id = XXH3_64bits(sh.secret, BF_SECRET_LEN);
     if ((sh.kind != BF_KIND_BLOCKED && sh.kind != BF_KIND_CLASSIC) ||
@@ -641,9 +783,16 @@ static void missing_sweep(struct node_replicate *r)
     }
 }
 
-/* List the shards of the group's copies (announcing this copy), every
- * REPL_LIST_EVERY_MS, or every REPL_CHECK_EVERY_MS while the epoch is not
- * checked; down[m] is set for members that are down. */
+/* Is a listing of the copies' shards due: every REPL_LIST_EVERY_MS, or
+ * every REPL_CHECK_EVERY_MS while the epoch is not checked? */
+static bool list_due(const struct node_replicate *r)
+{
+    return node_sync_now_ms() - r->listed_ms >=
+           (r->verified ? REPL_LIST_EVERY_MS : REPL_CHECK_EVERY_MS);
+}
+
+/* List the shards of the group's copies that are not down (announcing
+ * this copy); down[m] is set for members found down. */
 static void list_round(struct node_replicate *r, const struct topo *t,
                        const struct topo_group *grp, bool *down)
 {
@@ -652,8 +801,6 @@ static void list_round(struct node_replicate *r, const struct topo *t,
     bool self_copy = false;
     unsigned listed = 0, missing = 0;
 
-    if (now - r->listed_ms < (r->verified ? REPL_LIST_EVERY_MS : REPL_CHECK_EVERY_MS))
-        return;
     r->listed_ms = now;
     for (unsigned c = 0; c < grp->ncopies; c++)
         self_copy |= node_rpc__is_self(grp->copies[c]);
@@ -663,7 +810,8 @@ static void list_round(struct node_replicate *r, const struct topo *t,
         epoch_bump(r, grp);
     for (unsigned c = 0; c < grp->ncopies; c++) {
         Bloomgrid__V1__ListShardsResponse *resp = NULL;
-        if (node_rpc__is_self(grp->copies[c]))
+        /* Copies come first among the members: down[c] is copy c's. */
+        if (down[c] || node_rpc__is_self(grp->copies[c]))
             continue;
         down[c] = !list_peer(r, grp, t->version, grp->copies[c], REPL_LIST_TIMEOUT_MS,
                              &resp);
@@ -687,6 +835,141 @@ static void list_round(struct node_replicate *r, const struct topo *t,
     node_sync_hold(ns, NODE_SYNC_HOLD_JOINING, !ready);
 }
 
+/* Is addr a member of grp (a copy, or in its other set)? */
+static bool is_member(const struct topo_group *grp, const char *addr)
+{
+    for (unsigned m = 0; m < grp->nmembers; m++)
+        if (strcmp(topo_member(grp, m), addr) == 0)
+            return true;
+    return false;
+}
+
+/* The series of peer (metrics.h): whether it answered the last probe, and
+ * how many cursors this node keeps for it. */
+static void peer_gauges(const char *peer, bool answered, size_t cursors)
+{
+    struct metrics *m = metrics_registry();
+    const char *labels[] = {"peer", peer, NULL};
+    metric_set(metrics_gauge(m, "bloomgrid_antientropy_peer_up",
+                             "1 when the other copy answered this copy's last "
+                             "probe (it is pulled from), 0 when it did not or has "
+                             "left the group", labels), answered);
+    metric_set(metrics_gauge(m, "bloomgrid_antientropy_cursors",
+                             "shards this copy keeps a pull cursor for from the "
+                             "other copy", labels), (double)cursors);
+}
+
+/* Ask every other member's health at once; down[m] is set for those that
+ * do not answer within REPL_PROBE_TIMEOUT_MS (any answer, even an error,
+ * says the peer runs).  A change of a peer's state is logged once. */
+static void probe(struct node_replicate *r, const struct topo_group *grp, bool *down)
+{
+    Grpc__Health__V1__HealthCheckRequest rq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    size_t len = grpc__health__v1__health_check_request__get_packed_size(&rq);
+    struct rpc_multi calls[TOPO_MAX_COPIES];
+    struct repl_peer *peer[TOPO_MAX_COPIES];
+    unsigned member[TOPO_MAX_COPIES];
+    size_t n = 0;
+
+    for (unsigned m = 0; m < grp->nmembers && m < TOPO_MAX_COPIES; m++) {
+        const char *addr = topo_member(grp, m);
+        if (node_rpc__is_self(addr))
+            continue;
+        if (!(peer[n] = peer_get(r, addr))) {
+            down[m] = true;
+            continue;
+        }
+        calls[n] = (struct rpc_multi){.ch = peer[n]->ch,
+                                      .method = "/grpc.health.v1.Health/Check",
+                                      .req = grpc_slice_malloc(len),
+                                      .timeout_ms = REPL_PROBE_TIMEOUT_MS};
+        grpc__health__v1__health_check_request__pack(&rq,
+                                                     GRPC_SLICE_START_PTR(calls[n].req));
+        member[n++] = m;
+    }
+    rpc_call_many(calls, n);
+    for (size_t k = 0; k < n; k++) {
+        struct repl_peer *p = peer[k];
+        int code = calls[k].rc == 0 ? GRPC_STATUS_OK : (int)calls[k].st.code;
+        bool answered = code != GRPC_STATUS_UNAVAILABLE &&
+                        code != GRPC_STATUS_DEADLINE_EXCEEDED;
+        down[member[k]] = !answered;
+        if (answered && !p->answered)
+            log_info("anti-entropy: %s answers again: pulled from", p->addr);
+        else if (!answered && p->answered)
+            log_warn("anti-entropy: %s does not answer (%s: %s): passed over until "
+                     "it does", p->addr, rpc_status_name(calls[k].st.code),
+                     calls[k].st.message);
+        p->answered = answered;
+        grpc_slice_unref(calls[k].req);
+        grpc_slice_unref(calls[k].resp);
+    }
+}
+
+/* Drop what no longer belongs to the group grp: the peers that left it
+ * (their pullers ended and channels closed once idle) and the cursors of
+ * those peers and of shards gone (dropped, or re-created: another store
+ * filter). */
+static void prune(struct node_replicate *r, const struct topo_group *grp)
+{
+    struct store *s = node_store(r->n);
+
+    for (struct repl_peer **pp = &r->peers; *pp;) {
+        struct repl_peer *p = *pp;
+        if (!p->leaving && (!is_member(grp, p->addr) || node_rpc__is_self(p->addr))) {
+            log_info("anti-entropy: %s is no longer a member of group %s: not "
+                     "pulled from any more", p->addr, grp->name);
+            peer_gauges(p->addr, false, 0);
+            p->leaving = true;
+        }
+        /* Under mu with busy: no pass starts once quit is set. */
+        pthread_mutex_lock(&r->mu);
+        bool idle = p->leaving && !p->busy;
+        if (p->leaving) {
+            atomic_store(&p->quit, true);
+            pthread_cond_signal(&p->cond);
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (idle) {
+            *pp = p->next;
+            peer_free(r, p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    pthread_mutex_lock(&r->mu);
+    for (struct repl_shard **pp = &r->shards; *pp;) {
+        struct repl_shard *rs = *pp;
+        struct store_filter *sf = s && is_member(grp, rs->peer) ? store_get(s, rs->name)
+                                                                : NULL;
+        bool keep = sf && (const void *)sf == rs->sf_id;
+        if (sf)
+            store_put(sf);
+        if (keep) {
+            pp = &rs->next;
+        } else {
+            *pp = rs->next;
+            free(rs);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Set every peer's series. */
+static void gauges_set(struct node_replicate *r)
+{
+    for (struct repl_peer *p = r->peers; p; p = p->next) {
+        if (p->leaving)
+            continue;
+        size_t n = 0;
+        pthread_mutex_lock(&r->mu);
+        for (struct repl_shard *rs = r->shards; rs; rs = rs->next)
+            n += strcmp(rs->peer, p->addr) == 0;
+        pthread_mutex_unlock(&r->mu);
+        peer_gauges(p->addr, p->answered, n);
+    }
+}
+
 static void replicate_round(struct node_replicate *r, bool pull)
 {
     struct store *s = node_store(r->n);
@@ -695,28 +978,42 @@ static void replicate_round(struct node_replicate *r, bool pull)
     int g = -1;
     struct topo *t = node_rpc__topo_get(&g);
 
-    if (!t || g < 0 || t->groups[g].nmembers < 2 || !s)
+    if (!t || g < 0)
         goto out;
     const struct topo_group *grp = &t->groups[g];
-    if (!identity_read(r, grp))
+    prune(r, grp);
+    if (grp->nmembers < 2 || !s || !identity_read(r, grp))
         goto out;
-    /* A peer that is down or stopped costs one pull's deadline per round,
-     * not one per shard: the rest of the round passes over it. */
+    bool listing = list_due(r);
+    if (!pull && !listing)
+        goto out;
+    /* A peer that is down or stopped costs the round one short probe, and
+     * pulls from the others never wait for it (they run on each peer's
+     * puller). */
     bool down[TOPO_MAX_COPIES] = {false};
-    list_round(r, t, grp, down);
-    if (!pull || store_list(s, &names, &nn) < 0)
+    probe(r, grp, down);
+    if (listing)
+        list_round(r, t, grp, down);
+    if (!pull)
         goto out;
-    for (size_t i = 0; i < nn && !atomic_load(&r->n->stopping); i++) {
-        struct store_filter *sf = store_get(s, names[i]);
-        if (!sf)
-            continue;
-        for (unsigned m = 0; m < grp->nmembers; m++)
-            if (!down[m] && !node_rpc__is_self(topo_member(grp, m)))
-                down[m] = !replicate_shard(r, sf, topo_member(grp, m), t->version);
-        sync_check(r, sf, grp);
-        store_put(sf);
+    for (unsigned m = 0; m < grp->nmembers; m++) {
+        struct repl_peer *p;
+        if (!down[m] && !node_rpc__is_self(topo_member(grp, m)) &&
+            (p = peer_get(r, topo_member(grp, m))))
+            peer_kick(r, p, t->version);
     }
-    store_list_free(names, nn);
+    /* What the pullers' passes up to now brought: SYNCING shards filled. */
+    if (store_list(s, &names, &nn) == 0) {
+        for (size_t i = 0; i < nn && !atomic_load(&r->n->stopping); i++) {
+            struct store_filter *sf = store_get(s, names[i]);
+            if (!sf)
+                continue;
+            sync_check(r, sf, grp);
+            store_put(sf);
+        }
+        store_list_free(names, nn);
+    }
+    gauges_set(r);
 out:
     topo_unref(t);
 }
@@ -733,7 +1030,11 @@ static void farewell(struct node_replicate *r)
         epoch_bump(r, grp);
         for (unsigned c = 0; c < grp->ncopies; c++) {
             Bloomgrid__V1__ListShardsResponse *resp = NULL;
-            if (node_rpc__is_self(grp->copies[c]))
+            struct repl_peer *p;
+            /* A peer that did not answer the last probe would only cost
+             * the stop its deadline. */
+            if (node_rpc__is_self(grp->copies[c]) || !(p = peer_get(r, grp->copies[c])) ||
+                !p->answered)
                 continue;
             list_peer(r, grp, t->version, grp->copies[c], REPL_FAREWELL_TIMEOUT_MS,
                       &resp);
@@ -773,7 +1074,9 @@ struct node_replicate *node_replicate_start(struct node *n)
     if (!r)
         return NULL;
     r->n = n;
+    pthread_mutex_init(&r->mu, NULL);
     if (pthread_create(&r->thread, NULL, replicate_main, r) != 0) {
+        pthread_mutex_destroy(&r->mu);
         free(r);
         return NULL;
     }
@@ -789,8 +1092,7 @@ void node_replicate_stop(struct node_replicate *r)
     pthread_join(r->thread, NULL);
     while (r->peers) {
         struct repl_peer *next = r->peers->next;
-        rpc_channel_destroy(r->peers->ch);
-        free(r->peers);
+        peer_free(r, r->peers);
         r->peers = next;
     }
     while (r->shards) {
@@ -803,5 +1105,6 @@ void node_replicate_stop(struct node_replicate *r)
         free(r->missing);
         r->missing = next;
     }
+    pthread_mutex_destroy(&r->mu);
     free(r);
 }

@@ -1,13 +1,27 @@
-/* Integration test of anti-entropy between the copies of a group (nodes
+/* Integration tests of anti-entropy between the copies of a group (nodes
  * reading the topology; node_replicate.c), with no merger.
  *
- * usage: test_replicate NODE_BIN ROUTER_BIN
- *   One group of two copies, write quorum 1 (read quorum 2).  With copy 1
- *   down, keys are acknowledged by copy 0 alone; copy 1, restarted, pulls
- *   them from copy 0 and then holds every one of them by itself (read
- *   through a router that asks copy 1 only).  Keys written later with copy
- *   0 down reach copy 0 the same way once it is back.
+ * usage: test_replicate NODE_BIN ROUTER_BIN TEST
+ *   pull     one group of two copies, write quorum 1 (read quorum 2).  With
+ *            copy 1 down, keys are acknowledged by copy 0 alone; copy 1,
+ *            restarted, pulls them from copy 0 and then holds every one of
+ *            them by itself (read through a router that asks copy 1 only).
+ *            Keys written later with copy 0 down reach copy 0 the same way
+ *            once it is back.
+ *   stalled  three copies, W = 2, R = 2.  Copy 0 is stopped (SIGSTOP: hung,
+ *            its port still open) and hashes are added to copy 2 alone (as
+ *            a router's write that reached no other copy): copy 1 holds
+ *            them before one pull from the stopped copy could have reached
+ *            its 10 s deadline, so the hung copy does not hold back pulls
+ *            from copy 2; copy 1's metrics show copy 0 passed over, then
+ *            pulled from again once it runs (twice), and copy 0 gets the
+ *            hashes too.
+ *   prune    three copies, W = 2, R = 2: copy 0's pull cursors per peer go
+ *            back to the shards it holds after filters are created and
+ *            dropped one after another, and once copy 2 is removed from the
+ *            topology (SIGHUP) copy 0 keeps no cursor and no channel for it.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +31,14 @@
 
 #include "cluster.h"
 
+#include "bloomgrid/v1/internal.pb-c.h"
+
 #define NKEYS 3000
 #define INTERVAL "50"
+#define NHASHES 1000
+#define S 2          /* shards of f in stalled */
+
+static const char *test_name;
 
 /* Wait until node i alone holds every key of k; false after timeout_ms. */
 static bool wait_copy_has(struct cluster *c, int i, char **k, int timeout_ms)
@@ -51,7 +71,7 @@ static void wait_writable(struct cluster *c)
     CHECK(code == 0, "writes stay refused: %s", st.message);
 }
 
-static void test(void)
+static void test_pull(void)
 {
     struct cluster c;
     struct rpc_status st;
@@ -82,7 +102,192 @@ static void test(void)
     cluster_stop(&c);
 }
 
+/* Internal AddHashes or MayContainHashes of n hashes (16 bytes each) on
+ * shard of f; returns the status code, out[i] the answers. */
+static int hashes_call(struct rpc_channel *ch, const char *method, unsigned shard,
+                       const uint8_t *h, size_t n, bool *out, struct rpc_status *st)
+{
+    Bloomgrid__V1__HashesRequest rq = BLOOMGRID__V1__HASHES_REQUEST__INIT;
+    Bloomgrid__V1__HashesResponse *resp = NULL;
+    char path[128];
+    rq.filter = "f";
+    rq.shard_index = shard;
+    rq.hashes.data = (uint8_t *)h;
+    rq.hashes.len = 16 * n;
+    snprintf(path, sizeof path, "/bloomgrid.v1.Internal/%s", method);
+    if (rpc_call(ch, path, &rq.base, &bloomgrid__v1__hashes_response__descriptor,
+                 (ProtobufCMessage **)&resp, 10000, st) < 0)
+        return st->code;
+    CHECK(resp->n_results == n, "%s: %zu answers for %zu hashes", method,
+          resp->n_results, n);
+    for (size_t i = 0; i < n; i++)
+        out[i] = resp->results[i];
+    bloomgrid__v1__hashes_response__free_unpacked(resp, NULL);
+    return 0;
+}
+
+/* How many of the hashes h node i holds in every shard of f (-1 when it
+ * does not answer). */
+static long copy_holds(struct cluster *c, int i, const uint8_t *h)
+{
+    static bool out[NHASHES];
+    struct rpc_status st;
+    long got = 0;
+    for (unsigned s = 0; s < S; s++) {
+        if (hashes_call(c->node[i].ch, "MayContainHashes", s, h, NHASHES, out, &st) != 0)
+            return -1;
+        for (size_t k = 0; k < NHASHES; k++)
+            got += out[k];
+    }
+    return got;
+}
+
+/* One sample of node i's series name{peer = node p's address}; NAN when
+ * it is not served. */
+static double peer_metric(struct cluster *c, int i, const char *name, int p)
+{
+    const char *const peer[1] = {c->node[p].addr};
+    double v = NAN;
+    CHECK(harness_scrape(c->node[i].maddr, name, "peer", peer, 1, &v) == 0,
+          "GET /metrics of node %d", i);
+    return v;
+}
+
+/* Wait (bounded) until node i's name{peer = node p} is want. */
+static bool wait_peer_metric(struct cluster *c, int i, const char *name, int p,
+                             double want)
+{
+    for (int t = 0; t < 200; t++) {
+        if (peer_metric(c, i, name, p) == want)
+            return true;
+        harness_sleep_ms(50);
+    }
+    return false;
+}
+
+static void test_stalled(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    static uint8_t h[16 * NHASHES];
+    static bool out[NHASHES];
+    const char *flags[] = {"--metrics-listen", "127.0.0.1:0", "--replicate-interval-ms",
+                           "100", NULL};
+    const char *up = "bloomgrid_antientropy_peer_up";
+
+    cluster_init(&c, "anti-entropy-stalled", "fsync");
+    c.node_flags = flags;
+    cluster_run_copies(&c, 1, 3, "write_quorum = 2\nread_quorum = 2\n", 1);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, S, NULL, &st) == 0,
+          "create: %s", st.message);
+    srand(12);
+    /* Twice: a copy stopping at any point of copy 1's rounds. */
+    for (int trial = 0; trial < 2; trial++) {
+        for (size_t k = 0; k < sizeof h; k++)
+            h[k] = (uint8_t)rand();
+        CHECK(kill(c.node[0].pid, SIGSTOP) == 0, "SIGSTOP copy 0");
+        for (unsigned s = 0; s < S; s++)
+            CHECK(hashes_call(c.node[2].ch, "AddHashes", s, h, NHASHES, out, &st) == 0,
+                  "AddHashes on copy 2: %s", st.message);
+        /* Well below the 10 s a pull from the stopped copy takes to fail,
+         * with a wide margin for a loaded machine (this takes about a
+         * second): the bound says that no pull from copy 2 waited for the
+         * hung copy; it measures nothing. */
+        double t0 = harness_now_s();
+        long got;
+        while ((got = copy_holds(&c, 1, h)) != S * NHASHES && harness_now_s() - t0 < 6.0)
+            harness_sleep_ms(50);
+        double took = harness_now_s() - t0;
+        CHECK(got == S * NHASHES, "trial %d: copy 1 holds %ld of the %d hashes added to "
+              "copy 2 %.1f s before, with copy 0 stopped: its pulls from copy 2 waited "
+              "for copy 0", trial, got, S * NHASHES, took);
+        printf("trial %d: copy 1 pulled the hashes from copy 2 in %.1f s, copy 0 "
+               "stopped\n", trial, took);
+        CHECK(wait_peer_metric(&c, 1, up, 0, 0), "copy 1 does not show stopped copy 0 "
+              "passed over: %s = %f", up, peer_metric(&c, 1, up, 0));
+        CHECK(peer_metric(&c, 1, up, 2) == 1, "copy 1 shows copy 2 passed over");
+
+        /* Copy 0 runs again: pulled from again, and it pulls what it missed. */
+        CHECK(kill(c.node[0].pid, SIGCONT) == 0, "SIGCONT copy 0");
+        CHECK(wait_peer_metric(&c, 1, up, 0, 1), "copy 1 does not pull from copy 0 "
+              "again once it runs: %s = %f", up, peer_metric(&c, 1, up, 0));
+        for (int t = 0; t < 400 && (got = copy_holds(&c, 0, h)) != S * NHASHES; t++)
+            harness_sleep_ms(50);
+        CHECK(got == S * NHASHES, "copy 0, running again, holds %ld of %d hashes",
+              got, S * NHASHES);
+    }
+    cluster_stop(&c);
+}
+
+static void test_prune(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    const char *flags[] = {"--metrics-listen", "127.0.0.1:0", "--replicate-interval-ms",
+                           INTERVAL, NULL};
+    const char *cur = "bloomgrid_antientropy_cursors";
+
+    cluster_init(&c, "anti-entropy-prune", "fsync");
+    c.node_flags = flags;
+    cluster_run_copies(&c, 1, 3, "write_quorum = 2\nread_quorum = 2\n", 1);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 10000, 0.01, 0, 2, NULL, &st) == 0,
+          "create: %s", st.message);
+    CHECK(wait_peer_metric(&c, 0, cur, 1, 2) && wait_peer_metric(&c, 0, cur, 2, 2),
+          "copy 0 keeps no cursor per peer for the 2 shards of f: %f, %f",
+          peer_metric(&c, 0, cur, 1), peer_metric(&c, 0, cur, 2));
+
+    /* Filters created and dropped one after another: the cursors of the
+     * dropped shards go with them. */
+    for (int i = 0; i < 5; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "d%d", i);
+        CHECK(t_create_sharded(c.router[0].ch, name, 10000, 0.01, 0, 2, NULL, &st) == 0,
+              "create %s: %s", name, st.message);
+        CHECK(wait_peer_metric(&c, 0, cur, 1, 4), "copy 0 does not pull %s: %s = %f",
+              name, cur, peer_metric(&c, 0, cur, 1));
+        CHECK(t_drop(c.router[0].ch, name, &st) == 0, "drop %s: %s", name, st.message);
+        CHECK(wait_peer_metric(&c, 0, cur, 1, 2), "copy 0 keeps the cursors of "
+              "dropped %s: %s = %f, expected 2 (f's shards)", name, cur,
+              peer_metric(&c, 0, cur, 1));
+    }
+
+    /* Copy 2 leaves the group (copy 2 itself runs on, on the old file):
+     * copy 0 forgets it. */
+    c.topo_version++;
+    FILE *f = fopen(c.topo, "w");
+    CHECK(f, "open %s", c.topo);
+    fprintf(f, "; test topology\nversion = %llu\nwrite_quorum = 2\nread_quorum = 1\n"
+               "[group g0]\ncopies = %s %s\n", c.topo_version, c.node[0].addr,
+            c.node[1].addr);
+    CHECK(fclose(f) == 0, "write %s", c.topo);
+    CHECK(kill(c.node[0].pid, SIGHUP) == 0, "SIGHUP copy 0");
+    CHECK(wait_peer_metric(&c, 0, cur, 2, 0), "copy 0 keeps cursors for removed copy "
+          "2: %s = %f", cur, peer_metric(&c, 0, cur, 2));
+    CHECK(wait_peer_metric(&c, 0, "bloomgrid_antientropy_peer_up", 2, 0),
+          "copy 0 still pulls from removed copy 2");
+    CHECK(peer_metric(&c, 0, cur, 1) == 2, "copy 0 lost its cursors for copy 1");
+    printf("copy 0 forgot the dropped shards and the removed copy\n");
+    cluster_stop(&c);
+}
+
+static void run(void)
+{
+    if (!strcmp(test_name, "pull"))
+        test_pull();
+    else if (!strcmp(test_name, "stalled"))
+        test_stalled();
+    else if (!strcmp(test_name, "prune"))
+        test_prune();
+    else
+        CHECK(false, "unknown test %s", test_name);
+}
+
 int main(int argc, char **argv)
 {
-    return cluster_test_main(argc, argv, test);
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s NODE_BIN ROUTER_BIN TEST\n", argv[0]);
+        return 2;
+    }
+    test_name = argv[3];
+    return cluster_test_main(3, argv, run);
 }

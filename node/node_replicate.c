@@ -887,7 +887,8 @@ static void probe(struct node_replicate *r, const struct topo_group *grp, bool *
                                                      GRPC_SLICE_START_PTR(calls[n].req));
         member[n++] = m;
     }
-    rpc_call_many(calls, n);
+    if (n)
+        rpc_call_many(calls, n);
     for (size_t k = 0; k < n; k++) {
         struct repl_peer *p = peer[k];
         int code = calls[k].rc == 0 ? GRPC_STATUS_OK : (int)calls[k].st.code;

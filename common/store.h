@@ -329,11 +329,14 @@ struct store_page {
 };
 
 /* OR n pages into the filter's bits, durably: one log record of type
- * WAL_REC_PAGES (bits first, then the record, as every mutation).  Blocked
- * and classic filters only (-EOPNOTSUPP otherwise: counters do not OR).
+ * WAL_REC_PAGES holding the pages that add a bit the filter lacks (bits
+ * first, then the record, as every mutation); when none does, no record,
+ * and the call returns once every record submitted before it is durable
+ * (the bits it found may be a write's still in flight).  Blocked and
+ * classic filters only (-EOPNOTSUPP otherwise: counters do not OR).
  * Every page is checked against the geometry before any bit changes
  * (-EINVAL naming the page); I/O errors as store_add_hashes.  Idempotent:
- * applying the same pages again changes nothing but the version. */
+ * applying the same pages again changes nothing, not even the version. */
 int store_or_pages(struct store_filter *sf, const struct store_page *pages,
                    size_t n, char *err);
 

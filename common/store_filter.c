@@ -729,8 +729,6 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
             goto fail;
         }
     }
-    if (n == 0)
-        goto fail;   /* rc 0: nothing to do */
     /* Only the pages that add a bit are ORed in and logged: the copies of a
      * group pull each other's changed pages, which they mostly hold
      * already, and logging those again would cost the log (and its fsync)

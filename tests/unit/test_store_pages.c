@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <xxhash.h>
+
 #include "bf.h"
 #include "log.h"
 #include "rules.h"
@@ -184,6 +186,41 @@ START_TEST(or_pages_logs_only_pages_that_add_bits)
     store_put(sf);
     store_close(s);
     free(one);
+    bf_destroy(src);
+}
+END_TEST
+
+/* store_pages_hashes: XXH64 of each page of the live bits, the count when
+ * the array is short, nothing for a kind that is not tracked. */
+START_TEST(pages_hashes_are_the_pages)
+{
+    struct bf_params p = params(BF_KIND_BLOCKED);
+    struct store *s = open_store();
+    struct bf *src = source_with_keys(BF_KIND_BLOCKED, 0, 5000);
+    struct store_page pg[64];
+    uint64_t h[64];
+    char err[STORE_ERRLEN];
+    size_t n, np;
+
+    ck_assert_int_eq(store_create(s, "f", &p, err), 0);
+    struct store_filter *sf = store_get(s, "f");
+    np = pages_of(src, RULES_PAGE_BYTES, pg, 64);
+    ck_assert_int_eq(store_or_pages(sf, pg, np, err), 0);
+    ck_assert_int_eq(store_pages_hashes(sf, h, 64, &n), 0);
+    ck_assert_uint_eq(n, np);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_uint_eq(h[i], XXH64(pg[i].data, pg[i].len, 0));
+    if (np > 1) {
+        ck_assert_int_eq(store_pages_hashes(sf, h, np - 1, &n), -ERANGE);
+        ck_assert_uint_eq(n, np);
+    }
+    store_put(sf);
+    struct bf_params pc = params(BF_KIND_COUNTING);
+    ck_assert_int_eq(store_create(s, "c", &pc, err), 0);
+    sf = store_get(s, "c");
+    ck_assert_int_eq(store_pages_hashes(sf, h, 64, &n), -EOPNOTSUPP);
+    store_put(sf);
+    store_close(s);
     bf_destroy(src);
 }
 END_TEST
@@ -531,6 +568,7 @@ Suite *store_pages_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, or_pages_is_durable_and_replayed);
     tcase_add_test(tc, or_pages_logs_only_pages_that_add_bits);
+    tcase_add_test(tc, pages_hashes_are_the_pages);
     tcase_add_test(tc, or_pages_outside_geometry_changes_nothing);
     tcase_add_test(tc, or_pages_refuses_counting);
     tcase_add_test(tc, or_pages_survive_a_snapshot);

@@ -6,7 +6,10 @@
  * PullPages on that copy with the epoch and version it got last from it
  * (0 at first, so the first pull after a start, or after the peer
  * restarted with a new epoch, ships every non-empty page): one cursor per
- * peer and shard.  The pages of a pull are checked by their checksums
+ * peer and shard.  The pull carries the hashes of this copy's pages
+ * (store_pages_hashes), and the peer skips the pages that hash the same:
+ * copies that took the same writes ship little; the merge of what came
+ * (none included) returns once the bits here are durable.  The pages of a pull are checked by their checksums
  * (node_client) and buffered; only when the whole pull succeeded and its
  * fingerprint is the shard's are they ORed in with store_pages_merge (the
  * durable path PushPages takes).  Nothing a peer claims is kept: no
@@ -71,6 +74,9 @@
 #include "bloomgrid/v1/internal.pb-c.h"
 
 #define REPL_PULL_TIMEOUT_MS 10000
+/* The most page hashes a pull carries (8 bytes each; 64 Ki pages of 64 KiB
+ * are a 4 GiB shard): a larger shard is pulled without them. */
+#define REPL_HASHES_MAX 65536
 #define REPL_RECREATE_DELAY_MS 2000
 /* How often the peers' shards are listed to find missing ones (a listing
  * describes every shard, a count of its bits included: not every round). */
@@ -298,9 +304,20 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
     uint64_t since = shard_listed(sf);
     bool full = since && rs->full_ms < since;
     uint64_t started = node_sync_now_ms();
-    if (node_client_pull_at(ch, topo_version, filter, id.index,
-                            full ? 0 : rs->version, full ? 0 : rs->epoch, buf_page,
-                            &b, &end, REPL_PULL_TIMEOUT_MS, &st) < 0) {
+    /* What this copy holds (taken before the pull: the peer's pages that
+     * hash the same are held here), so that only the others travel. */
+    size_t nhave = 0;
+    uint64_t *have = NULL;
+    if (store_pages_hashes(sf, NULL, 0, &nhave) == -ERANGE &&
+        nhave <= REPL_HASHES_MAX && (have = malloc(nhave * sizeof *have)) &&
+        store_pages_hashes(sf, have, nhave, &nhave) < 0)
+        nhave = 0;
+    int pulled = node_client_pull_holding(ch, topo_version, have, have ? nhave : 0,
+                                          filter, id.index, full ? 0 : rs->version,
+                                          full ? 0 : rs->epoch, buf_page, &b, &end,
+                                          REPL_PULL_TIMEOUT_MS, &st);
+    free(have);
+    if (pulled < 0) {
         snprintf(msg, sizeof msg, "PullPages: %s: %s",
                  rpc_status_name(st.code), st.message);
         shard_fail(r, rs, msg);

@@ -89,6 +89,18 @@ int node_client_pull_at(struct rpc_channel *ch, uint64_t topo_version,
                         struct node_client_pull_end *end, int timeout_ms,
                         struct rpc_status *st)
 {
+    return node_client_pull_holding(ch, topo_version, NULL, 0, filter, shard,
+                                    since, epoch, fn, ctx, end, timeout_ms, st);
+}
+
+int node_client_pull_holding(struct rpc_channel *ch, uint64_t topo_version,
+                             const uint64_t *have, size_t nhave,
+                             const char *filter, uint32_t shard,
+                             uint64_t since, uint64_t epoch,
+                             node_client_page_fn fn, void *ctx,
+                             struct node_client_pull_end *end, int timeout_ms,
+                             struct rpc_status *st)
+{
     Bloomgrid__V1__PullPagesRequest req =
         BLOOMGRID__V1__PULL_PAGES_REQUEST__INIT;
     struct rpc_cstream *s = rpc_cstream_open(ch, NODE_CLIENT_PATH_PULL,
@@ -107,6 +119,8 @@ int node_client_pull_at(struct rpc_channel *ch, uint64_t topo_version,
     req.since_version = since;
     req.epoch = epoch;
     req.topology_version = topo_version;
+    req.page_hashes = (uint64_t *)have;
+    req.n_page_hashes = have ? nhave : 0;
     if (rpc_cstream_write_msg(s, &req.base) < 0 ||
         rpc_cstream_close_send(s) < 0)
         return rpc_cstream_finish(s, st);

@@ -329,11 +329,15 @@ struct store_page {
 };
 
 /* OR n pages into the filter's bits, durably: one log record of type
- * WAL_REC_PAGES (bits first, then the record, as every mutation).  Blocked
- * and classic filters only (-EOPNOTSUPP otherwise: counters do not OR).
+ * WAL_REC_PAGES holding the pages that add a bit the filter lacks (bits
+ * first, then the record, as every mutation); when none does, no record,
+ * and the call returns once every record submitted before it is durable
+ * (the bits it found may be a write's still in flight); so too
+ * for n == 0.  Blocked and
+ * classic filters only (-EOPNOTSUPP otherwise: counters do not OR).
  * Every page is checked against the geometry before any bit changes
  * (-EINVAL naming the page); I/O errors as store_add_hashes.  Idempotent:
- * applying the same pages again changes nothing but the version. */
+ * applying the same pages again changes nothing, not even the version. */
 int store_or_pages(struct store_filter *sf, const struct store_page *pages,
                    size_t n, char *err);
 
@@ -394,14 +398,25 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                       store_page_fn fn, void *ctx,
                       struct store_pages_mark *mark, char *err);
 
+/* XXH64 (seed 0) of each page of the live bits (layer 0, pages of
+ * RULES_PAGE_BYTES, the last one shorter), what a copy tells a peer it
+ * holds when it pulls (PullPagesRequest.page_hashes).  Writes at most max
+ * hashes; *n is the number of pages.  Returns 0, -EOPNOTSUPP for a kind
+ * that is not tracked, -ERANGE when max is short (*n says how many), or
+ * -EAGAIN / -ENOENT / -EIO when the filter is not READY. */
+int store_pages_hashes(struct store_filter *sf, uint64_t *out, size_t max,
+                       size_t *n);
+
 /* OR n pages from a peer (a merger's push, another copy's pages) into the
  * filter with store_or_pages (same checks, same errors, durable).  Pages
  * the merge changed are reported by later walks like local changes, to
  * every puller whose version is before them (the sender may get its own
  * pages back once: ORing them again changes nothing).  On success with
  * n > 0 the source version rises to source_version; n == 0 changes
- * nothing and claims nothing (0 when the filter is READY).  pages stay the
- * caller's. */
+ * nothing and claims nothing (0 when the filter is READY, once every
+ * record submitted before the call is durable: a pull that skipped the
+ * pages this copy holds relies on their bits being durable).  pages stay
+ * the caller's. */
 int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
                       size_t n, uint64_t source_version, char *err);
 

@@ -199,6 +199,22 @@ static void pages_or_one(struct bf *f, uint32_t layer, uint64_t off,
     }
 }
 
+/* Does a page hold a bit that layer `layer` of f lacks?  (The caller holds
+ * write_mu, so no bit can appear between this and the OR.) */
+static bool page_adds_bits(const struct bf *f, uint32_t layer, uint64_t off,
+                           const uint8_t *data, size_t len)
+{
+    const uint64_t *body = bf_layer_body_const(f, layer) + off / 8;
+
+    for (size_t i = 0; i < len / 8; i++) {
+        uint64_t w;
+        memcpy(&w, data + 8 * i, 8);
+        if (w & ~__atomic_load_n(&body[i], __ATOMIC_RELAXED))
+            return true;
+    }
+    return false;
+}
+
 /* Is a page inside f's geometry (and f a kind whose bits OR)?  Returns 0,
  * -EOPNOTSUPP or -EINVAL. */
 static int pages_check(const struct bf *f, uint32_t layer, uint64_t off,
@@ -671,7 +687,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
     struct wal_rec *rec;
     struct pending *p;
     struct sync_wait w;
-    uint64_t size = 0;
+    uint64_t size = 0, used = 0;
     uint8_t *q;
     int rc;
 
@@ -687,15 +703,6 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
         free(p);
         errmsg_set(err, "cannot buffer %" PRIu64 " bytes of pages", size);
         return -ENOMEM;
-    }
-    q = wal_rec_payload(rec);
-    for (size_t i = 0; i < n; i++) {
-        uint32_t plen = (uint32_t)pages[i].len;
-        memcpy(q, &pages[i].layer, 4);
-        memcpy(q + 4, &plen, 4);
-        memcpy(q + 8, &pages[i].offset, 8);
-        memcpy(q + 16, pages[i].data, plen);
-        q += 16 + (uint64_t)plen;
     }
     sync_init(&w);
     p->done = sync_done;
@@ -722,13 +729,44 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
             goto fail;
         }
     }
-    if (n == 0)
-        goto fail;   /* rc 0: nothing to do */
+    /* Only the pages that add a bit are ORed in and logged: the copies of a
+     * group pull each other's changed pages, which they mostly hold
+     * already, and logging those again would cost the log (and its fsync)
+     * the whole changed part of the filter on every pull. */
+    q = wal_rec_payload(rec);
     pthread_mutex_lock(&sf->write_mu);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t plen = (uint32_t)pages[i].len;
+        if (!page_adds_bits(sf->bf, pages[i].layer, pages[i].offset,
+                            pages[i].data, pages[i].len))
+            continue;
         pages_or_one(sf->bf, pages[i].layer, pages[i].offset, pages[i].data,
                      pages[i].len);
-    submit_locked(sf, rec, p);
+        memcpy(q, &pages[i].layer, 4);
+        memcpy(q + 4, &plen, 4);
+        memcpy(q + 8, &pages[i].offset, 8);
+        memcpy(q + 16, pages[i].data, plen);
+        q += 16 + (uint64_t)plen;
+        used += 16 + (uint64_t)plen;
+    }
+    if (used) {
+        wal_rec_truncate(rec, used);
+        submit_locked(sf, rec, p);
+    } else {
+        /* Every bit was there: done once the records that set them are
+         * durable (they may still be in flight). */
+        wal_rec_free(rec);
+        rec = NULL;
+        atomic_fetch_add(&sf->refs, 1);
+        p->sf = sf;
+        if (wal_barrier(sf->stream, mutation_done, p) < 0) {
+            store_put(sf);
+            pthread_mutex_unlock(&sf->write_mu);
+            errmsg_set(err, "out of memory");
+            rc = -ENOMEM;
+            goto fail;
+        }
+    }
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
     return sync_finish(sf, &w, 0, "the pages merged into", err);

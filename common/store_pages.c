@@ -39,6 +39,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include <xxhash.h>
+
 #include "rules.h"
 #include "store_internal.h"
 
@@ -211,19 +213,53 @@ out:
     return rc;
 }
 
+int store_pages_hashes(struct store_filter *sf, uint64_t *out, size_t max,
+                       size_t *n)
+{
+    struct bf_layer_info li;
+    int rc;
+
+    *n = 0;
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = store__state_errno(store__state(sf))) < 0)
+        goto out;
+    if ((bf_kind(sf->bf) != BF_KIND_BLOCKED &&
+         bf_kind(sf->bf) != BF_KIND_CLASSIC) ||
+        bf_layer_count(sf->bf) != 1 || bf_layer_info(sf->bf, 0, &li) < 0) {
+        rc = -EOPNOTSUPP;
+        goto out;
+    }
+    uint64_t np = (li.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
+    *n = (size_t)np;
+    if (np > max) {
+        rc = -ERANGE;
+        goto out;
+    }
+    /* Writers set bits with atomic ORs under this shared lock: a hash may
+     * see a write half done, which only makes a page look different (it is
+     * then streamed, and ORing it is harmless). */
+    const uint8_t *body = (const uint8_t *)bf_layer_body_const(sf->bf, 0);
+    for (uint64_t p = 0; p < np; p++) {
+        uint64_t off = p * RULES_PAGE_BYTES;
+        size_t len = li.body_bytes - off < RULES_PAGE_BYTES
+                         ? (size_t)(li.body_bytes - off) : RULES_PAGE_BYTES;
+        out[p] = XXH64(body + off, len, 0);
+    }
+out:
+    pthread_rwlock_unlock(&sf->lock);
+    return rc;
+}
+
 int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
                       size_t n, uint64_t source_version, char *err)
 {
     int rc;
 
     /* Nothing delivered, nothing claimed: a version travels only with the
-     * pages it covers. */
-    if (n == 0) {
-        enum store_state st = store_filter_state(sf, NULL);
-        if ((rc = store__state_errno(st)) < 0)
-            errmsg_set(err, "filter '%s' is not serving", sf->name);
-        return rc;
-    }
+     * pages it covers.  Still, the bits already here are made durable
+     * first (store_or_pages with no page that adds a bit). */
+    if (n == 0)
+        return store_or_pages(sf, NULL, 0, err);
     if ((rc = store_or_pages(sf, pages, n, err)) == 0)
         store__raise(&sf->source_version, source_version);
     return rc;

@@ -548,6 +548,12 @@ void wal_rec_free(struct wal_rec *r)
     free(r);
 }
 
+void wal_rec_truncate(struct wal_rec *r, uint64_t len)
+{
+    if (len < r->len)
+        r->len = len;
+}
+
 static uint64_t enqueue(struct wal_stream *s, struct wal_rec *r,
                         wal_done_fn done, void *ctx)
 {

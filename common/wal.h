@@ -178,6 +178,9 @@ struct wal_rec *wal_rec_new(uint32_t type, const void *payload, uint64_t len);
 void *wal_rec_payload(struct wal_rec *r);
 /* Free a record that was never submitted.  NULL is allowed. */
 void wal_rec_free(struct wal_rec *r);
+/* Keep only the first len bytes of the payload of a record not yet
+ * submitted (len above the record's length changes nothing). */
+void wal_rec_truncate(struct wal_rec *r, uint64_t len);
 
 /* Completion of a record or barrier: rc 0 once durable (after write() only
  * with WAL_SYNC_NONE), or -EIO; seq is the record's stream seq; lsn the

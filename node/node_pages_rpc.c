@@ -51,6 +51,9 @@ static void geo_read(const struct bf *f, void *ctx)
 struct pull_ctx {
     struct rpc_stream *st;
     const struct store_pages_mark *mark;
+    const uint64_t *have;            /* the caller's page hashes */
+    size_t nhave;
+    uint64_t skipped;                /* pages the caller holds already */
     bool gone;                       /* the client went away */
 };
 
@@ -58,12 +61,17 @@ static int send_page(void *ctx, const struct store_page *pg)
 {
     struct pull_ctx *c = ctx;
     Bloomgrid__V1__Page m = BLOOMGRID__V1__PAGE__INIT;
+    uint64_t i = pg->offset / RULES_PAGE_BYTES;
 
+    m.checksum = XXH64(pg->data, pg->len, 0);
+    if (pg->layer == 0 && i < c->nhave && c->have[i] == m.checksum) {
+        c->skipped++;
+        return 0;
+    }
     m.layer = pg->layer;
     m.offset = pg->offset;
     m.data.data = (uint8_t *)pg->data;
     m.data.len = pg->len;
-    m.checksum = XXH64(pg->data, pg->len, 0);
     m.epoch = c->mark->epoch;
     if (rpc_stream_write(c->st, &m.base) < 0) {
         c->gone = true;
@@ -106,6 +114,23 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
         goto done;
     snprintf(label, sizeof label, "shard %u of \"%s\"", m->shard_index,
              m->filter);
+    if (m->n_page_hashes) {
+        struct shard_geo g = {0};
+        uint64_t np;
+        if ((rc = store_filter_inspect(sf, geo_read, &g)) < 0) {
+            node_rpc__store_error(&r, sf, label, rc, NULL);
+            goto done;
+        }
+        np = (g.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
+        if (m->n_page_hashes > np) {
+            rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "%s: %zu page hashes for a shard of %" PRIu64
+                            " pages", label, m->n_page_hashes, np);
+            goto done;
+        }
+        c.have = m->page_hashes;
+        c.nhave = m->n_page_hashes;
+    }
     /* Read before the walk: a shard that was SYNCING when its pages were
      * read may lack acknowledged writes, and the puller must know. */
     bool syncing = node_rpc__shard_syncing(sf);
@@ -124,8 +149,9 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
     }
     /* Let go of the shard before the client hears the end: a drop right
      * after it frees the shard and its tracking at once. */
-    log_debug("pulled %" PRIu64 " pages (%" PRIu64 " bytes) of %s since %"
-              PRIu64 ": version %" PRIu64, mark.pages, mark.bytes,
+    log_debug("pulled %" PRIu64 " pages (%" PRIu64 " bytes, %" PRIu64
+              " of them held by the caller) of %s since %" PRIu64
+              ": version %" PRIu64, mark.pages, mark.bytes, c.skipped,
               store_filter_name(sf), m->since_version, mark.version);
     store_put(sf);
     sf = NULL;

@@ -7,7 +7,11 @@
  * holds, with the epoch and version it got last from that copy (0 at
  * first, so the first pull after a start, or after the peer restarted
  * with a new epoch, ships every non-empty page): one cursor per peer and
- * shard.  The pages of a pull are checked by their checksums
+ * shard.  The pull carries the hashes of this copy's pages
+ * (store_pages_hashes), and the peer skips the pages that hash the same:
+ * copies that took the same writes ship little; the merge of what came
+ * (none included) returns once the bits here are durable.  The pages of a
+ * pull are checked by their checksums
  * (node_client) and buffered; only when the whole pull succeeded and its
  * fingerprint is the shard's are they ORed in with store_pages_merge (the
  * durable path PushPages takes).  Nothing a peer claims is kept: no
@@ -90,6 +94,9 @@
 /* The health asked of every peer before a round lists or pulls: a peer
  * that does not answer within it is passed over for the round. */
 #define REPL_PROBE_TIMEOUT_MS 500
+/* The most page hashes a pull carries (8 bytes each; 64 Ki pages of 64 KiB
+ * are a 4 GiB shard): a larger shard is pulled without them. */
+#define REPL_HASHES_MAX 65536
 #define REPL_RECREATE_DELAY_MS 2000
 /* How often the peers' shards are listed to find missing ones (a listing
  * describes every shard, a count of its bits included: not every round). */
@@ -381,9 +388,20 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
     uint64_t since = shard_listed(sf);
     bool full = since && full_ms < since;
     uint64_t started = node_sync_now_ms();
-    if (node_client_pull_at(p->ch, topo_version, filter, id.index, full ? 0 : version,
-                            full ? 0 : epoch, buf_page, &b, &end, REPL_PULL_TIMEOUT_MS,
-                            &st) < 0)
+    /* What this copy holds (taken before the pull: the peer's pages that
+     * hash the same are held here), so that only the others travel. */
+    size_t nhave = 0;
+    uint64_t *have = NULL;
+    if (store_pages_hashes(sf, NULL, 0, &nhave) == -ERANGE &&
+        nhave <= REPL_HASHES_MAX && (have = malloc(nhave * sizeof *have)) &&
+        store_pages_hashes(sf, have, nhave, &nhave) < 0)
+        nhave = 0;
+    int pulled = node_client_pull_holding(p->ch, topo_version, have, have ? nhave : 0,
+                                          filter, id.index, full ? 0 : version,
+                                          full ? 0 : epoch, buf_page, &b, &end,
+                                          REPL_PULL_TIMEOUT_MS, &st);
+    free(have);
+    if (pulled < 0)
         snprintf(msg, sizeof msg, "PullPages: %s: %s", rpc_status_name(st.code),
                  st.message);
     else if (strcmp(end.fp, id.fp) != 0)

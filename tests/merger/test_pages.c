@@ -4,7 +4,8 @@
  * usage: test_pages NODE_BIN
  *   A pull since 0 streams the non-empty pages with checksums; a pull since
  *   the returned version streams nothing; keys added after it stream only
- *   the pages they changed.  The pages pushed into a second node holding the
+ *   the pages they changed; a caller that sends the hashes of the pages it
+ *   holds gets only the others.  The pages pushed into a second node holding the
  *   same shard make every key present there, durably (after a restart);
  *   pages pushed back are not pulled again.  A corrupt page, a page outside
  *   the body and another fingerprint are refused before any bit changes.
@@ -122,6 +123,31 @@ int main(int argc, char **argv)
                   TIMEOUT_MS, &st) == 0, "pull: %s", st.message);
     CHECK(end2.pages == end.pages, "unknown epoch: %llu pages, not %llu",
           (unsigned long long)end2.pages, (unsigned long long)end.pages);
+
+    /* A caller that holds the shard's pages (their hashes) gets none of
+     * them; one page it holds differently, that page only; more hashes
+     * than the shard has pages is refused. */
+    uint64_t *have = calloc(total_pages + 1, sizeof *have);
+    for (size_t i = 0; i < total_pages; i++) {
+        size_t off = i * 65536, len = c->size - off < 65536 ? c->size - off : 65536;
+        have[i] = XXH64(c->body + off, len, 0);
+    }
+    CHECK(node_client_pull_holding(a.ch, 0, have, total_pages, "f", 0, 0, 0, NULL, NULL,
+                                   &end2, TIMEOUT_MS, &st) == 0, "pull holding: %s",
+          st.message);
+    CHECK(end2.pages == 0, "a caller holding every page got %llu",
+          (unsigned long long)end2.pages);
+    have[total_pages / 2] ^= 1;
+    CHECK(node_client_pull_holding(a.ch, 0, have, total_pages, "f", 0, 0, 0, NULL, NULL,
+                                   &end2, TIMEOUT_MS, &st) == 0, "pull holding: %s",
+          st.message);
+    CHECK(end2.pages == 1, "one page held differently: %llu pages streamed",
+          (unsigned long long)end2.pages);
+    CHECK(node_client_pull_holding(a.ch, 0, have, total_pages + 1, "f", 0, 0, 0, NULL,
+                                   NULL, &end2, TIMEOUT_MS, &st) < 0 &&
+          st.code == GRPC_STATUS_INVALID_ARGUMENT && strstr(st.message, "page hashes"),
+          "too many hashes: %d %s", st.code, st.message);
+    free(have);
 
     /* A few keys change a few pages. */
     char **k2 = keys_make("two", 0, 10);

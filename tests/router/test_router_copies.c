@@ -526,6 +526,62 @@ static void test_metrics(void)
     cluster_stop(&c);
 }
 
+/* Copies that took the same writes ship each other (almost) no pages:
+ * each pull carries the hashes of the puller's pages.  Eight bursts of
+ * writes through the router, each changing every shard's page on all three
+ * copies; without the hashes every copy pulls each changed page from both
+ * others after every burst (8 x 2 x S pages), with them only a page caught
+ * between two copies' applies of one burst. */
+static void test_insync(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    const char *flags[] = {"--metrics-listen", "127.0.0.1:0", "--replicate-interval-ms",
+                           "100", NULL};
+    const int bursts = 8;
+    cluster_init(&c, "router-copies-insync", "fsync");
+    c.node_flags = flags;
+    cluster_run_copies(&c, 1, 3, "write_quorum = 2\nread_quorum = 2\n", 1);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, S, NULL, &st) == 0,
+          "create: %s", st.message);
+    const char *ts = "bloomgrid_antientropy_last_pull_timestamp_seconds";
+    for (int b = 0; b < bursts; b++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "sync%d", b);
+        char **k = keys_make(tag, 0, NKEYS);
+        keys_call(c.router[0].ch, "Add", "f", k, NKEYS, NKEYS, NULL);
+        keys_free(k, NKEYS);
+        /* Every copy pulls from both others before the next burst. */
+        double after = (double)time(NULL) + 1, t[2] = {NAN, NAN};
+        for (int i = 0; i < 3; i++) {
+            const char *peers[2] = {c.node[(i + 1) % 3].addr, c.node[(i + 2) % 3].addr};
+            for (int w = 0; w < 100; w++) {
+                CHECK(harness_scrape(c.node[i].maddr, ts, "peer", peers, 2, t) == 0,
+                      "GET /metrics of node %d", i);
+                if (t[0] >= after && t[1] >= after)
+                    break;
+                harness_sleep_ms(100);
+            }
+            CHECK(t[0] >= after && t[1] >= after, "node %d did not pull after burst %d", i, b);
+        }
+    }
+    double total = 0;
+    for (int i = 0; i < 3; i++) {
+        const char *peers[2] = {c.node[(i + 1) % 3].addr, c.node[(i + 2) % 3].addr};
+        double pg[2] = {NAN, NAN};
+        CHECK(harness_scrape(c.node[i].maddr, "bloomgrid_antientropy_pages_total", "peer",
+                             peers, 2, pg) == 0, "GET /metrics of node %d", i);
+        double n = (isnan(pg[0]) ? 0 : pg[0]) + (isnan(pg[1]) ? 0 : pg[1]);
+        printf("node %d pulled %.0f pages in %d bursts (%d without the hashes)\n", i, n,
+               bursts, bursts * 2 * S);
+        CHECK(n < bursts * 2 * S / 4, "node %d pulled %.0f pages from copies in step",
+              i, n);
+        total += n;
+    }
+    printf("pages pulled by the three copies: %.0f\n", total);
+    cluster_stop(&c);
+}
+
 static void run(void)
 {
     if (!strcmp(test_name, "quorum"))
@@ -544,6 +600,8 @@ static void run(void)
         test_export();
     else if (!strcmp(test_name, "metrics"))
         test_metrics();
+    else if (!strcmp(test_name, "insync"))
+        test_insync();
     else
         CHECK(false, "unknown test %s", test_name);
 }

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <xxhash.h>
+
 #include "bf.h"
 #include "log.h"
 #include "rules.h"
@@ -122,6 +124,101 @@ START_TEST(or_pages_is_durable_and_replayed)
     s = open_store();
     sf = store_get(s, "f");
     ck_assert(has_keys(sf, src, 0, 5000));
+    store_put(sf);
+    store_close(s);
+    bf_destroy(src);
+}
+END_TEST
+
+/* Pages whose bits the filter holds already are not logged again: a
+ * second merge of the same pages adds nothing to the log, and a merge where
+ * one page of many adds a bit logs about one page. */
+START_TEST(or_pages_logs_only_pages_that_add_bits)
+{
+    struct bf_params p = params(BF_KIND_BLOCKED);
+    struct store *s = open_store();
+    struct bf *src = source_with_keys(BF_KIND_BLOCKED, 0, 5000);
+    struct store_page pg[64];
+    char err[STORE_ERRLEN];
+    const size_t page = 4096;
+
+    ck_assert_int_eq(store_create(s, "f", &p, err), 0);
+    struct store_filter *sf = store_get(s, "f");
+    size_t n = pages_of(src, page, pg, 64);
+    ck_assert_uint_ge(n, 8);
+    uint64_t l0 = store_log_bytes(s);
+    ck_assert_int_eq(store_or_pages(sf, pg, n, err), 0);
+    uint64_t l1 = store_log_bytes(s);
+    ck_assert_uint_ge(l1 - l0, (uint64_t)(n - 1) * page);
+    uint64_t v1 = store_filter_version(sf);
+
+    /* Everything again: no record, no new version. */
+    ck_assert_int_eq(store_or_pages(sf, pg, n, err), 0);
+    ck_assert_uint_eq(store_log_bytes(s), l1);
+    ck_assert_uint_eq(store_filter_version(sf), v1);
+
+    /* One page of the n with one bit more: about one page logged. */
+    uint8_t *one = malloc(pg[3].len);
+    ck_assert_ptr_nonnull(one);
+    memcpy(one, pg[3].data, pg[3].len);
+    size_t bit;
+    for (bit = 0; bit < pg[3].len * 8 && (one[bit / 8] >> (bit % 8) & 1); bit++)
+        ;
+    ck_assert_uint_lt(bit, pg[3].len * 8);
+    one[bit / 8] |= (uint8_t)(1u << (bit % 8));
+    pg[3].data = one;
+    ck_assert_int_eq(store_or_pages(sf, pg, n, err), 0);
+    uint64_t l2 = store_log_bytes(s);
+    ck_assert_uint_gt(l2, l1);
+    ck_assert_uint_lt(l2 - l1, 2 * page);
+    ck_assert_uint_gt(store_filter_version(sf), v1);
+    store_put(sf);
+    store_close(s);
+
+    /* And that page is durable: reopened, the bit is there (merging the
+     * page again finds nothing to log). */
+    s = open_store();
+    sf = store_get(s, "f");
+    ck_assert(has_keys(sf, src, 0, 5000));
+    uint64_t l3 = store_log_bytes(s);
+    ck_assert_int_eq(store_or_pages(sf, &pg[3], 1, err), 0);
+    ck_assert_uint_eq(store_log_bytes(s), l3);
+    store_put(sf);
+    store_close(s);
+    free(one);
+    bf_destroy(src);
+}
+END_TEST
+
+/* store_pages_hashes: XXH64 of each page of the live bits, the count when
+ * the array is short, nothing for a kind that is not tracked. */
+START_TEST(pages_hashes_are_the_pages)
+{
+    struct bf_params p = params(BF_KIND_BLOCKED);
+    struct store *s = open_store();
+    struct bf *src = source_with_keys(BF_KIND_BLOCKED, 0, 5000);
+    struct store_page pg[64];
+    uint64_t h[64];
+    char err[STORE_ERRLEN];
+    size_t n, np;
+
+    ck_assert_int_eq(store_create(s, "f", &p, err), 0);
+    struct store_filter *sf = store_get(s, "f");
+    np = pages_of(src, RULES_PAGE_BYTES, pg, 64);
+    ck_assert_int_eq(store_or_pages(sf, pg, np, err), 0);
+    ck_assert_int_eq(store_pages_hashes(sf, h, 64, &n), 0);
+    ck_assert_uint_eq(n, np);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_uint_eq(h[i], XXH64(pg[i].data, pg[i].len, 0));
+    if (np > 1) {
+        ck_assert_int_eq(store_pages_hashes(sf, h, np - 1, &n), -ERANGE);
+        ck_assert_uint_eq(n, np);
+    }
+    store_put(sf);
+    struct bf_params pc = params(BF_KIND_COUNTING);
+    ck_assert_int_eq(store_create(s, "c", &pc, err), 0);
+    sf = store_get(s, "c");
+    ck_assert_int_eq(store_pages_hashes(sf, h, 64, &n), -EOPNOTSUPP);
     store_put(sf);
     store_close(s);
     bf_destroy(src);
@@ -470,6 +567,8 @@ Suite *store_pages_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, or_pages_is_durable_and_replayed);
+    tcase_add_test(tc, or_pages_logs_only_pages_that_add_bits);
+    tcase_add_test(tc, pages_hashes_are_the_pages);
     tcase_add_test(tc, or_pages_outside_geometry_changes_nothing);
     tcase_add_test(tc, or_pages_refuses_counting);
     tcase_add_test(tc, or_pages_survive_a_snapshot);

@@ -25,6 +25,7 @@
 
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "log.h"
+#include "proc_accept.h"
 #include "proc_malloc.h"
 #include "svc_notify.h"
 #include "merger.h"
@@ -138,6 +139,8 @@ int main(int argc, char **argv)
     char err[MG_ERRLEN];
     /* Before any thread: see proc_malloc.h (TLB shootdowns per call). */
     proc_malloc_tune();
+    /* A connection past the descriptor limit must not close the listener. */
+    proc_accept_guard();
     bool once;
     enum log_level lvl;
     sigset_t set;

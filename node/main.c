@@ -34,6 +34,7 @@
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "log.h"
+#include "proc_accept.h"
 #include "proc_malloc.h"
 #include "node.h"
 #include "node_rpc.h"
@@ -253,6 +254,8 @@ int main(int argc, char **argv)
     static struct node n;
     /* Before any thread: see proc_malloc.h (TLB shootdowns per call). */
     proc_malloc_tune();
+    /* A connection past the descriptor limit must not close the listener. */
+    proc_accept_guard();
     int rc = node_config_load(&n.cfg, argc, argv);
     if (rc != 0)
         return rc > 0 ? 0 : 2;

@@ -18,6 +18,7 @@
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "log.h"
+#include "proc_accept.h"
 #include "proc_malloc.h"
 #include "router.h"
 #include "router_canary.h"
@@ -70,6 +71,8 @@ int main(int argc, char **argv)
     char err[TOPO_ERRLEN];
     /* Before any thread: see proc_malloc.h (TLB shootdowns per call). */
     proc_malloc_tune();
+    /* A connection past the descriptor limit must not close the listener. */
+    proc_accept_guard();
 
     int rc = router_config_load(&cfg, argc, argv);
     if (rc != 0)

@@ -65,6 +65,9 @@
  * across a call (mu guards the cursors and the pullers' work; it may be
  * held while taking a store lock, never the reverse), and the store's
  * locks only for the OR itself.
+ *
+ * The pullers, their cursors and the probes are in node_replicate_pull.c;
+ * node_replicate_int.h is what the two files share.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -78,7 +81,6 @@
 
 #include "bf.h"
 #include "log.h"
-#include "metrics.h"
 #include "node.h"
 #include "node_client.h"
 #include "node_rpc.h"
@@ -88,238 +90,12 @@
 #include "topo.h"
 
 #include "bloomgrid/v1/internal.pb-c.h"
-#include "grpc/health/v1/health.pb-c.h"
 
-#define REPL_PULL_TIMEOUT_MS 10000
-/* The health asked of every peer before a round lists or pulls: a peer
- * that does not answer within it is passed over for the round. */
-#define REPL_PROBE_TIMEOUT_MS 500
-/* The most page hashes a pull carries (8 bytes each; 64 Ki pages of 64 KiB
- * are a 4 GiB shard): a larger shard is pulled without them. */
-#define REPL_HASHES_MAX 65536
-#define REPL_RECREATE_DELAY_MS 2000
-/* How often the peers' shards are listed to find missing ones (a listing
- * describes every shard, a count of its bits included: not every round). */
-#define REPL_LIST_EVERY_MS 2000
-#define REPL_LIST_TIMEOUT_MS 2000
-/* While the epoch is not checked: how often the copies are asked. */
-#define REPL_CHECK_EVERY_MS 200
-/* A clean stop's last announcement, per peer. */
-#define REPL_FAREWELL_TIMEOUT_MS 1000
-
-/* What this node got last from one peer for one shard. */
-struct repl_shard {
-    char name[STORE_NAME_MAX + 1];   /* store name */
-    char peer[TOPO_ADDR_MAX + 1];
-    const void *sf_id;               /* the store filter it was got for */
-    uint64_t epoch, version;         /* the peer's, for the next pull */
-    bool failing;                    /* last pull failed (logged once) */
-    uint64_t full_ms;                /* start of the last full pull that
-                                        counts towards leaving SYNCING (this
-                                        sf_id; node_sync_now_ms), 0: none */
-    char last_err[RPC_CLIENT_MSGLEN];
-    struct repl_shard *next;
-};
-
-/* A member of the group: its channel and its puller, kept while it is a
- * member.  The list and the fields not under mu are the replicate
- * thread's. */
-struct repl_peer {
-    char addr[TOPO_ADDR_MAX + 1];
-    struct rpc_channel *ch;
-    struct node_replicate *r;
-    pthread_t thread;                /* the puller (peer_main) */
-    pthread_cond_t cond;             /* kicked or quit changed */
-    bool kicked;                     /* under mu: a pass is due */
-    bool busy;                       /* under mu: a pass runs */
-    uint64_t topo_version;           /* under mu: the pass's */
-    atomic_bool quit;                /* the puller is to end */
-    bool answered;                   /* the last probe was answered */
-    bool leaving;                    /* no longer a member: freed once idle */
-    struct repl_peer *next;
-};
-
-/* A shard a peer holds and this node lacks, since first_ms. */
-struct repl_missing {
-    char name[STORE_NAME_MAX + 1];
-    uint64_t first_ms;
-    bool seen;                       /* in this round's listings */
-    struct repl_missing *next;
-};
-
-struct node_replicate {
-    struct node *n;
-    pthread_t thread;
-    pthread_mutex_t mu;              /* shards, and the peers' work */
-    struct repl_peer *peers;
-    struct repl_shard *shards;
-    struct repl_missing *missing;
-    uint64_t listed_ms;              /* last listing of the peers' shards */
-    /* The epoch check (see the top of this file). */
-    bool identity_read;              /* start_epoch and the group checked */
-    bool verified;                   /* first answers of enough copies in */
-    uint64_t start_epoch;            /* the directory's at the start */
-    uint64_t bumped_ms;              /* last bump of the epoch */
-    char heard[TOPO_MAX_COPIES][TOPO_ADDR_MAX + 1];   /* first answers in */
-    unsigned nheard;
-    bool joined;                     /* a joining member found complete */
-};
-
-/* Pages of one pull, copied as they arrive. */
-struct repl_buf {
-    struct store_page *v;
-    size_t n, cap;
-};
-
-static int buf_page(void *ctx, uint64_t offset, const uint8_t *data, size_t len)
-{
-    struct repl_buf *b = ctx;
-    void *copy;
-
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 64;
-        void *nv = realloc(b->v, cap * sizeof *b->v);
-        if (!nv)
-            return -ENOMEM;
-        b->v = nv;
-        b->cap = cap;
-    }
-    if (!(copy = malloc(len ? len : 1)))
-        return -ENOMEM;
-    memcpy(copy, data, len);
-    b->v[b->n++] = (struct store_page){.layer = 0, .offset = offset,
-                                       .data = copy, .len = len};
-    return 0;
-}
-
-static void buf_free(struct repl_buf *b)
-{
-    for (size_t i = 0; i < b->n; i++)
-        free((void *)b->v[i].data);
-    free(b->v);
-}
-
-static void *peer_main(void *arg);
-
-/* The peer of address addr, with its channel and its puller (started
- * here), or NULL when out of memory.  Replicate thread only. */
-static struct repl_peer *peer_get(struct node_replicate *r, const char *addr)
-{
-    struct repl_peer *p;
-
-    for (p = r->peers; p && (p->leaving || strcmp(p->addr, addr)); p = p->next)
-        ;
-    if (p || !(p = calloc(1, sizeof *p)))
-        return p;
-    snprintf(p->addr, sizeof p->addr, "%s", addr);
-    p->r = r;
-    pthread_cond_init(&p->cond, NULL);
-    if (!(p->ch = rpc_channel_create(addr, r->n->cfg.max_message_size)))
-        goto fail;
-    if (pthread_create(&p->thread, NULL, peer_main, p) != 0) {
-        log_warn("anti-entropy: no thread to pull from %s (retried next round)", addr);
-        rpc_channel_destroy(p->ch);
-        goto fail;
-    }
-    p->answered = true;    /* until a probe says otherwise (logged then) */
-    p->next = r->peers;
-    r->peers = p;
-    return p;
-fail:
-    pthread_cond_destroy(&p->cond);
-    free(p);
-    return NULL;
-}
-
-static struct rpc_channel *peer_channel(struct node_replicate *r, const char *addr)
-{
-    struct repl_peer *p = peer_get(r, addr);
-    return p ? p->ch : NULL;
-}
-
-/* End p's puller (waiting for a pass that runs: it ends at its next shard
- * or when its call does) and free p. */
-static void peer_free(struct node_replicate *r, struct repl_peer *p)
-{
-    pthread_mutex_lock(&r->mu);
-    atomic_store(&p->quit, true);
-    pthread_cond_signal(&p->cond);
-    pthread_mutex_unlock(&r->mu);
-    pthread_join(p->thread, NULL);
-    pthread_cond_destroy(&p->cond);
-    rpc_channel_destroy(p->ch);
-    free(p);
-}
-
-/* The cursor of (name, peer) for the store filter sf, NULL when there is
- * none (pruned while a pull ran).  Caller holds mu. */
-static struct repl_shard *shard_find(struct node_replicate *r, const char *name,
-                                     const char *peer, const struct store_filter *sf)
-{
-    struct repl_shard *rs;
-
-    for (rs = r->shards; rs && (strcmp(rs->name, name) || strcmp(rs->peer, peer));
-         rs = rs->next)
-        ;
-    return rs && (!sf || rs->sf_id == (const void *)sf) ? rs : NULL;
-}
-
-/* The cursor of (name, peer), made (or reset, for another store filter
- * than it was got for) for sf.  Caller holds mu. */
-static struct repl_shard *shard_state(struct node_replicate *r,
-                                      const char *name, const char *peer,
-                                      const struct store_filter *sf)
-{
-    struct repl_shard *rs = shard_find(r, name, peer, NULL);
-
-    if (!rs && (rs = calloc(1, sizeof *rs))) {
-        snprintf(rs->name, sizeof rs->name, "%s", name);
-        snprintf(rs->peer, sizeof rs->peer, "%s", peer);
-        rs->next = r->shards;
-        r->shards = rs;
-    }
-    if (rs && rs->sf_id != (const void *)sf) {
-        /* A new (or re-created) shard: start with a full pull. */
-        rs->sf_id = sf;
-        rs->epoch = rs->version = 0;
-        rs->full_ms = 0;
-    }
-    return rs;
-}
-
-/* Log a failure only when it differs from the last one.  Caller holds mu. */
-static void shard_fail(struct node_replicate *r, struct repl_shard *rs,
-                       const char *msg)
-{
-    if (!rs->failing || strcmp(rs->last_err, msg) != 0)
-        log_warn("anti-entropy %s from %s: %s (retrying every %" PRIu64 " ms)",
-                 rs->name, rs->peer, msg,
-                 r->n->cfg.replicate_interval_ms);
-    rs->failing = true;
-    snprintf(rs->last_err, sizeof rs->last_err, "%s", msg);
-}
-
-struct shard_id {
-    uint32_t index, count;
-    enum bf_kind kind;
-    uint32_t layers;
-    char fp[17];
-};
-
-static void id_read(const struct bf *f, void *ctx)
-{
-    struct shard_id *id = ctx;
-
-    id->index = bf_shard_index(f);
-    id->count = bf_shard_count(f);
-    id->kind = bf_kind(f);
-    id->layers = bf_layer_count(f);
-    bf_fingerprint_id(f, id->fp);
-}
+#include "node_replicate_int.h"
 
 /* When shard sf was marked SYNCING (node_sync_since), 0 when it is not
  * listed (a hold alone does not make pulls full). */
-static uint64_t shard_listed(struct store_filter *sf)
+uint64_t repl__shard_listed(struct store_filter *sf)
 {
     struct node_sync *ns = node_rpc__sync_get();
     struct shard_facts facts;
@@ -328,173 +104,6 @@ static uint64_t shard_listed(struct store_filter *sf)
         !node_sync_listed(ns, store_filter_name(sf), facts.secret_id))
         return 0;
     return node_sync_since(ns, store_filter_name(sf));
-}
-
-/* Pages merged by one pull from peer (metrics.h). */
-static void ae_metrics(const char *peer, size_t pages, uint64_t bytes)
-{
-    struct metrics *m = metrics_registry();
-    const char *labels[] = {"peer", peer, NULL};
-    metric_add(metrics_counter(m, "bloomgrid_antientropy_pages_total",
-                               "pages pulled from the other copies of the group "
-                               "and merged", labels), pages);
-    metric_add(metrics_counter(m, "bloomgrid_antientropy_bytes_total",
-                               "bytes of the pages pulled from the other copies",
-                               labels), bytes);
-    /* The lag of this copy behind peer: time() minus this, in a query. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    metric_set(metrics_gauge(m, "bloomgrid_antientropy_last_pull_timestamp_seconds",
-                             "when a pull of a shard's changed pages from the peer "
-                             "last succeeded (Unix time)", labels),
-               (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
-}
-
-/* Pull shard sf's changed pages from peer p (on p's puller).  Returns
- * false when the peer is down or slow (the pass then ends). */
-static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
-                            struct repl_peer *p, uint64_t topo_version)
-{
-    const char *name = store_filter_name(sf), *peer = p->addr;
-    char filter[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
-    char msg[RPC_CLIENT_MSGLEN + STORE_ERRLEN] = "";
-    struct rpc_status st = {0};
-    struct node_client_pull_end end;
-    struct repl_buf b = {0};
-    struct shard_id id;
-    struct repl_shard *rs;
-    int rc;
-
-    if (store_filter_inspect(sf, id_read, &id) < 0)
-        return true;   /* not ready: the next wake-up tries again */
-    if ((id.kind != BF_KIND_BLOCKED && id.kind != BF_KIND_CLASSIC) ||
-        id.layers != 1)
-        return true;   /* only kinds whose pages OR are replicated */
-    unsigned index;
-    if (rules_shard_split(name, filter, sizeof filter, &index) != (id.count > 1))
-        return true;
-    pthread_mutex_lock(&r->mu);
-    uint64_t epoch = 0, version = 0, full_ms = 0;
-    if ((rs = shard_state(r, name, peer, sf))) {
-        epoch = rs->epoch;
-        version = rs->version;
-        full_ms = rs->full_ms;
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (!rs)
-        return true;
-    /* The shard was READY above, so it took writes before this pull
-     * starts: a full pull now holds every write the peer acknowledged. */
-    uint64_t since = shard_listed(sf);
-    bool full = since && full_ms < since;
-    uint64_t started = node_sync_now_ms();
-    /* What this copy holds (taken before the pull: the peer's pages that
-     * hash the same are held here), so that only the others travel. */
-    size_t nhave = 0;
-    uint64_t *have = NULL;
-    if (store_pages_hashes(sf, NULL, 0, &nhave) == -ERANGE &&
-        nhave <= REPL_HASHES_MAX && (have = malloc(nhave * sizeof *have)) &&
-        store_pages_hashes(sf, have, nhave, &nhave) < 0)
-        nhave = 0;
-    int pulled = node_client_pull_holding(p->ch, topo_version, have, have ? nhave : 0,
-                                          filter, id.index, full ? 0 : version,
-                                          full ? 0 : epoch, buf_page, &b, &end,
-                                          REPL_PULL_TIMEOUT_MS, &st);
-    free(have);
-    if (pulled < 0)
-        snprintf(msg, sizeof msg, "PullPages: %s: %s", rpc_status_name(st.code),
-                 st.message);
-    else if (strcmp(end.fp, id.fp) != 0)
-        snprintf(msg, sizeof msg, "pages of fingerprint \"%s\" refused: the "
-                 "shard's is \"%s\"", end.fp, id.fp);
-    /* Source version 0: a copy never reports what a peer covers. */
-    else if ((rc = store_pages_merge(sf, b.v, b.n, 0, err)) < 0)
-        snprintf(msg, sizeof msg, "%s", err[0] ? err : strerror(-rc));
-    else
-        ae_metrics(peer, b.n, end.bytes);
-
-    pthread_mutex_lock(&r->mu);
-    /* Gone while the pull ran (shard dropped, peer left): nothing to keep. */
-    rs = shard_find(r, name, peer, sf);
-    if (rs && msg[0]) {
-        shard_fail(r, rs, msg);
-        /* The peer restarted or re-created it: start again from 0. */
-        if (st.code == GRPC_STATUS_NOT_FOUND)
-            rs->epoch = rs->version = 0;
-    } else if (rs) {
-        if (rs->failing)
-            log_info("anti-entropy %s from %s: resumed", name, peer);
-        rs->failing = false;
-        if (b.n || end.epoch != rs->epoch)
-            log_debug("anti-entropy %s from %s: %zu pages (%" PRIu64 " bytes)",
-                      name, peer, b.n, end.bytes);
-        rs->epoch = end.epoch;
-        rs->version = end.version;
-        if (full && !end.syncing && started >= since)
-            rs->full_ms = started;
-    }
-    pthread_mutex_unlock(&r->mu);
-    buf_free(&b);
-    return st.code != GRPC_STATUS_UNAVAILABLE && st.code != GRPC_STATUS_DEADLINE_EXCEEDED;
-}
-
-/* One pass of p's puller: every shard held, until the peer is found down
- * (the rest waits for the next round). */
-static void peer_pass(struct node_replicate *r, struct repl_peer *p, uint64_t topo_version)
-{
-    struct store *s = node_store(r->n);
-    char **names = NULL;
-    size_t nn = 0;
-
-    if (!s || store_list(s, &names, &nn) < 0)
-        return;
-    bool reachable = true;
-    for (size_t i = 0; i < nn && reachable && !atomic_load(&r->n->stopping) &&
-                       !atomic_load(&p->quit); i++) {
-        struct store_filter *sf = store_get(s, names[i]);
-        if (!sf)
-            continue;
-        reachable = replicate_shard(r, sf, p, topo_version);
-        store_put(sf);
-    }
-    store_list_free(names, nn);
-}
-
-/* p's puller: a pass each time the replicate thread kicks it. */
-static void *peer_main(void *arg)
-{
-    struct repl_peer *p = arg;
-    struct node_replicate *r = p->r;
-
-    pthread_mutex_lock(&r->mu);
-    for (;;) {
-        while (!p->kicked && !atomic_load(&p->quit))
-            pthread_cond_wait(&p->cond, &r->mu);
-        if (atomic_load(&p->quit))
-            break;
-        p->kicked = false;
-        p->busy = true;
-        uint64_t v = p->topo_version;
-        pthread_mutex_unlock(&r->mu);
-        peer_pass(r, p, v);
-        pthread_mutex_lock(&r->mu);
-        p->busy = false;
-    }
-    pthread_mutex_unlock(&r->mu);
-    return NULL;
-}
-
-/* Start a pass of p's puller, unless the last one still runs (a slow
- * peer is not waited for). */
-static void peer_kick(struct node_replicate *r, struct repl_peer *p, uint64_t topo_version)
-{
-    pthread_mutex_lock(&r->mu);
-    if (!p->busy && !p->kicked) {
-        p->kicked = true;
-        p->topo_version = topo_version;
-        pthread_cond_signal(&p->cond);
-    }
-    pthread_mutex_unlock(&r->mu);
 }
 
 /* Is addr one of grp's copies (not only a member of its other set)? */
@@ -528,7 +137,7 @@ static void sync_check(struct node_replicate *r, struct store_filter *sf,
     unsigned need = grp->ncopies - grp->write_quorum + 1, got = 0;
     struct shard_facts facts;
 
-    uint64_t since = shard_listed(sf);
+    uint64_t since = repl__shard_listed(sf);
     if (!since)
         return;
     pthread_mutex_lock(&r->mu);
@@ -728,7 +337,7 @@ static bool list_peer(struct node_replicate *r, const struct topo_group *grp,
                       Bloomgrid__V1__ListShardsResponse **resp)
 {
     Bloomgrid__V1__ListShardsRequest req = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
-    struct rpc_channel *ch = peer_channel(r, peer);
+    struct rpc_channel *ch = repl__peer_channel(r, peer);
     struct rpc_status st = {0};
     struct node_sync_copy c;
 
@@ -757,7 +366,7 @@ static unsigned recreate_from(struct node_replicate *r, const char *peer,
                               const Bloomgrid__V1__ListShardsResponse *resp)
 {
     struct store *s = node_store(r->n);
-    struct rpc_channel *ch = peer_channel(r, peer);
+    struct rpc_channel *ch = repl__peer_channel(r, peer);
     unsigned missing = 0;
 
     for (size_t i = 0; ch && i < resp->n_shards && !atomic_load(&r->n->stopping); i++) {
@@ -853,142 +462,6 @@ static void list_round(struct node_replicate *r, const struct topo *t,
     node_sync_hold(ns, NODE_SYNC_HOLD_JOINING, !ready);
 }
 
-/* Is addr a member of grp (a copy, or in its other set)? */
-static bool is_member(const struct topo_group *grp, const char *addr)
-{
-    for (unsigned m = 0; m < grp->nmembers; m++)
-        if (strcmp(topo_member(grp, m), addr) == 0)
-            return true;
-    return false;
-}
-
-/* The series of peer (metrics.h): whether it answered the last probe, and
- * how many cursors this node keeps for it. */
-static void peer_gauges(const char *peer, bool answered, size_t cursors)
-{
-    struct metrics *m = metrics_registry();
-    const char *labels[] = {"peer", peer, NULL};
-    metric_set(metrics_gauge(m, "bloomgrid_antientropy_peer_up",
-                             "1 when the other copy answered this copy's last "
-                             "probe (it is pulled from), 0 when it did not or has "
-                             "left the group", labels), answered);
-    metric_set(metrics_gauge(m, "bloomgrid_antientropy_cursors",
-                             "shards this copy keeps a pull cursor for from the "
-                             "other copy", labels), (double)cursors);
-}
-
-/* Ask every other member's health at once; down[m] is set for those that
- * do not answer within REPL_PROBE_TIMEOUT_MS (any answer, even an error,
- * says the peer runs).  A change of a peer's state is logged once. */
-static void probe(struct node_replicate *r, const struct topo_group *grp, bool *down)
-{
-    Grpc__Health__V1__HealthCheckRequest rq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-    size_t len = grpc__health__v1__health_check_request__get_packed_size(&rq);
-    struct rpc_multi calls[TOPO_MAX_COPIES];
-    struct repl_peer *peer[TOPO_MAX_COPIES];
-    unsigned member[TOPO_MAX_COPIES];
-    size_t n = 0;
-
-    for (unsigned m = 0; m < grp->nmembers && m < TOPO_MAX_COPIES; m++) {
-        const char *addr = topo_member(grp, m);
-        if (node_rpc__is_self(addr))
-            continue;
-        if (!(peer[n] = peer_get(r, addr))) {
-            down[m] = true;
-            continue;
-        }
-        calls[n] = (struct rpc_multi){.ch = peer[n]->ch,
-                                      .method = "/grpc.health.v1.Health/Check",
-                                      .req = grpc_slice_malloc(len),
-                                      .timeout_ms = REPL_PROBE_TIMEOUT_MS};
-        grpc__health__v1__health_check_request__pack(&rq,
-                                                     GRPC_SLICE_START_PTR(calls[n].req));
-        member[n++] = m;
-    }
-    if (n)
-        rpc_call_many(calls, n);
-    for (size_t k = 0; k < n; k++) {
-        struct repl_peer *p = peer[k];
-        int code = calls[k].rc == 0 ? GRPC_STATUS_OK : (int)calls[k].st.code;
-        bool answered = code != GRPC_STATUS_UNAVAILABLE &&
-                        code != GRPC_STATUS_DEADLINE_EXCEEDED;
-        down[member[k]] = !answered;
-        if (answered && !p->answered)
-            log_info("anti-entropy: %s answers again: pulled from", p->addr);
-        else if (!answered && p->answered)
-            log_warn("anti-entropy: %s does not answer (%s: %s): passed over until "
-                     "it does", p->addr, rpc_status_name(calls[k].st.code),
-                     calls[k].st.message);
-        p->answered = answered;
-        grpc_slice_unref(calls[k].req);
-        grpc_slice_unref(calls[k].resp);
-    }
-}
-
-/* Drop what no longer belongs to the group grp: the peers that left it
- * (their pullers ended and channels closed once idle) and the cursors of
- * those peers and of shards gone (dropped, or re-created: another store
- * filter). */
-static void prune(struct node_replicate *r, const struct topo_group *grp)
-{
-    struct store *s = node_store(r->n);
-
-    for (struct repl_peer **pp = &r->peers; *pp;) {
-        struct repl_peer *p = *pp;
-        if (!p->leaving && (!is_member(grp, p->addr) || node_rpc__is_self(p->addr))) {
-            log_info("anti-entropy: %s is no longer a member of group %s: not "
-                     "pulled from any more", p->addr, grp->name);
-            peer_gauges(p->addr, false, 0);
-            p->leaving = true;
-        }
-        /* Under mu with busy: no pass starts once quit is set. */
-        pthread_mutex_lock(&r->mu);
-        bool idle = p->leaving && !p->busy;
-        if (p->leaving) {
-            atomic_store(&p->quit, true);
-            pthread_cond_signal(&p->cond);
-        }
-        pthread_mutex_unlock(&r->mu);
-        if (idle) {
-            *pp = p->next;
-            peer_free(r, p);
-        } else {
-            pp = &p->next;
-        }
-    }
-    pthread_mutex_lock(&r->mu);
-    for (struct repl_shard **pp = &r->shards; *pp;) {
-        struct repl_shard *rs = *pp;
-        struct store_filter *sf = s && is_member(grp, rs->peer) ? store_get(s, rs->name)
-                                                                : NULL;
-        bool keep = sf && (const void *)sf == rs->sf_id;
-        if (sf)
-            store_put(sf);
-        if (keep) {
-            pp = &rs->next;
-        } else {
-            *pp = rs->next;
-            free(rs);
-        }
-    }
-    pthread_mutex_unlock(&r->mu);
-}
-
-/* Set every peer's series. */
-static void gauges_set(struct node_replicate *r)
-{
-    for (struct repl_peer *p = r->peers; p; p = p->next) {
-        if (p->leaving)
-            continue;
-        size_t n = 0;
-        pthread_mutex_lock(&r->mu);
-        for (struct repl_shard *rs = r->shards; rs; rs = rs->next)
-            n += strcmp(rs->peer, p->addr) == 0;
-        pthread_mutex_unlock(&r->mu);
-        peer_gauges(p->addr, p->answered, n);
-    }
-}
-
 static void replicate_round(struct node_replicate *r, bool pull)
 {
     struct store *s = node_store(r->n);
@@ -1000,7 +473,7 @@ static void replicate_round(struct node_replicate *r, bool pull)
     if (!t || g < 0)
         goto out;
     const struct topo_group *grp = &t->groups[g];
-    prune(r, grp);
+    repl__prune(r, grp);
     if (grp->nmembers < 2 || !s || !identity_read(r, grp))
         goto out;
     bool listing = list_due(r);
@@ -1010,7 +483,7 @@ static void replicate_round(struct node_replicate *r, bool pull)
      * pulls from the others never wait for it (they run on each peer's
      * puller). */
     bool down[TOPO_MAX_COPIES] = {false};
-    probe(r, grp, down);
+    repl__probe(r, grp, down);
     if (listing)
         list_round(r, t, grp, down);
     if (!pull)
@@ -1018,8 +491,8 @@ static void replicate_round(struct node_replicate *r, bool pull)
     for (unsigned m = 0; m < grp->nmembers; m++) {
         struct repl_peer *p;
         if (!down[m] && !node_rpc__is_self(topo_member(grp, m)) &&
-            (p = peer_get(r, topo_member(grp, m))))
-            peer_kick(r, p, t->version);
+            (p = repl__peer_get(r, topo_member(grp, m))))
+            repl__peer_kick(r, p, t->version);
     }
     /* What the pullers' passes up to now brought: SYNCING shards filled. */
     if (store_list(s, &names, &nn) == 0) {
@@ -1032,7 +505,7 @@ static void replicate_round(struct node_replicate *r, bool pull)
         }
         store_list_free(names, nn);
     }
-    gauges_set(r);
+    repl__gauges_set(r);
 out:
     topo_unref(t);
 }
@@ -1052,7 +525,7 @@ static void farewell(struct node_replicate *r)
             struct repl_peer *p;
             /* A peer that did not answer the last probe would only cost
              * the stop its deadline. */
-            if (node_rpc__is_self(grp->copies[c]) || !(p = peer_get(r, grp->copies[c])) ||
+            if (node_rpc__is_self(grp->copies[c]) || !(p = repl__peer_get(r, grp->copies[c])) ||
                 !p->answered)
                 continue;
             list_peer(r, grp, t->version, grp->copies[c], REPL_FAREWELL_TIMEOUT_MS,
@@ -1111,7 +584,7 @@ void node_replicate_stop(struct node_replicate *r)
     pthread_join(r->thread, NULL);
     while (r->peers) {
         struct repl_peer *next = r->peers->next;
-        peer_free(r, r->peers);
+        repl__peer_free(r, r->peers);
         r->peers = next;
     }
     while (r->shards) {

@@ -79,18 +79,8 @@ int node_client_pull(struct rpc_channel *ch, const char *filter,
                      struct node_client_pull_end *end, int timeout_ms,
                      struct rpc_status *st)
 {
-    return node_client_pull_at(ch, 0, filter, shard, since, epoch, fn, ctx, end,
-                               timeout_ms, st);
-}
-
-int node_client_pull_at(struct rpc_channel *ch, uint64_t topo_version,
-                        const char *filter, uint32_t shard, uint64_t since,
-                        uint64_t epoch, node_client_page_fn fn, void *ctx,
-                        struct node_client_pull_end *end, int timeout_ms,
-                        struct rpc_status *st)
-{
-    return node_client_pull_holding(ch, topo_version, NULL, 0, filter, shard,
-                                    since, epoch, fn, ctx, end, timeout_ms, st);
+    return node_client_pull_holding(ch, 0, NULL, 0, filter, shard, since, epoch,
+                                    fn, ctx, end, timeout_ms, st);
 }
 
 int node_client_pull_holding(struct rpc_channel *ch, uint64_t topo_version,

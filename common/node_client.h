@@ -63,17 +63,10 @@ int node_client_pull(struct rpc_channel *ch, const char *filter,
                      struct node_client_pull_end *end, int timeout_ms,
                      struct rpc_status *st);
 
-/* node_client_pull under topology version topo_version (0: not sent). */
-int node_client_pull_at(struct rpc_channel *ch, uint64_t topo_version,
-                        const char *filter, uint32_t shard, uint64_t since,
-                        uint64_t epoch, node_client_page_fn fn, void *ctx,
-                        struct node_client_pull_end *end, int timeout_ms,
-                        struct rpc_status *st);
-
-/* node_client_pull_at by a caller that holds a copy of the shard: have[i]
- * is XXH64 of its page i (store_pages_hashes; nhave 0: none), and pages
- * that hash the same are not streamed (end->pages counts those that
- * were). */
+/* node_client_pull under topology version topo_version (0: not sent), by
+ * a caller that may hold a copy of the shard: have[i] is XXH64 of its page
+ * i (store_pages_hashes; nhave 0 or have NULL: none), and pages that hash
+ * the same are not streamed (end->pages counts those that were). */
 int node_client_pull_holding(struct rpc_channel *ch, uint64_t topo_version,
                              const uint64_t *have, size_t nhave,
                              const char *filter, uint32_t shard,

@@ -40,11 +40,6 @@ int proc_accept_guard(void)
     return rc;
 }
 
-uint64_t proc_accept_refused(void)
-{
-    return atomic_load(&refused);
-}
-
 static void warn_refused(void)
 {
     struct timespec ts;

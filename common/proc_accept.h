@@ -22,13 +22,8 @@
 #ifndef BLOOMGRID_PROC_ACCEPT_H
 #define BLOOMGRID_PROC_ACCEPT_H
 
-#include <stdint.h>
-
 /* Keep the reserve descriptor (call once at start, before listening: it
  * also makes sure this module is linked in).  Returns 0 or -errno. */
 int proc_accept_guard(void);
-
-/* Connections refused so far. */
-uint64_t proc_accept_refused(void);
 
 #endif

@@ -184,35 +184,23 @@ const char *store_filter_name(const struct store_filter *sf)
     return sf->name;
 }
 
-/* OR len bytes of words at byte offset off of layer `layer` of f.  The
- * caller has checked the geometry (pages_check); the writer is exclusive. */
-static void pages_or_one(struct bf *f, uint32_t layer, uint64_t off,
+/* OR len bytes of words at byte offset off of layer `layer` of f; true
+ * when that set a bit f lacked.  The caller has checked the geometry
+ * (pages_check); the writer is exclusive (write_mu, or a replay), so no
+ * bit appears meanwhile. */
+static bool pages_or_one(struct bf *f, uint32_t layer, uint64_t off,
                          const uint8_t *data, size_t len)
 {
     uint64_t *body = bf_layer_body(f, layer) + off / 8;
+    bool added = false;
 
     for (size_t i = 0; i < len / 8; i++) {
         uint64_t w;
         memcpy(&w, data + 8 * i, 8);   /* payloads are not aligned */
         if (w)
-            __atomic_fetch_or(&body[i], w, __ATOMIC_RELAXED);
+            added |= (w & ~__atomic_fetch_or(&body[i], w, __ATOMIC_RELAXED)) != 0;
     }
-}
-
-/* Does a page hold a bit that layer `layer` of f lacks?  (The caller holds
- * write_mu, so no bit can appear between this and the OR.) */
-static bool page_adds_bits(const struct bf *f, uint32_t layer, uint64_t off,
-                           const uint8_t *data, size_t len)
-{
-    const uint64_t *body = bf_layer_body_const(f, layer) + off / 8;
-
-    for (size_t i = 0; i < len / 8; i++) {
-        uint64_t w;
-        memcpy(&w, data + 8 * i, 8);
-        if (w & ~__atomic_load_n(&body[i], __ATOMIC_RELAXED))
-            return true;
-    }
-    return false;
+    return added;
 }
 
 /* Is a page inside f's geometry (and f a kind whose bits OR)?  Returns 0,
@@ -737,11 +725,9 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
     pthread_mutex_lock(&sf->write_mu);
     for (size_t i = 0; i < n; i++) {
         uint32_t plen = (uint32_t)pages[i].len;
-        if (!page_adds_bits(sf->bf, pages[i].layer, pages[i].offset,
-                            pages[i].data, pages[i].len))
+        if (!pages_or_one(sf->bf, pages[i].layer, pages[i].offset,
+                          pages[i].data, pages[i].len))
             continue;
-        pages_or_one(sf->bf, pages[i].layer, pages[i].offset, pages[i].data,
-                     pages[i].len);
         memcpy(q, &pages[i].layer, 4);
         memcpy(q + 4, &plen, 4);
         memcpy(q + 8, &pages[i].offset, 8);

@@ -249,7 +249,7 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
         nhave <= REPL_HASHES_MAX && (have = malloc(nhave * sizeof *have)) &&
         store_pages_hashes(sf, have, nhave, &nhave) < 0)
         nhave = 0;
-    int pulled = node_client_pull_holding(p->ch, topo_version, have, have ? nhave : 0,
+    int pulled = node_client_pull_holding(p->ch, topo_version, have, nhave,
                                           filter, id.index, full ? 0 : version,
                                           full ? 0 : epoch, buf_page, &b, &end,
                                           REPL_PULL_TIMEOUT_MS, &st);

@@ -449,6 +449,29 @@ int t_keys(struct rpc_channel *ch, const char *method, const char *filter,
     return 0;
 }
 
+int t_hashes(struct rpc_channel *ch, const char *method, const char *filter,
+             unsigned shard, const uint8_t *hashes, size_t n, bool check_shard,
+             bool *out, struct rpc_status *st)
+{
+    Bloomgrid__V1__HashesRequest rq = BLOOMGRID__V1__HASHES_REQUEST__INIT;
+    Bloomgrid__V1__HashesResponse *r = NULL;
+    char path[128];
+    rq.filter = (char *)filter;
+    rq.shard_index = shard;
+    rq.hashes.data = (uint8_t *)hashes;
+    rq.hashes.len = 16 * n;
+    rq.check_shard = check_shard;
+    snprintf(path, sizeof path, "/bloomgrid.v1.Internal/%s", method);
+    if (rpc_call(ch, path, &rq.base, &bloomgrid__v1__hashes_response__descriptor,
+                 (ProtobufCMessage **)&r, TIMEOUT_MS, st) < 0)
+        return st->code;
+    CHECK(r->n_results == n, "%s: %zu answers for %zu hashes", method, r->n_results, n);
+    for (size_t i = 0; i < n; i++)
+        out[i] = r->results[i];
+    bloomgrid__v1__hashes_response__free_unpacked(r, NULL);
+    return 0;
+}
+
 int t_stream_keys(struct rpc_channel *ch, const char *method, const char *filter,
                   char **keys, size_t n, size_t nb, bool *out, struct rpc_status *st)
 {

@@ -141,6 +141,12 @@ int t_drop(struct rpc_channel *ch, const char *name, struct rpc_status *st);
 /* Info: caller frees with bloomgrid__v1__filter_info__free_unpacked. */
 int t_get(struct rpc_channel *ch, const char *name,
           Bloomgrid__V1__FilterInfo **out, struct rpc_status *st);
+/* Internal AddHashes / MayContainHashes / RemoveHashes of n hashes (16
+ * bytes each) on shard `shard` of filter (check_shard: refuse hashes of
+ * another shard); out[i] answers. */
+int t_hashes(struct rpc_channel *ch, const char *method, const char *filter,
+             unsigned shard, const uint8_t *hashes, size_t n, bool check_shard,
+             bool *out, struct rpc_status *st);
 /* Add / MayContain / Remove: keys[i] NUL-terminated; out[i] answers. */
 int t_keys(struct rpc_channel *ch, const char *method, const char *filter,
            char **keys, size_t n, bool *out, struct rpc_status *st);

@@ -419,30 +419,6 @@ static void test_streams(struct node_proc *np)
     free(file);
 }
 
-
-static int hashes_call(struct rpc_channel *ch, const char *method, const char *filter,
-                       unsigned shard, const uint8_t *hashes, size_t n, bool *out,
-                       struct rpc_status *st)
-{
-    Bloomgrid__V1__HashesRequest rq = BLOOMGRID__V1__HASHES_REQUEST__INIT;
-    Bloomgrid__V1__HashesResponse *r = NULL;
-    char path[128];
-    rq.filter = (char *)filter;
-    rq.shard_index = shard;
-    rq.hashes.data = (uint8_t *)hashes;
-    rq.hashes.len = 16 * n;
-    rq.check_shard = true;
-    snprintf(path, sizeof path, "/bloomgrid.v1.Internal/%s", method);
-    if (rpc_call(ch, path, &rq.base, &bloomgrid__v1__hashes_response__descriptor,
-                 (ProtobufCMessage **)&r, TIMEOUT_MS, st) < 0)
-        return st->code;
-    CHECK(r->n_results == n, "results");
-    for (size_t i = 0; i < n; i++)
-        out[i] = r->results[i];
-    bloomgrid__v1__hashes_response__free_unpacked(r, NULL);
-    return 0;
-}
-
 static void test_internal(struct node_proc *np)
 {
     struct rpc_status st;
@@ -504,9 +480,9 @@ static void test_internal(struct node_proc *np)
             h[16 * i + 8 + b] = (uint8_t)(h2 >> (8 * b));
         }
     }
-    CHECK(hashes_call(ch, "AddHashes", "big", 1, h, N, out, &st) == 0, "add hashes: %s",
+    CHECK(t_hashes(ch, "AddHashes", "big", 1, h, N, true, out, &st) == 0, "add hashes: %s",
           st.message);
-    CHECK(hashes_call(ch, "MayContainHashes", "big", 1, h, N, out, &st) == 0, "query");
+    CHECK(t_hashes(ch, "MayContainHashes", "big", 1, h, N, true, out, &st) == 0, "query");
     for (size_t i = 0; i < N; i++)
         CHECK(out[i], "hash %zu missing", i);
     {
@@ -515,9 +491,9 @@ static void test_internal(struct node_proc *np)
         CHECK(t_keys(ch, "Add", "big.shard-1", k, 1, out, &st) == GS(INVALID_ARGUMENT),
               "public Add to a shard name: %s", st.message);
     }
-    CHECK(hashes_call(ch, "AddHashes", "big", 3, h, N, out, &st) == GS(FAILED_PRECONDITION),
+    CHECK(t_hashes(ch, "AddHashes", "big", 3, h, N, true, out, &st) == GS(FAILED_PRECONDITION),
           "wrong shard refused: %s", st.message);
-    CHECK(hashes_call(ch, "RemoveHashes", "big", 1, h, 1, out, &st) == GS(FAILED_PRECONDITION),
+    CHECK(t_hashes(ch, "RemoveHashes", "big", 1, h, 1, true, out, &st) == GS(FAILED_PRECONDITION),
           "remove on blocked shard");
     {
         Bloomgrid__V1__HashesRequest rq = BLOOMGRID__V1__HASHES_REQUEST__INIT;

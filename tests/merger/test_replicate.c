@@ -102,30 +102,6 @@ static void test_pull(void)
     cluster_stop(&c);
 }
 
-/* Internal AddHashes or MayContainHashes of n hashes (16 bytes each) on
- * shard of f; returns the status code, out[i] the answers. */
-static int hashes_call(struct rpc_channel *ch, const char *method, unsigned shard,
-                       const uint8_t *h, size_t n, bool *out, struct rpc_status *st)
-{
-    Bloomgrid__V1__HashesRequest rq = BLOOMGRID__V1__HASHES_REQUEST__INIT;
-    Bloomgrid__V1__HashesResponse *resp = NULL;
-    char path[128];
-    rq.filter = "f";
-    rq.shard_index = shard;
-    rq.hashes.data = (uint8_t *)h;
-    rq.hashes.len = 16 * n;
-    snprintf(path, sizeof path, "/bloomgrid.v1.Internal/%s", method);
-    if (rpc_call(ch, path, &rq.base, &bloomgrid__v1__hashes_response__descriptor,
-                 (ProtobufCMessage **)&resp, 10000, st) < 0)
-        return st->code;
-    CHECK(resp->n_results == n, "%s: %zu answers for %zu hashes", method,
-          resp->n_results, n);
-    for (size_t i = 0; i < n; i++)
-        out[i] = resp->results[i];
-    bloomgrid__v1__hashes_response__free_unpacked(resp, NULL);
-    return 0;
-}
-
 /* How many of the hashes h node i holds in every shard of f (-1 when it
  * does not answer). */
 static long copy_holds(struct cluster *c, int i, const uint8_t *h)
@@ -134,7 +110,7 @@ static long copy_holds(struct cluster *c, int i, const uint8_t *h)
     struct rpc_status st;
     long got = 0;
     for (unsigned s = 0; s < S; s++) {
-        if (hashes_call(c->node[i].ch, "MayContainHashes", s, h, NHASHES, out, &st) != 0)
+        if (t_hashes(c->node[i].ch, "MayContainHashes", "f", s, h, NHASHES, false, out, &st) != 0)
             return -1;
         for (size_t k = 0; k < NHASHES; k++)
             got += out[k];
@@ -187,7 +163,7 @@ static void test_stalled(void)
             h[k] = (uint8_t)rand();
         CHECK(kill(c.node[0].pid, SIGSTOP) == 0, "SIGSTOP copy 0");
         for (unsigned s = 0; s < S; s++)
-            CHECK(hashes_call(c.node[2].ch, "AddHashes", s, h, NHASHES, out, &st) == 0,
+            CHECK(t_hashes(c.node[2].ch, "AddHashes", "f", s, h, NHASHES, false, out, &st) == 0,
                   "AddHashes on copy 2: %s", st.message);
         /* Well below the 10 s a pull from the stopped copy takes to fail,
          * with a wide margin for a loaded machine (this takes about a

@@ -38,6 +38,8 @@ struct repl_shard {
     char peer[TOPO_ADDR_MAX + 1];
     const void *sf_id;               /* the store filter it was got for */
     uint64_t epoch, version;         /* the peer's, for the next pull */
+    uint64_t held;                   /* this copy's store version when the
+                                        last pull started (it succeeded) */
     bool failing;                    /* last pull failed (logged once) */
     uint64_t full_ms;                /* start of the last full pull that
                                         counts towards leaving SYNCING (this

@@ -227,11 +227,12 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
     if (rules_shard_split(name, filter, sizeof filter, &index) != (id.count > 1))
         return true;
     pthread_mutex_lock(&r->mu);
-    uint64_t epoch = 0, version = 0, full_ms = 0;
+    uint64_t epoch = 0, version = 0, full_ms = 0, held = 0;
     if ((rs = shard_state(r, name, peer, sf))) {
         epoch = rs->epoch;
         version = rs->version;
         full_ms = rs->full_ms;
+        held = rs->held;
     }
     pthread_mutex_unlock(&r->mu);
     if (!rs)
@@ -242,10 +243,15 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
     bool full = since && full_ms < since;
     uint64_t started = node_sync_now_ms();
     /* What this copy holds (taken before the pull: the peer's pages that
-     * hash the same are held here), so that only the others travel. */
+     * hash the same are held here), so that only the others travel.  Not
+     * when nothing changed here since the last pull from this peer: then
+     * what changed there is not here (but for pages of this copy's own
+     * that came back), and an idle shard is not hashed every round. */
+    uint64_t local = store_filter_version(sf);
     size_t nhave = 0;
     uint64_t *have = NULL;
-    if (store_pages_hashes(sf, NULL, 0, &nhave) == -ERANGE &&
+    if ((full || version == 0 || local != held) &&
+        store_pages_hashes(sf, NULL, 0, &nhave) == -ERANGE &&
         nhave <= REPL_HASHES_MAX && (have = malloc(nhave * sizeof *have)) &&
         store_pages_hashes(sf, have, nhave, &nhave) < 0)
         nhave = 0;
@@ -283,6 +289,7 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
                       name, peer, b.n, end.bytes);
         rs->epoch = end.epoch;
         rs->version = end.version;
+        rs->held = local;
         if (full && !end.syncing && started >= since)
             rs->full_ms = started;
     }

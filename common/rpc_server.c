@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +154,21 @@ void rpc_server__slot_free(struct slot *s)
     free(s);
 }
 
+/* A queue for next.  With loops, only the loops' queues poll: a thread
+ * waiting on another queue sleeps until its own events come, instead of
+ * reading sockets for the loops and waking them up. */
+static grpc_completion_queue *cq_create(const struct rpc_server *srv, bool polling)
+{
+    grpc_completion_queue_attributes a = {
+        .version = 1,
+        .cq_completion_type = GRPC_CQ_NEXT,
+        .cq_polling_type = polling || !srv->nloops ? GRPC_CQ_DEFAULT_POLLING
+                                                   : GRPC_CQ_NON_POLLING,
+    };
+    return grpc_completion_queue_create(
+        grpc_completion_queue_factory_lookup(&a), &a, NULL);
+}
+
 static void post_request(struct rpc_server *srv, struct rpc_method *m, int li,
                          int cqi)
 {
@@ -167,7 +183,7 @@ static void post_request(struct rpc_server *srv, struct rpc_method *m, int li,
     grpc_completion_queue *ncq = srv->cqs[cqi].cq;
     grpc_completion_queue *bound = ncq;
     if (stream) {
-        s->cq = grpc_completion_queue_create_for_next(NULL);
+        s->cq = cq_create(srv, false);
         bound = s->cq;
         rpc_server__stream_init(s);
     }
@@ -404,8 +420,21 @@ static bool call_admitted(struct slot *s)
                           &s->reply.st) == 0;
 }
 
+/* A loop's queue holds slots and the process's own tags, told apart by the
+ * int each begins with. */
+_Static_assert(offsetof(struct slot, kind) == 0 && sizeof(enum slot_kind) == sizeof(int),
+               "a slot begins with its kind");
+_Static_assert(RPC_LOOP_TAG > SLOT_GENERIC, "RPC_LOOP_TAG is no slot kind");
+
 static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
 {
+    int kind;           /* a slot's kind, or a struct rpc_loop_tag's */
+    memcpy(&kind, s, sizeof kind);
+    if (kind == RPC_LOOP_TAG) {
+        struct rpc_loop_tag *t = (struct rpc_loop_tag *)(void *)s;
+        t->fn(t, ok);
+        return;
+    }
     if (s->state == SLOT_REPLYING) {
         rpc_server__slot_free(s);
         return;
@@ -456,11 +485,19 @@ static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
     }
 }
 
+static _Thread_local bool on_loop;
+
+bool rpc_server_on_loop(void)
+{
+    return on_loop;
+}
+
 static void *worker_main(void *p)
 {
     struct rpc_server *srv = ((void **)p)[0];
     int cqi = (int)(intptr_t)((void **)p)[1];
     free(p);
+    on_loop = cqi < srv->nloops;
     grpc_completion_queue *cq = srv->cqs[cqi].cq;
     for (;;) {
         grpc_event ev = grpc_completion_queue_next(cq, rpc_server__inf_future(), NULL);
@@ -573,6 +610,7 @@ static int add_method(struct rpc_server *srv, const char *path,
     m->arg = arg;
     m->input = h->checks_strings ? NULL : input;
     m->internal = h->internal;
+    m->loop = h->loop && !stream;
     m->watch = stream == rpc_server__health_watch;
     m->rule = rpc_auth_rule_of(m->path);
     if (!unary && !stream) {
@@ -697,9 +735,11 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     struct rpc_listener main_listener = {.listen = cfg->listen, .tls = cfg->tls,
                                          .peer = cfg->peer};
     /* Worker threads share a few queues, so that a handler blocked on a
-     * durable write does not hold up calls waiting on its queue. */
-    srv->nthreads = cfg->threads;
-    srv->ncq = cfg->threads < 2 ? 1 : 2;
+     * durable write does not hold up calls waiting on its queue; each loop
+     * has a queue of its own. */
+    srv->nloops = cfg->loops > 0 ? cfg->loops : 0;
+    srv->nthreads = srv->nloops + cfg->threads;
+    srv->ncq = srv->nloops + (cfg->threads < 2 ? 1 : 2);
     srv->cqs = calloc((size_t)srv->ncq, sizeof *srv->cqs);
     srv->threads = calloc((size_t)srv->nthreads, sizeof *srv->threads);
     srv->pool = calloc((size_t)srv->cfg.max_streams, sizeof *srv->pool);
@@ -708,7 +748,7 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
         !srv->cfg.listen || rpc_server_add_listener(srv, &main_listener) < 0)
         goto fail;
     for (int i = 0; i < srv->ncq; i++)
-        srv->cqs[i].cq = grpc_completion_queue_create_for_next(NULL);
+        srv->cqs[i].cq = cq_create(srv, i < srv->nloops);
     static const struct rpc_handler health_handlers[] = {
         {.unary = rpc_server__health_check},
         {.stream = rpc_server__health_watch},
@@ -823,25 +863,31 @@ int rpc_server_start(struct rpc_server *srv)
         srv->npool = i + 1;
     }
 
-    int per_cq = srv->nthreads / srv->ncq + 1;
+    int nwq = srv->ncq - srv->nloops;
+    int per_cq = (srv->nthreads - srv->nloops) / nwq + 1;
     if (per_cq < 2)
         per_cq = 2;
     for (int q = 0; q < srv->ncq; q++) {
+        bool loop_q = q < srv->nloops;
         for (int li = 0; li < srv->nlisteners; li++) {
             for (size_t i = 0; i < srv->nmethods; i++) {
-                if (!(srv->methods[i]->listeners & (1u << li)))
+                struct rpc_method *m = srv->methods[i];
+                if (!(m->listeners & (1u << li)) || (m->loop && srv->nloops) != loop_q)
                     continue;
-                int n = srv->methods[i]->stream ? 1 : per_cq;
+                /* A loop reposts at once, before its handler runs. */
+                int n = m->stream ? 1 : loop_q ? 8 : per_cq;
                 for (int k = 0; k < n; k++)
-                    post_request(srv, srv->methods[i], li, q);
+                    post_request(srv, m, li, q);
             }
-            post_generic(srv, li, q);
+            if (!loop_q)
+                post_generic(srv, li, q);
         }
     }
     for (int i = 0; i < srv->nthreads; i++) {
         void **p = malloc(2 * sizeof *p);
         p[0] = srv;
-        p[1] = (void *)(intptr_t)(i % srv->ncq);
+        p[1] = (void *)(intptr_t)(i < srv->nloops ? i
+                                                  : srv->nloops + (i - srv->nloops) % nwq);
         if (pthread_create(&srv->threads[i], NULL, worker_main, p) != 0) {
             log_error("cannot start worker thread %d", i);
             free(p);
@@ -850,6 +896,22 @@ int rpc_server_start(struct rpc_server *srv)
         }
     }
     return srv->listeners[RPC_LISTENER_MAIN].port;
+}
+
+int rpc_server_loops(const struct rpc_server *srv)
+{
+    return srv->nloops;
+}
+
+grpc_completion_queue *rpc_server_loop_cq(struct rpc_server *srv, int i)
+{
+    return i >= 0 && i < srv->nloops && srv->cqs ? srv->cqs[i].cq : NULL;
+}
+
+void rpc_server_on_drain(struct rpc_server *srv, void (*fn)(void *), void *arg)
+{
+    srv->drain_fn = fn;
+    srv->drain_arg = arg;
 }
 
 int rpc_server_port(const struct rpc_server *srv, int listener)
@@ -912,6 +974,8 @@ void rpc_server_shutdown(struct rpc_server *srv)
     pthread_mutex_unlock(&srv->lock);
     for (int i = 0; i < srv->npool; i++)
         pthread_join(srv->pool[i], NULL);
+    if (srv->drain_fn)
+        srv->drain_fn(srv->drain_arg);
 
     for (int i = 0; i < srv->ncq; i++)
         grpc_completion_queue_shutdown(srv->cqs[i].cq);
@@ -924,6 +988,7 @@ void rpc_server_shutdown(struct rpc_server *srv)
     for (int i = 0; i < srv->ncq; i++)
         grpc_completion_queue_destroy(srv->cqs[i].cq);
     srv->ncq = 0;
+    srv->nloops = 0;
 }
 
 void rpc_server_destroy(struct rpc_server *srv)

@@ -83,6 +83,11 @@ struct rpc_server_config {
                                 NULL: plaintext */
     enum rpc_tls_peer peer;  /* with tls: what it asks of clients */
     int threads;             /* worker threads (completion queues), >= 1 */
+    int loops;               /* event loops: completion queues with one
+                                thread each, serving the methods marked
+                                loop (and what the process puts on them,
+                                rpc_server_loop_cq); 0: none, every method
+                                on the worker threads */
     size_t max_message;      /* max message size, both directions (bytes) */
     int grace_ms;            /* how long shutdown lets calls finish */
     int max_streams;         /* open streaming calls at once: the size of
@@ -153,6 +158,9 @@ struct rpc_handler {
      * Batches): its streams may take the pool threads kept by
      * internal_streams and are not ended by stream_idle_ms. */
     bool internal;
+    /* The handler never blocks (it answers at once or defers its reply):
+     * served on the event loops when the server has them. */
+    bool loop;
 };
 
 /* Create a server (not yet listening).  NULL on bad config. */
@@ -192,6 +200,32 @@ int rpc_server_add_service_on(struct rpc_server *srv,
  * address cannot be bound, with the address logged); nothing listens
  * then. */
 int rpc_server_start(struct rpc_server *srv);
+
+/* Event loops.  Each loop is one completion queue read by one thread, so
+ * that a call's request, the work it hands to others on the same queue
+ * and its reply are all handled by one thread, with no hand-over between
+ * threads.  A process may start its own operations on a loop's queue
+ * (after rpc_server_create): their tag must begin with a struct
+ * rpc_loop_tag, whose fn then runs on the loop's thread with the
+ * operation's success.  fn must not block. */
+struct rpc_loop_tag {
+    int kind;                /* RPC_LOOP_TAG */
+    void (*fn)(struct rpc_loop_tag *t, bool ok);
+};
+#define RPC_LOOP_TAG 0x6c6f6f70
+
+/* Is the calling thread one of a server's loops?  (A handler there that
+ * would block hands the work to other threads instead.) */
+bool rpc_server_on_loop(void);
+/* Number of loops (the config's loops). */
+int rpc_server_loops(const struct rpc_server *srv);
+/* Loop i's queue (0 <= i < rpc_server_loops), valid until the server's
+ * shutdown; NULL for another i. */
+grpc_completion_queue *rpc_server_loop_cq(struct rpc_server *srv, int i);
+/* Run fn(arg) during rpc_server_shutdown once no call is left and before
+ * the loops stop: where the process ends the operations it started on the
+ * loops' queues (each must have completed when fn returns).  One hook. */
+void rpc_server_on_drain(struct rpc_server *srv, void (*fn)(void *), void *arg);
 
 /* The port listener i bound (after rpc_server_start), or -ENOENT. */
 int rpc_server_port(const struct rpc_server *srv, int listener);

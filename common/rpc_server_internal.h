@@ -28,6 +28,7 @@ struct rpc_method {
     void *arg;
     const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
     bool internal;         /* struct rpc_handler.internal */
+    bool loop;             /* struct rpc_handler.loop */
     bool watch;            /* grpc.health.v1.Health/Watch (its own share) */
     enum rpc_auth_rule rule;                  /* who may call it */
     /* bloomgrid_rpc_calls_total per status code (OK made at registration,
@@ -152,9 +153,12 @@ struct rpc_server {
     grpc_channel_args cargs;
     struct listener listeners[RPC_MAX_LISTENERS];
     int nlisteners;
-    int ncq;
+    int ncq;                     /* loops first, then the workers' */
     struct worker_cq *cqs;
-    int nthreads;
+    int nloops;                  /* cqs[0, nloops): one thread each */
+    int nthreads;                /* loops + workers */
+    void (*drain_fn)(void *);    /* rpc_server_on_drain */
+    void *drain_arg;
     pthread_t *threads;
     struct rpc_method **methods;
     size_t nmethods;

@@ -134,6 +134,7 @@ int main(int argc, char **argv)
         .listen = cfg.listen,
         .tls = tls,
         .threads = (int)cfg.threads,
+        .loops = (int)cfg.loops,
         .max_deferred = (int)cfg.max_deferred,
         .max_message = cfg.max_message_size,
         .grace_ms = (int)cfg.shutdown_grace_ms,
@@ -143,6 +144,8 @@ int main(int argc, char **argv)
         log_error("cannot create the gRPC server");
         return 1;
     }
+    /* The links' streams live on the loops: closed before the loops stop. */
+    rpc_server_on_drain(r.srv, router_close_links, &r);
     if (bloomgrid__v1__bloom_grid__descriptor.n_methods != router_rpc_public_count) {
         log_error("handler table does not match the service descriptor");
         return 1;
@@ -198,9 +201,11 @@ int main(int argc, char **argv)
     log_info("%s: shutting down", strsignal(sig));
     rpc_server_set_health(r.srv, "", false);
     rpc_server_set_health(r.srv, "bloomgrid.v1.BloomGrid", false);
-    rpc_server_shutdown(r.srv);
+    /* The probe and the canary call the nodes: stopped before the links
+     * close (in the shutdown). */
     router_health_stop(health);
     router_canary_stop(canary);
+    rpc_server_shutdown(r.srv);
     rpc_server_destroy(r.srv);
     router_deinit(&r);
     rpc_tls_destroy(tls);

@@ -21,14 +21,27 @@ int router_init(struct router *r, const struct router_config *cfg, struct topo *
     return r->pool ? 0 : -ENOMEM;
 }
 
-void router_deinit(struct router *r)
+void router_close_links(void *arg)
 {
+    struct router *r = arg;
     /* The pool's jobs call the links; the links' last batches may still
      * use the pool (refused now) and the filter cache. */
     router_pool_stop(r->pool);
-    for (size_t i = 0; i < r->nlinks; i++)
-        router_link_destroy(r->links[i]);
-    free(r->links);
+    pthread_mutex_lock(&r->lock);
+    r->links_closed = true;
+    struct router_link **links = r->links;
+    size_t n = r->nlinks;
+    r->links = NULL;
+    r->nlinks = r->links_cap = 0;
+    pthread_mutex_unlock(&r->lock);
+    for (size_t i = 0; i < n; i++)
+        router_link_destroy(links[i]);
+    free(links);
+}
+
+void router_deinit(struct router *r)
+{
+    router_close_links(r);
     router_pool_destroy(r->pool);
     for (size_t i = 0; i < r->nfilters; i++)
         router_filter_unref(r->filters[i]);
@@ -64,6 +77,8 @@ struct router_link *router_node_link(struct router *r, const char *addr)
 {
     struct router_link *l = NULL;
     pthread_mutex_lock(&r->lock);
+    if (r->links_closed)
+        goto out;
     for (size_t i = 0; i < r->nlinks; i++) {
         if (strcmp(router_link_addr(r->links[i]), addr) == 0) {
             l = r->links[i];
@@ -83,6 +98,9 @@ struct router_link *router_node_link(struct router *r, const char *addr)
         .max_queue_bytes = r->cfg.node_queue_mb << 20,
         .max_message_hashes = r->cfg.max_batch_keys,
     };
+    int loops = r->srv ? rpc_server_loops(r->srv) : 0;
+    if (loops > 0)
+        lc.cq = rpc_server_loop_cq(r->srv, (int)(r->nlinks % (size_t)loops));
     l = router_link_create(addr, &lc);
     if (l) {
         r->links[r->nlinks++] = l;

@@ -5,7 +5,9 @@
  *     to the one they started with, so a reload never disturbs them);
  *   - one link per node address (router_link.h: its gRPC channel and the
  *     batch streams), created on first use and kept for the life of the
- *     process (it reconnects after a node restarts);
+ *     process (it reconnects after a node restarts); its answers are read
+ *     by one of the server's loops, so a key call is served start to
+ *     finish on its loop's thread when its nodes' links are on that loop;
  *   - a cache of filters it has seen: secret, shard count and the placement
  *     of every shard under a topology.  Entries are immutable and reference
  *     counted; a stale one (older than secret_ttl_s, or computed for an older
@@ -55,6 +57,7 @@ struct router {
     struct topo *topo;
     struct router_link **links;     /* one per node address */
     size_t nlinks, links_cap;
+    bool links_closed;          /* router_close_links: no new ones */
     struct router_filter **filters;
     size_t nfilters, filters_cap;
     atomic_uint read_rotation;  /* which copy a read asks first */
@@ -66,6 +69,12 @@ int router_init(struct router *r, const struct router_config *cfg, struct topo *
 /* Free channels, cache and topology.  No call may be running. */
 void router_deinit(struct router *r);
 
+/* Stop the pool and close every link (their streams end on the server's
+ * loops, which must still run); router_node_link returns NULL from now on.
+ * The server's drain hook (rpc_server_on_drain); router_deinit calls it
+ * too.  arg: the router. */
+void router_close_links(void *arg);
+
 /* The current topology with a reference for the caller (topo_unref). */
 struct topo *router_topo(struct router *r);
 
@@ -73,8 +82,9 @@ struct topo *router_topo(struct router *r);
  * (TOPO_ERRLEN) says why, naming the line.  Returns 0 or -EINVAL. */
 int router_reload(struct router *r, char *err);
 
-/* The link to a node address (created on first use; owned by the router,
- * valid until router_deinit).  NULL when out of memory. */
+/* The link to a node address (created on first use, on one of the server's
+ * loops in turn when it has loops; owned by the router, valid until
+ * router_close_links).  NULL when out of memory or closing. */
 struct router_link *router_node_link(struct router *r, const char *addr);
 
 /* The channel of a node address: its link's (see router_node_link). */

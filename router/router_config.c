@@ -43,10 +43,14 @@ static const struct setting settings[] = {
      "longest key in bytes; longer is INVALID_ARGUMENT"},
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
+    {"loops", SETTING_UINT, 1, 64, NULL, "1", F(loops),
+     "event loops: threads that each serve unary Add, MayContain and Remove "
+     "and the streams to some of the nodes, start to finish, with no hand-over "
+     "between threads; one loop answers tens of thousands of calls a second, "
+     "add one per core the router should use for them"},
     {"threads", SETTING_UINT, 1, 256, NULL, "32", F(threads),
-     "RPC worker threads; a key call leaves its thread once its hashes are "
-     "handed to the nodes' streams (the answer is sent by whichever thread "
-     "completes it), so a few per core suffice"},
+     "RPC worker threads for the other calls (catalog, Export, Import), which "
+     "may wait for the nodes"},
     {"max_deferred", SETTING_UINT, 1, 1u << 20, NULL, "4096", F(max_deferred),
      "unary key calls (Add, MayContain, Remove) waiting for their nodes at "
      "once; more get RESOURCE_EXHAUSTED"},

@@ -30,6 +30,7 @@ struct router_config {
     uint64_t max_key_size;
     uint64_t max_message_size;
     uint64_t threads;
+    uint64_t loops;
     uint64_t max_deferred;
     uint64_t node_queue_mb;
     uint64_t shutdown_grace_ms;

@@ -3,8 +3,8 @@
  * Each lane drives one Internal/Batches call on the gRPC core directly: a
  * RECV_STATUS_ON_CLIENT posted when the stream opens (its completion says
  * the stream ended), one RECV_MESSAGE at a time, and one SEND_MESSAGE at a
- * time; all complete on the link's completion queue, read by the link's
- * thread.  Submitting threads queue their calls and, when the lane has
+ * time; all complete on the link's completion queue, read by one thread
+ * (a server loop's, or the link's own).  Submitting threads queue their calls and, when the lane has
  * nothing in flight, build and start the next send themselves
  * (router_link_msg.c builds it).  The link's mutex guards the lanes, their
  * queues, streams and messages, and the calls' private fields.
@@ -15,11 +15,12 @@
  * go (link_unlock), so a done function may submit again or take other
  * locks.
  *
- * Deadlines: no thread waits for them.  The link's thread waits on its
- * completion queue no later than the earliest deadline of a pending call
- * (l->due, lowered by each submit; at most IDLE_TICK_MS when none is
- * known, so a call submitted meanwhile is late by at most that), and then
- * takes back every call past its deadline, queued or in flight.
+ * Deadlines: no caller waits for them.  The link's thread (which reads its
+ * own queue, or does only this when a loop reads it) sleeps no later than
+ * the earliest deadline of a pending call (l->due, lowered by each submit;
+ * at most IDLE_TICK_MS when none is known, so a call submitted meanwhile
+ * is late by at most that), and then takes back every call past its
+ * deadline, queued or in flight.
  */
 #include "router_link.h"
 
@@ -153,6 +154,8 @@ static void queue_remove(struct router_link *l, struct router_link_call *c)
 
 /* ---- streams ---- */
 
+static void link_event(struct rpc_loop_tag *hdr, bool ok);
+
 static void stream_maybe_free(struct link_stream *s)
 {
     if (s->ops > 0)
@@ -203,6 +206,8 @@ static int lane_open(struct link_lane *ln)
         return -1;
     }
     for (int k = 0; k < 3; k++) {
+        s->tags[k].hdr.kind = RPC_LOOP_TAG;
+        s->tags[k].hdr.fn = link_event;
         s->tags[k].s = s;
         s->tags[k].kind = (enum tag_kind)k;
     }
@@ -290,7 +295,7 @@ static void lane_kick(struct link_lane *ln)
 }
 
 
-/* ---- completions (the link's thread) ---- */
+/* ---- completions (the thread that reads the link's queue) ---- */
 
 static void on_send(struct link_stream *s, bool ok)
 {
@@ -400,7 +405,7 @@ static void on_status(struct link_stream *s)
 }
 
 
-/* ---- deadlines (the link's thread) ---- */
+/* ---- deadlines ---- */
 
 /* c's deadline passed: take it back, queued or in flight. */
 static void call_abandon(struct router_link *l, struct router_link_call *c)
@@ -458,37 +463,75 @@ static void link_expire(struct router_link *l)
     link_unlock(l);
 }
 
+/* One completed operation of a stream, on whichever thread reads the
+ * link's queue. */
+static void link_event(struct rpc_loop_tag *hdr, bool ok)
+{
+    struct link_tag *t = (struct link_tag *)(void *)hdr;
+    struct router_link *l = t->s->lane->l;
+    switch (t->kind) {
+    case TAG_SEND:
+        on_send(t->s, ok);
+        break;
+    case TAG_RECV:
+        on_recv(t->s, ok);
+        break;
+    case TAG_STATUS:
+        on_status(t->s);
+        break;
+    }
+    if (l->own_cq && now_ns() >= atomic_load(&l->due))
+        link_expire(l);
+}
+
+/* How long the deadline watch may sleep now. */
+static int64_t link_wait_ns(struct router_link *l)
+{
+    int64_t wait = atomic_load(&l->due) - now_ns();
+    if (wait > (int64_t)IDLE_TICK_MS * 1000000)
+        wait = (int64_t)IDLE_TICK_MS * 1000000;
+    return wait < 0 ? 0 : wait;
+}
+
+/* The link's own queue: its events and the deadlines. */
 static void *link_main(void *arg)
 {
     struct router_link *l = arg;
     for (;;) {
-        int64_t wait = atomic_load(&l->due) - now_ns();
-        if (wait > (int64_t)IDLE_TICK_MS * 1000000)
-            wait = (int64_t)IDLE_TICK_MS * 1000000;
-        if (wait < 0)
-            wait = 0;
         gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                       gpr_time_from_nanos(wait, GPR_TIMESPAN));
+                                       gpr_time_from_nanos(link_wait_ns(l), GPR_TIMESPAN));
         grpc_event ev = grpc_completion_queue_next(l->cq, dl, NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
-        if (ev.type == GRPC_OP_COMPLETE) {
-            struct link_tag *t = ev.tag;
-            switch (t->kind) {
-            case TAG_SEND:
-                on_send(t->s, ev.success != 0);
-                break;
-            case TAG_RECV:
-                on_recv(t->s, ev.success != 0);
-                break;
-            case TAG_STATUS:
-                on_status(t->s);
-                break;
-            }
-        }
-        if (now_ns() >= atomic_load(&l->due))
+        if (ev.type == GRPC_OP_COMPLETE)
+            link_event(ev.tag, ev.success != 0);
+        else if (now_ns() >= atomic_load(&l->due))
             link_expire(l);
     }
+    return NULL;
+}
+
+/* A loop reads the events: this thread only takes back calls past their
+ * deadline. */
+static void *link_deadlines(void *arg)
+{
+    struct router_link *l = arg;
+    pthread_mutex_lock(&l->tmu);
+    while (!l->quit) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + link_wait_ns(l);
+        ts.tv_sec = at / 1000000000;
+        ts.tv_nsec = at % 1000000000;
+        pthread_cond_timedwait(&l->tcv, &l->tmu, &ts);
+        if (l->quit)
+            break;
+        pthread_mutex_unlock(&l->tmu);
+        if (now_ns() >= atomic_load(&l->due))
+            link_expire(l);
+        pthread_mutex_lock(&l->tmu);
+    }
+    pthread_mutex_unlock(&l->tmu);
     return NULL;
 }
 
@@ -516,21 +559,32 @@ struct router_link *router_link_create(const char *addr,
                                       "node's answer (or its failure)", labels,
                                       metrics_latency_bounds, metrics_latency_nbounds);
     l->method = grpc_channel_register_call(rpc_channel_grpc(l->ch), M_BATCHES, NULL, NULL);
-    l->cq = grpc_completion_queue_create_for_next(NULL);
+    l->own_cq = !cfg->cq;
+    l->cq = cfg->cq ? cfg->cq : grpc_completion_queue_create_for_next(NULL);
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->idle, NULL);
+    pthread_mutex_init(&l->tmu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->tcv, &ca);
+    pthread_condattr_destroy(&ca);
     atomic_init(&l->due, INT64_MAX);
     for (int k = 0; k < LANES; k++) {
         l->lane[k].l = l;
         l->lane[k].kind = k;
     }
     rpc_arena_init(&l->arena, 4 * cfg->max_message + (1u << 20));
-    if (pthread_create(&l->thread, NULL, link_main, l) != 0) {
+    if (pthread_create(&l->thread, NULL, l->own_cq ? link_main : link_deadlines, l) != 0) {
         rpc_arena_deinit(&l->arena);
-        grpc_completion_queue_shutdown(l->cq);
-        grpc_completion_queue_destroy(l->cq);
+        if (l->own_cq) {
+            grpc_completion_queue_shutdown(l->cq);
+            grpc_completion_queue_destroy(l->cq);
+        }
         pthread_mutex_destroy(&l->mu);
         pthread_cond_destroy(&l->idle);
+        pthread_mutex_destroy(&l->tmu);
+        pthread_cond_destroy(&l->tcv);
         goto fail;
     }
     return l;
@@ -564,14 +618,24 @@ void router_link_destroy(struct router_link *l)
     while (l->streams > 0)
         pthread_cond_wait(&l->idle, &l->mu);
     link_unlock(l);
-    grpc_completion_queue_shutdown(l->cq);
+    if (l->own_cq) {
+        grpc_completion_queue_shutdown(l->cq);
+    } else {
+        pthread_mutex_lock(&l->tmu);
+        l->quit = true;
+        pthread_cond_signal(&l->tcv);
+        pthread_mutex_unlock(&l->tmu);
+    }
     pthread_join(l->thread, NULL);
-    grpc_completion_queue_destroy(l->cq);
+    if (l->own_cq)
+        grpc_completion_queue_destroy(l->cq);
     rpc_channel_destroy(l->ch);
     rpc_arena_deinit(&l->arena);
     router_link__build_free(&l->b);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->idle);
+    pthread_mutex_destroy(&l->tmu);
+    pthread_cond_destroy(&l->tcv);
     free(l->addr);
     free(l);
 }
@@ -649,35 +713,4 @@ void router_link_submit(struct router_link_call *calls, size_t n, int timeout_ms
      * last call is in: nothing of it is touched after that. */
     for (size_t i = 0; i < n; i++)
         call_submit(&calls[i]);
-}
-
-struct link_waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
-};
-
-static void waiter_wake(void *arg)
-{
-    struct link_waiter *w = arg;
-    pthread_mutex_lock(&w->mu);
-    w->done = true;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-void router_link_run(struct router_link_call *calls, size_t n, int timeout_ms)
-{
-    struct link_waiter w = {.done = false};
-    if (n == 0)
-        return;
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    router_link_submit(calls, n, timeout_ms, waiter_wake, &w);
-    pthread_mutex_lock(&w.mu);
-    while (!w.done)
-        pthread_cond_wait(&w.cv, &w.mu);
-    pthread_mutex_unlock(&w.mu);
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
 }

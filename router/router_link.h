@@ -33,10 +33,12 @@
  * are bounded per link: a call past max_queue_bytes fails at once with
  * RESOURCE_EXHAUSTED.
  *
- * Threads: each link has one thread, started with it, that reads answers
- * and stream events from the link's completion queue and watches the
- * deadlines; no thread is created per call.  Every function may be called
- * from any thread.
+ * Threads: the answers and stream events are read from a completion queue:
+ * a server loop's (the config's cq), by that loop's thread, or else the
+ * link's own, by a thread the link starts with it.  Each link also has a
+ * thread, started with it, that watches the deadlines (with its own queue,
+ * the same thread).  No thread is created per call.  Every function may
+ * be called from any thread.
  *
  * Ownership: calls and entries (and the hashes and answer slots they point
  * to) belong to the caller, lent to the link from router_link_submit until
@@ -49,6 +51,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grpc/grpc.h>
+
 #include "bf.h"
 #include "rpc_client.h"
 #include "rpc_status.h"
@@ -59,6 +63,11 @@ struct router_link_config {
     size_t max_message;           /* bytes per gRPC message, both ways */
     size_t max_queue_bytes;       /* hash bytes queued, not yet sent */
     size_t max_message_hashes;    /* hashes coalesced into one message */
+    /* A server loop's queue (rpc_server_loop_cq): the streams' operations
+     * complete there and are handled on that loop's thread, the one that
+     * also serves the calls whose hashes they carry.  NULL: the link reads
+     * a queue of its own on a thread of its own. */
+    grpc_completion_queue *cq;
 };
 
 struct router_link;
@@ -70,7 +79,9 @@ struct router_link *router_link_create(const char *addr,
                                        const struct router_link_config *cfg);
 
 /* Cancel the streams, join the thread, close the channel.  No call may be
- * running.  NULL is a no-op. */
+ * running.  With a loop's queue, that loop must still run (the streams'
+ * last events complete there), and this must not run on it.  NULL is a
+ * no-op. */
 void router_link_destroy(struct router_link *l);
 
 /* The node's address and channel (valid until router_link_destroy). */
@@ -117,17 +128,15 @@ typedef void (*router_link_done_fn)(void *arg);
 /* Submit calls[0, n) (n >= 1, each on its own link, entries of one lane
  * each), each bounded by timeout_ms, and return without waiting.  done(arg)
  * runs exactly once, when every entry has its outcome (every entry's st
- * says how it went; a set never fails as a whole): normally on the link
- * thread of the call that ended last, but on the submitting thread, before
- * router_link_submit returns, when every call ended at once (shutdown, the
- * queue bound, no memory).  done runs with no lock of the link held, so it
- * may submit again; it should not block, since the answers of every other
- * call of that link wait for it. */
+ * says how it went; a set never fails as a whole): normally on the thread
+ * that read the answer of the call that ended last (its link's loop or
+ * own thread; the deadline thread for a call past its deadline), but on
+ * the submitting thread, before router_link_submit returns, when every
+ * call ended at once (shutdown, the queue bound, no memory).  done runs
+ * with no lock of the link held, so it may submit again; it must not
+ * block, since every other call of that loop waits for it. */
 void router_link_submit(struct router_link_call *calls, size_t n, int timeout_ms,
                         router_link_done_fn done, void *arg);
 
-/* router_link_submit, then wait for its done (for the paths that stay
- * blocking: catalog, fallbacks).  Not from a link's thread. */
-void router_link_run(struct router_link_call *calls, size_t n, int timeout_ms);
 
 #endif

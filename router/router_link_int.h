@@ -20,6 +20,7 @@
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "router_link.h"
 #include "rpc_arena.h"
+#include "rpc_server.h"
 
 enum { LANE_READ, LANE_WRITE, LANES };
 
@@ -35,6 +36,7 @@ struct link_set {
 };
 
 struct link_tag {
+    struct rpc_loop_tag hdr;    /* first: the tag of a loop's queue */
     struct link_stream *s;
     enum tag_kind kind;
 };
@@ -101,8 +103,12 @@ struct router_link {
     struct router_link_config cfg;
     struct rpc_channel *ch;
     void *method;               /* Batches, registered on the channel */
-    grpc_completion_queue *cq;
-    pthread_t thread;
+    grpc_completion_queue *cq;  /* a loop's (cfg.cq) or own_cq */
+    bool own_cq;                /* read by thread, which also expires */
+    pthread_t thread;           /* own_cq, or the deadlines only */
+    pthread_mutex_t tmu;        /* the deadline thread's sleep */
+    pthread_cond_t tcv;
+    bool quit;                  /* under tmu: the deadline thread ends */
     pthread_mutex_t mu;
     pthread_cond_t idle;        /* a stream was freed */
     struct link_lane lane[LANES];
@@ -114,7 +120,7 @@ struct router_link {
     struct link_set *fired;     /* sets whose last call ended: run their done
                                    once the mutex is let go */
     struct link_build b;
-    struct rpc_arena arena;     /* answers; the link's thread only */
+    struct rpc_arena arena;     /* answers; only the thread that reads cq */
     /* bloomgrid_router_node_calls_total{code="OK"} and the latency
      * histogram of the calls to this node (other codes: looked up). */
     struct metric *m_ok[LANES], *m_duration;

@@ -151,7 +151,7 @@ static void unary_done(void *arg, int rc, const struct rpc_status *st)
 }
 
 /* Check the request, defer the reply and hand the batch to the nodes: the
- * worker thread is free again once the hashes are on their way. */
+ * loop (or worker) thread is free again once the hashes are on their way. */
 static void key_unary(void *arg, enum router_key_op op, const uint8_t *req,
                       size_t len, struct rpc_reply *rep)
 {
@@ -632,9 +632,9 @@ const struct rpc_handler router_rpc_public[] = {
     {.unary = h_drop_filter},
     {.unary = h_list_filters},
     {.unary = h_get_filter},
-    {.unary = h_add, .checks_strings = true},
-    {.unary = h_may_contain, .checks_strings = true},
-    {.unary = h_remove, .checks_strings = true},
+    {.unary = h_add, .checks_strings = true, .loop = true},
+    {.unary = h_may_contain, .checks_strings = true, .loop = true},
+    {.unary = h_remove, .checks_strings = true, .loop = true},
     {.stream = h_add_stream, .checks_strings = true},
     {.stream = h_may_contain_stream, .checks_strings = true},
     {.stream = router_rpc__export},

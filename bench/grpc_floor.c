@@ -3,8 +3,8 @@
  *
  * What a single-key call to a node costs is mostly the gRPC core: HTTP/2
  * framing, the completion queues, the thread hand-offs.  This server runs
- * the same rpc_server with the same settings as bloomgrid-node (worker
- * threads, message limit), and its Add, MayContain, AddStream and
+ * the same rpc_server with the same settings as bloomgrid-node (event
+ * loops, worker threads, message limit), and its Add, MayContain, AddStream and
  * MayContainStream decode each request with the node's key-batch codec
  * (common/rpc_keys.h, its rules included) and answer one "false" per key
  * with the node's encoder, without hashing a key or looking up a filter.
@@ -122,6 +122,7 @@ static void usage(FILE *f)
             "one \"false\" per key; CreateFilter and DropFilter answer OK; other\n"
             "methods UNIMPLEMENTED.\n"
             "  --listen HOST:PORT   address (port 0: a free one) [127.0.0.1:0]\n"
+            "  --loops N            event loops, as the node's `loops` [1]\n"
             "  --threads N          RPC worker threads, as the node's `threads` [8]\n"
             "  --max-message BYTES  largest message, both directions [67108864]\n"
             "  -h, --help           this text\n");
@@ -131,6 +132,7 @@ int main(int argc, char **argv)
 {
     static const struct option lo[] = {{"listen", 1, 0, 'l'},
                                        {"threads", 1, 0, 't'},
+                                       {"loops", 1, 0, 'o'},
                                        {"max-message", 1, 0, 'm'},
                                        {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
@@ -138,6 +140,7 @@ int main(int argc, char **argv)
     struct rpc_server_config sc = {
         .listen = "127.0.0.1:0",
         .threads = 8,
+        .loops = 1,
         .max_message = 64u << 20,
         .grace_ms = 1000,
     };
@@ -153,6 +156,13 @@ int main(int argc, char **argv)
             sc.threads = (int)strtol(optarg, &end, 10);
             if (*end || sc.threads < 1 || sc.threads > 256) {
                 fprintf(stderr, "grpc_floor: --threads takes 1..256\n");
+                return 2;
+            }
+            break;
+        case 'o':
+            sc.loops = (int)strtol(optarg, &end, 10);
+            if (*end || sc.loops < 0 || sc.loops > 64) {
+                fprintf(stderr, "grpc_floor: --loops takes 0..64\n");
                 return 2;
             }
             break;
@@ -184,8 +194,8 @@ int main(int argc, char **argv)
         {.unary = h_empty},
         {0},
         {0},
-        {.unary = h_add, .checks_strings = true},
-        {.unary = h_may_contain, .checks_strings = true},
+        {.unary = h_add, .checks_strings = true, .loop = true},
+        {.unary = h_may_contain, .checks_strings = true, .loop = true},
         {0},
         {.stream = h_add_stream, .checks_strings = true},
         {.stream = h_may_contain_stream, .checks_strings = true},

@@ -318,6 +318,7 @@ int main(int argc, char **argv)
         .listen = n.cfg.listen,
         .tls = tls,
         .threads = (int)n.cfg.threads,
+        .loops = (int)n.cfg.loops,
         .max_message = n.cfg.max_message_size,
         .grace_ms = (int)n.cfg.shutdown_grace_ms,
         .max_streams = (int)n.cfg.max_streams,

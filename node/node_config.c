@@ -78,6 +78,12 @@ static const struct setting settings[] = {
     {"threads", SETTING_UINT, 1, 256, NULL, "8", F(threads),
      "RPC worker threads (writes are answered by the commit thread once "
      "durable, so no worker waits for an fsync: about the number of cores)"},
+    {"loops", SETTING_UINT, 0, 64, NULL, "1", F(loops),
+     "event loops: threads that each read the connections and serve unary "
+     "Add, MayContain and Remove start to finish, with no hand-over between "
+     "threads (the other threads then never read a socket); one loop answers "
+     "tens of thousands of calls a second; 0: none, the worker threads serve "
+     "every call and all of them read sockets"},
     {"max_streams", SETTING_UINT, 1, 100000, NULL, "256", F(max_streams),
      "streaming calls open at once (each has a thread); more get "
      "RESOURCE_EXHAUSTED"},

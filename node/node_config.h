@@ -39,6 +39,7 @@ struct node_config {
     uint64_t internal_streams;    /* stream threads kept for internal calls */
     uint64_t conn_idle_ms;
     uint64_t threads;
+    uint64_t loops;
     uint64_t max_streams;
     uint64_t shutdown_grace_ms;
     char log_level[16];           /* live; read by the main thread only */

@@ -43,11 +43,13 @@ static const struct setting settings[] = {
      "longest key in bytes; longer is INVALID_ARGUMENT"},
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
-    {"loops", SETTING_UINT, 1, 64, NULL, "1", F(loops),
+    {"loops", SETTING_UINT, 0, 64, NULL, "1", F(loops),
      "event loops: threads that each serve unary Add, MayContain and Remove "
      "and the streams to some of the nodes, start to finish, with no hand-over "
      "between threads; one loop answers tens of thousands of calls a second, "
-     "add one per core the router should use for them"},
+     "add one per core the router should use for them; 0: none, the worker "
+     "threads serve them and each link reads its node's answers on a thread "
+     "of its own"},
     {"threads", SETTING_UINT, 1, 256, NULL, "32", F(threads),
      "RPC worker threads for the other calls (catalog, Export, Import), which "
      "may wait for the nodes"},

@@ -18,6 +18,12 @@
  *                 UNAVAILABLE naming the missed deadline once node_timeout_ms
  *                 passed, while calls to a filter on the other node are
  *                 answered meanwhile (before any of the stuck calls ends).
+ *   uncached      the same with a second router that has not seen the
+ *                 stopped node's filter: its calls must fetch the secret
+ *                 from that node, which does not answer, and calls to the
+ *                 filter it has cached are answered meanwhile (the fetch
+ *                 waits on the router's pool, never on the event loop that
+ *                 serves every key call).
  *
  * usage: test_router_async NODE_BIN ROUTER_BIN SCENARIO
  */
@@ -318,6 +324,54 @@ static void test_stopped(void)
     cluster_stop(&c);
 }
 
+static void test_uncached(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    static const char *const rflags[] = {"--threads", "1", "--loops", "1",
+                                         "--node-timeout-ms", "5000", NULL};
+    cluster_start_flags(&c, "router-async-uncached", 2, 2, "none", rflags);
+    struct rpc_channel *r = c.router[1].ch;
+    char live[32], cold[32];
+    filter_on(&c, c.node[0].addr, live, sizeof live);
+    filter_on(&c, c.node[1].addr, cold, sizeof cold);
+    char *k[] = {"sp-key"};
+    bool out[1];
+    /* The second router learns the live filter only. */
+    CHECK(t_keys(r, "Add", live, k, 1, out, &st) == 0, "Add: %s", st.message);
+
+    kill(c.node[1].pid, SIGSTOP);
+    atomic_int ended = 0;
+    struct stuck_call sc[SP_STUCK];
+    pthread_t th[SP_STUCK];
+    for (int i = 0; i < SP_STUCK; i++) {
+        sc[i] = (struct stuck_call){.ch = r, .ended = &ended};
+        snprintf(sc[i].filter, sizeof sc[i].filter, "%s", cold);
+        pthread_create(&th[i], NULL, stuck_main, &sc[i]);
+    }
+    harness_sleep_ms(300);
+    int served = 0;
+    for (; served < 20; served++)
+        CHECK(t_keys(r, "MayContain", live, k, 1, out, &st) == 0 && out[0],
+              "read of %s while the secret of %s is fetched: %s: %s", live, cold,
+              rpc_status_name(st.code), st.message);
+    int ended_meanwhile = atomic_load(&ended);
+    for (int i = 0; i < SP_STUCK; i++)
+        pthread_join(th[i], NULL);
+    kill(c.node[1].pid, SIGCONT);
+    printf("%d reads served while %d calls waited for the secret from the stopped "
+           "node (%d of them ended meanwhile); those: %s: %s\n", served, SP_STUCK,
+           ended_meanwhile, rpc_status_name(sc[0].code), sc[0].msg);
+    CHECK(ended_meanwhile == 0, "%d calls that fetch a secret from the stopped node "
+          "ended before 20 reads of a cached filter were answered: the reads waited "
+          "for the fetch", ended_meanwhile);
+    for (int i = 0; i < SP_STUCK; i++)
+        CHECK(sc[i].code != 0, "call %d to the stopped node's filter succeeded", i);
+    CHECK(t_keys(r, "MayContain", cold, k, 1, out, &st) == 0 && !out[0],
+          "read after SIGCONT: %s: %s", rpc_status_name(st.code), st.message);
+    cluster_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -334,6 +388,8 @@ int main(int argc, char **argv)
         test_stream_error();
     else if (strcmp(argv[3], "stopped") == 0)
         test_stopped();
+    else if (strcmp(argv[3], "uncached") == 0)
+        test_uncached();
     else {
         fprintf(stderr, "unknown scenario %s\n", argv[3]);
         return 2;

@@ -4,13 +4,17 @@
  * A node with ONE worker thread runs with its log's fsyncs held behind a
  * gate (slow_fsync.c, preloaded).  Sixteen unary Adds and an AddStream of
  * 32 one-key messages are sent while the gate is closed: none is answered
- * before its record is durable, yet reads keep being answered by that one
- * worker thread meanwhile (a handler waiting for the fsync would hold it).
+ * before its record is durable, yet reads keep being answered meanwhile by
+ * the one thread that serves key calls (the event loop, or with no loops
+ * the one worker thread): a handler waiting for the fsync would hold it.
  * Once the gate opens, every write is answered, the stream's answers in
  * request order, and every key is found.  The node's own threads are as
  * many after the requests as before.
  *
- * usage: test_node_async NODE_BINARY SLOW_FSYNC_LIBRARY
+ * With LOOPS, the node runs with that many event loops (`loops`; 0: the
+ * worker thread serves the key calls too); without, the default (one).
+ *
+ * usage: test_node_async NODE_BINARY SLOW_FSYNC_LIBRARY [LOOPS]
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -100,7 +104,8 @@ int main(int argc, char **argv)
     struct writer w[WRITERS];
     pthread_t th[WRITERS];
 
-    CHECK(argc == 3, "usage: test_node_async NODE_BINARY SLOW_FSYNC_LIBRARY");
+    CHECK(argc == 3 || argc == 4,
+          "usage: test_node_async NODE_BINARY SLOW_FSYNC_LIBRARY [LOOPS]");
     harness_node_bin = argv[1];
     grpc_init();
     harness_tmpdir(dir, sizeof dir, "node-async");
@@ -108,7 +113,11 @@ int main(int argc, char **argv)
     snprintf(held, sizeof held, "%s.held", gate);
     setenv("SLOW_FSYNC_GATE", gate, 1);
     setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
-    const char *flags[] = {"--threads", "1", "--durability", "fsync", NULL};
+    const char *flags[] = {"--threads", "1", "--durability", "fsync", NULL, NULL, NULL};
+    if (argc == 4) {
+        flags[4] = "--loops";
+        flags[5] = argv[3];
+    }
     harness_preload_begin(argv[2]);
     node_start(&np, dir, flags);
     harness_preload_end();

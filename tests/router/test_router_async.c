@@ -9,6 +9,8 @@
  *                 NodeInfo counters), so they were with the node together
  *                 (one worker thread waiting per call, or a stream handled
  *                 message by message, sends one message per call).
+ *   inflight_no_loops  the same with loops = 0 (the worker thread serves
+ *                 key calls, each link reads its answers on its own thread).
  *   stream_error  a key stream whose third message names a dropped filter,
  *                 or holds an empty key: the answers of the first two, then
  *                 the status a node gives (NOT_FOUND / INVALID_ARGUMENT, same
@@ -68,11 +70,12 @@ static void *caller_main(void *arg)
     return NULL;
 }
 
-static void test_inflight(void)
+/* flags: the router's (one worker thread, and the loops to test). */
+static void test_inflight(const char *const *flags)
 {
     struct cluster c;
     struct rpc_status st;
-    cluster_start_flags(&c, "router-async-inflight", 1, 1, "none", one_thread);
+    cluster_start_flags(&c, "router-async-inflight", 1, 1, "none", flags);
     struct rpc_channel *r = c.router[0].ch;
     CHECK(t_create_sharded(r, "if", 100000, 0.0001, 0, 8, NULL, &st) == 0, "create: %s",
           st.message);
@@ -382,8 +385,11 @@ int main(int argc, char **argv)
     harness_node_bin = argv[1];
     harness_router_bin = argv[2];
     grpc_init();
+    static const char *const no_loops[] = {"--threads", "1", "--loops", "0", NULL};
     if (strcmp(argv[3], "inflight") == 0)
-        test_inflight();
+        test_inflight(one_thread);
+    else if (strcmp(argv[3], "inflight_no_loops") == 0)
+        test_inflight(no_loops);
     else if (strcmp(argv[3], "stream_error") == 0)
         test_stream_error();
     else if (strcmp(argv[3], "stopped") == 0)

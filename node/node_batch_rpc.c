@@ -4,26 +4,27 @@
  *
  * A stream's handler thread reads one BatchRequest, applies every entry
  * exactly as the one-shard call would (node_rpc__shard_hashes: placement,
- * secret id, state), answers with a BatchResponse of the same id and one
- * ShardResult per entry, and only then reads the next message: the answers
- * of a stream come in request order, and a router that keeps reads and
- * writes on separate streams gets its reads answered by another thread
- * than the one that waits for a write's fsync.  Messages are decoded by
- * protobuf-c into the stream's arena (common/rpc_arena.h), which also holds
- * the answer's arrays; nothing is allocated per message in the steady
- * state.
+ * secret id, state) and answers with a BatchResponse of the same id and
+ * one ShardResult per entry.  The answers of a stream come in request
+ * order, and a router that keeps reads and writes on separate streams gets
+ * its reads answered by another thread than the one that waits for a
+ * write's fsync.  Messages are decoded by protobuf-c into an arena
+ * (common/rpc_arena.h), which also holds the answer's arrays; nothing is
+ * allocated per message in the steady state.
  *
- * Reads are applied on the handler thread.  Writes go to the store's
- * asynchronous calls (store_add_hashes_async): every write entry of a
- * message sets its bits and queues its log record at once, the node's
- * commit thread makes them durable together (one fsync for the message,
- * and for whatever else arrived meanwhile), and the answer leaves once the
- * last of them completed.  No thread waits per entry and none is created.
- * The work on one message is split in three steps, msg_prepare (decode and
- * check), msg_apply (submit each entry; writes complete in entry_done) and
- * msg_answer (encode and send), so that answering from the last entry's
- * completion instead of the handler thread is a local change once the RPC
- * layer's sends may come from another thread.
+ * Reads are applied on the handler thread and answered at once.  Writes go
+ * to the store's asynchronous calls (store_add_hashes_async): every write
+ * entry of a message sets its bits and queues its log record at once, the
+ * node's commit thread makes them durable together (one fsync for the
+ * message, and for whatever else arrived meanwhile), and the answer leaves
+ * once the last of them completed, posted by the thread that completed it
+ * (rpc_stream_post).  Meanwhile the handler reads and applies the next
+ * message: up to BATCH_WINDOW messages of a stream are applied and not yet
+ * answered (each with its own arena), so a router that sends its next
+ * write before the answer to the last one is in gets it into the next
+ * fsync instead of waiting a whole fsync for its turn.  Answers are posted
+ * in request order whatever order the messages become durable in.  No
+ * thread waits per entry and none is created.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -59,14 +60,11 @@ void node_rpc__batch_counters(Bloomgrid__V1__NodeInfoResponse *out)
 
 /* ---- one message ---- */
 
-/* The writes of a message not yet durable (one per stream). */
-struct batch_wait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t pending;
-};
+/* Messages of one stream applied and not yet answered, at most. */
+#define BATCH_WINDOW 2
 
 struct batch_msg;
+struct batch_stream;
 
 /* What an entry's completion needs to find its message. */
 struct entry_ctx {
@@ -91,7 +89,25 @@ struct batch_msg {
     struct store_filter **sf;
     int *rc;
     struct entry_ctx *ctx;
-    struct batch_wait *w;
+    /* Under the stream's mu: writes submitted and not yet completed, and
+     * whether every entry has been applied (the answer may go once both
+     * say so). */
+    size_t pending;
+    bool applied;
+    bool held;                  /* a hold on the stream for its post */
+    struct batch_stream *bs;
+};
+
+/* One stream: its window of messages, oldest first. */
+struct batch_stream {
+    struct node *n;
+    struct rpc_stream *st;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* a message was answered */
+    struct rpc_arena a[BATCH_WINDOW];
+    struct batch_msg msg[BATCH_WINDOW];
+    unsigned head, count;       /* msg[head], ... count of them in use */
+    bool failed;                /* a post failed: the call is gone */
 };
 
 static enum key_op op_of(Bloomgrid__V1__BatchOp op)
@@ -177,16 +193,25 @@ static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
     return 0;
 }
 
-/* A write entry is durable (rc 0) or failed; on the commit thread. */
+static void flush_ready(struct batch_stream *bs, unsigned *holds);
+
+/* A write entry is durable (rc 0) or failed; on the commit thread (or the
+ * handler's, when the store failed it at once). */
 static void entry_done(void *arg, int rc)
 {
     struct entry_ctx *c = arg;
-    struct batch_wait *w = c->b->w;
-    pthread_mutex_lock(&w->mu);
+    struct batch_stream *bs = c->b->bs;
+    struct rpc_stream *st = bs->st;
+    unsigned holds = 0;
+    pthread_mutex_lock(&bs->mu);
     c->b->rc[c->k] = rc;
-    if (--w->pending == 0)
-        pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    if (--c->b->pending == 0 && c->b->applied)
+        flush_ready(bs, &holds);
+    pthread_mutex_unlock(&bs->mu);
+    /* After the mutex: the last release may end the call and the handler
+     * with it. */
+    while (holds--)
+        rpc_stream_release(st);
 }
 
 /* Apply entry k (unless msg_prepare refused it): a read at once, a write
@@ -214,35 +239,27 @@ static void msg_apply(struct batch_msg *b, size_t k)
     if (!sf)
         return;
     b->ctx[k] = (struct entry_ctx){.b = b, .k = k};
+    b->sf[k] = sf;
     /* Counted first: the completion may come before the call returns. */
-    pthread_mutex_lock(&b->w->mu);
-    b->w->pending++;
-    pthread_mutex_unlock(&b->w->mu);
+    pthread_mutex_lock(&b->bs->mu);
+    b->pending++;
+    pthread_mutex_unlock(&b->bs->mu);
     int rc = op == OP_ADD
                  ? store_add_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[k], err)
                  : store_remove_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[k], err);
     if (rc < 0) {
-        pthread_mutex_lock(&b->w->mu);
-        b->w->pending--;
-        pthread_mutex_unlock(&b->w->mu);
+        pthread_mutex_lock(&b->bs->mu);
+        b->pending--;
+        pthread_mutex_unlock(&b->bs->mu);
         node_rpc__shard_store_error(r, sf, e->filter, e->shard_index, rc, err);
         store_put(sf);
-        return;
+        b->sf[k] = NULL;
     }
-    b->sf[k] = sf;
 }
 
-/* Apply every entry, then wait until every write is durable or failed. */
-static void msg_apply_all(struct batch_msg *b)
+/* Every write of b has completed: its entries' outcomes and versions. */
+static void msg_settle(struct batch_msg *b)
 {
-    for (size_t k = 0; k < b->n; k++)
-        msg_apply(b, k);
-    if (!b->writes)
-        return;
-    pthread_mutex_lock(&b->w->mu);
-    while (b->w->pending > 0)
-        pthread_cond_wait(&b->w->cv, &b->w->mu);
-    pthread_mutex_unlock(&b->w->mu);
     for (size_t k = 0; k < b->n; k++) {
         struct store_filter *sf = b->sf[k];
         if (!sf)
@@ -258,8 +275,8 @@ static void msg_apply_all(struct batch_msg *b)
     }
 }
 
-/* Encode the answer into the arena's arrays and start sending it.
- * Returns 0, -ENOMEM or -ECANCELED (the stream is gone). */
+/* Encode the answer into the arena's arrays and post it.  Returns 0,
+ * -ENOMEM or -ECANCELED (the stream is gone). */
 static int msg_answer(struct rpc_stream *st, struct rpc_arena *a, struct batch_msg *b)
 {
     Bloomgrid__V1__BatchResponse resp = BLOOMGRID__V1__BATCH_RESPONSE__INIT;
@@ -295,7 +312,31 @@ static int msg_answer(struct rpc_stream *st, struct rpc_arena *a, struct batch_m
     size_t len = protobuf_c_message_get_packed_size(&resp.base);
     grpc_slice sl = grpc_slice_malloc(len);
     protobuf_c_message_pack(&resp.base, GRPC_SLICE_START_PTR(sl));
-    return rpc_stream_send(st, sl);
+    return rpc_stream_post(st, sl);
+}
+
+/* Answer the messages at the window's front that are complete, in order;
+ * under bs->mu.  *holds counts the holds to give back once the mutex is let
+ * go. */
+static void flush_ready(struct batch_stream *bs, unsigned *holds)
+{
+    while (bs->count > 0) {
+        unsigned i = bs->head;
+        struct batch_msg *b = &bs->msg[i];
+        if (!b->applied || b->pending > 0)
+            break;
+        msg_settle(b);
+        int rc = bs->failed ? -ECANCELED : msg_answer(bs->st, &bs->a[i], b);
+        if (rc < 0)
+            bs->failed = true;     /* the call is gone, or no memory: see the handler */
+        if (b->held)
+            (*holds)++;
+        b->held = false;
+        b->applied = false;
+        bs->head = (bs->head + 1) % BATCH_WINDOW;
+        bs->count--;
+        pthread_cond_broadcast(&bs->cv);
+    }
 }
 
 /* ---- the stream ---- */
@@ -325,56 +366,100 @@ static void count_kinds(const Bloomgrid__V1__BatchRequest *m, bool *reads, bool 
     *writes = w;
 }
 
-/* Answer one message of the stream.  Returns 0, or -1 when the stream
+/* Take one message of the stream into the window and apply it (its answer
+ * goes once its writes are durable).  Returns 0, or -1 when the stream
  * ends here (finished with an error, or gone). */
-static int batch_one(struct node *n, struct rpc_stream *st, struct rpc_arena *a,
-                     struct batch_wait *w, const uint8_t *buf, size_t len, bool *reads,
-                     bool *writes)
+static int batch_one(struct batch_stream *bs, const uint8_t *buf, size_t len,
+                     bool *reads, bool *writes)
 {
-    struct batch_msg b = {.w = w};
+    pthread_mutex_lock(&bs->mu);
+    while (bs->count == BATCH_WINDOW && !bs->failed)
+        pthread_cond_wait(&bs->cv, &bs->mu);
+    bool failed = bs->failed;
+    unsigned i = (bs->head + bs->count) % BATCH_WINDOW;
+    pthread_mutex_unlock(&bs->mu);
+    if (failed)
+        return -1;
+    struct rpc_arena *a = &bs->a[i];
+    struct batch_msg *b = &bs->msg[i];
     rpc_arena_reset(a);
-    b.m = bloomgrid__v1__batch_request__unpack(rpc_arena_allocator(a), len, buf);
-    if (!b.m) {
-        rpc_stream_finish(st, GRPC_STATUS_INVALID_ARGUMENT,
+    *b = (struct batch_msg){.bs = bs};
+    b->m = bloomgrid__v1__batch_request__unpack(rpc_arena_allocator(a), len, buf);
+    if (!b->m) {
+        rpc_stream_finish(bs->st, GRPC_STATUS_INVALID_ARGUMENT,
                           "malformed BatchRequest message (%zu bytes)", len);
         return -1;
     }
-    count_kinds(b.m, reads, writes);
-    int rc = msg_prepare(n, a, &b);
-    if (rc == 0) {
-        msg_apply_all(&b);
-        rc = msg_answer(st, a, &b);
-    }
-    if (rc == -ENOMEM)
-        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+    count_kinds(b->m, reads, writes);
+    if (msg_prepare(bs->n, a, b) < 0) {
+        rpc_stream_finish(bs->st, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "out of memory for a batch of %zu entries (%zu bytes)",
-                          b.m->n_entries, len);
-    return rc < 0 ? -1 : 0;
+                          b->m->n_entries, len);
+        return -1;
+    }
+    /* A message with writes may be answered by the commit thread. */
+    if (b->writes && rpc_stream_hold(bs->st) < 0)
+        return -1;
+    b->held = b->writes;
+    pthread_mutex_lock(&bs->mu);
+    bs->count++;
+    pthread_mutex_unlock(&bs->mu);
+    for (size_t k = 0; k < b->n; k++)
+        msg_apply(b, k);
+    unsigned holds = 0;
+    pthread_mutex_lock(&bs->mu);
+    b->applied = true;
+    if (b->pending == 0)
+        flush_ready(bs, &holds);
+    pthread_mutex_unlock(&bs->mu);
+    while (holds--)
+        rpc_stream_release(bs->st);
+    return 0;
 }
 
 void node_rpc__h_batches(void *arg, struct rpc_stream *st)
 {
-    struct node *n = arg;
-    struct rpc_arena a;
-    struct batch_wait w = {.pending = 0};
+    struct batch_stream *bs = calloc(1, sizeof *bs);
     bool reads = false, writes = false;
     const uint8_t *buf;
     size_t len;
-    int rc;
+    int rc = -ENOMEM;
 
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
+    if (!bs) {
+        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    bs->n = arg;
+    bs->st = st;
+    pthread_mutex_init(&bs->mu, NULL);
+    pthread_cond_init(&bs->cv, NULL);
     atomic_fetch_add(&counters.streams, 1);
-    /* The decoded message, its hashes and answers: a few times its size. */
-    rpc_arena_init(&a, 4 * rpc_stream_max_message(st) + (1u << 20));
+    /* Each message decoded, its hashes and answers: a few times its size. */
+    for (int i = 0; i < BATCH_WINDOW; i++)
+        rpc_arena_init(&bs->a[i], 4 * rpc_stream_max_message(st) + (1u << 20));
     while ((rc = rpc_stream_read(st, &buf, &len)) == 1)
-        if (batch_one(n, st, &a, &w, buf, len, &reads, &writes) < 0)
+        if (batch_one(bs, buf, len, &reads, &writes) < 0)
             break;
-    if (rc == 0)
+    /* Every message taken is answered (or dropped with the call) before the
+     * stream's status; the window's arenas are in use until then. */
+    pthread_mutex_lock(&bs->mu);
+    while (bs->count > 0)
+        pthread_cond_wait(&bs->cv, &bs->mu);
+    bool failed = bs->failed;
+    pthread_mutex_unlock(&bs->mu);
+    if (rc == 0 && !failed)
         rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
+    else if (rc == 0)
+        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                          "out of memory for a batch answer");
     /* rc < 0: the call is gone, or broke the string rule (the server then
      * ends it with INVALID_ARGUMENT itself). */
-    rpc_arena_deinit(&a);
-    pthread_mutex_destroy(&w.mu);
-    pthread_cond_destroy(&w.cv);
+    /* The last flush may still be letting go of its holds: wait for them
+     * before the window goes. */
+    rpc_stream_drain(st);
+    for (int i = 0; i < BATCH_WINDOW; i++)
+        rpc_arena_deinit(&bs->a[i]);
+    pthread_mutex_destroy(&bs->mu);
+    pthread_cond_destroy(&bs->cv);
+    free(bs);
 }

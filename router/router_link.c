@@ -238,6 +238,18 @@ static int lane_open(struct link_lane *ln)
 }
 
 
+/* Take the lane's oldest message in flight off its list. */
+static struct link_msg *inflight_pop(struct link_lane *ln)
+{
+    struct link_msg *m = ln->ihead;
+    ln->ihead = m->next;
+    if (!ln->ihead)
+        ln->itail = NULL;
+    ln->ninflight--;
+    m->next = NULL;
+    return m;
+}
+
 /* Fail every call of m (those still waiting for it) and free it. */
 static void msg_fail(struct link_msg *m, grpc_status_code code, const char *what,
                      const char *addr)
@@ -254,7 +266,8 @@ static void msg_fail(struct link_msg *m, grpc_status_code code, const char *what
 static void lane_kick(struct link_lane *ln)
 {
     struct router_link *l = ln->l;
-    if (!ln->qhead || ln->inflight || l->closing)
+    unsigned window = ln->kind == LANE_WRITE ? LINK_WRITE_WINDOW : 1;
+    if (!ln->qhead || ln->ninflight >= window || l->closing)
         return;
     if (!ln->cur && lane_open(ln) < 0) {
         while (ln->qhead) {
@@ -282,7 +295,13 @@ static void lane_kick(struct link_lane *ln)
     size_t nmd = rpc_channel_metadata(l->ch, &md);
     size_t n = rpc_ops_send_md(ops, &s->md_sent, bb, md, nmd);
     m->s = s;
-    ln->inflight = m;
+    m->next = NULL;
+    if (ln->itail)
+        ln->itail->next = m;
+    else
+        ln->ihead = m;
+    ln->itail = m;
+    ln->ninflight++;
     s->send_buf = bb;
     if (grpc_call_start_batch(s->call, ops, n, &s->tags[TAG_SEND], NULL) != GRPC_CALL_OK) {
         /* The status that follows the cancel fails the message. */
@@ -342,16 +361,14 @@ static void on_recv(struct link_stream *s, bool ok)
     s->ops--;
     if (!ok || !bb) {
         s->ended = true;        /* the status follows */
-    } else if (!resp || !ln->inflight || ln->inflight->s != s ||
-               ln->inflight->id != resp->id) {
+    } else if (!resp || !ln->ihead || ln->ihead->s != s || ln->ihead->id != resp->id) {
         log_warn("node %s: an answer on the %s stream that does not parse or "
                  "matches no message; reopening it", l->addr, lane_names[ln->kind]);
         s->bad_answer = true;
         s->ended = true;
         grpc_call_cancel(s->call, NULL);
     } else {
-        struct link_msg *m = ln->inflight;
-        ln->inflight = NULL;
+        struct link_msg *m = inflight_pop(ln);
         router_link__msg_deliver(l, m, resp);
         free(m);
         if (!stream_post_recv(s, false)) {
@@ -372,7 +389,7 @@ static void on_status(struct link_stream *s)
     pthread_mutex_lock(&l->mu);
     s->ops--;
     s->ended = true;
-    if (ln->inflight && ln->inflight->s == s) {
+    while (ln->ihead && ln->ihead->s == s) {
         char what[RPC_MSGLEN];
         grpc_status_code code = GRPC_STATUS_UNAVAILABLE;
         size_t dl = GRPC_SLICE_LENGTH(s->details);
@@ -391,9 +408,8 @@ static void on_status(struct link_stream *s)
                      (int)(dl < 300 ? dl : 300),
                      (const char *)GRPC_SLICE_START_PTR(s->details));
         }
-        struct link_msg *m = ln->inflight;
-        ln->inflight = NULL;
-        if (!l->closing)
+        struct link_msg *m = inflight_pop(ln);
+        if (!l->closing && !ln->ihead)
             log_info("node %s: %s", l->addr, what);
         msg_fail(m, code, what, l->addr);
     }
@@ -421,7 +437,7 @@ static void call_abandon(struct router_link *l, struct router_link_call *c)
         /* A message unanswered past a deadline: the node or the connection
          * is stuck; a new stream takes the next message. */
         struct link_lane *ln = &l->lane[lane_of(c)];
-        if (ln->inflight == m && !m->s->ended) {
+        if (!m->s->ended) {
             log_warn("node %s: no answer on the %s stream within %d ms; reopening it",
                      l->addr, lane_names[ln->kind], c->timeout_ms);
             m->s->stuck = true;
@@ -448,16 +464,16 @@ static void link_expire(struct router_link *l)
             else if (c->deadline < due)
                 due = c->deadline;
         }
-        struct link_msg *m = ln->inflight;
-        for (size_t i = 0; m && i < m->ncalls; i++) {
-            c = m->calls[i];
-            if (!c)
-                continue;
-            if (c->deadline <= now)
-                call_abandon(l, c);   /* may end m's stream, not free m */
-            else if (c->deadline < due)
-                due = c->deadline;
-        }
+        for (struct link_msg *m = ln->ihead; m; m = m->next)
+            for (size_t i = 0; i < m->ncalls; i++) {
+                c = m->calls[i];
+                if (!c)
+                    continue;
+                if (c->deadline <= now)
+                    call_abandon(l, c);   /* may end m's stream, not free m */
+                else if (c->deadline < due)
+                    due = c->deadline;
+            }
     }
     atomic_store(&l->due, due);
     link_unlock(l);

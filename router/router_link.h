@@ -10,11 +10,12 @@
  * router_link_entry), never gRPC messages, so every front end of the router
  * submits into the same streams.
  *
- * Coalescing: each lane has at most one message in flight.  Calls submitted
- * while it is in flight wait in the lane's queue and all travel together in
- * the next message, which leaves as soon as the answer to the current one
- * is in; a lane with nothing in flight sends at once, from the submitting
- * thread (there is no timer).  The entries of several calls with the same
+ * Coalescing: the read lane has at most one message in flight, the write
+ * lane two (the second goes while the node makes the first durable, so
+ * that its writes join the node's next fsync).  Calls submitted while a
+ * lane's window is full wait in its queue and all travel together in the
+ * next message, which leaves as soon as an answer is in; a lane with room
+ * sends at once, from the submitting thread (there is no timer).  The entries of several calls with the same
  * filter, secret, operation and shard share one wire entry.  Each caller
  * gets its own answers, in its own order.  A message holds at most
  * max_message_hashes hashes (one call alone may exceed it), and only calls

@@ -24,6 +24,11 @@
 
 enum { LANE_READ, LANE_WRITE, LANES };
 
+/* Write messages a lane keeps in flight: the second goes while the node
+ * makes the first durable, and its writes join the node's next fsync
+ * (node_batch_rpc.c applies as many before answering the first). */
+#define LINK_WRITE_WINDOW 2
+
 enum call_state { CALL_NEW, CALL_QUEUED, CALL_SENT, CALL_DONE };
 enum tag_kind { TAG_SEND, TAG_RECV, TAG_STATUS };
 
@@ -65,6 +70,7 @@ struct link_slot {
 /* A message in flight (one allocation holding every array). */
 struct link_msg {
     uint64_t id;
+    struct link_msg *next;      /* the lane's next message in flight */
     struct link_stream *s;
     size_t ncalls;
     struct router_link_call **calls;   /* NULL once its caller took it back */
@@ -80,7 +86,10 @@ struct link_lane {
     int kind;
     struct link_stream *cur;    /* NULL: open one on the next send */
     struct router_link_call *qhead, *qtail;
-    struct link_msg *inflight;  /* at most one */
+    /* Messages sent and not yet answered, oldest first (all on cur): at
+     * most one on the read lane, LINK_WRITE_WINDOW on the write lane. */
+    struct link_msg *ihead, *itail;
+    unsigned ninflight;
     uint64_t next_id;
 };
 

@@ -14,6 +14,12 @@
  *   slow_fsync  a write held inside the node's WAL fsync (an LD_PRELOAD
  *               library, slow_fsync.c) does not hold up reads through the
  *               same router: they are answered while the write still waits.
+ *   pipelined   while a write is held inside the fsync, a second write
+ *               through the same router reaches the node and is applied
+ *               (its key reads "maybe", the node counts two write messages)
+ *               before the first is answered: the write stream keeps two
+ *               messages in flight and the node applies the second while
+ *               the first waits; both are answered once the fsync goes.
  *   stalled     a stopped node (SIGSTOP): calls fail once node_timeout_ms
  *               passed, sent or still queued, a call past node_queue_mb gets
  *               RESOURCE_EXHAUSTED, and after SIGCONT the router serves
@@ -345,6 +351,95 @@ static void test_slow_fsync(const char *preload)
     cluster_stop(&c);
 }
 
+/* ---- pipelined ---- */
+
+struct key_add {
+    struct rpc_channel *ch;
+    const char *key;
+    atomic_bool done;
+    int code;
+    char msg[RPC_CLIENT_MSGLEN];
+};
+
+static void *key_add_main(void *arg)
+{
+    struct key_add *a = arg;
+    struct rpc_status st;
+    char *k[] = {(char *)a->key};
+    bool out[1];
+    a->code = t_keys(a->ch, "Add", "pl", k, 1, out, &st);
+    snprintf(a->msg, sizeof a->msg, "%s", st.message);
+    atomic_store(&a->done, true);
+    return NULL;
+}
+
+static void test_pipelined(const char *preload)
+{
+    struct cluster c;
+    struct rpc_status st;
+    char gate[700], held[720];
+    static const char *const rflags[] = {"--node-timeout-ms", "60000", NULL};
+    cluster_init(&c, "router-link-pipelined", "fsync");
+    snprintf(gate, sizeof gate, "%s/fsync-gate", c.dir);
+    snprintf(held, sizeof held, "%s.held", gate);
+    setenv("SLOW_FSYNC_GATE", gate, 1);
+    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_preload_begin(preload);
+    cluster_node_start(&c, 0, 0, NULL);
+    harness_preload_end();
+    cluster_write_topo(&c, 1, false, NULL);
+    cluster_router_start(&c, 0, rflags);
+    struct rpc_channel *r = c.router[0].ch;
+    CHECK(t_create_sharded(r, "pl", 100000, 0.001, 0, 4, NULL, &st) == 0, "create: %s",
+          st.message);
+    char *second[] = {"pipelined-second"};
+    bool out[1];
+    CHECK(t_keys(r, "MayContain", "pl", second, 1, out, &st) == 0 && !out[0],
+          "the second key before any write: %s", st.message);
+    struct node_info before, after;
+    t_node_info(c.node[0].ch, &before);
+
+    FILE *g = fopen(gate, "w");
+    CHECK(g, "create %s", gate);
+    fclose(g);
+    struct key_add a = {.ch = r, .key = "pipelined-first"};
+    struct key_add b = {.ch = r, .key = second[0]};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, key_add_main, &a);
+    for (int i = 0; i < 3000 && !file_exists(held); i++)
+        harness_sleep_ms(10);
+    CHECK(file_exists(held), "the first write never reached the WAL's fsync");
+    pthread_create(&tb, NULL, key_add_main, &b);
+    /* The second write is applied on the node while the first waits. */
+    bool seen = false;
+    for (int i = 0; i < 1000 && !seen; i++) {
+        CHECK(t_keys(r, "MayContain", "pl", second, 1, out, &st) == 0,
+              "read while the first write waits: %s", st.message);
+        seen = out[0];
+        if (!seen)
+            harness_sleep_ms(10);
+    }
+    t_node_info(c.node[0].ch, &after);
+    printf("while the first write's fsync was held: second key %s, %llu batch messages "
+           "(%llu before), first done %d, second done %d\n", seen ? "maybe" : "no",
+           (unsigned long long)after.messages, (unsigned long long)before.messages,
+           atomic_load(&a.done), atomic_load(&b.done));
+    CHECK(seen, "the second write never reached the node while the first waited for "
+          "its fsync: the write stream holds one message at a time");
+    CHECK(!atomic_load(&a.done) && !atomic_load(&b.done),
+          "a write was answered before its fsync was let go (%s / %s)", a.msg, b.msg);
+    unlink(gate);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK(a.code == 0 && b.code == 0, "the held writes: %s: %s / %s: %s",
+          rpc_status_name(a.code), a.msg, rpc_status_name(b.code), b.msg);
+    char *both[] = {"pipelined-first", "pipelined-second"};
+    bool o2[2];
+    CHECK(t_keys(r, "MayContain", "pl", both, 2, o2, &st) == 0 && o2[0] && o2[1],
+          "both keys after the fsync: %s", st.message);
+    cluster_stop(&c);
+}
+
 /* ---- stalled ---- */
 
 #define ST_KEYS 40000           /* 640 KB of hashes: two exceed 1 MiB */
@@ -387,16 +482,18 @@ static void test_stalled(void)
     CHECK(t_keys(r, "Add", "st", k1, 1, out, &st) == 0, "Add: %s", st.message);
 
     kill(c.node[0].pid, SIGSTOP);
-    /* One big write goes out and hangs, the second waits in the queue, the
-     * third would pass 1 MiB queued. */
-    struct big_add b[3];
-    pthread_t th[3];
-    for (int i = 0; i < 3; i++) {
+    /* Two big writes go out and hang (the write stream's window), the third
+     * waits in the queue, the fourth would pass 1 MiB queued.  They start a
+     * moment apart, so that each finds the one before it placed. */
+    struct big_add b[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
         b[i] = (struct big_add){.ch = r, .id = i};
         pthread_create(&th[i], NULL, big_add_main, &b[i]);
+        harness_sleep_ms(150);
     }
     int exhausted = 0, late = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         pthread_join(th[i], NULL);
         printf("write %d to the stopped node: %s: %s\n", i, rpc_status_name(b[i].code),
                b[i].msg);
@@ -409,8 +506,10 @@ static void test_stalled(void)
                  strstr(b[i].msg, "not sent within")) &&
                 strstr(b[i].msg, "acknowledged 0 of");
     }
-    CHECK(exhausted == 1 && late == 2, "%d refused for the queue bound and %d past "
-          "their deadline, of 3 writes to a stopped node", exhausted, late);
+    CHECK(exhausted == 1 && late == 3, "%d refused for the queue bound and %d past "
+          "their deadline, of 4 writes to a stopped node", exhausted, late);
+    CHECK(b[3].code == GRPC_STATUS_RESOURCE_EXHAUSTED, "the fourth write, not another, "
+          "should find the queue full: %s: %s", rpc_status_name(b[3].code), b[3].msg);
     kill(c.node[0].pid, SIGCONT);
 
     /* The stuck stream was given up: the router serves again. */
@@ -441,6 +540,8 @@ int main(int argc, char **argv)
         test_slow_fsync(argv[4]);
     else if (strcmp(argv[3], "stalled") == 0)
         test_stalled();
+    else if (strcmp(argv[3], "pipelined") == 0 && argc == 5)
+        test_pipelined(argv[4]);
     else {
         fprintf(stderr, "unknown scenario %s\n", argv[3]);
         return 2;

@@ -274,6 +274,37 @@ static void filter_on(struct cluster *c, const char *addr, char *name, size_t le
     CHECK(false, "no one-shard filter landed on %s", addr);
 }
 
+/* Stop node 1 and send SP_STUCK single-key reads of filter stuck through r
+ * (each on its own thread, outcomes in sc), then 20 reads of filter live,
+ * which must all be answered; then wait for the stuck calls and let the
+ * node go on.  Returns how many stuck calls had ended before the 20 reads
+ * were answered. */
+static int reads_while_stuck(struct cluster *c, struct rpc_channel *r, const char *live,
+                             const char *stuck, struct stuck_call *sc)
+{
+    struct rpc_status st;
+    char *k[] = {"sp-key"};
+    bool out[1];
+    kill(c->node[1].pid, SIGSTOP);
+    atomic_int ended = 0;
+    pthread_t th[SP_STUCK];
+    for (int i = 0; i < SP_STUCK; i++) {
+        sc[i] = (struct stuck_call){.ch = r, .ended = &ended};
+        snprintf(sc[i].filter, sizeof sc[i].filter, "%s", stuck);
+        pthread_create(&th[i], NULL, stuck_main, &sc[i]);
+    }
+    harness_sleep_ms(300);      /* let them reach the router first */
+    for (int served = 0; served < 20; served++)
+        CHECK(t_keys(r, "MayContain", live, k, 1, out, &st) == 0 && out[0],
+              "read of %s while calls to %s wait for the stopped node: %s: %s", live,
+              stuck, rpc_status_name(st.code), st.message);
+    int ended_meanwhile = atomic_load(&ended);
+    for (int i = 0; i < SP_STUCK; i++)
+        pthread_join(th[i], NULL);
+    kill(c->node[1].pid, SIGCONT);
+    return ended_meanwhile;
+}
+
 static void test_stopped(void)
 {
     struct cluster c;
@@ -290,27 +321,10 @@ static void test_stopped(void)
     CHECK(t_keys(r, "Add", live, k, 1, out, &st) == 0, "Add: %s", st.message);
     CHECK(t_keys(r, "Add", stuck, k, 1, out, &st) == 0, "Add: %s", st.message);
 
-    kill(c.node[1].pid, SIGSTOP);
-    atomic_int ended = 0;
-    struct stuck_call sc[SP_STUCK];
-    pthread_t th[SP_STUCK];
-    for (int i = 0; i < SP_STUCK; i++) {
-        sc[i] = (struct stuck_call){.ch = r, .ended = &ended};
-        snprintf(sc[i].filter, sizeof sc[i].filter, "%s", stuck);
-        pthread_create(&th[i], NULL, stuck_main, &sc[i]);
-    }
-    harness_sleep_ms(300);      /* let them reach the router first */
     /* The other node's filter is served while those wait for the stopped
-     * one (one worker thread: none of them holds it). */
-    int served = 0;
-    for (; served < 20; served++)
-        CHECK(t_keys(r, "MayContain", live, k, 1, out, &st) == 0 && out[0],
-              "read of %s while %s is stopped: %s: %s", live, stuck,
-              rpc_status_name(st.code), st.message);
-    int ended_meanwhile = atomic_load(&ended);
-    for (int i = 0; i < SP_STUCK; i++)
-        pthread_join(th[i], NULL);
-    kill(c.node[1].pid, SIGCONT);
+     * one (one thread serves key calls: none of them holds it). */
+    struct stuck_call sc[SP_STUCK];
+    int served = 20, ended_meanwhile = reads_while_stuck(&c, r, live, stuck, sc);
     printf("%d reads served while %d calls waited for the stopped node (%d of them "
            "ended meanwhile); those: %s: %s\n", served, SP_STUCK, ended_meanwhile,
            rpc_status_name(sc[0].code), sc[0].msg);
@@ -343,25 +357,8 @@ static void test_uncached(void)
     /* The second router learns the live filter only. */
     CHECK(t_keys(r, "Add", live, k, 1, out, &st) == 0, "Add: %s", st.message);
 
-    kill(c.node[1].pid, SIGSTOP);
-    atomic_int ended = 0;
     struct stuck_call sc[SP_STUCK];
-    pthread_t th[SP_STUCK];
-    for (int i = 0; i < SP_STUCK; i++) {
-        sc[i] = (struct stuck_call){.ch = r, .ended = &ended};
-        snprintf(sc[i].filter, sizeof sc[i].filter, "%s", cold);
-        pthread_create(&th[i], NULL, stuck_main, &sc[i]);
-    }
-    harness_sleep_ms(300);
-    int served = 0;
-    for (; served < 20; served++)
-        CHECK(t_keys(r, "MayContain", live, k, 1, out, &st) == 0 && out[0],
-              "read of %s while the secret of %s is fetched: %s: %s", live, cold,
-              rpc_status_name(st.code), st.message);
-    int ended_meanwhile = atomic_load(&ended);
-    for (int i = 0; i < SP_STUCK; i++)
-        pthread_join(th[i], NULL);
-    kill(c.node[1].pid, SIGCONT);
+    int served = 20, ended_meanwhile = reads_while_stuck(&c, r, live, cold, sc);
     printf("%d reads served while %d calls waited for the secret from the stopped "
            "node (%d of them ended meanwhile); those: %s: %s\n", served, SP_STUCK,
            ended_meanwhile, rpc_status_name(sc[0].code), sc[0].msg);

@@ -267,6 +267,8 @@ static void test_restart(void)
 
 /* ---- slow_fsync ---- */
 
+#define GATE_LEN 720
+
 struct one_add {
     struct rpc_channel *ch;
     atomic_bool done;
@@ -292,23 +294,32 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
+/* A cluster of one node whose log fsyncs wait while the file gate exists
+ * (slow_fsync.c, preloaded; held exists while one waits) and one router;
+ * returns the router's channel. */
+static struct rpc_channel *gated_cluster(struct cluster *c, const char *name,
+                                         const char *preload, char *gate, char *held)
+{
+    static const char *const rflags[] = {"--node-timeout-ms", "60000", NULL};
+    cluster_init(c, name, "fsync");
+    snprintf(gate, GATE_LEN, "%s/fsync-gate", c->dir);
+    snprintf(held, GATE_LEN, "%s.held", gate);
+    setenv("SLOW_FSYNC_GATE", gate, 1);
+    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_preload_begin(preload);
+    cluster_node_start(c, 0, 0, NULL);
+    harness_preload_end();
+    cluster_write_topo(c, 1, false, NULL);
+    cluster_router_start(c, 0, rflags);
+    return c->router[0].ch;
+}
+
 static void test_slow_fsync(const char *preload)
 {
     struct cluster c;
     struct rpc_status st;
-    char gate[700], held[720];
-    static const char *const rflags[] = {"--node-timeout-ms", "60000", NULL};
-    cluster_init(&c, "router-link-slow-fsync", "fsync");
-    snprintf(gate, sizeof gate, "%s/fsync-gate", c.dir);
-    snprintf(held, sizeof held, "%s.held", gate);
-    setenv("SLOW_FSYNC_GATE", gate, 1);
-    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
-    harness_preload_begin(preload);
-    cluster_node_start(&c, 0, 0, NULL);
-    harness_preload_end();
-    cluster_write_topo(&c, 1, false, NULL);
-    cluster_router_start(&c, 0, rflags);
-    struct rpc_channel *r = c.router[0].ch;
+    char gate[GATE_LEN], held[GATE_LEN];
+    struct rpc_channel *r = gated_cluster(&c, "router-link-slow-fsync", preload, gate, held);
     CHECK(t_create_sharded(r, "sf", 100000, 0.01, 0, 4, NULL, &st) == 0, "create: %s",
           st.message);
     char **k = keys_make("sf", 0, 100);
@@ -377,19 +388,8 @@ static void test_pipelined(const char *preload)
 {
     struct cluster c;
     struct rpc_status st;
-    char gate[700], held[720];
-    static const char *const rflags[] = {"--node-timeout-ms", "60000", NULL};
-    cluster_init(&c, "router-link-pipelined", "fsync");
-    snprintf(gate, sizeof gate, "%s/fsync-gate", c.dir);
-    snprintf(held, sizeof held, "%s.held", gate);
-    setenv("SLOW_FSYNC_GATE", gate, 1);
-    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
-    harness_preload_begin(preload);
-    cluster_node_start(&c, 0, 0, NULL);
-    harness_preload_end();
-    cluster_write_topo(&c, 1, false, NULL);
-    cluster_router_start(&c, 0, rflags);
-    struct rpc_channel *r = c.router[0].ch;
+    char gate[GATE_LEN], held[GATE_LEN];
+    struct rpc_channel *r = gated_cluster(&c, "router-link-pipelined", preload, gate, held);
     CHECK(t_create_sharded(r, "pl", 100000, 0.001, 0, 4, NULL, &st) == 0, "create: %s",
           st.message);
     char *second[] = {"pipelined-second"};

@@ -269,8 +269,10 @@ static void test_restart(void)
 
 #define GATE_LEN 720
 
+/* One single-key Add on its own thread. */
 struct one_add {
     struct rpc_channel *ch;
+    const char *filter, *key;
     atomic_bool done;
     int code;
     char msg[RPC_CLIENT_MSGLEN];
@@ -280,9 +282,9 @@ static void *one_add_main(void *arg)
 {
     struct one_add *a = arg;
     struct rpc_status st;
-    char *k[] = {"held-write"};
+    char *k[] = {(char *)a->key};
     bool out[1];
-    a->code = t_keys(a->ch, "Add", "sf", k, 1, out, &st);
+    a->code = t_keys(a->ch, "Add", a->filter, k, 1, out, &st);
     snprintf(a->msg, sizeof a->msg, "%s", st.message);
     atomic_store(&a->done, true);
     return NULL;
@@ -330,7 +332,7 @@ static void test_slow_fsync(const char *preload)
     FILE *g = fopen(gate, "w");
     CHECK(g, "create %s", gate);
     fclose(g);
-    struct one_add a = {.ch = r};
+    struct one_add a = {.ch = r, .filter = "sf", .key = "held-write"};
     pthread_t th;
     pthread_create(&th, NULL, one_add_main, &a);
     for (int i = 0; i < 3000 && !file_exists(held); i++)
@@ -364,26 +366,6 @@ static void test_slow_fsync(const char *preload)
 
 /* ---- pipelined ---- */
 
-struct key_add {
-    struct rpc_channel *ch;
-    const char *key;
-    atomic_bool done;
-    int code;
-    char msg[RPC_CLIENT_MSGLEN];
-};
-
-static void *key_add_main(void *arg)
-{
-    struct key_add *a = arg;
-    struct rpc_status st;
-    char *k[] = {(char *)a->key};
-    bool out[1];
-    a->code = t_keys(a->ch, "Add", "pl", k, 1, out, &st);
-    snprintf(a->msg, sizeof a->msg, "%s", st.message);
-    atomic_store(&a->done, true);
-    return NULL;
-}
-
 static void test_pipelined(const char *preload)
 {
     struct cluster c;
@@ -402,14 +384,14 @@ static void test_pipelined(const char *preload)
     FILE *g = fopen(gate, "w");
     CHECK(g, "create %s", gate);
     fclose(g);
-    struct key_add a = {.ch = r, .key = "pipelined-first"};
-    struct key_add b = {.ch = r, .key = second[0]};
+    struct one_add a = {.ch = r, .filter = "pl", .key = "pipelined-first"};
+    struct one_add b = {.ch = r, .filter = "pl", .key = second[0]};
     pthread_t ta, tb;
-    pthread_create(&ta, NULL, key_add_main, &a);
+    pthread_create(&ta, NULL, one_add_main, &a);
     for (int i = 0; i < 3000 && !file_exists(held); i++)
         harness_sleep_ms(10);
     CHECK(file_exists(held), "the first write never reached the WAL's fsync");
-    pthread_create(&tb, NULL, key_add_main, &b);
+    pthread_create(&tb, NULL, one_add_main, &b);
     /* The second write is applied on the node while the first waits. */
     bool seen = false;
     for (int i = 0; i < 1000 && !seen; i++) {

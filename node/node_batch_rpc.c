@@ -447,13 +447,13 @@ void node_rpc__h_batches(void *arg, struct rpc_stream *st)
         pthread_cond_wait(&bs->cv, &bs->mu);
     bool failed = bs->failed;
     pthread_mutex_unlock(&bs->mu);
-    if (rc == 0 && !failed)
-        rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
-    else if (rc == 0)
+    if (failed)     /* no memory for an answer (or the call is gone: a no-op) */
         rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
                           "out of memory for a batch answer");
+    else if (rc == 0)
+        rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
     /* rc < 0: the call is gone, or broke the string rule (the server then
-     * ends it with INVALID_ARGUMENT itself). */
+     * ends it with INVALID_ARGUMENT itself); rc 1: batch_one ended it. */
     /* The last flush may still be letting go of its holds: wait for them
      * before the window goes. */
     rpc_stream_drain(st);

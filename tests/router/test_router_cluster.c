@@ -184,8 +184,9 @@ static Bloomgrid__V1__BatchResponse *batch_once(struct rpc_cstream *cs,
 }
 
 /* The node's Batches stream directly: each entry answers on its own, in
- * entry order, under the request's id; a malformed message ends the
- * stream with INVALID_ARGUMENT. */
+ * entry order, under the request's id; messages sent before the answers
+ * come are answered in order; a malformed message ends the stream with
+ * INVALID_ARGUMENT after the answers of those before it. */
 static void batch_stream(struct node_proc *holder)
 {
     struct rpc_status st;
@@ -269,9 +270,39 @@ static void batch_stream(struct node_proc *holder)
           "wrong shard: %d %s", r->results[1]->code, r->results[1]->message);
     bloomgrid__v1__batch_response__free_unpacked(r, NULL);
 
-    /* A message that does not parse ends the stream. */
+    /* Messages sent before the last is answered (a router keeps two writes
+     * in flight): answered in request order, a read after a write sees
+     * it, and a malformed message ends the stream after the answers of
+     * the messages before it. */
+    e0.secret_id = 0;
+    e0.op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD;
+    rq.n_entries = 1;
+    rq.id = 43;
+    CHECK(rpc_cstream_write_msg(cs, &rq.base) == 0, "write batch 43");
+    e0.op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
+    rq.id = 44;
+    CHECK(rpc_cstream_write_msg(cs, &rq.base) == 0, "write batch 44");
+    e0.op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD;
+    rq.id = 45;
+    CHECK(rpc_cstream_write_msg(cs, &rq.base) == 0, "write batch 45");
     CHECK(rpc_cstream_write(cs, "\xff\xff\xff", 3) == 0, "write garbage");
     grpc_slice sl;
+    for (uint64_t id = 43; id <= 45; id++) {
+        CHECK(rpc_cstream_read(cs, &sl) == 1, "no answer to batch %llu",
+              (unsigned long long)id);
+        r = bloomgrid__v1__batch_response__unpack(NULL, GRPC_SLICE_LENGTH(sl),
+                                                  GRPC_SLICE_START_PTR(sl));
+        grpc_slice_unref(sl);
+        CHECK(r && r->id == id && r->n_results == 1 && r->results[0]->code == 0 &&
+              r->results[0]->n_results == 2, "answer %llu: id %llu, code %d",
+              (unsigned long long)id, r ? (unsigned long long)r->id : 0ull,
+              r && r->n_results ? r->results[0]->code : -1);
+        if (id == 44)
+            CHECK(r->results[0]->results[0] && r->results[0]->results[1],
+                  "the read after the write does not see it");
+        bloomgrid__v1__batch_response__free_unpacked(r, NULL);
+    }
+    /* Then the message that does not parse ends the stream. */
     CHECK(rpc_cstream_read(cs, &sl) != 1, "an answer to garbage");
     CHECK(rpc_cstream_finish(cs, &st) < 0 && st.code == GRPC_STATUS_INVALID_ARGUMENT,
           "garbage: %s %s", rpc_status_name(st.code), st.message);

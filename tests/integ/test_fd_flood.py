@@ -18,28 +18,18 @@ import resource
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+import pyharness
+
 BG, NODE, ROUTER = (os.path.abspath(a) for a in sys.argv[1:4])
-TMP = os.environ.get("BLOOMGRID_TEST_TMP") or None
-if TMP:
-    os.makedirs(TMP, exist_ok=True)
-WORK = tempfile.mkdtemp(prefix="fdflood.", dir=TMP)
-PROCS = []
+H = pyharness.Run("fdflood.")
+WORK, PROCS, fail = H.work, H.procs, H.fail
 LIMIT = 160
 FLOOD = 400
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    for p in PROCS:
-        if p.poll() is None:
-            p.kill()
-    sys.exit(1)
 
 
 def low_nofile():
@@ -48,26 +38,7 @@ def low_nofile():
 
 def start(tag, *args):
     """Start a server with few descriptors; return (process, address, metrics address)."""
-    out = open(os.path.join(WORK, tag + ".out"), "w")
-    err = open(os.path.join(WORK, tag + ".log"), "w")
-    p = subprocess.Popen(list(args) + ["--listen", "127.0.0.1:0",
-                                       "--metrics-listen", "127.0.0.1:0"],
-                         stdout=out, stderr=err, cwd=WORK, preexec_fn=low_nofile)
-    PROCS.append(p)
-    for _ in range(400):
-        addr = maddr = None
-        with open(out.name) as f:
-            for line in f:
-                if " listening on " in line:
-                    addr = line.split(" listening on ")[1].split()[0]
-                if " metrics on " in line:
-                    maddr = line.split(" metrics on ")[1].split()[0]
-        if addr and maddr:
-            return p, addr, maddr
-        if p.poll() is not None:
-            fail("%s exited %d: %s" % (tag, p.returncode, open(err.name).read()))
-        time.sleep(0.05)
-    fail("%s did not start: %s" % (tag, open(err.name).read()))
+    return H.start_server(tag, args, preexec_fn=low_nofile)
 
 
 def bg(addr, *args):

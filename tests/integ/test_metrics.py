@@ -19,48 +19,23 @@ import signal
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+import pyharness
+
 BG, NODE, ROUTER, MERGER = (os.path.abspath(a) for a in sys.argv[1:5])
-TMP = os.environ.get("BLOOMGRID_TEST_TMP") or None
-if TMP:
-    os.makedirs(TMP, exist_ok=True)
-WORK = tempfile.mkdtemp(prefix="metrics.", dir=TMP)
-PROCS = []
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
+H = pyharness.Run("metrics.")
+WORK, PROCS, fail = H.work, H.procs, H.fail
 
 
 def start(tag, *args, metrics="127.0.0.1:0"):
     """Start a server; return (its address, its metrics address)."""
-    out = open(os.path.join(WORK, tag + ".out"), "w")
-    err = open(os.path.join(WORK, tag + ".log"), "w")
-    p = subprocess.Popen(list(args) + ["--listen", "127.0.0.1:0",
-                                       "--metrics-listen", metrics],
-                         stdout=out, stderr=err, cwd=WORK)
-    PROCS.append(p)
-    addr = maddr = None
-    for _ in range(400):
-        with open(out.name) as f:
-            for line in f:
-                if " listening on " in line:
-                    addr = line.split(" listening on ")[1].split()[0]
-                if " metrics on " in line:
-                    maddr = line.split(" metrics on ")[1].split()[0]
-        if addr and maddr:
-            return addr, maddr
-        if p.poll() is not None:
-            fail("%s exited %d: %s" % (tag, p.returncode, open(err.name).read()))
-        time.sleep(0.05)
-    fail("%s did not start: %s" % (tag, open(err.name).read()))
+    _, addr, maddr = H.start_server(tag, args, metrics)
+    return addr, maddr
 
 
 def bg(*args, expect=0):

@@ -22,23 +22,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
+import pyharness
+
 BG, NODE, ROUTER, MERGER = (os.path.abspath(a) for a in sys.argv[1:5])
-TMP = os.environ.get("BLOOMGRID_TEST_TMP") or None
-if TMP:
-    os.makedirs(TMP, exist_ok=True)
-WORK = tempfile.mkdtemp(prefix="notify.", dir=TMP)
-PROCS = []
-
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    for p in PROCS:
-        if p.poll() is None:
-            p.kill()
-    sys.exit(1)
+H = pyharness.Run("notify.")
+WORK, PROCS, fail = H.work, H.procs, H.fail
 
 
 class Manager:

@@ -656,6 +656,57 @@ static void batch_set_done(void *arg)
     batch_unref(b);
 }
 
+/* A batch whose filter must be fetched first, on the pool. */
+struct keys_job {
+    struct router *r;
+    char filter[ROUTER_NAME_MAX + 1];
+    enum router_key_op op;
+    const uint8_t *const *keys;
+    const uint32_t *lens;
+    size_t n;
+    bool *out;
+    router_keys_fn done;
+    void *arg;
+};
+
+static void keys_job_run(void *arg)
+{
+    struct keys_job *j = arg;
+    keys_start(j->r, j->filter, j->op, j->keys, j->lens, j->n, j->out, j->done, j->arg,
+               false);
+    free(j);
+}
+
+/* Start the batch on the router's pool, which may wait for the fetch; or
+ * answer it with why not. */
+static void keys_to_pool(struct router *r, const char *filter, enum router_key_op op,
+                         const uint8_t *const *keys, const uint32_t *lens, size_t n,
+                         bool *out, router_keys_fn done, void *arg)
+{
+    struct rpc_status st = {.code = GRPC_STATUS_OK};
+    struct keys_job *j = malloc(sizeof *j);
+    if (!j) {
+        rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        done(arg, -1, &st);
+        return;
+    }
+    *j = (struct keys_job){.r = r, .op = op, .keys = keys, .lens = lens, .n = n,
+                           .out = out, .done = done, .arg = arg};
+    snprintf(j->filter, sizeof j->filter, "%s", filter);
+    int prc = router_pool_push(r->pool, keys_job_run, j);
+    if (prc == 0)
+        return;
+    free(j);
+    if (prc == -ECANCELED)
+        rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the "
+                       "router is shutting down", op_names[op], filter);
+    else
+        rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the "
+                       "router is fetching the secrets of %d filters already; "
+                       "retry shortly", op_names[op], filter, ROUTER_POOL_QUEUE);
+    done(arg, -1, &st);
+}
+
 static void keys_start(struct router *r, const char *filter, enum router_key_op op,
                        const uint8_t *const *keys, const uint32_t *lens, size_t n,
                        bool *out, router_keys_fn done, void *arg, bool retried)
@@ -667,9 +718,20 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
     uint32_t nused = 0;
     bool ask0 = false;
 
-    struct router_filter *f = router_filter_lookup(r, t, filter, &st);
-    if (!f)
+    struct router_filter *f;
+    if (rpc_server_on_loop()) {
+        /* A loop never waits for a node: a filter to fetch is the pool's. */
+        struct router_filter *stale = NULL;
+        f = router_filter_get(r, filter, t, &stale);
+        router_filter_unref(stale);
+        if (!f) {
+            topo_unref(t);
+            keys_to_pool(r, filter, op, keys, lens, n, out, done, arg);
+            return;
+        }
+    } else if (!(f = router_filter_lookup(r, t, filter, &st))) {
         goto fail;
+    }
     uint32_t S = f->shards;
     struct scratch *sc = scratch_get(n);
     if (!sc) {
@@ -753,68 +815,9 @@ fail:
     done(arg, -1, &st);
 }
 
-/* A batch whose filter must be fetched first, on the pool. */
-struct keys_job {
-    struct router *r;
-    char filter[ROUTER_NAME_MAX + 1];
-    enum router_key_op op;
-    const uint8_t *const *keys;
-    const uint32_t *lens;
-    size_t n;
-    bool *out;
-    router_keys_fn done;
-    void *arg;
-};
-
-static void keys_job_run(void *arg)
-{
-    struct keys_job *j = arg;
-    keys_start(j->r, j->filter, j->op, j->keys, j->lens, j->n, j->out, j->done, j->arg,
-               false);
-    free(j);
-}
-
-/* Is a fresh entry of the filter cached (no fetch needed)? */
-static bool filter_cached(struct router *r, const char *filter)
-{
-    struct topo *t = router_topo(r);
-    struct router_filter *stale = NULL;
-    struct router_filter *f = router_filter_get(r, filter, t, &stale);
-    router_filter_unref(f);
-    router_filter_unref(stale);
-    topo_unref(t);
-    return f != NULL;
-}
-
 void router_keys_start(struct router *r, const char *filter, enum router_key_op op,
                        const uint8_t *const *keys, const uint32_t *lens, size_t n,
                        bool *out, router_keys_fn done, void *arg)
 {
-    /* A loop never waits for a node: a filter to fetch is the pool's. */
-    if (rpc_server_on_loop() && !filter_cached(r, filter)) {
-        struct rpc_status st = {.code = GRPC_STATUS_OK};
-        struct keys_job *j = malloc(sizeof *j);
-        if (!j) {
-            rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-            done(arg, -1, &st);
-            return;
-        }
-        *j = (struct keys_job){.r = r, .op = op, .keys = keys, .lens = lens, .n = n,
-                               .out = out, .done = done, .arg = arg};
-        snprintf(j->filter, sizeof j->filter, "%s", filter);
-        int prc = router_pool_push(r->pool, keys_job_run, j);
-        if (prc == 0)
-            return;
-        free(j);
-        if (prc == -ECANCELED)
-            rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the "
-                           "router is shutting down", op_names[op], filter);
-        else
-            rpc_status_set(&st, GRPC_STATUS_UNAVAILABLE, "%s on filter \"%s\": the "
-                           "router is fetching the secrets of %d filters already; "
-                           "retry shortly", op_names[op], filter, ROUTER_POOL_QUEUE);
-        done(arg, -1, &st);
-        return;
-    }
     keys_start(r, filter, op, keys, lens, n, out, done, arg, false);
 }

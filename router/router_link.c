@@ -4,9 +4,9 @@
  * RECV_STATUS_ON_CLIENT posted when the stream opens (its completion says
  * the stream ended), one RECV_MESSAGE at a time, and one SEND_MESSAGE at a
  * time; all complete on the link's completion queue, read by one thread
- * (a server loop's, or the link's own).  Submitting threads queue their calls and, when the lane has
- * nothing in flight, build and start the next send themselves
- * (router_link_msg.c builds it).  The link's mutex guards the lanes, their
+ * (a server loop's, or the link's own).  Submitting threads queue their
+ * calls and, when the lane has room in its window, build and start the
+ * next send themselves (router_link_msg.c builds it).  The link's mutex guards the lanes, their
  * queues, streams and messages, and the calls' private fields.
  *
  * Sets: a call that ends (answered, failed, past its deadline) is counted
@@ -389,7 +389,9 @@ static void on_status(struct link_stream *s)
     pthread_mutex_lock(&l->mu);
     s->ops--;
     s->ended = true;
-    while (ln->ihead && ln->ihead->s == s) {
+    if (ln->ihead && ln->ihead->s == s) {
+        /* Every message in flight was on this stream: each fails with why
+         * it ended. */
         char what[RPC_MSGLEN];
         grpc_status_code code = GRPC_STATUS_UNAVAILABLE;
         size_t dl = GRPC_SLICE_LENGTH(s->details);
@@ -408,10 +410,10 @@ static void on_status(struct link_stream *s)
                      (int)(dl < 300 ? dl : 300),
                      (const char *)GRPC_SLICE_START_PTR(s->details));
         }
-        struct link_msg *m = inflight_pop(ln);
-        if (!l->closing && !ln->ihead)
+        if (!l->closing)
             log_info("node %s: %s", l->addr, what);
-        msg_fail(m, code, what, l->addr);
+        while (ln->ihead && ln->ihead->s == s)
+            msg_fail(inflight_pop(ln), code, what, l->addr);
     }
     if (ln->cur == s)
         ln->cur = NULL;

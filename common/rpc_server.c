@@ -174,7 +174,7 @@ static void post_request(struct rpc_server *srv, struct rpc_method *m, int li,
 {
     if (atomic_load(&srv->stopping))
         return;
-    bool stream = m->stream != NULL;
+    bool stream = m->stream || m->lstream;
     struct slot *s = slot_new(srv, stream ? SLOT_STREAM : SLOT_UNARY, m, li, cqi);
     if (!s) {
         log_error("out of memory posting a request for %s", m->path);
@@ -182,7 +182,11 @@ static void post_request(struct rpc_server *srv, struct rpc_method *m, int li,
     }
     grpc_completion_queue *ncq = srv->cqs[cqi].cq;
     grpc_completion_queue *bound = ncq;
-    if (stream) {
+    if (m->lstream) {
+        /* Its batches complete where its request did. */
+        s->lmode = true;
+        rpc_server__stream_init(s);
+    } else if (stream) {
         s->cq = cq_create(srv, false);
         bound = s->cq;
         rpc_server__stream_init(s);
@@ -326,20 +330,26 @@ static void *pool_main(void *p)
             srv->jobs_tail = NULL;
         pthread_mutex_unlock(&srv->lock);
 
-        bool internal = s->m->internal, watch = s->m->watch;
         s->m->stream(s->m->arg, (struct rpc_stream *)s);
         if (!s->finished)
             rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_OK, "%s", "");
+        rpc_server__stream_uncount(s);
         rpc_server__slot_free(s);
-
         pthread_mutex_lock(&srv->lock);
-        srv->streams_active--;
-        srv->streams_public -= !internal;
-        srv->streams_watch -= watch;
-        pthread_cond_broadcast(&srv->cond);
     }
     pthread_mutex_unlock(&srv->lock);
     return NULL;
+}
+
+void rpc_server__stream_uncount(struct slot *s)
+{
+    struct rpc_server *srv = s->srv;
+    pthread_mutex_lock(&srv->lock);
+    srv->streams_active--;
+    srv->streams_public -= !s->m->internal;
+    srv->streams_watch -= s->m->watch;
+    pthread_cond_broadcast(&srv->cond);
+    pthread_mutex_unlock(&srv->lock);
 }
 
 /* Health Watch streams live as long as their client and never read again
@@ -369,7 +379,11 @@ static void stream_start(struct slot *s)
     bool watch_full = !full && watch && srv->streams_watch >= watch_limit(srv);
     if (watch_full)
         limit = watch_limit(srv);
-    if (!full && !watch_full) {
+    if (!full && !watch_full && s->lmode) {
+        srv->streams_active++;
+        srv->streams_public += !internal;
+        s->counted = true;
+    } else if (!full && !watch_full) {
         srv->streams_active++;
         srv->streams_public += !internal;
         srv->streams_watch += watch;
@@ -382,6 +396,21 @@ static void stream_start(struct slot *s)
         pthread_cond_signal(&srv->job_cond);
     }
     pthread_mutex_unlock(&srv->lock);
+    if (s->counted) {
+        rpc_server__lstream_begin(s);
+        return;
+    }
+    if (full && s->lmode) {
+        struct rpc_status st = {.code = GRPC_STATUS_RESOURCE_EXHAUSTED};
+        log_warn("refusing stream %s: %d %sstreams open", s->m->path, limit,
+                 internal ? "" : "public ");
+        snprintf(st.message, sizeof st.message,
+                 "server has %d %sstreams open, its limit (max_streams%s); "
+                 "retry later", limit, internal ? "" : "public ",
+                 internal ? "" : " less internal_streams");
+        rpc_server__lstream_refuse(s, &st);
+        return;
+    }
     if (watch_full) {
         log_warn("refusing stream %s: %d health Watch streams open", s->m->path, limit);
         rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -479,6 +508,10 @@ static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
             stream_start(s);
             break;
         }
+        if (s->lmode) {
+            rpc_server__lstream_refuse(s, &s->reply.st);
+            break;
+        }
         rpc_stream_finish_status((struct rpc_stream *)s, &s->reply.st);
         rpc_server__slot_free(s);
         break;
@@ -500,7 +533,11 @@ static void *worker_main(void *p)
     on_loop = cqi < srv->nloops;
     grpc_completion_queue *cq = srv->cqs[cqi].cq;
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(cq, rpc_server__inf_future(), NULL);
+        /* Woken now and then to end idle streams (stream_idle_ms). */
+        grpc_event ev = grpc_completion_queue_next(
+            cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                             gpr_time_from_millis(250, GPR_TIMESPAN)), NULL);
+        rpc_server__lstream_sweep(srv);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
         if (ev.type != GRPC_OP_COMPLETE)
@@ -610,10 +647,11 @@ static int add_method(struct rpc_server *srv, const char *path,
     m->arg = arg;
     m->input = h->checks_strings ? NULL : input;
     m->internal = h->internal;
-    m->loop = h->loop && !stream;
+    m->lstream = stream ? NULL : h->loop_stream;
+    m->loop = (h->loop && !stream) || m->lstream;
     m->watch = stream == rpc_server__health_watch;
     m->rule = rpc_auth_rule_of(m->path);
-    if (!unary && !stream) {
+    if (!unary && !stream && !m->lstream) {
         m->unary = unimplemented_unary;
         m->arg = m->path;
     }
@@ -792,7 +830,7 @@ static int listener_bind(struct rpc_server *srv, int li)
             continue;
         m->handle[li] = grpc_server_register_method(
             ln->server, m->path, NULL,
-            m->stream ? GRPC_SRM_PAYLOAD_NONE
+            m->stream || m->lstream ? GRPC_SRM_PAYLOAD_NONE
                       : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
             0);
         if (!m->handle[li]) {
@@ -875,7 +913,7 @@ int rpc_server_start(struct rpc_server *srv)
                 if (!(m->listeners & (1u << li)) || (m->loop && srv->nloops) != loop_q)
                     continue;
                 /* A loop reposts at once, before its handler runs. */
-                int n = m->stream ? 1 : loop_q ? 8 : per_cq;
+                int n = m->stream || m->lstream ? 1 : loop_q ? 8 : per_cq;
                 for (int k = 0; k < n; k++)
                     post_request(srv, m, li, q);
             }

@@ -161,6 +161,34 @@ struct rpc_handler {
     /* The handler never blocks (it answers at once or defers its reply):
      * served on the event loops when the server has them. */
     bool loop;
+    /* A stream method served without a thread of its own (instead of
+     * stream; see struct rpc_loop_stream). */
+    const struct rpc_loop_stream *loop_stream;
+};
+
+/* Streams driven by their messages.  The server reads each message of the
+ * stream on the event loop (or a worker, without loops) and hands it to
+ * message(); the handler answers with rpc_stream_post, from that thread or
+ * from a thread holding the stream (rpc_stream_hold), never blocking.  One
+ * message() runs at a time, in order.  message() returns 0 to have the
+ * next message read, 1 to have reading wait until rpc_stream_resume (a
+ * handler's window of work in flight is full), or -1 with *end filled to
+ * end the stream (nothing more is read).  Once reading is over (the client
+ * half-closed, the call failed, or message() said -1) and every hold is
+ * released and every posted message sent, end() runs once, on whichever
+ * thread got there last: it frees the state and sets *end, which holds
+ * message()'s status or OK (unless the call failed: failed true, the status
+ * goes nowhere), and the server sends it.  Bounds as for other streams:
+ * reading waits while more than stream_queue bytes wait to be sent; public
+ * methods' streams end after stream_idle_ms with no message read or taken
+ * by the client while waiting on it; each counts against max_streams. */
+struct rpc_loop_stream {
+    /* The stream began: the handler's state, or NULL (no memory: the call
+     * ends RESOURCE_EXHAUSTED). */
+    void *(*open)(void *arg, struct rpc_stream *st);
+    int (*message)(void *state, const uint8_t *buf, size_t len,
+                   struct rpc_status *end);
+    void (*end)(void *state, bool failed, struct rpc_status *end);
 };
 
 /* Create a server (not yet listening).  NULL on bad config. */
@@ -379,6 +407,10 @@ void rpc_stream_release(struct rpc_stream *st);
 /* Wait until no hold is outstanding and every posted message has been sent.
  * Returns 0, or -ECANCELED when the call failed (queued messages dropped). */
 int rpc_stream_drain(struct rpc_stream *st);
+/* A stream of a struct rpc_loop_stream whose message() returned 1: read
+ * again.  Any thread; a resume that comes before the pause it ends (the
+ * window emptied while message() was returning) still counts. */
+void rpc_stream_resume(struct rpc_stream *st);
 /* The message size limit the server runs with. */
 size_t rpc_stream_max_message(const struct rpc_stream *st);
 

@@ -25,6 +25,7 @@ struct rpc_method {
     void *handle[RPC_MAX_LISTENERS];  /* grpc_server_register_method */
     rpc_unary_fn unary;
     rpc_stream_fn stream;
+    const struct rpc_loop_stream *lstream;
     void *arg;
     const ProtobufCMessageDescriptor *input;  /* NULL: the handler checks */
     bool internal;         /* struct rpc_handler.internal */
@@ -129,6 +130,25 @@ struct slot {
     /* The caller as admitted (a tokens table is set), re-checked on each
      * message a stream reads. */
     struct rpc_auth_who who;
+    /* Streams driven by their messages (struct rpc_loop_stream): the call
+     * is bound to the notification queue and its batches carry loop tags;
+     * lock guards these as the send queue. */
+    bool lmode;
+    bool counted;                /* in streams_active */
+    void *lstate;
+    struct rpc_loop_tag recv_lt, send_lt, fin_lt;
+    grpc_byte_buffer *lrecv;
+    bool reading;                /* a receive in flight */
+    bool in_message;             /* message() running */
+    bool read_over;              /* no more reads: half-close, failure, end */
+    bool call_failed;
+    bool paused;                 /* message() said 1, no resume yet */
+    int resumes;                 /* resumes that came before their pause */
+    bool fin_started;
+    struct rpc_status lend;      /* message()'s -1 */
+    bool lend_set;
+    int64_t active_ns;           /* last message read or send completed */
+    struct slot *lprev, *lnext;  /* srv->lstreams */
 };
 
 struct health_entry {
@@ -182,6 +202,9 @@ struct rpc_server {
     rpc_health_fn health_fn;     /* names not in the table; NULL: none */
     void *health_arg;
     struct rpc_auth *auth;       /* NULL: every method open */
+    /* Streams driven by their messages, for the idle sweep (under lock). */
+    struct slot *lstreams;
+    _Atomic int64_t swept_ns;
 };
 
 static inline gpr_timespec rpc_server__inf_future(void)
@@ -218,6 +241,17 @@ void rpc_server__book_close(struct defer_book *b);
 void rpc_server__health_check(void *arg, const uint8_t *req, size_t len,
                               struct rpc_reply *reply);
 void rpc_server__health_watch(void *arg, struct rpc_stream *st);
+
+/* rpc_stream.c: streams driven by their messages.  Begin one that has
+ * been admitted and counted (the server's accounting is undone, and the
+ * slot freed, when its status has gone); refuse one with a status (slot
+ * freed once sent); end those idle past stream_idle_ms (every few hundred
+ * ms, from the loops and workers). */
+void rpc_server__lstream_begin(struct slot *s);
+void rpc_server__lstream_refuse(struct slot *s, const struct rpc_status *st);
+void rpc_server__lstream_sweep(struct rpc_server *srv);
+/* rpc_server.c: a counted stream has ended (streams_active and the rest). */
+void rpc_server__stream_uncount(struct slot *s);
 
 /* rpc_stream.c: set up and tear down a stream slot's send queue. */
 void rpc_server__stream_init(struct slot *s);

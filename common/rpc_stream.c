@@ -16,10 +16,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/support/time.h>
@@ -79,7 +81,8 @@ static int send_locked(struct slot *s, grpc_slice body)
     s->write_buf = grpc_raw_byte_buffer_create(&body, 1);
     grpc_slice_unref(body);
     size_t n = rpc_ops_send(ops, &s->md_sent, s->write_buf);
-    if (grpc_call_start_batch(s->call, ops, n, &s->write_tag, NULL) != GRPC_CALL_OK) {
+    void *tag = s->lmode ? (void *)&s->send_lt : (void *)&s->write_tag;
+    if (grpc_call_start_batch(s->call, ops, n, tag, NULL) != GRPC_CALL_OK) {
         grpc_byte_buffer_destroy(s->write_buf);
         s->write_buf = NULL;
         s->out_bytes -= s->write_len;
@@ -255,13 +258,19 @@ int rpc_stream_hold(struct rpc_stream *st)
     return rc;
 }
 
+static bool lfinish_due_locked(struct slot *s);
+static void lfinish(struct slot *s);
+
 void rpc_stream_release(struct rpc_stream *st)
 {
     struct slot *s = (struct slot *)st;
     pthread_mutex_lock(&s->lock);
     if (--s->holds == 0)
         pthread_cond_broadcast(&s->cond);
+    bool due = s->lmode && lfinish_due_locked(s);
     pthread_mutex_unlock(&s->lock);
+    if (due)
+        lfinish(s);
 }
 
 /* Wait until no hold is left and no send is in flight.  s->lock held. */
@@ -507,4 +516,309 @@ int rpc_stream_finish_status(struct rpc_stream *st, const struct rpc_status *sta
 size_t rpc_stream_max_message(const struct rpc_stream *st)
 {
     return ((const struct slot *)st)->srv->cfg.max_message;
+}
+
+/* ---- streams driven by their messages (struct rpc_loop_stream) ----
+ *
+ * The call is bound to the queue its request came on (a loop's, or the
+ * workers'), and each of its batches carries a struct rpc_loop_tag in the
+ * slot: one receive at a time (recv_lt), the send queue above (send_lt),
+ * and the final status (fin_lt), whose completion frees the slot.  Whoever
+ * makes the last of the stream's work complete (a receive that ends the
+ * reading, a send, a release) finishes it. */
+
+#define SLOT_OF(t, field) ((struct slot *)(void *)((char *)(t) - offsetof(struct slot, field)))
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Post the next receive unless reading is over, paused or held back by
+ * the send queue (a send's completion tries again).  s->lock held. */
+static void lread_locked(struct slot *s)
+{
+    grpc_op op;
+
+    if (s->read_over || s->reading || s->in_message || s->paused || s->fin_started)
+        return;
+    if (s->write_pending && s->out_bytes - s->write_len > s->srv->cfg.stream_queue)
+        return;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &s->lrecv;
+    s->reading = true;
+    if (grpc_call_start_batch(s->call, &op, 1, &s->recv_lt, NULL) != GRPC_CALL_OK) {
+        s->reading = false;
+        s->read_over = true;
+        s->call_failed = true;
+    }
+}
+
+/* Is it time for the status?  Then it is taken (once).  s->lock held. */
+static bool lfinish_due_locked(struct slot *s)
+{
+    if (s->fin_started || !s->read_over || s->reading || s->in_message ||
+        s->holds > 0 || s->write_pending)
+        return false;
+    s->fin_started = true;
+    s->closed = true;
+    drop_queue_locked(s);
+    return true;
+}
+
+static void lsend_status(struct slot *s, const struct rpc_status *st)
+{
+    grpc_op ops[3];
+    size_t n = 0;
+    grpc_status_code code = st->code;
+    enum rpc_reason reason = st->reason;
+    const char *msg = st->message;
+
+    if (s->bad_request) {
+        code = s->bad_code;
+        reason = RPC_REASON_NONE;
+        msg = s->bad_msg;
+    }
+    s->finished = true;
+    rpc_server__call_done(s, code);
+    memset(ops, 0, sizeof ops);
+    if (!s->md_sent) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        s->md_sent = true;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = code;
+    if (code != GRPC_STATUS_OK) {
+        s->status_details = grpc_slice_from_copied_string(msg);
+        s->has_status_details = true;
+        ops[n].data.send_status_from_server.status_details = &s->status_details;
+        if (reason != RPC_REASON_NONE) {
+            s->reason_md.key = grpc_slice_from_static_string(RPC_REASON_KEY);
+            s->reason_md.value = grpc_slice_from_static_string(rpc_reason_name(reason));
+            ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+            ops[n].data.send_status_from_server.trailing_metadata = &s->reason_md;
+        }
+    }
+    n++;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n].data.recv_close_on_server.cancelled = &s->cancelled;
+    n++;
+    if (rpc_server__stream_start(s, ops, n, &s->fin_lt) != GRPC_CALL_OK)
+        s->fin_lt.fn(&s->fin_lt, false);
+}
+
+/* Every piece of work is over: the handler's end, then the status. */
+static void lfinish(struct slot *s)
+{
+    struct rpc_status st = {.code = GRPC_STATUS_OK};
+    if (s->lend_set)
+        st = s->lend;
+    if (s->lstate)
+        s->m->lstream->end(s->lstate, s->call_failed || s->dead, &st);
+    s->lstate = NULL;
+    lsend_status(s, &st);
+}
+
+static void lfin_done(struct rpc_loop_tag *t, bool ok)
+{
+    struct slot *s = SLOT_OF(t, fin_lt);
+    struct rpc_server *srv = s->srv;
+    (void)ok;
+    if (s->counted) {
+        pthread_mutex_lock(&srv->lock);
+        if (s->lprev)
+            s->lprev->lnext = s->lnext;
+        else
+            srv->lstreams = s->lnext;
+        if (s->lnext)
+            s->lnext->lprev = s->lprev;
+        pthread_mutex_unlock(&srv->lock);
+        rpc_server__stream_uncount(s);
+    }
+    rpc_server__slot_free(s);
+}
+
+/* A message of the client's (or the end of them). */
+static void lrecv_done(struct rpc_loop_tag *t, bool ok)
+{
+    struct slot *s = SLOT_OF(t, recv_lt);
+    grpc_byte_buffer *bb = s->lrecv;
+    grpc_slice sl = grpc_empty_slice();
+    grpc_byte_buffer_reader rd;
+
+    s->lrecv = NULL;
+    if (bb && ok && grpc_byte_buffer_reader_init(&rd, bb)) {
+        sl = grpc_byte_buffer_reader_readall(&rd);
+        grpc_byte_buffer_reader_destroy(&rd);
+    } else if (bb) {
+        ok = false;
+    }
+    pthread_mutex_lock(&s->lock);
+    s->reading = false;
+    s->active_ns = mono_ns();
+    if (!ok) {
+        s->read_over = true;
+        s->call_failed = true;
+        s->dead = true;          /* what is queued can never be sent */
+        drop_queue_locked(s);
+    } else if (!bb) {
+        s->read_over = true;     /* half-closed */
+    } else {
+        s->in_message = true;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    if (ok && bb) {
+        const uint8_t *buf = GRPC_SLICE_START_PTR(sl);
+        size_t len = GRPC_SLICE_LENGTH(sl);
+        struct rpc_status end = {.code = GRPC_STATUS_OK}, refused;
+        int rc;
+        if (s->who.by_token &&
+            rpc_auth_recheck(s->srv->auth, s->m->path, s->call, &s->who, &refused) < 0) {
+            s->bad_request = true;
+            s->bad_code = refused.code;
+            memcpy(s->bad_msg, refused.message, sizeof s->bad_msg);
+            rc = -1;
+        } else if (s->m->input && rpc_check_strings(s->m->input, buf, len, s->bad_msg,
+                                                    sizeof s->bad_msg) < 0) {
+            s->bad_request = true;
+            s->bad_code = GRPC_STATUS_INVALID_ARGUMENT;
+            rc = -1;
+        } else {
+            rc = s->m->lstream->message(s->lstate, buf, len, &end);
+        }
+        grpc_slice_unref(sl);
+        pthread_mutex_lock(&s->lock);
+        s->in_message = false;
+        if (rc < 0) {
+            s->read_over = true;
+            if (!s->bad_request) {
+                s->lend = end;
+                s->lend_set = true;
+            }
+        } else if (rc == 1) {
+            if (s->resumes > 0)
+                s->resumes--;
+            else
+                s->paused = true;
+        }
+        lread_locked(s);
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_lock(&s->lock);
+    bool due = lfinish_due_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    if (due)
+        lfinish(s);
+}
+
+static void lsend_done(struct rpc_loop_tag *t, bool ok)
+{
+    struct slot *s = SLOT_OF(t, send_lt);
+    pthread_mutex_lock(&s->lock);
+    sent_locked(s, ok);
+    s->active_ns = mono_ns();
+    lread_locked(s);
+    bool due = lfinish_due_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    if (due)
+        lfinish(s);
+}
+
+static void tags_init(struct slot *s)
+{
+    s->recv_lt = (struct rpc_loop_tag){.kind = RPC_LOOP_TAG, .fn = lrecv_done};
+    s->send_lt = (struct rpc_loop_tag){.kind = RPC_LOOP_TAG, .fn = lsend_done};
+    s->fin_lt = (struct rpc_loop_tag){.kind = RPC_LOOP_TAG, .fn = lfin_done};
+}
+
+void rpc_server__lstream_refuse(struct slot *s, const struct rpc_status *st)
+{
+    tags_init(s);
+    s->fin_started = true;
+    s->closed = true;
+    lsend_status(s, st);
+}
+
+void rpc_server__lstream_begin(struct slot *s)
+{
+    struct rpc_server *srv = s->srv;
+
+    tags_init(s);
+    s->active_ns = mono_ns();
+    pthread_mutex_lock(&srv->lock);
+    s->lprev = NULL;
+    s->lnext = srv->lstreams;
+    if (srv->lstreams)
+        srv->lstreams->lprev = s;
+    srv->lstreams = s;
+    pthread_mutex_unlock(&srv->lock);
+    s->lstate = s->m->lstream->open(s->m->arg, (struct rpc_stream *)s);
+    if (!s->lstate) {
+        struct rpc_status st = {.code = GRPC_STATUS_RESOURCE_EXHAUSTED};
+        snprintf(st.message, sizeof st.message, "%s: out of memory for a stream",
+                 s->m->path);
+        s->fin_started = true;
+        s->closed = true;
+        lsend_status(s, &st);
+        return;
+    }
+    pthread_mutex_lock(&s->lock);
+    lread_locked(s);
+    bool due = lfinish_due_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    if (due)
+        lfinish(s);
+}
+
+void rpc_stream_resume(struct rpc_stream *st)
+{
+    struct slot *s = (struct slot *)st;
+    pthread_mutex_lock(&s->lock);
+    if (s->paused) {
+        s->paused = false;
+        lread_locked(s);
+    } else {
+        s->resumes++;
+    }
+    bool due = lfinish_due_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    if (due)
+        lfinish(s);
+}
+
+/* stream_idle_ms for streams driven by their messages: one waiting on its
+ * client (a receive or a send in flight) with nothing moving for that long
+ * is cancelled, with a status that says why. */
+void rpc_server__lstream_sweep(struct rpc_server *srv)
+{
+    int ms = srv->cfg.stream_idle_ms;
+    if (ms <= 0)
+        return;
+    int64_t now = mono_ns(), last = atomic_load(&srv->swept_ns);
+    int64_t every = ms < 800 ? (int64_t)ms * 250000 : 200000000;
+    if (now - last < every || !atomic_compare_exchange_strong(&srv->swept_ns, &last, now))
+        return;
+    pthread_mutex_lock(&srv->lock);
+    for (struct slot *s = srv->lstreams; s; s = s->lnext) {
+        if (s->m->internal)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        if (!s->idled && !s->fin_started && (s->reading || s->write_pending) &&
+            now - s->active_ns > (int64_t)ms * 1000000) {
+            char msg[RPC_MSGLEN];
+            s->idled = true;
+            snprintf(msg, sizeof msg, "%s: stream ended: no message for %d ms (the "
+                     "server's stream_idle_ms); open a new one", s->m->path, ms);
+            log_info("%s", msg);
+            grpc_call_cancel_with_status(s->call, GRPC_STATUS_RESOURCE_EXHAUSTED, msg,
+                                         NULL);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    pthread_mutex_unlock(&srv->lock);
 }

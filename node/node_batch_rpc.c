@@ -103,11 +103,11 @@ struct batch_stream {
     struct node *n;
     struct rpc_stream *st;
     pthread_mutex_t mu;
-    pthread_cond_t cv;          /* a message was answered */
     struct rpc_arena a[BATCH_WINDOW];
     struct batch_msg msg[BATCH_WINDOW];
     unsigned head, count;       /* msg[head], ... count of them in use */
     bool failed;                /* a post failed: the call is gone */
+    bool reads, writes;         /* what the stream carried (NodeInfo) */
 };
 
 static enum key_op op_of(Bloomgrid__V1__BatchOp op)
@@ -334,8 +334,9 @@ static void flush_ready(struct batch_stream *bs, unsigned *holds)
         b->held = false;
         b->applied = false;
         bs->head = (bs->head + 1) % BATCH_WINDOW;
-        bs->count--;
-        pthread_cond_broadcast(&bs->cv);
+        /* A full window paused the reading (batch_message said 1). */
+        if (bs->count-- == BATCH_WINDOW)
+            rpc_stream_resume(bs->st);
     }
 }
 
@@ -367,34 +368,35 @@ static void count_kinds(const Bloomgrid__V1__BatchRequest *m, bool *reads, bool 
 }
 
 /* Take one message of the stream into the window and apply it (its answer
- * goes once its writes are durable).  Returns 0, or -1 when the stream
- * ends here (finished with an error, or gone). */
-static int batch_one(struct batch_stream *bs, const uint8_t *buf, size_t len,
-                     bool *reads, bool *writes)
+ * goes once its writes are durable).  The reading pauses while the window
+ * is full (1), and the stream ends at a malformed message (-1). */
+static int batch_message(void *state, const uint8_t *buf, size_t len,
+                         struct rpc_status *end)
 {
+    struct batch_stream *bs = state;
     pthread_mutex_lock(&bs->mu);
-    while (bs->count == BATCH_WINDOW && !bs->failed)
-        pthread_cond_wait(&bs->cv, &bs->mu);
     bool failed = bs->failed;
     unsigned i = (bs->head + bs->count) % BATCH_WINDOW;
     pthread_mutex_unlock(&bs->mu);
     if (failed)
-        return -1;
+        return -1;   /* the call is gone, or no memory: see batch_end */
     struct rpc_arena *a = &bs->a[i];
     struct batch_msg *b = &bs->msg[i];
     rpc_arena_reset(a);
     *b = (struct batch_msg){.bs = bs};
     b->m = bloomgrid__v1__batch_request__unpack(rpc_arena_allocator(a), len, buf);
     if (!b->m) {
-        rpc_stream_finish(bs->st, GRPC_STATUS_INVALID_ARGUMENT,
-                          "malformed BatchRequest message (%zu bytes)", len);
+        end->code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(end->message, sizeof end->message,
+                 "malformed BatchRequest message (%zu bytes)", len);
         return -1;
     }
-    count_kinds(b->m, reads, writes);
+    count_kinds(b->m, &bs->reads, &bs->writes);
     if (msg_prepare(bs->n, a, b) < 0) {
-        rpc_stream_finish(bs->st, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "out of memory for a batch of %zu entries (%zu bytes)",
-                          b->m->n_entries, len);
+        end->code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+        snprintf(end->message, sizeof end->message,
+                 "out of memory for a batch of %zu entries (%zu bytes)",
+                 b->m->n_entries, len);
         return -1;
     }
     /* A message with writes may be answered by the commit thread. */
@@ -402,7 +404,7 @@ static int batch_one(struct batch_stream *bs, const uint8_t *buf, size_t len,
         return -1;
     b->held = b->writes;
     pthread_mutex_lock(&bs->mu);
-    bs->count++;
+    bool full = ++bs->count == BATCH_WINDOW;
     pthread_mutex_unlock(&bs->mu);
     for (size_t k = 0; k < b->n; k++)
         msg_apply(b, k);
@@ -414,52 +416,41 @@ static int batch_one(struct batch_stream *bs, const uint8_t *buf, size_t len,
     pthread_mutex_unlock(&bs->mu);
     while (holds--)
         rpc_stream_release(bs->st);
-    return 0;
+    return full ? 1 : 0;
 }
 
-void node_rpc__h_batches(void *arg, struct rpc_stream *st)
+static void *batch_open(void *arg, struct rpc_stream *st)
 {
     struct batch_stream *bs = calloc(1, sizeof *bs);
-    bool reads = false, writes = false;
-    const uint8_t *buf;
-    size_t len;
-    int rc = -ENOMEM;
-
-    if (!bs) {
-        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
+    if (!bs)
+        return NULL;
     bs->n = arg;
     bs->st = st;
     pthread_mutex_init(&bs->mu, NULL);
-    pthread_cond_init(&bs->cv, NULL);
     atomic_fetch_add(&counters.streams, 1);
     /* Each message decoded, its hashes and answers: a few times its size. */
     for (int i = 0; i < BATCH_WINDOW; i++)
         rpc_arena_init(&bs->a[i], 4 * rpc_stream_max_message(st) + (1u << 20));
-    while ((rc = rpc_stream_read(st, &buf, &len)) == 1)
-        if (batch_one(bs, buf, len, &reads, &writes) < 0)
-            break;
-    /* Every message taken is answered (or dropped with the call) before the
-     * stream's status; the window's arenas are in use until then. */
-    pthread_mutex_lock(&bs->mu);
-    while (bs->count > 0)
-        pthread_cond_wait(&bs->cv, &bs->mu);
-    bool failed = bs->failed;
-    pthread_mutex_unlock(&bs->mu);
-    if (failed)     /* no memory for an answer (or the call is gone: a no-op) */
-        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "out of memory for a batch answer");
-    else if (rc == 0)
-        rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
-    /* rc < 0: the call is gone, or broke the string rule (the server then
-     * ends it with INVALID_ARGUMENT itself); rc 1: batch_one ended it. */
-    /* The last flush may still be letting go of its holds: wait for them
-     * before the window goes. */
-    rpc_stream_drain(st);
+    return bs;
+}
+
+/* Every message taken has been answered (or dropped with the call): no
+ * hold is left, so the window is empty. */
+static void batch_end(void *state, bool failed, struct rpc_status *end)
+{
+    struct batch_stream *bs = state;
+    if (!failed && bs->failed && end->code == GRPC_STATUS_OK) {
+        end->code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+        snprintf(end->message, sizeof end->message, "out of memory for a batch answer");
+    }
     for (int i = 0; i < BATCH_WINDOW; i++)
         rpc_arena_deinit(&bs->a[i]);
     pthread_mutex_destroy(&bs->mu);
-    pthread_cond_destroy(&bs->cv);
     free(bs);
 }
+
+const struct rpc_loop_stream node_rpc__batches = {
+    .open = batch_open,
+    .message = batch_message,
+    .end = batch_end,
+};

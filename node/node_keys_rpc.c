@@ -294,59 +294,91 @@ void node_rpc__h_remove(void *arg, const uint8_t *req, size_t len, struct rpc_re
     key_unary(arg, OP_REMOVE, req, len, r);
 }
 
-static void key_stream(struct node *n, enum key_op op, struct rpc_stream *st)
-{
-    struct scratch sc = {0};
-    struct rpc_keys_buf kb = {0};
-    struct filter_ref fr = {0};
-    struct stream_writes *sw = calloc(1, sizeof *sw);
-    const uint8_t *buf;
-    size_t len;
+/* AddStream and MayContainStream, driven by their messages (struct
+ * rpc_loop_stream): each message is decoded and applied where it was read
+ * (the event loop), its answer posted at once (reads) or by the commit
+ * thread once durable (writes); the stream keeps its filter handle and
+ * buffers across messages. */
+struct key_stream {
+    struct node *n;
+    enum key_op op;
+    struct rpc_stream *st;
+    struct scratch sc;
+    struct rpc_keys_buf kb;
+    struct filter_ref fr;
+    struct stream_writes *sw;
+};
 
-    if (!sw) {
-        rpc_stream_finish(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        return;
+static void *key_stream_open(struct node *n, enum key_op op, struct rpc_stream *st)
+{
+    struct key_stream *ks = calloc(1, sizeof *ks);
+    if (!ks)
+        return NULL;
+    ks->sw = calloc(1, sizeof *ks->sw);
+    if (!ks->sw) {
+        free(ks);
+        return NULL;
     }
-    atomic_init(&sw->refs, 1);
-    for (;;) {
-        int rc = rpc_stream_read(st, &buf, &len);
-        if (rc < 0)
-            goto out;
-        if (atomic_load(&sw->failed))
-            break;
-        if (rc == 0)
-            break;
-        struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
-        if (run_key_batch(n, op, buf, len, &kb, &sc, &fr, &r, st, sw) == 1)
-            continue; /* posted once durable */
-        if (r.st.code != GRPC_STATUS_OK) {
-            rpc_stream_finish_status(st, &r.st);
-            goto out;
-        }
-        grpc_slice body = r.has_body ? r.body : grpc_empty_slice();
-        if (rpc_stream_post(st, body) < 0) /* after the answers posted before */
-            goto out;
+    atomic_init(&ks->sw->refs, 1);
+    ks->n = n;
+    ks->op = op;
+    ks->st = st;
+    return ks;
+}
+
+static void *add_stream_open(void *arg, struct rpc_stream *st)
+{
+    return key_stream_open(arg, OP_ADD, st);
+}
+
+static void *may_contain_stream_open(void *arg, struct rpc_stream *st)
+{
+    return key_stream_open(arg, OP_MAY_CONTAIN, st);
+}
+
+static int key_stream_message(void *state, const uint8_t *buf, size_t len,
+                              struct rpc_status *end)
+{
+    struct key_stream *ks = state;
+    if (atomic_load(&ks->sw->failed)) {
+        *end = ks->sw->why;   /* answers stopped at the failed write */
+        return -1;
     }
-    /* Every pending write answers (or fails) before the status goes. */
-    rpc_stream_drain(st);
-    if (atomic_load(&sw->failed))
-        rpc_stream_finish_status(st, &sw->why);
-    else
-        rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
-out:
-    stream_writes_put(sw);
-    filter_ref_drop(&fr);
-    node_rpc__scratch_free(&sc);
-    rpc_keys_buf_free(&kb);
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
+    if (run_key_batch(ks->n, ks->op, buf, len, &ks->kb, &ks->sc, &ks->fr, &r, ks->st,
+                      ks->sw) == 1)
+        return 0; /* posted once durable */
+    if (r.st.code != GRPC_STATUS_OK) {
+        *end = r.st;
+        return -1;
+    }
+    grpc_slice body = r.has_body ? r.body : grpc_empty_slice();
+    if (rpc_stream_post(ks->st, body) < 0) /* after the answers posted before */
+        return -1;                          /* the call is gone */
+    return 0;
 }
 
-void node_rpc__h_add_stream(void *arg, struct rpc_stream *st)
+/* Every pending write has answered (or failed) by now. */
+static void key_stream_end(void *state, bool failed, struct rpc_status *end)
 {
-    key_stream(arg, OP_ADD, st);
+    struct key_stream *ks = state;
+    if (!failed && atomic_load(&ks->sw->failed))
+        *end = ks->sw->why;
+    stream_writes_put(ks->sw);
+    filter_ref_drop(&ks->fr);
+    node_rpc__scratch_free(&ks->sc);
+    rpc_keys_buf_free(&ks->kb);
+    free(ks);
 }
 
-void node_rpc__h_may_contain_stream(void *arg, struct rpc_stream *st)
-{
-    key_stream(arg, OP_MAY_CONTAIN, st);
-}
+const struct rpc_loop_stream node_rpc__add_stream = {
+    .open = add_stream_open,
+    .message = key_stream_message,
+    .end = key_stream_end,
+};
 
+const struct rpc_loop_stream node_rpc__may_contain_stream = {
+    .open = may_contain_stream_open,
+    .message = key_stream_message,
+    .end = key_stream_end,
+};

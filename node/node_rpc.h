@@ -121,8 +121,8 @@ void node_rpc__h_add(void *arg, const uint8_t *req, size_t len, struct rpc_reply
 void node_rpc__h_may_contain(void *arg, const uint8_t *req, size_t len,
                              struct rpc_reply *r);
 void node_rpc__h_remove(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r);
-void node_rpc__h_add_stream(void *arg, struct rpc_stream *st);
-void node_rpc__h_may_contain_stream(void *arg, struct rpc_stream *st);
+extern const struct rpc_loop_stream node_rpc__add_stream;
+extern const struct rpc_loop_stream node_rpc__may_contain_stream;
 void node_rpc__h_export(void *arg, struct rpc_stream *st);
 void node_rpc__h_import(void *arg, struct rpc_stream *st);
 /* Internal ExportShard / ImportShard: the same for one shard. */
@@ -184,7 +184,7 @@ void node_rpc__h_may_contain_hashes(void *arg, const uint8_t *req, size_t len,
 void node_rpc__h_remove_hashes(void *arg, const uint8_t *req, size_t len,
                                struct rpc_reply *r);
 /* Batches, the routers' stream of key batches (node_batch_rpc.c). */
-void node_rpc__h_batches(void *arg, struct rpc_stream *st);
+extern const struct rpc_loop_stream node_rpc__batches;
 /* Fill the Batches counters of a NodeInfo answer (node_batch_rpc.c). */
 void node_rpc__batch_counters(Bloomgrid__V1__NodeInfoResponse *out);
 /* NodeInfo (node_internal_rpc.c): what the node counted of Batches. */

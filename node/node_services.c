@@ -18,8 +18,8 @@ const struct rpc_handler node_rpc_public[] = {
     {.unary = node_rpc__h_add, .checks_strings = true, .loop = true},
     {.unary = node_rpc__h_may_contain, .checks_strings = true, .loop = true},
     {.unary = node_rpc__h_remove, .checks_strings = true, .loop = true},
-    {.stream = node_rpc__h_add_stream, .checks_strings = true},
-    {.stream = node_rpc__h_may_contain_stream, .checks_strings = true},
+    {.loop_stream = &node_rpc__add_stream, .checks_strings = true},
+    {.loop_stream = &node_rpc__may_contain_stream, .checks_strings = true},
     {.stream = node_rpc__h_export},
     {.stream = node_rpc__h_import},
 };
@@ -39,7 +39,7 @@ const struct rpc_handler node_rpc_internal[] = {
     {.stream = node_rpc__h_push_pages, .internal = true},
     {.stream = node_rpc__h_export_shard, .internal = true},
     {.stream = node_rpc__h_import_shard, .internal = true},
-    {.stream = node_rpc__h_batches, .internal = true},
+    {.loop_stream = &node_rpc__batches, .internal = true},
     {.unary = node_rpc__h_node_info},
 };
 

@@ -17,7 +17,9 @@
  * functions.  No thread is created after start.  A stream handler may hand
  * answers to other threads, which send them with rpc_stream_post while the
  * handler goes on reading.  Handlers may block and run concurrently; they
- * must be thread-safe.
+ * must be thread-safe.  A stream method may instead be driven by its
+ * messages (struct rpc_loop_stream): served on the event loops, with no
+ * thread of its own.
  *
  * Methods are registered from protobuf-c service descriptors: the paths are
  * "/<service full name>/<method>", and the handler table marks streaming

@@ -617,7 +617,7 @@ static void lfinish(struct slot *s)
     if (s->lend_set)
         st = s->lend;
     if (s->lstate)
-        s->m->lstream->end(s->lstate, s->call_failed || s->dead, &st);
+        s->m->lstream->end(s->lstate, s->call_failed || s->dead || s->idled, &st);
     s->lstate = NULL;
     lsend_status(s, &st);
 }

@@ -2,7 +2,8 @@
  * sends the key batches of its clients (docs/ROUTER.md), and NodeInfo's
  * counters of it.
  *
- * A stream's handler thread reads one BatchRequest, applies every entry
+ * The stream is driven by its messages (struct rpc_loop_stream): the
+ * node's event loop reads one BatchRequest, applies every entry
  * exactly as the one-shard call would (node_rpc__shard_hashes: placement,
  * secret id, state) and answers with a BatchResponse of the same id and
  * one ShardResult per entry.  The answers of a stream come in request
@@ -12,15 +13,16 @@
  * (common/rpc_arena.h), which also holds the answer's arrays; nothing is
  * allocated per message in the steady state.
  *
- * Reads are applied on the handler thread and answered at once.  Writes go
+ * Reads are applied on the loop and answered at once.  Writes go
  * to the store's asynchronous calls (store_add_hashes_async): every write
  * entry of a message sets its bits and queues its log record at once, the
  * node's commit thread makes them durable together (one fsync for the
  * message, and for whatever else arrived meanwhile), and the answer leaves
  * once the last of them completed, posted by the thread that completed it
- * (rpc_stream_post).  Meanwhile the handler reads and applies the next
+ * (rpc_stream_post).  Meanwhile the loop reads and applies the next
  * message: up to BATCH_WINDOW messages of a stream are applied and not yet
- * answered (each with its own arena), so a router that sends its next
+ * answered (each with its own arena; the reading pauses while the window is
+ * full), so a router that sends its next
  * write before the answer to the last one is in gets it into the next
  * fsync instead of waiting a whole fsync for its turn.  Answers are posted
  * in request order whatever order the messages become durable in.  No
@@ -196,7 +198,7 @@ static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
 static void flush_ready(struct batch_stream *bs, unsigned *holds);
 
 /* A write entry is durable (rc 0) or failed; on the commit thread (or the
- * handler's, when the store failed it at once). */
+ * loop's, when the store failed it at once). */
 static void entry_done(void *arg, int rc)
 {
     struct entry_ctx *c = arg;
@@ -208,7 +210,7 @@ static void entry_done(void *arg, int rc)
     if (--c->b->pending == 0 && c->b->applied)
         flush_ready(bs, &holds);
     pthread_mutex_unlock(&bs->mu);
-    /* After the mutex: the last release may end the call and the handler
+    /* After the mutex: the last release may end the call and free bs
      * with it. */
     while (holds--)
         rpc_stream_release(st);
@@ -328,7 +330,7 @@ static void flush_ready(struct batch_stream *bs, unsigned *holds)
         msg_settle(b);
         int rc = bs->failed ? -ECANCELED : msg_answer(bs->st, &bs->a[i], b);
         if (rc < 0)
-            bs->failed = true;     /* the call is gone, or no memory: see the handler */
+            bs->failed = true;     /* the call is gone, or no memory: see batch_end */
         if (b->held)
             (*holds)++;
         b->held = false;

@@ -662,6 +662,73 @@ START_TEST(empty_or_missing_directory_is_an_empty_log)
 }
 END_TEST
 
+/* ---- completions off the commit thread ---- */
+
+static _Atomic int counted_syncs;
+static int counting_fdatasync(int fd)
+{
+    atomic_fetch_add(&counted_syncs, 1);
+    return fdatasync(fd);
+}
+
+static _Atomic bool stuck_in, stuck_release;
+static _Atomic int order_seen[2], order_n;
+
+static void stuck_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
+{
+    (void)rc;
+    (void)seq;
+    (void)lsn;
+    atomic_store(&stuck_in, true);
+    while (!atomic_load(&stuck_release))
+        usleep(1000);
+    order_seen[atomic_fetch_add(&order_n, 1)] = (int)(intptr_t)ctx;
+}
+
+static void next_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
+{
+    (void)rc;
+    (void)seq;
+    (void)lsn;
+    order_seen[atomic_fetch_add(&order_n, 1)] = (int)(intptr_t)ctx;
+}
+
+/* With fsync, a batch's completions (which send the answers) do not hold
+ * the next batch's fdatasync back: while the first record's completion is
+ * stuck, the second record is written and synced; the completions still
+ * run in commit order. */
+START_TEST(a_slow_completion_does_not_hold_the_next_fsync)
+{
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);
+    struct wal_stream *s = wal_stream_open(w, 1, "one", 1);
+    uint64_t v = 1;
+
+    atomic_store(&counted_syncs, 0);
+    atomic_store(&order_n, 0);
+    wal__fdatasync = counting_fdatasync;
+    wal_submit(s, wal_rec_new(WAL_REC_ADD, &v, 8), stuck_done, (void *)(intptr_t)1);
+    for (int i = 0; i < 10000 && !atomic_load(&stuck_in); i++)
+        usleep(1000);
+    ck_assert(atomic_load(&stuck_in));
+    int before = atomic_load(&counted_syncs);
+    v = 2;
+    wal_submit(s, wal_rec_new(WAL_REC_ADD, &v, 8), next_done, (void *)(intptr_t)2);
+    for (int i = 0; i < 10000 && atomic_load(&counted_syncs) == before; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&counted_syncs), before + 1);
+    ck_assert_int_eq(atomic_load(&order_n), 0);
+    ck_assert_uint_eq(wal_durable_lsn(w), 2);
+    atomic_store(&stuck_release, true);
+    for (int i = 0; i < 10000 && atomic_load(&order_n) < 2; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&order_n), 2);
+    ck_assert_int_eq(order_seen[0], 1);
+    ck_assert_int_eq(order_seen[1], 2);
+    wal_stream_close(s);
+    wal_close(w);
+}
+END_TEST
+
 Suite *wal_suite(void)
 {
     Suite *s = suite_create("wal");
@@ -681,6 +748,7 @@ Suite *wal_suite(void)
     tcase_add_test(tc, bad_record_inside_the_last_batch_counts_as_torn);
     tcase_add_test(tc, segments_rotate_discard_and_gaps_are_lost_lsns);
     tcase_add_test(tc, empty_or_missing_directory_is_an_empty_log);
+    tcase_add_test(tc, a_slow_completion_does_not_hold_the_next_fsync);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -6,9 +6,11 @@
  * codec a node uses (rpc_keys.h: no per-key allocation, the same rules and
  * messages) and never keep a thread waiting for the nodes: a unary call's
  * reply is deferred (rpc_reply_defer) and sent by whichever thread
- * completes its batch (router_keys_start); a stream's handler keeps
- * reading while up to STREAM_WINDOW of its messages are with the nodes,
- * and their answers are posted in request order (rpc_stream_post).  Catalog calls use the generated protobuf-c code; FilterInfo of
+ * completes its batch (router_keys_start); a stream, served on the event
+ * loop message by message (struct rpc_loop_stream), keeps reading while up
+ * to STREAM_WINDOW of its messages are with the nodes, and their answers
+ * are posted in request order (rpc_stream_post).  Catalog calls use the
+ * generated protobuf-c code; FilterInfo of
  * a sharded filter is the aggregate of its shards (sums of bits, bytes, n-hat
  * and inserts; fill weighted by bits; estimated FPR the mean over shards,
  * since a random absent key lands on a random shard).
@@ -216,8 +218,8 @@ struct stream_ctx {
     struct router *r;
     enum router_key_op op;
     struct rpc_stream *s;
+    char cur[RULES_FILTER_NAME_MAX + 1];   /* the stream's filter so far */
     pthread_mutex_t mu;
-    pthread_cond_t cv;          /* head moved */
     uint64_t head, tail;
     bool failed;                /* a message failed: fst ends the stream */
     struct rpc_status fst;
@@ -231,6 +233,7 @@ struct stream_ctx {
 static int stream_post_ready(struct stream_ctx *c)
 {
     int release = 0;
+    bool was_full = c->tail - c->head == STREAM_WINDOW;
     while (c->head < c->tail) {
         struct stream_msg *m = &c->m[c->head % STREAM_WINDOW];
         if (!m->ready)
@@ -251,12 +254,14 @@ static int stream_post_ready(struct stream_ctx *c)
         m->ready = false;
         c->head++;
     }
-    pthread_cond_broadcast(&c->cv);
+    /* A full window paused the reading (stream_message said 1). */
+    if (was_full && c->tail - c->head < STREAM_WINDOW)
+        rpc_stream_resume(c->s);
     return release;
 }
 
 /* m's answer is in (rep filled): post what is ready.  Not a thing of c is
- * touched after its mutex is let go (the handler may free it then). */
+ * touched after its mutex is let go (the last release may free it). */
 static void stream_msg_ready(struct stream_msg *m)
 {
     struct stream_ctx *c = m->c;
@@ -280,94 +285,88 @@ static void stream_done(void *arg, int rc, const struct rpc_status *st)
     stream_msg_ready(m);
 }
 
-/* Read message after message and hand each to the nodes at once, up to
- * STREAM_WINDOW unanswered; the answers are posted in request order by
- * whichever thread completes the window's front.  An error in a message
- * ends the stream with it, after the answers of the messages before it,
- * as if they had run one after the other. */
-static void key_stream(struct router *r, enum router_key_op op, struct rpc_stream *s)
+/* The streams are driven by their messages (struct rpc_loop_stream): each
+ * message is handed to the nodes as it is read, up to STREAM_WINDOW
+ * unanswered (then the reading pauses); the answers are posted in request
+ * order by whichever thread completes the window's front.  An error in a
+ * message ends the stream with it, after the answers of the messages
+ * before it, as if they had run one after the other. */
+static void *stream_open(struct router *r, enum router_key_op op, struct rpc_stream *s)
 {
     struct stream_ctx *c = calloc(1, sizeof *c);
-    char cur[RULES_FILTER_NAME_MAX + 1] = "";
-    const uint8_t *buf;
-    size_t len;
-    bool read_failed = false;
-
-    if (!c) {
-        rpc_stream_finish(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
+    if (!c)
+        return NULL;
     c->r = r;
     c->op = op;
     c->s = s;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
     for (size_t i = 0; i < STREAM_WINDOW; i++)
         c->m[i].c = c;
-    for (;;) {
-        pthread_mutex_lock(&c->mu);
-        while (!c->failed && c->tail - c->head == STREAM_WINDOW)
-            pthread_cond_wait(&c->cv, &c->mu);
-        bool failed = c->failed;
-        pthread_mutex_unlock(&c->mu);
-        if (failed)
-            break;
-        int rc = rpc_stream_read(s, &buf, &len);
-        if (rc < 0)
-            read_failed = true;
-        if (rc <= 0)
-            break;
-        struct stream_msg *m = &c->m[c->tail % STREAM_WINDOW];
-        m->rep = (struct rpc_reply){.st.code = GRPC_STATUS_OK};
-        const uint8_t *copy = keep_copy(&m->req, &m->cap, buf, len);
-        bool ok = false;
-        if (!copy)
-            rpc_reply_error(&m->rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        else if (keys_decode(r, op, copy, len, &m->kb, &m->k, cur, &m->rep) == 0)
-            ok = rpc_stream_hold(s) == 0;
-        pthread_mutex_lock(&c->mu);
-        c->tail++;
-        m->held = ok;
-        pthread_mutex_unlock(&c->mu);
-        if (!ok) {
-            /* The error ends the stream in its turn: read nothing more, as
-             * a handler running the messages one by one would. */
-            stream_msg_ready(m);
-            break;
-        }
-        router_keys_start(r, cur, op, m->k.key, m->k.len, m->k.n, m->k.out,
-                          stream_done, m);
-    }
-    /* Every message read is answered (or dropped after an error) before the
-     * call ends. */
+    return c;
+}
+
+static void *add_stream_open(void *arg, struct rpc_stream *s)
+{
+    return stream_open(arg, ROUTER_ADD, s);
+}
+
+static void *may_contain_stream_open(void *arg, struct rpc_stream *s)
+{
+    return stream_open(arg, ROUTER_MAY_CONTAIN, s);
+}
+
+static int stream_message(void *state, const uint8_t *buf, size_t len,
+                          struct rpc_status *end)
+{
+    struct stream_ctx *c = state;
+    (void)end;   /* an error goes out in its turn, through c->fst */
     pthread_mutex_lock(&c->mu);
-    while (c->head < c->tail)
-        pthread_cond_wait(&c->cv, &c->mu);
     bool failed = c->failed;
-    struct rpc_status fst = c->fst;
+    struct stream_msg *m = &c->m[c->tail % STREAM_WINDOW];
     pthread_mutex_unlock(&c->mu);
     if (failed)
-        rpc_stream_finish_status(s, &fst);
-    else if (!read_failed)
-        rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
+        return -1;
+    m->rep = (struct rpc_reply){.st.code = GRPC_STATUS_OK};
+    const uint8_t *copy = keep_copy(&m->req, &m->cap, buf, len);
+    bool ok = false;
+    if (!copy)
+        rpc_reply_error(&m->rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    else if (keys_decode(c->r, c->op, copy, len, &m->kb, &m->k, c->cur, &m->rep) == 0)
+        ok = rpc_stream_hold(c->s) == 0;
+    pthread_mutex_lock(&c->mu);
+    c->tail++;
+    bool full = c->tail - c->head == STREAM_WINDOW;
+    m->held = ok;
+    pthread_mutex_unlock(&c->mu);
+    if (!ok) {
+        /* The error ends the stream in its turn: read nothing more, as
+         * a handler running the messages one by one would. */
+        stream_msg_ready(m);
+        return -1;
+    }
+    router_keys_start(c->r, c->cur, c->op, m->k.key, m->k.len, m->k.n, m->k.out,
+                      stream_done, m);
+    return full ? 1 : 0;
+}
+
+/* Every message read has been answered (or dropped after an error). */
+static void stream_end(void *state, bool failed, struct rpc_status *end)
+{
+    struct stream_ctx *c = state;
+    if (!failed && c->failed)
+        *end = c->fst;
     for (size_t i = 0; i < STREAM_WINDOW; i++) {
         rpc_keys_buf_free(&c->m[i].kb);
         free(c->m[i].req);
     }
     pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
     free(c);
 }
 
-static void h_add_stream(void *arg, struct rpc_stream *s)
-{
-    key_stream(arg, ROUTER_ADD, s);
-}
-
-static void h_may_contain_stream(void *arg, struct rpc_stream *s)
-{
-    key_stream(arg, ROUTER_MAY_CONTAIN, s);
-}
+static const struct rpc_loop_stream add_stream = {
+    .open = add_stream_open, .message = stream_message, .end = stream_end};
+static const struct rpc_loop_stream may_contain_stream = {
+    .open = may_contain_stream_open, .message = stream_message, .end = stream_end};
 
 /* ---- FilterInfo of a sharded filter ---- */
 
@@ -635,8 +634,8 @@ const struct rpc_handler router_rpc_public[] = {
     {.unary = h_add, .checks_strings = true, .loop = true},
     {.unary = h_may_contain, .checks_strings = true, .loop = true},
     {.unary = h_remove, .checks_strings = true, .loop = true},
-    {.stream = h_add_stream, .checks_strings = true},
-    {.stream = h_may_contain_stream, .checks_strings = true},
+    {.loop_stream = &add_stream, .checks_strings = true},
+    {.loop_stream = &may_contain_stream, .checks_strings = true},
     {.stream = router_rpc__export},
     {.stream = router_rpc__import},
 };

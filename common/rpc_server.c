@@ -216,6 +216,27 @@ static void post_generic(struct rpc_server *srv, int li, int cqi)
     }
 }
 
+size_t rpc_server__status_ops(struct slot *s, grpc_op *ops, grpc_status_code code,
+                              enum rpc_reason reason, const char *msg)
+{
+    ops[0].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[0].data.send_status_from_server.status = code;
+    if (code != GRPC_STATUS_OK) {
+        s->status_details = grpc_slice_from_copied_string(msg);
+        s->has_status_details = true;
+        ops[0].data.send_status_from_server.status_details = &s->status_details;
+        if (reason != RPC_REASON_NONE) {
+            s->reason_md.key = grpc_slice_from_static_string(RPC_REASON_KEY);
+            s->reason_md.value = grpc_slice_from_static_string(rpc_reason_name(reason));
+            ops[0].data.send_status_from_server.trailing_metadata_count = 1;
+            ops[0].data.send_status_from_server.trailing_metadata = &s->reason_md;
+        }
+    }
+    ops[1].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[1].data.recv_close_on_server.cancelled = &s->cancelled;
+    return 2;
+}
+
 /* Send the status (and the body when OK) of a unary or generic call.  On
  * failure the slot is freed and -ECANCELED returned. */
 int rpc_server__send_reply(struct slot *s)
@@ -238,25 +259,8 @@ int rpc_server__send_reply(struct slot *s)
         ops[n].data.send_message.send_message = s->send_buf;
         n++;
     }
-    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = r->st.code;
     rpc_server__call_done(s, r->st.code);
-    if (r->st.code != GRPC_STATUS_OK) {
-        s->status_details = grpc_slice_from_copied_string(r->st.message);
-        s->has_status_details = true;
-        ops[n].data.send_status_from_server.status_details = &s->status_details;
-        if (r->st.reason != RPC_REASON_NONE) {
-            s->reason_md.key = grpc_slice_from_static_string(RPC_REASON_KEY);
-            s->reason_md.value =
-                grpc_slice_from_static_string(rpc_reason_name(r->st.reason));
-            ops[n].data.send_status_from_server.trailing_metadata_count = 1;
-            ops[n].data.send_status_from_server.trailing_metadata = &s->reason_md;
-        }
-    }
-    n++;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n].data.recv_close_on_server.cancelled = &s->cancelled;
-    n++;
+    n += rpc_server__status_ops(s, ops + n, r->st.code, r->st.reason, r->st.message);
     s->state = SLOT_REPLYING;
     grpc_call_error e = grpc_call_start_batch(s->call, ops, n, s, NULL);
     if (e != GRPC_CALL_OK) {

@@ -410,8 +410,11 @@ void rpc_stream_release(struct rpc_stream *st);
  * Returns 0, or -ECANCELED when the call failed (queued messages dropped). */
 int rpc_stream_drain(struct rpc_stream *st);
 /* A stream of a struct rpc_loop_stream whose message() returned 1: read
- * again.  Any thread; a resume that comes before the pause it ends (the
- * window emptied while message() was returning) still counts. */
+ * again.  Any thread, exactly once for each 1 returned; a resume that comes
+ * before the pause it ends (the window emptied while message() was still
+ * returning) still counts.  A stream paused and never resumed is never
+ * read again, not even for its end, so a handler pauses only while work of
+ * its own is in flight (its holds). */
 void rpc_stream_resume(struct rpc_stream *st);
 /* The message size limit the server runs with. */
 size_t rpc_stream_max_message(const struct rpc_stream *st);

@@ -217,6 +217,13 @@ static inline gpr_timespec rpc_server__inf_future(void)
 void rpc_server__slot_free(struct slot *s);
 int rpc_server__send_reply(struct slot *s);
 
+/* rpc_server.c: the status ops of a call at ops[0] and ops[1] (the send
+ * of code, reason and msg, whose details and trailing metadata the slot
+ * keeps until the batch completes, and the receive of the close); returns
+ * 2. */
+size_t rpc_server__status_ops(struct slot *s, grpc_op *ops, grpc_status_code code,
+                              enum rpc_reason reason, const char *msg);
+
 /* rpc_server.c: count a call of a registered method as answered with
  * code (unary, deferred or not, and streams; once per call). */
 void rpc_server__call_done(struct slot *s, grpc_status_code code);

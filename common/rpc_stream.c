@@ -589,23 +589,7 @@ static void lsend_status(struct slot *s, const struct rpc_status *st)
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
         s->md_sent = true;
     }
-    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status = code;
-    if (code != GRPC_STATUS_OK) {
-        s->status_details = grpc_slice_from_copied_string(msg);
-        s->has_status_details = true;
-        ops[n].data.send_status_from_server.status_details = &s->status_details;
-        if (reason != RPC_REASON_NONE) {
-            s->reason_md.key = grpc_slice_from_static_string(RPC_REASON_KEY);
-            s->reason_md.value = grpc_slice_from_static_string(rpc_reason_name(reason));
-            ops[n].data.send_status_from_server.trailing_metadata_count = 1;
-            ops[n].data.send_status_from_server.trailing_metadata = &s->reason_md;
-        }
-    }
-    n++;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n].data.recv_close_on_server.cancelled = &s->cancelled;
-    n++;
+    n += rpc_server__status_ops(s, ops + n, code, reason, msg);
     if (rpc_server__stream_start(s, ops, n, &s->fin_lt) != GRPC_CALL_OK)
         s->fin_lt.fn(&s->fin_lt, false);
 }

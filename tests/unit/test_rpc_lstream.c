@@ -278,6 +278,32 @@ static void read_ids(struct rpc_cstream *cs, int first, int n)
     }
 }
 
+/* Half-close, read the end of the answers and the status: finish's rc. */
+static int close_and_finish(struct rpc_cstream *cs, struct rpc_status *st)
+{
+    grpc_slice sl;
+    ck_assert_int_eq(rpc_cstream_close_send(cs), 0);
+    ck_assert_int_eq(rpc_cstream_read(cs, &sl), 0);
+    return rpc_cstream_finish(cs, st);
+}
+
+/* One stream of msgs messages, every answer read in order, the stream's
+ * end seen by the handler; finish's rc and the status in *st. */
+static int run_stream(struct fixture *f, int msgs, struct rpc_status *st)
+{
+    struct rpc_cstream *cs = rpc_cstream_open(f->ch, ADD_STREAM, 20000);
+    ck_assert_ptr_nonnull(cs);
+    for (int i = 0; i < msgs; i++)
+        write_id(cs, i);
+    ck_assert_int_eq(rpc_cstream_close_send(cs), 0);
+    read_ids(cs, 0, msgs);
+    grpc_slice sl;
+    ck_assert_int_eq(rpc_cstream_read(cs, &sl), 0);
+    int rc = rpc_cstream_finish(cs, st);
+    ck_assert_int_eq(seen_wait(&seen.ends, 1), 0);
+    return rc;
+}
+
 /* ---- tests ---- */
 
 /* Three streams at once, every message answered in its stream's order, all
@@ -297,12 +323,9 @@ static void three_streams(int loops)
         for (int k = 0; k < STREAMS; k++)
             write_id(cs[k], i);
     for (int k = 0; k < STREAMS; k++) {
-        ck_assert_int_eq(rpc_cstream_close_send(cs[k]), 0);
-        read_ids(cs[k], 0, MSGS);
-        grpc_slice sl;
-        ck_assert_int_eq(rpc_cstream_read(cs[k], &sl), 0);
         struct rpc_status st;
-        ck_assert_int_eq(rpc_cstream_finish(cs[k], &st), 0);
+        read_ids(cs[k], 0, MSGS);
+        ck_assert_int_eq(close_and_finish(cs[k], &st), 0);
     }
     ck_assert_int_eq(seen_wait(&seen.ends, STREAMS), 0);
     stop(&f);
@@ -338,17 +361,9 @@ START_TEST(end_waits_for_every_hold_and_its_status_goes_last)
     struct fixture f;
     struct rpc_status st;
     start(&f, HOLD, (struct rpc_server_config){.loops = 1});
-    struct rpc_cstream *cs = rpc_cstream_open(f.ch, ADD_STREAM, 20000);
-    for (int i = 0; i < MSGS; i++)
-        write_id(cs, i);
-    ck_assert_int_eq(rpc_cstream_close_send(cs), 0);
-    read_ids(cs, 0, MSGS);
-    grpc_slice sl;
-    ck_assert_int_eq(rpc_cstream_read(cs, &sl), 0);
-    ck_assert_int_eq(rpc_cstream_finish(cs, &st), -1);
+    ck_assert_int_eq(run_stream(&f, MSGS, &st), -1);
     ck_assert_int_eq(st.code, GRPC_STATUS_DATA_LOSS);
     ck_assert_str_eq(st.message, "held stream ended after 30");
-    ck_assert_int_eq(seen_wait(&seen.ends, 1), 0);
     stop(&f);
     ck_assert_int_eq(seen.ends_failed, 0);
 }
@@ -396,15 +411,7 @@ START_TEST(a_resume_before_its_pause_counts)
     struct fixture f;
     struct rpc_status st;
     start(&f, SELF_RESUME, (struct rpc_server_config){.loops = 1});
-    struct rpc_cstream *cs = rpc_cstream_open(f.ch, ADD_STREAM, 20000);
-    for (int i = 0; i < MSGS; i++)
-        write_id(cs, i);
-    ck_assert_int_eq(rpc_cstream_close_send(cs), 0);
-    read_ids(cs, 0, MSGS);
-    grpc_slice sl;
-    ck_assert_int_eq(rpc_cstream_read(cs, &sl), 0);
-    ck_assert_int_eq(rpc_cstream_finish(cs, &st), 0);
-    ck_assert_int_eq(seen_wait(&seen.ends, 1), 0);
+    ck_assert_int_eq(run_stream(&f, MSGS, &st), 0);
     stop(&f);
 }
 END_TEST
@@ -481,19 +488,13 @@ START_TEST(they_count_against_max_streams)
     ck_assert_ptr_nonnull(strstr(st.message, "max_streams"));
     ck_assert_int_eq(seen_get(&seen.opens), 2);
     /* One ends: its place is free again. */
-    ck_assert_int_eq(rpc_cstream_close_send(a), 0);
-    ck_assert_int_eq(rpc_cstream_read(a, &sl), 0);
-    ck_assert_int_eq(rpc_cstream_finish(a, &st), 0);
+    ck_assert_int_eq(close_and_finish(a, &st), 0);
     ck_assert_int_eq(seen_wait(&seen.ends, 1), 0);
     c = rpc_cstream_open(f.ch, ADD_STREAM, 20000);
     write_id(c, 0);
     read_ids(c, 0, 1);
-    ck_assert_int_eq(rpc_cstream_close_send(c), 0);
-    ck_assert_int_eq(rpc_cstream_read(c, &sl), 0);
-    ck_assert_int_eq(rpc_cstream_finish(c, &st), 0);
-    ck_assert_int_eq(rpc_cstream_close_send(b), 0);
-    ck_assert_int_eq(rpc_cstream_read(b, &sl), 0);
-    ck_assert_int_eq(rpc_cstream_finish(b, &st), 0);
+    ck_assert_int_eq(close_and_finish(c, &st), 0);
+    ck_assert_int_eq(close_and_finish(b, &st), 0);
     ck_assert_int_eq(seen_wait(&seen.ends, 3), 0);
     stop(&f);
 }

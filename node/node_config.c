@@ -85,8 +85,9 @@ static const struct setting settings[] = {
      "tens of thousands of calls a second; 0: none, the worker threads serve "
      "every call and all of them read sockets"},
     {"max_streams", SETTING_UINT, 1, 100000, NULL, "256", F(max_streams),
-     "streaming calls open at once (each has a thread); more get "
-     "RESOURCE_EXHAUSTED"},
+     "streaming calls open at once (each has a thread, except AddStream, "
+     "MayContainStream and the routers' Batches, which the event loop "
+     "serves); more get RESOURCE_EXHAUSTED"},
     {"shutdown_grace_ms", SETTING_UINT, 0, 600000, NULL, "3000", F(shutdown_grace_ms),
      "on SIGTERM/SIGINT, how long in-flight calls may finish before cancel"},
     {"log_level", SETTING_ENUM | SETTING_LIVE, 0, 0, "debug|info|warn|error", "info", F(log_level),

@@ -595,12 +595,15 @@ static void test_config(const char *base)
     /* --help documents every setting. */
     snprintf(cmd, sizeof cmd, "%s --help", harness_node_bin);
     p = popen(cmd, "r");
-    char all[8192] = "";
+    static char all[65536];
     size_t used = 0;
-    while (p && fgets(line, sizeof line, p) && used + strlen(line) < sizeof all) {
-        strcat(all + used, line);
-        used += strlen(line);
-    }
+    all[0] = 0;
+    /* Read to the end (a reader that stops early makes the writer fail). */
+    while (p && fgets(line, sizeof line, p))
+        if (used + strlen(line) < sizeof all) {
+            strcat(all + used, line);
+            used += strlen(line);
+        }
     status = pclose(p);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "--help exits 0");
     static const char *const names[] = {

@@ -287,6 +287,17 @@ static int close_and_finish(struct rpc_cstream *cs, struct rpc_status *st)
     return rpc_cstream_finish(cs, st);
 }
 
+/* No more answers: the stream ends with code, its message holding what. */
+static void expect_end(struct rpc_cstream *cs, grpc_status_code code, const char *what)
+{
+    struct rpc_status st;
+    grpc_slice sl;
+    ck_assert_int_le(rpc_cstream_read(cs, &sl), 0);
+    ck_assert_int_eq(rpc_cstream_finish(cs, &st), -1);
+    ck_assert_int_eq(st.code, code);
+    ck_assert_msg(strstr(st.message, what), "status message \"%s\"", st.message);
+}
+
 /* One stream of msgs messages, every answer read in order, the stream's
  * end seen by the handler; finish's rc and the status in *st. */
 static int run_stream(struct fixture *f, int msgs, struct rpc_status *st)
@@ -421,7 +432,6 @@ END_TEST
 START_TEST(an_error_ends_the_stream_after_the_answers_before_it)
 {
     struct fixture f;
-    struct rpc_status st;
     start(&f, END_AT_7, (struct rpc_server_config){.loops = 1});
     struct rpc_cstream *cs = rpc_cstream_open(f.ch, ADD_STREAM, 20000);
     for (int i = 0; i < 8; i++)
@@ -435,11 +445,7 @@ START_TEST(an_error_ends_the_stream_after_the_answers_before_it)
         rpc_cstream_write_msg(cs, &rq.base);
     }
     read_ids(cs, 0, 7);
-    grpc_slice sl;
-    ck_assert_int_eq(rpc_cstream_read(cs, &sl), 0);
-    ck_assert_int_eq(rpc_cstream_finish(cs, &st), -1);
-    ck_assert_int_eq(st.code, GRPC_STATUS_FAILED_PRECONDITION);
-    ck_assert_str_eq(st.message, "message 7 ends it");
+    expect_end(cs, GRPC_STATUS_FAILED_PRECONDITION, "message 7 ends it");
     ck_assert_int_eq(seen_wait(&seen.ends, 1), 0);
     stop(&f);
     ck_assert_int_eq(seen.messages, 8);
@@ -451,16 +457,11 @@ END_TEST
 START_TEST(an_idle_stream_is_ended)
 {
     struct fixture f;
-    struct rpc_status st;
     start(&f, ECHO, (struct rpc_server_config){.loops = 1, .stream_idle_ms = 300});
     struct rpc_cstream *cs = rpc_cstream_open(f.ch, ADD_STREAM, 20000);
     write_id(cs, 0);
     read_ids(cs, 0, 1);
-    grpc_slice sl;
-    ck_assert_int_le(rpc_cstream_read(cs, &sl), 0);
-    ck_assert_int_eq(rpc_cstream_finish(cs, &st), -1);
-    ck_assert_int_eq(st.code, GRPC_STATUS_RESOURCE_EXHAUSTED);
-    ck_assert_ptr_nonnull(strstr(st.message, "stream_idle_ms"));
+    expect_end(cs, GRPC_STATUS_RESOURCE_EXHAUSTED, "stream_idle_ms");
     ck_assert_int_eq(seen_wait(&seen.ends, 1), 0);
     stop(&f);
     ck_assert_int_eq(seen.ends_failed, 1);
@@ -481,11 +482,7 @@ START_TEST(they_count_against_max_streams)
     read_ids(b, 0, 1);
     struct rpc_cstream *c = rpc_cstream_open(f.ch, ADD_STREAM, 20000);
     write_id(c, 0);
-    grpc_slice sl;
-    ck_assert_int_eq(rpc_cstream_read(c, &sl), 0);
-    ck_assert_int_eq(rpc_cstream_finish(c, &st), -1);
-    ck_assert_int_eq(st.code, GRPC_STATUS_RESOURCE_EXHAUSTED);
-    ck_assert_ptr_nonnull(strstr(st.message, "max_streams"));
+    expect_end(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "max_streams");
     ck_assert_int_eq(seen_get(&seen.opens), 2);
     /* One ends: its place is free again. */
     ck_assert_int_eq(close_and_finish(a, &st), 0);

@@ -383,10 +383,13 @@ static void stream_start(struct slot *s)
     bool watch_full = !full && watch && srv->streams_watch >= watch_limit(srv);
     if (watch_full)
         limit = watch_limit(srv);
-    if (!full && !watch_full && s->lmode) {
+    /* A stream handed to the pool may be over (and freed) once the lock is
+     * let go: only these locals are read after it. */
+    bool lmode = s->lmode, begin = false;
+    if (!full && !watch_full && lmode) {
         srv->streams_active++;
         srv->streams_public += !internal;
-        s->counted = true;
+        s->counted = begin = true;
     } else if (!full && !watch_full) {
         srv->streams_active++;
         srv->streams_public += !internal;
@@ -400,11 +403,11 @@ static void stream_start(struct slot *s)
         pthread_cond_signal(&srv->job_cond);
     }
     pthread_mutex_unlock(&srv->lock);
-    if (s->counted) {
+    if (begin) {
         rpc_server__lstream_begin(s);
         return;
     }
-    if (full && s->lmode) {
+    if (full && lmode) {
         struct rpc_status st = {.code = GRPC_STATUS_RESOURCE_EXHAUSTED};
         log_warn("refusing stream %s: %d %sstreams open", s->m->path, limit,
                  internal ? "" : "public ");

@@ -625,7 +625,9 @@ static void lfin_done(struct rpc_loop_tag *t, bool ok)
     rpc_server__slot_free(s);
 }
 
-/* A message of the client's (or the end of them). */
+/* A message of the client's (or the end of them).  Each locked section
+ * decides whether to finish before it lets go: once it has, another
+ * thread may finish the stream and free the slot. */
 static void lrecv_done(struct rpc_loop_tag *t, bool ok)
 {
     struct slot *s = SLOT_OF(t, recv_lt);
@@ -640,6 +642,8 @@ static void lrecv_done(struct rpc_loop_tag *t, bool ok)
     } else if (bb) {
         ok = false;
     }
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
     pthread_mutex_lock(&s->lock);
     s->reading = false;
     s->active_ns = mono_ns();
@@ -651,12 +655,12 @@ static void lrecv_done(struct rpc_loop_tag *t, bool ok)
     } else if (!bb) {
         s->read_over = true;     /* half-closed */
     } else {
-        s->in_message = true;
+        s->in_message = true;    /* the stream cannot end meanwhile */
     }
+    bool run = s->in_message;
+    bool due = !run && lfinish_due_locked(s);
     pthread_mutex_unlock(&s->lock);
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
-    if (ok && bb) {
+    if (run) {
         const uint8_t *buf = GRPC_SLICE_START_PTR(sl);
         size_t len = GRPC_SLICE_LENGTH(sl);
         struct rpc_status end = {.code = GRPC_STATUS_OK}, refused;
@@ -691,11 +695,9 @@ static void lrecv_done(struct rpc_loop_tag *t, bool ok)
                 s->paused = true;
         }
         lread_locked(s);
+        due = lfinish_due_locked(s);
         pthread_mutex_unlock(&s->lock);
     }
-    pthread_mutex_lock(&s->lock);
-    bool due = lfinish_due_locked(s);
-    pthread_mutex_unlock(&s->lock);
     if (due)
         lfinish(s);
 }

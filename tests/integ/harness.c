@@ -1,6 +1,7 @@
 /* harness: processes, keys and RPC wrappers for integration tests. */
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -71,6 +72,46 @@ void harness_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* Is every thread of pid stopped (state T in /proc/pid/task/N/stat)? */
+static bool all_stopped(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return false;
+    bool all = true;
+    for (struct dirent *e; all && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char stat[384], buf[512];
+        snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
+        FILE *f = fopen(stat, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = 0;
+        const char *close_paren = strrchr(buf, ')');  /* "tid (comm) S ..." */
+        if (close_paren && close_paren[1] == ' ' && close_paren[2] != 'T' &&
+            close_paren[2] != 't')
+            all = false;
+    }
+    closedir(d);
+    return all;
+}
+
+int harness_sigstop(pid_t pid)
+{
+    if (kill(pid, SIGSTOP) < 0)
+        return -1;
+    for (int waited = 0; waited < 5000; waited += 2) {
+        if (all_stopped(pid))
+            return 0;
+        harness_sleep_ms(2);
+    }
+    return -1;
 }
 
 int harness_run(const char *const *argv, const char *out, const char *err,

@@ -63,6 +63,10 @@ struct node_proc {
 /* A fresh temporary directory (under $BLOOMGRID_TEST_TMP or /tmp). */
 void harness_tmpdir(char *out, size_t len, const char *tag);
 void harness_sleep_ms(int ms);
+/* Stop process pid with SIGSTOP and wait (up to 5 s) until every one of its
+ * threads is stopped, so that it answers nothing from then on (the signal
+ * takes effect in each thread when it next runs).  0, or -1. */
+int harness_sigstop(pid_t pid);
 
 /* Run argv (argv[0] the program's path) to its end, with stdout appended
  * to out and stderr to err (NULL: /dev/null; the same path: one file), and

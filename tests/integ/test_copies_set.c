@@ -338,7 +338,7 @@ static void fault_one(struct cluster *c)
     case F_STOP: {
         int ms = rnd(2000, 10000);
         fault_log("%s %d (%s) for %d ms", fault_name[f], i, c->node[i].addr, ms);
-        kill(c->node[i].pid, SIGSTOP);
+        harness_sigstop(c->node[i].pid);
         harness_sleep_ms(ms);
         kill(c->node[i].pid, SIGCONT);
         break;

@@ -437,7 +437,7 @@ static void test_stall(void)
     struct rpc_status st;
 
     start(&c, 2, "input-stall", "1000");
-    CHECK(kill(c.node[1].pid, SIGSTOP) == 0, "SIGSTOP");
+    CHECK(harness_sigstop(c.node[1].pid) == 0, "SIGSTOP");
     struct msg m = create_msg("victim", 6, 1000, 0.01, 0, 4);
     int code = call(c.router[0].ch, SVC "CreateFilter", &m, &st, NULL);
     CHECK(code == GS(UNAVAILABLE) || code == GS(DEADLINE_EXCEEDED),

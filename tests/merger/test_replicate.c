@@ -161,7 +161,7 @@ static void test_stalled(void)
     for (int trial = 0; trial < 2; trial++) {
         for (size_t k = 0; k < sizeof h; k++)
             h[k] = (uint8_t)rand();
-        CHECK(kill(c.node[0].pid, SIGSTOP) == 0, "SIGSTOP copy 0");
+        CHECK(harness_sigstop(c.node[0].pid) == 0, "SIGSTOP copy 0");
         for (unsigned s = 0; s < S; s++)
             CHECK(t_hashes(c.node[2].ch, "AddHashes", "f", s, h, NHASHES, false, out, &st) == 0,
                   "AddHashes on copy 2: %s", st.message);

@@ -285,7 +285,7 @@ static int reads_while_stuck(struct cluster *c, struct rpc_channel *r, const cha
     struct rpc_status st;
     char *k[] = {"sp-key"};
     bool out[1];
-    kill(c->node[1].pid, SIGSTOP);
+    CHECK(harness_sigstop(c->node[1].pid) == 0, "SIGSTOP node 1");
     atomic_int ended = 0;
     pthread_t th[SP_STUCK];
     for (int i = 0; i < SP_STUCK; i++) {

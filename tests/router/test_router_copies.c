@@ -120,7 +120,7 @@ static void test_early(void)
     /* Each write touches every shard's group, the stopped copy included:
      * waiting for it would take the router's 60 s node timeout, past the
      * client's 10 s deadline. */
-    kill(c.node[1].pid, SIGSTOP);
+    harness_sigstop(c.node[1].pid);
     char **more = keys_make("early", 0, 64 * 8);
     for (int r = 0; r < 8; r++)
         CHECK(t_keys(c.router[0].ch, "Add", "f", more + 64 * r, 64, out, &st) == 0,
@@ -154,7 +154,7 @@ static void test_quorum(void)
 
     for (int i = 0; i < 3; i++) {
         char when[64];
-        kill(c.node[i].pid, SIGSTOP);
+        harness_sigstop(c.node[i].pid);
         snprintf(when, sizeof when, "copy %d stopped", i);
         all_maybe(&c, k, when);
         char **more = keys_make(when, 0, 64);

@@ -176,7 +176,7 @@ static void test_syncing(void)
           "create: %s", st.message);
     CHECK(wait_health(c.router[0].ch, FILTER_HEALTH, 1), "filter health not SERVING");
 
-    kill(c.node[STOPPED].pid, SIGSTOP);
+    harness_sigstop(c.node[STOPPED].pid);
     cluster_node_wipe(&c, SY);
     CHECK(t_wait_shard_states(c.node[SY].ch, "f", S, BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING,
                       60000), "the wiped copy's shards are not re-created SYNCING");

@@ -201,8 +201,8 @@ static void test_replace(void)
 
     /* A write needs W of each set: with nodes 1 and 3 stopped, copies 0
      * and 2 would take it, but only one of the next copies. */
-    kill(c.node[1].pid, SIGSTOP);
-    kill(c.node[3].pid, SIGSTOP);
+    harness_sigstop(c.node[1].pid);
+    harness_sigstop(c.node[3].pid);
     char *probe[] = {"probe-joint"};
     bool out[1];
     int code = t_keys(c.router[0].ch, "Add", "f", probe, 1, out, &st);

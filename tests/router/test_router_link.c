@@ -463,7 +463,7 @@ static void test_stalled(void)
     bool out[1];
     CHECK(t_keys(r, "Add", "st", k1, 1, out, &st) == 0, "Add: %s", st.message);
 
-    kill(c.node[0].pid, SIGSTOP);
+    harness_sigstop(c.node[0].pid);
     /* Two big writes go out and hang (the write stream's window), the third
      * waits in the queue, the fourth would pass 1 MiB queued.  They start a
      * moment apart, so that each finds the one before it placed. */

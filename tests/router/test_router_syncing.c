@@ -72,7 +72,7 @@ static void test(void)
     CHECK(on0 < NKEYS / 10, "copy 0 already has %zu keys of k2", on0);
 
     /* Copy 2 stopped, copy 1 loses its disk. */
-    kill(c.node[STOPPED].pid, SIGSTOP);
+    harness_sigstop(c.node[STOPPED].pid);
     cluster_node_wipe(&c, SY);
     CHECK(wait_states(c.node[SY].ch, BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING,
                       60000), "the wiped copy's shards are not re-created SYNCING");

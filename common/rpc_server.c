@@ -407,30 +407,26 @@ static void stream_start(struct slot *s)
         rpc_server__lstream_begin(s);
         return;
     }
-    if (full && lmode) {
-        struct rpc_status st = {.code = GRPC_STATUS_RESOURCE_EXHAUSTED};
+    if (!full && !watch_full)
+        return;
+    /* Refused: every pool thread it could take has a stream. */
+    struct rpc_status st = {.code = GRPC_STATUS_RESOURCE_EXHAUSTED};
+    if (watch_full) {
+        log_warn("refusing stream %s: %d health Watch streams open", s->m->path, limit);
+        snprintf(st.message, sizeof st.message,
+                 "server has %d health Watch streams open, its limit (a quarter of "
+                 "max_streams); use Check, or retry later", limit);
+    } else {
         log_warn("refusing stream %s: %d %sstreams open", s->m->path, limit,
                  internal ? "" : "public ");
         snprintf(st.message, sizeof st.message,
-                 "server has %d %sstreams open, its limit (max_streams%s); "
-                 "retry later", limit, internal ? "" : "public ",
-                 internal ? "" : " less internal_streams");
-        rpc_server__lstream_refuse(s, &st);
-        return;
+                 "server has %d %sstreams open, its limit (max_streams%s); retry later",
+                 limit, internal ? "" : "public ", internal ? "" : " less internal_streams");
     }
-    if (watch_full) {
-        log_warn("refusing stream %s: %d health Watch streams open", s->m->path, limit);
-        rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "server has %d health Watch streams open, its limit (a "
-                          "quarter of max_streams); use Check, or retry later", limit);
-        rpc_server__slot_free(s);
-    } else if (full) {
-        log_warn("refusing stream %s: %d %sstreams open", s->m->path, limit,
-                 internal ? "" : "public ");
-        rpc_stream_finish((struct rpc_stream *)s, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                          "server has %d %sstreams open, its limit (max_streams%s); "
-                          "retry later", limit, internal ? "" : "public ",
-                          internal ? "" : " less internal_streams");
+    if (lmode) {
+        rpc_server__lstream_refuse(s, &st);   /* frees the slot once sent */
+    } else {
+        rpc_stream_finish_status((struct rpc_stream *)s, &st);
         rpc_server__slot_free(s);
     }
 }
@@ -542,8 +538,7 @@ static void *worker_main(void *p)
     for (;;) {
         /* Woken now and then to end idle streams (stream_idle_ms). */
         grpc_event ev = grpc_completion_queue_next(
-            cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                             gpr_time_from_millis(250, GPR_TIMESPAN)), NULL);
+            cq, gpr_time_from_millis(250, GPR_TIMESPAN), NULL);  /* relative */
         rpc_server__lstream_sweep(srv);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;

@@ -748,9 +748,7 @@ void rpc_server__lstream_begin(struct slot *s)
         struct rpc_status st = {.code = GRPC_STATUS_RESOURCE_EXHAUSTED};
         snprintf(st.message, sizeof st.message, "%s: out of memory for a stream",
                  s->m->path);
-        s->fin_started = true;
-        s->closed = true;
-        lsend_status(s, &st);
+        rpc_server__lstream_refuse(s, &st);
         return;
     }
     pthread_mutex_lock(&s->lock);

@@ -242,14 +242,10 @@ static void complete(struct wal_rec *list)
     }
 }
 
-/* Hand a committed batch to the completer, behind the ones before it. */
-static void complete_later(struct wal *w, struct wal_rec *list)
+/* Hand a committed batch (list ... last) to the completer, behind the ones
+ * before it. */
+static void complete_later(struct wal *w, struct wal_rec *list, struct wal_rec *last)
 {
-    struct wal_rec *last = list;
-    if (!list)
-        return;
-    while (last->next)
-        last = last->next;
     pthread_mutex_lock(&w->cmu);
     if (w->ctail)
         w->ctail->next = list;
@@ -309,8 +305,8 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Commit one batch (the queue as it was taken). */
-static void commit_batch(struct wal *w, struct wal_rec *list)
+/* Commit one batch (the queue as it was taken: list ... last). */
+static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *last)
 {
     uint64_t commit, first = w->next_lsn;
     size_t len = 0;
@@ -394,7 +390,7 @@ static void commit_batch(struct wal *w, struct wal_rec *list)
         w->cap = 0;
     }
     if (w->cstarted)
-        complete_later(w, list);
+        complete_later(w, list, last);
     else
         complete(list);
 }
@@ -415,7 +411,7 @@ static void *commit_main(void *arg)
     for (;;) {
         while (!w->head && !w->stop && !w->rotate)
             pthread_cond_wait(&w->cv, &w->mu);
-        struct wal_rec *list = w->head;
+        struct wal_rec *list = w->head, *last = w->tail;
         bool rotate = w->rotate;
         w->head = w->tail = NULL;
         w->rotate = false;
@@ -429,7 +425,7 @@ static void *commit_main(void *arg)
         if (rotate && !w->broken && cur > WAL_SEG_HDR)
             rotate_now(w);
         if (list)
-            commit_batch(w, list);
+            commit_batch(w, list, last);
         pthread_mutex_lock(&w->mu);
         cur = w->segs[w->nsegs - 1].bytes;
         pthread_mutex_unlock(&w->mu);

@@ -316,6 +316,20 @@ static struct rpc_channel *gated_cluster(struct cluster *c, const char *name,
     return c->router[0].ch;
 }
 
+/* Hold the WAL's fsync (the gate file), start a's write on th and wait until
+ * it is held there. */
+static void start_held_write(const char *gate, const char *held, struct one_add *a,
+                             pthread_t *th)
+{
+    FILE *g = fopen(gate, "w");
+    CHECK(g, "create %s", gate);
+    fclose(g);
+    pthread_create(th, NULL, one_add_main, a);
+    for (int i = 0; i < 3000 && !file_exists(held); i++)
+        harness_sleep_ms(10);
+    CHECK(file_exists(held), "the write of %s never reached the WAL's fsync", a->key);
+}
+
 static void test_slow_fsync(const char *preload)
 {
     struct cluster c;
@@ -329,15 +343,9 @@ static void test_slow_fsync(const char *preload)
     CHECK(t_keys(r, "Add", "sf", k, 100, out, &st) == 0, "Add: %s", st.message);
 
     /* Hold the WAL's fsync, start a write and wait until it is held. */
-    FILE *g = fopen(gate, "w");
-    CHECK(g, "create %s", gate);
-    fclose(g);
     struct one_add a = {.ch = r, .filter = "sf", .key = "held-write"};
     pthread_t th;
-    pthread_create(&th, NULL, one_add_main, &a);
-    for (int i = 0; i < 3000 && !file_exists(held); i++)
-        harness_sleep_ms(10);
-    CHECK(file_exists(held), "the write never reached the WAL's fsync");
+    start_held_write(gate, held, &a, &th);
 
     /* Reads through the same router are answered meanwhile. */
     for (int round = 0; round < 20; round++) {
@@ -381,16 +389,10 @@ static void test_pipelined(const char *preload)
     struct node_info before, after;
     t_node_info(c.node[0].ch, &before);
 
-    FILE *g = fopen(gate, "w");
-    CHECK(g, "create %s", gate);
-    fclose(g);
     struct one_add a = {.ch = r, .filter = "pl", .key = "pipelined-first"};
     struct one_add b = {.ch = r, .filter = "pl", .key = second[0]};
     pthread_t ta, tb;
-    pthread_create(&ta, NULL, one_add_main, &a);
-    for (int i = 0; i < 3000 && !file_exists(held); i++)
-        harness_sleep_ms(10);
-    CHECK(file_exists(held), "the first write never reached the WAL's fsync");
+    start_held_write(gate, held, &a, &ta);
     pthread_create(&tb, NULL, one_add_main, &b);
     /* The second write is applied on the node while the first waits. */
     bool seen = false;

@@ -7,9 +7,9 @@
  * counted (the server and each deferred slot), so that a finish after
  * rpc_server_destroy still finds its lock; shutdown releases a cancelled
  * slot's call and marks it orphaned, and its finish then only frees it.  A
- * finish that is not orphaned starts the reply batch under the book's lock,
- * so shutdown never releases a call while its reply starts; the batch's
- * completion, on a worker, frees the slot.
+ * finish that is not orphaned takes its slot off the list under the book's
+ * lock, so shutdown no longer sees the call, and starts the reply batch
+ * after letting the lock go; the batch's completion frees the slot.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -125,16 +125,16 @@ int rpc_deferred_finish(struct rpc_deferred *d)
 
     pthread_mutex_lock(&b->lock);
     bool orphaned = s->orphaned;
-    if (orphaned) {
-        rc = -ECANCELED;
-    } else {
-        /* Under the lock, so that shutdown cannot release the call while
-         * the reply batch starts; its completion frees the slot. */
+    /* Off the list, the call is the slot's alone: shutdown releases only
+     * the calls it finds there.  So the reply starts after the lock is let
+     * go, and the loop that defers the next calls does not wait for it. */
+    if (!orphaned)
         book_unlink_locked(b, s);
-        rc = rpc_server__send_reply(s);
-    }
     rpc_server__book_unref_unlock(b);
-    if (orphaned)
+    if (orphaned) {
         rpc_server__slot_free(s);
+        return -ECANCELED;
+    }
+    rc = rpc_server__send_reply(s);   /* its completion frees the slot */
     return rc;
 }

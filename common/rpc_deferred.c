@@ -121,7 +121,6 @@ int rpc_deferred_finish(struct rpc_deferred *d)
 {
     struct slot *s = (struct slot *)d;
     struct defer_book *b = s->book;
-    int rc;
 
     pthread_mutex_lock(&b->lock);
     bool orphaned = s->orphaned;
@@ -135,6 +134,5 @@ int rpc_deferred_finish(struct rpc_deferred *d)
         rpc_server__slot_free(s);
         return -ECANCELED;
     }
-    rc = rpc_server__send_reply(s);   /* its completion frees the slot */
-    return rc;
+    return rpc_server__send_reply(s);   /* its completion frees the slot */
 }

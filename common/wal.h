@@ -47,6 +47,12 @@
  * on.  If no new segment can be made the log is broken: every batch fails
  * until a new segment can be made (each batch tries again).
  *
+ * Room: with fsync, segments are made as large as they may grow, zeros
+ * that records overwrite (a thread of the log writes the next segment's
+ * ahead; docs/STORAGE.md); the zeros after the last record are cut when
+ * the segment is closed, and by wal_scan after a crash (not counted as
+ * torn).
+ *
  * Threads: every function may be called from any thread at once except
  * wal_scan (before wal_open) and wal_close.  Completions run on the commit
  * thread, one at a time, with no lock of the log held: they may submit,
@@ -245,5 +251,9 @@ const char *wal_dir(const struct wal *w);
  * use (or, for counting, with a function that calls fdatasync). */
 extern int (*wal__fdatasync)(int fd);
 extern ssize_t (*wal__write)(int fd, const void *buf, size_t len);
+/* How the log learns the free space of its file system (room for the next
+ * segment is made only when there is plenty). */
+struct statvfs;
+extern int (*wal__statvfs)(const char *path, struct statvfs *buf);
 
 #endif

@@ -11,15 +11,13 @@
  * (which send the answers) run on a second thread, in commit order, so
  * that the next batch's fdatasync starts at once instead of after them.
  *
- * Room made ahead (fsync only): a third thread keeps one zero-filled file
- * ready, synced, for the next segment.  The commit thread writes the
- * segment's header into it and renames it into place, and from then on its
- * writes overwrite blocks that are already allocated: an fdatasync then
- * has only the data to flush, not the file's growth (measured on this
- * log's disk: 97-139 us against 138-175 us for an append).  The zeros
- * after the last record are cut when the segment is closed or the log is
- * closed; after a crash the scan cuts them as it cuts a torn tail, without
- * counting them as torn.
+ * Room (fsync only): a segment is made with its blocks allocated
+ * (fallocate) as far as it may grow, so the file's size does not change as
+ * records are written and an fdatasync has no growth of the file to write
+ * (docs/STORAGE.md has the figures).  The room after the last record
+ * reads as zeros; it is cut when the segment is closed or the log is
+ * closed, and after a crash the scan cuts it as it cuts a torn tail,
+ * without counting it as torn.
  */
 #include "durable.h"
 #include "log.h"
@@ -39,8 +37,6 @@
 
 #define BUF_KEEP (16u << 20)   /* larger batch buffers are freed */
 #define ROOM_MAX (64u << 20)   /* the most room a segment is made with */
-#define ROOM_CHUNK WAL_ROOM_UNIT /* zeros written at once */
-#define ROOM_SYNC (8u << 20)   /* and synced every this many bytes */
 #define ROOM_FREE 4            /* room is made only if the file system has
                                   this many times as much free */
 
@@ -106,16 +102,7 @@ struct wal {
     struct wal_rec *chead, *ctail;
     bool cstop, cstarted;
     pthread_t cthread;
-    /* Room made ahead (fsync only); room: its size, 0 when none is made. */
-    uint64_t room;
-    pthread_mutex_t rmu;
-    pthread_cond_t rcv;
-    int spare_fd;                /* under rmu: a file of room zeros, or -1 */
-    char spare_path[WAL_PATH_LEN]; /* under rmu */
-    bool rwant, rstop, rstarted; /* under rmu */
-    bool rwarned;                /* room thread only */
-    unsigned rcount;             /* room thread only: temp file names */
-    pthread_t rthread;
+    uint64_t room;               /* fsync: a segment's room; 0: none */
 };
 
 /* snprintf that may truncate: paths are bounded by the checked dir. */
@@ -154,7 +141,7 @@ static int sync_fd(int fd)
     return wal__fdatasync(fd) < 0 ? (errno ? -errno : -EIO) : 0;
 }
 
-/* ---- room made ahead ---- */
+/* ---- room ---- */
 
 /* Is there plenty of space for room?  When the file system is nearly
  * full, segments grow as they are written. */
@@ -166,122 +153,8 @@ static bool room_fits(struct wal *w)
            (uint64_t)sv.f_bavail * sv.f_frsize / ROOM_FREE >= w->room;
 }
 
-/* Make a file of w->room zeros, synced; its fd, or -1 (nothing left
- * behind).  Room thread. */
-static int room_make(struct wal *w, char *path, size_t len)
-{
-    static const uint8_t zeros[ROOM_CHUNK];
-    const char *why = NULL;
-    int fd, rc = 0;
-
-    if (!room_fits(w))
-        return -1;
-    strfmt(path, len, "%s/.wal-room-%u.tmp", w->dir, w->rcount++);
-    fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = -errno;
-        why = "open";
-        goto fail;
-    }
-    for (uint64_t off = 0; off < w->room; off += ROOM_CHUNK) {
-        pthread_mutex_lock(&w->rmu);
-        bool stop = w->rstop;
-        pthread_mutex_unlock(&w->rmu);
-        if (stop)
-            goto fail;
-        for (size_t done = 0; done < ROOM_CHUNK;) {
-            ssize_t n = write(fd, zeros + done, ROOM_CHUNK - done);
-            if (n <= 0) {
-                if (n < 0 && errno == EINTR)
-                    continue;
-                rc = n < 0 ? -errno : -EIO;
-                why = "write";
-                goto fail;
-            }
-            done += (size_t)n;
-        }
-        /* Synced in parts, so that the log's own fsyncs meanwhile do not
-         * wait behind all of it. */
-        if ((off + ROOM_CHUNK) % ROOM_SYNC == 0 && fdatasync(fd) < 0) {
-            rc = -errno;
-            why = "fdatasync";
-            goto fail;
-        }
-    }
-    if (fdatasync(fd) < 0) {
-        rc = -errno;
-        why = "fdatasync";
-        goto fail;
-    }
-    return fd;
-fail:
-    if (why && !w->rwarned) {
-        log_warn("wal: cannot make room for the next segment of %s (%s: %s); "
-                 "segments grow as they are written", w->dir, why,
-                 strerror(-rc));
-        w->rwarned = true;
-    }
-    if (fd >= 0) {
-        close(fd);
-        unlink(path);
-    }
-    return -1;
-}
-
-static void *room_main(void *arg)
-{
-    struct wal *w = arg;
-    char path[WAL_PATH_LEN];
-
-    pthread_mutex_lock(&w->rmu);
-    for (;;) {
-        while (!w->rstop && !(w->rwant && w->spare_fd < 0))
-            pthread_cond_wait(&w->rcv, &w->rmu);
-        if (w->rstop)
-            break;
-        w->rwant = false;
-        pthread_mutex_unlock(&w->rmu);
-        int fd = room_make(w, path, sizeof(path));
-        pthread_mutex_lock(&w->rmu);
-        if (fd >= 0) {
-            w->spare_fd = fd;
-            memcpy(w->spare_path, path, sizeof(path));
-        }
-    }
-    pthread_mutex_unlock(&w->rmu);
-    return NULL;
-}
-
-/* Take the room made ahead (fd, and its path into path), or -1. */
-static int room_take(struct wal *w, char *path, size_t len)
-{
-    int fd = -1;
-
-    if (!w->rstarted)
-        return -1;
-    pthread_mutex_lock(&w->rmu);
-    if (w->spare_fd >= 0) {
-        fd = w->spare_fd;
-        strfmt(path, len, "%s", w->spare_path);
-        w->spare_fd = -1;
-    }
-    pthread_mutex_unlock(&w->rmu);
-    return fd;
-}
-
-/* Ask for the next room (after a segment took it, or could not). */
-static void room_request(struct wal *w)
-{
-    if (!w->rstarted)
-        return;
-    pthread_mutex_lock(&w->rmu);
-    w->rwant = true;
-    pthread_cond_signal(&w->rcv);
-    pthread_mutex_unlock(&w->rmu);
-}
-
-/* Cut the zeros after the last record of a segment made with room.  The
- * cut need not be durable: a scan after a crash cuts them too. */
+/* Cut the room after the last record of a segment made with room.  The
+ * cut need not be durable: a scan after a crash cuts it too. */
 static void room_cut(int fd)
 {
     off_t end = lseek(fd, 0, SEEK_CUR);
@@ -293,9 +166,9 @@ static void room_cut(int fd)
 
 /* ---- segments ---- */
 
-/* Create segment wal-<first>.log durably (temp file, header, sync, rename,
- * directory sync) in the room made ahead if there is one; *fd stays open,
- * positioned after the header; *room tells whether it was made with room. */
+/* Create segment wal-<first>.log durably (temp file, room, header, sync,
+ * rename, directory sync); *fd stays open, positioned after the header;
+ * *room tells whether it was made with room. */
 static int seg_create(struct wal *w, uint64_t first, int *fd, bool *room,
                       char *err)
 {
@@ -307,31 +180,14 @@ static int seg_create(struct wal *w, uint64_t first, int *fd, bool *room,
     wal__seg_name(name, sizeof(name), first);
     strfmt(path, sizeof(path), "%s/%s", w->dir, name);
     *room = false;
-    df.fd = room_take(w, df.tmp, sizeof(df.tmp));
-    if (df.fd >= 0) {
-        strfmt(df.path, sizeof(df.path), "%s", path);
-        *room = true;
-        if (lseek(df.fd, 0, SEEK_SET) < 0) {
-            rc = -errno;
-            errmsg_set(err, "cannot seek in %s: %s", df.tmp, strerror(-rc));
-            durable_abort(&df);
-            room_request(w);
-            return rc;
-        }
-    } else if ((rc = durable_open(&df, path, ".wal-new.tmp", 0644, err)) < 0) {
-        room_request(w);
+    if ((rc = durable_open(&df, path, ".wal-new.tmp", 0644, err)) < 0)
         return rc;
-    } else if (room_fits(w)) {
-        /* No zeros made ahead (the log's first segment, or the next one
-         * came before its room was ready): blocks allocated now still
-         * spare each fdatasync the file's growth, though not the marking
-         * of each block as written. */
+    if (room_fits(w)) {
         if (fallocate(df.fd, 0, 0, (off_t)w->room) == 0)
             *room = true;
-        else if (ftruncate(df.fd, 0) < 0)
+        else if (ftruncate(df.fd, 0) < 0)   /* whatever it did allocate */
             log_warn("wal: cannot cut a segment's room: %s", strerror(errno));
     }
-    room_request(w);   /* the rename below comes first: the name is unique */
     df.sync = wal__fdatasync;
     wal__seg_header(h, first);
     if ((rc = write_all(df.fd, h, sizeof(h))) < 0) {
@@ -646,10 +502,7 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
         return NULL;
     }
     w->fd = -1;
-    w->spare_fd = -1;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_mutex_init(&w->rmu, NULL);
-    pthread_cond_init(&w->rcv, NULL);
     pthread_cond_init(&w->cv, NULL);
     pthread_mutex_init(&w->seg_mu, NULL);
     pthread_mutex_init(&w->cmu, NULL);
@@ -694,10 +547,7 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
         /* Room as large as a segment grows, within reason. */
         uint64_t room = w->seg_target + w->seg_target / 16;
         room = room > ROOM_MAX ? ROOM_MAX : room;
-        w->room = (room + ROOM_CHUNK - 1) / ROOM_CHUNK * ROOM_CHUNK;
-        w->rwant = true;
-        if (pthread_create(&w->rthread, NULL, room_main, w) == 0)
-            w->rstarted = true;   /* without it, segments only grow */
+        w->room = (room + WAL_ROOM_UNIT - 1) / WAL_ROOM_UNIT * WAL_ROOM_UNIT;
     }
     if (seg_switch(w, err) < 0)
         goto fail;
@@ -737,17 +587,6 @@ void wal_close(struct wal *w)
         pthread_mutex_unlock(&w->cmu);
         pthread_join(w->cthread, NULL);
     }
-    if (w->rstarted) {
-        pthread_mutex_lock(&w->rmu);
-        w->rstop = true;
-        pthread_cond_signal(&w->rcv);
-        pthread_mutex_unlock(&w->rmu);
-        pthread_join(w->rthread, NULL);
-        if (w->spare_fd >= 0) {
-            close(w->spare_fd);
-            unlink(w->spare_path);
-        }
-    }
     if (w->fd >= 0) {
         if (w->has_room && !w->broken)
             room_cut(w->fd);
@@ -761,8 +600,6 @@ void wal_close(struct wal *w)
     pthread_mutex_destroy(&w->seg_mu);
     pthread_mutex_destroy(&w->cmu);
     pthread_cond_destroy(&w->ccv);
-    pthread_mutex_destroy(&w->rmu);
-    pthread_cond_destroy(&w->rcv);
     free(w);
 }
 

@@ -47,9 +47,9 @@
  * on.  If no new segment can be made the log is broken: every batch fails
  * until a new segment can be made (each batch tries again).
  *
- * Room: with fsync, segments are made as large as they may grow, zeros
- * that records overwrite (a thread of the log writes the next segment's
- * ahead; docs/STORAGE.md); the zeros after the last record are cut when
+ * Room: with fsync, a segment is made with its blocks allocated as far as
+ * it may grow (fallocate; docs/STORAGE.md), and records overwrite that
+ * room, which reads as zeros; the room after the last record is cut when
  * the segment is closed, and by wal_scan after a crash (not counted as
  * torn).
  *

@@ -19,7 +19,7 @@
 #define WAL_SEG_VERSION 1
 #define WAL_REC_MAGIC UINT32_C(0x4E574742) /* "BGWN" little-endian */
 #define WAL_PATH_LEN 4096
-/* Room made ahead for a segment's records is a multiple of this: zeros at
+/* The room a segment is made with (wal.h) is a multiple of this: zeros at
  * the end of a segment of such a size are room, not a torn write. */
 #define WAL_ROOM_UNIT (1u << 20)
 

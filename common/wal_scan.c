@@ -6,8 +6,8 @@
  *   - a torn tail: in the last segment, with no intact record after it
  *     whose commit stamp says it was written once the bad one was durable:
  *     never acknowledged, so it and everything after it are cut (zeros at
- *     the end are room made ahead for records, cut without counting as
- *     torn);
+ *     the end are the room the segment was made with, cut without
+ *     counting as torn);
  *   - a damaged record whose header is intact: its owner is known, the
  *     damage is reported for that stream and the scan goes on after it;
  *   - a damaged header: the scan looks for the next intact header and
@@ -235,7 +235,7 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
         if (last && !sc->live &&
             !next_header(m, size, off, sc->expect, true)) {
             /* A torn write that was never acknowledged: cut it off.  Zeros
-             * at the end are room made ahead, not a torn write. */
+             * at the end are the segment's room, not a torn write. */
             size_t end = size;
             while (size % WAL_ROOM_UNIT == 0 && end > off && m[end - 1] == 0)
                 end--;

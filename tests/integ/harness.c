@@ -170,8 +170,8 @@ uint64_t harness_du(const char *dir)
 {
     uint64_t now = du_once(dir), before;
 
-    /* A node's log makes room for its next segment in the background:
-     * read once the size holds still. */
+    /* A node that starts a log segment allocates the new one's room
+     * before it cuts the old one's: read once the size holds still. */
     for (int i = 0; i < 100; i++) {
         usleep(100 * 1000);
         before = now;

@@ -78,8 +78,8 @@ int harness_run(const char *const *argv, const char *out, const char *err,
 /* Monotonic seconds, for the timings tests print (never for assertions). */
 double harness_now_s(void);
 /* Bytes the files under dir take on disk (allocated blocks, as du), once
- * that holds still for 100 ms (a node's log makes room for its next
- * segment in the background). */
+ * that holds still for 100 ms (a node starting a log segment allocates its
+ * room before it cuts the old one's). */
 uint64_t harness_du(const char *dir);
 /* Lines of the file at path that contain needle (0 when it cannot be read).
  * Only for what a process reports nowhere but its log: say why where used. */

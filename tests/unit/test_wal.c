@@ -734,72 +734,41 @@ START_TEST(a_slow_completion_does_not_hold_the_next_fsync)
 }
 END_TEST
 
-/* ---- room made ahead ---- */
+/* ---- room ---- */
 
 /* open_log's 1 MiB segments are made with 2 MiB of room (a segment's size
  * and a sixteenth, in whole MiB). */
 #define ROOM (2u << 20)
 
-/* The temp file of room made ahead, if any: its size, or -1. */
-static off_t spare_size(void)
+/* With fsync, a segment is written into room allocated when it is made:
+ * the file has its room's size, in allocated blocks, while the log is
+ * open; closing a segment (a rotation, or closing the log) cuts the room
+ * after its records. */
+START_TEST(segments_are_written_into_allocated_room)
 {
-    DIR *d = opendir(tdir);
-    struct dirent *de;
-    off_t size = -1;
-
-    ck_assert_ptr_nonnull(d);
-    while ((de = readdir(d)))
-        if (!strncmp(de->d_name, ".wal-room-", 10)) {
-            char p[4400];
-            snprintf(p, sizeof(p), "%s/%s", tdir, de->d_name);
-            size = file_size(p);
-        }
-    closedir(d);
-    return size;
-}
-
-static void wait_spare(void)
-{
-    for (int i = 0; i < 10000 && spare_size() != ROOM; i++)
-        usleep(1000);
-    ck_assert_int_eq(spare_size(), ROOM);
-}
-
-/* With fsync, a segment is written into room allocated before: the file
- * has its room's size while the log is open; the first segment's room is
- * allocated when it is made, the next ones take the zeros a thread wrote
- * and synced ahead.  Closing cuts the room after the records. */
-START_TEST(segments_are_written_into_room_made_ahead)
-{
-    char err[WAL_ERRLEN], path[4096];
+    char err[WAL_ERRLEN], path[4096], first[4096];
     struct wal_scan_info info;
+    struct stat st;
     struct wal *w = open_log(1, WAL_SYNC_FSYNC);
     struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
 
     for (uint64_t i = 1; i <= 10; i++)
         ck_assert_int_eq(append(s, i), 0);
-    seg_path(path, sizeof(path), true);
-    ck_assert_int_eq(file_size(path), ROOM);
-    wait_spare();
+    seg_path(first, sizeof(first), true);
+    ck_assert_int_eq(file_size(first), ROOM);
+    ck_assert_int_eq(stat(first, &st), 0);
+    ck_assert_int_ge((off_t)st.st_blocks * 512, ROOM);   /* allocated */
     wal_rotate(w);
-    ck_assert_int_eq(append(s, 11), 0);        /* in the room made ahead */
-    for (int i = 0; i < 10000 && spare_size() == ROOM; i++)
-        usleep(1000);   /* the next room may be in the making already */
-    char first[4096];
-    seg_path(first, sizeof(first), false);
+    ck_assert_int_eq(append(s, 11), 0);
     ck_assert_int_eq(file_size(first), WAL_SEG_HDR + 10 * REC1);  /* cut */
     seg_path(path, sizeof(path), true);
     ck_assert_str_ne(path, first);
     ck_assert_int_eq(file_size(path), ROOM);
-    struct stat st;
-    ck_assert_int_eq(stat(path, &st), 0);
-    ck_assert_int_ge((off_t)st.st_blocks * 512, ROOM);   /* allocated */
     for (uint64_t i = 12; i <= 20; i++)
         ck_assert_int_eq(append(s, i), 0);
     wal_stream_close(s);
     wal_close(w);
     ck_assert_int_eq(file_size(path), WAL_SEG_HDR + 10 * REC1);
-    ck_assert_int_eq(spare_size(), -1);   /* the unused room is removed */
     ck_assert_int_eq(scan(&info, err), 0);
     ck_assert_uint_eq(seen.n, 20);
     ck_assert_uint_eq(info.truncated, 0);
@@ -808,8 +777,8 @@ START_TEST(segments_are_written_into_room_made_ahead)
 END_TEST
 
 /* Append n records in a child that then exits without closing the log: a
- * crash as far as the files are concerned.  rotate: write them in the
- * room made ahead (the second segment). */
+ * crash as far as the files are concerned.  rotate: the first record in a
+ * segment of its own, the others in the next. */
 static void crash_after(uint64_t n, bool rotate)
 {
     pid_t pid = fork();
@@ -819,23 +788,20 @@ static void crash_after(uint64_t n, bool rotate)
     if (pid == 0) {
         struct wal *w = open_log(1, WAL_SYNC_FSYNC);
         struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
-        if (rotate) {
-            ck_assert_int_eq(append(s, 1), 0);
-            wait_spare();
-            wal_rotate(w);
-        }
-        for (uint64_t i = rotate; i < n; i++)
+        for (uint64_t i = 0; i < n; i++) {
             ck_assert_int_eq(append(s, i + 1), 0);
+            if (rotate && i == 0)
+                wal_rotate(w);
+        }
         _exit(0);
     }
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
-/* After a crash the last segment ends in the zeros of its room: the scan
- * reads every record, cuts the zeros and does not count them as torn; a
- * record torn by the crash, in the room right after the last one, is cut
- * and counted. */
+/* After a crash the last segment ends in its room: the scan reads every
+ * record, cuts the room and does not count it as torn; a record torn by the
+ * crash, in the room right after the last one, is cut and counted. */
 START_TEST(a_crash_leaves_room_that_the_scan_cuts_without_calling_it_torn)
 {
     char err[WAL_ERRLEN], path[4096];
@@ -880,8 +846,8 @@ static int nearly_full(const char *path, struct statvfs *buf)
     return rc;
 }
 
-/* On a nearly full file system, and with durability none, no room is
- * made: segments grow as they are written. */
+/* On a nearly full file system, and with durability none, segments are
+ * made without room: they grow as they are written. */
 START_TEST(no_room_on_a_nearly_full_disk_or_without_fsync)
 {
     char path[4096];
@@ -896,7 +862,6 @@ START_TEST(no_room_on_a_nearly_full_disk_or_without_fsync)
                 ck_assert_int_eq(append(s, i), 0);
             seg_path(path, sizeof(path), true);
             ck_assert_int_eq(file_size(path), WAL_SEG_HDR + 10 * REC1);
-            ck_assert_int_eq(spare_size(), -1);
             wal_rotate(w);
         }
         wal_stream_close(s);
@@ -925,7 +890,7 @@ Suite *wal_suite(void)
     tcase_add_test(tc, segments_rotate_discard_and_gaps_are_lost_lsns);
     tcase_add_test(tc, empty_or_missing_directory_is_an_empty_log);
     tcase_add_test(tc, a_slow_completion_does_not_hold_the_next_fsync);
-    tcase_add_test(tc, segments_are_written_into_room_made_ahead);
+    tcase_add_test(tc, segments_are_written_into_allocated_room);
     tcase_add_test(tc, a_crash_leaves_room_that_the_scan_cuts_without_calling_it_torn);
     tcase_add_test(tc, no_room_on_a_nearly_full_disk_or_without_fsync);
     suite_add_tcase(s, tc);

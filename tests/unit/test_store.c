@@ -198,8 +198,8 @@ static off_t file_size(const char *path)
     return st.st_size;
 }
 
-/* Where a log segment's records end: before the zeros of the room the log
- * made ahead for more (left by a crash). */
+/* Where a log segment's records end: before the room the segment was made
+ * with, which reads as zeros (a crash leaves it). */
 static off_t records_end(const char *path)
 {
     off_t end = file_size(path);
@@ -626,8 +626,8 @@ START_TEST(torn_wal_tail_is_cut_and_the_filter_served)
     store_close(s);
     in_crashing_child(child_add_batches, "f");
     log_path(wal, sizeof(wal), true);
-    /* The crash left the segment with the zeros of its room after the
-     * records (the log makes them ahead). */
+    /* The crash left the segment with its room (zeros) after the
+     * records. */
     off_t size = records_end(wal);
     ck_assert_int_gt(file_size(wal), size);
     /* A record cut short by the crash, as a partial write leaves it: right

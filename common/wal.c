@@ -84,8 +84,6 @@ struct wal {
     /* Commit thread only: */
     int fd;
     bool broken;
-    bool has_room;               /* the segment being written was made with
-                                    room: its tail is zeros, cut on close */
     uint64_t next_lsn;
     uint8_t *buf;
     size_t cap;
@@ -153,24 +151,26 @@ static bool room_fits(struct wal *w)
            (uint64_t)sv.f_bavail * sv.f_frsize / ROOM_FREE >= w->room;
 }
 
-/* Cut the room after the last record of a segment made with room.  The
- * cut need not be durable: a scan after a crash cuts it too. */
-static void room_cut(int fd)
+/* Close the segment being written, its room after the last record cut
+ * (a no-op for one made without room, which ends there).  A broken one
+ * keeps what its failed batch wrote, which the next segment supersedes.
+ * The cut need not be durable: a scan after a crash cuts the room too. */
+static void seg_close(struct wal *w)
 {
-    off_t end = lseek(fd, 0, SEEK_CUR);
+    off_t end = lseek(w->fd, 0, SEEK_CUR);
 
-    if (end > 0 && ftruncate(fd, end) < 0)
+    if (!w->broken && end > 0 && ftruncate(w->fd, end) < 0)
         log_warn("wal: cannot cut the unused room of a log segment: %s",
                  strerror(errno));
+    close(w->fd);
+    w->fd = -1;
 }
 
 /* ---- segments ---- */
 
 /* Create segment wal-<first>.log durably (temp file, room, header, sync,
- * rename, directory sync); *fd stays open, positioned after the header;
- * *room tells whether it was made with room. */
-static int seg_create(struct wal *w, uint64_t first, int *fd, bool *room,
-                      char *err)
+ * rename, directory sync); *fd stays open, positioned after the header. */
+static int seg_create(struct wal *w, uint64_t first, int *fd, char *err)
 {
     struct durable_file df;
     char name[32], path[WAL_PATH_LEN];
@@ -179,15 +179,11 @@ static int seg_create(struct wal *w, uint64_t first, int *fd, bool *room,
 
     wal__seg_name(name, sizeof(name), first);
     strfmt(path, sizeof(path), "%s/%s", w->dir, name);
-    *room = false;
     if ((rc = durable_open(&df, path, ".wal-new.tmp", 0644, err)) < 0)
         return rc;
-    if (room_fits(w)) {
-        if (fallocate(df.fd, 0, 0, (off_t)w->room) == 0)
-            *room = true;
-        else if (ftruncate(df.fd, 0) < 0)   /* whatever it did allocate */
-            log_warn("wal: cannot cut a segment's room: %s", strerror(errno));
-    }
+    if (room_fits(w) && fallocate(df.fd, 0, 0, (off_t)w->room) < 0 &&
+        ftruncate(df.fd, 0) < 0)   /* whatever a failed one did allocate */
+        log_warn("wal: cannot cut a segment's room: %s", strerror(errno));
     df.sync = wal__fdatasync;
     wal__seg_header(h, first);
     if ((rc = write_all(df.fd, h, sizeof(h))) < 0) {
@@ -207,10 +203,9 @@ static int seg_create(struct wal *w, uint64_t first, int *fd, bool *room,
 /* Switch to a new segment starting at w->next_lsn.  Commit thread. */
 static int seg_switch(struct wal *w, char *err)
 {
-    bool room;
     int fd, rc;
 
-    if ((rc = seg_create(w, w->next_lsn, &fd, &room, err)) < 0)
+    if ((rc = seg_create(w, w->next_lsn, &fd, err)) < 0)
         return rc;
     pthread_mutex_lock(&w->mu);
     if (w->nsegs == w->segcap) {
@@ -230,13 +225,9 @@ static int seg_switch(struct wal *w, char *err)
     w->segs[w->nsegs++] = (struct seg){w->next_lsn, WAL_SEG_HDR};
     w->bytes += WAL_SEG_HDR;
     pthread_mutex_unlock(&w->mu);
-    if (w->fd >= 0) {
-        if (w->has_room && !w->broken)
-            room_cut(w->fd);
-        close(w->fd);
-    }
+    if (w->fd >= 0)
+        seg_close(w);
     w->fd = fd;
-    w->has_room = room;
     w->broken = false;
     return 0;
 }
@@ -587,11 +578,8 @@ void wal_close(struct wal *w)
         pthread_mutex_unlock(&w->cmu);
         pthread_join(w->cthread, NULL);
     }
-    if (w->fd >= 0) {
-        if (w->has_room && !w->broken)
-            room_cut(w->fd);
-        close(w->fd);
-    }
+    if (w->fd >= 0)
+        seg_close(w);
     free(w->buf);
     free(w->segs);
     free(w->dir);

@@ -219,7 +219,6 @@ for i, (lang, text, para) in enumerate(blocks):
         if shows is not None:
             script.append(check_output(os.path.join(outdir, "block%d.out" % i), shows,
                                        text.strip().splitlines()[-1]))
-        if shows is not None:
             expected = shows
     elif lang in CODE_LANGS:
         names = re.findall(r"`([\w./-]+\.%s)`" % CODE_LANGS[lang], para)
@@ -231,7 +230,6 @@ if needs_cluster and not run_cmd:
     fail("no line runs the client without settings")
 
 tls_proc = None
-tls_port = None
 if needs_tls:
     os.makedirs(fixtures)
     tls_proc, tls_port = start_tls_node(work, fixtures)

@@ -10,7 +10,7 @@
 #   test     build, plus what the test suite and the benchmarks run against:
 #            libbloom and redis (benchmarks), Node.js and npm (the grpc-js
 #            client tests), Python's prometheus, grpc, protobuf and yaml modules,
-#            protoc-gen-go, openssl (test certificates)
+#            gRPC's generators and Java jars (docs/CLIENTS.md), openssl
 #   image    what `make image` needs to build the image here: podman with
 #            runc, and debootstrap for a base where no registry serves one
 set -euo pipefail
@@ -27,6 +27,9 @@ BUILD=(
 TEST=(
   libbloom-dev redis-server openssl
   python3-prometheus-client python3-grpcio python3-protobuf python3-yaml protoc-gen-go
+  protobuf-compiler-grpc protoc-gen-go-grpc protobuf-compiler-grpc-java-plugin
+  libgrpc-java libprotobuf-java libnetty-java libperfmark-java libguava-java
+  libgeronimo-annotation-1.3-spec-java
 )
 case "$what" in
   runtime) PKGS=("${RUNTIME[@]}") ;;
@@ -38,6 +41,8 @@ case "$what" in
     # package), so these two are wanted only when their commands are missing.
     command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
     command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+    # A JDK compiles the Java client of docs/CLIENTS.md (any JDK will do).
+    command -v javac >/dev/null 2>&1 || PKGS+=(default-jdk-headless)
     ;;
   image) PKGS=(podman runc debootstrap) ;;
   -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;

@@ -46,14 +46,18 @@ int node_rpc__undrop(struct store *s, const char *sname, const char *label,
     bool known = sf && node_rpc__shard_facts(sf, &facts) == 0;
     if (sf)
         store_put(sf);
-    if (known && facts.secret_id != XXH3_64bits(p->secret, BF_SECRET_LEN))
+    if (!known)
+        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "%s exists but is not "
+                        "serving (recovering or failed), so its secret cannot "
+                        "be checked: not undropped; retry", label);
+    else if (facts.secret_id != XXH3_64bits(p->secret, BF_SECRET_LEN))
         rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_SECRET_MISMATCH,
                        "%s exists under another secret (it was created again "
                        "after the drop): not undropped; drop it first, or "
                        "restore elsewhere", label);
     else
-        rpc_reply_error(r, GRPC_STATUS_ALREADY_EXISTS, "%s exists%s: nothing "
-                        "to undrop", label, known ? " with this secret" : "");
+        rpc_reply_error(r, GRPC_STATUS_ALREADY_EXISTS, "%s exists with this "
+                        "secret: nothing to undrop", label);
     return -1;
 }
 

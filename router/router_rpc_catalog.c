@@ -217,13 +217,15 @@ fail:
 
 /* The failure of a CreateFilter that tells most: one from a node that
  * answered (a bad parameter, a name taken) before one of a node that is
- * down or slow. */
-static size_t telling_failure(const struct fan *fn)
+ * down or slow.  In an undrop (undrop set) ALREADY_EXISTS is no failure:
+ * that copy holds the filter. */
+static size_t telling_failure(const struct fan *fn, bool undrop)
 {
     size_t first = SIZE_MAX;
 
     for (size_t i = 0; i < fn->n; i++) {
-        if (fn->calls[i].rc == 0)
+        if (fn->calls[i].rc == 0 ||
+            (undrop && fn->calls[i].st.code == GRPC_STATUS_ALREADY_EXISTS))
             continue;
         if (first == SIZE_MAX || (router_node_down(fn->calls[first].st.code) &&
                                   !router_node_down(fn->calls[i].st.code)))
@@ -244,7 +246,7 @@ static void rollback(struct router *r, const struct topo *t,
                      const struct fan *made, uint32_t S, size_t failed,
                      uint64_t generation, struct rpc_status *st)
 {
-    size_t fi = telling_failure(made);
+    size_t fi = telling_failure(made, generation != 0);
     const struct rpc_multi *first = &made->calls[fi];
     uint32_t fs = made->shard[fi];
     uint32_t *undo = calloc(S, sizeof *undo);

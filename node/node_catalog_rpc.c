@@ -39,7 +39,7 @@ int node_rpc__undrop(struct store *s, const char *sname, const char *label,
 
     if (rc != -EEXIST) {
         if (rc < 0)
-            node_rpc__store_error(r, NULL, label, rc, err);
+            node_rpc__store_error(r, NULL, sname, rc, err);
         return rc < 0 ? -1 : 0;
     }
     struct store_filter *sf = store_get(s, sname);

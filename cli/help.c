@@ -396,7 +396,7 @@ static const struct help_entry online_help_entries[] = {
      "  bloomgrid --server localhost:7500 --token-file admin.tok \\\n"
      "      backup /var/backups/bloomgrid/$(date +%F)\n"},
     {"restore",
-     "usage: bloomgrid [--server HOST:PORT] restore DIR\n"
+     "usage: bloomgrid [--server HOST:PORT] restore DIR [--undrop]\n"
      "\n"
      "Restore the filters of a backup made by 'bloomgrid backup'.  First every\n"
      "file is checked against DIR/manifest.ini and every filter against the\n"
@@ -406,14 +406,26 @@ static const struct help_entry online_help_entries[] = {
      "exist is created with the backup's geometry and secret and its file\n"
      "imported; one that exists gets the import only when it lacks some key\n"
      "of the backup, so running the same restore twice changes nothing.\n"
+     "A filter dropped on the server (DropFilter, 'bloomgrid drop') is not\n"
+     "created again unless --undrop is given: the servers keep a tombstone of\n"
+     "its name and secret so that nothing brings it back by mistake.\n"
      "Needs an admin token.  Prints one line per filter; exit 2 on any\n"
      "failure.  See docs/BACKUP.md.\n"
-     "\n" SERVER_OPTIONS
+     "\n"
+     "      --undrop          undo the drop of the backup's filters that were\n"
+     "                        dropped: lift their tombstones and restore them\n"
+     "                        with their secret (through a router: on every\n"
+     "                        copy that is up, the others follow by\n"
+     "                        anti-entropy; a name created again since, under\n"
+     "                        another secret, is refused)\n"
+     SERVER_OPTIONS
      "                        (default 600000 per transfer)\n"
      "\n"
-     "example:\n"
+     "examples:\n"
      "  bloomgrid --server localhost:7500 --token-file admin.tok \\\n"
-     "      restore /var/backups/bloomgrid/2024-05-01\n"},
+     "      restore /var/backups/bloomgrid/2024-05-01\n"
+     "  bloomgrid --server localhost:7500 --token-file admin.tok \\\n"
+     "      restore --undrop /var/backups/bloomgrid/2024-05-01   # after a drop\n"},
     {NULL, NULL},
 };
 

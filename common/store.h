@@ -233,6 +233,52 @@ int store_drop_handle(struct store *s, struct store_filter *sf, char *err);
 bool store_dropped(struct store *s, const char *name, uint64_t secret_id,
                    const char *fp);
 
+/* Undoing a drop.  Every filter has a generation: 0 until it is undropped.
+ * A tombstone records the generation of the filter it dropped.  An undrop
+ * creates the filter of a name and secret again although it was dropped:
+ * in one durable write of .tombstones it lifts the tombstone and records
+ * the new filter's generation, which is above the tombstone's.  So the
+ * generations tell a copy of a group (docs/REPLICATION.md, "Undoing a
+ * drop") whether a peer's filter of a dropped identity was undropped after
+ * the drop (a higher generation than its tombstone: lift it and take the
+ * filter) or is the filter as it was before the drop, which the drop has
+ * not reached yet (the same generation or lower: keep the tombstone).  The
+ * newest STORE_TOMBS_MAX generation records are kept, as tombstones. */
+
+/* As store_dropped; *gen (may be NULL) gets the highest generation among
+ * the matching tombstones (0 when there is none). */
+bool store_dropped_gen(struct store *s, const char *name, uint64_t secret_id,
+                       const char *fp, uint64_t *gen);
+
+/* The generation of the filter of this name and secret id (0: never
+ * undropped, or unknown). */
+uint64_t store_generation(struct store *s, const char *name, uint64_t secret_id);
+
+/* Create a filter of parameters p (p->secret set: the dropped filter's)
+ * although a filter of this name and secret was dropped, lifting its
+ * tombstone; its generation is gen, or the tombstone's generation + 1 when
+ * that is higher (1 at least), returned in *out_gen (may be NULL).  The
+ * tombstone stays when the creation fails.  Returns 0, -EINVAL (no secret,
+ * bad name or parameters), -EEXIST (the name exists, with any secret: the
+ * caller tells them apart), -EDQUOT, -ENOMEM or an I/O error. */
+int store_undrop(struct store *s, const char *name, const struct bf_params *p,
+                 uint64_t gen, uint64_t *out_gen, char *err);
+
+/* store_create_from for an undropped filter f of generation gen (gen > 0:
+ * a peer's): a tombstone of its name and secret is lifted only when its
+ * generation is below gen (-ESTALE otherwise: the peer's filter is the one
+ * dropped here).  Ownership of f as store_create_from. */
+int store_undrop_from(struct store *s, const char *name, struct bf *f,
+                      uint64_t gen, char *err);
+
+/* Record gen as the generation of the filter behind sf when it is higher
+ * than its own (a peer's filter of the same fingerprint fp, when not NULL,
+ * was undropped later than this copy heard of), durably; a tombstone of
+ * its identity left by a crash goes with it.  Returns 0, -EINVAL (sf is not
+ * of fingerprint fp, or has no bits loaded), or the write's error. */
+int store_generation_raise(struct store *s, struct store_filter *sf,
+                           const char *fp, uint64_t gen, char *err);
+
 /* XXH3-64 (seed 0) of f's secret: the secret id of the wire. */
 uint64_t store_secret_id(const struct bf *f);
 

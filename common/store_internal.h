@@ -76,11 +76,13 @@ struct store_filter {
                                     freed */
 };
 
-/* A dropped filter (store_tomb.c). */
+/* A dropped filter, or the generation of an undropped one
+ * (store_tomb.c). */
 struct store_tomb {
     char name[STORE_NAME_MAX + 1];
     uint64_t secret_id;
     char fp[17];
+    uint64_t gen;                /* the filter's generation (store.h) */
 };
 
 struct store {
@@ -99,10 +101,13 @@ struct store {
     uint64_t max_filters;
     _Atomic uint64_t charged;    /* sum of the filters' charges; raised
                                     under mu by creations */
-    pthread_mutex_t tomb_mu;     /* a leaf lock: tombs, ntombs */
+    pthread_mutex_t tomb_mu;     /* a leaf lock: tombs, gens */
     struct store_tomb *tombs;    /* STORE_TOMBS_MAX, oldest first; NULL
                                     until the first */
     size_t ntombs;
+    struct store_tomb *gens;     /* generations of undropped filters, the
+                                    same way */
+    size_t ngens;
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t tmu;
@@ -152,11 +157,16 @@ void store__filter_free(struct store_filter *sf);
 
 /* Tombstones (store_tomb.c): read DIR/.tombstones at open (0, or
  * -EBADMSG / an I/O error with err: the store does not open); record the
- * drop of sf durably before its files go (0 when it has no identity to
- * record: no bits loaded); free the list at close. */
+ * drop of sf durably before its files go, with its generation (0 when it
+ * has no identity to record: no bits loaded); free the lists at close. */
 int store__tombs_load(struct store *s, char *err);
 int store__tomb_add(struct store *s, struct store_filter *sf, char *err);
 void store__tombs_free(struct store *s);
+/* An undrop: the tombstone of (name, secret_id) lifted and generation gen
+ * recorded for the filter of that identity, durably in one write.  0 or
+ * -ENOMEM / the write's error with err (nothing changed). */
+int store__tomb_lift(struct store *s, const char *name, uint64_t secret_id,
+                     const char *fp, uint64_t gen, char *err);
 /* Test hook: the bound on tombstones (STORE_TOMBS_MAX, 1 at least). */
 extern size_t store__tombs_max;
 

@@ -3,6 +3,7 @@
  * precomputed hashes.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -38,6 +39,8 @@ static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *is
     if (node_rpc__shard_facts(sf, facts) == 0) {
         isi->shard_count = facts->count;
         isi->shard_index = facts->index;
+        isi->generation = store_generation(node_store(n), store_filter_name(sf),
+                                           facts->secret_id);
         if (secret) {
             isi->secret.data = facts->secret;
             isi->secret.len = BF_SECRET_LEN;
@@ -114,6 +117,11 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                         "a sharded filter needs one secret shared by every shard");
         goto out;
     }
+    if (m->secret.len == 0 && m->undrop_generation) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "an undrop needs the dropped filter's secret");
+        goto out;
+    }
     p.capacity = m->capacity;
     p.error_rate = m->error_rate;
     p.shard_index = m->shard_index;
@@ -126,17 +134,29 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     int rc = sync_before_create(s, sname, m, &marked, r);
     if (rc < 0)
         goto out;
-    rc = store_create(s, sname, &p, err);
+    uint64_t gen = 0;
+    if (m->undrop_generation) {
+        /* Undo a drop (docs/REPLICATION.md, "Undoing a drop"). */
+        char label[STORE_NAME_MAX + 48];
+        snprintf(label, sizeof label, "shard %u of filter \"%s\"", m->shard_index,
+                 m->filter);
+        rc = node_rpc__undrop(s, sname, label, &p, m->undrop_generation, &gen, r);
+    } else if ((rc = store_create(s, sname, &p, err)) < 0) {
+        node_rpc__store_error(r, NULL, sname, rc, err);
+    }
     if (rc < 0) {
         if (marked)
             node_sync_clear(node_rpc__sync_get(), sname, 0, NULL);
-        node_rpc__store_error(r, NULL, sname, rc, err);
         goto out;
     }
     if (m->new_filter)
         node_sync_clear(node_rpc__sync_get(), sname, 0, NULL);
-    log_info("created shard %u/%u of filter %s", m->shard_index, m->shard_count,
-             m->filter);
+    if (gen)
+        log_info("undropped shard %u/%u of filter %s: generation %" PRIu64,
+                 m->shard_index, m->shard_count, m->filter, gen);
+    else
+        log_info("created shard %u/%u of filter %s", m->shard_index,
+                 m->shard_count, m->filter);
     struct store_filter *sf = store_get(s, sname);
     if (!sf) {
         rpc_reply_error(r, GRPC_STATUS_NOT_FOUND, "shard dropped during creation");
@@ -183,6 +203,14 @@ void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
                         "shard %u of filter \"%s\" has another secret than "
                         "the one named (another call created it): not dropped",
                         m->shard_index, m->filter);
+        goto out;
+    }
+    if (m->generation && m->secret_id &&
+        store_generation(s, store_filter_name(sf), facts.secret_id) < m->generation) {
+        rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_SECRET_MISMATCH,
+                       "shard %u of filter \"%s\" is of a generation before "
+                       "%" PRIu64 " (it was here before that undrop): not "
+                       "dropped", m->shard_index, m->filter, m->generation);
         goto out;
     }
     if (!m->secret_id)

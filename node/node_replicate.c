@@ -40,7 +40,11 @@
  * filled the same way, once a shard has been missing for
  * REPL_RECREATE_DELAY_MS (a router's CreateFilter reaches the copies one by
  * one) and unless it was dropped here: the store's durable tombstones, and
- * drops since start (repl_tombstoned).
+ * drops since start (repl_tombstoned).  A peer's shard undropped after the
+ * drop here (a higher generation than the tombstone's) lifts the tombstone
+ * and is re-created the same way; a live shard takes a peer's higher
+ * generation of the same fingerprint (docs/REPLICATION.md, "Undoing a
+ * drop").
  *
  * While the group changes its copies (copies_next or copies_prev), every
  * member is pulled from, but only full pulls from the group's copies
@@ -155,14 +159,18 @@ static void sync_check(struct node_replicate *r, struct store_filter *sf,
                  "that are not syncing", name, got);
 }
 
-/* Is (store name, secret id) a dropped shard that must not come back?
- * Until the store keeps durable tombstones, only drops made on this node
- * since it started are known. */
+/* Is (store name, secret id) a dropped shard that a peer's shard of
+ * generation gen must not bring back?  A durable tombstone decides: only a
+ * later undrop (a higher generation) lifts it (docs/REPLICATION.md,
+ * "Undoing a drop"); without one, the drops made here since the start. */
 static bool repl_tombstoned(struct node_replicate *r, const char *name,
-                            uint64_t secret_id)
+                            uint64_t secret_id, uint64_t gen)
 {
-    return store_dropped(node_store(r->n), name, secret_id, NULL) ||
-           node_sync_dropped(node_rpc__sync_get(), name, secret_id);
+    uint64_t dropped_gen;
+
+    if (store_dropped_gen(node_store(r->n), name, secret_id, NULL, &dropped_gen))
+        return dropped_gen >= gen;
+    return node_sync_dropped(node_rpc__sync_get(), name, secret_id);
 }
 
 /* Create shard (filter, index) as peer holds it, SYNCING. */
@@ -180,8 +188,9 @@ static void recreate_shard(struct node_replicate *r, struct rpc_channel *ch,
         return;
     uint64_t id = XXH3_64bits(sh.secret, BF_SECRET_LEN);
     if ((sh.kind != BF_KIND_BLOCKED && sh.kind != BF_KIND_CLASSIC) ||
-        repl_tombstoned(r, sname, id))
+        repl_tombstoned(r, sname, id, sh.generation))
         return;
+    bool lifts = sh.generation && store_dropped(s, sname, id, NULL);
     if (!(f = node_client_shard_filter(&sh, err))) {
         log_warn("anti-entropy: shard %s of %s not re-created: %s", sname, peer, err);
         return;
@@ -192,14 +201,17 @@ static void recreate_shard(struct node_replicate *r, struct rpc_channel *ch,
         bf_destroy(f);
         return;
     }
-    if (store_create_from(s, sname, f, err) < 0) {
+    /* A peer's generation goes with it, and lifts a tombstone of an
+     * earlier one (an undrop this copy was down for). */
+    if (store_undrop_from(s, sname, f, sh.generation, err) < 0) {
         bf_destroy(f);
         node_sync_clear(node_rpc__sync_get(), sname, id, NULL);
         log_warn("anti-entropy: shard %s not re-created: %s", sname, err);
         return;
     }
-    log_info("anti-entropy: re-created shard %s, which %s holds, SYNCING "
-             "until it has pulled its group's pages", sname, peer);
+    log_info("anti-entropy: re-created shard %s, which %s holds%s, SYNCING "
+             "until it has pulled its group's pages", sname, peer,
+             lifts ? " undropped after its drop here (its tombstone is lifted)" : "");
 }
 
 static struct repl_missing *missing_note(struct node_replicate *r, const char *name)
@@ -378,15 +390,22 @@ static unsigned recreate_from(struct node_replicate *r, const char *peer,
                                              isi->shard_count ? isi->shard_count : 1,
                                              NULL) < 0)
             continue;
+        const char *fp = isi->info && isi->info->fingerprint ? isi->info->fingerprint
+                                                             : NULL;
+        uint64_t dropped_gen;
         if ((sf = store_get(s, sname))) {
+            /* The same filter undropped later than this copy knows (it
+             * held the filter, missing the drop and the undrop): its
+             * generation, for its next drop. */
+            if (isi->generation && fp && fp[0])
+                store_generation_raise(s, sf, fp, isi->generation, NULL);
             store_put(sf);
             continue;
         }
-        /* Dropped here (the drop has not reached peer yet): not missing,
-         * never re-created. */
-        const char *fp = isi->info && isi->info->fingerprint ? isi->info->fingerprint
-                                                             : NULL;
-        if (fp && fp[0] && store_dropped(s, sname, 0, fp))
+        /* Dropped here, and the peer's is the filter as it was before (the
+         * drop has not reached peer yet): not missing, never re-created. */
+        if (fp && fp[0] && store_dropped_gen(s, sname, 0, fp, &dropped_gen) &&
+            dropped_gen >= isi->generation)
             continue;
         missing++;
         struct repl_missing *m = missing_note(r, sname);

@@ -136,8 +136,10 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
                         err && err[0] ? err : "out of memory");
         break;
     case -ESTALE:   /* a tombstone: store.h, "Tombstones" */
-        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION, "filter \"%s\": %s",
-                        name, err && err[0] ? err : "dropped");
+        rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_DROPPED,
+                       "filter \"%s\": %s (CreateFilter with undrop set: "
+                       "bloomgrid restore --undrop)", name,
+                       err && err[0] ? err : "dropped");
         break;
     case -EDQUOT:   /* a budget: store.h, "Budgets" */
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s",

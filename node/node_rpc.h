@@ -106,6 +106,17 @@ struct shard_facts {
  * store_filter_inspect error). */
 int node_rpc__shard_facts(struct store_filter *sf, struct shard_facts *out);
 
+/* Undo the drop of store name sname (label: how replies name it) with
+ * the parameters and secret p at generation gen (store_undrop; *out_gen,
+ * may be NULL, gets the one taken).  A name that exists answers
+ * ALREADY_EXISTS when it has p's secret (nothing to undo),
+ * FAILED_PRECONDITION with reason SECRET_MISMATCH when it has another
+ * (created again after the drop), UNAVAILABLE when it is not serving (its
+ * secret unknown).  Returns 0, or -1 with r set (node_catalog_rpc.c). */
+int node_rpc__undrop(struct store *s, const char *sname, const char *label,
+                     const struct bf_params *p, uint64_t gen, uint64_t *out_gen,
+                     struct rpc_reply *r);
+
 /* Catalog handlers (node_catalog_rpc.c). */
 void node_rpc__h_create_filter(void *arg, const uint8_t *req, size_t len,
                                struct rpc_reply *r);

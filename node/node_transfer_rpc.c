@@ -270,8 +270,8 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     if (store_dropped(s, store_filter_name(sf), store_secret_id(src), NULL)) {
         rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
                         "imported file is of filter \"%s\" as it was before "
-                        "it was dropped on this node: refused (a drop is not "
-                        "undone)", name);
+                        "it was dropped on this node: refused (only an undrop "
+                        "brings it back)", name);
         goto done;
     }
     struct merge_check mc = {.src = src};

@@ -428,6 +428,7 @@ int main(int argc, char **argv)
         log_error("cannot start the anti-entropy thread");
         return 1;
     }
+    atomic_store(&n.repl, repl);
 
     int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));
@@ -436,6 +437,8 @@ int main(int argc, char **argv)
     rpc_server_shutdown(n.srv);
     node_metrics_sample_stop();
     pthread_join(hk, NULL);
+    /* No handler runs any more (the server is shut down). */
+    atomic_store(&n.repl, NULL);
     node_replicate_stop(repl);
     node_rpc__topo_clear();
     struct store *s = node_store(&n);

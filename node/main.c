@@ -208,9 +208,13 @@ static void *housekeeping_main(void *arg)
     atomic_store_explicit(&n->store, s, memory_order_release);
     bool ready = check_filters(n);
     set_health(n, ready);
+    bool held = node_sync_any(ns) && node_rpc__group_copies() > 1;
     log_info("data directory %s open; %s", n->cfg.data_dir,
-             ready ? "every filter is ready: SERVING"
-                   : "some filters are not ready: NOT_SERVING");
+             !ready ? "some filters are not ready: NOT_SERVING"
+             : held ? "every filter is ready, reads held (bloomgrid.v1.BloomGrid "
+                      "NOT_SERVING) until the copy has checked with its group and "
+                      "no shard is SYNCING"
+                    : "every filter is ready: SERVING");
     /* Ready for the service manager once the data is loaded, SYNCING or
      * not: a SYNCING copy takes writes and pulls (it is alive). */
     svc_notify_ready("%s; %zu shards SYNCING", ready ? "serving" : "some filters not ready",

@@ -61,6 +61,21 @@
  * epoch moves past what was heard.  Until the first answers of N - W + 1
  * copies are in, the node is held.
  *
+ * Re-created copies (docs/REPLICATION.md): a listing also announces this
+ * node's address and where it stands (ListShardsRequest.copy_state), and
+ * the answer says where the peer stands and whether it recorded another
+ * copy id at this node's address.  A node that started on an empty store
+ * is new (node_sync_whole_get): held until N - W + 1 copies that are not
+ * refilling listed nothing it lacks in one round (a new group: it serves),
+ * or refilling as soon as a shard of its copies has been missing here for
+ * REPL_RECREATE_DELAY_MS or a copy recorded another copy at its address.
+ * A node not yet checked that hears the latter draws a new copy id and
+ * marks every shard SYNCING.  A refilling node lists its copies every
+ * round and serves again once N - W + 1 copies that are not refilling list
+ * nothing it lacks and none of its shards is SYNCING (whole_decide).
+ *
+ * An operator's Resync (node_resync.c) runs on this thread between rounds.
+ *
  * Queries never wait for these threads: they hold no lock of their own
  * across a call (mu guards the cursors and the pullers' work; it may be
  * held while taking a store lock, never the reverse), and the store's
@@ -529,10 +544,13 @@ static bool checking(const struct node_replicate *r)
     return !r->verified || node_sync_standing(node_rpc__sync_get()) == NODE_SYNC_NEW;
 }
 
-/* Is a listing of the copies' shards due: every REPL_LIST_EVERY_MS, or
- * every REPL_CHECK_EVERY_MS while checking? */
+/* Is a listing of the copies' shards due: every REPL_LIST_EVERY_MS, every
+ * REPL_CHECK_EVERY_MS while checking, and every round while refilling (it
+ * is done as soon as its last shard leaves SYNCING)? */
 static bool list_due(const struct node_replicate *r)
 {
+    if (node_sync_standing(node_rpc__sync_get()) == NODE_SYNC_REFILLING)
+        return true;
     return node_sync_now_ms() - r->listed_ms >=
            (checking(r) ? REPL_CHECK_EVERY_MS : REPL_LIST_EVERY_MS);
 }
@@ -576,12 +594,11 @@ static void whole_decide(const struct topo_group *grp, const struct list_tally *
 /* List the shards of the group's copies that are not down (announcing
  * this copy); down[m] is set for members found down. */
 static void list_round(struct node_replicate *r, const struct topo *t,
-                       const struct topo_group *grp, bool *down)
+                       const struct topo_group *grp, bool *down, struct list_tally *tally)
 {
     struct node_sync *ns = node_rpc__sync_get();
     uint64_t now = node_sync_now_ms();
     bool self_copy = false;
-    struct list_tally tally = {0};
 
     r->listed_ms = now;
     for (unsigned c = 0; c < grp->ncopies; c++)
@@ -599,19 +616,18 @@ static void list_round(struct node_replicate *r, const struct topo *t,
                              &resp);
         if (!resp)
             continue;
-        tally.listed++;
+        tally->listed++;
         /* A copy that refills lacks what it has not re-created yet. */
-        tally.counting +=
+        tally->counting +=
             resp->copy_state != BLOOMGRID__V1__COPY_STATE__COPY_STATE_REFILLING;
-        recreate_from(r, grp->copies[c], resp, &tally);
+        recreate_from(r, grp->copies[c], resp, tally);
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     }
     missing_sweep(r);
-    whole_decide(grp, &tally);
     /* A member joining the copies may become one once enough copies listed
      * nothing it lacks and none of its shards is SYNCING. */
-    bool ready = self_copy || (tally.counting >= repl__copies_needed(grp) &&
-                               tally.missing == 0 && node_sync_count(ns) == 0);
+    bool ready = self_copy || (tally->counting >= repl__copies_needed(grp) &&
+                               tally->missing == 0 && node_sync_count(ns) == 0);
     if (ready != r->joined && !self_copy)
         log_info("joining group %s: %s", grp->name,
                  ready ? "every shard of its copies is here and in sync: it may "
@@ -642,11 +658,12 @@ static void replicate_round(struct node_replicate *r, bool pull)
      * pulls from the others never wait for it (they run on each peer's
      * puller). */
     bool down[TOPO_MAX_COPIES] = {false};
+    struct list_tally tally = {0};
     repl__probe(r, grp, down);
     if (listing)
-        list_round(r, t, grp, down);
+        list_round(r, t, grp, down, &tally);
     if (!pull)
-        goto out;
+        goto decide;
     for (unsigned m = 0; m < grp->nmembers; m++) {
         struct repl_peer *p;
         if (!down[m] && !node_rpc__is_self(topo_member(grp, m)) &&
@@ -665,6 +682,11 @@ static void replicate_round(struct node_replicate *r, bool pull)
         store_list_free(names, nn);
     }
     repl__gauges_set(r);
+decide:
+    /* After sync_check: a refilling copy whose last shard just left
+     * SYNCING is done in this round. */
+    if (listing)
+        whole_decide(grp, &tally);
 out:
     topo_unref(t);
 }

@@ -23,7 +23,9 @@
  *
  * new_group: three nodes start for the first time in a group, each on an
  * empty data directory: they serve (their group is new), and a filter is
- * created, written and read through a router.
+ * created, written and read through a router.  Then a shard created on two
+ * copies alone: `bloomgrid status` does not show the third serving (it
+ * lacks a shard its group holds), though its health says SERVING.
  *
  * double_wipe: two copies lose their disks in turn (copy 1 stopped while
  * copy 0 is wiped, then wiped itself): both refill from copy 2 alone and
@@ -303,6 +305,36 @@ static void test_new_group(void)
     CHECK(cli(status) == 0 && line_with(out_path, "3 of 3 copies serving", ""),
           "status of a new group");
     printf("created, written and read through the router\n");
+
+    /* A copy that lacks a shard its group holds (created on the two others
+     * alone; its anti-entropy slowed so it does not re-create it) is not
+     * shown serving, whatever its health says. */
+    const char *slow[] = {"--replicate-interval-ms", "60000", NULL};
+    cluster_node_restart(&c, 1, SIGTERM, slow);
+    CHECK(cluster_wait_reads(&c, 1, 20000), "copy 1 does not serve after a restart");
+    for (int i = 0; i < 3; i += 2) {
+        Bloomgrid__V1__CreateShardRequest cq = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
+        ProtobufCMessage *resp = NULL;
+        cq.filter = "lone";
+        cq.shard_count = 1;
+        cq.capacity = 1000;
+        cq.error_rate = 0.01;
+        cq.new_filter = true;
+        static uint8_t secret[32] = {7};
+        cq.secret.data = secret;
+        cq.secret.len = sizeof secret;
+        CHECK(rpc_call(c.node[i].ch, "/bloomgrid.v1.Internal/CreateShard", &cq.base,
+                       &bloomgrid__v1__internal_shard_info__descriptor, &resp,
+                       TIMEOUT_MS, &st) == 0, "create lone on copy %d: %s", i, st.message);
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    CHECK(node_health(&c.node[1], "bloomgrid.v1.BloomGrid") == 1,
+          "copy 1's health is not SERVING");
+    CHECK(cli(status) == 0 && line_with(out_path, c.node[1].addr, "lacks 1 shard") &&
+              !line_with(out_path, c.node[1].addr, "serving") &&
+              line_with(out_path, "2 of 3 copies serving", ""),
+          "status shows serving a copy that lacks a shard of its group");
+    printf("status: a copy that lacks a shard of its group is not shown serving\n");
     keys_free(k, NKEYS);
     cluster_stop(&c);
 }

@@ -208,9 +208,13 @@ static void *housekeeping_main(void *arg)
     atomic_store_explicit(&n->store, s, memory_order_release);
     bool ready = check_filters(n);
     set_health(n, ready);
+    bool held = node_sync_any(ns) && node_rpc__group_copies() > 1;
     log_info("data directory %s open; %s", n->cfg.data_dir,
-             ready ? "every filter is ready: SERVING"
-                   : "some filters are not ready: NOT_SERVING");
+             !ready ? "some filters are not ready: NOT_SERVING"
+             : held ? "every filter is ready, reads held (bloomgrid.v1.BloomGrid "
+                      "NOT_SERVING) until the copy has checked with its group and "
+                      "no shard is SYNCING"
+                    : "every filter is ready: SERVING");
     /* Ready for the service manager once the data is loaded, SYNCING or
      * not: a SYNCING copy takes writes and pulls (it is alive). */
     svc_notify_ready("%s; %zu shards SYNCING", ready ? "serving" : "some filters not ready",
@@ -428,6 +432,7 @@ int main(int argc, char **argv)
         log_error("cannot start the anti-entropy thread");
         return 1;
     }
+    atomic_store(&n.repl, repl);
 
     int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));
@@ -436,6 +441,8 @@ int main(int argc, char **argv)
     rpc_server_shutdown(n.srv);
     node_metrics_sample_stop();
     pthread_join(hk, NULL);
+    /* No handler runs any more (the server is shut down). */
+    atomic_store(&n.repl, NULL);
     node_replicate_stop(repl);
     node_rpc__topo_clear();
     struct store *s = node_store(&n);

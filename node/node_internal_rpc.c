@@ -265,9 +265,8 @@ void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
         return;
     UNPACK_OR_FAIL(Bloomgrid__V1__ListShardsRequest,
                    bloomgrid__v1__list_shards_request, m, req, len, r);
-    bool refused = node_rpc__refuse_version(r, m->topology_version);
-    uint64_t heard = refused ? 0 : node_rpc__peer_heard(m->group, m->copy_id,
-                                                        m->copy_epoch);
+    bool refused = node_rpc__refuse_version(r, m->topology_version), replaced = false;
+    uint64_t heard = refused ? 0 : node_rpc__peer_heard(m, &replaced);
     bloomgrid__v1__list_shards_request__free_unpacked(m, NULL);
     if (refused)
         return;
@@ -305,6 +304,8 @@ void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
     resp.n_shards = k;
     resp.shards = ptrs;
     resp.heard_epoch = heard;
+    resp.replaced = replaced;
+    resp.copy_state = (Bloomgrid__V1__CopyState)node_rpc__copy_state();
     rpc_reply_pack(r, &resp.base);
 out:
     free(ptrs);
@@ -394,4 +395,85 @@ void node_rpc__h_node_info(void *arg, const uint8_t *req, size_t len,
     resp.filters = b.filters;
     rpc_reply_pack(r, &resp.base);
     bloomgrid__v1__node_info_request__free_unpacked(m, NULL);
+}
+
+/* ---- Resync (docs/REPLICATION.md, "Accepting a loss") ---- */
+
+/* The answer, on the anti-entropy thread: ctx is the deferred call. */
+static void resync_done(void *ctx, const struct node_resync_result *res)
+{
+    struct rpc_deferred *d = ctx;
+    struct rpc_reply *r = rpc_deferred_reply(d);
+
+    if (res->code != GRPC_STATUS_OK) {
+        rpc_reply_error(r, (grpc_status_code)res->code, "%s", res->message);
+    } else {
+        Bloomgrid__V1__ResyncResponse resp = BLOOMGRID__V1__RESYNC_RESPONSE__INIT;
+        char *used[16], *down[16], *fails[NODE_RESYNC_FAILURES_MAX + 1], more[96];
+        resp.group = (char *)res->group;
+        resp.copy = (char *)res->copy;
+        for (unsigned i = 0; i < res->nused; i++)
+            used[i] = (char *)res->used[i];
+        for (unsigned i = 0; i < res->nunreachable; i++)
+            down[i] = (char *)res->unreachable[i];
+        size_t nf = 0;
+        for (; nf < res->nfailures && nf < NODE_RESYNC_FAILURES_MAX; nf++)
+            fails[nf] = (char *)res->failures[nf];
+        if (res->nfailures > nf) {
+            snprintf(more, sizeof more, "and %u more failures (the node's log has "
+                     "them)", res->nfailures - (unsigned)nf);
+            fails[nf++] = more;
+        }
+        resp.n_used = res->nused;
+        resp.used = used;
+        resp.n_unreachable = res->nunreachable;
+        resp.unreachable = down;
+        resp.n_failures = nf;
+        resp.failures = fails;
+        resp.shards = res->shards;
+        resp.created = res->created;
+        resp.left_syncing = res->left_syncing;
+        resp.pages = res->pages;
+        resp.bytes = res->bytes;
+        if (rpc_reply_pack(r, &resp.base) < 0)
+            rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    rpc_deferred_finish(d);
+}
+
+void node_rpc__h_resync(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
+{
+    struct node *n = arg;
+    if (!node_rpc__need_store(n, r))
+        return;
+    UNPACK_OR_FAIL(Bloomgrid__V1__ResyncRequest, bloomgrid__v1__resync_request, m, req,
+                   len, r);
+    bool accept = m->accept_loss;
+    uint64_t version = m->topology_version;
+    bloomgrid__v1__resync_request__free_unpacked(m, NULL);
+    if (node_rpc__refuse_version(r, version))
+        return;
+    if (!accept) {
+        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "Resync refused: accept_loss is not set.  A resync makes this "
+                        "copy serve what the reachable copies of its group hold: keys "
+                        "acknowledged only on copies that lost their data are gone "
+                        "for good (docs/REPLICATION.md, \"Accepting a loss\")");
+        return;
+    }
+    struct node_replicate *repl = atomic_load(&n->repl);
+    if (node_rpc__group_copies() <= 1 || !repl) {
+        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "Resync refused: this node is not a copy of a group of several "
+                        "copies: there is nothing to resync from");
+        return;
+    }
+    struct rpc_deferred *d = rpc_reply_defer(r);
+    if (!d)
+        return;
+    if (node_replicate_resync(repl, version, resync_done, d) < 0) {
+        rpc_reply_error(rpc_deferred_reply(d), GRPC_STATUS_ABORTED,
+                        "a resync already runs on this node: wait for its answer");
+        rpc_deferred_finish(d);
+    }
 }

@@ -570,16 +570,46 @@ bool node_rpc__refuse_version(struct rpc_reply *r, uint64_t version)
 
 /* ---- SYNCING shards ---- */
 
-uint64_t node_rpc__peer_heard(const char *group, uint64_t copy_id, uint64_t epoch)
+uint64_t node_rpc__peer_heard(const Bloomgrid__V1__ListShardsRequest *m, bool *replaced)
 {
     int g = -1;
     struct topo *t = node_rpc__topo_get(&g);
     uint64_t heard = 0;
-    if (t && g >= 0 && copy_id)
-        heard = node_sync_peer_heard(node_rpc__sync_get(), t->groups[g].name, group,
-                                     copy_id, epoch);
+
+    *replaced = false;
+    if (t && g >= 0 && m->copy_id) {
+        const struct topo_group *grp = &t->groups[g];
+        /* An address is recorded only for a member of the group, and never
+         * this node's own. */
+        const char *addr = NULL;
+        for (unsigned k = 0; m->address && k < grp->nmembers && !addr; k++)
+            if (strcmp(topo_member(grp, k), m->address) == 0 &&
+                !node_rpc__is_self(m->address))
+                addr = m->address;
+        struct node_sync_announce a = {
+            .group = m->group, .id = m->copy_id, .epoch = m->copy_epoch, .addr = addr,
+            .settled = m->copy_state == BLOOMGRID__V1__COPY_STATE__COPY_STATE_REFILLING ||
+                       m->copy_state == BLOOMGRID__V1__COPY_STATE__COPY_STATE_CHECKED,
+        };
+        heard = node_sync_peer_heard(node_rpc__sync_get(), grp->name, &a, replaced);
+    }
     topo_unref(t);
     return heard;
+}
+
+int node_rpc__copy_state(void)
+{
+    struct node_sync *ns = node_rpc__sync_get();
+
+    if (!ns || atomic_load(&group_n) <= 1)
+        return BLOOMGRID__V1__COPY_STATE__COPY_STATE_UNSPECIFIED;
+    switch (node_sync_standing(ns)) {
+    case NODE_SYNC_CHECKING: return BLOOMGRID__V1__COPY_STATE__COPY_STATE_CHECKING;
+    case NODE_SYNC_NEW: return BLOOMGRID__V1__COPY_STATE__COPY_STATE_NEW;
+    case NODE_SYNC_REFILLING: return BLOOMGRID__V1__COPY_STATE__COPY_STATE_REFILLING;
+    case NODE_SYNC_CHECKED: break;
+    }
+    return BLOOMGRID__V1__COPY_STATE__COPY_STATE_CHECKED;
 }
 
 static _Atomic(struct node_sync *) node_syncs;

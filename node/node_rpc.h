@@ -139,6 +139,9 @@ void node_rpc__h_import(void *arg, struct rpc_stream *st);
 /* Internal ExportShard / ImportShard: the same for one shard. */
 void node_rpc__h_export_shard(void *arg, struct rpc_stream *st);
 void node_rpc__h_import_shard(void *arg, struct rpc_stream *st);
+/* Internal Resync (node_internal_rpc.c): checked here, run by the
+ * anti-entropy thread (node_resync.c), answered from there. */
+void node_rpc__h_resync(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r);
 /* Internal PullPages / PushPages (node_pages_rpc.c). */
 void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st);
 void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
@@ -151,10 +154,14 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
 int node_rpc__topo_install(struct topo *t, const char *addr, char *err, size_t errlen);
 struct topo *node_rpc__topo_get(int *group);
 void node_rpc__topo_clear(void);
-/* ListShards of a peer announcing its copy id at epoch in group: the
- * highest epoch of it heard before (node_sync_peer_heard), 0 without a
- * topology. */
-uint64_t node_rpc__peer_heard(const char *group, uint64_t copy_id, uint64_t epoch);
+/* ListShards of a peer announcing its data directory (m's group, copy id,
+ * epoch, address and state): the highest epoch of it heard before and
+ * whether another copy was recorded at its address (node_sync_peer_heard);
+ * 0 and false without a topology or a copy id. */
+uint64_t node_rpc__peer_heard(const Bloomgrid__V1__ListShardsRequest *m, bool *replaced);
+/* Where this node stands as a copy (a Bloomgrid__V1__CopyState):
+ * UNSPECIFIED outside a group of N > 1. */
+int node_rpc__copy_state(void);
 /* Is addr this node's address in the topology? */
 bool node_rpc__is_self(const char *addr);
 /* N of the node's group (1 without a topology). */

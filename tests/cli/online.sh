@@ -17,10 +17,11 @@ unset BLOOMGRID_SERVER
 
 # ---- help -----------------------------------------------------------------
 expect_ok "$BG" help
-for c in create drop list info add check remove export import query build; do
+for c in create drop list info add check remove export import query build status \
+         resync; do
     grep -q "^  $c " out.txt || fail "help does not list $c"
 done
-for c in drop list info check export import; do
+for c in drop list info check export import status resync; do
     expect_ok "$BG" help $c
     grep -q "usage: bloomgrid .*$c" out.txt || fail "help $c: $(cat out.txt)"
     grep -q "example" out.txt || fail "help $c has no example"
@@ -31,6 +32,12 @@ grep -q 'usage: bloomgrid --server HOST:PORT add NAME' out.txt ||
     fail "help add lacks the server form"
 expect_ok "$BG" --server "$S" check --help
 grep -q 'usage: bloomgrid .*check NAME' out.txt || fail "check --help"
+
+# ---- resync: refused without --accept-loss, and on a node of no group ------
+expect_err 2 "refused without --accept-loss.*gone" "$BG" --server "$S" resync
+expect_err 2 "FAILED_PRECONDITION: .*not a copy of a group of several copies" \
+    "$BG" --server "$S" resync --accept-loss
+expect_err 2 "resync: too many arguments" "$BG" --server "$S" resync --accept-loss x
 
 # ---- catalog ----------------------------------------------------------------
 expect_ok "$BG" --server "$S" list

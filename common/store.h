@@ -74,12 +74,21 @@
  *
  * Failed writes: if a log write or fdatasync fails, no write of that batch
  * is acknowledged and every filter with a write in it turns FAILED (the
- * fsync is never retried); their later mutations fail with -EIO.  Filters
- * with no write in the batch go on (the log continues in a new segment).
- * store_filter_recover() reloads a filter from its files, and the store's
- * thread does that by itself every recover_retry_ms for filters FAILED by
- * an I/O error.  Filters FAILED by damaged files stay so until
- * store_filter_recover is called (e.g. after an operator's repair).
+ * fsync is never retried); their later mutations fail with the error that
+ * happened (-ENOSPC on a full disk, -EIO ...; err says which file).  Such
+ * a filter keeps its bits in memory and goes on answering reads from them
+ * (store_may_contain_hashes, store_filter_read): they hold every
+ * acknowledged write, and the bits of the failed batch too, which only
+ * ever make a "maybe" of an unacknowledged key (a counting filter's failed
+ * remove reads as done until the reload, as any remove in flight does).
+ * Filters with no write in the batch go on (the log continues in a new
+ * segment).  store_filter_recover() reloads a filter from its files (reads
+ * are refused while it runs: -EAGAIN), and the store's thread does that by
+ * itself every recover_retry_ms for filters FAILED by an I/O error, once
+ * the log can be written again (a full disk keeps the filter as it is,
+ * reads served, writes refused).  Filters FAILED by damaged files have no
+ * bits and stay so until store_filter_recover is called (e.g. after an
+ * operator's repair).
  *
  * Threads: every function may be called from any thread at once, except
  * store_close.  A background thread per store writes checkpoints (above)
@@ -268,9 +277,12 @@ bool store_filter_recovery_cut(struct store_filter *sf);
 int store_filter_recover(struct store_filter *sf, char *err);
 
 /* Add n hashes; added[i] (may be NULL) is true when hash i was definitely
- * absent before.  Returns 0 only after the log record is durable; -EIO when
- * it cannot be made durable (nothing acknowledged, the filter turns FAILED),
- * -EAGAIN / -ENOENT for a filter recovering / dropped. */
+ * absent before.  Returns 0 only after the log record is durable; the error
+ * of the log (-ENOSPC on a full disk, -EIO ...) when it cannot be made
+ * durable (nothing acknowledged, the filter turns FAILED: "Failed
+ * writes"), and so for every write until the filter is recovered; -EIO for
+ * a filter FAILED otherwise; -EAGAIN / -ENOENT for a filter recovering /
+ * dropped. */
 int store_add_hashes(struct store_filter *sf, const struct bf_hash *h,
                      size_t n, bool *added, char *err);
 
@@ -283,19 +295,24 @@ typedef void (*store_done_fn)(void *ctx, int rc);
 /* store_add_hashes without the wait: the bits are set, added[] filled (it
  * is the caller's, and complete when the call returns) and the record
  * queued before it returns 0; done(ctx, rc) follows once the record is
- * durable (rc 0) or cannot be made so (-EIO, the filter turns FAILED).
+ * durable (rc 0) or cannot be made so (the log's error, -ENOSPC on a full
+ * disk; the filter turns FAILED).
  * h is copied: it may be freed on return.  A call with n == 0 completes
  * once the filter's earlier writes are durable.  done must not wait for
  * the store (it runs on the commit thread, which every write waits for);
  * the handle must stay held until done ran.  Returns 0, or the errors of
- * store_add_hashes that come before any change (-EAGAIN, -ENOENT, -EIO for
- * a FAILED filter, -ENOMEM) with err set, and then done is never called. */
+ * store_add_hashes that come before any change (-EAGAIN, -ENOENT, the
+ * error of a FAILED filter, -ENOMEM) with err set, and then done is never
+ * called. */
 int store_add_hashes_async(struct store_filter *sf, const struct bf_hash *h,
                            size_t n, bool *added, store_done_fn done,
                            void *ctx, char *err);
 
-/* Query n hashes.  Returns 0, or -EIO / -EAGAIN / -ENOENT when the filter
- * is not READY (never answers from state it cannot vouch for). */
+/* Query n hashes.  Returns 0, also from a filter that takes no writes
+ * after a failed log write ("Failed writes"); or -EIO / -EAGAIN / -ENOENT
+ * when the filter has no bits it can vouch for (FAILED by damaged files,
+ * being reloaded, dropped): it never answers from state it cannot vouch
+ * for. */
 int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
                              size_t n, bool *present);
 
@@ -444,9 +461,17 @@ const struct bf *store_filter_bf(struct store_filter *sf);
 /* Call fn(f, ctx) with the live filter under the filter's shared lock, so f
  * cannot be replaced meanwhile.  fn must only read f and must not call back
  * into the store for this filter; adds run concurrently.  Returns 0, or
- * -EAGAIN / -ENOENT / -EIO when the filter is not READY (fn not called). */
+ * the error of a filter that is not READY (-EAGAIN / -ENOENT / -EIO, or
+ * its log's, e.g. -ENOSPC; fn not called). */
 int store_filter_inspect(struct store_filter *sf,
                          void (*fn)(const struct bf *f, void *ctx), void *ctx);
+
+/* store_filter_inspect for readers of the bits (queries, hashing keys,
+ * geometry): fn is also called for a filter that takes no writes after a
+ * failed log write, whose bits hold every acknowledged write ("Failed
+ * writes"); never for one being loaded.  Errors as store_may_contain_hashes. */
+int store_filter_read(struct store_filter *sf,
+                      void (*fn)(const struct bf *f, void *ctx), void *ctx);
 
 /* Monotonically increasing (also across restarts): the sequence number of
  * the filter's latest durable log record; bumps on every change. */

@@ -111,13 +111,27 @@ enum store_state store__state(struct store_filter *sf)
     return sf->state;
 }
 
+int store__state_rc(struct store_filter *sf)
+{
+    if (sf->state == STORE_READY && wal_stream_failed(sf->stream, NULL))
+        return wal_stream_error(sf->stream);
+    if (sf->state == STORE_FAILED && sf->err)
+        return sf->err;
+    return store__state_errno(sf->state);
+}
+
+bool store__readable(struct store_filter *sf)
+{
+    return sf->bf && (sf->state == STORE_READY || sf->state == STORE_FAILED);
+}
+
 void store__state_err(struct store_filter *sf, char *err)
 {
     char why[WAL_ERRLEN];
 
     if (sf->state == STORE_READY && wal_stream_failed(sf->stream, why)) {
-        errmsg_set(err, "filter '%s' is not served: %s; writes are refused "
-                   "until the filter is recovered", sf->name, why);
+        errmsg_set(err, "filter '%s' takes no writes: %s; " STORE_NO_WRITES,
+                   sf->name, why);
         return;
     }
     switch (sf->state) {
@@ -129,7 +143,9 @@ void store__state_err(struct store_filter *sf, char *err)
         errmsg_set(err, "filter '%s' was dropped", sf->name);
         break;
     case STORE_FAILED:
-        errmsg_set(err, "filter '%s' is not served: %s", sf->name, sf->why);
+        errmsg_set(err, sf->bf ? "filter '%s' takes no writes: %s"
+                               : "filter '%s' is not served: %s",
+                   sf->name, sf->why);
         break;
     default:
         break;
@@ -142,6 +158,7 @@ void store__filter_fail(struct store_filter *sf, const char *why, bool retry)
     pthread_rwlock_wrlock(&sf->lock);
     sf->state = STORE_FAILED;
     store__strfmt(sf->why, sizeof(sf->why), "%s", why);
+    sf->err = 0;
     sf->retry = retry;
     sf->failed_ms = store__now_ms();
     pthread_rwlock_unlock(&sf->lock);
@@ -173,6 +190,7 @@ int store__filter_install(struct store_filter *sf, struct bf *f,
     bf_set_exclusive(f, true);
     sf->state = STORE_READY;
     sf->why[0] = 0;
+    sf->err = 0;
     sf->retry = false;
     pthread_rwlock_unlock(&sf->lock);
     store__raise(&sf->version, next_seq - 1);
@@ -314,6 +332,14 @@ int store_filter_recover(struct store_filter *sf, char *err)
     wal_stream_close(st);
     bf_destroy(f);
     rc = store__filter_load(sf, err);
+    if (rc < 0) {
+        /* A reload that could not write the log (a full disk) answers
+         * with that error, not -EIO. */
+        pthread_rwlock_wrlock(&sf->lock);
+        if (sf->state == STORE_FAILED && sf->retry && rc != -EIO)
+            sf->err = rc;
+        pthread_rwlock_unlock(&sf->lock);
+    }
     pthread_mutex_unlock(&sf->snap_mu);
     return rc;
 }
@@ -328,8 +354,7 @@ enum store_state store_filter_state(struct store_filter *sf, char *why)
     if (why) {
         if (st == STORE_FAILED && sf->state == STORE_READY) {
             wal_stream_failed(sf->stream, w2);
-            store__strfmt(why, STORE_ERRLEN, "%s; writes are refused until "
-                          "the filter is recovered", w2);
+            store__strfmt(why, STORE_ERRLEN, "%s; " STORE_NO_WRITES, w2);
         } else {
             store__strfmt(why, STORE_ERRLEN, "%s",
                           st == STORE_FAILED ? sf->why : "");
@@ -415,7 +440,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
     p->done = done;
     p->ctx = ctx;
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) < 0) {
+    if ((rc = store__state_rc(sf)) < 0) {
         store__state_err(sf, err);
         goto fail;
     }
@@ -585,7 +610,7 @@ int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
     int rc;
 
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) == 0)
+    if ((rc = store__readable(sf) ? 0 : store__state_rc(sf)) == 0)
         bf_may_contain_hashes(sf->bf, h, n, present);
     pthread_rwlock_unlock(&sf->lock);
     if (rc == 0) {
@@ -646,7 +671,7 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
     p->done = sync_done;
     p->ctx = &w;
     pthread_rwlock_wrlock(&sf->lock);   /* bf_merge_from needs exclusion */
-    if ((rc = store__state_errno(store__state(sf))) < 0) {
+    if ((rc = store__state_rc(sf)) < 0) {
         store__state_err(sf, err);
         goto fail;
     }
@@ -696,7 +721,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
     p->done = sync_done;
     p->ctx = &w;
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) < 0) {
+    if ((rc = store__state_rc(sf)) < 0) {
         store__state_err(sf, err);
         goto fail;
     }
@@ -842,7 +867,19 @@ int store_filter_inspect(struct store_filter *sf,
     int rc;
 
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) == 0)
+    if ((rc = store__state_rc(sf)) == 0)
+        fn(sf->bf, ctx);
+    pthread_rwlock_unlock(&sf->lock);
+    return rc;
+}
+
+int store_filter_read(struct store_filter *sf,
+                      void (*fn)(const struct bf *f, void *ctx), void *ctx)
+{
+    int rc;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = store__readable(sf) ? 0 : store__state_rc(sf)) == 0)
         fn(sf->bf, ctx);
     pthread_rwlock_unlock(&sf->lock);
     return rc;

@@ -165,9 +165,10 @@ int store_name_check(const char *name, char *err);
 /* Budgets: a store may be given a bound on the memory its filters take
  * (max_memory_bytes) and on their number (max_filters).  A filter is
  * charged what it makes the store hold (store_charge): its bits, once more
- * for the copy a checkpoint or an export takes, and, for the kinds whose
- * pages are tracked (blocked, classic), once more for the copy behind
- * change tracking.  A creation that would take the charges of all filters
+ * for the copy a checkpoint takes, and, for the kinds whose pages are
+ * tracked (blocked, classic), once more for the copy behind change
+ * tracking.  The copy each export takes is counted apart, while it lives
+ * (store_filter_copy_counted): any number of exports may run at once.  A creation that would take the charges of all filters
  * past max_memory_bytes, or their number past max_filters, is refused with
  * -EDQUOT (err names the budget and what is taken) before the filter's
  * memory is allocated or any file written; filters already stored are
@@ -443,13 +444,26 @@ int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
 uint64_t store_pages_source_version(struct store_filter *sf);
 
 /* Serialize a consistent copy of the filter (every change acknowledged
- * before the call is in it) through w, outside the filter's lock.  Returns
- * 0, w's error, -ENOMEM, or -EAGAIN / -ENOENT / -EIO when not READY. */
+ * before the call is in it) through w, outside the filter's lock; the copy
+ * is counted as store_filter_copy_counted's.  Returns 0, w's error,
+ * -EDQUOT, -ENOMEM, or the error of a filter that is not READY. */
 int store_export(struct store_filter *sf, bf_file_writer w, void *ctx);
 
-/* A point-in-time copy of the filter, owned by the caller (bf_destroy).
- * NULL when the filter is not READY or memory is short. */
+/* A point-in-time copy of the filter, owned by the caller (bf_destroy),
+ * not counted against the budget.  NULL when the filter is not READY or
+ * memory is short. */
 struct bf *store_filter_copy(struct store_filter *sf);
+
+/* A point-in-time copy of the filter counted against max_memory_bytes
+ * while it lives ("Budgets"): its bytes are reserved before it is
+ * allocated.  On success *out is the caller's (bf_destroy) and *reserved
+ * the bytes to give back with store_release once it is destroyed.  Returns
+ * 0; -EDQUOT with err naming the budget and what (a short noun: "the
+ * export of 'x'") wanted it; -ENOMEM; or the error of a filter that is not
+ * READY (-EAGAIN, -ENOENT, -EIO, -ENOSPC ...), with err. */
+int store_filter_copy_counted(struct store_filter *sf, const char *what,
+                              struct bf **out, uint64_t *reserved,
+                              char *err);
 
 /* The live filter, for read-only inspection (bf_stats, accessors), or NULL
  * when not READY.  The pointer is valid while the handle is held and until

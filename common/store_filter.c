@@ -837,17 +837,67 @@ struct bf *store_filter_copy(struct store_filter *sf)
     return c;
 }
 
-int store_export(struct store_filter *sf, bf_file_writer w, void *ctx)
+int store_filter_copy_counted(struct store_filter *sf, const char *what,
+                              struct bf **out, uint64_t *reserved, char *err)
 {
-    struct bf *c = store_filter_copy(sf);
+    uint64_t need = 0;
+    struct bf *c = NULL;
     int rc;
 
-    if (!c) {
-        enum store_state st = store_filter_state(sf, NULL);
-        return st == STORE_READY ? -ENOMEM : store__state_errno(st);
+    *out = NULL;
+    *reserved = 0;
+    /* The bytes are taken from the budget before the copy is allocated;
+     * the catalog lock that store_reserve takes comes before the filter's,
+     * so the size is read first and checked again under the copy's lock
+     * (a scalable filter may have grown a layer meanwhile: then again). */
+    for (;;) {
+        pthread_rwlock_rdlock(&sf->lock);
+        if ((rc = store__state_rc(sf)) < 0)
+            store__state_err(sf, err);
+        uint64_t now = rc == 0 ? bf_bytes(sf->bf) : 0;
+        pthread_rwlock_unlock(&sf->lock);
+        if (rc < 0)
+            break;
+        if (now > need) {
+            if ((rc = store_reserve(sf->s, now - need, what, err)) < 0)
+                break;
+            need = now;
+        }
+        store__lock_for_copy(sf);
+        if ((rc = store__state_rc(sf)) < 0) {
+            store__state_err(sf, err);
+        } else if (bf_bytes(sf->bf) <= need) {
+            if (!(c = store__copy_locked(sf, err)))
+                rc = -ENOMEM;
+        }
+        store__unlock_for_copy(sf);
+        if (rc < 0 || c)
+            break;
     }
-    rc = bf_file_write(c, w, ctx);
+    if (rc < 0) {
+        store_release(sf->s, need);
+        if (rc == -ENOMEM)
+            errmsg_set(err, "no memory for a copy of filter '%s'", sf->name);
+        return rc;
+    }
+    *out = c;
+    *reserved = need;
+    return 0;
+}
+
+int store_export(struct store_filter *sf, bf_file_writer w, void *ctx)
+{
+    char what[STORE_NAME_MAX + 32], err[STORE_ERRLEN];
+    uint64_t reserved;
+    struct bf *c;
+    int rc;
+
+    snprintf(what, sizeof what, "the export of '%s'", sf->name);
+    if ((rc = store_filter_copy_counted(sf, what, &c, &reserved, err)) < 0)
+        return rc;
+    rc = bf_file_write_stable(c, w, ctx);   /* the copy is ours */
     bf_destroy(c);
+    store_release(sf->s, reserved);
     return rc;
 }
 

@@ -181,16 +181,6 @@ struct store_filter *node_rpc__get_filter(struct store *s, const char *name,
     return sf;
 }
 
-int node_rpc__state_errno(enum store_state st)
-{
-    switch (st) {
-    case STORE_READY: return 0;
-    case STORE_RECOVERING: return -EAGAIN;
-    case STORE_FAILED: return -EIO;
-    default: return -ENOENT;
-    }
-}
-
 /* ---- FilterInfo ---- */
 
 static void info_from_bf(const struct bf *f, void *ctx);

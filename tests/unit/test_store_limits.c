@@ -1,7 +1,8 @@
 /* Tests of the store at its limits: a full disk (writes refused with
  * ENOSPC and its message, reads answered from the bits in memory, writes
- * back once there is room, nothing acknowledged lost; store.h, "Failed
- * writes"). */
+ * back once there is room, nothing acknowledged lost) and the copies of
+ * exports counted against the memory budget (store.h, "Failed writes" and
+ * "Budgets"). */
 #include <check.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -185,6 +186,62 @@ START_TEST(full_disk_refuses_writes_with_enospc_and_reads_go_on)
 }
 END_TEST
 
+START_TEST(export_copies_count_against_the_budget)
+{
+    struct bf_params p;
+    uint64_t charge, bits;
+    char err[STORE_ERRLEN];
+    struct store_budget b0, b;
+
+    params(&p, BF_KIND_BLOCKED, 1000000);
+    ck_assert_int_eq(store_charge(&p, &charge), 0);
+    ck_assert_int_eq(bf_params_bytes(&p, &bits), 0);
+    /* Room for the filter and two copies of its bits, not three. */
+    struct store *s = open_dir(charge + 2 * bits + bits / 2);
+    ck_assert_int_eq(store_create(s, "f", &p, err), 0);
+    struct store_filter *sf = store_get(s, "f");
+    add_range(sf, 0, 1000);
+    store_budget(s, &b0);
+
+    struct bf *c1, *c2, *c3;
+    uint64_t r1, r2, r3;
+    ck_assert_int_eq(store_filter_copy_counted(sf, "the export of 'f'", &c1, &r1, err), 0);
+    ck_assert_int_eq(store_filter_copy_counted(sf, "the export of 'f'", &c2, &r2, err), 0);
+    ck_assert_uint_eq(r1, bf_bytes(c1));
+    ck_assert_uint_eq(r1, bits);
+    store_budget(s, &b);
+    ck_assert_uint_eq(b.charged_bytes, b0.charged_bytes + r1 + r2);
+    /* A third is refused before it is made, naming the budget. */
+    ck_assert_int_eq(store_filter_copy_counted(sf, "the export of 'f'", &c3, &r3, err),
+                     -EDQUOT);
+    ck_assert_ptr_null(c3);
+    ck_assert_uint_eq(r3, 0);
+    ck_assert_msg(strstr(err, "max_memory_mb") && strstr(err, "the export of 'f'"),
+                  "err: %s", err);
+    store_budget(s, &b);
+    ck_assert_uint_eq(b.charged_bytes, b0.charged_bytes + r1 + r2);
+    /* So is store_export, which works from such a copy. */
+    ck_assert_int_eq(store_export(sf, NULL, NULL), -EDQUOT);
+
+    /* A copy given back makes room for the next. */
+    bf_destroy(c1);
+    store_release(s, r1);
+    ck_assert_int_eq(store_filter_copy_counted(sf, "the export of 'f'", &c3, &r3, err), 0);
+    bool pr[1];
+    struct bf_hash h = hash_of(7);
+    bf_may_contain_hashes(c3, &h, 1, pr);
+    ck_assert(pr[0]);
+    bf_destroy(c2);
+    store_release(s, r2);
+    bf_destroy(c3);
+    store_release(s, r3);
+    store_budget(s, &b);
+    ck_assert_uint_eq(b.charged_bytes, b0.charged_bytes);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
 Suite *store_limits_suite(void)
 {
     Suite *s = suite_create("store_limits");
@@ -193,6 +250,7 @@ Suite *store_limits_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, full_disk_refuses_writes_with_enospc_and_reads_go_on);
+    tcase_add_test(tc, export_copies_count_against_the_budget);
     suite_add_tcase(s, tc);
     return s;
 }

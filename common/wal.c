@@ -268,12 +268,11 @@ static void frame(uint8_t *r, const struct wal_rec *e, uint64_t commit)
     memcpy(r + WAL_REC_HDR + s->name_len, e->payload, (size_t)e->len);
 }
 
-static void stream_fail(struct wal_stream *s, int err, const char *why)
+static void stream_fail(struct wal_stream *s, const char *why)
 {
     if (atomic_load(&s->failed))
         return;
     strfmt(s->why, sizeof(s->why), "%s", why);
-    s->err = err;
     atomic_store(&s->failed, true);
 }
 
@@ -416,8 +415,10 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
          * happened (-ENOSPC on a full disk). */
         w->next_lsn = first;
         for (struct wal_rec *e = list; e; e = e->next)
-            if (e->type && !atomic_load(&e->st->failed))
-                stream_fail(e->st, rc, w->errtext);
+            if (e->type && !atomic_load(&e->st->failed)) {
+                e->st->err = rc;   /* before failed, as why */
+                stream_fail(e->st, w->errtext);
+            }
         if (!w->broken) {
             w->broken = true;
             if (seg_switch(w, why) == 0)

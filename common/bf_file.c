@@ -200,14 +200,16 @@ static int emit(XXH64_state_t *st, bf_file_writer write, void *ctx,
 }
 
 /* Bodies go through a bounce buffer: concurrent adds may change a live
- * body between hashing and writing, and the file must still verify. */
+ * body between hashing and writing, and the file must still verify.  A
+ * body nothing changes (bounce NULL) is emitted where it lies. */
 static int emit_body(XXH64_state_t *st, bf_file_writer write, void *ctx,
                      const uint8_t *body, uint64_t len, uint8_t *bounce)
 {
     while (len > 0) {
         size_t n = len < CHUNK_BYTES ? (size_t)len : CHUNK_BYTES;
-        memcpy(bounce, body, n);
-        int rc = emit(st, write, ctx, bounce, n);
+        if (bounce)
+            memcpy(bounce, body, n);
+        int rc = emit(st, write, ctx, bounce ? bounce : body, n);
         if (rc < 0)
             return rc;
         body += n;
@@ -216,13 +218,13 @@ static int emit_body(XXH64_state_t *st, bf_file_writer write, void *ctx,
     return 0;
 }
 
-static int write_bodies(const struct bf *f, uint32_t nlayers,
+static int write_bodies(const struct bf *f, uint32_t nlayers, bool stable,
                         XXH64_state_t *st, bf_file_writer write, void *ctx)
 {
-    uint8_t *bounce = malloc(CHUNK_BYTES);
+    uint8_t *bounce = stable ? NULL : malloc(CHUNK_BYTES);
     int rc = 0;
 
-    if (!bounce)
+    if (!stable && !bounce)
         return -ENOMEM;
     for (uint32_t i = 0; i < nlayers && rc == 0; i++) {
         struct bf_layer_info li;
@@ -256,7 +258,8 @@ static int write_descriptors(const struct bf *f, uint32_t nlayers,
     return rc < 0 ? rc : 0;
 }
 
-int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
+static int file_write(const struct bf *f, bool stable, bf_file_writer write,
+                      void *ctx)
 {
     XXH64_state_t *st = XXH64_createState();
     /* Counted once: a scalable filter may grow a layer meanwhile, and the
@@ -271,7 +274,7 @@ int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
     rc = write_descriptors(f, nlayers, st, write, ctx);
     if (rc < 0)
         goto out;
-    rc = write_bodies(f, nlayers, st, write, ctx);
+    rc = write_bodies(f, nlayers, stable, st, write, ctx);
     if (rc < 0)
         goto out;
     put_u64(sum, XXH64_digest(st));
@@ -281,6 +284,16 @@ int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
 out:
     XXH64_freeState(st);
     return rc;
+}
+
+int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
+{
+    return file_write(f, false, write, ctx);
+}
+
+int bf_file_write_stable(const struct bf *f, bf_file_writer write, void *ctx)
+{
+    return file_write(f, true, write, ctx);
 }
 
 /* ---- atomic save ------------------------------------------------------- */

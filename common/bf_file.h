@@ -56,6 +56,11 @@ struct bf *bf_file_load(const char *path, char *err, int *code);
 typedef int (*bf_file_writer)(void *ctx, const void *buf, size_t len);
 int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx);
 
+/* bf_file_write for a filter that nothing changes during the call (a
+ * private copy): the bodies are handed to write where they lie, without
+ * the 8 MiB buffer that bf_file_write copies each piece into first. */
+int bf_file_write_stable(const struct bf *f, bf_file_writer write, void *ctx);
+
 /* Parse and verify a complete serialized file held in memory (len bytes,
  * nothing more).  Same checks and messages as bf_file_load; the buffer stays
  * the caller's and the returned filter is the caller's (bf_destroy). */

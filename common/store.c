@@ -188,9 +188,9 @@ void store_list_free(char **names, size_t n)
 
 /* ---- budgets (store.h, "Budgets") ---- */
 
-/* How many times a filter's bits count: the bits, the copy a checkpoint or
- * an export takes and, for the kinds whose pages are tracked, the copy
- * behind change tracking (store_pages.c). */
+/* How many times a filter's bits count: the bits, the copy a checkpoint
+ * takes and, for the kinds whose pages are tracked, the copy behind change
+ * tracking (store_pages.c).  Exports reserve their copies apart. */
 static unsigned charge_times(enum bf_kind kind)
 {
     return kind == BF_KIND_BLOCKED || kind == BF_KIND_CLASSIC ? 3 : 2;

@@ -74,12 +74,21 @@
  *
  * Failed writes: if a log write or fdatasync fails, no write of that batch
  * is acknowledged and every filter with a write in it turns FAILED (the
- * fsync is never retried); their later mutations fail with -EIO.  Filters
- * with no write in the batch go on (the log continues in a new segment).
- * store_filter_recover() reloads a filter from its files, and the store's
- * thread does that by itself every recover_retry_ms for filters FAILED by
- * an I/O error.  Filters FAILED by damaged files stay so until
- * store_filter_recover is called (e.g. after an operator's repair).
+ * fsync is never retried); their later mutations fail with the error that
+ * happened (-ENOSPC on a full disk, -EIO ...; err says which file).  Such
+ * a filter keeps its bits in memory and goes on answering reads from them
+ * (store_may_contain_hashes, store_filter_read): they hold every
+ * acknowledged write, and the bits of the failed batch too, which only
+ * ever make a "maybe" of an unacknowledged key (a counting filter's failed
+ * remove reads as done until the reload, as any remove in flight does).
+ * Filters with no write in the batch go on (the log continues in a new
+ * segment).  store_filter_recover() reloads a filter from its files (reads
+ * are refused while it runs: -EAGAIN), and the store's thread does that by
+ * itself every recover_retry_ms for filters FAILED by an I/O error, once
+ * the log can be written again (a full disk keeps the filter as it is,
+ * reads served, writes refused).  Filters FAILED by damaged files have no
+ * bits and stay so until store_filter_recover is called (e.g. after an
+ * operator's repair).
  *
  * Threads: every function may be called from any thread at once, except
  * store_close.  A background thread per store writes checkpoints (above)
@@ -156,9 +165,10 @@ int store_name_check(const char *name, char *err);
 /* Budgets: a store may be given a bound on the memory its filters take
  * (max_memory_bytes) and on their number (max_filters).  A filter is
  * charged what it makes the store hold (store_charge): its bits, once more
- * for the copy a checkpoint or an export takes, and, for the kinds whose
- * pages are tracked (blocked, classic), once more for the copy behind
- * change tracking.  A creation that would take the charges of all filters
+ * for the copy a checkpoint takes, and, for the kinds whose pages are
+ * tracked (blocked, classic), once more for the copy behind change
+ * tracking.  The copy each export takes is counted apart, while it lives
+ * (store_filter_copy_counted): any number of exports may run at once.  A creation that would take the charges of all filters
  * past max_memory_bytes, or their number past max_filters, is refused with
  * -EDQUOT (err names the budget and what is taken) before the filter's
  * memory is allocated or any file written; filters already stored are
@@ -314,9 +324,12 @@ bool store_filter_recovery_cut(struct store_filter *sf);
 int store_filter_recover(struct store_filter *sf, char *err);
 
 /* Add n hashes; added[i] (may be NULL) is true when hash i was definitely
- * absent before.  Returns 0 only after the log record is durable; -EIO when
- * it cannot be made durable (nothing acknowledged, the filter turns FAILED),
- * -EAGAIN / -ENOENT for a filter recovering / dropped. */
+ * absent before.  Returns 0 only after the log record is durable; the error
+ * of the log (-ENOSPC on a full disk, -EIO ...) when it cannot be made
+ * durable (nothing acknowledged, the filter turns FAILED: "Failed
+ * writes"), and so for every write until the filter is recovered; -EIO for
+ * a filter FAILED otherwise; -EAGAIN / -ENOENT for a filter recovering /
+ * dropped. */
 int store_add_hashes(struct store_filter *sf, const struct bf_hash *h,
                      size_t n, bool *added, char *err);
 
@@ -329,19 +342,24 @@ typedef void (*store_done_fn)(void *ctx, int rc);
 /* store_add_hashes without the wait: the bits are set, added[] filled (it
  * is the caller's, and complete when the call returns) and the record
  * queued before it returns 0; done(ctx, rc) follows once the record is
- * durable (rc 0) or cannot be made so (-EIO, the filter turns FAILED).
+ * durable (rc 0) or cannot be made so (the log's error, -ENOSPC on a full
+ * disk; the filter turns FAILED).
  * h is copied: it may be freed on return.  A call with n == 0 completes
  * once the filter's earlier writes are durable.  done must not wait for
  * the store (it runs on the commit thread, which every write waits for);
  * the handle must stay held until done ran.  Returns 0, or the errors of
- * store_add_hashes that come before any change (-EAGAIN, -ENOENT, -EIO for
- * a FAILED filter, -ENOMEM) with err set, and then done is never called. */
+ * store_add_hashes that come before any change (-EAGAIN, -ENOENT, the
+ * error of a FAILED filter, -ENOMEM) with err set, and then done is never
+ * called. */
 int store_add_hashes_async(struct store_filter *sf, const struct bf_hash *h,
                            size_t n, bool *added, store_done_fn done,
                            void *ctx, char *err);
 
-/* Query n hashes.  Returns 0, or -EIO / -EAGAIN / -ENOENT when the filter
- * is not READY (never answers from state it cannot vouch for). */
+/* Query n hashes.  Returns 0, also from a filter that takes no writes
+ * after a failed log write ("Failed writes"); or -EIO / -EAGAIN / -ENOENT
+ * when the filter has no bits it can vouch for (FAILED by damaged files,
+ * being reloaded, dropped): it never answers from state it cannot vouch
+ * for. */
 int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
                              size_t n, bool *present);
 
@@ -472,13 +490,26 @@ int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
 uint64_t store_pages_source_version(struct store_filter *sf);
 
 /* Serialize a consistent copy of the filter (every change acknowledged
- * before the call is in it) through w, outside the filter's lock.  Returns
- * 0, w's error, -ENOMEM, or -EAGAIN / -ENOENT / -EIO when not READY. */
+ * before the call is in it) through w, outside the filter's lock; the copy
+ * is counted as store_filter_copy_counted's.  Returns 0, w's error,
+ * -EDQUOT, -ENOMEM, or the error of a filter that is not READY. */
 int store_export(struct store_filter *sf, bf_file_writer w, void *ctx);
 
-/* A point-in-time copy of the filter, owned by the caller (bf_destroy).
- * NULL when the filter is not READY or memory is short. */
+/* A point-in-time copy of the filter, owned by the caller (bf_destroy),
+ * not counted against the budget.  NULL when the filter is not READY or
+ * memory is short. */
 struct bf *store_filter_copy(struct store_filter *sf);
+
+/* A point-in-time copy of the filter counted against max_memory_bytes
+ * while it lives ("Budgets"): its bytes are reserved before it is
+ * allocated.  On success *out is the caller's (bf_destroy) and *reserved
+ * the bytes to give back with store_release once it is destroyed.  Returns
+ * 0; -EDQUOT with err naming the budget and what (a short noun: "the
+ * export of 'x'") wanted it; -ENOMEM; or the error of a filter that is not
+ * READY (-EAGAIN, -ENOENT, -EIO, -ENOSPC ...), with err. */
+int store_filter_copy_counted(struct store_filter *sf, const char *what,
+                              struct bf **out, uint64_t *reserved,
+                              char *err);
 
 /* The live filter, for read-only inspection (bf_stats, accessors), or NULL
  * when not READY.  The pointer is valid while the handle is held and until
@@ -490,9 +521,17 @@ const struct bf *store_filter_bf(struct store_filter *sf);
 /* Call fn(f, ctx) with the live filter under the filter's shared lock, so f
  * cannot be replaced meanwhile.  fn must only read f and must not call back
  * into the store for this filter; adds run concurrently.  Returns 0, or
- * -EAGAIN / -ENOENT / -EIO when the filter is not READY (fn not called). */
+ * the error of a filter that is not READY (-EAGAIN / -ENOENT / -EIO, or
+ * its log's, e.g. -ENOSPC; fn not called). */
 int store_filter_inspect(struct store_filter *sf,
                          void (*fn)(const struct bf *f, void *ctx), void *ctx);
+
+/* store_filter_inspect for readers of the bits (queries, hashing keys,
+ * geometry): fn is also called for a filter that takes no writes after a
+ * failed log write, whose bits hold every acknowledged write ("Failed
+ * writes"); never for one being loaded.  Errors as store_may_contain_hashes. */
+int store_filter_read(struct store_filter *sf,
+                      void (*fn)(const struct bf *f, void *ctx), void *ctx);
 
 /* Monotonically increasing (also across restarts): the sequence number of
  * the filter's latest durable log record; bumps on every change. */

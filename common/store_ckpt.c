@@ -205,7 +205,8 @@ uint64_t store_log_bytes(struct store *s)
 
 /* A filter FAILED by an I/O error and due for another recovery?  A filter
  * whose stream failed turns FAILED here (the commit thread only marks the
- * stream). */
+ * stream), keeping its bits: they hold every acknowledged write, so reads
+ * go on from them (store.h, "Failed writes"). */
 static bool retry_due(struct store_filter *sf, uint64_t now)
 {
     bool due;
@@ -215,11 +216,11 @@ static bool retry_due(struct store_filter *sf, uint64_t now)
         char why[WAL_ERRLEN];
         wal_stream_failed(sf->stream, why);
         sf->state = STORE_FAILED;
+        sf->err = wal_stream_error(sf->stream);
         sf->retry = true;
         sf->failed_ms = now;
-        store__strfmt(sf->why, sizeof(sf->why), "%s; writes are refused "
-                      "until the filter is recovered", why);
-        log_error("store: filter '%s' failed: %s", sf->name, sf->why);
+        store__strfmt(sf->why, sizeof(sf->why), "%s; " STORE_NO_WRITES, why);
+        log_error("store: filter '%s' takes no writes: %s", sf->name, sf->why);
     }
     due = sf->state == STORE_FAILED && sf->retry &&
           now - sf->failed_ms >= sf->s->retry_ms;
@@ -227,10 +228,43 @@ static bool retry_due(struct store_filter *sf, uint64_t now)
     return due;
 }
 
+/* Can the log take the filter's records again?  A barrier of a new stream
+ * of its incarnation (nothing is written for it) fails while the log has
+ * no segment it can write, as on a full disk; it proves no room for the
+ * next write, which may fail again (then the filter comes back here). */
+static int log_writable(struct store_filter *sf)
+{
+    struct wal_waiter wt;
+    struct wal_stream *st;
+    uint64_t id;
+
+    pthread_mutex_lock(&sf->snap_mu);
+    id = sf->id;
+    pthread_mutex_unlock(&sf->snap_mu);
+    if (!id || !(st = wal_stream_open(sf->s->wal, id, sf->name, 1)))
+        return 0;   /* nothing to ask: the reload finds out */
+    wal_waiter_init(&wt);
+    if (wal_barrier(st, wal_waiter_done, &wt) < 0)
+        wal_waiter_done(&wt, -ENOMEM, 0, 0);
+    int rc = wal_waiter_wait(&wt);
+    wal_stream_close(st);
+    return rc;
+}
+
+/* Reload a filter FAILED by an I/O error from its files, once the log can
+ * be written: until then it keeps the bits it has (if any) for reads,
+ * rather than dropping them for a reload whose first write would fail. */
 static void recover_logged(struct store_filter *sf)
 {
     char err[STORE_ERRLEN];
+    int rc = log_writable(sf);
 
+    if (rc < 0) {
+        pthread_rwlock_wrlock(&sf->lock);
+        sf->failed_ms = store__now_ms();   /* the next try after retry_ms */
+        pthread_rwlock_unlock(&sf->lock);
+        return;
+    }
     if (store_filter_recover(sf, err) == 0)
         log_info("store: filter '%s' recovered after a write error",
                  sf->name);

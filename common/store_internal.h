@@ -52,7 +52,13 @@ struct store_filter {
     enum store_state state;      /* under lock; READY with a failed stream
                                     counts as FAILED (store__state) */
     char why[STORE_ERRLEN];      /* under lock */
-    struct bf *bf;               /* under lock */
+    int err;                     /* under lock: what a FAILED filter's
+                                    calls return (0: -EIO) */
+    struct bf *bf;               /* under lock; set only to bits that hold
+                                    every acknowledged write (a creation, a
+                                    load), so a FAILED filter that still
+                                    has them answers reads (store.h,
+                                    "Failed writes") */
     struct wal_stream *stream;   /* under lock; this incarnation's records */
     uint64_t id;                 /* the incarnation id, under snap_mu */
     bool exact;                  /* counting, scalable: copies take
@@ -134,6 +140,17 @@ enum store_state store__state(struct store_filter *sf);
  * sentence that goes with it in err; the caller holds sf->lock. */
 int store__state_errno(enum store_state st);
 void store__state_err(struct store_filter *sf, char *err);
+/* The error a write to sf returns now (0 when it is taken): that of
+ * store__state_errno, or the one its log failed with (-ENOSPC on a full
+ * disk); the caller holds sf->lock. */
+int store__state_rc(struct store_filter *sf);
+/* May reads be answered from sf's bits now (READY, or refusing writes
+ * after a failed log write with every acknowledged bit still in memory)?
+ * The caller holds sf->lock. */
+bool store__readable(struct store_filter *sf);
+/* The end of the reason of a filter whose log could not be written. */
+#define STORE_NO_WRITES "writes are refused (reads go on) until the log " \
+                        "can be written again"
 
 /* References to every filter in the catalog (dropping ones excluded);
  * store_put each and free the array.  durable (may be NULL) gets the log's

@@ -64,6 +64,7 @@ struct wal_stream {
     uint64_t next_seq;           /* under w->mu */
     atomic_bool failed;          /* set by the commit thread only */
     char why[WAL_ERRLEN];        /* written before failed is set */
+    int err;                     /* the error that failed it, likewise */
 };
 
 struct seg {
@@ -357,17 +358,15 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
     char why[WAL_ERRLEN];
     int rc = 0;
 
-    if (w->broken && seg_switch(w, why) < 0) {
+    if (w->broken && (rc = seg_switch(w, why)) < 0)
         strfmt(w->errtext, sizeof(w->errtext), "the write-ahead log in %s "
                "has no usable segment: %s", w->dir, why);
-        rc = -EIO;
-    }
     pthread_mutex_lock(&w->mu);
     commit = w->durable_lsn;
     pthread_mutex_unlock(&w->mu);
     for (struct wal_rec *e = list; e && rc == 0; e = e->next) {
         if (atomic_load(&e->st->failed)) {
-            e->rc = -EIO;
+            e->rc = e->st->err;
             continue;
         }
         if (!e->type) {
@@ -412,11 +411,14 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         pthread_mutex_unlock(&w->mu);
     } else {
         /* Nothing of the batch is acknowledged; its LSNs are given again
-         * in a new segment, and its streams fail. */
+         * in a new segment, and its streams fail with the error that
+         * happened (-ENOSPC on a full disk). */
         w->next_lsn = first;
         for (struct wal_rec *e = list; e; e = e->next)
-            if (e->type && !atomic_load(&e->st->failed))
+            if (e->type && !atomic_load(&e->st->failed)) {
+                e->st->err = rc;   /* before failed, as why */
                 stream_fail(e->st, w->errtext);
+            }
         if (!w->broken) {
             w->broken = true;
             if (seg_switch(w, why) == 0)
@@ -424,7 +426,8 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         }
         /* Barriers of other streams hold: their records are durable. */
         for (struct wal_rec *e = list; e; e = e->next) {
-            e->rc = atomic_load(&e->st->failed) || w->broken ? -EIO : 0;
+            e->rc = atomic_load(&e->st->failed) ? e->st->err
+                    : w->broken ? rc : 0;
             e->lsn = first - 1;
         }
     }
@@ -625,6 +628,11 @@ bool wal_stream_failed(struct wal_stream *s, char *why)
     if (why)
         strfmt(why, WAL_ERRLEN, "%s", f ? s->why : "");
     return f;
+}
+
+int wal_stream_error(struct wal_stream *s)
+{
+    return atomic_load(&s->failed) ? s->err : 0;
 }
 
 uint64_t wal_stream_last_seq(struct wal_stream *s)

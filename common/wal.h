@@ -39,8 +39,9 @@
  * however many threads they come from.
  *
  * Failure: if a write or fdatasync fails, nothing in the batch is
- * acknowledged (completions get -EIO), every stream with a record in it
- * fails for good (its later records get -EIO; the owner recovers from the
+ * acknowledged (completions get the error that happened: -ENOSPC on a
+ * full disk, -EIO ...), every stream with a record in it fails for good
+ * (its later records get the same error; the owner recovers from the
  * files and opens a new stream) and the log continues in a new segment
  * (the fsync is never retried: after a failed fsync the kernel may have
  * dropped the dirty pages).  Streams with no record in the failed batch go
@@ -173,6 +174,9 @@ void wal_stream_close(struct wal_stream *s);
 /* Has s failed (a batch holding one of its records could not be made
  * durable)?  why (WAL_ERRLEN bytes, may be NULL) gets what failed. */
 bool wal_stream_failed(struct wal_stream *s, char *why);
+/* The error s failed with (a negative errno: -ENOSPC for a full disk), or 0
+ * while it has not failed. */
+int wal_stream_error(struct wal_stream *s);
 
 /* The seq of the last record submitted to s (next_seq - 1 before any). */
 uint64_t wal_stream_last_seq(struct wal_stream *s);
@@ -189,7 +193,8 @@ void wal_rec_free(struct wal_rec *r);
 void wal_rec_truncate(struct wal_rec *r, uint64_t len);
 
 /* Completion of a record or barrier: rc 0 once durable (after write() only
- * with WAL_SYNC_NONE), or -EIO; seq is the record's stream seq; lsn the
+ * with WAL_SYNC_NONE), or the error that kept it from being so (-ENOSPC,
+ * -EIO ...); seq is the record's stream seq; lsn the
  * record's LSN (for a barrier: every record of the stream submitted before
  * it has an LSN <= lsn and every record submitted after it a higher one). */
 typedef void (*wal_done_fn)(void *ctx, int rc, uint64_t seq, uint64_t lsn);
@@ -203,7 +208,7 @@ uint64_t wal_submit(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
                     void *ctx);
 
 /* A barrier: done runs once every record of s submitted before it is
- * durable (rc 0), or with -EIO when s has failed or the log is broken.
+ * durable (rc 0), or with the error when s has failed or the log is broken.
  * Returns 0 or -ENOMEM (done is then never called). */
 int wal_barrier(struct wal_stream *s, wal_done_fn done, void *ctx);
 

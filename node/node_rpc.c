@@ -98,6 +98,12 @@ struct store *node_rpc__need_store(struct node *n, struct rpc_reply *r)
     return s;
 }
 
+static void read_nothing(const struct bf *f, void *ctx)
+{
+    (void)f;
+    (void)ctx;
+}
+
 /* Translate a store error about filter name into a status. */
 void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
                         const char *name, int rc, const char *err)
@@ -115,8 +121,10 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
     case -EIO:
         if (sf)
             store_filter_state(sf, why);
-        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
-                        "filter \"%s\" is not serving: %s", name,
+        /* A write to a filter whose log failed: its reads go on. */
+        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "filter \"%s\" %s: %s", name,
+                        sf && store_filter_read(sf, read_nothing, NULL) == 0
+                            ? "takes no writes" : "is not serving",
                         why[0] ? why : (err && err[0] ? err : "I/O error"));
         break;
     case -EEXIST:
@@ -145,10 +153,15 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s",
                         err && err[0] ? err : "over a budget of the node");
         break;
-    case -ENOSPC:
+    case -ENOSPC:   /* the disk is full: writes refused, reads go on */
+        if (sf && !(err && err[0]))
+            store_filter_state(sf, why);
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
-                        "filter \"%s\": disk full (%s); nothing was acknowledged",
-                        name, err && err[0] ? err : "ENOSPC");
+                        "filter \"%s\": no space left on device: %s", name,
+                        err && err[0] ? err
+                        : why[0] ? why
+                                 : "the write could not be made durable; nothing "
+                                   "was acknowledged");
         break;
     default:
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "filter \"%s\": %s (%s)",
@@ -168,16 +181,6 @@ struct store_filter *node_rpc__get_filter(struct store *s, const char *name,
         return NULL;
     }
     return sf;
-}
-
-int node_rpc__state_errno(enum store_state st)
-{
-    switch (st) {
-    case STORE_READY: return 0;
-    case STORE_RECOVERING: return -EAGAIN;
-    case STORE_FAILED: return -EIO;
-    default: return -ENOENT;
-    }
 }
 
 /* ---- FilterInfo ---- */
@@ -218,8 +221,9 @@ void node_rpc__info_fill(struct node *n, struct info_buf *ib, struct store_filte
     ib->fi.version = store_filter_version(sf);
     ib->si.version = ib->fi.version;
     ib->fi.shards = 1;
-    if (st == STORE_READY)
-        store_filter_inspect(sf, info_from_bf, ib);
+    /* Geometry and estimates also of a filter that takes no writes (a
+     * full disk) but still has its bits. */
+    store_filter_read(sf, info_from_bf, ib);
     if (st == STORE_READY && node_rpc__shard_syncing(sf)) {
         ib->fi.state = BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING;
         ib->si.state = ib->fi.state;
@@ -293,7 +297,7 @@ static void shard_facts_read(const struct bf *f, void *ctx)
 int node_rpc__shard_facts(struct store_filter *sf, struct shard_facts *out)
 {
     memset(out, 0, sizeof *out);
-    return store_filter_inspect(sf, shard_facts_read, out);
+    return store_filter_read(sf, shard_facts_read, out);
 }
 
 /* Find the store filter of (filter, index): the plain name holds a

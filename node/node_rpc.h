@@ -73,11 +73,12 @@ struct store_filter *node_rpc__get_filter(struct store *s, const char *name,
  * filter), or NULL with NOT_FOUND set. */
 struct store_filter *node_rpc__get_shard(struct store *s, const char *filter,
                                          unsigned index, struct rpc_reply *r);
-/* Translate a store error (negative errno) about filter name to a status. */
+/* Translate a store error (negative errno) about filter name to a status:
+ * -ENOSPC (the node's disk is full) is UNAVAILABLE saying "no space left
+ * on device", as the other failures to make a write durable; -EDQUOT
+ * RESOURCE_EXHAUSTED with err (which names the budget). */
 void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
                            const char *name, int rc, const char *err);
-/* The errno a filter state maps to (0 for READY). */
-int node_rpc__state_errno(enum store_state st);
 /* Encode "repeated bool field 1 [packed]" (+ uint64 field 2 when
  * with_version and version != 0) as the reply body. */
 void node_rpc__encode_bools(struct rpc_reply *r, const bool *v, size_t n,

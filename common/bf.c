@@ -499,9 +499,11 @@ fail:
     return NULL;
 }
 
-void bf_set_counts(struct bf *f, uint64_t inserts, const uint64_t *layer_counts)
+void bf_set_counts(struct bf *f, uint64_t inserts, uint64_t keys,
+                   const uint64_t *layer_counts)
 {
     f->inserts = inserts;
+    f->keys = keys;
     for (uint32_t i = 0; layer_counts && i < f->nlayers; i++)
         f->layers[i].count = layer_counts[i];
 }
@@ -534,6 +536,33 @@ uint32_t bf_layer_count(const struct bf *f) { return bf__nlayers(f); }
 uint64_t bf_insert_count(const struct bf *f)
 {
     return __atomic_load_n(&f->inserts, __ATOMIC_RELAXED);
+}
+
+uint64_t bf_keys_added(const struct bf *f)
+{
+    return __atomic_load_n(&f->keys, __ATOMIC_RELAXED);
+}
+
+static uint64_t keys_sum(uint64_t a, uint64_t n)
+{
+    if (a == BF_KEYS_UNCOUNTED || n == BF_KEYS_UNCOUNTED)
+        return BF_KEYS_UNCOUNTED;
+    return n >= BF_KEYS_UNCOUNTED - 1 - a ? BF_KEYS_UNCOUNTED - 1 : a + n;
+}
+
+void bf__keys_add(struct bf *f, uint64_t n)
+{
+    uint64_t old;
+
+    if (f->exclusive) {
+        f->keys = keys_sum(f->keys, n);
+        return;
+    }
+    /* A loop, not an atomic add: an uncounted filter must stay so. */
+    old = __atomic_load_n(&f->keys, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&f->keys, &old, keys_sum(old, n), true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
 }
 
 void bf_fingerprint(const struct bf *f, struct bf_fingerprint *fp)

@@ -36,6 +36,8 @@ struct bf {
     bool exclusive;
     uint32_t nlayers;    /* atomic: the scalable kind appends layers */
     uint64_t inserts;    /* adds that returned true; atomic */
+    uint64_t keys;       /* every add, or BF_KEYS_UNCOUNTED (bf_keys_added);
+                            atomic, changed only by bf__keys_add */
     pthread_mutex_t grow_lock;
     struct bf_layer layers[BF_MAX_LAYERS];
 };
@@ -49,6 +51,11 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
                    double p, uint64_t m, uint32_t k, char *err);
 void bf__layer_deinit(struct bf_layer *l);
 
+
+/* Add n to f->keys, which stays BF_KEYS_UNCOUNTED once it is (saturating
+ * below it); n = BF_KEYS_UNCOUNTED makes it so.  Atomic unless f is
+ * exclusive. */
+void bf__keys_add(struct bf *f, uint64_t n);
 
 static inline uint32_t bf__nlayers(const struct bf *f)
 {

@@ -258,5 +258,8 @@ int bf_merge_from(struct bf *dst, const struct bf *src, char *err)
      * separate slices has the sum of theirs (saturating). */
     dst->inserts = dst->inserts > UINT64_MAX - src->inserts ? UINT64_MAX
                                                             : dst->inserts + src->inserts;
+    /* So does the count of keys added; an uncounted source leaves dst
+     * uncounted. */
+    bf__keys_add(dst, bf_keys_added(src));
     return 0;
 }

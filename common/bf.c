@@ -503,7 +503,8 @@ void bf_set_counts(struct bf *f, uint64_t inserts, uint64_t keys,
                    const uint64_t *layer_counts)
 {
     f->inserts = inserts;
-    f->keys = keys;
+    f->keys = keys == BF_KEYS_UNCOUNTED ? 0 : keys;
+    f->keys_uncounted = keys == BF_KEYS_UNCOUNTED;
     for (uint32_t i = 0; layer_counts && i < f->nlayers; i++)
         f->layers[i].count = layer_counts[i];
 }
@@ -540,29 +541,21 @@ uint64_t bf_insert_count(const struct bf *f)
 
 uint64_t bf_keys_added(const struct bf *f)
 {
-    return __atomic_load_n(&f->keys, __ATOMIC_RELAXED);
-}
+    uint64_t k = __atomic_load_n(&f->keys, __ATOMIC_RELAXED);
 
-static uint64_t keys_sum(uint64_t a, uint64_t n)
-{
-    if (a == BF_KEYS_UNCOUNTED || n == BF_KEYS_UNCOUNTED)
+    if (__atomic_load_n(&f->keys_uncounted, __ATOMIC_RELAXED))
         return BF_KEYS_UNCOUNTED;
-    return n >= BF_KEYS_UNCOUNTED - 1 - a ? BF_KEYS_UNCOUNTED - 1 : a + n;
+    return k < BF_KEYS_UNCOUNTED ? k : BF_KEYS_UNCOUNTED - 1;
 }
 
 void bf__keys_add(struct bf *f, uint64_t n)
 {
-    uint64_t old;
-
-    if (f->exclusive) {
-        f->keys = keys_sum(f->keys, n);
-        return;
-    }
-    /* A loop, not an atomic add: an uncounted filter must stay so. */
-    old = __atomic_load_n(&f->keys, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(&f->keys, &old, keys_sum(old, n), true,
-                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
+    if (n == BF_KEYS_UNCOUNTED)
+        __atomic_store_n(&f->keys_uncounted, true, __ATOMIC_RELAXED);
+    else if (f->exclusive)
+        f->keys += n;
+    else
+        __atomic_add_fetch(&f->keys, n, __ATOMIC_RELAXED);
 }
 
 void bf_fingerprint(const struct bf *f, struct bf_fingerprint *fp)

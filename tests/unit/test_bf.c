@@ -776,6 +776,16 @@ START_TEST(merge_adds_keys_added)
     ck_assert_uint_eq(bf_keys_added(a), 10);
     ck_assert_uint_eq(bf_insert_count(a), 8);
 
+    /* A count near the top saturates below "uncounted". */
+    struct bf *big = bf_create_like(a, err);
+    ck_assert_ptr_nonnull(big);
+    bf_set_counts(big, 0, BF_KEYS_UNCOUNTED - 2, NULL);
+    ck_assert_int_eq(bf_merge_from(big, b, err), 0);
+    ck_assert_uint_eq(bf_keys_added(big), BF_KEYS_UNCOUNTED - 1);
+    ck_assert_int_eq(bf_merge_from(big, b, err), 0);
+    ck_assert_uint_eq(bf_keys_added(big), BF_KEYS_UNCOUNTED - 1);
+    bf_destroy(big);
+
     bf_set_counts(old, 7, BF_KEYS_UNCOUNTED, NULL);
     ck_assert_uint_eq(bf_keys_added(old), BF_KEYS_UNCOUNTED);
     ck_assert_int_eq(bf_merge_from(a, old, err), 0);

@@ -45,12 +45,12 @@ void log__write(enum log_level level, const char *file, int line,
 void log__announce(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The one line a server writes on stdout once it listens ("bloomgrid-node
- * listening on HOST:PORT ..."), from which scripts and tests read the
- * ports it bound; written whatever the level, in the line format: the
- * message alone in LOG_FORMAT_TEXT, and in LOG_FORMAT_JSON the same JSON
- * object as a log line at level info.  stdout is flushed first and
- * after. */
+/* A line a server writes on stdout once it listens ("bloomgrid-node
+ * listening on HOST:PORT ...", "... metrics on HOST:PORT"), from which
+ * scripts and tests read the ports it bound; written whatever the level,
+ * in the line format: the message alone in LOG_FORMAT_TEXT, and in
+ * LOG_FORMAT_JSON the same JSON object as a log line at level info.
+ * stdout is flushed first and after. */
 #define log_announce(...) log__announce(__FILE__, __LINE__, __VA_ARGS__)
 
 #define log__at(lvl, ...)                                                    \

@@ -99,9 +99,13 @@ static const struct help_entry help_entries[] = {
      "\n"
      "Verify a filter file (checksum and geometry) and show its kind,\n"
      "capacity, error rate, size, bits/key, fill, estimated key count and\n"
-     "false-positive rate, insert count, shard and fingerprint id (the secret\n"
-     "itself is never shown).  A corrupt file is refused with exit status 2.\n"
-     "A shard bundle (a router's export) is shown shard by shard.\n"
+     "false-positive rate, shard and fingerprint id (the secret itself is\n"
+     "never shown), and two counts of adds: the keys added (every key added,\n"
+     "repeats and false positives included; JSON keys_added, null for a file\n"
+     "of format version 1, which did not record it) and the new-bit adds\n"
+     "(those that set a bit; JSON inserts).  A merge adds both counts of its\n"
+     "inputs.  A corrupt file is refused with exit status 2.  A shard bundle\n"
+     "(a router's export) is shown shard by shard.\n"
      "\n"
      "  -j, --json    machine-readable output\n"
      "\n"
@@ -207,8 +211,9 @@ static const struct help_entry online_help_entries[] = {
      "usage: bloomgrid [--server HOST:PORT] info NAME [--json]\n"
      "\n"
      "Describe a filter: state, kind, geometry (bits, hashes, bytes), fill,\n"
-     "estimated key count and false-positive rate, version, fingerprint id,\n"
-     "and the state of each shard when the server reports them.\n"
+     "estimated key count and false-positive rate, new-bit adds (adds that\n"
+     "set a bit; JSON inserts), version, fingerprint id, and the state of\n"
+     "each shard when the server reports them.\n"
      "\n"
      "  -j, --json            machine-readable output\n"
      SERVER_OPTIONS
@@ -217,7 +222,8 @@ static const struct help_entry online_help_entries[] = {
      "example:\n"
      "  bloomgrid --server localhost:7400 info users --json\n"},
     {"add",
-     "usage: bloomgrid --server HOST:PORT add NAME [--verbose] [KEY...]\n"
+     "usage: bloomgrid --server HOST:PORT add NAME [--verbose] [--batch N]\n"
+     "                 [--inflight N] [KEY...]\n"
      "\n"
      "Add keys to a filter on the server.  Without KEY arguments, keys are\n"
      "read one per line from stdin (a trailing \\r is stripped; an empty line\n"
@@ -356,7 +362,8 @@ static const struct help_entry online_help_entries[] = {
      "  bloomgrid canary canary --server r1:7500,r2:7500 --interval 30s \\\n"
      "      --state /var/lib/bloomgrid/canary.state\n"},
     {"check",
-     "usage: bloomgrid [--server HOST:PORT] check NAME [--count] [KEY...]\n"
+     "usage: bloomgrid [--server HOST:PORT] check NAME [--count] [--batch N]\n"
+     "                 [--inflight N] [KEY...]\n"
      "\n"
      "Ask the server whether keys may be in a filter; the online 'query'.\n"
      "Prints one line per key, in input order: \"maybe<TAB>KEY\" (maybe\n"
@@ -373,7 +380,8 @@ static const struct help_entry online_help_entries[] = {
      "  bloomgrid --server localhost:7400 check users alice carol\n"
      "  bloomgrid check users --count < candidates.txt\n"},
     {"remove",
-     "usage: bloomgrid --server HOST:PORT remove NAME [KEY...]\n"
+     "usage: bloomgrid --server HOST:PORT remove NAME [--batch N] [--inflight N]\n"
+     "                 [KEY...]\n"
      "\n"
      "Remove keys from a counting filter on the server.  Prints\n"
      "\"removed<TAB>KEY\" or \"no<TAB>KEY\" (definitely absent, nothing changed);\n"

@@ -808,7 +808,7 @@ struct bf *store__copy_locked(struct store_filter *sf, char *err)
         if (bf_layer_info(sf->bf, i, &li) == 0)
             counts[i] = li.count;
     }
-    bf_set_counts(c, bf_insert_count(sf->bf), counts);
+    bf_set_counts(c, bf_insert_count(sf->bf), bf_keys_added(sf->bf), counts);
     return c;
 }
 

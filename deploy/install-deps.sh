@@ -3,20 +3,21 @@
 # nothing when everything is already installed.
 #
 # usage: deploy/install-deps.sh [runtime|build|test|image]   (default: test)
-#   runtime  the shared libraries the four programs load (the image's run
-#            stage)
+#   runtime  what the image's run stage holds: the shared libraries the
+#            four programs load, and jq for the batch reduce (reduce.sh)
 #   build    what `make build` needs: compiler, CMake, headers, code
 #            generators, help2man for the manual pages
 #   test     build, plus what the test suite and the benchmarks run against:
 #            libbloom and redis (benchmarks), Node.js and npm (the grpc-js
 #            client tests), Python's prometheus, grpc, protobuf and yaml modules,
-#            gRPC's generators and Java jars (docs/CLIENTS.md), openssl
+#            gRPC's generators and Java jars (docs/CLIENTS.md), openssl,
+#            jq (the batch reduce)
 #   image    what `make image` needs to build the image here: podman with
 #            runc, and debootstrap for a base where no registry serves one
 set -euo pipefail
 
 what=${1:-test}
-RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 libsystemd0)
+RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 libsystemd0 jq)
 BUILD=(
   build-essential cmake pkg-config
   libxxhash-dev check libsubunit-dev
@@ -29,7 +30,7 @@ TEST=(
   python3-prometheus-client python3-grpcio python3-protobuf python3-yaml protoc-gen-go
   protobuf-compiler-grpc protoc-gen-go-grpc protobuf-compiler-grpc-java-plugin
   libgrpc-java libprotobuf-java libnetty-java libperfmark-java libguava-java
-  libgeronimo-annotation-1.3-spec-java
+  libgeronimo-annotation-1.3-spec-java jq
 )
 case "$what" in
   runtime) PKGS=("${RUNTIME[@]}") ;;
@@ -45,7 +46,7 @@ case "$what" in
     command -v javac >/dev/null 2>&1 || PKGS+=(default-jdk-headless)
     ;;
   image) PKGS=(podman runc debootstrap) ;;
-  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "install-deps: unknown set '$what' (runtime, build, test or image)" >&2; exit 2 ;;
 esac
 

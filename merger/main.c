@@ -109,8 +109,7 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
     char host[256], hnote[300];
     rpc_listen_host(cfg->listen, host, sizeof host);
     rpc_listen_health_note(srv, hli, cfg->health_listen, hnote, sizeof hnote);
-    printf("bloomgrid-merger listening on %s:%d%s\n", host, port, hnote);
-    fflush(stdout);
+    log_announce("bloomgrid-merger listening on %s:%d%s", host, port, hnote);
     log_info("merger listening on %s:%d, %d filters, state in %s, a round "
              "every %" PRIu64 " s", host, port, nf, cfg->state_dir,
              cfg->interval_s);

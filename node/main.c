@@ -389,9 +389,8 @@ int main(int argc, char **argv)
     }
     char hnote[300];
     rpc_listen_health_note(n.srv, hli, n.cfg.health_listen, hnote, sizeof hnote);
-    printf("bloomgrid-node listening on %s:%d%s%s%s\n", host, port,
-           iaddr[0] ? " internal " : "", iaddr, hnote);
-    fflush(stdout);
+    log_announce("bloomgrid-node listening on %s:%d%s%s%s", host, port,
+                 iaddr[0] ? " internal " : "", iaddr, hnote);
     svc_notify_status("listening on %s:%d; opening data directory %s", host, port,
                       n.cfg.data_dir);
     log_info("listening on %s:%d%s%s (%s; data %s, durability %s)", host, port,

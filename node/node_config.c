@@ -94,7 +94,7 @@ static const struct setting settings[] = {
     {"log_level", SETTING_ENUM | SETTING_LIVE, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
     {"log_format", SETTING_ENUM, 0, 0, "text|json", "text", F(log_format),
-     "log line format: text (with a syslog priority prefix instead of the time when stderr is the systemd journal) or json (one object per line: time, level, program, source, msg)"},
+     "log line format: text (with a syslog priority prefix instead of the time when stderr is the systemd journal) or json (one object per line: time, level, program, source, msg), which the \"listening on\" and \"metrics on\" lines on stdout follow too"},
     {"topology", SETTING_STRING, 0, 0, NULL, "", F(topology),
      "topology file the routers read (docs/TOPOLOGY.md): the node finds its "
      "group there, refuses internal calls made under another version, "

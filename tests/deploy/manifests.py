@@ -14,6 +14,7 @@ usage: manifests.py SRC BUILD TMP CHECK
 Runs with Debian's /usr/bin/python3 (python3-yaml).  Exit 0 pass, 1 fail.
 """
 import configparser
+import json
 import os
 import re
 import shutil
@@ -488,64 +489,115 @@ def check_reduce():
                 'exec %s "$@"\n' % (log, CLI))
     os.chmod(fake, 0o755)
 
-    def run(name, parts, setup):
+    def unique(i):
+        return ["key-%d-%d" % (i, k) for k in range(50 + i)]
+
+    def inspect(path):
+        r = subprocess.run([CLI, "inspect", path, "--json"], capture_output=True, text=True)
+        return json.loads(r.stdout)
+
+    def run(name, parts, setup, split=unique, tmpl_args=("-n", "10000", "-p", "1%"), jq=None):
         shared = os.path.join(work, name)
         os.makedirs(os.path.join(shared, "input"))
         tmpl = os.path.join(shared, "template.bundle")
-        subprocess.run([CLI, "build", tmpl, "-n", "10000", "-p", "1%"], input="",
+        subprocess.run([CLI, "build", tmpl] + list(tmpl_args), input="",
                        text=True, check=True, capture_output=True)
         pdir = os.path.join(shared, "runs", "r1", "parts")
         os.makedirs(pdir)
         for i in range(parts):
-            split = os.path.join(shared, "input", "split-%d" % i)
-            with open(split, "w") as f:
-                f.write("".join("key-%d-%d\n" % (i, k) for k in range(50 + i)))
+            path = os.path.join(shared, "input", "split-%d" % i)
+            with open(path, "w") as f:
+                f.write("".join(k + "\n" for k in split(i)))
             subprocess.run([CLI, "build", os.path.join(pdir, "part-%d.bundle" % i), "--like", tmpl,
-                            split], check=True, capture_output=True)
+                            path], check=True, capture_output=True)
         setup(shared, pdir)
         if os.path.exists(log):
             os.unlink(log)
         env = dict(os.environ, RUN="r1", PARTS=str(parts), FILTER="users", SHARED=shared,
                    WAIT_S="0", BLOOMGRID=fake)
+        if jq is not None:
+            env["JQ"] = jq
         r = subprocess.run(["sh", rpath], env=env, capture_output=True, text=True, timeout=120)
         imported = open(log).read() if os.path.exists(log) else ""
         return r, imported, shared
 
-    # A complete set: merged, the sum of inserts, imported once.
-    r, imp, shared = run("complete", 4, lambda s, p: None)
-    g = os.path.join(shared, "runs", "r1", "global.bundle")
-    if r.returncode != 0 or "users" not in imp or not os.path.exists(g):
-        fail("complete set not imported (exit %d): %s" % (r.returncode, r.stderr))
-    else:
-        js = subprocess.run([CLI, "inspect", g, "--json"], capture_output=True, text=True).stdout
-        ins = int(re.search(r'"inserts": (\d+)', js).group(1))
-        if ins != sum(50 + i for i in range(4)):
-            fail("merged inserts %d, the partials hold %d" % (ins, sum(50 + i for i in range(4))))
-        else:
-            print("ok: reduce merges and imports a complete set (%d inserts)" % ins)
+    def accepted(name, what, split=unique, tmpl_args=("-n", "10000", "-p", "1%"), jq=None,
+                 check_parts=None):
+        """A complete set: merged, its keys added the splits' lines, imported once."""
+        r, imp, shared = run(name, 4, lambda s, p: None, split, tmpl_args, jq)
+        g = os.path.join(shared, "runs", "r1", "global.bundle")
+        lines = sum(len(split(i)) for i in range(4))
+        if r.returncode != 0 or "users" not in imp or not os.path.exists(g):
+            fail("reduce of %s: not imported (exit %d): %s" % (what, r.returncode, r.stderr))
+            return
+        if "4 partials, %d keys, imported into users" % lines not in r.stdout:
+            fail("reduce of %s says %r, not %d keys" % (what, r.stdout, lines))
+        got = inspect(g).get("keys_added")
+        if got != lines:
+            fail("reduce of %s: the merge holds %s keys added, the splits %d lines"
+                 % (what, got, lines))
+            return
+        if check_parts:
+            check_parts(shared)
+        print("ok: reduce of %s merges and imports it (%d keys added): %s"
+              % (what, got, r.stdout.strip()))
 
-    def refused(name, setup, what):
+    # Unique keys, through jq and through python3's json.
+    accepted("complete", "a complete set")
+    accepted("python", "a complete set read with python3 (no jq)", jq="")
+
+    # A key repeated inside a split ("a, b, a") and keys in every split:
+    # each partial set fewer bits than its split has lines.
+    def dups(i):
+        return ["dup-%d" % (k % 25) for k in range(60 + i)]
+
+    def fewer_inserts(shared):
+        for i in range(4):
+            d = inspect(os.path.join(shared, "runs", "r1", "parts", "part-%d.bundle" % i))
+            if not (d["inserts"] <= 25 < d["keys_added"] == len(dups(i))):
+                fail("partial %d of repeated keys: %d inserts, %s keys added"
+                     % (i, d["inserts"], d["keys_added"]))
+    accepted("duplicates", "splits with keys repeated inside and across them", dups,
+             check_parts=fewer_inserts)
+
+    # Splits far past the template's capacity: many keys find their bits
+    # already set (false positives at add time), so inserts < keys.
+    def big(i):
+        return ["fp-%d-%d" % (i, k) for k in range(3000)]
+
+    def false_positives(shared):
+        for i in range(4):
+            d = inspect(os.path.join(shared, "runs", "r1", "parts", "part-%d.bundle" % i))
+            if not d["inserts"] < d["keys_added"] == 3000:
+                fail("partial %d past capacity: %d inserts, %s keys added: no false positive"
+                     % (i, d["inserts"], d["keys_added"]))
+    accepted("fp", "splits large enough to meet false positives", big, ("-n", "300", "-p", "0.2"),
+             check_parts=false_positives)
+
+    def refused(name, setup, what, want):
         r, imp, shared = run(name, 4, setup)
         g = os.path.join(shared, "runs", "r1", "global.bundle")
-        if r.returncode == 0 or imp or os.path.exists(g):
-            fail("reduce with %s: exit %d, import %r, merged file %s" %
-                 (what, r.returncode, imp, os.path.exists(g)))
+        if r.returncode == 0 or imp or os.path.exists(g) or not re.search(want, r.stderr):
+            fail("reduce with %s: exit %d, import %r, merged file %s: %s" %
+                 (what, r.returncode, imp, os.path.exists(g), r.stderr.strip()))
         else:
             print("ok: reduce with %s refuses, nothing merged or imported: %s" %
                   (what, r.stderr.strip()))
 
-    refused("missing", lambda s, p: os.unlink(os.path.join(p, "part-2.bundle")), "a partial missing")
+    refused("missing", lambda s, p: os.unlink(os.path.join(p, "part-2.bundle")), "a partial missing",
+            r"indexes: 2")
 
     def short(s, p):
         with open(os.path.join(s, "input", "split-1"), "a") as f:
             f.write("one-more\n")
-    refused("short", short, "a partial short of its split's keys")
+    refused("short", short, "a partial short of its split's keys",
+            r"part-1.bundle: built from 51 keys, its mapper read 52")
 
     def other(s, p):
         subprocess.run([CLI, "build", os.path.join(p, "part-3.bundle"), "--force", "-n", "10000",
                         "-p", "1%", os.path.join(s, "input", "split-3")], check=True,
                        capture_output=True)
-    refused("other", other, "a partial of another filter")
+    refused("other", other, "a partial of another filter", r"part-3.bundle: not a partial of")
 
     def corrupt(s, p):
         path = os.path.join(p, "part-0.bundle")
@@ -554,7 +606,20 @@ def check_reduce():
             b = f.read(1)
             f.seek(-1, 1)
             f.write(bytes([b[0] ^ 0xff]))
-    refused("corrupt", corrupt, "a corrupt partial")
+    refused("corrupt", corrupt, "a corrupt partial", r"part-0.bundle: unreadable or corrupt")
+
+    # A partial of file format 1 (an older bloomgrid's) records no count of
+    # keys: refused when its split gives one.  The template and every
+    # partial are the legacy node's blocked filter.
+    v1 = os.path.join(SRC, "tests", "fixtures", "legacy-node-dir", "blk",
+                      "snapshot-0000000000000001.bf")
+
+    def old_format(s, p):
+        shutil.copyfile(v1, os.path.join(s, "template.bundle"))
+        for i in range(4):
+            shutil.copyfile(v1, os.path.join(p, "part-%d.bundle" % i))
+    refused("format1", old_format, "partials of file format 1", r"part-0.bundle records no count "
+            r"of keys added \(a filter file of format version 1")
 
 
 os.makedirs(TMP, exist_ok=True)

@@ -466,18 +466,25 @@ static void test_export(void)
     CHECK(len > 0, "Export: %s", st.message);
     bundle_holds(buf, len, k, NKEYS, "export, copy 0 behind");
     bundle_holds(buf, len, more, NKEYS, "export, copy 0 behind");
-    /* inserts is one copy's count, not the sum over the copies read. */
+    /* inserts and keys added are one copy's counts, not the sums over the
+     * copies read. */
     char err[256];
     struct bundle *b = bundle_parse(buf, len, err);
     CHECK(b, "export: %s", err);
-    uint64_t inserts = 0;
-    for (uint32_t i = 0; i < b->count; i++)
+    uint64_t inserts = 0, keys = 0;
+    for (uint32_t i = 0; i < b->count; i++) {
         inserts += bf_insert_count(b->shard[i]);
+        CHECK(bf_keys_added(b->shard[i]) != BF_KEYS_UNCOUNTED, "shard %u: keys uncounted", i);
+        keys += bf_keys_added(b->shard[i]);
+    }
     bundle_destroy(b);
     free(buf);
     CHECK(inserts >= 2 * NKEYS - 20 && inserts <= 2 * NKEYS + 100,
           "export inserts %llu, expected about %d (one copy's adds)",
           (unsigned long long)inserts, 2 * NKEYS);
+    CHECK(keys >= 2 * NKEYS && keys <= 2 * NKEYS + 100,
+          "export keys added %llu, expected %d (one copy's adds)",
+          (unsigned long long)keys, 2 * NKEYS);
 
     /* Two copies down: fewer than R answer, and nothing is exported. */
     node_stop(&c.node[1], SIGKILL);

@@ -27,6 +27,7 @@ BUILD=(
 TEST=(
   libbloom-dev redis-server openssl
   python3-prometheus-client python3-grpcio python3-protobuf python3-yaml protoc-gen-go
+  prometheus
 )
 case "$what" in
   runtime) PKGS=("${RUNTIME[@]}") ;;

@@ -21,9 +21,9 @@
 enum { F_BYTES, F_INSERTS, F_CAPACITY, F_TARGET, F_MODEL, F_SYNCING,
        F_FILL, F_NHAT, F_EFPR, F_N };
 struct filter_facts {
-    const char *name;                         /* the store name */
-    char filter[RULES_STORE_NAME_MAX + 1];    /* the filter's public name */
-    unsigned shard;                           /* its index (0 unsharded) */
+    const char *name;           /* the store name: "<filter>.shard-<i>" or "<filter>" */
+    size_t flen;                /* the filter's name: name[0, flen) */
+    unsigned shard;             /* its index (0 unsharded) */
     bool ready;
     double v[F_N];
 };
@@ -200,10 +200,17 @@ static const struct sampled *sampled_find(const char *name)
     return fs.n ? bsearch(&key, fs.v, fs.n, sizeof key, by_name) : NULL;
 }
 
+static bool same_filter(const struct filter_facts *x, const struct filter_facts *y)
+{
+    return x->flen == y->flen && memcmp(x->name, y->name, x->flen) == 0;
+}
+
 static int by_filter_shard(const void *a, const void *b)
 {
     const struct filter_facts *x = a, *y = b;
-    int c = strcmp(x->filter, y->filter);
+    int c = memcmp(x->name, y->name, x->flen < y->flen ? x->flen : y->flen);
+    if (!c)
+        c = x->flen < y->flen ? -1 : x->flen > y->flen;
     return c ? c : x->shard < y->shard ? -1 : x->shard > y->shard;
 }
 
@@ -226,26 +233,26 @@ static double fold(const struct filter_facts *ff, size_t from, size_t to, int f)
 static void emit_filters(struct metrics_out *out, const struct filter_facts *ff, size_t n,
                          bool per_filter)
 {
-    char shard[12];
+    char shard[12], filter[RULES_STORE_NAME_MAX + 1];
     for (int f = 0; f < F_N; f++) {
         for (size_t i = 0, j; i < n; i = j) {
             j = i + 1;
+            snprintf(filter, sizeof filter, "%.*s", (int)ff[i].flen, ff[i].name);
             if (!per_filter) {
                 if (ff[i].v[f] < 0)
                     continue;
                 snprintf(shard, sizeof shard, "%u", ff[i].shard);
                 metrics_emit(out, fam[f].type, fam[f].name, fam[f].help,
-                             (const char *const[]){"filter", ff[i].filter, "shard", shard,
-                                                   NULL},
+                             (const char *const[]){"filter", filter, "shard", shard, NULL},
                              ff[i].v[f]);
                 continue;
             }
-            while (j < n && strcmp(ff[j].filter, ff[i].filter) == 0)
+            while (j < n && same_filter(&ff[j], &ff[i]))
                 j++;
             double v = fold(ff, i, j, f);
             if (v >= 0)
                 metrics_emit(out, fam[f].type, fam[f].name, fam[f].help,
-                             (const char *const[]){"filter", ff[i].filter, NULL}, v);
+                             (const char *const[]){"filter", filter, NULL}, v);
         }
     }
 }
@@ -274,7 +281,9 @@ static void node_sampler(void *arg, struct metrics_out *out)
         store_put(sf);
         if (!x->ready)
             continue;
-        rules_shard_split(names[i], x->filter, sizeof x->filter, &x->shard);
+        char filter[RULES_STORE_NAME_MAX + 1];
+        rules_shard_split(names[i], filter, sizeof filter, &x->shard);
+        x->flen = strlen(filter);
         /* The last sample of the bits (metrics_sample_s), where there is one. */
         pthread_mutex_lock(&fs.mu);
         const struct sampled *sm = sampled_find(names[i]);

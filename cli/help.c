@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "online_cmd.h"
 
 struct help_entry {
     const char *cmd;
@@ -168,6 +169,7 @@ static const struct help_entry help_entries[] = {
     "HOST:PORT: ...\" and exit status 2.\n"
 
 static const struct help_entry online_help_entries[] = {
+    {"health", cmd_health_help},
     {"create",
      "usage: bloomgrid --server HOST:PORT create NAME --capacity N\n"
      "                 --error-rate P [--kind KIND] [--shards S] [--json]\n"
@@ -513,6 +515,7 @@ void help_overview(FILE *out)
           "  restore   re-create and fill the filters of a backup\n"
           "  canary    add a known key now and then, check every earlier one\n"
           "            through every router (exit 1 on a false negative)\n"
+          "  health    ask a process's grpc.health.v1 (exit 0 SERVING, as a probe)\n"
           "\n"
           "tokens:\n"
           "  token new make a token and its line for the servers' tokens file\n"

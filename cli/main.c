@@ -42,6 +42,7 @@ static const struct command commands[] = {
     {"backup", NULL, cmd_backup},
     {"restore", NULL, cmd_restore},
     {"canary", NULL, cmd_canary},
+    {"health", NULL, cmd_health},
     {NULL, NULL, NULL},
 };
 

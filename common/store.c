@@ -649,6 +649,7 @@ struct store *store_open(const struct store_options *o, char *err)
         free(s);
         return NULL;
     }
+    store_metrics_register();
     s->lock_fd = -1;
     s->durability = o->durability;
     s->interval_ms = o->snapshot_interval_ms ? o->snapshot_interval_ms

@@ -153,6 +153,14 @@ struct store_filter;
  * another process, bad options). */
 struct store *store_open(const struct store_options *o, char *err);
 
+/* Make the series of every store of the process (docs/METRICS.md: keys
+ * added, removed, queried and present, checkpoints and their failures, the
+ * write-ahead log) in metrics_registry(), at 0: a counter served only after
+ * its first increase hides that increase from a rate.  store_open calls it;
+ * a process that serves metrics before it opens its store calls it first.
+ * Any thread, any number of times. */
+void store_metrics_register(void);
+
 /* Stop the store's thread, checkpoint every changed READY filter, close
  * the log.  No handle may be held.  NULL is allowed. */
 void store_close(struct store *s);

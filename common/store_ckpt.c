@@ -54,23 +54,41 @@ static double mono_s(void)
 static const double ckpt_bounds[] = {0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5,
                                      10, 30, 60};
 
+static struct {
+    struct metric *failures, *duration, *bytes;
+} cm;
+static pthread_once_t cm_once = PTHREAD_ONCE_INIT;
+
+static void ckpt_metrics_register(void)
+{
+    struct metrics *m = metrics_registry();
+    cm.failures = metrics_counter(m, "bloomgrid_checkpoint_failures_total",
+                                  "checkpoints that failed", NULL);
+    cm.duration = metrics_histogram(m, "bloomgrid_checkpoint_duration_seconds",
+                                    "time a filter's checkpoint took, from its "
+                                    "log barrier to the file's rename", NULL,
+                                    ckpt_bounds, sizeof ckpt_bounds / sizeof *ckpt_bounds);
+    cm.bytes = metrics_counter(m, "bloomgrid_checkpoint_bytes_total",
+                               "bytes of filter bits written by checkpoints", NULL);
+}
+
+void store_metrics_register(void)
+{
+    pthread_once(&cm_once, ckpt_metrics_register);
+    store__keys_metrics_register();
+    wal_metrics_register();
+}
+
 /* A checkpoint written (rc 0) or failed, with its duration and bytes. */
 static void ckpt_metrics(int rc, double seconds, uint64_t bytes)
 {
-    struct metrics *m = metrics_registry();
+    pthread_once(&cm_once, ckpt_metrics_register);
     if (rc < 0) {
-        metric_add(metrics_counter(m, "bloomgrid_checkpoint_failures_total",
-                                   "checkpoints that failed", NULL), 1);
+        metric_add(cm.failures, 1);
         return;
     }
-    metric_observe(metrics_histogram(m, "bloomgrid_checkpoint_duration_seconds",
-                                     "time a filter's checkpoint took, from its "
-                                     "log barrier to the file's rename", NULL,
-                                     ckpt_bounds, sizeof ckpt_bounds / sizeof *ckpt_bounds),
-                   seconds);
-    metric_add(metrics_counter(m, "bloomgrid_checkpoint_bytes_total",
-                               "bytes of filter bits written by checkpoints", NULL),
-               bytes);
+    metric_observe(cm.duration, seconds);
+    metric_add(cm.bytes, bytes);
 }
 
 int store__filter_checkpoint(struct store_filter *sf,

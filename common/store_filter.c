@@ -409,6 +409,13 @@ static struct {
 } keys;
 static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 
+static void keys_register(void);
+
+void store__keys_metrics_register(void)
+{
+    pthread_once(&keys_once, keys_register);
+}
+
 static void keys_register(void)
 {
     struct metrics *m = metrics_registry();

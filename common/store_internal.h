@@ -170,6 +170,8 @@ unsigned store__charge_times(enum bf_kind kind);
 /* A filter object in state RECOVERING holding one reference; freed by the
  * last store_put. */
 struct store_filter *store__filter_new(struct store *s, const char *name);
+/* The key counters' series (store_metrics_register). */
+void store__keys_metrics_register(void);
 void store__filter_free(struct store_filter *sf);
 
 /* Tombstones (store_tomb.c): read DIR/.tombstones at open (0, or

@@ -343,6 +343,11 @@ static void wm_register(void)
                                "bytes appended to the write-ahead log", NULL);
 }
 
+void wal_metrics_register(void)
+{
+    pthread_once(&wm_once, wm_register);
+}
+
 static double mono_s(void)
 {
     struct timespec ts;

@@ -157,6 +157,11 @@ int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
 struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
                      uint64_t segment_bytes, char *err);
 
+/* Make the log's series (metrics.h: fsync and group histograms, bytes
+ * written) in the process registry, at 0 until the first commit; the
+ * first commit makes them otherwise.  Any thread, any number of times. */
+void wal_metrics_register(void);
+
 /* Commit everything submitted, stop the commit thread, free.  Every stream
  * must have been closed.  NULL is allowed. */
 void wal_close(struct wal *w);

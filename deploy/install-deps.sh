@@ -25,8 +25,10 @@ BUILD=(
   libmicrohttpd-dev protobuf-compiler libprotobuf-dev grpc-proto libsystemd-dev
   help2man
 )
+# prometheus: its promtool checks and tests the alert rules (the server it
+# also installs is not started here).
 TEST=(
-  libbloom-dev redis-server openssl
+  libbloom-dev redis-server openssl prometheus
   python3-prometheus-client python3-grpcio python3-protobuf python3-yaml protoc-gen-go
   protobuf-compiler-grpc protoc-gen-go-grpc protobuf-compiler-grpc-java-plugin
   libgrpc-java libprotobuf-java libnetty-java libperfmark-java libguava-java

@@ -30,6 +30,7 @@
 #include "svc_notify.h"
 #include "merger.h"
 #include "merger_config.h"
+#include "merger_metrics.h"
 #include "merger_rpc.h"
 #include "merger_runner.h"
 #include "metrics_http.h"
@@ -184,6 +185,7 @@ int main(int argc, char **argv)
                                   cfg.insecure};
     if (rpc_metrics_start(&mc, "bloomgrid-merger", &mh) < 0)
         return 2;
+    merger_metrics_register();
     struct merger *m = merger_create(&cfg, filters, (size_t)nf, err);
     if (!m) {
         fprintf(stderr, "%s: %s\n", argv[0], err);

@@ -119,6 +119,13 @@ static const struct setting settings[] = {
      "with metrics_listen: seconds between samples of each filter's bits for "
      "the fill, n-hat and estimated FPR gauges (a bounded sample, never a "
      "scan at scrape time)"},
+    {"metrics_shards", SETTING_ENUM, 0, 0, "each|filter", "each", F(metrics_shards),
+     "with metrics_listen: the per-filter series (bloomgrid_filter_*, "
+     "bloomgrid_shard_syncing): each = one series per shard held, labels filter "
+     "and shard; filter = one per filter, label filter, its shards on this node "
+     "summed (bytes, inserts, capacity, n-hat) or their largest value taken "
+     "(FPRs, fill, SYNCING), for nodes that hold thousands of shards "
+     "(docs/METRICS.md)"},
 };
 
 static const struct settings_spec spec = {

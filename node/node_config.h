@@ -51,6 +51,7 @@ struct node_config {
     _Atomic uint64_t replicate_interval_ms;   /* live */
     char internal_listen[256];    /* the Internal service's address, or "" */
     uint64_t metrics_sample_s;    /* fill gauges' sampling period */
+    char metrics_shards[8];       /* each or filter: per-filter series */
     RPC_LISTEN_FIELDS
     RPC_METRICS_FIELDS
     RPC_AUTH_FIELDS

@@ -183,17 +183,27 @@ static void id_read(const struct bf *f, void *ctx)
     bf_fingerprint_id(f, id->fp);
 }
 
+/* The pull counters of peer (metrics.h), labels {"peer", peer}. */
+static struct metric *ae_pages(const char *const *labels)
+{
+    return metrics_counter(metrics_registry(), "bloomgrid_antientropy_pages_total",
+                           "pages pulled from the other copies of the group "
+                           "and merged", labels);
+}
+
+static struct metric *ae_bytes(const char *const *labels)
+{
+    return metrics_counter(metrics_registry(), "bloomgrid_antientropy_bytes_total",
+                           "bytes of the pages pulled from the other copies", labels);
+}
+
 /* Pages merged by one pull from peer (metrics.h). */
 static void ae_metrics(const char *peer, size_t pages, uint64_t bytes)
 {
     struct metrics *m = metrics_registry();
     const char *labels[] = {"peer", peer, NULL};
-    metric_add(metrics_counter(m, "bloomgrid_antientropy_pages_total",
-                               "pages pulled from the other copies of the group "
-                               "and merged", labels), pages);
-    metric_add(metrics_counter(m, "bloomgrid_antientropy_bytes_total",
-                               "bytes of the pages pulled from the other copies",
-                               labels), bytes);
+    metric_add(ae_pages(labels), pages);
+    metric_add(ae_bytes(labels), bytes);
     /* The lag of this copy behind peer: time() minus this, in a query. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -441,11 +451,14 @@ static bool is_member(const struct topo_group *grp, const char *addr)
 }
 
 /* The series of peer (metrics.h): whether it answered the last probe, and
- * how many cursors this node keeps for it. */
+ * how many cursors this node keeps for it; its counters, at 0 from its
+ * first probe on. */
 static void peer_gauges(const char *peer, bool answered, size_t cursors)
 {
     struct metrics *m = metrics_registry();
     const char *labels[] = {"peer", peer, NULL};
+    ae_pages(labels);
+    ae_bytes(labels);
     metric_set(metrics_gauge(m, "bloomgrid_antientropy_peer_up",
                              "1 when the other copy answered this copy's last "
                              "probe (it is pulled from), 0 when it did not or has "

@@ -40,6 +40,11 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
 
 enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
 
+/* Make bloomgrid_router_quorum_failures_total{op} of every op at 0, so
+ * that the first failure is an increase an alert sees (router_init calls
+ * it).  Any thread, any number of times. */
+void router_keys_metrics_init(void);
+
 /* The answer of a key batch: rc 0 with out filled, or -1 with st. */
 typedef void (*router_keys_fn)(void *arg, int rc, const struct rpc_status *st);
 

@@ -10,6 +10,13 @@ usage: manifests.py SRC BUILD TMP CHECK
                     Services, tokens the programs accept
          reduce     the batch reduce script: merges and imports only a
                     complete, verified set of partials
+         hardening  deploy/kubernetes: per group of copies a
+                    PodDisruptionBudget with maxUnavailable = N - W and
+                    required anti-affinity by kubernetes.io/hostname; the
+                    NetworkPolicies (internal listener from the cluster's
+                    own pods only, public port from clients); each
+                    container non-root, read-only root, no capability,
+                    seccomp RuntimeDefault, and its data on volumes
 
 Runs with Debian's /usr/bin/python3 (python3-yaml).  Exit 0 pass, 1 fail.
 """
@@ -412,6 +419,207 @@ def check_manifests():
                 print("ok: kubectl apply --dry-run=client -f %s" % d)
 
 
+def selects(sel, labels):
+    """Does a label selector (matchLabels, matchExpressions) select a pod
+    with these labels?  An empty selector selects every pod."""
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        k, op, vals = e["key"], e["operator"], e.get("values", [])
+        if op == "In" and labels.get(k) not in vals:
+            return False
+        if op == "NotIn" and labels.get(k) in vals:
+            return False
+        if op == "Exists" and k not in labels:
+            return False
+        if op == "DoesNotExist" and k in labels:
+            return False
+    return True
+
+
+def check_hardening():
+    docs = [(p, d) for p, d in load_docs() if os.path.dirname(p) == K8S]
+    cms = by_kind(docs, "ConfigMap")
+    topo = ini(cms["bloomgrid-topology"]["data"]["topology.ini"])
+    top = topo["__top__"]
+    pdbs = by_kind(docs, "PodDisruptionBudget")
+    policies = by_kind(docs, "NetworkPolicy")
+    workloads = [d for _, d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+    prog_of = {"bloomgrid-node": "node", "bloomgrid-router": "router",
+               "bloomgrid-merger": "merger"}
+    ns = "bloomgrid"
+
+    # ---- the containers ----
+    for w in workloads:
+        name = "%s/%s" % (w["kind"], w["metadata"]["name"])
+        pod = w["spec"]["template"]["spec"]
+        psc = pod.get("securityContext", {})
+        before = len(failures)
+        if pod.get("automountServiceAccountToken") is not False:
+            fail("%s: automountServiceAccountToken is not false" % name)
+        for c in pod["containers"] + pod.get("initContainers", []):
+            csc = c.get("securityContext", {})
+            eff = dict(psc, **csc)
+            if eff.get("runAsNonRoot") is not True or eff.get("runAsUser", 0) == 0:
+                fail("%s/%s: runAsNonRoot %r, runAsUser %r" % (name, c["name"],
+                     eff.get("runAsNonRoot"), eff.get("runAsUser")))
+            if (eff.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+                fail("%s/%s: seccompProfile %r, not RuntimeDefault" %
+                     (name, c["name"], eff.get("seccompProfile")))
+            if csc.get("readOnlyRootFilesystem") is not True:
+                fail("%s/%s: readOnlyRootFilesystem is not true" % (name, c["name"]))
+            if csc.get("allowPrivilegeEscalation") is not False or csc.get("privileged"):
+                fail("%s/%s: allowPrivilegeEscalation %r, privileged %r" % (
+                     name, c["name"], csc.get("allowPrivilegeEscalation"), csc.get("privileged")))
+            caps = csc.get("capabilities") or {}
+            if caps.get("drop") != ["ALL"] or caps.get("add"):
+                fail("%s/%s: capabilities %r, expected drop [ALL] and no add" %
+                     (name, c["name"], caps))
+            # A read-only root: every directory the program writes is a
+            # writable volume (its claim or an emptyDir), /tmp included.
+            vols = {v["name"]: v for v in pod.get("volumes", [])}
+            for t in w["spec"].get("volumeClaimTemplates", []):
+                vols[t["metadata"]["name"]] = {"claimTemplate": t}
+            writable = [m["mountPath"] for m in c.get("volumeMounts", [])
+                        if not m.get("readOnly") and
+                        set(vols.get(m["name"], {})) & {"claimTemplate",
+                                                          "persistentVolumeClaim", "emptyDir"}]
+            prog = prog_of[w["metadata"]["name"]]
+            sec = ini(cms["bloomgrid-%s-config" % prog]["data"][prog + ".ini"])[prog]
+            need = ["/tmp"] + [sec[k] for k in ("data_dir", "state_dir") if k in sec]
+            for d in need:
+                if not any(d == m or d.startswith(m.rstrip("/") + "/") for m in writable):
+                    fail("%s/%s: %s is on the read-only root (writable mounts: %s)" %
+                         (name, c["name"], d, writable))
+        if len(failures) == before:
+            print("ok: %s: non-root (uid %s), read-only root with %s on volumes, no "
+                  "capability, seccomp RuntimeDefault" % (name, psc.get("runAsUser"),
+                  ", ".join(need)))
+
+    # ---- each group of copies: a StatefulSet, its budget, its spread ----
+    node_sets = [w for w in workloads if w["metadata"]["name"].startswith("bloomgrid-node")]
+    for sts in node_sets:
+        name = "StatefulSet/%s" % sts["metadata"]["name"]
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        group = labels.get("bloomgrid.io/group")
+        if not group or "group " + group not in topo.sections():
+            fail("%s: pods carry no bloomgrid.io/group naming a topology group (%r)"
+                 % (name, group))
+            continue
+        g = topo["group " + group]
+        n = len(g["copies"].split())
+        w = int(g.get("write_quorum", top.get("write_quorum", str(n))))
+        if sts["spec"]["replicas"] != n:
+            fail("%s: %d replicas, group %s has %d copies" % (name, sts["spec"]["replicas"],
+                                                              group, n))
+        # The group's pods, as a pod of another group would be labelled.
+        other = dict(labels, **{"bloomgrid.io/group": group + "-other"})
+        mine = [p for p in pdbs.values() if selects(p["spec"]["selector"], labels)]
+        if len(mine) != 1:
+            fail("%s: %d PodDisruptionBudgets select the copies of group %s"
+                 % (name, len(mine), group))
+        else:
+            spec = mine[0]["spec"]
+            if selects(spec["selector"], other):
+                fail("PodDisruptionBudget %s selects the copies of other groups too"
+                     % mine[0]["metadata"]["name"])
+            if "minAvailable" in spec or spec.get("maxUnavailable") != n - w:
+                fail("PodDisruptionBudget %s: maxUnavailable %r (minAvailable %r), "
+                     "expected N - W = %d - %d = %d" % (mine[0]["metadata"]["name"],
+                     spec.get("maxUnavailable"), spec.get("minAvailable"), n, w, n - w))
+            else:
+                print("ok: group %s: PodDisruptionBudget %s, maxUnavailable %d = N - W = %d - %d"
+                      % (group, mine[0]["metadata"]["name"], n - w, n, w))
+        aff = sts["spec"]["template"]["spec"].get("affinity", {}).get("podAntiAffinity", {})
+        terms = [t for t in aff.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+                 if t.get("topologyKey") == "kubernetes.io/hostname"
+                 and selects(t["labelSelector"], labels)
+                 and not selects(t["labelSelector"], other)
+                 and not t.get("namespaces") and not t.get("namespaceSelector")]
+        if not terms:
+            fail("%s: no required anti-affinity by kubernetes.io/hostname between the "
+                 "copies of group %s (%r)" % (name, group, aff))
+        else:
+            print("ok: group %s: copies on distinct machines (required anti-affinity)" % group)
+
+    # ---- NetworkPolicies ----
+    def pod_labels(prog):
+        w = [x for x in workloads if x["metadata"]["name"] == "bloomgrid-" + prog][0]
+        return w["spec"]["template"]["metadata"]["labels"]
+
+    def port_of(prog, key):
+        sec = ini(cms["bloomgrid-%s-config" % prog]["data"][prog + ".ini"])[prog]
+        return int(sec[key].rsplit(":", 1)[1]) if key in sec else None
+
+    def rules_for(prog, port):
+        """The ingress rules of every policy selecting prog's pods that
+        admit port, and whether any policy selects them for ingress."""
+        labels = pod_labels(prog)
+        selected, rules = False, []
+        for p in policies.values():
+            if p["metadata"].get("namespace") != ns or \
+                    not selects(p["spec"]["podSelector"], labels):
+                continue
+            if "Ingress" in p["spec"].get("policyTypes", ["Ingress"]):
+                selected = True
+            for r in p["spec"].get("ingress", []):
+                ports = r.get("ports")
+                if not ports or any(x.get("port") == port for x in ports):
+                    rules.append(r)
+        return selected, rules
+
+    cluster = [pod_labels(p) for p in ("node", "router", "merger")]
+    for prog in ("node", "router", "merger"):
+        sel, _ = rules_for(prog, 0)
+        if not sel:
+            fail("no NetworkPolicy selects the %s pods for ingress" % prog)
+        # No rule admits every port.
+        for p in policies.values():
+            if selects(p["spec"]["podSelector"], pod_labels(prog)):
+                for r in p["spec"].get("ingress", []):
+                    if not r.get("ports"):
+                        fail("NetworkPolicy %s admits every port of the %s pods"
+                             % (p["metadata"]["name"], prog))
+    internal = port_of("node", "internal_listen")
+    _, rules = rules_for("node", internal)
+    peers = [f for r in rules for f in r.get("from", [None])]
+    before = len(failures)
+    if not rules:
+        fail("no NetworkPolicy rule admits the nodes' internal port %d" % internal)
+    # Only pod selectors of this namespace, and none that selects a pod
+    # that is not one of the cluster's processes (a client of this
+    # namespace, the batch Job's pods).
+    stranger = {"app.kubernetes.io/name": "some-client", "app.kubernetes.io/part-of": "bloomgrid"}
+    for f in peers:
+        if f is None or set(f) != {"podSelector"} or selects(f["podSelector"], stranger):
+            fail("the nodes' internal port %d is admitted from %r: only the cluster's "
+                 "own pods may reach it" % (internal, f))
+    for labels in cluster:
+        if not any(f and "podSelector" in f and selects(f["podSelector"], labels) for f in peers):
+            fail("the nodes' internal port %d does not admit the pods %r" % (internal, labels))
+    if len(failures) == before:
+        print("ok: nodes' internal port %d: admitted from node, router and merger pods only"
+              % internal)
+    _, rules = rules_for("node", port_of("node", "listen"))
+    if rules:
+        fail("the nodes' public port (on loopback) is admitted: %r" % rules)
+    rport = port_of("router", "listen")
+    _, rules = rules_for("router", rport)
+    if not any(not r.get("from") for r in rules):
+        fail("the routers' public port %d is not admitted from clients (any source): %r"
+             % (rport, rules))
+    else:
+        print("ok: routers' public port %d: admitted from clients" % rport)
+    for prog in ("node", "router", "merger"):
+        mport = port_of(prog, "metrics_listen")
+        _, rules = rules_for(prog, mport)
+        if not rules or any(not r.get("from") for r in rules):
+            fail("%s metrics port %d: admitted from %r (expected the monitoring namespace)"
+                 % (prog, mport, [r.get("from") for r in rules]))
+    print("ok: metrics ports admitted from the monitoring namespace only")
+
+
 def check_secrets():
     out = os.path.join(TMP, "secrets")
     shutil.rmtree(out, ignore_errors=True)
@@ -624,7 +832,8 @@ def check_reduce():
 
 os.makedirs(TMP, exist_ok=True)
 try:
-    {"manifests": check_manifests, "secrets": check_secrets, "reduce": check_reduce}[CHECK]()
+    {"manifests": check_manifests, "secrets": check_secrets, "reduce": check_reduce,
+     "hardening": check_hardening}[CHECK]()
 except (KeyError, StopIteration, IndexError, ValueError) as e:
     # A manifest without a field or document these checks read.
     import traceback

@@ -501,7 +501,9 @@ static void test_export(void)
 
 /* Anti-entropy's series on every copy: for each other copy, pages and
  * bytes pulled and the time of the last successful pull, which moves on
- * while the copies run and stops for a copy that is stopped. */
+ * while the copies run and stops for a copy that is stopped.  Before any
+ * filter, the counters alerts read are served at 0; then every copy holds
+ * every shard, one series each, labels filter (its name) and shard. */
 static void test_metrics(void)
 {
     struct cluster c;
@@ -511,12 +513,43 @@ static void test_metrics(void)
     cluster_init(&c, "router-copies-metrics", "fsync");
     c.node_flags = flags;
     cluster_run_copies(&c, 1, 3, "write_quorum = 2\nread_quorum = 2\n", 1);
+    for (int i = 0; i < 3; i++)
+        CHECK(c.node[i].maddr[0], "node %d printed no metrics address", i);
+    const char *const any[1] = {""};
+    const char *const zero[] = {"bloomgrid_checkpoint_failures_total",
+                                "bloomgrid_keys_added_total",
+                                "bloomgrid_checkpoint_bytes_total"};
+    for (size_t z = 0; z < sizeof zero / sizeof *zero; z++) {
+        double v = NAN;
+        CHECK(harness_scrape(c.node[0].maddr, zero[z], NULL, any, 1, &v) == 0,
+              "GET /metrics of node 0");
+        CHECK(v == 0, "node 0 before any filter: %s = %f, not served at 0", zero[z], v);
+    }
     CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, S, NULL, &st) == 0,
           "create: %s", st.message);
     char **k = keys_make("m", 0, NKEYS);
     keys_call(c.router[0].ch, "Add", "f", k, NKEYS, 500, NULL);
-    for (int i = 0; i < 3; i++)
-        CHECK(c.node[i].maddr[0], "node %d printed no metrics address", i);
+    /* Every copy: shard i of f as {filter="f", shard="i"}, not the store
+     * name f.shard-i. */
+    char sel[S + 1][32];
+    const char *sels[S + 1];
+    for (int s = 0; s < S; s++) {
+        snprintf(sel[s], sizeof sel[s], "filter=f,shard=%d", s);
+        sels[s] = sel[s];
+    }
+    snprintf(sel[S], sizeof sel[S], "filter=f.shard-0");
+    sels[S] = sel[S];
+    for (int i = 0; i < 3; i++) {
+        double bytes[S + 1], sync[S + 1];
+        CHECK(harness_scrape(c.node[i].maddr, "bloomgrid_filter_bytes", NULL, sels, S + 1,
+                             bytes) == 0 &&
+              harness_scrape(c.node[i].maddr, "bloomgrid_shard_syncing", NULL, sels, S + 1,
+                             sync) == 0, "GET /metrics of node %d", i);
+        for (int s = 0; s < S; s++)
+            CHECK(bytes[s] > 0 && sync[s] == 0, "node %d: shard %d of f: bytes %f, "
+                  "syncing %f", i, s, bytes[s], sync[s]);
+        CHECK(isnan(bytes[S]), "node %d serves filter=\"f.shard-0\"", i);
+    }
 
     const char *const peers[2] = {c.node[1].addr, c.node[2].addr};
     const char *ts = "bloomgrid_antientropy_last_pull_timestamp_seconds";

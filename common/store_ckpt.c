@@ -203,6 +203,11 @@ uint64_t store_log_bytes(struct store *s)
     return wal_bytes(s->wal);
 }
 
+uint64_t store_log_file_bytes(struct store *s)
+{
+    return wal_file_bytes(s->wal);
+}
+
 /* A filter FAILED by an I/O error and due for another recovery?  A filter
  * whose stream failed turns FAILED here (the commit thread only marks the
  * stream). */

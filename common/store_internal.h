@@ -88,6 +88,8 @@ struct store {
     int durability;
     unsigned interval_ms;
     uint64_t wal_bytes;          /* the bound on the node log */
+    uint32_t wal_unit;           /* store_options.wal_block_bytes */
+    bool in_group;               /* store_options.in_group */
     unsigned retry_ms;
     int lock_fd;
     struct wal *wal;             /* the node log, DIR/wal */

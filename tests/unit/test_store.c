@@ -24,6 +24,7 @@
 #include "store_internal.h"
 #include "wal.h"
 #include "unit_tmpdir.h"
+#include "unit_wal.h"
 
 static char tdir[4096];
 
@@ -196,21 +197,6 @@ static off_t file_size(const char *path)
 
     ck_assert_int_eq(stat(path, &st), 0);
     return st.st_size;
-}
-
-/* Where a log segment's records end: before the room the segment was made
- * with, which reads as zeros (a crash leaves it). */
-static off_t records_end(const char *path)
-{
-    off_t end = file_size(path);
-    int fd = open(path, O_RDONLY);
-    unsigned char c = 0;
-
-    ck_assert_int_ge(fd, 0);
-    while (end > 0 && pread(fd, &c, 1, end - 1) == 1 && c == 0)
-        end--;
-    close(fd);
-    return end;
 }
 
 /* ---- catalog ---- */
@@ -627,9 +613,10 @@ START_TEST(torn_wal_tail_is_cut_and_the_filter_served)
     in_crashing_child(child_add_batches, "f");
     log_path(wal, sizeof(wal), true);
     /* The crash left the segment with its room (zeros) after the
-     * records. */
-    off_t size = records_end(wal);
+     * records, the last commit group padded to a whole unit. */
+    off_t size = unit_wal_end(wal);
     ck_assert_int_gt(file_size(wal), size);
+    ck_assert_int_eq(size % unit_wal_unit(wal), 0);
     /* A record cut short by the crash, as a partial write leaves it: right
      * after the last record. */
     fd = open(wal, O_WRONLY);
@@ -661,13 +648,17 @@ START_TEST(corrupt_wal_middle_fails_only_that_filter)
     store_close(s);
     in_crashing_child(child_add_batches, "f");
     log_path(wal, sizeof(wal), true);
-    /* First record's payload (32-byte segment header, 64-byte record
-     * header, the name "f"); nine records committed after it follow. */
-    flip_byte(wal, 32 + 64 + 1 + 700);
+    /* First record's payload (after its 64-byte header and the name "f");
+     * nine records committed after it follow. */
+    struct unit_wal_rec first;
+    char where[64];
+    ck_assert_uint_ge(unit_wal_records(wal, false, &first, 1), 1);
+    flip_byte(wal, first.off + 64 + 1 + 700);
+    snprintf(where, sizeof(where), "offset %lld ", (long long)first.off);
     s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     sf = store_get(s, "f");
     ck_assert_int_eq(store_filter_state(sf, why), STORE_FAILED);
-    ck_assert_ptr_nonnull(strstr(why, "offset 32"));
+    ck_assert_ptr_nonnull(strstr(why, where));
     ck_assert_ptr_nonnull(strstr(why, wal));
     ck_assert_int_eq(store_may_contain_hashes(sf, &h, 1, &pr), -EIO);
     ck_assert_int_eq(store_add_hashes(sf, &h, 1, NULL, err), -EIO);
@@ -1407,10 +1398,11 @@ START_TEST(damage_that_hides_its_owner_fails_only_filters_that_may_have_lost)
     store_close(s);
     in_crashing_child(child_interleave, NULL);
     log_path(wal, sizeof(wal), true);
-    /* Records of one hash and a one-letter name are 64 + 1 + 16 bytes;
-     * the id field of the second record (b's) is hit, so its header no
+    /* The id field of the second record (b's) is hit, so its header no
      * longer says whose it is. */
-    flip_byte(wal, 32 + 81 + 33);
+    struct unit_wal_rec v[2];
+    ck_assert_uint_ge(unit_wal_records(wal, false, v, 2), 2);
+    flip_byte(wal, v[1].off + 33);
     s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     for (int i = 0; i < 4; i++) {
         struct store_filter *sf = store_get(s, names[i]);

@@ -1,6 +1,7 @@
 /* Tests of the node log: framing, the commit loop (group commit across
- * threads and streams, completions), torn tails, damage with and without a
- * known owner, segments and failed fsyncs. */
+ * threads and streams, completions), write units and padding, torn tails
+ * (a torn write of every unit the next append touches), damage with and
+ * without a known owner, segments, failed fsyncs and version 1 logs. */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -15,20 +16,25 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "wal.h"
 #include "unit_tmpdir.h"
+#include "unit_wal.h"
 
 static char tdir[4096];
 
 static void setup(void)
 {
+    log_set_level(LOG_LEVEL_WARN);
     unit_tmpdir_make(tdir, sizeof(tdir), "wal");
 }
 
 static void teardown(void)
 {
     wal__fdatasync = fdatasync;
+    wal__write = write;
     wal__statvfs = statvfs;
+    wal__sysfs = "/sys";
     unit_tmpdir_remove(tdir);
 }
 
@@ -86,7 +92,7 @@ static int scan(struct wal_scan_info *info, char *err)
 static struct wal *open_log(uint64_t next, int durability)
 {
     char err[WAL_ERRLEN];
-    struct wal *w = wal_open(tdir, next, durability, 1 << 20, err);
+    struct wal *w = wal_open(tdir, next, durability, 1 << 20, 0, err);
 
     ck_assert_msg(w != NULL, "wal_open: %s", err);
     return w;
@@ -143,6 +149,13 @@ static void flip_byte(const char *path, off_t off)
 
 /* Records of stream "f" (1 byte name) with 8-byte payloads: 73 bytes. */
 #define REC1 (WAL_REC_HDR + 1 + 8)
+/* The write unit of the test directory's log (set by units_of). */
+static uint32_t unit;
+
+static uint32_t units_of(void)
+{
+    return unit = wal_unit_detect(tdir, 0, NULL, 0);
+}
 
 START_TEST(append_then_scan_in_order)
 {
@@ -487,15 +500,18 @@ START_TEST(torn_tail_is_cut_and_appends_continue)
 
     ten_records();
     seg_path(path, sizeof(path), true);
-    off_t size = file_size(path);
-    ck_assert_int_eq(size, WAL_SEG_HDR + 10 * REC1);
+    /* Each record in a commit group of its own: a unit each, after the
+     * header's. */
+    ck_assert_int_eq(file_size(path), 11 * (off_t)units_of());
+    off_t last = unit_wal_offset(path, 10);
+    ck_assert_int_eq(last, 10 * (off_t)unit);
     /* Cut the last record in the middle of its payload. */
-    ck_assert_int_eq(truncate(path, size - 4), 0);
+    ck_assert_int_eq(truncate(path, last + REC1 - 4), 0);
     ck_assert_int_eq(scan(&info, err), 0);
     ck_assert_uint_eq(seen.n, 9);
     ck_assert_uint_eq(info.next_lsn, 10);
     ck_assert_uint_eq(info.truncated, REC1 - 4);
-    ck_assert_int_eq(file_size(path), size - REC1);
+    ck_assert_int_eq(file_size(path), last);
     /* Garbage that looks like the start of a record: torn too. */
     int fd = open(path, O_WRONLY | O_APPEND);
     ck_assert_int_eq(write(fd, "BGWN\1\0\1\0\7", 9), 9);
@@ -526,7 +542,7 @@ START_TEST(damaged_payload_names_its_owner_and_the_rest_is_read)
     ten_records();
     seg_path(path, sizeof(path), true);
     /* The payload of record 4 (LSN 4); six records committed after it. */
-    off_t at = WAL_SEG_HDR + 3 * REC1;
+    off_t at = unit_wal_offset(path, 4);
     flip_byte(path, at + WAL_REC_HDR + 1 + 3);
     ck_assert_int_eq(scan(&info, err), 0);
     ck_assert_uint_eq(seen.n, 9);
@@ -537,7 +553,7 @@ START_TEST(damaged_payload_names_its_owner_and_the_rest_is_read)
     ck_assert_ptr_nonnull(strstr(seen.where, where));
     ck_assert_uint_eq(seen.seq[3], 5);
     /* Nothing was cut from the file. */
-    ck_assert_int_eq(file_size(path), WAL_SEG_HDR + 10 * REC1);
+    ck_assert_int_eq(file_size(path), 11 * (off_t)units_of());
 }
 END_TEST
 
@@ -549,7 +565,7 @@ START_TEST(damaged_header_loses_its_lsns_with_no_owner)
     ten_records();
     seg_path(path, sizeof(path), true);
     /* The id field of record 6: its header checksum no longer matches. */
-    flip_byte(path, WAL_SEG_HDR + 5 * REC1 + 33);
+    flip_byte(path, unit_wal_offset(path, 6) + 33);
     ck_assert_int_eq(scan(&info, err), 0);
     ck_assert_uint_eq(seen.n, 9);
     ck_assert_uint_eq(seen.known, 0);
@@ -592,7 +608,8 @@ START_TEST(bad_record_inside_the_last_batch_counts_as_torn)
     wal_close(w);
     seg_path(path, sizeof(path), true);
     /* The payload of the second record of the batch (LSN 5). */
-    flip_byte(path, WAL_SEG_HDR + 4 * REC1 + WAL_REC_HDR + 2);
+    ck_assert_int_eq(unit_wal_offset(path, 5), unit_wal_offset(path, 4) + REC1);
+    flip_byte(path, unit_wal_offset(path, 5) + WAL_REC_HDR + 2);
     ck_assert_int_eq(scan(&info, err), 0);
     ck_assert_uint_eq(seen.n, 4);
     ck_assert_uint_eq(seen.damages, 0);
@@ -760,7 +777,9 @@ START_TEST(segments_are_written_into_allocated_room)
     ck_assert_int_ge((off_t)st.st_blocks * 512, ROOM);   /* allocated */
     wal_rotate(w);
     ck_assert_int_eq(append(s, 11), 0);
-    ck_assert_int_eq(file_size(first), WAL_SEG_HDR + 10 * REC1);  /* cut */
+    /* Cut after its last commit group's unit (the header has one, and each
+     * of the ten groups one). */
+    ck_assert_int_eq(file_size(first), 11 * (off_t)units_of());
     seg_path(path, sizeof(path), true);
     ck_assert_str_ne(path, first);
     ck_assert_int_eq(file_size(path), ROOM);
@@ -768,7 +787,7 @@ START_TEST(segments_are_written_into_allocated_room)
         ck_assert_int_eq(append(s, i), 0);
     wal_stream_close(s);
     wal_close(w);
-    ck_assert_int_eq(file_size(path), WAL_SEG_HDR + 10 * REC1);
+    ck_assert_int_eq(file_size(path), 11 * (off_t)unit);
     ck_assert_int_eq(scan(&info, err), 0);
     ck_assert_uint_eq(seen.n, 20);
     ck_assert_uint_eq(info.truncated, 0);
@@ -819,7 +838,7 @@ START_TEST(a_crash_leaves_room_that_the_scan_cuts_without_calling_it_torn)
         ck_assert_uint_eq(info.truncated, 0);
         ck_assert_uint_eq(info.next_lsn, 11);
         off_t end = file_size(path);
-        ck_assert_int_eq(end, WAL_SEG_HDR + (rotate ? 9 : 10) * REC1);
+        ck_assert_int_eq(end, (1 + (rotate ? 9 : 10)) * (off_t)units_of());
 
         /* Again, with half a record after the last one. */
         unit_tmpdir_remove(tdir);
@@ -861,7 +880,9 @@ START_TEST(no_room_on_a_nearly_full_disk_or_without_fsync)
             for (uint64_t i = 0; i < 10; i++)
                 ck_assert_int_eq(append(s, i), 0);
             seg_path(path, sizeof(path), true);
-            ck_assert_int_eq(file_size(path), WAL_SEG_HDR + 10 * REC1);
+            ck_assert_int_eq(file_size(path),
+                             none ? WAL_SEG_HDR + 10 * REC1
+                                  : 11 * (off_t)units_of());
             wal_rotate(w);
         }
         wal_stream_close(s);

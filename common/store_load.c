@@ -215,7 +215,8 @@ static void ent_lose(struct replay_ent *e, const char *why)
 
 static int on_record(void *ctx, const struct wal_record *rec)
 {
-    struct replay_ent *e = replay_find(ctx, rec->id);
+    struct replay *r = ctx;
+    struct replay_ent *e = replay_find(r, rec->id);
     char why[STORE_ERRLEN];
     int rc;
 
@@ -228,8 +229,10 @@ static int on_record(void *ctx, const struct wal_record *rec)
         if (rec->seq > e->expect)
             store__strfmt(why, sizeof(why), "the write-ahead log lacks "
                           "records %" PRIu64 "..%" PRIu64 " of this filter "
-                          "(record %" PRIu64 " is at LSN %" PRIu64 ")",
-                          e->expect, rec->seq - 1, rec->seq, rec->lsn);
+                          "(record %" PRIu64 " is at LSN %" PRIu64 ")%s%.160s",
+                          e->expect, rec->seq - 1, rec->seq, rec->lsn,
+                          r->nlost ? "; " : "",
+                          r->nlost ? r->lost[r->nlost - 1].where : "");
         else
             store__strfmt(why, sizeof(why), "record %" PRIu64 " of this "
                           "filter at LSN %" PRIu64 " of the write-ahead log "

@@ -1,6 +1,7 @@
 /* unit_wal: where the records of a node log segment are, read from the file
  * with the layout of docs/STORAGE.md ("The node log"), independently of the
- * log's own reader, for the unit suites that damage log files on purpose.
+ * log's own reader, for the unit suites that damage log files on purpose;
+ * and a torn write of the log's next append (unit_wal_torn_write).
  * Header-only.
  */
 #ifndef BLOOMGRID_UNIT_WAL_H
@@ -10,7 +11,10 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -102,6 +106,91 @@ static inline off_t unit_wal_end(const char *path)
 
     ck_assert_uint_le(n, 4096);
     return n ? v[n - 1].off + (off_t)v[n - 1].size : (unit ? unit : 32);
+}
+
+/* ---- torn writes ---- */
+
+/* How a power loss on a device that writes a unit only in part may leave
+ * one unit that a write in flight touches: all zeros, its first 512-byte
+ * sector garbled, or half of it new and half as it was. */
+enum { UNIT_WAL_TEAR_ZERO, UNIT_WAL_TEAR_GARBLE, UNIT_WAL_TEAR_HALF_NEW,
+       UNIT_WAL_TEAR_HALF_OLD, UNIT_WAL_TEARS };
+
+static inline const char *unit_wal_tear_name(int mode)
+{
+    static const char *const names[] = {"zeroed", "garbled",
+                                        "first half new", "second half new"};
+    return mode >= 0 && mode < UNIT_WAL_TEARS ? names[mode] : "?";
+}
+
+/* Which unit (0: the one holding the write's first byte) of u bytes, and
+ * how (UNIT_WAL_TEAR_*), unit_wal_torn_write tears. */
+static struct {
+    int unit, mode;
+    uint32_t u;
+} unit_wal_tear;
+
+static inline void unit_wal__pread(int fd, unsigned char *p, size_t len, off_t at)
+{
+    memset(p, 0, len);   /* past the end of the file: zeros */
+    if (pread(fd, p, len, at) < 0)
+        _exit(4);
+}
+
+/* A wal__write for the log's next append, in a child process that stands
+ * for the machine: write it, tear unit unit_wal_tear.unit of the units it
+ * touches, and lose power before the fsync (the process exits 0); exit 3
+ * when the write touches fewer units. */
+static inline ssize_t unit_wal_torn_write(int fd, const void *buf, size_t len)
+{
+    uint32_t tu = unit_wal_tear.u;
+    char self[64];
+    int rw;
+
+    /* The log's descriptor may be write-only: read through another. */
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+    if ((rw = open(self, O_RDWR)) < 0)
+        _exit(4);
+    off_t at = lseek(fd, 0, SEEK_CUR);
+    off_t first = at / tu * tu;
+    off_t end = (at + (off_t)len + tu - 1) / tu * tu;
+    off_t u = first + (off_t)unit_wal_tear.unit * tu;
+    unsigned char *old = malloc(tu), *img = malloc(tu);
+    size_t half = tu / 2;
+    struct stat st;
+
+    if (u >= end)
+        _exit(3);
+    if (!old || !img)
+        _exit(4);
+    unit_wal__pread(rw, old, tu, u);
+    for (size_t done = 0; done < len;) {
+        ssize_t n = write(fd, (const char *)buf + done, len - done);
+        if (n <= 0)
+            _exit(4);
+        done += (size_t)n;
+    }
+    unit_wal__pread(rw, img, tu, u);
+    switch (unit_wal_tear.mode) {
+    case UNIT_WAL_TEAR_ZERO:
+        memset(img, 0, tu);
+        break;
+    case UNIT_WAL_TEAR_GARBLE:
+        for (size_t i = 0; i < 512; i++)
+            img[i] = (unsigned char)(i * 131 + 17);
+        break;
+    case UNIT_WAL_TEAR_HALF_NEW:
+        memcpy(img + half, old + half, half);
+        break;
+    case UNIT_WAL_TEAR_HALF_OLD:
+        memcpy(img, old, half);
+        break;
+    }
+    if (fstat(rw, &st) < 0 ||
+        pwrite(rw, img, st.st_size - u < (off_t)tu ? (size_t)(st.st_size - u)
+                                                   : tu, u) < 0)
+        _exit(4);
+    _exit(0);
 }
 
 #endif

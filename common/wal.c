@@ -24,7 +24,11 @@
  * (docs/STORAGE.md has the figures).  The room after the last record
  * reads as zeros; it is cut when the segment is closed or the log is
  * closed, and after a crash the scan cuts it as it cuts a torn tail,
- * without counting it as torn.
+ * without counting it as torn.  Since each group starts in a unit never
+ * written, the commit thread writes zeros into the room a stretch ahead of
+ * the groups (ZERO_AHEAD), synced with the group before them: the file
+ * system then converts its allocated blocks to written ones once per
+ * stretch, not at the fdatasync of every group.
  */
 #include "durable.h"
 #include "log.h"
@@ -47,6 +51,7 @@
 #define ROOM_MAX (64u << 20)   /* the most room a segment is made with */
 #define ROOM_FREE 4            /* room is made only if the file system has
                                   this many times as much free */
+#define ZERO_AHEAD (256u << 10)  /* zeros written ahead of the groups */
 
 int (*wal__fdatasync)(int fd) = fdatasync;
 ssize_t (*wal__write)(int fd, const void *buf, size_t len) = write;
@@ -113,6 +118,11 @@ struct wal {
     pthread_t cthread;
     uint64_t room;               /* fsync: a segment's room; 0: none */
     uint32_t unit;               /* fsync: the write unit; 0: none */
+    /* Commit thread only, of the segment being written: */
+    uint64_t off;                /* where the next group goes */
+    uint64_t seg_room;           /* the room it was made with; 0: none */
+    uint64_t zeroed;             /* written (zeros or groups) up to here */
+    uint8_t *zeros;              /* ZERO_AHEAD bytes of zeros, or NULL */
 };
 
 /* snprintf that may truncate: paths are bounded by the checked dir. */
@@ -246,8 +256,10 @@ static void seg_close(struct wal *w)
 
 /* Create segment wal-<first>.log durably (temp file, room, header and the
  * rest of its unit, sync, rename, directory sync); *fd stays open,
- * positioned where the first record goes. */
-static int seg_create(struct wal *w, uint64_t first, int *fd, char *err)
+ * positioned where the first record goes; *room is the room it was made
+ * with (0: none). */
+static int seg_create(struct wal *w, uint64_t first, int *fd, uint64_t *room,
+                      char *err)
 {
     struct durable_file df;
     char name[32], path[WAL_PATH_LEN];
@@ -265,9 +277,13 @@ static int seg_create(struct wal *w, uint64_t first, int *fd, char *err)
         free(h);
         return rc;
     }
-    if (room_fits(w) && fallocate(df.fd, 0, 0, (off_t)w->room) < 0 &&
-        ftruncate(df.fd, 0) < 0)   /* whatever a failed one did allocate */
-        log_warn("wal: cannot cut a segment's room: %s", strerror(errno));
+    *room = 0;
+    if (room_fits(w)) {
+        if (fallocate(df.fd, 0, 0, (off_t)w->room) == 0)
+            *room = w->room;
+        else if (ftruncate(df.fd, 0) < 0)   /* what a failed one allocated */
+            log_warn("wal: cannot cut a segment's room: %s", strerror(errno));
+    }
     df.sync = wal__fdatasync;
     wal__seg_header(h, first, w->unit);
     rc = write_all(df.fd, h, start);
@@ -289,9 +305,10 @@ static int seg_create(struct wal *w, uint64_t first, int *fd, char *err)
 /* Switch to a new segment starting at w->next_lsn.  Commit thread. */
 static int seg_switch(struct wal *w, char *err)
 {
+    uint64_t room;
     int fd, rc;
 
-    if ((rc = seg_create(w, w->next_lsn, &fd, err)) < 0)
+    if ((rc = seg_create(w, w->next_lsn, &fd, &room, err)) < 0)
         return rc;
     pthread_mutex_lock(&w->mu);
     if (w->nsegs == w->segcap) {
@@ -317,7 +334,39 @@ static int seg_switch(struct wal *w, char *err)
         seg_close(w);
     w->fd = fd;
     w->broken = false;
+    w->off = w->zeroed = wal__seg_start(w->unit);
+    w->seg_room = room;
     return 0;
+}
+
+/* Groups start in units never written: keep zeros written into the room
+ * at least half a stretch ahead of end (where the next group goes), so
+ * that the fdatasync of a group does not wait for the file system to mark
+ * its blocks written (they are, from the zeros).  Only inside the room
+ * made with the segment: past it the zeros would grow the file, and the
+ * scan would count them as a torn tail.  A failed write only stops it. */
+static void zero_ahead(struct wal *w, uint64_t end)
+{
+    uint64_t from = end > w->zeroed ? end : w->zeroed, to;
+
+    if (!w->unit || !w->seg_room || end + ZERO_AHEAD / 2 <= w->zeroed)
+        return;
+    to = end + ZERO_AHEAD < w->seg_room ? end + ZERO_AHEAD : w->seg_room;
+    if (from >= to || (!w->zeros && !(w->zeros = calloc(1, ZERO_AHEAD))))
+        return;
+    while (from < to) {
+        ssize_t n = pwrite(w->fd, w->zeros, (size_t)(to - from), (off_t)from);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            log_warn("wal: cannot write zeros ahead into a segment's room: "
+                     "%s", n < 0 ? strerror(errno) : "nothing written");
+            w->seg_room = 0;
+            return;
+        }
+        from += (uint64_t)n;
+    }
+    w->zeroed = to;
 }
 
 /* ---- the commit thread ---- */
@@ -511,6 +560,8 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
     if (rc == 0 && len) {
         rc = write_all(w->fd, w->buf, len);
         pthread_once(&wm_once, wm_register);
+        if (rc == 0)
+            zero_ahead(w, w->off + len);
         if (rc == 0 && w->durability == WAL_SYNC_FSYNC) {
             double t0 = mono_s();
             rc = sync_fd(w->fd);
@@ -536,6 +587,7 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         w->bytes += recs;
         w->file_bytes += len;
         pthread_mutex_unlock(&w->mu);
+        w->off += len;
     } else {
         /* Nothing of the batch is acknowledged; its LSNs are given again
          * in a new segment, and its streams fail. */
@@ -716,6 +768,7 @@ void wal_close(struct wal *w)
     }
     if (w->fd >= 0)
         seg_close(w);
+    free(w->zeros);
     free(w->buf);
     free(w->segs);
     free(w->dir);

@@ -49,12 +49,13 @@
  * acknowledged one.
  *
  * The log's bound: a log segment is removed once every filter's checkpoint
- * covers it.  When the log grows past snapshot_wal_bytes the store
- * checkpoints the filters that pin its oldest segment: a filter that
- * changed gets a new checkpoint, one that did not only has its checkpoint's
- * L moved (a rename), and a FAILED one no longer holds the log (it can
- * then no longer be recovered from this node's files: it stays FAILED,
- * with a reason naming the missing records).  Filters that changed are
+ * covers it.  When the log's records (padding not counted, wal_bytes) grow
+ * past snapshot_wal_bytes, or its files (padding counted) past 16 times
+ * that, the store checkpoints the filters that pin its oldest segment: a
+ * filter that changed gets a new checkpoint, one that did not only has its
+ * checkpoint's L moved (a rename), and a FAILED one no longer holds the
+ * log (it can then no longer be recovered from this node's files: it stays
+ * FAILED, with a reason naming the missing records).  Filters that changed are
  * also checkpointed every snapshot_interval_ms.
  *
  * Recovery (store_open, store_filter_recover): each filter's newest

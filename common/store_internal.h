@@ -39,6 +39,9 @@
 
 #define STORE_PATH_LEN 4096
 #define STORE_WAL_DIR ".wal"
+/* The log's files (padding to write units included) are held to this many
+ * times its bound on records (store.h, "The log's bound"). */
+#define STORE_LOG_FILES 16
 
 struct store_filter {
     struct store *s;

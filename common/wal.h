@@ -286,7 +286,8 @@ const char *wal_dir(const struct wal *w);
 extern int (*wal__fdatasync)(int fd);
 extern ssize_t (*wal__write)(int fd, const void *buf, size_t len);
 /* How the log learns the free space of its file system (room for the next
- * segment is made only when there is plenty). */
+ * segment is made only when there is plenty) and its block size (the write
+ * unit). */
 struct statvfs;
 extern int (*wal__statvfs)(const char *path, struct statvfs *buf);
 /* Where wal_unit_detect reads the device's block size ("/sys"). */

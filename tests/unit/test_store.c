@@ -1458,6 +1458,40 @@ END_TEST
 
 /* ---- the log's bound ---- */
 
+/* The bound counts the log's records, not the padding of write units, so
+ * single-key commit groups (a unit of file each) do not make checkpoints
+ * more frequent; the files are held to 16 times the bound all the same,
+ * even while an idle filter holds the oldest segment. */
+START_TEST(the_bound_counts_records_and_holds_the_files_to_16_times_it)
+{
+    const uint64_t bound = 128 << 10;
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, bound);
+    struct store_filter *busy;
+    char err[STORE_ERRLEN];
+
+    create(s, "idle", BF_KIND_BLOCKED, 1000);
+    add_one(s, "idle", 1);
+    create(s, "busy", BF_KIND_BLOCKED, 100000);
+    ck_assert_int_eq(store_snapshot_now(s, err), 0);
+    busy = store_get(s, "busy");
+    for (uint64_t i = 0; i < 200; i++)
+        add_range(busy, i, 1);
+    ck_assert_uint_lt(store_log_bytes(s), bound / 4);
+    ck_assert_uint_ge(store_log_file_bytes(s), 200 * 4096);
+    for (uint64_t i = 200; i < 700; i++)
+        add_range(busy, i, 1);
+    ck_assert_uint_lt(store_log_bytes(s), bound);
+    uint64_t files = store_log_file_bytes(s);
+    for (int i = 0; i < 200 && (files = store_log_file_bytes(s)) >= 16 * bound; i++)
+        usleep(50000);
+    ck_assert_msg(files < 16 * bound, "log files of %llu bytes",
+                  (unsigned long long)files);
+    ck_assert_uint_eq(missing_range(busy, 0, 700), 0);
+    store_put(busy);
+    store_close(s);
+}
+END_TEST
+
 START_TEST(idle_filters_do_not_pin_the_log)
 {
     const uint64_t bound = 256 << 10;
@@ -1906,6 +1940,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, damage_that_hides_its_owner_fails_only_filters_that_may_have_lost);
     tcase_add_test(tc, failed_fsync_fails_only_the_filters_in_the_batch);
     tcase_add_test(tc, idle_filters_do_not_pin_the_log);
+    tcase_add_test(tc, the_bound_counts_records_and_holds_the_files_to_16_times_it);
     tcase_add_test(tc, previous_release_directory_is_migrated);
     tcase_add_test(tc, migration_interrupted_at_any_step_is_done_again);
     suite_add_tcase(s, tc);

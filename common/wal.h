@@ -63,9 +63,10 @@
  *
  * Room: with fsync, a segment is made with its blocks allocated as far as
  * it may grow (fallocate; docs/STORAGE.md), and records overwrite that
- * room, which reads as zeros; the room after the last record is cut when
- * the segment is closed, and by wal_scan after a crash (not counted as
- * torn).
+ * room, which reads as zeros (written as zeros a stretch ahead of the
+ * records, so that the file system marks its blocks written once per
+ * stretch); the room after the last record is cut when the segment is
+ * closed, and by wal_scan after a crash (not counted as torn).
  *
  * Threads: every function may be called from any thread at once except
  * wal_scan (before wal_open) and wal_close.  Completions run on the commit

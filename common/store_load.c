@@ -525,12 +525,12 @@ int store__load_all(struct store *s, char *err)
                            s->durability == STORE_DURABLE_NONE)) {
         log_warn("store: cut a torn tail of %" PRIu64 " bytes from the "
                  "write-ahead log; %s, so acknowledged records may be lost",
-                 info.truncated, info.truncated_shared
-                     ? "it was written without write units (an earlier "
-                       "release), where a torn write reaches back into "
-                       "acknowledged records"
-                     : "with durability none writes are acknowledged "
-                       "before they are on disk");
+                 info.truncated, s->durability == STORE_DURABLE_NONE
+                     ? "with durability none writes are acknowledged "
+                       "before they are on disk"
+                     : "it was written without write units (by an earlier "
+                       "release, or with durability none), where a torn "
+                       "write may reach back into acknowledged records");
     } else if (info.truncated) {
         log_warn("store: cut a torn tail of %" PRIu64 " bytes from the "
                  "write-ahead log: the commit group a crash interrupted "

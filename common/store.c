@@ -660,6 +660,8 @@ struct store *store_open(const struct store_options *o, char *err)
                                       : DEFAULT_RETRY_MS;
     s->max_memory = o->max_memory_bytes;
     s->max_filters = o->max_filters;
+    s->wal_unit = o->wal_block_bytes;
+    s->in_group = o->in_group;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tomb_mu, NULL);
     pthread_mutex_init(&s->tmu, NULL);

@@ -49,28 +49,37 @@
  * acknowledged one.
  *
  * The log's bound: a log segment is removed once every filter's checkpoint
- * covers it.  When the log grows past snapshot_wal_bytes the store
- * checkpoints the filters that pin its oldest segment: a filter that
- * changed gets a new checkpoint, one that did not only has its checkpoint's
- * L moved (a rename), and a FAILED one no longer holds the log (it can
- * then no longer be recovered from this node's files: it stays FAILED,
- * with a reason naming the missing records).  Filters that changed are
+ * covers it.  When the log's records (padding not counted, wal_bytes) grow
+ * past snapshot_wal_bytes, or its files (padding counted) past 16 times
+ * that, the store checkpoints the filters that pin its oldest segment: a
+ * filter that changed gets a new checkpoint, one that did not only has its
+ * checkpoint's L moved (a rename), and a FAILED one no longer holds the
+ * log (it can then no longer be recovered from this node's files: it stays
+ * FAILED, with a reason naming the missing records).  Filters that changed are
  * also checkpointed every snapshot_interval_ms.
  *
  * Recovery (store_open, store_filter_recover): each filter's newest
  * checkpoint that loads, then its records after it, from one pass over the
- * log.  A torn tail of the last segment (unacknowledged records cut short
- * or failing their checksum, with no record committed after them) is
- * truncated and the filters served.  A damaged record whose header is
- * intact names its filter: that filter is FAILED, no other.  Damage that
- * hides the owner (a damaged header, a missing segment) FAILs the filters
- * that may have had records there: those with a gap in their own
- * sequence, and those with no record after the damage that their
- * checkpoint does not cover; a filter with a later record in sequence is
- * served.  A checkpoint that does not load, with no older checkpoint plus
- * complete log to fall back on, leaves its filter FAILED.  A FAILED filter
- * has a reason naming the file and offset; it is never served with missing
- * bits.  Other filters are unaffected.
+ * log.  A torn tail of the last segment (the commit group a crash
+ * interrupted: records cut short or failing their checksum, with no record
+ * committed after them) is truncated and the filters served; the log's
+ * write units (wal.h) keep a torn write from reaching acknowledged
+ * records.  Any other damage lost acknowledged records (a later commit
+ * stamp vouches for them, or their segment was closed), and is logged as
+ * such.  A damaged record whose header is intact names its filter: that
+ * filter is FAILED, no other.  Damage that hides the owner (a damaged
+ * header, a missing segment) FAILs the filters that may have had records
+ * there: those with a gap in their own sequence, and those with no record
+ * after the damage that their checkpoint does not cover; a filter with a
+ * later record in sequence is served.  With in_group (a copy of a group of
+ * N > 1) a blocked or classic filter that would be FAILED for lost log
+ * records is instead loaded with every record left and counted as cut
+ * (store_filter_recovery_cut): its node makes it SYNCING and fills it from
+ * the other copies (docs/REPLICATION.md); store_filter_recover applies the
+ * rule without in_group.  A checkpoint that does not load, with no older
+ * checkpoint plus complete log to fall back on, leaves its filter FAILED.
+ * A FAILED filter has a reason naming the file and offset; it is never
+ * served with missing bits.  Other filters are unaffected.
  *
  * Failed writes: if a log write or fdatasync fails, no write of that batch
  * is acknowledged and every filter with a write in it turns FAILED (the
@@ -133,6 +142,10 @@ struct store_options {
     uint64_t max_memory_bytes;       /* the memory budget ("Budgets"); 0:
                                         none */
     uint64_t max_filters;            /* the most filters; 0: none */
+    uint32_t wal_block_bytes;        /* the log's least write unit
+                                        (wal_open); 0: as detected */
+    bool in_group;                   /* a copy of a group of N > 1: see
+                                        "Recovery" */
 };
 
 enum store_state {
@@ -321,8 +334,9 @@ enum store_state store_filter_state(struct store_filter *sf, char *why);
 
 /* Did this filter object's recovery cut records it may have acknowledged?
  * True when store_open cut a torn tail from the log (its records' owners
- * are unknown, so every filter is named) or the filter's newest checkpoint
- * did not load and an older one was used.  A copy that must vouch for
+ * are unknown, so every filter is named), loaded the filter without
+ * records the log lost (in_group, see "Recovery"), or the filter's newest
+ * checkpoint did not load and an older one was used.  A copy that must vouch for
  * every write it acknowledged (docs/REPLICATION.md, SYNCING) reads it. */
 bool store_filter_recovery_cut(struct store_filter *sf);
 
@@ -552,7 +566,9 @@ int store_snapshot_now(struct store *s, char *err);
 /* Checkpoint one filter now (even if it did not change). */
 int store_filter_snapshot(struct store_filter *sf, char *err);
 
-/* Bytes of the node log on disk (every segment). */
+/* Bytes of the node log's records (every segment; what the log's bound
+ * counts), and of its files on disk (padding to write units included). */
 uint64_t store_log_bytes(struct store *s);
+uint64_t store_log_file_bytes(struct store *s);
 
 #endif

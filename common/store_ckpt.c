@@ -221,6 +221,11 @@ uint64_t store_log_bytes(struct store *s)
     return wal_bytes(s->wal);
 }
 
+uint64_t store_log_file_bytes(struct store *s)
+{
+    return wal_file_bytes(s->wal);
+}
+
 /* A filter FAILED by an I/O error and due for another recovery?  A filter
  * whose stream failed turns FAILED here (the commit thread only marks the
  * stream), keeping its bits: they hold every acknowledged write, so reads
@@ -307,8 +312,11 @@ void store__housekeeping(struct store *s)
             log_warn("store: %s", err);
     }
     /* Over the bound: every filter that holds a closed segment gets
-     * checkpointed (or its checkpoint moved), so all of them can go. */
-    over = wal_bytes(s->wal) >= s->wal_bytes;
+     * checkpointed (or its checkpoint moved), so all of them can go.  The
+     * bound counts records; the files, padded to write units, are held
+     * to STORE_LOG_FILES times it. */
+    over = wal_bytes(s->wal) >= s->wal_bytes ||
+           wal_file_bytes(s->wal) / STORE_LOG_FILES >= s->wal_bytes;
     if (over && !wal_closed_upto(s->wal, &upto)) {
         wal_rotate(s->wal);
         over = false;

@@ -39,6 +39,9 @@
 
 #define STORE_PATH_LEN 4096
 #define STORE_WAL_DIR ".wal"
+/* The log's files (padding to write units included) are held to this many
+ * times its bound on records (store.h, "The log's bound"). */
+#define STORE_LOG_FILES 16
 
 struct store_filter {
     struct store *s;
@@ -96,6 +99,8 @@ struct store {
     int durability;
     unsigned interval_ms;
     uint64_t wal_bytes;          /* the bound on the node log */
+    uint32_t wal_unit;           /* store_options.wal_block_bytes */
+    bool in_group;               /* store_options.in_group */
     unsigned retry_ms;
     int lock_fd;
     struct wal *wal;             /* the node log, DIR/wal */

@@ -179,6 +179,8 @@ static void *housekeeping_main(void *arg)
         .snapshot_wal_bytes = n->cfg.snapshot_wal_mb << 20,
         .max_memory_bytes = n->cfg.max_memory_mb << 20,
         .max_filters = n->cfg.max_filters,
+        .wal_block_bytes = (uint32_t)n->cfg.wal_block_bytes,
+        .in_group = node_rpc__group_copies() > 1,
     };
 
     log_info("opening data directory %s", n->cfg.data_dir);

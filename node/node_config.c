@@ -39,6 +39,12 @@ static const struct setting settings[] = {
     {"snapshot_wal_mb", SETTING_UINT, 1, 1 << 20, NULL, "64", F(snapshot_wal_mb),
      "bound on the node's write-ahead log, in MiB: past it the filters that "
      "hold its oldest segments are checkpointed and the segments removed"},
+    {"wal_block_bytes", SETTING_UINT, 0, 1 << 20, NULL, "0", F(wal_block_bytes),
+     "least write unit of the write-ahead log with durability fsync, in bytes "
+     "(a power of two, 4096 to 1048576): each commit group is padded to whole "
+     "units so that a torn write cannot reach an acknowledged record; 0: the "
+     "largest of the page size, the file system's block size and the disk's "
+     "physical block size, at least 4096 (docs/STORAGE.md, Write units)"},
     {"max_batch_keys", SETTING_UINT | SETTING_LIVE, 1, RULES_BATCH_KEYS_MAX, NULL,
      RULES_STR(RULES_BATCH_KEYS_DEFAULT), F(max_batch_keys),
      "most keys (or hashes) in one request; more is RESOURCE_EXHAUSTED"},
@@ -141,7 +147,7 @@ static const struct settings_spec spec = {
 };
 
 /* Settings that are gone: refused with what replaces them; settings that
- * must agree. */
+ * must agree; values the table's bounds cannot say. */
 static int gone_check(const struct node_config *c, char *err, size_t len)
 {
     if (c->internal_streams >= c->max_streams) {
@@ -149,6 +155,12 @@ static int gone_check(const struct node_config *c, char *err, size_t len)
                  "max_streams = %llu (public streams need threads too)",
                  (unsigned long long)c->internal_streams,
                  (unsigned long long)c->max_streams);
+        return -1;
+    }
+    uint64_t u = c->wal_block_bytes;
+    if (u && (u < 4096 || (u & (u - 1)))) {
+        snprintf(err, len, "wal_block_bytes = %llu must be 0 (detected) or a "
+                 "power of two from 4096 to 1048576", (unsigned long long)u);
         return -1;
     }
     if (c->role[0] || c->primary[0]) {

@@ -304,8 +304,12 @@ static void node_sampler(void *arg, struct metrics_out *out)
     metrics_emit(out, METRIC_GAUGE, "bloomgrid_node_filters", "filters (shards) held",
                  NULL, (double)b.filters);
     metrics_emit(out, METRIC_GAUGE, "bloomgrid_wal_bytes",
-                 "bytes of write-ahead log not yet checkpointed away", NULL,
+                 "bytes of write-ahead log records not yet checkpointed away "
+                 "(what snapshot_wal_mb bounds)", NULL,
                  (double)store_log_bytes(s));
+    metrics_emit(out, METRIC_GAUGE, "bloomgrid_wal_file_bytes",
+                 "bytes of the write-ahead log's files, padding to write "
+                 "units included", NULL, (double)store_log_file_bytes(s));
     free(ff);
 done:
     store_list_free(names, nn);

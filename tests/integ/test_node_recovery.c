@@ -1,12 +1,14 @@
 /* Integration tests of bloomgrid-node recovery: corrupt checkpoint, a
  * corrupt record in the middle of the node log (its payload, or its header),
- * torn log tail, disk full, a crash test that kill -9s a node under write
+ * torn log tail, a torn write of every unit of the log that an append in
+ * flight touches, disk full, a crash test that kill -9s a node under write
  * load many times and checks that no acknowledged key is ever lost, and the
  * migration of a data directory of the previous release (a fixture).
  *
  * usage: test_node_recovery NODE_BINARY corrupt_snapshot|corrupt_wal|
  *        corrupt_log_header|torn_tail|crash|disk_full [ROUNDS]
  *        test_node_recovery NODE_BINARY migrate FIXTURE_DIR
+ *        test_node_recovery NODE_BINARY torn_unit SLOW_FSYNC_LIBRARY
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -96,14 +98,29 @@ static off_t file_size(const char *path)
     return stat(path, &sb) == 0 ? sb.st_size : -1;
 }
 
+/* The write unit a node log segment names in its header (docs/STORAGE.md:
+ * version 2, u32 at offset 12), 0 for one without (version 1). */
+static uint32_t log_unit(const char *path)
+{
+    unsigned char h[32];
+    int fd = open(path, O_RDONLY);
+
+    CHECK(fd >= 0 && pread(fd, h, 32, 0) == 32, "read the header of %s", path);
+    close(fd);
+    if (h[8] == 1)
+        return 0;
+    return (uint32_t)(h[12] | h[13] << 8 | h[14] << 16 | (uint32_t)h[15] << 24);
+}
+
 /* The offset of the nth (from 0) record of filter name in the node log
- * segment at path (the record layout of common/wal.h: a 64-byte header
+ * segment at path (the record layout of docs/STORAGE.md: a 64-byte header
  * with the name length at 6 and the payload length at 8, then the name and
- * the payload); -1 when there is none. */
+ * the payload; padding records have no name); -1 when there is none. */
 static off_t log_record(const char *path, const char *name, int nth)
 {
     int fd = open(path, O_RDONLY);
-    off_t off = 32, found = -1;
+    uint32_t unit = log_unit(path);
+    off_t off = unit ? unit : 32, found = -1;
     unsigned char h[64];
     char n[256];
 
@@ -236,6 +253,143 @@ static void test_torn_tail(const char *dir)
     printf("  torn tail: served, %lld -> %lld bytes of log\n", (long long)(sz + 70),
            (long long)file_size(wal));
     CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
+}
+
+/* ---- a torn write of the log's last units ---- */
+
+static char *read_file(const char *path, off_t *size)
+{
+    int fd = open(path, O_RDONLY);
+    off_t n = file_size(path);
+    char *buf = malloc(n > 0 ? (size_t)n : 1);
+
+    CHECK(fd >= 0 && n >= 0 && buf, "read %s", path);
+    CHECK(pread(fd, buf, (size_t)n, 0) == n, "read %s", path);
+    close(fd);
+    *size = n;
+    return buf;
+}
+
+struct inflight {
+    struct rpc_channel *ch;
+    int rc;
+};
+
+/* An Add of 600 keys that the test holds in the log's fsync. */
+static void *inflight_main(void *p)
+{
+    struct inflight *f = p;
+    struct rpc_status st;
+    bool *out = malloc(600 * sizeof *out);
+
+    f->rc = add_range(f->ch, "a", 9, 0, 600, "Add", out, &st);
+    free(out);
+    return NULL;
+}
+
+/* A node acknowledges 20 Adds of 100 keys, then takes one more whose
+ * fdatasync is held (slow_fsync.c) while the machine loses power: the
+ * node is killed and each unit of the log the append touched (those that
+ * differ from before it) is torn as a device that writes a unit only in
+ * part may leave it: zeroed, its first sector garbled, half new and half
+ * old either way.  On each such copy of the data directory the node
+ * restarts serving, with every acknowledged key. */
+static void test_torn_unit(const char *dir, const char *preload)
+{
+    static const char *const modes[] = {"zeroed", "garbled", "first half new",
+                                        "second half new"};
+    struct node_proc np;
+    struct rpc_status st;
+    char gate[800], held[820], ldir[800], wal[1024], cmd[4000];
+    bool out[100];
+    off_t old_size, new_size;
+
+    snprintf(gate, sizeof gate, "%s.gate", dir);
+    snprintf(held, sizeof held, "%s.held", gate);
+    setenv("SLOW_FSYNC_GATE", gate, 1);
+    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_preload_begin(preload);
+    node_start(&np, dir, slow_snapshots);
+    harness_preload_end();
+    CHECK(node_wait_health(&np, true, 20000), "SERVING");
+    CHECK(t_create(np.ch, "a", 100000, 0.01, 0, &st) == 0, "create: %s", st.message);
+    for (unsigned b = 0; b < 20; b++)
+        CHECK(add_range(np.ch, "a", 0, b * 100, 100, "Add", out, &st) == 0,
+              "add: %s", st.message);
+    snprintf(ldir, sizeof ldir, "%s/.wal", dir);
+    CHECK(find_file(ldir, "wal-", wal, sizeof wal), "no log segment in %s", ldir);
+    char *before = read_file(wal, &old_size);
+
+    /* The next append, held in its fsync; then the power goes. */
+    FILE *g = fopen(gate, "w");
+    CHECK(g, "create %s", gate);
+    fclose(g);
+    struct inflight f = {rpc_channel_create(np.addr, 0), -1};
+    pthread_t th;
+    pthread_create(&th, NULL, inflight_main, &f);
+    for (int i = 0; i < 2000 && access(held, F_OK) != 0; i++)
+        harness_sleep_ms(10);
+    CHECK(access(held, F_OK) == 0, "the append never reached the log's fsync");
+    node_stop(&np, SIGKILL);
+    pthread_join(th, NULL);
+    rpc_channel_destroy(f.ch);
+    CHECK(f.rc != 0, "the held Add was acknowledged");
+    unlink(gate);
+    unlink(held);
+    char *after = read_file(wal, &new_size);
+    CHECK(new_size == old_size, "the segment changed size (%lld -> %lld)",
+          (long long)old_size, (long long)new_size);
+
+    /* The units the append touched: the node's write unit, 4 KiB at least. */
+    off_t u = log_unit(wal) > 4096 ? log_unit(wal) : 4096, lo = -1, hi = -1;
+    for (off_t i = 0; i < new_size; i++)
+        if (before[i] != after[i]) {
+            if (lo < 0)
+                lo = i;
+            hi = i;
+        }
+    CHECK(lo >= 0, "the held append wrote nothing");
+    off_t first = lo / u, last = hi / u;
+    printf("  the append touched units %lld..%lld of %lld bytes\n",
+           (long long)first, (long long)last, (long long)u);
+    char *img = malloc((size_t)u);
+    int runs = 0;
+    for (off_t k = first; k <= last; k++) {
+        for (int m = 0; m < 4; m++) {
+            char copy[900], cwal[1100];
+            off_t at = k * u, half = u / 2;
+            snprintf(copy, sizeof copy, "%s-torn", dir);
+            snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s.log' && cp -a '%s' '%s'", copy,
+                     copy, dir, copy);
+            CHECK(system(cmd) == 0, "%s", cmd);
+            memcpy(img, after + at, (size_t)u);
+            if (m == 0)
+                memset(img, 0, (size_t)u);
+            else if (m == 1)
+                for (int i = 0; i < 512; i++)
+                    img[i] = (char)(i * 131 + 17);
+            else if (m == 2)
+                memcpy(img + half, before + at + half, (size_t)half);
+            else
+                memcpy(img, before + at, (size_t)half);
+            snprintf(cwal, sizeof cwal, "%s/.wal/%s", copy, strrchr(wal, '/') + 1);
+            int fd = open(cwal, O_WRONLY);
+            CHECK(fd >= 0 && pwrite(fd, img, (size_t)u, at) == u, "tear %s", cwal);
+            close(fd);
+            node_start(&np, copy, slow_snapshots);
+            CHECK(node_wait_health(&np, true, 20000), "unit %lld %s: not SERVING "
+                  "(log %s)", (long long)k, modes[m], np.log);
+            check_present(np.ch, "a", 0, 2000);
+            CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
+            runs++;
+        }
+    }
+    printf("  torn units: %d restarts, every acknowledged key present\n", runs);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s-torn'", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    free(img);
+    free(before);
+    free(after);
 }
 
 /* ---- migration ---- */
@@ -550,7 +704,8 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: %s NODE_BINARY corrupt_snapshot|corrupt_wal|"
-                        "torn_tail|crash [ROUNDS]\n", argv[0]);
+                        "torn_tail|crash [ROUNDS] | torn_unit SLOW_FSYNC_LIBRARY | "
+                        "migrate FIXTURE_DIR\n", argv[0]);
         return 2;
     }
     harness_node_bin = argv[1];
@@ -571,6 +726,8 @@ int main(int argc, char **argv)
         test_crash(dir, argc > 3 ? atoi(argv[3]) : 24);
     else if (strcmp(argv[2], "migrate") == 0 && argc > 3)
         test_migrate(dir, argv[3]);
+    else if (strcmp(argv[2], "torn_unit") == 0 && argc > 3)
+        test_torn_unit(dir, argv[3]);
     else if (strcmp(argv[2], "disk_full") == 0) {
         dir[strlen(dir) - 5] = 0; /* the test mounts its own file system */
         if (test_disk_full(dir) == 77) {

@@ -1,11 +1,17 @@
 /* node_sync: the durable list of SYNCING shards (node/node_sync.h). */
 #include <check.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "log.h"
 #include "node_sync.h"
 #include "store.h"
 #include "unit_tmpdir.h"
+#include "unit_wal.h"
 
 static char tdir[512];
 
@@ -132,6 +138,69 @@ START_TEST(sync_adopt_drops_entries_of_gone_shards)
     ck_assert(node_sync_listed(ns, "a", 0));
     ck_assert(!node_sync_listed(ns, "gone", 0));
     ck_assert_uint_eq(node_sync_count(ns), 1);
+    node_sync_close(ns);
+    store_close(s);
+}
+END_TEST
+
+/* In a child that then exits without closing the store (a crash): five
+ * acknowledged adds of 100 hashes to "a", one commit group each. */
+static void crash_after_adds(void)
+{
+    int status;
+    pid_t pid = fork();
+
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct store *s = open_with(NULL);
+        struct store_filter *sf = store_get(s, "a");
+        struct bf_hash h[100];
+        char err[STORE_ERRLEN];
+        for (int b = 0; b < 5; b++) {
+            for (int i = 0; i < 100; i++)
+                h[i] = (struct bf_hash){(uint64_t)(b * 100 + i) * 0x9e3779b97f4a7c15ull + 1,
+                                        (uint64_t)(b * 100 + i) * 0xbf58476d1ce4e5b9ull + 7};
+            if (store_add_hashes(sf, h, 100, NULL, err) < 0)
+                _exit(1);
+        }
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* A shard whose log lost records it had acknowledged (a unit zeroed in
+ * the middle of the log, later groups vouching for it) is loaded by a copy
+ * of a group and listed SYNCING, to be filled from the others. */
+START_TEST(a_shard_whose_log_lost_acknowledged_records_is_syncing)
+{
+    const char *names[] = {"a", NULL};
+    char wal[700];
+    struct unit_wal_rec v[2];
+
+    log_set_level(LOG_LEVEL_OFF);   /* the damage is logged, as it should */
+    store_close(open_with(names));
+    crash_after_adds();
+    snprintf(wal, sizeof wal, "%s/.wal/wal-0000000000000001.log", tdir);
+    uint32_t u = unit_wal_unit(wal);
+    ck_assert_uint_gt(u, 0);
+    ck_assert_uint_eq(unit_wal_records(wal, false, v, 2), 5);
+    unsigned char *z = calloc(1, u);
+    int fd = open(wal, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, z, u, v[1].off / u * u), (ssize_t)u);
+    close(fd);
+    free(z);
+
+    struct store_options o = {.dir = tdir, .in_group = true};
+    char err[STORE_ERRLEN];
+    struct store *s = store_open(&o, err);
+    ck_assert_msg(s, "%s", err);
+    struct store_filter *sf = store_get(s, "a");
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
+    store_put(sf);
+    struct node_sync *ns = adopt(s, NULL);
+    ck_assert(node_sync_listed(ns, "a", 0));
     node_sync_close(ns);
     store_close(s);
 }
@@ -418,6 +487,7 @@ Suite *node_sync_suite(void)
     tcase_add_test(tc, an_empty_store_is_new_and_the_whole_is_durable);
     tcase_add_test(tc, whole_lines_parse_and_a_doubt_refills);
     tcase_add_test(tc, holds_make_every_shard_syncing_until_cleared);
+    tcase_add_test(tc, a_shard_whose_log_lost_acknowledged_records_is_syncing);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,4 +1,4 @@
-/* The key-batch codec in use (common/rpc_keys.c: a hand-written decoder of
+/* The key-batch codec in use (common/rpc/rpc_keys.c: a hand-written decoder of
  * the requests, protobuf-c for the answers and the tool's side) beside the
  * alternatives, in one run, so that each hand-written part is kept only
  * where it pays: protobuf-c unpacking into an rpc_arena (and into malloc)

@@ -13,7 +13,7 @@
  * (present) and keys of its own seed (absent but for false positives).
  *
  * Requests are packed and replies read with the project's key-batch codec
- * (common/rpc_keys.h, protobuf-c on the client side); every reply must
+ * (common/rpc/rpc_keys.h, protobuf-c on the client side); every reply must
  * carry one answer per key.
  * The latency of a call is from just before it is started to its parsed
  * reply.  A run prints one line,

@@ -1,12 +1,12 @@
 /* grpc_floor: the node's public service served by the node's own server code
- * (common/rpc_server.h), with handlers that touch no store.
+ * (common/rpc/rpc_server.h), with handlers that touch no store.
  *
  * What a single-key call to a node costs is mostly the gRPC core: HTTP/2
  * framing, the completion queues, the thread hand-offs.  This server runs
  * the same rpc_server with the same settings as bloomgrid-node (event
  * loops, worker threads, message limit), and its Add, MayContain, AddStream and
  * MayContainStream decode each request with the node's key-batch codec
- * (common/rpc_keys.h, its rules included) and answer one "false" per key
+ * (common/rpc/rpc_keys.h, its rules included) and answer one "false" per key
  * with the node's encoder, without hashing a key or looking up a filter.
  * A benchmark that calls it with the node's messages measures the floor
  * under every node figure on this machine.  CreateFilter and DropFilter

@@ -43,7 +43,7 @@ bool cli_exists(const char *path);
 /* True when a and b name the same existing file. */
 bool cli_same_file(const char *a, const char *b);
 
-/* Load a filter file or a shard bundle (common/bundle.h: a plain filter
+/* Load a filter file or a shard bundle (common/engine/bundle.h: a plain filter
  * file is a bundle of one shard), printing "bloomgrid: PATH: <reason>" on
  * failure. */
 struct bundle *cli_load(const char *path);

@@ -4,7 +4,7 @@
  * operator's side of both.
  *
  * A backup directory holds NAME.filter per filter (an Export, written
- * through common/durable.h, mode 0600: it holds the filter's secret) and
+ * through common/base/durable.h, mode 0600: it holds the filter's secret) and
  * manifest.ini, written last: a backup cut short has no manifest and is not
  * taken for one.  The manifest names each file with what it must hold
  * (geometry, inserts, the fingerprint id FilterInfo shows, its size and an

@@ -1,7 +1,7 @@
 /* cmd_canary: `bloomgrid canary FILTER --server R1[,R2...]`, the one check
  * of the service's promise that runs end to end.
  *
- * Each round adds one new canary key (common/canary.h) through one router,
+ * Each round adds one new canary key (common/cluster/canary.h) through one router,
  * the routers taking turns, and, once it is acknowledged, records it in the
  * state file; then it asks every router for the earlier keys (all of them,
  * or the newest half of --check and a sample of the rest, in requests of

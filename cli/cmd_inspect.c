@@ -3,7 +3,7 @@
  * that is shown at all has checksum "ok"; a corrupt one is refused (exit 2).
  * The secret is never printed, only the fingerprint id derived from it.
  * A shard bundle (a router's export) is shown as a list of its shards, a
- * plain filter file (a bundle of one, common/bundle.h) in full.
+ * plain filter file (a bundle of one, common/engine/bundle.h) in full.
  *
  * Two counts of adds: "keys added" (every add, repeats and false positives
  * included: what a batch job's mapper read) and the adds that set a bit

@@ -4,7 +4,7 @@
  * filters at most.  Before each merge the projected fill and false-positive
  * rate are reported, so an over-full result is visible before it is used.
  * OUT is written only after every input merged cleanly.  Every input is
- * read as a bundle (common/bundle.h; a filter file is a bundle of one), and
+ * read as a bundle (common/engine/bundle.h; a filter file is a bundle of one), and
  * merged shard by shard: shard bundles (a router's export, or partials built
  * --like one) with shard bundles, filter files with filter files.
  */

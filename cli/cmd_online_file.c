@@ -1,7 +1,7 @@
 /* cmd_online_file: `export` (a server's filter into a file) and `import` (a
  * filter file OR-merged into a server's filter).
  *
- * Export writes through common/durable.h like every file writer: the chunks
+ * Export writes through common/base/durable.h like every file writer: the chunks
  * go to "<FILE>.tmp.XXXXXX" in the same directory, which is loaded and
  * verified (magic, geometry, checksum; every shard of a router's shard
  * bundle) before durable_commit fsyncs it, renames it over FILE and fsyncs

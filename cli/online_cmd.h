@@ -44,7 +44,7 @@ int online_parse_deadline(const char *s, int *out);
 int online_need_args(const char *cmd, int have, int want, const char *what);
 
 /* Export filter name into the file at path (mode for a new file), through
- * common/durable.h: the whole file is received and verified before it
+ * common/base/durable.h: the whole file is received and verified before it
  * replaces path; on any failure path is unchanged.  Returns 0 or CLI_ERR
  * (printed). */
 int online_export_file(struct online *o, const char *name, const char *path,

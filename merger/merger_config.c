@@ -1,4 +1,4 @@
-/* merger_config: the settings table of bloomgrid-merger (common/settings.h
+/* merger_config: the settings table of bloomgrid-merger (common/base/settings.h
  * does the parsing). */
 #include "merger_config.h"
 

@@ -4,7 +4,7 @@
  * One table (merger_config.c) lists every setting: its name (the INI key in
  * section [merger] and, with '_' as '-', the --flag), type, bounds, default
  * and the field it fills.  Precedence: defaults < config file < flags; the
- * parsing is common/settings.h's.  --once is a mode, not a setting.
+ * parsing is common/base/settings.h's.  --once is a mode, not a setting.
  */
 #ifndef BLOOMGRID_MERGER_CONFIG_H
 #define BLOOMGRID_MERGER_CONFIG_H

@@ -10,7 +10,7 @@
  * order, and a router that keeps reads and writes on separate streams gets
  * its reads answered by another thread than the one that waits for a
  * write's fsync.  Messages are decoded by protobuf-c into an arena
- * (common/rpc_arena.h), which also holds the answer's arrays; nothing is
+ * (common/rpc/rpc_arena.h), which also holds the answer's arrays; nothing is
  * allocated per message in the steady state.
  *
  * Reads are applied on the loop and answered at once.  Writes go

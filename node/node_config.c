@@ -1,4 +1,4 @@
-/* node_config: the settings table of bloomgrid-node (common/settings.h does
+/* node_config: the settings table of bloomgrid-node (common/base/settings.h does
  * the parsing). */
 #include "node_config.h"
 

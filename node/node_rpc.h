@@ -9,7 +9,7 @@
  * handler files depend on node_rpc.c, never on each other, and
  * node_services.c lists them in the handler tables.  These *_rpc.c files are the only place that converts wire
  * messages to and from the project's structs.  Names, limits and shard
- * naming come from common/rules.h, so a router answers a bad name exactly as
+ * naming come from common/base/rules.h, so a router answers a bad name exactly as
  * a node does.  Every call validates the whole request before it changes
  * anything.
  */

@@ -8,7 +8,7 @@
  * takes writes and refuses reads until anti-entropy (node_replicate.c) has
  * pulled every page from N - W + 1 copies that are not SYNCING themselves.
  *
- * The list is durable: DIR/SYNCING (written whole through common/durable.h
+ * The list is durable: DIR/SYNCING (written whole through common/base/durable.h
  * on every change, before the change is used), one line per shard,
  *   bloomgrid-syncing 1
  *   <store name> <secret id: 16 hex digits, 0 for any secret>

@@ -33,7 +33,7 @@
 #include "rules.h"
 #include "topo.h"
 
-#define ROUTER_NAME_MAX RULES_FILTER_NAME_MAX     /* common/rules.h */
+#define ROUTER_NAME_MAX RULES_FILTER_NAME_MAX     /* common/base/rules.h */
 #define ROUTER_MAX_SHARDS RULES_SHARDS_MAX
 
 /* One filter as the router knows it. */

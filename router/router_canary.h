@@ -1,7 +1,7 @@
 /* router_canary: the router's own canary (canary_filter), the check of the
  * service's promise that runs where Prometheus can see it.
  *
- * One thread, every canary_interval_ms: add canary key SEQ (common/canary.h:
+ * One thread, every canary_interval_ms: add canary key SEQ (common/cluster/canary.h:
  * "bloomgrid-canary/NAME/SEQ") to canary_filter through the router's key
  * path (router_keys_start, as a client's Add would go), and once it is
  * acknowledged ask the same path for the earlier keys (all, or at most

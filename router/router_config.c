@@ -1,4 +1,4 @@
-/* router_config: the settings table of bloomgrid-router (common/settings.h does
+/* router_config: the settings table of bloomgrid-router (common/base/settings.h does
  * the parsing). */
 #include "router_config.h"
 

@@ -4,7 +4,7 @@
  *
  * A sharded filter travels as ONE file holding every shard, the shard
  * bundle (docs/FORMAT.md, "Shard bundle"; written and framed by
- * common/bundle.h).  Export assembles the bundle in memory from the shards'
+ * common/engine/bundle.h).  Export assembles the bundle in memory from the shards'
  * own exports (each a consistent point-in-time snapshot of its shard),
  * streaming each node's chunks into the bundle writer, then streams it.
  * Import receives the whole bundle, checks it (the frame, then that every
@@ -337,7 +337,7 @@ out:
 
 /* ---- Import ---- */
 
-/* Check a bundle for filter f: the frame (common/bundle.h), then that every
+/* Check a bundle for filter f: the frame (common/engine/bundle.h), then that every
  * shard file parses with f's secret, shard index and count.  Returns 0 with
  * l filled (entries point into b) or -1 with st (INVALID_ARGUMENT for a
  * damaged bundle, FAILED_PRECONDITION for another filter's). */

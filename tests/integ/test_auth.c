@@ -1,4 +1,4 @@
-/* Integration tests of tokens and roles (common/rpc_auth.h): real nodes,
+/* Integration tests of tokens and roles (common/rpc/rpc_auth.h): real nodes,
  * routers and a merger with a tokens file, called with no token, an unknown
  * token and every role.
  *

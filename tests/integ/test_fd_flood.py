@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""More connections than a server may hold descriptors (common/proc_accept.h).
+"""More connections than a server may hold descriptors (common/rpc/proc_accept.h).
 
 A node and a router in front of it start with RLIMIT_NOFILE at 160.  For
 each of them in turn, 400 plain TCP connections are opened to its port and

@@ -1,6 +1,6 @@
 /* Integration tests of shard bundles through bloomgrid-router: two real
  * nodes and a router on loopback, the bundles read and written with
- * common/bundle.h as the offline tool does.
+ * common/engine/bundle.h as the offline tool does.
  *
  * usage: test_router_bundle NODE_BIN ROUTER_BIN TEST
  *   layout  the router's Export is a bundle the common reader takes (one

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf.h"
 #include "errmsg.h"
 #include "rules.h"
 
@@ -265,9 +264,9 @@ int rules_kind_check(int kind, char *err)
 
 int rules_secret_check(size_t len, char *err)
 {
-    if (len != 0 && len != BF_SECRET_LEN) {
+    if (len != 0 && len != RULES_SECRET_LEN) {
         errmsg_set(err, "secret must be %d bytes (or empty), not %zu",
-                   BF_SECRET_LEN, len);
+                   RULES_SECRET_LEN, len);
         return -EINVAL;
     }
     return 0;

@@ -116,7 +116,11 @@ int rules_kind_check(int kind, char *err);
 /* Capacity and error rate of a new filter: capacity > 0, 0 < p < 1. */
 int rules_params_check(uint64_t capacity, double error_rate, char *err);
 
-/* The secret of a create request: len 0 (random) or BF_SECRET_LEN (32). */
+/* Bytes of a filter's secret (the engine's BF_SECRET_LEN, checked equal
+ * where both are seen). */
+#define RULES_SECRET_LEN 32
+
+/* The secret of a create request: len 0 (random) or RULES_SECRET_LEN (32). */
 int rules_secret_check(size_t len, char *err);
 
 /* Capacity of each of shards shards of a filter of capacity keys: the

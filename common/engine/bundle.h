@@ -140,7 +140,7 @@ struct bundle *bundle_create_like(const struct bundle *tmpl, char *err);
  * first error write returns. */
 int bundle_write(const struct bundle *b, bf_file_writer write, void *ctx);
 
-/* Write to path atomically (common/durable.h: temp file, fsync, rename,
+/* Write to path atomically (common/base/durable.h: temp file, fsync, rename,
  * directory fsync); a plain bundle is exactly bf_file_save of its filter.
  * The file keeps the mode of the one it replaces (0644 when new).  Returns
  * 0 or a negative errno with err set; on error an existing file at path is

@@ -11,7 +11,7 @@
  * and makes a whole call to one server thread on loopback 5-20 % slower
  * with 100 keys and about a third slower with 1000.  The decoder accepts
  * only what protobuf-c accepts and yields the same fields
- * (tests/unit/test_rpc_keys.c checks it field by field, truncations and
+ * (tests/unit/rpc/test_rpc_keys.c checks it field by field, truncations and
  * unknown fields included).  Everything else goes through protobuf-c: the
  * answers (one packed repeated bool; a hand encoder saved about 1 % of a
  * call), and on the tool's side the requests and the reading of answers.

@@ -27,6 +27,8 @@
 
 #include "log.h"
 #include "rules.h"
+
+_Static_assert(BF_SECRET_LEN == RULES_SECRET_LEN, "one secret length for the engine and the rules");
 #include "store_internal.h"
 #include "wal.h"
 
@@ -188,36 +190,6 @@ void store_list_free(char **names, size_t n)
 
 /* ---- budgets (store.h, "Budgets") ---- */
 
-/* How many times a filter's bits count: the bits, the copy a checkpoint
- * takes and, for the kinds whose pages are tracked, the copy behind change
- * tracking (store_pages.c).  Exports reserve their copies apart. */
-static unsigned charge_times(enum bf_kind kind)
-{
-    return kind == BF_KIND_BLOCKED || kind == BF_KIND_CLASSIC ? 3 : 2;
-}
-
-int store_charge(const struct bf_params *p, uint64_t *bytes)
-{
-    struct bf_params d = *p;
-    uint64_t b;
-
-    bf_params_default(&d);
-    if (bf_params_bytes(&d, &b) < 0)
-        return -EINVAL;
-    *bytes = b * charge_times(d.kind);
-    return 0;
-}
-
-unsigned store__charge_times(enum bf_kind kind)
-{
-    return charge_times(kind);
-}
-
-uint64_t store__charge_of(const struct bf *f)
-{
-    return bf_bytes(f) * charge_times(bf_kind(f));
-}
-
 void store_budget(struct store *s, struct store_budget *out)
 {
     pthread_mutex_lock(&s->mu);
@@ -251,9 +223,9 @@ static int budget_check_locked(struct store *s, const char *name,
         errmsg_set(err, "filter '%s' refused: it counts %.1f MiB (%.1f MiB "
                    "of bits, %u times: bits, checkpoint copy%s) and %.1f MiB "
                    "of max_memory_mb = %" PRIu64 " are taken",
-                   name, mib(charge), mib(charge / charge_times(kind)),
-                   charge_times(kind),
-                   charge_times(kind) == 3 ? ", change tracking" : "",
+                   name, mib(charge), mib(charge / store__charge_times(kind)),
+                   store__charge_times(kind),
+                   store__charge_times(kind) == 3 ? ", change tracking" : "",
                    mib(used), s->max_memory >> 20);
         return -EDQUOT;
     }

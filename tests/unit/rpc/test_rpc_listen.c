@@ -1,4 +1,4 @@
-/* Unit tests of the start-up rule (common/rpc_listen.h): what a process
+/* Unit tests of the start-up rule (common/rpc/rpc_listen.h): what a process
  * may listen on with and without TLS and --insecure. */
 #include <check.h>
 #include <string.h>

@@ -14,7 +14,7 @@
  *     only once the whole pull succeeded, or OR them in as they come: OR is
  *     idempotent and a bad page is never passed on);
  *   - a fingerprint that is not NODE_CLIENT_FP_LEN bytes of text, a shard
- *     geometry outside common/rules.h (shard count, capacity, error rate),
+ *     geometry outside common/base/rules.h (shard count, capacity, error rate),
  *     another shard than the one asked for, a secret of another length, or a
  *     message that does not parse end the call with INTERNAL, naming what
  *     was wrong.

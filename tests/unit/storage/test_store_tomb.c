@@ -1,5 +1,5 @@
 /* Tests of undoing a drop in the store (store.h, "Undoing a drop";
- * common/store_tomb.c): an undrop lifts the tombstone and records a
+ * common/storage/store_tomb.c): an undrop lifts the tombstone and records a
  * generation above it, durably; a peer's filter is taken only with a
  * generation above the tombstone's; generations are raised, never lowered;
  * the file keeps the format earlier releases read while nothing needs the

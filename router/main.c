@@ -138,6 +138,11 @@ int main(int argc, char **argv)
         .max_deferred = (int)cfg.max_deferred,
         .max_message = cfg.max_message_size,
         .grace_ms = (int)cfg.shutdown_grace_ms,
+        .max_streams = (int)cfg.max_streams,
+        .stream_idle_ms = (int)cfg.stream_idle_ms,
+        .conn_idle_ms = (int)cfg.conn_idle_ms,
+        .request_budget = (size_t)cfg.max_memory_mb << 20,
+        .budget_setting = "max_memory_mb",
     };
     r.srv = rpc_server_create(&sc);
     if (!r.srv) {

@@ -47,13 +47,14 @@ static const struct setting settings[] = {
      RULES_STR(ROUTER_MEMORY_MB_DEFAULT), F(max_memory_mb),
      "memory budget of the requests the router holds at once, in MiB: "
      "every request's bytes count from the moment the router has them, with "
-     "what it builds from them (about 100 bytes a key), until the call ends; "
-     "a request of more than 64 KiB that is still arriving takes the room "
-     "of max_message_size while it arrives; large requests may take all but "
-     "an eighth of the budget, which stays for small ones; a request past it "
-     "is RESOURCE_EXHAUSTED before the router works on it, while other "
-     "clients' small calls go on (docs/SECURITY.md, Budgets); at least "
-     "8/7 of max_message_size"},
+     "what it builds from them (about 100 bytes a key), until the call ends, "
+     "and so does the bundle an Export assembles; a request of more than "
+     "64 KiB still arriving after 20 ms takes the room of max_message_size "
+     "while it arrives; large requests may take all but an eighth of the "
+     "budget, which stays for small ones; a request past it is "
+     "RESOURCE_EXHAUSTED before the router works on it, while other clients' "
+     "small calls go on (docs/SECURITY.md, \"The router's budgets\"); at "
+     "least 8/7 of max_message_size"},
     {"loops", SETTING_UINT, 0, 64, NULL, "1", F(loops),
      "event loops: threads that each serve unary Add, MayContain and Remove "
      "and the streams to some of the nodes, start to finish, with no hand-over "

@@ -100,8 +100,8 @@ static uint64_t get_le(const uint8_t *p, int n)
     return v;
 }
 
-/* A refusal of the file itself (INVALID_ARGUMENT, "imported file refused:
- * ..."), saying what was merged before it.  Returns -1. */
+/* The import fails with code and the message fmt makes, followed by what
+ * was merged before it (im->st).  Returns -1. */
 static int refuse(struct import_run *im, grpc_status_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int refuse(struct import_run *im, grpc_status_code code, const char *fmt, ...)

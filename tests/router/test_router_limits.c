@@ -1,43 +1,43 @@
-/* Router test "limits": the router's own budgets (docs/SECURITY.md,
- * "Budgets") hold against clients that try to make it spend memory,
- * streams and connections.
+/* Router test "limits": the router's own budgets (docs/SECURITY.md, "The
+ * router's budgets"; docs/ROUTER.md, "Memory and other budgets") hold
+ * against clients that try to make it spend memory, streams and
+ * connections.
  *
  * usage: test_router_limits NODE_BIN ROUTER_BIN CASE
- *   flood       at once, against a router in front of three nodes: BIG
- *               concurrent MayContain calls of CALL_MB each (a read token's
- *               worth of work), IMPORTS Imports of a filter's bundle, each
- *               sent but for its last message and then held open, and
- *               CONNS idle TCP connections (half of them silent, half past
- *               the HTTP/2 preface).  The router's peak RSS (VmHWM) stays
- *               within its max_memory_mb plus what it had before, every big
- *               call is answered OK or RESOURCE_EXHAUSTED naming
- *               max_memory_mb, every held Import is ended RESOURCE_EXHAUSTED
- *               naming stream_idle_ms (or max_memory_mb), every idle
- *               connection is closed, and another client sending a 1-key
- *               MayContain every 10 ms gets every answer OK (its p50, p99
- *               and worst latency are printed, not asserted).  The suite's
- *               size: 30 calls of 8 MB, 12 Imports of 8 MiB, 400 connections,
- *               a budget of 64 MiB.
- *   flood_full  the same at full size, with the router's default budget:
+ *   flood       at once, against a router in front of three nodes: 30
+ *               concurrent MayContain calls of 8 MB each, each on a
+ *               connection of its own (a read token's worth of work), 12
+ *               Imports of a filter's own bundle (8.9 MB, 64 shards), each
+ *               sent but for its last message and then held open, and 400
+ *               idle TCP connections (half of them silent, half past the
+ *               HTTP/2 preface), with max_memory_mb = 64.  The router's peak
+ *               RSS (VmHWM, started over before the flood) stays within its
+ *               RSS before, its budget and 128 MiB; every big call is
+ *               answered OK or RESOURCE_EXHAUSTED naming max_memory_mb;
+ *               every held Import is ended RESOURCE_EXHAUSTED naming
+ *               stream_idle_ms (or max_memory_mb); every idle connection is
+ *               closed; and another client reading one key every 10 ms gets
+ *               every answer, and "maybe" (its p50, p99 and worst latency
+ *               are printed, not asserted).
+ *   flood_full  the same at full size with the default budget (512 MiB):
  *               30 calls of 60 MB, 24 Imports of 60 MiB, 2 000 connections;
- *               peak RSS at most 1 GiB.  Not in the suite (about a minute
- *               and 2 GB of memory): run it as
- *                 build/tests/router/test_router_limits \
- *                   build/node/bloomgrid-node build/router/bloomgrid-router \
- *                   flood_full
+ *               peak RSS at most 1 GiB.  Not in the suite (about a minute,
+ *               2 GB of memory for the clients): `make flood-router`.
  *   conn        conn_idle_ms: a silent TCP connection and an idle HTTP/2
  *               connection are closed by the router.
- *   streams     max_streams: Imports holding every stream are refused
- *               past it, RESOURCE_EXHAUSTED naming max_streams; an ended
- *               one makes room.
+ *   streams     max_streams: with four Imports held open, a fifth Import
+ *               and a MayContainStream are refused RESOURCE_EXHAUSTED
+ *               naming max_streams while unary calls go on; one ended
+ *               makes room.
  *   idle        stream_idle_ms: an Import that stops sending is ended with
- *               RESOURCE_EXHAUSTED naming stream_idle_ms, and its stream
- *               is free again.
- *   import      an Import goes to the nodes shard by shard: the router's
- *               RSS does not grow by the bundle's size, the keys are back,
- *               and a bundle damaged in its last shard is refused after
- *               the shards before it were merged (which changes nothing
- *               that was there: they are the filter's own bits).
+ *               RESOURCE_EXHAUSTED naming stream_idle_ms, changes nothing,
+ *               and gives its stream back (max_streams = 1).
+ *   import      an Import is streamed to the nodes shard by shard: the
+ *               router's peak RSS grows by less than half of a 38 MB
+ *               bundle; keys removed come back; a bundle damaged in its
+ *               last shard is refused, saying that shards 0..14 were
+ *               merged, with every key of those shards back and the last
+ *               shard's not.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -423,7 +423,8 @@ static void flood_run(const struct flood *fl)
     for (int i = 0; i < 3; i++)
         cluster_node_start(&c, i, 0, NULL);
     cluster_write_topo(&c, 3, false, NULL);
-    cluster_router_start(&c, 0, fl->router_flags);
+    c.router_flags = fl->router_flags;
+    cluster_router_start(&c, 0, NULL);
     struct node_proc *rp = &c.router[0];
 
     /* The probe's filter, and the one the Imports fill (its own bundle). */

@@ -24,13 +24,25 @@ RUN rm -rf build build-asan run \
 FROM ${BASE}
 COPY deploy/install-deps.sh /usr/share/bloomgrid/install-deps.sh
 RUN /usr/share/bloomgrid/install-deps.sh runtime && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 7400 --home /var/lib/bloomgrid --create-home bloomgrid \
+ && groupadd --system --gid 7400 bloomgrid \
+ && useradd --system --uid 7400 --gid 7400 --home /var/lib/bloomgrid --create-home bloomgrid \
  && mkdir -p /etc/bloomgrid && chown bloomgrid:bloomgrid /var/lib/bloomgrid
 COPY --from=build /stage/usr/ /usr/
 COPY deploy/image/entrypoint.sh /usr/bin/bloomgrid-entrypoint
-USER bloomgrid
+# Numeric, so that Kubernetes' runAsNonRoot can verify it.
+USER 7400:7400
 WORKDIR /var/lib/bloomgrid
 VOLUME /var/lib/bloomgrid
-EXPOSE 7400 7500 7600
+# The ports of the example settings (deploy/examples) and the Kubernetes
+# manifests (deploy/kubernetes/config.yaml): public, internal, health, metrics.
+#   node    7400 7401 7402 9400
+#   router  7500      7502 9500
+#   merger  7600      7602 9600
+EXPOSE 7400 7401 7402 9400 7500 7502 9500 7600 7602 9600
+# bloomgrid health on the server's health_listen (its listen without one):
+# liveness, SERVING while a copy is SYNCING (deploy/image/README.md).
+# Kubernetes ignores it and runs its own probes (deploy/kubernetes).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["/usr/bin/bloomgrid-entrypoint", "healthcheck"]
 ENTRYPOINT ["/usr/bin/bloomgrid-entrypoint"]
 CMD ["--help"]

@@ -40,9 +40,11 @@ image:
 	@./deploy/install-deps.sh image
 	@./deploy/image/build.sh
 
+# PORTS=NODE,NODE_HEALTH,ROUTER,ROUTER_HEALTH: the loopback ports it uses
+# (free ones otherwise); IMAGE=NAME another image (deploy/image/test.sh).
 image-test:
 	@./deploy/install-deps.sh image
-	@./deploy/image/test.sh
+	@./deploy/image/test.sh $(if $(PORTS),--ports $(PORTS)) $(IMAGE)
 
 run: build
 	@./deploy/run.sh $(BUILD)

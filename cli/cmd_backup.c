@@ -19,6 +19,11 @@
  * file, found by exporting it.  An import adds the file's inserts (and a
  * counting filter's counters), so this check is what makes a second run of
  * the same restore change nothing.
+ *
+ * A filter dropped on the server (a tombstone of its name and the backup's
+ * secret) is not created again by a plain restore: CreateFilter refuses it
+ * (reason DROPPED) and restore names --undrop, which asks CreateFilter to
+ * undo the drop (docs/BACKUP.md, "Undoing a drop").
  */
 #include <dirent.h>
 #include <errno.h>
@@ -460,19 +465,26 @@ static const struct option backup_longopts[] = {
     ONLINE_COMMON_LONGOPTS,
 };
 
-/* Options of backup and restore: common ones, and --force for backup. */
+static const struct option restore_longopts[] = {
+    {"undrop", no_argument, NULL, 'u'},
+    ONLINE_COMMON_LONGOPTS,
+};
+
+/* Options of backup and restore: common ones, --force for backup (flag:
+ * force) and --undrop for restore (flag: undrop). */
 static int parse_opts(struct online *o, const char *cmd, int argc, char **argv,
-                      bool *force)
+                      bool *flag)
 {
+    bool backup = strcmp(cmd, "backup") == 0;
     int c, rc;
 
     online_cmd_init(o);
     cli_getopt_reset();
-    while ((c = getopt_long(argc, argv, force ? ":fh" : ":h",
-                            force ? backup_longopts : backup_longopts + 1,
+    while ((c = getopt_long(argc, argv, backup ? ":fh" : ":h",
+                            backup ? backup_longopts : restore_longopts,
                             NULL)) != -1) {
-        if (c == 'f' && force) {
-            *force = true;
+        if ((c == 'f' && backup) || (c == 'u' && !backup)) {
+            *flag = true;
             continue;
         }
         if ((rc = online_common_opt(o, cmd, c, argv)))
@@ -699,9 +711,10 @@ static int already_holds(struct online *o, const struct entry *e,
     return rc;
 }
 
-/* Create (when planned) and fill one filter, with its summary line. */
+/* Create (when planned; undrop: undoing a drop) and fill one filter, with
+ * its summary line. */
 static int restore_one(struct online *o, int given, const char *dir,
-                       const struct entry *e, enum plan plan)
+                       const struct entry *e, enum plan plan, bool undrop)
 {
     char path[DURABLE_PATH_MAX];
     struct online_import_result res;
@@ -714,8 +727,18 @@ static int restore_one(struct online *o, int given, const char *dir,
     if (plan == PLAN_CREATE) {
         online_kind_parse(e->kind, &kind);
         deadline(o, given, false);
-        if (online_create(o, e->name, e->capacity, e->error_rate, kind, e->shards,
-                          e->secret, &info, &st) < 0)
+        int crc = undrop ? online_undrop(o, e->name, e->capacity, e->error_rate,
+                                         kind, e->shards, e->secret, &info, &st)
+                         : online_create(o, e->name, e->capacity, e->error_rate,
+                                         kind, e->shards, e->secret, &info, &st);
+        if (crc < 0 && st.reason == RPC_REASON_DROPPED) {
+            online_report(o, &st);
+            return cli_fail("restore: %s was dropped on the server (a filter of "
+                            "this name with the backup's secret): a restore "
+                            "undoes a drop only when asked to: bloomgrid "
+                            "restore --undrop %s (admin)", e->name, dir);
+        }
+        if (crc < 0)
             return online_report(o, &st);
         bool same = strcmp(info.fingerprint, e->fingerprint) == 0;
         char fp[17];
@@ -742,8 +765,9 @@ static int restore_one(struct online *o, int given, const char *dir,
                         plan == PLAN_CREATE ? "; the filter was created: run the "
                         "restore again to fill it" : "");
     printf("restore: %s: %s, %llu inserts now, %llu bytes imported\n", e->name,
-           plan == PLAN_CREATE ? "created and imported" : "imported into the "
-           "existing filter", (unsigned long long)res.info.insert_count,
+           plan != PLAN_CREATE ? "imported into the existing filter"
+           : undrop ? "created (undropped where it was dropped) and imported"
+                    : "created and imported", (unsigned long long)res.info.insert_count,
            (unsigned long long)res.bytes_received);
     fflush(stdout);
     online_info_deinit(&res.info);
@@ -767,7 +791,8 @@ int cmd_restore(int argc, char **argv)
     struct rpc_status st;
     enum plan *plan = NULL;
     size_t n = 0, bad = 0, done;
-    int rc = parse_opts(&o, "restore", argc, argv, NULL), given;
+    bool undrop = false;
+    int rc = parse_opts(&o, "restore", argc, argv, &undrop), given;
 
     if (rc)
         return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
@@ -803,7 +828,7 @@ int cmd_restore(int argc, char **argv)
      * token, a node down) would most often fail the next, and running the
      * restore again leaves the filters done so far as they are. */
     for (done = 0; done < m.n; done++)
-        if (restore_one(&o, given, dir, &m.e[done], plan[done]))
+        if (restore_one(&o, given, dir, &m.e[done], plan[done], undrop))
             break;
     if (done < m.n)
         rc = cli_fail("restore: stopped at %s (above) after %zu of %zu "

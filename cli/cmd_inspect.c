@@ -3,7 +3,13 @@
  * that is shown at all has checksum "ok"; a corrupt one is refused (exit 2).
  * The secret is never printed, only the fingerprint id derived from it.
  * A shard bundle (a router's export) is shown as a list of its shards, a
- * plain filter file (a bundle of one, common/bundle.h) in full. */
+ * plain filter file (a bundle of one, common/bundle.h) in full.
+ *
+ * Two counts of adds: "keys added" (every add, repeats and false positives
+ * included: what a batch job's mapper read) and the adds that set a bit
+ * ("new-bit adds"; "inserts" in JSON, the name the servers' GetFilter,
+ * info and the metrics use).  A file of format version 1 did not record
+ * the first: "not recorded", null in JSON. */
 #include <getopt.h>
 #include <math.h>
 #include <string.h>
@@ -17,10 +23,22 @@ static const struct option inspect_longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* The keys added, or what stands for an uncounted filter's: into buf. */
+static const char *keys_text(const struct bf *f, char *buf, size_t len, const char *unknown)
+{
+    uint64_t k = bf_keys_added(f);
+
+    if (k == BF_KEYS_UNCOUNTED)
+        return unknown;
+    snprintf(buf, len, "%llu", (unsigned long long)k);
+    return buf;
+}
+
 static void print_text(const char *path, const struct bf *f,
                        const struct bf_stats *s, const char *fpid)
 {
     struct bf_layer_info l0 = {0};
+    char kbuf[24];
 
     bf_layer_info(f, 0, &l0);
     printf("file:            %s\n", path);
@@ -37,7 +55,10 @@ static void print_text(const char *path, const struct bf *f,
     printf("estimated keys:  %.0f\n", s->estimated_count);
     printf("estimated FPR:   %.6g\n", s->estimated_fpr);
     printf("over capacity:   %s\n", s->over_capacity ? "yes" : "no");
-    printf("inserts:         %llu\n", (unsigned long long)bf_insert_count(f));
+    printf("keys added:      %s\n",
+           keys_text(f, kbuf, sizeof kbuf, "not recorded (a file of format version 1)"));
+    printf("new-bit adds:    %llu (keys added that set a bit: not repeats, not "
+           "false positives)\n", (unsigned long long)bf_insert_count(f));
     printf("shard:           %u of %u\n", bf_shard_index(f), bf_shard_count(f));
     printf("fingerprint:     %s\n", fpid);
     printf("checksum:        ok\n");
@@ -84,6 +105,7 @@ static void print_json(const char *path, const struct bf *f,
                        const struct bf_stats *s, const char *fpid)
 {
     struct bf_layer_info l0 = {0};
+    char kbuf[24];
 
     bf_layer_info(f, 0, &l0);
     printf("{\n  \"file\": ");
@@ -100,6 +122,7 @@ static void print_json(const char *path, const struct bf *f,
     json_num("estimated_count", s->estimated_count, ",");
     json_num("estimated_fpr", s->estimated_fpr, ",");
     printf("  \"over_capacity\": %s,\n", s->over_capacity ? "true" : "false");
+    printf("  \"keys_added\": %s,\n", keys_text(f, kbuf, sizeof kbuf, "null"));
     printf("  \"inserts\": %llu,\n", (unsigned long long)bf_insert_count(f));
     printf("  \"shard_index\": %u,\n  \"shard_count\": %u,\n",
            bf_shard_index(f), bf_shard_count(f));
@@ -127,7 +150,7 @@ static void print_filter(const char *path, const struct bf *f, bool json)
 /* One line (or JSON object) per shard of a bundle. */
 static void print_shards(const char *path, const struct bundle *b, bool json)
 {
-    char fpid[17];
+    char fpid[17], kbuf[24];
     struct bf_stats s;
 
     if (json) {
@@ -149,17 +172,21 @@ static void print_shards(const char *path, const struct bundle *b, bool json)
         if (json)
             printf("%s\n    {\"index\": %u, \"capacity\": %llu, \"m\": %llu, "
                    "\"bytes\": %llu, \"fill\": %.17g, \"estimated_count\": "
-                   "%.17g, \"inserts\": %llu, \"fingerprint\": \"%s\"}",
+                   "%.17g, \"keys_added\": %s, \"inserts\": %llu, "
+                   "\"fingerprint\": \"%s\"}",
                    i ? "," : "", i, (unsigned long long)bf_capacity(f),
                    (unsigned long long)s.bits, (unsigned long long)s.bytes,
                    s.fill_ratio, s.estimated_count,
+                   keys_text(f, kbuf, sizeof kbuf, "null"),
                    (unsigned long long)bf_insert_count(f), fpid);
         else
             printf("shard %-4u       capacity %llu, m %llu, %llu bytes, fill "
-                   "%.6f, estimated keys %.0f, inserts %llu, fingerprint %s\n",
+                   "%.6f, estimated keys %.0f, keys added %s, new-bit adds %llu, "
+                   "fingerprint %s\n",
                    i, (unsigned long long)bf_capacity(f),
                    (unsigned long long)s.bits, (unsigned long long)s.bytes,
                    s.fill_ratio, s.estimated_count,
+                   keys_text(f, kbuf, sizeof kbuf, "not recorded"),
                    (unsigned long long)bf_insert_count(f), fpid);
     }
     if (json)

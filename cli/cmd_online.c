@@ -107,7 +107,8 @@ static void print_text(const struct online_info *f)
     printf("estimated keys:  %.0f\n", f->estimated_count);
     printf("estimated FPR:   %.6g\n", f->estimated_error_rate);
     printf("over capacity:   %s\n", f->over_capacity ? "yes" : "no");
-    printf("inserts:         %llu\n", (unsigned long long)f->insert_count);
+    printf("new-bit adds:    %llu (adds that set a bit: not repeats, not false "
+           "positives)\n", (unsigned long long)f->insert_count);
     printf("version:         %llu\n", (unsigned long long)f->version);
     if (f->fingerprint[0])
         printf("fingerprint:     %s\n", f->fingerprint);

@@ -1,7 +1,9 @@
 /* cmd_status: `bloomgrid status`, the cluster as its processes report it:
  * every copy of every group of a topology file asked for its health (a
- * copy is serving, SYNCING, not ready or unreachable), the router's
- * readiness, and the merger's last round.  Only grpc.health.v1 and
+ * copy is serving, SYNCING, not ready or unreachable) and its shards (a
+ * copy that lacks a shard another copy of its group holds never reads as
+ * serving), the router's readiness, and the merger's last round.  Only
+ * grpc.health.v1, Internal.ListShards (announcing nothing) and
  * Merger.Status are called: nothing is changed. */
 #include <getopt.h>
 #include <stdio.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bloomgrid/v1/internal.pb-c.h"
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "cli.h"
 #include "grpc/health/v1/health.pb-c.h"
@@ -52,33 +55,129 @@ static int health_of(struct online *o, const char *service, struct rpc_status *s
     return v;
 }
 
-/* Print one copy's state; returns whether it serves reads. */
-static bool show_copy(const struct online *opts, const char *addr)
+/* What one copy of a group reports. */
+struct copy_view {
+    const char *addr;
+    int live, ready;               /* health_of: "" and READY_NAME */
+    struct rpc_status st;          /* of the health call that failed */
+    /* Its shards (Internal/ListShards), when it could be asked. */
+    Bloomgrid__V1__ListShardsResponse *shards;
+    struct rpc_status lst;         /* of ListShards when it failed */
+};
+
+/* Ask addr its health and its shards. */
+static void view_copy(const struct online *opts, const char *addr, struct copy_view *v)
 {
     struct online o;
-    struct rpc_status st;
-    const char *state = "unreachable";
-    bool serving = false;
 
+    memset(v, 0, sizeof *v);
+    v->addr = addr;
+    v->live = v->ready = -1;
     if (open_on(&o, opts, addr) != 0) {
-        printf("  %-28s unreachable\n", addr);
+        snprintf(v->st.message, sizeof v->st.message, "cannot open a channel");
+        return;
+    }
+    v->live = health_of(&o, "", &v->st);
+    if (v->live > 0)
+        v->ready = health_of(&o, READY_NAME, &v->st);
+    if (v->live >= 0) {
+        /* Nothing announced: a listing changes nothing on the node. */
+        Bloomgrid__V1__ListShardsRequest rq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
+        if (rpc_call(o.ch, "/bloomgrid.v1.Internal/ListShards", &rq.base,
+                     &bloomgrid__v1__list_shards_response__descriptor,
+                     (ProtobufCMessage **)&v->shards, o.deadline_ms, &v->lst) < 0)
+            v->shards = NULL;
+    }
+    online_close(&o);
+}
+
+static bool holds(const Bloomgrid__V1__ListShardsResponse *l, const char *filter,
+                  uint32_t index)
+{
+    for (size_t i = 0; i < l->n_shards; i++)
+        if (l->shards[i]->filter && strcmp(l->shards[i]->filter, filter) == 0 &&
+            l->shards[i]->shard_index == index)
+            return true;
+    return false;
+}
+
+/* Shards some other copy of the group lists and v lacks; the first one
+ * goes to *filter, *index, *where. */
+static unsigned lacking(const struct copy_view *views, unsigned n, unsigned self,
+                        const char **filter, uint32_t *index, const char **where)
+{
+    unsigned missing = 0;
+    const Bloomgrid__V1__ListShardsResponse *mine = views[self].shards;
+
+    for (unsigned c = 0; mine && c < n; c++) {
+        const Bloomgrid__V1__ListShardsResponse *l = views[c].shards;
+        for (size_t i = 0; c != self && l && i < l->n_shards; i++) {
+            const Bloomgrid__V1__InternalShardInfo *isi = l->shards[i];
+            bool counted = false;
+            /* Counted once, at the first copy that lists it. */
+            for (unsigned d = 0; d < c && !counted; d++)
+                counted = d != self && views[d].shards &&
+                          holds(views[d].shards, isi->filter, isi->shard_index);
+            if (!isi->filter || counted || holds(mine, isi->filter, isi->shard_index))
+                continue;
+            if (!missing++) {
+                *filter = isi->filter;
+                *index = isi->shard_index;
+                *where = views[c].addr;
+            }
+        }
+    }
+    return missing;
+}
+
+/* Why a copy refuses reads, from where it says it stands. */
+static const char *standing(const struct copy_view *v)
+{
+    if (!v->shards)
+        return "";
+    switch (v->shards->copy_state) {
+    case BLOOMGRID__V1__COPY_STATE__COPY_STATE_CHECKING:
+        return " (checking its data directory with its group)";
+    case BLOOMGRID__V1__COPY_STATE__COPY_STATE_NEW:
+        return " (empty data directory: waiting to hear whether its group holds "
+               "anything)";
+    case BLOOMGRID__V1__COPY_STATE__COPY_STATE_REFILLING:
+        return " (refilling: it lost or had its data directory replaced, and "
+               "creates and fills its group's shards)";
+    default:
+        return "";
+    }
+}
+
+/* Print one copy's state; returns whether it serves reads. */
+static bool show_copy(const struct copy_view *views, unsigned n, unsigned self)
+{
+    const struct copy_view *v = &views[self];
+    const char *filter = NULL, *where = NULL;
+    uint32_t index = 0;
+
+    if (v->live < 0 || (v->live > 0 && v->ready < 0)) {
+        printf("  %-28s unreachable: %s: %s\n", v->addr, rpc_status_name(v->st.code),
+               v->st.message);
         return false;
     }
-    int live = health_of(&o, "", &st);
-    if (live == 0) {
-        state = "not ready";
-    } else if (live > 0) {
-        int ready = health_of(&o, READY_NAME, &st);
-        state = ready > 0 ? "serving" : ready == 0 ? "SYNCING" : "unreachable";
-        serving = ready > 0;
+    if (v->live == 0) {
+        printf("  %-28s not ready\n", v->addr);
+        return false;
     }
-    if (live < 0 || strcmp(state, "unreachable") == 0)
-        printf("  %-28s %s: %s: %s\n", addr, state, rpc_status_name(st.code),
-               st.message);
-    else
-        printf("  %-28s %s\n", addr, state);
-    online_close(&o);
-    return serving;
+    /* A copy never reads as serving while it lacks a shard its group
+     * holds (a router would find it NOT_FOUND there). */
+    unsigned missing = lacking(views, n, self, &filter, &index, &where);
+    if (v->ready == 0 || missing) {
+        printf("  %-28s SYNCING%s", v->addr, standing(v));
+        if (missing)
+            printf("; lacks %u shard%s its group holds (shard %u of %s, on %s)",
+                   missing, missing == 1 ? "" : "s", index, filter, where);
+        printf("\n");
+        return false;
+    }
+    printf("  %-28s serving\n", v->addr);
+    return true;
 }
 
 /* Every group of the topology; returns how many have fewer serving copies
@@ -97,16 +196,34 @@ static int show_groups(const struct online *opts, const char *path)
            (unsigned long long)t->version, t->ngroups);
     for (unsigned g = 0; g < t->ngroups; g++) {
         const struct topo_group *gr = &t->groups[g];
+        struct copy_view views[TOPO_MAX_COPIES];
         printf("group %s%s%s: %u copies, write quorum %u, read quorum %u\n",
                gr->name, gr->datacenter[0] ? ", datacenter " : "", gr->datacenter,
                gr->ncopies, gr->write_quorum, gr->read_quorum);
+        for (unsigned c = 0; c < gr->ncopies; c++)
+            view_copy(opts, gr->copies[c], &views[c]);
         unsigned serving = 0;
         for (unsigned c = 0; c < gr->ncopies; c++)
-            serving += show_copy(opts, gr->copies[c]);
+            serving += show_copy(views, gr->ncopies, c);
+        /* Shard lists need the internal service: an admin token or a
+         * cluster certificate. */
+        const struct rpc_status *refused = NULL;
+        for (unsigned c = 0; c < gr->ncopies; c++)
+            if (views[c].live > 0 && !views[c].shards &&
+                views[c].lst.code != GRPC_STATUS_UNAVAILABLE &&
+                views[c].lst.code != GRPC_STATUS_DEADLINE_EXCEEDED)
+                refused = &views[c].lst;
+        if (refused && gr->ncopies > 1)
+            printf("  (shard lists not compared: ListShards: %s: %s; an admin token "
+                   "or a cluster certificate lets status compare them)\n",
+                   rpc_status_name(refused->code), refused->message);
         printf("  %u of %u copies serving: %s\n", serving, gr->ncopies,
                serving >= gr->read_quorum ? "readable"
                                           : "NOT READABLE (fewer than the read quorum)");
         short_groups += serving < gr->read_quorum;
+        for (unsigned c = 0; c < gr->ncopies; c++)
+            if (views[c].shards)
+                protobuf_c_message_free_unpacked(&views[c].shards->base, NULL);
     }
     topo_unref(t);
     return short_groups;

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "online_cmd.h"
 
 struct help_entry {
     const char *cmd;
@@ -99,9 +100,13 @@ static const struct help_entry help_entries[] = {
      "\n"
      "Verify a filter file (checksum and geometry) and show its kind,\n"
      "capacity, error rate, size, bits/key, fill, estimated key count and\n"
-     "false-positive rate, insert count, shard and fingerprint id (the secret\n"
-     "itself is never shown).  A corrupt file is refused with exit status 2.\n"
-     "A shard bundle (a router's export) is shown shard by shard.\n"
+     "false-positive rate, shard and fingerprint id (the secret itself is\n"
+     "never shown), and two counts of adds: the keys added (every key added,\n"
+     "repeats and false positives included; JSON keys_added, null for a file\n"
+     "of format version 1, which did not record it) and the new-bit adds\n"
+     "(those that set a bit; JSON inserts).  A merge adds both counts of its\n"
+     "inputs.  A corrupt file is refused with exit status 2.  A shard bundle\n"
+     "(a router's export) is shown shard by shard.\n"
      "\n"
      "  -j, --json    machine-readable output\n"
      "\n"
@@ -164,6 +169,7 @@ static const struct help_entry help_entries[] = {
     "HOST:PORT: ...\" and exit status 2.\n"
 
 static const struct help_entry online_help_entries[] = {
+    {"health", cmd_health_help},
     {"create",
      "usage: bloomgrid --server HOST:PORT create NAME --capacity N\n"
      "                 --error-rate P [--kind KIND] [--shards S] [--json]\n"
@@ -207,8 +213,9 @@ static const struct help_entry online_help_entries[] = {
      "usage: bloomgrid [--server HOST:PORT] info NAME [--json]\n"
      "\n"
      "Describe a filter: state, kind, geometry (bits, hashes, bytes), fill,\n"
-     "estimated key count and false-positive rate, version, fingerprint id,\n"
-     "and the state of each shard when the server reports them.\n"
+     "estimated key count and false-positive rate, new-bit adds (adds that\n"
+     "set a bit; JSON inserts), version, fingerprint id, and the state of\n"
+     "each shard when the server reports them.\n"
      "\n"
      "  -j, --json            machine-readable output\n"
      SERVER_OPTIONS
@@ -217,7 +224,8 @@ static const struct help_entry online_help_entries[] = {
      "example:\n"
      "  bloomgrid --server localhost:7400 info users --json\n"},
     {"add",
-     "usage: bloomgrid --server HOST:PORT add NAME [--verbose] [KEY...]\n"
+     "usage: bloomgrid --server HOST:PORT add NAME [--verbose] [--batch N]\n"
+     "                 [--inflight N] [KEY...]\n"
      "\n"
      "Add keys to a filter on the server.  Without KEY arguments, keys are\n"
      "read one per line from stdin (a trailing \\r is stripped; an empty line\n"
@@ -241,14 +249,20 @@ static const struct help_entry online_help_entries[] = {
     {"status",
      "usage: bloomgrid status [--topology FILE] [--server ROUTER] [--merger HOST:PORT]\n"
      "\n"
-     "Show the cluster as its processes report it (grpc.health.v1 and the\n"
-     "merger's Status; nothing is changed).  With --topology, every copy of\n"
-     "every group of the file, each \"serving\", \"SYNCING\" (alive, refusing\n"
-     "reads until it has pulled its group's pages), \"not ready\" (starting,\n"
-     "its disk full) or \"unreachable\", and whether the group has its read\n"
-     "quorum of serving copies.  With --server, whether that router is ready\n"
-     "(every group readable).  With --merger, the merger's last round: when,\n"
-     "how long, pages and bytes pulled and pushed, errors, the largest lag.\n"
+     "Show the cluster as its processes report it (grpc.health.v1, the\n"
+     "nodes' shard lists and the merger's Status; nothing is changed).  With\n"
+     "--topology, every copy of every group of the file, each \"serving\",\n"
+     "\"SYNCING\" (alive, refusing reads until it has pulled its group's\n"
+     "pages; with why: an empty or lost data directory, its epoch being\n"
+     "checked, or the shards it lacks), \"not ready\" (starting, its disk\n"
+     "full) or \"unreachable\", and whether the group has its read quorum of\n"
+     "serving copies.  A copy that lacks a shard another copy of its group\n"
+     "holds is never shown serving; comparing the shard lists needs an admin\n"
+     "token or a cluster certificate (without, a line says they were not\n"
+     "compared).  A group stuck SYNCING: 'bloomgrid help resync'.  With\n"
+     "--server, whether that router is ready (every group readable).  With\n"
+     "--merger, the merger's last round: when, how long, pages and bytes\n"
+     "pulled and pushed, errors, the largest lag.\n"
      "\n"
      "  --topology FILE       the cluster's topology file (docs/TOPOLOGY.md)\n"
      "  --merger HOST:PORT    a bloomgrid-merger\n"
@@ -259,6 +273,43 @@ static const struct help_entry online_help_entries[] = {
      "examples:\n"
      "  bloomgrid status --topology /etc/bloomgrid/topology.ini\n"
      "  bloomgrid --server localhost:7500 status --merger localhost:7600\n"},
+    {"resync",
+     "usage: bloomgrid --server COPY resync --accept-loss\n"
+     "\n"
+     "Let one copy of a group of copies leave SYNCING when the group cannot\n"
+     "do it by itself, accepting that data is lost.  A SYNCING copy serves\n"
+     "again once it has pulled every page from N - W + 1 copies of its group\n"
+     "that are not SYNCING.  When more copies lost their data directories\n"
+     "than that allows (two of three wiped in turn at W = 2), the group\n"
+     "refuses reads for good: keys acknowledged only on the lost copies may\n"
+     "be gone, and nothing can tell which.  resync is the operator saying\n"
+     "so: the copy at COPY lists the other copies of its group, creates the\n"
+     "shards they hold and it lacks, pulls every shard from every copy that\n"
+     "answers (SYNCING ones included), and then leaves SYNCING and serves.\n"
+     "Keys acknowledged only on copies that lost their data are gone for\n"
+     "good: they read \"no\".  The command prints, and the node logs, the\n"
+     "copies it used and those it could not reach.  Without --accept-loss\n"
+     "nothing is called.\n"
+     "\n"
+     "COPY is the copy's address as the topology lists it (its\n"
+     "internal_listen when it has one; with TLS, a client certificate of the\n"
+     "cluster CA: --tls-cert, --tls-key).  Needs an admin token when the\n"
+     "node has a tokens file.  Run it on one stuck copy: the others then\n"
+     "leave SYNCING by themselves once enough copies are in sync (or run it\n"
+     "on each).  'bloomgrid status --topology FILE' shows which are stuck.\n"
+     "\n"
+     "  --accept-loss         accept that keys acknowledged only on copies\n"
+     "                        that lost their data are gone (required)\n"
+     SERVER_OPTIONS
+     "                        (default 600000: the whole resync)\n"
+     "\n"
+     "Exit status: 0 when every shard was pulled and the copy serves; 2 on\n"
+     "error (refused, or a pull failed: those shards stay SYNCING, run it\n"
+     "again).  See docs/REPLICATION.md, \"Accepting a loss\".\n"
+     "\n"
+     "example:\n"
+     "  bloomgrid --server 10.0.1.1:7401 --token-file admin.tok \\\n"
+     "      resync --accept-loss\n"},
     {"canary",
      "usage: bloomgrid canary FILTER --server ROUTER[,ROUTER...] [--once | --rounds N]\n"
      "                 [--interval D] [--check N] [--name NAME] [--state FILE] [--json]\n"
@@ -313,7 +364,8 @@ static const struct help_entry online_help_entries[] = {
      "  bloomgrid canary canary --server r1:7500,r2:7500 --interval 30s \\\n"
      "      --state /var/lib/bloomgrid/canary.state\n"},
     {"check",
-     "usage: bloomgrid [--server HOST:PORT] check NAME [--count] [KEY...]\n"
+     "usage: bloomgrid [--server HOST:PORT] check NAME [--count] [--batch N]\n"
+     "                 [--inflight N] [KEY...]\n"
      "\n"
      "Ask the server whether keys may be in a filter; the online 'query'.\n"
      "Prints one line per key, in input order: \"maybe<TAB>KEY\" (maybe\n"
@@ -330,7 +382,8 @@ static const struct help_entry online_help_entries[] = {
      "  bloomgrid --server localhost:7400 check users alice carol\n"
      "  bloomgrid check users --count < candidates.txt\n"},
     {"remove",
-     "usage: bloomgrid --server HOST:PORT remove NAME [KEY...]\n"
+     "usage: bloomgrid --server HOST:PORT remove NAME [--batch N] [--inflight N]\n"
+     "                 [KEY...]\n"
      "\n"
      "Remove keys from a counting filter on the server.  Prints\n"
      "\"removed<TAB>KEY\" or \"no<TAB>KEY\" (definitely absent, nothing changed);\n"
@@ -396,7 +449,7 @@ static const struct help_entry online_help_entries[] = {
      "  bloomgrid --server localhost:7500 --token-file admin.tok \\\n"
      "      backup /var/backups/bloomgrid/$(date +%F)\n"},
     {"restore",
-     "usage: bloomgrid [--server HOST:PORT] restore DIR\n"
+     "usage: bloomgrid [--server HOST:PORT] restore DIR [--undrop]\n"
      "\n"
      "Restore the filters of a backup made by 'bloomgrid backup'.  First every\n"
      "file is checked against DIR/manifest.ini and every filter against the\n"
@@ -406,14 +459,26 @@ static const struct help_entry online_help_entries[] = {
      "exist is created with the backup's geometry and secret and its file\n"
      "imported; one that exists gets the import only when it lacks some key\n"
      "of the backup, so running the same restore twice changes nothing.\n"
+     "A filter dropped on the server (DropFilter, 'bloomgrid drop') is not\n"
+     "created again unless --undrop is given: the servers keep a tombstone of\n"
+     "its name and secret so that nothing brings it back by mistake.\n"
      "Needs an admin token.  Prints one line per filter; exit 2 on any\n"
      "failure.  See docs/BACKUP.md.\n"
-     "\n" SERVER_OPTIONS
+     "\n"
+     "      --undrop          undo the drop of the backup's filters that were\n"
+     "                        dropped: lift their tombstones and restore them\n"
+     "                        with their secret (through a router: on every\n"
+     "                        copy that is up, the others follow by\n"
+     "                        anti-entropy; a name created again since, under\n"
+     "                        another secret, is refused)\n"
+     SERVER_OPTIONS
      "                        (default 600000 per transfer)\n"
      "\n"
-     "example:\n"
+     "examples:\n"
      "  bloomgrid --server localhost:7500 --token-file admin.tok \\\n"
-     "      restore /var/backups/bloomgrid/2024-05-01\n"},
+     "      restore /var/backups/bloomgrid/2024-05-01\n"
+     "  bloomgrid --server localhost:7500 --token-file admin.tok \\\n"
+     "      restore --undrop /var/backups/bloomgrid/2024-05-01   # after a drop\n"},
     {NULL, NULL},
 };
 
@@ -443,11 +508,14 @@ void help_overview(FILE *out)
           "  remove    remove keys from a counting filter\n"
           "  export    save a server's filter as a filter file\n"
           "  status    the cluster: copies serving, SYNCING or unreachable\n"
+          "  resync    let a copy of a group stuck SYNCING serve again,\n"
+          "            accepting lost keys (--accept-loss)\n"
           "  import    OR-merge a filter file into a server's filter\n"
           "  backup    export every filter into a directory, with a manifest\n"
           "  restore   re-create and fill the filters of a backup\n"
           "  canary    add a known key now and then, check every earlier one\n"
           "            through every router (exit 1 on a false negative)\n"
+          "  health    ask a process's grpc.health.v1 (exit 0 SERVING, as a probe)\n"
           "\n"
           "tokens:\n"
           "  token new make a token and its line for the servers' tokens file\n"

@@ -38,9 +38,11 @@ static const struct command commands[] = {
     {"export", NULL, cmd_online_export},
     {"import", NULL, cmd_online_import},
     {"status", NULL, cmd_online_status},
+    {"resync", NULL, cmd_online_resync},
     {"backup", NULL, cmd_backup},
     {"restore", NULL, cmd_restore},
     {"canary", NULL, cmd_canary},
+    {"health", NULL, cmd_health},
     {NULL, NULL, NULL},
 };
 

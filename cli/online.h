@@ -97,6 +97,13 @@ int online_create(struct online *o, const char *name, uint64_t capacity,
                   double error_rate, int kind, uint32_t shards,
                   const uint8_t *secret, struct online_info *out,
                   struct rpc_status *st);
+/* CreateFilter with undrop set: undo a drop of name with secret (needed;
+ * docs/BACKUP.md, "Undoing a drop").  Errors as online_create, and
+ * ALREADY_EXISTS when it exists with this secret. */
+int online_undrop(struct online *o, const char *name, uint64_t capacity,
+                  double error_rate, int kind, uint32_t shards,
+                  const uint8_t *secret, struct online_info *out,
+                  struct rpc_status *st);
 int online_drop(struct online *o, const char *name, struct rpc_status *st);
 int online_get(struct online *o, const char *name, struct online_info *out,
                struct rpc_status *st);

@@ -67,8 +67,11 @@ int cmd_online_remove(int argc, char **argv);
 int cmd_online_export(int argc, char **argv);
 int cmd_online_import(int argc, char **argv);
 int cmd_online_status(int argc, char **argv);
+int cmd_online_resync(int argc, char **argv);     /* cmd_resync.c */
 int cmd_backup(int argc, char **argv);
 int cmd_restore(int argc, char **argv);
 int cmd_canary(int argc, char **argv);     /* cmd_canary.c */
+int cmd_health(int argc, char **argv);     /* cmd_health.c, with its help: */
+extern const char cmd_health_help[];
 
 #endif

@@ -258,15 +258,16 @@ void online_info_list_free(struct online_info *list, size_t n)
     free(list);
 }
 
-int online_create(struct online *o, const char *name, uint64_t capacity,
-                  double error_rate, int kind, uint32_t shards,
-                  const uint8_t *secret, struct online_info *out,
-                  struct rpc_status *st)
+static int create_call(struct online *o, const char *name, uint64_t capacity,
+                       double error_rate, int kind, uint32_t shards,
+                       const uint8_t *secret, bool undrop,
+                       struct online_info *out, struct rpc_status *st)
 {
     Bloomgrid__V1__CreateFilterRequest rq =
         BLOOMGRID__V1__CREATE_FILTER_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
 
+    rq.undrop = undrop;
     rq.name = (char *)name;
     rq.capacity = capacity;
     rq.error_rate = error_rate;
@@ -283,6 +284,24 @@ int online_create(struct online *o, const char *name, uint64_t capacity,
     info_from_wire(out, (Bloomgrid__V1__FilterInfo *)resp);
     protobuf_c_message_free_unpacked(resp, NULL);
     return 0;
+}
+
+int online_create(struct online *o, const char *name, uint64_t capacity,
+                  double error_rate, int kind, uint32_t shards,
+                  const uint8_t *secret, struct online_info *out,
+                  struct rpc_status *st)
+{
+    return create_call(o, name, capacity, error_rate, kind, shards, secret,
+                       false, out, st);
+}
+
+int online_undrop(struct online *o, const char *name, uint64_t capacity,
+                  double error_rate, int kind, uint32_t shards,
+                  const uint8_t *secret, struct online_info *out,
+                  struct rpc_status *st)
+{
+    return create_call(o, name, capacity, error_rate, kind, shards, secret,
+                       true, out, st);
 }
 
 int online_drop(struct online *o, const char *name, struct rpc_status *st)

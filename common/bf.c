@@ -499,9 +499,12 @@ fail:
     return NULL;
 }
 
-void bf_set_counts(struct bf *f, uint64_t inserts, const uint64_t *layer_counts)
+void bf_set_counts(struct bf *f, uint64_t inserts, uint64_t keys,
+                   const uint64_t *layer_counts)
 {
     f->inserts = inserts;
+    f->keys = keys == BF_KEYS_UNCOUNTED ? 0 : keys;
+    f->keys_uncounted = keys == BF_KEYS_UNCOUNTED;
     for (uint32_t i = 0; layer_counts && i < f->nlayers; i++)
         f->layers[i].count = layer_counts[i];
 }
@@ -534,6 +537,25 @@ uint32_t bf_layer_count(const struct bf *f) { return bf__nlayers(f); }
 uint64_t bf_insert_count(const struct bf *f)
 {
     return __atomic_load_n(&f->inserts, __ATOMIC_RELAXED);
+}
+
+uint64_t bf_keys_added(const struct bf *f)
+{
+    uint64_t k = __atomic_load_n(&f->keys, __ATOMIC_RELAXED);
+
+    if (__atomic_load_n(&f->keys_uncounted, __ATOMIC_RELAXED))
+        return BF_KEYS_UNCOUNTED;
+    return k < BF_KEYS_UNCOUNTED ? k : BF_KEYS_UNCOUNTED - 1;
+}
+
+void bf__keys_add(struct bf *f, uint64_t n)
+{
+    if (n == BF_KEYS_UNCOUNTED)
+        __atomic_store_n(&f->keys_uncounted, true, __ATOMIC_RELAXED);
+    else if (f->exclusive)
+        f->keys += n;
+    else
+        __atomic_add_fetch(&f->keys, n, __ATOMIC_RELAXED);
 }
 
 void bf_fingerprint(const struct bf *f, struct bf_fingerprint *fp)

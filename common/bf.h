@@ -47,6 +47,7 @@
 #define BF_COUNTER_BITS 4      /* counting kind: 4-bit saturating counters */
 #define BF_COUNTER_MAX 15
 #define BF_ERRLEN ERRMSG_LEN          /* size of error buffers */
+#define BF_KEYS_UNCOUNTED UINT64_MAX  /* bf_keys_added: not every add counted */
 
 enum bf_kind {
     BF_KIND_BLOCKED = 1,
@@ -183,7 +184,19 @@ uint32_t bf_shard_index(const struct bf *f);
 uint32_t bf_shard_count(const struct bf *f);
 double bf_growth(const struct bf *f);
 double bf_tightening(const struct bf *f);
-uint64_t bf_insert_count(const struct bf *f);   /* adds that returned true */
+/* Adds that returned true: keys that set at least one bit (new keys,
+ * except those whose bits were already set: a false positive at add
+ * time).  A merge adds the source's count. */
+uint64_t bf_insert_count(const struct bf *f);
+/* Keys added: every key of every add since the filter was created empty,
+ * whether or not it set a bit (repeats and false positives included), so
+ * a filter built from a list of N keys says N.  A merge adds the source's
+ * count: merged partials say how many keys their builds read in all (a
+ * key in two partials counts twice; estimated_count estimates the
+ * distinct keys).  Removes do not lower it.  BF_KEYS_UNCOUNTED when some
+ * adds were not counted: the filter, or one merged into it, was read from
+ * a file of format version 1, which did not record it. */
+uint64_t bf_keys_added(const struct bf *f);
 const uint8_t *bf_secret(const struct bf *f);   /* BF_SECRET_LEN bytes */
 void bf_fingerprint(const struct bf *f, struct bf_fingerprint *fp);
 /* Short printable id of the fingerprint (hex of a hash of it; never reveals
@@ -234,7 +247,8 @@ int bf_merge_project(const struct bf *dst, const struct bf *src,
                      struct bf_merge_projection *out, char *err);
 
 /* OR src into dst (counting: saturating add).  Scalable: layers are merged
- * one by one and layers dst lacks are appended.  Returns -EINVAL with the
+ * one by one and layers dst lacks are appended.  The insert count and the
+ * keys added of src are added to dst's.  Returns -EINVAL with the
  * mismatching field named in err when the fingerprints differ; dst is then
  * untouched. */
 int bf_merge_from(struct bf *dst, const struct bf *src, char *err);
@@ -246,8 +260,10 @@ struct bf *bf_assemble(const struct bf_params *p, uint32_t hash_id,
                        uint32_t nlayers, const struct bf_layer_info *layers,
                        char *err);
 
-/* Set the insert counter and per-layer counts (file loader). */
-void bf_set_counts(struct bf *f, uint64_t inserts, const uint64_t *layer_counts);
+/* Set the insert counter, the keys added (BF_KEYS_UNCOUNTED allowed) and
+ * the per-layer counts (file loader, copies).  Not alongside adds. */
+void bf_set_counts(struct bf *f, uint64_t inserts, uint64_t keys,
+                   const uint64_t *layer_counts);
 
 /* The body bytes a filter created with p would have (bf_create makes the
  * same geometry), without allocating anything: 0, or -EINVAL when p cannot

@@ -3,7 +3,8 @@
  * Layout (docs/FORMAT.md is the reference): a 128-byte header, one 48-byte
  * descriptor per layer, the layer bodies in order, and an XXH64 (seed 0) of
  * every preceding byte.  All integers are little-endian, error rates are
- * IEEE-754 binary64.
+ * IEEE-754 binary64.  Version 2 is written; version 1, the same but for
+ * the count of keys added (reserved there), is read too.
  *
  * Reading is one routine over a "source" (a file descriptor or a memory
  * buffer), so save/load and write/parse cannot drift apart.  The header and
@@ -56,7 +57,7 @@ enum {
     OFF_INSERTS = 96,
     OFF_GROWTH = 104,
     OFF_TIGHTENING = 112,
-    OFF_RESERVED = 120,
+    OFF_KEYS = 120,        /* version 2; reserved (0) in version 1 */
 };
 
 enum {
@@ -70,7 +71,7 @@ enum {
 };
 
 _Static_assert(OFF_SECRET + BF_SECRET_LEN == OFF_CAPACITY, "secret size");
-_Static_assert(OFF_RESERVED + 8 == BF_FILE_HEADER_BYTES, "header size");
+_Static_assert(OFF_KEYS + 8 == BF_FILE_HEADER_BYTES, "header size");
 _Static_assert(LOFF_BODY_BYTES + 8 == BF_FILE_LAYER_BYTES, "descriptor size");
 
 /* BF_FILE_MAGIC spelled out: a char[8] initialized from the 9-byte literal
@@ -177,6 +178,7 @@ static void encode_header(const struct bf *f, uint32_t nlayers, uint8_t *h)
     put_u64(h + OFF_INSERTS, bf_insert_count(f));
     put_f64(h + OFF_GROWTH, bf_growth(f));
     put_f64(h + OFF_TIGHTENING, bf_tightening(f));
+    put_u64(h + OFF_KEYS, bf_keys_added(f));
 }
 
 static void encode_layer(const struct bf_layer_info *li, uint8_t *d)
@@ -200,14 +202,16 @@ static int emit(XXH64_state_t *st, bf_file_writer write, void *ctx,
 }
 
 /* Bodies go through a bounce buffer: concurrent adds may change a live
- * body between hashing and writing, and the file must still verify. */
+ * body between hashing and writing, and the file must still verify.  A
+ * body nothing changes (bounce NULL) is emitted where it lies. */
 static int emit_body(XXH64_state_t *st, bf_file_writer write, void *ctx,
                      const uint8_t *body, uint64_t len, uint8_t *bounce)
 {
     while (len > 0) {
         size_t n = len < CHUNK_BYTES ? (size_t)len : CHUNK_BYTES;
-        memcpy(bounce, body, n);
-        int rc = emit(st, write, ctx, bounce, n);
+        if (bounce)
+            memcpy(bounce, body, n);
+        int rc = emit(st, write, ctx, bounce ? bounce : body, n);
         if (rc < 0)
             return rc;
         body += n;
@@ -216,13 +220,13 @@ static int emit_body(XXH64_state_t *st, bf_file_writer write, void *ctx,
     return 0;
 }
 
-static int write_bodies(const struct bf *f, uint32_t nlayers,
+static int write_bodies(const struct bf *f, uint32_t nlayers, bool stable,
                         XXH64_state_t *st, bf_file_writer write, void *ctx)
 {
-    uint8_t *bounce = malloc(CHUNK_BYTES);
+    uint8_t *bounce = stable ? NULL : malloc(CHUNK_BYTES);
     int rc = 0;
 
-    if (!bounce)
+    if (!stable && !bounce)
         return -ENOMEM;
     for (uint32_t i = 0; i < nlayers && rc == 0; i++) {
         struct bf_layer_info li;
@@ -256,7 +260,8 @@ static int write_descriptors(const struct bf *f, uint32_t nlayers,
     return rc < 0 ? rc : 0;
 }
 
-int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
+static int file_write(const struct bf *f, bool stable, bf_file_writer write,
+                      void *ctx)
 {
     XXH64_state_t *st = XXH64_createState();
     /* Counted once: a scalable filter may grow a layer meanwhile, and the
@@ -271,7 +276,7 @@ int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
     rc = write_descriptors(f, nlayers, st, write, ctx);
     if (rc < 0)
         goto out;
-    rc = write_bodies(f, nlayers, st, write, ctx);
+    rc = write_bodies(f, nlayers, stable, st, write, ctx);
     if (rc < 0)
         goto out;
     put_u64(sum, XXH64_digest(st));
@@ -281,6 +286,16 @@ int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
 out:
     XXH64_freeState(st);
     return rc;
+}
+
+int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx)
+{
+    return file_write(f, false, write, ctx);
+}
+
+int bf_file_write_stable(const struct bf *f, bf_file_writer write, void *ctx)
+{
+    return file_write(f, true, write, ctx);
 }
 
 /* ---- atomic save ------------------------------------------------------- */
@@ -417,12 +432,13 @@ struct file_meta {
     uint32_t hash_id;
     uint32_t nlayers;
     uint64_t inserts;
+    uint64_t keys;      /* BF_KEYS_UNCOUNTED for version 1 */
     struct bf_params params;
     uint8_t secret[BF_SECRET_LEN];
     uint64_t m0;
     uint32_t k0;
     uint32_t flags;
-    uint64_t reserved;
+    uint64_t reserved;  /* version 1: the bytes where version 2 has keys */
     struct bf_layer_info layers[BF_MAX_LAYERS];
     uint64_t total;   /* file size the header implies */
 };
@@ -448,7 +464,12 @@ static void decode_header(const uint8_t *h, struct file_meta *fm)
     fm->inserts = get_u64(h + OFF_INSERTS);
     p->growth = get_f64(h + OFF_GROWTH);
     p->tightening = get_f64(h + OFF_TIGHTENING);
-    fm->reserved = get_u64(h + OFF_RESERVED);
+    if (fm->version == 1) {
+        fm->reserved = get_u64(h + OFF_KEYS);
+        fm->keys = BF_KEYS_UNCOUNTED;
+    } else {
+        fm->keys = get_u64(h + OFF_KEYS);
+    }
 }
 
 static bool rate_ok(double p)
@@ -582,10 +603,11 @@ static int read_header(struct source *s, XXH64_state_t *st,
     if (memcmp(h + OFF_MAGIC, file_magic, sizeof file_magic) != 0)
         return refuse(err, -EBADMSG, "bad magic: not a bloomgrid filter file");
     decode_header(h, fm);
-    if (fm->version != BF_FILE_VERSION)
+    if (fm->version < BF_FILE_VERSION_MIN || fm->version > BF_FILE_VERSION)
         return refuse(err, -EPROTONOSUPPORT,
                       "unsupported version: format version %u, this "
-                      "build reads version %d", fm->version, BF_FILE_VERSION);
+                      "build reads versions %d to %d", fm->version,
+                      BF_FILE_VERSION_MIN, BF_FILE_VERSION);
     return check_header(fm, err);
 }
 
@@ -723,7 +745,7 @@ static struct bf *load_from(struct source *s, char *err, int *code)
         goto fail;
     for (uint32_t i = 0; i < fm->nlayers; i++)
         counts[i] = fm->layers[i].count;
-    bf_set_counts(f, fm->inserts, counts);
+    bf_set_counts(f, fm->inserts, fm->keys, counts);
     XXH64_freeState(st);
     free(fm);
     if (code)

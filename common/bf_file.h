@@ -5,6 +5,9 @@
  * (temp file in the same directory, fsync, rename, fsync of the directory).
  * Loading verifies magic, version, geometry, sizes, checksum and the zero
  * padding past m before returning anything: a bad file is refused whole, never loaded in part.
+ * Files are written in format version BF_FILE_VERSION and read from
+ * BF_FILE_VERSION_MIN on: a version-1 file loads with its keys added
+ * BF_KEYS_UNCOUNTED (bf.h), as that version did not record them.
  *
  * The same bytes can be produced into / parsed from memory or a stream, for
  * Export and Import over the network.
@@ -23,7 +26,8 @@
 #include "bf.h"
 
 #define BF_FILE_MAGIC "BLOOMGRD"     /* first 8 bytes, no terminator */
-#define BF_FILE_VERSION 1
+#define BF_FILE_VERSION 2         /* written; 2 added the keys-added count */
+#define BF_FILE_VERSION_MIN 1     /* oldest read (keys added: uncounted) */
 #define BF_FILE_HEADER_BYTES 128     /* fixed header */
 #define BF_FILE_LAYER_BYTES 48       /* one layer descriptor */
 
@@ -55,6 +59,11 @@ struct bf *bf_file_load(const char *path, char *err, int *code);
  * even when adds run concurrently (it is then not a point-in-time image). */
 typedef int (*bf_file_writer)(void *ctx, const void *buf, size_t len);
 int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx);
+
+/* bf_file_write for a filter that nothing changes during the call (a
+ * private copy): the bodies are handed to write where they lie, without
+ * the 8 MiB buffer that bf_file_write copies each piece into first. */
+int bf_file_write_stable(const struct bf *f, bf_file_writer write, void *ctx);
 
 /* Parse and verify a complete serialized file held in memory (len bytes,
  * nothing more).  Same checks and messages as bf_file_load; the buffer stays

@@ -36,6 +36,9 @@ struct bf {
     bool exclusive;
     uint32_t nlayers;    /* atomic: the scalable kind appends layers */
     uint64_t inserts;    /* adds that returned true; atomic */
+    uint64_t keys;       /* every add (bf_keys_added); atomic */
+    bool keys_uncounted; /* some adds were not counted; atomic, only ever
+                            set (bf_set_counts may clear it) */
     pthread_mutex_t grow_lock;
     struct bf_layer layers[BF_MAX_LAYERS];
 };
@@ -49,6 +52,11 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
                    double p, uint64_t m, uint32_t k, char *err);
 void bf__layer_deinit(struct bf_layer *l);
 
+
+/* Count n more keys added: an atomic add unless f is exclusive (one locked
+ * instruction, as for inserts; the uncounted state is a flag beside it).
+ * n = BF_KEYS_UNCOUNTED makes the filter uncounted for good. */
+void bf__keys_add(struct bf *f, uint64_t n);
 
 static inline uint32_t bf__nlayers(const struct bf *f)
 {

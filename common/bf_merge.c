@@ -258,5 +258,11 @@ int bf_merge_from(struct bf *dst, const struct bf *src, char *err)
      * separate slices has the sum of theirs (saturating). */
     dst->inserts = dst->inserts > UINT64_MAX - src->inserts ? UINT64_MAX
                                                             : dst->inserts + src->inserts;
+    /* So does the count of keys added (saturating; a file may claim any
+     * count); an uncounted source leaves dst uncounted. */
+    uint64_t sk = bf_keys_added(src), dk = bf_keys_added(dst);
+    if (sk != BF_KEYS_UNCOUNTED && dk != BF_KEYS_UNCOUNTED && sk > BF_KEYS_UNCOUNTED - 1 - dk)
+        sk = BF_KEYS_UNCOUNTED - 1 - dk;
+    bf__keys_add(dst, sk);
     return 0;
 }

@@ -399,9 +399,10 @@ static bool scalable_add(struct bf *f, struct bf_hash h)
     return true;
 }
 
-/* Add without touching the counters; callers count the adds that returned
- * true with count_adds, once per batch, to keep atomic increments off the
- * per-key path.  The scalable kind counts its layer itself: it grows on it. */
+/* Add without touching the counters; callers count the adds (n) and those
+ * that returned true (added) with count_adds, once per batch, to keep
+ * atomic increments off the per-key path.  The scalable kind counts its
+ * layer itself: it grows on it. */
 static inline bool add_hash(struct bf *f, struct bf_hash h)
 {
     if (f->kind == BF_KIND_SCALABLE)
@@ -409,19 +410,21 @@ static inline bool add_hash(struct bf *f, struct bf_hash h)
     return layer_add(f, &f->layers[0], h);
 }
 
-static void count_adds(struct bf *f, uint64_t n)
+static void count_adds(struct bf *f, uint64_t added, uint64_t n)
 {
-    if (!n)
+    if (n)
+        bf__keys_add(f, n);
+    if (!added)
         return;
     if (f->exclusive) {
-        f->inserts += n;
+        f->inserts += added;
         if (f->kind != BF_KIND_SCALABLE)
-            f->layers[0].count += n;
+            f->layers[0].count += added;
         return;
     }
-    __atomic_add_fetch(&f->inserts, n, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&f->inserts, added, __ATOMIC_RELAXED);
     if (f->kind != BF_KIND_SCALABLE)
-        __atomic_add_fetch(&f->layers[0].count, n, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&f->layers[0].count, added, __ATOMIC_RELAXED);
 }
 
 static inline bool test_hash(const struct bf *f, struct bf_hash h)
@@ -623,7 +626,7 @@ bool bf_add_hash(struct bf *f, struct bf_hash h)
     else
 #endif
         added = add_hash(f, h);
-    count_adds(f, added);
+    count_adds(f, added, 1);
     return added;
 }
 
@@ -636,11 +639,11 @@ void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out)
 {
 #ifdef BF_HAVE_VEC
     if (USE_VEC(f)) {
-        count_adds(f, add_hashes_vec(f, h, n, out));
+        count_adds(f, add_hashes_vec(f, h, n, out), n);
         return;
     }
 #endif
-    count_adds(f, add_hashes_loop(f, h, n, out, add_hash));
+    count_adds(f, add_hashes_loop(f, h, n, out, add_hash), n);
 }
 
 void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens, size_t n,
@@ -648,11 +651,11 @@ void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens, size
 {
 #ifdef BF_HAVE_VEC
     if (USE_VEC(f)) {
-        count_adds(f, add_keys_vec(f, keys, lens, n, out));
+        count_adds(f, add_keys_vec(f, keys, lens, n, out), n);
         return;
     }
 #endif
-    count_adds(f, add_keys_loop(f, keys, lens, n, out, add_hash));
+    count_adds(f, add_keys_loop(f, keys, lens, n, out, add_hash), n);
 }
 
 bool bf_may_contain_hash(const struct bf *f, struct bf_hash h)

@@ -74,7 +74,7 @@ static void json_put(char *buf, size_t cap, size_t *n, const char *s)
     }
 }
 
-static void write_json(enum log_level level, const char *src, int line,
+static void write_json(int fd, enum log_level level, const char *src, int line,
                        const char *stamp, const char *msg)
 {
     char buf[4200];
@@ -91,26 +91,58 @@ static void write_json(enum log_level level, const char *src, int line,
     buf[n++] = '"';
     buf[n++] = '}';
     buf[n++] = '\n';
-    ssize_t w = write(STDERR_FILENO, buf, n);
+    ssize_t w = write(fd, buf, n);
     (void)w;
+}
+
+static void time_stamp(char *stamp, size_t len)
+{
+    struct timeval tv;
+    struct tm tm;
+
+    gettimeofday(&tv, NULL);
+    gmtime_r(&tv.tv_sec, &tm);
+    snprintf(stamp, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+             tm.tm_sec, (int)(tv.tv_usec / 1000));
+}
+
+static const char *base_name(const char *file)
+{
+    const char *base = strrchr(file, '/');
+    return base ? base + 1 : file;
+}
+
+void log__announce(const char *file, int line, const char *fmt, ...)
+{
+    char stamp[64], msg[2048];
+    int saved = errno;
+    va_list ap;
+
+    va_start(ap, fmt);
+    if (vsnprintf(msg, sizeof msg, fmt, ap) < 0)
+        msg[0] = 0;
+    va_end(ap);
+    fflush(stdout);
+    if (log_format == LOG_FORMAT_JSON) {
+        time_stamp(stamp, sizeof stamp);
+        write_json(STDOUT_FILENO, LOG_LEVEL_INFO, base_name(file), line, stamp, msg);
+    } else {
+        printf("%s\n", msg);
+        fflush(stdout);
+    }
+    errno = saved;
 }
 
 void log__write(enum log_level level, const char *file, int line,
                 const char *fmt, ...)
 {
     char buf[2048], stamp[64], msg[2048];
-    struct timeval tv;
-    struct tm tm;
-    const char *base = strrchr(file, '/');
-    const char *src = base ? base + 1 : file;
+    const char *src = base_name(file);
     int saved = errno;
     int lv = level < 4 ? (int)level : 3;
 
-    gettimeofday(&tv, NULL);
-    gmtime_r(&tv.tv_sec, &tm);
-    snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
-             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-             tm.tm_sec, (int)(tv.tv_usec / 1000));
+    time_stamp(stamp, sizeof stamp);
     va_list ap;
     va_start(ap, fmt);
     int m = vsnprintf(msg, sizeof msg, fmt, ap);
@@ -118,7 +150,7 @@ void log__write(enum log_level level, const char *file, int line,
     if (m < 0)
         msg[0] = 0;
     if (log_format == LOG_FORMAT_JSON) {
-        write_json(level, src, line, stamp, msg);
+        write_json(STDERR_FILENO, level, src, line, stamp, msg);
         errno = saved;
         return;
     }

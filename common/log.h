@@ -1,4 +1,5 @@
-/* log: leveled logging to stderr with file:line.
+/* log: leveled logging to stderr with file:line, and the servers' line on
+ * stdout that says where they listen (log_announce).
  *
  * One process-wide level; the log_* macros test it before evaluating their
  * arguments, so a disabled debug line costs one load and one compare.  Lines
@@ -41,6 +42,16 @@ int log_format_parse(const char *name, enum log_format *out);
 
 void log__write(enum log_level level, const char *file, int line,
                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void log__announce(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A line a server writes on stdout once it listens ("bloomgrid-node
+ * listening on HOST:PORT ...", "... metrics on HOST:PORT"), from which
+ * scripts and tests read the ports it bound; written whatever the level,
+ * in the line format: the message alone in LOG_FORMAT_TEXT, and in
+ * LOG_FORMAT_JSON the same JSON object as a log line at level info.
+ * stdout is flushed first and after. */
+#define log_announce(...) log__announce(__FILE__, __LINE__, __VA_ARGS__)
 
 #define log__at(lvl, ...)                                                    \
     do {                                                                     \

@@ -273,6 +273,7 @@ int node_client_get_shard(struct rpc_channel *ch, const char *filter,
     out->capacity = isi->info->capacity;
     out->error_rate = isi->info->error_rate;
     out->version = isi->info->version;
+    out->generation = isi->generation;
     memcpy(out->secret, isi->secret.data, BF_SECRET_LEN);
     rc = 0;
 out:

@@ -98,6 +98,8 @@ struct node_client_shard {
     double error_rate;
     uint8_t secret[BF_SECRET_LEN];
     uint64_t version;
+    uint64_t generation;       /* GetShard's (store.h, "Undoing a drop");
+                                  CreateShard does not send it */
 };
 
 /* GetShard with the secret into *out.  NOT_FOUND when the node lacks the

@@ -54,6 +54,9 @@ static const struct {
     {"/bloomgrid.v1.BloomGrid/Remove", RPC_AUTH_ADMIN},
     /* An export holds the filter's secret. */
     {"/bloomgrid.v1.BloomGrid/Export", RPC_AUTH_ADMIN},
+    /* An operator's acceptance of a loss: a cluster certificate alone is
+     * not enough. */
+    {"/bloomgrid.v1.Internal/Resync", RPC_AUTH_ADMIN},
 };
 
 /* Services open to anyone: what a load balancer or an operator's tool asks

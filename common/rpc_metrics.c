@@ -82,8 +82,7 @@ int rpc_metrics_start(const struct rpc_metrics_conf *c, const char *prog,
         return -1;
     }
     rpc_listen_host(c->listen, host, sizeof host);
-    printf("%s metrics on %s:%d%s\n", prog, host, port, https ? " (https)" : "");
-    fflush(stdout);
+    log_announce("%s metrics on %s:%d%s", prog, host, port, https ? " (https)" : "");
     log_info("metrics on %s://%s:%d/metrics", https ? "https" : "http", host, port);
     return 0;
 }

@@ -617,12 +617,23 @@ static struct metric *calls_counter(struct rpc_method *m, grpc_status_code code)
                            "calls answered, by method and status code", labels);
 }
 
+/* The codes whose calls series exist from the start, at 0: OK and the
+ * server's own failures (down, overloaded, broken), which alerts count, so
+ * that the first such failure is an increase.  A client's mistakes
+ * (NOT_FOUND, INVALID_ARGUMENT...) appear when first answered. */
+static const grpc_status_code calls_at_start[] = {
+    GRPC_STATUS_OK, GRPC_STATUS_UNKNOWN, GRPC_STATUS_DEADLINE_EXCEEDED,
+    GRPC_STATUS_RESOURCE_EXHAUSTED, GRPC_STATUS_INTERNAL, GRPC_STATUS_UNAVAILABLE,
+    GRPC_STATUS_DATA_LOSS,
+};
+
 /* The method's series, made before any call arrives. */
 static void method_metrics(struct rpc_method *m)
 {
     const char *labels[] = {"service", m->service, "method", m->name, NULL};
-    atomic_store_explicit(&m->calls[GRPC_STATUS_OK], calls_counter(m, GRPC_STATUS_OK),
-                          memory_order_relaxed);
+    for (size_t i = 0; i < sizeof calls_at_start / sizeof *calls_at_start; i++)
+        atomic_store_explicit(&m->calls[calls_at_start[i]],
+                              calls_counter(m, calls_at_start[i]), memory_order_relaxed);
     m->duration = metrics_histogram(metrics_registry(), "bloomgrid_rpc_duration_seconds",
                                     "time from a call's arrival to its status "
                                     "(streams: their whole life), by method",

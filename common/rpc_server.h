@@ -54,7 +54,10 @@
  * Metrics: every call of a registered method is counted once in the
  * process's registry (metrics_registry(), docs/METRICS.md) when its status
  * is sent: bloomgrid_rpc_calls_total{service,method,code} and
- * bloomgrid_rpc_duration_seconds{service,method} (from its arrival).
+ * bloomgrid_rpc_duration_seconds{service,method} (from its arrival).  The
+ * calls series of OK and of the server's own failures (UNKNOWN,
+ * DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE, DATA_LOSS)
+ * exist at 0 from the method's registration.
  *
  * Shutdown: rpc_server_shutdown() stops accepting calls, lets in-flight calls
  * (deferred ones included) finish for a grace period, cancels what is left

@@ -13,7 +13,7 @@ static const char *const status_names[] = {
 };
 
 static const char *const reason_names[] = {
-    "", "SECRET_MISMATCH", "WRONG_SHARD", "NOT_COUNTING",
+    "", "SECRET_MISMATCH", "WRONG_SHARD", "NOT_COUNTING", "DROPPED",
 };
 
 #define COUNT(a) (sizeof a / sizeof a[0])

@@ -23,6 +23,9 @@ enum rpc_reason {
                                         the caller's (re-created) */
     RPC_REASON_WRONG_SHARD = 2,      /* a hash that belongs to another shard */
     RPC_REASON_NOT_COUNTING = 3,     /* Remove on a kind without counters */
+    RPC_REASON_DROPPED = 4,          /* a filter of this name and secret was
+                                        dropped (CreateFilter's undrop
+                                        brings it back) */
 };
 
 struct rpc_status {

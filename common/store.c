@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "log.h"
 #include "rules.h"
 #include "store_internal.h"
@@ -186,9 +188,9 @@ void store_list_free(char **names, size_t n)
 
 /* ---- budgets (store.h, "Budgets") ---- */
 
-/* How many times a filter's bits count: the bits, the copy a checkpoint or
- * an export takes and, for the kinds whose pages are tracked, the copy
- * behind change tracking (store_pages.c). */
+/* How many times a filter's bits count: the bits, the copy a checkpoint
+ * takes and, for the kinds whose pages are tracked, the copy behind change
+ * tracking (store_pages.c).  Exports reserve their copies apart. */
 static unsigned charge_times(enum bf_kind kind)
 {
     return kind == BF_KIND_BLOCKED || kind == BF_KIND_CLASSIC ? 3 : 2;
@@ -282,19 +284,26 @@ void store_release(struct store *s, uint64_t bytes)
     atomic_fetch_sub(&s->charged, bytes);
 }
 
-int store_create_from(struct store *s, const char *name, struct bf *f,
-                      char *err)
+/* store_create_from, or with gen > 0 an undrop (store.h, "Undoing a
+ * drop"): no tombstone refuses it, and once the filter's files are in
+ * place its tombstone is lifted and generation gen recorded, before it is
+ * served; when that write fails the files go again and nothing changed
+ * (a crash between the two leaves the filter with its tombstone: a
+ * rollback drops it, a retry or a peer's generation lifts it). */
+static int create_from(struct store *s, const char *name, struct bf *f,
+                       uint64_t gen, char *err)
 {
     struct store_filter *sf = NULL;
-    char tmp[STORE_PATH_LEN], e2[STORE_ERRLEN];
+    char tmp[STORE_PATH_LEN], e2[STORE_ERRLEN], fp[17];
     uint64_t id, lsn;
     int rc;
 
     if ((rc = store_name_check(name, err)) < 0)
         return rc;
-    if (store_dropped(s, name, store_secret_id(f), NULL)) {
-        errmsg_set(err, "filter '%s' with this secret was dropped; a drop "
-                        "is not undone: create it with a new secret", name);
+    if (!gen && store_dropped(s, name, store_secret_id(f), NULL)) {
+        errmsg_set(err, "filter '%s' with this secret was dropped; a create "
+                        "does not undo a drop: create it with a new secret, "
+                        "or undrop it", name);
         return -ESTALE;
     }
     /* Reserve the name in the catalog (RECOVERING) while the files are
@@ -345,6 +354,16 @@ int store_create_from(struct store *s, const char *name, struct bf *f,
         errmsg_set(err, "cannot publish %s: %s", sf->path, strerror(-rc));
         goto fail;
     }
+    bf_fingerprint_id(f, fp);
+    if (gen && (rc = store__tomb_lift(s, name, store_secret_id(f), fp, gen,
+                                      err)) < 0) {
+        /* Back out of place under the dot name, then away. */
+        int back = durable_rename(sf->path, tmp);
+        if (back < 0)
+            log_error("store: undrop of '%s' failed, and %s stays: %s", name,
+                      sf->path, strerror(-back));
+        goto fail;
+    }
     sf->id = id;
     sf->ckpt_seq = 0;
     sf->snap_time_ms = store__now_ms();
@@ -365,8 +384,32 @@ fail:
     return rc;
 }
 
-int store_create(struct store *s, const char *name, const struct bf_params *p,
-                 char *err)
+int store_create_from(struct store *s, const char *name, struct bf *f,
+                      char *err)
+{
+    return create_from(s, name, f, 0, err);
+}
+
+int store_undrop_from(struct store *s, const char *name, struct bf *f,
+                      uint64_t gen, char *err)
+{
+    uint64_t dropped_gen;
+
+    if (!gen)
+        return create_from(s, name, f, 0, err);
+    if (store_dropped_gen(s, name, store_secret_id(f), NULL, &dropped_gen) &&
+        dropped_gen >= gen) {
+        errmsg_set(err, "filter '%s' of generation %" PRIu64 " was dropped "
+                   "here at generation %" PRIu64 ": that drop is later",
+                   name, gen, dropped_gen);
+        return -ESTALE;
+    }
+    return create_from(s, name, f, gen, err);
+}
+
+/* store_create and store_undrop: gen 0 for a plain create. */
+static int create(struct store *s, const char *name, const struct bf_params *p,
+                  uint64_t gen, char *err)
 {
     struct bf *f;
     int rc;
@@ -389,9 +432,34 @@ int store_create(struct store *s, const char *name, const struct bf_params *p,
     }
     if (!(f = bf_create(p, err)))
         return -ENOMEM;   /* the parameters passed the check above */
-    if ((rc = store_create_from(s, name, f, err)) < 0)
+    if ((rc = create_from(s, name, f, gen, err)) < 0)
         bf_destroy(f);
     return rc;
+}
+
+int store_create(struct store *s, const char *name, const struct bf_params *p,
+                 char *err)
+{
+    return create(s, name, p, 0, err);
+}
+
+int store_undrop(struct store *s, const char *name, const struct bf_params *p,
+                 uint64_t gen, uint64_t *out_gen, char *err)
+{
+    uint64_t dropped_gen = 0;
+
+    if (!p->secret) {
+        errmsg_set(err, "an undrop needs the dropped filter's secret");
+        return -EINVAL;
+    }
+    if (store_dropped_gen(s, name, XXH3_64bits(p->secret, BF_SECRET_LEN), NULL,
+                          &dropped_gen) && dropped_gen >= gen)
+        gen = dropped_gen + 1;
+    if (!gen)
+        gen = 1;
+    if (out_gen)
+        *out_gen = gen;
+    return create(s, name, p, gen, err);
 }
 
 /* Drop sf, the catalog's entry for name (when it is NULL: whatever entry
@@ -581,6 +649,7 @@ struct store *store_open(const struct store_options *o, char *err)
         free(s);
         return NULL;
     }
+    store_metrics_register();
     s->lock_fd = -1;
     s->durability = o->durability;
     s->interval_ms = o->snapshot_interval_ms ? o->snapshot_interval_ms
@@ -591,6 +660,8 @@ struct store *store_open(const struct store_options *o, char *err)
                                       : DEFAULT_RETRY_MS;
     s->max_memory = o->max_memory_bytes;
     s->max_filters = o->max_filters;
+    s->wal_unit = o->wal_block_bytes;
+    s->in_group = o->in_group;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tomb_mu, NULL);
     pthread_mutex_init(&s->tmu, NULL);

@@ -49,37 +49,55 @@
  * acknowledged one.
  *
  * The log's bound: a log segment is removed once every filter's checkpoint
- * covers it.  When the log grows past snapshot_wal_bytes the store
- * checkpoints the filters that pin its oldest segment: a filter that
- * changed gets a new checkpoint, one that did not only has its checkpoint's
- * L moved (a rename), and a FAILED one no longer holds the log (it can
- * then no longer be recovered from this node's files: it stays FAILED,
- * with a reason naming the missing records).  Filters that changed are
+ * covers it.  When the log's records (padding not counted, wal_bytes) grow
+ * past snapshot_wal_bytes, or its files (padding counted) past 16 times
+ * that, the store checkpoints the filters that pin its oldest segment: a
+ * filter that changed gets a new checkpoint, one that did not only has its
+ * checkpoint's L moved (a rename), and a FAILED one no longer holds the
+ * log (it can then no longer be recovered from this node's files: it stays
+ * FAILED, with a reason naming the missing records).  Filters that changed are
  * also checkpointed every snapshot_interval_ms.
  *
  * Recovery (store_open, store_filter_recover): each filter's newest
  * checkpoint that loads, then its records after it, from one pass over the
- * log.  A torn tail of the last segment (unacknowledged records cut short
- * or failing their checksum, with no record committed after them) is
- * truncated and the filters served.  A damaged record whose header is
- * intact names its filter: that filter is FAILED, no other.  Damage that
- * hides the owner (a damaged header, a missing segment) FAILs the filters
- * that may have had records there: those with a gap in their own
- * sequence, and those with no record after the damage that their
- * checkpoint does not cover; a filter with a later record in sequence is
- * served.  A checkpoint that does not load, with no older checkpoint plus
- * complete log to fall back on, leaves its filter FAILED.  A FAILED filter
- * has a reason naming the file and offset; it is never served with missing
- * bits.  Other filters are unaffected.
+ * log.  A torn tail of the last segment (the commit group a crash
+ * interrupted: records cut short or failing their checksum, with no record
+ * committed after them) is truncated and the filters served; the log's
+ * write units (wal.h) keep a torn write from reaching acknowledged
+ * records.  Any other damage lost acknowledged records (a later commit
+ * stamp vouches for them, or their segment was closed), and is logged as
+ * such.  A damaged record whose header is intact names its filter: that
+ * filter is FAILED, no other.  Damage that hides the owner (a damaged
+ * header, a missing segment) FAILs the filters that may have had records
+ * there: those with a gap in their own sequence, and those with no record
+ * after the damage that their checkpoint does not cover; a filter with a
+ * later record in sequence is served.  With in_group (a copy of a group of
+ * N > 1) a blocked or classic filter that would be FAILED for lost log
+ * records is instead loaded with every record left and counted as cut
+ * (store_filter_recovery_cut): its node makes it SYNCING and fills it from
+ * the other copies (docs/REPLICATION.md); store_filter_recover applies the
+ * rule without in_group.  A checkpoint that does not load, with no older
+ * checkpoint plus complete log to fall back on, leaves its filter FAILED.
+ * A FAILED filter has a reason naming the file and offset; it is never
+ * served with missing bits.  Other filters are unaffected.
  *
  * Failed writes: if a log write or fdatasync fails, no write of that batch
  * is acknowledged and every filter with a write in it turns FAILED (the
- * fsync is never retried); their later mutations fail with -EIO.  Filters
- * with no write in the batch go on (the log continues in a new segment).
- * store_filter_recover() reloads a filter from its files, and the store's
- * thread does that by itself every recover_retry_ms for filters FAILED by
- * an I/O error.  Filters FAILED by damaged files stay so until
- * store_filter_recover is called (e.g. after an operator's repair).
+ * fsync is never retried); their later mutations fail with the error that
+ * happened (-ENOSPC on a full disk, -EIO ...; err says which file).  Such
+ * a filter keeps its bits in memory and goes on answering reads from them
+ * (store_may_contain_hashes, store_filter_read): they hold every
+ * acknowledged write, and the bits of the failed batch too, which only
+ * ever make a "maybe" of an unacknowledged key (a counting filter's failed
+ * remove reads as done until the reload, as any remove in flight does).
+ * Filters with no write in the batch go on (the log continues in a new
+ * segment).  store_filter_recover() reloads a filter from its files (reads
+ * are refused while it runs: -EAGAIN), and the store's thread does that by
+ * itself every recover_retry_ms for filters FAILED by an I/O error, once
+ * the log can be written again (a full disk keeps the filter as it is,
+ * reads served, writes refused).  Filters FAILED by damaged files have no
+ * bits and stay so until store_filter_recover is called (e.g. after an
+ * operator's repair).
  *
  * Threads: every function may be called from any thread at once, except
  * store_close.  A background thread per store writes checkpoints (above)
@@ -124,6 +142,10 @@ struct store_options {
     uint64_t max_memory_bytes;       /* the memory budget ("Budgets"); 0:
                                         none */
     uint64_t max_filters;            /* the most filters; 0: none */
+    uint32_t wal_block_bytes;        /* the log's least write unit
+                                        (wal_open); 0: as detected */
+    bool in_group;                   /* a copy of a group of N > 1: see
+                                        "Recovery" */
 };
 
 enum store_state {
@@ -144,6 +166,14 @@ struct store_filter;
  * another process, bad options). */
 struct store *store_open(const struct store_options *o, char *err);
 
+/* Make the series of every store of the process (docs/METRICS.md: keys
+ * added, removed, queried and present, checkpoints and their failures, the
+ * write-ahead log) in metrics_registry(), at 0: a counter served only after
+ * its first increase hides that increase from a rate.  store_open calls it;
+ * a process that serves metrics before it opens its store calls it first.
+ * Any thread, any number of times. */
+void store_metrics_register(void);
+
 /* Stop the store's thread, checkpoint every changed READY filter, close
  * the log.  No handle may be held.  NULL is allowed. */
 void store_close(struct store *s);
@@ -156,9 +186,10 @@ int store_name_check(const char *name, char *err);
 /* Budgets: a store may be given a bound on the memory its filters take
  * (max_memory_bytes) and on their number (max_filters).  A filter is
  * charged what it makes the store hold (store_charge): its bits, once more
- * for the copy a checkpoint or an export takes, and, for the kinds whose
- * pages are tracked (blocked, classic), once more for the copy behind
- * change tracking.  A creation that would take the charges of all filters
+ * for the copy a checkpoint takes, and, for the kinds whose pages are
+ * tracked (blocked, classic), once more for the copy behind change
+ * tracking.  The copy each export takes is counted apart, while it lives
+ * (store_filter_copy_counted): any number of exports may run at once.  A creation that would take the charges of all filters
  * past max_memory_bytes, or their number past max_filters, is refused with
  * -EDQUOT (err names the budget and what is taken) before the filter's
  * memory is allocated or any file written; filters already stored are
@@ -233,6 +264,52 @@ int store_drop_handle(struct store *s, struct store_filter *sf, char *err);
 bool store_dropped(struct store *s, const char *name, uint64_t secret_id,
                    const char *fp);
 
+/* Undoing a drop.  Every filter has a generation: 0 until it is undropped.
+ * A tombstone records the generation of the filter it dropped.  An undrop
+ * creates the filter of a name and secret again although it was dropped:
+ * in one durable write of .tombstones it lifts the tombstone and records
+ * the new filter's generation, which is above the tombstone's.  So the
+ * generations tell a copy of a group (docs/REPLICATION.md, "Undoing a
+ * drop") whether a peer's filter of a dropped identity was undropped after
+ * the drop (a higher generation than its tombstone: lift it and take the
+ * filter) or is the filter as it was before the drop, which the drop has
+ * not reached yet (the same generation or lower: keep the tombstone).  The
+ * newest STORE_TOMBS_MAX generation records are kept, as tombstones. */
+
+/* As store_dropped; *gen (may be NULL) gets the highest generation among
+ * the matching tombstones (0 when there is none). */
+bool store_dropped_gen(struct store *s, const char *name, uint64_t secret_id,
+                       const char *fp, uint64_t *gen);
+
+/* The generation of the filter of this name and secret id (0: never
+ * undropped, or unknown). */
+uint64_t store_generation(struct store *s, const char *name, uint64_t secret_id);
+
+/* Create a filter of parameters p (p->secret set: the dropped filter's)
+ * although a filter of this name and secret was dropped, lifting its
+ * tombstone; its generation is gen, or the tombstone's generation + 1 when
+ * that is higher (1 at least), returned in *out_gen (may be NULL).  The
+ * tombstone stays when the creation fails.  Returns 0, -EINVAL (no secret,
+ * bad name or parameters), -EEXIST (the name exists, with any secret: the
+ * caller tells them apart), -EDQUOT, -ENOMEM or an I/O error. */
+int store_undrop(struct store *s, const char *name, const struct bf_params *p,
+                 uint64_t gen, uint64_t *out_gen, char *err);
+
+/* store_create_from for an undropped filter f of generation gen (gen > 0:
+ * a peer's): a tombstone of its name and secret is lifted only when its
+ * generation is below gen (-ESTALE otherwise: the peer's filter is the one
+ * dropped here).  Ownership of f as store_create_from. */
+int store_undrop_from(struct store *s, const char *name, struct bf *f,
+                      uint64_t gen, char *err);
+
+/* Record gen as the generation of the filter behind sf when it is higher
+ * than its own (a peer's filter of the same fingerprint fp, when not NULL,
+ * was undropped later than this copy heard of), durably; a tombstone of
+ * its identity left by a crash goes with it.  Returns 0, -EINVAL (sf is not
+ * of fingerprint fp, or has no bits loaded), or the write's error. */
+int store_generation_raise(struct store *s, struct store_filter *sf,
+                           const char *fp, uint64_t gen, char *err);
+
 /* XXH3-64 (seed 0) of f's secret: the secret id of the wire. */
 uint64_t store_secret_id(const struct bf *f);
 
@@ -257,8 +334,9 @@ enum store_state store_filter_state(struct store_filter *sf, char *why);
 
 /* Did this filter object's recovery cut records it may have acknowledged?
  * True when store_open cut a torn tail from the log (its records' owners
- * are unknown, so every filter is named) or the filter's newest checkpoint
- * did not load and an older one was used.  A copy that must vouch for
+ * are unknown, so every filter is named), loaded the filter without
+ * records the log lost (in_group, see "Recovery"), or the filter's newest
+ * checkpoint did not load and an older one was used.  A copy that must vouch for
  * every write it acknowledged (docs/REPLICATION.md, SYNCING) reads it. */
 bool store_filter_recovery_cut(struct store_filter *sf);
 
@@ -268,9 +346,12 @@ bool store_filter_recovery_cut(struct store_filter *sf);
 int store_filter_recover(struct store_filter *sf, char *err);
 
 /* Add n hashes; added[i] (may be NULL) is true when hash i was definitely
- * absent before.  Returns 0 only after the log record is durable; -EIO when
- * it cannot be made durable (nothing acknowledged, the filter turns FAILED),
- * -EAGAIN / -ENOENT for a filter recovering / dropped. */
+ * absent before.  Returns 0 only after the log record is durable; the error
+ * of the log (-ENOSPC on a full disk, -EIO ...) when it cannot be made
+ * durable (nothing acknowledged, the filter turns FAILED: "Failed
+ * writes"), and so for every write until the filter is recovered; -EIO for
+ * a filter FAILED otherwise; -EAGAIN / -ENOENT for a filter recovering /
+ * dropped. */
 int store_add_hashes(struct store_filter *sf, const struct bf_hash *h,
                      size_t n, bool *added, char *err);
 
@@ -283,19 +364,24 @@ typedef void (*store_done_fn)(void *ctx, int rc);
 /* store_add_hashes without the wait: the bits are set, added[] filled (it
  * is the caller's, and complete when the call returns) and the record
  * queued before it returns 0; done(ctx, rc) follows once the record is
- * durable (rc 0) or cannot be made so (-EIO, the filter turns FAILED).
+ * durable (rc 0) or cannot be made so (the log's error, -ENOSPC on a full
+ * disk; the filter turns FAILED).
  * h is copied: it may be freed on return.  A call with n == 0 completes
  * once the filter's earlier writes are durable.  done must not wait for
  * the store (it runs on the commit thread, which every write waits for);
  * the handle must stay held until done ran.  Returns 0, or the errors of
- * store_add_hashes that come before any change (-EAGAIN, -ENOENT, -EIO for
- * a FAILED filter, -ENOMEM) with err set, and then done is never called. */
+ * store_add_hashes that come before any change (-EAGAIN, -ENOENT, the
+ * error of a FAILED filter, -ENOMEM) with err set, and then done is never
+ * called. */
 int store_add_hashes_async(struct store_filter *sf, const struct bf_hash *h,
                            size_t n, bool *added, store_done_fn done,
                            void *ctx, char *err);
 
-/* Query n hashes.  Returns 0, or -EIO / -EAGAIN / -ENOENT when the filter
- * is not READY (never answers from state it cannot vouch for). */
+/* Query n hashes.  Returns 0, also from a filter that takes no writes
+ * after a failed log write ("Failed writes"); or -EIO / -EAGAIN / -ENOENT
+ * when the filter has no bits it can vouch for (FAILED by damaged files,
+ * being reloaded, dropped): it never answers from state it cannot vouch
+ * for. */
 int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
                              size_t n, bool *present);
 
@@ -426,13 +512,26 @@ int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
 uint64_t store_pages_source_version(struct store_filter *sf);
 
 /* Serialize a consistent copy of the filter (every change acknowledged
- * before the call is in it) through w, outside the filter's lock.  Returns
- * 0, w's error, -ENOMEM, or -EAGAIN / -ENOENT / -EIO when not READY. */
+ * before the call is in it) through w, outside the filter's lock; the copy
+ * is counted as store_filter_copy_counted's.  Returns 0, w's error,
+ * -EDQUOT, -ENOMEM, or the error of a filter that is not READY. */
 int store_export(struct store_filter *sf, bf_file_writer w, void *ctx);
 
-/* A point-in-time copy of the filter, owned by the caller (bf_destroy).
- * NULL when the filter is not READY or memory is short. */
+/* A point-in-time copy of the filter, owned by the caller (bf_destroy),
+ * not counted against the budget.  NULL when the filter is not READY or
+ * memory is short. */
 struct bf *store_filter_copy(struct store_filter *sf);
+
+/* A point-in-time copy of the filter counted against max_memory_bytes
+ * while it lives ("Budgets"): its bytes are reserved before it is
+ * allocated.  On success *out is the caller's (bf_destroy) and *reserved
+ * the bytes to give back with store_release once it is destroyed.  Returns
+ * 0; -EDQUOT with err naming the budget and what (a short noun: "the
+ * export of 'x'") wanted it; -ENOMEM; or the error of a filter that is not
+ * READY (-EAGAIN, -ENOENT, -EIO, -ENOSPC ...), with err. */
+int store_filter_copy_counted(struct store_filter *sf, const char *what,
+                              struct bf **out, uint64_t *reserved,
+                              char *err);
 
 /* The live filter, for read-only inspection (bf_stats, accessors), or NULL
  * when not READY.  The pointer is valid while the handle is held and until
@@ -444,9 +543,17 @@ const struct bf *store_filter_bf(struct store_filter *sf);
 /* Call fn(f, ctx) with the live filter under the filter's shared lock, so f
  * cannot be replaced meanwhile.  fn must only read f and must not call back
  * into the store for this filter; adds run concurrently.  Returns 0, or
- * -EAGAIN / -ENOENT / -EIO when the filter is not READY (fn not called). */
+ * the error of a filter that is not READY (-EAGAIN / -ENOENT / -EIO, or
+ * its log's, e.g. -ENOSPC; fn not called). */
 int store_filter_inspect(struct store_filter *sf,
                          void (*fn)(const struct bf *f, void *ctx), void *ctx);
+
+/* store_filter_inspect for readers of the bits (queries, hashing keys,
+ * geometry): fn is also called for a filter that takes no writes after a
+ * failed log write, whose bits hold every acknowledged write ("Failed
+ * writes"); never for one being loaded.  Errors as store_may_contain_hashes. */
+int store_filter_read(struct store_filter *sf,
+                      void (*fn)(const struct bf *f, void *ctx), void *ctx);
 
 /* Monotonically increasing (also across restarts): the sequence number of
  * the filter's latest durable log record; bumps on every change. */
@@ -459,7 +566,9 @@ int store_snapshot_now(struct store *s, char *err);
 /* Checkpoint one filter now (even if it did not change). */
 int store_filter_snapshot(struct store_filter *sf, char *err);
 
-/* Bytes of the node log on disk (every segment). */
+/* Bytes of the node log's records (every segment; what the log's bound
+ * counts), and of its files on disk (padding to write units included). */
 uint64_t store_log_bytes(struct store *s);
+uint64_t store_log_file_bytes(struct store *s);
 
 #endif

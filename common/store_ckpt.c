@@ -54,23 +54,41 @@ static double mono_s(void)
 static const double ckpt_bounds[] = {0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5,
                                      10, 30, 60};
 
+static struct {
+    struct metric *failures, *duration, *bytes;
+} cm;
+static pthread_once_t cm_once = PTHREAD_ONCE_INIT;
+
+static void ckpt_metrics_register(void)
+{
+    struct metrics *m = metrics_registry();
+    cm.failures = metrics_counter(m, "bloomgrid_checkpoint_failures_total",
+                                  "checkpoints that failed", NULL);
+    cm.duration = metrics_histogram(m, "bloomgrid_checkpoint_duration_seconds",
+                                    "time a filter's checkpoint took, from its "
+                                    "log barrier to the file's rename", NULL,
+                                    ckpt_bounds, sizeof ckpt_bounds / sizeof *ckpt_bounds);
+    cm.bytes = metrics_counter(m, "bloomgrid_checkpoint_bytes_total",
+                               "bytes of filter bits written by checkpoints", NULL);
+}
+
+void store_metrics_register(void)
+{
+    pthread_once(&cm_once, ckpt_metrics_register);
+    store__keys_metrics_register();
+    wal_metrics_register();
+}
+
 /* A checkpoint written (rc 0) or failed, with its duration and bytes. */
 static void ckpt_metrics(int rc, double seconds, uint64_t bytes)
 {
-    struct metrics *m = metrics_registry();
+    pthread_once(&cm_once, ckpt_metrics_register);
     if (rc < 0) {
-        metric_add(metrics_counter(m, "bloomgrid_checkpoint_failures_total",
-                                   "checkpoints that failed", NULL), 1);
+        metric_add(cm.failures, 1);
         return;
     }
-    metric_observe(metrics_histogram(m, "bloomgrid_checkpoint_duration_seconds",
-                                     "time a filter's checkpoint took, from its "
-                                     "log barrier to the file's rename", NULL,
-                                     ckpt_bounds, sizeof ckpt_bounds / sizeof *ckpt_bounds),
-                   seconds);
-    metric_add(metrics_counter(m, "bloomgrid_checkpoint_bytes_total",
-                               "bytes of filter bits written by checkpoints", NULL),
-               bytes);
+    metric_observe(cm.duration, seconds);
+    metric_add(cm.bytes, bytes);
 }
 
 int store__filter_checkpoint(struct store_filter *sf,
@@ -203,9 +221,15 @@ uint64_t store_log_bytes(struct store *s)
     return wal_bytes(s->wal);
 }
 
+uint64_t store_log_file_bytes(struct store *s)
+{
+    return wal_file_bytes(s->wal);
+}
+
 /* A filter FAILED by an I/O error and due for another recovery?  A filter
  * whose stream failed turns FAILED here (the commit thread only marks the
- * stream). */
+ * stream), keeping its bits: they hold every acknowledged write, so reads
+ * go on from them (store.h, "Failed writes"). */
 static bool retry_due(struct store_filter *sf, uint64_t now)
 {
     bool due;
@@ -215,11 +239,11 @@ static bool retry_due(struct store_filter *sf, uint64_t now)
         char why[WAL_ERRLEN];
         wal_stream_failed(sf->stream, why);
         sf->state = STORE_FAILED;
+        sf->err = wal_stream_error(sf->stream);
         sf->retry = true;
         sf->failed_ms = now;
-        store__strfmt(sf->why, sizeof(sf->why), "%s; writes are refused "
-                      "until the filter is recovered", why);
-        log_error("store: filter '%s' failed: %s", sf->name, sf->why);
+        store__strfmt(sf->why, sizeof(sf->why), "%s; " STORE_NO_WRITES, why);
+        log_error("store: filter '%s' takes no writes: %s", sf->name, sf->why);
     }
     due = sf->state == STORE_FAILED && sf->retry &&
           now - sf->failed_ms >= sf->s->retry_ms;
@@ -227,10 +251,43 @@ static bool retry_due(struct store_filter *sf, uint64_t now)
     return due;
 }
 
+/* Can the log take the filter's records again?  A barrier of a new stream
+ * of its incarnation (nothing is written for it) fails while the log has
+ * no segment it can write, as on a full disk; it proves no room for the
+ * next write, which may fail again (then the filter comes back here). */
+static int log_writable(struct store_filter *sf)
+{
+    struct wal_waiter wt;
+    struct wal_stream *st;
+    uint64_t id;
+
+    pthread_mutex_lock(&sf->snap_mu);
+    id = sf->id;
+    pthread_mutex_unlock(&sf->snap_mu);
+    if (!id || !(st = wal_stream_open(sf->s->wal, id, sf->name, 1)))
+        return 0;   /* nothing to ask: the reload finds out */
+    wal_waiter_init(&wt);
+    if (wal_barrier(st, wal_waiter_done, &wt) < 0)
+        wal_waiter_done(&wt, -ENOMEM, 0, 0);
+    int rc = wal_waiter_wait(&wt);
+    wal_stream_close(st);
+    return rc;
+}
+
+/* Reload a filter FAILED by an I/O error from its files, once the log can
+ * be written: until then it keeps the bits it has (if any) for reads,
+ * rather than dropping them for a reload whose first write would fail. */
 static void recover_logged(struct store_filter *sf)
 {
     char err[STORE_ERRLEN];
+    int rc = log_writable(sf);
 
+    if (rc < 0) {
+        pthread_rwlock_wrlock(&sf->lock);
+        sf->failed_ms = store__now_ms();   /* the next try after retry_ms */
+        pthread_rwlock_unlock(&sf->lock);
+        return;
+    }
     if (store_filter_recover(sf, err) == 0)
         log_info("store: filter '%s' recovered after a write error",
                  sf->name);
@@ -255,8 +312,11 @@ void store__housekeeping(struct store *s)
             log_warn("store: %s", err);
     }
     /* Over the bound: every filter that holds a closed segment gets
-     * checkpointed (or its checkpoint moved), so all of them can go. */
-    over = wal_bytes(s->wal) >= s->wal_bytes;
+     * checkpointed (or its checkpoint moved), so all of them can go.  The
+     * bound counts records; the files, padded to write units, are held
+     * to STORE_LOG_FILES times it. */
+    over = wal_bytes(s->wal) >= s->wal_bytes ||
+           wal_file_bytes(s->wal) / STORE_LOG_FILES >= s->wal_bytes;
     if (over && !wal_closed_upto(s->wal, &upto)) {
         wal_rotate(s->wal);
         over = false;

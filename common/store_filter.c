@@ -111,13 +111,27 @@ enum store_state store__state(struct store_filter *sf)
     return sf->state;
 }
 
+int store__state_rc(struct store_filter *sf)
+{
+    if (sf->state == STORE_READY && wal_stream_failed(sf->stream, NULL))
+        return wal_stream_error(sf->stream);
+    if (sf->state == STORE_FAILED && sf->err)
+        return sf->err;
+    return store__state_errno(sf->state);
+}
+
+bool store__readable(struct store_filter *sf)
+{
+    return sf->bf && (sf->state == STORE_READY || sf->state == STORE_FAILED);
+}
+
 void store__state_err(struct store_filter *sf, char *err)
 {
     char why[WAL_ERRLEN];
 
     if (sf->state == STORE_READY && wal_stream_failed(sf->stream, why)) {
-        errmsg_set(err, "filter '%s' is not served: %s; writes are refused "
-                   "until the filter is recovered", sf->name, why);
+        errmsg_set(err, "filter '%s' takes no writes: %s; " STORE_NO_WRITES,
+                   sf->name, why);
         return;
     }
     switch (sf->state) {
@@ -129,7 +143,9 @@ void store__state_err(struct store_filter *sf, char *err)
         errmsg_set(err, "filter '%s' was dropped", sf->name);
         break;
     case STORE_FAILED:
-        errmsg_set(err, "filter '%s' is not served: %s", sf->name, sf->why);
+        errmsg_set(err, sf->bf ? "filter '%s' takes no writes: %s"
+                               : "filter '%s' is not served: %s",
+                   sf->name, sf->why);
         break;
     default:
         break;
@@ -142,6 +158,7 @@ void store__filter_fail(struct store_filter *sf, const char *why, bool retry)
     pthread_rwlock_wrlock(&sf->lock);
     sf->state = STORE_FAILED;
     store__strfmt(sf->why, sizeof(sf->why), "%s", why);
+    sf->err = 0;
     sf->retry = retry;
     sf->failed_ms = store__now_ms();
     pthread_rwlock_unlock(&sf->lock);
@@ -173,6 +190,7 @@ int store__filter_install(struct store_filter *sf, struct bf *f,
     bf_set_exclusive(f, true);
     sf->state = STORE_READY;
     sf->why[0] = 0;
+    sf->err = 0;
     sf->retry = false;
     pthread_rwlock_unlock(&sf->lock);
     store__raise(&sf->version, next_seq - 1);
@@ -314,6 +332,14 @@ int store_filter_recover(struct store_filter *sf, char *err)
     wal_stream_close(st);
     bf_destroy(f);
     rc = store__filter_load(sf, err);
+    if (rc < 0) {
+        /* A reload that could not write the log (a full disk) answers
+         * with that error, not -EIO. */
+        pthread_rwlock_wrlock(&sf->lock);
+        if (sf->state == STORE_FAILED && sf->retry && rc != -EIO)
+            sf->err = rc;
+        pthread_rwlock_unlock(&sf->lock);
+    }
     pthread_mutex_unlock(&sf->snap_mu);
     return rc;
 }
@@ -328,8 +354,7 @@ enum store_state store_filter_state(struct store_filter *sf, char *why)
     if (why) {
         if (st == STORE_FAILED && sf->state == STORE_READY) {
             wal_stream_failed(sf->stream, w2);
-            store__strfmt(why, STORE_ERRLEN, "%s; writes are refused until "
-                          "the filter is recovered", w2);
+            store__strfmt(why, STORE_ERRLEN, "%s; " STORE_NO_WRITES, w2);
         } else {
             store__strfmt(why, STORE_ERRLEN, "%s",
                           st == STORE_FAILED ? sf->why : "");
@@ -384,6 +409,13 @@ static struct {
 } keys;
 static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 
+static void keys_register(void);
+
+void store__keys_metrics_register(void)
+{
+    pthread_once(&keys_once, keys_register);
+}
+
 static void keys_register(void)
 {
     struct metrics *m = metrics_registry();
@@ -415,7 +447,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
     p->done = done;
     p->ctx = ctx;
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) < 0) {
+    if ((rc = store__state_rc(sf)) < 0) {
         store__state_err(sf, err);
         goto fail;
     }
@@ -585,7 +617,7 @@ int store_may_contain_hashes(struct store_filter *sf, const struct bf_hash *h,
     int rc;
 
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) == 0)
+    if ((rc = store__readable(sf) ? 0 : store__state_rc(sf)) == 0)
         bf_may_contain_hashes(sf->bf, h, n, present);
     pthread_rwlock_unlock(&sf->lock);
     if (rc == 0) {
@@ -646,7 +678,7 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
     p->done = sync_done;
     p->ctx = &w;
     pthread_rwlock_wrlock(&sf->lock);   /* bf_merge_from needs exclusion */
-    if ((rc = store__state_errno(store__state(sf))) < 0) {
+    if ((rc = store__state_rc(sf)) < 0) {
         store__state_err(sf, err);
         goto fail;
     }
@@ -696,7 +728,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
     p->done = sync_done;
     p->ctx = &w;
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) < 0) {
+    if ((rc = store__state_rc(sf)) < 0) {
         store__state_err(sf, err);
         goto fail;
     }
@@ -783,7 +815,7 @@ struct bf *store__copy_locked(struct store_filter *sf, char *err)
         if (bf_layer_info(sf->bf, i, &li) == 0)
             counts[i] = li.count;
     }
-    bf_set_counts(c, bf_insert_count(sf->bf), counts);
+    bf_set_counts(c, bf_insert_count(sf->bf), bf_keys_added(sf->bf), counts);
     return c;
 }
 
@@ -812,17 +844,67 @@ struct bf *store_filter_copy(struct store_filter *sf)
     return c;
 }
 
-int store_export(struct store_filter *sf, bf_file_writer w, void *ctx)
+int store_filter_copy_counted(struct store_filter *sf, const char *what,
+                              struct bf **out, uint64_t *reserved, char *err)
 {
-    struct bf *c = store_filter_copy(sf);
+    uint64_t need = 0;
+    struct bf *c = NULL;
     int rc;
 
-    if (!c) {
-        enum store_state st = store_filter_state(sf, NULL);
-        return st == STORE_READY ? -ENOMEM : store__state_errno(st);
+    *out = NULL;
+    *reserved = 0;
+    /* The bytes are taken from the budget before the copy is allocated;
+     * the catalog lock that store_reserve takes comes before the filter's,
+     * so the size is read first and checked again under the copy's lock
+     * (a scalable filter may have grown a layer meanwhile: then again). */
+    for (;;) {
+        pthread_rwlock_rdlock(&sf->lock);
+        if ((rc = store__state_rc(sf)) < 0)
+            store__state_err(sf, err);
+        uint64_t now = rc == 0 ? bf_bytes(sf->bf) : 0;
+        pthread_rwlock_unlock(&sf->lock);
+        if (rc < 0)
+            break;
+        if (now > need) {
+            if ((rc = store_reserve(sf->s, now - need, what, err)) < 0)
+                break;
+            need = now;
+        }
+        store__lock_for_copy(sf);
+        if ((rc = store__state_rc(sf)) < 0) {
+            store__state_err(sf, err);
+        } else if (bf_bytes(sf->bf) <= need) {
+            if (!(c = store__copy_locked(sf, err)))
+                rc = -ENOMEM;
+        }
+        store__unlock_for_copy(sf);
+        if (rc < 0 || c)
+            break;
     }
-    rc = bf_file_write(c, w, ctx);
+    if (rc < 0) {
+        store_release(sf->s, need);
+        if (rc == -ENOMEM)
+            errmsg_set(err, "no memory for a copy of filter '%s'", sf->name);
+        return rc;
+    }
+    *out = c;
+    *reserved = need;
+    return 0;
+}
+
+int store_export(struct store_filter *sf, bf_file_writer w, void *ctx)
+{
+    char what[STORE_NAME_MAX + 32], err[STORE_ERRLEN];
+    uint64_t reserved;
+    struct bf *c;
+    int rc;
+
+    snprintf(what, sizeof what, "the export of '%s'", sf->name);
+    if ((rc = store_filter_copy_counted(sf, what, &c, &reserved, err)) < 0)
+        return rc;
+    rc = bf_file_write_stable(c, w, ctx);   /* the copy is ours */
     bf_destroy(c);
+    store_release(sf->s, reserved);
     return rc;
 }
 
@@ -842,7 +924,19 @@ int store_filter_inspect(struct store_filter *sf,
     int rc;
 
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) == 0)
+    if ((rc = store__state_rc(sf)) == 0)
+        fn(sf->bf, ctx);
+    pthread_rwlock_unlock(&sf->lock);
+    return rc;
+}
+
+int store_filter_read(struct store_filter *sf,
+                      void (*fn)(const struct bf *f, void *ctx), void *ctx)
+{
+    int rc;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = store__readable(sf) ? 0 : store__state_rc(sf)) == 0)
         fn(sf->bf, ctx);
     pthread_rwlock_unlock(&sf->lock);
     return rc;

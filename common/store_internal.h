@@ -39,6 +39,9 @@
 
 #define STORE_PATH_LEN 4096
 #define STORE_WAL_DIR ".wal"
+/* The log's files (padding to write units included) are held to this many
+ * times its bound on records (store.h, "The log's bound"). */
+#define STORE_LOG_FILES 16
 
 struct store_filter {
     struct store *s;
@@ -52,7 +55,13 @@ struct store_filter {
     enum store_state state;      /* under lock; READY with a failed stream
                                     counts as FAILED (store__state) */
     char why[STORE_ERRLEN];      /* under lock */
-    struct bf *bf;               /* under lock */
+    int err;                     /* under lock: what a FAILED filter's
+                                    calls return (0: -EIO) */
+    struct bf *bf;               /* under lock; set only to bits that hold
+                                    every acknowledged write (a creation, a
+                                    load), so a FAILED filter that still
+                                    has them answers reads (store.h,
+                                    "Failed writes") */
     struct wal_stream *stream;   /* under lock; this incarnation's records */
     uint64_t id;                 /* the incarnation id, under snap_mu */
     bool exact;                  /* counting, scalable: copies take
@@ -76,11 +85,13 @@ struct store_filter {
                                     freed */
 };
 
-/* A dropped filter (store_tomb.c). */
+/* A dropped filter, or the generation of an undropped one
+ * (store_tomb.c). */
 struct store_tomb {
     char name[STORE_NAME_MAX + 1];
     uint64_t secret_id;
     char fp[17];
+    uint64_t gen;                /* the filter's generation (store.h) */
 };
 
 struct store {
@@ -88,6 +99,8 @@ struct store {
     int durability;
     unsigned interval_ms;
     uint64_t wal_bytes;          /* the bound on the node log */
+    uint32_t wal_unit;           /* store_options.wal_block_bytes */
+    bool in_group;               /* store_options.in_group */
     unsigned retry_ms;
     int lock_fd;
     struct wal *wal;             /* the node log, DIR/wal */
@@ -99,10 +112,13 @@ struct store {
     uint64_t max_filters;
     _Atomic uint64_t charged;    /* sum of the filters' charges; raised
                                     under mu by creations */
-    pthread_mutex_t tomb_mu;     /* a leaf lock: tombs, ntombs */
+    pthread_mutex_t tomb_mu;     /* a leaf lock: tombs, gens */
     struct store_tomb *tombs;    /* STORE_TOMBS_MAX, oldest first; NULL
                                     until the first */
     size_t ntombs;
+    struct store_tomb *gens;     /* generations of undropped filters, the
+                                    same way */
+    size_t ngens;
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t tmu;
@@ -129,6 +145,17 @@ enum store_state store__state(struct store_filter *sf);
  * sentence that goes with it in err; the caller holds sf->lock. */
 int store__state_errno(enum store_state st);
 void store__state_err(struct store_filter *sf, char *err);
+/* The error a write to sf returns now (0 when it is taken): that of
+ * store__state_errno, or the one its log failed with (-ENOSPC on a full
+ * disk); the caller holds sf->lock. */
+int store__state_rc(struct store_filter *sf);
+/* May reads be answered from sf's bits now (READY, or refusing writes
+ * after a failed log write with every acknowledged bit still in memory)?
+ * The caller holds sf->lock. */
+bool store__readable(struct store_filter *sf);
+/* The end of the reason of a filter whose log could not be written. */
+#define STORE_NO_WRITES "writes are refused (reads go on) until the log " \
+                        "can be written again"
 
 /* References to every filter in the catalog (dropping ones excluded);
  * store_put each and free the array.  durable (may be NULL) gets the log's
@@ -148,15 +175,22 @@ unsigned store__charge_times(enum bf_kind kind);
 /* A filter object in state RECOVERING holding one reference; freed by the
  * last store_put. */
 struct store_filter *store__filter_new(struct store *s, const char *name);
+/* The key counters' series (store_metrics_register). */
+void store__keys_metrics_register(void);
 void store__filter_free(struct store_filter *sf);
 
 /* Tombstones (store_tomb.c): read DIR/.tombstones at open (0, or
  * -EBADMSG / an I/O error with err: the store does not open); record the
- * drop of sf durably before its files go (0 when it has no identity to
- * record: no bits loaded); free the list at close. */
+ * drop of sf durably before its files go, with its generation (0 when it
+ * has no identity to record: no bits loaded); free the lists at close. */
 int store__tombs_load(struct store *s, char *err);
 int store__tomb_add(struct store *s, struct store_filter *sf, char *err);
 void store__tombs_free(struct store *s);
+/* An undrop: the tombstone of (name, secret_id) lifted and generation gen
+ * recorded for the filter of that identity, durably in one write.  0 or
+ * -ENOMEM / the write's error with err (nothing changed). */
+int store__tomb_lift(struct store *s, const char *name, uint64_t secret_id,
+                     const char *fp, uint64_t gen, char *err);
 /* Test hook: the bound on tombstones (STORE_TOMBS_MAX, 1 at least). */
 extern size_t store__tombs_max;
 

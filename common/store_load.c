@@ -13,6 +13,12 @@
  * entry was met at LSN >= b (a later record in sequence proves the entry
  * lost nothing there).  The part of the log before its first segment, and
  * after its end up to the highest checkpoint LSN, count as lost.
+ *
+ * In a copy of a group of N > 1 (store.h, in_group), an entry of a kind
+ * whose pages merge (blocked, classic: OR is idempotent and commutes) that
+ * the rules above would fail for lost records is lenient instead: it takes
+ * every record of its id left in the log, in any order, and is installed
+ * counted as cut, for its node to fill from the group (SYNCING).
  */
 #include "store.h"
 
@@ -157,6 +163,8 @@ struct replay_ent {
     uint64_t records;
     int rc;                      /* 0, or why the entry failed */
     char why[STORE_ERRLEN];
+    bool lenient;                /* in_group and a kind whose pages merge */
+    bool lost;                   /* lenient: records were lost (why) */
 };
 
 struct lost {
@@ -193,9 +201,22 @@ static void ent_fail(struct replay_ent *e, int rc, const char *why)
     store__strfmt(e->why, sizeof(e->why), "%s", why);
 }
 
+/* The log lost records of e: it fails, or when lenient goes on without
+ * them. */
+static void ent_lose(struct replay_ent *e, const char *why)
+{
+    if (!e->lenient) {
+        ent_fail(e, -EBADMSG, why);
+    } else if (!e->lost && !e->rc) {
+        e->lost = true;
+        store__strfmt(e->why, sizeof(e->why), "%s", why);
+    }
+}
+
 static int on_record(void *ctx, const struct wal_record *rec)
 {
-    struct replay_ent *e = replay_find(ctx, rec->id);
+    struct replay *r = ctx;
+    struct replay_ent *e = replay_find(r, rec->id);
     char why[STORE_ERRLEN];
     int rc;
 
@@ -205,12 +226,21 @@ static int on_record(void *ctx, const struct wal_record *rec)
     if (rec->seq <= e->ckpt_seq)
         return 0;   /* in the checkpoint */
     if (rec->seq != e->expect) {
-        store__strfmt(why, sizeof(why), "the write-ahead log lacks records "
-                      "%" PRIu64 "..%" PRIu64 " of this filter (record %"
-                      PRIu64 " is at LSN %" PRIu64 ")", e->expect,
-                      rec->seq - 1, rec->seq, rec->lsn);
-        ent_fail(e, -EBADMSG, why);
-        return 0;
+        if (rec->seq > e->expect)
+            store__strfmt(why, sizeof(why), "the write-ahead log lacks "
+                          "records %" PRIu64 "..%" PRIu64 " of this filter "
+                          "(record %" PRIu64 " is at LSN %" PRIu64 ")%s%.160s",
+                          e->expect, rec->seq - 1, rec->seq, rec->lsn,
+                          r->nlost ? "; " : "",
+                          r->nlost ? r->lost[r->nlost - 1].where : "");
+        else
+            store__strfmt(why, sizeof(why), "record %" PRIu64 " of this "
+                          "filter at LSN %" PRIu64 " of the write-ahead log "
+                          "is out of sequence (%" PRIu64 " expected)",
+                          rec->seq, rec->lsn, e->expect);
+        ent_lose(e, why);
+        if (e->rc)
+            return 0;
     }
     if ((rc = store__replay_apply(e->f, rec->type, rec->payload,
                                   rec->len)) < 0) {
@@ -220,7 +250,8 @@ static int on_record(void *ctx, const struct wal_record *rec)
         ent_fail(e, -EBADMSG, why);
         return 0;
     }
-    e->expect++;
+    if (rec->seq >= e->expect)
+        e->expect = rec->seq + 1;
     e->records++;
     return 0;
 }
@@ -251,10 +282,14 @@ static void on_damage(void *ctx, const struct wal_damage *d)
 {
     struct replay *r = ctx;
 
+    log_error("store: %s: acknowledged records may be lost", d->where);
     if (d->id) {
         struct replay_ent *e = replay_find(r, d->id);
-        if (e && d->seq > e->ckpt_seq)
-            ent_fail(e, -EBADMSG, d->where);
+        if (e && d->seq > e->ckpt_seq) {
+            ent_lose(e, d->where);
+            if (d->seq >= e->expect)
+                e->expect = d->seq + 1;   /* lenient: its seq is taken */
+        }
         return;
     }
     add_lost(r, d->from, d->to, d->where);
@@ -267,14 +302,14 @@ static void replay_finish(struct replay *r)
 {
     for (size_t i = 0; i < r->n; i++) {
         struct replay_ent *e = &r->v[i];
-        for (size_t k = 0; k < r->nlost && !e->rc; k++) {
+        for (size_t k = 0; k < r->nlost && !e->rc && !e->lost; k++) {
             const struct lost *l = &r->lost[k];
             if (l->to > e->ckpt_lsn + 1 && e->last_lsn < l->to) {
                 char why[STORE_ERRLEN];
                 store__strfmt(why, sizeof(why), "%.150s; records of this "
                               "filter after its checkpoint (LSN %" PRIu64
                               ") may be among them", l->where, e->ckpt_lsn);
-                ent_fail(e, -EBADMSG, why);
+                ent_lose(e, why);
             }
         }
     }
@@ -337,6 +372,8 @@ static int load_checkpoint(struct store_filter *sf, struct replay_ent *e,
     bf_set_exclusive(e->f, true);
     e->expect = e->ckpt_seq + 1;
     e->sf = sf;
+    e->lenient = sf->s->in_group && (bf_kind(e->f) == BF_KIND_BLOCKED ||
+                                     bf_kind(e->f) == BF_KIND_CLASSIC);
     return 0;
 }
 
@@ -362,6 +399,12 @@ static int replay_install(struct replay_ent *e, char *err)
     if (store__filter_install(sf, f, e->expect) < 0) {
         errmsg_set(err, "out of memory");
         return -ENOMEM;
+    }
+    if (e->lost) {
+        atomic_store(&sf->recovery_cut, true);
+        log_error("store: filter '%s' lost acknowledged records (%s): loaded "
+                  "with the rest, to be filled from the other copies of its "
+                  "group before it serves reads", sf->name, e->why);
     }
     log_info("store: filter '%s' ready: checkpoint seq %" PRIu64 ", %" PRIu64
              " log records replayed", sf->name, e->ckpt_seq, e->records);
@@ -405,6 +448,7 @@ int store__filter_load(struct store_filter *sf, char *err)
         errmsg_set(err, "filter '%s' is not served: %s", sf->name, why);
         return rc;
     }
+    e.lenient = false;   /* no node hears of a reload's cut: FAILED */
     store__legacy_sweep(sf->path);
     r.v = &e;
     r.n = 1;
@@ -477,9 +521,22 @@ int store__load_all(struct store *s, char *err)
         errmsg_set(err, "%s", why);
         goto out;
     }
-    if (info.truncated) {
+    if (info.truncated && (info.truncated_shared ||
+                           s->durability == STORE_DURABLE_NONE)) {
         log_warn("store: cut a torn tail of %" PRIu64 " bytes from the "
-                 "write-ahead log (never acknowledged)", info.truncated);
+                 "write-ahead log; %s, so acknowledged records may be lost",
+                 info.truncated, s->durability == STORE_DURABLE_NONE
+                     ? "with durability none writes are acknowledged "
+                       "before they are on disk"
+                     : "it was written without write units (by an earlier "
+                       "release, or with durability none), where a torn "
+                       "write may reach back into acknowledged records");
+    } else if (info.truncated) {
+        log_warn("store: cut a torn tail of %" PRIu64 " bytes from the "
+                 "write-ahead log: the commit group a crash interrupted "
+                 "(never acknowledged)", info.truncated);
+    }
+    if (info.truncated) {
         /* Its owners are unknown: any filter may have had records there. */
         for (size_t i = 0; i < s->n; i++)
             atomic_store(&s->v[i]->recovery_cut, true);
@@ -496,7 +553,7 @@ int store__load_all(struct store *s, char *err)
     if (!(s->wal = wal_open(logdir, next, s->durability,
                             s->wal_bytes / 4 > (64u << 10)
                                 ? s->wal_bytes / 4 : 64u << 10,
-                            why))) {
+                            s->wal_unit, why))) {
         errmsg_set(err, "%s", why);
         rc = -EIO;
         goto out;

@@ -11,13 +11,24 @@
  * (which send the answers) run on a second thread, in commit order, so
  * that the next batch's fdatasync starts at once instead of after them.
  *
+ * Write units (fsync only): no byte of a commit group shares a unit of
+ * the file (wal_unit_detect) with a later group, so that a torn write can
+ * only damage the group being written, never one already acknowledged.
+ * The commit thread ends each group with a padding record up to the next
+ * unit boundary, and a segment's header has a unit to itself.  The bytes
+ * the log's bound counts (wal_bytes) are those of records, not padding.
+ *
  * Room (fsync only): a segment is made with its blocks allocated
  * (fallocate) as far as it may grow, so the file's size does not change as
  * records are written and an fdatasync has no growth of the file to write
  * (docs/STORAGE.md has the figures).  The room after the last record
  * reads as zeros; it is cut when the segment is closed or the log is
  * closed, and after a crash the scan cuts it as it cuts a torn tail,
- * without counting it as torn.
+ * without counting it as torn.  Since each group starts in a unit never
+ * written, the commit thread writes zeros into the room a stretch ahead of
+ * the groups (ZERO_AHEAD), synced with the group before them: the file
+ * system then converts its allocated blocks to written ones once per
+ * stretch, not at the fdatasync of every group.
  */
 #include "durable.h"
 #include "log.h"
@@ -32,6 +43,7 @@
 #include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,10 +51,12 @@
 #define ROOM_MAX (64u << 20)   /* the most room a segment is made with */
 #define ROOM_FREE 4            /* room is made only if the file system has
                                   this many times as much free */
+#define ZERO_AHEAD (256u << 10)  /* zeros written ahead of the groups */
 
 int (*wal__fdatasync)(int fd) = fdatasync;
 ssize_t (*wal__write)(int fd, const void *buf, size_t len) = write;
 int (*wal__statvfs)(const char *path, struct statvfs *buf) = statvfs;
+const char *wal__sysfs = "/sys";
 
 struct wal_rec {
     struct wal_rec *next;
@@ -64,11 +78,13 @@ struct wal_stream {
     uint64_t next_seq;           /* under w->mu */
     atomic_bool failed;          /* set by the commit thread only */
     char why[WAL_ERRLEN];        /* written before failed is set */
+    int err;                     /* the error that failed it, likewise */
 };
 
 struct seg {
     uint64_t first;
-    uint64_t bytes;
+    uint64_t bytes;              /* of the file, padding included */
+    uint64_t recs;               /* of the header and records */
 };
 
 struct wal {
@@ -92,7 +108,8 @@ struct wal {
     uint64_t durable_lsn;
     struct seg *segs;            /* oldest first; the last is being written */
     size_t nsegs, segcap;
-    uint64_t bytes;
+    uint64_t bytes;              /* records (wal_bytes) */
+    uint64_t file_bytes;         /* files (wal_file_bytes) */
     pthread_mutex_t seg_mu;      /* wal_discard against wal_rescan */
     /* The completer (fsync only): committed batches, oldest first. */
     pthread_mutex_t cmu;
@@ -101,6 +118,12 @@ struct wal {
     bool cstop, cstarted;
     pthread_t cthread;
     uint64_t room;               /* fsync: a segment's room; 0: none */
+    uint32_t unit;               /* fsync: the write unit; 0: none */
+    /* Commit thread only, of the segment being written: */
+    uint64_t off;                /* where the next group goes */
+    uint64_t seg_room;           /* the room it was made with; 0: none */
+    uint64_t zeroed;             /* written (zeros or groups) up to here */
+    uint8_t *zeros;              /* ZERO_AHEAD bytes of zeros, or NULL */
 };
 
 /* snprintf that may truncate: paths are bounded by the checked dir. */
@@ -139,6 +162,70 @@ static int sync_fd(int fd)
     return wal__fdatasync(fd) < 0 ? (errno ? -errno : -EIO) : 0;
 }
 
+/* ---- write units ---- */
+
+/* The device's physical block size under the file system holding dir
+ * (sysfs; a partition's is its disk's), or 0 when there is none to read
+ * (tmpfs, overlay, a network file system). */
+static uint64_t device_block(const char *dir)
+{
+    static const char *const where[] = {
+        "%s/dev/block/%u:%u/queue/physical_block_size",
+        "%s/dev/block/%u:%u/../queue/physical_block_size",   /* partition */
+    };
+    struct stat st;
+    unsigned long long v = 0;
+
+    if (stat(dir, &st) < 0 || major(st.st_dev) == 0)
+        return 0;
+    for (size_t i = 0; i < sizeof(where) / sizeof(where[0]) && !v; i++) {
+        char path[WAL_PATH_LEN];
+        strfmt(path, sizeof(path), where[i], wal__sysfs, major(st.st_dev),
+               minor(st.st_dev));
+        FILE *f = fopen(path, "re");
+        if (!f)
+            continue;
+        if (fscanf(f, "%llu", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
+static uint64_t pow2_at_least(uint64_t v)
+{
+    uint64_t p = 1;
+
+    while (p < v && p < WAL_UNIT_MAX)
+        p <<= 1;
+    return p;
+}
+
+uint32_t wal_unit_detect(const char *dir, uint32_t at_least, char *how,
+                         size_t howlen)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    struct statvfs sv;
+    uint64_t fs = wal__statvfs(dir, &sv) == 0 ? sv.f_bsize : 0;
+    uint64_t dev = device_block(dir), u = WAL_UNIT_MIN;
+
+    if (page > 0 && (uint64_t)page > u)
+        u = (uint64_t)page;
+    if (fs > u)
+        u = fs;
+    if (dev > u)
+        u = dev;
+    if (at_least > u)
+        u = at_least;
+    u = pow2_at_least(u);
+    if (how)
+        strfmt(how, howlen, "page %ld, file system block %llu, device block "
+               "%llu, wal_block_bytes %u%s", page, (unsigned long long)fs,
+               (unsigned long long)dev, at_least,
+               u == WAL_UNIT_MAX ? ", at most 1 MiB" : "");
+    return (uint32_t)u;
+}
+
 /* ---- room ---- */
 
 /* Is there plenty of space for room?  When the file system is nearly
@@ -168,25 +255,41 @@ static void seg_close(struct wal *w)
 
 /* ---- segments ---- */
 
-/* Create segment wal-<first>.log durably (temp file, room, header, sync,
- * rename, directory sync); *fd stays open, positioned after the header. */
-static int seg_create(struct wal *w, uint64_t first, int *fd, char *err)
+/* Create segment wal-<first>.log durably (temp file, room, header and the
+ * rest of its unit, sync, rename, directory sync); *fd stays open,
+ * positioned where the first record goes; *room is the room it was made
+ * with (0: none). */
+static int seg_create(struct wal *w, uint64_t first, int *fd, uint64_t *room,
+                      char *err)
 {
     struct durable_file df;
     char name[32], path[WAL_PATH_LEN];
-    uint8_t h[WAL_SEG_HDR];
+    size_t start = wal__seg_start(w->unit);
+    uint8_t *h = calloc(1, start);   /* the header, then zeros: its unit */
     int rc;
 
+    if (!h) {
+        errmsg_set(err, "out of memory");
+        return -ENOMEM;
+    }
     wal__seg_name(name, sizeof(name), first);
     strfmt(path, sizeof(path), "%s/%s", w->dir, name);
-    if ((rc = durable_open(&df, path, ".wal-new.tmp", 0644, err)) < 0)
+    if ((rc = durable_open(&df, path, ".wal-new.tmp", 0644, err)) < 0) {
+        free(h);
         return rc;
-    if (room_fits(w) && fallocate(df.fd, 0, 0, (off_t)w->room) < 0 &&
-        ftruncate(df.fd, 0) < 0)   /* whatever a failed one did allocate */
-        log_warn("wal: cannot cut a segment's room: %s", strerror(errno));
+    }
+    *room = 0;
+    if (room_fits(w)) {
+        if (fallocate(df.fd, 0, 0, (off_t)w->room) == 0)
+            *room = w->room;
+        else if (ftruncate(df.fd, 0) < 0)   /* what a failed one allocated */
+            log_warn("wal: cannot cut a segment's room: %s", strerror(errno));
+    }
     df.sync = wal__fdatasync;
-    wal__seg_header(h, first);
-    if ((rc = write_all(df.fd, h, sizeof(h))) < 0) {
+    wal__seg_header(h, first, w->unit);
+    rc = write_all(df.fd, h, start);
+    free(h);
+    if (rc < 0) {
         errmsg_set(err, "cannot write the header of %s: %s", path,
                    strerror(-rc));
         durable_abort(&df);
@@ -203,9 +306,10 @@ static int seg_create(struct wal *w, uint64_t first, int *fd, char *err)
 /* Switch to a new segment starting at w->next_lsn.  Commit thread. */
 static int seg_switch(struct wal *w, char *err)
 {
+    uint64_t room;
     int fd, rc;
 
-    if ((rc = seg_create(w, w->next_lsn, &fd, err)) < 0)
+    if ((rc = seg_create(w, w->next_lsn, &fd, &room, err)) < 0)
         return rc;
     pthread_mutex_lock(&w->mu);
     if (w->nsegs == w->segcap) {
@@ -222,14 +326,48 @@ static int seg_switch(struct wal *w, char *err)
     }
     /* A new segment may start at an LSN an abandoned one holds: the old
      * one's records from there on are ignored (wal.h). */
-    w->segs[w->nsegs++] = (struct seg){w->next_lsn, WAL_SEG_HDR};
+    w->segs[w->nsegs++] = (struct seg){w->next_lsn, wal__seg_start(w->unit),
+                                       WAL_SEG_HDR};
     w->bytes += WAL_SEG_HDR;
+    w->file_bytes += wal__seg_start(w->unit);
     pthread_mutex_unlock(&w->mu);
     if (w->fd >= 0)
         seg_close(w);
     w->fd = fd;
     w->broken = false;
+    w->off = w->zeroed = wal__seg_start(w->unit);
+    w->seg_room = room;
     return 0;
+}
+
+/* Groups start in units never written: keep zeros written into the room
+ * at least half a stretch ahead of end (where the next group goes), so
+ * that the fdatasync of a group does not wait for the file system to mark
+ * its blocks written (they are, from the zeros).  Only inside the room
+ * made with the segment: past it the zeros would grow the file, and the
+ * scan would count them as a torn tail.  A failed write only stops it. */
+static void zero_ahead(struct wal *w, uint64_t end)
+{
+    uint64_t from = end > w->zeroed ? end : w->zeroed, to;
+
+    if (!w->unit || !w->seg_room || end + ZERO_AHEAD / 2 <= w->zeroed)
+        return;
+    to = end + ZERO_AHEAD < w->seg_room ? end + ZERO_AHEAD : w->seg_room;
+    if (from >= to || (!w->zeros && !(w->zeros = calloc(1, ZERO_AHEAD))))
+        return;
+    while (from < to) {
+        ssize_t n = pwrite(w->fd, w->zeros, (size_t)(to - from), (off_t)from);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            log_warn("wal: cannot write zeros ahead into a segment's room: "
+                     "%s", n < 0 ? strerror(errno) : "nothing written");
+            w->seg_room = 0;
+            return;
+        }
+        from += (uint64_t)n;
+    }
+    w->zeroed = to;
 }
 
 /* ---- the commit thread ---- */
@@ -265,6 +403,31 @@ static void frame(uint8_t *r, const struct wal_rec *e, uint64_t commit)
     memcpy(r + WAL_REC_HDR, s->name, s->name_len);
     wal__put64(r + WAL_O_HSUM, wal__hdr_sum(r, s->name_len));
     memcpy(r + WAL_REC_HDR + s->name_len, e->payload, (size_t)e->len);
+}
+
+/* End a group of len bytes in w->buf with a padding record up to the next
+ * unit boundary (one unit more when the gap is shorter than a record
+ * header).  Returns the group's new length, or 0 when memory is short. */
+static size_t pad_group(struct wal *w, size_t len, uint64_t commit)
+{
+    size_t pad = (w->unit - len % w->unit) % w->unit;
+    uint8_t *r;
+
+    if (pad == 0)
+        return len;
+    if (pad < WAL_REC_HDR)
+        pad += w->unit;
+    if (buf_reserve(w, len + pad) < 0)
+        return 0;
+    r = w->buf + len;
+    memset(r, 0, pad);
+    wal__put32(r + WAL_O_MAGIC, WAL_REC_MAGIC);
+    wal__put16(r + WAL_O_TYPE, WAL_REC_PAD);
+    wal__put64(r + WAL_O_LEN, pad - WAL_REC_HDR);
+    wal__put64(r + WAL_O_LSN, w->next_lsn);
+    wal__put64(r + WAL_O_COMMIT, commit);
+    wal__put64(r + WAL_O_HSUM, wal__hdr_sum(r, 0));
+    return len + pad;
 }
 
 static void stream_fail(struct wal_stream *s, const char *why)
@@ -322,7 +485,7 @@ static void *completer_main(void *arg)
 /* ---- metrics (metrics.h): one series per process, whatever the logs ---- */
 
 static struct {
-    struct metric *fsync, *group, *bytes;
+    struct metric *fsync, *group, *bytes, *padding;
 } wm;
 static pthread_once_t wm_once = PTHREAD_ONCE_INIT;
 
@@ -340,6 +503,15 @@ static void wm_register(void)
                                  group_bounds, sizeof group_bounds / sizeof *group_bounds);
     wm.bytes = metrics_counter(m, "bloomgrid_wal_written_bytes_total",
                                "bytes appended to the write-ahead log", NULL);
+    wm.padding = metrics_counter(m, "bloomgrid_wal_padding_bytes_total",
+                                 "of the bytes appended to the write-ahead "
+                                 "log, those padding commit groups to whole "
+                                 "write units", NULL);
+}
+
+void wal_metrics_register(void)
+{
+    pthread_once(&wm_once, wm_register);
 }
 
 static double mono_s(void)
@@ -353,21 +525,19 @@ static double mono_s(void)
 static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *last)
 {
     uint64_t commit, first = w->next_lsn;
-    size_t len = 0;
+    size_t len = 0, recs = 0;
     char why[WAL_ERRLEN];
     int rc = 0;
 
-    if (w->broken && seg_switch(w, why) < 0) {
+    if (w->broken && (rc = seg_switch(w, why)) < 0)
         strfmt(w->errtext, sizeof(w->errtext), "the write-ahead log in %s "
                "has no usable segment: %s", w->dir, why);
-        rc = -EIO;
-    }
     pthread_mutex_lock(&w->mu);
     commit = w->durable_lsn;
     pthread_mutex_unlock(&w->mu);
     for (struct wal_rec *e = list; e && rc == 0; e = e->next) {
         if (atomic_load(&e->st->failed)) {
-            e->rc = -EIO;
+            e->rc = e->st->err;
             continue;
         }
         if (!e->type) {
@@ -385,9 +555,17 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         frame(w->buf + len, e, commit);
         len += sz;
     }
+    recs = len;
+    if (rc == 0 && len && w->unit && !(len = pad_group(w, len, commit))) {
+        strfmt(w->errtext, sizeof(w->errtext), "no memory for a batch of "
+               "%zu bytes of the write-ahead log", recs + 2 * w->unit);
+        rc = -EIO;
+    }
     if (rc == 0 && len) {
         rc = write_all(w->fd, w->buf, len);
         pthread_once(&wm_once, wm_register);
+        if (rc == 0)
+            zero_ahead(w, w->off + len);
         if (rc == 0 && w->durability == WAL_SYNC_FSYNC) {
             double t0 = mono_s();
             rc = sync_fd(w->fd);
@@ -395,6 +573,7 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         }
         metric_observe(wm.group, (double)(w->next_lsn - first));
         metric_add(wm.bytes, len);
+        metric_add(wm.padding, len - recs);
         if (rc < 0) {
             char name[32];
             wal__seg_name(name, sizeof(name), w->segs[w->nsegs - 1].first);
@@ -408,15 +587,21 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         pthread_mutex_lock(&w->mu);
         w->durable_lsn = w->next_lsn - 1;
         w->segs[w->nsegs - 1].bytes += len;
-        w->bytes += len;
+        w->segs[w->nsegs - 1].recs += recs;
+        w->bytes += recs;
+        w->file_bytes += len;
         pthread_mutex_unlock(&w->mu);
+        w->off += len;
     } else {
         /* Nothing of the batch is acknowledged; its LSNs are given again
-         * in a new segment, and its streams fail. */
+         * in a new segment, and its streams fail with the error that
+         * happened (-ENOSPC on a full disk). */
         w->next_lsn = first;
         for (struct wal_rec *e = list; e; e = e->next)
-            if (e->type && !atomic_load(&e->st->failed))
+            if (e->type && !atomic_load(&e->st->failed)) {
+                e->st->err = rc;   /* before failed, as why */
                 stream_fail(e->st, w->errtext);
+            }
         if (!w->broken) {
             w->broken = true;
             if (seg_switch(w, why) == 0)
@@ -424,7 +609,8 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         }
         /* Barriers of other streams hold: their records are durable. */
         for (struct wal_rec *e = list; e; e = e->next) {
-            e->rc = atomic_load(&e->st->failed) || w->broken ? -EIO : 0;
+            e->rc = atomic_load(&e->st->failed) ? e->st->err
+                    : w->broken ? rc : 0;
             e->lsn = first - 1;
         }
     }
@@ -461,17 +647,17 @@ static void *commit_main(void *arg)
         w->rotate = false;
         if (!list && w->stop)
             break;
-        uint64_t cur = w->segs[w->nsegs - 1].bytes;
+        bool holds = w->segs[w->nsegs - 1].recs > WAL_SEG_HDR;
         pthread_mutex_unlock(&w->mu);
         /* A rotation asked for comes before what was submitted after it;
-         * a full segment is closed between batches.  Failing to start the
-         * next one only delays that. */
-        if (rotate && !w->broken && cur > WAL_SEG_HDR)
+         * a full segment (its file's bytes) is closed between batches.
+         * Failing to start the next one only delays that. */
+        if (rotate && !w->broken && holds)
             rotate_now(w);
         if (list)
             commit_batch(w, list, last);
         pthread_mutex_lock(&w->mu);
-        cur = w->segs[w->nsegs - 1].bytes;
+        uint64_t cur = w->segs[w->nsegs - 1].bytes;
         pthread_mutex_unlock(&w->mu);
         if (!w->broken && cur >= w->seg_target)
             rotate_now(w);
@@ -484,7 +670,7 @@ static void *commit_main(void *arg)
 /* ---- the interface ---- */
 
 struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
-                     uint64_t segment_bytes, char *err)
+                     uint64_t segment_bytes, uint32_t unit_bytes, char *err)
 {
     struct wal *w = calloc(1, sizeof(*w));
 
@@ -530,11 +716,21 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
         strfmt(path, sizeof(path), "%s/%s", dir, v[i].name);
         if (v[i].first >= w->next_lsn || stat(path, &st) < 0)
             continue;   /* one at next_lsn is empty and replaced below */
-        w->segs[w->nsegs++] = (struct seg){v[i].first, (uint64_t)st.st_size};
-        w->bytes += (uint64_t)st.st_size;
+        w->segs[w->nsegs++] = (struct seg){
+            v[i].first, (uint64_t)st.st_size,
+            wal__seg_record_bytes(path, (uint64_t)st.st_size)};
+        w->bytes += w->segs[w->nsegs - 1].recs;
+        w->file_bytes += (uint64_t)st.st_size;
     }
     free(v);
     if (durability == WAL_SYNC_FSYNC) {
+        char how[WAL_ERRLEN];
+        w->unit = wal_unit_detect(dir, unit_bytes, how, sizeof(how));
+        log_info("wal: %s is written in units of %u bytes (%s)", dir, w->unit,
+                 how);
+        /* A segment holds a fair number of commit groups. */
+        if (w->seg_target < 16 * (uint64_t)w->unit)
+            w->seg_target = 16 * (uint64_t)w->unit;
         /* Room as large as a segment grows, within reason. */
         uint64_t room = w->seg_target + w->seg_target / 16;
         room = room > ROOM_MAX ? ROOM_MAX : room;
@@ -580,6 +776,7 @@ void wal_close(struct wal *w)
     }
     if (w->fd >= 0)
         seg_close(w);
+    free(w->zeros);
     free(w->buf);
     free(w->segs);
     free(w->dir);
@@ -625,6 +822,11 @@ bool wal_stream_failed(struct wal_stream *s, char *why)
     if (why)
         strfmt(why, WAL_ERRLEN, "%s", f ? s->why : "");
     return f;
+}
+
+int wal_stream_error(struct wal_stream *s)
+{
+    return atomic_load(&s->failed) ? s->err : 0;
 }
 
 uint64_t wal_stream_last_seq(struct wal_stream *s)
@@ -751,6 +953,19 @@ uint64_t wal_bytes(struct wal *w)
     return v;
 }
 
+uint64_t wal_file_bytes(struct wal *w)
+{
+    pthread_mutex_lock(&w->mu);
+    uint64_t v = w->file_bytes;
+    pthread_mutex_unlock(&w->mu);
+    return v;
+}
+
+uint32_t wal_unit(const struct wal *w)
+{
+    return w->unit;
+}
+
 bool wal_closed_upto(struct wal *w, uint64_t *last_lsn)
 {
     bool any;
@@ -783,8 +998,10 @@ int wal_discard(struct wal *w, uint64_t upto)
         n++;
     if (n && (gone = malloc(n * sizeof(*gone)))) {
         memcpy(gone, w->segs, n * sizeof(*gone));
-        for (size_t i = 0; i < n; i++)
-            w->bytes -= w->segs[i].bytes;
+        for (size_t i = 0; i < n; i++) {
+            w->bytes -= w->segs[i].recs;
+            w->file_bytes -= w->segs[i].bytes;
+        }
         memmove(w->segs, w->segs + n, (w->nsegs - n) * sizeof(*w->segs));
         w->nsegs -= n;
     } else {

@@ -11,25 +11,39 @@
  * whole log).
  *
  * Files: DIR/wal-<F>.log segments, F = the first LSN in it (16 hex digits).
- * A segment is a 32-byte header followed by records:
+ * A segment is a 32-byte header, the rest of its write unit U (zeros), and
+ * records from offset U on (right after the header when U is 0):
  *
- *   header  0 magic "BGNODLOG"  8 u32 version (1)  12 u32 0  16 u64 F
- *           24 u64 XXH64(bytes 0..23)
+ *   header  0 magic "BGNODLOG"  8 u32 version (2)  12 u32 U
+ *           16 u64 F  24 u64 XXH64(bytes 0..23)
  *   record  0 u32 magic "BGWN"  4 u16 type  6 u16 name length N
  *           8 u64 payload length P  16 u64 LSN  24 u64 commit
  *           32 u64 incarnation id  40 u64 stream seq  48 u64 XXH64(payload)
  *           56 u64 XXH64(bytes 0..55, then the name)
  *           64 the name (N bytes), then the payload (P bytes)
+ *   padding a record of type 65535 with no name, id, seq or payload
+ *           checksum (0), P zeros; LSN: the next record's; commit: that of
+ *           its commit group
  *
  * all little-endian (docs/STORAGE.md has the same with the rules below).
- * The header checksum covers the payload's, so a record whose header is
- * intact names its owner even when its payload is damaged.  "commit" is the
- * highest LSN durable when the record was written: it tells a torn tail (a
- * bad record with no record after it written once it was durable: never
- * acknowledged, cut off) from corruption (refused).  A segment ends where
- * the next one begins: after a failed write or fsync the log goes on in a
- * new segment that starts at the first LSN not acknowledged, and what the
- * old segment holds from that LSN on is ignored.
+ * Version 1 segments (U 0, no padding) are still read.  The header
+ * checksum covers the payload's, so a record whose header is intact names
+ * its owner even when its payload is damaged.  "commit" is the highest LSN
+ * durable when the record was written: it tells a torn tail (a bad record
+ * with no record after it written once it was durable: never acknowledged,
+ * cut off) from acknowledged records lost (reported).  A segment ends
+ * where the next one begins: after a failed write or fsync the log goes on
+ * in a new segment that starts at the first LSN not acknowledged, and what
+ * the old segment holds from that LSN on is ignored.
+ *
+ * Write units (fsync): each commit group starts at a multiple of U and
+ * ends with padding to the next one, so no write rewrites a unit holding
+ * an acknowledged record or the header, and a torn write (power lost on a
+ * device that writes a unit only in part) damages only the group in
+ * flight.  U is the largest of the page size, the file system's block size
+ * and the device's physical block size, at least 4096 and at most 1 MiB
+ * (wal_unit_detect).  With WAL_SYNC_NONE U is 0: no padding (a machine
+ * crash may lose acknowledged writes anyway).
  *
  * Commit loop: wal_submit queues a record and returns at once; the commit
  * thread takes everything queued, frames it (LSNs, commit stamps,
@@ -39,8 +53,9 @@
  * however many threads they come from.
  *
  * Failure: if a write or fdatasync fails, nothing in the batch is
- * acknowledged (completions get -EIO), every stream with a record in it
- * fails for good (its later records get -EIO; the owner recovers from the
+ * acknowledged (completions get the error that happened: -ENOSPC on a
+ * full disk, -EIO ...), every stream with a record in it fails for good
+ * (its later records get the same error; the owner recovers from the
  * files and opens a new stream) and the log continues in a new segment
  * (the fsync is never retried: after a failed fsync the kernel may have
  * dropped the dirty pages).  Streams with no record in the failed batch go
@@ -49,9 +64,10 @@
  *
  * Room: with fsync, a segment is made with its blocks allocated as far as
  * it may grow (fallocate; docs/STORAGE.md), and records overwrite that
- * room, which reads as zeros; the room after the last record is cut when
- * the segment is closed, and by wal_scan after a crash (not counted as
- * torn).
+ * room, which reads as zeros (written as zeros a stretch ahead of the
+ * records, so that the file system marks its blocks written once per
+ * stretch); the room after the last record is cut when the segment is
+ * closed, and by wal_scan after a crash (not counted as torn).
  *
  * Threads: every function may be called from any thread at once except
  * wal_scan (before wal_open) and wal_close.  Completions run on the commit
@@ -129,6 +145,10 @@ struct wal_scan_info {
     uint64_t records;     /* intact records met */
     uint64_t bytes;       /* bytes of segments read */
     uint64_t truncated;   /* bytes of torn tail cut from the last segment */
+    bool truncated_shared; /* that tail was in a segment written without
+                              write units (version 1, or durability none):
+                              a torn write there may also have damaged
+                              acknowledged records */
     uint32_t segments;    /* segments present */
 };
 
@@ -151,10 +171,27 @@ int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
 
 /* Open the log in dir (created if missing) for appending from LSN next_lsn
  * in a new segment, and start the commit thread.  segment_bytes: a segment
- * that grew past it is closed and a new one started.  Returns NULL with
- * err. */
+ * whose file grew past it (16 write units at least) is closed and a new one
+ * started.  unit_bytes: with WAL_SYNC_FSYNC, the least write unit (0: as
+ * detected, see wal_unit_detect).  Returns NULL with err. */
 struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
-                     uint64_t segment_bytes, char *err);
+                     uint64_t segment_bytes, uint32_t unit_bytes, char *err);
+
+/* The write unit for a log in dir: the largest of the page size, the block
+ * size of dir's file system (statvfs f_bsize), the physical block size of
+ * its device (sysfs queue/physical_block_size, a partition's disk's),
+ * 4096 and at_least, rounded up to a power of two, at most 1 MiB.  how
+ * (howlen bytes, may be NULL) gets the figures it came from. */
+uint32_t wal_unit_detect(const char *dir, uint32_t at_least, char *how,
+                         size_t howlen);
+
+/* The unit w writes in (0: none, WAL_SYNC_NONE). */
+uint32_t wal_unit(const struct wal *w);
+
+/* Make the log's series (metrics.h: fsync and group histograms, bytes
+ * written) in the process registry, at 0 until the first commit; the
+ * first commit makes them otherwise.  Any thread, any number of times. */
+void wal_metrics_register(void);
 
 /* Commit everything submitted, stop the commit thread, free.  Every stream
  * must have been closed.  NULL is allowed. */
@@ -173,6 +210,9 @@ void wal_stream_close(struct wal_stream *s);
 /* Has s failed (a batch holding one of its records could not be made
  * durable)?  why (WAL_ERRLEN bytes, may be NULL) gets what failed. */
 bool wal_stream_failed(struct wal_stream *s, char *why);
+/* The error s failed with (a negative errno: -ENOSPC for a full disk), or 0
+ * while it has not failed. */
+int wal_stream_error(struct wal_stream *s);
 
 /* The seq of the last record submitted to s (next_seq - 1 before any). */
 uint64_t wal_stream_last_seq(struct wal_stream *s);
@@ -189,7 +229,8 @@ void wal_rec_free(struct wal_rec *r);
 void wal_rec_truncate(struct wal_rec *r, uint64_t len);
 
 /* Completion of a record or barrier: rc 0 once durable (after write() only
- * with WAL_SYNC_NONE), or -EIO; seq is the record's stream seq; lsn the
+ * with WAL_SYNC_NONE), or the error that kept it from being so (-ENOSPC,
+ * -EIO ...); seq is the record's stream seq; lsn the
  * record's LSN (for a barrier: every record of the stream submitted before
  * it has an LSN <= lsn and every record submitted after it a higher one). */
 typedef void (*wal_done_fn)(void *ctx, int rc, uint64_t seq, uint64_t lsn);
@@ -203,7 +244,7 @@ uint64_t wal_submit(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
                     void *ctx);
 
 /* A barrier: done runs once every record of s submitted before it is
- * durable (rc 0), or with -EIO when s has failed or the log is broken.
+ * durable (rc 0), or with the error when s has failed or the log is broken.
  * Returns 0 or -ENOMEM (done is then never called). */
 int wal_barrier(struct wal_stream *s, wal_done_fn done, void *ctx);
 
@@ -224,8 +265,12 @@ int wal_waiter_wait(struct wal_waiter *wt);
 
 /* ---- segments ---- */
 
-/* Bytes of every segment of the log. */
+/* Bytes of the records (and segment headers) of every segment of the log:
+ * what its bound counts.  Padding is not counted. */
 uint64_t wal_bytes(struct wal *w);
+
+/* Bytes of the log's files, padding included (room not counted). */
+uint64_t wal_file_bytes(struct wal *w);
 
 /* The last LSN of the segments that are not the one being written, or
  * false when there is none. */
@@ -252,8 +297,11 @@ const char *wal_dir(const struct wal *w);
 extern int (*wal__fdatasync)(int fd);
 extern ssize_t (*wal__write)(int fd, const void *buf, size_t len);
 /* How the log learns the free space of its file system (room for the next
- * segment is made only when there is plenty). */
+ * segment is made only when there is plenty) and its block size (the write
+ * unit). */
 struct statvfs;
 extern int (*wal__statvfs)(const char *path, struct statvfs *buf);
+/* Where wal_unit_detect reads the device's block size ("/sys"). */
+extern const char *wal__sysfs;
 
 #endif

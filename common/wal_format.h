@@ -16,12 +16,22 @@
 #include "wal.h"
 
 #define WAL_SEG_MAGIC "BGNODLOG"
-#define WAL_SEG_VERSION 1
+/* Version 2 (written): the header names the segment's write unit; version 1
+ * (read only): records follow the header, no unit, no padding. */
+#define WAL_SEG_VERSION 2
+#define WAL_SEG_VERSION_V1 1
 #define WAL_REC_MAGIC UINT32_C(0x4E574742) /* "BGWN" little-endian */
 #define WAL_PATH_LEN 4096
 /* The room a segment is made with (wal.h) is a multiple of this: zeros at
  * the end of a segment of such a size are room, not a torn write. */
 #define WAL_ROOM_UNIT (1u << 20)
+/* Write units: a power of two in [WAL_UNIT_MIN, WAL_UNIT_MAX] (0 in a
+ * segment's header: written without units, records right after it). */
+#define WAL_UNIT_MIN 4096u
+#define WAL_UNIT_MAX WAL_ROOM_UNIT
+/* The padding record's type: no name, no stream, its payload not checked;
+ * its LSN is that of the record after it, its commit stamp its group's. */
+#define WAL_REC_PAD 0xFFFFu
 
 /* Offsets inside a record header. */
 enum {
@@ -94,11 +104,18 @@ static inline bool wal__seg_parse_name(const char *name, uint64_t *first)
     return end == name + 20;
 }
 
-static inline void wal__seg_header(uint8_t *h, uint64_t first)
+/* Where a segment's records start: after the header's unit (or right after
+ * the header when it has none). */
+static inline size_t wal__seg_start(uint32_t unit)
+{
+    return unit ? unit : WAL_SEG_HDR;
+}
+
+static inline void wal__seg_header(uint8_t *h, uint64_t first, uint32_t unit)
 {
     memcpy(h, WAL_SEG_MAGIC, 8);
     wal__put32(h + 8, WAL_SEG_VERSION);
-    wal__put32(h + 12, 0);
+    wal__put32(h + 12, unit);
     wal__put64(h + 16, first);
     wal__put64(h + 24, XXH64(h, 24, 0));
 }
@@ -121,6 +138,11 @@ int wal__seg_list(const char *dir, bool clean, struct wal__seg **out,
  * maps to NULL.  0 or a negative errno with err naming the file. */
 int wal__seg_map(const char *path, bool rw, int *fd, const uint8_t **m,
                  size_t *size, char *err);
+
+/* The bytes of records (padding not counted) of the segment at path, the
+ * 32-byte header included; for a segment that cannot be read, or from the
+ * first bad record on, the file's bytes count. */
+uint64_t wal__seg_record_bytes(const char *path, uint64_t size);
 
 /* For wal_rescan: hold off discards; returns the durable LSN. */
 uint64_t wal__rescan_begin(struct wal *w);

@@ -2,18 +2,25 @@
  * tails cut, damage reported with what it may have cost.
  *
  * Segments are read oldest first; a segment ends where the next one
- * begins.  In a segment, a bad record is one of:
- *   - a torn tail: in the last segment, with no intact record after it
- *     whose commit stamp says it was written once the bad one was durable:
- *     never acknowledged, so it and everything after it are cut (zeros at
- *     the end are the room the segment was made with, cut without
- *     counting as torn);
+ * begins.  Padding records are skipped.  In a segment, bad bytes are one
+ * of:
+ *   - harmless: the next intact header carries the LSN expected, so they
+ *     hid no record (a damaged padding record): skipped;
+ *   - a torn tail: in the last segment, with no intact record after them
+ *     whose commit stamp is at or past the LSN expected there (no record
+ *     written once that one was durable): the commit group a crash
+ *     interrupted, never acknowledged, so it and everything after it are
+ *     cut (zeros at the end are the room the segment was made with, cut
+ *     without counting as torn);
  *   - a damaged record whose header is intact: its owner is known, the
  *     damage is reported for that stream and the scan goes on after it;
  *   - a damaged header: the scan looks for the next intact header and
  *     reports the LSNs in between as lost, owners unknown (the store finds
  *     whose they were from the gaps in each stream's seqs).
- * LSNs missing between segments are reported the same way.
+ * Outside a torn tail every record was acknowledged (a later commit stamp
+ * vouches for it, or its segment was closed), so what is reported is
+ * acknowledged records lost.  LSNs missing between segments are reported
+ * the same way.
  */
 #include "wal.h"
 #include "wal_format.h"
@@ -113,7 +120,8 @@ int wal__seg_map(const char *path, bool rw, int *fd, const uint8_t **m,
     return 0;
 }
 
-/* Is there an intact record header at p?  Fills *size (whole record). */
+/* Is there an intact record header (a padding record's too) at p?  Fills
+ * *size (whole record). */
 static bool hdr_valid(const uint8_t *p, size_t avail, size_t *size)
 {
     uint64_t len;
@@ -123,7 +131,8 @@ static bool hdr_valid(const uint8_t *p, size_t avail, size_t *size)
         return false;
     nlen = wal__get16(p + WAL_O_NAMELEN);
     len = wal__get64(p + WAL_O_LEN);
-    if (nlen == 0 || nlen > avail - WAL_REC_HDR || len > WAL_MAX_PAYLOAD ||
+    if ((nlen == 0) != (wal__get16(p + WAL_O_TYPE) == WAL_REC_PAD) ||
+        nlen > avail - WAL_REC_HDR || len > WAL_MAX_PAYLOAD ||
         len > avail - WAL_REC_HDR - nlen)
         return false;
     if (wal__hdr_sum(p, nlen) != wal__get64(p + WAL_O_HSUM))
@@ -141,8 +150,14 @@ static bool payload_valid(const uint8_t *p)
            wal__get64(p + WAL_O_PSUM);
 }
 
+static bool is_pad(const uint8_t *p)
+{
+    return wal__get16(p + WAL_O_TYPE) == WAL_REC_PAD;
+}
+
 /* The first intact header after off: with commit >= expect when
- * committed, else with LSN > expect.  Returns its offset or 0. */
+ * committed (a record written once LSN expect was durable), else with
+ * LSN >= expect.  Returns its offset or 0. */
 static size_t next_header(const uint8_t *m, size_t size, size_t off,
                           uint64_t expect, bool committed)
 {
@@ -151,10 +166,57 @@ static size_t next_header(const uint8_t *m, size_t size, size_t off,
         if (m[p] != 0x42 || !hdr_valid(m + p, size - p, &sz))
             continue;
         if (committed ? wal__get64(m + p + WAL_O_COMMIT) >= expect
-                      : wal__get64(m + p + WAL_O_LSN) > expect)
+                      : wal__get64(m + p + WAL_O_LSN) >= expect)
             return p;
     }
     return 0;
+}
+
+/* The unit in a segment's header, or false when the header is not one of
+ * a version this reader knows. */
+static bool seg_header_ok(const uint8_t *m, size_t size, uint64_t first,
+                          uint32_t *unit)
+{
+    uint32_t version, u;
+
+    if (size < WAL_SEG_HDR || memcmp(m, WAL_SEG_MAGIC, 8) != 0 ||
+        wal__get64(m + 24) != XXH64(m, 24, 0) || wal__get64(m + 16) != first)
+        return false;
+    version = wal__get32(m + 8);
+    u = wal__get32(m + 12);
+    if (version == WAL_SEG_VERSION_V1)
+        u = 0;
+    else if (version != WAL_SEG_VERSION ||
+             (u && (u < WAL_UNIT_MIN || u > WAL_UNIT_MAX || (u & (u - 1)))))
+        return false;
+    *unit = u;
+    return true;
+}
+
+uint64_t wal__seg_record_bytes(const char *path, uint64_t size)
+{
+    char err[WAL_ERRLEN];
+    const uint8_t *m;
+    size_t msize, sz, off;
+    uint32_t unit;
+    uint64_t pad = 0;
+    int fd;
+
+    if (wal__seg_map(path, false, &fd, &m, &msize, err) < 0 || !m ||
+        msize < WAL_SEG_HDR ||
+        !seg_header_ok(m, msize, wal__get64(m + 16), &unit))
+        goto out;
+    pad = wal__seg_start(unit) - WAL_SEG_HDR;
+    for (off = wal__seg_start(unit); off < msize &&
+         hdr_valid(m + off, msize - off, &sz); off += sz)
+        if (is_pad(m + off))
+            pad += sz;
+out:
+    if (m)
+        munmap((void *)m, msize);
+    if (fd >= 0)
+        close(fd);
+    return size > pad ? size - pad : size;
 }
 
 static void report_lost(struct scan *sc, uint64_t from, uint64_t to,
@@ -181,6 +243,7 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
     const uint8_t *m = NULL;
     bool last = next_first == 0;
     size_t size = 0, mapped = 0, off;
+    uint32_t unit = 0;
     int fd, rc = 0;
 
     snprintf(path, sizeof(path), "%s/%s", sc->dir, e->name);
@@ -189,9 +252,7 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
         goto out;
     mapped = size;
     sc->out->bytes += size;
-    if (size < WAL_SEG_HDR || memcmp(m, WAL_SEG_MAGIC, 8) != 0 ||
-        wal__get64(m + 24) != XXH64(m, 24, 0) ||
-        wal__get32(m + 8) != WAL_SEG_VERSION || wal__get64(m + 16) != e->first) {
+    if (!seg_header_ok(m, size, e->first, &unit)) {
         if (last && size <= WAL_SEG_HDR && !sc->live) {
             /* A segment whose creation a crash cut short holds nothing. */
             goto out;
@@ -202,14 +263,28 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
             sc->expect = next_first;
         goto out;
     }
-    for (off = WAL_SEG_HDR; off < size;) {
+    for (off = wal__seg_start(unit); off < size;) {
         size_t sz, at;
         if ((next_first && sc->expect >= next_first) ||
             (sc->live && sc->expect > sc->limit))
             break;   /* superseded by the next segment, or not durable */
         bool hv = hdr_valid(m + off, size - off, &sz);
+        bool pad = hv && is_pad(m + off);
         uint64_t lsn = hv ? wal__get64(m + off + WAL_O_LSN) : 0;
-        bool pv = hv && lsn == sc->expect && payload_valid(m + off);
+        if (pad && lsn == sc->expect) {
+            off += sz;   /* padding up to the next unit */
+            continue;
+        }
+        if (!hv || lsn < sc->expect) {
+            /* Bad bytes that hid no record (a damaged padding record, say):
+             * the next intact header is the one expected. */
+            at = next_header(m, size, off, sc->expect, false);
+            if (at && wal__get64(m + at + WAL_O_LSN) == sc->expect) {
+                off = at;
+                continue;
+            }
+        }
+        bool pv = hv && !pad && lsn == sc->expect && payload_valid(m + off);
         if (pv) {
             struct wal_record r = {
                 .lsn = lsn,
@@ -235,7 +310,9 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
         if (last && !sc->live &&
             !next_header(m, size, off, sc->expect, true)) {
             /* A torn write that was never acknowledged: cut it off.  Zeros
-             * at the end are the segment's room, not a torn write. */
+             * at the end are the segment's room, not a torn write.  In a
+             * segment without units the write may have reached back into
+             * acknowledged records. */
             size_t end = size;
             while (size % WAL_ROOM_UNIT == 0 && end > off && m[end - 1] == 0)
                 end--;
@@ -246,10 +323,12 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
                 goto out;
             }
             sc->out->truncated += end - off;
+            if (end > off && !unit)
+                sc->out->truncated_shared = true;
             size = off;
             break;
         }
-        if (hv && lsn == sc->expect) {
+        if (hv && !pad && lsn == sc->expect) {
             /* The header names the owner: only its stream is hit. */
             struct wal_damage d = {
                 .id = wal__get64(m + off + WAL_O_ID),
@@ -257,9 +336,9 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
                 .lsn = lsn, .from = lsn, .to = lsn + 1,
             };
             errmsg_set(d.where, "%s: corrupt record at offset %zu (LSN %"
-                       PRIu64 ")%s", path, off, lsn,
-                     last ? ", followed by records written after it was "
-                            "durable" : " in a closed segment");
+                       PRIu64 ", %s)", path, off, lsn,
+                       last ? "followed by records written after it was "
+                              "durable" : "in a closed segment");
             sc->ops->damage(sc->ctx, &d);
             sc->expect++;
             off += sz;
@@ -280,7 +359,9 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
         if (next_first && to > next_first)
             to = next_first;
         report_lost(sc, sc->expect, to, "%s: corrupt record at offset %zu "
-                    "(LSN %" PRIu64 ")", path, off, sc->expect);
+                    "(LSN %" PRIu64 ", %s)", path, off, sc->expect,
+                    last ? "followed by records written after it was durable"
+                         : "in a closed segment");
         if (!at)
             break;   /* a later segment, if any, goes on from its start */
         sc->expect = to;

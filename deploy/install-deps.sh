@@ -3,20 +3,21 @@
 # nothing when everything is already installed.
 #
 # usage: deploy/install-deps.sh [runtime|build|test|image]   (default: test)
-#   runtime  the shared libraries the four programs load (the image's run
-#            stage)
+#   runtime  what the image's run stage holds: the shared libraries the
+#            four programs load, and jq for the batch reduce (reduce.sh)
 #   build    what `make build` needs: compiler, CMake, headers, code
 #            generators, help2man for the manual pages
 #   test     build, plus what the test suite and the benchmarks run against:
 #            libbloom and redis (benchmarks), Node.js and npm (the grpc-js
 #            client tests), Python's prometheus, grpc, protobuf and yaml modules,
-#            protoc-gen-go, openssl (test certificates)
+#            gRPC's generators and Java jars (docs/CLIENTS.md), openssl,
+#            jq (the batch reduce)
 #   image    what `make image` needs to build the image here: podman with
 #            runc, and debootstrap for a base where no registry serves one
 set -euo pipefail
 
 what=${1:-test}
-RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 libsystemd0)
+RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 libsystemd0 jq)
 BUILD=(
   build-essential cmake pkg-config
   libxxhash-dev check libsubunit-dev
@@ -24,9 +25,14 @@ BUILD=(
   libmicrohttpd-dev protobuf-compiler libprotobuf-dev grpc-proto libsystemd-dev
   help2man
 )
+# prometheus: its promtool checks and tests the alert rules (the server it
+# also installs is not started here).
 TEST=(
-  libbloom-dev redis-server openssl
+  libbloom-dev redis-server openssl prometheus
   python3-prometheus-client python3-grpcio python3-protobuf python3-yaml protoc-gen-go
+  protobuf-compiler-grpc protoc-gen-go-grpc protobuf-compiler-grpc-java-plugin
+  libgrpc-java libprotobuf-java libnetty-java libperfmark-java libguava-java
+  libgeronimo-annotation-1.3-spec-java jq
 )
 case "$what" in
   runtime) PKGS=("${RUNTIME[@]}") ;;
@@ -38,9 +44,11 @@ case "$what" in
     # package), so these two are wanted only when their commands are missing.
     command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
     command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+    # A JDK compiles the Java client of docs/CLIENTS.md (any JDK will do).
+    command -v javac >/dev/null 2>&1 || PKGS+=(default-jdk-headless)
     ;;
   image) PKGS=(podman runc debootstrap) ;;
-  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "install-deps: unknown set '$what' (runtime, build, test or image)" >&2; exit 2 ;;
 esac
 

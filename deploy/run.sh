@@ -38,7 +38,8 @@ Try it with the bloomgrid tool:
   $BUILD/cli/bloomgrid info slugs
   $BUILD/cli/bloomgrid help                        # every command, offline and online
 
-Or with other clients:
+Or with other clients (a client of your own in Python, Node.js, Go or Java:
+docs/CLIENTS.md):
   # load: add/query x 1/100/1000 keys a call x sequential/in flight through
   # the router (filters of its own, dropped after), with a latency table
   bench/bench_matrix.sh --build $BUILD --systems "" --query-systems "" --target local=$router --rounds 1 --duration 1

@@ -30,6 +30,7 @@
 #include "svc_notify.h"
 #include "merger.h"
 #include "merger_config.h"
+#include "merger_metrics.h"
 #include "merger_rpc.h"
 #include "merger_runner.h"
 #include "metrics_http.h"
@@ -109,8 +110,7 @@ static int serve(struct merger *m, const struct merger_config *cfg, int nf,
     char host[256], hnote[300];
     rpc_listen_host(cfg->listen, host, sizeof host);
     rpc_listen_health_note(srv, hli, cfg->health_listen, hnote, sizeof hnote);
-    printf("bloomgrid-merger listening on %s:%d%s\n", host, port, hnote);
-    fflush(stdout);
+    log_announce("bloomgrid-merger listening on %s:%d%s", host, port, hnote);
     log_info("merger listening on %s:%d, %d filters, state in %s, a round "
              "every %" PRIu64 " s", host, port, nf, cfg->state_dir,
              cfg->interval_s);
@@ -185,6 +185,7 @@ int main(int argc, char **argv)
                                   cfg.insecure};
     if (rpc_metrics_start(&mc, "bloomgrid-merger", &mh) < 0)
         return 2;
+    merger_metrics_register();
     struct merger *m = merger_create(&cfg, filters, (size_t)nf, err);
     if (!m) {
         fprintf(stderr, "%s: %s\n", argv[0], err);

@@ -42,6 +42,11 @@ static void mm_register(void)
                                  "of in-sync copies", NULL);
 }
 
+void merger_metrics_register(void)
+{
+    pthread_once(&mm_once, mm_register);
+}
+
 void merger_metrics_round(const struct mg_report *rep)
 {
     pthread_once(&mm_once, mm_register);

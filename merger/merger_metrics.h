@@ -7,6 +7,11 @@
 
 struct mg_report;
 
+/* Make the round series (all but the copies' lag) at 0, before the first
+ * round: its failure is then an increase an alert sees.  Any thread, any
+ * number of times. */
+void merger_metrics_register(void);
+
 /* Count a finished round (the round thread, after merger_round). */
 void merger_metrics_round(const struct mg_report *rep);
 

@@ -179,6 +179,8 @@ static void *housekeeping_main(void *arg)
         .snapshot_wal_bytes = n->cfg.snapshot_wal_mb << 20,
         .max_memory_bytes = n->cfg.max_memory_mb << 20,
         .max_filters = n->cfg.max_filters,
+        .wal_block_bytes = (uint32_t)n->cfg.wal_block_bytes,
+        .in_group = node_rpc__group_copies() > 1,
     };
 
     log_info("opening data directory %s", n->cfg.data_dir);
@@ -208,9 +210,13 @@ static void *housekeeping_main(void *arg)
     atomic_store_explicit(&n->store, s, memory_order_release);
     bool ready = check_filters(n);
     set_health(n, ready);
+    bool held = node_sync_any(ns) && node_rpc__group_copies() > 1;
     log_info("data directory %s open; %s", n->cfg.data_dir,
-             ready ? "every filter is ready: SERVING"
-                   : "some filters are not ready: NOT_SERVING");
+             !ready ? "some filters are not ready: NOT_SERVING"
+             : held ? "every filter is ready, reads held (bloomgrid.v1.BloomGrid "
+                      "NOT_SERVING) until the copy has checked with its group and "
+                      "no shard is SYNCING"
+                    : "every filter is ready: SERVING");
     /* Ready for the service manager once the data is loaded, SYNCING or
      * not: a SYNCING copy takes writes and pulls (it is alive). */
     svc_notify_ready("%s; %zu shards SYNCING", ready ? "serving" : "some filters not ready",
@@ -385,9 +391,8 @@ int main(int argc, char **argv)
     }
     char hnote[300];
     rpc_listen_health_note(n.srv, hli, n.cfg.health_listen, hnote, sizeof hnote);
-    printf("bloomgrid-node listening on %s:%d%s%s%s\n", host, port,
-           iaddr[0] ? " internal " : "", iaddr, hnote);
-    fflush(stdout);
+    log_announce("bloomgrid-node listening on %s:%d%s%s%s", host, port,
+                 iaddr[0] ? " internal " : "", iaddr, hnote);
     svc_notify_status("listening on %s:%d; opening data directory %s", host, port,
                       n.cfg.data_dir);
     log_info("listening on %s:%d%s%s (%s; data %s, durability %s)", host, port,
@@ -428,6 +433,7 @@ int main(int argc, char **argv)
         log_error("cannot start the anti-entropy thread");
         return 1;
     }
+    atomic_store(&n.repl, repl);
 
     int sig = rpc_signals_wait();
     log_info("%s: shutting down", strsignal(sig));
@@ -436,6 +442,8 @@ int main(int argc, char **argv)
     rpc_server_shutdown(n.srv);
     node_metrics_sample_stop();
     pthread_join(hk, NULL);
+    /* No handler runs any more (the server is shut down). */
+    atomic_store(&n.repl, NULL);
     node_replicate_stop(repl);
     node_rpc__topo_clear();
     struct store *s = node_store(&n);

@@ -1,11 +1,17 @@
 /* node_catalog_rpc: the public catalog handlers CreateFilter, DropFilter,
  * GetFilter and ListFilters of single-shard filters (sharded filters are
- * created through a router, shard by shard, on the internal service).
+ * created through a router, shard by shard, on the internal service), and
+ * the undrop both CreateFilter and the internal CreateShard make
+ * (docs/BACKUP.md, "Undoing a drop").
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <xxhash.h>
 
 #include "bf.h"
 #include "log.h"
@@ -21,6 +27,48 @@ static void reply_info(struct node *n, struct store_filter *sf, const char *name
     struct info_buf ib;
     node_rpc__info_fill(n, &ib, sf, name);
     rpc_reply_pack(r, &ib.fi.base);
+}
+
+int node_rpc__undrop(struct store *s, const char *sname, const char *label,
+                     const struct bf_params *p, uint64_t gen, uint64_t *out_gen,
+                     struct rpc_reply *r)
+{
+    char err[STORE_ERRLEN] = "";
+    struct shard_facts facts;
+    int rc = store_undrop(s, sname, p, gen, out_gen, err);
+
+    if (rc != -EEXIST) {
+        if (rc < 0)
+            node_rpc__store_error(r, NULL, sname, rc, err);
+        return rc < 0 ? -1 : 0;
+    }
+    struct store_filter *sf = store_get(s, sname);
+    bool known = sf && node_rpc__shard_facts(sf, &facts) == 0;
+    if (sf)
+        store_put(sf);
+    if (!known)
+        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "%s exists but is not "
+                        "serving (recovering or failed), so its secret cannot "
+                        "be checked: not undropped; retry", label);
+    else if (facts.secret_id != XXH3_64bits(p->secret, BF_SECRET_LEN))
+        rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_SECRET_MISMATCH,
+                       "%s exists under another secret (it was created again "
+                       "after the drop): not undropped; drop it first, or "
+                       "restore elsewhere", label);
+    else
+        rpc_reply_error(r, GRPC_STATUS_ALREADY_EXISTS, "%s exists with this "
+                        "secret: nothing to undrop", label);
+    return -1;
+}
+
+/* A generation for an undrop made here: the time in microseconds, above
+ * every earlier one (store_undrop also puts it above the tombstone's). */
+static uint64_t undrop_generation(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 void node_rpc__h_create_filter(void *arg, const uint8_t *req, size_t len,
@@ -49,17 +97,34 @@ void node_rpc__h_create_filter(void *arg, const uint8_t *req, size_t len,
                         "sharded filters through bloomgrid-router", m->shards);
         goto out;
     }
+    if (m->undrop && !m->secret.len) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "filter \"%s\": an "
+                        "undrop needs the dropped filter's secret (a backup's "
+                        "file holds it: bloomgrid restore --undrop)", m->name);
+        goto out;
+    }
     p.capacity = m->capacity;
     p.error_rate = m->error_rate;
     p.secret = m->secret.len ? m->secret.data : NULL;
     bf_params_default(&p);
-    int rc = store_create(s, m->name, &p, err);
-    if (rc < 0) {
-        node_rpc__store_error(r, NULL, m->name, rc, err);
-        goto out;
+    if (m->undrop) {
+        char label[STORE_NAME_MAX + 16];
+        uint64_t gen = 0;
+        snprintf(label, sizeof label, "filter \"%s\"", m->name);
+        if (node_rpc__undrop(s, m->name, label, &p, undrop_generation(), &gen, r) < 0)
+            goto out;
+        log_info("undropped filter %s (%s, capacity %llu, error_rate %g): "
+                 "generation %" PRIu64, m->name, bf_kind_name(p.kind),
+                 (unsigned long long)p.capacity, p.error_rate, gen);
+    } else {
+        int rc = store_create(s, m->name, &p, err);
+        if (rc < 0) {
+            node_rpc__store_error(r, NULL, m->name, rc, err);
+            goto out;
+        }
+        log_info("created filter %s (%s, capacity %llu, error_rate %g)", m->name,
+                 bf_kind_name(p.kind), (unsigned long long)p.capacity, p.error_rate);
     }
-    log_info("created filter %s (%s, capacity %llu, error_rate %g)", m->name,
-             bf_kind_name(p.kind), (unsigned long long)p.capacity, p.error_rate);
     struct store_filter *sf = store_get(s, m->name);
     if (!sf) {
         rpc_reply_error(r, GRPC_STATUS_NOT_FOUND,

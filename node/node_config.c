@@ -39,6 +39,12 @@ static const struct setting settings[] = {
     {"snapshot_wal_mb", SETTING_UINT, 1, 1 << 20, NULL, "64", F(snapshot_wal_mb),
      "bound on the node's write-ahead log, in MiB: past it the filters that "
      "hold its oldest segments are checkpointed and the segments removed"},
+    {"wal_block_bytes", SETTING_UINT, 0, 1 << 20, NULL, "0", F(wal_block_bytes),
+     "least write unit of the write-ahead log with durability fsync, in bytes "
+     "(a power of two, 4096 to 1048576): each commit group is padded to whole "
+     "units so that a torn write cannot reach an acknowledged record; 0: the "
+     "largest of the page size, the file system's block size and the disk's "
+     "physical block size, at least 4096 (docs/STORAGE.md, Write units)"},
     {"max_batch_keys", SETTING_UINT | SETTING_LIVE, 1, RULES_BATCH_KEYS_MAX, NULL,
      RULES_STR(RULES_BATCH_KEYS_DEFAULT), F(max_batch_keys),
      "most keys (or hashes) in one request; more is RESOURCE_EXHAUSTED"},
@@ -53,9 +59,10 @@ static const struct setting settings[] = {
     {"max_memory_mb", SETTING_UINT, 0, UINT64_C(1) << 40, NULL, "0", F(max_memory_mb),
      "memory budget of the node's filters, in MiB: a filter counts its bits "
      "three times (blocked, classic: the bits, a checkpoint copy, change "
-     "tracking) or twice (counting, scalable), and an Import's bytes and "
-     "pushed pages count while held; a CreateFilter or CreateShard past it is "
-     "RESOURCE_EXHAUSTED before anything is allocated or written "
+     "tracking) or twice (counting, scalable), and an Import's bytes, each "
+     "Export's copy and pushed pages count while held; a CreateFilter, "
+     "CreateShard or Export past it is RESOURCE_EXHAUSTED before anything is "
+     "allocated or written "
      "(docs/SECURITY.md, Budgets); "
      "0: three quarters of the machine's memory (or of the cgroup's "
      "memory.max), computed at start"},
@@ -93,7 +100,7 @@ static const struct setting settings[] = {
     {"log_level", SETTING_ENUM | SETTING_LIVE, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
     {"log_format", SETTING_ENUM, 0, 0, "text|json", "text", F(log_format),
-     "log line format: text (with a syslog priority prefix instead of the time when stderr is the systemd journal) or json (one object per line: time, level, program, source, msg)"},
+     "log line format: text (with a syslog priority prefix instead of the time when stderr is the systemd journal) or json (one object per line: time, level, program, source, msg), which the \"listening on\" and \"metrics on\" lines on stdout follow too"},
     {"topology", SETTING_STRING, 0, 0, NULL, "", F(topology),
      "topology file the routers read (docs/TOPOLOGY.md): the node finds its "
      "group there, refuses internal calls made under another version, "
@@ -118,6 +125,13 @@ static const struct setting settings[] = {
      "with metrics_listen: seconds between samples of each filter's bits for "
      "the fill, n-hat and estimated FPR gauges (a bounded sample, never a "
      "scan at scrape time)"},
+    {"metrics_shards", SETTING_ENUM, 0, 0, "each|filter", "each", F(metrics_shards),
+     "with metrics_listen: the per-filter series (bloomgrid_filter_*, "
+     "bloomgrid_shard_syncing): each = one series per shard held, labels filter "
+     "and shard; filter = one per filter, label filter, its shards on this node "
+     "summed (bytes, inserts, capacity, n-hat) or their largest value taken "
+     "(FPRs, fill, SYNCING), for nodes that hold thousands of shards "
+     "(docs/METRICS.md)"},
 };
 
 static const struct settings_spec spec = {
@@ -133,7 +147,7 @@ static const struct settings_spec spec = {
 };
 
 /* Settings that are gone: refused with what replaces them; settings that
- * must agree. */
+ * must agree; values the table's bounds cannot say. */
 static int gone_check(const struct node_config *c, char *err, size_t len)
 {
     if (c->internal_streams >= c->max_streams) {
@@ -141,6 +155,12 @@ static int gone_check(const struct node_config *c, char *err, size_t len)
                  "max_streams = %llu (public streams need threads too)",
                  (unsigned long long)c->internal_streams,
                  (unsigned long long)c->max_streams);
+        return -1;
+    }
+    uint64_t u = c->wal_block_bytes;
+    if (u && (u < 4096 || (u & (u - 1)))) {
+        snprintf(err, len, "wal_block_bytes = %llu must be 0 (detected) or a "
+                 "power of two from 4096 to 1048576", (unsigned long long)u);
         return -1;
     }
     if (c->role[0] || c->primary[0]) {

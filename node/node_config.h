@@ -28,6 +28,7 @@ struct node_config {
     char durability[16];          /* "fsync" or "none" */
     uint64_t snapshot_interval_s;
     uint64_t snapshot_wal_mb;
+    uint64_t wal_block_bytes;     /* 0: detected (wal_unit_detect) */
     _Atomic uint64_t max_batch_keys;    /* live */
     _Atomic uint64_t max_key_size;      /* live */
     uint64_t max_message_size;
@@ -51,6 +52,7 @@ struct node_config {
     _Atomic uint64_t replicate_interval_ms;   /* live */
     char internal_listen[256];    /* the Internal service's address, or "" */
     uint64_t metrics_sample_s;    /* fill gauges' sampling period */
+    char metrics_shards[8];       /* each or filter: per-filter series */
     RPC_LISTEN_FIELDS
     RPC_METRICS_FIELDS
     RPC_AUTH_FIELDS

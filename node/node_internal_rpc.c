@@ -3,6 +3,7 @@
  * precomputed hashes.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -38,6 +39,8 @@ static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *is
     if (node_rpc__shard_facts(sf, facts) == 0) {
         isi->shard_count = facts->count;
         isi->shard_index = facts->index;
+        isi->generation = store_generation(node_store(n), store_filter_name(sf),
+                                           facts->secret_id);
         if (secret) {
             isi->secret.data = facts->secret;
             isi->secret.len = BF_SECRET_LEN;
@@ -114,6 +117,11 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                         "a sharded filter needs one secret shared by every shard");
         goto out;
     }
+    if (m->secret.len == 0 && m->undrop_generation) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "an undrop needs the dropped filter's secret");
+        goto out;
+    }
     p.capacity = m->capacity;
     p.error_rate = m->error_rate;
     p.shard_index = m->shard_index;
@@ -126,17 +134,29 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     int rc = sync_before_create(s, sname, m, &marked, r);
     if (rc < 0)
         goto out;
-    rc = store_create(s, sname, &p, err);
+    uint64_t gen = 0;
+    if (m->undrop_generation) {
+        /* Undo a drop (docs/REPLICATION.md, "Undoing a drop"). */
+        char label[STORE_NAME_MAX + 48];
+        snprintf(label, sizeof label, "shard %u of filter \"%s\"", m->shard_index,
+                 m->filter);
+        rc = node_rpc__undrop(s, sname, label, &p, m->undrop_generation, &gen, r);
+    } else if ((rc = store_create(s, sname, &p, err)) < 0) {
+        node_rpc__store_error(r, NULL, sname, rc, err);
+    }
     if (rc < 0) {
         if (marked)
             node_sync_clear(node_rpc__sync_get(), sname, 0, NULL);
-        node_rpc__store_error(r, NULL, sname, rc, err);
         goto out;
     }
     if (m->new_filter)
         node_sync_clear(node_rpc__sync_get(), sname, 0, NULL);
-    log_info("created shard %u/%u of filter %s", m->shard_index, m->shard_count,
-             m->filter);
+    if (gen)
+        log_info("undropped shard %u/%u of filter %s: generation %" PRIu64,
+                 m->shard_index, m->shard_count, m->filter, gen);
+    else
+        log_info("created shard %u/%u of filter %s", m->shard_index,
+                 m->shard_count, m->filter);
     struct store_filter *sf = store_get(s, sname);
     if (!sf) {
         rpc_reply_error(r, GRPC_STATUS_NOT_FOUND, "shard dropped during creation");
@@ -183,6 +203,14 @@ void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
                         "shard %u of filter \"%s\" has another secret than "
                         "the one named (another call created it): not dropped",
                         m->shard_index, m->filter);
+        goto out;
+    }
+    if (m->generation && m->secret_id &&
+        store_generation(s, store_filter_name(sf), facts.secret_id) < m->generation) {
+        rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_SECRET_MISMATCH,
+                       "shard %u of filter \"%s\" is of a generation before "
+                       "%" PRIu64 " (it was here before that undrop): not "
+                       "dropped", m->shard_index, m->filter, m->generation);
         goto out;
     }
     if (!m->secret_id)
@@ -237,9 +265,8 @@ void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
         return;
     UNPACK_OR_FAIL(Bloomgrid__V1__ListShardsRequest,
                    bloomgrid__v1__list_shards_request, m, req, len, r);
-    bool refused = node_rpc__refuse_version(r, m->topology_version);
-    uint64_t heard = refused ? 0 : node_rpc__peer_heard(m->group, m->copy_id,
-                                                        m->copy_epoch);
+    bool refused = node_rpc__refuse_version(r, m->topology_version), replaced = false;
+    uint64_t heard = refused ? 0 : node_rpc__peer_heard(m, &replaced);
     bloomgrid__v1__list_shards_request__free_unpacked(m, NULL);
     if (refused)
         return;
@@ -277,6 +304,8 @@ void node_rpc__h_list_shards(void *arg, const uint8_t *req, size_t len,
     resp.n_shards = k;
     resp.shards = ptrs;
     resp.heard_epoch = heard;
+    resp.replaced = replaced;
+    resp.copy_state = (Bloomgrid__V1__CopyState)node_rpc__copy_state();
     rpc_reply_pack(r, &resp.base);
 out:
     free(ptrs);
@@ -366,4 +395,85 @@ void node_rpc__h_node_info(void *arg, const uint8_t *req, size_t len,
     resp.filters = b.filters;
     rpc_reply_pack(r, &resp.base);
     bloomgrid__v1__node_info_request__free_unpacked(m, NULL);
+}
+
+/* ---- Resync (docs/REPLICATION.md, "Accepting a loss") ---- */
+
+/* The answer, on the anti-entropy thread: ctx is the deferred call. */
+static void resync_done(void *ctx, const struct node_resync_result *res)
+{
+    struct rpc_deferred *d = ctx;
+    struct rpc_reply *r = rpc_deferred_reply(d);
+
+    if (res->code != GRPC_STATUS_OK) {
+        rpc_reply_error(r, (grpc_status_code)res->code, "%s", res->message);
+    } else {
+        Bloomgrid__V1__ResyncResponse resp = BLOOMGRID__V1__RESYNC_RESPONSE__INIT;
+        char *used[16], *down[16], *fails[NODE_RESYNC_FAILURES_MAX + 1], more[96];
+        resp.group = (char *)res->group;
+        resp.copy = (char *)res->copy;
+        for (unsigned i = 0; i < res->nused; i++)
+            used[i] = (char *)res->used[i];
+        for (unsigned i = 0; i < res->nunreachable; i++)
+            down[i] = (char *)res->unreachable[i];
+        size_t nf = 0;
+        for (; nf < res->nfailures && nf < NODE_RESYNC_FAILURES_MAX; nf++)
+            fails[nf] = (char *)res->failures[nf];
+        if (res->nfailures > nf) {
+            snprintf(more, sizeof more, "and %u more failures (the node's log has "
+                     "them)", res->nfailures - (unsigned)nf);
+            fails[nf++] = more;
+        }
+        resp.n_used = res->nused;
+        resp.used = used;
+        resp.n_unreachable = res->nunreachable;
+        resp.unreachable = down;
+        resp.n_failures = nf;
+        resp.failures = fails;
+        resp.shards = res->shards;
+        resp.created = res->created;
+        resp.left_syncing = res->left_syncing;
+        resp.pages = res->pages;
+        resp.bytes = res->bytes;
+        if (rpc_reply_pack(r, &resp.base) < 0)
+            rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    rpc_deferred_finish(d);
+}
+
+void node_rpc__h_resync(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r)
+{
+    struct node *n = arg;
+    if (!node_rpc__need_store(n, r))
+        return;
+    UNPACK_OR_FAIL(Bloomgrid__V1__ResyncRequest, bloomgrid__v1__resync_request, m, req,
+                   len, r);
+    bool accept = m->accept_loss;
+    uint64_t version = m->topology_version;
+    bloomgrid__v1__resync_request__free_unpacked(m, NULL);
+    if (node_rpc__refuse_version(r, version))
+        return;
+    if (!accept) {
+        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "Resync refused: accept_loss is not set.  A resync makes this "
+                        "copy serve what the reachable copies of its group hold: keys "
+                        "acknowledged only on copies that lost their data are gone "
+                        "for good (docs/REPLICATION.md, \"Accepting a loss\")");
+        return;
+    }
+    struct node_replicate *repl = atomic_load(&n->repl);
+    if (node_rpc__group_copies() <= 1 || !repl) {
+        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "Resync refused: this node is not a copy of a group of several "
+                        "copies: there is nothing to resync from");
+        return;
+    }
+    struct rpc_deferred *d = rpc_reply_defer(r);
+    if (!d)
+        return;
+    if (node_replicate_resync(repl, version, resync_done, d) < 0) {
+        rpc_reply_error(rpc_deferred_reply(d), GRPC_STATUS_ABORTED,
+                        "a resync already runs on this node: wait for its answer");
+        rpc_deferred_finish(d);
+    }
 }

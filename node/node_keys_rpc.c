@@ -42,7 +42,9 @@ static void filter_ref_drop(struct filter_ref *fr)
 }
 
 /* Hash the decoded keys with the filter's secret (under its shared lock, so
- * a recovery cannot swap the filter meanwhile). */
+ * a recovery cannot swap the filter meanwhile).  Reads of a filter that
+ * takes no writes (a full disk) are still answered; a write to it is
+ * refused by the store with the reason. */
 struct hash_job {
     const struct rpc_keys *k;
     struct bf_hash *h;
@@ -236,7 +238,7 @@ static int run_key_batch(struct node *n, enum key_op op, const uint8_t *buf,
         return 0;
     }
     struct hash_job job = {.k = &k, .h = sc->hashes};
-    int rc = store_filter_inspect(fr->sf, hash_keys, &job);
+    int rc = store_filter_read(fr->sf, hash_keys, &job);
     if (rc < 0) {
         node_rpc__store_error(r, fr->sf, fr->name, rc, NULL);
         return 0;

@@ -13,13 +13,51 @@
 #include "metrics.h"
 #include "node.h"
 #include "node_rpc.h"
+#include "rules.h"
 #include "store.h"
 
-/* What one filter shows, read under its shared lock. */
+/* What one filter (a shard, on a node) shows, read under its shared lock,
+ * with its last sample; v[] in the order of fam[], < 0 where it has none. */
+enum { F_BYTES, F_INSERTS, F_CAPACITY, F_TARGET, F_MODEL, F_SYNCING,
+       F_FILL, F_NHAT, F_EFPR, F_N };
 struct filter_facts {
-    const char *name;
-    bool ready, syncing;
-    double bytes, inserts, capacity, target_fpr, model_fpr;
+    const char *name;           /* the store name: "<filter>.shard-<i>" or "<filter>" */
+    size_t flen;                /* the filter's name: name[0, flen) */
+    unsigned shard;             /* its index (0 unsharded) */
+    bool ready;
+    double v[F_N];
+};
+
+/* The per-filter families: how metrics_shards = filter folds the shards
+ * a node holds of one filter (a sum, or the largest: the worst shard). */
+static const struct {
+    const char *name, *help;
+    enum metric_type type;
+    bool sum;
+} fam[F_N] = {
+    [F_BYTES] = {"bloomgrid_filter_bytes", "bytes of the filter's bits", METRIC_GAUGE, true},
+    [F_INSERTS] = {"bloomgrid_filter_inserts_total",
+                   "adds that set a bit (keys not seen before, bar false positives)",
+                   METRIC_COUNTER, true},
+    [F_CAPACITY] = {"bloomgrid_filter_capacity",
+                    "keys the filter is sized for (scalable: its first layer)",
+                    METRIC_GAUGE, true},
+    [F_TARGET] = {"bloomgrid_filter_target_fpr",
+                  "the false positive rate the filter was created for", METRIC_GAUGE, false},
+    [F_MODEL] = {"bloomgrid_filter_model_fpr",
+                 "false positive rate its geometry gives at its insert count "
+                 "(no scan of the bits)", METRIC_GAUGE, false},
+    [F_SYNCING] = {"bloomgrid_shard_syncing",
+                   "1 while this copy of the shard is SYNCING (reads refused)",
+                   METRIC_GAUGE, false},
+    [F_FILL] = {"bloomgrid_filter_fill_ratio", "bits set / bits, from the last sample",
+                METRIC_GAUGE, false},
+    [F_NHAT] = {"bloomgrid_filter_estimated_keys",
+                "n-hat, the distinct keys the fill says the filter holds (last sample)",
+                METRIC_GAUGE, true},
+    [F_EFPR] = {"bloomgrid_filter_estimated_fpr",
+                "false positive rate the fill gives (last sample; bits from Import "
+                "and merged pages included)", METRIC_GAUGE, false},
 };
 
 /* The FPR the layers' geometry gives at the adds each one counted: cheap
@@ -30,14 +68,14 @@ static void facts_read(const struct bf *f, void *ctx)
     struct bf_layer_info li;
     double miss = 1.0;
 
-    ff->bytes = (double)bf_bytes(f);
-    ff->inserts = (double)bf_insert_count(f);
-    ff->capacity = (double)bf_capacity(f);
-    ff->target_fpr = bf_error_rate(f);
+    ff->v[F_BYTES] = (double)bf_bytes(f);
+    ff->v[F_INSERTS] = (double)bf_insert_count(f);
+    ff->v[F_CAPACITY] = (double)bf_capacity(f);
+    ff->v[F_TARGET] = bf_error_rate(f);
     for (uint32_t i = 0; i < bf_layer_count(f); i++)
         if (bf_layer_info(f, i, &li) == 0)
             miss *= 1.0 - bf_model_fpr(bf_kind(f), li.m, li.k, (double)li.count);
-    ff->model_fpr = 1.0 - miss;
+    ff->v[F_MODEL] = 1.0 - miss;
     ff->ready = true;
 }
 
@@ -49,15 +87,8 @@ static void facts_read(const struct bf *f, void *ctx)
 #define SAMPLE_MIN_WORDS 256u
 #define SAMPLE_MAX_WORDS 65536u
 
-/* The gauges of one sample, in the order of sampled_fam. */
+/* The gauges of one sample: fam[F_FILL + S_...]. */
 enum { S_FILL, S_NHAT, S_FPR, S_N };
-static const char *const sampled_fam[S_N][2] = {
-    {"bloomgrid_filter_fill_ratio", "bits set / bits, from the last sample"},
-    {"bloomgrid_filter_estimated_keys",
-     "n-hat, the distinct keys the fill says the filter holds (last sample)"},
-    {"bloomgrid_filter_estimated_fpr",
-     "false positive rate the fill gives (last sample; bits from Import and "
-     "merged pages included)"}};
 
 struct sampled {
     char *name;
@@ -169,19 +200,69 @@ static const struct sampled *sampled_find(const char *name)
     return fs.n ? bsearch(&key, fs.v, fs.n, sizeof key, by_name) : NULL;
 }
 
-#define EMIT(type, family, help, field)                                        \
-    for (size_t i = 0; i < nn; i++)                                            \
-        if (ff[i].ready)                                                       \
-            metrics_emit(out, type, family, help,                              \
-                         (const char *const[]){"filter", ff[i].name, NULL},    \
-                         ff[i].field)
+static bool same_filter(const struct filter_facts *x, const struct filter_facts *y)
+{
+    return x->flen == y->flen && memcmp(x->name, y->name, x->flen) == 0;
+}
+
+static int by_filter_shard(const void *a, const void *b)
+{
+    const struct filter_facts *x = a, *y = b;
+    int c = memcmp(x->name, y->name, x->flen < y->flen ? x->flen : y->flen);
+    if (!c)
+        c = x->flen < y->flen ? -1 : x->flen > y->flen;
+    return c ? c : x->shard < y->shard ? -1 : x->shard > y->shard;
+}
+
+/* Fold ff[from, to) (the ready shards of one filter) into one value of
+ * family f: a sum or the largest; < 0 when a shard has none. */
+static double fold(const struct filter_facts *ff, size_t from, size_t to, int f)
+{
+    double acc = 0;
+    for (size_t i = from; i < to; i++) {
+        if (ff[i].v[f] < 0)
+            return -1;
+        acc = fam[f].sum ? acc + ff[i].v[f] : (i == from || ff[i].v[f] > acc ? ff[i].v[f] : acc);
+    }
+    return acc;
+}
+
+/* Every family of the ready filters ff[0, n) (sorted by filter, shard):
+ * one series per shard ({filter, shard}), or with per_filter one per
+ * filter ({filter}), its shards folded. */
+static void emit_filters(struct metrics_out *out, const struct filter_facts *ff, size_t n,
+                         bool per_filter)
+{
+    char shard[12], filter[RULES_STORE_NAME_MAX + 1];
+    for (int f = 0; f < F_N; f++) {
+        for (size_t i = 0, j; i < n; i = j) {
+            j = i + 1;
+            snprintf(filter, sizeof filter, "%.*s", (int)ff[i].flen, ff[i].name);
+            if (!per_filter) {
+                if (ff[i].v[f] < 0)
+                    continue;
+                snprintf(shard, sizeof shard, "%u", ff[i].shard);
+                metrics_emit(out, fam[f].type, fam[f].name, fam[f].help,
+                             (const char *const[]){"filter", filter, "shard", shard, NULL},
+                             ff[i].v[f]);
+                continue;
+            }
+            while (j < n && same_filter(&ff[j], &ff[i]))
+                j++;
+            double v = fold(ff, i, j, f);
+            if (v >= 0)
+                metrics_emit(out, fam[f].type, fam[f].name, fam[f].help,
+                             (const char *const[]){"filter", filter, NULL}, v);
+        }
+    }
+}
 
 static void node_sampler(void *arg, struct metrics_out *out)
 {
     struct node *n = arg;
     struct store *s = node_store(n);
     char **names = NULL;
-    size_t nn = 0;
+    size_t nn = 0, k = 0;
 
     if (!s || store_list(s, &names, &nn) < 0)
         return;
@@ -189,38 +270,30 @@ static void node_sampler(void *arg, struct metrics_out *out)
     if (!ff)
         goto done;
     for (size_t i = 0; i < nn; i++) {
+        struct filter_facts *x = &ff[k];
         struct store_filter *sf = store_get(s, names[i]);
-        ff[i].name = names[i];
         if (!sf)
             continue;
-        store_filter_inspect(sf, facts_read, &ff[i]);
-        ff[i].syncing = ff[i].ready && node_rpc__shard_syncing(sf);
+        x->name = names[i];
+        store_filter_inspect(sf, facts_read, x);
+        if (x->ready)
+            x->v[F_SYNCING] = node_rpc__shard_syncing(sf);
         store_put(sf);
+        if (!x->ready)
+            continue;
+        char filter[RULES_STORE_NAME_MAX + 1];
+        rules_shard_split(names[i], filter, sizeof filter, &x->shard);
+        x->flen = strlen(filter);
+        /* The last sample of the bits (metrics_sample_s), where there is one. */
+        pthread_mutex_lock(&fs.mu);
+        const struct sampled *sm = sampled_find(names[i]);
+        for (int f = 0; f < S_N; f++)
+            x->v[F_FILL + f] = sm ? sm->v[f] : -1;
+        pthread_mutex_unlock(&fs.mu);
+        k++;
     }
-    EMIT(METRIC_GAUGE, "bloomgrid_filter_bytes", "bytes of the filter's bits", bytes);
-    EMIT(METRIC_COUNTER, "bloomgrid_filter_inserts_total",
-         "adds that set a bit (keys not seen before, bar false positives)", inserts);
-    EMIT(METRIC_GAUGE, "bloomgrid_filter_capacity",
-         "keys the filter is sized for (scalable: its first layer)", capacity);
-    EMIT(METRIC_GAUGE, "bloomgrid_filter_target_fpr",
-         "the false positive rate the filter was created for", target_fpr);
-    EMIT(METRIC_GAUGE, "bloomgrid_filter_model_fpr",
-         "false positive rate its geometry gives at its insert count "
-         "(no scan of the bits)", model_fpr);
-    EMIT(METRIC_GAUGE, "bloomgrid_shard_syncing",
-         "1 while this copy of the shard is SYNCING (reads refused)", syncing);
-    /* The last sample of the bits (metrics_sample_s), for the filters that
-     * have one. */
-    pthread_mutex_lock(&fs.mu);
-    for (int f = 0; f < S_N; f++)
-        for (size_t i = 0; i < nn; i++) {
-            const struct sampled *sm = ff[i].ready ? sampled_find(ff[i].name) : NULL;
-            if (sm && sm->v[f] >= 0)
-                metrics_emit(out, METRIC_GAUGE, sampled_fam[f][0], sampled_fam[f][1],
-                             (const char *const[]){"filter", ff[i].name, NULL},
-                             sm->v[f]);
-        }
-    pthread_mutex_unlock(&fs.mu);
+    qsort(ff, k, sizeof *ff, by_filter_shard);
+    emit_filters(out, ff, k, strcmp(n->cfg.metrics_shards, "filter") == 0);
 
     struct store_budget b;
     store_budget(s, &b);
@@ -231,8 +304,12 @@ static void node_sampler(void *arg, struct metrics_out *out)
     metrics_emit(out, METRIC_GAUGE, "bloomgrid_node_filters", "filters (shards) held",
                  NULL, (double)b.filters);
     metrics_emit(out, METRIC_GAUGE, "bloomgrid_wal_bytes",
-                 "bytes of write-ahead log not yet checkpointed away", NULL,
+                 "bytes of write-ahead log records not yet checkpointed away "
+                 "(what snapshot_wal_mb bounds)", NULL,
                  (double)store_log_bytes(s));
+    metrics_emit(out, METRIC_GAUGE, "bloomgrid_wal_file_bytes",
+                 "bytes of the write-ahead log's files, padding to write "
+                 "units included", NULL, (double)store_log_file_bytes(s));
     free(ff);
 done:
     store_list_free(names, nn);
@@ -241,6 +318,8 @@ done:
 void node_metrics_start(struct node *n)
 {
     struct metrics *m = metrics_registry();
+    /* Counters are served from the start, at 0 (docs/METRICS.md). */
+    store_metrics_register();
     if (m)
         metrics_add_sampler(m, node_sampler, n);
 }

@@ -299,8 +299,8 @@ static void push_refuse_dropped(struct rpc_reply *r, const char *label)
 {
     rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
                     "%s was dropped on this node: pages of that filter are "
-                    "refused (a drop is not undone; a filter created again "
-                    "under the name has a new secret)", label);
+                    "refused (only an undrop brings it back; a filter created "
+                    "again under the name has a new secret)", label);
 }
 
 /* The first message: the shard found and its fingerprint checked.  Returns

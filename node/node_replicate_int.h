@@ -1,7 +1,8 @@
-/* node_replicate_int.h: what the two halves of anti-entropy share
+/* node_replicate_int.h: what the parts of anti-entropy share
  * (node_replicate.c: the rounds, SYNCING, listings, re-creation, the
- * epoch check; node_replicate_pull.c: the pullers, their cursors and the
- * probes).  Not for other modules. */
+ * epoch check, the node as a whole; node_replicate_pull.c: the pullers,
+ * their cursors and the probes; node_resync.c: an operator's Resync, run
+ * on the replicate thread).  Not for other modules. */
 #ifndef BLOOMGRID_NODE_REPLICATE_INT_H
 #define BLOOMGRID_NODE_REPLICATE_INT_H
 
@@ -90,6 +91,11 @@ struct node_replicate {
     char heard[TOPO_MAX_COPIES][TOPO_ADDR_MAX + 1];   /* first answers in */
     unsigned nheard;
     bool joined;                     /* a joining member found complete */
+    /* An operator's Resync (node_resync.c), queued under mu. */
+    bool resync_queued;
+    uint64_t resync_version;
+    node_resync_done resync_done;
+    void *resync_ctx;
 };
 
 
@@ -110,9 +116,34 @@ void repl__probe(struct node_replicate *r, const struct topo_group *grp, bool *d
 void repl__prune(struct node_replicate *r, const struct topo_group *grp);
 /* Set every peer's series (metrics.h). */
 void repl__gauges_set(struct node_replicate *r);
+/* (Any thread.)  A full pull of shard sf from peer on ch (since 0, with
+ * the hashes of the pages held here when the shard is not too large), ORed
+ * in through the durable path once it all came.  Returns 0 with *pages and
+ * *bytes, 1 when there is nothing to pull (peer lacks the shard:
+ * NOT_FOUND, or the shard's kind is not replicated), -1 with why. */
+int repl__pull_full(struct rpc_channel *ch, const char *peer, struct store_filter *sf,
+                    uint64_t topo_version, size_t *pages, uint64_t *bytes, char *why,
+                    size_t whylen);
 
 /* node_replicate.c (any thread). */
 /* When shard sf was marked SYNCING, 0 when it is not listed. */
 uint64_t repl__shard_listed(struct store_filter *sf);
+/* Create shard sname (filter, index) as peer (on ch) describes it, SYNCING
+ * (marked before it exists).  Returns 0 when created, 1 when not and
+ * rightly so (dropped here, a kind that is not replicated, or created
+ * meanwhile), -1 when peer's GetShard failed, -2 when this node could not
+ * create it (why either way). */
+int repl__create_shard(struct node *n, struct rpc_channel *ch, const char *peer,
+                       const char *filter, unsigned index, const char *sname,
+                       char *why, size_t whylen);
+/* Every shard of the store SYNCING, durably (why is logged).  Returns 0 or
+ * the first error. */
+int repl__mark_all(struct node_replicate *r, const char *why);
+/* N - W + 1 other copies of grp, or every other copy when fewer. */
+unsigned repl__copies_needed(const struct topo_group *grp);
+
+/* node_resync.c (replicate thread).  Run the queued Resync and call its
+ * done; with stopping, only answer it UNAVAILABLE. */
+void repl__resync_run(struct node_replicate *r, bool stopping);
 
 #endif

@@ -183,17 +183,27 @@ static void id_read(const struct bf *f, void *ctx)
     bf_fingerprint_id(f, id->fp);
 }
 
+/* The pull counters of peer (metrics.h), labels {"peer", peer}. */
+static struct metric *ae_pages(const char *const *labels)
+{
+    return metrics_counter(metrics_registry(), "bloomgrid_antientropy_pages_total",
+                           "pages pulled from the other copies of the group "
+                           "and merged", labels);
+}
+
+static struct metric *ae_bytes(const char *const *labels)
+{
+    return metrics_counter(metrics_registry(), "bloomgrid_antientropy_bytes_total",
+                           "bytes of the pages pulled from the other copies", labels);
+}
+
 /* Pages merged by one pull from peer (metrics.h). */
 static void ae_metrics(const char *peer, size_t pages, uint64_t bytes)
 {
     struct metrics *m = metrics_registry();
     const char *labels[] = {"peer", peer, NULL};
-    metric_add(metrics_counter(m, "bloomgrid_antientropy_pages_total",
-                               "pages pulled from the other copies of the group "
-                               "and merged", labels), pages);
-    metric_add(metrics_counter(m, "bloomgrid_antientropy_bytes_total",
-                               "bytes of the pages pulled from the other copies",
-                               labels), bytes);
+    metric_add(ae_pages(labels), pages);
+    metric_add(ae_bytes(labels), bytes);
     /* The lag of this copy behind peer: time() minus this, in a query. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -203,28 +213,116 @@ static void ae_metrics(const char *peer, size_t pages, uint64_t bytes)
                (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
 }
 
+/* The XXH64 of each page sf holds (store_pages_hashes), for a pull to
+ * carry: malloc'd (the caller frees), NULL with *n 0 when the shard is too
+ * large for them (REPL_HASHES_MAX) or they cannot be read. */
+static uint64_t *hashes_held(struct store_filter *sf, size_t *n)
+{
+    uint64_t *have = NULL;
+
+    *n = 0;
+    if (store_pages_hashes(sf, NULL, 0, n) != -ERANGE || *n > REPL_HASHES_MAX ||
+        !(have = malloc(*n ? *n * sizeof *have : 1)) ||
+        store_pages_hashes(sf, have, *n, n) < 0) {
+        free(have);
+        *n = 0;
+        return NULL;
+    }
+    return have;
+}
+
+/* Pull the pages of shard sf (id, public name filter) from ch since
+ * (since, epoch), carrying have; when the whole pull succeeded and its
+ * fingerprint is the shard's, OR them in (store_pages_merge, source
+ * version 0: a copy never reports what a peer covers).  Returns 0 with
+ * *end and *npages (pages received) set, or -1 with msg set; *st has the
+ * call's status either way. */
+static int pull_merge(struct rpc_channel *ch, struct store_filter *sf,
+                      const struct shard_id *id, const char *filter,
+                      uint64_t topo_version, const uint64_t *have, size_t nhave,
+                      uint64_t since, uint64_t epoch, struct node_client_pull_end *end,
+                      struct rpc_status *st, size_t *npages, char *msg, size_t msglen)
+{
+    char err[STORE_ERRLEN] = "";
+    struct repl_buf b = {0};
+    int rc;
+
+    memset(end, 0, sizeof *end);
+    *npages = 0;
+    msg[0] = 0;
+    if (node_client_pull_holding(ch, topo_version, have, nhave, filter, id->index,
+                                 since, epoch, buf_page, &b, end,
+                                 REPL_PULL_TIMEOUT_MS, st) < 0)
+        snprintf(msg, msglen, "PullPages: %s: %s", rpc_status_name(st->code),
+                 st->message);
+    else if (strcmp(end->fp, id->fp) != 0)
+        snprintf(msg, msglen, "pages of fingerprint \"%s\" refused: the "
+                 "shard's is \"%s\"", end->fp, id->fp);
+    else if ((rc = store_pages_merge(sf, b.v, b.n, 0, err)) < 0)
+        snprintf(msg, msglen, "%s", err[0] ? err : strerror(-rc));
+    *npages = b.n;
+    buf_free(&b);
+    return msg[0] ? -1 : 0;
+}
+
+/* Read what a pull of sf needs: its id and public name.  Returns false for
+ * a shard that is not replicated (another kind, several layers) or not
+ * ready. */
+static bool pull_target(struct store_filter *sf, struct shard_id *id, char *filter,
+                        size_t flen)
+{
+    unsigned index;
+
+    if (store_filter_inspect(sf, id_read, id) < 0)
+        return false;
+    if ((id->kind != BF_KIND_BLOCKED && id->kind != BF_KIND_CLASSIC) || id->layers != 1)
+        return false;
+    return rules_shard_split(store_filter_name(sf), filter, flen, &index) ==
+           (id->count > 1);
+}
+
+int repl__pull_full(struct rpc_channel *ch, const char *peer, struct store_filter *sf,
+                    uint64_t topo_version, size_t *pages, uint64_t *bytes, char *why,
+                    size_t whylen)
+{
+    char filter[STORE_NAME_MAX + 1];
+    struct node_client_pull_end end;
+    struct rpc_status st = {0};
+    struct shard_id id;
+    size_t nhave = 0;
+
+    *pages = 0;
+    *bytes = 0;
+    if (!pull_target(sf, &id, filter, sizeof filter))
+        return 1;
+    uint64_t *have = hashes_held(sf, &nhave);
+    int rc = pull_merge(ch, sf, &id, filter, topo_version, have, nhave, 0, 0, &end,
+                        &st, pages, why, whylen);
+    free(have);
+    if (rc < 0)
+        return st.code == GRPC_STATUS_NOT_FOUND ? 1 : -1;
+    ae_metrics(peer, *pages, end.bytes);
+    *bytes = end.bytes;
+    return 0;
+}
+
 /* Pull shard sf's changed pages from peer p (on p's puller).  Returns
  * false when the peer is down or slow (the pass then ends). */
 static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
                             struct repl_peer *p, uint64_t topo_version)
 {
     const char *name = store_filter_name(sf), *peer = p->addr;
-    char filter[STORE_NAME_MAX + 1], err[STORE_ERRLEN] = "";
+    char filter[STORE_NAME_MAX + 1];
     char msg[RPC_CLIENT_MSGLEN + STORE_ERRLEN] = "";
     struct rpc_status st = {0};
     struct node_client_pull_end end;
-    struct repl_buf b = {0};
     struct shard_id id;
     struct repl_shard *rs;
-    int rc;
+    size_t npages = 0;
 
-    if (store_filter_inspect(sf, id_read, &id) < 0)
-        return true;   /* not ready: the next wake-up tries again */
-    if ((id.kind != BF_KIND_BLOCKED && id.kind != BF_KIND_CLASSIC) ||
-        id.layers != 1)
-        return true;   /* only kinds whose pages OR are replicated */
-    unsigned index;
-    if (rules_shard_split(name, filter, sizeof filter, &index) != (id.count > 1))
+    /* Not ready: the next wake-up tries again; only kinds whose pages OR
+     * are replicated. */
+    if (!pull_target(sf, &id, filter, sizeof filter))
         return true;
     pthread_mutex_lock(&r->mu);
     uint64_t epoch = 0, version = 0, full_ms = 0, held = 0;
@@ -250,27 +348,14 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
     uint64_t local = store_filter_version(sf);
     size_t nhave = 0;
     uint64_t *have = NULL;
-    if ((full || version == 0 || local != held) &&
-        store_pages_hashes(sf, NULL, 0, &nhave) == -ERANGE &&
-        nhave <= REPL_HASHES_MAX && (have = malloc(nhave * sizeof *have)) &&
-        store_pages_hashes(sf, have, nhave, &nhave) < 0)
-        nhave = 0;
-    int pulled = node_client_pull_holding(p->ch, topo_version, have, nhave,
-                                          filter, id.index, full ? 0 : version,
-                                          full ? 0 : epoch, buf_page, &b, &end,
-                                          REPL_PULL_TIMEOUT_MS, &st);
+    if (full || version == 0 || local != held)
+        have = hashes_held(sf, &nhave);
+    int rc = pull_merge(p->ch, sf, &id, filter, topo_version, have, nhave,
+                        full ? 0 : version, full ? 0 : epoch, &end, &st, &npages,
+                        msg, sizeof msg);
     free(have);
-    if (pulled < 0)
-        snprintf(msg, sizeof msg, "PullPages: %s: %s", rpc_status_name(st.code),
-                 st.message);
-    else if (strcmp(end.fp, id.fp) != 0)
-        snprintf(msg, sizeof msg, "pages of fingerprint \"%s\" refused: the "
-                 "shard's is \"%s\"", end.fp, id.fp);
-    /* Source version 0: a copy never reports what a peer covers. */
-    else if ((rc = store_pages_merge(sf, b.v, b.n, 0, err)) < 0)
-        snprintf(msg, sizeof msg, "%s", err[0] ? err : strerror(-rc));
-    else
-        ae_metrics(peer, b.n, end.bytes);
+    if (rc == 0)
+        ae_metrics(peer, npages, end.bytes);
 
     pthread_mutex_lock(&r->mu);
     /* Gone while the pull ran (shard dropped, peer left): nothing to keep. */
@@ -284,9 +369,9 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
         if (rs->failing)
             log_info("anti-entropy %s from %s: resumed", name, peer);
         rs->failing = false;
-        if (b.n || end.epoch != rs->epoch)
+        if (npages || end.epoch != rs->epoch)
             log_debug("anti-entropy %s from %s: %zu pages (%" PRIu64 " bytes)",
-                      name, peer, b.n, end.bytes);
+                      name, peer, npages, end.bytes);
         rs->epoch = end.epoch;
         rs->version = end.version;
         rs->held = local;
@@ -294,7 +379,6 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
             rs->full_ms = started;
     }
     pthread_mutex_unlock(&r->mu);
-    buf_free(&b);
     return st.code != GRPC_STATUS_UNAVAILABLE && st.code != GRPC_STATUS_DEADLINE_EXCEEDED;
 }
 
@@ -367,11 +451,14 @@ static bool is_member(const struct topo_group *grp, const char *addr)
 }
 
 /* The series of peer (metrics.h): whether it answered the last probe, and
- * how many cursors this node keeps for it. */
+ * how many cursors this node keeps for it; its counters, at 0 from its
+ * first probe on. */
 static void peer_gauges(const char *peer, bool answered, size_t cursors)
 {
     struct metrics *m = metrics_registry();
     const char *labels[] = {"peer", peer, NULL};
+    ae_pages(labels);
+    ae_bytes(labels);
     metric_set(metrics_gauge(m, "bloomgrid_antientropy_peer_up",
                              "1 when the other copy answered this copy's last "
                              "probe (it is pulled from), 0 when it did not or has "

@@ -98,6 +98,12 @@ struct store *node_rpc__need_store(struct node *n, struct rpc_reply *r)
     return s;
 }
 
+static void read_nothing(const struct bf *f, void *ctx)
+{
+    (void)f;
+    (void)ctx;
+}
+
 /* Translate a store error about filter name into a status. */
 void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
                         const char *name, int rc, const char *err)
@@ -115,8 +121,10 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
     case -EIO:
         if (sf)
             store_filter_state(sf, why);
-        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
-                        "filter \"%s\" is not serving: %s", name,
+        /* A write to a filter whose log failed: its reads go on. */
+        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "filter \"%s\" %s: %s", name,
+                        sf && store_filter_read(sf, read_nothing, NULL) == 0
+                            ? "takes no writes" : "is not serving",
                         why[0] ? why : (err && err[0] ? err : "I/O error"));
         break;
     case -EEXIST:
@@ -136,17 +144,24 @@ void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
                         err && err[0] ? err : "out of memory");
         break;
     case -ESTALE:   /* a tombstone: store.h, "Tombstones" */
-        rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION, "filter \"%s\": %s",
-                        name, err && err[0] ? err : "dropped");
+        rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION, RPC_REASON_DROPPED,
+                       "filter \"%s\": %s (CreateFilter with undrop set: "
+                       "bloomgrid restore --undrop)", name,
+                       err && err[0] ? err : "dropped");
         break;
     case -EDQUOT:   /* a budget: store.h, "Budgets" */
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s",
                         err && err[0] ? err : "over a budget of the node");
         break;
-    case -ENOSPC:
+    case -ENOSPC:   /* the disk is full: writes refused, reads go on */
+        if (sf && !(err && err[0]))
+            store_filter_state(sf, why);
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE,
-                        "filter \"%s\": disk full (%s); nothing was acknowledged",
-                        name, err && err[0] ? err : "ENOSPC");
+                        "filter \"%s\": no space left on device: %s", name,
+                        err && err[0] ? err
+                        : why[0] ? why
+                                 : "the write could not be made durable; nothing "
+                                   "was acknowledged");
         break;
     default:
         rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "filter \"%s\": %s (%s)",
@@ -166,16 +181,6 @@ struct store_filter *node_rpc__get_filter(struct store *s, const char *name,
         return NULL;
     }
     return sf;
-}
-
-int node_rpc__state_errno(enum store_state st)
-{
-    switch (st) {
-    case STORE_READY: return 0;
-    case STORE_RECOVERING: return -EAGAIN;
-    case STORE_FAILED: return -EIO;
-    default: return -ENOENT;
-    }
 }
 
 /* ---- FilterInfo ---- */
@@ -216,8 +221,9 @@ void node_rpc__info_fill(struct node *n, struct info_buf *ib, struct store_filte
     ib->fi.version = store_filter_version(sf);
     ib->si.version = ib->fi.version;
     ib->fi.shards = 1;
-    if (st == STORE_READY)
-        store_filter_inspect(sf, info_from_bf, ib);
+    /* Geometry and estimates also of a filter that takes no writes (a
+     * full disk) but still has its bits. */
+    store_filter_read(sf, info_from_bf, ib);
     if (st == STORE_READY && node_rpc__shard_syncing(sf)) {
         ib->fi.state = BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING;
         ib->si.state = ib->fi.state;
@@ -291,7 +297,7 @@ static void shard_facts_read(const struct bf *f, void *ctx)
 int node_rpc__shard_facts(struct store_filter *sf, struct shard_facts *out)
 {
     memset(out, 0, sizeof *out);
-    return store_filter_inspect(sf, shard_facts_read, out);
+    return store_filter_read(sf, shard_facts_read, out);
 }
 
 /* Find the store filter of (filter, index): the plain name holds a
@@ -568,16 +574,46 @@ bool node_rpc__refuse_version(struct rpc_reply *r, uint64_t version)
 
 /* ---- SYNCING shards ---- */
 
-uint64_t node_rpc__peer_heard(const char *group, uint64_t copy_id, uint64_t epoch)
+uint64_t node_rpc__peer_heard(const Bloomgrid__V1__ListShardsRequest *m, bool *replaced)
 {
     int g = -1;
     struct topo *t = node_rpc__topo_get(&g);
     uint64_t heard = 0;
-    if (t && g >= 0 && copy_id)
-        heard = node_sync_peer_heard(node_rpc__sync_get(), t->groups[g].name, group,
-                                     copy_id, epoch);
+
+    *replaced = false;
+    if (t && g >= 0 && m->copy_id) {
+        const struct topo_group *grp = &t->groups[g];
+        /* An address is recorded only for a member of the group, and never
+         * this node's own. */
+        const char *addr = NULL;
+        for (unsigned k = 0; m->address && k < grp->nmembers && !addr; k++)
+            if (strcmp(topo_member(grp, k), m->address) == 0 &&
+                !node_rpc__is_self(m->address))
+                addr = m->address;
+        struct node_sync_announce a = {
+            .group = m->group, .id = m->copy_id, .epoch = m->copy_epoch, .addr = addr,
+            .settled = m->copy_state == BLOOMGRID__V1__COPY_STATE__COPY_STATE_REFILLING ||
+                       m->copy_state == BLOOMGRID__V1__COPY_STATE__COPY_STATE_CHECKED,
+        };
+        heard = node_sync_peer_heard(node_rpc__sync_get(), grp->name, &a, replaced);
+    }
     topo_unref(t);
     return heard;
+}
+
+int node_rpc__copy_state(void)
+{
+    struct node_sync *ns = node_rpc__sync_get();
+
+    if (!ns || atomic_load(&group_n) <= 1)
+        return BLOOMGRID__V1__COPY_STATE__COPY_STATE_UNSPECIFIED;
+    switch (node_sync_standing(ns)) {
+    case NODE_SYNC_CHECKING: return BLOOMGRID__V1__COPY_STATE__COPY_STATE_CHECKING;
+    case NODE_SYNC_NEW: return BLOOMGRID__V1__COPY_STATE__COPY_STATE_NEW;
+    case NODE_SYNC_REFILLING: return BLOOMGRID__V1__COPY_STATE__COPY_STATE_REFILLING;
+    case NODE_SYNC_CHECKED: break;
+    }
+    return BLOOMGRID__V1__COPY_STATE__COPY_STATE_CHECKED;
 }
 
 static _Atomic(struct node_sync *) node_syncs;

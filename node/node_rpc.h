@@ -73,11 +73,12 @@ struct store_filter *node_rpc__get_filter(struct store *s, const char *name,
  * filter), or NULL with NOT_FOUND set. */
 struct store_filter *node_rpc__get_shard(struct store *s, const char *filter,
                                          unsigned index, struct rpc_reply *r);
-/* Translate a store error (negative errno) about filter name to a status. */
+/* Translate a store error (negative errno) about filter name to a status:
+ * -ENOSPC (the node's disk is full) is UNAVAILABLE saying "no space left
+ * on device", as the other failures to make a write durable; -EDQUOT
+ * RESOURCE_EXHAUSTED with err (which names the budget). */
 void node_rpc__store_error(struct rpc_reply *r, struct store_filter *sf,
                            const char *name, int rc, const char *err);
-/* The errno a filter state maps to (0 for READY). */
-int node_rpc__state_errno(enum store_state st);
 /* Encode "repeated bool field 1 [packed]" (+ uint64 field 2 when
  * with_version and version != 0) as the reply body. */
 void node_rpc__encode_bools(struct rpc_reply *r, const bool *v, size_t n,
@@ -106,6 +107,17 @@ struct shard_facts {
  * store_filter_inspect error). */
 int node_rpc__shard_facts(struct store_filter *sf, struct shard_facts *out);
 
+/* Undo the drop of store name sname (label: how replies name it) with
+ * the parameters and secret p at generation gen (store_undrop; *out_gen,
+ * may be NULL, gets the one taken).  A name that exists answers
+ * ALREADY_EXISTS when it has p's secret (nothing to undo),
+ * FAILED_PRECONDITION with reason SECRET_MISMATCH when it has another
+ * (created again after the drop), UNAVAILABLE when it is not serving (its
+ * secret unknown).  Returns 0, or -1 with r set (node_catalog_rpc.c). */
+int node_rpc__undrop(struct store *s, const char *sname, const char *label,
+                     const struct bf_params *p, uint64_t gen, uint64_t *out_gen,
+                     struct rpc_reply *r);
+
 /* Catalog handlers (node_catalog_rpc.c). */
 void node_rpc__h_create_filter(void *arg, const uint8_t *req, size_t len,
                                struct rpc_reply *r);
@@ -128,6 +140,9 @@ void node_rpc__h_import(void *arg, struct rpc_stream *st);
 /* Internal ExportShard / ImportShard: the same for one shard. */
 void node_rpc__h_export_shard(void *arg, struct rpc_stream *st);
 void node_rpc__h_import_shard(void *arg, struct rpc_stream *st);
+/* Internal Resync (node_internal_rpc.c): checked here, run by the
+ * anti-entropy thread (node_resync.c), answered from there. */
+void node_rpc__h_resync(void *arg, const uint8_t *req, size_t len, struct rpc_reply *r);
 /* Internal PullPages / PushPages (node_pages_rpc.c). */
 void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st);
 void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
@@ -140,10 +155,14 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
 int node_rpc__topo_install(struct topo *t, const char *addr, char *err, size_t errlen);
 struct topo *node_rpc__topo_get(int *group);
 void node_rpc__topo_clear(void);
-/* ListShards of a peer announcing its copy id at epoch in group: the
- * highest epoch of it heard before (node_sync_peer_heard), 0 without a
- * topology. */
-uint64_t node_rpc__peer_heard(const char *group, uint64_t copy_id, uint64_t epoch);
+/* ListShards of a peer announcing its data directory (m's group, copy id,
+ * epoch, address and state): the highest epoch of it heard before and
+ * whether another copy was recorded at its address (node_sync_peer_heard);
+ * 0 and false without a topology or a copy id. */
+uint64_t node_rpc__peer_heard(const Bloomgrid__V1__ListShardsRequest *m, bool *replaced);
+/* Where this node stands as a copy (a Bloomgrid__V1__CopyState):
+ * UNSPECIFIED outside a group of N > 1. */
+int node_rpc__copy_state(void);
 /* Is addr this node's address in the topology? */
 bool node_rpc__is_self(const char *addr);
 /* N of the node's group (1 without a topology). */

@@ -26,7 +26,7 @@ const struct rpc_handler node_rpc_public[] = {
 
 /* CreateShard, DropShard, GetShard, ListShards, AddHashes, MayContainHashes,
  * RemoveHashes, PullPages, PushPages, ExportShard, ImportShard, Batches,
- * NodeInfo. */
+ * NodeInfo, Resync. */
 const struct rpc_handler node_rpc_internal[] = {
     {.unary = node_rpc__h_create_shard},
     {.unary = node_rpc__h_drop_shard},
@@ -41,6 +41,7 @@ const struct rpc_handler node_rpc_internal[] = {
     {.stream = node_rpc__h_import_shard, .internal = true},
     {.loop_stream = &node_rpc__batches, .internal = true},
     {.unary = node_rpc__h_node_info},
+    {.unary = node_rpc__h_resync},
 };
 
 const size_t node_rpc_public_count = sizeof node_rpc_public / sizeof node_rpc_public[0];

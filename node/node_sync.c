@@ -19,6 +19,10 @@
 #include "rules.h"
 
 #define SYNC_HEADER "bloomgrid-syncing 1"
+/* The lines of the node as a whole: "*" is no store name, so a node of an
+ * earlier version finds the list in doubt (every shard SYNCING). */
+#define WHOLE_NEW "* new"
+#define WHOLE_REFILLING "* refilling"
 #define COPY_HEADER "bloomgrid-copy 1"
 #define PEERS_HEADER "bloomgrid-peers 1"
 
@@ -32,6 +36,7 @@ struct node_sync {
     pthread_mutex_t mu;
     char path[DURABLE_PATH_MAX];
     bool doubt;                  /* the file did not parse */
+    enum node_sync_whole whole;  /* under mu; mirrored in held */
     struct sync_ent *v;          /* under mu */
     size_t n, cap;
     atomic_size_t count;         /* n, read without mu */
@@ -44,6 +49,7 @@ struct node_sync {
     struct node_sync_copy copy;
     struct peer_ent {
         uint64_t id, epoch;
+        char addr[NODE_SYNC_ADDR_MAX + 1];   /* "" unknown or superseded */
     } *peers;
     size_t npeers, cappeers;
 };
@@ -95,6 +101,14 @@ static int sync_parse(struct node_sync *ns, char *text)
     if (!line || strcmp(line, SYNC_HEADER) != 0)
         return -EBADMSG;
     while ((line = strtok_r(NULL, "\n", &save))) {
+        /* The node as a whole (one line at most). */
+        if (strcmp(line, WHOLE_NEW) == 0 || strcmp(line, WHOLE_REFILLING) == 0) {
+            if (ns->whole != NODE_SYNC_WHOLE_NONE)
+                goto bad;
+            ns->whole = strcmp(line, WHOLE_NEW) == 0 ? NODE_SYNC_WHOLE_NEW
+                                                     : NODE_SYNC_WHOLE_REFILLING;
+            continue;
+        }
         char *sp = strchr(line, ' '), *hex = sp ? sp + 1 : NULL;
         if (!sp || (size_t)(sp - line) > STORE_NAME_MAX || strlen(hex) != 16 ||
             strspn(hex, "0123456789abcdef") != 16)
@@ -110,6 +124,7 @@ static int sync_parse(struct node_sync *ns, char *text)
     return 0;
 bad:
     ns->n = 0;
+    ns->whole = NODE_SYNC_WHOLE_NONE;
     return -EBADMSG;
 }
 
@@ -181,7 +196,8 @@ static int copy_parse(struct node_sync_copy *c, char *text)
     return c->id ? 0 : -EBADMSG;
 }
 
-static int peers_push(struct node_sync *ns, uint64_t id, uint64_t epoch)
+static int peers_push(struct node_sync *ns, uint64_t id, uint64_t epoch,
+                      const char *addr)
 {
     if (ns->npeers == ns->cappeers) {
         size_t c = ns->cappeers ? 2 * ns->cappeers : 8;
@@ -191,30 +207,35 @@ static int peers_push(struct node_sync *ns, uint64_t id, uint64_t epoch)
         ns->peers = nv;
         ns->cappeers = c;
     }
-    ns->peers[ns->npeers++] = (struct peer_ent){.id = id, .epoch = epoch};
+    struct peer_ent *p = &ns->peers[ns->npeers++];
+    *p = (struct peer_ent){.id = id, .epoch = epoch};
+    snprintf(p->addr, sizeof p->addr, "%s", addr ? addr : "");
     return 0;
 }
 
-/* Parse PEERS; a list that does not parse is forgotten (it only helps to
- * find a restored peer). */
+/* Parse PEERS, "ID EPOCH [ADDRESS]" per line (a node of an earlier version
+ * wrote no address, and reads past it); a list that does not parse is
+ * forgotten (it only helps to find a restored or replaced peer). */
 static void peers_parse(struct node_sync *ns, char *text)
 {
     char *save = NULL, *line = strtok_r(text, "\n", &save);
-    char hex[17];
+    char hex[17], addr[NODE_SYNC_ADDR_MAX + 2];
     unsigned long long epoch;
 
     if (!line || strcmp(line, PEERS_HEADER) != 0)
         goto bad;
     while ((line = strtok_r(NULL, "\n", &save))) {
-        if (sscanf(line, "%16s %llu", hex, &epoch) != 2 || strlen(hex) != 16 ||
-            strspn(hex, "0123456789abcdef") != 16 ||
-            peers_push(ns, strtoull(hex, NULL, 16), epoch) < 0)
+        addr[0] = 0;
+        int got = sscanf(line, "%16s %llu %128s", hex, &epoch, addr);
+        if (got < 2 || strlen(hex) != 16 || strspn(hex, "0123456789abcdef") != 16 ||
+            strlen(addr) > NODE_SYNC_ADDR_MAX ||
+            peers_push(ns, strtoull(hex, NULL, 16), epoch, addr) < 0)
             goto bad;
     }
     return;
 bad:
-    log_warn("%s does not parse: the epochs heard from peers are forgotten",
-             ns->peers_path);
+    log_warn("%s does not parse: the epochs and addresses heard from peers are "
+             "forgotten", ns->peers_path);
     ns->npeers = 0;
 }
 
@@ -230,15 +251,28 @@ static int copy_fill(int fd, void *ctx)
 static int peers_fill(int fd, void *ctx)
 {
     struct node_sync *ns = ctx;
-    char line[64];
+    char line[64 + NODE_SYNC_ADDR_MAX];
     int rc = durable_write_all(fd, PEERS_HEADER "\n", sizeof PEERS_HEADER);
 
     for (size_t i = 0; rc == 0 && i < ns->npeers; i++) {
-        int len = snprintf(line, sizeof line, "%016" PRIx64 " %" PRIu64 "\n",
-                           ns->peers[i].id, ns->peers[i].epoch);
+        const struct peer_ent *p = &ns->peers[i];
+        int len = snprintf(line, sizeof line, "%016" PRIx64 " %" PRIu64 "%s%s\n",
+                           p->id, p->epoch, p->addr[0] ? " " : "", p->addr);
         rc = durable_write_all(fd, line, (size_t)len);
     }
     return rc;
+}
+
+/* A random copy id, never 0.  Returns 0 or -EIO with err. */
+static int id_draw(uint64_t *id, char *err)
+{
+    *id = 0;
+    while (!*id)
+        if (getrandom(id, sizeof *id, 0) != sizeof *id) {
+            errmsg_set(err, "cannot draw a copy id: %s", strerror(errno));
+            return -EIO;
+        }
+    return 0;
 }
 
 /* Read COPY and PEERS, or draw a new identity.  Returns 0 or an error. */
@@ -270,11 +304,8 @@ static int identity_open(struct node_sync *ns, const char *dir, char *err)
         /* A new directory (or one in doubt): a new id, never one a peer
          * has heard of. */
         memset(&ns->copy, 0, sizeof ns->copy);
-        while (!ns->copy.id)
-            if (getrandom(&ns->copy.id, sizeof ns->copy.id, 0) != sizeof ns->copy.id) {
-                errmsg_set(err, "cannot draw a copy id: %s", strerror(errno));
-                return -EIO;
-            }
+        if ((rc = id_draw(&ns->copy.id, err)) < 0)
+            return rc;
         ns->copy.epoch = 1;
         if ((rc = durable_write_with(ns->copy_path, copy_fill, &ns->copy, 0644, err)) < 0)
             return rc;
@@ -339,6 +370,10 @@ static int fill(int fd, void *ctx)
     char line[STORE_NAME_MAX + 32];
     int rc = durable_write_all(fd, SYNC_HEADER "\n", sizeof SYNC_HEADER);
 
+    if (rc == 0 && ns->whole == NODE_SYNC_WHOLE_NEW)
+        rc = durable_write_all(fd, WHOLE_NEW "\n", sizeof WHOLE_NEW);
+    else if (rc == 0 && ns->whole == NODE_SYNC_WHOLE_REFILLING)
+        rc = durable_write_all(fd, WHOLE_REFILLING "\n", sizeof WHOLE_REFILLING);
     for (size_t i = 0; rc == 0 && i < ns->n; i++) {
         int len = snprintf(line, sizeof line, "%s %016" PRIx64 "\n", ns->v[i].name,
                            ns->v[i].secret_id);
@@ -351,6 +386,17 @@ static int fill(int fd, void *ctx)
 static int sync_write(struct node_sync *ns, char *err)
 {
     return durable_write_with(ns->path, fill, ns, 0644, err);
+}
+
+/* The hold bits of the node as a whole follow ns->whole (under mu). */
+static void whole_mirror(struct node_sync *ns)
+{
+    unsigned on = ns->whole == NODE_SYNC_WHOLE_NEW         ? NODE_SYNC_HOLD_NEW
+                  : ns->whole == NODE_SYNC_WHOLE_REFILLING ? NODE_SYNC_HOLD_REFILL
+                                                           : 0;
+    unsigned off = (NODE_SYNC_HOLD_NEW | NODE_SYNC_HOLD_REFILL) & ~on;
+    atomic_fetch_or(&ns->held, on);
+    atomic_fetch_and(&ns->held, ~off);
 }
 
 struct secret_read {
@@ -403,6 +449,17 @@ int node_sync_adopt(struct node_sync *ns, struct store *s, bool mark, char *err)
         if (rc < 0)
             goto out;
     }
+    if (mark && ns->doubt && ns->whole != NODE_SYNC_WHOLE_REFILLING) {
+        /* Whether the node was refilling is not known either. */
+        log_warn("the node as a whole is SYNCING (refilling): the list of SYNCING "
+                 "shards did not parse");
+        ns->whole = NODE_SYNC_WHOLE_REFILLING;
+    } else if (mark && nn == 0 && ns->whole == NODE_SYNC_WHOLE_NONE) {
+        log_info("empty data directory: held (reads refused) until enough copies "
+                 "of the group have said whether it holds anything");
+        ns->whole = NODE_SYNC_WHOLE_NEW;
+    }
+    whole_mirror(ns);
     atomic_store(&ns->count, ns->n);
     ns->doubt = false;
     rc = sync_write(ns, err);
@@ -533,34 +590,64 @@ int node_sync_copy_set(struct node_sync *ns, uint64_t epoch, const char *group,
 }
 
 uint64_t node_sync_peer_heard(struct node_sync *ns, const char *mine,
-                              const char *group, uint64_t id, uint64_t epoch)
+                              const struct node_sync_announce *a, bool *replaced)
 {
     char err[NODE_SYNC_ERRLEN] = "";
     uint64_t before = 0;
+    bool other = false, changed = false;
 
-    if (!ns || !id || !mine || !group || strcmp(mine, group) != 0)
+    if (replaced)
+        *replaced = false;
+    if (!ns || !a || !a->id || !mine || !a->group || strcmp(mine, a->group) != 0)
         return 0;
+    const char *addr = a->addr && strlen(a->addr) <= NODE_SYNC_ADDR_MAX ? a->addr : "";
     pthread_mutex_lock(&ns->idmu);
     struct peer_ent *p = NULL;
-    for (size_t i = 0; i < ns->npeers && !p; i++)
-        if (ns->peers[i].id == id)
-            p = &ns->peers[i];
+    for (size_t i = 0; i < ns->npeers; i++) {
+        struct peer_ent *q = &ns->peers[i];
+        if (q->id == a->id)
+            p = q;
+        else if (addr[0] && strcmp(q->addr, addr) == 0)
+            other = true;
+    }
     before = p ? p->epoch : 0;
-    if (epoch > before) {
-        if (p)
-            p->epoch = epoch;
-        else if (peers_push(ns, id, epoch) < 0)
-            goto out;
-        else
-            p = &ns->peers[ns->npeers - 1];
-        if (durable_write_with(ns->peers_path, peers_fill, ns, 0644, err) < 0) {
-            /* Not recorded: the next announcement tries again. */
-            log_warn("cannot record a peer's epoch: %s", err);
-            p->epoch = before;
+    /* Kept to undo what a failed write would lose. */
+    struct peer_ent *saved = NULL;
+    size_t nsaved = ns->npeers;
+    if (!p && peers_push(ns, a->id, 0, "") < 0)
+        goto out;
+    if (!p)
+        p = &ns->peers[ns->npeers - 1];
+    if ((saved = malloc(nsaved ? nsaved * sizeof *saved : 1)))
+        memcpy(saved, ns->peers, nsaved * sizeof *saved);
+    if (a->epoch > p->epoch) {
+        p->epoch = a->epoch;
+        changed = true;
+    }
+    if (addr[0] && strcmp(p->addr, addr) != 0) {
+        snprintf(p->addr, sizeof p->addr, "%s", addr);
+        changed = true;
+    }
+    /* The caller knows it is not the copy that was at addr before: that
+     * one is forgotten there (its epochs are kept). */
+    for (size_t i = 0; other && a->settled && i < ns->npeers; i++)
+        if (ns->peers[i].id != a->id && strcmp(ns->peers[i].addr, addr) == 0) {
+            ns->peers[i].addr[0] = 0;
+            changed = true;
+        }
+    if (changed && durable_write_with(ns->peers_path, peers_fill, ns, 0644, err) < 0) {
+        /* Not recorded: the next announcement tries again. */
+        log_warn("cannot record a peer's epoch and address: %s", err);
+        if (saved) {
+            memcpy(ns->peers, saved, nsaved * sizeof *saved);
+            ns->npeers = nsaved;
         }
     }
+    free(saved);
 out:
     pthread_mutex_unlock(&ns->idmu);
+    if (replaced)
+        *replaced = other;
     return before;
 }
 
@@ -582,4 +669,60 @@ bool node_sync_held(struct node_sync *ns)
 bool node_sync_any(struct node_sync *ns)
 {
     return ns && (atomic_load(&ns->held) != 0 || atomic_load(&ns->count) != 0);
+}
+
+enum node_sync_whole node_sync_whole_get(struct node_sync *ns)
+{
+    if (!ns)
+        return NODE_SYNC_WHOLE_NONE;
+    pthread_mutex_lock(&ns->mu);
+    enum node_sync_whole w = ns->whole;
+    pthread_mutex_unlock(&ns->mu);
+    return w;
+}
+
+int node_sync_whole_set(struct node_sync *ns, enum node_sync_whole w, char *err)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&ns->mu);
+    enum node_sync_whole was = ns->whole;
+    if (w != was) {
+        ns->whole = w;
+        rc = sync_write(ns, err);
+        if (rc < 0)
+            ns->whole = was;
+        else
+            whole_mirror(ns);
+    }
+    pthread_mutex_unlock(&ns->mu);
+    return rc;
+}
+
+enum node_sync_standing node_sync_standing(struct node_sync *ns)
+{
+    unsigned h = ns ? atomic_load(&ns->held) : 0;
+
+    if (h & NODE_SYNC_HOLD_REFILL)
+        return NODE_SYNC_REFILLING;
+    if (h & NODE_SYNC_HOLD_NEW)
+        return NODE_SYNC_NEW;
+    if (h & NODE_SYNC_HOLD_EPOCH)
+        return NODE_SYNC_CHECKING;
+    return NODE_SYNC_CHECKED;
+}
+
+int node_sync_copy_renew(struct node_sync *ns, const char *group, char *err)
+{
+    struct node_sync_copy c = {.epoch = 1};
+    int rc;
+
+    if ((rc = id_draw(&c.id, err)) < 0)
+        return rc;
+    snprintf(c.group, sizeof c.group, "%s", group);
+    pthread_mutex_lock(&ns->idmu);
+    if ((rc = durable_write_with(ns->copy_path, copy_fill, &c, 0644, err)) == 0)
+        ns->copy = c;
+    pthread_mutex_unlock(&ns->idmu);
+    return rc;
 }

@@ -12,11 +12,16 @@
  * on every change, before the change is used), one line per shard,
  *   bloomgrid-syncing 1
  *   <store name> <secret id: 16 hex digits, 0 for any secret>
- * A file that does not parse (any doubt) marks every shard of the store.
- * A missing file is an empty list (a new or wiped data directory holds no
- * shard to vouch for; shards created on it later are marked).  Entries of
- * shards the store no longer holds, or holds with another secret, are
- * dropped when the node starts.
+ * and at most one line for the node as a whole (docs/REPLICATION.md,
+ * "Re-created copies"): "* new" (started on an empty data directory, not
+ * yet told by its peers whether its group holds anything) or "* refilling"
+ * (lost or replaced data directory: creating and filling its group's
+ * shards).  "*" is no store name: a node of an earlier version finds such
+ * a list in doubt.  A file that does not parse (any doubt) marks every
+ * shard of the store, and the node refilling.  A missing file is an empty
+ * list; a copy of a group of N > 1 whose store holds no filter when it
+ * starts is new.  Entries of shards the store no longer holds, or holds
+ * with another secret, are dropped when the node starts.
  *
  * It also remembers, for the life of the process, the shards dropped on
  * this node, so anti-entropy does not bring one back from a peer the drop
@@ -28,17 +33,22 @@
  * grows and is durable before any peer hears of it,
  *   bloomgrid-copy 1
  *   <copy id: 16 hex digits> <epoch> <group>
- * and DIR/PEERS the highest epoch heard from each peer's copy id,
+ * and DIR/PEERS the highest epoch heard from each peer's copy id, and the
+ * address it last announced it from,
  *   bloomgrid-peers 1
- *   <copy id: 16 hex digits> <epoch>
+ *   <copy id: 16 hex digits> <epoch> [<address>]
+ * (no address: not known, or superseded by another copy at that address).
  * A COPY that does not parse is doubt (every shard SYNCING, a new id).  A
  * copy that hears from a peer an epoch of its own id above its own was
- * started on an older copy of its directory (node_replicate.c decides).
+ * started on an older copy of its directory, and one whose peer recorded
+ * another copy id at its address runs on a replaced directory
+ * (node_replicate.c decides).
  *
  * Holds: reasons for which every shard of the node answers as SYNCING
  * (reads refused) without being listed: its epoch is not yet checked
- * against its peers' (set from the start), or it joins a group and lacks
- * shards its peers hold.
+ * against its peers' (set from the start), it joins a group and lacks
+ * shards its peers hold, or the node as a whole is new or refilling (those
+ * two follow the durable line above: node_sync_whole_set).
  *
  * Threads: every function may be called from any thread at once; a mark or
  * clear writes the file under the list's lock.  node_sync_is costs one
@@ -68,7 +78,9 @@ void node_sync_close(struct node_sync *ns);
 
 /* Once the store is open, before it serves: mark every shard of s when in
  * doubt, and the shards whose recovery was cut, when mark (the node is a
- * copy of a group of N > 1); drop entries of shards s lacks or holds with
+ * copy of a group of N > 1); then, when mark, the node as a whole is
+ * refilling when in doubt, and new when s holds no filter and the list
+ * said nothing of the whole; drop entries of shards s lacks or holds with
  * another secret; write the file.  Every entry's "taking writes since" is
  * now.  Returns 0 or the file's write error. */
 int node_sync_adopt(struct node_sync *ns, struct store *s, bool mark, char *err);
@@ -126,20 +138,66 @@ void node_sync_copy_get(struct node_sync *ns, struct node_sync_copy *out);
 int node_sync_copy_set(struct node_sync *ns, uint64_t epoch, const char *group,
                        char *err);
 
-/* A peer of group `group` announces copy id at epoch.  Returns the highest
- * epoch of id heard before this call (0: never), and records epoch in
- * DIR/PEERS when it is higher, durably.  A peer of another group than
- * mine (this node's) is neither answered (0) nor recorded. */
+#define NODE_SYNC_ADDR_MAX 127    /* TOPO_ADDR_MAX */
+
+/* What a peer announces of its data directory (ListShardsRequest). */
+struct node_sync_announce {
+    const char *group;
+    uint64_t id, epoch;
+    const char *addr;       /* its address, a member of mine; NULL or "": none */
+    bool settled;           /* it is refilling or checked: it knows it is
+                               not the copy that was at addr before */
+};
+
+/* A peer of group a->group announces copy a->id at a->epoch from a->addr.
+ * Returns the highest epoch of that id heard before this call (0: never);
+ * *replaced (may be NULL) says whether another copy id was recorded at
+ * a->addr before this call.  Records, durably, the epoch when it is
+ * higher and the address; when a->settled, the other ids recorded at that
+ * address lose it (superseded).  A peer of another group than mine (this
+ * node's) is neither answered (0, not replaced) nor recorded; a record
+ * that cannot be written is logged and tried again at the next call. */
 uint64_t node_sync_peer_heard(struct node_sync *ns, const char *mine,
-                              const char *group, uint64_t id, uint64_t epoch);
+                              const struct node_sync_announce *a, bool *replaced);
+
+/* Draw a new copy id for this directory (epoch 1, group), durably: it is
+ * not the copy its peers knew at this address.  Returns 0 or an error. */
+int node_sync_copy_renew(struct node_sync *ns, const char *group, char *err);
 
 enum node_sync_hold {
     NODE_SYNC_HOLD_EPOCH = 1,      /* epoch not yet checked with peers */
     NODE_SYNC_HOLD_JOINING = 2,    /* a joining member lacks shards */
+    NODE_SYNC_HOLD_NEW = 4,        /* whole: NODE_SYNC_WHOLE_NEW */
+    NODE_SYNC_HOLD_REFILL = 8,     /* whole: NODE_SYNC_WHOLE_REFILLING */
 };
 
-/* Set or clear one hold. */
+/* Set or clear one hold (EPOCH or JOINING: the other two follow
+ * node_sync_whole_set). */
 void node_sync_hold(struct node_sync *ns, enum node_sync_hold why, bool on);
+
+/* The node as a whole (the durable line of DIR/SYNCING). */
+enum node_sync_whole {
+    NODE_SYNC_WHOLE_NONE = 0,
+    NODE_SYNC_WHOLE_NEW,           /* empty directory, group not yet heard */
+    NODE_SYNC_WHOLE_REFILLING,     /* lost or replaced directory, filling */
+};
+
+/* Read it (NONE without a list). */
+enum node_sync_whole node_sync_whole_get(struct node_sync *ns);
+
+/* Set it, durably, and its hold.  Returns 0 or the file's write error (then
+ * nothing changed). */
+int node_sync_whole_set(struct node_sync *ns, enum node_sync_whole w, char *err);
+
+/* Where the copy stands, in the order its holds are lifted
+ * (ListShardsResponse.copy_state). */
+enum node_sync_standing {
+    NODE_SYNC_CHECKING = 1,        /* its epoch not yet checked */
+    NODE_SYNC_NEW = 2,
+    NODE_SYNC_REFILLING = 3,
+    NODE_SYNC_CHECKED = 4,         /* none of the three */
+};
+enum node_sync_standing node_sync_standing(struct node_sync *ns);
 
 /* Is any hold set? */
 bool node_sync_held(struct node_sync *ns);

@@ -63,15 +63,21 @@ static int chunk_write(void *ctx, const void *buf, size_t len)
 }
 
 /* Export: a point-in-time copy of the filter (no lock held while sending),
- * serialized straight into chunks.  shard: the request is an
+ * serialized straight into chunks.  What the call holds, the copy and its
+ * chunk (the buffer and the message on its way), counts against
+ * max_memory_mb until the call ends, however long the client takes to
+ * read (docs/SECURITY.md, "Budgets").  shard: the request is an
  * ExportShardRequest naming one shard (internal ExportShard). */
 static void export_run(struct node *n, struct rpc_stream *st, bool shard)
 {
     struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
     const uint8_t *buf;
     size_t len;
+    struct store *s = NULL;
     struct store_filter *sf = NULL;
     struct bf *copy = NULL;
+    uint64_t reserved = 0;          /* of max_memory_mb: copy and chunk */
+    char err[STORE_ERRLEN] = "", what[STORE_NAME_MAX + 64];
     Bloomgrid__V1__ExportShardRequest *m = NULL;
     struct chunker c = {.st = st};
 
@@ -90,7 +96,7 @@ static void export_run(struct node *n, struct rpc_stream *st, bool shard)
         rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT, "malformed ExportRequest");
         goto done;
     }
-    struct store *s = node_rpc__need_store(n, &r);
+    s = node_rpc__need_store(n, &r);
     if (!s || (shard && node_rpc__refuse_version(&r, m->topology_version)))
         goto done;
     if (shard)
@@ -104,21 +110,31 @@ static void export_run(struct node *n, struct rpc_stream *st, bool shard)
         c.cap = RULES_CHUNK_MAX;
     if (c.cap + 64 > rpc_stream_max_message(st))
         c.cap = rpc_stream_max_message(st) - 64;
-    copy = store_filter_copy(sf);
-    if (!copy) {
-        enum store_state state = store_filter_state(sf, NULL);
-        node_rpc__store_error(&r, sf, m->filter,
-                              state == STORE_READY ? -ENOMEM : node_rpc__state_errno(state),
-                    "not enough memory for a copy of the filter");
+    if (shard)
+        snprintf(what, sizeof what, "ExportShard of shard %u of \"%s\"",
+                 m->shard_index, m->filter);
+    else
+        snprintf(what, sizeof what, "Export of \"%s\"", m->filter);
+    rc = store_filter_copy_counted(sf, what, &copy, &reserved, err);
+    if (rc < 0) {
+        node_rpc__store_error(&r, sf, m->filter, rc, err);
         goto done;
     }
+    c.total = bf_file_size(copy);
+    if (c.cap > c.total)
+        c.cap = (size_t)c.total;
+    /* The chunk's buffer, and the message packed from it on its way. */
+    if ((rc = store_reserve(s, 2 * (uint64_t)c.cap, what, err)) < 0) {
+        node_rpc__store_error(&r, sf, m->filter, rc, err);
+        goto done;
+    }
+    reserved += 2 * (uint64_t)c.cap;
     c.buf = malloc(c.cap);
     if (!c.buf) {
         rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
     }
-    c.total = bf_file_size(copy);
-    rc = bf_file_write(copy, chunk_write, &c);
+    rc = bf_file_write_stable(copy, chunk_write, &c);   /* the copy is ours */
     if (rc == 0 && (c.len > 0 || c.offset == 0))
         rc = chunk_flush(&c);
     if (c.failed)
@@ -131,9 +147,18 @@ static void export_run(struct node *n, struct rpc_stream *st, bool shard)
     log_info("exported filter %s (%llu bytes)", m->filter,
              (unsigned long long)c.total);
 done:
+    /* The copy's room goes back before the status, so that an export the
+     * client starts once it has the status finds it free. */
+    bf_destroy(copy);
+    copy = NULL;
+    if (reserved)
+        store_release(s, reserved);
+    reserved = 0;
     node_rpc__finish_reply(st, &r);
 out:
     bf_destroy(copy);
+    if (reserved)
+        store_release(s, reserved);
     free(c.buf);
     if (sf)
         store_put(sf);
@@ -270,8 +295,8 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     if (store_dropped(s, store_filter_name(sf), store_secret_id(src), NULL)) {
         rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
                         "imported file is of filter \"%s\" as it was before "
-                        "it was dropped on this node: refused (a drop is not "
-                        "undone)", name);
+                        "it was dropped on this node: refused (only an undrop "
+                        "brings it back)", name);
         goto done;
     }
     struct merge_check mc = {.src = src};

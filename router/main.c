@@ -213,8 +213,7 @@ int main(int argc, char **argv)
     char host[256], hnote[300];
     rpc_listen_host(cfg.listen, host, sizeof host);
     rpc_listen_health_note(r.srv, hli, cfg.health_listen, hnote, sizeof hnote);
-    printf("bloomgrid-router listening on %s:%d%s\n", host, port, hnote);
-    fflush(stdout);
+    log_announce("bloomgrid-router listening on %s:%d%s", host, port, hnote);
     log_info("listening on %s:%d (%s; topology %s, %llu shards by default)", host,
              port, tls ? "TLS" : "plaintext", cfg.topology,
              (unsigned long long)cfg.default_shards);

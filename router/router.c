@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "log.h"
+#include "router_nodes.h"
 #include "router_pool.h"
 
 int router_init(struct router *r, const struct router_config *cfg, struct topo *t)
@@ -18,6 +19,7 @@ int router_init(struct router *r, const struct router_config *cfg, struct topo *
     r->topo = t;
     pthread_mutex_init(&r->lock, NULL);
     r->pool = router_pool_create();
+    router_keys_metrics_init();
     return r->pool ? 0 : -ENOMEM;
 }
 

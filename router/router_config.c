@@ -88,7 +88,7 @@ static const struct setting settings[] = {
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info", F(log_level),
      "least severe log level printed"},
     {"log_format", SETTING_ENUM, 0, 0, "text|json", "text", F(log_format),
-     "log line format: text (with a syslog priority prefix instead of the time when stderr is the systemd journal) or json (one object per line: time, level, program, source, msg)"},
+     "log line format: text (with a syslog priority prefix instead of the time when stderr is the systemd journal) or json (one object per line: time, level, program, source, msg), which the \"listening on\" and \"metrics on\" lines on stdout follow too"},
     RPC_LISTEN_SETTINGS(struct router_config),
     RPC_METRICS_SETTING(struct router_config),
     {"canary_filter", SETTING_STRING, 0, 0, NULL, "", F(canary_filter),

@@ -28,6 +28,23 @@
 #include "rules.h"
 
 static const char *const op_names[] = {"Add", "MayContain", "Remove"};
+
+/* ---- metrics ---- */
+
+static struct metric *quorum_failures(enum router_key_op op)
+{
+    const char *labels[] = {"op", op_names[op], NULL};
+    return metrics_counter(metrics_registry(), "bloomgrid_router_quorum_failures_total",
+                           "key calls with a shard short of its quorum, by "
+                           "operation", labels);
+}
+
+void router_keys_metrics_init(void)
+{
+    for (int op = ROUTER_ADD; op <= ROUTER_REMOVE; op++)
+        quorum_failures((enum router_key_op)op);
+}
+
 /* ---- key batches ---- */
 
 /* What the key path asks of one shard's copies (docs/REPLICATION.md): a
@@ -289,11 +306,8 @@ static void batch_failure(struct rpc_status *st, enum router_key_op op,
     grpc_status_code code = GRPC_STATUS_UNAVAILABLE;
     size_t nbad = 0, acked = 0;
     bool write = op != ROUTER_MAY_CONTAIN;
-    const char *labels[] = {"op", op_names[op], NULL};
 
-    metric_add(metrics_counter(metrics_registry(), "bloomgrid_router_quorum_failures_total",
-                               "key calls with a shard short of its quorum, by "
-                               "operation", labels), 1);
+    metric_add(quorum_failures(op), 1);
 
     st->message[0] = 0;
     for (size_t k = 0; k < nq; k++) {

@@ -571,6 +571,12 @@ struct router_link *router_link_create(const char *addr,
     const char *labels[] = {"node", l->addr, NULL};
     l->m_ok[LANE_READ] = node_calls(l, LANE_READ, GRPC_STATUS_OK);
     l->m_ok[LANE_WRITE] = node_calls(l, LANE_WRITE, GRPC_STATUS_OK);
+    /* A node down or slow: at 0 from the start, so that its first failed
+     * batch is an increase (other codes appear when first seen). */
+    for (int lane = 0; lane < LANES; lane++) {
+        node_calls(l, lane, GRPC_STATUS_UNAVAILABLE);
+        node_calls(l, lane, GRPC_STATUS_DEADLINE_EXCEEDED);
+    }
     l->m_duration = metrics_histogram(metrics_registry(),
                                       "bloomgrid_router_node_duration_seconds",
                                       "time from a key batch's submission to its "

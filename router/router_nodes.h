@@ -40,6 +40,11 @@ struct router_filter *router_filter_lookup(struct router *r, const struct topo *
 
 enum router_key_op { ROUTER_ADD, ROUTER_MAY_CONTAIN, ROUTER_REMOVE };
 
+/* Make bloomgrid_router_quorum_failures_total{op} of every op at 0, so
+ * that the first failure is an increase an alert sees (router_init calls
+ * it).  Any thread, any number of times. */
+void router_keys_metrics_init(void);
+
 /* The answer of a key batch: rc 0 with out filled, or -1 with st. */
 typedef void (*router_keys_fn)(void *arg, int rc, const struct rpc_status *st);
 
@@ -101,10 +106,17 @@ struct router_create {
     int kind;                  /* bloomgrid.v1.FilterKind */
     uint32_t shards;           /* resolved (> 0) */
     const uint8_t *secret;     /* BF_SECRET_LEN bytes, or NULL for random */
+    bool undrop;               /* undo a drop of name with secret (needed) */
 };
 
 /* Create every shard on its group, or none: shards created before a failure
- * are dropped again.  On success *out describes the new filter. */
+ * are dropped again.  On success *out describes the new filter.  With
+ * c->undrop (docs/REPLICATION.md, "Undoing a drop"): copies that are down
+ * are passed over while every shard still reaches its write quorums (they
+ * keep their tombstones until anti-entropy brings them the filter); a copy
+ * that refuses, or a shard short of a quorum, rolls back every shard this
+ * call undropped (not those a copy held before); ALREADY_EXISTS when every
+ * copy that answered held it already. */
 int router_create_filter(struct router *r, const struct router_create *c,
                          struct router_filter_desc *out, struct rpc_status *st);
 

@@ -537,6 +537,7 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         .kind = m->kind,
         .shards = m->shards ? m->shards : (uint32_t)r->cfg.default_shards,
         .secret = m->secret.len ? m->secret.data : NULL,
+        .undrop = m->undrop,
     };
     char err[RULES_ERRLEN];
     /* Every rule a node applies to each shard, checked before any fan-out. */
@@ -547,6 +548,12 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         rules_shard_count_check(c.shards, err) < 0 ||
         rules_secret_check(m->secret.len, err) < 0) {
         rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
+        goto out;
+    }
+    if (c.undrop && !c.secret) {
+        rpc_reply_error(rep, GRPC_STATUS_INVALID_ARGUMENT, "filter \"%s\": an "
+                        "undrop needs the dropped filter's secret (a backup's "
+                        "file holds it: bloomgrid restore --undrop)", m->name);
         goto out;
     }
     if (router_create_filter(r, &c, &d, &st) < 0) {

@@ -8,12 +8,17 @@
  * copy or is rolled back everywhere; a drop must reach every copy; a
  * describe or a list takes, per shard, the first copy (in topology order)
  * that answers.  Every request carries the router's topology version.
+ * An undrop (CreateFilter with undrop) is a create that passes over copies
+ * that are down while each shard keeps its write quorums: those copies
+ * keep their tombstones until anti-entropy brings them the filter
+ * (docs/REPLICATION.md, "Undoing a drop").
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "bloomgrid/v1/internal.pb-c.h"
@@ -147,6 +152,7 @@ struct ref_ctx {
     const struct router_filter *f;
     const struct topo *t;
     uint64_t secret_id;
+    uint64_t generation;        /* DropShard: only shards of at least this */
 };
 
 static grpc_slice get_req(const void *ctx, uint32_t s)
@@ -167,6 +173,7 @@ static grpc_slice drop_req(const void *ctx, uint32_t s)
     m.filter = (char *)x->f->name;
     m.shard_index = s;
     m.secret_id = x->secret_id;
+    m.generation = x->generation;
     m.topology_version = x->t->version;
     return router_rpc__pack_slice(&m.base);
 }
@@ -210,13 +217,15 @@ fail:
 
 /* The failure of a CreateFilter that tells most: one from a node that
  * answered (a bad parameter, a name taken) before one of a node that is
- * down or slow. */
-static size_t telling_failure(const struct fan *fn)
+ * down or slow.  In an undrop (undrop set) ALREADY_EXISTS is no failure:
+ * that copy holds the filter. */
+static size_t telling_failure(const struct fan *fn, bool undrop)
 {
     size_t first = SIZE_MAX;
 
     for (size_t i = 0; i < fn->n; i++) {
-        if (fn->calls[i].rc == 0)
+        if (fn->calls[i].rc == 0 ||
+            (undrop && fn->calls[i].st.code == GRPC_STATUS_ALREADY_EXISTS))
             continue;
         if (first == SIZE_MAX || (router_node_down(fn->calls[first].st.code) &&
                                   !router_node_down(fn->calls[i].st.code)))
@@ -229,19 +238,21 @@ static size_t telling_failure(const struct fan *fn)
  * every copy this call may have created (those that answered OK, and those
  * whose answer was lost with a node down or slow), each only if it has this
  * call's secret, so a shard of the same name that another call created
- * stays.  st gets the failure, and names any shard that could not be
- * dropped. */
+ * stays; an undrop's (generation set) only at that generation or later, so
+ * a copy that held the filter before stays too.  st gets the failure (and
+ * its reason), and names any shard that could not be dropped. */
 static void rollback(struct router *r, const struct topo *t,
                      const struct router_filter *f, const char *name,
                      const struct fan *made, uint32_t S, size_t failed,
-                     struct rpc_status *st)
+                     uint64_t generation, struct rpc_status *st)
 {
-    size_t fi = telling_failure(made);
+    size_t fi = telling_failure(made, generation != 0);
     const struct rpc_multi *first = &made->calls[fi];
     uint32_t fs = made->shard[fi];
     uint32_t *undo = calloc(S, sizeof *undo);
     struct fan drops = {0};
-    struct ref_ctx x = {.f = f, .t = t, .secret_id = f->secret_id};
+    struct ref_ctx x = {.f = f, .t = t, .secret_id = f->secret_id,
+                        .generation = generation};
     char left[RPC_MSGLEN] = "";
     size_t nleft = 0, off = 0;
     bool asked = false;
@@ -280,6 +291,8 @@ static void rollback(struct router *r, const struct topo *t,
                                                  "were dropped",
                       left, nleft || !asked ? "; drop the filter once they are "
                                               "reachable" : "");
+    if (!router_node_down(first->st.code))
+        st->reason = first->st.reason;   /* DROPPED, SECRET_MISMATCH */
     log_warn("%s", st->message);
     fan_free(&drops);
     free(undo);
@@ -290,6 +303,7 @@ struct create_ctx {
     const struct topo *t;
     const uint8_t *secret;
     uint64_t per_shard;
+    uint64_t generation;        /* an undrop's, else 0 */
 };
 
 static grpc_slice create_req(const void *ctx, uint32_t s)
@@ -310,7 +324,77 @@ static grpc_slice create_req(const void *ctx, uint32_t s)
      * is a new filter too: a dropped one's is refused by the node's
      * tombstone, a live one's by ALREADY_EXISTS. */
     m.new_filter = true;
+    m.undrop_generation = x->generation;
     return router_rpc__pack_slice(&m.base);
+}
+
+/* An undrop's calls (one per shard and member, members in order): does
+ * every shard have its write quorums among the copies that hold it now
+ * (undropped, or held before: ALREADY_EXISTS)?  *refused counts the copies
+ * that refused, *down those passed over (down or slow), *made those it
+ * undropped.  Returns the first shard short of a quorum, or UINT32_MAX. */
+static uint32_t undrop_short(const struct topo *t, const struct router_filter *f,
+                             const struct fan *fn, size_t *refused, size_t *down,
+                             size_t *made)
+{
+    uint32_t first_short = UINT32_MAX;
+    unsigned m = 0, hc = 0, ho = 0;
+
+    *refused = *down = *made = 0;
+    for (size_t i = 0; i < fn->n; i++) {
+        const struct topo_group *g = &t->groups[f->group[fn->shard[i]]];
+        grpc_status_code code = fn->calls[i].rc == 0 ? GRPC_STATUS_OK
+                                                     : fn->calls[i].st.code;
+        bool holds = code == GRPC_STATUS_OK || code == GRPC_STATUS_ALREADY_EXISTS;
+        m = i > 0 && fn->shard[i - 1] == fn->shard[i] ? m + 1 : 0;
+        if (m == 0)
+            hc = ho = 0;
+        *made += code == GRPC_STATUS_OK;
+        *down += !holds && router_node_down(code);
+        *refused += !holds && !router_node_down(code);
+        hc += holds && m < g->ncopies;
+        ho += holds && (g->other_mask >> m & 1u);
+        bool last = i + 1 == fn->n || fn->shard[i + 1] != fn->shard[i];
+        if (last && first_short == UINT32_MAX &&
+            (hc < g->write_quorum || (g->nother && ho < g->other_write_quorum)))
+            first_short = fn->shard[i];
+    }
+    return first_short;
+}
+
+/* An undrop of a name that exists under another secret (or shard count)
+ * is refused before anything changes.  Returns 0, or -1 with st set. */
+static int undrop_precheck(struct router *r, const struct topo *t,
+                           const struct router_create *c, struct rpc_status *st)
+{
+    struct rpc_status ls;
+    struct router_filter *had;
+
+    router_filter_forget(r, c->name);
+    if (!(had = router_filter_lookup(r, t, c->name, &ls)))
+        return 0;   /* absent, or shard 0 unreachable: the fan decides */
+    bool other = memcmp(had->secret, c->secret, BF_SECRET_LEN) != 0 ||
+                 had->shards != c->shards;
+    router_filter_unref(had);
+    router_filter_forget(r, c->name);
+    if (!other)
+        return 0;
+    rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, "filter \"%s\" exists "
+                   "under another secret or shard count (it was created again "
+                   "after the drop): not undropped; drop it first, or restore "
+                   "elsewhere", c->name);
+    st->reason = RPC_REASON_SECRET_MISMATCH;
+    return -1;
+}
+
+/* The time in microseconds: an undrop's generation, above those of the
+ * undrops before it (each node also takes one above its tombstone's). */
+static uint64_t undrop_generation(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 /* What one node of the groups would take of a new filter. */
@@ -448,6 +532,8 @@ int router_create_filter(struct router *r, const struct router_create *c,
     int rc = -1;
 
     memset(out, 0, sizeof *out);
+    if (c->undrop && undrop_precheck(r, t, c, st) < 0)
+        goto out;
     if (c->secret) {
         memcpy(secret, c->secret, sizeof secret);
     } else if (getrandom(secret, sizeof secret, 0) != (ssize_t)sizeof secret) {
@@ -472,7 +558,8 @@ int router_create_filter(struct router *r, const struct router_create *c,
     for (uint32_t s = 0; s < S; s++)
         list[s] = s;
     struct create_ctx x = {.c = c, .t = t, .secret = secret,
-                           .per_shard = rules_shard_capacity(c->capacity, S)};
+                           .per_shard = rules_shard_capacity(c->capacity, S),
+                           .generation = c->undrop ? undrop_generation() : 0};
     if (budget_check(r, t, f, c, x.per_shard, st) < 0)
         goto out;
     if (fan_run(r, t, f, list, S, M_CREATE, create_req, &x, &fn) < 0) {
@@ -482,8 +569,31 @@ int router_create_filter(struct router *r, const struct router_create *c,
     size_t failed = 0;
     for (size_t i = 0; i < fn.n; i++)
         failed += fn.calls[i].rc != 0;
+    if (c->undrop) {
+        size_t refused, down, made;
+        uint32_t sh = undrop_short(t, f, &fn, &refused, &down, &made);
+        if (refused || sh != UINT32_MAX) {
+            rollback(r, t, f, c->name, &fn, S, refused + down, x.generation, st);
+            goto out;
+        }
+        if (!made) {
+            rpc_status_set(st, GRPC_STATUS_ALREADY_EXISTS, "filter \"%s\" exists "
+                           "with this secret on every copy that answered: "
+                           "nothing to undrop", c->name);
+            goto out;
+        }
+        router_filter_unref(router_filter_add(r, c->name, secret, S, t));
+        log_info("undropped filter %s: %u shards, generation %llu, on %zu shard "
+                 "copies; %zu held it already, %zu down (they keep their "
+                 "tombstones until anti-entropy brings them the filter)",
+                 c->name, S, (unsigned long long)x.generation, made,
+                 fn.n - made - down, down);
+        router_filter_desc_free(out);
+        rc = router_describe_filter(r, c->name, out, st);
+        goto out;
+    }
     if (failed) {
-        rollback(r, t, f, c->name, &fn, S, failed, st);
+        rollback(r, t, f, c->name, &fn, S, failed, 0, st);
         goto out;
     }
     for (size_t i = 0; i < fn.n; i++) {

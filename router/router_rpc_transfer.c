@@ -267,8 +267,9 @@ static struct bf *export_copy_bf(struct router *r, const struct topo *t,
 
 /* Shard s of a group read by R > 1 copies: one copy alone may lack a write
  * that W others acknowledged, so R copies are exported and ORed, as a read
- * asks R (R + W > N: every acknowledged key is in one of them).  inserts is
- * the largest copy's, not the sum (the copies hold the same adds).  Fewer
+ * asks R (R + W > N: every acknowledged key is in one of them).  inserts and
+ * keys added are the largest copy's, not the sum (the copies hold the same
+ * adds; an uncounted copy's BF_KEYS_UNCOUNTED is the largest).  Fewer
  * than R copies answering: UNAVAILABLE, never a file from fewer. */
 static int export_shard_quorum(struct router *r, const struct topo *t,
                                const struct router_filter *f, uint32_t s,
@@ -277,7 +278,7 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
 {
     const struct topo_group *g = &t->groups[f->group[s]];
     unsigned need = g->read_quorum, got = 0;
-    uint64_t inserts = 0, count = 0;     /* the largest copy's */
+    uint64_t inserts = 0, keys = 0, count = 0;     /* the largest copy's */
     uint64_t acc_charged = 0, one_charged;
     struct bf *acc = NULL;
     char failed[512] = "", err[256];
@@ -302,6 +303,8 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
             got++;
             if (bf_insert_count(one) > inserts)
                 inserts = bf_insert_count(one);
+            if (bf_keys_added(one) > keys)
+                keys = bf_keys_added(one);
             if (bf_layer_info(one, 0, &li) == 0 && li.count > count)
                 count = li.count;
         }
@@ -326,7 +329,7 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
                        g->ncopies, need, failed[0] ? failed : "none asked");
         goto out;
     }
-    bf_set_counts(acc, inserts, &count);
+    bf_set_counts(acc, inserts, keys, &count);
     if (bundle_writer_entry(w, s, bf_file_size(acc)) < 0 ||
         bf_file_write(acc, bundle_writer_data, w) < 0) {
         write_failed(mem, st);

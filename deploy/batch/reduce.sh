@@ -1,8 +1,11 @@
 #!/bin/sh
 # The reduce of a batch load (README.md): nothing is merged, and nothing
 # imported, unless all PARTS partials are there and each is a partial of the
-# template (the same shards, by fingerprint) holding as many inserts as its
-# mapper read keys.  Any miss ends with status 1 and a line naming the
+# template (the same shards, by fingerprint) built from as many keys as its
+# mapper read: the "keys added" a partial records count every key `build`
+# read, repeats and false positives included (file format 2: a partial
+# written by an older bloomgrid records none, and is refused when there is
+# a count to check).  Any miss ends with status 1 and a line naming the
 # partial.  Used by the Kubernetes reduce Job, and after a Hadoop Streaming
 # or Spark job; installed as share/bloomgrid/batch/reduce.sh (the image, the
 # make dist tarball).
@@ -19,12 +22,14 @@
 #   INPUT      the input splits, split-I for partial I ($SHARED/input);
 #              without split-I, partial I's count of keys is the number in
 #              PARTS_DIR/part-I.keys (written by the Hadoop and Spark
-#              mappers); without either, its inserts are not checked
+#              mappers); without either, its keys are not checked
 #   WAIT_S     seconds to wait for partials still missing from a directory
 #              (default 0: none)
 #   FILTER     import the merge into this filter through $BLOOMGRID_SERVER
 #              (with TOKEN_FILE's token, BLOOMGRID_TLS_CA...); unset: no import
 #   BLOOMGRID  the tool (default: bloomgrid on PATH)
+#   JQ         the jq that reads `bloomgrid inspect --json` (default: jq on
+#              PATH); without one (or with JQ empty), python3's json module
 set -eu
 shared=${SHARED:-/shared}
 run_dir=$shared/runs/${RUN:-}
@@ -41,6 +46,18 @@ wait_s=${WAIT_S:-0}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "reduce: $*" >&2; exit 1; }
+
+# inspect's JSON is read by a JSON parser: jq (Debian's jq, in the image),
+# or python3 where there is no jq (a Spark driver, a Hadoop client).
+jq=${JQ-jq}
+if [ -n "$jq" ] && command -v "$jq" >/dev/null 2>&1; then
+    json=jq
+elif command -v python3 >/dev/null 2>&1; then
+    json=python3
+else
+    echo "reduce: reading 'bloomgrid inspect --json' needs jq or python3; neither is on PATH" >&2
+    exit 2
+fi
 
 # 0. Partials on a Hadoop file system come here first.
 from=$dir
@@ -77,28 +94,42 @@ while m=$(missing) && [ -n "$m" ]; do
     sleep 10
 done
 
-# shards FILE OUT: "INDEX FINGERPRINT INSERTS" per shard of a bundle (or of
-# a single filter file), from inspect --json, which also verifies the
-# file's checksum.
+# shards FILE OUT: "INDEX FINGERPRINT KEYS" per shard of a bundle (or of
+# a single filter file), KEYS its keys added or "-" when the file records
+# none; from inspect --json, which also verifies the file's checksum.
 shards() {
     "$bg" inspect "$1" --json > "$tmp/json" || fail "$1: unreadable or corrupt"
-    if grep -q '"shard_list"' "$tmp/json"; then
-        sed -n 's/.*"index": \([0-9]*\),.*"inserts": \([0-9]*\), "fingerprint": "\([0-9a-f]*\)".*/\1 \3 \2/p' \
-            "$tmp/json" > "$2"
+    if [ "$json" = jq ]; then
+        "$jq" -r '(if has("shard_list") then .shard_list[]
+                   else {index: .shard_index, fingerprint, keys_added} end)
+                  | "\(.index) \(.fingerprint) \(.keys_added // "-")"' "$tmp/json" > "$2"
     else
-        idx=$(sed -n 's/^  "shard_index": \([0-9]*\),$/\1/p' "$tmp/json")
-        ins=$(sed -n 's/^  "inserts": \([0-9]*\),$/\1/p' "$tmp/json")
-        fp=$(sed -n 's/^  "fingerprint": "\([0-9a-f]*\)",$/\1/p' "$tmp/json")
-        echo "$idx $fp $ins" > "$2"
-    fi
+        python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+for s in d.get("shard_list") or [dict(d, index=d.get("shard_index"))]:
+    k = s.get("keys_added")
+    print(s.get("index"), s.get("fingerprint"), "-" if k is None else k)
+' "$tmp/json" > "$2"
+    fi || fail "$1: inspect's answer is not the JSON expected"
     [ -s "$2" ] || fail "$1: no shard in inspect's answer"
+    ! grep -Evq '^[0-9]+ [0-9a-f]+ ([0-9]+|-)$' "$2" ||
+        fail "$1: inspect's answer is not the JSON expected: $(grep -Ev '^[0-9]+ [0-9a-f]+ ([0-9]+|-)$' "$2" | head -1)"
 }
-sum() { awk '{ s += $3 } END { printf "%d\n", s }' "$1"; }
+# keys FILE: the sum of the shards' keys added, or "-" if one has none.
+keys() {
+    t=0
+    while read -r _ _ k; do
+        [ "$k" != - ] || { echo -; return 0; }
+        t=$((t + k))
+    done < "$1"
+    echo "$t"
+}
 
 # 2. Each partial: the template's shards, and its mapper's keys.
 shards "$template" "$tmp/template"
 cut -d' ' -f1,2 "$tmp/template" > "$tmp/want"
-total=0
+total=0    # the partials' keys added; "-" once one records none
 set --
 i=0
 while [ "$i" -lt "$PARTS" ]; do
@@ -106,30 +137,36 @@ while [ "$i" -lt "$PARTS" ]; do
     shards "$p" "$tmp/part"
     cut -d' ' -f1,2 "$tmp/part" | cmp -s - "$tmp/want" ||
         fail "$p: not a partial of $template (other shards or secret): nothing merged"
-    n=$(sum "$tmp/part")
-    keys=""
+    n=$(keys "$tmp/part")
+    want=""    # the keys its mapper read
     if [ -f "$input/split-$i" ]; then
-        keys=$(grep -c '' "$input/split-$i" || true)
+        want=$(grep -c '' "$input/split-$i" || true)
     elif [ -f "$dir/part-$i.keys" ]; then
-        keys=$(cat "$dir/part-$i.keys")
-        case $keys in '' | *[!0-9]*) fail "$dir/part-$i.keys: not a count of keys: nothing merged" ;; esac
+        want=$(cat "$dir/part-$i.keys")
+        case $want in '' | *[!0-9]*) fail "$dir/part-$i.keys: not a count of keys: nothing merged" ;; esac
     fi
-    [ -z "$keys" ] || [ "$n" -eq "$keys" ] ||
-        fail "$p: $n inserts, its mapper read $keys keys: nothing merged"
-    total=$((total + n))
+    if [ -n "$want" ]; then
+        [ "$n" != - ] ||
+            fail "$p records no count of keys added (a filter file of format version 1, from an older bloomgrid): rebuild it: nothing merged"
+        [ "$n" -eq "$want" ] ||
+            fail "$p: built from $n keys, its mapper read $want: nothing merged"
+    fi
+    if [ "$n" = - ] || [ "$total" = - ]; then total=-; else total=$((total + n)); fi
     set -- "$@" "$p"
     i=$((i + 1))
 done
 
-# 3. Merge, check the sum, import through the router.
+# 3. Merge, check the sum (a merge adds the keys added of its inputs),
+#    import through the router.
 "$bg" merge --force "$out" "$@" || fail "merge failed: nothing imported"
 shards "$out" "$tmp/global"
-n=$(sum "$tmp/global")
-[ "$n" -eq "$total" ] || fail "$out: $n inserts, the partials $total: nothing imported"
+n=$(keys "$tmp/global")
+[ "$n" = "$total" ] || fail "$out: $n keys added, the partials $total: nothing imported"
+[ "$total" != - ] || total="an uncounted number of"
 if [ -n "${FILTER:-}" ]; then
     "$bg" import ${TOKEN_FILE:+--token-file "$TOKEN_FILE"} "$FILTER" "$out" ||
         fail "import of $out into $FILTER failed"
-    echo "reduce: ${RUN:+run $RUN: }$PARTS partials, $total inserts, imported into $FILTER"
+    echo "reduce: ${RUN:+run $RUN: }$PARTS partials, $total keys, imported into $FILTER"
 else
-    echo "reduce: ${RUN:+run $RUN: }$PARTS partials, $total inserts, merged into $out"
+    echo "reduce: ${RUN:+run $RUN: }$PARTS partials, $total keys, merged into $out"
 fi

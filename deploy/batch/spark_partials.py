@@ -16,7 +16,7 @@ and the driver see).  A retried or speculative task rewrites the same
 partial: OR is idempotent.  The driver then checks that every partition
 answered and runs share/bloomgrid/batch/reduce.sh from the tarball with
 PARTS = the number of partitions: every partial verified (the template's
-shards by fingerprint, inserts = the keys its task read), merged into
+shards by fingerprint, built from as many keys as its task read), merged into
 --out, imported into --filter when given.  In client mode the driver has no
 bg/: give it an unpacked tarball with --driver-home.
 """

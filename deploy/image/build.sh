@@ -55,6 +55,10 @@ if [ "$ENGINE" = podman ] && ! podman run --rm --network host "$BASE" true >/dev
   echo "build.sh: podman with runc and no default limits" >&2
 fi
 DESCRIBE=$(git describe --always --dirty --abbrev=12 2>/dev/null || true)
-"$ENGINE" "${RUNTIME_ARGS[@]}" build --network host --build-arg "BASE=$BASE" \
+# podman writes OCI images by default, which have no HEALTHCHECK: ask for
+# the docker format, which keeps it.
+FORMAT_ARGS=()
+[ "$ENGINE" = podman ] && FORMAT_ARGS=(--format docker)
+"$ENGINE" "${RUNTIME_ARGS[@]}" build "${FORMAT_ARGS[@]}" --network host --build-arg "BASE=$BASE" \
   --build-arg "DESCRIBE=$DESCRIBE" -t "$TAG" .
 echo "built $TAG (base $BASE) with $ENGINE"

@@ -7,7 +7,11 @@
 # second restore changes nothing (inserts stay, no import).  A damaged or
 # missing file fails the restore before anything is created; a filter that
 # exists with another secret or geometry is refused naming the field; a
-# non-empty directory is refused; an export needs an admin token.
+# non-empty directory is refused; an export needs an admin token.  A filter
+# dropped by mistake: a plain restore refuses it naming --undrop, `restore
+# --undrop` brings it back with its secret and every key (through a router
+# and straight to a node), needs an admin token, and is refused when the
+# name was created again under another secret.
 set -eu
 BG=$(realpath "$1")
 NODE=$(realpath "$2")
@@ -223,6 +227,89 @@ expect_ok "$BG" --server "$B" $adm restore bak2
 grep -q '^restore: urls: imported into the existing filter' out.txt || fail "bak2: $(cat out.txt)"
 expect_ok "$BG" --server "$B" $adm check urls --count < late.keys
 [ "$(cat out.txt)" = "$(printf 'maybe 500\nno 0')" ] || fail "late keys on B: $(cat out.txt)"
+
+# ---- undoing a drop (docs/BACKUP.md, "Undoing a drop") -----------------------
+# fp_of SERVER NAME: the fingerprint `list --json` shows for NAME.
+fp_of() {
+    expect_ok "$BG" --server "$1" $adm list --json
+    python3 -c 'import json,sys; print({f["name"]: f["fingerprint"] for f in json.load(open("out.txt"))}[sys.argv[1]])' "$2"
+}
+users_fp=$(fp_of "$A" users)
+# users dropped by mistake through the router of A.  A plain restore does
+# not bring it back (the nodes' tombstones refuse its secret) and names
+# --undrop; nothing is created.
+expect_ok "$BG" $adm drop users
+expect_fail 'restore: stopped at users \(above\) after 5 of 6 filters' "$BG" $adm restore bak
+grep -q 'FAILED_PRECONDITION: .*dropped' err.txt && grep -q 'restore --undrop bak (admin)' err.txt ||
+    fail "plain restore of a dropped filter: $(cat err.txt)"
+run "$BG" $adm info users
+[ "$rc" -eq 2 ] && grep -q NOT_FOUND err.txt || fail "a refused restore made users: $(cat out.txt err.txt)"
+# A backup of users alone: an undrop needs an admin token (CreateFilter).
+mkdir -m 700 bak-users
+cp bak/users.filter bak-users/
+python3 - bak/manifest.ini > bak-users/manifest.ini <<'PY'
+import sys
+keep = True
+for line in open(sys.argv[1]):
+    if line.startswith("[filter "):
+        keep = line.strip() == "[filter users]"
+    if keep:
+        sys.stdout.write(line)
+PY
+expect_fail 'restore: stopped at users \(above\) after 0 of 1 filters' \
+    "$BG" --token-file write.tok restore --undrop bak-users
+grep -q 'PERMISSION_DENIED: .*CreateFilter needs role admin' err.txt ||
+    fail "undrop with a write token: $(cat err.txt)"
+# --undrop brings it back: its secret (the same fingerprint), every key.
+expect_ok "$BG" $adm restore --undrop bak
+grep -q '^restore: users: created (undropped where it was dropped) and imported, 3000 inserts now' out.txt ||
+    fail "restore --undrop: $(cat out.txt)"
+[ "$(grep -c ': unchanged ' out.txt)" -eq 5 ] || fail "restore --undrop, the others: $(cat out.txt)"
+expect_ok "$BG" $adm check users --count < users.keys
+[ "$(cat out.txt)" = "$(printf 'maybe 3000\nno 0')" ] || fail "users after the undrop: $(cat out.txt)"
+[ "$(fp_of "$A" users)" = "$users_fp" ] || fail "users came back with another secret"
+# It is a filter like any other: dropped again, a plain restore refuses it
+# again, and --undrop brings it back again.
+expect_ok "$BG" $adm drop users
+expect_fail 'restore: stopped at users ' "$BG" $adm restore bak-users
+expect_ok "$BG" $adm restore --undrop bak-users
+expect_ok "$BG" $adm check users --count < users.keys
+[ "$(cat out.txt)" = "$(printf 'maybe 3000\nno 0')" ] || fail "users after a second undrop: $(cat out.txt)"
+# A name created again after the drop (another secret) is refused, and
+# nothing changes; once that filter is dropped, the undrop goes through.
+expect_ok "$BG" $adm drop small
+expect_ok "$BG" $adm create small -n 5000 -p 0.05 --kind classic --shards 1
+seq -f 'other-%g' 1 10 > other.keys
+expect_ok "$BG" $adm add small < other.keys
+other_fp=$(fp_of "$A" small)
+expect_fail 'restore: 1 of 6 filters cannot be restored .*nothing was changed' \
+    "$BG" $adm restore --undrop bak
+grep -q '^bloomgrid: restore: small exists with another secret' err.txt ||
+    fail "undrop over a new secret: $(cat err.txt)"
+[ "$(fp_of "$A" small)" = "$other_fp" ] || fail "a refused undrop changed small"
+expect_ok "$BG" $adm drop small
+expect_ok "$BG" $adm restore --undrop bak
+grep -q '^restore: small: created (undropped' out.txt || fail "small: $(cat out.txt)"
+expect_ok "$BG" $adm check small --count < small.keys
+[ "$(cat out.txt)" = "$(printf 'maybe 3000\nno 0')" ] || fail "small after the undrop: $(cat out.txt)"
+
+# Straight to a node (no router): the same.
+start_server solo "$NODE" --data-dir "$WORK/solo-d"
+S=$ADDR
+expect_ok "$BG" --server "$S" $adm create solo -n 10000 -p 0.01
+seq -f 'solo-%g' 1 2000 > solo.keys
+expect_ok "$BG" --server "$S" $adm add solo < solo.keys
+solo_fp=$(fp_of "$S" solo)
+expect_ok "$BG" --server "$S" $adm backup solobak
+expect_ok "$BG" --server "$S" $adm drop solo
+expect_fail 'restore: stopped at solo \(above\) after 0 of 1 filters' \
+    "$BG" --server "$S" $adm restore solobak
+grep -q 'restore --undrop solobak (admin)' err.txt || fail "node, plain restore: $(cat err.txt)"
+expect_ok "$BG" --server "$S" $adm restore --undrop solobak
+grep -q '^restore: solo: created (undropped' out.txt || fail "node undrop: $(cat out.txt)"
+expect_ok "$BG" --server "$S" $adm check solo --count < solo.keys
+[ "$(cat out.txt)" = "$(printf 'maybe 2000\nno 0')" ] || fail "solo after the undrop: $(cat out.txt)"
+[ "$(fp_of "$S" solo)" = "$solo_fp" ] || fail "solo came back with another secret"
 
 all_alive
 echo "backup: ok"

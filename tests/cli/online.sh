@@ -17,10 +17,11 @@ unset BLOOMGRID_SERVER
 
 # ---- help -----------------------------------------------------------------
 expect_ok "$BG" help
-for c in create drop list info add check remove export import query build; do
+for c in create drop list info add check remove export import query build status \
+         resync; do
     grep -q "^  $c " out.txt || fail "help does not list $c"
 done
-for c in drop list info check export import; do
+for c in drop list info check export import status resync; do
     expect_ok "$BG" help $c
     grep -q "usage: bloomgrid .*$c" out.txt || fail "help $c: $(cat out.txt)"
     grep -q "example" out.txt || fail "help $c has no example"
@@ -31,6 +32,22 @@ grep -q 'usage: bloomgrid --server HOST:PORT add NAME' out.txt ||
     fail "help add lacks the server form"
 expect_ok "$BG" --server "$S" check --help
 grep -q 'usage: bloomgrid .*check NAME' out.txt || fail "check --help"
+# The usage line of each keys command names --batch and --inflight, which
+# it takes (and its options list).
+for c in add check remove; do
+    expect_ok "$BG" --server "$S" $c --help
+    sed -n '/usage: bloomgrid .*'$c' NAME/,/^$/p' out.txt > usage.txt
+    for o in --batch --inflight; do
+        grep -q -- "\[$o N\]" usage.txt || fail "$c: usage lacks $o: $(cat usage.txt)"
+        grep -q -- "^  -.*$o N" out.txt || fail "$c: options lack $o"
+    done
+done
+
+# ---- resync: refused without --accept-loss, and on a node of no group ------
+expect_err 2 "refused without --accept-loss.*gone" "$BG" --server "$S" resync
+expect_err 2 "FAILED_PRECONDITION: .*not a copy of a group of several copies" \
+    "$BG" --server "$S" resync --accept-loss
+expect_err 2 "resync: too many arguments" "$BG" --server "$S" resync --accept-loss x
 
 # ---- catalog ----------------------------------------------------------------
 expect_ok "$BG" --server "$S" list
@@ -186,8 +203,9 @@ expect_ok "$BG" --server "$S" create nums -n 10000 -p 0.01
 expect_ok "$BG" --server "$S" add nums < added.txt
 expect_ok "$BG" --server "$S" export nums nums.bf
 expect_ok "$BG" inspect nums.bf
-ins=$(sed -n 's/^inserts: *//p' out.txt)
+ins=$(sed -n 's/^new-bit adds: *\([0-9]*\) .*/\1/p' out.txt)
 [ "$ins" -le 3000 ] && [ "$ins" -ge 2990 ] || fail "exported inserts: $(cat out.txt)"
+grep -q '^keys added: *3000$' out.txt || fail "exported keys added: $(cat out.txt)"
 ls nums.bf.tmp.* 2>/dev/null && fail "export left a temp file"
 run "$BG" query nums.bf < probe.txt
 cp out.txt offline.txt
@@ -212,16 +230,16 @@ run "$BG" --server "$S" check nums --count < new.txt
 [ "$rc" -eq 1 ] || fail "new keys already present"
 expect_ok "$BG" build part.bf --like nums.bf < new.txt
 expect_ok "$BG" --server "$S" info nums
-ins_before=$(sed -n 's/^inserts: *//p' out.txt)
+ins_before=$(sed -n 's/^new-bit adds: *\([0-9]*\) .*/\1/p' out.txt)
 expect_ok "$BG" inspect part.bf
-ins_part=$(sed -n 's/^inserts: *//p' out.txt)
+ins_part=$(sed -n 's/^new-bit adds: *\([0-9]*\) .*/\1/p' out.txt)
 expect_ok "$BG" --server "$S" import nums part.bf
 grep -q '^import: part.bf into nums: [0-9]* bytes, projected fill' err.txt ||
     fail "import report: $(cat err.txt)"
 expect_ok "$BG" --server "$S" check nums --count < new.txt
 [ "$(cat out.txt)" = "$(printf 'maybe 2000\nno 0')" ] || fail "imported keys: $(cat out.txt)"
 expect_ok "$BG" --server "$S" info nums
-ins_after=$(sed -n 's/^inserts: *//p' out.txt)
+ins_after=$(sed -n 's/^new-bit adds: *\([0-9]*\) .*/\1/p' out.txt)
 [ "$ins_after" -eq $((ins_before + ins_part)) ] ||
     fail "inserts after import $ins_after, want $ins_before + $ins_part"
 expect_ok "$BG" --server "$S" check nums --count < added.txt
@@ -261,7 +279,7 @@ cut -f2 out.txt | cmp -s - bulk.txt || fail "bulk check out of order"
 expect_ok "$BG" --server "$S" info bulk
 # A key whose bits were all set already (a false positive while adding)
 # does not count as an insert: a few of 200000 may be missing.
-ins=$(sed -n 's/^inserts: *//p' out.txt)
+ins=$(sed -n 's/^new-bit adds: *\([0-9]*\) .*/\1/p' out.txt)
 [ "$ins" -le 200000 ] && [ "$ins" -ge 199000 ] || fail "bulk inserts: $(cat out.txt)"
 
 # On a terminal, a progress line is drawn on stderr.

@@ -5,8 +5,9 @@ PIDS=""
 trap 'for p in $PIDS; do kill $p 2>/dev/null || true; wait $p 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
 
 # start_server TAG BIN ARGS...: start BIN with --listen 127.0.0.1:0 ARGS,
-# stdout in TAG.out, stderr in TAG.log; wait for its "listening on" line and
-# set ADDR to the address it serves.
+# stdout in TAG.out, stderr in TAG.log; wait for its "listening on" line (a
+# JSON object with --log-format json) and set ADDR to what follows "listening
+# on": the address it serves, then any other listener it names.
 start_server() {
     tag=$1
     shift
@@ -20,11 +21,11 @@ start_server() {
         [ $n -lt 200 ] || fail "$tag did not start: $(cat "$tag.log")"
         sleep 0.05
     done
-    ADDR=$(sed -n 's/.*listening on //p' "$tag.out")
+    ADDR=$(sed -n 's/.*listening on \([^"]*\).*/\1/p' "$tag.out")
     # A node listens before its data directory is open, and answers
     # UNAVAILABLE ("recovering") until then: its log says when (the one
     # thing here read from a log, and only to wait).
-    if grep -q '^bloomgrid-node listening' "$tag.out"; then
+    if grep -q 'bloomgrid-node listening' "$tag.out"; then
         n=0
         while ! grep -q 'data directory .* open' "$tag.log"; do
             kill -0 $pid 2>/dev/null || fail "$tag exited: $(cat "$tag.log")"

@@ -48,7 +48,31 @@ expect_ok "$BG" query f.bf k1 k2 k3 alice
 run "$BG" query --count f.bf k4 k5
 [ "$rc" -eq 1 ] && grep -qx 'no 2' out.txt || fail "k4 k5 should be absent"
 expect_ok "$BG" inspect f.bf
-grep -q '^inserts: *6$' out.txt || fail "insert count: $(cat out.txt)"
+grep -q '^keys added: *6$' out.txt || fail "keys added: $(cat out.txt)"
+grep -q '^new-bit adds: *6 ' out.txt || fail "new-bit adds: $(cat out.txt)"
+# A repeated key ("a, b, a") is a key added that sets no bit: inspect
+# counts it in "keys added" (keys_added) and not in the new-bit adds
+# (inserts), and a merge adds both counts.
+expect_ok "$BG" add f.bf alice k1 k1
+expect_ok "$BG" inspect f.bf
+grep -q '^keys added: *9$' out.txt && grep -q '^new-bit adds: *6 ' out.txt ||
+    fail "keys added after repeats: $(cat out.txt)"
+printf 'k1\nzed\nzed\n' > g.txt
+expect_ok "$BG" build g.bf --like f.bf g.txt
+expect_ok "$BG" merge fg.bf f.bf g.bf
+expect_ok "$BG" inspect --json fg.bf
+python3 -c 'import json; d = json.load(open("out.txt")); assert (d["keys_added"], d["inserts"]) == (12, 8), d' ||
+    fail "merged counts: $(cat out.txt)"
+# A file of format version 1 (an older bloomgrid's) records no keys added.
+V1=$(dirname "$CLI_TEST_LIB")/../fixtures/legacy-node-dir/blk/snapshot-0000000000000001.bf
+cp "$V1" v1.bf
+expect_ok "$BG" inspect v1.bf
+grep -q '^keys added: *not recorded (a file of format version 1)$' out.txt ||
+    fail "version 1 keys added: $(cat out.txt)"
+expect_ok "$BG" add v1.bf one-more
+expect_ok "$BG" inspect --json v1.bf
+python3 -c 'import json; d = json.load(open("out.txt")); assert d["keys_added"] is None and d["inserts"] > 0, d' ||
+    fail "version 1 keys_added after an add: $(cat out.txt)"
 
 # build from stdin, from files, and "-" among files.
 seq 1 5000 > a.txt

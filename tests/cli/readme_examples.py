@@ -5,7 +5,10 @@ after starting a local cluster with deploy/local/start.sh (what `make run`
 does).  Only the router address changes: the README names the port `make run`
 uses (7501); here the cluster gets free ports of its own.
 
-Every line must exit 0, except lines whose comment says "exit N".
+Every line must exit 0, except lines whose comment says "exit N".  The
+examples write their files into a temporary directory of their own (the
+offline block starts with `cd "$(mktemp -d)"`, under TMPDIR, which the test
+points into TMP_DIR): nothing is left in the repository root.
 
 Usage: readme_examples.py SOURCE_DIR BUILD_DIR TMP_DIR
 """
@@ -50,8 +53,9 @@ os.symlink(build, os.path.join(root, "build"))
 os.symlink(os.path.join(src, "deploy"), os.path.join(root, "deploy"))
 base = free_base()
 router = "127.0.0.1:%d" % (base + 101)
+scratch = tempfile.mkdtemp(prefix="readme-tmpdir.", dir=tmp)
 env = dict(os.environ, BLOOMGRID_STATE=os.path.join(root, "run"),
-           BLOOMGRID_BUILD="build", BLOOMGRID_PORT=str(base))
+           BLOOMGRID_BUILD="build", BLOOMGRID_PORT=str(base), TMPDIR=scratch)
 env.pop("BLOOMGRID_SERVER", None)
 
 lines = block_after("## The offline tool") + block_after("## The online commands")
@@ -77,5 +81,16 @@ finally:
     subprocess.run(["deploy/local/stop.sh"], cwd=root, env=env,
                    stdout=subprocess.DEVNULL)
 if rc == 0:
+    # The root as it was: the two links and the cluster's state.
+    left = sorted(set(os.listdir(root)) - {"build", "deploy", "run"})
+    if left:
+        print("FAIL: the examples left files in the repository root: %s" % left)
+        rc = 1
+    dirs = os.listdir(scratch)
+    if len(dirs) != 1 or not os.path.exists(os.path.join(scratch, dirs[0], "nums.bf")):
+        print("FAIL: the examples did not work in one temporary directory: %s" % dirs)
+        rc = 1
+if rc == 0:
     shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(scratch, ignore_errors=True)
 sys.exit(rc)

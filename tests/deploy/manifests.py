@@ -10,10 +10,18 @@ usage: manifests.py SRC BUILD TMP CHECK
                     Services, tokens the programs accept
          reduce     the batch reduce script: merges and imports only a
                     complete, verified set of partials
+         hardening  deploy/kubernetes: per group of copies a
+                    PodDisruptionBudget with maxUnavailable = N - W and
+                    required anti-affinity by kubernetes.io/hostname; the
+                    NetworkPolicies (internal listener from the cluster's
+                    own pods only, public port from clients); each
+                    container non-root, read-only root, no capability,
+                    seccomp RuntimeDefault, and its data on volumes
 
 Runs with Debian's /usr/bin/python3 (python3-yaml).  Exit 0 pass, 1 fail.
 """
 import configparser
+import json
 import os
 import re
 import shutil
@@ -411,6 +419,207 @@ def check_manifests():
                 print("ok: kubectl apply --dry-run=client -f %s" % d)
 
 
+def selects(sel, labels):
+    """Does a label selector (matchLabels, matchExpressions) select a pod
+    with these labels?  An empty selector selects every pod."""
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        k, op, vals = e["key"], e["operator"], e.get("values", [])
+        if op == "In" and labels.get(k) not in vals:
+            return False
+        if op == "NotIn" and labels.get(k) in vals:
+            return False
+        if op == "Exists" and k not in labels:
+            return False
+        if op == "DoesNotExist" and k in labels:
+            return False
+    return True
+
+
+def check_hardening():
+    docs = [(p, d) for p, d in load_docs() if os.path.dirname(p) == K8S]
+    cms = by_kind(docs, "ConfigMap")
+    topo = ini(cms["bloomgrid-topology"]["data"]["topology.ini"])
+    top = topo["__top__"]
+    pdbs = by_kind(docs, "PodDisruptionBudget")
+    policies = by_kind(docs, "NetworkPolicy")
+    workloads = [d for _, d in docs if d["kind"] in ("Deployment", "StatefulSet")]
+    prog_of = {"bloomgrid-node": "node", "bloomgrid-router": "router",
+               "bloomgrid-merger": "merger"}
+    ns = "bloomgrid"
+
+    # ---- the containers ----
+    for w in workloads:
+        name = "%s/%s" % (w["kind"], w["metadata"]["name"])
+        pod = w["spec"]["template"]["spec"]
+        psc = pod.get("securityContext", {})
+        before = len(failures)
+        if pod.get("automountServiceAccountToken") is not False:
+            fail("%s: automountServiceAccountToken is not false" % name)
+        for c in pod["containers"] + pod.get("initContainers", []):
+            csc = c.get("securityContext", {})
+            eff = dict(psc, **csc)
+            if eff.get("runAsNonRoot") is not True or eff.get("runAsUser", 0) == 0:
+                fail("%s/%s: runAsNonRoot %r, runAsUser %r" % (name, c["name"],
+                     eff.get("runAsNonRoot"), eff.get("runAsUser")))
+            if (eff.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+                fail("%s/%s: seccompProfile %r, not RuntimeDefault" %
+                     (name, c["name"], eff.get("seccompProfile")))
+            if csc.get("readOnlyRootFilesystem") is not True:
+                fail("%s/%s: readOnlyRootFilesystem is not true" % (name, c["name"]))
+            if csc.get("allowPrivilegeEscalation") is not False or csc.get("privileged"):
+                fail("%s/%s: allowPrivilegeEscalation %r, privileged %r" % (
+                     name, c["name"], csc.get("allowPrivilegeEscalation"), csc.get("privileged")))
+            caps = csc.get("capabilities") or {}
+            if caps.get("drop") != ["ALL"] or caps.get("add"):
+                fail("%s/%s: capabilities %r, expected drop [ALL] and no add" %
+                     (name, c["name"], caps))
+            # A read-only root: every directory the program writes is a
+            # writable volume (its claim or an emptyDir), /tmp included.
+            vols = {v["name"]: v for v in pod.get("volumes", [])}
+            for t in w["spec"].get("volumeClaimTemplates", []):
+                vols[t["metadata"]["name"]] = {"claimTemplate": t}
+            writable = [m["mountPath"] for m in c.get("volumeMounts", [])
+                        if not m.get("readOnly") and
+                        set(vols.get(m["name"], {})) & {"claimTemplate",
+                                                          "persistentVolumeClaim", "emptyDir"}]
+            prog = prog_of[w["metadata"]["name"]]
+            sec = ini(cms["bloomgrid-%s-config" % prog]["data"][prog + ".ini"])[prog]
+            need = ["/tmp"] + [sec[k] for k in ("data_dir", "state_dir") if k in sec]
+            for d in need:
+                if not any(d == m or d.startswith(m.rstrip("/") + "/") for m in writable):
+                    fail("%s/%s: %s is on the read-only root (writable mounts: %s)" %
+                         (name, c["name"], d, writable))
+        if len(failures) == before:
+            print("ok: %s: non-root (uid %s), read-only root with %s on volumes, no "
+                  "capability, seccomp RuntimeDefault" % (name, psc.get("runAsUser"),
+                  ", ".join(need)))
+
+    # ---- each group of copies: a StatefulSet, its budget, its spread ----
+    node_sets = [w for w in workloads if w["metadata"]["name"].startswith("bloomgrid-node")]
+    for sts in node_sets:
+        name = "StatefulSet/%s" % sts["metadata"]["name"]
+        labels = sts["spec"]["template"]["metadata"]["labels"]
+        group = labels.get("bloomgrid.io/group")
+        if not group or "group " + group not in topo.sections():
+            fail("%s: pods carry no bloomgrid.io/group naming a topology group (%r)"
+                 % (name, group))
+            continue
+        g = topo["group " + group]
+        n = len(g["copies"].split())
+        w = int(g.get("write_quorum", top.get("write_quorum", str(n))))
+        if sts["spec"]["replicas"] != n:
+            fail("%s: %d replicas, group %s has %d copies" % (name, sts["spec"]["replicas"],
+                                                              group, n))
+        # The group's pods, as a pod of another group would be labelled.
+        other = dict(labels, **{"bloomgrid.io/group": group + "-other"})
+        mine = [p for p in pdbs.values() if selects(p["spec"]["selector"], labels)]
+        if len(mine) != 1:
+            fail("%s: %d PodDisruptionBudgets select the copies of group %s"
+                 % (name, len(mine), group))
+        else:
+            spec = mine[0]["spec"]
+            if selects(spec["selector"], other):
+                fail("PodDisruptionBudget %s selects the copies of other groups too"
+                     % mine[0]["metadata"]["name"])
+            if "minAvailable" in spec or spec.get("maxUnavailable") != n - w:
+                fail("PodDisruptionBudget %s: maxUnavailable %r (minAvailable %r), "
+                     "expected N - W = %d - %d = %d" % (mine[0]["metadata"]["name"],
+                     spec.get("maxUnavailable"), spec.get("minAvailable"), n, w, n - w))
+            else:
+                print("ok: group %s: PodDisruptionBudget %s, maxUnavailable %d = N - W = %d - %d"
+                      % (group, mine[0]["metadata"]["name"], n - w, n, w))
+        aff = sts["spec"]["template"]["spec"].get("affinity", {}).get("podAntiAffinity", {})
+        terms = [t for t in aff.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+                 if t.get("topologyKey") == "kubernetes.io/hostname"
+                 and selects(t["labelSelector"], labels)
+                 and not selects(t["labelSelector"], other)
+                 and not t.get("namespaces") and not t.get("namespaceSelector")]
+        if not terms:
+            fail("%s: no required anti-affinity by kubernetes.io/hostname between the "
+                 "copies of group %s (%r)" % (name, group, aff))
+        else:
+            print("ok: group %s: copies on distinct machines (required anti-affinity)" % group)
+
+    # ---- NetworkPolicies ----
+    def pod_labels(prog):
+        w = [x for x in workloads if x["metadata"]["name"] == "bloomgrid-" + prog][0]
+        return w["spec"]["template"]["metadata"]["labels"]
+
+    def port_of(prog, key):
+        sec = ini(cms["bloomgrid-%s-config" % prog]["data"][prog + ".ini"])[prog]
+        return int(sec[key].rsplit(":", 1)[1]) if key in sec else None
+
+    def rules_for(prog, port):
+        """The ingress rules of every policy selecting prog's pods that
+        admit port, and whether any policy selects them for ingress."""
+        labels = pod_labels(prog)
+        selected, rules = False, []
+        for p in policies.values():
+            if p["metadata"].get("namespace") != ns or \
+                    not selects(p["spec"]["podSelector"], labels):
+                continue
+            if "Ingress" in p["spec"].get("policyTypes", ["Ingress"]):
+                selected = True
+            for r in p["spec"].get("ingress", []):
+                ports = r.get("ports")
+                if not ports or any(x.get("port") == port for x in ports):
+                    rules.append(r)
+        return selected, rules
+
+    cluster = [pod_labels(p) for p in ("node", "router", "merger")]
+    for prog in ("node", "router", "merger"):
+        sel, _ = rules_for(prog, 0)
+        if not sel:
+            fail("no NetworkPolicy selects the %s pods for ingress" % prog)
+        # No rule admits every port.
+        for p in policies.values():
+            if selects(p["spec"]["podSelector"], pod_labels(prog)):
+                for r in p["spec"].get("ingress", []):
+                    if not r.get("ports"):
+                        fail("NetworkPolicy %s admits every port of the %s pods"
+                             % (p["metadata"]["name"], prog))
+    internal = port_of("node", "internal_listen")
+    _, rules = rules_for("node", internal)
+    peers = [f for r in rules for f in r.get("from", [None])]
+    before = len(failures)
+    if not rules:
+        fail("no NetworkPolicy rule admits the nodes' internal port %d" % internal)
+    # Only pod selectors of this namespace, and none that selects a pod
+    # that is not one of the cluster's processes (a client of this
+    # namespace, the batch Job's pods).
+    stranger = {"app.kubernetes.io/name": "some-client", "app.kubernetes.io/part-of": "bloomgrid"}
+    for f in peers:
+        if f is None or set(f) != {"podSelector"} or selects(f["podSelector"], stranger):
+            fail("the nodes' internal port %d is admitted from %r: only the cluster's "
+                 "own pods may reach it" % (internal, f))
+    for labels in cluster:
+        if not any(f and "podSelector" in f and selects(f["podSelector"], labels) for f in peers):
+            fail("the nodes' internal port %d does not admit the pods %r" % (internal, labels))
+    if len(failures) == before:
+        print("ok: nodes' internal port %d: admitted from node, router and merger pods only"
+              % internal)
+    _, rules = rules_for("node", port_of("node", "listen"))
+    if rules:
+        fail("the nodes' public port (on loopback) is admitted: %r" % rules)
+    rport = port_of("router", "listen")
+    _, rules = rules_for("router", rport)
+    if not any(not r.get("from") for r in rules):
+        fail("the routers' public port %d is not admitted from clients (any source): %r"
+             % (rport, rules))
+    else:
+        print("ok: routers' public port %d: admitted from clients" % rport)
+    for prog in ("node", "router", "merger"):
+        mport = port_of(prog, "metrics_listen")
+        _, rules = rules_for(prog, mport)
+        if not rules or any(not r.get("from") for r in rules):
+            fail("%s metrics port %d: admitted from %r (expected the monitoring namespace)"
+                 % (prog, mport, [r.get("from") for r in rules]))
+    print("ok: metrics ports admitted from the monitoring namespace only")
+
+
 def check_secrets():
     out = os.path.join(TMP, "secrets")
     shutil.rmtree(out, ignore_errors=True)
@@ -488,64 +697,115 @@ def check_reduce():
                 'exec %s "$@"\n' % (log, CLI))
     os.chmod(fake, 0o755)
 
-    def run(name, parts, setup):
+    def unique(i):
+        return ["key-%d-%d" % (i, k) for k in range(50 + i)]
+
+    def inspect(path):
+        r = subprocess.run([CLI, "inspect", path, "--json"], capture_output=True, text=True)
+        return json.loads(r.stdout)
+
+    def run(name, parts, setup, split=unique, tmpl_args=("-n", "10000", "-p", "1%"), jq=None):
         shared = os.path.join(work, name)
         os.makedirs(os.path.join(shared, "input"))
         tmpl = os.path.join(shared, "template.bundle")
-        subprocess.run([CLI, "build", tmpl, "-n", "10000", "-p", "1%"], input="",
+        subprocess.run([CLI, "build", tmpl] + list(tmpl_args), input="",
                        text=True, check=True, capture_output=True)
         pdir = os.path.join(shared, "runs", "r1", "parts")
         os.makedirs(pdir)
         for i in range(parts):
-            split = os.path.join(shared, "input", "split-%d" % i)
-            with open(split, "w") as f:
-                f.write("".join("key-%d-%d\n" % (i, k) for k in range(50 + i)))
+            path = os.path.join(shared, "input", "split-%d" % i)
+            with open(path, "w") as f:
+                f.write("".join(k + "\n" for k in split(i)))
             subprocess.run([CLI, "build", os.path.join(pdir, "part-%d.bundle" % i), "--like", tmpl,
-                            split], check=True, capture_output=True)
+                            path], check=True, capture_output=True)
         setup(shared, pdir)
         if os.path.exists(log):
             os.unlink(log)
         env = dict(os.environ, RUN="r1", PARTS=str(parts), FILTER="users", SHARED=shared,
                    WAIT_S="0", BLOOMGRID=fake)
+        if jq is not None:
+            env["JQ"] = jq
         r = subprocess.run(["sh", rpath], env=env, capture_output=True, text=True, timeout=120)
         imported = open(log).read() if os.path.exists(log) else ""
         return r, imported, shared
 
-    # A complete set: merged, the sum of inserts, imported once.
-    r, imp, shared = run("complete", 4, lambda s, p: None)
-    g = os.path.join(shared, "runs", "r1", "global.bundle")
-    if r.returncode != 0 or "users" not in imp or not os.path.exists(g):
-        fail("complete set not imported (exit %d): %s" % (r.returncode, r.stderr))
-    else:
-        js = subprocess.run([CLI, "inspect", g, "--json"], capture_output=True, text=True).stdout
-        ins = int(re.search(r'"inserts": (\d+)', js).group(1))
-        if ins != sum(50 + i for i in range(4)):
-            fail("merged inserts %d, the partials hold %d" % (ins, sum(50 + i for i in range(4))))
-        else:
-            print("ok: reduce merges and imports a complete set (%d inserts)" % ins)
+    def accepted(name, what, split=unique, tmpl_args=("-n", "10000", "-p", "1%"), jq=None,
+                 check_parts=None):
+        """A complete set: merged, its keys added the splits' lines, imported once."""
+        r, imp, shared = run(name, 4, lambda s, p: None, split, tmpl_args, jq)
+        g = os.path.join(shared, "runs", "r1", "global.bundle")
+        lines = sum(len(split(i)) for i in range(4))
+        if r.returncode != 0 or "users" not in imp or not os.path.exists(g):
+            fail("reduce of %s: not imported (exit %d): %s" % (what, r.returncode, r.stderr))
+            return
+        if "4 partials, %d keys, imported into users" % lines not in r.stdout:
+            fail("reduce of %s says %r, not %d keys" % (what, r.stdout, lines))
+        got = inspect(g).get("keys_added")
+        if got != lines:
+            fail("reduce of %s: the merge holds %s keys added, the splits %d lines"
+                 % (what, got, lines))
+            return
+        if check_parts:
+            check_parts(shared)
+        print("ok: reduce of %s merges and imports it (%d keys added): %s"
+              % (what, got, r.stdout.strip()))
 
-    def refused(name, setup, what):
+    # Unique keys, through jq and through python3's json.
+    accepted("complete", "a complete set")
+    accepted("python", "a complete set read with python3 (no jq)", jq="")
+
+    # A key repeated inside a split ("a, b, a") and keys in every split:
+    # each partial set fewer bits than its split has lines.
+    def dups(i):
+        return ["dup-%d" % (k % 25) for k in range(60 + i)]
+
+    def fewer_inserts(shared):
+        for i in range(4):
+            d = inspect(os.path.join(shared, "runs", "r1", "parts", "part-%d.bundle" % i))
+            if not (d["inserts"] <= 25 < d["keys_added"] == len(dups(i))):
+                fail("partial %d of repeated keys: %d inserts, %s keys added"
+                     % (i, d["inserts"], d["keys_added"]))
+    accepted("duplicates", "splits with keys repeated inside and across them", dups,
+             check_parts=fewer_inserts)
+
+    # Splits far past the template's capacity: many keys find their bits
+    # already set (false positives at add time), so inserts < keys.
+    def big(i):
+        return ["fp-%d-%d" % (i, k) for k in range(3000)]
+
+    def false_positives(shared):
+        for i in range(4):
+            d = inspect(os.path.join(shared, "runs", "r1", "parts", "part-%d.bundle" % i))
+            if not d["inserts"] < d["keys_added"] == 3000:
+                fail("partial %d past capacity: %d inserts, %s keys added: no false positive"
+                     % (i, d["inserts"], d["keys_added"]))
+    accepted("fp", "splits large enough to meet false positives", big, ("-n", "300", "-p", "0.2"),
+             check_parts=false_positives)
+
+    def refused(name, setup, what, want):
         r, imp, shared = run(name, 4, setup)
         g = os.path.join(shared, "runs", "r1", "global.bundle")
-        if r.returncode == 0 or imp or os.path.exists(g):
-            fail("reduce with %s: exit %d, import %r, merged file %s" %
-                 (what, r.returncode, imp, os.path.exists(g)))
+        if r.returncode == 0 or imp or os.path.exists(g) or not re.search(want, r.stderr):
+            fail("reduce with %s: exit %d, import %r, merged file %s: %s" %
+                 (what, r.returncode, imp, os.path.exists(g), r.stderr.strip()))
         else:
             print("ok: reduce with %s refuses, nothing merged or imported: %s" %
                   (what, r.stderr.strip()))
 
-    refused("missing", lambda s, p: os.unlink(os.path.join(p, "part-2.bundle")), "a partial missing")
+    refused("missing", lambda s, p: os.unlink(os.path.join(p, "part-2.bundle")), "a partial missing",
+            r"indexes: 2")
 
     def short(s, p):
         with open(os.path.join(s, "input", "split-1"), "a") as f:
             f.write("one-more\n")
-    refused("short", short, "a partial short of its split's keys")
+    refused("short", short, "a partial short of its split's keys",
+            r"part-1.bundle: built from 51 keys, its mapper read 52")
 
     def other(s, p):
         subprocess.run([CLI, "build", os.path.join(p, "part-3.bundle"), "--force", "-n", "10000",
                         "-p", "1%", os.path.join(s, "input", "split-3")], check=True,
                        capture_output=True)
-    refused("other", other, "a partial of another filter")
+    refused("other", other, "a partial of another filter", r"part-3.bundle: not a partial of")
 
     def corrupt(s, p):
         path = os.path.join(p, "part-0.bundle")
@@ -554,12 +814,26 @@ def check_reduce():
             b = f.read(1)
             f.seek(-1, 1)
             f.write(bytes([b[0] ^ 0xff]))
-    refused("corrupt", corrupt, "a corrupt partial")
+    refused("corrupt", corrupt, "a corrupt partial", r"part-0.bundle: unreadable or corrupt")
+
+    # A partial of file format 1 (an older bloomgrid's) records no count of
+    # keys: refused when its split gives one.  The template and every
+    # partial are the legacy node's blocked filter.
+    v1 = os.path.join(SRC, "tests", "fixtures", "legacy-node-dir", "blk",
+                      "snapshot-0000000000000001.bf")
+
+    def old_format(s, p):
+        shutil.copyfile(v1, os.path.join(s, "template.bundle"))
+        for i in range(4):
+            shutil.copyfile(v1, os.path.join(p, "part-%d.bundle" % i))
+    refused("format1", old_format, "partials of file format 1", r"part-0.bundle records no count "
+            r"of keys added \(a filter file of format version 1")
 
 
 os.makedirs(TMP, exist_ok=True)
 try:
-    {"manifests": check_manifests, "secrets": check_secrets, "reduce": check_reduce}[CHECK]()
+    {"manifests": check_manifests, "secrets": check_secrets, "reduce": check_reduce,
+     "hardening": check_hardening}[CHECK]()
 except (KeyError, StopIteration, IndexError, ValueError) as e:
     # A manifest without a field or document these checks read.
     import traceback

@@ -19,6 +19,7 @@ is not run: Hadoop, YARN, Spark, HDFS themselves.
 usage: batch_local.py SRC BUILD DISTDIR TMP
 """
 import glob
+import json
 import os
 import re
 import shutil
@@ -104,6 +105,55 @@ def keys_of(prefix, n):
     return ["%s-%d" % (prefix, k) for k in range(n)]
 
 
+# The splits of each job: unique keys; keys repeated inside a split ("a, b,
+# a") and taken from another split; none; and one far past the filters'
+# capacity (CAPACITY), whose keys meet false positives as they are added.
+# A partial's keys added are its split's lines; the bits it set are fewer.
+CAPACITY = 4000
+
+
+def splits_of(prefix):
+    first = keys_of(prefix + "0", 120)
+    again = [k for k in keys_of(prefix + "1", 40) for _ in range(2)] + first[:35]
+    return [first, again, [], keys_of(prefix + "3", 3 * CAPACITY)]
+
+
+def inspect(path):
+    r = bg("inspect", path, "--json")
+    return json.loads(r.stdout) if r.returncode == 0 else {}
+
+
+def counts(path):
+    """(keys added, inserts) of a bundle: the sums over its shards (keys
+    added None when a shard has none)."""
+    shards = inspect(path).get("shard_list", [])
+    keys = [s.get("keys_added") for s in shards]
+    return (None if None in keys else sum(keys), sum(s.get("inserts", 0) for s in shards))
+
+
+def check_partials(what, paths, splits):
+    """Each partial's keys added are its split's lines; repeats and the big
+    split's false positives set no bit, so the test covers them."""
+    good = True
+    for i, (path, split) in enumerate(zip(paths, splits)):
+        keys, inserts = counts(path)
+        if keys != len(split):
+            fail("%s partial %d: %s keys added, its split has %d lines" % (what, i, keys, len(split)))
+            good = False
+        if keys is None:
+            continue
+        if split and len(set(split)) < len(split) and not inserts < keys:
+            fail("%s partial %d of repeated keys: %d inserts, %d keys" % (what, i, inserts, keys))
+            good = False
+        if len(split) > CAPACITY and not inserts < len(split):
+            fail("%s partial %d past capacity: %d inserts of %d unique keys: no false positive"
+                 % (what, i, inserts, len(split)))
+            good = False
+    if good:
+        ok("%s partials: keys added = lines (%s), fewer bits set (%s)"
+           % (what, [counts(p)[0] for p in paths], [counts(p)[1] for p in paths]))
+
+
 def check_live(router, name, keys):
     """Every key maybe present through the router."""
     r = bg("--server", router, "check", name, "--count", input="".join(k + "\n" for k in keys))
@@ -119,7 +169,7 @@ def reduce(env_extra):
 def hadoop(router, template):
     root = os.path.join(TMP, "hadoop")
     out_dir = os.path.join(root, "out")                      # the job's -output
-    splits = [keys_of("h%d" % i, n) for i, n in enumerate([120, 75, 0, 200])]
+    splits = splits_of("h")
     for i, split in enumerate(splits):
         cwd = os.path.join(root, "task-%d" % i)              # the container's cwd
         os.makedirs(cwd)
@@ -149,6 +199,8 @@ def hadoop(router, template):
         fail("the mappers did not put their partials with hadoop fs: %s" % calls)
     else:
         ok("4 Hadoop Streaming maps built their partials (one of an empty split)")
+    check_partials("Hadoop", [os.path.join(out_dir, "part-%d.bundle" % i) for i in range(4)],
+                   splits)
 
     # A map whose split holds an empty line fails, naming it, and puts nothing.
     cwd = os.path.join(root, "task-0")
@@ -191,10 +243,11 @@ def hadoop(router, template):
     short = os.path.join(root, "out-short")
     shutil.copytree(out_dir, short)
     with open(os.path.join(short, "part-3.keys"), "w") as f:
-        f.write("201\n")
+        f.write("%d\n" % (len(splits[3]) + 1))
     r = reduce({"PARTS_DIR": short, "TEMPLATE": template,
                 "OUT": os.path.join(root, "g-short.bundle"), "FILTER": "users"})
-    if r.returncode != 1 or "part-3.bundle: 200 inserts" not in r.stderr:
+    if r.returncode != 1 or "part-3.bundle: built from %d keys, its mapper read %d" % (
+            len(splits[3]), len(splits[3]) + 1) not in r.stderr:
         fail("reduce of a partial short of its keys: exit %d: %s" % (r.returncode, r.stderr))
     else:
         ok("reduce of a partial short of its mapper's keys refuses: %s" % r.stderr.strip())
@@ -206,17 +259,20 @@ def hadoop(router, template):
     g = os.path.join(root, "global.bundle")
     r = reduce({"PARTS_DIR": uri, "TEMPLATE": template, "OUT": g, "FILTER": "users",
                 "BLOOMGRID_SERVER": router})
-    if r.returncode != 0 or "4 partials, %d inserts, imported into users" % total not in r.stdout:
+    if r.returncode != 0 or "4 partials, %d keys, imported into users" % total not in r.stdout:
         fail("reduce of the Hadoop outputs: exit %d: %s %s" % (r.returncode, r.stdout, r.stderr))
         return
+    keys, inserts = counts(g)
+    if keys != total:
+        fail("the Hadoop merge holds %s keys added, the splits %d lines" % (keys, total))
     good, got = check_live(router, "users", [k for s in splits for k in s])
     if not good:
         fail("after the Hadoop reduce, the live filter answers: %s" % got)
     else:
         ok("Hadoop reduce: %s; every key present through the router" % r.stdout.strip())
     info = bg("--server", router, "info", "users", "--json")
-    if '"inserts": %d' % total not in info.stdout:
-        fail("inserts after the import is not the partials' sum %d: %s" % (total, info.stdout))
+    if '"inserts": %d' % inserts not in info.stdout:
+        fail("inserts after the import is not the merge's %d: %s" % (inserts, info.stdout))
 
 
 def spark(router, template):
@@ -231,7 +287,7 @@ def spark(router, template):
     here = os.getcwd()
     os.chdir(cwd)
     try:
-        parts = [keys_of("s%d" % i, n) for i, n in enumerate([90, 10, 130])]
+        parts = splits_of("s")
         answers = []
         for i, p in enumerate(parts):
             keys = iter(p if i != 1 else [k.encode() for k in p])   # str and bytes rows
@@ -250,10 +306,17 @@ def spark(router, template):
             else:
                 ok("a partition with an empty key fails, naming it: %s" % e)
         g = os.path.join(root, "global.bundle")
-        if sp.driver_reduce(4, answers, HOME, template, dest, g, "events") != 1 or \
+        check_partials("Spark", [os.path.join(dest, "part-%d.bundle" % i) for i in range(4)],
+                       parts)
+        if sp.driver_reduce(5, answers, HOME, template, dest, g, "events") != 1 or \
                 os.path.exists(g):
             fail("driver_reduce with a partition unanswered went on")
-        rc = sp.driver_reduce(3, answers, HOME, template, dest, g, "events", router)
+        # The driver without jq: reduce.sh reads inspect's JSON with python3.
+        os.environ["JQ"] = ""
+        try:
+            rc = sp.driver_reduce(4, answers, HOME, template, dest, g, "events", router)
+        finally:
+            del os.environ["JQ"]
     finally:
         os.chdir(here)
     if rc != 0:
@@ -263,7 +326,8 @@ def spark(router, template):
     if not good:
         fail("after the Spark reduce, the live filter answers: %s" % got)
     else:
-        ok("Spark: 3 partitions built, verified, merged and imported; every key present")
+        ok("Spark: 4 partitions built, verified, merged and imported (read without jq); "
+           "every key present")
 
 
 try:
@@ -276,7 +340,7 @@ try:
     router, raddr = start("bloomgrid-router", "--topology", topo)
     procs.append(router)
     for name in ("users", "events"):
-        r = bg("--server", raddr, "create", name, "-n", "100000", "-p", "0.01", "--shards", "4")
+        r = bg("--server", raddr, "create", name, "-n", str(CAPACITY), "-p", "0.01", "--shards", "4")
         if r.returncode != 0:
             raise SystemExit("FAIL: create %s: %s" % (name, r.stderr))
         r = bg("--server", raddr, "export", name, os.path.join(TMP, name + ".template.bundle"))

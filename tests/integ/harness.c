@@ -269,7 +269,8 @@ int harness_scrape(const char *addr, const char *name, const char *key,
     int len = snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/scrape.py' '%s' '%s'",
                        HARNESS_SRC_DIR, addr, name);
     for (int i = 0; i < n && len > 0 && (size_t)len < sizeof cmd; i++)
-        len += snprintf(cmd + len, sizeof cmd - (size_t)len, " '%s=%s'", key, values[i]);
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, key ? " '%s=%s'" : " '%s%s'",
+                        key ? key : "", values[i]);
     CHECK(len > 0 && (size_t)len < sizeof cmd, "scrape command too long");
     FILE *p = popen(cmd, "r");
     CHECK(p, "cannot run %s", cmd);

@@ -87,8 +87,10 @@ int harness_log_count(const char *path, const char *needle);
 
 /* Scrape http://addr/metrics with tests/integ/scrape.py (prometheus_client's
  * parser) and put in out[i] the value of sample name with label key =
- * values[i] (NAN when not served), for n values.  Returns 0, or -1 when the
- * endpoint does not answer. */
+ * values[i] (NAN when not served), for n values.  With key NULL, values[i]
+ * is a whole selector, "LABEL=VALUE[,LABEL=VALUE...]" ("filter=f,shard=3"),
+ * or "" for the first sample of name.  Returns 0, or -1 when the endpoint
+ * does not answer. */
 int harness_scrape(const char *addr, const char *name, const char *key,
                    const char *const *values, int n, double *out);
 

@@ -119,7 +119,7 @@ static const struct method internal_methods[] = {
     {"RemoveHashes", W_ADMIN, false},     {"PullPages", W_ADMIN, true},
     {"PushPages", W_ADMIN, true},         {"ExportShard", W_ADMIN, true},
     {"ImportShard", W_ADMIN, true},       {"Batches", W_ADMIN, true},
-    {"NodeInfo", W_ADMIN, false},
+    {"NodeInfo", W_ADMIN, false},         {"Resync", W_ADMIN, false},
 };
 
 static const struct method merger_methods[] = {

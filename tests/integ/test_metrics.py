@@ -6,8 +6,14 @@ bloomgrid tool, scrapes each endpoint and parses it with
 prometheus_client's parser (Debian's python3-prometheus-client), then checks
 that the counters moved by exactly the calls made: Add calls OK at the
 router, a refused CreateFilter counted with its code, keys added and
-queried at the node, the merger's first round.  Also: a non-loopback metrics_listen
-without --insecure stops the start (exit 2).
+queried at the node, the merger's first round.  Every counter an alert
+reads is served at 0 before its first increase (checkpoint failures,
+quorum failures of each op, the calls' server-side error codes, the
+merger's failed rounds); the per-filter series carry the filter's name in
+`filter` and the shard's index in `shard`, or with metrics_shards = filter
+one series per filter.  Every family the alert rules and the dashboard
+name is served.  Also: a non-loopback metrics_listen without --insecure
+stops the start (exit 2).
 
 usage: test_metrics.py BLOOMGRID NODE ROUTER MERGER
 """
@@ -48,6 +54,9 @@ def bg(*args, expect=0):
 
 
 FAMILIES = []
+# The codes of the server's own failures, whose calls series exist at 0.
+SERVER_ERRORS = ("UNKNOWN", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "INTERNAL",
+                 "UNAVAILABLE", "DATA_LOSS")
 
 
 def scrape(maddr, context=None):
@@ -93,9 +102,24 @@ def main():
     ROUTER_ADDR, router_m = start("router", ROUTER, "--topology",
                                   os.path.join(WORK, "topo.ini"))
 
-    # Before any call: the Add series exist already, at 0.
-    expect(scrape(router_m), "bloomgrid_rpc_calls_total", 0.0,
+    # Before any call: the Add series exist already, at 0, and so does
+    # every counter an alert reads (a counter that appears at 1 is no
+    # increase to Prometheus).
+    fams = scrape(router_m)
+    expect(fams, "bloomgrid_rpc_calls_total", 0.0,
            service="bloomgrid.v1.BloomGrid", method="Add", code="OK")
+    for code in SERVER_ERRORS:
+        expect(fams, "bloomgrid_rpc_calls_total", 0.0,
+               service="bloomgrid.v1.BloomGrid", method="MayContain", code=code)
+    for op in ("Add", "MayContain", "Remove"):
+        expect(fams, "bloomgrid_router_quorum_failures_total", 0.0, op=op)
+    fams = scrape(node_m)
+    for name in ("bloomgrid_checkpoint_failures_total", "bloomgrid_checkpoint_bytes_total",
+                 "bloomgrid_checkpoint_duration_seconds_count", "bloomgrid_keys_added_total",
+                 "bloomgrid_keys_queried_total", "bloomgrid_wal_written_bytes_total"):
+        expect(fams, name, 0.0)
+    expect(fams, "bloomgrid_rpc_calls_total", 0.0,
+           service="bloomgrid.v1.Internal", method="Batches", code="UNAVAILABLE")
 
     bg("create", "slugs", "-n", "10000", "-p", "0.01", "--shards", "2")
     bg("create", "slugs", "-n", "10", "-p", "0.1", expect=2)   # ALREADY_EXISTS
@@ -115,10 +139,16 @@ def main():
            service="bloomgrid.v1.BloomGrid", method="CreateFilter", code="OK")
     expect(fams, "bloomgrid_rpc_calls_total", 1.0,
            service="bloomgrid.v1.BloomGrid", method="MayContain", code="OK")
-    expect(fams, "bloomgrid_router_quorum_failures_total", None, op="Add")
+    for op in ("Add", "MayContain", "Remove"):
+        expect(fams, "bloomgrid_router_quorum_failures_total", 0.0, op=op)
     if not value(fams, "bloomgrid_router_node_calls_total", node=node_addr,
                  lane="write", code="OK"):
         fail("no key batch counted to the node")
+    # A node down or slow: counted from 0 once the router has a link to it.
+    for lane in ("read", "write"):
+        for code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+            expect(fams, "bloomgrid_router_node_calls_total", 0.0, node=node_addr,
+                   lane=lane, code=code)
     if not value(fams, "process_resident_memory_bytes"):
         fail("router: no process_resident_memory_bytes")
 
@@ -136,8 +166,15 @@ def main():
     shards = [s for f in fams for s in f.samples if s.name == "bloomgrid_filter_bytes"]
     if len(shards) != 2 or any(s.value <= 0 for s in shards):
         fail("bloomgrid_filter_bytes: %r" % shards)
+    # The filter's own name and the shard's index, one label each.
+    if sorted((s.labels.get("filter"), s.labels.get("shard")) for s in shards) != \
+            [("slugs", "0"), ("slugs", "1")]:
+        fail("bloomgrid_filter_bytes labels: %r, expected filter slugs, shards 0 and 1"
+             % [s.labels for s in shards])
     for s in shards:
-        expect(fams, "bloomgrid_shard_syncing", 0.0, filter=s.labels["filter"])
+        expect(fams, "bloomgrid_shard_syncing", 0.0, filter="slugs", shard=s.labels["shard"])
+        expect(fams, "bloomgrid_filter_capacity", 5000.0, filter="slugs",
+               shard=s.labels["shard"])
     # The sampled fill (every second here): n-hat sums to the 30 keys, and
     # the fill and its FPR are those of a filter at 30 of 10 000 keys.
     nhat = 0.0
@@ -159,6 +196,8 @@ def main():
         fail("node: no WAL fsync counted")
     if not value(fams, "process_open_fds"):
         fail("node: no process_open_fds")
+
+    per_filter_checks()
 
     # The merger's first round (at its start), counted once it has finished.
     with open(os.path.join(WORK, "sources.ini"), "w") as f:
@@ -184,21 +223,40 @@ def main():
             break
         time.sleep(0.05)
     expect(fams, "bloomgrid_merger_rounds_total", 2.0)
+    expect(fams, "bloomgrid_merger_rounds_failed_total", 0.0)
 
     # Every bloomgrid_ family served is documented, and the alert rules and
-    # the dashboard name only documented families.
+    # the dashboard name only documented families that these processes
+    # serve (but those of setups this test does not make, each checked by
+    # the test named).
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     doc = open(os.path.join(root, "docs", "METRICS.md")).read()
     served = {s.name for f in FAMILIES for s in f.samples if s.name.startswith("bloomgrid_")}
+    def family(name):
+        return re.sub(r"_(bucket|count|sum)$", "", name)
     def documented(name):
-        return "`%s`" % re.sub(r"_(bucket|count|sum)$", "", name) in doc
+        return "`%s`" % family(name) in doc
+    served_families = {family(n) for n in served}
+    elsewhere = {
+        # A router with canary_filter: test_canary.py (integ_canary_router).
+        "bloomgrid_canary_false_negatives_total", "bloomgrid_canary_errors_total",
+        "bloomgrid_canary_checks_total", "bloomgrid_canary_adds_total",
+        # Copies of a group: tests/router/test_router_copies.c (metrics).
+        "bloomgrid_antientropy_last_pull_timestamp_seconds",
+        "bloomgrid_antientropy_pages_total", "bloomgrid_antientropy_bytes_total",
+        "bloomgrid_antientropy_peer_up", "bloomgrid_antientropy_cursors",
+    }
     for name in served:
         if not documented(name):
             fail("%s is served but not in docs/METRICS.md" % name)
     for rel in ("deploy/prometheus/alerts.yml", "deploy/grafana/bloomgrid.json"):
-        for name in set(re.findall(r"\bbloomgrid_[a-z_]+", open(os.path.join(root, rel)).read())):
+        named = set(re.findall(r"\bbloomgrid_[a-z_]+", open(os.path.join(root, rel)).read()))
+        for name in named:
             if not documented(name):
                 fail("%s names %s, which docs/METRICS.md does not list" % (rel, name))
+            elif family(name) not in served_families and family(name) not in elsewhere:
+                fail("%s names %s, which no process of this test serves" % (rel, name))
+        print("ok: the %d bloomgrid_ families %s names are served" % (len(named), rel))
 
     # Plain HTTP off loopback needs --insecure.
     r = subprocess.run([NODE, "--listen", "127.0.0.1:0", "--data-dir",
@@ -208,6 +266,46 @@ def main():
         fail("non-loopback metrics_listen: exit %d: %s" % (r.returncode, r.stderr))
     https_checks(root)
     print("ok")
+
+
+def per_filter_checks():
+    """metrics_shards = filter: one series per filter, its shards folded."""
+    addr, node_m = start("node-per-filter", NODE, "--data-dir", os.path.join(WORK, "pf"),
+                         "--metrics-shards", "filter", "--metrics-sample-s", "1")
+    for _ in range(400):
+        if subprocess.run([BG, "--server", addr, "list"], cwd=WORK,
+                          capture_output=True).returncode == 0:
+            break
+        time.sleep(0.05)
+    topo = os.path.join(WORK, "topo-pf.ini")
+    with open(topo, "w") as f:
+        f.write("version = 1\n[group g0]\ncopies = %s\n" % addr)
+    raddr, _ = start("router-per-filter", ROUTER, "--topology", topo)
+    for args in (["create", "wide", "-n", "8000", "-p", "0.01", "--shards", "4"],
+                 ["add", "wide"] + ["w%d" % i for i in range(40)]):
+        r = subprocess.run([BG, "--server", raddr] + args, cwd=WORK, capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            fail("bloomgrid %s: %s" % (" ".join(args), r.stderr))
+    for _ in range(200):
+        fams = scrape(node_m)
+        if value(fams, "bloomgrid_filter_estimated_keys", filter="wide") is not None:
+            break
+        time.sleep(0.1)
+    for name in ("bloomgrid_filter_bytes", "bloomgrid_filter_inserts_total",
+                 "bloomgrid_filter_capacity", "bloomgrid_filter_model_fpr",
+                 "bloomgrid_shard_syncing", "bloomgrid_filter_estimated_keys"):
+        got = [s for f in fams for s in f.samples if s.name == name]
+        if len(got) != 1 or got[0].labels != {"filter": "wide"}:
+            fail("metrics_shards = filter: %s %r, expected one series {filter=\"wide\"}"
+                 % (name, [(s.labels, s.value) for s in got]))
+    # Sums of the four shards (capacity 2000 each), a single SYNCING flag.
+    expect(fams, "bloomgrid_filter_capacity", 8000.0, filter="wide")
+    expect(fams, "bloomgrid_shard_syncing", 0.0, filter="wide")
+    ins = value(fams, "bloomgrid_filter_inserts_total", filter="wide")
+    if ins is None or not 39 <= ins <= 40:
+        fail("metrics_shards = filter: inserts %r, expected 40 (39 with a collision)" % ins)
+    print("ok: metrics_shards = filter serves one series per filter, its shards summed")
 
 
 def https_checks(root):

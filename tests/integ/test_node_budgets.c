@@ -6,6 +6,11 @@
  *            budget; nothing stored changes, and the node's memory, data
  *            directory and descriptors do not grow; an Import's bytes count
  *            while it runs; a drop gives the room back.
+ *   exports  max_memory_mb: the copy of every Export held open (its client
+ *            read one chunk and waits) counts: the exports past the budget
+ *            are RESOURCE_EXHAUSTED naming it, the node's RSS grows by no
+ *            more than the budget's free room and a bounded overhead, and
+ *            once the held ones end an Export works again.
  *   filters  max_filters: one filter more is RESOURCE_EXHAUSTED; a drop
  *            makes room.
  *   sparse   the first checkpoint of a new filter is sparse: creating a
@@ -41,6 +46,7 @@
 #include <unistd.h>
 
 #include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "harness.h"
@@ -224,6 +230,207 @@ static void case_memory(void)
     rc = t_create(np.ch, "d", 5000000, 0.01, FILTER_KIND_BLOCKED, &st);
     expect_exhausted(rc, &st, "max_memory_mb");
     keys_free(keys, 2000);
+    node_stop(&np, SIGTERM);
+}
+
+/* An Export held open by a client that read one chunk and waits.  Its
+ * channel has its own connection with a 64 KiB receive window and no
+ * window growth, so the node cannot hand the client the whole file: it
+ * keeps its copy, and its thread waits to send, until the call ends. */
+struct held_export {
+    grpc_channel *ch;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+};
+
+static void held_wait(struct held_export *h, void *tag)
+{
+    grpc_event ev = grpc_completion_queue_next(
+        h->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                            gpr_time_from_millis(TIMEOUT_MS, GPR_TIMESPAN)), NULL);
+    CHECK(ev.type == GRPC_OP_COMPLETE && ev.tag == tag, "Export call: event %d",
+          (int)ev.type);
+}
+
+/* The call's status (after its messages, or a cancel): code and message. */
+static int held_status(struct held_export *h, struct rpc_status *st)
+{
+    grpc_metadata_array trailing;
+    grpc_status_code code;
+    grpc_slice details;
+    grpc_op op;
+    grpc_metadata_array_init(&trailing);
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    op.data.recv_status_on_client.trailing_metadata = &trailing;
+    op.data.recv_status_on_client.status = &code;
+    op.data.recv_status_on_client.status_details = &details;
+    CHECK(grpc_call_start_batch(h->call, &op, 1, (void *)3, NULL) == GRPC_CALL_OK,
+          "status batch");
+    held_wait(h, (void *)3);
+    st->code = code;
+    snprintf(st->message, sizeof st->message, "%.*s", (int)GRPC_SLICE_LENGTH(details),
+             (const char *)GRPC_SLICE_START_PTR(details));
+    grpc_slice_unref(details);
+    grpc_metadata_array_destroy(&trailing);
+    return (int)code;
+}
+
+static void held_free(struct held_export *h)
+{
+    grpc_call_unref(h->call);
+    grpc_channel_destroy(h->ch);
+    grpc_completion_queue_shutdown(h->cq);
+    while (grpc_completion_queue_next(h->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN)
+        ;
+    grpc_completion_queue_destroy(h->cq);
+}
+
+/* Start an Export of name and read its first chunk: true when the client
+ * got it and now holds the call; false with the status in st when the
+ * export was refused (h is then freed). */
+static bool export_hold(struct held_export *h, const char *addr, const char *name,
+                        struct rpc_status *st)
+{
+    grpc_arg args[3];
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_HTTP2_BDP_PROBE;
+    args[0].value.integer = 0;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
+    args[1].value.integer = 65536;
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+    args[2].value.integer = 1;
+    grpc_channel_args cargs = {.num_args = 3, .args = args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    h->ch = grpc_channel_create(addr, creds, &cargs);
+    grpc_channel_credentials_release(creds);
+    h->cq = grpc_completion_queue_create_for_next(NULL);
+    h->call = grpc_channel_create_call(
+        h->ch, NULL, GRPC_PROPAGATE_DEFAULTS, h->cq,
+        grpc_slice_from_static_string("/bloomgrid.v1.BloomGrid/Export"), NULL,
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                     gpr_time_from_millis(60000, GPR_TIMESPAN)), NULL);
+    CHECK(h->call, "create the Export call");
+
+    Bloomgrid__V1__ExportRequest rq = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
+    rq.filter = (char *)name;
+    rq.chunk_size = 65536;
+    uint8_t buf[256];
+    size_t len = protobuf_c_message_pack(&rq.base, buf);
+    grpc_slice sl = grpc_slice_from_copied_buffer((const char *)buf, len);
+    grpc_byte_buffer *req = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice_unref(sl);
+    grpc_metadata_array md;
+    grpc_metadata_array_init(&md);
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = req;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &md;
+    CHECK(grpc_call_start_batch(h->call, ops, 4, (void *)1, NULL) == GRPC_CALL_OK,
+          "first batch");
+    held_wait(h, (void *)1);
+    grpc_byte_buffer_destroy(req);
+    grpc_metadata_array_destroy(&md);
+
+    grpc_byte_buffer *chunk = NULL;
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_RECV_MESSAGE;
+    ops[0].data.recv_message.recv_message = &chunk;
+    CHECK(grpc_call_start_batch(h->call, ops, 1, (void *)2, NULL) == GRPC_CALL_OK,
+          "read batch");
+    held_wait(h, (void *)2);
+    if (chunk) {
+        grpc_byte_buffer_destroy(chunk);
+        return true;
+    }
+    CHECK(held_status(h, st) != 0, "an Export ended OK before its first chunk");
+    held_free(h);
+    return false;
+}
+
+static void case_exports(void)
+{
+    struct node_proc np;
+    struct rpc_status st;
+    const char *flags[] = {"--max-memory-mb", "64", NULL};
+    start(&np, "budget-exports", flags);
+
+    /* About 7 MiB of bits, charged 21 MiB of the 64; keys on every page,
+     * so that each copy is resident in full. */
+    CHECK(t_create(np.ch, "x", 5000000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create x: %s", st.message);
+    uint64_t bytes = filter_bytes(np.ch, "x");
+    char **keys = keys_make("e", 0, 20000);
+    keys_call(np.ch, "Add", "x", keys, 20000, 5000, NULL);
+    struct node_info ni;
+    t_node_info(np.ch, &ni);
+    uint64_t room = ni.max_memory_bytes - ni.charged_bytes, charged0 = ni.charged_bytes;
+    uint64_t rss0 = rss_kb(np.pid);
+
+    /* Sixteen exports held open: more than the room holds copies for. */
+    enum { N = 16 };
+    struct held_export held[N];
+    bool is_held[N];
+    int nheld = 0, nrefused = 0;
+    for (int i = 0; i < N; i++) {
+        if ((is_held[i] = export_hold(&held[i], np.addr, "x", &st))) {
+            nheld++;
+            continue;
+        }
+        expect_exhausted((int)st.code, &st, "max_memory_mb");
+        nrefused++;
+    }
+    t_node_info(np.ch, &ni);
+    uint64_t rss1 = rss_kb(np.pid);
+    printf("filter of %llu KiB, room for %llu KiB: %d exports held, %d refused (%s); "
+           "charged %llu KiB of %llu; RSS %llu -> %llu kB\n",
+           (unsigned long long)bytes >> 10, (unsigned long long)room >> 10, nheld,
+           nrefused, nrefused ? st.message : "", (unsigned long long)ni.charged_bytes >> 10,
+           (unsigned long long)ni.max_memory_bytes >> 10, (unsigned long long)rss0,
+           (unsigned long long)rss1);
+    CHECK(nheld >= 1 && nrefused >= 1, "%d held, %d refused", nheld, nrefused);
+    CHECK((uint64_t)nheld * bytes <= room, "%d copies of %llu bytes held in %llu of room",
+          nheld, (unsigned long long)bytes, (unsigned long long)room);
+    CHECK(ni.charged_bytes <= ni.max_memory_bytes, "charged past the budget");
+    /* Each held export holds its copy (its bits mapped in whole 2 MiB
+     * pages, for transparent huge pages: up to 2 MiB more than counted)
+     * and its chunk; the rest is the node's own. */
+    uint64_t bound = rss0 + (room >> 10) + (uint64_t)nheld * 2048 + 8 * 1024;
+    CHECK(rss1 <= bound, "RSS %llu kB with %d exports held: past %llu kB (the budget's "
+          "room, 2 MiB a copy and 8 MiB)", (unsigned long long)rss1, nheld,
+          (unsigned long long)bound);
+    /* Reads go on meanwhile. */
+    CHECK(keys_present(np.ch, "x", keys, 20000, NULL) == 20000, "x lost keys");
+
+    /* The held exports end (their clients go away): room again. */
+    for (int i = 0; i < N; i++) {
+        if (!is_held[i])
+            continue;
+        grpc_call_cancel(held[i].call, NULL);
+        held_status(&held[i], &st);
+        held_free(&held[i]);
+    }
+    for (int i = 0; i < 100; i++) {
+        t_node_info(np.ch, &ni);
+        if (ni.charged_bytes == charged0)
+            break;
+        harness_sleep_ms(50);
+    }
+    CHECK(ni.charged_bytes == charged0, "charged %llu after the exports ended, %llu "
+          "before", (unsigned long long)ni.charged_bytes, (unsigned long long)charged0);
+    uint8_t *file = NULL;
+    size_t flen = t_export(np.ch, "x", &file, &st);
+    CHECK(flen > bytes, "Export after the held ones ended: %s", st.message);
+    free(file);
+    keys_free(keys, 20000);
     node_stop(&np, SIGTERM);
 }
 
@@ -505,7 +712,8 @@ static void case_fds(void)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s NODE_BIN memory|filters|sparse|idle|pool|watch|conn|fds\n",
+        fprintf(stderr, "usage: %s NODE_BIN "
+                "memory|exports|filters|sparse|idle|pool|watch|conn|fds\n",
                 argv[0]);
         return 2;
     }
@@ -514,6 +722,8 @@ int main(int argc, char **argv)
     const char *c = argv[2];
     if (!strcmp(c, "memory"))
         case_memory();
+    else if (!strcmp(c, "exports"))
+        case_exports();
     else if (!strcmp(c, "filters"))
         case_filters();
     else if (!strcmp(c, "sparse"))

@@ -1,12 +1,14 @@
 /* Integration tests of bloomgrid-node recovery: corrupt checkpoint, a
  * corrupt record in the middle of the node log (its payload, or its header),
- * torn log tail, disk full, a crash test that kill -9s a node under write
+ * torn log tail, a torn write of every unit of the log that an append in
+ * flight touches, disk full, a crash test that kill -9s a node under write
  * load many times and checks that no acknowledged key is ever lost, and the
  * migration of a data directory of the previous release (a fixture).
  *
  * usage: test_node_recovery NODE_BINARY corrupt_snapshot|corrupt_wal|
  *        corrupt_log_header|torn_tail|crash|disk_full [ROUNDS]
  *        test_node_recovery NODE_BINARY migrate FIXTURE_DIR
+ *        test_node_recovery NODE_BINARY torn_unit SLOW_FSYNC_LIBRARY
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -96,14 +98,29 @@ static off_t file_size(const char *path)
     return stat(path, &sb) == 0 ? sb.st_size : -1;
 }
 
+/* The write unit a node log segment names in its header (docs/STORAGE.md:
+ * version 2, u32 at offset 12), 0 for one without (version 1). */
+static uint32_t log_unit(const char *path)
+{
+    unsigned char h[32];
+    int fd = open(path, O_RDONLY);
+
+    CHECK(fd >= 0 && pread(fd, h, 32, 0) == 32, "read the header of %s", path);
+    close(fd);
+    if (h[8] == 1)
+        return 0;
+    return (uint32_t)(h[12] | h[13] << 8 | h[14] << 16 | (uint32_t)h[15] << 24);
+}
+
 /* The offset of the nth (from 0) record of filter name in the node log
- * segment at path (the record layout of common/wal.h: a 64-byte header
+ * segment at path (the record layout of docs/STORAGE.md: a 64-byte header
  * with the name length at 6 and the payload length at 8, then the name and
- * the payload); -1 when there is none. */
+ * the payload; padding records have no name); -1 when there is none. */
 static off_t log_record(const char *path, const char *name, int nth)
 {
     int fd = open(path, O_RDONLY);
-    off_t off = 32, found = -1;
+    uint32_t unit = log_unit(path);
+    off_t off = unit ? unit : 32, found = -1;
     unsigned char h[64];
     char n[256];
 
@@ -238,6 +255,143 @@ static void test_torn_tail(const char *dir)
     CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
 }
 
+/* ---- a torn write of the log's last units ---- */
+
+static char *read_file(const char *path, off_t *size)
+{
+    int fd = open(path, O_RDONLY);
+    off_t n = file_size(path);
+    char *buf = malloc(n > 0 ? (size_t)n : 1);
+
+    CHECK(fd >= 0 && n >= 0 && buf, "read %s", path);
+    CHECK(pread(fd, buf, (size_t)n, 0) == n, "read %s", path);
+    close(fd);
+    *size = n;
+    return buf;
+}
+
+struct inflight {
+    struct rpc_channel *ch;
+    int rc;
+};
+
+/* An Add of 600 keys that the test holds in the log's fsync. */
+static void *inflight_main(void *p)
+{
+    struct inflight *f = p;
+    struct rpc_status st;
+    bool *out = malloc(600 * sizeof *out);
+
+    f->rc = add_range(f->ch, "a", 9, 0, 600, "Add", out, &st);
+    free(out);
+    return NULL;
+}
+
+/* A node acknowledges 20 Adds of 100 keys, then takes one more whose
+ * fdatasync is held (slow_fsync.c) while the machine loses power: the
+ * node is killed and each unit of the log the append touched (those that
+ * differ from before it) is torn as a device that writes a unit only in
+ * part may leave it: zeroed, its first sector garbled, half new and half
+ * old either way.  On each such copy of the data directory the node
+ * restarts serving, with every acknowledged key. */
+static void test_torn_unit(const char *dir, const char *preload)
+{
+    static const char *const modes[] = {"zeroed", "garbled", "first half new",
+                                        "second half new"};
+    struct node_proc np;
+    struct rpc_status st;
+    char gate[800], held[820], ldir[800], wal[1024], cmd[4000];
+    bool out[100];
+    off_t old_size, new_size;
+
+    snprintf(gate, sizeof gate, "%s.gate", dir);
+    snprintf(held, sizeof held, "%s.held", gate);
+    setenv("SLOW_FSYNC_GATE", gate, 1);
+    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_preload_begin(preload);
+    node_start(&np, dir, slow_snapshots);
+    harness_preload_end();
+    CHECK(node_wait_health(&np, true, 20000), "SERVING");
+    CHECK(t_create(np.ch, "a", 100000, 0.01, 0, &st) == 0, "create: %s", st.message);
+    for (unsigned b = 0; b < 20; b++)
+        CHECK(add_range(np.ch, "a", 0, b * 100, 100, "Add", out, &st) == 0,
+              "add: %s", st.message);
+    snprintf(ldir, sizeof ldir, "%s/.wal", dir);
+    CHECK(find_file(ldir, "wal-", wal, sizeof wal), "no log segment in %s", ldir);
+    char *before = read_file(wal, &old_size);
+
+    /* The next append, held in its fsync; then the power goes. */
+    FILE *g = fopen(gate, "w");
+    CHECK(g, "create %s", gate);
+    fclose(g);
+    struct inflight f = {rpc_channel_create(np.addr, 0), -1};
+    pthread_t th;
+    pthread_create(&th, NULL, inflight_main, &f);
+    for (int i = 0; i < 2000 && access(held, F_OK) != 0; i++)
+        harness_sleep_ms(10);
+    CHECK(access(held, F_OK) == 0, "the append never reached the log's fsync");
+    node_stop(&np, SIGKILL);
+    pthread_join(th, NULL);
+    rpc_channel_destroy(f.ch);
+    CHECK(f.rc != 0, "the held Add was acknowledged");
+    unlink(gate);
+    unlink(held);
+    char *after = read_file(wal, &new_size);
+    CHECK(new_size == old_size, "the segment changed size (%lld -> %lld)",
+          (long long)old_size, (long long)new_size);
+
+    /* The units the append touched: the node's write unit, 4 KiB at least. */
+    off_t u = log_unit(wal) > 4096 ? log_unit(wal) : 4096, lo = -1, hi = -1;
+    for (off_t i = 0; i < new_size; i++)
+        if (before[i] != after[i]) {
+            if (lo < 0)
+                lo = i;
+            hi = i;
+        }
+    CHECK(lo >= 0, "the held append wrote nothing");
+    off_t first = lo / u, last = hi / u;
+    printf("  the append touched units %lld..%lld of %lld bytes\n",
+           (long long)first, (long long)last, (long long)u);
+    char *img = malloc((size_t)u);
+    int runs = 0;
+    for (off_t k = first; k <= last; k++) {
+        for (int m = 0; m < 4; m++) {
+            char copy[900], cwal[1100];
+            off_t at = k * u, half = u / 2;
+            snprintf(copy, sizeof copy, "%s-torn", dir);
+            snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s.log' && cp -a '%s' '%s'", copy,
+                     copy, dir, copy);
+            CHECK(system(cmd) == 0, "%s", cmd);
+            memcpy(img, after + at, (size_t)u);
+            if (m == 0)
+                memset(img, 0, (size_t)u);
+            else if (m == 1)
+                for (int i = 0; i < 512; i++)
+                    img[i] = (char)(i * 131 + 17);
+            else if (m == 2)
+                memcpy(img + half, before + at + half, (size_t)half);
+            else
+                memcpy(img, before + at, (size_t)half);
+            snprintf(cwal, sizeof cwal, "%s/.wal/%s", copy, strrchr(wal, '/') + 1);
+            int fd = open(cwal, O_WRONLY);
+            CHECK(fd >= 0 && pwrite(fd, img, (size_t)u, at) == u, "tear %s", cwal);
+            close(fd);
+            node_start(&np, copy, slow_snapshots);
+            CHECK(node_wait_health(&np, true, 20000), "unit %lld %s: not SERVING "
+                  "(log %s)", (long long)k, modes[m], np.log);
+            check_present(np.ch, "a", 0, 2000);
+            CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
+            runs++;
+        }
+    }
+    printf("  torn units: %d restarts, every acknowledged key present\n", runs);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s-torn'", dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    free(img);
+    free(before);
+    free(after);
+}
+
 /* ---- migration ---- */
 
 /* How many of PREFIX-from .. PREFIX-to filter lacks. */
@@ -326,8 +480,22 @@ static void fill_disk(const char *path)
     close(fd);
 }
 
-/* A write that cannot reach the disk is not acknowledged; the filter is
- * refused (reads too) until space returns and the store recovers it. */
+/* A refusal of a full disk: UNAVAILABLE, saying so. */
+static void expect_no_space(int rc, const struct rpc_status *st, const char *what)
+{
+    CHECK(rc == GS(UNAVAILABLE), "disk full: %s: %s %s", what, rpc_status_name(rc),
+          st->message);
+    CHECK(strcasestr(st->message, "no space left on device") != NULL,
+          "disk full: %s: the message does not say \"no space left on device\": %s",
+          what, st->message);
+}
+
+/* A write that cannot reach the disk is not acknowledged, and its refusal
+ * says "no space left on device"; for as long as the disk stays full (the
+ * store tries the log again every second) adds are refused so and the
+ * acknowledged keys keep reading "maybe", from the bits in memory; once
+ * space returns writes work again, and every acknowledged key survives a
+ * kill -9. */
 static int test_disk_full(const char *base)
 {
     char mnt[700], dir[800], filler[800], cmd[1600];
@@ -352,16 +520,43 @@ static int test_disk_full(const char *base)
     CHECK(add_range(np.ch, "full", 0, 0, 1000, "Add", out, &st) == 0, "add");
 
     fill_disk(filler);
+    /* Writer 1 adds until the log cannot grow: keys [0, acked1) are
+     * acknowledged. */
+    uint64_t acked1 = 0;
     int rc = 0;
-    for (int i = 1; i < 50 && rc == 0; i++)  /* until the WAL cannot grow */
-        rc = add_range(np.ch, "full", 1, (uint64_t)i * 1000, 1000, "Add", out, &st);
-    CHECK(rc == GS(UNAVAILABLE), "disk full: Add refused: %s %s", rpc_status_name(rc),
-          st.message);
-    printf("  disk full: Add UNAVAILABLE: %s\n", st.message);
+    for (int i = 1; i < 50; i++) {
+        rc = add_range(np.ch, "full", 1, acked1, 1000, "Add", out, &st);
+        if (rc != 0)
+            break;
+        acked1 += 1000;
+    }
+    expect_no_space(rc, &st, "the Add that met the full disk");
+    printf("  disk full after %llu more keys: Add UNAVAILABLE: %s\n",
+           (unsigned long long)acked1, st.message);
     CHECK(node_wait_health(&np, false, 5000), "disk full: NOT_SERVING");
 
+    /* Three seconds of a full disk: the store's retries find the log still
+     * unwritable and leave the filter as it is. */
+    char **k0 = keys_make("k0", 0, 1000);
+    bool sout[1000];
+    for (int round = 0; round < 30; round++) {
+        check_present(np.ch, "full", 0, 1000);
+        check_present(np.ch, "full", 1, acked1);
+        CHECK(t_stream_keys(np.ch, "MayContainStream", "full", k0, 100, 10, sout, &st)
+                  == 0, "disk full: MayContainStream: %s %s", rpc_status_name(st.code),
+              st.message);
+        for (int i = 0; i < 1000; i++)
+            CHECK(sout[i], "LOST acknowledged key k0-%d (MayContainStream)", i);
+        rc = add_range(np.ch, "full", 2, (uint64_t)round * 10, 10, "Add", out, &st);
+        expect_no_space(rc, &st, "a later Add");
+        harness_sleep_ms(100);
+    }
+    keys_free(k0, 1000);
+    printf("  disk full for 3 s: every Add refused so, every acknowledged key read "
+           "\"maybe\" (last refusal: %s)\n", st.message);
+
     unlink(filler);
-    /* The store retries recovery by itself once there is room again. */
+    /* The store reloads the filter by itself once the log can be written. */
     rc = -1;
     for (int i = 0; i < 300 && rc != 0; i++) {
         rc = add_range(np.ch, "full", 0, 1000, 1000, "Add", out, &st);
@@ -370,8 +565,21 @@ static int test_disk_full(const char *base)
     }
     CHECK(rc == 0, "after space returns: Add works again: %s", st.message);
     CHECK(node_wait_health(&np, true, 10000), "SERVING again");
+    CHECK(add_range(np.ch, "full", 1, acked1, 1000, "Add", out, &st) == 0,
+          "add after space returned: %s", st.message);
+    acked1 += 1000;
     check_present(np.ch, "full", 0, 2000);
+    check_present(np.ch, "full", 1, acked1);
     printf("  space back: recovered, SERVING, acknowledged keys present\n");
+
+    /* Nothing acknowledged was only in memory. */
+    node_stop(&np, SIGKILL);
+    node_start(&np, dir, slow_snapshots);
+    disk_node_pid = np.pid;
+    CHECK(node_wait_health(&np, true, 10000), "SERVING after kill -9");
+    check_present(np.ch, "full", 0, 2000);
+    check_present(np.ch, "full", 1, acked1);
+    printf("  after kill -9: every acknowledged key present\n");
     disk_node_pid = 0;
     CHECK(node_stop(&np, SIGTERM) == 0, "SIGTERM");
     disk_cleanup();
@@ -496,7 +704,8 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: %s NODE_BINARY corrupt_snapshot|corrupt_wal|"
-                        "torn_tail|crash [ROUNDS]\n", argv[0]);
+                        "torn_tail|crash [ROUNDS] | torn_unit SLOW_FSYNC_LIBRARY | "
+                        "migrate FIXTURE_DIR\n", argv[0]);
         return 2;
     }
     harness_node_bin = argv[1];
@@ -517,6 +726,8 @@ int main(int argc, char **argv)
         test_crash(dir, argc > 3 ? atoi(argv[3]) : 24);
     else if (strcmp(argv[2], "migrate") == 0 && argc > 3)
         test_migrate(dir, argv[3]);
+    else if (strcmp(argv[2], "torn_unit") == 0 && argc > 3)
+        test_torn_unit(dir, argv[3]);
     else if (strcmp(argv[2], "disk_full") == 0) {
         dir[strlen(dir) - 5] = 0; /* the test mounts its own file system */
         if (test_disk_full(dir) == 77) {

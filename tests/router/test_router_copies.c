@@ -7,8 +7,9 @@
  *           copies down, Add is UNAVAILABLE naming the shard and both
  *           copies, and MayContain is UNAVAILABLE
  *   wipe    W = 2, R = 2: a copy killed, its data directory deleted and
- *           restarted empty (then its shards re-created empty by hand, so
- *           they are SYNCING and the copy alone refuses reads): no
+ *           restarted empty, without pulls: it reports NOT_SERVING (it
+ *           lacks its group's shards); then its shards re-created empty by
+ *           hand, so they are SYNCING and the copy alone refuses reads: no
  *           acknowledged key reads "no" through the router
  *   w3r1    W = 3, R = 1: writes need every copy (one down: UNAVAILABLE),
  *           reads need one (two down: still answered); a copy takes public
@@ -69,7 +70,8 @@ static void all_maybe(struct cluster *c, char **k, const char *when)
  * it: its channel reconnects within the reconnect backoff (at most 1 s),
  * seen as a batch message arriving at the node.  Writing a probe key
  * again and again is safe. */
-static void restart_reached(struct cluster *c, int i, const char *const *more)
+static void restart_reached_held(struct cluster *c, int i, const char *const *more,
+                                bool reads)
 {
     char *probe[] = {"probe"};
     bool out[1];
@@ -85,7 +87,13 @@ static void restart_reached(struct cluster *c, int i, const char *const *more)
     CHECK(ni.messages > 0, "the router does not reach restarted node %d", i);
     /* A restarted copy answers reads once it has checked its epoch with
      * its peers (docs/REPLICATION.md, "Restored copies"). */
-    CHECK(cluster_wait_reads(c, i, 20000), "restarted node %d does not answer reads", i);
+    CHECK(!reads || cluster_wait_reads(c, i, 20000),
+          "restarted node %d does not answer reads", i);
+}
+
+static void restart_reached(struct cluster *c, int i, const char *const *more)
+{
+    restart_reached_held(c, i, more, true);
 }
 
 static void setup_flags(struct cluster *c, const char *tag, const char *head, char ***k,
@@ -220,8 +228,16 @@ static void test_wipe(void)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[w]);
     CHECK(system(cmd) == 0, "%s", cmd);
     const char *slow[] = {"--replicate-interval-ms", "60000", NULL};
-    restart_reached(&c, w, slow);
+    restart_reached_held(&c, w, slow, false);
     all_maybe(&c, k, "copy restarted on an empty data directory");
+    /* It lacks what its group holds: held, refilling, however slowly it
+     * pulls (docs/REPLICATION.md, "Re-created copies"); its epoch check
+     * (a few hundred ms) does not let it serve. */
+    for (int i = 0; i < 30; i++) {
+        CHECK(node_health(&c.node[w], "bloomgrid.v1.BloomGrid") == 2,
+              "the wiped copy says it serves reads");
+        harness_sleep_ms(50);
+    }
 
     /* Its shards re-created empty: it now answers "no" by itself. */
     for (uint32_t s = 0; s < S; s++) {
@@ -450,18 +466,25 @@ static void test_export(void)
     CHECK(len > 0, "Export: %s", st.message);
     bundle_holds(buf, len, k, NKEYS, "export, copy 0 behind");
     bundle_holds(buf, len, more, NKEYS, "export, copy 0 behind");
-    /* inserts is one copy's count, not the sum over the copies read. */
+    /* inserts and keys added are one copy's counts, not the sums over the
+     * copies read. */
     char err[256];
     struct bundle *b = bundle_parse(buf, len, err);
     CHECK(b, "export: %s", err);
-    uint64_t inserts = 0;
-    for (uint32_t i = 0; i < b->count; i++)
+    uint64_t inserts = 0, keys = 0;
+    for (uint32_t i = 0; i < b->count; i++) {
         inserts += bf_insert_count(b->shard[i]);
+        CHECK(bf_keys_added(b->shard[i]) != BF_KEYS_UNCOUNTED, "shard %u: keys uncounted", i);
+        keys += bf_keys_added(b->shard[i]);
+    }
     bundle_destroy(b);
     free(buf);
     CHECK(inserts >= 2 * NKEYS - 20 && inserts <= 2 * NKEYS + 100,
           "export inserts %llu, expected about %d (one copy's adds)",
           (unsigned long long)inserts, 2 * NKEYS);
+    CHECK(keys >= 2 * NKEYS && keys <= 2 * NKEYS + 100,
+          "export keys added %llu, expected %d (one copy's adds)",
+          (unsigned long long)keys, 2 * NKEYS);
 
     /* Two copies down: fewer than R answer, and nothing is exported. */
     node_stop(&c.node[1], SIGKILL);
@@ -478,7 +501,9 @@ static void test_export(void)
 
 /* Anti-entropy's series on every copy: for each other copy, pages and
  * bytes pulled and the time of the last successful pull, which moves on
- * while the copies run and stops for a copy that is stopped. */
+ * while the copies run and stops for a copy that is stopped.  Before any
+ * filter, the counters alerts read are served at 0; then every copy holds
+ * every shard, one series each, labels filter (its name) and shard. */
 static void test_metrics(void)
 {
     struct cluster c;
@@ -488,12 +513,43 @@ static void test_metrics(void)
     cluster_init(&c, "router-copies-metrics", "fsync");
     c.node_flags = flags;
     cluster_run_copies(&c, 1, 3, "write_quorum = 2\nread_quorum = 2\n", 1);
+    for (int i = 0; i < 3; i++)
+        CHECK(c.node[i].maddr[0], "node %d printed no metrics address", i);
+    const char *const any[1] = {""};
+    const char *const zero[] = {"bloomgrid_checkpoint_failures_total",
+                                "bloomgrid_keys_added_total",
+                                "bloomgrid_checkpoint_bytes_total"};
+    for (size_t z = 0; z < sizeof zero / sizeof *zero; z++) {
+        double v = NAN;
+        CHECK(harness_scrape(c.node[0].maddr, zero[z], NULL, any, 1, &v) == 0,
+              "GET /metrics of node 0");
+        CHECK(v == 0, "node 0 before any filter: %s = %f, not served at 0", zero[z], v);
+    }
     CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, S, NULL, &st) == 0,
           "create: %s", st.message);
     char **k = keys_make("m", 0, NKEYS);
     keys_call(c.router[0].ch, "Add", "f", k, NKEYS, 500, NULL);
-    for (int i = 0; i < 3; i++)
-        CHECK(c.node[i].maddr[0], "node %d printed no metrics address", i);
+    /* Every copy: shard i of f as {filter="f", shard="i"}, not the store
+     * name f.shard-i. */
+    char sel[S + 1][32];
+    const char *sels[S + 1];
+    for (int s = 0; s < S; s++) {
+        snprintf(sel[s], sizeof sel[s], "filter=f,shard=%d", s);
+        sels[s] = sel[s];
+    }
+    snprintf(sel[S], sizeof sel[S], "filter=f.shard-0");
+    sels[S] = sel[S];
+    for (int i = 0; i < 3; i++) {
+        double bytes[S + 1], sync[S + 1];
+        CHECK(harness_scrape(c.node[i].maddr, "bloomgrid_filter_bytes", NULL, sels, S + 1,
+                             bytes) == 0 &&
+              harness_scrape(c.node[i].maddr, "bloomgrid_shard_syncing", NULL, sels, S + 1,
+                             sync) == 0, "GET /metrics of node %d", i);
+        for (int s = 0; s < S; s++)
+            CHECK(bytes[s] > 0 && sync[s] == 0, "node %d: shard %d of f: bytes %f, "
+                  "syncing %f", i, s, bytes[s], sync[s]);
+        CHECK(isnan(bytes[S]), "node %d serves filter=\"f.shard-0\"", i);
+    }
 
     const char *const peers[2] = {c.node[1].addr, c.node[2].addr};
     const char *ts = "bloomgrid_antientropy_last_pull_timestamp_seconds";

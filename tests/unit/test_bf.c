@@ -412,6 +412,7 @@ static void check_concurrent(enum bf_kind kind)
         pthread_join(tr[i], NULL);
     }
     ck_assert_uint_eq(r[0].misses + r[1].misses, 0);
+    ck_assert_uint_eq(bf_keys_added(f), 2 * n);   /* every add counted, concurrently */
     char key[48];
     for (int id = 0; id < 2; id++)
         for (uint64_t i = 0; i < n; i++) {
@@ -517,6 +518,62 @@ START_TEST(add_reports_new_keys)
         ck_assert_uint_eq(bf_insert_count(f), 1);
         bf_destroy(f);
     }
+}
+END_TEST
+
+/* Keys added count every add, through every entry point and in both
+ * writer modes: a repeat ("a, b, a") and a key whose bits were already set
+ * (a filter far past its capacity) count, though they set no bit; inserts
+ * count only the adds that did. */
+START_TEST(keys_added_counts_every_add)
+{
+    enum bf_kind kinds[] = {BF_KIND_BLOCKED, BF_KIND_CLASSIC, BF_KIND_COUNTING,
+                            BF_KIND_SCALABLE};
+    enum { N = 3000 };
+    static char store[N][24];
+    const void *keys[N];
+    size_t lens[N];
+    struct bf_hash hs[N];
+
+    for (int i = 0; i < N; i++) {
+        lens[i] = (size_t)snprintf(store[i], sizeof(store[i]), "many-%d", i);
+        keys[i] = store[i];
+    }
+    for (size_t k = 0; k < 4; k++)
+        for (int how = 0; how < 6; how++) {
+            struct bf *f = make(kinds[k], 100, 0.2, fixed_secret);
+            const void *aba[3] = {"a", "b", "a"};
+            size_t aba_len[3] = {1, 1, 1};
+            bf_set_exclusive(f, how >= 3);
+            ck_assert_uint_eq(bf_keys_added(f), 0);
+            if (how % 3 == 0) {
+                for (int i = 0; i < 3; i++)
+                    bf_add(f, aba[i], 1);
+                for (int i = 0; i < N; i++)
+                    bf_add(f, keys[i], lens[i]);
+            } else if (how % 3 == 1) {
+                bf_add_keys(f, aba, aba_len, 3, NULL);
+                bf_add_keys(f, keys, lens, N, NULL);
+            } else {
+                for (int i = 0; i < 3; i++)
+                    hs[i] = bf_hash_key(f, aba[i], 1);
+                bf_add_hashes(f, hs, 3, NULL);
+                for (int i = 0; i < N; i++)
+                    hs[i] = bf_hash_key(f, keys[i], lens[i]);
+                bf_add_hashes(f, hs, N, NULL);
+            }
+            ck_assert_msg(bf_keys_added(f) == N + 3, "%s, entry %d: %llu keys added",
+                          bf_kind_name(kinds[k]), how, (unsigned long long)bf_keys_added(f));
+            ck_assert_msg(bf_insert_count(f) < N + 2, "%s, entry %d: %llu inserts of %d "
+                          "unique keys past capacity: no false positive",
+                          bf_kind_name(kinds[k]), how,
+                          (unsigned long long)bf_insert_count(f), N + 2);
+            if (kinds[k] == BF_KIND_COUNTING) {
+                ck_assert_int_eq(bf_remove(f, "b", 1), 0);
+                ck_assert_uint_eq(bf_keys_added(f), N + 3);   /* removes do not lower it */
+            }
+            bf_destroy(f);
+        }
 }
 END_TEST
 
@@ -695,6 +752,56 @@ START_TEST(merge_equals_union_bit_for_bit)
         bf_destroy(b);
         bf_destroy(u);
     }
+}
+END_TEST
+
+/* A merge adds the source's keys added (and inserts); a filter with an
+ * uncounted past (a version-1 file) makes the merge uncounted, and adds
+ * leave it so. */
+START_TEST(merge_adds_keys_added)
+{
+    char err[BF_ERRLEN];
+    struct bf *a = make(BF_KIND_BLOCKED, 1000, 0.01, NULL);
+    struct bf *b = bf_create_like(a, err), *old = bf_create_like(a, err);
+
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(old);
+    fill_range(a, "k", 0, 3);
+    fill_range(b, "k", 1, 6);                    /* two keys in both */
+    ck_assert_int_eq(bf_merge_from(a, b, err), 0);
+    ck_assert_uint_eq(bf_keys_added(a), 8);
+    ck_assert_uint_eq(bf_insert_count(a), 8);   /* each was new where added */
+    ck_assert_uint_eq(bf_keys_added(b), 5);
+    fill_range(a, "k", 0, 2);
+    ck_assert_uint_eq(bf_keys_added(a), 10);
+    ck_assert_uint_eq(bf_insert_count(a), 8);
+
+    /* A count near the top saturates below "uncounted". */
+    struct bf *big = bf_create_like(a, err);
+    ck_assert_ptr_nonnull(big);
+    bf_set_counts(big, 0, BF_KEYS_UNCOUNTED - 2, NULL);
+    ck_assert_int_eq(bf_merge_from(big, b, err), 0);
+    ck_assert_uint_eq(bf_keys_added(big), BF_KEYS_UNCOUNTED - 1);
+    ck_assert_int_eq(bf_merge_from(big, b, err), 0);
+    ck_assert_uint_eq(bf_keys_added(big), BF_KEYS_UNCOUNTED - 1);
+    bf_destroy(big);
+
+    bf_set_counts(old, 7, BF_KEYS_UNCOUNTED, NULL);
+    ck_assert_uint_eq(bf_keys_added(old), BF_KEYS_UNCOUNTED);
+    ck_assert_int_eq(bf_merge_from(a, old, err), 0);
+    ck_assert_uint_eq(bf_keys_added(a), BF_KEYS_UNCOUNTED);
+    ck_assert_uint_eq(bf_insert_count(a), 15);
+    fill_range(a, "new", 0, 10);
+    ck_assert_uint_eq(bf_keys_added(a), BF_KEYS_UNCOUNTED);
+    bf_set_exclusive(a, true);
+    fill_range(a, "newer", 0, 10);
+    ck_assert_uint_eq(bf_keys_added(a), BF_KEYS_UNCOUNTED);
+    /* ... and into a counted one, the same. */
+    ck_assert_int_eq(bf_merge_from(b, a, err), 0);
+    ck_assert_uint_eq(bf_keys_added(b), BF_KEYS_UNCOUNTED);
+    bf_destroy(a);
+    bf_destroy(b);
+    bf_destroy(old);
 }
 END_TEST
 
@@ -889,6 +996,8 @@ Suite *bf_suite(void)
     tcase_add_test(tc, single_query_every_key_length);
     tcase_add_test(tc, add_reports_new_keys);
     tcase_add_test(tc, batched_forms_match_single);
+    tcase_add_test(tc, keys_added_counts_every_add);
+    tcase_add_test(tc, merge_adds_keys_added);
     tcase_add_test(tc, counting_remove);
     tcase_add_test(tc, counting_saturated_counter_never_decrements);
     tcase_add_test(tc, estimates_track_count);

@@ -176,6 +176,7 @@ static void assert_same_filter(const struct bf *a, const struct bf *b)
     ck_assert(bf_growth(a) == bf_growth(b));
     ck_assert(bf_tightening(a) == bf_tightening(b));
     ck_assert_uint_eq(bf_insert_count(a), bf_insert_count(b));
+    ck_assert_uint_eq(bf_keys_added(a), bf_keys_added(b));
     ck_assert_mem_eq(bf_secret(a), bf_secret(b), BF_SECRET_LEN);
     ck_assert_ptr_null(bf_mismatch(a, b));
     bf_fingerprint_id(a, ida);
@@ -548,6 +549,98 @@ START_TEST(wrong_version_refused)
 }
 END_TEST
 
+/* ---- format versions and the count of keys added --------------------- */
+
+/* The version-1 form of a serialized filter: version 1 and the keys-added
+ * field (reserved there) zero, checksum fixed up. */
+static void make_version_1(struct membuf *m)
+{
+    put32(m->data + 8, 1);
+    put64(m->data + 120, 0);
+    fix_checksum(m->data, m->len);
+}
+
+START_TEST(keys_added_round_trip_in_version_2)
+{
+    struct bf *f = make_filled(all_kinds[_i], 0, 1), *g;
+    struct membuf m = serialize(f);
+    char err[BF_ERRLEN] = "";
+    /* make_filled adds 1000 keys, twice each for counting. */
+    uint64_t keys = all_kinds[_i] == BF_KIND_COUNTING ? 2000 : 1000;
+
+    ck_assert_uint_eq(bf_keys_added(f), keys);
+    ck_assert_uint_lt(bf_insert_count(f), keys + 1);
+    ck_assert_uint_eq(m.data[8], BF_FILE_VERSION);
+    ck_assert_uint_eq(BF_FILE_VERSION, 2);
+    ck_assert_uint_eq(get64(m.data + 96), bf_insert_count(f));
+    ck_assert_uint_eq(get64(m.data + 120), keys);
+    g = bf_file_parse(m.data, m.len, err);
+    ck_assert_msg(g != NULL, "parse: %s", err);
+    assert_same_filter(f, g);
+    bf_destroy(f);
+    bf_destroy(g);
+    free(m.data);
+}
+END_TEST
+
+/* A file of format version 1 (no count of keys) still loads, bits and
+ * insert count as they were, its keys added BF_KEYS_UNCOUNTED; adds and
+ * a save keep it so. */
+START_TEST(version_1_file_loads_uncounted)
+{
+    char *dir = make_tmpdir(), *path = path_in(dir, "v1.bf");
+    struct bf *f = make_filled(BF_KIND_BLOCKED, 2, 4), *g, *h;
+    struct membuf m = serialize(f), m2;
+    struct bf_layer_info li;
+    char err[BF_ERRLEN] = "";
+    int code = 1;
+
+    make_version_1(&m);
+    write_file(path, m.data, m.len);
+    g = bf_file_load(path, err, &code);
+    ck_assert_msg(g != NULL, "load: %s", err);
+    ck_assert_int_eq(code, 0);
+    ck_assert_uint_eq(bf_keys_added(g), BF_KEYS_UNCOUNTED);
+    ck_assert_uint_eq(bf_insert_count(g), bf_insert_count(f));
+    ck_assert_uint_eq(bf_shard_index(g), 2);
+    ck_assert_int_eq(bf_layer_info(f, 0, &li), 0);
+    ck_assert_int_eq(memcmp(bf_layer_body_const(f, 0), bf_layer_body_const(g, 0),
+                            li.body_bytes), 0);
+    bf_add(g, "one more", 8);
+    ck_assert_uint_eq(bf_keys_added(g), BF_KEYS_UNCOUNTED);
+    m2 = serialize(g);
+    ck_assert_uint_eq(m2.data[8], BF_FILE_VERSION);
+    ck_assert_uint_eq(get64(m2.data + 120), UINT64_MAX);
+    h = bf_file_parse(m2.data, m2.len, err);
+    ck_assert_msg(h != NULL, "parse: %s", err);
+    ck_assert_uint_eq(bf_keys_added(h), BF_KEYS_UNCOUNTED);
+    bf_destroy(f);
+    bf_destroy(g);
+    bf_destroy(h);
+    free(m.data);
+    free(m2.data);
+    rm_tree(dir);
+    free(path);
+    free(dir);
+}
+END_TEST
+
+/* In version 1 the bytes of the keys-added field are reserved: non-zero,
+ * the file is refused as before. */
+START_TEST(version_1_reserved_field_refused)
+{
+    struct bf *f = make_filled(BF_KIND_CLASSIC, 0, 1);
+    struct membuf m = serialize(f);
+
+    make_version_1(&m);
+    put64(m.data + 120, 1);
+    fix_checksum(m.data, m.len);
+    assert_refused(m.data, m.len, "bad geometry: reserved", "version 1 reserved");
+    bf_destroy(f);
+    free(m.data);
+}
+END_TEST
+
 /* One impossible-geometry edit: a header or descriptor field rewritten and the
  * checksum fixed up, so the geometry check is what must catch it. */
 struct geometry_edit {
@@ -576,7 +669,6 @@ static const struct geometry_edit geometry_edits[] = {
     {"shard index = count", 84, 4, 1, 0},
     {"shard count 0", 88, 4, 0, 0},
     {"flags", 92, 4, 1, 0},
-    {"reserved", 120, 8, 1, 0},
     {"layer m 0", D0 + 16, 8, 0, 0},
     {"layer k 0", D0 + 24, 4, 0, 0},
     {"layer k 65", D0 + 24, 4, 65, 0},
@@ -952,6 +1044,9 @@ Suite *bf_file_suite(void)
     tcase_add_loop_test(tc, flipped_byte_refused_everywhere, 0, nkinds);
     tcase_add_test(tc, wrong_magic_refused);
     tcase_add_test(tc, wrong_version_refused);
+    tcase_add_loop_test(tc, keys_added_round_trip_in_version_2, 0, nkinds);
+    tcase_add_test(tc, version_1_file_loads_uncounted);
+    tcase_add_test(tc, version_1_reserved_field_refused);
     tcase_add_loop_test(tc, impossible_geometry_refused, 0, nedits);
     tcase_add_test(tc, body_size_not_matching_m_refused);
     tcase_add_test(tc, engine_geometry_check_applies);

@@ -2,6 +2,7 @@
  * their arguments. */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -89,6 +90,45 @@ START_TEST(json_lines_and_journal_priorities)
 }
 END_TEST
 
+/* What log_announce writes on stdout. */
+static void capture_stdout(const char *msg, char *out, size_t len)
+{
+    int fds[2], saved = dup(1);
+    ck_assert_int_eq(pipe(fds), 0);
+    fflush(stdout);
+    dup2(fds[1], 1);
+    log_set_level(LOG_LEVEL_OFF);       /* the line is written whatever the level */
+    log_announce("%s listening on %s", "bloomgrid-test", msg);
+    dup2(saved, 1);
+    close(saved);
+    close(fds[1]);
+    ssize_t n = read(fds[0], out, len - 1);
+    close(fds[0]);
+    out[n > 0 ? n : 0] = 0;
+    log_set_level(LOG_LEVEL_INFO);
+}
+
+START_TEST(announce_follows_the_format)
+{
+    char line[4096];
+
+    log_set_ident("bloomgrid-test");
+    log_set_format(LOG_FORMAT_TEXT);
+    capture_stdout("127.0.0.1:7400", line, sizeof line);
+    ck_assert_str_eq(line, "bloomgrid-test listening on 127.0.0.1:7400\n");
+    log_set_format(LOG_FORMAT_JSON);
+    capture_stdout("127.0.0.1:7400 health 127.0.0.1:7401", line, sizeof line);
+    ck_assert_msg(strncmp(line, "{\"time\":\"20", 11) == 0, "%s", line);
+    ck_assert_msg(strstr(line, "\"level\":\"info\",\"program\":\"bloomgrid-test\","
+                               "\"source\":\"test_log.c:"), "%s", line);
+    ck_assert_msg(strstr(line, "\"msg\":\"bloomgrid-test listening on 127.0.0.1:7400 "
+                               "health 127.0.0.1:7401\"}\n"), "%s", line);
+    ck_assert_ptr_eq(strchr(line, '\n'), line + strlen(line) - 1);
+    log_set_format(LOG_FORMAT_TEXT);
+    log_set_ident("bloomgrid");
+}
+END_TEST
+
 Suite *log_suite(void)
 {
     Suite *s = suite_create("log");
@@ -96,6 +136,7 @@ Suite *log_suite(void)
     tcase_add_test(tc, level_names_parse);
     tcase_add_test(tc, disabled_level_skips_formatting);
     tcase_add_test(tc, json_lines_and_journal_priorities);
+    tcase_add_test(tc, announce_follows_the_format);
     suite_add_tcase(s, tc);
     return s;
 }

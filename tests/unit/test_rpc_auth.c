@@ -156,6 +156,9 @@ static void check_service(const ProtobufCServiceDescriptor *sd, bool peers_only)
         snprintf(path, sizeof path, "/%s/%s", sd->name, sd->methods[i].name);
         enum rpc_auth_rule rule = rpc_auth_rule_of(path);
         enum rpc_role need = peers_only ? RPC_ROLE_ADMIN : public_role(sd->methods[i].name);
+        /* Internal Resync: an operator's admin token, never a certificate
+         * alone (docs/SECURITY.md). */
+        bool cert_opens = peers_only && strcmp(path, "/bloomgrid.v1.Internal/Resync") != 0;
         for (int tokens = 0; tokens < 2; tokens++)
             for (int cert = 0; cert < 2; cert++)
                 for (int has = 0; has < 2; has++)
@@ -166,7 +169,7 @@ static void check_service(const ProtobufCServiceDescriptor *sd, bool peers_only)
                                                .role = (enum rpc_role)role,
                                                .peer_cert = cert};
                         grpc_status_code want;
-                        if (!tokens || (peers_only && cert))
+                        if (!tokens || (cert_opens && cert))
                             want = GRPC_STATUS_OK;
                         else if (role == RPC_ROLE_NONE)
                             want = GRPC_STATUS_UNAUTHENTICATED;

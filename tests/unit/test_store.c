@@ -24,6 +24,7 @@
 #include "store_internal.h"
 #include "wal.h"
 #include "unit_tmpdir.h"
+#include "unit_wal.h"
 
 static char tdir[4096];
 
@@ -196,21 +197,6 @@ static off_t file_size(const char *path)
 
     ck_assert_int_eq(stat(path, &st), 0);
     return st.st_size;
-}
-
-/* Where a log segment's records end: before the room the segment was made
- * with, which reads as zeros (a crash leaves it). */
-static off_t records_end(const char *path)
-{
-    off_t end = file_size(path);
-    int fd = open(path, O_RDONLY);
-    unsigned char c = 0;
-
-    ck_assert_int_ge(fd, 0);
-    while (end > 0 && pread(fd, &c, 1, end - 1) == 1 && c == 0)
-        end--;
-    close(fd);
-    return end;
 }
 
 /* ---- catalog ---- */
@@ -627,9 +613,10 @@ START_TEST(torn_wal_tail_is_cut_and_the_filter_served)
     in_crashing_child(child_add_batches, "f");
     log_path(wal, sizeof(wal), true);
     /* The crash left the segment with its room (zeros) after the
-     * records. */
-    off_t size = records_end(wal);
+     * records, the last commit group padded to a whole unit. */
+    off_t size = unit_wal_end(wal);
     ck_assert_int_gt(file_size(wal), size);
+    ck_assert_int_eq(size % unit_wal_unit(wal), 0);
     /* A record cut short by the crash, as a partial write leaves it: right
      * after the last record. */
     fd = open(wal, O_WRONLY);
@@ -661,13 +648,17 @@ START_TEST(corrupt_wal_middle_fails_only_that_filter)
     store_close(s);
     in_crashing_child(child_add_batches, "f");
     log_path(wal, sizeof(wal), true);
-    /* First record's payload (32-byte segment header, 64-byte record
-     * header, the name "f"); nine records committed after it follow. */
-    flip_byte(wal, 32 + 64 + 1 + 700);
+    /* First record's payload (after its 64-byte header and the name "f");
+     * nine records committed after it follow. */
+    struct unit_wal_rec first;
+    char where[64];
+    ck_assert_uint_ge(unit_wal_records(wal, false, &first, 1), 1);
+    flip_byte(wal, first.off + 64 + 1 + 700);
+    snprintf(where, sizeof(where), "offset %lld ", (long long)first.off);
     s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     sf = store_get(s, "f");
     ck_assert_int_eq(store_filter_state(sf, why), STORE_FAILED);
-    ck_assert_ptr_nonnull(strstr(why, "offset 32"));
+    ck_assert_ptr_nonnull(strstr(why, where));
     ck_assert_ptr_nonnull(strstr(why, wal));
     ck_assert_int_eq(store_may_contain_hashes(sf, &h, 1, &pr), -EIO);
     ck_assert_int_eq(store_add_hashes(sf, &h, 1, NULL, err), -EIO);
@@ -1187,7 +1178,6 @@ START_TEST(failed_fsync_refuses_writes_until_recovered)
     struct store_filter *sf;
     char err[STORE_ERRLEN], why[STORE_ERRLEN];
     struct bf_hash h[10];
-    bool pr;
 
     create(s, "f", BF_KIND_BLOCKED, 100000);
     sf = store_get(s, "f");
@@ -1201,9 +1191,10 @@ START_TEST(failed_fsync_refuses_writes_until_recovered)
     ck_assert_ptr_nonnull(strstr(why, "fdatasync"));
     ck_assert_uint_eq(store_filter_version(sf), v);   /* nothing acked */
     wal__fdatasync = fdatasync;
-    /* Never retried by itself, even with a healthy disk again. */
+    /* Never retried by itself, even with a healthy disk again; reads go
+     * on from the bits in memory, which hold every acknowledged write. */
     ck_assert_int_eq(store_add_hashes(sf, h, 10, NULL, err), -EIO);
-    ck_assert_int_eq(store_may_contain_hashes(sf, h, 1, &pr), -EIO);
+    ck_assert_uint_eq(missing_range(sf, 0, 100), 0);
     ck_assert_int_eq(store_filter_recover(sf, err), 0);
     ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
     ck_assert_uint_eq(missing_range(sf, 0, 100), 0);
@@ -1407,10 +1398,11 @@ START_TEST(damage_that_hides_its_owner_fails_only_filters_that_may_have_lost)
     store_close(s);
     in_crashing_child(child_interleave, NULL);
     log_path(wal, sizeof(wal), true);
-    /* Records of one hash and a one-letter name are 64 + 1 + 16 bytes;
-     * the id field of the second record (b's) is hit, so its header no
+    /* The id field of the second record (b's) is hit, so its header no
      * longer says whose it is. */
-    flip_byte(wal, 32 + 81 + 33);
+    struct unit_wal_rec v[2];
+    ck_assert_uint_ge(unit_wal_records(wal, false, v, 2), 2);
+    flip_byte(wal, v[1].off + 33);
     s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     for (int i = 0; i < 4; i++) {
         struct store_filter *sf = store_get(s, names[i]);
@@ -1465,6 +1457,40 @@ START_TEST(failed_fsync_fails_only_the_filters_in_the_batch)
 END_TEST
 
 /* ---- the log's bound ---- */
+
+/* The bound counts the log's records, not the padding of write units, so
+ * single-key commit groups (a unit of file each) do not make checkpoints
+ * more frequent; the files are held to 16 times the bound all the same,
+ * even while an idle filter holds the oldest segment. */
+START_TEST(the_bound_counts_records_and_holds_the_files_to_16_times_it)
+{
+    const uint64_t bound = 128 << 10;
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, bound);
+    struct store_filter *busy;
+    char err[STORE_ERRLEN];
+
+    create(s, "idle", BF_KIND_BLOCKED, 1000);
+    add_one(s, "idle", 1);
+    create(s, "busy", BF_KIND_BLOCKED, 100000);
+    ck_assert_int_eq(store_snapshot_now(s, err), 0);
+    busy = store_get(s, "busy");
+    for (uint64_t i = 0; i < 200; i++)
+        add_range(busy, i, 1);
+    ck_assert_uint_lt(store_log_bytes(s), bound / 4);
+    ck_assert_uint_ge(store_log_file_bytes(s), 200 * 4096);
+    for (uint64_t i = 200; i < 700; i++)
+        add_range(busy, i, 1);
+    ck_assert_uint_lt(store_log_bytes(s), bound);
+    uint64_t files = store_log_file_bytes(s);
+    for (int i = 0; i < 200 && (files = store_log_file_bytes(s)) >= 16 * bound; i++)
+        usleep(50000);
+    ck_assert_msg(files < 16 * bound, "log files of %llu bytes",
+                  (unsigned long long)files);
+    ck_assert_uint_eq(missing_range(busy, 0, 700), 0);
+    store_put(busy);
+    store_close(s);
+}
+END_TEST
 
 START_TEST(idle_filters_do_not_pin_the_log)
 {
@@ -1712,6 +1738,167 @@ START_TEST(sigkill_loses_no_acknowledged_add)
 }
 END_TEST
 
+/* ---- torn writes and acknowledged damage ---- */
+
+/* Ten acknowledged adds of 100 keys (about 16 KiB of log, one commit group
+ * each), then one of 600 keys whose write is torn (unit_wal_tear): the
+ * child never returns from it. */
+static void child_torn_append(void *arg)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, 0);
+    struct store_filter *sf = store_get(s, "f");
+    struct bf_hash h[600];
+    char err[STORE_ERRLEN];
+
+    (void)arg;
+    for (int b = 0; b < 10; b++)
+        add_range(sf, (uint64_t)b * 100, 100);
+    hashes(5000, 600, h);
+    wal__write = unit_wal_torn_write;
+    store_add_hashes(sf, h, 600, NULL, err);
+    _exit(5);
+}
+
+/* Every unit the next append touches, torn every way with that append in
+ * flight (its fsync never returns): after the crash the filter is served
+ * and holds every acknowledged key. */
+START_TEST(a_torn_unit_of_the_next_append_loses_no_acknowledged_key)
+{
+    char logdir[4200];
+    int runs = 0;
+
+    for (int mode = 0; mode < UNIT_WAL_TEARS; mode++) {
+        unit_wal_tear.mode = mode;
+        for (unit_wal_tear.unit = 0;; unit_wal_tear.unit++) {
+            unit_tmpdir_remove(tdir);
+            unit_tmpdir_make(tdir, sizeof(tdir), "store");
+            struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+            create(s, "f", BF_KIND_BLOCKED, 100000);
+            store_close(s);
+            snprintf(logdir, sizeof(logdir), "%s/%s", tdir, STORE_WAL_DIR);
+            unit_wal_tear.u = wal_unit_detect(logdir, 0, NULL, 0);
+            int status;
+            pid_t pid = fork();
+            ck_assert_int_ge(pid, 0);
+            if (pid == 0)
+                child_torn_append(NULL);
+            ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+            ck_assert(WIFEXITED(status));
+            if (WEXITSTATUS(status) == 3)
+                break;   /* past the units the append touches */
+            ck_assert_int_eq(WEXITSTATUS(status), 0);
+            runs++;
+            s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+            struct store_filter *sf = store_get(s, "f");
+            char why[STORE_ERRLEN];
+            ck_assert_msg(store_filter_state(sf, why) == STORE_READY,
+                          "unit %d of the append %s: %s", unit_wal_tear.unit,
+                          unit_wal_tear_name(mode), why);
+            ck_assert_msg(missing_range(sf, 0, 1000) == 0,
+                          "unit %d of the append %s: %zu acknowledged keys "
+                          "missing", unit_wal_tear.unit,
+                          unit_wal_tear_name(mode), missing_range(sf, 0, 1000));
+            /* The filter takes writes again. */
+            add_range(sf, 9000, 10);
+            ck_assert_uint_eq(missing_range(sf, 9000, 10), 0);
+            store_put(sf);
+            store_close(s);
+        }
+        ck_assert_int_ge(unit_wal_tear.unit, 3);
+    }
+    ck_assert_int_ge(runs, 3 * UNIT_WAL_TEARS);
+}
+END_TEST
+
+/* Zero the unit of the newest log segment that holds its third commit
+ * group (seven acknowledged groups follow it). */
+static void zero_third_group(void)
+{
+    char wal[4096];
+    struct unit_wal_rec v[3];
+
+    log_path(wal, sizeof(wal), true);
+    uint32_t u = unit_wal_unit(wal);
+    ck_assert_uint_gt(u, 0);
+    ck_assert_uint_eq(unit_wal_records(wal, false, v, 3), 10);
+    unsigned char *z = calloc(1, u);
+    int fd = open(wal, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, z, u, v[2].off / u * u), (ssize_t)u);
+    close(fd);
+    free(z);
+}
+
+/* Damage that a later commit stamp vouches for lost acknowledged keys: on
+ * a single copy the filter is refused (FAILED, naming the log), never
+ * served without them. */
+START_TEST(damage_a_later_commit_stamp_vouches_for_is_refused_not_served)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    char why[STORE_ERRLEN];
+    struct bf_hash h = hash_of(1);
+    bool pr;
+
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    store_close(s);
+    in_crashing_child(child_add_batches, "f");
+    zero_third_group();
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, why), STORE_FAILED);
+    ck_assert_msg(strstr(why, "wal-") && strstr(why, "offset"), "%s", why);
+    ck_assert_int_eq(store_may_contain_hashes(sf, &h, 1, &pr), -EIO);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+/* The same damage in a copy of a group of N > 1: a blocked or classic
+ * filter is loaded with every record left and counted as cut (its node
+ * makes it SYNCING and fills it from the other copies); a counting filter
+ * cannot be filled from pages and is FAILED. */
+START_TEST(acknowledged_damage_in_a_group_copy_is_loaded_and_counted_as_cut)
+{
+    struct store_options o = {.dir = tdir, .durability = STORE_DURABLE_FSYNC,
+                              .in_group = true};
+    char err[STORE_ERRLEN], why[STORE_ERRLEN];
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    store_close(s);
+    in_crashing_child(child_add_batches, "f");
+    zero_third_group();
+    s = store_open(&o, err);
+    ck_assert_msg(s != NULL, "store_open: %s", err);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, why), STORE_READY);
+    ck_assert(store_filter_recovery_cut(sf));
+    /* Every key but the lost group's: the later records were applied. */
+    ck_assert_uint_eq(missing_range(sf, 0, 200), 0);
+    ck_assert_uint_gt(missing_range(sf, 200, 100), 0);
+    ck_assert_uint_eq(missing_range(sf, 300, 700), 0);
+    add_range(sf, 9000, 10);
+    store_put(sf);
+    store_close(s);
+
+    unit_tmpdir_remove(tdir);
+    unit_tmpdir_make(tdir, sizeof(tdir), "store");
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    create(s, "f", BF_KIND_COUNTING, 100000);
+    store_close(s);
+    in_crashing_child(child_add_batches, "f");
+    zero_third_group();
+    s = store_open(&o, err);
+    ck_assert_msg(s != NULL, "store_open: %s", err);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, why), STORE_FAILED);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
 Suite *store_suite(void)
 {
     Suite *s = suite_create("store");
@@ -1732,6 +1919,9 @@ Suite *store_suite(void)
     tcase_add_test(tc, acknowledged_adds_survive_a_crash);
     tcase_add_test(tc, torn_wal_tail_is_cut_and_the_filter_served);
     tcase_add_test(tc, corrupt_wal_middle_fails_only_that_filter);
+    tcase_add_test(tc, a_torn_unit_of_the_next_append_loses_no_acknowledged_key);
+    tcase_add_test(tc, damage_a_later_commit_stamp_vouches_for_is_refused_not_served);
+    tcase_add_test(tc, acknowledged_damage_in_a_group_copy_is_loaded_and_counted_as_cut);
     tcase_add_test(tc, corrupt_snapshot_fails_the_filter);
     tcase_add_test(tc, corrupt_snapshot_falls_back_to_older_one_with_full_wal);
     tcase_add_test(tc, snapshots_during_adds_lose_nothing_blocked);
@@ -1750,6 +1940,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, damage_that_hides_its_owner_fails_only_filters_that_may_have_lost);
     tcase_add_test(tc, failed_fsync_fails_only_the_filters_in_the_batch);
     tcase_add_test(tc, idle_filters_do_not_pin_the_log);
+    tcase_add_test(tc, the_bound_counts_records_and_holds_the_files_to_16_times_it);
     tcase_add_test(tc, previous_release_directory_is_migrated);
     tcase_add_test(tc, migration_interrupted_at_any_step_is_done_again);
     suite_add_tcase(s, tc);

@@ -30,7 +30,8 @@ grpc_slice router_rpc__pack_slice(const ProtobufCMessage *m);
 /* Unref every request and response slice of calls[0..n) and free calls. */
 void router_rpc__multi_free(struct rpc_multi *calls, size_t n);
 
-/* Export and Import of sharded filters (router_rpc_transfer.c). */
+/* Export of sharded filters (router_rpc_transfer.c) and Import, streamed
+ * to the nodes shard by shard (router_rpc_import.c). */
 void router_rpc__export(void *arg, struct rpc_stream *s);
 void router_rpc__import(void *arg, struct rpc_stream *s);
 

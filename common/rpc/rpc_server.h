@@ -29,6 +29,12 @@
  * Every server serves grpc.health.v1.Health/Check from a small table set with
  * rpc_server_set_health().
  *
+ * Memory: with a request budget (request_budget, see "Request budget"),
+ * the server reads a unary call's message only when it has room for it,
+ * counts every request it holds until the call ends and refuses what does
+ * not fit with RESOURCE_EXHAUSTED; large requests to the loops' methods
+ * are handled on one more thread of its own, started with the server.
+ *
  * Listeners: a server listens on the address of its config and on every
  * address added with rpc_server_add_listener, each with its own
  * credentials (plaintext, or TLS asking clients for a certificate or
@@ -120,6 +126,11 @@ struct rpc_server_config {
                                 closed (GOAWAY), and one that has not
                                 finished its handshake within it; 0: gRPC's
                                 defaults (none, 120 s) */
+    size_t request_budget;   /* bytes of requests the server holds at once
+                                (see "Request budget"); 0: no bound */
+    const char *budget_setting; /* the setting request_budget comes from,
+                                named with its value in refusals
+                                ("max_memory_mb"); NULL: "request_budget" */
 };
 
 /* The outcome of a unary call, filled by its handler (or, once deferred, by
@@ -302,13 +313,72 @@ int rpc_reply_pack(struct rpc_reply *r, const ProtobufCMessage *msg);
  * encoders), or NULL. */
 uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len);
 
+/* Request budget.
+ *
+ * The gRPC core hands a unary request to the server whole, once it has
+ * received all of it, and (in gRPC 1.51) checks max_message only after
+ * that; so a server that lets the core read every call's message at once
+ * holds every message clients are sending it, whatever their number.  With
+ * request_budget set, the server reads a unary call's message only when it
+ * has room for it, and counts what it holds:
+ *
+ *  - before its message is read, a call's client can send no more than
+ *    RPC_BUDGET_PROBE bytes of it (the HTTP/2 stream window the server
+ *    announces, with BDP probing off).  Reading begins with that much
+ *    charged; a call that finds no room even for that is refused;
+ *  - a read still running RPC_BUDGET_QUICK_MS later, while its queue had
+ *    nothing else to deliver (so its message is still on its way: a small
+ *    one has arrived by then), is a large message: it is given the room of
+ *    a whole message (max_message), or refused when large requests already
+ *    take their share of the budget, all of it but an eighth, which stays
+ *    for small requests (whose reads and charges stay within
+ *    RPC_BUDGET_PROBE bytes), so that large ones cannot starve them;
+ *  - a message received counts its bytes, instead of the room it had,
+ *    until its call ends (its reply has been sent).  A handler may keep
+ *    using the request until then, deferred or not (rpc_reply_defer);
+ *  - what a handler builds from a request it charges before it builds it
+ *    (rpc_reply_charge; rpc_server_charge for streams and the rest), and
+ *    the charge of a large request fails past the large share;
+ *  - a request of RPC_BUDGET_HEAVY bytes or more to a method served on the
+ *    loops is handled on a thread of the server's own instead (copying,
+ *    decoding and hashing megabytes takes milliseconds), so that the loops
+ *    go on serving small calls meanwhile.
+ *
+ * Every refusal is RESOURCE_EXHAUSTED with a message naming
+ * budget_setting and its value.  A stream's message counts from the moment
+ * the server has it until its handler is done with it (its next read, the
+ * end of message()); a stream waits for its next message with a read
+ * posted, so what streams may be receiving at once is bounded by
+ * max_streams times the size of a message rather than by the budget.
+ * Without request_budget nothing is counted, every charge succeeds, and
+ * unary requests are read whole before the handler is called, as the
+ * core does. */
+#define RPC_BUDGET_PROBE (64u << 10)
+#define RPC_BUDGET_QUICK_MS 20
+#define RPC_BUDGET_HEAVY (1u << 20)
+
+/* Charge bytes to the unary call whose handler runs on this thread (r is
+ * its own reply), before building that much from its request; released
+ * when the call ends.  Returns 0, or -ENOSPC with r set to the refusal
+ * (RESOURCE_EXHAUSTED naming the budget): the handler just returns. */
+int rpc_reply_charge(struct rpc_reply *r, size_t bytes);
+/* Charge bytes to the server's budget (any thread); the caller gives them
+ * back with rpc_server_uncharge.  A charge of more than RPC_BUDGET_PROBE
+ * bytes counts as large.  Returns 0, or -ENOSPC with st set to the refusal
+ * (RESOURCE_EXHAUSTED naming the budget; st may be NULL). */
+int rpc_server_charge(struct rpc_server *srv, size_t bytes, struct rpc_status *st);
+void rpc_server_uncharge(struct rpc_server *srv, size_t bytes);
+/* The bytes charged now and the budget (0: none). */
+void rpc_server_budget(struct rpc_server *srv, uint64_t *used, uint64_t *max);
+
 /* Deferred unary replies.
  *
  * Inside a unary handler, rpc_reply_defer(r) on the handler's own reply
  * tells the server not to answer when the handler returns: the call stays
  * open and the returned handle now owns it.  The handler copies from req
- * what it still needs (req is freed when it returns), hands the handle on
- * and returns.  Later, from any thread, the holder fills the reply
+ * what it still needs (req is freed when it returns, except on a server
+ * with a request budget, where it stays valid until the finish), hands the
+ * handle on and returns.  Later, from any thread, the holder fills the reply
  * (rpc_deferred_reply; r itself stays valid until the finish too) with the
  * rpc_reply_* helpers and calls rpc_deferred_finish exactly once, which
  * sends it (status, reason and body as for an immediate reply) and frees

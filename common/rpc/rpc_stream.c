@@ -341,6 +341,7 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     if (s->has_cur) {
         grpc_slice_unref(s->cur);
         s->has_cur = false;
+        rpc_server__budget_stream_sub(s);
     }
     throttle(s);
     memset(&op, 0, sizeof op);
@@ -369,6 +370,8 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     grpc_byte_buffer_destroy(bb);
     *buf = GRPC_SLICE_START_PTR(s->cur);
     *len = GRPC_SLICE_LENGTH(s->cur);
+    /* Counted until the next read (request budget). */
+    rpc_server__budget_stream_add(s, *len);
     struct rpc_status refused;
     if (s->who.by_token &&
         rpc_auth_recheck(s->srv->auth, s->m->path, s->call, &s->who, &refused) < 0) {
@@ -663,6 +666,8 @@ static void lrecv_done(struct rpc_loop_tag *t, bool ok)
     if (run) {
         const uint8_t *buf = GRPC_SLICE_START_PTR(sl);
         size_t len = GRPC_SLICE_LENGTH(sl);
+        /* Counted while message() has it (request budget). */
+        rpc_server__budget_stream_add(s, len);
         struct rpc_status end = {.code = GRPC_STATUS_OK}, refused;
         int rc;
         if (s->who.by_token &&
@@ -680,6 +685,7 @@ static void lrecv_done(struct rpc_loop_tag *t, bool ok)
             rc = s->m->lstream->message(s->lstate, buf, len, &end);
         }
         grpc_slice_unref(sl);
+        rpc_server__budget_stream_sub(s);
         pthread_mutex_lock(&s->lock);
         s->in_message = false;
         if (rc < 0) {

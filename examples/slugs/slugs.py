@@ -64,7 +64,6 @@ import urllib.parse
 SLUG_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 # Added to the filter when a backfill finishes; never a valid slug (':').
 MARKER = "slugs-service:filled"
-BACKFILL_BATCH = 1000
 
 
 def log(msg):
@@ -206,7 +205,7 @@ class Filter:
     backfill that saw one happen while it ran starts over."""
 
     def __init__(self, url, name, capacity, error_rate, timeout, token=None,
-                 ca=None, stats=None):
+                 ca=None, stats=None, batch=1000):
         import redis  # Debian's python3-redis
         self.redis_mod = redis
         kwargs = dict(max_connections=64, timeout=timeout, socket_timeout=timeout,
@@ -223,6 +222,7 @@ class Filter:
         self.capacity = capacity
         self.error_rate = error_rate
         self.stats = stats
+        self.batch = batch
         self.lock = threading.Lock()
         self.trusted = False
         self.gen = 0
@@ -236,9 +236,13 @@ class Filter:
     def _failed(self, what, e):
         """Any error is "no answer".  A server that cannot be reached is not
         asked again for a second, so an outage costs no connect timeout per
-        request."""
+        request.  An error reply (a filter that does not exist, of another
+        type, a quorum not reached) puts the filter itself in doubt: it is
+        filled again (and created, if it is missing) before it is trusted."""
         if isinstance(e, (self.redis_mod.ConnectionError, self.redis_mod.TimeoutError)):
             self.down_until = time.monotonic() + 1.0
+        elif isinstance(e, self.redis_mod.ResponseError):
+            self.invalidate("%s answered an error: %s" % (what, e))
         self.stats.bump("filter_errors")
         self.stats.note_error("%s: %s: %s" % (what, type(e).__name__, e))
 
@@ -319,7 +323,7 @@ class Filter:
         self._reserve()
         last, rows = "", 0
         while True:
-            page = db.page_after(last, BACKFILL_BATCH)
+            page = db.page_after(last, self.batch)
             if not page:
                 break
             for r in self.bf.madd(self.name, *page):
@@ -503,8 +507,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return slug
 
     def _discard_body(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        if n > 65536:
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            n = -1
+        if not 0 <= n <= 65536:
             self.close_connection = True
             return False
         if n:
@@ -535,7 +542,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         if not self._discard_body():
-            return self._reply(413, {"error": "request body too large"})
+            return self._reply(413, {"error": "a request body of at most 64 KiB (none is needed)"})
         slug = self._slug()
         if slug is None:
             return self._reply(404, {"error": "POST /slugs/SLUG creates a slug"})
@@ -623,6 +630,8 @@ def parse_args(argv):
                         "(BF.RESERVE NAME ERROR_RATE N NONSCALING; default 1000000)")
     p.add_argument("--error-rate", type=float, default=0.01, metavar="P",
                    help="false-positive rate at capacity (default 0.01)")
+    p.add_argument("--backfill-batch", type=int, default=1000, metavar="N",
+                   help="slugs per BF.MADD while filling the filter (default 1000)")
     p.add_argument("--db", default="sqlite:slugs.db", metavar="SPEC",
                    help="sqlite:PATH (default sqlite:slugs.db) or a PostgreSQL "
                         "URI postgresql://USER:PASSWORD@HOST:PORT/DB")
@@ -642,7 +651,7 @@ def parse_args(argv):
         p.error("--error-rate must be between 0 and 1")
     if a.capacity < 1:
         p.error("--capacity must be at least 1")
-    for name in ("db_pool", "max_connections"):
+    for name in ("db_pool", "max_connections", "backfill_batch"):
         if getattr(a, name) < 1:
             p.error("--%s must be at least 1" % name.replace("_", "-"))
     if a.bloom != "none" and not a.bloom.startswith(("redis://", "rediss://", "unix://")):
@@ -669,7 +678,7 @@ def main(argv=None):
                 sys.exit("slugs: --bloom-token-file: %s" % e)
         try:
             flt = Filter(a.bloom, a.filter, a.capacity, a.error_rate, a.bloom_timeout,
-                         token, a.bloom_ca, stats)
+                         token, a.bloom_ca, stats, a.backfill_batch)
         except ImportError as e:
             sys.exit("slugs: %s (install Debian's python3-redis)" % e)
         except ValueError as e:

@@ -228,7 +228,7 @@ def report(r):
         print("unexpected: " + u)
 
 
-def compare(runs, urls):
+def compare(runs, urls, labels):
     """Median (min-max) of every URL's rounds, one row each."""
     def med(vals):
         v = sorted(vals)
@@ -248,7 +248,7 @@ def compare(runs, urls):
         cells.append("%.1f%%" % (100.0 * avoided / questions if questions else 0.0))
         cells.append("%d of %d" % (sum(r["false_positives"] for r in rs),
                                    sum(r["maybe_answers"] for r in rs)))
-        print("| %s | %s |" % (u, " | ".join(cells)))
+        print("| %s | %s |" % (labels[u], " | ".join(cells)))
 
 
 def main():
@@ -256,9 +256,9 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--url", action="append",
-                   help="the service (default http://127.0.0.1:8080); given more "
-                        "than once, the services are run in turn, round by round, "
-                        "and compared in one table")
+                   help="the service (default http://127.0.0.1:8080), or "
+                        "LABEL=URL; given more than once, the services are run in "
+                        "turn, round by round, and compared in one table")
     p.add_argument("--rounds", type=int, default=1,
                    help="rounds per service, alternating (default 1)")
     p.add_argument("--signups", type=int, default=2000, help="timed signups (default 2000)")
@@ -274,7 +274,13 @@ def main():
     p.add_argument("--timeout", type=float, default=30.0, help="per request, seconds (default 30)")
     p.add_argument("--json", action="store_true", help="print one JSON object per run instead")
     a = p.parse_args()
-    urls = a.url or ["http://127.0.0.1:8080"]
+    urls, labels = [], {}
+    for spec in a.url or ["http://127.0.0.1:8080"]:
+        label, sep, url = spec.partition("=")
+        if not sep or "://" in label:
+            label, url = spec, spec
+        urls.append(url)
+        labels[url] = label
     if not (0 <= a.taken and 0 <= a.retry and a.taken + a.retry <= 1):
         p.error("--taken and --retry are shares between 0 and 1, together at most 1")
     if a.signups < 1 or a.concurrency < 1 or a.warmup < 0 or a.rounds < 1:
@@ -299,13 +305,13 @@ def main():
             else:
                 print("round %d, %s: %.0f signups/s, p50 %.2f ms, p99 %.1f ms, "
                       "reads avoided %d of %d, unexpected %d"
-                      % (rnd + 1, url, r["signups_per_second"], r["p50_ms"], r["p99_ms"],
+                      % (rnd + 1, labels[url], r["signups_per_second"], r["p50_ms"], r["p99_ms"],
                          r["db_reads_avoided"], r["questions"], r["outcomes"]["unexpected"]),
                       flush=True)
                 for e in r["unexpected_examples"]:
                     print("unexpected: " + e)
     if not a.json and (len(urls) > 1 or a.rounds > 1):
-        compare(runs, urls)
+        compare(runs, urls, labels)
     return 1 if bad else 0
 
 

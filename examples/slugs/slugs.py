@@ -656,6 +656,8 @@ def parse_args(argv):
             p.error("--%s must be at least 1" % name.replace("_", "-"))
     if a.bloom != "none" and not a.bloom.startswith(("redis://", "rediss://", "unix://")):
         p.error("--bloom must be redis://HOST:PORT, rediss://HOST:PORT or none, got %r" % a.bloom)
+    if a.bloom_ca and not a.bloom.startswith("rediss://"):
+        p.error("--bloom-ca is for TLS: give --bloom rediss://HOST:PORT")
     return a
 
 

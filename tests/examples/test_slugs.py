@@ -127,8 +127,8 @@ def start_bloomgrid():
     if not os.access(router, os.X_OK):
         fail("%s not built" % router)
     helptext = subprocess.run([router, "--help"], capture_output=True, text=True).stdout
-    if "resp" not in helptext.lower():
-        print("SKIP: bloomgrid-router has no RESP door yet (no resp_listen in its --help), "
+    if not re.search(r"resp[_-]listen", helptext):
+        print("SKIP: this bloomgrid-router has no RESP door (no resp_listen in its --help), "
               "so there is no bloomgrid to run the slug service against.  Run this test "
               "against RedisBloom meanwhile: SLUGS_TEST_REDISBLOOM=/path/to/redisbloom.so, "
               "or any server with BF.* commands: SLUGS_TEST_SERVER=redis://HOST:PORT")
@@ -526,6 +526,7 @@ def main():
         sys.exit("usage: test_slugs.py SOURCE_DIR BUILD_DIR sqlite|postgresql|node")
     if mode == "node" and not (shutil.which("node") and shutil.which("npm")):
         fail("node and npm are needed (deploy/install-deps.sh installs them)")
+    url, what = server()
     db_spec = "sqlite:" + os.path.join(work, "slugs.db")
     if mode == "postgresql":
         pg = subprocess.run([os.path.join(EX, "pg.sh"), "start", "--no-fsync"],
@@ -536,7 +537,6 @@ def main():
         pgdir = re.search(r"PostgreSQL in (\S+)", pg.stderr).group(1)
         cleanups.append(lambda: subprocess.run([os.path.join(EX, "pg.sh"), "stop", pgdir]))
         db_spec = pg.stdout.strip()
-    url, what = server()
     print("filter server: %s (%s); database: %s" % (url, what, mode if mode != "node" else "sqlite"))
     direct = redis.Redis.from_url(url, socket_timeout=10)
     db = slugs.Database(db_spec, 2, 10.0)

@@ -6,6 +6,8 @@
  * only the loops read sockets).  Requests of methods marked loop are posted
  * on the loops' queues, the others (and the generic request) on the
  * workers'; worker_main reads a queue and hands each event to handle_event.
+ * With a request budget one more thread runs the large requests of the
+ * loops' methods (rpc_server_budget.c).
  *
  * Every posted request is a struct slot, the tag of its events.  A unary
  * slot goes REQUESTED -> (READING, with a request budget) -> (handler runs

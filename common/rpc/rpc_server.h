@@ -9,7 +9,9 @@
  * UNIMPLEMENTED at once.
  *
  * Unary handlers run on the thread that read the request (a loop for the
- * methods marked loop, else a worker): they get the request bytes and
+ * methods marked loop, else a worker; with a request budget, a large
+ * request to a loop's method runs on a thread of the server's own, see
+ * "Request budget"): they get the request bytes and
  * fill a struct rpc_reply (response bytes or an error status), which the
  * server sends when the handler returns.  A handler that cannot answer yet
  * (a write that completes when its log record is durable) defers the reply

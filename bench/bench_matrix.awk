@@ -116,7 +116,9 @@ END {
         # target | workload A | system A | workload B | system B | metric | bound:
         # the ratio A / B of the metric, round by round.  The RedisBloom rows
         # appear when the results of ../shared/peers/compare.sh or of a
-        # durable run are fed in (README.md, "How to reproduce").
+        # durable run are fed in (bench/README.md, "Node and router beside
+        # RedisBloom"; durable rows: bench/results/HISTORY.md, "How to
+        # reproduce").
         d1 = " b1 d" depth1; b100 = " b100 d" depthb; b1000 = " b1000 d" depthb
         n = 0
         T[++n] = "Router Add, 100 keys, " depthb " in flight, fsync: router / direct node|add" b100 "|router|add" b100 "|node|kps|>=|0.5"

@@ -197,8 +197,8 @@ static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
 
 static void flush_ready(struct batch_stream *bs, unsigned *holds);
 
-/* A write entry is durable (rc 0) or failed; on the commit thread (or the
- * loop's, when the store failed it at once). */
+/* A write entry is durable (rc 0) or failed; on the log's completion
+ * thread (wal.h: the completer, with fsync). */
 static void entry_done(void *arg, int rc)
 {
     struct entry_ctx *c = arg;
@@ -401,7 +401,7 @@ static int batch_message(void *state, const uint8_t *buf, size_t len,
                  b->m->n_entries, len);
         return -1;
     }
-    /* A message with writes may be answered by the commit thread. */
+    /* A message with writes may be answered by the log's completion thread. */
     if (b->writes && rpc_stream_hold(bs->st) < 0)
         return -1;
     b->held = b->writes;

@@ -260,9 +260,10 @@ static void msg_fail(struct link_msg *m, grpc_status_code code, const char *what
     free(m);
 }
 
-/* If the lane has calls queued and nothing in flight, send the next
- * message (opening a stream first when it has none).  Caller holds the
- * link's mutex. */
+/* If the lane has calls queued and room in its window (one message in
+ * flight on the read lane, LINK_WRITE_WINDOW on the write lane) and its
+ * stream is not sending, send the next message (opening a stream first
+ * when it has none).  Caller holds the link's mutex. */
 static void lane_kick(struct link_lane *ln)
 {
     struct router_link *l = ln->l;

@@ -62,12 +62,16 @@ typedef void (*router_keys_fn)(void *arg, int rc, const struct rpc_status *st);
  * docs/REPLICATION.md).
  *
  * Threads: the filter's lookup (a fetch from shard 0 when it is not
- * cached) runs on the calling thread, which may block for it.  done runs
- * on the calling thread before router_keys_start returns when the batch
- * ends at once (no keys, an unknown filter, no memory), else on the link
- * thread of the copy that answered last (a read's further rounds are
- * submitted from there), or on one of the router's pool threads when the
- * filter has a new secret and the batch runs again (router_pool.h).  done
+ * cached) runs on the calling thread, which may block for it, except on
+ * one of the server's loops: there a filter that is not cached is fetched,
+ * and the batch started, on one of the router's pool threads
+ * (router_pool.h).  done runs on the calling thread before
+ * router_keys_start returns when the batch ends at once (no keys, an
+ * unknown filter, no memory); else on the thread that read the answer
+ * that decided it (a link's loop or own thread: for a write, the answer
+ * that gave the last shard its W copies; for a read, the last of its final
+ * round, a read's further rounds being submitted from there); or on a pool
+ * thread when the filter has a new secret and the batch runs again.  done
  * must not block. */
 void router_keys_start(struct router *r, const char *filter, enum router_key_op op,
                        const uint8_t *const *keys, const uint32_t *lens, size_t n,

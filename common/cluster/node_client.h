@@ -1,8 +1,9 @@
 /* node_client: the client of a node's internal service (bloomgrid.v1.Internal)
  * as the cluster processes use it: PullPages, PushPages, GetShard and
- * CreateShard.  The merger pulls from and pushes to every copy with it, a
- * read replica pulls from its primary with it, and the tests drive nodes
- * with it.
+ * CreateShard.  The merger pulls from and pushes to every copy with it; the
+ * copies of a group pull from one another with it (anti-entropy,
+ * node_replicate.c), and fetch with it a shard a peer holds and they lack;
+ * the tests drive nodes with it.
  *
  * Every function is a blocking call on a struct rpc_channel (thread-safe:
  * any number of threads may call at once on one channel) with a deadline of
@@ -19,7 +20,8 @@
  *     message that does not parse end the call with INTERNAL, naming what
  *     was wrong.
  *
- * Needs grpc_init() (the caller owns it).  Links in bloomgrid_rpc.
+ * Needs grpc_init() (the caller owns it).  Its own library,
+ * bloomgrid_node_client (on cluster, rpc and engine).
  */
 #ifndef BLOOMGRID_NODE_CLIENT_H
 #define BLOOMGRID_NODE_CLIENT_H

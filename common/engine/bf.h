@@ -18,10 +18,10 @@
  * Concurrency: any number of threads may add and query one filter at once
  * without a lock (atomic ORs on 64-bit words, plain loads for queries), unless
  * the filter was switched to single-writer mode with bf_set_exclusive().  The
- * scalable kind takes a mutex only to append a layer.  bf_merge_from,
- * bf_merge_from may run while others add and query (it ORs atomically), but
- * not alongside another merge into the same filter; bf_destroy needs the
- * caller to exclude every other user.
+ * scalable kind takes a mutex only to append a layer.  bf_merge_from may
+ * run while others add and query (it ORs atomically), but not alongside
+ * another merge into the same filter; bf_destroy needs the caller to
+ * exclude every other user.
  *
  * Memory: layer bodies are mmap'd anonymous memory with MADV_HUGEPAGE; they
  * are never copied in normal operation.

@@ -1,12 +1,26 @@
 /* rpc_server: a small gRPC server over the gRPC C core (see rpc_server.h).
  *
- * Every posted request is a struct slot, the tag of its events.  A unary slot
- * goes REQUESTED -> (handler runs on the worker) -> REPLYING -> freed; a
- * deferred one waits between the handler and REPLYING on its server's
- * defer_book until some thread finishes it.  A streaming slot owns a
- * completion queue bound to its call; once the call arrives it is queued
- * for the stream pool, whose thread runs the handler, which blocks on that
- * queue for each of its operations.  A generic slot catches unknown
+ * Queues and threads: each event loop has a completion queue of its own,
+ * read by its thread alone; the worker threads share one queue, or two
+ * when there are several (with loops, the workers' queues do not poll, so
+ * only the loops read sockets).  Requests of methods marked loop are posted
+ * on the loops' queues, the others (and the generic request) on the
+ * workers'; worker_main reads a queue and hands each event to handle_event.
+ * With a request budget one more thread runs the large requests of the
+ * loops' methods (rpc_server_budget.c).
+ *
+ * Every posted request is a struct slot, the tag of its events.  A unary
+ * slot goes REQUESTED -> (READING, with a request budget) -> (handler runs
+ * on the thread that read the request) -> REPLYING -> freed; a deferred
+ * one waits between the handler and REPLYING on its server's defer_book
+ * until some thread finishes it.  A pool
+ * stream's slot owns a completion queue bound to its call; once the call
+ * arrives it is queued for the stream pool, whose thread runs the handler,
+ * which blocks on that queue for each of its operations.  A stream driven
+ * by its messages (struct rpc_loop_stream) has no queue or thread of its
+ * own: its batches complete on the queue its request came on, as loop tags
+ * (struct rpc_loop_tag, which the process may also put on a loop's queue),
+ * and handle_event runs their functions.  A generic slot catches unknown
  * methods.  Whenever a request completes, a fresh one is posted for the same
  * method on the same queue, so there are always requests waiting.
  * Streaming calls are driven by rpc_stream.c, the Health service lives in
@@ -14,9 +28,10 @@
  *
  * Deferred replies live in rpc_deferred.c.
  *
- * Lock order: srv->lock, book->lock and a stream's s->lock are never held
- * together; srv->budget_lock (rpc_server_budget.c) is taken last, inside
- * any of them or alone.
+ * Lock order: srv->lock before a stream's s->lock (the idle sweep of
+ * streams driven by their messages holds both); book->lock is never held
+ * with either; srv->budget_lock (rpc_server_budget.c) is taken last,
+ * inside any of them or alone.
  *
  * With a request budget, unary methods are registered without their
  * payload and their message is read in rpc_server_budget.c (SLOT_READING)

@@ -1,10 +1,17 @@
 /* rpc_server: a small gRPC server over the gRPC C core.
  *
- * The server owns one completion queue per worker thread.  On every queue it
- * keeps requests posted for each registered method, plus one generic request
- * so that a call to an unknown method is answered UNIMPLEMENTED at once.
+ * The server owns its completion queues and threads, all made at start: one
+ * queue per event loop, read by that loop's thread alone (config loops),
+ * and one or two queues shared by the worker threads (config threads).  On
+ * the loops' queues it keeps requests posted for each method marked loop,
+ * on the workers' queues for every other registered method, plus one
+ * generic request so that a call to an unknown method is answered
+ * UNIMPLEMENTED at once.
  *
- * Unary handlers run on the worker threads: they get the request bytes and
+ * Unary handlers run on the thread that read the request (a loop for the
+ * methods marked loop, else a worker; with a request budget, a large
+ * request to a loop's method runs on a thread of the server's own, see
+ * "Request budget"): they get the request bytes and
  * fill a struct rpc_reply (response bytes or an error status), which the
  * server sends when the handler returns.  A handler that cannot answer yet
  * (a write that completes when its log record is durable) defers the reply
@@ -407,8 +414,10 @@ struct rpc_reply *rpc_deferred_reply(struct rpc_deferred *d);
 int rpc_deferred_finish(struct rpc_deferred *d);
 
 /* Streaming calls.  Every function below is for the handler's own thread,
- * except rpc_stream_post, rpc_stream_hold and rpc_stream_release (see
- * there). */
+ * except rpc_stream_post, rpc_stream_hold, rpc_stream_release and
+ * rpc_stream_resume (see there).  A stream driven by its messages (struct
+ * rpc_loop_stream) has no handler thread: it uses only those four and
+ * rpc_stream_max_message. */
 
 /* Read the next message.  Returns 1 with *buf and *len set (valid until the next
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED

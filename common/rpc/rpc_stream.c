@@ -1,17 +1,28 @@
-/* rpc_stream: streaming calls on the server side (see rpc_server.h).
+/* rpc_stream: streaming calls on the server side (see rpc_server.h), in two
+ * models that share the send queue below.
  *
- * A stream's handler runs on a pool thread and drives its call with one
- * batch at a time on the call's own completion queue (each read, the final
- * status).  Outgoing messages travel beside it: one send batch in flight and
- * a queue behind it, fed by the handler's writes and by rpc_stream_post from
- * any thread.  A message that finds no send in flight is started at once by
- * whoever posts it; otherwise it waits in the queue, and the completion of
- * each send starts the next.  Only the handler's thread waits on the call's
- * queue, so it meets every completion (in reads, writes, drains and the
- * finish) and no event is handed between threads; s->lock orders posters,
- * the handler and the batches they start.  Holds (rpc_stream_hold) keep the
- * slot alive for posting threads: the finish waits until none is left and
- * nothing is in flight.
+ * Outgoing messages: one send batch in flight and a queue behind it, fed by
+ * the handler's writes and by rpc_stream_post from any thread.  A message
+ * that finds no send in flight is started at once by whoever posts it;
+ * otherwise it waits in the queue, and the completion of each send starts
+ * the next.  s->lock orders posters, the handler and the batches they
+ * start.  Holds (rpc_stream_hold) keep the slot alive for posting threads:
+ * the finish waits until none is left and nothing is in flight.
+ *
+ * Pool streams (struct rpc_handler.stream): the handler runs on a pool
+ * thread and drives its call with one batch at a time on the call's own
+ * completion queue (each read, the final status).  Only the handler's
+ * thread waits on that queue, so it meets every completion (in reads,
+ * writes, drains and the finish) and no event is handed between threads.
+ *
+ * Streams driven by their messages (struct rpc_loop_stream, the second
+ * half of this file): no thread of their own.  The call's batches complete
+ * on the queue its request came on (an event loop's, or the workers'),
+ * tagged with loop tags: each receive runs the handler's message() on the
+ * thread that read it, each send's completion starts the next, and
+ * whichever thread completes the stream's last piece of work (a receive
+ * that ends the reading, a send, a release, a resume) runs end() and sends
+ * the status.  Both models count against max_streams and stream_idle_ms.
  */
 #include <errno.h>
 #include <pthread.h>

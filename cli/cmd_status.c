@@ -15,6 +15,7 @@
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "cli.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "node_client.h"
 #include "online.h"
 #include "online_cmd.h"
 #include "rpc_client.h"
@@ -82,10 +83,7 @@ static void view_copy(const struct online *opts, const char *addr, struct copy_v
         v->ready = health_of(&o, READY_NAME, &v->st);
     if (v->live >= 0) {
         /* Nothing announced: a listing changes nothing on the node. */
-        Bloomgrid__V1__ListShardsRequest rq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
-        if (rpc_call(o.ch, "/bloomgrid.v1.Internal/ListShards", &rq.base,
-                     &bloomgrid__v1__list_shards_response__descriptor,
-                     (ProtobufCMessage **)&v->shards, o.deadline_ms, &v->lst) < 0)
+        if (node_client_list_shards(o.ch, 0, NULL, &v->shards, o.deadline_ms, &v->lst) < 0)
             v->shards = NULL;
     }
     online_close(&o);

@@ -456,22 +456,17 @@ static bool list_peer(struct node_replicate *r, const struct topo_group *grp,
                       uint64_t topo_version, const char *peer, int timeout_ms,
                       Bloomgrid__V1__ListShardsResponse **resp)
 {
-    Bloomgrid__V1__ListShardsRequest req = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
     struct rpc_channel *ch = repl__peer_channel(r, peer);
     struct rpc_status st = {0};
     struct node_sync_copy c;
 
     *resp = NULL;
     node_sync_copy_get(node_rpc__sync_get(), &c);
-    req.topology_version = topo_version;
-    req.group = (char *)grp->name;
-    req.copy_id = c.id;
-    req.copy_epoch = c.epoch;
-    req.address = (char *)self_in(grp);
-    req.copy_state = wire_state(node_sync_standing(node_rpc__sync_get()));
-    if (!ch || rpc_call(ch, "/bloomgrid.v1.Internal/ListShards", &req.base,
-                        &bloomgrid__v1__list_shards_response__descriptor,
-                        (ProtobufCMessage **)resp, timeout_ms, &st) < 0) {
+    struct node_client_announce a = {
+        .group = grp->name, .copy_id = c.id, .copy_epoch = c.epoch,
+        .address = self_in(grp),
+        .copy_state = wire_state(node_sync_standing(node_rpc__sync_get()))};
+    if (!ch || node_client_list_shards(ch, topo_version, &a, resp, timeout_ms, &st) < 0) {
         log_debug("ListShards of %s: %s: %s", peer, rpc_status_name(st.code),
                   st.message);
         *resp = NULL;

@@ -18,6 +18,7 @@
 #include "node_client.h"
 #include "online.h"
 #include "online_cmd.h"
+#include "quorum.h"
 #include "rpc_client.h"
 #include "topo.h"
 
@@ -215,10 +216,10 @@ static int show_groups(const struct online *opts, const char *path)
             printf("  (shard lists not compared: ListShards: %s: %s; an admin token "
                    "or a cluster certificate lets status compare them)\n",
                    rpc_status_name(refused->code), refused->message);
+        bool readable = quorum_readable(gr, serving);
         printf("  %u of %u copies serving: %s\n", serving, gr->ncopies,
-               serving >= gr->read_quorum ? "readable"
-                                          : "NOT READABLE (fewer than the read quorum)");
-        short_groups += serving < gr->read_quorum;
+               readable ? "readable" : "NOT READABLE (fewer than the read quorum)");
+        short_groups += !readable;
         for (unsigned c = 0; c < gr->ncopies; c++)
             if (views[c].shards)
                 protobuf_c_message_free_unpacked(&views[c].shards->base, NULL);

@@ -26,6 +26,7 @@
 #include "router_nodes.h"
 #include "router_rpc.h"
 #include "node_client.h"
+#include "quorum.h"
 #include "rpc_client.h"
 #include "rules.h"
 #include "store.h"
@@ -337,8 +338,7 @@ static uint32_t undrop_short(const struct topo *t, const struct router_filter *f
         hc += holds && m < g->ncopies;
         ho += holds && (g->other_mask >> m & 1u);
         bool last = i + 1 == fn->n || fn->shard[i + 1] != fn->shard[i];
-        if (last && first_short == UINT32_MAX &&
-            (hc < g->write_quorum || (g->nother && ho < g->other_write_quorum)))
+        if (last && first_short == UINT32_MAX && !quorum_write_met(g, hc, ho))
             first_short = fn->shard[i];
     }
     return first_short;

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "node_client.h"
+#include "quorum.h"
 
 #define READY_NAME "bloomgrid.v1.BloomGrid"
 
@@ -31,13 +32,13 @@ static int judge(const struct router_health *h, const char *name, uint32_t shard
     const struct topo *t = h->topo;
     if (!shards) {
         for (unsigned g = 0; g < t->ngroups; g++)
-            if (h->serving[g] < t->groups[g].read_quorum)
+            if (!quorum_readable(&t->groups[g], h->serving[g]))
                 return 0;
         return 1;
     }
     for (uint32_t s = 0; s < shards; s++) {
         unsigned g = topo_group_for(t, name, s);
-        if (g >= t->ngroups || h->serving[g] < t->groups[g].read_quorum)
+        if (g >= t->ngroups || !quorum_readable(&t->groups[g], h->serving[g]))
             return 0;
     }
     return 1;

@@ -27,7 +27,6 @@
 #include "store.h"
 #include "topo.h"
 
-
 #include "node_replicate_int.h"
 
 /* Pages of one pull, copied as they arrive. */

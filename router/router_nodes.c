@@ -21,7 +21,6 @@
 #include "router_rpc.h"
 #include "rpc_client.h"
 
-
 bool router_node_down(grpc_status_code c)
 {
     return c == GRPC_STATUS_UNAVAILABLE || c == GRPC_STATUS_DEADLINE_EXCEEDED ||

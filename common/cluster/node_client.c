@@ -16,22 +16,22 @@
 #include "rules.h"
 #include "topo.h"
 
-#define INTERNAL "/bloomgrid.v1.Internal/"
-#define PATH_PULL INTERNAL "PullPages"
-#define PATH_PUSH INTERNAL "PushPages"
-#define PATH_BATCHES INTERNAL "Batches"
-#define PATH_EXPORT_SHARD INTERNAL "ExportShard"
-#define PATH_IMPORT_SHARD INTERNAL "ImportShard"
-#define PATH_RESYNC INTERNAL "Resync"
+#define PATH_INTERNAL "/bloomgrid.v1.Internal/"
+#define PATH_PULL PATH_INTERNAL "PullPages"
+#define PATH_PUSH PATH_INTERNAL "PushPages"
+#define PATH_BATCHES PATH_INTERNAL "Batches"
+#define PATH_EXPORT_SHARD PATH_INTERNAL "ExportShard"
+#define PATH_IMPORT_SHARD PATH_INTERNAL "ImportShard"
+#define PATH_RESYNC PATH_INTERNAL "Resync"
 #define PATH_HEALTH "/grpc.health.v1.Health/Check"
 
 /* The unary methods, by enum node_client_method. */
 static const char *const unary_paths[NODE_CLIENT_METHODS] = {
-    [NODE_CLIENT_CREATE_SHARD] = INTERNAL "CreateShard",
-    [NODE_CLIENT_DROP_SHARD] = INTERNAL "DropShard",
-    [NODE_CLIENT_GET_SHARD] = INTERNAL "GetShard",
-    [NODE_CLIENT_LIST_SHARDS] = INTERNAL "ListShards",
-    [NODE_CLIENT_NODE_INFO] = INTERNAL "NodeInfo",
+    [NODE_CLIENT_CREATE_SHARD] = PATH_INTERNAL "CreateShard",
+    [NODE_CLIENT_DROP_SHARD] = PATH_INTERNAL "DropShard",
+    [NODE_CLIENT_GET_SHARD] = PATH_INTERNAL "GetShard",
+    [NODE_CLIENT_LIST_SHARDS] = PATH_INTERNAL "ListShards",
+    [NODE_CLIENT_NODE_INFO] = PATH_INTERNAL "NodeInfo",
 };
 
 /* ---- the hash layout ---- */

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "merger_internal.h"
 #include "node_client.h"
+#include "quorum.h"
 #include "rpc_client.h"
 #include "rules.h"
 #include "topo.h"
@@ -201,7 +202,7 @@ static bool pull_group(struct merger *m, struct mg_filter *f,
     g->ncopies = grp->ncopies;
     for (unsigned c = 0; c < grp->ncopies; c++) {
         merger__strfmt(g->copy[c], sizeof g->copy[c], "%s", grp->copies[c]);
-        if (g->in_sync >= grp->read_quorum)
+        if (quorum_covered(grp, g->in_sync))
             continue;
         struct mg_copy *cp = merger__copy_get(s, grp->copies[c], d);
         if (!cp) {
@@ -224,7 +225,7 @@ static bool pull_group(struct merger *m, struct mg_filter *f,
             merger__strfmt(list + strlen(list), MG_ERRLEN - strlen(list),
                            " %s", cp->addr);
     }
-    if (g->in_sync >= grp->read_quorum) {
+    if ((g->covered = quorum_covered(grp, g->in_sync))) {
         s->covered_ms[d] = t0;
         return moved;
     }
@@ -532,7 +533,7 @@ void mg_report_print(FILE *out, const struct mg_report *r)
         const struct mg_pull_rep *p = &r->pull[i];
         fprintf(out, "  pull %s shard %u %s group %s read_quorum %u %s:",
                 p->filter, p->shard, p->dc, p->group, p->read_quorum,
-                p->in_sync >= p->read_quorum ? "covered" : "not-covered");
+                p->covered ? "covered" : "not-covered");
         for (unsigned c = 0; c < p->ncopies; c++)
             fprintf(out, " %s=%s", p->copy[c], pull_state_name[p->state[c]]);
         fprintf(out, "\n");

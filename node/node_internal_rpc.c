@@ -17,6 +17,7 @@
 #include "bf_file.h"
 #include "log.h"
 #include "node.h"
+#include "node_client.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
 #include "rules.h"
@@ -323,7 +324,7 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
     UNPACK_OR_FAIL(Bloomgrid__V1__HashesRequest, bloomgrid__v1__hashes_request, m,
                    req, len, r);
     struct scratch *sc = node_rpc__thread_scratch();
-    size_t cnt = m->hashes.len / 16;
+    size_t cnt = m->hashes.len / NODE_CLIENT_HASH_LEN;
     uint64_t version = 0;
     if (!sc) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -331,9 +332,10 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
     }
     if (node_rpc__refuse_version(r, m->topology_version))
         goto out;
-    if (m->hashes.len % 16) {
+    if (m->hashes.len % NODE_CLIENT_HASH_LEN) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "hashes is %zu bytes: not a multiple of 16", m->hashes.len);
+                        "hashes is %zu bytes: not a multiple of %d", m->hashes.len,
+                        NODE_CLIENT_HASH_LEN);
         goto out;
     }
     if (cnt > n->cfg.max_batch_keys) {

@@ -16,6 +16,7 @@
 #include "bf_file.h"
 #include "log.h"
 #include "node.h"
+#include "node_client.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
 #include "rules.h"
@@ -334,16 +335,7 @@ struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
     /* A SYNCING copy takes writes but may lack acknowledged ones. */
     if (op == OP_MAY_CONTAIN && node_rpc__refuse_syncing(sf, r))
         goto fail;
-    for (size_t i = 0; i < cnt; i++) {
-        const uint8_t *p = data + 16 * i;
-        uint64_t h1 = 0, h2 = 0;
-        for (int b = 7; b >= 0; b--) {
-            h1 = (h1 << 8) | p[b];
-            h2 = (h2 << 8) | p[8 + b];
-        }
-        h[i].h1 = h1;
-        h[i].h2 = h2;
-    }
+    node_client_hashes_get(h, data, cnt);
     if (check_shard || secret_id) {
         struct shard_facts facts;
         node_rpc__shard_facts(sf, &facts);

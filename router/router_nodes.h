@@ -1,6 +1,8 @@
 /* router_nodes: what the router asks of the nodes, in the project's own
- * terms.  router_rpc_nodes.c implements it over the internal service
- * (bloomgrid.v1.Internal); router_rpc.c calls it from the public handlers.
+ * terms.  router_nodes.c (filters), router_keys.c (key batches) and
+ * router_catalog.c (create, drop, describe, list) implement it over the
+ * internal service (bloomgrid.v1.Internal), which they call through
+ * node_client.h; router_rpc.c calls it from the public handlers.
  *
  * Fan-out: a key batch is hashed once, split by shard, and each shard goes
  * to copies of its group (docs/REPLICATION.md): a write to all N at once,

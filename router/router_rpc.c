@@ -1,6 +1,6 @@
-/* router_rpc: the public bloomgrid.v1.BloomGrid handlers of bloomgrid-router.
- * With router_rpc_nodes.c, the only place of the router that converts wire
- * messages.
+/* router_rpc: the public bloomgrid.v1.BloomGrid handlers of bloomgrid-router
+ * (Export and Import: router_rpc_transfer.c).  What the router asks of the
+ * nodes goes through router_nodes.h, whose requests node_client.h builds.
  *
  * Key batches (Add, MayContain, Remove and their streams) go through the
  * codec a node uses (rpc_keys.h: no per-key allocation, the same rules and

@@ -44,12 +44,12 @@
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "bundle.h"
 #include "log.h"
+#include "node_client.h"
 #include "router.h"
 #include "router_nodes.h"
 #include "router_rpc.h"
 #include "rules.h"
 
-#define M_IMPORT_SHARD "/bloomgrid.v1.Internal/ImportShard"
 #define TRANSFER_TIMEOUT_MS 600000
 /* The last bytes of a shard's file, sent only when it is to be merged: a
  * node given less than the whole file merges nothing of it, whatever it
@@ -184,8 +184,8 @@ static int shard_open(struct import_run *im, uint32_t s)
     for (unsigned m = 0; m < g->nmembers; m++) {
         const char *node = topo_member(g, m);
         struct rpc_channel *ch = router_channel(im->r, node);
-        struct rpc_cstream *cs = ch ? rpc_cstream_open(ch, M_IMPORT_SHARD,
-                                                       TRANSFER_TIMEOUT_MS) : NULL;
+        struct rpc_cstream *cs = ch ? node_client_import_open(ch, TRANSFER_TIMEOUT_MS)
+                                    : NULL;
         if (!cs) {
             shard_cancel(im);
             return refuse(im, GRPC_STATUS_UNAVAILABLE, "Import into \"%s\": shard %u "
@@ -202,15 +202,12 @@ static int shard_send(struct import_run *im, const uint8_t *p, size_t len)
 {
     if (len == 0)
         return 0;
+    struct node_client_ref ref = {.filter = im->name, .shard = im->pending,
+                                  .topology_version = im->t->version};
     for (size_t off = 0; off < len; off += RULES_CHUNK_DEFAULT) {
-        Bloomgrid__V1__ImportShardRequest rq = BLOOMGRID__V1__IMPORT_SHARD_REQUEST__INIT;
-        rq.filter = im->name;
-        rq.shard_index = im->pending;
-        rq.topology_version = im->t->version;
-        rq.data.data = (uint8_t *)p + off;
-        rq.data.len = len - off < RULES_CHUNK_DEFAULT ? len - off : RULES_CHUNK_DEFAULT;
+        size_t n = len - off < RULES_CHUNK_DEFAULT ? len - off : RULES_CHUNK_DEFAULT;
         for (unsigned i = 0; i < im->ncs; i++)
-            if (rpc_cstream_write_msg(im->cs[i], &rq.base) < 0)
+            if (node_client_import_write(im->cs[i], &ref, p + off, n) < 0)
                 return member_failed(im, i, NULL);
     }
     return 0;

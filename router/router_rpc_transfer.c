@@ -26,11 +26,12 @@
 #include "bundle.h"
 #include "bytebuf.h"
 #include "log.h"
+#include "node_client.h"
+#include "quorum.h"
 #include "router.h"
 #include "router_nodes.h"
 #include "router_rpc.h"
 
-#define M_EXPORT_SHARD "/bloomgrid.v1.Internal/ExportShard"
 #define TRANSFER_TIMEOUT_MS 600000
 
 /* What an Export holds, counted against max_memory_mb (rpc_server.h,
@@ -119,27 +120,23 @@ static int export_copy(struct router *r, const struct topo *t,
 {
     struct rpc_channel *ch = router_channel(r, node);
     struct rpc_status rs = {0};
-    Bloomgrid__V1__ExportShardRequest rq = BLOOMGRID__V1__EXPORT_SHARD_REQUEST__INIT;
+    struct node_client_ref ref = {.filter = f->name, .shard = s,
+                                  .topology_version = t->version};
     uint64_t got = 0, total = 0;
-    bool begun = false, bad = false;
+    bool begun = false, bad = false, sent = false;
     int wrc = 0;
 
     if (!ch) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
-    struct rpc_cstream *cs = rpc_cstream_open(ch, M_EXPORT_SHARD, TRANSFER_TIMEOUT_MS);
+    struct rpc_cstream *cs = node_client_export_open(ch, &ref, RULES_CHUNK_MAX,
+                                                     TRANSFER_TIMEOUT_MS, &sent);
     if (!cs) {
         rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "Export: shard %u on node %s: "
                           "cannot start the call", s, node);
         return -1;
     }
-    rq.filter = (char *)f->name;
-    rq.chunk_size = RULES_CHUNK_MAX;
-    rq.shard_index = s;
-    rq.topology_version = t->version;
-    bool sent = rpc_cstream_write_msg(cs, &rq.base) == 0 &&
-                rpc_cstream_close_send(cs) == 0;
     for (grpc_slice sl; sent && !bad && rpc_cstream_read(cs, &sl) == 1;) {
         Bloomgrid__V1__FileChunk *fc = bloomgrid__v1__file_chunk__unpack(
             NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
@@ -277,7 +274,7 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
                                struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
-    unsigned need = g->read_quorum, got = 0;
+    unsigned got = 0;
     uint64_t inserts = 0, keys = 0, count = 0;     /* the largest copy's */
     uint64_t acc_charged = 0, one_charged;
     struct bf *acc = NULL;
@@ -285,7 +282,7 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
     size_t flen = 0;
     int rc = -1;
 
-    for (unsigned c = 0; c < g->ncopies && got < need; c++) {
+    for (unsigned c = 0; c < g->ncopies && !quorum_read_met(g, got); c++) {
         struct rpc_status cst = {0};
         struct bf *one = export_copy_bf(r, t, f, s, g->copies[c], mem, &one_charged,
                                         &cst);
@@ -322,11 +319,11 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
             flen += n > 0 ? (size_t)n : 0;
         }
     }
-    if (got < need) {
+    if (!quorum_read_met(g, got)) {
         rpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
                        "Export of \"%s\": shard %u (group %s): %u of %u copies answered, "
                        "read quorum %u; failed copies: %s", f->name, s, g->name, got,
-                       g->ncopies, need, failed[0] ? failed : "none asked");
+                       g->ncopies, quorum_read_need(g), failed[0] ? failed : "none asked");
         goto out;
     }
     bf_set_counts(acc, inserts, keys, &count);
@@ -348,7 +345,8 @@ static int export_shard(struct router *r, const struct topo *t,
                         struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
-    if (g->ncopies > 1 && g->read_quorum > 1)
+    /* R > 1 (so N > 1): one copy alone may lack a write. */
+    if (quorum_read_need(g) > 1)
         return export_shard_quorum(r, t, f, s, w, mem, st);
     return export_shard_one(r, t, f, s, w, mem, st);
 }

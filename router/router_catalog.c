@@ -1,7 +1,7 @@
-/* router_rpc_catalog: CreateFilter (all shards or none), DropFilter,
- * GetFilter and ListFilters over the internal service (see router_nodes.h).
- * An RPC edge file like router_rpc.c; messages use the generated protobuf-c
- * code.
+/* router_catalog: CreateFilter (all shards or none), DropFilter,
+ * GetFilter and ListFilters over the nodes' internal service (see
+ * router_nodes.h), which it calls through node_client (node_client.h: the
+ * requests, and fan-outs of them); it reads the nodes' answers.
  *
  * Every catalog call goes to every copy of a shard's group (a fan: one
  * call per shard and copy, all at once).  A create must succeed on every
@@ -25,15 +25,11 @@
 #include "log.h"
 #include "router_nodes.h"
 #include "router_rpc.h"
+#include "node_client.h"
+#include "quorum.h"
 #include "rpc_client.h"
 #include "rules.h"
 #include "store.h"
-
-#define M_CREATE "/bloomgrid.v1.Internal/CreateShard"
-#define M_DROP "/bloomgrid.v1.Internal/DropShard"
-#define M_GET "/bloomgrid.v1.Internal/GetShard"
-#define M_LIST "/bloomgrid.v1.Internal/ListShards"
-#define M_NODE_INFO "/bloomgrid.v1.Internal/NodeInfo"
 
 /* ---- catalog ---- */
 
@@ -97,7 +93,7 @@ struct fan {
 static void fan_free(struct fan *fn)
 {
     if (fn->calls)
-        router_rpc__multi_free(fn->calls, fn->n);
+        node_client_multi_free(fn->calls, fn->n);
     free(fn->shard);
     free(fn->node);
     memset(fn, 0, sizeof *fn);
@@ -109,7 +105,8 @@ typedef grpc_slice (*fan_req_fn)(const void *ctx, uint32_t shard);
 /* Send req(shard) to every copy of each shard in list[0..n) and collect.
  * Returns 0 or -ENOMEM (fn freed). */
 static int fan_run(struct router *r, const struct topo *t, const struct router_filter *f,
-                   const uint32_t *list, size_t n, const char *method, fan_req_fn req,
+                   const uint32_t *list, size_t n, enum node_client_method method,
+                   fan_req_fn req,
                    const void *ctx, struct fan *fn)
 {
     size_t total = 0;
@@ -126,12 +123,9 @@ static int fan_run(struct router *r, const struct topo *t, const struct router_f
         grpc_slice body = req(ctx, list[i]);
         /* Every member: a copy that joins a group holds its filters too. */
         for (unsigned c = 0; c < g->nmembers; c++) {
-            struct rpc_multi *m = &fn->calls[fn->n];
-            m->req = grpc_slice_ref(body);
-            m->resp = grpc_empty_slice();
-            m->ch = router_channel(r, topo_member(g, c));
-            m->method = method;
-            m->timeout_ms = (int)r->cfg.node_timeout_ms;
+            node_client_multi_set(&fn->calls[fn->n], router_channel(r, topo_member(g, c)),
+                                  method, grpc_slice_ref(body),
+                                  (int)r->cfg.node_timeout_ms);
             fn->shard[fn->n] = list[i];
             fn->node[fn->n] = topo_member(g, c);
             fn->n++;
@@ -141,7 +135,7 @@ static int fan_run(struct router *r, const struct topo *t, const struct router_f
     for (size_t i = 0; i < fn->n; i++)
         if (!fn->calls[i].ch)
             goto fail;
-    rpc_call_many(fn->calls, fn->n);
+    node_client_multi_run(fn->calls, fn->n);
     return 0;
 fail:
     fan_free(fn);
@@ -158,31 +152,25 @@ struct ref_ctx {
 static grpc_slice get_req(const void *ctx, uint32_t s)
 {
     const struct ref_ctx *x = ctx;
-    Bloomgrid__V1__GetShardRequest m = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
-    m.filter = (char *)x->f->name;
-    m.shard_index = s;
-    m.topology_version = x->t->version;
-    return router_rpc__pack_slice(&m.base);
+    struct node_client_ref ref = {.filter = x->f->name, .shard = s,
+                                  .topology_version = x->t->version};
+    return node_client_get_shard_req(&ref);
 }
 
 /* DropShard; secret_id (0: any) limits a drop to shards of that secret. */
 static grpc_slice drop_req(const void *ctx, uint32_t s)
 {
     const struct ref_ctx *x = ctx;
-    Bloomgrid__V1__ShardRef m = BLOOMGRID__V1__SHARD_REF__INIT;
-    m.filter = (char *)x->f->name;
-    m.shard_index = s;
-    m.secret_id = x->secret_id;
-    m.generation = x->generation;
-    m.topology_version = x->t->version;
-    return router_rpc__pack_slice(&m.base);
+    struct node_client_ref ref = {.filter = x->f->name, .shard = s,
+                                  .topology_version = x->t->version,
+                                  .secret_id = x->secret_id, .generation = x->generation};
+    return node_client_drop_shard_req(&ref);
 }
 
 /* ListShards to every copy of every group: calls[] in group then copy
  * order, node[] their addresses, shard[] the group index. */
 static int list_all(struct router *r, const struct topo *t, struct fan *fn)
 {
-    Bloomgrid__V1__ListShardsRequest lreq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
     size_t total = 0;
     memset(fn, 0, sizeof *fn);
     for (unsigned g = 0; g < t->ngroups; g++)
@@ -192,15 +180,13 @@ static int list_all(struct router *r, const struct topo *t, struct fan *fn)
     fn->node = calloc(total, sizeof *fn->node);
     if (!fn->calls || !fn->shard || !fn->node)
         goto fail;
-    lreq.topology_version = t->version;
     for (unsigned g = 0; g < t->ngroups; g++)
         for (unsigned c = 0; c < t->groups[g].ncopies; c++) {
-            struct rpc_multi *m = &fn->calls[fn->n];
-            m->req = router_rpc__pack_slice(&lreq.base);
-            m->resp = grpc_empty_slice();
-            m->ch = router_channel(r, t->groups[g].copies[c]);
-            m->method = M_LIST;
-            m->timeout_ms = (int)r->cfg.node_timeout_ms;
+            node_client_multi_set(&fn->calls[fn->n],
+                                  router_channel(r, t->groups[g].copies[c]),
+                                  NODE_CLIENT_LIST_SHARDS,
+                                  node_client_list_shards_req(t->version),
+                                  (int)r->cfg.node_timeout_ms);
             fn->shard[fn->n] = g;
             fn->node[fn->n] = t->groups[g].copies[c];
             fn->n++;
@@ -208,7 +194,7 @@ static int list_all(struct router *r, const struct topo *t, struct fan *fn)
     for (size_t i = 0; i < fn->n; i++)
         if (!fn->calls[i].ch)
             goto fail;
-    rpc_call_many(fn->calls, fn->n);
+    node_client_multi_run(fn->calls, fn->n);
     return 0;
 fail:
     fan_free(fn);
@@ -262,7 +248,8 @@ static void rollback(struct router *r, const struct topo *t,
     for (uint32_t s = 0; undo && s < S; s++)
         undo[s] = s;
     if (undo)
-        asked = fan_run(r, t, f, undo, S, M_DROP, drop_req, &x, &drops) == 0;
+        asked = fan_run(r, t, f, undo, S, NODE_CLIENT_DROP_SHARD, drop_req, &x,
+                        &drops) == 0;
     for (size_t i = 0; asked && i < drops.n; i++) {
         grpc_status_code dc = drops.calls[i].st.code;
         /* NOT_FOUND: never created; FAILED_PRECONDITION: another call's. */
@@ -309,23 +296,19 @@ struct create_ctx {
 static grpc_slice create_req(const void *ctx, uint32_t s)
 {
     const struct create_ctx *x = ctx;
-    Bloomgrid__V1__CreateShardRequest m = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
-    m.filter = (char *)x->c->name;
-    m.shard_index = s;
-    m.shard_count = x->c->shards;
-    m.kind = x->c->kind;
-    m.capacity = x->per_shard;
-    m.error_rate = x->c->error_rate;
-    m.secret.data = (uint8_t *)x->secret;
-    m.secret.len = BF_SECRET_LEN;
-    m.topology_version = x->t->version;
+    struct node_client_shard sh = {.shard_index = s, .shard_count = x->c->shards,
+                                   .kind = x->c->kind, .capacity = x->per_shard,
+                                   .error_rate = x->c->error_rate};
+    memcpy(sh.secret, x->secret, BF_SECRET_LEN);
     /* A new filter: no write was ever acknowledged for this shard, so no
      * copy starts SYNCING (docs/REPLICATION.md).  A secret the caller gave
      * is a new filter too: a dropped one's is refused by the node's
      * tombstone, a live one's by ALREADY_EXISTS. */
-    m.new_filter = true;
-    m.undrop_generation = x->generation;
-    return router_rpc__pack_slice(&m.base);
+    struct node_client_create c = {.filter = x->c->name, .sh = &sh,
+                                   .topology_version = x->t->version,
+                                   .new_filter = true,
+                                   .undrop_generation = x->generation};
+    return node_client_create_shard_req(&c);
 }
 
 /* An undrop's calls (one per shard and member, members in order): does
@@ -355,8 +338,7 @@ static uint32_t undrop_short(const struct topo *t, const struct router_filter *f
         hc += holds && m < g->ncopies;
         ho += holds && (g->other_mask >> m & 1u);
         bool last = i + 1 == fn->n || fn->shard[i + 1] != fn->shard[i];
-        if (last && first_short == UINT32_MAX &&
-            (hc < g->write_quorum || (g->nother && ho < g->other_write_quorum)))
+        if (last && first_short == UINT32_MAX && !quorum_write_met(g, hc, ho))
             first_short = fn->shard[i];
     }
     return first_short;
@@ -483,22 +465,19 @@ static int budget_check(struct router *r, const struct topo *t,
             need[i].shards++;
         }
     }
-    Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;
     if (!(calls = calloc(nn ? nn : 1, sizeof *calls)))
         goto nomem;
     for (size_t i = 0; i < nn; i++) {
-        calls[i].req = router_rpc__pack_slice(&rq.base);
-        calls[i].resp = grpc_empty_slice();
-        calls[i].ch = router_channel(r, need[i].addr);
-        calls[i].method = M_NODE_INFO;
-        calls[i].timeout_ms = (int)r->cfg.node_timeout_ms;
+        node_client_multi_set(&calls[i], router_channel(r, need[i].addr),
+                              NODE_CLIENT_NODE_INFO, node_client_node_info_req(),
+                              (int)r->cfg.node_timeout_ms);
         if (!calls[i].ch) {
-            router_rpc__multi_free(calls, i + 1);
+            node_client_multi_free(calls, i + 1);
             calls = NULL;
             goto nomem;
         }
     }
-    rpc_call_many(calls, nn);
+    node_client_multi_run(calls, nn);
     for (size_t i = 0; i < nn && rc == 0; i++) {
         if (calls[i].rc != 0)
             continue;
@@ -511,7 +490,7 @@ static int budget_check(struct router *r, const struct topo *t,
     }
     if (rc < 0)
         log_warn("%s", st->message);
-    router_rpc__multi_free(calls, nn);
+    node_client_multi_free(calls, nn);
     free(need);
     return rc;
 nomem:
@@ -562,7 +541,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
                            .generation = c->undrop ? undrop_generation() : 0};
     if (budget_check(r, t, f, c, x.per_shard, st) < 0)
         goto out;
-    if (fan_run(r, t, f, list, S, M_CREATE, create_req, &x, &fn) < 0) {
+    if (fan_run(r, t, f, list, S, NODE_CLIENT_CREATE_SHARD, create_req, &x, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
@@ -654,16 +633,11 @@ static int sweep(struct router *r, const struct topo *t, const char *name,
             const Bloomgrid__V1__InternalShardInfo *isi = lr->shards[k];
             if (!isi->filter || strcmp(isi->filter, name) != 0)
                 continue;
-            Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
-            ref.filter = (char *)name;
-            ref.shard_index = isi->shard_index;
-            ref.topology_version = t->version;
-            ProtobufCMessage *resp = NULL;
+            struct node_client_ref ref = {.filter = name, .shard = isi->shard_index,
+                                          .topology_version = t->version};
             struct rpc_status rs;
-            if (rpc_call(fn.calls[i].ch, M_DROP, &ref.base,
-                         &bloomgrid__v1__drop_shard_response__descriptor, &resp,
-                         (int)r->cfg.node_timeout_ms, &rs) == 0) {
-                protobuf_c_message_free_unpacked(resp, NULL);
+            if (node_client_drop_shard(fn.calls[i].ch, &ref, (int)r->cfg.node_timeout_ms,
+                                       &rs) == 0) {
                 dropped++;
             } else if (rs.code != GRPC_STATUS_NOT_FOUND) {
                 rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": "
@@ -719,7 +693,7 @@ int router_drop_filter(struct router *r, const char *name, struct rpc_status *st
             list[n++] = 0;
         if (!n)
             continue;
-        if (fan_run(r, t, f, list, n, M_DROP, drop_req, &x, &fn) < 0) {
+        if (fan_run(r, t, f, list, n, NODE_CLIENT_DROP_SHARD, drop_req, &x, &fn) < 0) {
             rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
         }
@@ -771,7 +745,7 @@ int router_describe_filter(struct router *r, const char *name,
     for (uint32_t s = 0; s < f->shards; s++)
         list[s] = s;
     struct ref_ctx x = {.f = f, .t = t};
-    if (fan_run(r, t, f, list, f->shards, M_GET, get_req, &x, &fn) < 0) {
+    if (fan_run(r, t, f, list, f->shards, NODE_CLIENT_GET_SHARD, get_req, &x, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }

@@ -1,10 +1,8 @@
-/* router_rpc_nodes: the router's side of the internal service (see
- * router_nodes.h).  With router_rpc.c and router_link.c, the only place of
- * the router that converts wire messages.
- *
- * Here: what every call to the nodes shares (the filter's secret, shard
- * count and placement, fetched from shard 0's group and cached).  The key
- * path is router_keys.c, the catalog calls router_rpc_catalog.c.
+/* router_nodes: what every call of the router to the nodes shares (see
+ * router_nodes.h): whether a node is down, and the filter's secret, shard
+ * count and placement, fetched from shard 0's group (GetShard, through
+ * node_client.h) and cached.  The key path is router_keys.c, the catalog
+ * calls router_catalog.c.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -16,37 +14,18 @@
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "log.h"
+#include "node_client.h"
 #include "router_link.h"
 #include "router_nodes.h"
 #include "router_pool.h"
 #include "router_rpc.h"
 #include "rpc_client.h"
 
-#define M_GET "/bloomgrid.v1.Internal/GetShard"
-
-
 bool router_node_down(grpc_status_code c)
 {
     return c == GRPC_STATUS_UNAVAILABLE || c == GRPC_STATUS_DEADLINE_EXCEEDED ||
            c == GRPC_STATUS_CANCELLED || c == GRPC_STATUS_UNKNOWN ||
            c == GRPC_STATUS_INTERNAL;
-}
-
-grpc_slice router_rpc__pack_slice(const ProtobufCMessage *m)
-{
-    size_t len = protobuf_c_message_get_packed_size(m);
-    grpc_slice s = grpc_slice_malloc(len);
-    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
-    return s;
-}
-
-void router_rpc__multi_free(struct rpc_multi *calls, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        grpc_slice_unref(calls[i].req);
-        grpc_slice_unref(calls[i].resp);
-    }
-    free(calls);
 }
 
 /* ---- filters: secret and shard count ---- */
@@ -56,22 +35,17 @@ static int fetch_secret(struct router *r, const struct topo *t, const char *addr
                         const char *name,
                         uint8_t *secret, uint32_t *shards, struct rpc_status *rs)
 {
-    Bloomgrid__V1__GetShardRequest req = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
+    struct node_client_ref ref = {.filter = name, .shard = 0,
+                                  .topology_version = t->version};
+    Bloomgrid__V1__InternalShardInfo *isi = NULL;
     struct rpc_channel *ch = router_channel(r, addr);
     if (!ch) {
         rs->code = GRPC_STATUS_RESOURCE_EXHAUSTED;
         snprintf(rs->message, sizeof rs->message, "out of memory");
         return -1;
     }
-    req.filter = (char *)name;
-    req.shard_index = 0;
-    req.include_secret = true;
-    req.topology_version = t->version;
-    if (rpc_call(ch, M_GET, &req.base, &bloomgrid__v1__internal_shard_info__descriptor,
-                 &resp, (int)r->cfg.node_timeout_ms, rs) < 0)
+    if (node_client_get_shard_info(ch, &ref, &isi, (int)r->cfg.node_timeout_ms, rs) < 0)
         return -1;
-    Bloomgrid__V1__InternalShardInfo *isi = (Bloomgrid__V1__InternalShardInfo *)resp;
     int rc = 0;
     if (isi->secret.len != BF_SECRET_LEN || isi->shard_count < 1 ||
         isi->shard_count > ROUTER_MAX_SHARDS ||
@@ -86,7 +60,7 @@ static int fetch_secret(struct router *r, const struct topo *t, const char *addr
         memcpy(secret, isi->secret.data, BF_SECRET_LEN);
         *shards = isi->shard_count;
     }
-    protobuf_c_message_free_unpacked(resp, NULL);
+    bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
     return rc;
 }
 

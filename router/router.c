@@ -165,7 +165,7 @@ struct router_filter *router_filter_get(struct router *r, const char *name,
 
 struct router_filter *router_filter_add(struct router *r, const char *name,
                                         const uint8_t *secret, uint32_t shards,
-                                        struct topo *t)
+                                        uint32_t placement, struct topo *t)
 {
     char err[BF_ERRLEN];
     struct router_filter *f = calloc(1, sizeof *f);
@@ -174,6 +174,7 @@ struct router_filter *router_filter_add(struct router *r, const char *name,
     atomic_init(&f->refs, 2);
     snprintf(f->name, sizeof f->name, "%s", name);
     f->shards = shards;
+    f->placement = topo_placement_norm(placement);
     memcpy(f->secret, secret, BF_SECRET_LEN);
     f->secret_id = XXH3_64bits(secret, BF_SECRET_LEN);
     struct bf_params p = {.capacity = 1, .error_rate = 0.5, .secret = secret};
@@ -185,9 +186,13 @@ struct router_filter *router_filter_add(struct router *r, const char *name,
         free(f);
         return NULL;
     }
+    if (topo_place(t, name, shards, f->placement, f->group) < 0) {
+        bf_destroy(f->hasher);
+        free(f->group);
+        free(f);
+        return NULL;
+    }
     f->topo = topo_ref(t);
-    for (uint32_t i = 0; i < shards; i++)
-        f->group[i] = (uint16_t)topo_group_for(t, name, i);
     f->fetched = time(NULL);
 
     pthread_mutex_lock(&r->lock);
@@ -213,11 +218,14 @@ struct router_filter *router_filter_add(struct router *r, const char *name,
     return f;
 }
 
-uint32_t router_filter_shards(struct router *r, const char *name)
+uint32_t router_filter_shards(struct router *r, const char *name,
+                              uint32_t *placement)
 {
     pthread_mutex_lock(&r->lock);
     ssize_t i = cache_find(r, name);
     uint32_t n = i >= 0 ? r->filters[i]->shards : 0;
+    if (placement)
+        *placement = i >= 0 ? r->filters[i]->placement : 0;
     pthread_mutex_unlock(&r->lock);
     return n;
 }

@@ -12,6 +12,7 @@
 
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "rules.h"
+#include "topo.h"
 
 /* A fingerprint id as bf_fingerprint_id writes it: 16 lower-case hex
  * digits.  Anything else would be cut or compared wrongly. */
@@ -246,12 +247,21 @@ static int shard_info_check(const Bloomgrid__V1__InternalShardInfo *isi,
                        shard, filter, count);
         return -1;
     }
+    if (isi->placement > TOPO_PLACEMENT_LIMIT) {
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "GetShard of shard %u of \"%s\" "
+                       "answered placement version %u (at most %u)",
+                       shard, filter, isi->placement, TOPO_PLACEMENT_LIMIT);
+        return -1;
+    }
     return 0;
 }
 
-int node_client_get_shard(struct rpc_channel *ch, const char *filter,
-                          uint32_t shard, struct node_client_shard *out,
-                          int timeout_ms, struct rpc_status *st)
+/* GetShard with the secret, known: the newest placement version the
+ * caller accepts. */
+static int get_shard(struct rpc_channel *ch, const char *filter, uint32_t shard,
+                     uint32_t known, struct node_client_shard *out,
+                     int timeout_ms, struct rpc_status *st)
 {
     Bloomgrid__V1__GetShardRequest req = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
     Bloomgrid__V1__InternalShardInfo *isi = NULL;
@@ -260,6 +270,7 @@ int node_client_get_shard(struct rpc_channel *ch, const char *filter,
     req.filter = (char *)filter;
     req.shard_index = shard;
     req.include_secret = true;
+    req.placement_known = known;
     if (rpc_call(ch, NODE_CLIENT_PATH_GET_SHARD, &req.base,
                  &bloomgrid__v1__internal_shard_info__descriptor,
                  (ProtobufCMessage **)&isi, timeout_ms, st) < 0)
@@ -274,11 +285,26 @@ int node_client_get_shard(struct rpc_channel *ch, const char *filter,
     out->error_rate = isi->info->error_rate;
     out->version = isi->info->version;
     out->generation = isi->generation;
+    out->placement = isi->placement;
     memcpy(out->secret, isi->secret.data, BF_SECRET_LEN);
     rc = 0;
 out:
     bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
     return rc;
+}
+
+int node_client_get_shard(struct rpc_channel *ch, const char *filter,
+                          uint32_t shard, struct node_client_shard *out,
+                          int timeout_ms, struct rpc_status *st)
+{
+    return get_shard(ch, filter, shard, TOPO_PLACEMENT_NEWEST, out, timeout_ms, st);
+}
+
+int node_client_get_shard_to_copy(struct rpc_channel *ch, const char *filter,
+                                  uint32_t shard, struct node_client_shard *out,
+                                  int timeout_ms, struct rpc_status *st)
+{
+    return get_shard(ch, filter, shard, TOPO_PLACEMENT_LIMIT, out, timeout_ms, st);
 }
 
 int node_client_create_shard(struct rpc_channel *ch, const char *filter,
@@ -297,6 +323,7 @@ int node_client_create_shard(struct rpc_channel *ch, const char *filter,
     req.error_rate = sh->error_rate;
     req.secret.data = (uint8_t *)sh->secret;
     req.secret.len = BF_SECRET_LEN;
+    req.placement = sh->placement;
     if (rpc_call(ch, NODE_CLIENT_PATH_CREATE_SHARD, &req.base,
                  &bloomgrid__v1__internal_shard_info__descriptor,
                  (ProtobufCMessage **)&isi, timeout_ms, st) < 0)
@@ -313,7 +340,8 @@ struct bf *node_client_shard_filter(const struct node_client_shard *sh,
                           .error_rate = sh->error_rate,
                           .shard_index = sh->shard_index,
                           .shard_count = sh->shard_count,
-                          .secret = sh->secret};
+                          .secret = sh->secret,
+                          .placement = sh->placement};
 
     bf_params_default(&p);
     return bf_create(&p, err);

@@ -100,15 +100,27 @@ struct node_client_shard {
     uint64_t version;
     uint64_t generation;       /* GetShard's (store.h, "Undoing a drop");
                                   CreateShard does not send it */
+    uint32_t placement;        /* the filter's placement version (topo.h;
+                                  0: not recorded, version 1) */
 };
 
-/* GetShard with the secret into *out.  NOT_FOUND when the node lacks the
- * shard. */
+/* GetShard with the secret into *out, by a caller that places shards by
+ * the placement versions this build knows (topo.h): a filter placed by a
+ * newer version is FAILED_PRECONDITION, reason PLACEMENT_UNKNOWN, from the
+ * node.  NOT_FOUND when the node lacks the shard. */
 int node_client_get_shard(struct rpc_channel *ch, const char *filter,
                           uint32_t shard, struct node_client_shard *out,
                           int timeout_ms, struct rpc_status *st);
 
-/* CreateShard with sh's geometry and secret (a copy that joins a group). */
+/* The same for a caller that places nothing and only copies the shard to
+ * where it already is (a copy re-creating a shard its peer holds): every
+ * placement version is answered. */
+int node_client_get_shard_to_copy(struct rpc_channel *ch, const char *filter,
+                                  uint32_t shard, struct node_client_shard *out,
+                                  int timeout_ms, struct rpc_status *st);
+
+/* CreateShard with sh's geometry, secret and placement version (a copy
+ * that joins a group). */
 int node_client_create_shard(struct rpc_channel *ch, const char *filter,
                              const struct node_client_shard *sh,
                              int timeout_ms, struct rpc_status *st);

@@ -55,18 +55,21 @@ struct router {
     struct router_config cfg;
     struct rpc_server *srv;
     struct router_pool *pool;   /* blocking slow paths (router_pool.h) */
-    pthread_mutex_t lock;       /* guards everything below */
+    pthread_mutex_t lock;       /* guards the fields below up to filters */
     struct topo *topo;
     struct router_link **links;     /* one per node address */
     size_t nlinks, links_cap;
     bool links_closed;          /* router_close_links: no new ones */
-    struct router_filter **filters;
-    size_t nfilters, filters_cap;
+    /* The links and the filter cache by name (name_index.h), looked up on
+     * every key batch without r->lock: links are added under it, cache
+     * entries replaced whole without it. */
+    struct name_index *link_index;
+    struct name_index *filters;     /* name -> struct router_filter (a ref) */
     atomic_uint read_rotation;  /* which copy a read asks first */
 };
 
 /* Set up with cfg (copied) and the topology already loaded (takes over its
- * reference).  Returns 0 or -ENOMEM. */
+ * reference, also on failure).  Returns 0 or -ENOMEM. */
 int router_init(struct router *r, const struct router_config *cfg, struct topo *t);
 /* Free channels, cache and topology.  No call may be running. */
 void router_deinit(struct router *r);

@@ -48,7 +48,9 @@ struct store_filter {
     char *name;
     char *path;                  /* DIR/name */
     atomic_int refs;             /* the catalog holds one */
-    bool dropping;               /* under store.mu */
+    bool dropping;               /* written under store.mu and its name's
+                                    stripe of store.names; read under
+                                    either */
     pthread_mutex_t snap_mu;
     pthread_rwlock_t lock;
     pthread_mutex_t write_mu;
@@ -107,6 +109,8 @@ struct store {
     pthread_mutex_t mu;
     struct store_filter **v;     /* catalog, under mu */
     size_t n, cap;
+    struct name_index *names;    /* the catalog by name (the same filters);
+                                    changed under mu, read without it */
     uint64_t drops;              /* .dropped-N counter, under mu */
     uint64_t max_memory;         /* budgets (store.h); 0: none */
     uint64_t max_filters;

@@ -7,7 +7,10 @@
  * the contract.
  *
  * Locks, outermost first:
- *   store.mu          the catalog (the array of filters);
+ *   store.mu          the catalog (the array of filters and its index by
+ *                     name, store.names: name_index.h, whose stripe locks
+ *                     are leaves, taken inside store.mu by changes and
+ *                     alone by store_get);
  *   filter.snap_mu    one creation, checkpoint, recovery or drop of a
  *                     filter at a time;
  *   filter.lock       rwlock: shared for data operations and copies,

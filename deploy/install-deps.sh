@@ -22,7 +22,7 @@ RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 li
 BUILD=(
   build-essential cmake pkg-config
   libxxhash-dev check libsubunit-dev
-  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev uthash-dev
   libmicrohttpd-dev protobuf-compiler libprotobuf-dev grpc-proto libsystemd-dev
   help2man
 )

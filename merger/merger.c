@@ -10,6 +10,7 @@
  */
 #include "merger.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -175,6 +176,29 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
     return 0;
 }
 
+/* Where every shard of f is in each datacenter this round (f->place),
+ * by the filter's placement version (shard 0's).  Returns 0, or -1 with
+ * the error reported. */
+static int filter_place(struct mg_filter *f, struct topo **topos,
+                        struct mg_report *rep)
+{
+    for (unsigned d = 0; d < f->c.ndc; d++) {
+        free(f->place[d]);
+        f->place[d] = malloc(f->nshards * sizeof *f->place[d]);
+        int rc = f->place[d] ? topo_place(topos[d], f->c.name, f->nshards,
+                                          f->tmpl.placement, f->place[d])
+                             : -ENOMEM;
+        if (rc < 0) {
+            merger__rep_msg(rep, true, "filter \"%s\" in %s: %s", f->c.name,
+                            f->c.dc[d], rc == -ENOMEM ? "out of memory"
+                            : "placement version unknown to this merger: "
+                              "upgrade it");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Pull shard s from R in-sync copies of its group in datacenter d: the
  * copies in topology order until R that are not SYNCING have answered
  * (docs/MERGER.md: a key acknowledged by W copies is then on one of them).
@@ -258,7 +282,7 @@ static void shard_round(struct merger *m, struct mg_filter *f,
     for (unsigned d = 0; d < f->c.ndc; d++)
         moved |= pull_group(
             m, f, s, d,
-            &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)],
+            &topos[d]->groups[f->place[d][s->index]],
             &slot, round, rep);
     for (unsigned i = 0; i < f->c.npart; i++)
         merger__partial_one(f, s, i, round, rep);
@@ -296,8 +320,7 @@ static void shard_round(struct merger *m, struct mg_filter *f,
      * adds bits.  In a joint phase the other set's copies too: a push is a
      * write, and writes reach both sets. */
     for (unsigned d = 0; d < f->c.ndc; d++) {
-        struct topo_group *grp =
-            &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)];
+        struct topo_group *grp = &topos[d]->groups[f->place[d][s->index]];
         for (unsigned c = 0; c < grp->nmembers; c++) {
             struct mg_copy *cp = merger__copy_get(s, topo_member(grp, c), d);
             if (cp)
@@ -477,7 +500,8 @@ int merger_round(struct merger *m, struct mg_report *rep)
                                 err);
                 ok = false;
             }
-        if (ok && filter_prepare(m, f, topos, rep) == 0)
+        if (ok && filter_prepare(m, f, topos, rep) == 0 &&
+            filter_place(f, topos, rep) == 0)
             filter_round(m, f, topos, rep);
         for (unsigned d = 0; d < f->c.ndc; d++)
             topo_unref(topos[d]);
@@ -603,6 +627,8 @@ void merger_destroy(struct merger *m)
             free(m->f[i].sh[j].cp);
         }
         free(m->f[i].sh);
+        for (unsigned d = 0; d < MG_MAX_DC; d++)
+            free(m->f[i].place[d]);
     }
     for (size_t i = 0; i < m->nchans; i++)
         rpc_channel_destroy(m->chans[i].ch);

@@ -198,7 +198,8 @@ int repl__create_shard(struct node *n, struct rpc_channel *ch, const char *peer,
     char err[STORE_ERRLEN] = "";
     struct bf *f;
 
-    if (node_client_get_shard(ch, filter, index, &sh, REPL_LIST_TIMEOUT_MS, &st) < 0) {
+    if (node_client_get_shard_to_copy(ch, filter, index, &sh, REPL_LIST_TIMEOUT_MS,
+                                      &st) < 0) {
         snprintf(why, whylen, "GetShard: %s: %s", rpc_status_name(st.code), st.message);
         return -1;
     }

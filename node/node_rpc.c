@@ -244,6 +244,7 @@ static void info_from_bf(const struct bf *f, void *ctx)
     ib->fi.capacity = bf_capacity(f);
     ib->fi.error_rate = bf_error_rate(f);
     ib->fi.shards = bf_shard_count(f);
+    ib->fi.placement = bf_placement(f) ? bf_placement(f) : 1;
     ib->fi.bits = stats.bits;
     if (bf_layer_info(f, 0, &li) == 0)
         ib->fi.hashes = li.k;
@@ -291,6 +292,7 @@ static void shard_facts_read(const struct bf *f, void *ctx)
     struct shard_facts *sf = ctx;
     sf->count = bf_shard_count(f);
     sf->index = bf_shard_index(f);
+    sf->placement = bf_placement(f);
     memcpy(sf->secret, bf_secret(f), BF_SECRET_LEN);
     sf->secret_id = XXH3_64bits(sf->secret, BF_SECRET_LEN);
 }

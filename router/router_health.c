@@ -26,22 +26,27 @@ struct router_health {
 };
 
 /* 1 when every shard of the filter (every group when shards is 0) has its
- * read quorum of serving copies.  Caller holds h->lock; h->topo is set. */
-static int judge(const struct router_health *h, const char *name, uint32_t shards)
+ * read quorum of serving copies, the shards placed by placement version
+ * placement.  Caller holds h->lock; h->topo is set. */
+static int judge(const struct router_health *h, const char *name, uint32_t shards,
+                 uint32_t placement)
 {
     const struct topo *t = h->topo;
-    if (!shards) {
+    uint16_t *group = shards ? malloc(shards * sizeof *group) : NULL;
+    int v = 1;
+
+    if (!group || topo_place(t, name, shards, placement, group) < 0) {
         for (unsigned g = 0; g < t->ngroups; g++)
             if (!quorum_readable(&t->groups[g], h->serving[g]))
-                return 0;
-        return 1;
+                v = 0;
+        free(group);
+        return v;
     }
-    for (uint32_t s = 0; s < shards; s++) {
-        unsigned g = topo_group_for(t, name, s);
-        if (g >= t->ngroups || !quorum_readable(&t->groups[g], h->serving[g]))
-            return 0;
-    }
-    return 1;
+    for (uint32_t s = 0; s < shards && v; s++)
+        if (group[s] >= t->ngroups || !quorum_readable(&t->groups[group[s]], h->serving[group[s]]))
+            v = 0;
+    free(group);
+    return v;
 }
 
 /* rpc_health_fn: the per-filter names. */
@@ -52,9 +57,10 @@ static int health_of(void *arg, const char *service)
     if (strncmp(service, ROUTER_HEALTH_FILTER_PREFIX, plen) != 0 || !service[plen])
         return -1;
     const char *name = service + plen;
-    uint32_t shards = router_filter_shards(h->r, name);
+    uint32_t placement = 0;
+    uint32_t shards = router_filter_shards(h->r, name, &placement);
     pthread_mutex_lock(&h->lock);
-    int v = h->topo ? judge(h, name, shards) : 0;
+    int v = h->topo ? judge(h, name, shards, placement) : 0;
     pthread_mutex_unlock(&h->lock);
     return v;
 }
@@ -114,7 +120,7 @@ static void probe(struct router_health *h, struct topo *t, int timeout_ms)
     h->nstate = n;
     serving = NULL;
     state = NULL;
-    int ready = judge(h, "", 0);
+    int ready = judge(h, "", 0, 0);
     pthread_mutex_unlock(&h->lock);
     rpc_server_set_health(r->srv, READY_NAME, ready);
 out:

@@ -100,6 +100,7 @@ struct router_shard_desc {
 struct router_filter_desc {
     char name[ROUTER_NAME_MAX + 1];
     uint32_t shards;
+    uint32_t placement;                /* placement version, >= 1 */
     struct router_shard_desc *shard;   /* shards entries (owned) */
 };
 
@@ -113,6 +114,8 @@ struct router_create {
     uint32_t shards;           /* resolved (> 0) */
     const uint8_t *secret;     /* BF_SECRET_LEN bytes, or NULL for random */
     bool undrop;               /* undo a drop of name with secret (needed) */
+    uint32_t placement;        /* placement version; 0: the newest, or for
+                                  an undrop the surviving shard 0's */
 };
 
 /* Create every shard on its group, or none: shards created before a failure
@@ -122,7 +125,12 @@ struct router_create {
  * keep their tombstones until anti-entropy brings them the filter); a copy
  * that refuses, or a shard short of a quorum, rolls back every shard this
  * call undropped (not those a copy held before); ALREADY_EXISTS when every
- * copy that answered held it already. */
+ * copy that answered held it already.  The shards are placed by
+ * c->placement (INVALID_ARGUMENT for a version this router does not know),
+ * or the newest version; an undrop without one takes that of the
+ * filter's surviving shard 0 (FAILED_PRECONDITION when it names another).
+ * Every copy must record the version asked: a node that does not
+ * (one from before placement versions) fails the creation. */
 int router_create_filter(struct router *r, const struct router_create *c,
                          struct router_filter_desc *out, struct rpc_status *st);
 

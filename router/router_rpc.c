@@ -428,6 +428,7 @@ static int info_build(struct info_buf *ib, struct router_filter_desc *d)
     ib->reason[0] = 0;
     fi->name = d->name;
     fi->shards = S;
+    fi->placement = d->placement;
     fi->reason = ib->reason;
     fi->fingerprint = ib->fp;
     for (uint32_t s = 0; s < S; s++) {
@@ -538,6 +539,7 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         .shards = m->shards ? m->shards : (uint32_t)r->cfg.default_shards,
         .secret = m->secret.len ? m->secret.data : NULL,
         .undrop = m->undrop,
+        .placement = m->placement,
     };
     char err[RULES_ERRLEN];
     /* Every rule a node applies to each shard, checked before any fan-out. */

@@ -372,6 +372,13 @@ static int shard_info_check(const Bloomgrid__V1__InternalShardInfo *isi,
                        shard, filter, count);
         return -1;
     }
+    if (isi->placement > TOPO_PLACEMENT_LIMIT) {
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "GetShard of shard %u of \"%s\" "
+                       "answered placement version %u (at most %u)",
+                       shard, filter, isi->placement, TOPO_PLACEMENT_LIMIT);
+        return -1;
+    }
     return 0;
 }
 
@@ -385,6 +392,7 @@ static Bloomgrid__V1__GetShardRequest get_shard_msg(const struct node_client_ref
     req.shard_index = ref->shard;
     req.include_secret = with_secret;
     req.topology_version = ref->topology_version;
+    req.placement_known = ref->placement_known;
     return req;
 }
 
@@ -400,11 +408,14 @@ int node_client_get_shard_info(struct rpc_channel *ch, const struct node_client_
                     (ProtobufCMessage **)out, timeout_ms, st);
 }
 
-int node_client_get_shard(struct rpc_channel *ch, const char *filter,
-                          uint32_t shard, struct node_client_shard *out,
-                          int timeout_ms, struct rpc_status *st)
+/* GetShard with the secret, known: the newest placement version the
+ * caller accepts. */
+static int get_shard(struct rpc_channel *ch, const char *filter, uint32_t shard,
+                     uint32_t known, struct node_client_shard *out,
+                     int timeout_ms, struct rpc_status *st)
 {
-    struct node_client_ref ref = {.filter = filter, .shard = shard};
+    struct node_client_ref ref = {.filter = filter, .shard = shard,
+                                  .placement_known = known};
     Bloomgrid__V1__InternalShardInfo *isi = NULL;
     int rc = -1;
 
@@ -420,11 +431,26 @@ int node_client_get_shard(struct rpc_channel *ch, const char *filter,
     out->error_rate = isi->info->error_rate;
     out->version = isi->info->version;
     out->generation = isi->generation;
+    out->placement = isi->placement;
     memcpy(out->secret, isi->secret.data, BF_SECRET_LEN);
     rc = 0;
 out:
     bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
     return rc;
+}
+
+int node_client_get_shard(struct rpc_channel *ch, const char *filter,
+                          uint32_t shard, struct node_client_shard *out,
+                          int timeout_ms, struct rpc_status *st)
+{
+    return get_shard(ch, filter, shard, TOPO_PLACEMENT_NEWEST, out, timeout_ms, st);
+}
+
+int node_client_get_shard_to_copy(struct rpc_channel *ch, const char *filter,
+                                  uint32_t shard, struct node_client_shard *out,
+                                  int timeout_ms, struct rpc_status *st)
+{
+    return get_shard(ch, filter, shard, TOPO_PLACEMENT_LIMIT, out, timeout_ms, st);
 }
 
 static Bloomgrid__V1__CreateShardRequest create_shard_msg(const struct node_client_create *c)
@@ -443,6 +469,7 @@ static Bloomgrid__V1__CreateShardRequest create_shard_msg(const struct node_clie
     req.topology_version = c->topology_version;
     req.new_filter = c->new_filter;
     req.undrop_generation = c->undrop_generation;
+    req.placement = sh->placement;
     return req;
 }
 
@@ -542,7 +569,8 @@ struct bf *node_client_shard_filter(const struct node_client_shard *sh,
                           .error_rate = sh->error_rate,
                           .shard_index = sh->shard_index,
                           .shard_count = sh->shard_count,
-                          .secret = sh->secret};
+                          .secret = sh->secret,
+                          .placement = sh->placement};
 
     bf_params_default(&p);
     return bf_create(&p, err);

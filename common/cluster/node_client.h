@@ -125,6 +125,8 @@ struct node_client_shard {
     uint64_t version;
     uint64_t generation;       /* GetShard's (store.h, "Undoing a drop");
                                   CreateShard does not send it */
+    uint32_t placement;        /* the filter's placement version (topo.h;
+                                  0: not recorded, version 1) */
 };
 
 /* A CreateShard as a router's CreateFilter sends it. */
@@ -143,6 +145,10 @@ struct node_client_ref {
     uint64_t topology_version;  /* 0: not sent */
     uint64_t secret_id;         /* DropShard: only a shard of this secret; 0: any */
     uint64_t generation;        /* DropShard: only one of at least this; 0: any */
+    uint32_t placement_known;   /* GetShard with the secret: the newest
+                                   placement version the caller places by
+                                   (topo.h); a filter placed by a newer one
+                                   is FAILED_PRECONDITION, PLACEMENT_UNKNOWN */
 };
 
 /* What anti-entropy announces with a listing (ListShardsRequest; docs/
@@ -155,19 +161,30 @@ struct node_client_announce {
     Bloomgrid__V1__CopyState copy_state;
 };
 
-/* GetShard with the secret into *out.  NOT_FOUND when the node lacks the
- * shard. */
+/* GetShard with the secret into *out, by a caller that places shards by
+ * the placement versions this build knows (topo.h): a filter placed by a
+ * newer version is FAILED_PRECONDITION, reason PLACEMENT_UNKNOWN, from the
+ * node.  NOT_FOUND when the node lacks the shard. */
 int node_client_get_shard(struct rpc_channel *ch, const char *filter,
                           uint32_t shard, struct node_client_shard *out,
                           int timeout_ms, struct rpc_status *st);
 
-/* GetShard of ref (filter, shard, topology version) with the secret, the
- * answer unchecked in *out (the caller frees it). */
+/* The same for a caller that places nothing and only copies the shard to
+ * where it already is (a copy re-creating a shard its peer holds): every
+ * placement version is answered. */
+int node_client_get_shard_to_copy(struct rpc_channel *ch, const char *filter,
+                                  uint32_t shard, struct node_client_shard *out,
+                                  int timeout_ms, struct rpc_status *st);
+
+/* GetShard of ref (filter, shard, topology version, placement versions
+ * known) with the secret, the answer unchecked in *out (the caller frees
+ * it). */
 int node_client_get_shard_info(struct rpc_channel *ch, const struct node_client_ref *ref,
                                Bloomgrid__V1__InternalShardInfo **out, int timeout_ms,
                                struct rpc_status *st);
 
-/* CreateShard with sh's geometry and secret (a copy that joins a group). */
+/* CreateShard with sh's geometry, secret and placement version (a copy
+ * that joins a group). */
 int node_client_create_shard(struct rpc_channel *ch, const char *filter,
                              const struct node_client_shard *sh,
                              int timeout_ms, struct rpc_status *st);

@@ -9,7 +9,10 @@
  * store.h for the contract.
  *
  * Locks, outermost first:
- *   store.mu          the catalog (the array of filters);
+ *   store.mu          the catalog (the array of filters and its index by
+ *                     name, store.names: name_index.h, whose stripe locks
+ *                     are leaves, taken inside store.mu by changes and
+ *                     alone by store_get);
  *   filter.snap_mu    one creation, checkpoint, recovery or drop of a
  *                     filter at a time;
  *   filter.lock       rwlock: shared for data operations and copies,
@@ -52,7 +55,9 @@ struct store_filter {
     char *name;
     char *path;                  /* DIR/name */
     atomic_int refs;             /* the catalog holds one */
-    bool dropping;               /* under store.mu */
+    bool dropping;               /* written under store.mu and its name's
+                                    stripe of store.names; read under
+                                    either */
     pthread_mutex_t snap_mu;
     pthread_rwlock_t lock;
     pthread_mutex_t write_mu;
@@ -111,6 +116,8 @@ struct store {
     pthread_mutex_t mu;
     struct store_filter **v;     /* catalog, under mu */
     size_t n, cap;
+    struct name_index *names;    /* the catalog by name (the same filters);
+                                    changed under mu, read without it */
     uint64_t drops;              /* .dropped-N counter, under mu */
     uint64_t max_memory;         /* budgets (store.h); 0: none */
     uint64_t max_filters;

@@ -83,6 +83,7 @@ if [ "$AVAIL_MB" -lt "$NEED_MB" ] && [ "${FORCE:-0}" != 1 ]; then
   exit 1
 fi
 
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 WORK=$(mktemp -d "${WORK:-${TMPDIR:-/tmp}}/bloomgrid-scale.XXXXXX")
 mkdir -p "$OUT"
 PIDS=()
@@ -165,7 +166,8 @@ for i in $(seq 1 $NNODES); do
   wait_health "127.0.0.1:$(node_port "$i")" "" 60 || { echo "node $i did not start: $(tail -5 "$WORK/node$i.log")" >&2; exit 1; }
 done
 for r in 1 2; do
-  "$ROUTER" --listen "127.0.0.1:$(router_port "$r")" --topology "$TOPO" \
+  # A busy shared machine may take seconds per fsync: generous deadlines.
+  "$ROUTER" --listen "127.0.0.1:$(router_port "$r")" --topology "$TOPO" --node-timeout-ms 60000 --max-memory-mb $((3 * SIZE_MB + 512)) \
     --metrics-listen "127.0.0.1:$(metrics_port $((10 + r)))" \
     >>"$WORK/router$r.out" 2>>"$WORK/router$r.log" </dev/null &
   PIDS+=($!)
@@ -181,19 +183,23 @@ for i in $(seq 1 $NNODES); do BASE_KIB[$i]=$(proc_field "${PID_OF[n$i]}" VmRSS);
 
 # The filter: capacity for SIZE_MB MiB of bits at 1 % (9.585 bits a key).
 CAP=$(awk -v m="$SIZE_MB" 'BEGIN { printf "%.0f", m * 1048576 * 8 / 9.5851 }')
-"$BG" --server "$R1" create f -n "$CAP" -p 0.01 --shards "$SHARDS" >/dev/null
+"$BG" --server "$R1" --deadline 300000 create f -n "$CAP" -p 0.01 --shards "$SHARDS" >/dev/null
 BYTES=$("$BG" --server "$R1" info f | awk '/^bytes:/ {print $2}')
 log "filter f: capacity $CAP, $BYTES bytes of bits"
 
 # Offline fill: the capacity in keys sets about half the bits (optimal k).
 NFILL=$(awk -v c="$CAP" 'BEGIN { printf "%.0f", c * 1.02 }')
 t0=$(now)
-"$BG" --server "$R1" export f "$WORK/template.bundle" >/dev/null 2>&1
-seq 1 "$NFILL" | "$BG" build "$WORK/fill.bundle" --like "$WORK/template.bundle" 2>"$WORK/build.log"
+fail() { echo "scale.sh: $1 failed: $(tail -5 "$2")" >&2; exit 1; }
+"$BG" --server "$R1" --deadline 3600000 export f "$WORK/template.bundle" >/dev/null 2>"$OUT/export.log" ||
+  fail export "$OUT/export.log"
+seq 1 "$NFILL" | "$BG" build "$WORK/fill.bundle" --like "$WORK/template.bundle" 2>"$OUT/build.log" ||
+  fail build "$OUT/build.log"
 BUILD_S=$(since "$t0")
 rm -f "$WORK/template.bundle"
 t0=$(now)
-"$BG" --server "$R1" --deadline 3600000 import f "$WORK/fill.bundle" 2>"$WORK/import.log"
+"$BG" --server "$R1" --deadline 3600000 import f "$WORK/fill.bundle" 2>"$OUT/import.log" ||
+  fail import "$OUT/import.log"
 IMPORT_S=$(since "$t0")
 rm -f "$WORK/fill.bundle"
 "$BG" --server "$R1" info f > "$OUT/info-after-import.txt"
@@ -304,7 +310,7 @@ STATUS_LINE=$(grep "127.0.0.1:$(node_port 2)" "$OUT/status-after-resync.txt" | h
 log "re-sync: ${RESYNC}s ($STATUS_LINE)"
 sample end >> "$OUT/samples.txt"
 for i in $(seq 1 $NNODES); do cp "$WORK/node$i.log" "$OUT/node$i.log" 2>/dev/null || true; done
-cp "$WORK/merger.log" "$OUT/merger.log"; cp "$WORK/build.log" "$WORK/import.log" "$OUT/" 2>/dev/null || true
+cp "$WORK/merger.log" "$OUT/merger.log"
 
 # ---- the report ----
 kps() { awk '/^RESULT/ { for (i = 1; i <= NF; i++) if ($i ~ /^kps=/) { sub("kps=", "", $i); s += $i } } END { printf "%.0f", s }' "$@"; }
@@ -314,7 +320,7 @@ field() {   # TAG NODE KEY
 {
 echo "## Scale benchmark: ${SIZE_MB} MiB filter, $NNODES nodes ($NGROUPS groups x $COPIES copies), 2 routers, merger"
 echo
-echo "commit $COMMIT, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM (shared machine)."
+echo "commit $COMMIT, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM (shared machine: load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end)."
 echo "Command: \`SIZE_MB=$SIZE_MB SHARDS=$SHARDS LIVE_S=$LIVE_S QUIET_S=$QUIET_S ROUND_S=$ROUND_S bench/scale.sh\`"
 echo
 echo "* filter \`f\`: $SHARDS shards, capacity $CAP at 1 %, $BYTES bytes of bits ($((BYTES / 1048576)) MiB; $((BYTES / NGROUPS / 1048576)) MiB per node), durability fsync, max_memory_mb $MAXMEM_MB per node"

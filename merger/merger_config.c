@@ -37,7 +37,8 @@ static const struct setting settings[] = {
      "shards pulled, merged and pushed at once (threads); the merger holds "
      "one shard's snapshot in memory per worker (its snapshots stay in "
      "state_dir), so its memory is about workers x the largest shard's "
-     "bytes, plus page buffers"},
+     "bytes, plus page buffers and the process itself (docs/MERGER.md, "
+     "Memory)"},
     RPC_AUTH_SETTINGS(F),
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info",
      F(log_level), "least severe log level printed"},

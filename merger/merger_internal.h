@@ -159,16 +159,18 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
  * size, ...) is refused: moved aside to shard-<i>.bf.damaged, and the
  * shard starts empty with no cursor, so the next round pulls every page
  * of the copies it asks (rebuilt by a full pull; nothing of the damaged
- * file is ever pushed); an error in rep says so.  Returns 0 or a negative errno with err (MG_ERRLEN
- * bytes): a snapshot of another geometry or secret (not damage: the
+ * file is ever pushed); an error in rep says so.  Returns 0 or a
+ * negative errno with err (MG_ERRLEN bytes): a snapshot that cannot be
+ * read (out of memory, a failed read, another format version: kept for
+ * the next round) or is of another geometry or secret (not damage: the
  * operator moves it away). */
 int merger__shard_init(struct merger *m, struct mg_filter *f,
                        struct mg_shard *s, struct mg_report *rep, char *err);
 /* Bring the snapshot into s->g for this round (from disk, or empty when
  * none was saved).  A damaged file is handled as at start (moved aside,
  * cursors dropped, an error in the report) and the round goes on from an
- * empty snapshot.  Returns 0, or -1 (reported) when out of memory or the
- * file is of another geometry. */
+ * empty snapshot.  Returns 0, or -1 (reported) when it cannot be read or
+ * is of another geometry. */
 int merger__shard_load(struct merger *m, struct mg_filter *f,
                        struct mg_shard *s, struct mg_report *rep);
 /* Forget every pull cursor of s and which partials were merged: the next

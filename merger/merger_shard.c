@@ -337,8 +337,9 @@ static void shard_damaged(struct merger *m, struct mg_filter *f,
 }
 
 /* Load the saved snapshot of s, or a blank one when none was saved or it
- * is damaged (then moved aside; see shard_damaged).  NULL with err only
- * when out of memory or the file is of another geometry or secret. */
+ * is damaged (fails its checks: then moved aside, see shard_damaged).
+ * NULL with err when it cannot be read (out of memory, a failed read,
+ * another format version) or is of another geometry or secret. */
 static struct bf *snapshot_read(struct merger *m, struct mg_filter *f,
                                 struct mg_shard *s, struct mg_report *rep,
                                 bool *damaged, bool *loaded, char *err)
@@ -358,7 +359,10 @@ static struct bf *snapshot_read(struct merger *m, struct mg_filter *f,
         return g;
     struct bf *saved = bf_file_load(path, e2, &code);
     if (!saved) {
-        if (code == -ENOMEM) {
+        /* Only a file that fails its checks is damaged; a failed read or
+         * another format version is an error of the round (the file is
+         * kept and read again next time). */
+        if (code != -EBADMSG) {
             merger__strfmt(err, MG_ERRLEN, "saved snapshot %s: %s", path, e2);
             bf_destroy(g);
             return NULL;

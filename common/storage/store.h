@@ -429,30 +429,38 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
 
 /* Change tracking: which pages of a filter's bits changed since a point,
  * for pullers that keep copies in step (the merger, the other copies of a
- * group).  Any number of pullers share one tracking: each keeps its own
- * (epoch, version), and every page is reported to each of them.
+ * group).  Any number of pullers share it: each keeps its own (epoch,
+ * version), and every page is reported to each of them.
  *
  * Pages are RULES_PAGE_BYTES of the layer body at offsets that are
  * multiples of it (the last one may be shorter).  Only blocked and classic
- * filters are tracked (one layer whose bits OR).  A puller keeps the
+ * filters are pulled (one layer whose bits OR).  A puller keeps the
  * (epoch, version) a walk returned and asks for what changed since; a page
  * is reported when its bits may have changed after that version, so a
  * puller that ORs every page it got has every bit the filter had at the
  * walk's store_version.  Versions only grow within an epoch.
  *
- * The tracking belongs to the filter object: it starts at the first
- * store_pages_since and is freed with the filter (the last store_put after
- * a drop, or store_close).  Its epoch is random and new for every filter
- * object, so after a restart, or a drop and a create under the same name,
- * a puller naming an older epoch gets every non-empty page.
+ * The tracking is the page versions of the live bits (bf.h, "Page
+ * versions"): every change (add, remove, import, merged or ORed pages,
+ * and records replayed at recovery) stamps the 4 KiB pages it changed
+ * with the seq of its log record, under the filter's write lock, and a
+ * walk's version is the seq of the last record submitted, taken under
+ * that lock.  Nothing is ever cleared on a puller's behalf, and no copy of
+ * the bits is kept.  The epoch is random and new for every filter object
+ * (so after a restart, or a drop and a create under the same name, a
+ * puller naming an older epoch gets every non-empty page), and new again
+ * when a reload after a failed write gives new records the seqs of
+ * records that never became durable; a reload that does not keeps it
+ * (the pages loaded from the checkpoint carry its seq).
  *
- * Costs: a tracked filter holds about as much memory again as its bits,
- * from its first store_pages_since until it is freed, and each walk reads
- * the whole body once; nothing is added to the add path.
+ * Costs: 8 bytes per 4 KiB of bits for the versions (counted in
+ * store_charge), one store per page-changing add; a walk reads the
+ * versions of every page and copies the pages it reports, one at a time,
+ * into a buffer of its own (RULES_PAGE_BYTES).
  *
- * Threads: walks of one filter run one at a time (a walk holds the
- * filter's tracking lock while its callback runs); adds, merges, queries
- * and snapshots go on meanwhile. */
+ * Threads: walks run concurrently with each other and with adds, merges,
+ * queries and checkpoints; each page is read under the shared lock, which
+ * is not held while the callback runs. */
 
 /* Where a walk left a filter's tracking (store_pages_since). */
 struct store_pages_mark {
@@ -473,13 +481,13 @@ typedef int (*store_page_fn)(void *ctx, const struct store_page *pg);
 /* Report every page changed after version since of epoch through fn (may
  * be NULL: only count), in offset order; every non-empty page when since
  * is 0 or epoch is not the filter's.  *mark is filled before fn is first
- * called (pages and bytes then count up).  fn runs under the tracking lock
- * only, so it may be slow (a network stream) without holding up writes,
- * but it must not call store_pages_since for this
- * filter.  Returns 0; -EOPNOTSUPP for a kind that is not tracked; -ENOMEM
- * when tracking cannot start (err says how much it needs); -EAGAIN /
- * -ENOENT / -EIO when the filter is not READY; or fn's negative return.
- * err (STORE_ERRLEN bytes, may be NULL) says why. */
+ * called (pages and bytes then count up).  fn runs with no lock of the
+ * store held, so it may be slow (a network stream) without holding up
+ * writes.  Returns 0; -EOPNOTSUPP for a kind that is not pulled;
+ * -ENOMEM (no page buffer); -EAGAIN / -ENOENT / -EIO when the filter is
+ * not READY, -EAGAIN too when its bits are reloaded during the walk; or
+ * fn's negative return.  err (STORE_ERRLEN bytes, may be NULL) says
+ * why. */
 int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                       store_page_fn fn, void *ctx,
                       struct store_pages_mark *mark, char *err);

@@ -44,7 +44,6 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
     atomic_init(&sf->source_version, 0);
     atomic_init(&sf->ckpt_lsn, UINT64_MAX);   /* holds no log until loaded */
     pthread_mutex_init(&sf->snap_mu, NULL);
-    pthread_mutex_init(&sf->pages_mu, NULL);
     pthread_mutex_init(&sf->write_mu, NULL);
     pthread_rwlockattr_init(&a);
     pthread_rwlockattr_setkind_np(
@@ -60,9 +59,7 @@ void store__filter_free(struct store_filter *sf)
     atomic_fetch_sub(&sf->s->charged, atomic_load(&sf->charge));
     wal_stream_close(sf->stream);
     bf_destroy(sf->bf);
-    store__pages_free(sf->pages);   /* the tracking dies with the filter */
     pthread_mutex_destroy(&sf->snap_mu);
-    pthread_mutex_destroy(&sf->pages_mu);
     pthread_mutex_destroy(&sf->write_mu);
     pthread_rwlock_destroy(&sf->lock);
     free(sf->name);
@@ -167,12 +164,16 @@ void store__filter_fail(struct store_filter *sf, const char *why, bool retry)
 int store__filter_install(struct store_filter *sf, struct bf *f,
                           uint64_t next_seq)
 {
-    struct wal_stream *st = wal_stream_open(sf->s->wal, sf->id, sf->name,
-                                            next_seq);
+    struct wal_stream *st = NULL;
 
-    if (!st) {
+    /* Every change is tracked from here on (store_pages.c, checkpoints). */
+    if (bf_track_pages(f, true) < 0 ||
+        !(st = wal_stream_open(sf->s->wal, sf->id, sf->name, next_seq))) {
         bf_destroy(f);
-        store__filter_fail(sf, "no memory for the filter's log stream", true);
+        store__filter_fail(sf, st ? "no memory for the filter's log stream"
+                                  : "no memory for the filter's page versions",
+                           true);
+        wal_stream_close(st);
         return -ENOMEM;
     }
     /* The charge follows the bits installed (a load, a recovery). */
@@ -182,7 +183,13 @@ int store__filter_install(struct store_filter *sf, struct bf *f,
     atomic_fetch_sub(&sf->s->charged, old);
     pthread_rwlock_wrlock(&sf->lock);
     sf->bf = f;
-    store__pages_reloaded(sf->pages);
+    /* The page versions are seqs.  A reload after a failed write gives
+     * the seqs of records that never became durable to new ones: pullers
+     * that saw the old stamps start over in a new epoch.  Otherwise the
+     * reloaded bits carry the stamps they had (replayed records stamp
+     * their own seqs), and pullers go on. */
+    if (!atomic_load(&sf->pages_epoch) || next_seq <= sf->seq_hwm)
+        atomic_store(&sf->pages_epoch, store__random_id());
     sf->stream = st;
     sf->exact = bf_kind(f) == BF_KIND_COUNTING ||
                 bf_kind(f) == BF_KIND_SCALABLE;
@@ -215,8 +222,11 @@ static bool pages_or_one(struct bf *f, uint32_t layer, uint64_t off,
     for (size_t i = 0; i < len / 8; i++) {
         uint64_t w;
         memcpy(&w, data + 8 * i, 8);   /* payloads are not aligned */
-        if (w)
-            added |= (w & ~__atomic_fetch_or(&body[i], w, __ATOMIC_RELAXED)) != 0;
+        if (w && (w & ~__atomic_load_n(&body[i], __ATOMIC_RELAXED))) {
+            bf_stamp_range(f, layer, off + 8 * i, 8);
+            __atomic_fetch_or(&body[i], w, __ATOMIC_RELAXED);
+            added = true;
+        }
     }
     return added;
 }
@@ -256,13 +266,43 @@ static int replay_pages(struct bf *f, const uint8_t *p, uint64_t len)
     return 0;
 }
 
-int store__replay_apply(struct bf *f, uint32_t type, const void *payload,
-                        uint64_t len)
+void store__stamp_nonzero(struct bf *f, uint64_t seq)
+{
+    uint32_t nl = bf_layer_count(f);
+
+    bf_set_stamp(f, seq);
+    for (uint32_t l = 0; l < nl; l++) {
+        struct bf_layer_info li;
+        const uint64_t *body = bf_layer_body_const(f, l);
+        if (bf_layer_info(f, l, &li) < 0)
+            continue;
+        for (uint64_t off = 0; off < li.body_bytes; off += BF_PAGE_BYTES) {
+            uint64_t len = li.body_bytes - off < BF_PAGE_BYTES
+                               ? li.body_bytes - off : BF_PAGE_BYTES;
+            for (uint64_t w = 0; w < len / 8; w++)
+                if (body[off / 8 + w]) {
+                    bf_stamp_range(f, l, off, len);
+                    break;
+                }
+        }
+    }
+}
+
+void store__stamp_next(struct store_filter *sf)
+{
+    bf_set_stamp(sf->bf, wal_stream_last_seq(sf->stream) + 1);
+}
+
+int store__replay_apply(struct bf *f, uint64_t seq, uint32_t type,
+                        const void *payload, uint64_t len)
 {
     struct bf_hash h[512];
     const uint8_t *p = payload;
     char err[BF_ERRLEN];
 
+    /* A replayed record's pages are changes after the checkpoint it is
+     * replayed onto: the next checkpoint writes them. */
+    bf_set_stamp(f, seq);
     switch (type) {
     case WAL_REC_ADD:
     case WAL_REC_REMOVE:
@@ -315,6 +355,8 @@ int store_filter_recover(struct store_filter *sf, char *err)
     }
     f = sf->bf;
     st = sf->stream;
+    if (st && wal_stream_last_seq(st) > sf->seq_hwm)
+        sf->seq_hwm = wal_stream_last_seq(st);
     sf->bf = NULL;
     sf->stream = NULL;
     sf->state = STORE_RECOVERING;
@@ -471,6 +513,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
         return 0;
     }
     pthread_mutex_lock(&sf->write_mu);
+    store__stamp_next(sf);
     if (type == WAL_REC_ADD) {
         /* A scalable filter grows a layer as it fills: the layers this
          * batch could append are reserved against max_memory_mb before
@@ -688,6 +731,7 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         rc = -EINVAL;
         goto fail;
     }
+    store__stamp_next(sf);
     if ((rc = bf_merge_from(sf->bf, src, err)) < 0)
         goto fail;
     submit_locked(sf, rec, p);   /* the exclusive lock orders it */
@@ -755,6 +799,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
      * the whole changed part of the filter on every pull. */
     q = wal_rec_payload(rec);
     pthread_mutex_lock(&sf->write_mu);
+    store__stamp_next(sf);
     for (size_t i = 0; i < n; i++) {
         uint32_t plen = (uint32_t)pages[i].len;
         if (!pages_or_one(sf->bf, pages[i].layer, pages[i].offset,

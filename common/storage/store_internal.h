@@ -17,8 +17,9 @@
  *                     engine runs in single-writer mode); copies of the
  *                     counting and scalable kinds hold it to stop mutations
  *                     (never queries).
- * filter.pages_mu (change tracking, store_pages.c) is taken before
- * filter.lock and never while holding snap_mu or lock.  The log's own
+ * Change tracking (store_pages.c) is the bits' page versions (bf.h), stamped
+ * under write_mu (or the exclusive lock) with the seq of the log record
+ * the change goes into; it has no lock of its own.  The log's own
  * locks are taken inside all of these, and the log's commit thread takes
  * none of them: completions only touch atomics, so no lock of the store is
  * ever held while waiting for the log and the commit thread never waits
@@ -74,9 +75,13 @@ struct store_filter {
     bool retry;                  /* FAILED by an I/O error: the store's
                                     thread re-runs recovery (under lock) */
     uint64_t failed_ms;          /* when; under lock */
-    pthread_mutex_t pages_mu;
-    struct store_pages *pages;   /* change tracking, under pages_mu; NULL
-                                    until first asked for */
+    _Atomic uint64_t pages_epoch;   /* of the page versions (store.h,
+                                       "Change tracking"), never 0 once
+                                       READY; new when an install may
+                                       give a seq stamped already to
+                                       another change */
+    uint64_t seq_hwm;            /* the highest seq submitted by the
+                                    streams this object had, under snap_mu */
     _Atomic uint64_t source_version;   /* store_pages_source_version */
     atomic_bool recovery_cut;    /* store_filter_recovery_cut */
     _Atomic uint64_t charge;     /* store_charge of the bits last installed
@@ -194,12 +199,6 @@ int store__tomb_lift(struct store *s, const char *name, uint64_t secret_id,
 /* Test hook: the bound on tombstones (STORE_TOMBS_MAX, 1 at least). */
 extern size_t store__tombs_max;
 
-/* Free the change tracking of a filter (NULL allowed). */
-void store__pages_free(struct store_pages *t);
-/* The bits were reloaded: the next walk compares the whole body again
- * (under the filter's write lock). */
-void store__pages_reloaded(struct store_pages *t);
-
 /* Make the filter READY with f and a new stream of its incarnation whose
  * next record takes next_seq (ownership of f moves to sf).  Returns 0 or
  * -ENOMEM (then sf is FAILED, to be retried, and f freed). */
@@ -215,10 +214,18 @@ void store__lock_for_copy(struct store_filter *sf);
 void store__unlock_for_copy(struct store_filter *sf);
 struct bf *store__copy_locked(struct store_filter *sf, char *err);
 
-/* Apply one log record (add, remove, import, pages) to f.  0 or
- * -EBADMSG. */
-int store__replay_apply(struct bf *f, uint32_t type, const void *payload,
-                        uint64_t len);
+/* Stamp every page of f's bits that is not all zeros with version seq
+ * (bits loaded from a checkpoint of seq seq). */
+void store__stamp_nonzero(struct bf *f, uint64_t seq);
+
+/* The version the next change of sf stamps on the pages it changes: the
+ * seq its log record will take.  Under write_mu (or the exclusive lock). */
+void store__stamp_next(struct store_filter *sf);
+
+/* Apply one log record (add, remove, import, pages) of seq seq to f, the
+ * pages it changes stamped with seq.  0 or -EBADMSG. */
+int store__replay_apply(struct bf *f, uint64_t seq, uint32_t type,
+                        const void *payload, uint64_t len);
 
 /* Checkpoint files: DIR/name/ckpt-<id>-<seq>-<lsn>.bf (16 hex digits
  * each).  The path of one. */

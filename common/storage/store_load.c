@@ -242,7 +242,7 @@ static int on_record(void *ctx, const struct wal_record *rec)
         if (e->rc)
             return 0;
     }
-    if ((rc = store__replay_apply(e->f, rec->type, rec->payload,
+    if ((rc = store__replay_apply(e->f, rec->seq, rec->type, rec->payload,
                                   rec->len)) < 0) {
         store__strfmt(why, sizeof(why), "record %" PRIu64 " at LSN %" PRIu64
                       " of the write-ahead log cannot be applied: %s",
@@ -370,6 +370,17 @@ static int load_checkpoint(struct store_filter *sf, struct replay_ent *e,
         why[0] = 0;
     }
     bf_set_exclusive(e->f, true);
+    /* Replayed records stamp their pages (the next checkpoint's); the
+     * pages loaded carry the checkpoint's seq, so that a puller whose
+     * cursor is older, in an epoch a reload keeps, gets them. */
+    if (bf_track_pages(e->f, true) < 0 ||
+        (store__stamp_nonzero(e->f, e->ckpt_seq), false)) {
+        bf_destroy(e->f);
+        e->f = NULL;
+        store__strfmt(why, STORE_ERRLEN, "no memory for the page versions "
+                      "of the filter");
+        return -ENOMEM;
+    }
     e->expect = e->ckpt_seq + 1;
     e->sf = sf;
     e->lenient = sf->s->in_group && (bf_kind(e->f) == BF_KIND_BLOCKED ||

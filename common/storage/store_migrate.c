@@ -148,8 +148,7 @@ void store__legacy_sweep(const char *dir)
 static int replay_legacy(void *ctx, uint32_t type, uint64_t seq,
                          const void *payload, uint64_t len)
 {
-    (void)seq;
-    return store__replay_apply(ctx, type, payload, len);
+    return store__replay_apply(ctx, seq, type, payload, len);
 }
 
 /* Step 1: the filter as the legacy files hold it; *next_seq gets the seq

@@ -1552,7 +1552,7 @@ static void fixture_copy(void)
     snprintf(src, sizeof(src), "%s", __FILE__);
     *strrchr(src, '/') = 0;
     ck_assert_int_lt(snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r "
-                              "'%s/../fixtures/legacy-node-dir' '%s'", tdir,
+                              "'%s/../../fixtures/legacy-node-dir' '%s'", tdir,
                               src, tdir), (int)sizeof(cmd));
     ck_assert_int_eq(system(cmd), 0);
 }

@@ -58,11 +58,11 @@ static const struct setting settings[] = {
      "stream ends); more is RESOURCE_EXHAUSTED"},
     {"max_memory_mb", SETTING_UINT, 0, UINT64_C(1) << 40, NULL, "0", F(max_memory_mb),
      "memory budget of the node's filters, in MiB: a filter counts its bits "
-     "three times (blocked, classic: the bits, a checkpoint copy, change "
-     "tracking) or twice (counting, scalable), and an Import's bytes, each "
-     "Export's copy and pushed pages count while held; a CreateFilter, "
-     "CreateShard or Export past it is RESOURCE_EXHAUSTED before anything is "
-     "allocated or written "
+     "and their page versions (1/512 more; checkpoints, exports and page "
+     "pulls read the live bits a page at a time and hold no copy), and an "
+     "Import's bytes, each Export's chunk and pushed pages count while held; "
+     "a CreateFilter, CreateShard or Export past it is RESOURCE_EXHAUSTED "
+     "before anything is allocated or written "
      "(docs/SECURITY.md, Budgets); "
      "0: three quarters of the machine's memory (or of the cgroup's "
      "memory.max), computed at start"},

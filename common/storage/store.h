@@ -137,6 +137,10 @@ struct store_options {
     unsigned snapshot_interval_ms;   /* 0: default 60000 */
     uint64_t snapshot_wal_bytes;     /* bound on the node log (see "The
                                         log's bound"); 0: default 64 MiB */
+    unsigned checkpoint_log_percent; /* a filter is checkpointed once its
+                                        records in the log reach this
+                                        percent of its bits' bytes
+                                        ("Checkpoints"); 0: default 50 */
     unsigned recover_retry_ms;       /* 0: default 1000; see "Failed
                                         writes" */
     uint64_t max_memory_bytes;       /* the memory budget ("Budgets"); 0:
@@ -185,11 +189,11 @@ int store_name_check(const char *name, char *err);
 
 /* Budgets: a store may be given a bound on the memory its filters take
  * (max_memory_bytes) and on their number (max_filters).  A filter is
- * charged what it makes the store hold (store_charge): its bits, once more
- * for the copy a checkpoint takes, and, for the kinds whose pages are
- * tracked (blocked, classic), once more for the copy behind change
- * tracking.  The copy each export takes is counted apart, while it lives
- * (store_filter_copy_counted): any number of exports may run at once.  A creation that would take the charges of all filters
+ * charged what it makes the store hold (store_charge): its bits and their
+ * page versions (1/512 of the bits).  Nothing else grows with a filter:
+ * checkpoints, exports and page pulls read the live bits a page at a time
+ * into small buffers of their own, and change tracking is the versions.
+ * A creation that would take the charges of all filters
  * past max_memory_bytes, or their number past max_filters, is refused with
  * -EDQUOT (err names the budget and what is taken) before the filter's
  * memory is allocated or any file written; filters already stored are
@@ -197,7 +201,8 @@ int store_name_check(const char *name, char *err);
  * take keeps them all (it only refuses new ones).  A drop gives the
  * filter's charge back at once (a handle still held keeps the bits only
  * until its call ends).  Scalable filters are
- * charged the layers they have when created or loaded. */
+ * charged the layers they have when created or loaded, and each layer as
+ * they grow it. */
 
 /* The charge of a filter created with p (store_create's parameters):
  * 0 with *bytes set, or -EINVAL when p cannot make a filter. */
@@ -519,27 +524,28 @@ int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
  * the version of the pages' source that a read replica reports. */
 uint64_t store_pages_source_version(struct store_filter *sf);
 
-/* Serialize a consistent copy of the filter (every change acknowledged
- * before the call is in it) through w, outside the filter's lock; the copy
- * is counted as store_filter_copy_counted's.  Returns 0, w's error,
- * -EDQUOT, -ENOMEM, or the error of a filter that is not READY. */
-int store_export(struct store_filter *sf, bf_file_writer w, void *ctx);
+/* Serialize the filter in the file format (docs/FORMAT.md) through w,
+ * from the live bits: read a piece (64 KiB) at a time into a buffer of the
+ * call's own under the filter's shared lock (for the counting and
+ * scalable kinds also its write lock, so no mutation is half applied in a
+ * piece), and handed to w with no lock held, so a slow w holds up nothing.
+ * Every change acknowledged before the call is in the file; changes made
+ * during it may be (a key added meanwhile may read "maybe"; a counting
+ * filter's remove made meanwhile may show in some of its counters): no
+ * acknowledged key is missing.  The header's counts and the layers are
+ * those at the start.  No copy of the filter is made, so the call holds
+ * 64 KiB whatever the filter's size.  *total (may be NULL) gets the
+ * file's size before w is first called.  Returns 0, w's error, -ENOMEM,
+ * the error of a filter that is not READY, or -EAGAIN when the filter was
+ * reloaded during the call; err (may be NULL) says which. */
+int store_export(struct store_filter *sf, bf_file_writer w, void *ctx,
+                 uint64_t *total, char *err);
 
 /* A point-in-time copy of the filter, owned by the caller (bf_destroy),
- * not counted against the budget.  NULL when the filter is not READY or
- * memory is short. */
+ * not counted against the budget (for tests and tools: the node exports
+ * with store_export).  NULL when the filter is not READY or memory is
+ * short. */
 struct bf *store_filter_copy(struct store_filter *sf);
-
-/* A point-in-time copy of the filter counted against max_memory_bytes
- * while it lives ("Budgets"): its bytes are reserved before it is
- * allocated.  On success *out is the caller's (bf_destroy) and *reserved
- * the bytes to give back with store_release once it is destroyed.  Returns
- * 0; -EDQUOT with err naming the budget and what (a short noun: "the
- * export of 'x'") wanted it; -ENOMEM; or the error of a filter that is not
- * READY (-EAGAIN, -ENOENT, -EIO, -ENOSPC ...), with err. */
-int store_filter_copy_counted(struct store_filter *sf, const char *what,
-                              struct bf **out, uint64_t *reserved,
-                              char *err);
 
 /* The live filter, for read-only inspection (bf_stats, accessors), or NULL
  * when not READY.  The pointer is valid while the handle is held and until

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "log.h"
 #include "metrics.h"
 #include "store_internal.h"
@@ -34,8 +36,11 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
         return NULL;
     sf->s = s;
     sf->name = strdup(name);
-    if (!sf->name || asprintf(&sf->path, "%s/%s", s->dir, name) < 0) {
+    sf->chain = calloc(1, sizeof *sf->chain);
+    if (!sf->name || !sf->chain ||
+        asprintf(&sf->path, "%s/%s", s->dir, name) < 0) {
         free(sf->name);
+        free(sf->chain);
         free(sf);
         return NULL;
     }
@@ -64,6 +69,7 @@ void store__filter_free(struct store_filter *sf)
     pthread_rwlock_destroy(&sf->lock);
     free(sf->name);
     free(sf->path);
+    free(sf->chain);
     free(sf);
 }
 
@@ -429,12 +435,14 @@ static void mutation_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
     free(p);
 }
 
-/* Submit rec for sf after apply(sf, arg) changed the bits: both under
- * write_mu (the log order is the apply order), with the shared lock held
- * by the caller.  rec and p move to the log. */
+/* Submit rec (of payload bytes) for sf after apply(sf, arg) changed the
+ * bits: both under write_mu (the log order is the apply order), with the
+ * shared lock held by the caller.  rec and p move to the log. */
 static void submit_locked(struct store_filter *sf, struct wal_rec *rec,
-                          struct pending *p)
+                          uint64_t bytes, struct pending *p)
 {
+    /* What a delta of records would hold (store_ckpt.c). */
+    atomic_fetch_add(&sf->log_bytes, bytes + 24);
     atomic_fetch_add(&sf->refs, 1);
     p->sf = sf;
     wal_submit(sf->stream, rec, mutation_done, p);
@@ -522,7 +530,10 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
         bool scalable = bf_kind(sf->bf) == BF_KIND_SCALABLE;
         uint64_t grow = 0;
         if (scalable && sf->s->max_memory &&
-            (grow = bf_growth_bytes(sf->bf, n) * store__charge_times(BF_KIND_SCALABLE))) {
+            (grow = bf_growth_bytes(sf->bf, n))) {
+            /* Each new layer rounds its versions up: a page more covers
+             * that for any number of layers. */
+            grow = store__charge_bytes(grow) + BF_PAGE_BYTES;
             char what[STORE_NAME_MAX + 96];
             snprintf(what, sizeof what, "an add of %zu keys to scalable filter '%s', "
                      "which would grow it a layer,", n, sf->name);
@@ -546,7 +557,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
             if (out)
                 out[i] = r == 0;
         }
-    submit_locked(sf, rec, p);
+    submit_locked(sf, rec, (uint64_t)n * sizeof(*h), p);
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
     pthread_once(&keys_once, keys_register);
@@ -731,10 +742,16 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         rc = -EINVAL;
         goto fail;
     }
+    /* write_mu too: a checkpoint of an exact kind holds it (and not the
+     * shared lock) while it reads the bits. */
+    pthread_mutex_lock(&sf->write_mu);
     store__stamp_next(sf);
-    if ((rc = bf_merge_from(sf->bf, src, err)) < 0)
+    if ((rc = bf_merge_from(sf->bf, src, err)) < 0) {
+        pthread_mutex_unlock(&sf->write_mu);
         goto fail;
-    submit_locked(sf, rec, p);   /* the exclusive lock orders it */
+    }
+    submit_locked(sf, rec, size, p);   /* the exclusive lock orders it */
+    pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
     return sync_finish(sf, &w, 0, "import into", err);
 fail:
@@ -814,7 +831,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
     }
     if (used) {
         wal_rec_truncate(rec, used);
-        submit_locked(sf, rec, p);
+        submit_locked(sf, rec, used, p);
     } else {
         /* Every bit was there: done once the records that set them are
          * durable (they may still be in flight). */
@@ -889,67 +906,95 @@ struct bf *store_filter_copy(struct store_filter *sf)
     return c;
 }
 
-int store_filter_copy_counted(struct store_filter *sf, const char *what,
-                              struct bf **out, uint64_t *reserved, char *err)
+/* Exports read the live bits a piece at a time into a buffer of their
+ * own, under the shared lock (and, for the exact kinds, write_mu, so that
+ * no mutation is half applied in a piece), and hand each piece to the
+ * writer with no lock held. */
+#define EXPORT_PIECE (64u << 10)
+
+int store_export(struct store_filter *sf, bf_file_writer w, void *ctx,
+                 uint64_t *total, char *err)
 {
-    uint64_t need = 0;
-    struct bf *c = NULL;
+    uint8_t meta[BF_FILE_META_MAX], sum[8];
+    uint64_t bodies[BF_MAX_LAYERS], size, epoch;
+    XXH64_state_t *st = NULL;
+    uint8_t *buf = NULL;
+    const struct bf *f;
+    uint32_t nl;
+    size_t mlen;
     int rc;
 
-    *out = NULL;
-    *reserved = 0;
-    /* The bytes are taken from the budget before the copy is allocated;
-     * the catalog lock that store_reserve takes comes before the filter's,
-     * so the size is read first and checked again under the copy's lock
-     * (a scalable filter may have grown a layer meanwhile: then again). */
-    for (;;) {
-        pthread_rwlock_rdlock(&sf->lock);
-        if ((rc = store__state_rc(sf)) < 0)
-            store__state_err(sf, err);
-        uint64_t now = rc == 0 ? bf_bytes(sf->bf) : 0;
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = store__state_rc(sf)) < 0) {
+        store__state_err(sf, err);
         pthread_rwlock_unlock(&sf->lock);
-        if (rc < 0)
-            break;
-        if (now > need) {
-            if ((rc = store_reserve(sf->s, now - need, what, err)) < 0)
-                break;
-            need = now;
-        }
-        store__lock_for_copy(sf);
-        if ((rc = store__state_rc(sf)) < 0) {
-            store__state_err(sf, err);
-        } else if (bf_bytes(sf->bf) <= need) {
-            if (!(c = store__copy_locked(sf, err)))
-                rc = -ENOMEM;
-        }
-        store__unlock_for_copy(sf);
-        if (rc < 0 || c)
-            break;
-    }
-    if (rc < 0) {
-        store_release(sf->s, need);
-        if (rc == -ENOMEM)
-            errmsg_set(err, "no memory for a copy of filter '%s'", sf->name);
         return rc;
     }
-    *out = c;
-    *reserved = need;
-    return 0;
-}
-
-int store_export(struct store_filter *sf, bf_file_writer w, void *ctx)
-{
-    char what[STORE_NAME_MAX + 32], err[STORE_ERRLEN];
-    uint64_t reserved;
-    struct bf *c;
-    int rc;
-
-    snprintf(what, sizeof what, "the export of '%s'", sf->name);
-    if ((rc = store_filter_copy_counted(sf, what, &c, &reserved, err)) < 0)
-        return rc;
-    rc = bf_file_write_stable(c, w, ctx);   /* the copy is ours */
-    bf_destroy(c);
-    store_release(sf->s, reserved);
+    if (sf->exact)
+        pthread_mutex_lock(&sf->write_mu);
+    f = sf->bf;
+    epoch = atomic_load(&sf->pages_epoch);
+    nl = bf_layer_count(f);   /* once: a scalable filter may grow meanwhile */
+    mlen = bf_file_meta_encode(f, nl, meta);
+    size = mlen + 8;
+    for (uint32_t i = 0; i < nl; i++) {
+        struct bf_layer_info li;
+        bf_layer_info(f, i, &li);
+        bodies[i] = li.body_bytes;
+        size += li.body_bytes;
+    }
+    if (sf->exact)
+        pthread_mutex_unlock(&sf->write_mu);
+    pthread_rwlock_unlock(&sf->lock);
+    if (total)
+        *total = size;
+    if (!(st = XXH64_createState()) || !(buf = malloc(EXPORT_PIECE))) {
+        errmsg_set(err, "no memory for an export of '%s'", sf->name);
+        rc = -ENOMEM;
+        goto out;
+    }
+    XXH64_reset(st, 0);
+    XXH64_update(st, meta, mlen);
+    if ((rc = w(ctx, meta, mlen)) < 0)
+        goto wfail;
+    for (uint32_t i = 0; i < nl; i++) {
+        for (uint64_t off = 0; off < bodies[i]; off += EXPORT_PIECE) {
+            size_t n = bodies[i] - off < EXPORT_PIECE ? (size_t)(bodies[i] - off)
+                                                      : EXPORT_PIECE;
+            pthread_rwlock_rdlock(&sf->lock);
+            if (sf->bf != f || atomic_load(&sf->pages_epoch) != epoch ||
+                !store__readable(sf)) {
+                pthread_rwlock_unlock(&sf->lock);
+                errmsg_set(err, "filter '%s' was reloaded or dropped during "
+                           "the export; retry", sf->name);
+                rc = -EAGAIN;
+                goto out;
+            }
+            if (sf->exact)
+                pthread_mutex_lock(&sf->write_mu);
+            memcpy(buf, (const uint8_t *)bf_layer_body_const(f, i) + off, n);
+            if (sf->exact)
+                pthread_mutex_unlock(&sf->write_mu);
+            pthread_rwlock_unlock(&sf->lock);
+            XXH64_update(st, buf, n);
+            if ((rc = w(ctx, buf, n)) < 0)
+                goto wfail;
+        }
+    }
+    uint64_t d = XXH64_digest(st);
+    for (int i = 0; i < 8; i++)
+        sum[i] = (uint8_t)(d >> (8 * i));
+    if ((rc = w(ctx, sum, 8)) < 0)
+        goto wfail;
+    rc = 0;
+    goto out;
+wfail:
+    errmsg_set(err, "the export of '%s' could not be written: %s", sf->name,
+               strerror(-rc));
+out:
+    if (st)
+        XXH64_freeState(st);
+    free(buf);
     return rc;
 }
 

@@ -36,10 +36,11 @@
 
 #include "errmsg.h"
 #include "store.h"
+#include "store_ckfile.h"
+#include "store_names.h"
 #include "wal.h"
 
 #define STORE_PATH_LEN 4096
-#define STORE_WAL_DIR ".wal"
 /* The log's files (padding to write units included) are held to this many
  * times its bound on records (store.h, "The log's bound"). */
 #define STORE_LOG_FILES 16
@@ -69,8 +70,20 @@ struct store_filter {
                                     write_mu too */
     _Atomic uint64_t version;
     uint64_t ckpt_seq;           /* seq the newest checkpoint covers, under
-                                    snap_mu */
+                                    snap_mu: the checkpoints' cursor (a
+                                    delta holds the pages of versions
+                                    above it) */
     _Atomic uint64_t ckpt_lsn;   /* and the LSN it covers the log up to */
+    struct store_manifest *chain;   /* the manifest on disk, under snap_mu
+                                       (n 0: none yet, as after loading a
+                                       checkpoint of the previous release) */
+    bool fold_next;              /* the next checkpoint writes a base (a
+                                    migration, a chain cut short at load),
+                                    under snap_mu */
+    _Atomic uint64_t log_bytes;  /* of the records submitted (payload and
+                                    24 bytes each), raised under write_mu */
+    uint64_t ckpt_log;           /* log_bytes at the newest checkpoint,
+                                    under snap_mu */
     uint64_t snap_time_ms;       /* under snap_mu */
     bool retry;                  /* FAILED by an I/O error: the store's
                                     thread re-runs recovery (under lock) */
@@ -103,7 +116,8 @@ struct store {
     char *dir;
     int durability;
     unsigned interval_ms;
-    uint64_t wal_bytes;          /* the bound on the node log */
+    uint64_t wal_bytes;          /* the bound on the node log (at least) */
+    unsigned ckpt_percent;       /* store_options.checkpoint_log_percent */
     uint32_t wal_unit;           /* store_options.wal_block_bytes */
     bool in_group;               /* store_options.in_group */
     unsigned retry_ms;
@@ -174,8 +188,9 @@ uint64_t store__claim_lsn(struct store_filter *sf);
 
 /* The charge of f against the memory budget (store.h, "Budgets"). */
 uint64_t store__charge_of(const struct bf *f);
-/* How many times a kind's bits are charged (bits, checkpoint copy, ...). */
-unsigned store__charge_times(enum bf_kind kind);
+/* The charge of layers of body bytes in all (an upper bound for several
+ * layers: each rounds its versions up to a page). */
+uint64_t store__charge_bytes(uint64_t body);
 
 /* A filter object in state RECOVERING holding one reference; freed by the
  * last store_put. */
@@ -227,22 +242,19 @@ void store__stamp_next(struct store_filter *sf);
 int store__replay_apply(struct bf *f, uint64_t seq, uint32_t type,
                         const void *payload, uint64_t len);
 
-/* Checkpoint files: DIR/name/ckpt-<id>-<seq>-<lsn>.bf (16 hex digits
- * each).  The path of one. */
-void store__ckpt_path(char *out, size_t len, const char *dir, uint64_t id,
-                      uint64_t seq, uint64_t lsn);
-
-/* The checkpoint writer: f as the checkpoint (id, seq, lsn) of the filter
- * in dir, durably (temp file, fsync, rename, directory fsync).  0 or a
+/* Checkpoints (store_ckpt.c; files: store_ckfile.h, names:
+ * store_names.h).  The first checkpoint of a filter nothing else holds
+ * yet (a creation, a migration): f as a base of seq seq and a manifest
+ * covering the log to lsn, in dir; *out gets the manifest.  0 or a
  * negative errno with err. */
-int store__ckpt_write(const char *dir, uint64_t id, uint64_t seq,
-                      uint64_t lsn, const struct bf *f, char *err);
-
-/* Does dir hold a checkpoint?  Remove every checkpoint in dir but the
- * one named by (id, seq, lsn). */
-bool store__has_checkpoint(const char *dir);
-void store__ckpt_prune(const char *dir, uint64_t id, uint64_t seq,
-                       uint64_t lsn);
+int store__ckpt_first(const char *dir, uint64_t id, uint64_t seq,
+                      uint64_t lsn, const struct bf *f,
+                      struct store_manifest *out, char *err);
+/* Remove the files of sf's directory that its manifest does not name
+ * (after a load: leftovers of an interrupted checkpoint).  Under snap_mu. */
+void store__ckpt_prune(struct store_filter *sf);
+/* Deltas after which the next checkpoint folds them into a new base. */
+#define STORE_FOLD_DELTAS 8
 
 /* Load every filter of a store being opened (the catalog is filled,
  * filters RECOVERING): checkpoints, then one pass over the node log, then
@@ -260,6 +272,9 @@ int store__filter_load(struct store_filter *sf, char *err);
  * load such a filter into sf and write its first checkpoint (the caller
  * holds snap_mu; sf RECOVERING).  Leaves it READY (0) or FAILED. */
 bool store__is_legacy(const char *dir);
+/* Does dir hold a checkpoint (a manifest, or a checkpoint file of the
+ * previous release)? */
+bool store__has_checkpoint(const char *dir);
 int store__migrate(struct store_filter *sf, char *err);
 /* Remove a migrated directory's legacy files (a crash may have left some
  * after the first checkpoint was written). */
@@ -268,15 +283,19 @@ void store__legacy_sweep(const char *dir);
  * crashed (0: none). */
 extern int store__migrate_crash_at;
 
-/* Checkpoint the filter: copy its bits at seq C, wait until C is durable,
- * write ckpt-<id>-<C>-<L>.bf and remove older ones (store_ckpt.c).  A
- * filter that is not READY is skipped (0). */
+/* Checkpoint the filter (store_ckpt.c): take seq C and a log barrier under
+ * its write lock, write a delta or a new base from the live bits (or the
+ * log's records), then a manifest.  A filter that is not READY is skipped
+ * (0). */
 enum store_ckpt_mode {
     STORE_CKPT_IF_CHANGED,   /* only if it changed since the last one */
-    STORE_CKPT_FORCE,        /* a new checkpoint in any case */
+    STORE_CKPT_FORCE,        /* a new base in any case */
     STORE_CKPT_ADVANCE,      /* cover the log up to now: a new checkpoint
-                                if it changed, else the last one's LSN
-                                moved (a rename) */
+                                if it changed, else the manifest renamed
+                                to a later LSN */
+    STORE_CKPT_TIME,         /* its interval passed: a checkpoint if it
+                                changed and costs no more than the bytes
+                                of the records it covers */
 };
 int store__filter_checkpoint(struct store_filter *sf,
                              enum store_ckpt_mode mode, char *err);

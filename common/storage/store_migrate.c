@@ -216,7 +216,8 @@ int store__migrate(struct store_filter *sf, char *err)
     crash_point(1);
     id = store__random_id();
     lsn = store__claim_lsn(sf);
-    if ((rc = store__ckpt_write(sf->path, id, next_seq - 1, lsn, f, e2)) < 0) {
+    if ((rc = store__ckpt_first(sf->path, id, next_seq - 1, lsn, f, sf->chain,
+                                e2)) < 0) {
         store__strfmt(why, sizeof(why), "cannot write the first checkpoint "
                       "of the migrated filter: %s", e2);
         bf_destroy(f);

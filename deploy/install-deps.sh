@@ -11,7 +11,8 @@
 #            libbloom and redis (benchmarks), Node.js and npm (the grpc-js
 #            client tests), Python's prometheus, grpc, protobuf and yaml modules,
 #            gRPC's generators and Java jars (docs/CLIENTS.md), openssl,
-#            jq (the batch reduce)
+#            jq (the batch reduce), Python's redis and psycopg2 modules and
+#            PostgreSQL (examples/slugs)
 #   image    what `make image` needs to build the image here: podman with
 #            runc, and debootstrap for a base where no registry serves one
 set -euo pipefail
@@ -21,7 +22,7 @@ RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 li
 BUILD=(
   build-essential cmake pkg-config
   libxxhash-dev check libsubunit-dev
-  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev uthash-dev
   libmicrohttpd-dev protobuf-compiler libprotobuf-dev grpc-proto libsystemd-dev
   help2man
 )
@@ -33,6 +34,7 @@ TEST=(
   protobuf-compiler-grpc protoc-gen-go-grpc protobuf-compiler-grpc-java-plugin
   libgrpc-java libprotobuf-java libnetty-java libperfmark-java libguava-java
   libgeronimo-annotation-1.3-spec-java jq
+  python3-redis python3-psycopg2 postgresql
 )
 case "$what" in
   runtime) PKGS=("${RUNTIME[@]}") ;;

@@ -5,13 +5,18 @@
  *   .wal/wal-<F>.log       the node log (wal.h): every filter's changes,
  *                          each record naming its filter and incarnation
  *                          (a dot name: no filter can be called that);
- *   <name>/ckpt-<I>-<C>-<L>.bf  a checkpoint of filter <name>: incarnation
- *                          id I (random, new for every creation, so a
- *                          filter dropped and created again never gets the
- *                          old one's records), every record of seq <= C
- *                          applied, and none of its records of seq > C in
- *                          the log at LSN <= L (bf_file format, written
- *                          atomically);
+ *   <name>/manifest-<I>-<C>-<L>.bgm, base-<I>-<C0>.bgc,
+ *   delta-<I>-<F>-<C>.bgc  the checkpoint of filter <name> (store_names.h,
+ *                          store_ckfile.h): incarnation id I (random, new
+ *                          for every creation, so a filter dropped and
+ *                          created again never gets the old one's
+ *                          records), every record of seq <= C applied,
+ *                          and none of its records of seq > C in the log
+ *                          at LSN <= L; a base and deltas named by the
+ *                          manifest, every page checksummed, nothing
+ *                          overwritten in place ("Checkpoints" below);
+ *                          ckpt-<I>-<C>-<L>.bf of the previous release is
+ *                          read and replaced by the next checkpoint;
  *   .tombstones            the filters dropped ("Tombstones" below);
  *   LOCK                   flock'ed so two processes never open the store.
  * Directories .creating-* and .dropped-* are in-progress creations or
@@ -34,33 +39,50 @@
  * and THEN queues its log record, under the filter's write lock, so a
  * filter's records are in the log in the order their changes were made.  A
  * checkpoint reads seq C (the last record queued) and queues a barrier
- * under that lock, then copies the bits, then waits for the barrier: every
- * record <= C is then durable and has its bits in the copy, and the barrier
- * gives L, the LSN below which the filter has no record > C.  The copy of
- * a blocked or classic filter, taken while adds go on, may hold extra bits
- * of records > C (or of writes that later failed); replaying an OR twice is
- * harmless.  For the counting kind a record applied twice would decrement
- * twice, and the scalable kind's layer chain must not grow under the copy,
- * so these hold mutations (not queries) off during the copy, which is then
- * exactly "records <= C".  Queries never wait for a checkpoint.  Only the
- * newest checkpoint of a filter is kept once it is durable.
+ * under that lock, then writes the bits from the live filter a page at a
+ * time (no copy of the filter), then waits for the barrier: every record
+ * <= C is then durable and has its bits in the pages written, and the
+ * barrier gives L, the LSN below which the filter has no record > C.  The
+ * pages of a blocked or classic filter, read while adds go on, may hold
+ * extra bits of records > C (or of writes that later failed); replaying an
+ * OR twice is harmless.  For the counting kind a record applied twice
+ * would decrement twice, and the scalable kind's layer chain must not grow
+ * meanwhile, so these hold mutations (not queries) off while their pages
+ * are read, which are then exactly "records <= C".  Queries never wait for
+ * a checkpoint.
+ *
+ * Checkpoints (store_ckpt.c; docs/STORAGE.md, "Checkpoints and the log's
+ * bound"): a checkpoint writes a delta (the 4 KiB pages whose version is
+ * above the previous checkpoint's C, or the filter's log records since
+ * then, whichever is smaller) or, when the deltas would weigh as much as
+ * a new base or after 8 of them, a new base; then a manifest naming the
+ * base and deltas.  Files are fsynced and renamed into place, then their
+ * directory fsynced, the manifest last; files it no longer names are
+ * removed after it is durable, the log it covers after that.  A filter is
+ * checkpointed when its records in the log since the last checkpoint
+ * reach checkpoint_log_percent of its bits' bytes, or every
+ * snapshot_interval_ms when it changed and the checkpoint writes no more
+ * than twice those records' bytes.
  * A side effect of bits-first: a query may say "maybe" for a key whose add
  * has not been (or is never) acknowledged; it never says "absent" for an
  * acknowledged one.
  *
  * The log's bound: a log segment is removed once every filter's checkpoint
  * covers it.  When the log's records (padding not counted, wal_bytes) grow
- * past snapshot_wal_bytes, or its files (padding counted) past 16 times
+ * past snapshot_wal_bytes (or twice the sum of the filters' checkpoint
+ * points, when that is more), or its files (padding counted) past 16 times
  * that, the store checkpoints the filters that pin its oldest segment: a
  * filter that changed gets a new checkpoint, one that did not only has its
- * checkpoint's L moved (a rename), and a FAILED one no longer holds the
+ * manifest's L moved (a rename), and a FAILED one no longer holds the
  * log (it can then no longer be recovered from this node's files: it stays
- * FAILED, with a reason naming the missing records).  Filters that changed are
- * also checkpointed every snapshot_interval_ms.
+ * FAILED, with a reason naming the missing records).
  *
  * Recovery (store_open, store_filter_recover): each filter's newest
- * checkpoint that loads, then its records after it, from one pass over the
- * log.  A torn tail of the last segment (the commit group a crash
+ * manifest and the base and deltas it names (every page checked; a delta
+ * that fails is dropped with those after it and the log after the last
+ * good one replayed, which fails the filter if the log no longer holds
+ * those records; an old whole-filter ckpt-*.bf is read as it is), then its
+ * records after it, from one pass over the log.  A torn tail of the last segment (the commit group a crash
  * interrupted: records cut short or failing their checksum, with no record
  * committed after them) is truncated and the filters served; the log's
  * write units (wal.h) keep a torn write from reaching acknowledged

@@ -305,27 +305,38 @@ int store__filter_checkpoint(struct store_filter *sf,
         pthread_mutex_unlock(&sf->snap_mu);
         return 0;   /* nothing to checkpoint */
     }
+    const struct bf *f = sf->bf;
+    bool chain = m->n > 0 && !sf->fold_next;
+    /* What each kind would cost, from the page versions, before write_mu
+     * (a walk of 8 bytes per page that adds need not wait for): pages
+     * changed since then only make the estimate low. */
+    uint64_t dirty = pages_above(f, sf->ckpt_seq);
+    uint64_t grown = chain ? pages_above(f, m->e[0].to) : 0;
+    uint64_t all = 0;
+    for (uint32_t l = 0, nl0 = bf_layer_count(f); l < nl0; l++)
+        all += bf_layer_pages(f, l);
     /* The seq and the barrier under write_mu: records <= seq are before
      * the barrier in the log, later ones after it, and every change up to
      * seq has stamped its pages. */
     pthread_mutex_lock(&sf->write_mu);
     held = true;
-    const struct bf *f = sf->bf;
     exact = sf->exact;
     seq = wal_stream_last_seq(sf->stream);
     logb = atomic_load(&sf->log_bytes);
     bool changed = seq != sf->ckpt_seq;
-    bool chain = m->n > 0 && !sf->fold_next;
     if (!changed && chain && mode != STORE_CKPT_FORCE) {
         kind = mode == STORE_CKPT_ADVANCE ? CK_ADVANCE : CK_NONE;
     } else {
-        uint64_t since = logb - sf->ckpt_log;
+        uint64_t since = logb - atomic_load(&sf->ckpt_log);
         uint64_t recs = since + 2 * STORE_CKF_PAGE;
-        uint64_t dirty = pages_above(f, sf->ckpt_seq);
         uint64_t pg = (dirty + dirty / STORE_CKF_GROUP + 2) * STORE_CKF_PAGE;
         uint64_t base = chain ? m->e[0].bytes : 0;
-        uint64_t grown = chain ? pages_above(f, m->e[0].to) : 0;
+        /* The new base holds the base's pages and those changed since,
+         * at most every page. */
         uint64_t fold_cost = base + grown * STORE_CKF_PAGE;
+        uint64_t whole = (all + all / STORE_CKF_GROUP + 2) * STORE_CKF_PAGE;
+        if (fold_cost > whole)
+            fold_cost = whole;
         bool recs_ok = chain && bf_kind(f) != BF_KIND_SCALABLE && recs < pg;
         uint64_t delta = recs_ok ? recs : pg;
         bool fold = !chain || mode == STORE_CKPT_FORCE ||
@@ -333,9 +344,9 @@ int store__filter_checkpoint(struct store_filter *sf,
                     m->n >= STORE_MANIFEST_MAX ||
                     (m->n > STORE_FOLD_DELTAS && mode != STORE_CKPT_TIME);
         kind = fold ? CK_FOLD : recs_ok ? CK_RECORDS : CK_PAGES;
-        /* By time only when it costs no more than the records it covers. */
-        if (mode == STORE_CKPT_TIME &&
-            (fold ? fold_cost : delta) > since + 2 * STORE_CKF_PAGE)
+        /* By time only when it writes no more than twice the bytes of the
+         * records it covers (with the log's own, three times in all). */
+        if (mode == STORE_CKPT_TIME && (fold ? fold_cost : delta) > 2 * since)
             kind = CK_NONE;
         if (!changed && mode == STORE_CKPT_IF_CHANGED && chain)
             kind = CK_NONE;
@@ -343,6 +354,8 @@ int store__filter_checkpoint(struct store_filter *sf,
     if (kind == CK_NONE) {
         pthread_mutex_unlock(&sf->write_mu);
         pthread_rwlock_unlock(&sf->lock);
+        if (mode == STORE_CKPT_TIME)
+            sf->snap_time_ms = store__now_ms();   /* asked again next interval */
         pthread_mutex_unlock(&sf->snap_mu);
         return 0;
     }
@@ -442,7 +455,7 @@ int store__filter_checkpoint(struct store_filter *sf,
         *m = next;
     }
     sf->ckpt_seq = seq;
-    sf->ckpt_log = logb;
+    atomic_store(&sf->ckpt_log, logb);
     sf->fold_next = false;
     atomic_store(&sf->ckpt_lsn, lsn);
     sf->snap_time_ms = store__now_ms();
@@ -626,30 +639,63 @@ static void recover_logged(struct store_filter *sf)
                  sf->name);
 }
 
+/* Records of sf in the log since its last checkpoint, and the point at
+ * which a checkpoint is due: ckpt_percent of its charge (its bits). */
+static bool ckpt_due(struct store_filter *sf, uint64_t *due)
+{
+    uint64_t since = atomic_load(&sf->log_bytes) - atomic_load(&sf->ckpt_log);
+
+    *due = atomic_load(&sf->charge) / 100 * sf->s->ckpt_percent;
+    if (*due < STORE_CKF_PAGE)
+        *due = STORE_CKF_PAGE;
+    return since >= *due;
+}
+
+uint64_t store__log_bound(struct store *s, struct store_filter **v, size_t n)
+{
+    uint64_t sum = 0, due;
+
+    for (size_t i = 0; i < n; i++) {
+        ckpt_due(v[i], &due);
+        sum += due;
+    }
+    /* Twice what the filters hold before they are due: a filter's own
+     * point comes first, unless the others' records fill its segments. */
+    return 2 * sum > s->wal_bytes ? 2 * sum : s->wal_bytes;
+}
+
 void store__housekeeping(struct store *s)
 {
     size_t n;
     struct store_filter **v = store__catalog_refs(s, &n, NULL);
     char err[STORE_ERRLEN];
-    uint64_t upto;
+    uint64_t upto, due, bound;
     bool over;
 
     if (!v)
         return;
     for (size_t i = 0; i < n; i++) {
         uint64_t now = store__now_ms();
+        int rc = 0;
         if (retry_due(v[i], now))
             recover_logged(v[i]);
-        if (now - v[i]->snap_time_ms >= s->interval_ms &&
-            store__filter_checkpoint(v[i], STORE_CKPT_IF_CHANGED, err) < 0)
+        /* Due by the log's records since the last checkpoint (the bytes
+         * written stay a bounded multiple of the log's), or by time when
+         * that is cheap (a sparse filter's log stays short). */
+        if (ckpt_due(v[i], &due))
+            rc = store__filter_checkpoint(v[i], STORE_CKPT_IF_CHANGED, err);
+        else if (now - v[i]->snap_time_ms >= s->interval_ms)
+            rc = store__filter_checkpoint(v[i], STORE_CKPT_TIME, err);
+        if (rc < 0)
             log_warn("store: %s", err);
     }
     /* Over the bound: every filter that holds a closed segment gets
      * checkpointed (or its checkpoint moved), so all of them can go.  The
      * bound counts records; the files, padded to write units, are held
      * to STORE_LOG_FILES times it. */
-    over = wal_bytes(s->wal) >= s->wal_bytes ||
-           wal_file_bytes(s->wal) / STORE_LOG_FILES >= s->wal_bytes;
+    bound = store__log_bound(s, v, n);
+    over = wal_bytes(s->wal) >= bound ||
+           wal_file_bytes(s->wal) / STORE_LOG_FILES >= bound;
     if (over && !wal_closed_upto(s->wal, &upto)) {
         wal_rotate(s->wal);
         over = false;

@@ -91,7 +91,7 @@ struct store_filter {
                                     under snap_mu */
     _Atomic uint64_t log_bytes;  /* of the records submitted (payload and
                                     24 bytes each), raised under write_mu */
-    uint64_t ckpt_log;           /* log_bytes at the newest checkpoint,
+    _Atomic uint64_t ckpt_log;   /* log_bytes at the newest checkpoint,
                                     under snap_mu */
     uint64_t snap_time_ms;       /* under snap_mu */
     bool retry;                  /* FAILED by an I/O error: the store's
@@ -264,6 +264,10 @@ int store__ckpt_first(const char *dir, uint64_t id, uint64_t seq,
 /* Remove the files of sf's directory that its manifest does not name
  * (after a load: leftovers of an interrupted checkpoint).  Under snap_mu. */
 void store__ckpt_prune(struct store_filter *sf);
+/* The bound on the node log's records: snapshot_wal_bytes, or twice the
+ * sum of the filters' checkpoint points when that is more (the filters v
+ * of the catalog, n of them). */
+uint64_t store__log_bound(struct store *s, struct store_filter **v, size_t n);
 /* Deltas after which the next checkpoint folds them into a new base. */
 #define STORE_FOLD_DELTAS 8
 

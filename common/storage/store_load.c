@@ -385,6 +385,7 @@ struct replay_ent {
     char why[STORE_ERRLEN];
     bool lenient;                /* in_group and a kind whose pages merge */
     bool lost;                   /* lenient: records were lost (why) */
+    char cut[STORE_ERRLEN];      /* the delta a load stopped at, if any */
 };
 
 struct lost {
@@ -621,6 +622,7 @@ static int load_checkpoint(struct store_filter *sf, struct replay_ent *e,
             log_warn("store: %s; loaded the checkpoint up to seq %" PRIu64
                      " with the log after it, and the next checkpoint "
                      "writes a new base", e2, e->ckpt_seq);
+            store__strfmt(e->cut, sizeof e->cut, "%.300s", e2);
         }
     }
     free(v);
@@ -669,6 +671,12 @@ static int replay_install(struct replay_ent *e, char *err)
     atomic_store(&sf->ckpt_lsn, e->ckpt_lsn);
     if (e->rc) {
         bf_destroy(f);
+        if (e->cut[0]) {
+            /* The log cannot make up for the delta that did not load. */
+            char why[STORE_ERRLEN];
+            store__strfmt(why, sizeof why, "%.250s; %.250s", e->cut, e->why);
+            store__strfmt(e->why, sizeof e->why, "%s", why);
+        }
         store__filter_fail(sf, e->why, e->rc != -EBADMSG);
         log_error("store: filter '%s' is not served: %s", sf->name, e->why);
         errmsg_set(err, "filter '%s' is not served: %s", sf->name, e->why);
@@ -679,7 +687,7 @@ static int replay_install(struct replay_ent *e, char *err)
     atomic_store(&sf->ckpt_lsn, e->ckpt_lsn);
     /* The records after the checkpoint count toward the next one. */
     atomic_store(&sf->log_bytes, e->rec_bytes);
-    sf->ckpt_log = 0;
+    atomic_store(&sf->ckpt_log, 0);
     sf->snap_time_ms = store__now_ms();
     if (store__filter_install(sf, f, e->expect) < 0) {
         errmsg_set(err, "out of memory");

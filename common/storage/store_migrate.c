@@ -5,7 +5,8 @@
  * Steps, each safe to crash after:
  *   1. load the newest legacy snapshot that loads and replay the legacy
  *      log after it, in memory (a torn tail is cut, as that release did);
- *   2. write the first checkpoint ckpt-<I>-<C>-<L>.bf: a new incarnation
+ *   2. write the first checkpoint (a base, then its manifest
+ *      manifest-<I>-<C>-<L>.bgm, store__ckpt_first): a new incarnation
  *      id, C the legacy log's last seq (so versions keep growing) and L the
  *      node log's durable LSN (the filter has no record in it yet);
  *   3. remove the legacy files.

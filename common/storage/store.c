@@ -428,6 +428,14 @@ static int create(struct store *s, const char *name, const struct bf_params *p,
     }
     if (!(f = bf_create(p, err)))
         return -ENOMEM;   /* the parameters passed the check above */
+    /* Tracked from the start: a page never stamped is a page never set, so
+     * the first checkpoint (a base of the non-zero pages) reads none of the
+     * bits, which stay untouched (not resident) until keys set them. */
+    if (bf_track_pages(f, true) < 0) {
+        bf_destroy(f);
+        errmsg_set(err, "no memory for the page versions of '%s'", name);
+        return -ENOMEM;
+    }
     if ((rc = create_from(s, name, f, gen, err)) < 0)
         bf_destroy(f);
     return rc;

@@ -133,11 +133,15 @@ static uint64_t pages_above(const struct bf *f, uint64_t v)
 
 /* Write the pages of the first nl layers of f into w: those whose version
  * is above since (a delta), or every non-zero one (since UINT64_MAX: a
- * base).  Each page is copied into the writer's buffer and checksummed
- * there (store__ckw_page). */
+ * base).  In a tracked filter a page whose version is 0 was never set
+ * (loaded pages carry a version of at least 1), so a base reads only the
+ * pages ever stamped: the bits of an empty filter are never touched.  Each
+ * page is copied into the writer's buffer and checksummed there
+ * (store__ckw_page). */
 static int write_pages(struct store_ckw *w, const struct bf *f, uint32_t nl,
                        uint64_t since, uint64_t *pages, char *err)
 {
+    bool tracked = bf_tracked(f);
     int rc;
 
     *pages = 0;
@@ -150,8 +154,9 @@ static int write_pages(struct store_ckw *w, const struct bf *f, uint32_t nl,
             uint64_t off = p * BF_PAGE_BYTES;
             size_t len = li.body_bytes - off < BF_PAGE_BYTES
                              ? (size_t)(li.body_bytes - off) : BF_PAGE_BYTES;
-            if (since == UINT64_MAX ? page_zero(body + off, len)
-                                    : bf_page_version(f, l, p) <= since)
+            uint64_t v = tracked ? bf_page_version(f, l, p) : 1;
+            if (since == UINT64_MAX ? v == 0 || page_zero(body + off, len)
+                                    : v <= since)
                 continue;
             if ((rc = store__ckw_page(w, l, (uint32_t)p, body + off, len,
                                       err)) < 0)

@@ -172,8 +172,14 @@ int store__filter_install(struct store_filter *sf, struct bf *f,
 {
     struct wal_stream *st = NULL;
 
-    /* Every change is tracked from here on (store_pages.c, checkpoints). */
-    if (bf_track_pages(f, true) < 0 ||
+    /* Every change is tracked from here on (store_pages.c, checkpoints).
+     * Bits that come untracked (a filter given to store_create_from, a
+     * migration) have their set pages stamped, so that no set page has
+     * version 0 (a base skips those unread). */
+    bool fresh = !bf_tracked(f);
+    if (bf_track_pages(f, true) == 0 && fresh)
+        store__stamp_nonzero(f, next_seq - 1);
+    if (!bf_tracked(f) ||
         !(st = wal_stream_open(sf->s->wal, sf->id, sf->name, next_seq))) {
         bf_destroy(f);
         store__filter_fail(sf, st ? "no memory for the filter's log stream"
@@ -276,7 +282,7 @@ void store__stamp_nonzero(struct bf *f, uint64_t seq)
 {
     uint32_t nl = bf_layer_count(f);
 
-    bf_set_stamp(f, seq);
+    bf_set_stamp(f, seq ? seq : 1);   /* a set page's version is never 0 */
     for (uint32_t l = 0; l < nl; l++) {
         struct bf_layer_info li;
         const uint64_t *body = bf_layer_body_const(f, l);

@@ -139,7 +139,7 @@ static int apply_page(struct bf *f, uint32_t layer, uint32_t index,
             body[i] |= w;
         }
     }
-    bf_set_stamp(f, seq);
+    bf_set_stamp(f, seq ? seq : 1);   /* a set page's version is never 0 */
     bf_stamp_range(f, layer, off, len);
     return 0;
 }

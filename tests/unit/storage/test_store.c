@@ -1508,6 +1508,13 @@ START_TEST(idle_filters_do_not_pin_the_log)
     const uint64_t bound = 256 << 10;
     struct store *s = open_store(STORE_DURABLE_NONE, 3600000, bound);
     struct store_filter *busy;
+    /* Checkpoints due at 1 % of each filter's bits (4 KiB at least): the
+     * log's bound is then the one set, not twice the filters' due points
+     * (store.h, "The log's bound"). */
+    struct store_options lo = {.dir = tdir, .durability = STORE_DURABLE_NONE,
+                               .snapshot_interval_ms = 3600000,
+                               .snapshot_wal_bytes = bound,
+                               .checkpoint_log_percent = 1};
     char name[32], err[STORE_ERRLEN], snap[4096];
 
     for (int i = 0; i < 20; i++) {
@@ -1523,7 +1530,7 @@ START_TEST(idle_filters_do_not_pin_the_log)
     store_close(s);
     filter_path(snap, sizeof(snap), "bad", "base-", true);
     flip_byte(snap, file_size(snap) / 2);
-    s = open_store(STORE_DURABLE_NONE, 3600000, bound);
+    ck_assert_ptr_nonnull(s = store_open(&lo, err));
     busy = store_get(s, "busy");
     add_range(busy, 0, 300000);   /* about 4.8 MB of log */
     /* The store's thread checkpoints what holds the closed segments (the

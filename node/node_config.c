@@ -44,8 +44,8 @@ static const struct setting settings[] = {
      "a filter is checkpointed once its records in the write-ahead log since "
      "its last checkpoint reach this percent of its bits' bytes: a "
      "checkpoint writes the pages changed (or those records) and every few a "
-     "new base, so the bytes written stay about 1 + 100/percent times the "
-     "log's (2.5x at 50); lower means a shorter log and faster restarts "
+     "new base, so checkpoints write about 0.5 + 50/percent times the log's "
+     "bytes (1.5x at 50); lower means a shorter log and faster restarts "
      "for more writes (docs/STORAGE.md, Checkpoints)"},
     {"snapshot_wal_mb", SETTING_UINT, 1, 1 << 20, NULL, "64", F(snapshot_wal_mb),
      "bound on the node's write-ahead log, in MiB, or twice the sum of the "

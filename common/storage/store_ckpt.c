@@ -28,13 +28,21 @@
  * queries go on.  A delta of records needs no read of the bits.
  *
  * When: a filter whose records in the log since its last checkpoint reach
- * ckpt_percent of its bits' size; one that changed and whose checkpoint
- * would cost no more than those records, every interval; and, when the
- * log passes its bound, the filters that hold its oldest segment (a
- * filter that did not change only has its manifest renamed to a later
- * LSN).  Each checkpoint so writes at most about the bytes of the records
- * it covers, and a fold at most what the deltas since the base did: about
- * three times the log in all.
+ * ckpt_percent of its bits' size (ckpt_due); one that changed and whose
+ * checkpoint would write no more than twice those records' bytes, every
+ * interval (STORE_CKPT_TIME); and, when the log passes its bound
+ * (store__log_bound), the filters that hold its oldest segment (a filter
+ * that did not change only has its manifest renamed to a later LSN).  At
+ * full speed the checkpoints alternate a delta of records (the log since
+ * the last one, L) and a new base (F): (L + F) / 2L times the log's bytes,
+ * 1.5 at the default 50 %.
+ *
+ * Threads: the store's thread (housekeeping), store_snapshot_now and
+ * store_filter_snapshot; one checkpoint of a filter at a time (snap_mu,
+ * held throughout).  Locks: snap_mu, then the filter's shared lock, then
+ * write_mu (store_internal.h); the log is waited for with only snap_mu
+ * held.  Errors: a failed checkpoint leaves the previous manifest, what it
+ * names and the log; it is counted, logged and tried again later.
  */
 #include "store.h"
 

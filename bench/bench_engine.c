@@ -304,11 +304,53 @@ static int bench_libbloom(const char *size, uint64_t n, uint64_t probes, int rou
     return 0;
 }
 
+/* --tracking-cost N: batched adds (exclusive writer, as a node's) of N keys
+ * into a fresh blocked filter of large_mb, its pages faulted in first,
+ * with page versions off and on in turn, repeat times each; prints each
+ * run and the medians. */
+static int tracking_cost(uint64_t large_mb, uint64_t n)
+{
+    uint64_t cap = (uint64_t)((double)large_mb * 1024 * 1024 * 8 / 10.2);
+    struct bf_params p = {.kind = BF_KIND_BLOCKED, .capacity = cap, .error_rate = 0.01};
+    double v[2][64];
+    char err[BF_ERRLEN];
+
+    printf("batched adds (exclusive) of %llu keys into a blocked filter of %llu MiB, "
+           "page versions off / on alternately\n", (unsigned long long)n,
+           (unsigned long long)large_mb);
+    for (int i = 0; i < repeat; i++) {
+        for (int on = 0; on < 2; on++) {
+            struct target t = {.name = "blocked", .capacity = cap};
+            struct bf_layer_info li;
+            if (!(t.f = bf_create(&p, err))) {
+                fprintf(stderr, "bench_engine: %s\n", err);
+                return -1;
+            }
+            bf_layer_info(t.f, 0, &li);
+            memset(bf_layer_body(t.f, 0), 0, li.body_bytes);   /* fault it in */
+            if (on) {
+                if (bf_track_pages(t.f, true) < 0)
+                    return -1;
+                bf_set_stamp(t.f, 1);
+            }
+            bf_set_exclusive(t.f, true);
+            v[on][i] = run(&t, OP_ADD_BATCH, 0, (uint64_t)i * n, n, NULL) / (double)n;
+            printf("run %d tracking %-3s %.2f ns/key\n", i + 1, on ? "on" : "off", v[on][i]);
+            fflush(stdout);
+            bf_destroy(t.f);
+        }
+    }
+    double off = median_of(v[0], repeat), on = median_of(v[1], repeat);
+    printf("median off %.2f ns/key, on %.2f ns/key, tracking %+.2f ns/key\n", off, on, on - off);
+    return 0;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: bench_engine [--large-mb N] [--small-kb N] [--probes N] [--repeat N]\n"
             "                    [--best] [--skip-large] [--track] [--blocked-only]\n"
+            "                    [--tracking-cost N]\n"
             "  --large-mb N   size of the out-of-cache blocked/classic filters (default 1024)\n"
             "  --small-kb N   size of the in-cache filters (default 1024)\n"
             "  --probes N     queries per measurement (default 20000000)\n"
@@ -321,6 +363,9 @@ static void usage(FILE *out)
             "                 other work); the FPR column stays the median\n"
             "  --blocked-only the blocked kind alone (no classic, no libbloom): a few\n"
             "                 minutes rather than half an hour\n"
+            "  --tracking-cost N  only this: N batched adds (exclusive writer) into a\n"
+            "                 fresh blocked filter of --large-mb, page versions off\n"
+            "                 and on alternately, --repeat times each; the medians\n"
             "  --track        keep page versions on our filters (bf_track_pages), as a\n"
             "                 node does: the cost of dirty tracking, against a run\n"
             "                 without it\n"
@@ -335,10 +380,12 @@ int main(int argc, char **argv)
         {"large-mb", required_argument, 0, 'L'}, {"small-kb", required_argument, 0, 'S'},
         {"probes", required_argument, 0, 'P'},   {"skip-large", no_argument, 0, 'x'},
         {"repeat", required_argument, 0, 'R'},  {"best", no_argument, 0, 'B'},
-        {"track", no_argument, 0, 'T'},         {"blocked-only", no_argument, 0, 'K'},         {"help", no_argument, 0, 'h'},
+        {"track", no_argument, 0, 'T'},         {"blocked-only", no_argument, 0, 'K'},
+        {"tracking-cost", required_argument, 0, 'C'},         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     uint64_t large_mb = 1024, small_kb = 1024, probes = 20000000;
     bool skip_large = false;
+    uint64_t cost_keys = 0;
     int c;
 
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -351,6 +398,7 @@ int main(int argc, char **argv)
         case 'B': best = true; break;
         case 'T': track = true; break;
         case 'K': blocked_only = true; break;
+        case 'C': cost_keys = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -359,6 +407,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (cost_keys)
+        return tracking_cost(large_mb, cost_keys) < 0;
     printf("ns/key, one core, 16-byte keys, hashing included; p = 1%%, filled to capacity.\n"
            "add: single / batched, atomic ORs | exclusive writer; q+ present, q- absent.\n");
     if (repeat > 1)

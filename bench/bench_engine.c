@@ -208,6 +208,8 @@ static void measure(struct target *t, uint64_t probes, int rounds, struct result
  * figure over them, or with --best the lowest time (the run least disturbed
  * by other work on the machine; the FPR is still the median). */
 static int repeat = 1;
+static bool track;       /* --track */
+static bool blocked_only;   /* --blocked-only */
 static bool best;
 
 static double median_of(double *v, int n)
@@ -258,6 +260,15 @@ static int bench_ours(const char *size, enum bf_kind kind, uint64_t n, uint64_t 
             fprintf(stderr, "bench_engine: %s\n", err);
             return -1;
         }
+        if (track) {
+            /* As a store keeps them: a version per 4 KiB page, stamped by
+             * every add that changes a page. */
+            if (bf_track_pages(t.f, true) < 0) {
+                fprintf(stderr, "bench_engine: no memory for page versions\n");
+                return -1;
+            }
+            bf_set_stamp(t.f, 1);
+        }
         bf_stats(t.f, &st);
         t.bits_per_key = (double)st.bits / (double)n;
         measure(&t, probes, rounds, &rs[i]);
@@ -293,11 +304,53 @@ static int bench_libbloom(const char *size, uint64_t n, uint64_t probes, int rou
     return 0;
 }
 
+/* --tracking-cost N: batched adds (exclusive writer, as a node's) of N keys
+ * into a fresh blocked filter of large_mb, its pages faulted in first,
+ * with page versions off and on in turn, repeat times each; prints each
+ * run and the medians. */
+static int tracking_cost(uint64_t large_mb, uint64_t n)
+{
+    uint64_t cap = (uint64_t)((double)large_mb * 1024 * 1024 * 8 / 10.2);
+    struct bf_params p = {.kind = BF_KIND_BLOCKED, .capacity = cap, .error_rate = 0.01};
+    double v[2][64];
+    char err[BF_ERRLEN];
+
+    printf("batched adds (exclusive) of %llu keys into a blocked filter of %llu MiB, "
+           "page versions off / on alternately\n", (unsigned long long)n,
+           (unsigned long long)large_mb);
+    for (int i = 0; i < repeat; i++) {
+        for (int on = 0; on < 2; on++) {
+            struct target t = {.name = "blocked", .capacity = cap};
+            struct bf_layer_info li;
+            if (!(t.f = bf_create(&p, err))) {
+                fprintf(stderr, "bench_engine: %s\n", err);
+                return -1;
+            }
+            bf_layer_info(t.f, 0, &li);
+            memset(bf_layer_body(t.f, 0), 0, li.body_bytes);   /* fault it in */
+            if (on) {
+                if (bf_track_pages(t.f, true) < 0)
+                    return -1;
+                bf_set_stamp(t.f, 1);
+            }
+            bf_set_exclusive(t.f, true);
+            v[on][i] = run(&t, OP_ADD_BATCH, 0, (uint64_t)i * n, n, NULL) / (double)n;
+            printf("run %d tracking %-3s %.2f ns/key\n", i + 1, on ? "on" : "off", v[on][i]);
+            fflush(stdout);
+            bf_destroy(t.f);
+        }
+    }
+    double off = median_of(v[0], repeat), on = median_of(v[1], repeat);
+    printf("median off %.2f ns/key, on %.2f ns/key, tracking %+.2f ns/key\n", off, on, on - off);
+    return 0;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: bench_engine [--large-mb N] [--small-kb N] [--probes N] [--repeat N]\n"
-            "                    [--best] [--skip-large]\n"
+            "                    [--best] [--skip-large] [--track] [--blocked-only]\n"
+            "                    [--tracking-cost N]\n"
             "  --large-mb N   size of the out-of-cache blocked/classic filters (default 1024)\n"
             "  --small-kb N   size of the in-cache filters (default 1024)\n"
             "  --probes N     queries per measurement (default 20000000)\n"
@@ -308,6 +361,14 @@ static void usage(FILE *out)
             "  --best         with --repeat, print each time's lowest value over the N\n"
             "                 runs instead of the median (the run least disturbed by\n"
             "                 other work); the FPR column stays the median\n"
+            "  --blocked-only the blocked kind alone (no classic, no libbloom): a few\n"
+            "                 minutes rather than half an hour\n"
+            "  --tracking-cost N  only this: N batched adds (exclusive writer) into a\n"
+            "                 fresh blocked filter of --large-mb, page versions off\n"
+            "                 and on alternately, --repeat times each; the medians\n"
+            "  --track        keep page versions on our filters (bf_track_pages), as a\n"
+            "                 node does: the cost of dirty tracking, against a run\n"
+            "                 without it\n"
             "All filters target a 1%% false-positive rate and are filled to capacity.\n"
             "libbloom stores its bit count in an int, so its large filter is capped\n"
             "at 2^31 bits (256 MB).\n");
@@ -319,9 +380,12 @@ int main(int argc, char **argv)
         {"large-mb", required_argument, 0, 'L'}, {"small-kb", required_argument, 0, 'S'},
         {"probes", required_argument, 0, 'P'},   {"skip-large", no_argument, 0, 'x'},
         {"repeat", required_argument, 0, 'R'},  {"best", no_argument, 0, 'B'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+        {"track", no_argument, 0, 'T'},         {"blocked-only", no_argument, 0, 'K'},
+        {"tracking-cost", required_argument, 0, 'C'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     uint64_t large_mb = 1024, small_kb = 1024, probes = 20000000;
     bool skip_large = false;
+    uint64_t cost_keys = 0;
     int c;
 
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -332,6 +396,9 @@ int main(int argc, char **argv)
         case 'x': skip_large = true; break;
         case 'R': repeat = atoi(optarg); break;
         case 'B': best = true; break;
+        case 'T': track = true; break;
+        case 'K': blocked_only = true; break;
+        case 'C': cost_keys = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -340,6 +407,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (cost_keys)
+        return tracking_cost(large_mb, cost_keys) < 0;
     printf("ns/key, one core, 16-byte keys, hashing included; p = 1%%, filled to capacity.\n"
            "add: single / batched, atomic ORs | exclusive writer; q+ present, q- absent.\n");
     if (repeat > 1)
@@ -356,16 +425,19 @@ int main(int argc, char **argv)
     char label[32];
     snprintf(label, sizeof(label), "%lluK", (unsigned long long)small_kb);
     if (bench_ours(label, BF_KIND_BLOCKED, small_n, probes, rounds) < 0 ||
-        bench_ours(label, BF_KIND_CLASSIC, small_n, probes, rounds) < 0 ||
-        bench_libbloom(label, small_n, probes, rounds) < 0)
+        (!blocked_only &&
+         (bench_ours(label, BF_KIND_CLASSIC, small_n, probes, rounds) < 0 ||
+          bench_libbloom(label, small_n, probes, rounds) < 0)))
         return 1;
     if (skip_large)
         return 0;
     uint64_t large_n = (uint64_t)((double)large_mb * 1024 * 1024 * 8 / 10.2);
     snprintf(label, sizeof(label), "%lluM", (unsigned long long)large_mb);
     if (bench_ours(label, BF_KIND_BLOCKED, large_n, probes, 1) < 0 ||
-        bench_ours(label, BF_KIND_CLASSIC, large_n, probes, 1) < 0)
+        (!blocked_only && bench_ours(label, BF_KIND_CLASSIC, large_n, probes, 1) < 0))
         return 1;
+    if (blocked_only)
+        return 0;
     /* libbloom's int bit count caps it near 2^31 bits. */
     uint64_t lb_n = (uint64_t)((double)INT_MAX / 9.6);
     snprintf(label, sizeof(label), "%lluM", (unsigned long long)(lb_n * 9.6 / 8 / 1048576));

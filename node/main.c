@@ -177,6 +177,7 @@ static void *housekeeping_main(void *arg)
                                                              : STORE_DURABLE_FSYNC,
         .snapshot_interval_ms = (unsigned)(n->cfg.snapshot_interval_s * 1000),
         .snapshot_wal_bytes = n->cfg.snapshot_wal_mb << 20,
+        .checkpoint_log_percent = (unsigned)n->cfg.checkpoint_log_percent,
         .max_memory_bytes = n->cfg.max_memory_mb << 20,
         .max_filters = n->cfg.max_filters,
         .wal_block_bytes = (uint32_t)n->cfg.wal_block_bytes,

@@ -35,10 +35,23 @@ static const struct setting settings[] = {
      "that arrived meanwhile, on any filter); none: acknowledge after "
      "write(): a machine crash loses recent writes"},
     {"snapshot_interval", SETTING_UINT, 1, 86400, NULL, "60", F(snapshot_interval_s),
-     "seconds between checkpoints of changed filters"},
+     "seconds after which a changed filter is checkpointed when that writes "
+     "no more than twice the bytes of its log records since the last "
+     "checkpoint (a sparse filter's log stays short; docs/STORAGE.md, "
+     "Checkpoints)"},
+    {"checkpoint_log_percent", SETTING_UINT, 1, 10000, NULL, "50",
+     F(checkpoint_log_percent),
+     "a filter is checkpointed once its records in the write-ahead log since "
+     "its last checkpoint reach this percent of its bits' bytes: a "
+     "checkpoint writes the pages changed (or those records) and every few a "
+     "new base, so checkpoints write about 0.5 + 50/percent times the log's "
+     "bytes (1.5x at 50); lower means a shorter log and faster restarts "
+     "for more writes (docs/STORAGE.md, Checkpoints)"},
     {"snapshot_wal_mb", SETTING_UINT, 1, 1 << 20, NULL, "64", F(snapshot_wal_mb),
-     "bound on the node's write-ahead log, in MiB: past it the filters that "
-     "hold its oldest segments are checkpointed and the segments removed"},
+     "bound on the node's write-ahead log, in MiB, or twice the sum of the "
+     "filters' checkpoint points (checkpoint_log_percent) when that is "
+     "more: past it the filters that hold its oldest segments are "
+     "checkpointed and the segments removed"},
     {"wal_block_bytes", SETTING_UINT, 0, 1 << 20, NULL, "0", F(wal_block_bytes),
      "least write unit of the write-ahead log with durability fsync, in bytes "
      "(a power of two, 4096 to 1048576): each commit group is padded to whole "
@@ -58,11 +71,11 @@ static const struct setting settings[] = {
      "stream ends); more is RESOURCE_EXHAUSTED"},
     {"max_memory_mb", SETTING_UINT, 0, UINT64_C(1) << 40, NULL, "0", F(max_memory_mb),
      "memory budget of the node's filters, in MiB: a filter counts its bits "
-     "three times (blocked, classic: the bits, a checkpoint copy, change "
-     "tracking) or twice (counting, scalable), and an Import's bytes, each "
-     "Export's copy and pushed pages count while held; a CreateFilter, "
-     "CreateShard or Export past it is RESOURCE_EXHAUSTED before anything is "
-     "allocated or written "
+     "and their page versions (1/512 more; checkpoints, exports and page "
+     "pulls read the live bits a page at a time and hold no copy), and an "
+     "Import's bytes, each Export's chunk and pushed pages count while held; "
+     "a CreateFilter, CreateShard or Export past it is RESOURCE_EXHAUSTED "
+     "before anything is allocated or written "
      "(docs/SECURITY.md, Budgets); "
      "0: three quarters of the machine's memory (or of the cgroup's "
      "memory.max), computed at start"},

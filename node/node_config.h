@@ -28,6 +28,7 @@ struct node_config {
     char durability[16];          /* "fsync" or "none" */
     uint64_t snapshot_interval_s;
     uint64_t snapshot_wal_mb;
+    uint64_t checkpoint_log_percent;
     uint64_t wal_block_bytes;     /* 0: detected (wal_unit_detect) */
     _Atomic uint64_t max_batch_keys;    /* live */
     _Atomic uint64_t max_key_size;      /* live */

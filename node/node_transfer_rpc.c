@@ -62,12 +62,19 @@ static int chunk_write(void *ctx, const void *buf, size_t len)
     return 0;
 }
 
-/* Export: a point-in-time copy of the filter (no lock held while sending),
- * serialized straight into chunks.  What the call holds, the copy and its
- * chunk (the buffer and the message on its way), counts against
- * max_memory_mb until the call ends, however long the client takes to
- * read (docs/SECURITY.md, "Budgets").  shard: the request is an
- * ExportShardRequest naming one shard (internal ExportShard). */
+/* The size of f's file, for the chunk's size. */
+static void file_size_of(const struct bf *f, void *ctx)
+{
+    *(uint64_t *)ctx = bf_file_size(f);
+}
+
+/* Export: the filter streamed in the file format straight from its live
+ * bits (store_export: a piece at a time, no lock held while sending, no
+ * copy of the filter), in chunks.  What the call holds, its chunk (the
+ * buffer and the message on its way), counts against max_memory_mb until
+ * the call ends, however long the client takes to read (docs/SECURITY.md,
+ * "Budgets").  shard: the request is an ExportShardRequest naming one
+ * shard (internal ExportShard). */
 static void export_run(struct node *n, struct rpc_stream *st, bool shard)
 {
     struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
@@ -75,8 +82,8 @@ static void export_run(struct node *n, struct rpc_stream *st, bool shard)
     size_t len;
     struct store *s = NULL;
     struct store_filter *sf = NULL;
-    struct bf *copy = NULL;
-    uint64_t reserved = 0;          /* of max_memory_mb: copy and chunk */
+    uint64_t reserved = 0;          /* of max_memory_mb: the chunk */
+    uint64_t size = 0;
     char err[STORE_ERRLEN] = "", what[STORE_NAME_MAX + 64];
     Bloomgrid__V1__ExportShardRequest *m = NULL;
     struct chunker c = {.st = st};
@@ -105,58 +112,52 @@ static void export_run(struct node *n, struct rpc_stream *st, bool shard)
         sf = node_rpc__get_filter(s, m->filter, &r);
     if (!sf || node_rpc__refuse_syncing(sf, &r))
         goto done;
+    if ((rc = store_filter_inspect(sf, file_size_of, &size)) < 0) {
+        node_rpc__store_error(&r, sf, m->filter, rc, err);
+        goto done;
+    }
     c.cap = m->chunk_size ? m->chunk_size : RULES_CHUNK_DEFAULT;
     if (c.cap > RULES_CHUNK_MAX)
         c.cap = RULES_CHUNK_MAX;
     if (c.cap + 64 > rpc_stream_max_message(st))
         c.cap = rpc_stream_max_message(st) - 64;
+    if (c.cap > size)
+        c.cap = (size_t)size;
     if (shard)
         snprintf(what, sizeof what, "ExportShard of shard %u of \"%s\"",
                  m->shard_index, m->filter);
     else
         snprintf(what, sizeof what, "Export of \"%s\"", m->filter);
-    rc = store_filter_copy_counted(sf, what, &copy, &reserved, err);
-    if (rc < 0) {
-        node_rpc__store_error(&r, sf, m->filter, rc, err);
-        goto done;
-    }
-    c.total = bf_file_size(copy);
-    if (c.cap > c.total)
-        c.cap = (size_t)c.total;
     /* The chunk's buffer, and the message packed from it on its way. */
     if ((rc = store_reserve(s, 2 * (uint64_t)c.cap, what, err)) < 0) {
         node_rpc__store_error(&r, sf, m->filter, rc, err);
         goto done;
     }
-    reserved += 2 * (uint64_t)c.cap;
+    reserved = 2 * (uint64_t)c.cap;
     c.buf = malloc(c.cap);
     if (!c.buf) {
         rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
     }
-    rc = bf_file_write_stable(copy, chunk_write, &c);   /* the copy is ours */
+    rc = store_export(sf, chunk_write, &c, &c.total, err);
     if (rc == 0 && (c.len > 0 || c.offset == 0))
         rc = chunk_flush(&c);
     if (c.failed)
         goto out; /* the client went away */
     if (rc < 0) {
-        rpc_reply_error(&r, GRPC_STATUS_INTERNAL, "cannot serialize filter \"%s\": %s",
-                        m->filter, strerror(-rc));
+        node_rpc__store_error(&r, sf, m->filter, rc, err);
         goto done;
     }
     log_info("exported filter %s (%llu bytes)", m->filter,
              (unsigned long long)c.total);
 done:
-    /* The copy's room goes back before the status, so that an export the
+    /* The chunk's room goes back before the status, so that an export the
      * client starts once it has the status finds it free. */
-    bf_destroy(copy);
-    copy = NULL;
     if (reserved)
         store_release(s, reserved);
     reserved = 0;
     node_rpc__finish_reply(st, &r);
 out:
-    bf_destroy(copy);
     if (reserved)
         store_release(s, reserved);
     free(c.buf);

@@ -300,6 +300,7 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
 
 void bf__layer_deinit(struct bf_layer *l)
 {
+    bf__layer_untrack(l);
     if (l->body)
         munmap(l->body, l->map_bytes);
     l->body = NULL;

@@ -49,6 +49,8 @@
 #define BF_COUNTER_MAX 15
 #define BF_ERRLEN ERRMSG_LEN          /* size of error buffers */
 #define BF_KEYS_UNCOUNTED UINT64_MAX  /* bf_keys_added: not every add counted */
+#define BF_PAGE_SHIFT 12              /* page versions: pages of 4 KiB */
+#define BF_PAGE_BYTES (1u << BF_PAGE_SHIFT)
 
 enum bf_kind {
     BF_KIND_BLOCKED = 1,
@@ -141,6 +143,37 @@ void bf_destroy(struct bf *f);
  * e.g. with a mutex per filter, amortized over a batch), while any number of
  * threads may still query. */
 void bf_set_exclusive(struct bf *f, bool exclusive);
+
+/* Page versions: which pages of the bodies changed, and when.
+ *
+ * A tracked filter keeps, per BF_PAGE_BYTES page of each layer body, the
+ * version of the last change to it: every change to the bits (add, remove,
+ * merge, bf_stamp_range) stamps the pages it changed with the filter's
+ * current version, which the one writer sets with bf_set_stamp before it
+ * changes anything (a store sets the sequence number of the log record
+ * the change goes into).  Versions a writer sets only grow, so a page
+ * changed after a reader took version V (under the writer's lock) carries
+ * a version above V from then on: a reader that next walks the pages whose
+ * version is above V finds every change since, and any number of readers
+ * can each keep their own V, with nothing ever cleared.  Costs 8 bytes per
+ * page (1/512 of the bits) and one store per add that changes a page.
+ *
+ * bf_track_pages switches tracking on (versions 0, every layer, and every
+ * layer a scalable filter appends later) or off; returns 0 or -ENOMEM.
+ * Not alongside writers.  Filters are created untracked. */
+int bf_track_pages(struct bf *f, bool on);
+bool bf_tracked(const struct bf *f);
+/* The version later changes stamp (the writer's; not alongside a change). */
+void bf_set_stamp(struct bf *f, uint64_t version);
+/* Pages of layer i (the last one may be short), and the version of page p
+ * of it (0 when never changed since tracking started, or untracked). */
+uint64_t bf_layer_pages(const struct bf *f, uint32_t i);
+uint64_t bf_page_version(const struct bf *f, uint32_t i, uint64_t p);
+/* Stamp the pages of bytes [off, off + len) of layer i as changed now (for
+ * a caller that changed the bits through bf_layer_body). */
+void bf_stamp_range(struct bf *f, uint32_t i, uint64_t off, uint64_t len);
+/* Bytes the versions take (bf_bytes / 512 when tracked, else 0). */
+uint64_t bf_tracking_bytes(const struct bf *f);
 
 /* Queries of blocked (and scalable) filters use AVX-512 when the CPU has
  * AVX-512F and DQ, unless BLOOMGRID_NO_AVX512 is set in the environment; the

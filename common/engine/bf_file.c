@@ -625,7 +625,7 @@ static int read_header(struct source *s, XXH64_state_t *st,
 }
 
 static int read_meta(struct source *s, XXH64_state_t *st, struct file_meta *fm,
-                     char *err)
+                     bool whole, char *err)
 {
     uint8_t d[BF_MAX_LAYERS * BF_FILE_LAYER_BYTES];
     size_t dlen;
@@ -646,7 +646,7 @@ static int read_meta(struct source *s, XXH64_state_t *st, struct file_meta *fm,
     rc = decode_layers(d, fm, err);
     if (rc < 0)
         return rc;
-    return check_size(fm, s->size, err);
+    return whole ? check_size(fm, s->size, err) : 0;
 }
 
 static int read_bodies(struct source *s, XXH64_state_t *st, struct bf *f,
@@ -721,6 +721,62 @@ static int check_padding(const struct bf *f, const struct file_meta *fm, char *e
     return 0;
 }
 
+/* An empty filter of the checked metadata, or NULL with err. */
+static struct bf *assemble(const struct file_meta *fm, char *err)
+{
+    char aerr[BF_ERRLEN] = "";
+    struct bf *f = bf_assemble(&fm->params, fm->hash_id, fm->nlayers, fm->layers, aerr);
+
+    if (!f) {
+        /* The engine's own messages already start "impossible geometry: ". */
+        const char *why = aerr;
+        if (strncmp(why, "impossible geometry: ", 21) == 0)
+            why += 21;
+        errmsg_set(err, "bad geometry: %s", why[0] ? why : "refused by engine");
+    }
+    return f;
+}
+
+size_t bf_file_meta_encode(const struct bf *f, uint32_t nlayers, uint8_t *buf)
+{
+    encode_header(f, nlayers, buf);
+    for (uint32_t i = 0; i < nlayers; i++) {
+        struct bf_layer_info li;
+        if (bf_layer_info(f, i, &li) < 0)
+            memset(&li, 0, sizeof li);
+        encode_layer(&li, buf + BF_FILE_HEADER_BYTES + (size_t)i * BF_FILE_LAYER_BYTES);
+    }
+    return BF_FILE_HEADER_BYTES + (size_t)nlayers * BF_FILE_LAYER_BYTES;
+}
+
+struct bf *bf_file_meta_parse(const void *buf, size_t len, size_t *used, char *err)
+{
+    static const uint8_t empty[1];
+    struct source s = {.fd = -1, .mem = buf ? buf : empty, .size = len};
+    XXH64_state_t *st = XXH64_createState();
+    struct file_meta *fm = malloc(sizeof *fm);
+    uint64_t counts[BF_MAX_LAYERS];
+    struct bf *f = NULL;
+
+    if (!st || !fm) {
+        errmsg_set(err, "out of memory");
+        goto out;
+    }
+    XXH64_reset(st, 0);
+    if (read_meta(&s, st, fm, false, err) < 0 || !(f = assemble(fm, err)))
+        goto out;
+    for (uint32_t i = 0; i < fm->nlayers; i++)
+        counts[i] = fm->layers[i].count;
+    bf_set_counts(f, fm->inserts, fm->keys, counts);
+    if (used)
+        *used = (size_t)s.pos;
+out:
+    if (st)
+        XXH64_freeState(st);
+    free(fm);
+    return f;
+}
+
 /* Build a filter from the checked metadata and fill it from the source. */
 static struct bf *load_from(struct source *s, char *err, int *code)
 {
@@ -728,7 +784,6 @@ static struct bf *load_from(struct source *s, char *err, int *code)
     struct file_meta *fm = malloc(sizeof *fm);
     uint64_t counts[BF_MAX_LAYERS];
     struct bf *f = NULL;
-    char aerr[BF_ERRLEN] = "";
     int rc = -ENOMEM;
 
     if (!st || !fm) {
@@ -736,17 +791,11 @@ static struct bf *load_from(struct source *s, char *err, int *code)
         goto fail;
     }
     XXH64_reset(st, 0);
-    rc = read_meta(s, st, fm, err);
+    rc = read_meta(s, st, fm, true, err);
     if (rc < 0)
         goto fail;
-    f = bf_assemble(&fm->params, fm->hash_id, fm->nlayers, fm->layers, aerr);
-    if (!f) {
+    if (!(f = assemble(fm, err))) {
         rc = -EBADMSG;
-        /* The engine's own messages already start "impossible geometry: ". */
-        const char *why = aerr;
-        if (strncmp(why, "impossible geometry: ", 21) == 0)
-            why += 21;
-        errmsg_set(err, "bad geometry: %s", why[0] ? why : "refused by engine");
         goto fail;
     }
     rc = read_bodies(s, st, f, fm, err);

@@ -70,6 +70,26 @@ int bf_file_write(const struct bf *f, bf_file_writer write, void *ctx);
  * the 8 MiB buffer that bf_file_write copies each piece into first. */
 int bf_file_write_stable(const struct bf *f, bf_file_writer write, void *ctx);
 
+/* The header and layer descriptors of f's file (BF_FILE_HEADER_BYTES +
+ * nlayers * BF_FILE_LAYER_BYTES bytes, at most BF_FILE_META_MAX) into buf,
+ * with nlayers <= bf_layer_count(f) (a scalable filter may grow meanwhile:
+ * the caller counts once and then writes that many bodies).  Returns the
+ * bytes written.  For writers that read the bodies themselves (a store
+ * serializing its live filter a page at a time): the file is then these
+ * bytes, the bodies of layers 0..nlayers-1, and the XXH64 (seed 0) of
+ * everything before it, little-endian. */
+#define BF_FILE_META_MAX (BF_FILE_HEADER_BYTES + BF_MAX_LAYERS * BF_FILE_LAYER_BYTES)
+size_t bf_file_meta_encode(const struct bf *f, uint32_t nlayers, uint8_t *buf);
+
+/* The counterpart: an empty filter (bodies zero) of the geometry, secret
+ * and counts of the meta bytes buf (len bytes: a header and its layer
+ * descriptors, as bf_file_meta_encode writes them; anything after them is
+ * ignored), after the checks of a file's header and descriptors
+ * (docs/FORMAT.md, checks 1-6 and 8).  *used (may be NULL) gets the bytes
+ * read.  NULL with err on a failed check or no memory. */
+struct bf *bf_file_meta_parse(const void *buf, size_t len, size_t *used,
+                              char *err);
+
 /* Parse and verify a complete serialized file held in memory (len bytes,
  * nothing more).  Same checks and messages as bf_file_load; the buffer stays
  * the caller's and the returned filter is the caller's (bf_destroy). */

@@ -20,6 +20,10 @@ struct bf_layer {
     uint64_t *body;      /* mmap'd, map_bytes long */
     size_t map_bytes;
     uint64_t count;      /* adds that changed this layer; atomic */
+    uint64_t *pver;      /* page versions (bf_track_pages): one per
+                            BF_PAGE_BYTES of body, mmap'd; NULL when the
+                            filter is not tracked */
+    uint64_t npages;     /* entries of pver */
 };
 
 struct bf {
@@ -35,6 +39,9 @@ struct bf {
     double tightening;
     uint8_t secret[BF_SECRET_LEN];
     bool exclusive;
+    bool track;          /* page versions kept (bf_track_pages) */
+    uint64_t stamp;      /* the version later changes stamp; set by the
+                            writer (bf_set_stamp) */
     uint32_t nlayers;    /* atomic: the scalable kind appends layers */
     uint64_t inserts;    /* adds that returned true; atomic */
     uint64_t keys;       /* every add (bf_keys_added); atomic */
@@ -58,6 +65,20 @@ void bf__layer_deinit(struct bf_layer *l);
  * instruction, as for inserts; the uncounted state is a flag beside it).
  * n = BF_KEYS_UNCOUNTED makes the filter uncounted for good. */
 void bf__keys_add(struct bf *f, uint64_t n);
+
+/* Page versions (bf_pages.c): give layer l its version array (0 or
+ * -ENOMEM), free it. */
+int bf__layer_track(struct bf_layer *l);
+void bf__layer_untrack(struct bf_layer *l);
+
+/* Stamp the page holding 64-bit word w of layer l with f's version, when
+ * the layer is tracked.  A relaxed store: readers of the versions
+ * (checkpoints, page pulls) synchronize through the writer's lock. */
+static inline void bf__stamp_word(const struct bf *f, struct bf_layer *l, uint64_t w)
+{
+    if (l->pver)
+        __atomic_store_n(&l->pver[w >> (BF_PAGE_SHIFT - 3)], f->stamp, __ATOMIC_RELAXED);
+}
 
 static inline uint32_t bf__nlayers(const struct bf *f)
 {

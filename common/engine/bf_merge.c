@@ -167,21 +167,24 @@ static inline uint64_t nibble_sat_add(uint64_t a, uint64_t b)
 
 /* OR one layer into another.  Words that add nothing are not written, and
  * the rest use atomic ORs, so adds and queries may run meanwhile. */
-static void merge_bits(struct bf_layer *d, const struct bf_layer *s)
+static void merge_bits(const struct bf *f, struct bf_layer *d, const struct bf_layer *s)
 {
     for (uint64_t w = 0; w < d->words; w++) {
         uint64_t sv = s->body[w];
-        if (sv & ~__atomic_load_n(&d->body[w], __ATOMIC_RELAXED))
+        if (sv & ~__atomic_load_n(&d->body[w], __ATOMIC_RELAXED)) {
+            bf__stamp_word(f, d, w);
             __atomic_fetch_or(&d->body[w], sv, __ATOMIC_RELEASE);
+        }
     }
 }
 
-static void merge_counters(struct bf_layer *d, const struct bf_layer *s)
+static void merge_counters(const struct bf *f, struct bf_layer *d, const struct bf_layer *s)
 {
     for (uint64_t w = 0; w < d->words; w++) {
         uint64_t sv = s->body[w];
         if (!sv)
             continue;
+        bf__stamp_word(f, d, w);
         uint64_t old = __atomic_load_n(&d->body[w], __ATOMIC_RELAXED);
         while (!__atomic_compare_exchange_n(&d->body[w], &old, nibble_sat_add(old, sv),
                                             true, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
@@ -238,18 +241,24 @@ int bf_merge_from(struct bf *dst, const struct bf *src, char *err)
             /* A layer only the source has grown: append a copy. */
             struct bf_layer *d = &dst->layers[i];
             rc = bf__layer_init(d, dst->kind, s->capacity, s->error_rate, s->m, s->k, err);
+            if (rc == 0 && dst->track && (rc = bf__layer_track(d)) < 0) {
+                bf__layer_deinit(d);
+                errmsg_set(err, "out of memory for the page versions of a layer");
+            }
             if (rc < 0)
                 return rc;
             memcpy(d->body, s->body, s->words * 8);
+            for (uint64_t p = 0; p < d->npages; p++)
+                d->pver[p] = dst->stamp;
             d->count = s->count;
             __atomic_store_n(&dst->nlayers, i + 1, __ATOMIC_RELEASE);
             continue;
         }
         struct bf_layer *d = &dst->layers[i];
         if (dst->kind == BF_KIND_COUNTING)
-            merge_counters(d, s);
+            merge_counters(dst, d, s);
         else
-            merge_bits(d, s);
+            merge_bits(dst, d, s);
         /* The merged count is unknown; the larger one is a lower bound. */
         if (s->count > d->count)
             d->count = s->count;

@@ -98,6 +98,8 @@ static inline bool blocked_add(const struct bf *f, struct bf_layer *l, struct bf
             missing |= b & ~cur;
             __atomic_store_n(w, cur | b, __ATOMIC_RELAXED);
         }
+        if (missing)
+            bf__stamp_word(f, l, (uint64_t)(blk - l->body));
         return missing != 0;
     }
     for (uint32_t i = 0; i < l->k; i++) {
@@ -109,6 +111,8 @@ static inline bool blocked_add(const struct bf *f, struct bf_layer *l, struct bf
             continue;
         missing |= b & ~__atomic_fetch_or(w, b, __ATOMIC_RELEASE);
     }
+    if (missing)
+        bf__stamp_word(f, l, (uint64_t)(blk - l->body));
     return missing != 0;
 }
 
@@ -201,6 +205,8 @@ BF_VEC_TARGET static inline bool blocked_add_vec(const struct bf *f, struct bf_l
     __m512i miss = _mm512_andnot_si512(cur, set);
     __mmask8 need = _mm512_test_epi64_mask(miss, miss);
 
+    if (need)
+        bf__stamp_word(f, l, (uint64_t)(blk - l->body));
     if (f->exclusive) {
         _mm512_mask_storeu_epi64(blk, need, _mm512_or_si512(cur, set));
         return need != 0;
@@ -267,10 +273,13 @@ static inline bool classic_add(const struct bf *f, struct bf_layer *l, struct bf
         uint64_t b = 1ULL << (pos & 63);
         uint64_t *w = &l->body[pos >> 6];
         uint64_t cur = __atomic_load_n(w, __ATOMIC_RELAXED);
+        if (cur & b)
+            continue;
+        bf__stamp_word(f, l, pos >> 6);
         if (f->exclusive) {
-            missing |= b & ~cur;
+            missing |= b;
             __atomic_store_n(w, cur | b, __ATOMIC_RELAXED);
-        } else if (!(cur & b)) {
+        } else {
             missing |= b & ~__atomic_fetch_or(w, b, __ATOMIC_RELEASE);
         }
     }
@@ -323,6 +332,7 @@ static bool counting_add(const struct bf *f, struct bf_layer *l, struct bf_hash 
 
     for (uint32_t i = 0; i < l->k; i++, g += y) {
         uint64_t pos = fastrange64(g, l->m);
+        bf__stamp_word(f, l, pos >> 4);
         added |= counter_step(f, &l->body[pos >> 4], pos, +1) == 0;
     }
     return added;
@@ -377,8 +387,12 @@ static void scalable_grow(struct bf *f, uint32_t seen)
         uint64_t cap;
         double rate;
         bf__scalable_layer_params(f, seen, &cap, &rate);
-        if (bf__layer_init(&f->layers[seen], f->kind, cap, rate, 0, 0, NULL) == 0)
-            __atomic_store_n(&f->nlayers, seen + 1, __ATOMIC_RELEASE);
+        if (bf__layer_init(&f->layers[seen], f->kind, cap, rate, 0, 0, NULL) == 0) {
+            if (f->track && bf__layer_track(&f->layers[seen]) < 0)
+                bf__layer_deinit(&f->layers[seen]);   /* full: no growth */
+            else
+                __atomic_store_n(&f->nlayers, seen + 1, __ATOMIC_RELEASE);
+        }
     }
     pthread_mutex_unlock(&f->grow_lock);
 }
@@ -717,6 +731,7 @@ int bf_remove_hash(struct bf *f, struct bf_hash h)
     uint64_t g = h.h1, y = classic_stride(h);
     for (uint32_t i = 0; i < l->k; i++, g += y) {
         uint64_t pos = fastrange64(g, l->m);
+        bf__stamp_word(f, l, pos >> 4);
         counter_step(f, &l->body[pos >> 4], pos, -1);
     }
     return 0;

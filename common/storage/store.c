@@ -36,6 +36,7 @@ _Static_assert(BF_SECRET_LEN == RULES_SECRET_LEN, "one secret length for the eng
 #define DEFAULT_INTERVAL_MS 60000u
 #define DEFAULT_WAL_BYTES (UINT64_C(64) << 20)
 #define DEFAULT_RETRY_MS 1000u
+#define DEFAULT_CKPT_PERCENT 50u
 #define TICK_MS 200u
 
 /* snprintf that may truncate: messages are cut, and paths cannot be too
@@ -245,13 +246,11 @@ static int budget_check_locked(struct store *s, const char *name,
     }
     if (s->max_memory && (charge > s->max_memory ||
                           used > s->max_memory - charge)) {
-        errmsg_set(err, "filter '%s' refused: it counts %.1f MiB (%.1f MiB "
-                   "of bits, %u times: bits, checkpoint copy%s) and %.1f MiB "
-                   "of max_memory_mb = %" PRIu64 " are taken",
-                   name, mib(charge), mib(charge / store__charge_times(kind)),
-                   store__charge_times(kind),
-                   store__charge_times(kind) == 3 ? ", change tracking" : "",
-                   mib(used), s->max_memory >> 20);
+        errmsg_set(err, "filter '%s' refused: it counts %.1f MiB (a %s "
+                   "filter's bits and their page versions) and %.1f MiB of "
+                   "max_memory_mb = %" PRIu64 " are taken",
+                   name, mib(charge), bf_kind_name(kind), mib(used),
+                   s->max_memory >> 20);
         return -EDQUOT;
     }
     return 0;
@@ -335,14 +334,14 @@ static int create_from(struct store *s, const char *name, struct bf *f,
      * new incarnation id, and no record of it in the log up to now. */
     id = store__random_id();
     lsn = store__claim_lsn(sf);
-    store__strfmt(tmp, sizeof(tmp), "%s/.creating-%s", s->dir, name);
+    store__strfmt(tmp, sizeof(tmp), "%s/" STORE_CREATING_PREFIX "%s", s->dir, name);
     store__rm_rf(tmp);
     if (mkdir(tmp, 0755) < 0) {
         rc = -errno;
         errmsg_set(err, "cannot create %s: %s", tmp, strerror(-rc));
         goto fail;
     }
-    if ((rc = store__ckpt_write(tmp, id, 0, lsn, f, e2)) < 0) {
+    if ((rc = store__ckpt_first(tmp, id, 0, lsn, f, sf->chain, e2)) < 0) {
         errmsg_set(err, "cannot write the first checkpoint of '%s': %s",
                       name, e2);
         goto fail;
@@ -429,6 +428,14 @@ static int create(struct store *s, const char *name, const struct bf_params *p,
     }
     if (!(f = bf_create(p, err)))
         return -ENOMEM;   /* the parameters passed the check above */
+    /* Tracked from the start: a page never stamped is a page never set, so
+     * the first checkpoint (a base of the non-zero pages) reads none of the
+     * bits, which stay untouched (not resident) until keys set them. */
+    if (bf_track_pages(f, true) < 0) {
+        bf_destroy(f);
+        errmsg_set(err, "no memory for the page versions of '%s'", name);
+        return -ENOMEM;
+    }
     if ((rc = create_from(s, name, f, gen, err)) < 0)
         bf_destroy(f);
     return rc;
@@ -476,7 +483,7 @@ static int drop(struct store *s, const char *name, struct store_filter *want,
         return -ENOENT;
     }
     catalog_dropping(s, sf, true);   /* hidden from get/list, name still reserved */
-    store__strfmt(tomb, sizeof(tomb), "%s/.dropped-%" PRIu64 "-%s", s->dir,
+    store__strfmt(tomb, sizeof(tomb), "%s/" STORE_DROPPED_PREFIX "%" PRIu64 "-%s", s->dir,
                   s->drops++, name);
     pthread_mutex_unlock(&s->mu);
 
@@ -596,8 +603,8 @@ static int store_scan(struct store *s, char *err)
         store__strfmt(path, sizeof(path), "%s/%s", s->dir, de->d_name);
         if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
             continue;
-        if (!strncmp(de->d_name, ".creating-", 10) ||
-            !strncmp(de->d_name, ".dropped-", 9)) {
+        if (!strncmp(de->d_name, STORE_CREATING_PREFIX, strlen(STORE_CREATING_PREFIX)) ||
+            !strncmp(de->d_name, STORE_DROPPED_PREFIX, strlen(STORE_DROPPED_PREFIX))) {
             store__rm_rf(path);
             continue;
         }
@@ -656,6 +663,8 @@ struct store *store_open(const struct store_options *o, char *err)
                                              : DEFAULT_INTERVAL_MS;
     s->wal_bytes = o->snapshot_wal_bytes ? o->snapshot_wal_bytes
                                          : DEFAULT_WAL_BYTES;
+    s->ckpt_percent = o->checkpoint_log_percent ? o->checkpoint_log_percent
+                                                : DEFAULT_CKPT_PERCENT;
     s->retry_ms = o->recover_retry_ms ? o->recover_retry_ms
                                       : DEFAULT_RETRY_MS;
     s->max_memory = o->max_memory_bytes;

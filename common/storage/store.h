@@ -5,13 +5,18 @@
  *   .wal/wal-<F>.log       the node log (wal.h): every filter's changes,
  *                          each record naming its filter and incarnation
  *                          (a dot name: no filter can be called that);
- *   <name>/ckpt-<I>-<C>-<L>.bf  a checkpoint of filter <name>: incarnation
- *                          id I (random, new for every creation, so a
- *                          filter dropped and created again never gets the
- *                          old one's records), every record of seq <= C
- *                          applied, and none of its records of seq > C in
- *                          the log at LSN <= L (bf_file format, written
- *                          atomically);
+ *   <name>/manifest-<I>-<C>-<L>.bgm, base-<I>-<C0>.bgc,
+ *   delta-<I>-<F>-<C>.bgc  the checkpoint of filter <name> (store_names.h,
+ *                          store_ckfile.h): incarnation id I (random, new
+ *                          for every creation, so a filter dropped and
+ *                          created again never gets the old one's
+ *                          records), every record of seq <= C applied,
+ *                          and none of its records of seq > C in the log
+ *                          at LSN <= L; a base and deltas named by the
+ *                          manifest, every page checksummed, nothing
+ *                          overwritten in place ("Checkpoints" below);
+ *                          ckpt-<I>-<C>-<L>.bf of the previous release is
+ *                          read and replaced by the next checkpoint;
  *   .tombstones            the filters dropped ("Tombstones" below);
  *   LOCK                   flock'ed so two processes never open the store.
  * Directories .creating-* and .dropped-* are in-progress creations or
@@ -34,33 +39,50 @@
  * and THEN queues its log record, under the filter's write lock, so a
  * filter's records are in the log in the order their changes were made.  A
  * checkpoint reads seq C (the last record queued) and queues a barrier
- * under that lock, then copies the bits, then waits for the barrier: every
- * record <= C is then durable and has its bits in the copy, and the barrier
- * gives L, the LSN below which the filter has no record > C.  The copy of
- * a blocked or classic filter, taken while adds go on, may hold extra bits
- * of records > C (or of writes that later failed); replaying an OR twice is
- * harmless.  For the counting kind a record applied twice would decrement
- * twice, and the scalable kind's layer chain must not grow under the copy,
- * so these hold mutations (not queries) off during the copy, which is then
- * exactly "records <= C".  Queries never wait for a checkpoint.  Only the
- * newest checkpoint of a filter is kept once it is durable.
+ * under that lock, then writes the bits from the live filter a page at a
+ * time (no copy of the filter), then waits for the barrier: every record
+ * <= C is then durable and has its bits in the pages written, and the
+ * barrier gives L, the LSN below which the filter has no record > C.  The
+ * pages of a blocked or classic filter, read while adds go on, may hold
+ * extra bits of records > C (or of writes that later failed); replaying an
+ * OR twice is harmless.  For the counting kind a record applied twice
+ * would decrement twice, and the scalable kind's layer chain must not grow
+ * meanwhile, so these hold mutations (not queries) off while their pages
+ * are read, which are then exactly "records <= C".  Queries never wait for
+ * a checkpoint.
+ *
+ * Checkpoints (store_ckpt.c; docs/STORAGE.md, "Checkpoints and the log's
+ * bound"): a checkpoint writes a delta (the 4 KiB pages whose version is
+ * above the previous checkpoint's C, or the filter's log records since
+ * then, whichever is smaller) or, when the deltas would weigh as much as
+ * a new base or after 8 of them, a new base; then a manifest naming the
+ * base and deltas.  Files are fsynced and renamed into place, then their
+ * directory fsynced, the manifest last; files it no longer names are
+ * removed after it is durable, the log it covers after that.  A filter is
+ * checkpointed when its records in the log since the last checkpoint
+ * reach checkpoint_log_percent of its bits' bytes, or every
+ * snapshot_interval_ms when it changed and the checkpoint writes no more
+ * than twice those records' bytes.
  * A side effect of bits-first: a query may say "maybe" for a key whose add
  * has not been (or is never) acknowledged; it never says "absent" for an
  * acknowledged one.
  *
  * The log's bound: a log segment is removed once every filter's checkpoint
  * covers it.  When the log's records (padding not counted, wal_bytes) grow
- * past snapshot_wal_bytes, or its files (padding counted) past 16 times
+ * past snapshot_wal_bytes (or twice the sum of the filters' checkpoint
+ * points, when that is more), or its files (padding counted) past 16 times
  * that, the store checkpoints the filters that pin its oldest segment: a
  * filter that changed gets a new checkpoint, one that did not only has its
- * checkpoint's L moved (a rename), and a FAILED one no longer holds the
+ * manifest's L moved (a rename), and a FAILED one no longer holds the
  * log (it can then no longer be recovered from this node's files: it stays
- * FAILED, with a reason naming the missing records).  Filters that changed are
- * also checkpointed every snapshot_interval_ms.
+ * FAILED, with a reason naming the missing records).
  *
  * Recovery (store_open, store_filter_recover): each filter's newest
- * checkpoint that loads, then its records after it, from one pass over the
- * log.  A torn tail of the last segment (the commit group a crash
+ * manifest and the base and deltas it names (every page checked; a delta
+ * that fails is dropped with those after it and the log after the last
+ * good one replayed, which fails the filter if the log no longer holds
+ * those records; an old whole-filter ckpt-*.bf is read as it is), then its
+ * records after it, from one pass over the log.  A torn tail of the last segment (the commit group a crash
  * interrupted: records cut short or failing their checksum, with no record
  * committed after them) is truncated and the filters served; the log's
  * write units (wal.h) keep a torn write from reaching acknowledged
@@ -138,6 +160,10 @@ struct store_options {
     unsigned snapshot_interval_ms;   /* 0: default 60000 */
     uint64_t snapshot_wal_bytes;     /* bound on the node log (see "The
                                         log's bound"); 0: default 64 MiB */
+    unsigned checkpoint_log_percent; /* a filter is checkpointed once its
+                                        records in the log reach this
+                                        percent of its bits' bytes
+                                        ("Checkpoints"); 0: default 50 */
     unsigned recover_retry_ms;       /* 0: default 1000; see "Failed
                                         writes" */
     uint64_t max_memory_bytes;       /* the memory budget ("Budgets"); 0:
@@ -186,11 +212,11 @@ int store_name_check(const char *name, char *err);
 
 /* Budgets: a store may be given a bound on the memory its filters take
  * (max_memory_bytes) and on their number (max_filters).  A filter is
- * charged what it makes the store hold (store_charge): its bits, once more
- * for the copy a checkpoint takes, and, for the kinds whose pages are
- * tracked (blocked, classic), once more for the copy behind change
- * tracking.  The copy each export takes is counted apart, while it lives
- * (store_filter_copy_counted): any number of exports may run at once.  A creation that would take the charges of all filters
+ * charged what it makes the store hold (store_charge): its bits and their
+ * page versions (1/512 of the bits).  Nothing else grows with a filter:
+ * checkpoints, exports and page pulls read the live bits a page at a time
+ * into small buffers of their own, and change tracking is the versions.
+ * A creation that would take the charges of all filters
  * past max_memory_bytes, or their number past max_filters, is refused with
  * -EDQUOT (err names the budget and what is taken) before the filter's
  * memory is allocated or any file written; filters already stored are
@@ -198,7 +224,8 @@ int store_name_check(const char *name, char *err);
  * take keeps them all (it only refuses new ones).  A drop gives the
  * filter's charge back at once (a handle still held keeps the bits only
  * until its call ends).  Scalable filters are
- * charged the layers they have when created or loaded. */
+ * charged the layers they have when created or loaded, and each layer as
+ * they grow it. */
 
 /* The charge of a filter created with p (store_create's parameters):
  * 0 with *bytes set, or -EINVAL when p cannot make a filter. */
@@ -433,30 +460,38 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
 
 /* Change tracking: which pages of a filter's bits changed since a point,
  * for pullers that keep copies in step (the merger, the other copies of a
- * group).  Any number of pullers share one tracking: each keeps its own
- * (epoch, version), and every page is reported to each of them.
+ * group).  Any number of pullers share it: each keeps its own (epoch,
+ * version), and every page is reported to each of them.
  *
  * Pages are RULES_PAGE_BYTES of the layer body at offsets that are
  * multiples of it (the last one may be shorter).  Only blocked and classic
- * filters are tracked (one layer whose bits OR).  A puller keeps the
+ * filters are pulled (one layer whose bits OR).  A puller keeps the
  * (epoch, version) a walk returned and asks for what changed since; a page
  * is reported when its bits may have changed after that version, so a
  * puller that ORs every page it got has every bit the filter had at the
  * walk's store_version.  Versions only grow within an epoch.
  *
- * The tracking belongs to the filter object: it starts at the first
- * store_pages_since and is freed with the filter (the last store_put after
- * a drop, or store_close).  Its epoch is random and new for every filter
- * object, so after a restart, or a drop and a create under the same name,
- * a puller naming an older epoch gets every non-empty page.
+ * The tracking is the page versions of the live bits (bf.h, "Page
+ * versions"): every change (add, remove, import, merged or ORed pages,
+ * and records replayed at recovery) stamps the 4 KiB pages it changed
+ * with the seq of its log record, under the filter's write lock, and a
+ * walk's version is the seq of the last record submitted, taken under
+ * that lock.  Nothing is ever cleared on a puller's behalf, and no copy of
+ * the bits is kept.  The epoch is random and new for every filter object
+ * (so after a restart, or a drop and a create under the same name, a
+ * puller naming an older epoch gets every non-empty page), and new again
+ * when a reload after a failed write gives new records the seqs of
+ * records that never became durable; a reload that does not keeps it
+ * (the pages loaded from the checkpoint carry its seq).
  *
- * Costs: a tracked filter holds about as much memory again as its bits,
- * from its first store_pages_since until it is freed, and each walk reads
- * the whole body once; nothing is added to the add path.
+ * Costs: 8 bytes per 4 KiB of bits for the versions (counted in
+ * store_charge), one store per page-changing add; a walk reads the
+ * versions of every page and copies the pages it reports, one at a time,
+ * into a buffer of its own (RULES_PAGE_BYTES).
  *
- * Threads: walks of one filter run one at a time (a walk holds the
- * filter's tracking lock while its callback runs); adds, merges, queries
- * and snapshots go on meanwhile. */
+ * Threads: walks run concurrently with each other and with adds, merges,
+ * queries and checkpoints; each page is read under the shared lock, which
+ * is not held while the callback runs. */
 
 /* Where a walk left a filter's tracking (store_pages_since). */
 struct store_pages_mark {
@@ -477,13 +512,13 @@ typedef int (*store_page_fn)(void *ctx, const struct store_page *pg);
 /* Report every page changed after version since of epoch through fn (may
  * be NULL: only count), in offset order; every non-empty page when since
  * is 0 or epoch is not the filter's.  *mark is filled before fn is first
- * called (pages and bytes then count up).  fn runs under the tracking lock
- * only, so it may be slow (a network stream) without holding up writes,
- * but it must not call store_pages_since for this
- * filter.  Returns 0; -EOPNOTSUPP for a kind that is not tracked; -ENOMEM
- * when tracking cannot start (err says how much it needs); -EAGAIN /
- * -ENOENT / -EIO when the filter is not READY; or fn's negative return.
- * err (STORE_ERRLEN bytes, may be NULL) says why. */
+ * called (pages and bytes then count up).  fn runs with no lock of the
+ * store held, so it may be slow (a network stream) without holding up
+ * writes.  Returns 0; -EOPNOTSUPP for a kind that is not pulled;
+ * -ENOMEM (no page buffer); -EAGAIN / -ENOENT / -EIO when the filter is
+ * not READY, -EAGAIN too when its bits are reloaded during the walk; or
+ * fn's negative return.  err (STORE_ERRLEN bytes, may be NULL) says
+ * why. */
 int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                       store_page_fn fn, void *ctx,
                       struct store_pages_mark *mark, char *err);
@@ -516,27 +551,28 @@ int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
  * they could report, and the merger pushes with source_version 0. */
 uint64_t store_pages_source_version(struct store_filter *sf);
 
-/* Serialize a consistent copy of the filter (every change acknowledged
- * before the call is in it) through w, outside the filter's lock; the copy
- * is counted as store_filter_copy_counted's.  Returns 0, w's error,
- * -EDQUOT, -ENOMEM, or the error of a filter that is not READY. */
-int store_export(struct store_filter *sf, bf_file_writer w, void *ctx);
+/* Serialize the filter in the file format (docs/FORMAT.md) through w,
+ * from the live bits: read a piece (64 KiB) at a time into a buffer of the
+ * call's own under the filter's shared lock (for the counting and
+ * scalable kinds also its write lock, so no mutation is half applied in a
+ * piece), and handed to w with no lock held, so a slow w holds up nothing.
+ * Every change acknowledged before the call is in the file; changes made
+ * during it may be (a key added meanwhile may read "maybe"; a counting
+ * filter's remove made meanwhile may show in some of its counters): no
+ * acknowledged key is missing.  The header's counts and the layers are
+ * those at the start.  No copy of the filter is made, so the call holds
+ * 64 KiB whatever the filter's size.  *total (may be NULL) gets the
+ * file's size before w is first called.  Returns 0, w's error, -ENOMEM,
+ * the error of a filter that is not READY, or -EAGAIN when the filter was
+ * reloaded during the call; err (may be NULL) says which. */
+int store_export(struct store_filter *sf, bf_file_writer w, void *ctx,
+                 uint64_t *total, char *err);
 
 /* A point-in-time copy of the filter, owned by the caller (bf_destroy),
- * not counted against the budget.  NULL when the filter is not READY or
- * memory is short. */
+ * not counted against the budget (for tests and tools: the node exports
+ * with store_export).  NULL when the filter is not READY or memory is
+ * short. */
 struct bf *store_filter_copy(struct store_filter *sf);
-
-/* A point-in-time copy of the filter counted against max_memory_bytes
- * while it lives ("Budgets"): its bytes are reserved before it is
- * allocated.  On success *out is the caller's (bf_destroy) and *reserved
- * the bytes to give back with store_release once it is destroyed.  Returns
- * 0; -EDQUOT with err naming the budget and what (a short noun: "the
- * export of 'x'") wanted it; -ENOMEM; or the error of a filter that is not
- * READY (-EAGAIN, -ENOENT, -EIO, -ENOSPC ...), with err. */
-int store_filter_copy_counted(struct store_filter *sf, const char *what,
-                              struct bf **out, uint64_t *reserved,
-                              char *err);
 
 /* The live filter, for read-only inspection (bf_stats, accessors), or NULL
  * when not READY.  The pointer is valid while the handle is held and until

@@ -7,12 +7,13 @@
 #include "store.h"
 #include "store_internal.h"
 
-/* How many times a filter's bits count: the bits, the copy a checkpoint
- * takes and, for the kinds whose pages are tracked, the copy behind change
- * tracking (store_pages.c).  Exports reserve their copies apart. */
-static unsigned charge_times(enum bf_kind kind)
+/* A layer body of this many bytes and the page versions that track it
+ * (bf.h, "Page versions": 8 bytes per page).  Checkpoints and exports read
+ * the live bits a page at a time and change tracking is the versions, so
+ * nothing else grows with the filter. */
+static uint64_t layer_charge(uint64_t body)
 {
-    return kind == BF_KIND_BLOCKED || kind == BF_KIND_CLASSIC ? 3 : 2;
+    return body + (body + BF_PAGE_BYTES - 1) / BF_PAGE_BYTES * 8;
 }
 
 int store_charge(const struct bf_params *p, uint64_t *bytes)
@@ -23,17 +24,24 @@ int store_charge(const struct bf_params *p, uint64_t *bytes)
     bf_params_default(&d);
     if (bf_params_bytes(&d, &b) < 0)
         return -EINVAL;
-    *bytes = b * charge_times(d.kind);
+    *bytes = layer_charge(b);
     return 0;
 }
 
-unsigned store__charge_times(enum bf_kind kind)
+uint64_t store__charge_bytes(uint64_t body)
 {
-    return charge_times(kind);
+    return layer_charge(body);
 }
 
 uint64_t store__charge_of(const struct bf *f)
 {
-    return bf_bytes(f) * charge_times(bf_kind(f));
-}
+    uint32_t n = bf_layer_count(f);
+    uint64_t c = 0;
 
+    for (uint32_t i = 0; i < n; i++) {
+        struct bf_layer_info li;
+        if (bf_layer_info(f, i, &li) == 0)
+            c += layer_charge(li.body_bytes);
+    }
+    return c;
+}

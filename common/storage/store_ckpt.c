@@ -1,9 +1,48 @@
 /* store_ckpt: checkpoints of filters, and keeping the node log under its
- * bound (store.h, "Checkpoint vs log ordering" and "The log's bound").
+ * bound (store.h, "Checkpoints", "The log's bound"; docs/STORAGE.md).
  *
- * The writer (ckpt_write) only turns a copy into a file; taking the copy
- * at a known (seq, LSN) is store__filter_checkpoint's job, so a writer of
- * only the pages changed since the last checkpoint can replace it.
+ * A filter's checkpoint is a chain: a base (its bits at seq C0) and deltas
+ * (what changed in (C0, C1], (C1, C2] ...), named by a manifest written
+ * last.  A checkpoint takes seq C under the filter's write lock, with a
+ * barrier in the log, and writes one of:
+ *   - a delta of pages: every 4 KiB page whose version (bf.h, "Page
+ *     versions") is above the previous checkpoint's seq, read from the live
+ *     bits a page at a time;
+ *   - a delta of records: the filter's log records after the previous
+ *     checkpoint's seq up to C, read back from the log (for adds, their
+ *     keys' 16-byte hashes), when that is smaller;
+ *   - a new base (a fold): every non-zero page, when the deltas since the
+ *     base (and this one) would weigh as much as the new base, or after
+ *     STORE_FOLD_DELTAS deltas, or when there is no chain yet;
+ * then a manifest naming base and deltas.  Order: the page file is written,
+ * fsynced, renamed into place and its directory fsynced; then the manifest
+ * the same way; only then are the files the manifest no longer names
+ * removed, and the log the checkpoint covers may go (store__discard_log).
+ * Nothing is overwritten in place, so a crash at any step leaves the
+ * previous manifest and everything it names.
+ *
+ * Blocked and classic filters are read while adds go on (a page may hold
+ * bits of records after C: replaying an OR twice is harmless).  Counting
+ * and scalable filters hold their mutations off (write_mu) while their
+ * pages are read, so a page file is exactly "every record <= C"; their
+ * queries go on.  A delta of records needs no read of the bits.
+ *
+ * When: a filter whose records in the log since its last checkpoint reach
+ * ckpt_percent of its bits' size (ckpt_due); one that changed and whose
+ * checkpoint would write no more than twice those records' bytes, every
+ * interval (STORE_CKPT_TIME); and, when the log passes its bound
+ * (store__log_bound), the filters that hold its oldest segment (a filter
+ * that did not change only has its manifest renamed to a later LSN).  At
+ * full speed the checkpoints alternate a delta of records (the log since
+ * the last one, L) and a new base (F): (L + F) / 2L times the log's bytes,
+ * 1.5 at the default 50 %.
+ *
+ * Threads: the store's thread (housekeeping), store_snapshot_now and
+ * store_filter_snapshot; one checkpoint of a filter at a time (snap_mu,
+ * held throughout).  Locks: snap_mu, then the filter's shared lock, then
+ * write_mu (store_internal.h); the log is waited for with only snap_mu
+ * held.  Errors: a failed checkpoint leaves the previous manifest, what it
+ * names and the log; it is counted, logged and tried again later.
  */
 #include "store.h"
 
@@ -13,36 +52,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
+#include <unistd.h>
 
 #include "durable.h"
 #include "log.h"
 #include "metrics.h"
+#include "store_ckfile.h"
 #include "store_internal.h"
 #include "wal.h"
-
-int store__ckpt_write(const char *dir, uint64_t id, uint64_t seq,
-                      uint64_t lsn, const struct bf *f, char *err)
-{
-    char path[STORE_PATH_LEN];
-
-    store__ckpt_path(path, sizeof(path), dir, id, seq, lsn);
-    return bf_file_save(f, path, err);
-}
-
-/* Move the checkpoint (id, seq, old) to LSN lsn: the filter has no record
- * between, so the same bits cover the log further. */
-static int ckpt_advance(const char *dir, uint64_t id, uint64_t seq,
-                        uint64_t old, uint64_t lsn, char *err)
-{
-    char from[STORE_PATH_LEN], to[STORE_PATH_LEN];
-    int rc;
-
-    store__ckpt_path(from, sizeof(from), dir, id, seq, old);
-    store__ckpt_path(to, sizeof(to), dir, id, seq, lsn);
-    if ((rc = durable_rename(from, to)) < 0)
-        errmsg_set(err, "cannot rename %s: %s", from, strerror(-rc));
-    return rc;
-}
 
 static double mono_s(void)
 {
@@ -55,7 +73,7 @@ static const double ckpt_bounds[] = {0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5,
                                      10, 30, 60};
 
 static struct {
-    struct metric *failures, *duration, *bytes;
+    struct metric *failures, *duration, *bytes, *folds;
 } cm;
 static pthread_once_t cm_once = PTHREAD_ONCE_INIT;
 
@@ -69,7 +87,10 @@ static void ckpt_metrics_register(void)
                                     "log barrier to the file's rename", NULL,
                                     ckpt_bounds, sizeof ckpt_bounds / sizeof *ckpt_bounds);
     cm.bytes = metrics_counter(m, "bloomgrid_checkpoint_bytes_total",
-                               "bytes of filter bits written by checkpoints", NULL);
+                               "bytes of checkpoint files written (bases and "
+                               "deltas)", NULL);
+    cm.folds = metrics_counter(m, "bloomgrid_checkpoint_folds_total",
+                               "checkpoints that wrote a new base", NULL);
 }
 
 void store_metrics_register(void)
@@ -80,7 +101,7 @@ void store_metrics_register(void)
 }
 
 /* A checkpoint written (rc 0) or failed, with its duration and bytes. */
-static void ckpt_metrics(int rc, double seconds, uint64_t bytes)
+static void ckpt_metrics(int rc, double seconds, uint64_t bytes, bool fold)
 {
     pthread_once(&cm_once, ckpt_metrics_register);
     if (rc < 0) {
@@ -89,6 +110,190 @@ static void ckpt_metrics(int rc, double seconds, uint64_t bytes)
     }
     metric_observe(cm.duration, seconds);
     metric_add(cm.bytes, bytes);
+    if (fold)
+        metric_add(cm.folds, 1);
+}
+
+/* ---- the pages of a checkpoint ---- */
+
+/* Is a page all zeros? */
+static bool page_zero(const uint8_t *p, size_t len)
+{
+    const uint64_t *w = (const uint64_t *)p;
+
+    for (size_t i = 0; i < len / 8; i++)
+        if (w[i])
+            return false;
+    return true;
+}
+
+/* Pages of f whose version is above v, in all layers. */
+static uint64_t pages_above(const struct bf *f, uint64_t v)
+{
+    uint32_t nl = bf_layer_count(f);
+    uint64_t n = 0;
+
+    for (uint32_t l = 0; l < nl; l++)
+        for (uint64_t p = 0, np = bf_layer_pages(f, l); p < np; p++)
+            n += bf_page_version(f, l, p) > v;
+    return n;
+}
+
+/* Write the pages of the first nl layers of f into w: those whose version
+ * is above since (a delta), or every non-zero one (since UINT64_MAX: a
+ * base).  In a tracked filter a page whose version is 0 was never set
+ * (loaded pages carry a version of at least 1), so a base reads only the
+ * pages ever stamped: the bits of an empty filter are never touched.  Each
+ * page is copied into the writer's buffer and checksummed there
+ * (store__ckw_page). */
+static int write_pages(struct store_ckw *w, const struct bf *f, uint32_t nl,
+                       uint64_t since, uint64_t *pages, char *err)
+{
+    bool tracked = bf_tracked(f);
+    int rc;
+
+    *pages = 0;
+    for (uint32_t l = 0; l < nl; l++) {
+        struct bf_layer_info li;
+        const uint8_t *body = (const uint8_t *)bf_layer_body_const(f, l);
+        if (bf_layer_info(f, l, &li) < 0)
+            continue;
+        for (uint64_t p = 0, np = bf_layer_pages(f, l); p < np; p++) {
+            uint64_t off = p * BF_PAGE_BYTES;
+            size_t len = li.body_bytes - off < BF_PAGE_BYTES
+                             ? (size_t)(li.body_bytes - off) : BF_PAGE_BYTES;
+            uint64_t v = tracked ? bf_page_version(f, l, p) : 1;
+            if (since == UINT64_MAX ? v == 0 || page_zero(body + off, len)
+                                    : v <= since)
+                continue;
+            if ((rc = store__ckw_page(w, l, (uint32_t)p, body + off, len,
+                                      err)) < 0)
+                return rc;
+            (*pages)++;
+        }
+    }
+    return 0;
+}
+
+/* ---- a delta of records, read back from the log ---- */
+
+struct rec_scan {
+    struct store_ckw *w;
+    uint64_t id, expect, last;   /* records expect..last wanted */
+    int rc;
+    char *err;
+};
+
+static int rec_one(void *ctx, const struct wal_record *r)
+{
+    struct rec_scan *sc = ctx;
+    uint8_t h[24];
+
+    if (sc->rc || r->id != sc->id || r->seq < sc->expect || r->seq > sc->last)
+        return 0;
+    if (r->seq != sc->expect) {
+        errmsg_set(sc->err, "record %" PRIu64 " is missing from the log",
+                   sc->expect);
+        sc->rc = -EBADMSG;
+        return 0;
+    }
+    memset(h, 0, sizeof h);
+    for (int i = 0; i < 4; i++)
+        h[i] = (uint8_t)(r->type >> (8 * i));
+    for (int i = 0; i < 8; i++) {
+        h[8 + i] = (uint8_t)(r->seq >> (8 * i));
+        h[16 + i] = (uint8_t)(r->len >> (8 * i));
+    }
+    if ((sc->rc = store__ckw_stream(sc->w, h, sizeof h, sc->err)) == 0)
+        sc->rc = store__ckw_stream(sc->w, r->payload, (size_t)r->len, sc->err);
+    sc->expect++;
+    return 0;
+}
+
+static void rec_damage(void *ctx, const struct wal_damage *d)
+{
+    struct rec_scan *sc = ctx;
+
+    if (!sc->rc && (d->id == sc->id || !d->id)) {
+        errmsg_set(sc->err, "%s", d->where);
+        sc->rc = -EBADMSG;
+    }
+}
+
+static const struct wal_scan_ops rec_ops = {rec_one, rec_damage};
+
+/* The records of sf in (from, to], from the log at LSN > after, into w. */
+static int write_records(struct store_filter *sf, struct store_ckw *w,
+                         uint64_t from, uint64_t to, uint64_t after,
+                         char *err)
+{
+    struct rec_scan sc = {w, sf->id, from + 1, to, 0, err};
+    struct wal_scan_info info;
+    int rc = wal_rescan_from(sf->s->wal, after + 1, &rec_ops, &sc, &info, err);
+
+    if (rc == 0)
+        rc = sc.rc;
+    if (rc == 0 && sc.expect != to + 1) {
+        errmsg_set(err, "records %" PRIu64 "..%" PRIu64 " are not in the log",
+                   sc.expect, to);
+        rc = -EBADMSG;
+    }
+    return rc;
+}
+
+/* ---- the checkpoint ---- */
+
+/* Bytes of the deltas of a chain, and its base. */
+static uint64_t chain_deltas(const struct store_manifest *m)
+{
+    uint64_t d = 0;
+
+    for (uint32_t i = 1; i < m->n; i++)
+        d += m->e[i].bytes;
+    return d;
+}
+
+/* What a checkpoint writes. */
+enum ckpt_kind { CK_NONE, CK_ADVANCE, CK_RECORDS, CK_PAGES, CK_FOLD };
+
+/* Remove every checkpoint file of dir the manifest m (at lsn) does not
+ * name: older manifests, bases and deltas, checkpoints of the previous
+ * release, temp files (no checkpoint of this filter is being written). */
+static void prune(const char *dir, const struct store_manifest *m,
+                  uint64_t lsn)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    bool removed = false;
+
+    if (!d)
+        return;
+    while ((de = readdir(d))) {
+        struct store_fname n;
+        bool keep = false;
+        if (!store__fname_parse(de->d_name, &n))
+            continue;
+        if (!n.tmp && n.id == m->id) {
+            if (n.kind == STORE_FILE_MANIFEST)
+                keep = n.seq == m->seq && n.lsn == lsn;
+            for (uint32_t i = 0; !keep && i < m->n; i++) {
+                struct store_fname e;
+                store__manifest_fname(m, i, &e);
+                keep = e.kind == n.kind && e.seq == n.seq && e.from == n.from;
+            }
+        }
+        if (!keep && unlinkat(dirfd(d), de->d_name, 0) == 0)
+            removed = true;
+    }
+    closedir(d);
+    if (removed)
+        durable_fsync_dir(dir);
+}
+
+void store__ckpt_prune(struct store_filter *sf)
+{
+    if (sf->chain && sf->chain->n)
+        prune(sf->path, sf->chain, atomic_load(&sf->ckpt_lsn));
 }
 
 int store__filter_checkpoint(struct store_filter *sf,
@@ -96,75 +301,227 @@ int store__filter_checkpoint(struct store_filter *sf,
 {
     double t0 = mono_s();
     char e2[STORE_ERRLEN] = "";
+    uint8_t meta[BF_FILE_META_MAX];
     struct wal_waiter wt;
-    struct bf *copy = NULL;
-    uint64_t seq, lsn, old;
-    bool changed, write;
-    int rc;
+    struct store_ckw *w = NULL;
+    struct store_manifest *m = sf->chain, next;
+    enum ckpt_kind kind = CK_NONE;
+    uint64_t seq, lsn, logb, bytes = 0, pages = 0;
+    size_t mlen = 0;
+    bool exact, held = false;
+    int rc = 0;
 
     pthread_mutex_lock(&sf->snap_mu);
-    store__lock_for_copy(sf);
+    pthread_rwlock_rdlock(&sf->lock);
     if (store__state(sf) != STORE_READY) {
-        store__unlock_for_copy(sf);
+        pthread_rwlock_unlock(&sf->lock);
         pthread_mutex_unlock(&sf->snap_mu);
         return 0;   /* nothing to checkpoint */
     }
+    const struct bf *f = sf->bf;
+    bool chain = m->n > 0 && !sf->fold_next;
+    /* What each kind would cost, from the page versions, before write_mu
+     * (a walk of 8 bytes per page that adds need not wait for): pages
+     * changed since then only make the estimate low. */
+    uint64_t dirty = pages_above(f, sf->ckpt_seq);
+    uint64_t grown = chain ? pages_above(f, m->e[0].to) : 0;
+    uint64_t all = 0;
+    for (uint32_t l = 0, nl0 = bf_layer_count(f); l < nl0; l++)
+        all += bf_layer_pages(f, l);
     /* The seq and the barrier under write_mu: records <= seq are before
-     * the barrier in the log, later ones after it. */
-    if (!sf->exact)
-        pthread_mutex_lock(&sf->write_mu);
+     * the barrier in the log, later ones after it, and every change up to
+     * seq has stamped its pages. */
+    pthread_mutex_lock(&sf->write_mu);
+    held = true;
+    exact = sf->exact;
     seq = wal_stream_last_seq(sf->stream);
-    changed = seq != sf->ckpt_seq;
-    write = changed || mode == STORE_CKPT_FORCE;
-    if (!changed && mode == STORE_CKPT_IF_CHANGED) {
-        if (!sf->exact)
-            pthread_mutex_unlock(&sf->write_mu);
-        store__unlock_for_copy(sf);
+    logb = atomic_load(&sf->log_bytes);
+    bool changed = seq != sf->ckpt_seq;
+    if (!changed && chain && mode != STORE_CKPT_FORCE) {
+        kind = mode == STORE_CKPT_ADVANCE ? CK_ADVANCE : CK_NONE;
+    } else {
+        uint64_t since = logb - atomic_load(&sf->ckpt_log);
+        uint64_t recs = since + 2 * STORE_CKF_PAGE;
+        uint64_t pg = (dirty + dirty / STORE_CKF_GROUP + 2) * STORE_CKF_PAGE;
+        uint64_t base = chain ? m->e[0].bytes : 0;
+        /* The new base holds the base's pages and those changed since,
+         * at most every page. */
+        uint64_t fold_cost = base + grown * STORE_CKF_PAGE;
+        uint64_t whole = (all + all / STORE_CKF_GROUP + 2) * STORE_CKF_PAGE;
+        if (fold_cost > whole)
+            fold_cost = whole;
+        bool recs_ok = chain && bf_kind(f) != BF_KIND_SCALABLE && recs < pg;
+        uint64_t delta = recs_ok ? recs : pg;
+        bool fold = !chain || mode == STORE_CKPT_FORCE ||
+                    chain_deltas(m) + delta >= fold_cost ||
+                    m->n >= STORE_MANIFEST_MAX ||
+                    (m->n > STORE_FOLD_DELTAS && mode != STORE_CKPT_TIME);
+        kind = fold ? CK_FOLD : recs_ok ? CK_RECORDS : CK_PAGES;
+        /* By time only when it writes no more than twice the bytes of the
+         * records it covers (with the log's own, three times in all). */
+        if (mode == STORE_CKPT_TIME && (fold ? fold_cost : delta) > 2 * since)
+            kind = CK_NONE;
+        if (!changed && mode == STORE_CKPT_IF_CHANGED && chain)
+            kind = CK_NONE;
+    }
+    if (kind == CK_NONE) {
+        pthread_mutex_unlock(&sf->write_mu);
+        pthread_rwlock_unlock(&sf->lock);
+        if (mode == STORE_CKPT_TIME)
+            sf->snap_time_ms = store__now_ms();   /* asked again next interval */
         pthread_mutex_unlock(&sf->snap_mu);
         return 0;
     }
     wal_waiter_init(&wt);
     if (wal_barrier(sf->stream, wal_waiter_done, &wt) < 0)
         wal_waiter_done(&wt, -ENOMEM, 0, 0);
-    if (!sf->exact)
+    uint32_t nl = bf_layer_count(f);
+    mlen = bf_file_meta_encode(f, nl, meta);
+    /* snap_mu keeps the bits in place (a reload or a drop waits for it):
+     * no lock is needed to read them but, for the exact kinds, write_mu. */
+    pthread_rwlock_unlock(&sf->lock);
+    if (!exact || kind == CK_ADVANCE || kind == CK_RECORDS) {
         pthread_mutex_unlock(&sf->write_mu);
-    /* Every record <= seq set its bits before it was submitted, hence
-     * before this copy starts. */
-    if (write && !(copy = store__copy_locked(sf, e2)))
-        store__strfmt(e2, sizeof(e2), "no memory for a copy of the filter");
-    store__unlock_for_copy(sf);
-    rc = wal_waiter_wait(&wt);
+        held = false;
+    }
+
+    struct store_fname fn = {.kind = kind == CK_FOLD ? STORE_FILE_BASE
+                                                     : STORE_FILE_DELTA,
+                             .id = sf->id, .from = kind == CK_FOLD ? 0
+                                                                   : sf->ckpt_seq,
+                             .seq = seq};
+    int type = kind == CK_FOLD ? STORE_CKF_BASE
+             : kind == CK_RECORDS ? STORE_CKF_RECORDS : STORE_CKF_PAGES;
+    if (kind == CK_FOLD || kind == CK_PAGES) {
+        /* Every record <= seq set its bits before it was submitted, hence
+         * before they are read here. */
+        if ((rc = store__ckw_open(&w, sf->path, &fn, type, e2)) == 0 &&
+            (rc = write_pages(w, f, nl, kind == CK_FOLD ? UINT64_MAX
+                                                        : sf->ckpt_seq,
+                              &pages, e2)) < 0) {
+            store__ckw_abort(w);
+            w = NULL;
+        }
+        if (held) {
+            pthread_mutex_unlock(&sf->write_mu);
+            held = false;
+        }
+        if (rc == 0) {
+            rc = store__ckw_finish(w, meta, mlen, &bytes, e2);
+            w = NULL;
+        }
+    }
+    int brc = wal_waiter_wait(&wt);
     lsn = wt.lsn;
-    if (rc < 0) {
-        errmsg_set(err, "checkpoint of '%s' failed: its log records are not "
-                   "durable (%s)", sf->name, strerror(-rc));
-        goto out;
+    if (brc < 0 && rc == 0) {
+        rc = brc;
+        snprintf(e2, sizeof e2, "its log records are not durable (%s)",
+                 strerror(-rc));
     }
-    if (write && !copy) {
-        rc = -ENOMEM;
-        errmsg_set(err, "checkpoint of '%s' failed: %s", sf->name, e2);
-        goto out;
+    if (rc == 0 && kind == CK_RECORDS) {
+        /* The records are durable now: read them back. */
+        if ((rc = store__ckw_open(&w, sf->path, &fn, type, e2)) == 0) {
+            rc = write_records(sf, w, sf->ckpt_seq, seq,
+                               atomic_load(&sf->ckpt_lsn), e2);
+            if (rc == 0)
+                rc = store__ckw_finish(w, meta, mlen, &bytes, e2);
+            else
+                store__ckw_abort(w);
+            w = NULL;
+        }
+        if (rc < 0) {
+            /* Next time from the bits: a fold (the exact kinds' bits are
+             * past seq by now). */
+            log_warn("store: checkpoint of '%s' could not read its records "
+                     "back from the log (%s); the next one writes a base",
+                     sf->name, e2);
+            sf->fold_next = true;
+        }
     }
-    old = atomic_load(&sf->ckpt_lsn);
-    rc = write ? store__ckpt_write(sf->path, sf->id, seq, lsn, copy, e2)
-               : lsn == old ? 0
-                            : ckpt_advance(sf->path, sf->id, seq, old, lsn, e2);
-    sf->snap_time_ms = store__now_ms();
-    if (rc < 0) {
-        /* The old checkpoint and the log are still there; try again after
-         * an interval rather than at every tick. */
-        errmsg_set(err, "checkpoint of '%s' failed: %s", sf->name, e2);
-        goto out;
+    if (rc < 0)
+        goto fail;
+
+    /* The manifest last: the new chain, or the same one further along the
+     * log. */
+    if (kind == CK_ADVANCE) {
+        uint64_t old = atomic_load(&sf->ckpt_lsn);
+        if (lsn != old &&
+            (rc = store__manifest_advance(sf->path, sf->id, seq, old, lsn,
+                                          e2)) < 0)
+            goto fail;
+    } else {
+        if (kind == CK_FOLD) {
+            memset(&next, 0, sizeof next);
+            next.id = sf->id;
+        } else {
+            next = *m;
+        }
+        struct store_manifest_ent *e = &next.e[next.n++];
+        e->type = (uint32_t)type;
+        e->from = fn.from;
+        e->to = seq;
+        e->lsn = lsn;
+        e->bytes = bytes;
+        next.seq = seq;
+        if ((rc = store__manifest_write(sf->path, &next, lsn, e2)) < 0)
+            goto fail;
+        *m = next;
     }
     sf->ckpt_seq = seq;
+    atomic_store(&sf->ckpt_log, logb);
+    sf->fold_next = false;
     atomic_store(&sf->ckpt_lsn, lsn);
-    store__ckpt_prune(sf->path, sf->id, seq, lsn);
-out:
-    if (write)
-        ckpt_metrics(rc, mono_s() - t0, copy ? bf_bytes(copy) : 0);
-    bf_destroy(copy);
+    sf->snap_time_ms = store__now_ms();
+    prune(sf->path, m, lsn);
+    store__ckpt_step_at(kind == CK_ADVANCE ? 0 : type, STORE_STEP_PRUNED);
+    if (kind != CK_ADVANCE)
+        ckpt_metrics(0, mono_s() - t0, bytes, kind == CK_FOLD);
+    pthread_mutex_unlock(&sf->snap_mu);
+    return 0;
+fail:
+    if (held)
+        pthread_mutex_unlock(&sf->write_mu);
+    /* The old manifest, what it names, and the log are all still there;
+     * try again after an interval rather than at every tick. */
+    sf->snap_time_ms = store__now_ms();
+    errmsg_set(err, "checkpoint of '%s' failed: %s", sf->name, e2);
+    ckpt_metrics(rc, mono_s() - t0, 0, false);
     pthread_mutex_unlock(&sf->snap_mu);
     return rc;
+}
+
+/* The first checkpoint of a filter nothing else holds yet (a creation, a
+ * migration): f as a base of seq seq and a manifest covering the log to
+ * lsn, in dir.  0 or a negative errno with err. */
+int store__ckpt_first(const char *dir, uint64_t id, uint64_t seq,
+                      uint64_t lsn, const struct bf *f,
+                      struct store_manifest *out, char *err)
+{
+    struct store_fname fn = {.kind = STORE_FILE_BASE, .id = id, .seq = seq};
+    uint8_t meta[BF_FILE_META_MAX];
+    struct store_ckw *w;
+    uint64_t bytes = 0, pages;
+    uint32_t nl = bf_layer_count(f);
+    size_t mlen = bf_file_meta_encode(f, nl, meta);
+    int rc;
+
+    if ((rc = store__ckw_open(&w, dir, &fn, STORE_CKF_BASE, err)) < 0)
+        return rc;
+    if ((rc = write_pages(w, f, nl, UINT64_MAX, &pages, err)) < 0) {
+        store__ckw_abort(w);
+        return rc;
+    }
+    if ((rc = store__ckw_finish(w, meta, mlen, &bytes, err)) < 0)
+        return rc;
+    memset(out, 0, sizeof *out);
+    out->id = id;
+    out->seq = seq;
+    out->n = 1;
+    out->e[0] = (struct store_manifest_ent){STORE_CKF_BASE, 0, seq, lsn, bytes};
+    if ((rc = store__manifest_write(dir, out, lsn, err)) < 0)
+        return rc;
+    prune(dir, out, lsn);
+    return 0;
 }
 
 int store_filter_snapshot(struct store_filter *sf, char *err)
@@ -193,6 +550,8 @@ int store__discard_log(struct store *s, bool ignore_failed)
     if (rc < 0)
         log_warn("store: cannot remove log segments up to LSN %" PRIu64
                  ": %s", upto, strerror(-rc));
+    else
+        store__ckpt_step_at(0, STORE_STEP_LOG_DISCARDED);
     return rc < 0 ? rc : 0;
 }
 
@@ -293,30 +652,63 @@ static void recover_logged(struct store_filter *sf)
                  sf->name);
 }
 
+/* Records of sf in the log since its last checkpoint, and the point at
+ * which a checkpoint is due: ckpt_percent of its charge (its bits). */
+static bool ckpt_due(struct store_filter *sf, uint64_t *due)
+{
+    uint64_t since = atomic_load(&sf->log_bytes) - atomic_load(&sf->ckpt_log);
+
+    *due = atomic_load(&sf->charge) / 100 * sf->s->ckpt_percent;
+    if (*due < STORE_CKF_PAGE)
+        *due = STORE_CKF_PAGE;
+    return since >= *due;
+}
+
+uint64_t store__log_bound(struct store *s, struct store_filter **v, size_t n)
+{
+    uint64_t sum = 0, due;
+
+    for (size_t i = 0; i < n; i++) {
+        ckpt_due(v[i], &due);
+        sum += due;
+    }
+    /* Twice what the filters hold before they are due: a filter's own
+     * point comes first, unless the others' records fill its segments. */
+    return 2 * sum > s->wal_bytes ? 2 * sum : s->wal_bytes;
+}
+
 void store__housekeeping(struct store *s)
 {
     size_t n;
     struct store_filter **v = store__catalog_refs(s, &n, NULL);
     char err[STORE_ERRLEN];
-    uint64_t upto;
+    uint64_t upto, due, bound;
     bool over;
 
     if (!v)
         return;
     for (size_t i = 0; i < n; i++) {
         uint64_t now = store__now_ms();
+        int rc = 0;
         if (retry_due(v[i], now))
             recover_logged(v[i]);
-        if (now - v[i]->snap_time_ms >= s->interval_ms &&
-            store__filter_checkpoint(v[i], STORE_CKPT_IF_CHANGED, err) < 0)
+        /* Due by the log's records since the last checkpoint (the bytes
+         * written stay a bounded multiple of the log's), or by time when
+         * that is cheap (a sparse filter's log stays short). */
+        if (ckpt_due(v[i], &due))
+            rc = store__filter_checkpoint(v[i], STORE_CKPT_IF_CHANGED, err);
+        else if (now - v[i]->snap_time_ms >= s->interval_ms)
+            rc = store__filter_checkpoint(v[i], STORE_CKPT_TIME, err);
+        if (rc < 0)
             log_warn("store: %s", err);
     }
     /* Over the bound: every filter that holds a closed segment gets
      * checkpointed (or its checkpoint moved), so all of them can go.  The
      * bound counts records; the files, padded to write units, are held
      * to STORE_LOG_FILES times it. */
-    over = wal_bytes(s->wal) >= s->wal_bytes ||
-           wal_file_bytes(s->wal) / STORE_LOG_FILES >= s->wal_bytes;
+    bound = store__log_bound(s, v, n);
+    over = wal_bytes(s->wal) >= bound ||
+           wal_file_bytes(s->wal) / STORE_LOG_FILES >= bound;
     if (over && !wal_closed_upto(s->wal, &upto)) {
         wal_rotate(s->wal);
         over = false;

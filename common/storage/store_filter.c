@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "log.h"
 #include "metrics.h"
 #include "store_internal.h"
@@ -34,8 +36,11 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
         return NULL;
     sf->s = s;
     sf->name = strdup(name);
-    if (!sf->name || asprintf(&sf->path, "%s/%s", s->dir, name) < 0) {
+    sf->chain = calloc(1, sizeof *sf->chain);
+    if (!sf->name || !sf->chain ||
+        asprintf(&sf->path, "%s/%s", s->dir, name) < 0) {
         free(sf->name);
+        free(sf->chain);
         free(sf);
         return NULL;
     }
@@ -44,7 +49,6 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
     atomic_init(&sf->source_version, 0);
     atomic_init(&sf->ckpt_lsn, UINT64_MAX);   /* holds no log until loaded */
     pthread_mutex_init(&sf->snap_mu, NULL);
-    pthread_mutex_init(&sf->pages_mu, NULL);
     pthread_mutex_init(&sf->write_mu, NULL);
     pthread_rwlockattr_init(&a);
     pthread_rwlockattr_setkind_np(
@@ -60,13 +64,12 @@ void store__filter_free(struct store_filter *sf)
     atomic_fetch_sub(&sf->s->charged, atomic_load(&sf->charge));
     wal_stream_close(sf->stream);
     bf_destroy(sf->bf);
-    store__pages_free(sf->pages);   /* the tracking dies with the filter */
     pthread_mutex_destroy(&sf->snap_mu);
-    pthread_mutex_destroy(&sf->pages_mu);
     pthread_mutex_destroy(&sf->write_mu);
     pthread_rwlock_destroy(&sf->lock);
     free(sf->name);
     free(sf->path);
+    free(sf->chain);
     free(sf);
 }
 
@@ -167,12 +170,22 @@ void store__filter_fail(struct store_filter *sf, const char *why, bool retry)
 int store__filter_install(struct store_filter *sf, struct bf *f,
                           uint64_t next_seq)
 {
-    struct wal_stream *st = wal_stream_open(sf->s->wal, sf->id, sf->name,
-                                            next_seq);
+    struct wal_stream *st = NULL;
 
-    if (!st) {
+    /* Every change is tracked from here on (store_pages.c, checkpoints).
+     * Bits that come untracked (a filter given to store_create_from, a
+     * migration) have their set pages stamped, so that no set page has
+     * version 0 (a base skips those unread). */
+    bool fresh = !bf_tracked(f);
+    if (bf_track_pages(f, true) == 0 && fresh)
+        store__stamp_nonzero(f, next_seq - 1);
+    if (!bf_tracked(f) ||
+        !(st = wal_stream_open(sf->s->wal, sf->id, sf->name, next_seq))) {
         bf_destroy(f);
-        store__filter_fail(sf, "no memory for the filter's log stream", true);
+        store__filter_fail(sf, st ? "no memory for the filter's log stream"
+                                  : "no memory for the filter's page versions",
+                           true);
+        wal_stream_close(st);
         return -ENOMEM;
     }
     /* The charge follows the bits installed (a load, a recovery). */
@@ -182,7 +195,13 @@ int store__filter_install(struct store_filter *sf, struct bf *f,
     atomic_fetch_sub(&sf->s->charged, old);
     pthread_rwlock_wrlock(&sf->lock);
     sf->bf = f;
-    store__pages_reloaded(sf->pages);
+    /* The page versions are seqs.  A reload after a failed write gives
+     * the seqs of records that never became durable to new ones: pullers
+     * that saw the old stamps start over in a new epoch.  Otherwise the
+     * reloaded bits carry the stamps they had (replayed records stamp
+     * their own seqs), and pullers go on. */
+    if (!atomic_load(&sf->pages_epoch) || next_seq <= sf->seq_hwm)
+        atomic_store(&sf->pages_epoch, store__random_id());
     sf->stream = st;
     sf->exact = bf_kind(f) == BF_KIND_COUNTING ||
                 bf_kind(f) == BF_KIND_SCALABLE;
@@ -215,8 +234,11 @@ static bool pages_or_one(struct bf *f, uint32_t layer, uint64_t off,
     for (size_t i = 0; i < len / 8; i++) {
         uint64_t w;
         memcpy(&w, data + 8 * i, 8);   /* payloads are not aligned */
-        if (w)
-            added |= (w & ~__atomic_fetch_or(&body[i], w, __ATOMIC_RELAXED)) != 0;
+        if (w && (w & ~__atomic_load_n(&body[i], __ATOMIC_RELAXED))) {
+            bf_stamp_range(f, layer, off + 8 * i, 8);
+            __atomic_fetch_or(&body[i], w, __ATOMIC_RELAXED);
+            added = true;
+        }
     }
     return added;
 }
@@ -256,13 +278,43 @@ static int replay_pages(struct bf *f, const uint8_t *p, uint64_t len)
     return 0;
 }
 
-int store__replay_apply(struct bf *f, uint32_t type, const void *payload,
-                        uint64_t len)
+void store__stamp_nonzero(struct bf *f, uint64_t seq)
+{
+    uint32_t nl = bf_layer_count(f);
+
+    bf_set_stamp(f, seq ? seq : 1);   /* a set page's version is never 0 */
+    for (uint32_t l = 0; l < nl; l++) {
+        struct bf_layer_info li;
+        const uint64_t *body = bf_layer_body_const(f, l);
+        if (bf_layer_info(f, l, &li) < 0)
+            continue;
+        for (uint64_t off = 0; off < li.body_bytes; off += BF_PAGE_BYTES) {
+            uint64_t len = li.body_bytes - off < BF_PAGE_BYTES
+                               ? li.body_bytes - off : BF_PAGE_BYTES;
+            for (uint64_t w = 0; w < len / 8; w++)
+                if (body[off / 8 + w]) {
+                    bf_stamp_range(f, l, off, len);
+                    break;
+                }
+        }
+    }
+}
+
+void store__stamp_next(struct store_filter *sf)
+{
+    bf_set_stamp(sf->bf, wal_stream_last_seq(sf->stream) + 1);
+}
+
+int store__replay_apply(struct bf *f, uint64_t seq, uint32_t type,
+                        const void *payload, uint64_t len)
 {
     struct bf_hash h[512];
     const uint8_t *p = payload;
     char err[BF_ERRLEN];
 
+    /* A replayed record's pages are changes after the checkpoint it is
+     * replayed onto: the next checkpoint writes them. */
+    bf_set_stamp(f, seq);
     switch (type) {
     case WAL_REC_ADD:
     case WAL_REC_REMOVE:
@@ -315,6 +367,8 @@ int store_filter_recover(struct store_filter *sf, char *err)
     }
     f = sf->bf;
     st = sf->stream;
+    if (st && wal_stream_last_seq(st) > sf->seq_hwm)
+        sf->seq_hwm = wal_stream_last_seq(st);
     sf->bf = NULL;
     sf->stream = NULL;
     sf->state = STORE_RECOVERING;
@@ -387,12 +441,15 @@ static void mutation_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
     free(p);
 }
 
-/* Submit rec for sf once the caller changed the bits, both under write_mu
- * with the shared lock held, or under the exclusive lock (an import): the
- * log order is the apply order.  rec and p move to the log. */
+/* Submit rec (of payload bytes) for sf once the caller changed the bits,
+ * both under write_mu with the shared lock held, or under the exclusive
+ * lock (an import): the log order is the apply order.  rec and p move to
+ * the log. */
 static void submit_locked(struct store_filter *sf, struct wal_rec *rec,
-                          struct pending *p)
+                          uint64_t bytes, struct pending *p)
 {
+    /* What a delta of records would hold (store_ckpt.c). */
+    atomic_fetch_add(&sf->log_bytes, bytes + 24);
     atomic_fetch_add(&sf->refs, 1);
     p->sf = sf;
     wal_submit(sf->stream, rec, mutation_done, p);
@@ -471,6 +528,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
         return 0;
     }
     pthread_mutex_lock(&sf->write_mu);
+    store__stamp_next(sf);
     if (type == WAL_REC_ADD) {
         /* A scalable filter grows a layer as it fills: the layers this
          * batch could append are reserved against max_memory_mb before
@@ -479,7 +537,10 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
         bool scalable = bf_kind(sf->bf) == BF_KIND_SCALABLE;
         uint64_t grow = 0;
         if (scalable && sf->s->max_memory &&
-            (grow = bf_growth_bytes(sf->bf, n) * store__charge_times(BF_KIND_SCALABLE))) {
+            (grow = bf_growth_bytes(sf->bf, n))) {
+            /* Each new layer rounds its versions up: a page more covers
+             * that for any number of layers. */
+            grow = store__charge_bytes(grow) + BF_PAGE_BYTES;
             char what[STORE_NAME_MAX + 96];
             snprintf(what, sizeof what, "an add of %zu keys to scalable filter '%s', "
                      "which would grow it a layer,", n, sf->name);
@@ -503,7 +564,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
             if (out)
                 out[i] = r == 0;
         }
-    submit_locked(sf, rec, p);
+    submit_locked(sf, rec, (uint64_t)n * sizeof(*h), p);
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
     pthread_once(&keys_once, keys_register);
@@ -688,9 +749,16 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         rc = -EINVAL;
         goto fail;
     }
-    if ((rc = bf_merge_from(sf->bf, src, err)) < 0)
+    /* write_mu too: a checkpoint of an exact kind holds it (and not the
+     * shared lock) while it reads the bits. */
+    pthread_mutex_lock(&sf->write_mu);
+    store__stamp_next(sf);
+    if ((rc = bf_merge_from(sf->bf, src, err)) < 0) {
+        pthread_mutex_unlock(&sf->write_mu);
         goto fail;
-    submit_locked(sf, rec, p);   /* the exclusive lock orders it */
+    }
+    submit_locked(sf, rec, size, p);   /* the exclusive lock orders it */
+    pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
     return sync_finish(sf, &w, 0, "import into", err);
 fail:
@@ -755,6 +823,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
      * the whole changed part of the filter on every pull. */
     q = wal_rec_payload(rec);
     pthread_mutex_lock(&sf->write_mu);
+    store__stamp_next(sf);
     for (size_t i = 0; i < n; i++) {
         uint32_t plen = (uint32_t)pages[i].len;
         if (!pages_or_one(sf->bf, pages[i].layer, pages[i].offset,
@@ -769,7 +838,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
     }
     if (used) {
         wal_rec_truncate(rec, used);
-        submit_locked(sf, rec, p);
+        submit_locked(sf, rec, used, p);
     } else {
         /* Every bit was there: done once the records that set them are
          * durable (they may still be in flight). */
@@ -844,67 +913,95 @@ struct bf *store_filter_copy(struct store_filter *sf)
     return c;
 }
 
-int store_filter_copy_counted(struct store_filter *sf, const char *what,
-                              struct bf **out, uint64_t *reserved, char *err)
+/* Exports read the live bits a piece at a time into a buffer of their
+ * own, under the shared lock (and, for the exact kinds, write_mu, so that
+ * no mutation is half applied in a piece), and hand each piece to the
+ * writer with no lock held. */
+#define EXPORT_PIECE (64u << 10)
+
+int store_export(struct store_filter *sf, bf_file_writer w, void *ctx,
+                 uint64_t *total, char *err)
 {
-    uint64_t need = 0;
-    struct bf *c = NULL;
+    uint8_t meta[BF_FILE_META_MAX], sum[8];
+    uint64_t bodies[BF_MAX_LAYERS], size, epoch;
+    XXH64_state_t *st = NULL;
+    uint8_t *buf = NULL;
+    const struct bf *f;
+    uint32_t nl;
+    size_t mlen;
     int rc;
 
-    *out = NULL;
-    *reserved = 0;
-    /* The bytes are taken from the budget before the copy is allocated;
-     * the catalog lock that store_reserve takes comes before the filter's,
-     * so the size is read first and checked again under the copy's lock
-     * (a scalable filter may have grown a layer meanwhile: then again). */
-    for (;;) {
-        pthread_rwlock_rdlock(&sf->lock);
-        if ((rc = store__state_rc(sf)) < 0)
-            store__state_err(sf, err);
-        uint64_t now = rc == 0 ? bf_bytes(sf->bf) : 0;
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = store__state_rc(sf)) < 0) {
+        store__state_err(sf, err);
         pthread_rwlock_unlock(&sf->lock);
-        if (rc < 0)
-            break;
-        if (now > need) {
-            if ((rc = store_reserve(sf->s, now - need, what, err)) < 0)
-                break;
-            need = now;
-        }
-        store__lock_for_copy(sf);
-        if ((rc = store__state_rc(sf)) < 0) {
-            store__state_err(sf, err);
-        } else if (bf_bytes(sf->bf) <= need) {
-            if (!(c = store__copy_locked(sf, err)))
-                rc = -ENOMEM;
-        }
-        store__unlock_for_copy(sf);
-        if (rc < 0 || c)
-            break;
-    }
-    if (rc < 0) {
-        store_release(sf->s, need);
-        if (rc == -ENOMEM)
-            errmsg_set(err, "no memory for a copy of filter '%s'", sf->name);
         return rc;
     }
-    *out = c;
-    *reserved = need;
-    return 0;
-}
-
-int store_export(struct store_filter *sf, bf_file_writer w, void *ctx)
-{
-    char what[STORE_NAME_MAX + 32], err[STORE_ERRLEN];
-    uint64_t reserved;
-    struct bf *c;
-    int rc;
-
-    snprintf(what, sizeof what, "the export of '%s'", sf->name);
-    if ((rc = store_filter_copy_counted(sf, what, &c, &reserved, err)) < 0)
-        return rc;
-    rc = bf_file_write_stable(c, w, ctx);   /* the copy is ours */
-    bf_destroy(c);
-    store_release(sf->s, reserved);
+    if (sf->exact)
+        pthread_mutex_lock(&sf->write_mu);
+    f = sf->bf;
+    epoch = atomic_load(&sf->pages_epoch);
+    nl = bf_layer_count(f);   /* once: a scalable filter may grow meanwhile */
+    mlen = bf_file_meta_encode(f, nl, meta);
+    size = mlen + 8;
+    for (uint32_t i = 0; i < nl; i++) {
+        struct bf_layer_info li;
+        bf_layer_info(f, i, &li);
+        bodies[i] = li.body_bytes;
+        size += li.body_bytes;
+    }
+    if (sf->exact)
+        pthread_mutex_unlock(&sf->write_mu);
+    pthread_rwlock_unlock(&sf->lock);
+    if (total)
+        *total = size;
+    if (!(st = XXH64_createState()) || !(buf = malloc(EXPORT_PIECE))) {
+        errmsg_set(err, "no memory for an export of '%s'", sf->name);
+        rc = -ENOMEM;
+        goto out;
+    }
+    XXH64_reset(st, 0);
+    XXH64_update(st, meta, mlen);
+    if ((rc = w(ctx, meta, mlen)) < 0)
+        goto wfail;
+    for (uint32_t i = 0; i < nl; i++) {
+        for (uint64_t off = 0; off < bodies[i]; off += EXPORT_PIECE) {
+            size_t n = bodies[i] - off < EXPORT_PIECE ? (size_t)(bodies[i] - off)
+                                                      : EXPORT_PIECE;
+            pthread_rwlock_rdlock(&sf->lock);
+            if (sf->bf != f || atomic_load(&sf->pages_epoch) != epoch ||
+                !store__readable(sf)) {
+                pthread_rwlock_unlock(&sf->lock);
+                errmsg_set(err, "filter '%s' was reloaded or dropped during "
+                           "the export; retry", sf->name);
+                rc = -EAGAIN;
+                goto out;
+            }
+            if (sf->exact)
+                pthread_mutex_lock(&sf->write_mu);
+            memcpy(buf, (const uint8_t *)bf_layer_body_const(f, i) + off, n);
+            if (sf->exact)
+                pthread_mutex_unlock(&sf->write_mu);
+            pthread_rwlock_unlock(&sf->lock);
+            XXH64_update(st, buf, n);
+            if ((rc = w(ctx, buf, n)) < 0)
+                goto wfail;
+        }
+    }
+    uint64_t d = XXH64_digest(st);
+    for (int i = 0; i < 8; i++)
+        sum[i] = (uint8_t)(d >> (8 * i));
+    if ((rc = w(ctx, sum, 8)) < 0)
+        goto wfail;
+    rc = 0;
+    goto out;
+wfail:
+    errmsg_set(err, "the export of '%s' could not be written: %s", sf->name,
+               strerror(-rc));
+out:
+    if (st)
+        XXH64_freeState(st);
+    free(buf);
     return rc;
 }
 

@@ -22,8 +22,9 @@
  *                     engine runs in single-writer mode); copies of the
  *                     counting and scalable kinds hold it to stop mutations
  *                     (never queries).
- * filter.pages_mu (change tracking, store_pages.c) is taken before
- * filter.lock and never while holding snap_mu or lock.  store.tomb_mu
+ * Change tracking (store_pages.c) is the bits' page versions (bf.h), stamped
+ * under write_mu (or the exclusive lock) with the seq of the log record
+ * the change goes into; it has no lock of its own.  store.tomb_mu
  * (store_tomb.c) is a leaf: nothing is taken while it is held.  The log's
  * own locks are taken inside all of these, and the log's threads (its
  * commit thread and the completer that runs completions) take none of
@@ -42,10 +43,11 @@
 
 #include "errmsg.h"
 #include "store.h"
+#include "store_ckfile.h"
+#include "store_names.h"
 #include "wal.h"
 
 #define STORE_PATH_LEN 4096
-#define STORE_WAL_DIR ".wal"
 /* The log's files (padding to write units included) are held to this many
  * times its bound on records (store.h, "The log's bound"). */
 #define STORE_LOG_FILES 16
@@ -77,15 +79,31 @@ struct store_filter {
                                     write_mu too */
     _Atomic uint64_t version;
     uint64_t ckpt_seq;           /* seq the newest checkpoint covers, under
-                                    snap_mu */
+                                    snap_mu: the checkpoints' cursor (a
+                                    delta holds the pages of versions
+                                    above it) */
     _Atomic uint64_t ckpt_lsn;   /* and the LSN it covers the log up to */
+    struct store_manifest *chain;   /* the manifest on disk, under snap_mu
+                                       (n 0: none yet, as after loading a
+                                       checkpoint of the previous release) */
+    bool fold_next;              /* the next checkpoint writes a base (a
+                                    migration, a chain cut short at load),
+                                    under snap_mu */
+    _Atomic uint64_t log_bytes;  /* of the records submitted (payload and
+                                    24 bytes each), raised under write_mu */
+    _Atomic uint64_t ckpt_log;   /* log_bytes at the newest checkpoint,
+                                    under snap_mu */
     uint64_t snap_time_ms;       /* under snap_mu */
     bool retry;                  /* FAILED by an I/O error: the store's
                                     thread re-runs recovery (under lock) */
     uint64_t failed_ms;          /* when; under lock */
-    pthread_mutex_t pages_mu;
-    struct store_pages *pages;   /* change tracking, under pages_mu; NULL
-                                    until first asked for */
+    _Atomic uint64_t pages_epoch;   /* of the page versions (store.h,
+                                       "Change tracking"), never 0 once
+                                       READY; new when an install may
+                                       give a seq stamped already to
+                                       another change */
+    uint64_t seq_hwm;            /* the highest seq submitted by the
+                                    streams this object had, under snap_mu */
     _Atomic uint64_t source_version;   /* store_pages_source_version */
     atomic_bool recovery_cut;    /* store_filter_recovery_cut */
     _Atomic uint64_t charge;     /* store_charge of the bits last installed
@@ -107,7 +125,8 @@ struct store {
     char *dir;
     int durability;
     unsigned interval_ms;
-    uint64_t wal_bytes;          /* the bound on the node log */
+    uint64_t wal_bytes;          /* the bound on the node log (at least) */
+    unsigned ckpt_percent;       /* store_options.checkpoint_log_percent */
     uint32_t wal_unit;           /* store_options.wal_block_bytes */
     bool in_group;               /* store_options.in_group */
     unsigned retry_ms;
@@ -180,8 +199,9 @@ uint64_t store__claim_lsn(struct store_filter *sf);
 
 /* The charge of f against the memory budget (store.h, "Budgets"). */
 uint64_t store__charge_of(const struct bf *f);
-/* How many times a kind's bits are charged (bits, checkpoint copy, ...). */
-unsigned store__charge_times(enum bf_kind kind);
+/* The charge of layers of body bytes in all (an upper bound for several
+ * layers: each rounds its versions up to a page). */
+uint64_t store__charge_bytes(uint64_t body);
 
 /* A filter object in state RECOVERING holding one reference; freed by the
  * last store_put. */
@@ -205,12 +225,6 @@ int store__tomb_lift(struct store *s, const char *name, uint64_t secret_id,
 /* Test hook: the bound on tombstones (STORE_TOMBS_MAX, 1 at least). */
 extern size_t store__tombs_max;
 
-/* Free the change tracking of a filter (NULL allowed). */
-void store__pages_free(struct store_pages *t);
-/* The bits were reloaded: the next walk compares the whole body again
- * (under the filter's write lock). */
-void store__pages_reloaded(struct store_pages *t);
-
 /* Make the filter READY with f and a new stream of its incarnation whose
  * next record takes next_seq (ownership of f moves to sf).  Returns 0 or
  * -ENOMEM (then sf is FAILED, to be retried, and f freed). */
@@ -226,27 +240,36 @@ void store__lock_for_copy(struct store_filter *sf);
 void store__unlock_for_copy(struct store_filter *sf);
 struct bf *store__copy_locked(struct store_filter *sf, char *err);
 
-/* Apply one log record (add, remove, import, pages) to f.  0 or
- * -EBADMSG. */
-int store__replay_apply(struct bf *f, uint32_t type, const void *payload,
-                        uint64_t len);
+/* Stamp every page of f's bits that is not all zeros with version seq
+ * (bits loaded from a checkpoint of seq seq). */
+void store__stamp_nonzero(struct bf *f, uint64_t seq);
 
-/* Checkpoint files: DIR/name/ckpt-<id>-<seq>-<lsn>.bf (16 hex digits
- * each).  The path of one (store_load.c). */
-void store__ckpt_path(char *out, size_t len, const char *dir, uint64_t id,
-                      uint64_t seq, uint64_t lsn);
+/* The version the next change of sf stamps on the pages it changes: the
+ * seq its log record will take.  Under write_mu (or the exclusive lock). */
+void store__stamp_next(struct store_filter *sf);
 
-/* The checkpoint writer: f as the checkpoint (id, seq, lsn) of the filter
- * in dir, durably (temp file, fsync, rename, directory fsync).  0 or a
+/* Apply one log record (add, remove, import, pages) of seq seq to f, the
+ * pages it changes stamped with seq.  0 or -EBADMSG. */
+int store__replay_apply(struct bf *f, uint64_t seq, uint32_t type,
+                        const void *payload, uint64_t len);
+
+/* Checkpoints (store_ckpt.c; files: store_ckfile.h, names:
+ * store_names.h).  The first checkpoint of a filter nothing else holds
+ * yet (a creation, a migration): f as a base of seq seq and a manifest
+ * covering the log to lsn, in dir; *out gets the manifest.  0 or a
  * negative errno with err. */
-int store__ckpt_write(const char *dir, uint64_t id, uint64_t seq,
-                      uint64_t lsn, const struct bf *f, char *err);
-
-/* Does dir hold a checkpoint?  Remove every checkpoint in dir but the
- * one named by (id, seq, lsn).  Both in store_load.c. */
-bool store__has_checkpoint(const char *dir);
-void store__ckpt_prune(const char *dir, uint64_t id, uint64_t seq,
-                       uint64_t lsn);
+int store__ckpt_first(const char *dir, uint64_t id, uint64_t seq,
+                      uint64_t lsn, const struct bf *f,
+                      struct store_manifest *out, char *err);
+/* Remove the files of sf's directory that its manifest does not name
+ * (after a load: leftovers of an interrupted checkpoint).  Under snap_mu. */
+void store__ckpt_prune(struct store_filter *sf);
+/* The bound on the node log's records: snapshot_wal_bytes, or twice the
+ * sum of the filters' checkpoint points when that is more (the filters v
+ * of the catalog, n of them). */
+uint64_t store__log_bound(struct store *s, struct store_filter **v, size_t n);
+/* Deltas after which the next checkpoint folds them into a new base. */
+#define STORE_FOLD_DELTAS 8
 
 /* Load every filter of a store being opened (the catalog is filled,
  * filters RECOVERING): checkpoints, then one pass over the node log, then
@@ -264,6 +287,9 @@ int store__filter_load(struct store_filter *sf, char *err);
  * load such a filter into sf and write its first checkpoint (the caller
  * holds snap_mu; sf RECOVERING).  Leaves it READY (0) or FAILED. */
 bool store__is_legacy(const char *dir);
+/* Does dir hold a checkpoint (a manifest, or a checkpoint file of the
+ * previous release)? */
+bool store__has_checkpoint(const char *dir);
 int store__migrate(struct store_filter *sf, char *err);
 /* Remove a migrated directory's legacy files (a crash may have left some
  * after the first checkpoint was written). */
@@ -272,15 +298,19 @@ void store__legacy_sweep(const char *dir);
  * crashed (0: none). */
 extern int store__migrate_crash_at;
 
-/* Checkpoint the filter: copy its bits at seq C, wait until C is durable,
- * write ckpt-<id>-<C>-<L>.bf and remove older ones (store_ckpt.c).  A
- * filter that is not READY is skipped (0). */
+/* Checkpoint the filter (store_ckpt.c): take seq C and a log barrier under
+ * its write lock, write a delta or a new base from the live bits (or the
+ * log's records), then a manifest.  A filter that is not READY is skipped
+ * (0). */
 enum store_ckpt_mode {
     STORE_CKPT_IF_CHANGED,   /* only if it changed since the last one */
-    STORE_CKPT_FORCE,        /* a new checkpoint in any case */
+    STORE_CKPT_FORCE,        /* a new base in any case */
     STORE_CKPT_ADVANCE,      /* cover the log up to now: a new checkpoint
-                                if it changed, else the last one's LSN
-                                moved (a rename) */
+                                if it changed, else the manifest renamed
+                                to a later LSN */
+    STORE_CKPT_TIME,         /* its interval passed: a checkpoint if it
+                                changed and costs no more than the bytes
+                                of the records it covers */
 };
 int store__filter_checkpoint(struct store_filter *sf,
                              enum store_ckpt_mode mode, char *err);

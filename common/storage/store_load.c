@@ -34,55 +34,28 @@
 #include "store_internal.h"
 #include "wal.h"
 
+/* A checkpoint of a filter directory: a manifest, or a checkpoint file of
+ * the previous release. */
 struct ckpt_ent {
-    uint64_t id, seq, lsn;
-    char name[64];
+    struct store_fname n;
+    char name[STORE_FNAME_MAX];
 };
-
-void store__ckpt_path(char *out, size_t len, const char *dir, uint64_t id,
-                      uint64_t seq, uint64_t lsn)
-{
-    store__strfmt(out, len, "%s/ckpt-%016" PRIx64 "-%016" PRIx64 "-%016"
-                  PRIx64 ".bf", dir, id, seq, lsn);
-}
-
-static bool hex16(const char *p, uint64_t *v)
-{
-    char buf[17], *end;
-
-    for (int i = 0; i < 16; i++)
-        if (!strchr("0123456789abcdef", p[i]) || !p[i])
-            return false;
-    memcpy(buf, p, 16);
-    buf[16] = 0;
-    *v = strtoull(buf, &end, 16);
-    return end == buf + 16;
-}
-
-/* "ckpt-" I "-" C "-" L ".bf": 5 + 16 + 1 + 16 + 1 + 16 + 3 = 58 chars. */
-static bool ckpt_parse_name(const char *name, struct ckpt_ent *e)
-{
-    if (strlen(name) != 58 || strncmp(name, "ckpt-", 5) != 0 ||
-        name[21] != '-' || name[38] != '-' || strcmp(name + 55, ".bf") != 0)
-        return false;
-    if (!hex16(name + 5, &e->id) || !hex16(name + 22, &e->seq) ||
-        !hex16(name + 39, &e->lsn) || e->id == 0)
-        return false;
-    memcpy(e->name, name, 59);
-    return true;
-}
 
 static int ckpt_cmp_desc(const void *a, const void *b)
 {
     const struct ckpt_ent *x = a, *y = b;
 
-    if (x->seq != y->seq)
-        return x->seq > y->seq ? -1 : 1;
-    return x->lsn > y->lsn ? -1 : x->lsn < y->lsn;
+    /* Manifests first (a migration's fold leaves the old file for a
+     * moment), then newest first. */
+    if ((x->n.kind == STORE_FILE_MANIFEST) != (y->n.kind == STORE_FILE_MANIFEST))
+        return x->n.kind == STORE_FILE_MANIFEST ? -1 : 1;
+    if (x->n.seq != y->n.seq)
+        return x->n.seq > y->n.seq ? -1 : 1;
+    return x->n.lsn > y->n.lsn ? -1 : x->n.lsn < y->n.lsn;
 }
 
-/* Checkpoints in dir, newest first.  clean: also remove temp files of
- * checkpoint writes a crash interrupted (only while nothing writes to
+/* Checkpoints in dir, manifests first, newest first.  clean: also remove
+ * temp files of writes a crash interrupted (only while nothing writes to
  * dir). */
 static int ckpt_list(const char *dir, bool clean, struct ckpt_ent **out,
                      size_t *n)
@@ -95,13 +68,16 @@ static int ckpt_list(const char *dir, bool clean, struct ckpt_ent **out,
     if (!d)
         return -errno;
     while ((de = readdir(d))) {
-        if (clean && !strncmp(de->d_name, "ckpt-", 5) &&
-            strstr(de->d_name, ".bf.tmp.")) {
-            unlinkat(dirfd(d), de->d_name, 0);
+        if (!store__fname_parse(de->d_name, &e.n))
+            continue;
+        if (e.n.tmp) {
+            if (clean)
+                unlinkat(dirfd(d), de->d_name, 0);
             continue;
         }
-        if (!ckpt_parse_name(de->d_name, &e))
+        if (e.n.kind != STORE_FILE_MANIFEST && e.n.kind != STORE_FILE_CKPT)
             continue;
+        store__fname(e.name, &e.n);   /* parsed: the same name */
         if (len == cap) {
             cap = cap ? 2 * cap : 4;
             struct ckpt_ent *nv = realloc(v, cap * sizeof(*v));
@@ -133,22 +109,265 @@ bool store__has_checkpoint(const char *dir)
     return n > 0;
 }
 
-void store__ckpt_prune(const char *dir, uint64_t id, uint64_t seq,
-                       uint64_t lsn)
-{
-    struct ckpt_ent *v;
-    size_t n;
+/* ---- loading a chain (a manifest's base and deltas) ---- */
 
-    if (ckpt_list(dir, false, &v, &n) < 0)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        char path[STORE_PATH_LEN];
-        if (v[i].id == id && v[i].seq == seq && v[i].lsn == lsn)
-            continue;
-        store__strfmt(path, sizeof(path), "%s/%s", dir, v[i].name);
-        unlink(path);
+/* Apply one data page of entry type type to f: ORed in (bits: the live
+ * page a checkpoint read holds every bit it had up to its seq, and maybe
+ * later ones) or copied (counters, read exactly at its seq), stamped with
+ * the entry's seq. */
+static int apply_page(struct bf *f, uint32_t layer, uint32_t index,
+                      const uint8_t *data, uint64_t seq)
+{
+    struct bf_layer_info li;
+
+    if (bf_layer_info(f, layer, &li) < 0 ||
+        (uint64_t)index * STORE_CKF_PAGE >= li.body_bytes)
+        return -EBADMSG;
+    uint64_t off = (uint64_t)index * STORE_CKF_PAGE;
+    size_t len = li.body_bytes - off < STORE_CKF_PAGE
+                     ? (size_t)(li.body_bytes - off) : STORE_CKF_PAGE;
+    for (size_t i = len; i < STORE_CKF_PAGE; i++)
+        if (data[i])
+            return -EBADMSG;   /* past the body */
+    uint64_t *body = bf_layer_body(f, layer) + off / 8;
+    if (bf_kind(f) == BF_KIND_COUNTING) {
+        memcpy(body, data, len);
+    } else {
+        for (size_t i = 0; i < len / 8; i++) {
+            uint64_t w;
+            memcpy(&w, data + 8 * i, 8);
+            body[i] |= w;
+        }
     }
-    free(v);
+    bf_set_stamp(f, seq ? seq : 1);   /* a set page's version is never 0 */
+    bf_stamp_range(f, layer, off, len);
+    return 0;
+}
+
+/* Records of a records delta, reassembled from its stream pages. */
+struct rec_stream {
+    uint8_t hdr[24];
+    size_t hlen;
+    uint8_t *payload;
+    uint64_t len, have;
+    uint64_t type, seq, expect, last;
+    uint64_t left;               /* stream bytes still to come */
+};
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Feed a data page of the stream; whole records are applied to f when f
+ * is not NULL (else only checked). */
+static int stream_feed(struct rec_stream *rs, struct bf *f, const uint8_t *p,
+                       char *why)
+{
+    size_t n = rs->left < STORE_CKF_PAGE ? (size_t)rs->left : STORE_CKF_PAGE;
+
+    for (size_t i = n; i < STORE_CKF_PAGE; i++)
+        if (p[i])
+            goto bad;
+    rs->left -= n;
+    while (n) {
+        if (rs->hlen < sizeof rs->hdr) {
+            size_t k = sizeof rs->hdr - rs->hlen < n ? sizeof rs->hdr - rs->hlen : n;
+            memcpy(rs->hdr + rs->hlen, p, k);
+            rs->hlen += k;
+            p += k;
+            n -= k;
+            if (rs->hlen < sizeof rs->hdr)
+                break;
+            rs->type = le64(rs->hdr) & 0xffffffffu;
+            rs->seq = le64(rs->hdr + 8);
+            rs->len = le64(rs->hdr + 16);
+            if (le64(rs->hdr) >> 32 || rs->seq != rs->expect ||
+                rs->seq > rs->last || rs->len > WAL_MAX_PAYLOAD ||
+                rs->len > rs->left + n)
+                goto bad;
+            free(rs->payload);
+            rs->payload = NULL;
+            rs->have = 0;
+            if (f && rs->len && !(rs->payload = malloc(rs->len))) {
+                errmsg_set(why, "no memory for a record of %" PRIu64 " bytes",
+                           rs->len);
+                return -ENOMEM;
+            }
+        }
+        size_t k = rs->len - rs->have < n ? (size_t)(rs->len - rs->have) : n;
+        if (f)
+            memcpy(rs->payload + rs->have, p, k);
+        rs->have += k;
+        p += k;
+        n -= k;
+        if (rs->have == rs->len) {
+            if (f && store__replay_apply(f, rs->seq, (uint32_t)rs->type,
+                                         rs->payload, rs->len) < 0)
+                goto bad;
+            rs->expect++;
+            rs->hlen = 0;
+        }
+    }
+    return 0;
+bad:
+    errmsg_set(why, "a record in the delta is malformed or out of sequence "
+               "(record %" PRIu64 " expected)", rs->expect);
+    return -EBADMSG;
+}
+
+/* Read page file (entry i of m) and apply it to *fp (NULL: check only).
+ * For entry 0, *fp is made from the file's header.  0 or a negative errno
+ * with why. */
+static int entry_apply(const char *dir, const struct store_manifest *m,
+                       uint32_t i, struct bf **fp, bool apply, char *why)
+{
+    const struct store_manifest_ent *e = &m->e[i];
+    struct store_fname n;
+    struct store_ckr *r = NULL;
+    struct rec_stream rs = {0};
+    char path[STORE_PATH_LEN], e2[STORE_ERRLEN];
+    const uint8_t *meta, *data;
+    uint32_t layer, index;
+    size_t mlen;
+    int rc;
+
+    store__manifest_fname(m, i, &n);
+    store__fname_path(path, sizeof path, dir, &n);
+    if ((rc = store__ckr_open(&r, path, &n, (int)e->type, why)) < 0)
+        return rc;
+    meta = store__ckr_meta(r, &mlen);
+    struct bf *g = bf_file_meta_parse(meta, mlen, NULL, e2);
+    if (!g) {
+        errmsg_set(why, "checkpoint file %s is unusable: its filter header: "
+                   "%.160s", path, e2);
+        rc = -EBADMSG;
+        goto out;
+    }
+    if (i == 0 && apply) {
+        /* The base makes the filter. */
+        if (bf_track_pages(g, true) < 0) {
+            bf_destroy(g);
+            errmsg_set(why, "no memory for the page versions of the filter");
+            rc = -ENOMEM;
+            goto out;
+        }
+        bf_set_exclusive(g, true);
+        *fp = g;
+        g = NULL;
+    } else if (apply) {
+        const char *field = bf_mismatch(*fp, g);
+        if (field) {
+            errmsg_set(why, "checkpoint file %s is not of this filter: its %s "
+                       "differs", path, field);
+            rc = -EBADMSG;
+            goto out;
+        }
+        /* A scalable filter's later layers, empty for now. */
+        if (bf_layer_count(g) > bf_layer_count(*fp) &&
+            (rc = bf_merge_from(*fp, g, e2)) < 0) {
+            errmsg_set(why, "cannot grow the filter to the layers of %s: %.160s",
+                       path, e2);
+            goto out;
+        }
+    }
+    rs.expect = e->from + 1;
+    rs.last = e->to;
+    rs.left = store__ckr_stream_bytes(r);
+    while ((rc = store__ckr_next(r, &layer, &index, &data, why)) > 0) {
+        if (e->type == STORE_CKF_RECORDS) {
+            if (layer != STORE_CKF_STREAM)
+                rc = -EBADMSG;
+            else
+                rc = stream_feed(&rs, apply ? *fp : NULL, data, why);
+        } else if (layer == STORE_CKF_STREAM) {
+            rc = -EBADMSG;
+        } else if (apply) {
+            rc = apply_page(*fp, layer, index, data, e->to);
+        } else {
+            struct bf_layer_info li;
+            rc = bf_layer_info(g, layer, &li) < 0 ||
+                 (uint64_t)index * STORE_CKF_PAGE >= li.body_bytes ? -EBADMSG : 0;
+        }
+        if (rc < 0) {
+            if (rc == -EBADMSG && !strstr(why ? why : "", path))
+                errmsg_set(why, "checkpoint file %s is unusable: page %u of "
+                           "layer %u is outside the filter or malformed", path,
+                           index, layer);
+            goto out;
+        }
+    }
+    if (rc == 0 && e->type == STORE_CKF_RECORDS &&
+        (rs.expect != e->to + 1 || rs.hlen || rs.left)) {
+        errmsg_set(why, "checkpoint file %s is unusable: its records end at "
+                   "%" PRIu64 ", not %" PRIu64, path, rs.expect - 1, e->to);
+        rc = -EBADMSG;
+    }
+out:
+    free(rs.payload);
+    bf_destroy(g);
+    store__ckr_close(r);
+    return rc;
+}
+
+/* Load the chain m names: the base, then each delta in order.  *loaded
+ * gets the entries applied whole; *fp the filter (with their bits) when
+ * at least the base loaded, with the counts of the last one.  A counting
+ * filter's delta is checked whole before any of it is applied (its pages
+ * replace pages, its records are not idempotent); bits are ORed and a
+ * delta cut short leaves a superset of the entries before it.  0 when all
+ * loaded, or the error of the first that did not (why). */
+static int chain_load(const char *dir, const struct store_manifest *m,
+                      struct bf **fp, uint32_t *loaded, char *why)
+{
+    struct bf *f = NULL;
+    int rc = 0;
+
+    *loaded = 0;
+    *fp = NULL;
+    for (uint32_t i = 0; i < m->n; i++) {
+        if (i > 0 && bf_kind(f) == BF_KIND_COUNTING &&
+            (rc = entry_apply(dir, m, i, &f, false, why)) < 0)
+            break;
+        if ((rc = entry_apply(dir, m, i, &f, true, why)) < 0)
+            break;
+        *loaded = i + 1;
+    }
+    if (f && *loaded) {
+        /* The counts of the last entry loaded. */
+        struct store_fname n;
+        struct store_ckr *r;
+        char path[STORE_PATH_LEN], e2[STORE_ERRLEN];
+        uint32_t last = *loaded - 1;
+        store__manifest_fname(m, last, &n);
+        store__fname_path(path, sizeof path, dir, &n);
+        if (store__ckr_open(&r, path, &n, (int)m->e[last].type, e2) == 0) {
+            size_t mlen;
+            const uint8_t *meta = store__ckr_meta(r, &mlen);
+            struct bf *g = bf_file_meta_parse(meta, mlen, NULL, e2);
+            if (g) {
+                uint64_t counts[BF_MAX_LAYERS] = {0};
+                uint32_t nl = bf_layer_count(f);
+                for (uint32_t l = 0; l < nl && l < BF_MAX_LAYERS; l++) {
+                    struct bf_layer_info li;
+                    if (bf_layer_info(l < bf_layer_count(g) ? g : f, l, &li) == 0)
+                        counts[l] = li.count;
+                }
+                bf_set_counts(f, bf_insert_count(g), bf_keys_added(g), counts);
+                bf_destroy(g);
+            }
+            store__ckr_close(r);
+        }
+    }
+    if (!*loaded) {
+        bf_destroy(f);
+        f = NULL;
+    }
+    *fp = f;
+    return rc;
 }
 
 /* ---- replay ---- */
@@ -161,10 +380,12 @@ struct replay_ent {
     uint64_t expect;             /* next seq to apply */
     uint64_t last_lsn;           /* of the last record of the entry met */
     uint64_t records;
+    uint64_t rec_bytes;          /* of the records replayed (as log_bytes) */
     int rc;                      /* 0, or why the entry failed */
     char why[STORE_ERRLEN];
     bool lenient;                /* in_group and a kind whose pages merge */
     bool lost;                   /* lenient: records were lost (why) */
+    char cut[STORE_ERRLEN];      /* the delta a load stopped at, if any */
 };
 
 struct lost {
@@ -242,7 +463,7 @@ static int on_record(void *ctx, const struct wal_record *rec)
         if (e->rc)
             return 0;
     }
-    if ((rc = store__replay_apply(e->f, rec->type, rec->payload,
+    if ((rc = store__replay_apply(e->f, rec->seq, rec->type, rec->payload,
                                   rec->len)) < 0) {
         store__strfmt(why, sizeof(why), "record %" PRIu64 " at LSN %" PRIu64
                       " of the write-ahead log cannot be applied: %s",
@@ -253,6 +474,7 @@ static int on_record(void *ctx, const struct wal_record *rec)
     if (rec->seq >= e->expect)
         e->expect = rec->seq + 1;
     e->records++;
+    e->rec_bytes += rec->len + 24;
     return 0;
 }
 
@@ -323,17 +545,27 @@ static void replay_free(struct replay *r)
     free(r->lost);
 }
 
-/* Load sf's newest checkpoint that loads into e.  Returns 0 or -EBADMSG
- * (why set). */
+/* Load the checkpoint of sf: the newest manifest of its incarnation and
+ * the base and deltas it names, or a checkpoint file of the previous
+ * release (migrated by the next checkpoint, which writes a base).  A chain
+ * whose base loads but a later delta does not (a torn or zeroed page) is
+ * used up to the last delta that loaded, with the log after it: the replay
+ * then finds the records it needs, or fails the filter when the log no
+ * longer holds them; the next checkpoint writes a new base.  Returns 0 or
+ * -EBADMSG / -ENOMEM / an I/O error (why set). */
 static int load_checkpoint(struct store_filter *sf, struct replay_ent *e,
                            char *why)
 {
     struct ckpt_ent *v = NULL;
     size_t n = 0;
     char e2[STORE_ERRLEN], path[STORE_PATH_LEN];
+    struct store_manifest m;
+    bool older = false, fold = false;
     int rc;
 
     why[0] = 0;
+    memset(sf->chain, 0, sizeof *sf->chain);
+    sf->fold_next = false;
     if ((rc = ckpt_list(sf->path, true, &v, &n)) < 0) {
         store__strfmt(why, STORE_ERRLEN, "cannot list %s: %s", sf->path,
                       strerror(-rc));
@@ -341,20 +573,56 @@ static int load_checkpoint(struct store_filter *sf, struct replay_ent *e,
     }
     if (n) {
         /* What the filter holds of the log even if nothing loads. */
-        sf->id = v[0].id;
-        atomic_store(&sf->ckpt_lsn, v[0].lsn);
+        sf->id = v[0].n.id;
+        atomic_store(&sf->ckpt_lsn, v[0].n.lsn);
     }
     for (size_t i = 0; i < n && !e->f; i++) {
-        if (v[i].id != v[0].id)
+        if (v[i].n.id != v[0].n.id)
             continue;   /* not this incarnation's */
         store__strfmt(path, sizeof(path), "%s/%s", sf->path, v[i].name);
-        if ((e->f = bf_file_load(path, e2, NULL))) {
-            e->id = v[i].id;
-            e->ckpt_seq = v[i].seq;
-            e->ckpt_lsn = v[i].lsn;
-        } else if (!why[0]) {
-            store__strfmt(why, STORE_ERRLEN, "checkpoint %s is unusable: "
-                          "%.160s", path, e2);
+        if (v[i].n.kind == STORE_FILE_CKPT) {
+            if ((e->f = bf_file_load(path, e2, NULL))) {
+                e->ckpt_seq = v[i].n.seq;
+                e->ckpt_lsn = v[i].n.lsn;
+                fold = true;   /* migrated: the next checkpoint is a base */
+            } else if (!why[0]) {
+                store__strfmt(why, STORE_ERRLEN, "checkpoint %s is unusable: "
+                              "%.160s", path, e2);
+            }
+            older = true;
+            continue;
+        }
+        uint32_t loaded = 0;
+        rc = store__manifest_read(path, &v[i].n, &m, e2);
+        if (rc == 0)
+            rc = chain_load(sf->path, &m, &e->f, &loaded, e2);
+        if (rc < 0 && rc != -EBADMSG && rc != -EPROTONOSUPPORT &&
+            !loaded) {
+            /* An I/O error or no memory: retried, never an older state. */
+            store__strfmt(why, STORE_ERRLEN, "%.200s", e2);
+            bf_destroy(e->f);
+            e->f = NULL;
+            free(v);
+            return rc;
+        }
+        if (rc < 0 && !why[0])
+            store__strfmt(why, STORE_ERRLEN, "%.200s", e2);
+        if (!e->f) {
+            older = true;
+            continue;
+        }
+        e->ckpt_seq = m.e[loaded - 1].to;
+        e->ckpt_lsn = loaded == m.n ? v[i].n.lsn : m.e[loaded - 1].lsn;
+        *sf->chain = m;
+        if (loaded < m.n) {
+            /* The chain up to the delta that failed, then the log. */
+            sf->chain->n = loaded;
+            sf->chain->seq = e->ckpt_seq;
+            fold = true;
+            log_warn("store: %s; loaded the checkpoint up to seq %" PRIu64
+                     " with the log after it, and the next checkpoint "
+                     "writes a new base", e2, e->ckpt_seq);
+            store__strfmt(e->cut, sizeof e->cut, "%.300s", e2);
         }
     }
     free(v);
@@ -363,13 +631,29 @@ static int load_checkpoint(struct store_filter *sf, struct replay_ent *e,
             store__strfmt(why, STORE_ERRLEN, "no checkpoint in %s", sf->path);
         return -EBADMSG;
     }
-    if (why[0]) {
-        log_warn("store: %s; using the older ckpt seq %" PRIu64 " with the "
-                 "log after it", why, e->ckpt_seq);
+    e->id = sf->id;
+    if (older && why[0]) {
+        log_warn("store: %s; using the older checkpoint seq %" PRIu64
+                 " with the log after it", why, e->ckpt_seq);
         atomic_store(&sf->recovery_cut, true);
-        why[0] = 0;
     }
+    why[0] = 0;
+    sf->fold_next = fold;
     bf_set_exclusive(e->f, true);
+    /* Replayed records stamp their pages (the next checkpoint's); the
+     * pages loaded carry the seq of the file they came from, so that a
+     * puller whose cursor is older, in an epoch a reload keeps, gets
+     * them. */
+    if (!bf_tracked(e->f)) {
+        if (bf_track_pages(e->f, true) < 0) {
+            bf_destroy(e->f);
+            e->f = NULL;
+            store__strfmt(why, STORE_ERRLEN, "no memory for the page "
+                          "versions of the filter");
+            return -ENOMEM;
+        }
+        store__stamp_nonzero(e->f, e->ckpt_seq);
+    }
     e->expect = e->ckpt_seq + 1;
     e->sf = sf;
     e->lenient = sf->s->in_group && (bf_kind(e->f) == BF_KIND_BLOCKED ||
@@ -387,6 +671,12 @@ static int replay_install(struct replay_ent *e, char *err)
     atomic_store(&sf->ckpt_lsn, e->ckpt_lsn);
     if (e->rc) {
         bf_destroy(f);
+        if (e->cut[0]) {
+            /* The log cannot make up for the delta that did not load. */
+            char why[STORE_ERRLEN];
+            store__strfmt(why, sizeof why, "%.250s; %.250s", e->cut, e->why);
+            store__strfmt(e->why, sizeof e->why, "%s", why);
+        }
         store__filter_fail(sf, e->why, e->rc != -EBADMSG);
         log_error("store: filter '%s' is not served: %s", sf->name, e->why);
         errmsg_set(err, "filter '%s' is not served: %s", sf->name, e->why);
@@ -395,6 +685,9 @@ static int replay_install(struct replay_ent *e, char *err)
     sf->id = e->id;
     sf->ckpt_seq = e->ckpt_seq;
     atomic_store(&sf->ckpt_lsn, e->ckpt_lsn);
+    /* The records after the checkpoint count toward the next one. */
+    atomic_store(&sf->log_bytes, e->rec_bytes);
+    atomic_store(&sf->ckpt_log, 0);
     sf->snap_time_ms = store__now_ms();
     if (store__filter_install(sf, f, e->expect) < 0) {
         errmsg_set(err, "out of memory");

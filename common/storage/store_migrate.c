@@ -5,7 +5,8 @@
  * Steps, each safe to crash after:
  *   1. load the newest legacy snapshot that loads and replay the legacy
  *      log after it, in memory (a torn tail is cut, as that release did);
- *   2. write the first checkpoint ckpt-<I>-<C>-<L>.bf: a new incarnation
+ *   2. write the first checkpoint (a base, then its manifest
+ *      manifest-<I>-<C>-<L>.bgm, store__ckpt_first): a new incarnation
  *      id, C the legacy log's last seq (so versions keep growing) and L the
  *      node log's durable LSN (the filter has no record in it yet);
  *   3. remove the legacy files.
@@ -148,8 +149,7 @@ void store__legacy_sweep(const char *dir)
 static int replay_legacy(void *ctx, uint32_t type, uint64_t seq,
                          const void *payload, uint64_t len)
 {
-    (void)seq;
-    return store__replay_apply(ctx, type, payload, len);
+    return store__replay_apply(ctx, seq, type, payload, len);
 }
 
 /* Step 1: the filter as the legacy files hold it; *next_seq gets the seq
@@ -217,7 +217,8 @@ int store__migrate(struct store_filter *sf, char *err)
     crash_point(1);
     id = store__random_id();
     lsn = store__claim_lsn(sf);
-    if ((rc = store__ckpt_write(sf->path, id, next_seq - 1, lsn, f, e2)) < 0) {
+    if ((rc = store__ckpt_first(sf->path, id, next_seq - 1, lsn, f, sf->chain,
+                                e2)) < 0) {
         store__strfmt(why, sizeof(why), "cannot write the first checkpoint "
                       "of the migrated filter: %s", e2);
         bf_destroy(f);

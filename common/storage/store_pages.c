@@ -1,33 +1,26 @@
-/* store_pages: change tracking of a filter's pages (store.h, "Change
- * tracking"), kept in the filter object and freed with it.
+/* store_pages: change tracking of a filter's pages for pullers (store.h,
+ * "Change tracking"): the page versions of the live bits (bf.h, "Page
+ * versions"), read page by page; no copy of the bits is kept.
  *
- * Changes are found by a diff at walk time, so the add path is untouched
- * (no cost per key).  The tracking holds a copy of the layer body as of the
- * last walk, a change counter `tag` and, per page, the tag at which the
- * page was last seen to differ.  A walk first reads the store version V,
- * then compares every page of the live body with the copy; a page that
- * differs is copied and stamped with a new tag (max(V, tag + 1), so tags
- * only grow and follow the store's versions).  The walk reports every page
- * whose stamp is above since, with the copy's bytes: those hold every bit
- * of every write acknowledged up to V (bits are set before the version is
- * raised: store.h), which is what the mark's store_version promises.  Bits
- * that land during the compare are either in the copy or found by the
- * next walk.
+ * Every change to the bits stamps the 4 KiB pages it changed with the seq
+ * of the log record it goes into, under the filter's write lock
+ * (store_filter.c, and the replay of records at recovery).  A walk takes
+ * the cursor c (the seq of the last record submitted) under that lock:
+ * every change up to c has stamped its pages and set its bits by then, and
+ * every later one stamps a version above c.  The walk then reports each
+ * RULES_PAGE_BYTES page one of whose 4 KiB pages has a version above the
+ * puller's since, read from the live bits into a buffer of the walk's own
+ * (under the shared lock, one page at a time, so writes go on); the page
+ * holds every bit of every write up to c, and bits of later ones, which a
+ * later walk reports again.  Nothing is cleared: any number of pullers
+ * (the copies of a group, the merger), each with its own cursor, and the
+ * checkpointer with its own, each get every change.
  *
- * Merged pages (store_pages_merge) are ORed into the live filter only: a
- * page a merge changed differs from the copy and is stamped by the next
- * walk like a local change.  Change tracking is per puller in effect:
- * several pullers (the other copies of a group, the merger) each keep
- * their own (epoch, version), and a page one sender pushed is still
- * reported to every puller whose version is before its stamp.  The sender
- * may get its own pages back once; ORing them again changes nothing, so
- * rounds still converge.
- *
- * The tracking survives store_filter_recover (the files, hence the
- * geometry and secret, are the same; pages that differ after the reload
- * are stamped again); should the geometry or fingerprint change under it,
- * it starts over with a new epoch.  Locks: store_internal.h (pages_mu
- * before lock).
+ * The epoch is new for every install of bits (a creation, a load, a
+ * reload after a failed write, which may give unacknowledged records'
+ * seqs to new records): a puller naming another epoch gets every
+ * non-empty page.  A walk that finds the bits replaced under it stops with
+ * -EAGAIN.
  */
 #include "store.h"
 
@@ -37,56 +30,13 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include <xxhash.h>
 
 #include "rules.h"
 #include "store_internal.h"
 
-struct store_pages {
-    uint64_t epoch;
-    uint64_t tag;                /* last stamp handed out */
-    uint64_t walked;             /* store version of the last diff (0: none) */
-    char fp[17];                 /* fingerprint id the copy is of */
-    uint64_t body_bytes;
-    uint64_t npages;
-    uint64_t *stamp;             /* per page */
-    uint8_t *copy;               /* body_bytes: the body as last walked */
-};
-
-void store__pages_free(struct store_pages *t)
-{
-    if (!t)
-        return;
-    free(t->stamp);
-    free(t->copy);
-    free(t);
-}
-
-void store__pages_reloaded(struct store_pages *t)
-{
-    if (t)
-        t->walked = 0;
-}
-
-static uint64_t new_epoch(void)
-{
-    static _Atomic uint64_t fallback = 1;
-    uint64_t e = 0;
-
-    if (getrandom(&e, sizeof e, 0) != sizeof e)
-        e = atomic_fetch_add(&fallback, 1);
-    return e ? e : 1;
-}
-
-static size_t page_len(const struct store_pages *t, uint64_t p)
-{
-    uint64_t off = p * RULES_PAGE_BYTES;
-
-    return t->body_bytes - off < RULES_PAGE_BYTES
-               ? (size_t)(t->body_bytes - off) : RULES_PAGE_BYTES;
-}
+#define SUB (RULES_PAGE_BYTES / BF_PAGE_BYTES)   /* 4 KiB pages a page */
 
 static bool page_is_zero(const uint8_t *p, size_t len)
 {
@@ -98,110 +48,96 @@ static bool page_is_zero(const uint8_t *p, size_t len)
     return true;
 }
 
-/* The filter's tracking, made (or made again) for the live filter's
- * geometry and fingerprint.  Under pages_mu and the shared lock, READY.
- * Returns 0, -EOPNOTSUPP or -ENOMEM with err set. */
-static int pages_for(struct store_filter *sf, char *err)
+static bool tracked_kind(const struct bf *f)
 {
-    struct store_pages *t = sf->pages;
-    struct bf_layer_info li;
-    char fp[17];
-
-    if ((bf_kind(sf->bf) != BF_KIND_BLOCKED &&
-         bf_kind(sf->bf) != BF_KIND_CLASSIC) ||
-        bf_layer_count(sf->bf) != 1 || bf_layer_info(sf->bf, 0, &li) < 0) {
-        errmsg_set(err, "filter '%s' is a %s filter; only blocked and "
-                      "classic filters merge page by page", sf->name,
-                      bf_kind_name(bf_kind(sf->bf)));
-        return -EOPNOTSUPP;
-    }
-    bf_fingerprint_id(sf->bf, fp);
-    if (t && t->body_bytes == li.body_bytes && strcmp(t->fp, fp) == 0)
-        return 0;
-    store__pages_free(t);
-    sf->pages = NULL;
-    if (!(t = calloc(1, sizeof *t)))
-        goto nomem;
-    t->epoch = new_epoch();
-    memcpy(t->fp, fp, sizeof fp);
-    t->body_bytes = li.body_bytes;
-    t->npages = (li.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
-    /* Zeroed: the first walk stamps every non-empty page. */
-    if (!(t->stamp = calloc(t->npages ? t->npages : 1, sizeof *t->stamp)) ||
-        !(t->copy = calloc(1, li.body_bytes ? li.body_bytes : 1)))
-        goto nomem;
-    sf->pages = t;
-    return 0;
-nomem:
-    store__pages_free(t);
-    errmsg_set(err, "no memory for the change tracking of filter '%s' "
-                  "(%" PRIu64 " bytes)", sf->name, li.body_bytes);
-    return -ENOMEM;
+    return (bf_kind(f) == BF_KIND_BLOCKED || bf_kind(f) == BF_KIND_CLASSIC) &&
+           bf_layer_count(f) == 1;
 }
 
-/* Copy and stamp the pages of the live body that differ from the copy.
- * Under the shared lock. */
-static void pages_diff(struct store_pages *t, const struct bf *f,
-                       uint64_t stamp)
+/* The highest version of the 4 KiB pages of page p (RULES_PAGE_BYTES). */
+static uint64_t page_version(const struct bf *f, uint64_t p)
 {
-    const uint8_t *body = (const uint8_t *)bf_layer_body_const(f, 0);
-    bool changed = false;
+    uint64_t v = 0;
 
-    for (uint64_t p = 0; p < t->npages; p++) {
-        uint64_t off = p * RULES_PAGE_BYTES;
-        size_t len = page_len(t, p);
-        if (memcmp(body + off, t->copy + off, len) != 0) {
-            memcpy(t->copy + off, body + off, len);
-            t->stamp[p] = stamp;
-            changed = true;
-        }
+    for (uint64_t i = p * SUB; i < (p + 1) * SUB; i++) {
+        uint64_t x = bf_page_version(f, 0, i);
+        if (x > v)
+            v = x;
     }
-    if (changed)
-        t->tag = stamp;
+    return v;
 }
 
 int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                       store_page_fn fn, void *ctx,
                       struct store_pages_mark *mark, char *err)
 {
-    struct store_pages *t;
+    struct bf_layer_info li;
+    uint8_t *buf = NULL;
+    const struct bf *f;
+    uint64_t my_epoch, npages;
     int rc;
 
-    pthread_mutex_lock(&sf->pages_mu);
+    memset(mark, 0, sizeof *mark);
     pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) < 0)
+    if ((rc = store__state_errno(store__state(sf))) < 0) {
         store__state_err(sf, err);
-    else
-        rc = pages_for(sf, err);
-    if (rc < 0) {
         pthread_rwlock_unlock(&sf->lock);
-        goto out;
+        return rc;
     }
-    t = sf->pages;
-    /* The version first: every write acknowledged up to v set its bits
-     * before v was raised, so the compare below sees them. */
-    uint64_t v = atomic_load(&sf->version);
-    /* Every change of the bits raises the version after it: an unchanged
-     * version means nothing to find, and an idle filter costs no compare
-     * of its body however often its copies and the merger ask. */
-    if (v != t->walked || v == 0) {
-        pages_diff(t, sf->bf, v > t->tag ? v : t->tag + 1);
-        t->walked = v;
+    f = sf->bf;
+    if (!tracked_kind(f) || bf_layer_info(f, 0, &li) < 0) {
+        errmsg_set(err, "filter '%s' is a %s filter; only blocked and "
+                   "classic filters merge page by page", sf->name,
+                   bf_kind_name(bf_kind(f)));
+        pthread_rwlock_unlock(&sf->lock);
+        return -EOPNOTSUPP;
     }
+    /* The cursor under the write lock: changes up to it are done, later
+     * ones stamp above it.  The version read first: every write
+     * acknowledged up to it has its record submitted, so <= the cursor. */
+    pthread_mutex_lock(&sf->write_mu);
+    mark->store_version = atomic_load(&sf->version);
+    mark->version = wal_stream_last_seq(sf->stream);
+    pthread_mutex_unlock(&sf->write_mu);
+    my_epoch = atomic_load(&sf->pages_epoch);
+    mark->epoch = my_epoch;
+    bf_fingerprint_id(f, mark->fp);
     pthread_rwlock_unlock(&sf->lock);
 
-    memset(mark, 0, sizeof *mark);
-    mark->epoch = t->epoch;
-    mark->version = t->tag;
-    mark->store_version = v;
-    memcpy(mark->fp, t->fp, sizeof mark->fp);
-    bool all = since == 0 || epoch != t->epoch;
-    for (uint64_t p = 0; p < t->npages; p++) {
-        struct store_page pg = {.layer = 0, .offset = p * RULES_PAGE_BYTES,
-                                .len = page_len(t, p)};
-        pg.data = t->copy + pg.offset;
-        if (all ? page_is_zero(pg.data, pg.len) : t->stamp[p] <= since)
+    npages = (li.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
+    bool all = since == 0 || epoch != my_epoch;
+    if (fn && !(buf = malloc(RULES_PAGE_BYTES))) {
+        errmsg_set(err, "no memory for a page of filter '%s'", sf->name);
+        return -ENOMEM;
+    }
+    for (uint64_t p = 0; p < npages; p++) {
+        uint64_t off = p * RULES_PAGE_BYTES;
+        struct store_page pg = {.layer = 0, .offset = off,
+                                .len = li.body_bytes - off < RULES_PAGE_BYTES
+                                           ? (size_t)(li.body_bytes - off)
+                                           : RULES_PAGE_BYTES};
+        bool want;
+        pthread_rwlock_rdlock(&sf->lock);
+        if (sf->bf != f || atomic_load(&sf->pages_epoch) != my_epoch ||
+            !store__readable(sf)) {
+            pthread_rwlock_unlock(&sf->lock);
+            errmsg_set(err, "filter '%s' was reloaded during the walk; "
+                       "retry", sf->name);
+            rc = -EAGAIN;
+            goto out;
+        }
+        const uint8_t *body = (const uint8_t *)bf_layer_body_const(f, 0);
+        if (all) {
+            want = !page_is_zero(body + off, pg.len);
+        } else {
+            want = page_version(f, p) > since;
+        }
+        if (want && buf)
+            memcpy(buf, body + off, pg.len);
+        pthread_rwlock_unlock(&sf->lock);
+        if (!want)
             continue;
+        pg.data = buf;
         if (fn && (rc = fn(ctx, &pg)) < 0)
             goto out;
         mark->pages++;
@@ -209,7 +145,7 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
     }
     rc = 0;
 out:
-    pthread_mutex_unlock(&sf->pages_mu);
+    free(buf);
     return rc;
 }
 
@@ -223,9 +159,7 @@ int store_pages_hashes(struct store_filter *sf, uint64_t *out, size_t max,
     pthread_rwlock_rdlock(&sf->lock);
     if ((rc = store__state_errno(store__state(sf))) < 0)
         goto out;
-    if ((bf_kind(sf->bf) != BF_KIND_BLOCKED &&
-         bf_kind(sf->bf) != BF_KIND_CLASSIC) ||
-        bf_layer_count(sf->bf) != 1 || bf_layer_info(sf->bf, 0, &li) < 0) {
+    if (!tracked_kind(sf->bf) || bf_layer_info(sf->bf, 0, &li) < 0) {
         rc = -EOPNOTSUPP;
         goto out;
     }

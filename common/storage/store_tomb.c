@@ -47,7 +47,7 @@
 
 #include "store_internal.h"
 
-#define TOMB_FILE ".tombstones"
+#define TOMB_FILE STORE_TOMB_FILE
 
 size_t store__tombs_max = STORE_TOMBS_MAX;
 #define TOMB_MAGIC_1 "bloomgrid-tombstones 1"

@@ -171,6 +171,11 @@ int wal_scan(const char *dir, const struct wal_scan_ops *ops, void *ctx,
  * wal_discard meanwhile. */
 int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
                struct wal_scan_info *out, char *err);
+/* wal_rescan from LSN from on: segments whose records are all before it
+ * are not read (records of the first one read that are before it are
+ * passed too); info's first_lsn is then where the reading began. */
+int wal_rescan_from(struct wal *w, uint64_t from, const struct wal_scan_ops *ops,
+                    void *ctx, struct wal_scan_info *out, char *err);
 
 /* ---- appending ---- */
 

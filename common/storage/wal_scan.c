@@ -40,6 +40,7 @@ struct scan {
     struct wal_scan_info *out;
     bool live;          /* wal_rescan: read up to limit, cut nothing */
     uint64_t limit;     /* live: the last LSN to read */
+    uint64_t from;      /* live: segments wholly before it are skipped */
     uint64_t expect;    /* LSN of the next record */
     char *err;
 };
@@ -400,6 +401,10 @@ static int scan_dir(struct scan *sc, bool clean)
         uint64_t next = i + 1 < n ? v[i + 1].first : 0;
         if (sc->live && v[i].first > sc->limit + 1)
             break;   /* started after the call */
+        if (sc->live && i + 1 < n && next <= sc->from) {
+            sc->expect = next;   /* wholly before what the caller wants */
+            continue;
+        }
         if (v[i].first > sc->expect)
             report_lost(sc, sc->expect, v[i].first, "%s/%s: segment starts "
                         "at LSN %" PRIu64 ", expected %" PRIu64 " (records "
@@ -419,7 +424,7 @@ static int scan_dir(struct scan *sc, bool clean)
 int wal_scan(const char *dir, const struct wal_scan_ops *ops, void *ctx,
              struct wal_scan_info *out, char *err)
 {
-    struct scan sc = {dir, ops, ctx, out, false, 0, 0, err};
+    struct scan sc = {dir, ops, ctx, out, false, 0, 0, 0, err};
 
     if (strlen(dir) > 3800) {
         errmsg_set(err, "write-ahead log directory path is too long");
@@ -431,7 +436,13 @@ int wal_scan(const char *dir, const struct wal_scan_ops *ops, void *ctx,
 int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
                struct wal_scan_info *out, char *err)
 {
-    struct scan sc = {wal_dir(w), ops, ctx, out, true, 0, 0, err};
+    return wal_rescan_from(w, 0, ops, ctx, out, err);
+}
+
+int wal_rescan_from(struct wal *w, uint64_t from, const struct wal_scan_ops *ops,
+                    void *ctx, struct wal_scan_info *out, char *err)
+{
+    struct scan sc = {wal_dir(w), ops, ctx, out, true, 0, from, 0, err};
     int rc;
 
     sc.limit = wal__rescan_begin(w);

@@ -5,8 +5,8 @@
  * Two nodes of 64 MiB (max_memory_mb) and 12 filters (max_filters) each:
  *   - 196 GB of bits over 64 shards is RESOURCE_EXHAUSTED naming the budget
  *     and a node, and no node holds a shard or wrote a file of it;
- *   - 16 shards of about 3 MiB each (9 MiB charged) fit one by one but not
- *     eight on one node: refused before the fan-out;
+ *   - 16 shards of about 8.5 MiB each (their bits and page versions) fit
+ *     one by one but not eight on one node: refused before the fan-out;
  *   - max_filters likewise;
  *   - creates racing for the last room (past the router's check, a node's
  *     own refusal): every one either has all its shards or none (rolled
@@ -79,9 +79,9 @@ static void test_budget(void)
     CHECK(strstr(st.message, c.node[0].addr) || strstr(st.message, c.node[1].addr),
           "no node named: %s", st.message);
 
-    /* 3 MiB of bits a shard, 9 MiB charged: 8 a node is 72 MiB of 64. */
-    code = t_create_sharded(a, "wide", 2000000ull * 16, 0.01, 0, 16, NULL, &st);
-    printf("16 x 9 MiB: %s\n", st.message);
+    /* 8.5 MiB of bits a shard: 8 a node is 68 MiB of 64. */
+    code = t_create_sharded(a, "wide", 7000000ull * 16, 0.01, 0, 16, NULL, &st);
+    printf("16 x 8.5 MiB: %s\n", st.message);
     CHECK(code == GRPC_STATUS_RESOURCE_EXHAUSTED, "wide: %d %s", code, st.message);
     CHECK(strstr(st.message, "would exceed its budget max_memory_mb"),
           "not refused before the fan-out: %s", st.message);

@@ -7,6 +7,8 @@
 #include <check.h>
 #include <errno.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -542,6 +544,125 @@ START_TEST(pages_tracking_survives_recovery)
 }
 END_TEST
 
+/* Two pullers at different cursors, with changes by every path between
+ * their walks (adds, an import, ORed and merged pages, records replayed by
+ * a reload): each, ORing what it got, has every key acknowledged before
+ * its last walk, and a walk with nothing changed since reports nothing. */
+START_TEST(pages_two_pullers_each_get_every_change)
+{
+    struct bf_params p = params(BF_KIND_BLOCKED);
+    struct store *s = open_store();
+    struct bf *like = empty_like(BF_KIND_BLOCKED);
+    struct walked a = {.into = empty_like(BF_KIND_BLOCKED)};
+    struct walked b = {.into = empty_like(BF_KIND_BLOCKED)};
+    struct store_pages_mark ma = {0}, mb = {0}, m;
+    struct store_page pg[64];
+    char err[STORE_ERRLEN];
+
+    ck_assert_int_eq(store_create(s, "f", &p, err), 0);
+    struct store_filter *sf = store_get(s, "f");
+    add_keys(sf, like, 0, 500);
+    ck_assert_int_eq(store_pages_since(sf, 0, 0, walk_page, &a, &ma, err), 0);
+    ck_assert(bf_has_keys(a.into, 0, 500));
+
+    struct bf *imp = source_with_keys(BF_KIND_BLOCKED, 1000, 500);
+    ck_assert_int_eq(store_import(sf, imp, err), 0);
+    add_keys(sf, like, 2000, 500);
+    /* B starts here, A is one walk behind. */
+    ck_assert_int_eq(store_pages_since(sf, 0, 0, walk_page, &b, &mb, err), 0);
+    ck_assert(bf_has_keys(b.into, 0, 500) && bf_has_keys(b.into, 1000, 500) &&
+              bf_has_keys(b.into, 2000, 500));
+
+    struct bf *orp = source_with_keys(BF_KIND_BLOCKED, 3000, 500);
+    ck_assert_int_eq(store_or_pages(sf, pg, pages_of(orp, 16384, pg, 64), err), 0);
+    struct bf *push = source_with_keys(BF_KIND_BLOCKED, 4000, 500);
+    ck_assert_int_eq(store_pages_merge(sf, pg, pages_of(push, 4096, pg, 64), 9,
+                                       err), 0);
+    add_keys(sf, like, 5000, 500);
+    /* A reload: the records since the last checkpoint are replayed. */
+    ck_assert_int_eq(store_filter_recover(sf, err), 0);
+    add_keys(sf, like, 6000, 500);
+
+    ck_assert_int_eq(store_pages_since(sf, ma.epoch, ma.version, walk_page, &a,
+                                       &m, err), 0);
+    ma = m;
+    ck_assert_int_eq(store_pages_since(sf, mb.epoch, mb.version, walk_page, &b,
+                                       &m, err), 0);
+    mb = m;
+    for (int base = 0; base <= 6000; base += 1000) {
+        ck_assert_msg(bf_has_keys(a.into, base, 500), "A lacks keys from %d", base);
+        ck_assert_msg(bf_has_keys(b.into, base, 500), "B lacks keys from %d", base);
+    }
+    /* Quiet: both cursors are current. */
+    ck_assert_int_eq(store_pages_since(sf, ma.epoch, ma.version, NULL, NULL,
+                                       &m, err), 0);
+    ck_assert_uint_eq(m.pages, 0);
+    ck_assert_int_eq(store_pages_since(sf, mb.epoch, mb.version, NULL, NULL,
+                                       &m, err), 0);
+    ck_assert_uint_eq(m.pages, 0);
+    store_put(sf);
+    store_close(s);
+    bf_destroy(imp);
+    bf_destroy(orp);
+    bf_destroy(push);
+    bf_destroy(a.into);
+    bf_destroy(b.into);
+    bf_destroy(like);
+}
+END_TEST
+
+/* Walks while a writer adds: every key acknowledged before a walk starts
+ * is in what the pullers have after it, round after round. */
+struct adder {
+    struct store_filter *sf;
+    const struct bf *like;
+    _Atomic int acked;               /* keys [0, acked) acknowledged */
+    _Atomic bool stop;
+};
+
+static void *adder_main(void *arg)
+{
+    struct adder *ad = arg;
+
+    for (int i = 0; !atomic_load(&ad->stop) && i < 200000; i += 50) {
+        add_keys(ad->sf, ad->like, i, 50);
+        atomic_store(&ad->acked, i + 50);
+    }
+    return NULL;
+}
+
+START_TEST(pages_walks_during_adds_miss_nothing)
+{
+    struct bf_params p = params(BF_KIND_BLOCKED);
+    struct store *s = open_store();
+    struct bf *like = empty_like(BF_KIND_BLOCKED);
+    struct walked w[2] = {{.into = empty_like(BF_KIND_BLOCKED)},
+                          {.into = empty_like(BF_KIND_BLOCKED)}};
+    struct store_pages_mark mk[2] = {{0}, {0}}, m;
+    char err[STORE_ERRLEN];
+    pthread_t t;
+
+    ck_assert_int_eq(store_create(s, "f", &p, err), 0);
+    struct adder ad = {.sf = store_get(s, "f"), .like = like};
+    ck_assert_int_eq(pthread_create(&t, NULL, adder_main, &ad), 0);
+    for (int round = 0; round < 40; round++) {
+        int i = round % 2;
+        int acked = atomic_load(&ad.acked);
+        ck_assert_int_eq(store_pages_since(ad.sf, mk[i].epoch, mk[i].version,
+                                           walk_page, &w[i], &m, err), 0);
+        mk[i] = m;
+        ck_assert_msg(bf_has_keys(w[i].into, 0, acked), "round %d", round);
+    }
+    atomic_store(&ad.stop, true);
+    pthread_join(t, NULL);
+    store_put(ad.sf);
+    store_close(s);
+    bf_destroy(w[0].into);
+    bf_destroy(w[1].into);
+    bf_destroy(like);
+}
+END_TEST
+
 START_TEST(pages_refuses_counting)
 {
     struct bf_params p = params(BF_KIND_COUNTING);
@@ -576,6 +697,8 @@ Suite *store_pages_suite(void)
     tcase_add_test(tc, pages_tracking_starts_fresh_after_drop);
     tcase_add_test(tc, pages_merged_are_reported_to_every_puller);
     tcase_add_test(tc, pages_tracking_survives_recovery);
+    tcase_add_test(tc, pages_two_pullers_each_get_every_change);
+    tcase_add_test(tc, pages_walks_during_adds_miss_nothing);
     tcase_add_test(tc, pages_refuses_counting);
     suite_add_tcase(s, tc);
     return s;

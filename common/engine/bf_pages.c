@@ -1,0 +1,101 @@
+/* bf_pages: page versions of a filter's bodies (bf.h, "Page versions").
+ *
+ * Each tracked layer has an array of 64-bit versions, one per 4 KiB page of
+ * its body, in anonymous memory (untouched parts cost nothing).  The add,
+ * remove and merge paths stamp through bf__stamp_word (bf_internal.h); this
+ * file allocates the arrays and reads them.
+ */
+#include <errno.h>
+#include <sys/mman.h>
+
+#include "bf_internal.h"
+
+int bf__layer_track(struct bf_layer *l)
+{
+    if (l->pver || !l->body)
+        return 0;
+    uint64_t pages = (l->words * 8 + BF_PAGE_BYTES - 1) >> BF_PAGE_SHIFT;
+    void *mem = mmap(NULL, pages * 8, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return -ENOMEM;
+    l->npages = pages;
+    __atomic_store_n(&l->pver, (uint64_t *)mem, __ATOMIC_RELEASE);
+    return 0;
+}
+
+void bf__layer_untrack(struct bf_layer *l)
+{
+    if (l->pver)
+        munmap(l->pver, l->npages * 8);
+    l->pver = NULL;
+    l->npages = 0;
+}
+
+int bf_track_pages(struct bf *f, bool on)
+{
+    uint32_t n;
+
+    pthread_mutex_lock(&f->grow_lock);   /* against a scalable layer append */
+    n = bf__nlayers(f);
+    f->track = on;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!on) {
+            bf__layer_untrack(&f->layers[i]);
+        } else if (bf__layer_track(&f->layers[i]) < 0) {
+            for (uint32_t j = 0; j < n; j++)
+                bf__layer_untrack(&f->layers[j]);
+            f->track = false;
+            pthread_mutex_unlock(&f->grow_lock);
+            return -ENOMEM;
+        }
+    }
+    pthread_mutex_unlock(&f->grow_lock);
+    return 0;
+}
+
+bool bf_tracked(const struct bf *f)
+{
+    return f->track;
+}
+
+void bf_set_stamp(struct bf *f, uint64_t version)
+{
+    f->stamp = version;
+}
+
+uint64_t bf_layer_pages(const struct bf *f, uint32_t i)
+{
+    if (i >= bf__nlayers(f))
+        return 0;
+    return (f->layers[i].words * 8 + BF_PAGE_BYTES - 1) >> BF_PAGE_SHIFT;
+}
+
+uint64_t bf_page_version(const struct bf *f, uint32_t i, uint64_t p)
+{
+    if (i >= bf__nlayers(f))
+        return 0;
+    const struct bf_layer *l = &f->layers[i];
+    const uint64_t *v = __atomic_load_n(&l->pver, __ATOMIC_ACQUIRE);
+    return v && p < l->npages ? __atomic_load_n(&v[p], __ATOMIC_RELAXED) : 0;
+}
+
+void bf_stamp_range(struct bf *f, uint32_t i, uint64_t off, uint64_t len)
+{
+    if (i >= bf__nlayers(f) || len == 0)
+        return;
+    struct bf_layer *l = &f->layers[i];
+    for (uint64_t p = off >> BF_PAGE_SHIFT;
+         l->pver && p < l->npages && p <= (off + len - 1) >> BF_PAGE_SHIFT; p++)
+        __atomic_store_n(&l->pver[p], f->stamp, __ATOMIC_RELAXED);
+}
+
+uint64_t bf_tracking_bytes(const struct bf *f)
+{
+    uint32_t n = bf__nlayers(f);
+    uint64_t b = 0;
+
+    for (uint32_t i = 0; i < n; i++)
+        b += f->layers[i].npages * 8;
+    return b;
+}

@@ -145,6 +145,10 @@ static int parse_inline(struct resp_parser *p, const char *buf, size_t len)
         if (p->argc >= p->lim->max_args)
             return fail(p, "Protocol error: inline command of more than %zu "
                         "arguments", p->lim->max_args);
+        if (stop - start > p->lim->max_bulk)
+            return fail(p, "Protocol error: invalid bulk length: an inline "
+                        "argument of %zu bytes, more than the %zu allowed",
+                        stop - start, p->lim->max_bulk);
         if (!push_arg(p, start, stop - start))
             return fail(p, "out of memory");
     }

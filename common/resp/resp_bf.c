@@ -5,8 +5,8 @@
  * order of a connection's commands on one filter, and the reply shapes:
  *
  *   BF.RESERVE                     +OK
- *   BF.ADD, BF.EXISTS              :0 / :1
- *   BF.MADD, BF.MEXISTS, BF.INSERT *N of :0 / :1
+ *   BF.ADD, BF.EXISTS              :0 / :1 (RESP3: #f / #t)
+ *   BF.MADD, BF.MEXISTS, BF.INSERT *N of :0 / :1 (RESP3: #f / #t)
  *   BF.INFO key                    RESP2: *10 (name, value pairs); RESP3: a
  *                                  map; "Expansion rate" null when
  *                                  non-scaling
@@ -288,12 +288,12 @@ void resp__call_finish(struct resp_call_box *b)
     } else {
         switch ((enum shape)b->shape) {
         case SH_INT1:
-            resp_add_int(o, call->out[0]);
+            resp_add_bool(o, c->proto, call->out[0]);
             break;
         case SH_ARRAY:
             resp_add_array(o, call->n);
             for (size_t i = 0; i < call->n; i++)
-                resp_add_int(o, call->out[i]);
+                resp_add_bool(o, c->proto, call->out[i]);
             break;
         case SH_OK:
             resp_add_simple(o, "OK");

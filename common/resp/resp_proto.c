@@ -336,6 +336,13 @@ int resp_add_int(struct resp_buf *b, long long v)
     return add_num(b, ':', v);
 }
 
+int resp_add_bool(struct resp_buf *b, int proto, bool v)
+{
+    if (proto >= 3)
+        return resp_buf_append(b, v ? "#t\r\n" : "#f\r\n", 4);
+    return resp_buf_append(b, v ? ":1\r\n" : ":0\r\n", 4);
+}
+
 int resp_add_bulk(struct resp_buf *b, const void *p, size_t n)
 {
     if (add_num(b, '$', (long long)n) < 0 || resp_buf_append(b, p, n) < 0 ||

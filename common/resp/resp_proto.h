@@ -98,6 +98,8 @@ int resp_add_error(struct resp_buf *b, const char *prefix, const char *text);
 int resp_add_errorf(struct resp_buf *b, const char *prefix, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int resp_add_int(struct resp_buf *b, long long v);              /* :v */
+/* RESP3: #t / #f; RESP2: :1 / :0 */
+int resp_add_bool(struct resp_buf *b, int proto, bool v);
 int resp_add_bulk(struct resp_buf *b, const void *p, size_t n);  /* $n */
 int resp_add_bulk_str(struct resp_buf *b, const char *s);
 int resp_add_verbatim(struct resp_buf *b, int proto, const char *s); /* =n txt: in RESP3 */

@@ -52,10 +52,17 @@ def workdir(prefix):
 
 
 def start_node(node_bin, work, extra=(), tag="node"):
+    """A node with a RESP port, once its data directory is open (before,
+    it answers UNAVAILABLE)."""
     args = [node_bin, "--listen", "127.0.0.1:0", "--data-dir",
             os.path.join(work, tag + "-data"), "--durability", "none",
             "--resp-listen", "127.0.0.1:0"] + list(extra)
-    return Server(args, tag, work)
+    s = Server(args, tag, work)
+    for _ in range(400):
+        if re.search(r"data directory \S+ open;", s.log()):
+            return s
+        time.sleep(0.05)
+    raise RuntimeError("%s did not open its data directory: %s" % (tag, s.log()))
 
 
 def free_port():

@@ -62,7 +62,7 @@ def part_tokens():
         check(out == want, "tokens: have\n%s\nwant\n%s" % (out, want))
         # HELLO with AUTH in one go, RESP3.
         out = resplib.cli(n.port, ["HELLO 3 AUTH default a-secret", "BF.ADD auto k"])
-        check('"proto" => (integer) 3' in out and out.endswith("(integer) 1\n"), out)
+        check('"proto" => (integer) 3' in out and out.endswith("(true)\n"), out)
         # A token removed from the file: an open connection is refused at its
         # next command once SIGHUP re-read the file.
         s = socket.create_connection((n.host, n.port))

@@ -68,6 +68,10 @@ static const struct setting settings[] = {
      "log line format: text (with a syslog priority prefix instead of the time when stderr is the systemd journal) or json (one object per line: time, level, program, source, msg), which the \"listening on\" and \"metrics on\" lines on stdout follow too"},
     RPC_LISTEN_SETTINGS(struct router_config),
     RPC_METRICS_SETTING(struct router_config),
+    RESP_SETTINGS(struct router_config),
+    {"conn_idle_ms", SETTING_UINT, 0, 86400000, NULL, "300000", F(conn_idle_ms),
+     "a RESP connection with nothing received or sent for this long (and no "
+     "command in flight) is closed, half-sent commands included; 0: never"},
     {"canary_filter", SETTING_STRING, 0, 0, NULL, "", F(canary_filter),
      "filter the router's canary adds a key to every canary_interval_ms and "
      "asks for every earlier one (bloomgrid_canary_false_negatives_total, "

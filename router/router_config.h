@@ -17,6 +17,7 @@
 #include "rpc_auth.h"
 #include "rpc_listen.h"
 #include "rpc_metrics.h"
+#include "resp_settings.h"
 
 struct router_config {
     char listen[256];
@@ -45,6 +46,8 @@ struct router_config {
     RPC_LISTEN_FIELDS
     RPC_METRICS_FIELDS
     RPC_AUTH_FIELDS
+    RESP_FIELDS
+    uint64_t conn_idle_ms;        /* RESP connections (docs/RESP.md) */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the router

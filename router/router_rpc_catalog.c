@@ -946,3 +946,66 @@ out:
     topo_unref(t);
     return rc;
 }
+
+/* GetShard with the secret, for router_filter_complete. */
+static grpc_slice get_secret_req(const void *ctx, uint32_t s)
+{
+    const struct ref_ctx *x = ctx;
+    Bloomgrid__V1__GetShardRequest m = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
+    m.filter = (char *)x->f->name;
+    m.shard_index = s;
+    m.include_secret = true;
+    m.topology_version = x->t->version;
+    return router_rpc__pack_slice(&m.base);
+}
+
+int router_filter_complete(struct router *r, const char *name, struct rpc_status *st)
+{
+    struct topo *t = router_topo(r);
+    struct router_filter *f = router_filter_lookup(r, t, name, st);
+    uint32_t *list = NULL;
+    struct fan fn = {0};
+    int rc = -1;
+
+    if (!f)
+        goto out;
+    list = calloc(f->shards, sizeof *list);
+    if (!list) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (uint32_t s = 0; s < f->shards; s++)
+        list[s] = s;
+    struct ref_ctx x = {.f = f, .t = t};
+    if (fan_run(r, t, f, list, f->shards, M_GET, get_secret_req, &x, &fn) < 0) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    rc = 1;
+    for (size_t i = 0; i < fn.n && rc == 1; i++) {
+        Bloomgrid__V1__InternalShardInfo *isi = NULL;
+        if (fn.calls[i].rc == 0)
+            isi = bloomgrid__v1__internal_shard_info__unpack(
+                NULL, GRPC_SLICE_LENGTH(fn.calls[i].resp),
+                GRPC_SLICE_START_PTR(fn.calls[i].resp));
+        bool same = isi && isi->secret.len == BF_SECRET_LEN &&
+                    memcmp(isi->secret.data, f->secret, BF_SECRET_LEN) == 0 &&
+                    isi->shard_count == f->shards;
+        if (!same) {
+            rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "filter \"%s\" is not "
+                           "complete: shard %u on %s %s", name, fn.shard[i],
+                           fn.node[i], !isi ? fn.calls[i].st.message
+                                            : "has another secret or shard count");
+            router_filter_forget(r, name);
+            rc = 0;
+        }
+        if (isi)
+            bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+    }
+out:
+    fan_free(&fn);
+    free(list);
+    router_filter_unref(f);
+    topo_unref(t);
+    return rc;
+}

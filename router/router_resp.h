@@ -1,0 +1,33 @@
+/* router_resp: the router's backend of the Redis door (resp_server.h).
+ *
+ * The keys of every RESP connection join the same coalesced per-node
+ * streams as gRPC calls (router_keys_start: hashed once, split by shard,
+ * quorum per shard, a batch short of a quorum fails whole), so a reply is
+ * never built from fewer than the quorum, and a write's reply goes out
+ * when the same gRPC Add would be acknowledged.
+ *
+ * Filters are used only once complete: a filter the router has not cached
+ * is checked on every copy of every shard (router_filter_complete) before
+ * any key is sent to it.  An add to a missing filter creates it (for an
+ * admin, or without tokens; never with resp_autocreate = off) with
+ * router_create_filter, which creates every shard on every copy or rolls
+ * back the shards it made; a creation that meets another's (ALREADY_EXISTS,
+ * a copy short) waits for that filter to be complete and goes on with it.
+ * In a topology with a group of N > 1 copies a scaling filter cannot be
+ * kept: BF.RESERVE without NONSCALING is an error naming NONSCALING, and
+ * an add creates a non-scaling filter with resp_autocreate_capacity and
+ * resp_autocreate_error_rate.
+ *
+ * Threads: bf() on the door's loop thread, never waiting: a cached
+ * filter's keys go to the links at once; the rest runs on libuv's pool.
+ */
+#ifndef BLOOMGRID_ROUTER_RESP_H
+#define BLOOMGRID_ROUTER_RESP_H
+
+#include "resp_server.h"
+#include "router.h"
+
+/* The backend for router r (r outlives the door). */
+void router_resp_backend(struct router *r, struct resp_backend *be);
+
+#endif

@@ -149,7 +149,12 @@ int main(int argc, char **argv)
         .max_message_size = cfg.max_message_size, .conn_idle_ms = cfg.conn_idle_ms,
     };
     struct resp_backend rbe;
-    router_resp_backend(&r, &rbe);
+    struct router_resp *rr = router_resp_new(&r);
+    if (!rr) {
+        log_error("out of memory");
+        return 1;
+    }
+    router_resp_backend(rr, &rbe);
     struct resp_door_conf rdc = {.set = &rs, .prog = "bloomgrid-router", .tls = tls,
                                  .auth = auth, .insecure = cfg.insecure, .be = &rbe};
     struct resp_door *door = NULL;
@@ -261,6 +266,7 @@ int main(int argc, char **argv)
     router_canary_stop(canary);
     /* The door's calls in flight end on the links, still open. */
     resp_door_stop(door);
+    router_resp_free(rr);
     rpc_server_shutdown(r.srv);
     /* Scrapes end before the server their sampler reads is freed. */
     metrics_http_stop(mh);

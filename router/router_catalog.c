@@ -1078,7 +1078,8 @@ static grpc_slice get_secret_req(const void *ctx, uint32_t s)
     return node_client_get_shard_secret_req(&ref);
 }
 
-int router_filter_complete(struct router *r, const char *name, struct rpc_status *st)
+int router_filter_complete(struct router *r, const char *name, uint8_t *secret,
+                           struct rpc_status *st)
 {
     struct topo *t = router_topo(r);
     struct router_filter *f = router_filter_lookup(r, t, name, st);
@@ -1149,6 +1150,8 @@ int router_filter_complete(struct router *r, const char *name, struct rpc_status
     }
     if (rc == 0)
         router_filter_forget(r, name);
+    else if (secret)
+        memcpy(secret, f->secret, BF_SECRET_LEN);
 out:
     fan_free(&fn);
     free(list);

@@ -94,10 +94,13 @@ void router_keys_start_nowait(struct router *r, const char *filter,
  * so a filter that was ever acknowledged is on it); one that answers
  * without the shard (NOT_FOUND), or with another secret, does.  The Redis
  * door sends no key to a filter before it is complete (a creation on the
- * way, or rolled back).  Returns 1, 0 with st saying which shard and copy
- * lacks it (the cached entry is forgotten), or -1 with st (NOT_FOUND when
- * the filter does not exist).  Blocks for one round of GetShard calls. */
-int router_filter_complete(struct router *r, const char *name, struct rpc_status *st);
+ * way, or rolled back).  Returns 1 with the secret checked in secret
+ * (BF_SECRET_LEN bytes; may be NULL), 0 with st saying which shard and
+ * copy lacks it (the cached entry is forgotten), or -1 with st (NOT_FOUND
+ * when the filter does not exist).  Blocks for one round of GetShard
+ * calls. */
+int router_filter_complete(struct router *r, const char *name, uint8_t *secret,
+                           struct rpc_status *st);
 
 /* One shard as a node describes it. */
 struct router_shard_desc {

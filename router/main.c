@@ -160,6 +160,13 @@ int main(int argc, char **argv)
     struct resp_door *door = NULL;
     if (resp_door_check(&rdc) < 0)
         return 2;
+    /* The door's commands that wait for the nodes (a filter not yet seen
+     * complete, a creation, BF.INFO, DEL) run on libuv's pool: as many
+     * threads as the server's workers for such calls, unless the
+     * environment says otherwise (read by libuv at its first use). */
+    char pool[24];
+    snprintf(pool, sizeof pool, "%llu", (unsigned long long)cfg.threads);
+    setenv("UV_THREADPOOL_SIZE", pool, 0);
 
     rpc_signals_block();
     rpc_signals_on_hup(reload_topology, &r);

@@ -77,7 +77,8 @@ static const struct setting settings[] = {
      "command in flight is closed, half-sent commands included (0: never)"},
     {"threads", SETTING_UINT, 1, 256, NULL, "32", F(threads),
      "RPC worker threads for the other calls (catalog, Export, Import), which "
-     "may wait for the nodes"},
+     "may wait for the nodes; as many again for the RESP door's commands that "
+     "wait for them (libuv's pool, unless UV_THREADPOOL_SIZE is set)"},
     {"max_deferred", SETTING_UINT, 1, 1u << 20, NULL, "4096", F(max_deferred),
      "unary key calls (Add, MayContain, Remove) waiting for their nodes at "
      "once; more get RESOURCE_EXHAUSTED"},

@@ -20,7 +20,8 @@
  * resp_autocreate_error_rate.
  *
  * Threads: bf() on the door's loop thread, never waiting: a cached
- * filter's keys go to the links at once; the rest runs on libuv's pool.
+ * filter's keys go to the links at once; the rest runs on libuv's pool
+ * (UV_THREADPOOL_SIZE, which the router sets to its `threads` setting).
  * The tables of struct router_resp are under its mutex.
  */
 #ifndef BLOOMGRID_ROUTER_RESP_H

@@ -105,12 +105,42 @@ static void fail_st(struct resp_call *c, const struct rpc_status *st)
     resp_call_fail(c, (int)st->code, "%s", st->message);
 }
 
+/* What a key costs the router while it holds it, besides its bytes (the
+ * gRPC key calls' KEY_COST, router_rpc.c). */
+#define KEY_COST 96
+
+/* Charge c's keys to the router's request budget (max_memory_mb), as a
+ * gRPC key call's are: 0, or -1 with c failed (OOM naming the budget). */
+static int charge(struct router *r, struct resp_call *c)
+{
+    size_t bytes = c->n * KEY_COST;
+    for (size_t i = 0; i < c->n; i++)
+        bytes += c->lens[i];
+    struct rpc_status st = {.code = GRPC_STATUS_OK};
+    if (rpc_server_charge(r->srv, bytes, &st) < 0) {
+        fail_st(c, &st);
+        return -1;
+    }
+    c->bval[0] = bytes;
+    return 0;
+}
+
+/* The call is finished: give its charge back. */
+static void finish(struct resp_call *c)
+{
+    struct router *r = router_of(c);
+    if (c->bval[0])
+        rpc_server_uncharge(r->srv, (size_t)c->bval[0]);
+    c->bval[0] = 0;
+    resp_call_done(c);
+}
+
 static void keys_done(void *arg, int rc, const struct rpc_status *st)
 {
     struct resp_call *c = arg;
     if (rc < 0)
         fail_st(c, st);
-    resp_call_done(c);
+    finish(c);
 }
 
 static enum router_key_op key_op(const struct resp_call *c)
@@ -175,6 +205,18 @@ static int create(struct router *r, const struct resp_call *c, struct rpc_status
                                .shards = (uint32_t)r->cfg.default_shards};
     int rc = router_create_filter(r, &cr, &d, st);
     router_filter_desc_free(&d);
+    if (rc == 0) {
+        /* Complete on every copy (router_create_filter), and cached with
+         * the secret it was made with. */
+        struct topo *t = router_topo(r);
+        struct router_filter *stale = NULL;
+        struct router_filter *f = router_filter_get(r, c->filter, t, &stale);
+        if (f)
+            set_verified(door_of((struct resp_call *)c), c->filter, f->secret);
+        router_filter_unref(f);
+        router_filter_unref(stale);
+        topo_unref(t);
+    }
     if (rc == 0)
         log_info("created filter %s over RESP (%s, capacity %llu, error_rate %g, "
                  "%u shards)", c->filter, kind == 4 ? "scalable" : "blocked",
@@ -301,7 +343,7 @@ static void slow_keys(struct resp_call *c)
     router_keys_start(r, c->filter, key_op(c), c->keys, c->lens, c->n, c->out, keys_done, c);
     return;
 done:
-    resp_call_done(c);
+    finish(c);
 }
 
 static void reserve_work(struct resp_call *c)
@@ -372,9 +414,14 @@ static void router_bf(void *arg, struct resp_call *c)
     struct router *r = d->r;
     void (*work)(struct resp_call *) = NULL;
     c->bctx[1] = d;
+    c->bval[0] = 0;    /* bytes charged to the request budget */
     switch (c->op) {
     case RESP_BF_ADD:
     case RESP_BF_EXISTS: {
+        if (charge(r, c) < 0) {
+            resp_call_done(c);
+            return;
+        }
         struct topo *t = router_topo(r);
         struct router_filter *stale = NULL;
         struct router_filter *f = router_filter_get(r, c->filter, t, &stale);
@@ -412,7 +459,7 @@ static void router_bf(void *arg, struct resp_call *c)
     if (work && resp_call_offload(c, work) == 0)
         return;
     resp_call_fail(c, RESP_RESOURCE_EXHAUSTED, "out of memory");
-    resp_call_done(c);
+    finish(c);
 }
 
 struct router_resp *router_resp_new(struct router *r)

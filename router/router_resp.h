@@ -19,6 +19,11 @@
  * an add creates a non-scaling filter with resp_autocreate_capacity and
  * resp_autocreate_error_rate.
  *
+ * A key command's keys count against the router's request budget
+ * (max_memory_mb) while the router holds them, as a gRPC key call's do
+ * (their bytes and 96 bytes a key); past it the command is answered "OOM"
+ * naming the budget.
+ *
  * Threads: bf() on the door's loop thread, never waiting: a cached
  * filter's keys go to the links at once; the rest runs on libuv's pool
  * (UV_THREADPOOL_SIZE, which the router sets to its `threads` setting).

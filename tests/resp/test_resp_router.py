@@ -22,9 +22,13 @@ usage: test_resp_router.py NODE_BIN ROUTER_BIN PART
           error; then redis-benchmark (50 connections one command each, one
           connection 32 pipelined) with BF.ADD and BF.EXISTS on the door of
           a router: no error reply, and the router counted every command
+  budget  the keys a command holds count against the router's max_memory_mb:
+          with the node stopped, adds past it are answered OOM naming it,
+          and every charge is given back once the calls end
 """
 import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -379,5 +383,52 @@ def part_bench():
         cl.stop()
 
 
-{"kill": part_kill, "create": part_create, "bench": part_bench}[PART]()
+def part_budget():
+    """Keys in flight count against the router's max_memory_mb."""
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
+                           router_flags=["--metrics-listen", "127.0.0.1:0",
+                                         "--max-memory-mb", "16",
+                                         "--max-message-size", "4194304",
+                                         "--resp-pipeline-bytes", "67108864"])
+    try:
+        s = cl.routers[0]
+        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        c = cl.client(0)
+        c.execute_command("BF.RESERVE", "big", 0.01, 100000, "NONSCALING")
+        # The node stopped: no add ends, so each holds its charge.
+        cl.nodes[0].send_signal(signal.SIGSTOP)
+        try:
+            p = c.pipeline(transaction=False)
+            for i in range(8):   # 8 x 3 MB of keys, past the 16 MiB
+                p.execute_command("BF.MADD", "big", *[
+                    ("%d-%d-" % (i, j)).encode() + b"x" * 1000 for j in range(3000)])
+            r = p.execute(raise_on_error=False)
+        finally:
+            cl.nodes[0].send_signal(signal.SIGCONT)
+        oom = [str(e) for e in r if isinstance(e, Exception) and str(e).startswith("OOM")]
+        print("8 adds of 3 MB with the node stopped: %d refused: %s" % (
+            len(oom), oom[:1]))
+        check(oom and all("max_memory_mb" in e for e in oom),
+              "no add refused past max_memory_mb: %r" % [str(x)[:80] for x in r])
+        # Every charge given back: the budget is free again.
+        until_ok(lambda: c.execute_command("BF.MADD", "big", "a", "b"), "BF.MADD after")
+        deadline = time.time() + 10
+        while True:
+            used = metric_value(scrape(maddr), "bloomgrid_router_memory_charged_bytes")
+            if used == 0 or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        check(used == 0, "%s bytes still charged once every call ended" % used)
+        print("every charge given back")
+    finally:
+        cl.stop()
+
+
+def metric_value(text, name):
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+{"kill": part_kill, "create": part_create, "bench": part_bench,
+ "budget": part_budget}[PART]()
 print("ok")

@@ -345,7 +345,8 @@ def metric(text, kind, cmd):
 def part_bench():
     cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=1,
                            router_flags=["--metrics-listen", "127.0.0.1:0",
-                                         "--resp-autocreate", "off"])
+                                         "--resp-autocreate", "off",
+                                         "--default-shards", "8"])
     try:
         s = cl.routers[0]
         c = cl.client(0)

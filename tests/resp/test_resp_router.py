@@ -370,14 +370,16 @@ def part_bench():
             check("rror" not in out, "redis-benchmark met an error: %s" % out)
             check("requests per second" in out, "redis-benchmark did not finish: %s" % out)
         card = c.execute_command("BF.CARD", "bench")
-        check(0 < card <= 2 * n, "BF.CARD after %d random adds: %r" % (2 * n, card))
+        check(0 < card <= 2 * n + 82, "BF.CARD after %d random adds: %r" % (2 * n, card))
         after = scrape(maddr)
         for cmd in ("bf.add", "bf.exists"):
             calls = metric(after, "commands", cmd) - metric(before, "commands", cmd)
             errs = metric(after, "errors", cmd) - metric(before, "errors", cmd)
-            # redis-benchmark may send a pipeline's worth more than -n.
-            check(2 * n <= calls <= 2 * n + 64, "%s: %d commands counted, want %d" % (
-                cmd, calls, 2 * n))
+            print("%s: %d commands counted, %d errors" % (cmd, calls, errs))
+            # redis-benchmark may send up to a command per client (50) or a
+            # pipeline (32) more than -n in each of its runs.
+            check(2 * n <= calls <= 2 * n + 50 + 32, "%s: %d commands counted, "
+                  "want %d to %d" % (cmd, calls, 2 * n, 2 * n + 82))
             check(errs == 0, "%s: %d errors counted" % (cmd, errs))
         print("redis-benchmark: every command answered, no error")
     finally:

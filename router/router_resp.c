@@ -219,7 +219,9 @@ static int create(struct router *r, const struct resp_call *c, struct rpc_status
     }
     if (rc == 0)
         log_info("created filter %s over RESP (%s, capacity %llu, error_rate %g, "
-                 "%u shards)", c->filter, kind == 4 ? "scalable" : "blocked",
+                 "%u shards)", c->filter,
+                 kind == BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_SCALABLE ? "scaling"
+                                                                      : "non-scaling",
                  (unsigned long long)cr.capacity, cr.error_rate, cr.shards);
     return rc;
 }

@@ -219,6 +219,11 @@ out:
     bloomgrid__v1__create_shard_request__free_unpacked(m, NULL);
 }
 
+static void count_inserts(const struct bf *f, void *ctx)
+{
+    *(uint64_t *)ctx = bf_insert_count(f);
+}
+
 void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
                          struct rpc_reply *r)
 {
@@ -259,6 +264,15 @@ void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
                        "%" PRIu64 " (it was here before that undrop): not "
                        "dropped", m->shard_index, m->filter, m->generation);
         goto out;
+    }
+    if (m->only_unwritten) {
+        uint64_t inserts = 0;
+        if (store_filter_read(sf, count_inserts, &inserts) < 0 || inserts) {
+            rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                            "shard %u of filter \"%s\" has taken keys (or cannot "
+                            "be read): not dropped", m->shard_index, m->filter);
+            goto out;
+        }
     }
     if (!m->secret_id)
         node_rpc__shard_facts(sf, &facts);

@@ -150,6 +150,7 @@ struct ref_ctx {
     const struct topo *t;
     uint64_t secret_id;
     uint64_t generation;        /* DropShard: only shards of at least this */
+    bool only_unwritten;        /* DropShard: only shards that took no key */
 };
 
 static grpc_slice get_req(const void *ctx, uint32_t s)
@@ -166,7 +167,8 @@ static grpc_slice drop_req(const void *ctx, uint32_t s)
     const struct ref_ctx *x = ctx;
     struct node_client_ref ref = {.filter = x->f->name, .shard = s,
                                   .topology_version = x->t->version,
-                                  .secret_id = x->secret_id, .generation = x->generation};
+                                  .secret_id = x->secret_id, .generation = x->generation,
+                                  .only_unwritten = x->only_unwritten};
     return node_client_drop_shard_req(&ref);
 }
 
@@ -228,7 +230,9 @@ static size_t telling_failure(const struct fan *fn, bool undrop)
  * whose answer was lost with a node down or slow), each only if it has this
  * call's secret, so a shard of the same name that another call created
  * stays; an undrop's (generation set) only at that generation or later, so
- * a copy that held the filter before stays too.  st gets the failure (and
+ * a copy that held the filter before stays too; and only if it never took
+ * a key (a client may have been told it is stored: such a shard stays, and
+ * so does the filter, to be dropped by hand).  st gets the failure (and
  * its reason), and names any shard that could not be dropped. */
 static void rollback(struct router *r, const struct topo *t,
                      const struct router_filter *f, const char *name,
@@ -241,7 +245,7 @@ static void rollback(struct router *r, const struct topo *t,
     uint32_t *undo = calloc(S, sizeof *undo);
     struct fan drops = {0};
     struct ref_ctx x = {.f = f, .t = t, .secret_id = f->secret_id,
-                        .generation = generation};
+                        .generation = generation, .only_unwritten = true};
     char left[RPC_MSGLEN] = "";
     size_t nleft = 0, off = 0;
     bool asked = false;
@@ -255,9 +259,12 @@ static void rollback(struct router *r, const struct topo *t,
                         &drops) == 0;
     for (size_t i = 0; asked && i < drops.n; i++) {
         grpc_status_code dc = drops.calls[i].st.code;
-        /* NOT_FOUND: never created; FAILED_PRECONDITION: another call's. */
+        /* NOT_FOUND: never created; SECRET_MISMATCH: another call's.  A
+         * shard that took a key (FAILED_PRECONDITION without that reason)
+         * stays and is named. */
         if (drops.calls[i].rc == 0 || dc == GRPC_STATUS_NOT_FOUND ||
-            dc == GRPC_STATUS_FAILED_PRECONDITION)
+            (dc == GRPC_STATUS_FAILED_PRECONDITION &&
+             drops.calls[i].st.reason == RPC_REASON_SECRET_MISMATCH))
             continue;
         log_error("create %s: rollback cannot drop shard %u on %s: %s", name,
                   drops.shard[i], drops.node[i], drops.calls[i].st.message);

@@ -497,6 +497,7 @@ static Bloomgrid__V1__ShardRef drop_shard_msg(const struct node_client_ref *ref)
     m.secret_id = ref->secret_id;
     m.generation = ref->generation;
     m.topology_version = ref->topology_version;
+    m.only_unwritten = ref->only_unwritten;
     return m;
 }
 

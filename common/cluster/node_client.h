@@ -145,6 +145,8 @@ struct node_client_ref {
     uint64_t topology_version;  /* 0: not sent */
     uint64_t secret_id;         /* DropShard: only a shard of this secret; 0: any */
     uint64_t generation;        /* DropShard: only one of at least this; 0: any */
+    bool only_unwritten;        /* DropShard: only a shard that never took a
+                                   key (FAILED_PRECONDITION otherwise) */
     uint32_t placement_known;   /* GetShard with the secret: the newest
                                    placement version the caller places by
                                    (topo.h); a filter placed by a newer one

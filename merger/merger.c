@@ -159,12 +159,11 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
         }
         for (uint32_t i = 0; i < f->nshards; i++) {
             f->sh[i].index = i;
-            if (merger__shard_init(m, f, &f->sh[i], err) < 0) {
+            if (merger__shard_init(m, f, &f->sh[i], rep, err) < 0) {
                 merger__rep_msg(rep, true, "%s", err);
                 for (uint32_t j = 0; j <= i; j++) {
-                    bf_destroy(f->sh[j].g);
+                    merger__shard_unload(&f->sh[j]);
                     free(f->sh[j].stamp);
-                    free(f->sh[j].have);
                     free(f->sh[j].cp);
                 }
                 free(f->sh);
@@ -265,16 +264,18 @@ static bool pull_group(struct merger *m, struct mg_filter *f,
     return moved;
 }
 
-static void shard_round(struct merger *m, struct mg_filter *f,
-                        struct mg_shard *s, struct topo **topos, uint64_t round,
-                        struct mg_report *rep)
+/* One shard's round: pulls, partials, save, pushes.  The snapshot comes
+ * into memory (merger__shard_load) only when a step needs its bits, and
+ * the caller frees it after. */
+static void shard_steps(struct merger *m, struct mg_filter *f,
+                        struct mg_shard *s, struct topo **topos,
+                        uint64_t round, struct mg_report *rep)
 {
     uint64_t before = rep->pages_changed;
     char path[MG_PATH_MAX + 64], e2[BF_ERRLEN], err[MG_ERRLEN];
     bool moved = false;
     int slot = 0;
 
-    memset(s->have, 0, s->npages * sizeof *s->have);
     for (size_t i = 0; i < s->ncp; i++) {
         s->cp[i].slot = -1;
         s->cp[i].in_sync = false;
@@ -285,8 +286,8 @@ static void shard_round(struct merger *m, struct mg_filter *f,
             &topos[d]->groups[f->place[d][s->index]],
             &slot, round, rep);
     for (unsigned i = 0; i < f->c.npart; i++)
-        merger__partial_one(f, s, i, round, rep);
-    if (rep->pages_changed != before) {
+        merger__partial_one(m, f, s, i, round, rep);
+    if (rep->pages_changed != before && s->g) {
         struct bf_stats bs;
         bf_stats(s->g, &bs);
         if (bs.estimated_fpr > bf_error_rate(s->g))
@@ -298,13 +299,18 @@ static void shard_round(struct merger *m, struct mg_filter *f,
                 bf_error_rate(s->g));
         s->dirty = true;
     }
+    if (s->dirty && merger__shard_load(m, f, s, rep) < 0)
+        return;
     if (s->dirty) {
         merger__shard_path(m, f, s->index, "bf", path, sizeof path);
         if (bf_file_save(s->g, path, e2) < 0) {
             /* Without the snapshot on disk, nothing may be acknowledged:
-             * the sidecar keeps the old cursors (and stays so until a
-             * save succeeds). */
+             * the sidecar keeps the old cursors, and as the snapshot in
+             * memory goes at the end of the round, so do the cursors of
+             * this run (the next round pulls every page again). */
             merger__rep_msg(rep, true, "cannot save %s: %s", path, e2);
+            merger__shard_forget(s);
+            s->dirty = false;
             return;
         }
         s->dirty = false;
@@ -335,6 +341,23 @@ static void shard_round(struct merger *m, struct mg_filter *f,
     if (changed && merger__state_save(m, f, s, err) < 0)
         merger__rep_msg(rep, true, "cannot save the state of \"%s\" shard "
                         "%u: %s", f->c.name, s->index, err);
+}
+
+static void shard_round(struct merger *m, struct mg_filter *f,
+                        struct mg_shard *s, struct topo **topos, uint64_t round,
+                        struct mg_report *rep)
+{
+    /* What the round holds (the have bits, the snapshot once a step needs
+     * it) goes at its end: between rounds a shard costs its page stamps
+     * and cursors only. */
+    s->have = calloc(s->npages ? s->npages : 1, sizeof *s->have);
+    if (!s->have) {
+        merger__rep_msg(rep, true, "filter \"%s\" shard %u: out of memory",
+                        f->c.name, s->index);
+        return;
+    }
+    shard_steps(m, f, s, topos, round, rep);
+    merger__shard_unload(s);
 }
 
 /* The copies of every shard, and the group pulls of this round. */
@@ -621,9 +644,8 @@ void merger_destroy(struct merger *m)
         return;
     for (size_t i = 0; i < m->nf; i++) {
         for (uint32_t j = 0; m->f[i].sh && j < m->f[i].nshards; j++) {
-            bf_destroy(m->f[i].sh[j].g);
+            merger__shard_unload(&m->f[i].sh[j]);
             free(m->f[i].sh[j].stamp);
-            free(m->f[i].sh[j].have);
             free(m->f[i].sh[j].cp);
         }
         free(m->f[i].sh);

@@ -1,13 +1,18 @@
 /* merger: the rounds of bloomgrid-merger (docs/MERGER.md).
  *
  * A struct merger owns, per configured filter and shard, the global
- * snapshot (a struct bf kept on its own disk, STATE_DIR/<filter>/
- * shard-<i>.bf, saved atomically with bf_file_save), a stamp per 64 KiB page
- * (the round in which the page last changed) and, per copy of the shard's
+ * snapshot (kept on its own disk, STATE_DIR/<filter>/shard-<i>.bf, saved
+ * atomically and checksummed by bf_file_save; in memory only while the
+ * shard's round needs its bits, so the merger holds at most one snapshot
+ * per worker whatever the number and size of filters), a stamp per 64 KiB
+ * page (the round in which the page last changed) and, per copy of the shard's
  * group in each datacenter, the cursor of its last pull (epoch,
  * since_version, store_version) and the last round that copy received in
  * full; the cursors and the complete copies go in a sidecar
- * (shard-<i>.state, versioned) written after the snapshot.
+ * (shard-<i>.state, versioned) written after the snapshot.  A snapshot
+ * file that fails its checks is refused (moved to shard-<i>.bf.damaged,
+ * its sidecar removed) and the shard rebuilt by full pulls: nothing of it
+ * is ever pushed.
  *
  * A round, per filter and shard: pull, in every datacenter, from copies of
  * the shard's group in topology order until R (the group's read quorum)
@@ -111,8 +116,10 @@ struct mg_report {
 
 struct merger;
 
-/* Create from a config and its filters; loads saved snapshots and state
- * from state_dir (created if missing).  NULL with err on failure. */
+/* Create from a config and its filters; state_dir is created if missing.
+ * The saved snapshots and sidecars are read at the first round that
+ * reaches each filter (each snapshot once, one at a time, and not kept).
+ * NULL with err on failure. */
 struct merger *merger_create(const struct merger_config *cfg,
                              const struct mg_filter_conf *filters, size_t n,
                              char *err);

@@ -34,7 +34,11 @@ static const struct setting settings[] = {
     {"max_message_size", SETTING_UINT, 1u << 20, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
     {"workers", SETTING_UINT, 1, 256, NULL, "4", F(workers),
-     "shards pulled, merged and pushed at once (threads)"},
+     "shards pulled, merged and pushed at once (threads); the merger holds "
+     "one shard's snapshot in memory per worker (its snapshots stay in "
+     "state_dir), so its memory is about workers x the largest shard's "
+     "bytes, plus page buffers and the process itself (docs/MERGER.md, "
+     "Memory)"},
     RPC_AUTH_SETTINGS(F),
     {"log_level", SETTING_ENUM, 0, 0, "debug|info|warn|error", "info",
      F(log_level), "least severe log level printed"},
@@ -50,7 +54,8 @@ static const struct settings_spec spec = {
     .intro =
         "bloomgrid-merger pulls the pages changed since its last round from\n"
         "one copy of every datacenter's groups (and ORs in changed partial files), keeps\n"
-        "the union as a versioned global snapshot on its own disk, and pushes\n"
+        "the union as a versioned global snapshot on its own disk (one shard\n"
+        "in memory at a time per worker), and pushes\n"
         "the changed pages to every copy of every datacenter's groups.\n"
         "A quiet round ships nothing.  SIGUSR1 runs a round now; SIGTERM/SIGINT\n"
         "stop.  Serves bloomgrid.v1.Merger (Status, RunRound) and\n"

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -51,15 +52,25 @@ struct mg_part {
     bool merged;
 };
 
+/* A shard's global snapshot lives on disk (STATE_DIR/<filter>/
+ * shard-<i>.bf); g holds it in memory only while the shard's round needs
+ * its bits (pages pulled, a partial, a push), and is freed at the end of
+ * that round, so the merger holds at most one snapshot per worker. */
 struct mg_shard {
     uint32_t index;
-    struct bf *g; /* the global snapshot of this shard */
+    struct bf *g;   /* the global snapshot, during the shard's round only
+                       (NULL otherwise: see merger__shard_load) */
     char fp[17];
     uint64_t body_bytes, npages;
-    uint64_t *stamp; /* per page: round of the last change */
-    bool dirty;      /* changed since last saved (a save failed) */
+    uint64_t hash;   /* XXH3-64 of the snapshot body, as last saved or
+                        loaded (the sidecar's G line) */
+    uint64_t *stamp; /* per page: round of the last change (8 bytes per
+                        page, kept between rounds) */
+    bool dirty;      /* changed this round, or rebuilt: to be saved */
+    bool rebuilt;    /* this round found the saved snapshot damaged */
     uint64_t *have;  /* this round, per page: bit k when the copy pulled
-                        with slot k sent the page and holds it whole */
+                        with slot k sent the page and holds it whole
+                        (allocated for the shard's round only) */
     /* Per datacenter: when the pulls of the last round that reached R
      * in-sync copies there started (0: none since the merger started). */
     uint64_t covered_ms[MG_MAX_DC];
@@ -100,12 +111,16 @@ struct merger {
     uint64_t rounds_done, total;
 };
 
-/* Pages of one pull, buffered: (u64 offset, u64 length, bytes) each. */
+/* Pages of one pull, buffered on disk until the pull completed: (u64
+ * offset, u64 length, bytes) each, in an unlinked temp file of the
+ * filter's state directory (created at the first page), so a pull of a
+ * whole shard costs disk, not memory. */
 struct pulled {
     struct mg_shard *s;
-    uint8_t *buf;
-    size_t len, cap;
-    uint64_t data;    /* page bytes in buf: at most the shard's body */
+    const char *dir;  /* where the temp file goes */
+    FILE *fp;         /* NULL until the first page */
+    uint64_t data;    /* page bytes buffered: at most the shard's body */
+    int err;          /* a write failed (negative errno) */
 };
 
 /* The sidecar's format: the first line is MG_STATE_MAGIC and a version. */
@@ -139,22 +154,45 @@ bool merger__copy_synced(const struct mg_shard *s, const struct mg_copy *c);
  * (MG_ERRLEN bytes). */
 int merger__state_save(const struct merger *m, const struct mg_filter *f,
                        struct mg_shard *s, char *err);
-/* Load the saved snapshot (or an empty one like the template) and sidecar.
- * Returns 0 or a negative errno with err (MG_ERRLEN bytes). */
+/* Read the saved snapshot once (its page stamps and hash; it is not
+ * kept) and the sidecar.  A snapshot file that fails its checks (checksum,
+ * size, ...) is refused: moved aside to shard-<i>.bf.damaged, and the
+ * shard starts empty with no cursor, so the next round pulls every page
+ * of the copies it asks (rebuilt by a full pull; nothing of the damaged
+ * file is ever pushed); an error in rep says so.  Returns 0 or a
+ * negative errno with err (MG_ERRLEN bytes): a snapshot that cannot be
+ * read (out of memory, a failed read, another format version: kept for
+ * the next round) or is of another geometry or secret (not damage: the
+ * operator moves it away). */
 int merger__shard_init(struct merger *m, struct mg_filter *f,
-                       struct mg_shard *s, char *err);
+                       struct mg_shard *s, struct mg_report *rep, char *err);
+/* Bring the snapshot into s->g for this round (from disk, or empty when
+ * none was saved).  A damaged file is handled as at start (moved aside,
+ * cursors dropped, an error in the report) and the round goes on from an
+ * empty snapshot.  Returns 0, or -1 (reported) when it cannot be read or
+ * is of another geometry. */
+int merger__shard_load(struct merger *m, struct mg_filter *f,
+                       struct mg_shard *s, struct mg_report *rep);
+/* Forget every pull cursor of s and which partials were merged: the next
+ * round pulls every page of the copies it asks and merges every partial
+ * again (the snapshot on disk lacks what the cursors say was pulled). */
+void merger__shard_forget(struct mg_shard *s);
+/* Free what the shard's round held (s->g, s->have). */
+void merger__shard_unload(struct mg_shard *s);
 /* The copy addr of datacenter dc (created, with no cursor, when new); NULL
  * when out of memory.  The pointer is good until the next call. */
 struct mg_copy *merger__copy_get(struct mg_shard *s, const char *addr,
                                  unsigned dc);
-/* Pull from copy c (changed pages since its cursor) and OR the pages in,
- * giving them the have bit slot.  Returns 0 (c->in_sync tells whether it
+/* Pull from copy c (changed pages since its cursor; buffered on disk) and
+ * OR the pages in, giving them the have bit slot; the snapshot is loaded
+ * only when the pull brought pages.  Returns 0 (c->in_sync tells whether it
  * counts), or -1 (reported) when the pull failed. */
 int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                      struct mg_copy *c, int slot, uint64_t round,
                      struct mg_report *rep);
-void merger__partial_one(struct mg_filter *f, struct mg_shard *s, unsigned i,
-                         uint64_t round, struct mg_report *rep);
+void merger__partial_one(struct merger *m, struct mg_filter *f,
+                         struct mg_shard *s, unsigned i, uint64_t round,
+                         struct mg_report *rep);
 /* Push to copy c every page stamped after the round it last received in
  * full, but those it sent whole this round. */
 void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,

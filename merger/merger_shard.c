@@ -72,9 +72,30 @@ int merger__dir_make(const char *dir, char *err)
  * stopped between the two leaves a newer snapshot than the sidecar: its
  * cursors stay true (what they pulled is in the newer snapshot too), its
  * T lines do not, hence the hash. */
-static uint64_t shard_hash(const struct mg_shard *s)
+static uint64_t body_hash(const struct bf *g, uint64_t body_bytes)
 {
-    return XXH3_64bits(bf_layer_body_const(s->g, 0), (size_t)s->body_bytes);
+    return XXH3_64bits(bf_layer_body_const(g, 0), (size_t)body_bytes);
+}
+
+/* body_hash of an empty snapshot, without reading (and so faulting in) the
+ * untouched body of a blank filter. */
+static uint64_t zero_hash(uint64_t body_bytes)
+{
+    static const uint8_t zeros[RULES_PAGE_BYTES];
+    XXH3_state_t *st = XXH3_createState();
+    uint64_t h;
+
+    if (!st)
+        return 0;   /* no T line will match: full pushes, always safe */
+    XXH3_64bits_reset(st);
+    for (uint64_t left = body_bytes; left > 0;) {
+        size_t n = left < sizeof zeros ? (size_t)left : sizeof zeros;
+        XXH3_64bits_update(st, zeros, n);
+        left -= n;
+    }
+    h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
 }
 
 int merger__state_save(const struct merger *m, const struct mg_filter *f,
@@ -91,8 +112,10 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
         merger__strfmt(err, MG_ERRLEN, "out of memory for %s", path);
         return -ENOMEM;
     }
+    if (s->g)
+        s->hash = body_hash(s->g, s->body_bytes);
     fprintf(fp, "%s %d\nG %016" PRIx64 "\n", MG_STATE_MAGIC, MG_STATE_VERSION,
-            shard_hash(s));
+            s->hash);
     for (size_t i = 0; i < s->ncp; i++) {
         const struct mg_copy *c = &s->cp[i];
         if (c->epoch)
@@ -202,7 +225,7 @@ static void state_load(const struct merger *m, const struct mg_filter *f,
     char path[MG_PATH_MAX + 64], line[512], magic[32];
     int version = 0, v;
     bool t_ok = false;
-    uint64_t hash = shard_hash(s);
+    uint64_t hash = s->hash;
     FILE *fp;
 
     merger__shard_path(m, f, s->index, "state", path, sizeof path);
@@ -240,63 +263,190 @@ static void state_load(const struct merger *m, const struct mg_filter *f,
 
 /* ---- the global snapshot of one shard ---- */
 
-int merger__shard_init(struct merger *m, struct mg_filter *f,
-                       struct mg_shard *s, char *err)
+/* An empty filter with the geometry and secret of shard i (its body is an
+ * untouched anonymous mapping: it costs no memory until written). */
+static struct bf *shard_blank(const struct mg_filter *f, uint32_t i, char *e2)
 {
-    char path[MG_PATH_MAX + 64], e2[BF_ERRLEN];
     struct node_client_shard t = f->tmpl;
-    struct bf_layer_info li;
-    struct bf *g;
 
-    t.shard_index = s->index;
-    g = node_client_shard_filter(&t, e2);
-    if (!g) {
-        merger__strfmt(err, MG_ERRLEN, "filter \"%s\" shard %u: %s", f->c.name,
-                       s->index, e2);
-        return -EINVAL;
-    }
-    merger__shard_path(m, f, s->index, "bf", path, sizeof path);
-    if (access(path, F_OK) == 0) {
-        struct bf *saved = bf_file_load(path, e2, NULL);
-        const char *field = saved ? bf_mismatch(g, saved) : NULL;
-        if (!saved || field) {
-            merger__strfmt(err, MG_ERRLEN, "saved snapshot %s %s%s%s", path,
-                           saved ? "differs from the cluster's shard in "
-                                 : "is unusable: ",
-                           saved ? field : e2,
-                           saved ? " (move it away to start over)" : "");
-            bf_destroy(saved);
-            bf_destroy(g);
-            return -EINVAL;
-        }
-        bf_destroy(g);
-        g = saved;
-    }
-    bf_layer_info(g, 0, &li);
-    s->g = g;
-    bf_fingerprint_id(g, s->fp);
-    s->body_bytes = li.body_bytes;
-    s->npages = (li.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
-    s->stamp = calloc(s->npages ? s->npages : 1, sizeof *s->stamp);
-    s->have = calloc(s->npages ? s->npages : 1, sizeof *s->have);
-    if (!s->stamp || !s->have) {
-        merger__strfmt(err, MG_ERRLEN, "out of memory");
-        return -ENOMEM;
-    }
-    /* Whatever was saved is new to every copy of this run. */
+    t.shard_index = i;
+    return node_client_shard_filter(&t, e2);
+}
+
+/* The pages of g that hold a bit get stamp 1 (whatever was saved is new to
+ * every copy of this run), the others 0. */
+static void stamps_from(struct mg_shard *s, const struct bf *g)
+{
     const uint64_t *w = bf_layer_body_const(g, 0);
+
     for (uint64_t p = 0; p < s->npages; p++) {
-        uint64_t lo = p * RULES_PAGE_BYTES / 8, hi = (p + 1) * RULES_PAGE_BYTES / 8;
-        if (hi > li.body_bytes / 8)
-            hi = li.body_bytes / 8;
+        uint64_t lo = p * RULES_PAGE_BYTES / 8;
+        uint64_t hi = (p + 1) * RULES_PAGE_BYTES / 8;
+        if (hi > s->body_bytes / 8)
+            hi = s->body_bytes / 8;
+        s->stamp[p] = 0;
         for (uint64_t i = lo; i < hi; i++)
             if (w[i]) {
                 s->stamp[p] = 1;
                 break;
             }
     }
-    state_load(m, f, s);
+}
+
+void merger__shard_forget(struct mg_shard *s)
+{
+    for (size_t i = 0; i < s->ncp; i++)
+        s->cp[i].epoch = s->cp[i].since = 0;
+    for (unsigned i = 0; i < MG_MAX_PARTIALS; i++)
+        s->part[i].merged = false;
+}
+
+/* A snapshot file that failed its checks: moved aside (shard-<i>.bf.damaged,
+ * replacing an older one) so that it is never loaded or pushed, and the
+ * shard rebuilt by full pulls. */
+static void shard_damaged(struct merger *m, struct mg_filter *f,
+                          struct mg_shard *s, const char *path, const char *why,
+                          struct mg_report *rep)
+{
+    char aside[MG_PATH_MAX + 80];
+    int rc;
+
+    merger__shard_path(m, f, s->index, "bf.damaged", aside, sizeof aside);
+    rc = rename(path, aside) == 0 ? 0 : -errno;
+    /* The sidecar describes what is gone (its cursors would skip the pages
+     * lost): it goes too, before anything else is written. */
+    merger__shard_path(m, f, s->index, "state", aside, sizeof aside);
+    if (unlink(aside) < 0 && errno != ENOENT && rc == 0)
+        rc = -errno;
+    if (rc == 0)
+        rc = durable_fsync_parent(path);
+    if (rep)
+        merger__rep_msg(rep, true,
+                        "saved snapshot %s refused: %s; %s, the shard is "
+                        "rebuilt by full pulls", path, why,
+                        rc == 0 ? "moved to .bf.damaged, its sidecar removed"
+                                : strerror(-rc));
+    else
+        log_error("merger: saved snapshot %s refused: %s; %s, the shard is "
+                  "rebuilt by full pulls", path, why,
+                  rc == 0 ? "moved to .bf.damaged, its sidecar removed"
+                          : strerror(-rc));
+    merger__shard_forget(s);
+    s->dirty = true;
+    s->rebuilt = rep != NULL;
+}
+
+/* Load the saved snapshot of s, or a blank one when none was saved or it
+ * is damaged (fails its checks: then moved aside, see shard_damaged).
+ * NULL with err when it cannot be read (out of memory, a failed read,
+ * another format version) or is of another geometry or secret. */
+static struct bf *snapshot_read(struct merger *m, struct mg_filter *f,
+                                struct mg_shard *s, struct mg_report *rep,
+                                bool *damaged, bool *loaded, char *err)
+{
+    char path[MG_PATH_MAX + 64], e2[BF_ERRLEN];
+    struct bf *g = shard_blank(f, s->index, e2);
+    int code = 0;
+
+    *damaged = *loaded = false;
+    if (!g) {
+        merger__strfmt(err, MG_ERRLEN, "filter \"%s\" shard %u: %s", f->c.name,
+                       s->index, e2);
+        return NULL;
+    }
+    merger__shard_path(m, f, s->index, "bf", path, sizeof path);
+    if (access(path, F_OK) != 0)
+        return g;
+    struct bf *saved = bf_file_load(path, e2, &code);
+    if (!saved) {
+        /* Only a file that fails its checks is damaged; a failed read or
+         * another format version is an error of the round (the file is
+         * kept and read again next time). */
+        if (code != -EBADMSG) {
+            merger__strfmt(err, MG_ERRLEN, "saved snapshot %s: %s", path, e2);
+            bf_destroy(g);
+            return NULL;
+        }
+        shard_damaged(m, f, s, path, e2, rep);
+        *damaged = true;
+        return g;
+    }
+    const char *field = bf_mismatch(g, saved);
+    if (field) {
+        merger__strfmt(err, MG_ERRLEN, "saved snapshot %s differs from the "
+                       "cluster's shard in %s (move it away to start over)",
+                       path, field);
+        bf_destroy(saved);
+        bf_destroy(g);
+        return NULL;
+    }
+    bf_destroy(g);
+    *loaded = true;
+    return saved;
+}
+
+int merger__shard_init(struct merger *m, struct mg_filter *f,
+                       struct mg_shard *s, struct mg_report *rep, char *err)
+{
+    struct bf_layer_info li;
+    bool damaged, loaded;
+    struct bf *g = snapshot_read(m, f, s, rep, &damaged, &loaded, err);
+
+    if (!g)
+        return -EINVAL;
+    bf_layer_info(g, 0, &li);
+    bf_fingerprint_id(g, s->fp);
+    s->body_bytes = li.body_bytes;
+    s->npages = (li.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
+    s->stamp = calloc(s->npages ? s->npages : 1, sizeof *s->stamp);
+    if (!s->stamp) {
+        bf_destroy(g);
+        merger__strfmt(err, MG_ERRLEN, "out of memory");
+        return -ENOMEM;
+    }
+    if (loaded) {
+        stamps_from(s, g);
+        s->hash = body_hash(g, s->body_bytes);
+    } else {
+        s->hash = zero_hash(s->body_bytes);
+    }
+    /* The snapshot is read once here and not kept: a round loads it again
+     * when it needs its bits. */
+    bf_destroy(g);
+    /* A damaged snapshot's sidecar describes what is gone: its cursors
+     * would skip the pages lost, its T lines claim copies complete. */
+    if (!damaged)
+        state_load(m, f, s);
     return 0;
+}
+
+int merger__shard_load(struct merger *m, struct mg_filter *f,
+                       struct mg_shard *s, struct mg_report *rep)
+{
+    char err[MG_ERRLEN];
+    bool damaged, loaded;
+
+    if (s->g)
+        return 0;
+    if (!(s->g = snapshot_read(m, f, s, rep, &damaged, &loaded, err))) {
+        merger__rep_msg(rep, true, "%s", err);
+        return -1;
+    }
+    if (damaged) {
+        /* Pages stamped before stay stamped (copies that got them keep
+         * them); what the full pulls bring back is stamped anew. */
+        s->hash = zero_hash(s->body_bytes);
+    }
+    return 0;
+}
+
+void merger__shard_unload(struct mg_shard *s)
+{
+    bf_destroy(s->g);
+    s->g = NULL;
+    free(s->have);
+    s->have = NULL;
+    s->rebuilt = false;
 }
 
 /* OR len bytes at off into the snapshot; stamp the pages that changed.
@@ -326,33 +476,46 @@ static uint64_t shard_or(struct mg_shard *s, uint64_t off, const uint8_t *data,
 
 /* ---- pulls ---- */
 
-/* Buffer a pulled page: applied only once the pull completed.  A node
- * sends each changed page once, so a pull of more bytes than the body is
- * refused rather than buffered without end. */
+/* Buffer a pulled page on disk: applied only once the pull completed.  A
+ * node sends each changed page once, so a pull of more bytes than the body
+ * is refused rather than buffered without end. */
 static int pulled_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
 {
     struct pulled *p = ctx;
+    uint64_t hdr[2] = {off, len};
 
     if (off % 8 || len % 8 || off > p->s->body_bytes ||
         len > p->s->body_bytes - off || len > p->s->body_bytes - p->data)
         return -1;
-    if (p->len + 16 + len > p->cap) {
-        size_t cap = p->cap ? p->cap : (1u << 20);
-        while (cap < p->len + 16 + len)
-            cap *= 2;
-        uint8_t *nb = realloc(p->buf, cap);
-        if (!nb)
+    if (!p->fp) {
+        char tmp[MG_PATH_MAX + 220];
+        merger__strfmt(tmp, sizeof tmp, "%s/pull.tmp.XXXXXX", p->dir);
+        int fd = mkstemp(tmp);
+        if (fd < 0) {
+            p->err = -errno;
             return -1;
-        p->buf = nb;
-        p->cap = cap;
+        }
+        unlink(tmp);    /* gone with the last descriptor, even on a crash */
+        if (!(p->fp = fdopen(fd, "w+"))) {
+            p->err = -errno;
+            close(fd);
+            return -1;
+        }
     }
-    uint64_t l = len;
-    memcpy(p->buf + p->len, &off, 8);
-    memcpy(p->buf + p->len + 8, &l, 8);
-    memcpy(p->buf + p->len + 16, data, len);
-    p->len += 16 + len;
+    if (fwrite(hdr, sizeof hdr, 1, p->fp) != 1 ||
+        (len && fwrite(data, len, 1, p->fp) != 1)) {
+        p->err = -(errno ? errno : EIO);
+        return -1;
+    }
     p->data += len;
     return 0;
+}
+
+static void pulled_free(struct pulled *p)
+{
+    if (p->fp)
+        fclose(p->fp);
+    p->fp = NULL;
 }
 
 /* Does a shard on a node have the snapshot's fingerprint?  Creates it from
@@ -385,8 +548,10 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
         return 0;
     }
     struct bf *b = node_client_shard_filter(&theirs, e2);
-    const char *field = b ? bf_mismatch(s->g, b) : "geometry";
+    struct bf *ours = shard_blank(f, s->index, e2);
+    const char *field = b && ours ? bf_mismatch(ours, b) : "geometry";
     bf_destroy(b);
+    bf_destroy(ours);
     if (field) {
         merger__strfmt(why, whylen,
                        "its shard differs from the global snapshot in "
@@ -397,25 +562,50 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
     return 0;
 }
 
-/* OR in the pages of a complete pull from the copy with slot; a whole
- * page the snapshot now equals is one that copy needs no push of (unless
- * a later pull or partial of the round changes it: shard_or clears it). */
-static void pulled_apply(struct mg_shard *s, const struct pulled *p, int slot,
-                         uint64_t round, struct mg_report *rep)
+/* OR in the pages of a complete pull from the copy with slot, read back
+ * from the temp file a page at a time; a whole page the snapshot now
+ * equals is one that copy needs no push of (unless a later pull or partial
+ * of the round changes it: shard_or clears it).  Returns 0, or a negative
+ * errno when the file cannot be read back (the bits applied so far stay:
+ * they only add). */
+static int pulled_apply(struct mg_shard *s, struct pulled *p, int slot,
+                        uint64_t round, struct mg_report *rep)
 {
     const uint8_t *body = (const uint8_t *)bf_layer_body_const(s->g, 0);
+    uint8_t *page = NULL;
+    size_t cap = 0;
+    uint64_t hdr[2];
+    int rc = 0;
 
-    for (size_t o = 0; o < p->len;) {
-        uint64_t off, len;
-        memcpy(&off, p->buf + o, 8);
-        memcpy(&len, p->buf + o + 8, 8);
-        rep->pages_changed += shard_or(s, off, p->buf + o + 16, len, round);
+    if (!p->fp)
+        return 0;
+    if (fflush(p->fp) != 0 || fseeko(p->fp, 0, SEEK_SET) != 0)
+        return -(errno ? errno : EIO);
+    while (fread(hdr, sizeof hdr, 1, p->fp) == 1) {
+        uint64_t off = hdr[0], len = hdr[1];
+        if (len > cap) {
+            uint8_t *nb = realloc(page, len);
+            if (!nb) {
+                rc = -ENOMEM;
+                break;
+            }
+            page = nb;
+            cap = len;
+        }
+        if (len && fread(page, len, 1, p->fp) != 1) {
+            rc = -EIO;
+            break;
+        }
+        rep->pages_changed += shard_or(s, off, page, len, round);
         if (off % RULES_PAGE_BYTES == 0 &&
             (len == RULES_PAGE_BYTES || off + len == s->body_bytes) &&
-            memcmp(p->buf + o + 16, body + off, len) == 0)
+            memcmp(page, body + off, len) == 0)
             s->have[off / RULES_PAGE_BYTES] |= 1ull << slot;
-        o += 16 + len;
     }
+    if (rc == 0 && ferror(p->fp))
+        rc = -EIO;
+    free(page);
+    return rc;
 }
 
 int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
@@ -423,13 +613,17 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                      struct mg_report *rep)
 {
     struct rpc_channel *ch = merger__chan(m, c->addr);
-    struct pulled p = {.s = s};
+    char dir[MG_PATH_MAX + 200];
+    struct pulled p = {.s = s, .dir = dir};
     struct node_client_pull_end end;
     struct rpc_status st;
     const char *dc = f->c.dc[c->dc];
     char why[300];
     uint64_t t0 = merger__now_ms();
+    bool full = c->since == 0;
+    int rc;
 
+    merger__strfmt(dir, sizeof dir, "%s/%s", m->cfg.state_dir, f->c.name);
     if (!ch) {
         merger__rep_msg(rep, true, "out of memory for a channel to %s", c->addr);
         return -1;
@@ -442,10 +636,15 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     if (node_client_pull(ch, f->c.name, s->index, c->since, c->epoch,
                          pulled_page, &p, &end,
                          (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
-        merger__rep_msg(rep, true,
-                        "pull of \"%s\" shard %u from %s (%s): %s: %s",
-                        f->c.name, s->index, dc, c->addr,
-                        rpc_status_name(st.code), st.message);
+        if (p.err)
+            merger__rep_msg(rep, true, "pull of \"%s\" shard %u from %s (%s): "
+                            "cannot buffer its pages in %s: %s", f->c.name,
+                            s->index, dc, c->addr, dir, strerror(-p.err));
+        else
+            merger__rep_msg(rep, true,
+                            "pull of \"%s\" shard %u from %s (%s): %s: %s",
+                            f->c.name, s->index, dc, c->addr,
+                            rpc_status_name(st.code), st.message);
         /* The copy lost the shard: the push creates it again, and the
          * next pull starts from nothing. */
         if (st.code == GRPC_STATUS_NOT_FOUND) {
@@ -453,7 +652,7 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
             c->ready = false;
             c->acked = 0;
         }
-        free(p.buf);
+        pulled_free(&p);
         return -1;
     }
     if (strcmp(end.fp, s->fp) != 0) {
@@ -463,11 +662,22 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
             "fingerprint %s, the global snapshot's is %s (another secret "
             "or geometry)",
             f->c.name, s->index, dc, c->addr, end.fp, s->fp);
-        free(p.buf);
+        pulled_free(&p);
         return -1;
     }
-    pulled_apply(s, &p, slot, round, rep);
-    free(p.buf);
+    /* The snapshot comes into memory only when the pull brought pages. */
+    if (p.fp && merger__shard_load(m, f, s, rep) < 0) {
+        pulled_free(&p);
+        return -1;
+    }
+    if (p.fp && (rc = pulled_apply(s, &p, slot, round, rep)) < 0) {
+        merger__rep_msg(rep, true, "pull of \"%s\" shard %u from %s (%s): "
+                        "cannot read its pages back from %s: %s", f->c.name,
+                        s->index, dc, c->addr, dir, strerror(-rc));
+        pulled_free(&p);
+        return -1;
+    }
+    pulled_free(&p);
     rep->pages_pulled += end.pages;
     rep->bytes_pulled += end.bytes;
     /* Another epoch: the node restarted, or its shard was re-created (and
@@ -478,6 +688,10 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     }
     c->epoch = end.epoch;
     c->since = end.version;
+    /* The snapshot was found damaged in this round: only a full pull's
+     * cursor may stand (shard_damaged dropped the others). */
+    if (s->rebuilt && !full)
+        c->epoch = c->since = 0;
     c->store_version = end.store_version;
     c->pulled_ms = t0;
     c->slot = slot;
@@ -488,8 +702,9 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
 }
 
 /* OR in a partial file when it changed since it was last merged. */
-void merger__partial_one(struct mg_filter *f, struct mg_shard *s, unsigned i,
-                         uint64_t round, struct mg_report *rep)
+void merger__partial_one(struct merger *m, struct mg_filter *f,
+                         struct mg_shard *s, unsigned i, uint64_t round,
+                         struct mg_report *rep)
 {
     const char *path = f->c.part[i];
     struct mg_part *ps = &s->part[i];
@@ -501,6 +716,8 @@ void merger__partial_one(struct mg_filter *f, struct mg_shard *s, unsigned i,
         return;
     }
     if (ps->merged && ps->mtime == sb.st_mtime && ps->size == sb.st_size)
+        return;
+    if (merger__shard_load(m, f, s, rep) < 0)
         return;
     struct bf *b = bf_file_load(path, e2, NULL);
     if (!b) {
@@ -599,7 +816,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     struct node_client_page *pg = NULL;
     struct rpc_status st;
     size_t n = 0;
-    const uint8_t *body = (const uint8_t *)bf_layer_body_const(s->g, 0);
+    const uint8_t *body;
     const char *dc = f->c.dc[c->dc];
 
     if (!ch)
@@ -613,10 +830,18 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         }
         c->ready = true;
     }
+    for (uint64_t p = 0; p < s->npages && !n; p++)
+        n = s->stamp[p] > c->acked &&
+            !(c->slot >= 0 && s->have && (s->have[p] >> c->slot) & 1);
+    /* Nothing to send: the snapshot need not come into memory. */
+    if (n && merger__shard_load(m, f, s, rep) < 0)
+        return;
+    n = 0;
     pg = calloc(s->npages ? s->npages : 1, sizeof *pg);
     if (!pg)
         return;
-    for (uint64_t p = 0; p < s->npages; p++) {
+    body = s->g ? (const uint8_t *)bf_layer_body_const(s->g, 0) : NULL;
+    for (uint64_t p = 0; p < s->npages && body; p++) {
         if (s->stamp[p] <= c->acked ||
             (c->slot >= 0 && (s->have[p] >> c->slot) & 1))
             continue;

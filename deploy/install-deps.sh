@@ -10,6 +10,8 @@
 #   test     build, plus what the test suite and the benchmarks run against:
 #            libbloom and redis (benchmarks), Node.js and npm (the grpc-js
 #            client tests), Python's prometheus, grpc, protobuf and yaml modules,
+#            redis-tools and python3-redis (the Redis door's tests), clang
+#            with libFuzzer (the RESP parser's fuzz target),
 #            gRPC's generators and Java jars (docs/CLIENTS.md), openssl,
 #            jq (the batch reduce), Python's redis and psycopg2 modules and
 #            PostgreSQL (examples/slugs)
@@ -18,12 +20,13 @@
 set -euo pipefail
 
 what=${1:-test}
-RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 libsystemd0 jq)
+RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 libsystemd0 libuv1 jq)
 BUILD=(
   build-essential cmake pkg-config
   libxxhash-dev check libsubunit-dev
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev uthash-dev
   libmicrohttpd-dev protobuf-compiler libprotobuf-dev grpc-proto libsystemd-dev
+  libuv1-dev libssl-dev
   help2man
 )
 # prometheus: its promtool checks and tests the alert rules (the server it
@@ -34,7 +37,7 @@ TEST=(
   protobuf-compiler-grpc protoc-gen-go-grpc protobuf-compiler-grpc-java-plugin
   libgrpc-java libprotobuf-java libnetty-java libperfmark-java libguava-java
   libgeronimo-annotation-1.3-spec-java jq
-  python3-redis python3-psycopg2 postgresql
+  redis-tools python3-redis clang libclang-rt-dev python3-psycopg2 postgresql
 )
 case "$what" in
   runtime) PKGS=("${RUNTIME[@]}") ;;
@@ -50,7 +53,7 @@ case "$what" in
     command -v javac >/dev/null 2>&1 || PKGS+=(default-jdk-headless)
     ;;
   image) PKGS=(podman runc debootstrap) ;;
-  -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "install-deps: unknown set '$what' (runtime, build, test or image)" >&2; exit 2 ;;
 esac
 

@@ -22,6 +22,7 @@ echo
 ./deploy/local/status.sh || true
 
 router=$(cat "$BLOOMGRID_STATE/router1/addr" 2>/dev/null || echo 127.0.0.1:7501)
+resp=$(cat "$BLOOMGRID_STATE/router1/resp_addr" 2>/dev/null || echo 127.0.0.1:7601)
 node=$(cat "$BLOOMGRID_STATE/node1/addr" 2>/dev/null || echo 127.0.0.1:7401)
 cat <<EOT
 
@@ -37,6 +38,13 @@ Try it with the bloomgrid tool:
   seq 100000 | $BUILD/cli/bloomgrid add slugs --batch 10000
   $BUILD/cli/bloomgrid info slugs
   $BUILD/cli/bloomgrid help                        # every command, offline and online
+
+Or with any Redis client: the router speaks RedisBloom's BF.* commands on
+$resp (RESP port ${resp##*:}; docs/RESP.md):
+  redis-cli -p ${resp##*:} BF.RESERVE users 0.01 1000000 NONSCALING
+  redis-cli -p ${resp##*:} BF.ADD users alice                # 1: added
+  redis-cli -p ${resp##*:} BF.MEXISTS users alice carol      # 1 maybe, 0 definitely not
+  python3 -c 'import redis; print(redis.Redis(port=${resp##*:}).bf().exists("users", "alice"))'
 
 Or with other clients (a client of your own in Python, Node.js, Go or Java:
 docs/CLIENTS.md):

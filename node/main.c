@@ -38,6 +38,8 @@
 #include "proc_malloc.h"
 #include "node.h"
 #include "node_rpc.h"
+#include "node_resp.h"
+#include "resp_door.h"
 #include "metrics_http.h"
 #include "node_metrics.h"
 #include "rpc_listen.h"
@@ -303,6 +305,26 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    /* The Redis door (docs/RESP.md): its listening rule is checked before
+     * anything listens. */
+    struct resp_settings_in rs = {
+        .resp_listen = n.cfg.resp_listen,
+        .resp_max_connections = n.cfg.resp_max_connections,
+        .resp_pipeline_bytes = n.cfg.resp_pipeline_bytes,
+        .resp_autocreate = n.cfg.resp_autocreate,
+        .resp_autocreate_capacity = n.cfg.resp_autocreate_capacity,
+        .resp_autocreate_error_rate = n.cfg.resp_autocreate_error_rate,
+        .max_batch_keys = n.cfg.max_batch_keys, .max_key_size = n.cfg.max_key_size,
+        .max_message_size = n.cfg.max_message_size, .conn_idle_ms = n.cfg.conn_idle_ms,
+    };
+    struct resp_backend rbe;
+    node_resp_backend(&n, &rbe);
+    struct resp_door_conf rdc = {.set = &rs, .prog = "bloomgrid-node", .tls = tls,
+                                 .auth = auth, .insecure = n.cfg.insecure, .be = &rbe};
+    struct resp_door *door = NULL;
+    if (resp_door_check(&rdc) < 0)
+        return 2;
+
     rpc_signals_block();
     reload_args.argc = argc;
     reload_args.argv = argv;
@@ -390,10 +412,18 @@ int main(int argc, char **argv)
         snprintf(iaddr, sizeof iaddr, "%s:%d", ihost,
                  rpc_server_port(n.srv, ili));
     }
-    char hnote[300];
+    char hnote[300], rnote[300];
     rpc_listen_health_note(n.srv, hli, n.cfg.health_listen, hnote, sizeof hnote);
-    log_announce("bloomgrid-node listening on %s:%d%s%s%s", host, port,
-                 iaddr[0] ? " internal " : "", iaddr, hnote);
+    if (resp_door_start(&rdc, &door) < 0) {
+        rpc_server_shutdown(n.srv);
+        rpc_server_destroy(n.srv);
+        return 2;
+    }
+    if (door && tls)
+        rpc_signals_on_hup(resp_door_reload_tls, door);   /* after tls's own */
+    resp_door_note(door, rnote, sizeof rnote);
+    log_announce("bloomgrid-node listening on %s:%d%s%s%s%s", host, port,
+                 iaddr[0] ? " internal " : "", iaddr, hnote, rnote);
     svc_notify_status("listening on %s:%d; opening data directory %s", host, port,
                       n.cfg.data_dir);
     log_info("listening on %s:%d%s%s (%s; data %s, durability %s)", host, port,
@@ -440,6 +470,9 @@ int main(int argc, char **argv)
     log_info("%s: shutting down", strsignal(sig));
     atomic_store(&n.stopping, true);
     set_health(&n, false);
+    /* The door's calls in flight finish on the store, which is still open. */
+    resp_door_stop(door);
+    door = NULL;
     rpc_server_shutdown(n.srv);
     node_metrics_sample_stop();
     pthread_join(hk, NULL);

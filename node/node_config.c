@@ -134,6 +134,7 @@ static const struct setting settings[] = {
      "on the other copies of the node's group (anti-entropy)"},
     RPC_LISTEN_SETTINGS(struct node_config),
     RPC_METRICS_SETTING(struct node_config),
+    RESP_SETTINGS(struct node_config),
     {"metrics_sample_s", SETTING_UINT, 1, 3600, NULL, "30", F(metrics_sample_s),
      "with metrics_listen: seconds between samples of each filter's bits for "
      "the fill, n-hat and estimated FPR gauges (a bounded sample, never a "

@@ -21,6 +21,7 @@
 #include "rpc_auth.h"
 #include "rpc_listen.h"
 #include "rpc_metrics.h"
+#include "resp_settings.h"
 
 struct node_config {
     char listen[256];
@@ -57,6 +58,7 @@ struct node_config {
     RPC_LISTEN_FIELDS
     RPC_METRICS_FIELDS
     RPC_AUTH_FIELDS
+    RESP_FIELDS
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the node

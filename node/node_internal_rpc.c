@@ -78,6 +78,37 @@ static int sync_before_create(struct store *s, const char *sname,
     return 0;
 }
 
+/* Tests only: BLOOMGRID_TEST_FAIL_CREATE_SHARD=P (1..100) makes P percent
+ * of CreateShard calls fail with UNAVAILABLE before they create anything,
+ * at random, so that tests can make a router's creation meet a copy that
+ * refuses (tests/resp/test_resp_router.py).  Unset (every deployment): 0,
+ * never. */
+static unsigned fail_create_pct_v;
+static pthread_once_t fail_create_once = PTHREAD_ONCE_INIT;
+
+static void fail_create_read_env(void)
+{
+    const char *v = getenv("BLOOMGRID_TEST_FAIL_CREATE_SHARD");
+    if (v && *v) {
+        unsigned long p = strtoul(v, NULL, 10);
+        fail_create_pct_v = p > 100 ? 100 : (unsigned)p;
+        log_warn("BLOOMGRID_TEST_FAIL_CREATE_SHARD=%s: %u%% of CreateShard calls "
+                 "fail (a test's fault injection)", v, fail_create_pct_v);
+    }
+}
+
+static bool fail_create_now(void)
+{
+    static __thread unsigned seed;
+    pthread_once(&fail_create_once, fail_create_read_env);
+    unsigned pct = fail_create_pct_v;
+    if (!pct)
+        return false;
+    if (!seed)
+        seed = (unsigned)pthread_self() ^ (unsigned)getpid() ^ 0x9e3779b9u;
+    return (unsigned)rand_r(&seed) % 100 < pct;
+}
+
 void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                            struct rpc_reply *r)
 {
@@ -85,6 +116,11 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     struct store *s = node_rpc__need_store(n, r);
     if (!s)
         return;
+    if (fail_create_now()) {
+        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "CreateShard failed on "
+                        "purpose (BLOOMGRID_TEST_FAIL_CREATE_SHARD)");
+        return;
+    }
     UNPACK_OR_FAIL(Bloomgrid__V1__CreateShardRequest,
                    bloomgrid__v1__create_shard_request, m, req, len, r);
     struct bf_params p = {0};
@@ -183,6 +219,11 @@ out:
     bloomgrid__v1__create_shard_request__free_unpacked(m, NULL);
 }
 
+static void count_inserts(const struct bf *f, void *ctx)
+{
+    *(uint64_t *)ctx = bf_insert_count(f);
+}
+
 void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
                          struct rpc_reply *r)
 {
@@ -223,6 +264,15 @@ void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,
                        "%" PRIu64 " (it was here before that undrop): not "
                        "dropped", m->shard_index, m->filter, m->generation);
         goto out;
+    }
+    if (m->only_unwritten) {
+        uint64_t inserts = 0;
+        if (store_filter_read(sf, count_inserts, &inserts) < 0 || inserts) {
+            rpc_reply_error(r, GRPC_STATUS_FAILED_PRECONDITION,
+                            "shard %u of filter \"%s\" has taken keys (or cannot "
+                            "be read): not dropped", m->shard_index, m->filter);
+            goto out;
+        }
     }
     if (!m->secret_id)
         node_rpc__shard_facts(sf, &facts);

@@ -21,6 +21,8 @@
 #include "proc_accept.h"
 #include "proc_malloc.h"
 #include "router.h"
+#include "router_resp.h"
+#include "resp_door.h"
 #include "router_canary.h"
 #include "router_config.h"
 #include "router_health.h"
@@ -134,6 +136,38 @@ int main(int argc, char **argv)
     log_info("topology %s: %u groups", cfg.topology, t->ngroups);
     log_topology(t);
 
+    /* The Redis door (docs/RESP.md): its listening rule before anything
+     * listens. */
+    struct resp_settings_in rs = {
+        .resp_listen = cfg.resp_listen,
+        .resp_max_connections = cfg.resp_max_connections,
+        .resp_pipeline_bytes = cfg.resp_pipeline_bytes,
+        .resp_autocreate = cfg.resp_autocreate,
+        .resp_autocreate_capacity = cfg.resp_autocreate_capacity,
+        .resp_autocreate_error_rate = cfg.resp_autocreate_error_rate,
+        .max_batch_keys = cfg.max_batch_keys, .max_key_size = cfg.max_key_size,
+        .max_message_size = cfg.max_message_size, .conn_idle_ms = cfg.conn_idle_ms,
+    };
+    struct resp_backend rbe;
+    struct router_resp *rr = router_resp_new(&r);
+    if (!rr) {
+        log_error("out of memory");
+        return 1;
+    }
+    router_resp_backend(rr, &rbe);
+    struct resp_door_conf rdc = {.set = &rs, .prog = "bloomgrid-router", .tls = tls,
+                                 .auth = auth, .insecure = cfg.insecure, .be = &rbe};
+    struct resp_door *door = NULL;
+    if (resp_door_check(&rdc) < 0)
+        return 2;
+    /* The door's commands that wait for the nodes (a filter not yet seen
+     * complete, a creation, BF.INFO, DEL) run on libuv's pool: as many
+     * threads as the server's workers for such calls, unless the
+     * environment says otherwise (read by libuv at its first use). */
+    char pool[24];
+    snprintf(pool, sizeof pool, "%llu", (unsigned long long)cfg.threads);
+    setenv("UV_THREADPOOL_SIZE", pool, 0);
+
     rpc_signals_block();
     rpc_signals_on_hup(reload_topology, &r);
     if (tls)
@@ -209,11 +243,21 @@ int main(int argc, char **argv)
         return 1;
     }
     rpc_server_set_health(r.srv, "", true);
-    /* Tests and scripts read the bound port from this line. */
-    char host[256], hnote[300];
+    if (resp_door_start(&rdc, &door) < 0) {
+        router_health_stop(health);
+        router_canary_stop(canary);
+        rpc_server_shutdown(r.srv);
+        rpc_server_destroy(r.srv);
+        return 2;
+    }
+    if (door && tls)
+        rpc_signals_on_hup(resp_door_reload_tls, door);   /* after tls's own */
+    /* Tests and scripts read the bound ports from this line. */
+    char host[256], hnote[300], rnote[300];
     rpc_listen_host(cfg.listen, host, sizeof host);
     rpc_listen_health_note(r.srv, hli, cfg.health_listen, hnote, sizeof hnote);
-    log_announce("bloomgrid-router listening on %s:%d%s", host, port, hnote);
+    resp_door_note(door, rnote, sizeof rnote);
+    log_announce("bloomgrid-router listening on %s:%d%s%s", host, port, hnote, rnote);
     log_info("listening on %s:%d (%s; topology %s, %llu shards by default)", host,
              port, tls ? "TLS" : "plaintext", cfg.topology,
              (unsigned long long)cfg.default_shards);
@@ -227,6 +271,9 @@ int main(int argc, char **argv)
      * close (in the shutdown). */
     router_health_stop(health);
     router_canary_stop(canary);
+    /* The door's calls in flight end on the links, still open. */
+    resp_door_stop(door);
+    router_resp_free(rr);
     rpc_server_shutdown(r.srv);
     /* Scrapes end before the server their sampler reads is freed. */
     metrics_http_stop(mh);

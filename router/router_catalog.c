@@ -150,6 +150,7 @@ struct ref_ctx {
     const struct topo *t;
     uint64_t secret_id;
     uint64_t generation;        /* DropShard: only shards of at least this */
+    bool only_unwritten;        /* DropShard: only shards that took no key */
 };
 
 static grpc_slice get_req(const void *ctx, uint32_t s)
@@ -166,7 +167,8 @@ static grpc_slice drop_req(const void *ctx, uint32_t s)
     const struct ref_ctx *x = ctx;
     struct node_client_ref ref = {.filter = x->f->name, .shard = s,
                                   .topology_version = x->t->version,
-                                  .secret_id = x->secret_id, .generation = x->generation};
+                                  .secret_id = x->secret_id, .generation = x->generation,
+                                  .only_unwritten = x->only_unwritten};
     return node_client_drop_shard_req(&ref);
 }
 
@@ -228,7 +230,9 @@ static size_t telling_failure(const struct fan *fn, bool undrop)
  * whose answer was lost with a node down or slow), each only if it has this
  * call's secret, so a shard of the same name that another call created
  * stays; an undrop's (generation set) only at that generation or later, so
- * a copy that held the filter before stays too.  st gets the failure (and
+ * a copy that held the filter before stays too; and only if it never took
+ * a key (a client may have been told it is stored: such a shard stays, and
+ * so does the filter, to be dropped by hand).  st gets the failure (and
  * its reason), and names any shard that could not be dropped. */
 static void rollback(struct router *r, const struct topo *t,
                      const struct router_filter *f, const char *name,
@@ -241,7 +245,7 @@ static void rollback(struct router *r, const struct topo *t,
     uint32_t *undo = calloc(S, sizeof *undo);
     struct fan drops = {0};
     struct ref_ctx x = {.f = f, .t = t, .secret_id = f->secret_id,
-                        .generation = generation};
+                        .generation = generation, .only_unwritten = true};
     char left[RPC_MSGLEN] = "";
     size_t nleft = 0, off = 0;
     bool asked = false;
@@ -255,9 +259,12 @@ static void rollback(struct router *r, const struct topo *t,
                         &drops) == 0;
     for (size_t i = 0; asked && i < drops.n; i++) {
         grpc_status_code dc = drops.calls[i].st.code;
-        /* NOT_FOUND: never created; FAILED_PRECONDITION: another call's. */
+        /* NOT_FOUND: never created; SECRET_MISMATCH: another call's.  A
+         * shard that took a key (FAILED_PRECONDITION without that reason)
+         * stays and is named. */
         if (drops.calls[i].rc == 0 || dc == GRPC_STATUS_NOT_FOUND ||
-            dc == GRPC_STATUS_FAILED_PRECONDITION)
+            (dc == GRPC_STATUS_FAILED_PRECONDITION &&
+             drops.calls[i].st.reason == RPC_REASON_SECRET_MISMATCH))
             continue;
         log_error("create %s: rollback cannot drop shard %u on %s: %s", name,
                   drops.shard[i], drops.node[i], drops.calls[i].st.message);
@@ -1064,6 +1071,100 @@ out:
     for (size_t j = 0; d && j < nd; j++)
         router_filter_desc_free(&d[j]);
     free(d);
+    topo_unref(t);
+    return rc;
+}
+
+/* GetShard with the secret, for router_filter_complete. */
+static grpc_slice get_secret_req(const void *ctx, uint32_t s)
+{
+    const struct ref_ctx *x = ctx;
+    struct node_client_ref ref = {.filter = x->f->name, .shard = s,
+                                  .topology_version = x->t->version,
+                                  .placement_known = TOPO_PLACEMENT_NEWEST};
+    return node_client_get_shard_secret_req(&ref);
+}
+
+int router_filter_complete(struct router *r, const char *name, uint8_t *secret,
+                           struct rpc_status *st)
+{
+    struct topo *t = router_topo(r);
+    struct router_filter *f = router_filter_lookup(r, t, name, st);
+    uint32_t *list = NULL;
+    unsigned *have = NULL, *have_other = NULL;
+    struct fan fn = {0};
+    int rc = -1;
+
+    if (!f)
+        goto out;
+    list = calloc(f->shards, sizeof *list);
+    if (!list) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    have = calloc(f->shards, sizeof *have);
+    have_other = calloc(f->shards, sizeof *have_other);
+    if (!have || !have_other) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    for (uint32_t s = 0; s < f->shards; s++)
+        list[s] = s;
+    struct ref_ctx x = {.f = f, .t = t};
+    if (fan_run(r, t, f, list, f->shards, NODE_CLIENT_GET_SHARD, get_secret_req, &x, &fn) < 0) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    /* The calls come shard by shard, each in member order (fan_run). */
+    rc = 1;
+    for (size_t i = 0, m = 0; i < fn.n && rc == 1; i++, m++) {
+        const struct topo_group *g = &t->groups[f->group[fn.shard[i]]];
+        if (i > 0 && fn.shard[i] != fn.shard[i - 1])
+            m = 0;
+        Bloomgrid__V1__InternalShardInfo *isi = NULL;
+        if (fn.calls[i].rc == 0)
+            isi = bloomgrid__v1__internal_shard_info__unpack(
+                NULL, GRPC_SLICE_LENGTH(fn.calls[i].resp),
+                GRPC_SLICE_START_PTR(fn.calls[i].resp));
+        bool same = isi && isi->secret.len == BF_SECRET_LEN &&
+                    memcmp(isi->secret.data, f->secret, BF_SECRET_LEN) == 0 &&
+                    isi->shard_count == f->shards;
+        bool down = !isi && fn.calls[i].rc != 0 &&
+                    router_node_down(fn.calls[i].st.code);
+        if (same) {
+            if (m < g->ncopies)
+                have[fn.shard[i]]++;
+            if (g->other_mask & (1u << m))
+                have_other[fn.shard[i]]++;
+        } else if (!down) {
+            rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "filter \"%s\" is not "
+                           "complete: shard %u on %s %s", name, fn.shard[i],
+                           fn.node[i], !isi ? fn.calls[i].st.message
+                                            : "has another secret or shard count");
+            rc = 0;
+        }
+        if (isi)
+            bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+        bool last = i + 1 == fn.n || fn.shard[i + 1] != fn.shard[i];
+        if (rc == 1 && last &&
+            !quorum_write_met(g, have[fn.shard[i]], have_other[fn.shard[i]])) {
+            rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "filter \"%s\": shard %u "
+                           "is held by %u of the %u copies of group %s, fewer than "
+                           "its write quorum (the others are down)", name,
+                           fn.shard[i], have[fn.shard[i]], g->ncopies, g->name);
+            rc = 0;
+        }
+    }
+    if (rc == 0)
+        router_filter_forget(r, name);
+    else if (secret)
+        memcpy(secret, f->secret, BF_SECRET_LEN);
+out:
+    fan_free(&fn);
+    free(list);
+    free(have);
+    free(have_other);
+    router_filter_unref(f);
     topo_unref(t);
     return rc;
 }

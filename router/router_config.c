@@ -72,10 +72,13 @@ static const struct setting settings[] = {
      "with RESOURCE_EXHAUSTED; 0: never"},
     {"conn_idle_ms", SETTING_UINT, 0, 86400000, NULL, "300000", F(conn_idle_ms),
      "a connection with no call for this long is closed, and one that has "
-     "not finished its HTTP/2 handshake within it; 0: gRPC's defaults"},
+     "not finished its HTTP/2 handshake within it (0: gRPC's defaults); a "
+     "RESP connection with nothing received or sent for this long and no "
+     "command in flight is closed, half-sent commands included (0: never)"},
     {"threads", SETTING_UINT, 1, 256, NULL, "32", F(threads),
      "RPC worker threads for the other calls (catalog, Export, Import), which "
-     "may wait for the nodes"},
+     "may wait for the nodes; as many again for the RESP door's commands that "
+     "wait for them (libuv's pool, unless UV_THREADPOOL_SIZE is set)"},
     {"max_deferred", SETTING_UINT, 1, 1u << 20, NULL, "4096", F(max_deferred),
      "unary key calls (Add, MayContain, Remove) waiting for their nodes at "
      "once; more get RESOURCE_EXHAUSTED"},
@@ -91,6 +94,7 @@ static const struct setting settings[] = {
      "log line format: text (with a syslog priority prefix instead of the time when stderr is the systemd journal) or json (one object per line: time, level, program, source, msg), which the \"listening on\" and \"metrics on\" lines on stdout follow too"},
     RPC_LISTEN_SETTINGS(struct router_config),
     RPC_METRICS_SETTING(struct router_config),
+    RESP_SETTINGS(struct router_config),
     {"canary_filter", SETTING_STRING, 0, 0, NULL, "", F(canary_filter),
      "filter the router's canary adds a key to every canary_interval_ms and "
      "asks for every earlier one (bloomgrid_canary_false_negatives_total, "

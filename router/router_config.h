@@ -17,6 +17,7 @@
 #include "rpc_auth.h"
 #include "rpc_listen.h"
 #include "rpc_metrics.h"
+#include "resp_settings.h"
 
 /* The default of max_memory_mb: with the router's own few tens of MiB, a
  * router stays under 1 GiB. */
@@ -54,6 +55,7 @@ struct router_config {
     RPC_LISTEN_FIELDS
     RPC_METRICS_FIELDS
     RPC_AUTH_FIELDS
+    RESP_FIELDS
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the router

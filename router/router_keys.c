@@ -724,6 +724,9 @@ static void keys_to_pool(struct router *r, const char *filter, enum router_key_o
     done(arg, -1, &st);
 }
 
+/* Set while router_keys_start_nowait runs on its caller's thread. */
+static __thread bool keys_nowait;
+
 static void keys_start(struct router *r, const char *filter, enum router_key_op op,
                        const uint8_t *const *keys, const uint32_t *lens, size_t n,
                        bool *out, router_keys_fn done, void *arg, bool retried)
@@ -736,7 +739,7 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
     bool ask0 = false;
 
     struct router_filter *f;
-    if (rpc_server_on_loop()) {
+    if (rpc_server_on_loop() || keys_nowait) {
         /* A loop never waits for a node: a filter to fetch is the pool's. */
         struct router_filter *stale = NULL;
         f = router_filter_get(r, filter, t, &stale);
@@ -839,4 +842,14 @@ void router_keys_start(struct router *r, const char *filter, enum router_key_op 
                        bool *out, router_keys_fn done, void *arg)
 {
     keys_start(r, filter, op, keys, lens, n, out, done, arg, false);
+}
+
+void router_keys_start_nowait(struct router *r, const char *filter,
+                              enum router_key_op op, const uint8_t *const *keys,
+                              const uint32_t *lens, size_t n, bool *out,
+                              router_keys_fn done, void *arg)
+{
+    keys_nowait = true;
+    keys_start(r, filter, op, keys, lens, n, out, done, arg, false);
+    keys_nowait = false;
 }

@@ -487,6 +487,9 @@ static void link_event(struct rpc_loop_tag *hdr, bool ok)
 {
     struct link_tag *t = (struct link_tag *)(void *)hdr;
     struct router_link *l = t->s->lane->l;
+    /* On a server's queue, the last stream's end lets router_link_destroy
+     * free l: nothing of l is read after the event is handled. */
+    bool own_cq = l->own_cq;
     switch (t->kind) {
     case TAG_SEND:
         on_send(t->s, ok);
@@ -498,7 +501,7 @@ static void link_event(struct rpc_loop_tag *hdr, bool ok)
         on_status(t->s);
         break;
     }
-    if (l->own_cq && now_ns() >= atomic_load(&l->due))
+    if (own_cq && now_ns() >= atomic_load(&l->due))
         link_expire(l);
 }
 

@@ -79,6 +79,29 @@ void router_keys_start(struct router *r, const char *filter, enum router_key_op 
                        const uint8_t *const *keys, const uint32_t *lens, size_t n,
                        bool *out, router_keys_fn done, void *arg);
 
+/* router_keys_start for a caller that must never wait (an event loop of
+ * its own, the Redis door's): a filter that is not cached is fetched on
+ * the router's pool, as for a call on one of the server's loops. */
+void router_keys_start_nowait(struct router *r, const char *filter,
+                              enum router_key_op op, const uint8_t *const *keys,
+                              const uint32_t *lens, size_t n, bool *out,
+                              router_keys_fn done, void *arg);
+
+/* Is filter complete: does every copy of every shard's group that
+ * answers hold its shard with the secret the router knows (fetched when
+ * not cached), and at least a write quorum of copies per shard?  A copy
+ * that is down does not make it incomplete (a creation needs every copy,
+ * so a filter that was ever acknowledged is on it); one that answers
+ * without the shard (NOT_FOUND), or with another secret, does.  The Redis
+ * door sends no key to a filter before it is complete (a creation on the
+ * way, or rolled back).  Returns 1 with the secret checked in secret
+ * (BF_SECRET_LEN bytes; may be NULL), 0 with st saying which shard and
+ * copy lacks it (the cached entry is forgotten), or -1 with st (NOT_FOUND
+ * when the filter does not exist).  Blocks for one round of GetShard
+ * calls. */
+int router_filter_complete(struct router *r, const char *name, uint8_t *secret,
+                           struct rpc_status *st);
+
 /* One shard as a node describes it. */
 struct router_shard_desc {
     bool ok;                   /* false: the fields below are not known */

@@ -497,6 +497,7 @@ static Bloomgrid__V1__ShardRef drop_shard_msg(const struct node_client_ref *ref)
     m.secret_id = ref->secret_id;
     m.generation = ref->generation;
     m.topology_version = ref->topology_version;
+    m.only_unwritten = ref->only_unwritten;
     return m;
 }
 
@@ -601,6 +602,12 @@ grpc_slice node_client_drop_shard_req(const struct node_client_ref *ref)
 grpc_slice node_client_get_shard_req(const struct node_client_ref *ref)
 {
     Bloomgrid__V1__GetShardRequest m = get_shard_msg(ref, false);
+    return pack_slice(&m.base);
+}
+
+grpc_slice node_client_get_shard_secret_req(const struct node_client_ref *ref)
+{
+    Bloomgrid__V1__GetShardRequest m = get_shard_msg(ref, true);
     return pack_slice(&m.base);
 }
 

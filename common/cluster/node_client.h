@@ -145,6 +145,8 @@ struct node_client_ref {
     uint64_t topology_version;  /* 0: not sent */
     uint64_t secret_id;         /* DropShard: only a shard of this secret; 0: any */
     uint64_t generation;        /* DropShard: only one of at least this; 0: any */
+    bool only_unwritten;        /* DropShard: only a shard that never took a
+                                   key (FAILED_PRECONDITION otherwise) */
     uint32_t placement_known;   /* GetShard with the secret: the newest
                                    placement version the caller places by
                                    (topo.h); a filter placed by a newer one
@@ -219,6 +221,9 @@ grpc_slice node_client_create_shard_req(const struct node_client_create *c);
 grpc_slice node_client_drop_shard_req(const struct node_client_ref *ref);
 /* GetShard without the secret. */
 grpc_slice node_client_get_shard_req(const struct node_client_ref *ref);
+/* GetShard with the secret, by a caller that knows ref->placement_known
+ * (a newer placement version is FAILED_PRECONDITION, PLACEMENT_UNKNOWN). */
+grpc_slice node_client_get_shard_secret_req(const struct node_client_ref *ref);
 grpc_slice node_client_list_shards_req(uint64_t topo_version);
 grpc_slice node_client_node_info_req(void);
 

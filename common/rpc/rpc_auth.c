@@ -706,6 +706,28 @@ int rpc_auth_recheck(struct rpc_auth *a, const char *path, grpc_call *call,
     return -EACCES;
 }
 
+enum rpc_role rpc_auth_lookup(struct rpc_auth *a, const char *token, size_t len,
+                              uint8_t digest[RPC_TOKEN_DIGEST], char *name,
+                              uint64_t *gen)
+{
+    char err[RPC_AUTH_ERRLEN];
+    name[0] = 0;
+    *gen = 0;
+    memset(digest, 0, RPC_TOKEN_DIGEST);
+    if (rpc_token_check("token", token, len, err) < 0)
+        return RPC_ROLE_NONE;
+    rpc_token_digest(token, len, digest);
+    return lookup(a, digest, name, gen);
+}
+
+int rpc_auth_lookup_digest(struct rpc_auth *a, const uint8_t digest[RPC_TOKEN_DIGEST],
+                           char *name, uint64_t *gen)
+{
+    if (atomic_load_explicit(&a->gen, memory_order_acquire) == *gen)
+        return -1;
+    return (int)lookup(a, digest, name, gen);
+}
+
 /* ---- start-up ---- */
 
 int rpc_auth_setup(const char *tokens_file, const char *token_file,

@@ -160,6 +160,20 @@ int rpc_auth_admit(struct rpc_auth *a, enum rpc_auth_rule rule, const char *path
 int rpc_auth_recheck(struct rpc_auth *a, const char *path, grpc_call *call,
                      struct rpc_auth_who *who, struct rpc_status *st);
 
+/* A token presented outside gRPC (the RESP door's AUTH): its role (NONE
+ * when the table lacks it or it is malformed), its name (name holds
+ * RPC_TOKEN_NAME_MAX + 1 bytes, "" for NONE), its digest (for
+ * rpc_auth_lookup_digest) and the table generation it was checked under.
+ * Any thread. */
+enum rpc_role rpc_auth_lookup(struct rpc_auth *a, const char *token, size_t len,
+                              uint8_t digest[RPC_TOKEN_DIGEST], char *name,
+                              uint64_t *gen);
+/* The same check again, by digest: at once when the table is still the
+ * one of *gen (returns -1: nothing changed); else the role in the table
+ * now, *gen and name updated. */
+int rpc_auth_lookup_digest(struct rpc_auth *a, const uint8_t digest[RPC_TOKEN_DIGEST],
+                           char *name, uint64_t *gen);
+
 /* ---- start-up ---- */
 
 /* The two settings of every server process (node, router, merger): the

@@ -8,13 +8,14 @@
 #                      this many (NODES a multiple of it)   [1]
 #   BLOOMGRID_ROUTERS  number of routers             [1]
 #   BLOOMGRID_PORT     first port: nodes listen on PORT+1.., routers on
-#                      PORT+100..                    [7400]
+#                      PORT+100.., the routers' Redis-protocol ports
+#                      (RESP, docs/RESP.md) on PORT+200..   [7400]
 #   BLOOMGRID_DURABILITY  fsync|none for the nodes   [fsync]
 #   BLOOMGRID_STOP_TIMEOUT  seconds stop waits after SIGTERM before SIGKILL [15]
 # Layout under the state directory:
 #   topology.ini                 the topology every router reads
 #   node<i>/{data/,node.log,pid,addr}
-#   router<i>/{router.log,pid,addr}
+#   router<i>/{router.log,pid,addr,resp_addr}
 
 STATE=${BLOOMGRID_STATE:-./run/local}
 BUILD=${BLOOMGRID_BUILD:-./build}
@@ -33,7 +34,8 @@ options (each also an environment variable):
   --nodes N         nodes                                      [\$BLOOMGRID_NODES, 3]
   --copies N        copies per shard group (groups of N nodes) [\$BLOOMGRID_COPIES, 1]
   --routers N       routers                                    [\$BLOOMGRID_ROUTERS, 1]
-  --port P          nodes on P+1.., routers on P+100..         [\$BLOOMGRID_PORT, 7400]
+  --port P          nodes on P+1.., routers on P+100.., their
+                    RESP ports on P+200..                      [\$BLOOMGRID_PORT, 7400]
   --durability M    fsync|none for the nodes                   [\$BLOOMGRID_DURABILITY, fsync]
   --timeout S       stop: seconds after SIGTERM before SIGKILL [\$BLOOMGRID_STOP_TIMEOUT, 15]
 USAGE
@@ -70,6 +72,7 @@ parse_flags() {
 
 node_port() { echo $((PORT + $1)); }
 router_port() { echo $((PORT + 100 + $1)); }
+router_resp_port() { echo $((PORT + 200 + $1)); }
 
 # Is the process of pid file $1 alive and running binary $2?
 alive() {

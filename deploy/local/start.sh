@@ -107,15 +107,20 @@ for i in $(seq 1 "$ROUTERS"); do
     echo "router $i already running (pid $(cat "$d/pid"), 127.0.0.1:$p)"
     continue
   fi
-  if port_open "$p"; then
-    echo "start: port $p is taken by another process; choose --port" >&2
-    exit 1
-  fi
+  rp=$(router_resp_port "$i")
+  for q in "$p" "$rp"; do
+    if port_open "$q"; then
+      echo "start: port $q is taken by another process; choose --port" >&2
+      exit 1
+    fi
+  done
+  # The Redis door (docs/RESP.md) on a port of its own: redis-cli -p $rp.
   setsid "$ROUTER_BIN" --listen "127.0.0.1:$p" --topology "$STATE/topology.ini" \
-    >>"$d/router.log" 2>&1 < /dev/null &
+    --resp-listen "127.0.0.1:$rp" >>"$d/router.log" 2>&1 < /dev/null &
   echo $! > "$d/pid"
   echo "127.0.0.1:$p" > "$d/addr"
+  echo "127.0.0.1:$rp" > "$d/resp_addr"
   wait_listening "$d/pid" "$p" "$d/router.log"
-  echo "router $i started (pid $(cat "$d/pid"), 127.0.0.1:$p)"
+  echo "router $i started (pid $(cat "$d/pid"), 127.0.0.1:$p, RESP 127.0.0.1:$rp)"
 done
 echo "state: $STATE (topology $STATE/topology.ini)"

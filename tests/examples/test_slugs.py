@@ -141,7 +141,7 @@ def start_bloomgrid():
     state = os.path.join(root, "run")
     base = None
     for b in range(21000 + random.randrange(0, 200) * 37, 60000, 211):
-        ports = [b + 1, b + 2, b + 3, b + 101]
+        ports = [b + 1, b + 2, b + 3, b + 101, b + 201]
         ok = True
         for p in ports:
             s = socket.socket()

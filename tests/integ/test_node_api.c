@@ -507,7 +507,6 @@ static void test_internal(struct node_proc *np)
                        &st) < 0 && st.code == GS(INVALID_ARGUMENT),
               "17 bytes of hashes");
     }
-    free(h);
 
     Bloomgrid__V1__ListShardsRequest lrq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
     Bloomgrid__V1__ListShardsResponse *lr = NULL;
@@ -521,11 +520,26 @@ static void test_internal(struct node_proc *np)
 
     Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
     ProtobufCMessage *dr = NULL;
+    /* A rollback's drop (only_unwritten) leaves shard 1, which took keys. */
     ref.filter = "big";
+    ref.shard_index = 1;
+    ref.only_unwritten = true;
+    CHECK(rpc_call(ch, "/bloomgrid.v1.Internal/DropShard", &ref.base,
+                   &bloomgrid__v1__drop_shard_response__descriptor, &dr, TIMEOUT_MS,
+                   &st) < 0 && st.code == GS(FAILED_PRECONDITION) &&
+              strstr(st.message, "has taken keys"),
+          "only_unwritten drop of a shard with keys: %d %s", st.code, st.message);
+    CHECK(t_hashes(ch, "MayContainHashes", "big", 1, h, N, true, out, &st) == 0,
+          "query after the refused drop: %s", st.message);
+    for (size_t i = 0; i < N; i++)
+        CHECK(out[i], "hash %zu missing after the refused drop", i);
+    free(h);
+    /* ... and drops shard 3, which took none. */
     ref.shard_index = 3;
     CHECK(rpc_call(ch, "/bloomgrid.v1.Internal/DropShard", &ref.base,
                    &bloomgrid__v1__drop_shard_response__descriptor, &dr, TIMEOUT_MS,
                    &st) == 0, "drop shard: %s", st.message);
+    ref.only_unwritten = false;
     protobuf_c_message_free_unpacked(dr, NULL);
     CHECK(rpc_call(ch, "/bloomgrid.v1.Internal/DropShard", &ref.base,
                    &bloomgrid__v1__drop_shard_response__descriptor, &dr, TIMEOUT_MS,

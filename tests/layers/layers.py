@@ -18,6 +18,9 @@ FORBIDDEN = {
     "storage": GRPC + RPC + CLUSTER,
     "cluster": GRPC + STORAGE + ENGINE + RPC,
     "rpc": STORAGE + ENGINE + CLUSTER,
+    # The Redis door's library knows RESP, libuv and OpenSSL; the backends
+    # bring gRPC, storage and the cluster (node/node_resp.c, router_resp.c).
+    "resp": GRPC + STORAGE + ENGINE + RPC + CLUSTER,
 }
 
 

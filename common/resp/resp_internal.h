@@ -1,0 +1,231 @@
+/* resp_internal: what the files of the RESP library share: the server and
+ * connection structs, the reply slots, the command table entry.  Not for
+ * use outside common/resp/.
+ *
+ * Files: resp_server.c (the loop, listener, connections, I/O, TLS,
+ * budgets, idle), resp_cmd.c (the command table, dispatch, the commands
+ * of the connection: PING ... MULTI/EXEC), resp_bf.c (the BF.* commands:
+ * arguments, calls to the backend, reply shapes).  Everything here runs on
+ * the loop thread unless it says otherwise.
+ */
+#ifndef BLOOMGRID_RESP_INTERNAL_H
+#define BLOOMGRID_RESP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <openssl/ssl.h>
+#include <uv.h>
+
+#include "metrics.h"
+#include "resp_proto.h"
+#include "resp_server.h"
+
+struct resp_conn;
+
+/* The arguments of one command: pointers into the connection's input (or
+ * a MULTI queue entry), valid while the command is dispatched. */
+struct resp_args {
+    size_t argc;
+    const char **argv;
+    const size_t *argl;
+};
+
+/* Command flags. */
+enum {
+    RESP_CMD_NOAUTH = 1u << 0,  /* allowed before AUTH */
+    RESP_CMD_WRITE = 1u << 1,   /* changes a filter (COMMAND flags) */
+    RESP_CMD_READONLY = 1u << 2,
+    RESP_CMD_FILTER = 1u << 3,  /* argv[1] names a filter */
+    RESP_CMD_NOQUEUE = 1u << 4, /* runs at once inside MULTI */
+    RESP_CMD_FAST = 1u << 5,
+    RESP_CMD_CALL = 1u << 6,   /* a backend call: counted when it ends */
+};
+
+/* One entry of the command table (resp_cmd.c; BF.* in resp_bf.c): a new
+ * family (CF.*) is a new block of entries and handlers. */
+struct resp_command {
+    const char *name;            /* lower case */
+    int arity;                   /* > 0: exactly; < 0: at least -arity */
+    unsigned flags;
+    enum resp_role role;         /* the least role that may run it */
+    void (*run)(struct resp_conn *c, const struct resp_args *a);
+    const char *group;           /* COMMAND DOCS */
+    const char *summary;
+    const char *syntax;          /* the arguments after the name */
+    /* filled at start */
+    struct metric *m_calls, *m_errors, *m_time;
+};
+
+extern struct resp_command resp_commands[];
+extern const size_t resp_commands_count;
+extern struct resp_command resp_bf_commands[];
+extern const size_t resp_bf_commands_count;
+
+/* A reply that waits for its turn: every command made while an earlier
+ * one of the connection is unanswered gets one. */
+struct resp_slot {
+    struct resp_slot *next;
+    struct resp_buf buf;
+    bool ready;
+    size_t charge;               /* bytes counted against pipeline_bytes */
+};
+
+/* A write or catalog command of the connection in flight on a filter. */
+struct resp_flight {
+    char filter[160];
+    unsigned adds, catalog, reads;
+};
+
+/* A BF.* call with the library's part around the backend's. */
+struct resp_call_box {
+    struct resp_call call;       /* first: the backend's pointer */
+    struct resp_conn *conn;
+    struct resp_slot *slot;
+    struct resp_server *srv;
+    const struct resp_command *cmd;
+    unsigned shape;              /* how the reply is shaped (resp_bf.c) */
+    int info_field;              /* BF.INFO's one field, or -1 */
+    uint64_t t0_ns;
+    size_t flight;               /* index + 1 into conn->flights, or 0 */
+    int fkind;                   /* 0 add, 1 read, 2 catalog */
+    size_t charge;
+    void (*work)(struct resp_call *c);
+    uv_work_t wreq;
+    atomic_int work_state;       /* 0, 1 in the pool, 2 done there */
+    struct resp_call_box *qnext; /* the done queue */
+    void *keep;                  /* kept keys */
+};
+
+#define RESP_QUEUE_MAX 100000    /* commands in one MULTI */
+
+struct resp_queued {
+    size_t argc;
+    size_t *len;
+    char **argv;                 /* one block */
+};
+
+struct resp_conn {
+    uv_tcp_t tcp;                /* first: handle->data is the conn */
+    struct resp_server *srv;
+    struct resp_conn *prev, *next;
+    uint64_t id;
+    char addr[64];
+    /* input: in[start, len) not yet dispatched */
+    char *in;
+    size_t in_start, in_len, in_cap;
+    struct resp_parser parser;
+    bool parsed;                 /* parser holds a DONE command at in_start */
+    /* output */
+    struct resp_buf out;         /* ready, not handed to the socket */
+    struct resp_buf wbuf;        /* handed to uv_write */
+    uv_write_t wreq;
+    bool writing;
+    struct resp_slot *head, *tail;
+    size_t pending;              /* bytes counted against pipeline_bytes */
+    unsigned inflight;           /* calls not done */
+    struct resp_flight *flights;
+    size_t nflights, flights_cap;
+    bool reading, closing, closed, blocked, paused, dirty;
+    struct resp_conn *dnext;     /* the dirty list */
+    uint64_t last_ms;
+    /* session */
+    int proto;                   /* 2 or 3 */
+    bool authed;
+    struct resp_who who;
+    char name[128];
+    char lib_name[64], lib_ver[32];
+    unsigned db;
+    /* MULTI */
+    bool multi, multi_dirty, exec_running;
+    struct resp_queued *queue;
+    size_t nqueue, queue_cap, qbytes, exec_next;
+    /* the command being dispatched, and its error for the metrics */
+    const struct resp_command *cur;
+    bool cmd_error;
+    /* TLS */
+    SSL *ssl;
+    BIO *rbio, *wbio;
+};
+
+struct resp_server {
+    struct resp_server_config cfg;
+    char listen[256], prog[64], version[64];
+    struct resp_backend be;
+    struct resp_limits lim;
+    uv_loop_t loop;
+    uv_tcp_t listener;
+    uv_async_t wake;             /* done calls and stop */
+    uv_timer_t idle;
+    pthread_t thread;
+    bool started, running;
+    atomic_bool stopping;
+    atomic_int port;
+    struct resp_conn *conns;     /* list */
+    atomic_uint nconns;
+    uint64_t next_id;
+    unsigned calls;              /* in flight, server-wide */
+    struct resp_conn *dirty;     /* connections with output to flush */
+    /* calls finished on other threads */
+    pthread_mutex_t qmu;
+    struct resp_call_box *qhead, *qtail;
+    /* the arguments of the command being dispatched (loop thread) */
+    const char **argv;
+    size_t *argl, acap;
+    /* TLS */
+    pthread_mutex_t tls_mu;
+    SSL_CTX *ssl_ctx;
+    /* metrics */
+    struct metric *m_conns, *m_conns_total, *m_rejected, *m_unknown, *m_proto_err;
+    uint64_t started_s;
+};
+
+/* ---- resp_server.c ---- */
+uint64_t resp__now_ms(void);
+uint64_t resp__now_ns(void);
+/* Where the reply of the command being dispatched goes: conn->out when no
+ * earlier reply is waiting, else a new ready slot.  NULL when out of
+ * memory (the connection is closing). */
+struct resp_buf *resp__reply_buf(struct resp_conn *c);
+/* A slot (not ready) for a reply that comes later; NULL out of memory. */
+struct resp_slot *resp__slot_new(struct resp_conn *c);
+/* The slot is ready: move every ready reply at the head to the output. */
+void resp__slot_ready(struct resp_conn *c, struct resp_slot *s);
+/* Write every connection's new output (end of a loop callback). */
+void resp__flush_dirty(struct resp_server *s);
+/* Flush the connection's output at the end of this loop pass. */
+void resp__mark_dirty(struct resp_conn *c);
+/* Close after what is queued has been written (QUIT, a protocol error). */
+void resp__close_after_reply(struct resp_conn *c);
+/* Go on with the connection's input (after a blocked command may run). */
+void resp__resume(struct resp_conn *c);
+/* A call's connection let go of one reference (a call finished). */
+void resp__conn_release(struct resp_conn *c);
+/* From any thread: queue a finished call for the loop. */
+void resp__call_post(struct resp_call_box *b);
+/* The server's count of calls in flight changed (stop waits for 0). */
+void resp__calls_changed(struct resp_server *s);
+
+/* ---- resp_cmd.c ---- */
+void resp__commands_init(struct resp_server *s);
+/* Run one command (from the input or a MULTI queue).  Returns 1 when it
+ * ran (or was queued or refused), 0 when it must wait for an earlier
+ * command of the connection on its filter (nothing done). */
+int resp__dispatch(struct resp_conn *c, const struct resp_args *a);
+/* Free a connection's session state (MULTI queue). */
+void resp__session_free(struct resp_conn *c);
+/* Errors of the command being dispatched, counted for its metrics. */
+void resp__err(struct resp_conn *c, const char *prefix, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const struct resp_command *resp__lookup(const char *name, size_t len);
+
+/* ---- resp_bf.c ---- */
+/* Would this BF.* command wait for an earlier one of the connection? */
+bool resp__bf_must_wait(struct resp_conn *c, const struct resp_command *cmd,
+                        const struct resp_args *a);
+/* Finish a call on the loop thread: shape its reply, release its slot. */
+void resp__call_finish(struct resp_call_box *b);
+
+#endif

@@ -1,0 +1,311 @@
+/* node_resp: BF.* commands on the node's store (node_resp.h).
+ *
+ * A key command follows the gRPC key path (node_keys_rpc.c): the store,
+ * the group rule, the filter, the keys hashed under the filter's shared
+ * lock; a read answers at once from the bits (refused while the shard is
+ * SYNCING), a write sets its bits and queues its log record
+ * (store_add_hashes_async) and is answered by the commit thread once the
+ * record is durable.  An add to a missing filter that may create it runs
+ * the creation and then the add on libuv's pool.
+ */
+#include "node_resp.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf.h"
+#include "log.h"
+#include "node_rpc.h"
+#include "rules.h"
+#include "store.h"
+
+/* A refusal in r (a gRPC handler's) as the call's failure. */
+static void fail_reply(struct resp_call *c, const struct rpc_reply *r)
+{
+    resp_call_fail(c, (int)r->st.code, "%s", r->st.message);
+}
+
+struct hash_job {
+    const struct resp_call *c;
+    struct bf_hash *h;
+};
+
+static void hash_keys(const struct bf *f, void *ctx)
+{
+    struct hash_job *j = ctx;
+    for (size_t i = 0; i < j->c->n; i++)
+        j->h[i] = bf_hash_key(f, j->c->keys[i], j->c->lens[i]);
+}
+
+/* The commit thread: the write is durable (rc 0) or failed. */
+static void write_done(void *ctx, int rc)
+{
+    struct resp_call *c = ctx;
+    struct store_filter *sf = c->bctx[0];
+    if (rc < 0) {
+        struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
+        node_rpc__store_error(&r, NULL, c->filter, rc,
+                              "the write could not be made durable; nothing was "
+                              "acknowledged");
+        fail_reply(c, &r);
+    }
+    store_put(sf);
+    resp_call_done(c);
+}
+
+/* Hash c's keys into the filter sf (held) and apply c's op.  Any thread.
+ * Finishes c (now, or from the commit thread). */
+static void apply_keys(struct node *n, struct resp_call *c, struct store_filter *sf)
+{
+    (void)n;
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
+    char err[STORE_ERRLEN] = "";
+    struct scratch *sc = node_rpc__thread_scratch();
+    if (!sc || node_rpc__scratch_reserve(sc, c->n ? c->n : 1) < 0) {
+        resp_call_fail(c, RESP_RESOURCE_EXHAUSTED, "out of memory");
+        goto done;
+    }
+    struct hash_job job = {c, sc->hashes};
+    int rc = store_filter_read(sf, hash_keys, &job);
+    if (rc < 0) {
+        node_rpc__store_error(&r, sf, c->filter, rc, NULL);
+        fail_reply(c, &r);
+        goto done;
+    }
+    if (c->op == RESP_BF_EXISTS) {
+        if (node_rpc__refuse_syncing(sf, &r)) {
+            fail_reply(c, &r);
+            goto done;
+        }
+        rc = store_may_contain_hashes(sf, sc->hashes, c->n, c->out);
+        if (rc < 0) {
+            node_rpc__store_error(&r, sf, c->filter, rc, err);
+            fail_reply(c, &r);
+        }
+        goto done;
+    }
+    c->bctx[0] = sf;
+    rc = store_add_hashes_async(sf, sc->hashes, c->n, c->out, write_done, c, err);
+    if (rc == 0)
+        return;   /* write_done finishes c and lets go of sf */
+    node_rpc__store_error(&r, sf, c->filter, rc, err);
+    fail_reply(c, &r);
+done:
+    store_put(sf);
+    resp_call_done(c);
+}
+
+/* The parameters of a filter BF.RESERVE or an add creates: RedisBloom's
+ * scaling filter unless NONSCALING. */
+static int create_params(const struct resp_call *c, struct bf_params *p,
+                         struct rpc_reply *r)
+{
+    memset(p, 0, sizeof *p);
+    p->capacity = c->create.capacity;
+    p->error_rate = c->create.error_rate;
+    p->kind = c->create.nonscaling ? BF_KIND_BLOCKED : BF_KIND_SCALABLE;
+    if (!c->create.nonscaling) {
+        if (c->create.expansion < 1 || c->create.expansion > BF_GROWTH_MAX) {
+            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "EXPANSION %u: a "
+                            "scaling filter grows 1 to %g times a layer",
+                            c->create.expansion, BF_GROWTH_MAX);
+            return -1;
+        }
+        p->growth = c->create.expansion;
+    }
+    if (!node_rpc__params_ok(p->capacity, p->error_rate, r))
+        return -1;
+    bf_params_default(p);
+    return 0;
+}
+
+/* Create c's filter (pool thread).  0, or -1 with r set; an add treats a
+ * filter created meanwhile by another call as its own. */
+static int create_filter(struct node *n, struct store *s, struct resp_call *c,
+                         struct rpc_reply *r)
+{
+    struct bf_params p;
+    char err[STORE_ERRLEN] = "";
+    if (node_rpc__refuse_public_catalog(r, c->op == RESP_BF_RESERVE ? "BF.RESERVE"
+                                                                      : "BF.ADD creating a filter") ||
+        create_params(c, &p, r) < 0)
+        return -1;
+    int rc = store_create(s, c->filter, &p, err);
+    if (rc == -EEXIST && c->op == RESP_BF_ADD)
+        return 0;
+    if (rc < 0) {
+        node_rpc__store_error(r, NULL, c->filter, rc, err);
+        return -1;
+    }
+    (void)n;
+    log_info("created filter %s (%s, capacity %llu, error_rate %g) over RESP",
+             c->filter, bf_kind_name(p.kind), (unsigned long long)p.capacity,
+             p.error_rate);
+    return 0;
+}
+
+static struct node *node_of(struct resp_call *c)
+{
+    return c->bctx[1];
+}
+
+/* Pool thread: create the filter, then add. */
+static void create_and_add(struct resp_call *c)
+{
+    struct node *n = node_of(c);
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
+    struct store *s = node_rpc__need_store(n, &r);
+    if (!s || create_filter(n, s, c, &r) < 0) {
+        fail_reply(c, &r);
+        resp_call_done(c);
+        return;
+    }
+    struct store_filter *sf = store_get(s, c->filter);
+    if (!sf) {
+        resp_call_fail(c, RESP_NOT_FOUND, "filter \"%s\" was dropped right after "
+                       "its creation", c->filter);
+        resp_call_done(c);
+        return;
+    }
+    apply_keys(n, c, sf);
+}
+
+static void reserve_work(struct resp_call *c)
+{
+    struct node *n = node_of(c);
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
+    struct store *s = node_rpc__need_store(n, &r);
+    if (!s || create_filter(n, s, c, &r) < 0)
+        fail_reply(c, &r);
+    resp_call_done(c);
+}
+
+static void del_work(struct resp_call *c)
+{
+    struct node *n = node_of(c);
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
+    char err[STORE_ERRLEN] = "", name[RULES_FILTER_NAME_MAX + 1];
+    struct store *s = node_rpc__need_store(n, &r);
+    if (!s || node_rpc__refuse_public_catalog(&r, "DEL")) {
+        fail_reply(c, &r);
+        resp_call_done(c);
+        return;
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        snprintf(name, sizeof name, "%.*s", (int)c->lens[i], (const char *)c->keys[i]);
+        int rc = store_drop(s, name, err);
+        if (rc == -ENOENT)
+            continue;
+        if (rc < 0) {
+            node_rpc__store_error(&r, NULL, name, rc, err);
+            fail_reply(c, &r);
+            break;
+        }
+        c->out[i] = true;
+        log_info("dropped filter %s over RESP", name);
+        node_sync_forget(node_rpc__sync_get(), name, 0);
+    }
+    resp_call_done(c);
+}
+
+static void info_read(const struct bf *f, void *ctx)
+{
+    struct resp_bf_info *in = ctx;
+    struct bf_layer_info li;
+    uint32_t layers = bf_layer_count(f);
+    in->capacity = 0;
+    for (uint32_t i = 0; i < layers; i++)
+        if (bf_layer_info(f, i, &li) == 0)
+            in->capacity += li.capacity;
+    in->size = bf_bytes(f);
+    in->filters = layers;
+    in->items = bf_insert_count(f);
+    in->expansion = bf_kind(f) == BF_KIND_SCALABLE ? (long long)bf_growth(f) : -1;
+}
+
+static void node_bf(void *arg, struct resp_call *c)
+{
+    struct node *n = arg;
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
+    c->bctx[1] = n;
+    struct store *s = node_rpc__need_store(n, &r);
+    if (!s) {
+        fail_reply(c, &r);
+        resp_call_done(c);
+        return;
+    }
+    switch (c->op) {
+    case RESP_BF_RESERVE:
+        if (resp_call_offload(c, reserve_work) < 0)
+            goto oom;
+        return;
+    case RESP_BF_DEL:
+        if (resp_call_offload(c, del_work) < 0)
+            goto oom;
+        return;
+    case RESP_BF_INFO:
+    case RESP_BF_CARD: {
+        struct store_filter *sf = store_get(s, c->filter);
+        if (!sf) {
+            if (c->op == RESP_BF_CARD)
+                c->count = 0;   /* RedisBloom's answer for a missing filter */
+            else
+                resp_call_fail(c, RESP_NOT_FOUND, "filter \"%s\" does not exist",
+                               c->filter);
+            break;
+        }
+        int rc = store_filter_read(sf, info_read, &c->info);
+        if (rc < 0) {
+            node_rpc__store_error(&r, sf, c->filter, rc, NULL);
+            fail_reply(c, &r);
+        }
+        c->count = (long long)c->info.items;
+        store_put(sf);
+        break;
+    }
+    case RESP_BF_ADD:
+    case RESP_BF_EXISTS: {
+        bool write = c->op == RESP_BF_ADD;
+        if (node_rpc__refuse_public(&r, write ? "BF.ADD" : "BF.EXISTS", write)) {
+            fail_reply(c, &r);
+            break;
+        }
+        struct store_filter *sf = store_get(s, c->filter);
+        if (sf) {
+            apply_keys(n, c, sf);
+            return;
+        }
+        if (!write) {
+            resp_call_fail(c, RESP_NOT_FOUND, "filter \"%s\" does not exist (a read "
+                           "of a missing filter is an error here, never 0: "
+                           "docs/RESP.md)", c->filter);
+            break;
+        }
+        if (!c->create.allowed) {
+            resp_call_fail(c, RESP_NOT_FOUND, "filter \"%s\" does not exist; %s",
+                           c->filter, c->create.why_not ? c->create.why_not : "");
+            break;
+        }
+        if (resp_call_offload(c, create_and_add) < 0)
+            goto oom;
+        return;
+    }
+    }
+    resp_call_done(c);
+    return;
+oom:
+    resp_call_fail(c, RESP_RESOURCE_EXHAUSTED, "out of memory");
+    resp_call_done(c);
+}
+
+void node_resp_backend(struct node *n, struct resp_backend *be)
+{
+    memset(be, 0, sizeof *be);
+    be->arg = n;
+    be->bf = node_bf;
+    /* A write's bits are set before its command returns: a later read on
+     * the node sees them. */
+    be->reads_wait_writes = false;
+}

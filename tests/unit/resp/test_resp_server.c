@@ -1,0 +1,433 @@
+/* Tests of resp_server with a backend made here: replies in order whatever
+ * order calls finish in, reads that wait for a connection's writes,
+ * MULTI/EXEC, AUTH and roles, and the budgets (arguments, connections,
+ * pipeline bytes, idle connections), over real sockets on loopback. */
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "resp_server.h"
+
+/* ---- the backend ----
+ * filter "sync": answered at once (EXISTS: key "yes" is present).
+ * filter "slow": answered by the finisher thread, newest first, once
+ *   release is set or 30 ms after the call.
+ * filter "hold": answered only when release is set. */
+#define QMAX 100000
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct resp_call *queue[QMAX];
+static int nq;
+static atomic_int calls, adds_started, adds_done, read_before_write;
+static atomic_bool release, stop_finisher;
+static pthread_t finisher;
+
+static void answer(struct resp_call *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        c->out[i] = c->op == RESP_BF_ADD ||
+                    (c->lens[i] == 3 && memcmp(c->keys[i], "yes", 3) == 0);
+    if (c->op == RESP_BF_ADD)
+        atomic_fetch_add(&adds_done, 1);
+    resp_call_done(c);
+}
+
+static void *finisher_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stop_finisher)) {
+        struct timespec ts = {0, 30 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&mu);
+        int k = nq;
+        bool rel = atomic_load(&release);
+        static struct resp_call *batch[QMAX];
+        int nb = 0;
+        for (int i = k - 1; i >= 0; i--)
+            if (queue[i]->bval[0] == 1 || rel)
+                batch[nb++] = queue[i];
+        /* keep the held ones */
+        int m = 0;
+        for (int i = 0; i < k; i++)
+            if (!(queue[i]->bval[0] == 1 || rel))
+                queue[m++] = queue[i];
+        nq = m;
+        pthread_mutex_unlock(&mu);
+        for (int i = 0; i < nb; i++)
+            answer(batch[i]);
+    }
+    return NULL;
+}
+
+static void be_bf(void *arg, struct resp_call *c)
+{
+    (void)arg;
+    atomic_fetch_add(&calls, 1);
+    if (c->op == RESP_BF_ADD)
+        atomic_fetch_add(&adds_started, 1);
+    else if (c->op == RESP_BF_EXISTS &&
+             atomic_load(&adds_started) != atomic_load(&adds_done))
+        atomic_fetch_add(&read_before_write, 1);
+    if (strcmp(c->filter, "sync") == 0) {
+        answer(c);
+        return;
+    }
+    if (strcmp(c->filter, "missing") == 0) {
+        resp_call_fail(c, RESP_NOT_FOUND, "filter \"missing\" does not exist");
+        resp_call_done(c);
+        return;
+    }
+    if (strcmp(c->filter, "down") == 0) {
+        resp_call_fail(c, RESP_UNAVAILABLE, "shard 0: 1 of 2 copies answered");
+        resp_call_done(c);
+        return;
+    }
+    if (resp_call_keep(c) < 0) {
+        resp_call_fail(c, RESP_RESOURCE_EXHAUSTED, "oom");
+        resp_call_done(c);
+        return;
+    }
+    c->bval[0] = strcmp(c->filter, "slow") == 0;
+    pthread_mutex_lock(&mu);
+    queue[nq++] = c;
+    pthread_mutex_unlock(&mu);
+}
+
+static int be_auth(void *arg, const char *tok, size_t len, struct resp_who *who)
+{
+    (void)arg;
+    if (len == 4 && memcmp(tok, "rtok", 4) == 0)
+        who->role = RESP_ROLE_READ;
+    else if (len == 4 && memcmp(tok, "atok", 4) == 0)
+        who->role = RESP_ROLE_ADMIN;
+    else
+        return -EACCES;
+    snprintf(who->name, sizeof who->name, "%.4s", tok);
+    return 0;
+}
+
+static struct resp_server *srv;
+static int port;
+
+static void start_server(bool tokens, unsigned max_conns, size_t pipeline, uint64_t idle)
+{
+    char err[RESP_SERVER_ERRLEN];
+    struct resp_server_config cfg = {
+        .listen = "127.0.0.1:0", .prog = "test", .version = "1",
+        .max_connections = max_conns, .max_args = 100, .max_bulk = 64,
+        .max_command = 4096, .max_key = 32, .pipeline_bytes = pipeline,
+        .idle_ms = idle, .autocreate = true, .autocreate_error_rate = 0.01,
+        .autocreate_capacity = 100,
+    };
+    struct resp_backend be = {.bf = be_bf, .reads_wait_writes = true,
+                              .auth = tokens ? be_auth : NULL};
+    atomic_store(&release, false);
+    atomic_store(&stop_finisher, false);
+    atomic_store(&calls, 0);
+    atomic_store(&read_before_write, 0);
+    atomic_store(&adds_started, 0);
+    atomic_store(&adds_done, 0);
+    nq = 0;
+    pthread_create(&finisher, NULL, finisher_main, NULL);
+    srv = resp_server_create(&cfg, &be, err);
+    ck_assert_msg(srv, "%s", err);
+    port = resp_server_start(srv, err);
+    ck_assert_msg(port > 0, "%s", err);
+}
+
+static void stop_server(void)
+{
+    atomic_store(&release, true);
+    resp_server_destroy(srv);
+    atomic_store(&stop_finisher, true);
+    pthread_join(finisher, NULL);
+}
+
+static int dial(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+static void send_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        ck_assert(k > 0);
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+/* Read until want arrives (exactly: the bytes read are compared) or the
+ * peer closes; 10 s at most. */
+static void expect(int fd, const char *want)
+{
+    size_t n = strlen(want), got = 0;
+    char *buf = calloc(1, n + 1);
+    while (got < n) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ck_assert_msg(poll(&p, 1, 10000) == 1, "no reply; have \"%.*s\", want \"%s\"",
+                      (int)got, buf, want);
+        ssize_t k = recv(fd, buf + got, n - got, 0);
+        ck_assert_msg(k > 0, "closed; have \"%.*s\", want \"%s\"", (int)got, buf, want);
+        got += (size_t)k;
+    }
+    ck_assert_msg(memcmp(buf, want, n) == 0, "have \"%s\", want \"%s\"", buf, want);
+    free(buf);
+}
+
+/* The peer closes (after anything still unread) within 10 s. */
+static void expect_closed(int fd)
+{
+    char buf[4096];
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ck_assert_msg(poll(&p, 1, 10000) == 1, "the connection stayed open");
+        ssize_t k = recv(fd, buf, sizeof buf, 0);
+        if (k <= 0)
+            return;
+    }
+}
+
+static const char *cmd(char *buf, const char *w0, const char *w1, const char *w2)
+{
+    const char *w[3] = {w0, w1, w2};
+    int n = w2 ? 3 : w1 ? 2 : 1;
+    size_t k = (size_t)sprintf(buf, "*%d\r\n", n);
+    for (int i = 0; i < n; i++)
+        k += (size_t)sprintf(buf + k, "$%zu\r\n%s\r\n", strlen(w[i]), w[i]);
+    return buf;
+}
+
+START_TEST(replies_keep_the_order_of_commands)
+{
+    char b[3][128], all[512];
+    start_server(false, 100, 1 << 20, 0);
+    int fd = dial();
+    /* slow ones finish newest first; sync at once */
+    snprintf(all, sizeof all, "%s%s%s%s", cmd(b[0], "BF.ADD", "slow", "a"),
+             cmd(b[1], "BF.EXISTS", "sync", "yes"), cmd(b[2], "BF.MADD", "slow", "b"),
+             "PING\r\n");
+    send_all(fd, all, strlen(all));
+    expect(fd, ":1\r\n:1\r\n*1\r\n:1\r\n+PONG\r\n");
+    close(fd);
+    stop_server();
+}
+END_TEST
+
+START_TEST(a_read_waits_for_the_connections_writes_to_its_filter)
+{
+    char b[4][128], all[512];
+    start_server(false, 100, 1 << 20, 0);
+    int fd = dial();
+    snprintf(all, sizeof all, "%s%s%s%s", cmd(b[0], "BF.ADD", "slow", "a"),
+             cmd(b[1], "BF.EXISTS", "slow", "a"), cmd(b[2], "BF.ADD", "slow", "b"),
+             cmd(b[3], "BF.MEXISTS", "slow", "b"));
+    send_all(fd, all, strlen(all));
+    expect(fd, ":1\r\n:0\r\n:1\r\n*1\r\n:0\r\n");
+    ck_assert_int_eq(atomic_load(&read_before_write), 0);
+    ck_assert_int_eq(atomic_load(&calls), 4);
+    close(fd);
+    stop_server();
+}
+END_TEST
+
+START_TEST(errors_are_whole_replies)
+{
+    char b[4][128], all[512];
+    start_server(false, 100, 1 << 20, 0);
+    int fd = dial();
+    snprintf(all, sizeof all, "%s%s%s%s", cmd(b[0], "BF.MEXISTS", "down", "a"),
+             cmd(b[1], "BF.EXISTS", "missing", "a"), cmd(b[2], "BF.ADD", "bad:name", "a"),
+             cmd(b[3], "NOPE", "x", NULL));
+    send_all(fd, all, strlen(all));
+    expect(fd, "-UNAVAILABLE shard 0: 1 of 2 copies answered\r\n"
+               "-ERR not found: filter \"missing\" does not exist\r\n"
+               "-ERR filter name \"bad:name\" may contain only letters, digits, '.', "
+               "'_' and '-' (bad byte 0x3a at position 3)\r\n"
+               "-ERR unknown command 'NOPE', with args beginning with: 'x' \r\n");
+    close(fd);
+    stop_server();
+}
+END_TEST
+
+START_TEST(multi_exec_runs_the_queue_in_order)
+{
+    char b[3][128], all[512];
+    start_server(false, 100, 1 << 20, 0);
+    int fd = dial();
+    snprintf(all, sizeof all, "MULTI\r\n%s%sPING\r\nEXEC\r\n",
+             cmd(b[0], "BF.ADD", "slow", "a"), cmd(b[1], "BF.EXISTS", "slow", "a"));
+    send_all(fd, all, strlen(all));
+    expect(fd, "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n:1\r\n:0\r\n+PONG\r\n");
+    ck_assert_int_eq(atomic_load(&read_before_write), 0);
+    snprintf(all, sizeof all, "MULTI\r\nBF.ADD sync\r\nPING\r\nEXEC\r\nEXEC\r\nDISCARD\r\n");
+    send_all(fd, all, strlen(all));
+    expect(fd, "+OK\r\n-ERR wrong number of arguments for 'bf.add' command\r\n"
+               "+QUEUED\r\n-EXECABORT Transaction discarded because of previous "
+               "errors.\r\n-ERR EXEC without MULTI\r\n-ERR DISCARD without MULTI\r\n");
+    close(fd);
+    stop_server();
+}
+END_TEST
+
+START_TEST(auth_and_roles)
+{
+    start_server(true, 100, 1 << 20, 0);
+    int fd = dial();
+    const char *s = "PING\r\nAUTH wrong\r\nAUTH rtok\r\nPING\r\nBF.EXISTS sync yes\r\n"
+                    "BF.ADD sync a\r\nHELLO 3 AUTH x atok\r\nBF.ADD sync a\r\n"
+                    "RESET\r\nPING\r\n";
+    send_all(fd, s, strlen(s));
+    expect(fd, "-NOAUTH Authentication required.\r\n"
+               "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+               "+OK\r\n+PONG\r\n:1\r\n"
+               "-NOPERM this user has no permissions to run the 'bf.add' command "
+               "(token rtok has role read; it needs write)\r\n"
+               "%7\r\n$6\r\nserver\r\n$9\r\nbloomgrid\r\n");
+    /* the rest of HELLO's map, then BF.ADD as admin, RESET, NOAUTH again */
+    char rest[512];
+    size_t got = 0;
+    /* RESP3 after HELLO 3: BF.ADD answers a boolean */
+    const char *tail = "#t\r\n+RESET\r\n-NOAUTH Authentication required.\r\n";
+    while (got < sizeof rest - 1) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ck_assert(poll(&p, 1, 10000) == 1);
+        ssize_t k = recv(fd, rest + got, sizeof rest - 1 - got, 0);
+        ck_assert(k > 0);
+        got += (size_t)k;
+        rest[got] = 0;
+        if (got >= strlen(tail) && strcmp(rest + got - strlen(tail), tail) == 0)
+            break;
+    }
+    ck_assert_ptr_nonnull(strstr(rest, "$5\r\nproto\r\n:3\r\n"));
+    close(fd);
+    stop_server();
+}
+END_TEST
+
+START_TEST(oversized_commands_close_the_connection)
+{
+    start_server(false, 100, 1 << 20, 0);
+    int fd = dial();
+    send_all(fd, "*101\r\n", 6);
+    expect(fd, "-ERR Protocol error: invalid multibulk length: 101 arguments, more "
+               "than the 100 allowed\r\n");
+    expect_closed(fd);
+    close(fd);
+    fd = dial();
+    send_all(fd, "*2\r\n$65\r\n", 9);
+    expect(fd, "-ERR Protocol error: invalid bulk length: 65 bytes, more than the 64 "
+               "allowed\r\n");
+    expect_closed(fd);
+    close(fd);
+    /* a key past max_key: an error for the command, the connection stays */
+    fd = dial();
+    char k[128];
+    sprintf(k, "*3\r\n$6\r\nBF.ADD\r\n$4\r\nsync\r\n$33\r\n%033d\r\nPING\r\n", 0);
+    send_all(fd, k, strlen(k));
+    expect(fd, "-ERR key 0 is 33 bytes; the limit is 32 (max_key_size)\r\n+PONG\r\n");
+    close(fd);
+    stop_server();
+}
+END_TEST
+
+START_TEST(connections_past_the_budget_are_refused)
+{
+    start_server(false, 2, 1 << 20, 0);
+    int a = dial(), b = dial();
+    send_all(a, "PING\r\n", 6);
+    expect(a, "+PONG\r\n");
+    send_all(b, "PING\r\n", 6);
+    expect(b, "+PONG\r\n");
+    int c = dial();
+    expect(c, "-ERR max number of clients reached\r\n");
+    expect_closed(c);
+    close(c);
+    close(a);
+    /* a place is free again once the server has seen a close */
+    for (int i = 0; i < 200 && resp_server_connections(srv) > 1; i++)
+        usleep(10000);
+    c = dial();
+    send_all(c, "PING\r\n", 6);
+    expect(c, "+PONG\r\n");
+    close(b);
+    close(c);
+    stop_server();
+}
+END_TEST
+
+/* A client that pipelines without reading makes the server stop reading
+ * it: the calls in flight stay bounded by the pipeline budget. */
+START_TEST(a_pipeline_past_its_budget_is_not_read)
+{
+    start_server(false, 10, 65536, 0);
+    int fd = dial();
+    enum { N = 5000 };
+    static char all[N * 40];
+    size_t k = 0;
+    for (int i = 0; i < N; i++)
+        k += (size_t)sprintf(all + k, "BF.ADD hold k%d\r\n", i);
+    send_all(fd, all, k);
+    usleep(300000);
+    int seen = atomic_load(&calls);
+    ck_assert_msg(seen > 0 && seen < 200, "%d calls taken in", seen);
+    atomic_store(&release, true);
+    /* every command is answered once the backend lets go */
+    size_t want = (size_t)N * 4, got = 0;
+    char buf[65536];
+    while (got < want) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ck_assert(poll(&p, 1, 10000) == 1);
+        ssize_t r = recv(fd, buf, sizeof buf, 0);
+        ck_assert(r > 0);
+        got += (size_t)r;
+    }
+    ck_assert_uint_eq(got, want);
+    ck_assert_int_eq(atomic_load(&calls), N);
+    close(fd);
+    stop_server();
+}
+END_TEST
+
+START_TEST(idle_connections_are_closed)
+{
+    start_server(false, 10, 1 << 20, 100);
+    int fd = dial();
+    send_all(fd, "*2\r\n$4\r\nECHO", 13);   /* half a command */
+    expect_closed(fd);
+    close(fd);
+    stop_server();
+}
+END_TEST
+
+Suite *resp_server_suite(void)
+{
+    Suite *s = suite_create("resp_server");
+    TCase *t = tcase_create("core");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, replies_keep_the_order_of_commands);
+    tcase_add_test(t, a_read_waits_for_the_connections_writes_to_its_filter);
+    tcase_add_test(t, errors_are_whole_replies);
+    tcase_add_test(t, multi_exec_runs_the_queue_in_order);
+    tcase_add_test(t, auth_and_roles);
+    tcase_add_test(t, oversized_commands_close_the_connection);
+    tcase_add_test(t, connections_past_the_budget_are_refused);
+    tcase_add_test(t, a_pipeline_past_its_budget_is_not_read);
+    tcase_add_test(t, idle_connections_are_closed);
+    suite_add_tcase(s, t);
+    return s;
+}

@@ -159,6 +159,7 @@ struct resp_server {
     uv_tcp_t listener;
     uv_async_t wake;             /* done calls and stop */
     uv_timer_t idle;
+    uv_prepare_t pass;           /* be.pass_end, before every poll */
     pthread_t thread;
     bool started, running;
     atomic_bool stopping;

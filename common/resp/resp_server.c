@@ -11,6 +11,8 @@
  * pass: a pipeline of commands costs one write, tried at once with
  * uv_try_write (the rest waits for the socket).  Calls that finish on
  * other threads are queued under a mutex and the loop woken (uv_async).
+ * A backend with pass_end is called before every poll (uv_prepare), so
+ * that it can join the calls of a pass (every connection's) into one.
  */
 #include "resp_internal.h"
 
@@ -712,8 +714,20 @@ static void stop_now(struct resp_server *s)
         while (s->conns)
             conn_close(s->conns);
     }
-    if (s->calls == 0 && !uv_is_closing((uv_handle_t *)&s->wake))
+    if (s->calls == 0 && !uv_is_closing((uv_handle_t *)&s->wake)) {
         uv_close((uv_handle_t *)&s->wake, NULL);
+        if (s->be.pass_end)
+            uv_close((uv_handle_t *)&s->pass, NULL);
+    }
+}
+
+/* Before the loop polls: the backend starts the calls it held back to
+ * join them; then what their failures answered is written. */
+static void on_pass_end(uv_prepare_t *p)
+{
+    struct resp_server *s = p->data;
+    s->be.pass_end(s->be.arg);
+    flush_dirty(s);
 }
 
 void resp__calls_changed(struct resp_server *s)
@@ -845,6 +859,11 @@ int resp_server_start(struct resp_server *s, char *err)
     atomic_store(&s->port, port);
     uv_async_init(&s->loop, &s->wake, on_wake);
     s->wake.data = s;
+    if (s->be.pass_end) {
+        uv_prepare_init(&s->loop, &s->pass);
+        s->pass.data = s;
+        uv_prepare_start(&s->pass, on_pass_end);
+    }
     if (s->cfg.idle_ms) {
         uint64_t every = s->cfg.idle_ms / 4;
         if (every > 1000)

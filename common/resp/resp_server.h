@@ -183,6 +183,14 @@ struct resp_backend {
     /* A read waits for the connection's earlier writes to its filter (a
      * router, whose writes are acknowledged by copies a read may not ask). */
     bool reads_wait_writes;
+    /* The end of a loop pass (NULL: none): called on the loop thread
+     * before the loop waits for I/O again, after the commands of every
+     * connection that had input were dispatched.  A backend that holds
+     * calls back to join them (the node: the adds of one pass to a filter
+     * as one write) starts them here; it must not leave any held when it
+     * returns (a call started from here, e.g. by a connection it resumes,
+     * included), since the loop may then sleep. */
+    void (*pass_end)(void *arg);
 };
 
 struct resp_server_config {

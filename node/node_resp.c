@@ -144,8 +144,8 @@ static void batch_finish(struct add_batch *b, int rc, const char *err)
             memcpy(c->out, b->out + off, c->n * sizeof *c->out);
         off += c->n;
         store_put(b->sf);
-        resp_call_done(c);
     }
+    resp_calls_done(b->calls, b->ncalls);   /* one wake of the loop */
     free(b->h);
     free(b->out);
     free(b->calls);

@@ -688,6 +688,20 @@ void resp__call_post(struct resp_call_box *b)
     uv_async_send(&s->wake);
 }
 
+void resp__call_post_list(struct resp_server *s, struct resp_call_box *head,
+                          struct resp_call_box *tail)
+{
+    tail->qnext = NULL;
+    pthread_mutex_lock(&s->qmu);
+    if (s->qtail)
+        s->qtail->qnext = head;
+    else
+        s->qhead = head;
+    s->qtail = tail;
+    pthread_mutex_unlock(&s->qmu);
+    uv_async_send(&s->wake);
+}
+
 static void on_idle(uv_timer_t *t)
 {
     struct resp_server *s = t->data;
@@ -910,6 +924,11 @@ void resp_server_destroy(struct resp_server *s)
     if (!s)
         return;
     resp_server_stop(s);
+    while (s->box_cache) {
+        struct resp_call_box *b = s->box_cache;
+        s->box_cache = b->qnext;
+        free(b);
+    }
     SSL_CTX_free(s->ssl_ctx);
     pthread_mutex_destroy(&s->qmu);
     pthread_mutex_destroy(&s->tls_mu);

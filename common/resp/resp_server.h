@@ -149,6 +149,11 @@ void resp_call_fail(struct resp_call *c, int code, const char *fmt, ...)
 /* The call is finished (results or failure set): any thread, exactly once.
  * The library takes c back; nothing of it may be used afterwards. */
 void resp_call_done(struct resp_call *c);
+/* resp_call_done of n calls of one server at once (any thread): from
+ * another thread than the loop's, they are handed over under one lock and
+ * with one wake of the loop, which answers them in one pass.  v itself may
+ * be freed on return. */
+void resp_calls_done(struct resp_call *const *v, size_t n);
 /* From bf(), on the loop thread: copy keys and lens so that they stay
  * valid until resp_call_done (an answer that comes after bf() returns and
  * still needs the keys).  0 or -ENOMEM. */

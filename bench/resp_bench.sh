@@ -39,9 +39,11 @@
 # (utime + stime of /proc/PID/stat before and after, all its threads); the
 # client's CPU (/usr/bin/time for redis-benchmark, peerbench's own ccpu);
 # for the durable row the fsync/fdatasync calls of the server during the
-# run (both durable servers run under strace -f --seccomp-bpf -e
-# trace=fsync,fdatasync, which stops them on those calls only; the node's
-# own bloomgrid_wal_fsync_duration_seconds_count is recorded beside it).
+# run (perf stat counting the syscalls:sys_enter_fdatasync and
+# sys_enter_fsync tracepoints of the server's threads: a count in the
+# kernel, nothing stops the server; strace, which stops the server at each
+# call, slowed the node 2-4x under a loaded machine; the node's own
+# bloomgrid_wal_fsync_duration_seconds_count is recorded beside it).
 # Errors: redis-benchmark counts an error reply as a reply, so each
 # system's error replies (redis: INFO's total_error_replies; node: the sum
 # of bloomgrid_resp_errors_total) are read before and after every run and
@@ -77,7 +79,7 @@ PEERBENCH=
 ROUTER=
 ROUTER_PIDS=
 NODE_ARGS=
-STRACE=1
+FSYNC_COUNT=1
 OUT=
 
 usage() {
@@ -113,8 +115,8 @@ BF.ADD row (node fsync against redis appendfsync always), and peerbench
                        its filter slugs through it: admin role, no tokens)
   --router-pids "P.."  the router's (and its nodes') PIDs, for its CPU
   --node-args "..."    extra flags for both nodes
-  --no-strace          do not run the durable servers under strace (no
-                       fdatasync count; the node's metric still counts)
+  --no-fsync-count     do not count fdatasync calls with perf stat (the
+                       node's own metric still counts its log's)
   --out DIR            keep results, logs and data there [a temporary
                        directory, removed at the end]
   -h, --help           this text
@@ -148,7 +150,7 @@ while [ $# -gt 0 ]; do
         --router) need "$@"; ROUTER=$2; shift 2 ;;
         --router-pids) need "$@"; ROUTER_PIDS=$2; shift 2 ;;
         --node-args) need "$@"; NODE_ARGS=$2; shift 2 ;;
-        --no-strace) STRACE=0; shift ;;
+        --no-fsync-count) FSYNC_COUNT=0; shift ;;
         --out) need "$@"; OUT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; die2 "unknown option $1" ;;
@@ -177,8 +179,10 @@ for t in redis-server redis-cli redis-benchmark; do
     command -v $t >/dev/null || die2 "$t not installed (Debian: redis-server, redis-tools)"
 done
 [ -x /usr/bin/time ] || die2 "/usr/bin/time not installed (Debian: time)"
-if [ "$STRACE" = 1 ] && ! command -v strace >/dev/null; then
-    die2 "strace not installed (Debian: strace), or pass --no-strace"
+if [ "$FSYNC_COUNT" = 1 ] && ! perf stat -e syscalls:sys_enter_fdatasync true >/dev/null 2>&1; then
+    echo "resp_bench: perf cannot count syscalls:sys_enter_fdatasync here (Debian: linux-perf;" \
+         "tracefs and perf_event_paranoid): no fdatasync count for redis" >&2
+    FSYNC_COUNT=0
 fi
 if [ -z "$PEERBENCH" ] || [ ! -x "$PEERBENCH" ]; then
     [ -n "$PEERBENCH" ] && echo "resp_bench: $PEERBENCH missing: the pb-* rows are skipped" >&2
@@ -204,6 +208,7 @@ cleanup() {
         kill -0 "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null
         wait "$p" 2>/dev/null
     done
+    [ -n "$PERF_PID" ] && kill -INT "$PERF_PID" 2>/dev/null
     rm -rf "$ST"/*/data "$ST"/*/aof
     [ "$KEEP" = 1 ] || rm -rf "$OUT"
 }
@@ -219,29 +224,13 @@ free_port() {
     done
     die2 "no free port found"
 }
-child_of() {   # the one child of a process (the server under strace)
-    local c=""
-    for _ in $(seq 1 100); do
-        c=$(cat "/proc/$1/task/$1/children" 2>/dev/null | awk '{print $1}')
-        [ -n "$c" ] && break
-        sleep 0.05
-    done
-    echo "$c"
-}
-STRACE_CMD=()
-strace_cmd() {  # file: the strace prefix that logs fsync/fdatasync into file
-    STRACE_CMD=()
-    [ "$STRACE" = 1 ] && STRACE_CMD=(strace -f -qq --seccomp-bpf -e trace=fsync,fdatasync -e signal=none -o "$1")
-    return 0
-}
-
 start_redis() {  # name, extra redis-server args...
     local name=$1; shift
     local port
     mkdir -p "$ST/$name"
     for _ in 1 2 3; do
         port=$(free_port)
-        "${STRACE_CMD[@]}" redis-server --port "$port" --bind 127.0.0.1 --save '' --daemonize no \
+        redis-server --port "$port" --bind 127.0.0.1 --save '' --daemonize no \
             --dir "$ST/$name" --loadmodule "$REDISBLOOM" "$@" >"$ST/$name/log" 2>&1 &
         local pid=$!
         for _ in $(seq 1 100); do
@@ -251,9 +240,7 @@ start_redis() {  # name, extra redis-server args...
         done
         if redis-cli -p "$port" PING 2>/dev/null | grep -q PONG; then
             PIDS+=("$pid")
-            local spid=$pid
-            [ ${#STRACE_CMD[@]} -gt 0 ] && spid=$(child_of "$pid")
-            eval "PORT_${name//-/_}=$port PID_${name//-/_}=$spid"
+            eval "PORT_${name//-/_}=$port PID_${name//-/_}=$pid"
             return 0
         fi
         kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true
@@ -265,7 +252,7 @@ start_node() {  # name durability
     local name=$1 dur=$2 line=""
     mkdir -p "$ST/$name/data"
     # shellcheck disable=SC2086
-    "${STRACE_CMD[@]}" "$NODE" --listen 127.0.0.1:0 --resp-listen 127.0.0.1:0 \
+    "$NODE" --listen 127.0.0.1:0 --resp-listen 127.0.0.1:0 \
         --metrics-listen 127.0.0.1:0 --data-dir "$ST/$name/data" --durability "$dur" \
         --log-level warn $NODE_ARGS >"$ST/$name/log" 2>&1 &
     local pid=$!
@@ -277,12 +264,11 @@ start_node() {  # name durability
         sleep 0.1
     done
     [ -n "$line" ] || die2 "$name did not start: $(tail -3 "$ST/$name/log")"
-    local port mport spid=$pid
+    local port mport
     port=$(sed -n 's/.* resp 127\.0\.0\.1:\([0-9]*\).*/\1/p' <<<"$line")
     mport=$(sed -n 's/.* metrics on 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$ST/$name/log" | head -1)
     [ -n "$port" ] || die2 "$name: no resp port in \"$line\""
-    [ ${#STRACE_CMD[@]} -gt 0 ] && spid=$(child_of "$pid")
-    eval "PORT_${name//-/_}=$port PID_${name//-/_}=$spid MPORT_${name//-/_}=${mport:-}"
+    eval "PORT_${name//-/_}=$port PID_${name//-/_}=$pid MPORT_${name//-/_}=${mport:-}"
 }
 
 echo "resp_bench: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start; $ROUNDS rounds; results in $OUT"
@@ -294,18 +280,12 @@ FAST_SYS="redisbloom node"
 [ -n "$ROUTER" ] && FAST_SYS="$FAST_SYS router"
 DUR_SYS="redisbloom-aof node-fsync"
 
-strace_cmd ""
-STRACE_CMD=()
 start_redis redisbloom --appendonly no
 start_node node none
 if [ "$HAVE_DUR" = 1 ]; then
-    strace_cmd "$ST/redisbloom-aof.strace"
-    mkdir -p "$ST/redisbloom-aof"
     start_redis redisbloom-aof --appendonly yes --appendfsync always --appenddirname aof \
         --auto-aof-rewrite-percentage 0
-    strace_cmd "$ST/node-fsync.strace"
     start_node node-fsync fsync
-    STRACE_CMD=()
 fi
 if [ -n "$ROUTER" ]; then
     PORT_router=${ROUTER##*:}; HOST_router=${ROUTER%:*}
@@ -342,9 +322,24 @@ errors_of() {  # error replies a server has sent so far ("" when unknown)
         *) echo "" ;;
     esac
 }
-fsyncs_of() {  # fsync+fdatasync calls so far (strace log), "" without
-    local f=$ST/$1.strace
-    if [ -f "$f" ]; then grep -c -E '(fsync|fdatasync)\(' "$f" || true; fi
+PERF_PID=
+fsync_count_start() {  # system: count its fsync/fdatasync calls from now
+    PERF_PID=
+    [ "$FSYNC_COUNT" = 1 ] || return 0
+    case $1 in redisbloom-aof|node-fsync) ;; *) return 0 ;; esac
+    perf stat -x, -o "$ST/perf.txt" -e syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync \
+        -p "$(pids_of "$1")" >/dev/null 2>&1 &
+    PERF_PID=$!
+    sleep 0.3   # attached before the run starts
+}
+FS=
+fsync_count_stop() {  # FS: the count since fsync_count_start, "" without
+    FS=
+    [ -n "$PERF_PID" ] || return 0
+    kill -INT "$PERF_PID" 2>/dev/null || true
+    wait "$PERF_PID" 2>/dev/null || true
+    PERF_PID=
+    FS=$(awk -F, '/syscalls:sys_enter_f/ { s += $1; n++ } END { if (n) printf "%d\n", s }' "$ST/perf.txt" 2>/dev/null || true)
 }
 node_fsyncs_of() {  # the node's own count of log fdatasyncs
     local m; m=$(eval echo "\${MPORT_${1//-/_}:-}")
@@ -417,14 +412,16 @@ record() {  # round row system calls keys secs rate p50us p99us dticks clis fsyn
 
 run_rb() {  # round row system n redis-benchmark args...
     local r=$1 w=$2 s=$3 n=$4; shift 4
-    local pids t0 t1 e0 e1 f0 f1 g0 g1 csv rps p50 p99 cli
+    local pids t0 t1 e0 e1 g0 g1 csv rps p50 p99 cli
     pids=$(pids_of "$s")
-    e0=$(errors_of "$s"); f0=$(fsyncs_of "$s"); g0=$(node_fsyncs_of "$s")
+    e0=$(errors_of "$s"); g0=$(node_fsyncs_of "$s")
+    fsync_count_start "$s"
     t0=$(cpu_ticks $pids)
     csv=$(/usr/bin/time -f '%U %S' -o "$ST/time.txt" redis-benchmark -h "$(host_of "$s")" -p "$(port_of "$s")" \
           -n "$n" -r "$KEYSPACE" --csv "$@" </dev/null 2>"$ST/rb.err" | tail -1) || true
     t1=$(cpu_ticks $pids)
-    e1=$(errors_of "$s"); f1=$(fsyncs_of "$s"); g1=$(node_fsyncs_of "$s")
+    fsync_count_stop
+    e1=$(errors_of "$s"); g1=$(node_fsyncs_of "$s")
     IFS=, read -r _ rps _ _ p50 _ p99 _ <<<"$(tr -d '"' <<<"$csv")"
     if ! [[ ${rps:-} =~ ^[0-9.]+$ ]] || [ "$(awk -v x="$rps" 'BEGIN { print (x > 0) }')" != 1 ]; then
         echo "  [$s $w] redis-benchmark failed: $(tr '\r' '\n' < "$ST/rb.err" | grep -v '^ *$' | tail -2)" >&2
@@ -438,7 +435,7 @@ run_rb() {  # round row system n redis-benchmark args...
     local secs; secs=$(awk -v n="$n" -v x="$rps" 'BEGIN { printf "%.3f", (x > 0 ? n / x : 0) }')
     record "$r" "$w" "$s" "$n" "$n" "$secs" "$rps" "$(awk -v x="$p50" 'BEGIN { print x * 1000 }')" \
         "$(awk -v x="$p99" 'BEGIN { print x * 1000 }')" "$dt" "$cli" \
-        "$([ -n "$f0" ] && echo $((f1 - f0)))" "$([ -n "$g0" ] && echo $((g1 - g0)))" "$errs"
+        "$FS" "$([ -n "$g0" ] && echo $((g1 - g0)))" "$errs"
 }
 
 PBSEED=100

@@ -90,7 +90,8 @@ The node's Redis door beside RedisBloom 2.4.23 (redis-server 7.0.15), side
 by side in one run: redis-benchmark (50 connections one command each, and
 1 connection 32 pipelined; BF.EXISTS and BF.ADD with random keys), a durable
 BF.ADD row (node fsync against redis appendfsync always), and peerbench
---proto resp.  Defaults take about 6-8 minutes and ~300 MiB of memory.
+--proto resp.  Defaults take about 10 minutes (a minute of it the prefill)
+and ~300 MiB of memory.
 
   --build DIR          build directory holding node/bloomgrid-node      [$BUILD]
   --rounds N           rounds; every row runs once per round per system  [$ROUNDS]

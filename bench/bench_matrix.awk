@@ -6,6 +6,8 @@
 #   -v part=spread  the lowest and highest keys/s of the rounds, the same way
 #   -v part=cpu     server CPU µs per key (median), the same way
 #   -v part=ratios  the targets, each ratio taken within a round
+#   -v part=base    server CPU µs per key of each system against SYSTEM-base
+#                   (bench_matrix.sh --base), each ratio taken within a round
 # -v sys="a b c" orders the systems; -v dur: the run length (marks runs cut
 # short by the capacity); -v depth1 / depthb: the in-flight depths.
 
@@ -82,6 +84,7 @@ BEGIN {
     if (dur && $12 < dur * 0.9) short[id] = 1
     if ($1 + 0 > maxr) maxr = $1 + 0
     v_kps[$1, $2, $3] = $4; v_p50[$1, $2, $3] = $5; v_p99[$1, $2, $3] = $6
+    if ($8 != "-" && $4 > 0) v_uspk[$1, $2, $3] = $8 * 1e6 / $4
 }
 
 END {
@@ -116,7 +119,9 @@ END {
         # target | workload A | system A | workload B | system B | metric | bound:
         # the ratio A / B of the metric, round by round.  The RedisBloom rows
         # appear when the results of ../shared/peers/compare.sh or of a
-        # durable run are fed in (README.md, "How to reproduce").
+        # durable run are fed in (bench/README.md, "Node and router beside
+        # RedisBloom"; durable rows: bench/results/HISTORY.md, "How to
+        # reproduce").
         d1 = " b1 d" depth1; b100 = " b100 d" depthb; b1000 = " b1000 d" depthb
         n = 0
         T[++n] = "Router Add, 100 keys, " depthb " in flight, fsync: router / direct node|add" b100 "|router|add" b100 "|node|kps|>=|0.5"
@@ -161,5 +166,30 @@ END {
         }
         if (!rows)
             print "(no target ratio: each needs two of node, node-none, router, floor in one run)"
+    } else if (part == "base") {
+        # Each system beside its -base: CPU per key, and this / base taken
+        # within each round (the two runs were made one after the other).
+        print "| workload | system | server µs/key | base µs/key | this / base, median | lowest–highest round | each round |"
+        print "|---|---|---:|---:|---:|---:|---|"
+        for (k = 1; k <= nw; k++)
+            for (j = 1; j <= ns; j++) {
+                id = W[k] SUBSEP S[j]
+                bid = W[k] SUBSEP S[j] "-base"
+                if (S[j] ~ /-base$/ || !(id in uspk) || !(bid in uspk))
+                    continue
+                list = ""
+                for (r = 1; r <= maxr; r++) {
+                    a = r SUBSEP W[k] SUBSEP S[j]
+                    b = r SUBSEP W[k] SUBSEP S[j] "-base"
+                    if (!(a in v_uspk) || !(b in v_uspk) || v_uspk[b] == 0)
+                        continue
+                    list = list (list == "" ? "" : " ") sprintf("%.3f", v_uspk[a] / v_uspk[b])
+                }
+                if (list == "")
+                    continue
+                extremes(list)
+                printf "| %s | %s | %.2f | %.2f | %.3f | %.3f–%.3f | %s |\n", W[k], S[j],
+                       median(uspk[id]), median(uspk[bid]), median(list), LO, HI, list
+            }
     }
 }

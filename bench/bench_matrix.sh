@@ -32,6 +32,10 @@
 #                over TLS, calling the nodes' internal listeners with mTLS
 #                (certificates made at start by tests/tls/gen-certs.sh)
 # and any server already running, named with --target NAME=HOST:PORT.
+# With --base DIR every system is also started from the build in DIR (the
+# commit before a change, say) as SYSTEM-base, and takes its turns beside
+# the others; base.md then has each system's server CPU per key against
+# its base's, round by round.
 #
 # Prints a line per run as it goes, then the tables (also written to the
 # results directory): per workload and system the median over the rounds of
@@ -58,6 +62,7 @@ CAPACITY=10000000
 NODES=3
 SHARDS=0
 OUT=
+BASE=
 NODE_ARGS=
 ROUTER_ARGS=
 TARGETS=()
@@ -98,9 +103,14 @@ options:
   --target NAME=ADDR    also measure a server that is already running (its
                         filters are created and dropped; no CPU figure);
                         repeatable; NAME joins both system lists
+  --base DIR            also start every system from the build in DIR (e.g.
+                        the commit before a change) as SYSTEM-base, measured
+                        in turn with the others (same client, bloombench of
+                        --build); base.md: server CPU per key against it
   --out DIR             keep results.tsv, table.md, matrix.md, spread.md,
-                        cpu.md, ratios.md and the servers' logs in DIR
-                        (default: a temporary directory, removed at the end)
+                        cpu.md, ratios.md (base.md) and the servers' logs in
+                        DIR (default: a temporary directory, removed at the
+                        end)
   -h, --help            this text
 Systems: $KNOWN (see the top of this file).
 EOF
@@ -132,6 +142,7 @@ while [ $# -gt 0 ]; do
     --target) [[ $2 =~ ^[A-Za-z0-9_.-]+=[^=]+:[0-9]+$ ]] || die "--target takes NAME=HOST:PORT, not \"$2\""
               TARGETS+=("$2") ;;
     --out) OUT=$2 ;;
+    --base) BASE=$2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
@@ -140,6 +151,13 @@ done
 for s in $SYSTEMS $QUERY_SYSTEMS; do
   [[ " $KNOWN " == *" $s "* ]] || die "unknown system \"$s\" (known: $KNOWN; others with --target)"
 done
+if [ -n "$BASE" ]; then
+  for f in node/bloomgrid-node router/bloomgrid-router bench/grpc_floor; do
+    [ -x "$BASE/$f" ] || die "--base: $BASE/$f not found: build the base first"
+  done
+  SYSTEMS="$SYSTEMS $(for s in $SYSTEMS; do printf '%s-base ' "$s"; done)"
+  QUERY_SYSTEMS="$QUERY_SYSTEMS $(for s in $QUERY_SYSTEMS; do printf '%s-base ' "$s"; done)"
+fi
 for t in "${TARGETS[@]}"; do
   n=${t%%=*}
   [[ " $KNOWN " != *" $n "* ]] || die "--target $n: that name is a system this script starts"
@@ -277,23 +295,28 @@ start_copies() {  # name copies write_quorum read_quorum
 }
 
 for s in $(printf '%s\n' "${SYS[@]}" "${QSYS[@]}" | awk '!seen[$0]++'); do
-  case $s in
+  # SYSTEM-base: the same system from the --base build.
+  b=$BUILD
+  [ -n "$BASE" ] && [ "${s%-base}" != "$s" ] && b=$BASE
+  NODE_BIN=$b/node/bloomgrid-node; ROUTER_BIN=$b/router/bloomgrid-router
+  FLOOR=$b/bench/grpc_floor
+  case ${s%-base} in
     node|node-none)
-      start_node "$ST/$s" "$([ $s = node ] && echo fsync || echo none)"
+      start_node "$ST/$s" "$([ "${s%-base}" = node ] && echo fsync || echo none)"
       ADDR[$s]=$LAST_ADDR; PIDS[$s]=$LAST_PID ;;
-    router) start_router router fsync ;;
-    router-none) start_router router-none none ;;
-    copies1) start_copies copies1 1 1 1 ;;
-    copies3) start_copies copies3 3 2 2 ;;
-    copies3w3) start_copies copies3w3 3 3 1 ;;
+    router) start_router "$s" fsync ;;
+    router-none) start_router "$s" none ;;
+    copies1) start_copies "$s" 1 1 1 ;;
+    copies3) start_copies "$s" 3 2 2 ;;
+    copies3w3) start_copies "$s" 3 3 1 ;;
     floor)
-      start_server floor "$ST/floor" "$FLOOR" --listen 127.0.0.1:0
+      start_server "$s" "$ST/$s" "$FLOOR" --listen 127.0.0.1:0
       ADDR[$s]=$LAST_ADDR; PIDS[$s]=$LAST_PID ;;
     node-tls)
       start_node "$ST/$s" fsync "$(tls_flags node) --internal-listen 127.0.0.1:0"
       ADDR[$s]=$LAST_ADDR; PIDS[$s]=$LAST_PID; BBTLS[$s]="--tls-ca $CERTS/ca.pem" ;;
     router-tls)
-      start_router router-tls fsync tls
+      start_router "$s" fsync tls
       BBTLS[$s]="--tls-ca $CERTS/ca.pem" ;;
   esac
 done
@@ -420,6 +443,10 @@ awk -F'\t' -v sys="$ALL" -f "$HERE/bench_matrix.awk" -v part=cpu "$RES" | tee "$
 echo
 awk -F'\t' -v part=ratios -v depth1="$DEPTH1" -v depthb="$DEPTHB" -f "$HERE/bench_matrix.awk" "$RES" \
   | tee "$OUT/ratios.md"
+if [ -n "$BASE" ]; then
+  echo
+  awk -F'\t' -v sys="$ALL" -f "$HERE/bench_matrix.awk" -v part=base "$RES" | tee "$OUT/base.md"
+fi
 if awk -F'\t' '$11 > 0 { bad = 1 } END { exit !bad }' "$RES"; then
   echo "bench_matrix: some runs had errors (see above)" >&2
   exit 1

@@ -62,6 +62,7 @@ struct entry {
     unsigned keys;              /* manifest keys seen (bit per key) */
     /* From the file only. */
     double growth, tightening;
+    uint32_t placement;         /* bf_placement of shard 0 (0: not recorded) */
     uint8_t secret[BF_SECRET_LEN];
 };
 
@@ -110,6 +111,7 @@ static void describe(const struct bundle *b, struct entry *e)
     e->growth = bf_growth(f0);
     e->tightening = bf_tightening(f0);
     memcpy(e->secret, bf_secret(f0), BF_SECRET_LEN);
+    e->placement = bf_placement(f0);
     e->capacity = e->m = e->inserts = 0;
     e->layers = 0;
     for (uint32_t i = 0; i < b->count; i++) {
@@ -572,6 +574,7 @@ static size_t verify_all(const char *dir, struct entry *m, size_t n)
             continue;
         }
         memcpy(m[i].secret, f.secret, sizeof f.secret);
+        m[i].placement = f.placement;
         m[i].growth = f.growth;
         m[i].tightening = f.tightening;
     }
@@ -727,10 +730,18 @@ static int restore_one(struct online *o, int given, const char *dir,
     if (plan == PLAN_CREATE) {
         online_kind_parse(e->kind, &kind);
         deadline(o, given, false);
+        /* An undrop puts the shards back where the dropped filter had
+         * them: its placement version, as the export recorded it (a file
+         * that records none is from a filter placed by rendezvous, 1).  A
+         * plain restore makes a new filter: the router's newest. */
+        uint32_t placement = e->shards > 1 && undrop
+                                 ? (e->placement ? e->placement : 1) : 0;
         int crc = undrop ? online_undrop(o, e->name, e->capacity, e->error_rate,
-                                         kind, e->shards, e->secret, &info, &st)
+                                         kind, e->shards, e->secret, placement,
+                                         &info, &st)
                          : online_create(o, e->name, e->capacity, e->error_rate,
-                                         kind, e->shards, e->secret, &info, &st);
+                                         kind, e->shards, e->secret, placement,
+                                         &info, &st);
         if (crc < 0 && st.reason == RPC_REASON_DROPPED) {
             online_report(o, &st);
             return cli_fail("restore: %s was dropped on the server (a filter of "

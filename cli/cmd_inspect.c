@@ -59,7 +59,12 @@ static void print_text(const char *path, const struct bf *f,
            keys_text(f, kbuf, sizeof kbuf, "not recorded (a file of format version 1)"));
     printf("new-bit adds:    %llu (keys added that set a bit: not repeats, not "
            "false positives)\n", (unsigned long long)bf_insert_count(f));
-    printf("shard:           %u of %u\n", bf_shard_index(f), bf_shard_count(f));
+    if (bf_shard_count(f) > 1)
+        printf("shard:           %u of %u (placement version %u)\n",
+               bf_shard_index(f), bf_shard_count(f),
+               bf_placement(f) ? bf_placement(f) : 1);
+    else
+        printf("shard:           %u of %u\n", bf_shard_index(f), bf_shard_count(f));
     printf("fingerprint:     %s\n", fpid);
     printf("checksum:        ok\n");
     if (bf_kind(f) == BF_KIND_SCALABLE)
@@ -126,6 +131,8 @@ static void print_json(const char *path, const struct bf *f,
     printf("  \"inserts\": %llu,\n", (unsigned long long)bf_insert_count(f));
     printf("  \"shard_index\": %u,\n  \"shard_count\": %u,\n",
            bf_shard_index(f), bf_shard_count(f));
+    /* 0 (not recorded) is rendezvous, version 1 (docs/TOPOLOGY.md). */
+    printf("  \"placement\": %u,\n", bf_placement(f) ? bf_placement(f) : 1);
     json_num("growth", bf_growth(f), ",");
     json_num("tightening", bf_tightening(f), ",");
     printf("  \"fingerprint\": \"%s\",\n  \"checksum\": \"ok\",\n", fpid);

@@ -96,6 +96,8 @@ static void print_text(const struct online_info *f)
     printf("capacity:        %llu\n", (unsigned long long)f->capacity);
     printf("error rate:      %g\n", f->error_rate);
     printf("shards:          %u\n", f->shards);
+    if (f->shards > 1 && f->placement)
+        printf("placement:       version %u\n", f->placement);
     if (f->layers)
         printf("layers:          %u\n", f->layers);
     printf("bits (m):        %llu\n", (unsigned long long)f->bits);
@@ -172,6 +174,7 @@ static void print_json(const struct online_info *f, int ind)
     json_u64(in2, "capacity", f->capacity);
     json_num(in2, "error_rate", f->error_rate);
     json_u64(in2, "shards", f->shards);
+    json_u64(in2, "placement", f->placement);
     json_u64(in2, "layers", f->layers);
     json_u64(in2, "m", f->bits);
     json_u64(in2, "k", f->hashes);
@@ -238,6 +241,7 @@ static const struct option create_longopts[] = {
     {"error-rate", required_argument, NULL, 'p'},
     {"kind", required_argument, NULL, 'k'},
     {"shards", required_argument, NULL, 's'},
+    {"placement", required_argument, NULL, 'P'},
     {"json", no_argument, NULL, 'j'},
     ONLINE_COMMON_LONGOPTS,
 };
@@ -262,12 +266,12 @@ int cmd_online_create(int argc, char **argv)
     uint64_t capacity = 0;
     double rate = 0;
     int kind = 0, c, rc;
-    unsigned long shards = 0;
+    unsigned long shards = 0, placement = 0;
     char *end;
 
     online_cmd_init(&o);
     cli_getopt_reset();
-    while ((c = getopt_long(argc, argv, ":n:p:k:s:jh", create_longopts,
+    while ((c = getopt_long(argc, argv, ":n:p:k:s:P:jh", create_longopts,
                             NULL)) != -1) {
         rc = 0;
         switch (c) {
@@ -292,6 +296,14 @@ int cmd_online_create(int argc, char **argv)
                 rc = cli_fail("--shards must be a whole number, got '%s'",
                               optarg);
             break;
+        case 'P':
+            errno = 0;
+            placement = strtoul(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-' ||
+                placement < 1 || placement > 255)
+                rc = cli_fail("--placement must be a placement version (1 or "
+                              "more; docs/TOPOLOGY.md), got '%s'", optarg);
+            break;
         case 'j':
             json = true;
             break;
@@ -308,7 +320,7 @@ int cmd_online_create(int argc, char **argv)
     if ((rc = online_open(&o)))
         return rc;
     if (online_create(&o, argv[optind], capacity, rate, kind,
-                      (uint32_t)shards, NULL, &info, &st) < 0)
+                      (uint32_t)shards, NULL, (uint32_t)placement, &info, &st) < 0)
         rc = online_report(&o, &st);
     else
         rc = show_info(&info, json);

@@ -12,6 +12,7 @@
 
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "cli.h"
+#include "node_client.h"
 #include "online.h"
 #include "online_cmd.h"
 #include "rpc_client.h"
@@ -62,13 +63,9 @@ int cmd_online_resync(int argc, char **argv)
     if ((rc = online_open(&o)))
         return rc;
 
-    Bloomgrid__V1__ResyncRequest rq = BLOOMGRID__V1__RESYNC_REQUEST__INIT;
     Bloomgrid__V1__ResyncResponse *resp = NULL;
     struct rpc_status st;
-    rq.accept_loss = true;
-    if (rpc_call(o.ch, "/bloomgrid.v1.Internal/Resync", &rq.base,
-                 &bloomgrid__v1__resync_response__descriptor, (ProtobufCMessage **)&resp,
-                 o.deadline_ms, &st) < 0) {
+    if (node_client_resync(o.ch, &resp, o.deadline_ms, &st) < 0) {
         if (st.code == GRPC_STATUS_UNIMPLEMENTED)
             rc = cli_fail("server: UNIMPLEMENTED: %s does not serve the internal "
                           "service: give the copy's address as the topology lists it "

@@ -15,8 +15,10 @@
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "cli.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "node_client.h"
 #include "online.h"
 #include "online_cmd.h"
+#include "quorum.h"
 #include "rpc_client.h"
 #include "topo.h"
 
@@ -82,10 +84,7 @@ static void view_copy(const struct online *opts, const char *addr, struct copy_v
         v->ready = health_of(&o, READY_NAME, &v->st);
     if (v->live >= 0) {
         /* Nothing announced: a listing changes nothing on the node. */
-        Bloomgrid__V1__ListShardsRequest rq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
-        if (rpc_call(o.ch, "/bloomgrid.v1.Internal/ListShards", &rq.base,
-                     &bloomgrid__v1__list_shards_response__descriptor,
-                     (ProtobufCMessage **)&v->shards, o.deadline_ms, &v->lst) < 0)
+        if (node_client_list_shards(o.ch, 0, NULL, &v->shards, o.deadline_ms, &v->lst) < 0)
             v->shards = NULL;
     }
     online_close(&o);
@@ -217,10 +216,10 @@ static int show_groups(const struct online *opts, const char *path)
             printf("  (shard lists not compared: ListShards: %s: %s; an admin token "
                    "or a cluster certificate lets status compare them)\n",
                    rpc_status_name(refused->code), refused->message);
+        bool readable = quorum_readable(gr, serving);
         printf("  %u of %u copies serving: %s\n", serving, gr->ncopies,
-               serving >= gr->read_quorum ? "readable"
-                                          : "NOT READABLE (fewer than the read quorum)");
-        short_groups += serving < gr->read_quorum;
+               readable ? "readable" : "NOT READABLE (fewer than the read quorum)");
+        short_groups += !readable;
         for (unsigned c = 0; c < gr->ncopies; c++)
             if (views[c].shards)
                 protobuf_c_message_free_unpacked(&views[c].shards->base, NULL);

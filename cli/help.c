@@ -172,7 +172,8 @@ static const struct help_entry online_help_entries[] = {
     {"health", cmd_health_help},
     {"create",
      "usage: bloomgrid --server HOST:PORT create NAME --capacity N\n"
-     "                 --error-rate P [--kind KIND] [--shards S] [--json]\n"
+     "                 --error-rate P [--kind KIND] [--shards S]\n"
+     "                 [--placement V] [--json]\n"
      "\n"
      "Create a filter on the server and print its description (as 'info').\n"
      "Capacity, error rate and shard count are checked by the server.\n"
@@ -181,6 +182,11 @@ static const struct help_entry online_help_entries[] = {
      "  -p, --error-rate P    target false-positive rate: 0.01, 1%\n"
      "  -k, --kind KIND       blocked (default), classic, counting, scalable\n"
      "  -s, --shards S        shards (0 or absent: the server's default)\n"
+     "  -P, --placement V     a router places the shards by placement version V:\n"
+     "                        1 rendezvous, 2 (the default) rendezvous with at\n"
+     "                        most ceil(S/G) + 1 shards per group; 1 while some\n"
+     "                        node or router predates placement versions\n"
+     "                        (docs/TOPOLOGY.md)\n"
      "  -j, --json            machine-readable output\n"
      SERVER_OPTIONS
      "\n" SERVER_ERRORS

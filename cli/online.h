@@ -77,6 +77,8 @@ struct online_info {
     uint64_t capacity;
     double error_rate;
     uint32_t shards, hashes, layers;
+    uint32_t placement;     /* placement version (0: not said, a server
+                               from before versions) */
     uint64_t bits, bytes, version, insert_count;
     double fill_ratio, estimated_count, estimated_error_rate;
     const char *state;
@@ -92,18 +94,21 @@ void online_info_deinit(struct online_info *info);
 bool online_kind_parse(const char *name, int *kind);
 
 /* secret: BF_SECRET_LEN bytes (an export's, for a restore), or NULL for
- * one the server draws. */
+ * one the server draws.  placement: the placement version a router places
+ * the shards by (docs/TOPOLOGY.md), 0 for its newest. */
 int online_create(struct online *o, const char *name, uint64_t capacity,
                   double error_rate, int kind, uint32_t shards,
-                  const uint8_t *secret, struct online_info *out,
-                  struct rpc_status *st);
+                  const uint8_t *secret, uint32_t placement,
+                  struct online_info *out, struct rpc_status *st);
 /* CreateFilter with undrop set: undo a drop of name with secret (needed;
- * docs/BACKUP.md, "Undoing a drop").  Errors as online_create, and
- * ALREADY_EXISTS when it exists with this secret. */
+ * docs/BACKUP.md, "Undoing a drop") and placement version placement (the
+ * dropped filter's; 0: the surviving shard 0's, else the router's
+ * newest).  Errors as online_create, and ALREADY_EXISTS when it exists
+ * with this secret. */
 int online_undrop(struct online *o, const char *name, uint64_t capacity,
                   double error_rate, int kind, uint32_t shards,
-                  const uint8_t *secret, struct online_info *out,
-                  struct rpc_status *st);
+                  const uint8_t *secret, uint32_t placement,
+                  struct online_info *out, struct rpc_status *st);
 int online_drop(struct online *o, const char *name, struct rpc_status *st);
 int online_get(struct online *o, const char *name, struct online_info *out,
                struct rpc_status *st);

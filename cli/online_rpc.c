@@ -202,6 +202,7 @@ static void info_from_wire(struct online_info *d,
     d->capacity = s->capacity;
     d->error_rate = s->error_rate;
     d->shards = s->shards;
+    d->placement = s->placement;
     d->hashes = s->hashes;
     d->layers = s->layers;
     d->bits = s->bits;
@@ -260,7 +261,7 @@ void online_info_list_free(struct online_info *list, size_t n)
 
 static int create_call(struct online *o, const char *name, uint64_t capacity,
                        double error_rate, int kind, uint32_t shards,
-                       const uint8_t *secret, bool undrop,
+                       const uint8_t *secret, uint32_t placement, bool undrop,
                        struct online_info *out, struct rpc_status *st)
 {
     Bloomgrid__V1__CreateFilterRequest rq =
@@ -273,6 +274,7 @@ static int create_call(struct online *o, const char *name, uint64_t capacity,
     rq.error_rate = error_rate;
     rq.kind = (Bloomgrid__V1__FilterKind)kind;
     rq.shards = shards;
+    rq.placement = placement;
     if (secret) {
         rq.secret.data = (uint8_t *)secret;
         rq.secret.len = BF_SECRET_LEN;
@@ -288,20 +290,20 @@ static int create_call(struct online *o, const char *name, uint64_t capacity,
 
 int online_create(struct online *o, const char *name, uint64_t capacity,
                   double error_rate, int kind, uint32_t shards,
-                  const uint8_t *secret, struct online_info *out,
-                  struct rpc_status *st)
+                  const uint8_t *secret, uint32_t placement,
+                  struct online_info *out, struct rpc_status *st)
 {
     return create_call(o, name, capacity, error_rate, kind, shards, secret,
-                       false, out, st);
+                       placement, false, out, st);
 }
 
 int online_undrop(struct online *o, const char *name, uint64_t capacity,
                   double error_rate, int kind, uint32_t shards,
-                  const uint8_t *secret, struct online_info *out,
-                  struct rpc_status *st)
+                  const uint8_t *secret, uint32_t placement,
+                  struct online_info *out, struct rpc_status *st)
 {
     return create_call(o, name, capacity, error_rate, kind, shards, secret,
-                       true, out, st);
+                       placement, true, out, st);
 }
 
 int online_drop(struct online *o, const char *name, struct rpc_status *st)

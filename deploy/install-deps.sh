@@ -13,7 +13,8 @@
 #            redis-tools and python3-redis (the Redis door's tests), clang
 #            with libFuzzer (the RESP parser's fuzz target),
 #            gRPC's generators and Java jars (docs/CLIENTS.md), openssl,
-#            jq (the batch reduce)
+#            jq (the batch reduce), Python's redis and psycopg2 modules and
+#            PostgreSQL (examples/slugs)
 #   image    what `make image` needs to build the image here: podman with
 #            runc, and debootstrap for a base where no registry serves one
 set -euo pipefail
@@ -23,7 +24,7 @@ RUNTIME=(libgrpc29 libprotobuf-c1 libxxhash0 libinih1 libmicrohttpd12 libssl3 li
 BUILD=(
   build-essential cmake pkg-config
   libxxhash-dev check libsubunit-dev
-  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libinih-dev uthash-dev
   libmicrohttpd-dev protobuf-compiler libprotobuf-dev grpc-proto libsystemd-dev
   libuv1-dev libssl-dev
   help2man
@@ -36,7 +37,7 @@ TEST=(
   protobuf-compiler-grpc protoc-gen-go-grpc protobuf-compiler-grpc-java-plugin
   libgrpc-java libprotobuf-java libnetty-java libperfmark-java libguava-java
   libgeronimo-annotation-1.3-spec-java jq
-  redis-tools python3-redis clang libclang-rt-dev
+  redis-tools python3-redis clang libclang-rt-dev python3-psycopg2 postgresql
 )
 case "$what" in
   runtime) PKGS=("${RUNTIME[@]}") ;;

@@ -10,6 +10,7 @@
  */
 #include "merger.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -25,6 +26,7 @@
 #include "log.h"
 #include "merger_internal.h"
 #include "node_client.h"
+#include "quorum.h"
 #include "rpc_client.h"
 #include "rules.h"
 #include "topo.h"
@@ -174,6 +176,29 @@ static int filter_prepare(struct merger *m, struct mg_filter *f,
     return 0;
 }
 
+/* Where every shard of f is in each datacenter this round (f->place),
+ * by the filter's placement version (shard 0's).  Returns 0, or -1 with
+ * the error reported. */
+static int filter_place(struct mg_filter *f, struct topo **topos,
+                        struct mg_report *rep)
+{
+    for (unsigned d = 0; d < f->c.ndc; d++) {
+        free(f->place[d]);
+        f->place[d] = malloc(f->nshards * sizeof *f->place[d]);
+        int rc = f->place[d] ? topo_place(topos[d], f->c.name, f->nshards,
+                                          f->tmpl.placement, f->place[d])
+                             : -ENOMEM;
+        if (rc < 0) {
+            merger__rep_msg(rep, true, "filter \"%s\" in %s: %s", f->c.name,
+                            f->c.dc[d], rc == -ENOMEM ? "out of memory"
+                            : "placement version unknown to this merger: "
+                              "upgrade it");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Pull shard s from R in-sync copies of its group in datacenter d: the
  * copies in topology order until R that are not SYNCING have answered
  * (docs/MERGER.md: a key acknowledged by W copies is then on one of them).
@@ -201,7 +226,7 @@ static bool pull_group(struct merger *m, struct mg_filter *f,
     g->ncopies = grp->ncopies;
     for (unsigned c = 0; c < grp->ncopies; c++) {
         merger__strfmt(g->copy[c], sizeof g->copy[c], "%s", grp->copies[c]);
-        if (g->in_sync >= grp->read_quorum)
+        if (quorum_covered(grp, g->in_sync))
             continue;
         struct mg_copy *cp = merger__copy_get(s, grp->copies[c], d);
         if (!cp) {
@@ -224,7 +249,7 @@ static bool pull_group(struct merger *m, struct mg_filter *f,
             merger__strfmt(list + strlen(list), MG_ERRLEN - strlen(list),
                            " %s", cp->addr);
     }
-    if (g->in_sync >= grp->read_quorum) {
+    if ((g->covered = quorum_covered(grp, g->in_sync))) {
         s->covered_ms[d] = t0;
         return moved;
     }
@@ -257,7 +282,7 @@ static void shard_round(struct merger *m, struct mg_filter *f,
     for (unsigned d = 0; d < f->c.ndc; d++)
         moved |= pull_group(
             m, f, s, d,
-            &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)],
+            &topos[d]->groups[f->place[d][s->index]],
             &slot, round, rep);
     for (unsigned i = 0; i < f->c.npart; i++)
         merger__partial_one(f, s, i, round, rep);
@@ -295,8 +320,7 @@ static void shard_round(struct merger *m, struct mg_filter *f,
      * adds bits.  In a joint phase the other set's copies too: a push is a
      * write, and writes reach both sets. */
     for (unsigned d = 0; d < f->c.ndc; d++) {
-        struct topo_group *grp =
-            &topos[d]->groups[topo_group_for(topos[d], f->c.name, s->index)];
+        struct topo_group *grp = &topos[d]->groups[f->place[d][s->index]];
         for (unsigned c = 0; c < grp->nmembers; c++) {
             struct mg_copy *cp = merger__copy_get(s, topo_member(grp, c), d);
             if (cp)
@@ -476,7 +500,8 @@ int merger_round(struct merger *m, struct mg_report *rep)
                                 err);
                 ok = false;
             }
-        if (ok && filter_prepare(m, f, topos, rep) == 0)
+        if (ok && filter_prepare(m, f, topos, rep) == 0 &&
+            filter_place(f, topos, rep) == 0)
             filter_round(m, f, topos, rep);
         for (unsigned d = 0; d < f->c.ndc; d++)
             topo_unref(topos[d]);
@@ -532,7 +557,7 @@ void mg_report_print(FILE *out, const struct mg_report *r)
         const struct mg_pull_rep *p = &r->pull[i];
         fprintf(out, "  pull %s shard %u %s group %s read_quorum %u %s:",
                 p->filter, p->shard, p->dc, p->group, p->read_quorum,
-                p->in_sync >= p->read_quorum ? "covered" : "not-covered");
+                p->covered ? "covered" : "not-covered");
         for (unsigned c = 0; c < p->ncopies; c++)
             fprintf(out, " %s=%s", p->copy[c], pull_state_name[p->state[c]]);
         fprintf(out, "\n");
@@ -602,6 +627,8 @@ void merger_destroy(struct merger *m)
             free(m->f[i].sh[j].cp);
         }
         free(m->f[i].sh);
+        for (unsigned d = 0; d < MG_MAX_DC; d++)
+            free(m->f[i].place[d]);
     }
     for (size_t i = 0; i < m->nchans; i++)
         rpc_channel_destroy(m->chans[i].ch);

@@ -89,6 +89,7 @@ struct mg_pull_rep {
     char dc[64];
     char group[64];
     unsigned read_quorum, ncopies, in_sync;
+    bool covered;                   /* in_sync copies cover the shard (quorum.h) */
     char copy[MG_MAX_COPIES][128];
     uint8_t state[MG_MAX_COPIES];   /* enum mg_pull_state */
 };

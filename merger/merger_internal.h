@@ -71,9 +71,14 @@ struct mg_shard {
 
 struct mg_filter {
     struct mg_filter_conf c;
-    struct node_client_shard tmpl; /* geometry and secret of shard 0 */
+    struct node_client_shard tmpl; /* geometry, secret and placement
+                                      version of shard 0 */
     bool have_tmpl;
     uint32_t nshards;
+    /* The group (index into the round's topology of datacenter d) of
+     * every shard, placed by the filter's placement version: made anew
+     * every round. */
+    uint16_t *place[MG_MAX_DC];
     struct mg_shard *sh;
 };
 

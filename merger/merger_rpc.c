@@ -121,7 +121,7 @@ static int report_to_wire(const struct mg_report *r, struct wire_report *x)
         g->syncing = pull_list(p, MG_SYNCING, &names, &g->n_syncing);
         g->failed = pull_list(p, MG_FAILED, &names, &g->n_failed);
         g->not_asked = pull_list(p, MG_NOT_ASKED, &names, &g->n_not_asked);
-        g->covered = p->in_sync >= p->read_quorum;
+        g->covered = p->covered;
         x->gpp[i] = g;
     }
     w->n_pulls = r->npull;

@@ -37,6 +37,7 @@
 
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "node.h"
+#include "node_client.h"
 #include "node_rpc.h"
 #include "rpc_arena.h"
 #include "rpc_server.h"
@@ -159,8 +160,8 @@ static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
     for (size_t k = 0; k < ne; k++) {
         const Bloomgrid__V1__BatchEntry *e = m->entries[k];
         b->off[k] = total;
-        if (e->hashes.len % 16 == 0)
-            total += e->hashes.len / 16;
+        if (e->hashes.len % NODE_CLIENT_HASH_LEN == 0)
+            total += e->hashes.len / NODE_CLIENT_HASH_LEN;
     }
     b->total = total;
     b->h = arena_zalloc(a, total, sizeof *b->h);
@@ -185,10 +186,11 @@ static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
             rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                             "entry %zu (shard %u): unknown operation %d", k,
                             e->shard_index, (int)e->op);
-        else if (e->hashes.len % 16)
+        else if (e->hashes.len % NODE_CLIENT_HASH_LEN)
             rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
                             "entry %zu (shard %u): hashes is %zu bytes: not a "
-                            "multiple of 16", k, e->shard_index, e->hashes.len);
+                            "multiple of %d", k, e->shard_index, e->hashes.len,
+                            NODE_CLIENT_HASH_LEN);
         else if (op_of(e->op) != OP_MAY_CONTAIN)
             b->writes = true;
     }
@@ -197,8 +199,8 @@ static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
 
 static void flush_ready(struct batch_stream *bs, unsigned *holds);
 
-/* A write entry is durable (rc 0) or failed; on the commit thread (or the
- * loop's, when the store failed it at once). */
+/* A write entry is durable (rc 0) or failed; on the log's completion
+ * thread (wal.h: the completer, with fsync). */
 static void entry_done(void *arg, int rc)
 {
     struct entry_ctx *c = arg;
@@ -223,7 +225,7 @@ static void msg_apply(struct batch_msg *b, size_t k)
     const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
     struct rpc_reply *r = &b->rep[k];
     enum key_op op = op_of(e->op);
-    size_t cnt = e->hashes.len / 16;
+    size_t cnt = e->hashes.len / NODE_CLIENT_HASH_LEN;
     struct bf_hash *h = b->h + b->off[k];
     bool *out = b->out + b->off[k];
     char err[STORE_ERRLEN] = "";
@@ -303,7 +305,7 @@ static int msg_answer(struct rpc_stream *st, struct rpc_arena *a, struct batch_m
             sr->reason = (Bloomgrid__V1__ErrorReason)r->st.reason;
             continue;
         }
-        size_t cnt = e->hashes.len / 16;
+        size_t cnt = e->hashes.len / NODE_CLIENT_HASH_LEN;
         protobuf_c_boolean *o = bools + b->off[k];
         for (size_t i = 0; i < cnt; i++)
             o[i] = b->out[b->off[k] + i];
@@ -350,7 +352,7 @@ static void count_kinds(const Bloomgrid__V1__BatchRequest *m, bool *reads, bool 
     bool r = *reads, w = *writes;
     size_t hashes = 0;
     for (size_t k = 0; k < m->n_entries; k++) {
-        hashes += m->entries[k]->hashes.len / 16;
+        hashes += m->entries[k]->hashes.len / NODE_CLIENT_HASH_LEN;
         if (m->entries[k]->op == BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN)
             r = true;
         else
@@ -401,7 +403,7 @@ static int batch_message(void *state, const uint8_t *buf, size_t len,
                  b->m->n_entries, len);
         return -1;
     }
-    /* A message with writes may be answered by the commit thread. */
+    /* A message with writes may be answered by the log's completion thread. */
     if (b->writes && rpc_stream_hold(bs->st) < 0)
         return -1;
     b->held = b->writes;

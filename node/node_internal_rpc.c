@@ -17,10 +17,12 @@
 #include "bf_file.h"
 #include "log.h"
 #include "node.h"
+#include "node_client.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
 #include "rules.h"
 #include "store.h"
+#include "topo.h"
 
 /* ---- internal service ---- */
 
@@ -41,6 +43,7 @@ static void shard_info_fill(struct node *n, Bloomgrid__V1__InternalShardInfo *is
         isi->shard_index = facts->index;
         isi->generation = store_generation(node_store(n), store_filter_name(sf),
                                            facts->secret_id);
+        isi->placement = facts->placement;
         if (secret) {
             isi->secret.data = facts->secret;
             isi->secret.len = BF_SECRET_LEN;
@@ -75,6 +78,37 @@ static int sync_before_create(struct store *s, const char *sname,
     return 0;
 }
 
+/* Tests only: BLOOMGRID_TEST_FAIL_CREATE_SHARD=P (1..100) makes P percent
+ * of CreateShard calls fail with UNAVAILABLE before they create anything,
+ * at random, so that tests can make a router's creation meet a copy that
+ * refuses (tests/resp/test_resp_router.py).  Unset (every deployment): 0,
+ * never. */
+static unsigned fail_create_pct_v;
+static pthread_once_t fail_create_once = PTHREAD_ONCE_INIT;
+
+static void fail_create_read_env(void)
+{
+    const char *v = getenv("BLOOMGRID_TEST_FAIL_CREATE_SHARD");
+    if (v && *v) {
+        unsigned long p = strtoul(v, NULL, 10);
+        fail_create_pct_v = p > 100 ? 100 : (unsigned)p;
+        log_warn("BLOOMGRID_TEST_FAIL_CREATE_SHARD=%s: %u%% of CreateShard calls "
+                 "fail (a test's fault injection)", v, fail_create_pct_v);
+    }
+}
+
+static bool fail_create_now(void)
+{
+    static __thread unsigned seed;
+    pthread_once(&fail_create_once, fail_create_read_env);
+    unsigned pct = fail_create_pct_v;
+    if (!pct)
+        return false;
+    if (!seed)
+        seed = (unsigned)pthread_self() ^ (unsigned)getpid() ^ 0x9e3779b9u;
+    return (unsigned)rand_r(&seed) % 100 < pct;
+}
+
 void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
                            struct rpc_reply *r)
 {
@@ -82,6 +116,11 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     struct store *s = node_rpc__need_store(n, r);
     if (!s)
         return;
+    if (fail_create_now()) {
+        rpc_reply_error(r, GRPC_STATUS_UNAVAILABLE, "CreateShard failed on "
+                        "purpose (BLOOMGRID_TEST_FAIL_CREATE_SHARD)");
+        return;
+    }
     UNPACK_OR_FAIL(Bloomgrid__V1__CreateShardRequest,
                    bloomgrid__v1__create_shard_request, m, req, len, r);
     struct bf_params p = {0};
@@ -127,6 +166,14 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     p.shard_index = m->shard_index;
     p.shard_count = m->shard_count;
     p.secret = m->secret.len ? m->secret.data : NULL;
+    /* Recorded, not used here: the node keeps any version a router may
+     * know, so a newer router's filter survives on this node. */
+    if (m->placement > TOPO_PLACEMENT_LIMIT) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "placement version %u "
+                        "is above %u", m->placement, TOPO_PLACEMENT_LIMIT);
+        goto out;
+    }
+    p.placement = m->placement;
     bf_params_default(&p);
     /* Marked before it exists, so a crash between the two never leaves a
      * shard that answers reads it cannot vouch for. */
@@ -250,7 +297,19 @@ void node_rpc__h_get_shard(void *arg, const uint8_t *req, size_t len,
         struct shard_facts facts;
         shard_info_fill(n, &isi, &ib, &facts, sf, m->filter, m->shard_index,
                         m->include_secret);
-        rpc_reply_pack(r, &isi.base);
+        /* A caller that would place the other shards by a rule older than
+         * the filter's gets no secret: it would ask groups that do not
+         * hold them and take their NOT_FOUND for "no such filter". */
+        uint32_t known = topo_placement_norm(m->placement_known);
+        if (m->include_secret && topo_placement_norm(facts.placement) > known)
+            rpc_reply_fail(r, GRPC_STATUS_FAILED_PRECONDITION,
+                           RPC_REASON_PLACEMENT_UNKNOWN, "filter \"%s\" places its "
+                           "shards by placement version %u; the caller knows "
+                           "versions 1 to %u: upgrade it (docs/TOPOLOGY.md, "
+                           "\"Placement versions\")", m->filter,
+                           topo_placement_norm(facts.placement), known);
+        else
+            rpc_reply_pack(r, &isi.base);
         store_put(sf);
     }
     bloomgrid__v1__get_shard_request__free_unpacked(m, NULL);
@@ -323,7 +382,7 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
     UNPACK_OR_FAIL(Bloomgrid__V1__HashesRequest, bloomgrid__v1__hashes_request, m,
                    req, len, r);
     struct scratch *sc = node_rpc__thread_scratch();
-    size_t cnt = m->hashes.len / 16;
+    size_t cnt = m->hashes.len / NODE_CLIENT_HASH_LEN;
     uint64_t version = 0;
     if (!sc) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
@@ -331,9 +390,10 @@ static void hashes_call(struct node *n, enum key_op op, const uint8_t *req,
     }
     if (node_rpc__refuse_version(r, m->topology_version))
         goto out;
-    if (m->hashes.len % 16) {
+    if (m->hashes.len % NODE_CLIENT_HASH_LEN) {
         rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "hashes is %zu bytes: not a multiple of 16", m->hashes.len);
+                        "hashes is %zu bytes: not a multiple of %d", m->hashes.len,
+                        NODE_CLIENT_HASH_LEN);
         goto out;
     }
     if (cnt > n->cfg.max_batch_keys) {

@@ -62,11 +62,12 @@ static void hash_keys(const struct bf *f, void *ctx)
  * An Add or Remove sets its bits and queues its log record
  * (store_*_hashes_async); its answer goes out from whichever of two
  * parties comes last: the handler, once it has packed the answer, or the
- * node's commit thread, once the record is durable.  So no handler thread
- * waits for an fsync.  A unary call is deferred (rpc_reply_defer); a stream
- * posts its answers (rpc_stream_post), which stay in request order because
- * the commit thread completes a stream's records in the order they were
- * queued and the handler packs message i before it queues message i + 1. */
+ * log's completion thread (wal.h: the completer, with fsync), once the
+ * record is durable.  So no handler thread waits for an fsync.  A unary
+ * call is deferred (rpc_reply_defer); a stream posts its answers
+ * (rpc_stream_post), which stay in request order because the log completes
+ * a stream's records in the order they were queued and the handler packs
+ * message i before it queues message i + 1. */
 
 /* A stream's write state, shared with its pending writes. */
 struct stream_writes {
@@ -82,7 +83,7 @@ static void stream_writes_put(struct stream_writes *sw)
 }
 
 struct pending_write {
-    atomic_int parties;             /* 2: the handler and the commit thread */
+    atomic_int parties;             /* 2: the handler and the log's completion */
     int rc;                         /* the store's outcome */
     struct store_filter *sf;        /* held until the record is durable */
     char name[RULES_FILTER_NAME_MAX + 1];
@@ -128,7 +129,7 @@ static void write_release(struct pending_write *w)
         write_answer(w);
 }
 
-/* The commit thread: the record is durable (rc 0) or failed. */
+/* The log's completion thread: the record is durable (rc 0) or failed. */
 static void write_done(void *ctx, int rc)
 {
     struct pending_write *w = ctx;

@@ -1,6 +1,8 @@
-/* node_pages_rpc: the internal PullPages / PushPages calls used by the
- * merger and by read replicas pulling from their primary (node_replicate.c,
- * docs/MERGER.md), and the node's read-replica mode.
+/* node_pages_rpc: the internal PullPages / PushPages calls, used by the
+ * merger (docs/MERGER.md) and by anti-entropy between the copies of a
+ * group (node_replicate.c, docs/REPLICATION.md).  A pull skips the pages
+ * whose hashes the puller sent (it holds them already) and says in its
+ * last message whether the shard is SYNCING here.
  *
  * The change tracking behind them is the store's (store.h, "Change
  * tracking"): a pull is store_pages_since streamed as Page messages, a push

@@ -103,6 +103,7 @@
 #include "node.h"
 #include "node_client.h"
 #include "node_rpc.h"
+#include "quorum.h"
 #include "rpc_client.h"
 #include "rules.h"
 #include "store.h"
@@ -141,8 +142,7 @@ unsigned repl__copies_needed(const struct topo_group *grp)
     unsigned others = 0;
     for (unsigned c = 0; c < grp->ncopies; c++)
         others += !node_rpc__is_self(grp->copies[c]);
-    unsigned need = grp->ncopies - grp->write_quorum + 1;
-    return need < others ? need : others;
+    return quorum_sync_need(grp, others);
 }
 
 /* Has the shard left SYNCING?  It has when full pulls (full_ms) from
@@ -153,7 +153,7 @@ static void sync_check(struct node_replicate *r, struct store_filter *sf,
 {
     const char *name = store_filter_name(sf);
     char err[NODE_SYNC_ERRLEN] = "";
-    unsigned need = grp->ncopies - grp->write_quorum + 1, got = 0;
+    unsigned got = 0;
     struct shard_facts facts;
 
     uint64_t since = repl__shard_listed(sf);
@@ -165,7 +165,7 @@ static void sync_check(struct node_replicate *r, struct store_filter *sf,
             !strcmp(rs->name, name) && is_copy(grp, rs->peer))
             got++;
     pthread_mutex_unlock(&r->mu);
-    if (got < need || node_rpc__shard_facts(sf, &facts) < 0)
+    if (!quorum_shard_sync_met(grp, got) || node_rpc__shard_facts(sf, &facts) < 0)
         return;
     if (node_sync_clear(node_rpc__sync_get(), name, facts.secret_id, err) < 0)
         log_warn("shard %s filled but still SYNCING: %s", name, err);
@@ -198,7 +198,8 @@ int repl__create_shard(struct node *n, struct rpc_channel *ch, const char *peer,
     char err[STORE_ERRLEN] = "";
     struct bf *f;
 
-    if (node_client_get_shard(ch, filter, index, &sh, REPL_LIST_TIMEOUT_MS, &st) < 0) {
+    if (node_client_get_shard_to_copy(ch, filter, index, &sh, REPL_LIST_TIMEOUT_MS,
+                                      &st) < 0) {
         snprintf(why, whylen, "GetShard: %s: %s", rpc_status_name(st.code), st.message);
         return -1;
     }
@@ -456,22 +457,17 @@ static bool list_peer(struct node_replicate *r, const struct topo_group *grp,
                       uint64_t topo_version, const char *peer, int timeout_ms,
                       Bloomgrid__V1__ListShardsResponse **resp)
 {
-    Bloomgrid__V1__ListShardsRequest req = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
     struct rpc_channel *ch = repl__peer_channel(r, peer);
     struct rpc_status st = {0};
     struct node_sync_copy c;
 
     *resp = NULL;
     node_sync_copy_get(node_rpc__sync_get(), &c);
-    req.topology_version = topo_version;
-    req.group = (char *)grp->name;
-    req.copy_id = c.id;
-    req.copy_epoch = c.epoch;
-    req.address = (char *)self_in(grp);
-    req.copy_state = wire_state(node_sync_standing(node_rpc__sync_get()));
-    if (!ch || rpc_call(ch, "/bloomgrid.v1.Internal/ListShards", &req.base,
-                        &bloomgrid__v1__list_shards_response__descriptor,
-                        (ProtobufCMessage **)resp, timeout_ms, &st) < 0) {
+    struct node_client_announce a = {
+        .group = grp->name, .copy_id = c.id, .copy_epoch = c.epoch,
+        .address = self_in(grp),
+        .copy_state = wire_state(node_sync_standing(node_rpc__sync_get()))};
+    if (!ch || node_client_list_shards(ch, topo_version, &a, resp, timeout_ms, &st) < 0) {
         log_debug("ListShards of %s: %s: %s", peer, rpc_status_name(st.code),
                   st.message);
         *resp = NULL;

@@ -27,8 +27,6 @@
 #include "store.h"
 #include "topo.h"
 
-#include "grpc/health/v1/health.pb-c.h"
-
 #include "node_replicate_int.h"
 
 /* Pages of one pull, copied as they arrive. */
@@ -473,9 +471,7 @@ static void peer_gauges(const char *peer, bool answered, size_t cursors)
  * says the peer runs).  A change of a peer's state is logged once. */
 void repl__probe(struct node_replicate *r, const struct topo_group *grp, bool *down)
 {
-    Grpc__Health__V1__HealthCheckRequest rq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-    size_t len = grpc__health__v1__health_check_request__get_packed_size(&rq);
-    struct rpc_multi calls[TOPO_MAX_COPIES];
+    struct node_client_probe calls[TOPO_MAX_COPIES];
     struct repl_peer *peer[TOPO_MAX_COPIES];
     unsigned member[TOPO_MAX_COPIES];
     size_t n = 0;
@@ -488,16 +484,11 @@ void repl__probe(struct node_replicate *r, const struct topo_group *grp, bool *d
             down[m] = true;
             continue;
         }
-        calls[n] = (struct rpc_multi){.ch = peer[n]->ch,
-                                      .method = "/grpc.health.v1.Health/Check",
-                                      .req = grpc_slice_malloc(len),
-                                      .timeout_ms = REPL_PROBE_TIMEOUT_MS};
-        grpc__health__v1__health_check_request__pack(&rq,
-                                                     GRPC_SLICE_START_PTR(calls[n].req));
+        calls[n] = (struct node_client_probe){.ch = peer[n]->ch};
         member[n++] = m;
     }
-    if (n)
-        rpc_call_many(calls, n);
+    /* At most TOPO_MAX_COPIES: nothing to allocate, nothing fails. */
+    node_client_probe_many(calls, n, NULL, REPL_PROBE_TIMEOUT_MS);
     for (size_t k = 0; k < n; k++) {
         struct repl_peer *p = peer[k];
         int code = calls[k].rc == 0 ? GRPC_STATUS_OK : (int)calls[k].st.code;
@@ -511,8 +502,6 @@ void repl__probe(struct node_replicate *r, const struct topo_group *grp, bool *d
                      "it does", p->addr, rpc_status_name(calls[k].st.code),
                      calls[k].st.message);
         p->answered = answered;
-        grpc_slice_unref(calls[k].req);
-        grpc_slice_unref(calls[k].resp);
     }
 }
 

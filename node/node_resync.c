@@ -38,6 +38,7 @@
 
 #include "log.h"
 #include "node.h"
+#include "node_client.h"
 #include "node_rpc.h"
 #include "rpc_client.h"
 #include "rules.h"
@@ -101,22 +102,19 @@ static bool list_members(struct node_replicate *r, const struct topo *t,
 {
     for (unsigned m = 0; m < grp->nmembers && m < TOPO_MAX_COPIES; m++) {
         const char *addr = topo_member(grp, m);
-        Bloomgrid__V1__ListShardsRequest req = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
         Bloomgrid__V1__ListShardsResponse *resp = NULL;
         struct rpc_status st = {0};
         struct rpc_channel *ch;
 
         if (node_rpc__is_self(addr))
             continue;
-        req.topology_version = t->version;
         if (!(ch = repl__peer_channel(r, addr))) {
             refuse(res, GRPC_STATUS_RESOURCE_EXHAUSTED, "no channel to member %s "
                    "(out of memory): nothing changed", addr);
             return false;
         }
-        if (rpc_call(ch, "/bloomgrid.v1.Internal/ListShards", &req.base,
-                     &bloomgrid__v1__list_shards_response__descriptor,
-                     (ProtobufCMessage **)&resp, REPL_LIST_TIMEOUT_MS, &st) == 0) {
+        if (node_client_list_shards(ch, t->version, NULL, &resp, REPL_LIST_TIMEOUT_MS,
+                                    &st) == 0) {
             lists[res->nused] = resp;
             snprintf(res->used[res->nused++], sizeof res->used[0], "%s", addr);
         } else if (st.code == GRPC_STATUS_UNAVAILABLE ||

@@ -16,6 +16,7 @@
 #include "bf_file.h"
 #include "log.h"
 #include "node.h"
+#include "node_client.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
 #include "rules.h"
@@ -243,6 +244,7 @@ static void info_from_bf(const struct bf *f, void *ctx)
     ib->fi.capacity = bf_capacity(f);
     ib->fi.error_rate = bf_error_rate(f);
     ib->fi.shards = bf_shard_count(f);
+    ib->fi.placement = bf_placement(f) ? bf_placement(f) : 1;
     ib->fi.bits = stats.bits;
     if (bf_layer_info(f, 0, &li) == 0)
         ib->fi.hashes = li.k;
@@ -290,6 +292,7 @@ static void shard_facts_read(const struct bf *f, void *ctx)
     struct shard_facts *sf = ctx;
     sf->count = bf_shard_count(f);
     sf->index = bf_shard_index(f);
+    sf->placement = bf_placement(f);
     memcpy(sf->secret, bf_secret(f), BF_SECRET_LEN);
     sf->secret_id = XXH3_64bits(sf->secret, BF_SECRET_LEN);
 }
@@ -334,16 +337,7 @@ struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
     /* A SYNCING copy takes writes but may lack acknowledged ones. */
     if (op == OP_MAY_CONTAIN && node_rpc__refuse_syncing(sf, r))
         goto fail;
-    for (size_t i = 0; i < cnt; i++) {
-        const uint8_t *p = data + 16 * i;
-        uint64_t h1 = 0, h2 = 0;
-        for (int b = 7; b >= 0; b--) {
-            h1 = (h1 << 8) | p[b];
-            h2 = (h2 << 8) | p[8 + b];
-        }
-        h[i].h1 = h1;
-        h[i].h2 = h2;
-    }
+    node_client_hashes_get(h, data, cnt);
     if (check_shard || secret_id) {
         struct shard_facts facts;
         node_rpc__shard_facts(sf, &facts);

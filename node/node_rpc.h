@@ -99,6 +99,7 @@ void node_rpc__finish_reply(struct rpc_stream *st, const struct rpc_reply *r);
  * (copied out) and its id (XXH3-64, as HashesRequest.secret_id). */
 struct shard_facts {
     uint32_t count, index;
+    uint32_t placement;          /* bf_placement: 0 not recorded */
     uint8_t secret[BF_SECRET_LEN];
     uint64_t secret_id;
 };

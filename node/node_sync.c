@@ -16,6 +16,7 @@
 #include "bf.h"
 #include "errmsg.h"
 #include "log.h"
+#include "name_index.h"
 #include "rules.h"
 
 #define SYNC_HEADER "bloomgrid-syncing 1"
@@ -40,6 +41,12 @@ struct node_sync {
     struct sync_ent *v;          /* under mu */
     size_t n, cap;
     atomic_size_t count;         /* n, read without mu */
+    /* The names of v with their secret ids (name -> a uint64_t of the
+     * index's), changed with v under mu and read without it on the key
+     * path (node_sync_listed); ix_broken: an update ran out of memory, so
+     * readers take mu and v instead. */
+    struct name_index *ix;
+    atomic_bool ix_broken;
     struct sync_ent *gone;       /* dropped since the start, under mu */
     size_t ngone, capgone;
     atomic_uint held;            /* enum node_sync_hold bits */
@@ -79,6 +86,35 @@ static int ent_push(struct sync_ent **v, size_t *n, size_t *cap,
     return 0;
 }
 
+/* v's entry name with secret id was added or changed: the same in ix
+ * (mu held). */
+static void ix_put(struct node_sync *ns, const char *name, uint64_t id)
+{
+    uint64_t *p = malloc(sizeof *p);
+    int rc = -ENOMEM;
+
+    if (p) {
+        *p = id;
+        free(name_index_set(ns->ix, name, p, &rc));
+    }
+    if (rc < 0) {
+        free(p);
+        atomic_store(&ns->ix_broken, true);   /* never a name left out */
+    }
+}
+
+/* v's entry name goes (mu held). */
+static void ix_del(struct node_sync *ns, const char *name)
+{
+    free(name_index_remove(ns->ix, name, NULL));
+}
+
+static void free_value(void *value, void *ctx)
+{
+    (void)ctx;
+    free(value);
+}
+
 static struct sync_ent *ent_find(struct node_sync *ns, const char *name)
 {
     for (size_t i = 0; i < ns->n; i++)
@@ -89,6 +125,7 @@ static struct sync_ent *ent_find(struct node_sync *ns, const char *name)
 
 static void ent_remove(struct node_sync *ns, struct sync_ent *e)
 {
+    ix_del(ns, e->name);
     *e = ns->v[--ns->n];
     atomic_store(&ns->count, ns->n);
 }
@@ -120,10 +157,12 @@ static int sync_parse(struct node_sync *ns, char *text)
         uint64_t id = strtoull(hex, NULL, 16);
         if (ent_find(ns, name) || ent_push(&ns->v, &ns->n, &ns->cap, name, id) < 0)
             goto bad;
+        ix_put(ns, name, id);
     }
     return 0;
 bad:
     ns->n = 0;
+    name_index_clear(ns->ix, free_value, NULL);
     ns->whole = NODE_SYNC_WHOLE_NONE;
     return -EBADMSG;
 }
@@ -328,6 +367,10 @@ struct node_sync *node_sync_open(const char *dir, bool *doubt, char *err)
     }
     pthread_mutex_init(&ns->mu, NULL);
     pthread_mutex_init(&ns->idmu, NULL);
+    if (!(ns->ix = name_index_create())) {
+        errmsg_set(err, "out of memory");
+        goto fail;
+    }
     /* Until anti-entropy has checked the epoch with the peers, nothing is
      * vouched for (ignored in a group of one copy). */
     atomic_init(&ns->held, NODE_SYNC_HOLD_EPOCH);
@@ -358,6 +401,9 @@ void node_sync_close(struct node_sync *ns)
         return;
     pthread_mutex_destroy(&ns->mu);
     pthread_mutex_destroy(&ns->idmu);
+    if (ns->ix)
+        name_index_clear(ns->ix, free_value, NULL);
+    name_index_destroy(ns->ix);
     free(ns->v);
     free(ns->gone);
     free(ns->peers);
@@ -444,6 +490,8 @@ int node_sync_adopt(struct node_sync *ns, struct store *s, bool mark, char *err)
                                : "its recovery cut records it may have acknowledged");
             if ((rc = ent_push(&ns->v, &ns->n, &ns->cap, names[i], sr.id)) < 0)
                 errmsg_set(err, "out of memory");
+            else
+                ix_put(ns, names[i], sr.id);
         }
         store_put(sf);
         if (rc < 0)
@@ -474,10 +522,23 @@ bool node_sync_is(struct node_sync *ns, const char *name, uint64_t secret_id)
     return ns && (atomic_load(&ns->held) || node_sync_listed(ns, name, secret_id));
 }
 
+static void id_read(void *value, void *ctx)
+{
+    *(uint64_t *)ctx = *(const uint64_t *)value;
+}
+
 bool node_sync_listed(struct node_sync *ns, const char *name, uint64_t secret_id)
 {
     if (!ns || atomic_load_explicit(&ns->count, memory_order_acquire) == 0)
         return false;
+    if (!atomic_load(&ns->ix_broken)) {
+        /* Every read of a node with a shard SYNCING asks: by hash, and
+         * without mu. */
+        uint64_t id = 0;
+        if (!name_index_get(ns->ix, name, id_read, &id))
+            return false;
+        return !id || !secret_id || id == secret_id;
+    }
     pthread_mutex_lock(&ns->mu);
     struct sync_ent *e = ent_find(ns, name);
     bool is = e && (!e->secret_id || !secret_id || e->secret_id == secret_id);
@@ -500,8 +561,11 @@ int node_sync_mark(struct node_sync *ns, const char *name, uint64_t secret_id,
     if (e) {
         e->secret_id = secret_id;
         e->since_ms = node_sync_now_ms();
+        ix_put(ns, name, secret_id);
     } else if ((rc = ent_push(&ns->v, &ns->n, &ns->cap, name, secret_id)) < 0) {
         errmsg_set(err, "out of memory");
+    } else {
+        ix_put(ns, name, secret_id);
     }
     atomic_store(&ns->count, ns->n);
     if (rc == 0)

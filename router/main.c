@@ -27,6 +27,7 @@
 #include "router_config.h"
 #include "router_health.h"
 #include "router_rpc.h"
+#include "metrics.h"
 #include "metrics_http.h"
 #include "rpc_listen.h"
 #include "rpc_metrics.h"
@@ -48,6 +49,21 @@ static void log_topology(const struct topo *t)
                  t->groups[i].write_quorum, t->groups[i].read_quorum,
                  t->groups[i].datacenter[0] ? ", datacenter " : "",
                  t->groups[i].datacenter);
+}
+
+/* At every scrape: what max_memory_mb counts now, and its bound. */
+static void budget_sampler(void *arg, struct metrics_out *out)
+{
+    struct router *r = arg;
+    uint64_t used, max;
+    if (!r->srv)
+        return;
+    rpc_server_budget(r->srv, &used, &max);
+    metrics_emit(out, METRIC_GAUGE, "bloomgrid_router_memory_charged_bytes",
+                 "bytes of requests the router holds, counted against max_memory_mb",
+                 NULL, (double)used);
+    metrics_emit(out, METRIC_GAUGE, "bloomgrid_router_memory_max_bytes",
+                 "max_memory_mb in bytes", NULL, (double)max);
 }
 
 /* SIGHUP: calls in flight keep the topology they started with. */
@@ -133,12 +149,24 @@ int main(int argc, char **argv)
         .max_message_size = cfg.max_message_size, .conn_idle_ms = cfg.conn_idle_ms,
     };
     struct resp_backend rbe;
-    router_resp_backend(&r, &rbe);
+    struct router_resp *rr = router_resp_new(&r);
+    if (!rr) {
+        log_error("out of memory");
+        return 1;
+    }
+    router_resp_backend(rr, &rbe);
     struct resp_door_conf rdc = {.set = &rs, .prog = "bloomgrid-router", .tls = tls,
                                  .auth = auth, .insecure = cfg.insecure, .be = &rbe};
     struct resp_door *door = NULL;
     if (resp_door_check(&rdc) < 0)
         return 2;
+    /* The door's commands that wait for the nodes (a filter not yet seen
+     * complete, a creation, BF.INFO, DEL) run on libuv's pool: as many
+     * threads as the server's workers for such calls, unless the
+     * environment says otherwise (read by libuv at its first use). */
+    char pool[24];
+    snprintf(pool, sizeof pool, "%llu", (unsigned long long)cfg.threads);
+    setenv("UV_THREADPOOL_SIZE", pool, 0);
 
     rpc_signals_block();
     rpc_signals_on_hup(reload_topology, &r);
@@ -160,12 +188,18 @@ int main(int argc, char **argv)
         .max_deferred = (int)cfg.max_deferred,
         .max_message = cfg.max_message_size,
         .grace_ms = (int)cfg.shutdown_grace_ms,
+        .max_streams = (int)cfg.max_streams,
+        .stream_idle_ms = (int)cfg.stream_idle_ms,
+        .conn_idle_ms = (int)cfg.conn_idle_ms,
+        .request_budget = (size_t)cfg.max_memory_mb << 20,
+        .budget_setting = "max_memory_mb",
     };
     r.srv = rpc_server_create(&sc);
     if (!r.srv) {
         log_error("cannot create the gRPC server");
         return 1;
     }
+    metrics_add_sampler(metrics_registry(), budget_sampler, &r);
     /* The links' streams live on the loops: closed before the loops stop. */
     rpc_server_on_drain(r.srv, router_close_links, &r);
     if (bloomgrid__v1__bloom_grid__descriptor.n_methods != router_rpc_public_count) {
@@ -203,6 +237,7 @@ int main(int argc, char **argv)
         /* The probe thread sets health on the server: stopped first. */
         router_health_stop(health);
         router_canary_stop(canary);
+        metrics_http_stop(mh);    /* its sampler reads the server */
         rpc_server_destroy(r.srv);
         grpc_shutdown();
         return 1;
@@ -238,12 +273,14 @@ int main(int argc, char **argv)
     router_canary_stop(canary);
     /* The door's calls in flight end on the links, still open. */
     resp_door_stop(door);
+    router_resp_free(rr);
     rpc_server_shutdown(r.srv);
+    /* Scrapes end before the server their sampler reads is freed. */
+    metrics_http_stop(mh);
     rpc_server_destroy(r.srv);
     router_deinit(&r);
     rpc_tls_destroy(tls);
     rpc_auth_destroy(auth);
-    metrics_http_stop(mh);
     /* No grpc_shutdown(): every call and the server are gone and the data
      * is closed, but the core's executor thread may sleep until its next
      * timer (up to 10 s measured) before the shutdown can join it, and the

@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "log.h"
+#include "name_index.h"
 #include "router_nodes.h"
 #include "router_pool.h"
 
@@ -19,8 +20,10 @@ int router_init(struct router *r, const struct router_config *cfg, struct topo *
     r->topo = t;
     pthread_mutex_init(&r->lock, NULL);
     r->pool = router_pool_create();
+    r->link_index = name_index_create();
+    r->filters = name_index_create();
     router_keys_metrics_init();
-    return r->pool ? 0 : -ENOMEM;
+    return r->pool && r->link_index && r->filters ? 0 : -ENOMEM;
 }
 
 void router_close_links(void *arg)
@@ -35,19 +38,28 @@ void router_close_links(void *arg)
     size_t n = r->nlinks;
     r->links = NULL;
     r->nlinks = r->links_cap = 0;
+    if (r->link_index)
+        name_index_clear(r->link_index, NULL, NULL);
     pthread_mutex_unlock(&r->lock);
     for (size_t i = 0; i < n; i++)
         router_link_destroy(links[i]);
     free(links);
 }
 
+static void filter_unref_fn(void *value, void *ctx)
+{
+    (void)ctx;
+    router_filter_unref(value);
+}
+
 void router_deinit(struct router *r)
 {
     router_close_links(r);
     router_pool_destroy(r->pool);
-    for (size_t i = 0; i < r->nfilters; i++)
-        router_filter_unref(r->filters[i]);
-    free(r->filters);
+    if (r->filters)
+        name_index_clear(r->filters, filter_unref_fn, NULL);
+    name_index_destroy(r->filters);
+    name_index_destroy(r->link_index);
     topo_unref(r->topo);
     pthread_mutex_destroy(&r->lock);
     memset(r, 0, sizeof *r);
@@ -77,16 +89,15 @@ int router_reload(struct router *r, char *err)
 
 struct router_link *router_node_link(struct router *r, const char *addr)
 {
-    struct router_link *l = NULL;
+    /* Every key batch asks: found without r->lock once it exists. */
+    struct router_link *l = name_index_get(r->link_index, addr, NULL, NULL);
+    if (l)
+        return l;
     pthread_mutex_lock(&r->lock);
     if (r->links_closed)
         goto out;
-    for (size_t i = 0; i < r->nlinks; i++) {
-        if (strcmp(router_link_addr(r->links[i]), addr) == 0) {
-            l = r->links[i];
-            goto out;
-        }
-    }
+    if ((l = name_index_get(r->link_index, addr, NULL, NULL)))
+        goto out;
     if (r->nlinks == r->links_cap) {
         size_t cap = r->links_cap ? 2 * r->links_cap : 16;
         struct router_link **p = realloc(r->links, cap * sizeof *p);
@@ -104,6 +115,10 @@ struct router_link *router_node_link(struct router *r, const char *addr)
     if (loops > 0)
         lc.cq = rpc_server_loop_cq(r->srv, (int)(r->nlinks % (size_t)loops));
     l = router_link_create(addr, &lc);
+    if (l && name_index_add(r->link_index, addr, l) < 0) {
+        router_link_destroy(l);
+        l = NULL;
+    }
     if (l) {
         r->links[r->nlinks++] = l;
         log_info("link to node %s opened", addr);
@@ -129,43 +144,39 @@ void router_filter_unref(struct router_filter *f)
     free(f);
 }
 
-/* Index of name in the cache, or -1.  Caller holds the lock. */
-static ssize_t cache_find(struct router *r, const char *name)
+/* A reference to a cached entry, taken under its stripe's lock (so the
+ * cache cannot drop its own meanwhile). */
+static void take_ref(void *value, void *ctx)
 {
-    for (size_t i = 0; i < r->nfilters; i++)
-        if (strcmp(r->filters[i]->name, name) == 0)
-            return (ssize_t)i;
-    return -1;
+    struct router_filter *f = value;
+    atomic_fetch_add(&f->refs, 1);
+    *(struct router_filter **)ctx = f;
 }
 
 struct router_filter *router_filter_get(struct router *r, const char *name,
                                         const struct topo *t,
                                         struct router_filter **stale)
 {
-    struct router_filter *f = NULL;
+    struct router_filter *c = NULL;
     if (stale)
         *stale = NULL;
-    pthread_mutex_lock(&r->lock);
-    ssize_t i = cache_find(r, name);
-    if (i >= 0) {
-        struct router_filter *c = r->filters[i];
-        bool fresh = c->topo == t &&
-                     time(NULL) - c->fetched < (time_t)r->cfg.secret_ttl_s;
-        atomic_fetch_add(&c->refs, 1);
-        if (fresh)
-            f = c;
-        else if (stale)
-            *stale = c;
-        else
-            atomic_fetch_sub(&c->refs, 1);   /* the cache still holds one */
-    }
-    pthread_mutex_unlock(&r->lock);
-    return f;
+    /* Entries are immutable: judged after the reference is taken. */
+    name_index_get(r->filters, name, take_ref, &c);
+    if (!c)
+        return NULL;
+    bool fresh = c->topo == t && time(NULL) - c->fetched < (time_t)r->cfg.secret_ttl_s;
+    if (fresh)
+        return c;
+    if (stale)
+        *stale = c;
+    else
+        router_filter_unref(c);
+    return NULL;
 }
 
 struct router_filter *router_filter_add(struct router *r, const char *name,
                                         const uint8_t *secret, uint32_t shards,
-                                        struct topo *t)
+                                        uint32_t placement, struct topo *t)
 {
     char err[BF_ERRLEN];
     struct router_filter *f = calloc(1, sizeof *f);
@@ -174,6 +185,7 @@ struct router_filter *router_filter_add(struct router *r, const char *name,
     atomic_init(&f->refs, 2);
     snprintf(f->name, sizeof f->name, "%s", name);
     f->shards = shards;
+    f->placement = topo_placement_norm(placement);
     memcpy(f->secret, secret, BF_SECRET_LEN);
     f->secret_id = XXH3_64bits(secret, BF_SECRET_LEN);
     struct bf_params p = {.capacity = 1, .error_rate = 0.5, .secret = secret};
@@ -185,50 +197,36 @@ struct router_filter *router_filter_add(struct router *r, const char *name,
         free(f);
         return NULL;
     }
+    if (topo_place(t, name, shards, f->placement, f->group) < 0) {
+        bf_destroy(f->hasher);
+        free(f->group);
+        free(f);
+        return NULL;
+    }
     f->topo = topo_ref(t);
-    for (uint32_t i = 0; i < shards; i++)
-        f->group[i] = (uint16_t)topo_group_for(t, name, i);
     f->fetched = time(NULL);
 
-    pthread_mutex_lock(&r->lock);
-    ssize_t i = cache_find(r, name);
-    if (i >= 0) {
-        router_filter_unref(r->filters[i]);
-        r->filters[i] = f;
-    } else {
-        if (r->nfilters == r->filters_cap) {
-            size_t cap = r->filters_cap ? 2 * r->filters_cap : 16;
-            struct router_filter **p = realloc(r->filters, cap * sizeof *p);
-            if (p) {
-                r->filters = p;
-                r->filters_cap = cap;
-            }
-        }
-        if (r->nfilters < r->filters_cap)
-            r->filters[r->nfilters++] = f;
-        else
-            atomic_fetch_sub(&f->refs, 1);   /* not cached */
-    }
-    pthread_mutex_unlock(&r->lock);
+    int rc;
+    struct router_filter *old = name_index_set(r->filters, name, f, &rc);
+    if (rc < 0)
+        atomic_fetch_sub(&f->refs, 1);   /* not cached */
+    router_filter_unref(old);
     return f;
 }
 
-uint32_t router_filter_shards(struct router *r, const char *name)
+uint32_t router_filter_shards(struct router *r, const char *name,
+                              uint32_t *placement)
 {
-    pthread_mutex_lock(&r->lock);
-    ssize_t i = cache_find(r, name);
-    uint32_t n = i >= 0 ? r->filters[i]->shards : 0;
-    pthread_mutex_unlock(&r->lock);
+    struct router_filter *c = NULL;
+    name_index_get(r->filters, name, take_ref, &c);
+    uint32_t n = c ? c->shards : 0;
+    if (placement)
+        *placement = c ? c->placement : 0;
+    router_filter_unref(c);
     return n;
 }
 
 void router_filter_forget(struct router *r, const char *name)
 {
-    pthread_mutex_lock(&r->lock);
-    ssize_t i = cache_find(r, name);
-    if (i >= 0) {
-        router_filter_unref(r->filters[i]);
-        r->filters[i] = r->filters[--r->nfilters];
-    }
-    pthread_mutex_unlock(&r->lock);
+    router_filter_unref(name_index_remove(r->filters, name, NULL));
 }

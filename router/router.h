@@ -8,8 +8,8 @@
  *     process (it reconnects after a node restarts); its answers are read
  *     by one of the server's loops, so a key call is served start to
  *     finish on its loop's thread when its nodes' links are on that loop;
- *   - a cache of filters it has seen: secret, shard count and the placement
- *     of every shard under a topology.  Entries are immutable and reference
+ *   - a cache of filters it has seen: secret, shard count, placement version
+ *     and the group of every shard under a topology.  Entries are immutable and reference
  *     counted; a stale one (older than secret_ttl_s, or computed for an older
  *     topology) is replaced, never changed in place;
  *   - a small pool of threads for the slow paths of key batches that may
@@ -41,6 +41,8 @@ struct router_filter {
     atomic_int refs;
     char name[ROUTER_NAME_MAX + 1];
     uint32_t shards;
+    uint32_t placement;         /* the filter's placement version (topo.h),
+                                   one this router knows, >= 1 */
     uint8_t secret[BF_SECRET_LEN];
     uint64_t secret_id;         /* XXH3-64 of the secret, checked by nodes */
     struct bf *hasher;          /* a one-bit-sized filter holding the secret */
@@ -53,18 +55,21 @@ struct router {
     struct router_config cfg;
     struct rpc_server *srv;
     struct router_pool *pool;   /* blocking slow paths (router_pool.h) */
-    pthread_mutex_t lock;       /* guards everything below */
+    pthread_mutex_t lock;       /* guards the fields below up to filters */
     struct topo *topo;
     struct router_link **links;     /* one per node address */
     size_t nlinks, links_cap;
     bool links_closed;          /* router_close_links: no new ones */
-    struct router_filter **filters;
-    size_t nfilters, filters_cap;
+    /* The links and the filter cache by name (name_index.h), looked up on
+     * every key batch without r->lock: links are added under it, cache
+     * entries replaced whole without it. */
+    struct name_index *link_index;
+    struct name_index *filters;     /* name -> struct router_filter (a ref) */
     atomic_uint read_rotation;  /* which copy a read asks first */
 };
 
 /* Set up with cfg (copied) and the topology already loaded (takes over its
- * reference).  Returns 0 or -ENOMEM. */
+ * reference, also on failure).  Returns 0 or -ENOMEM. */
 int router_init(struct router *r, const struct router_config *cfg, struct topo *t);
 /* Free channels, cache and topology.  No call may be running. */
 void router_deinit(struct router *r);
@@ -97,15 +102,19 @@ struct router_filter *router_filter_get(struct router *r, const char *name,
                                         const struct topo *t,
                                         struct router_filter **stale);
 
-/* Build an entry for name (secret, shards) placed under t; the caller gets
- * one reference and the cache another.  NULL when out of memory. */
+/* Build an entry for name (secret, shards) placed under t by placement
+ * version placement (0 reads as 1; the caller checked that this router
+ * knows it: topo_placement_known); the caller gets one reference and the
+ * cache another.  NULL when out of memory. */
 struct router_filter *router_filter_add(struct router *r, const char *name,
                                         const uint8_t *secret, uint32_t shards,
-                                        struct topo *t);
+                                        uint32_t placement, struct topo *t);
 
-/* The shard count of a cached filter, stale or not; 0 when not cached.
- * Takes no reference and makes no call. */
-uint32_t router_filter_shards(struct router *r, const char *name);
+/* The shard count of a cached filter, stale or not, with its placement
+ * version in *placement (may be NULL); 0 when not cached.  Takes no
+ * reference and makes no call. */
+uint32_t router_filter_shards(struct router *r, const char *name,
+                              uint32_t *placement);
 
 /* Forget a filter (dropped, or a node said it does not exist). */
 void router_filter_forget(struct router *r, const char *name);

@@ -43,6 +43,18 @@ static const struct setting settings[] = {
      "longest key in bytes; longer is INVALID_ARGUMENT"},
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
+    {"max_memory_mb", SETTING_UINT, 16, UINT64_C(1) << 20, NULL,
+     RULES_STR(ROUTER_MEMORY_MB_DEFAULT), F(max_memory_mb),
+     "memory budget of the requests the router holds at once, in MiB: "
+     "every request's bytes count from the moment the router has them, with "
+     "what it builds from them (about 100 bytes a key), until the call ends, "
+     "and so does the bundle an Export assembles; a request of more than "
+     "64 KiB still arriving after 20 ms takes the room of max_message_size "
+     "while it arrives; large requests may take all but an eighth of the "
+     "budget, which stays for small ones; a request past it is "
+     "RESOURCE_EXHAUSTED before the router works on it, while other clients' "
+     "small calls go on (docs/SECURITY.md, \"The router's budgets\"); at "
+     "least 8/7 of max_message_size"},
     {"loops", SETTING_UINT, 0, 64, NULL, "1", F(loops),
      "event loops: threads that each serve unary Add, MayContain and Remove "
      "and the streams to some of the nodes, start to finish, with no hand-over "
@@ -50,9 +62,23 @@ static const struct setting settings[] = {
      "add one per core the router should use for them; 0: none, the worker "
      "threads serve them and each link reads its node's answers on a thread "
      "of its own"},
+    {"max_streams", SETTING_UINT, 1, 100000, NULL, "256", F(max_streams),
+     "streaming calls open at once (each has a thread, except AddStream "
+     "and MayContainStream, which the event loops serve); more get "
+     "RESOURCE_EXHAUSTED"},
+    {"stream_idle_ms", SETTING_UINT, 0, 86400000, NULL, "60000", F(stream_idle_ms),
+     "a stream (AddStream, MayContainStream, Export, Import) that receives "
+     "no message, or whose client takes no answer, for this long is ended "
+     "with RESOURCE_EXHAUSTED; 0: never"},
+    {"conn_idle_ms", SETTING_UINT, 0, 86400000, NULL, "300000", F(conn_idle_ms),
+     "a connection with no call for this long is closed, and one that has "
+     "not finished its HTTP/2 handshake within it (0: gRPC's defaults); a "
+     "RESP connection with nothing received or sent for this long and no "
+     "command in flight is closed, half-sent commands included (0: never)"},
     {"threads", SETTING_UINT, 1, 256, NULL, "32", F(threads),
      "RPC worker threads for the other calls (catalog, Export, Import), which "
-     "may wait for the nodes"},
+     "may wait for the nodes; as many again for the RESP door's commands that "
+     "wait for them (libuv's pool, unless UV_THREADPOOL_SIZE is set)"},
     {"max_deferred", SETTING_UINT, 1, 1u << 20, NULL, "4096", F(max_deferred),
      "unary key calls (Add, MayContain, Remove) waiting for their nodes at "
      "once; more get RESOURCE_EXHAUSTED"},
@@ -69,9 +95,6 @@ static const struct setting settings[] = {
     RPC_LISTEN_SETTINGS(struct router_config),
     RPC_METRICS_SETTING(struct router_config),
     RESP_SETTINGS(struct router_config),
-    {"conn_idle_ms", SETTING_UINT, 0, 86400000, NULL, "300000", F(conn_idle_ms),
-     "a RESP connection with nothing received or sent for this long (and no "
-     "command in flight) is closed, half-sent commands included; 0: never"},
     {"canary_filter", SETTING_STRING, 0, 0, NULL, "", F(canary_filter),
      "filter the router's canary adds a key to every canary_interval_ms and "
      "asks for every earlier one (bloomgrid_canary_false_negatives_total, "
@@ -108,6 +131,25 @@ static const struct settings_spec spec = {
     .count = sizeof settings / sizeof settings[0],
 };
 
+/* What the table cannot say of the budgets; prints the error. */
+static int budget_settings_check(const struct router_config *c, const char *prog)
+{
+    /* Large requests take at most seven eighths of the budget, and one
+     * that is still arriving takes the room of a whole message. */
+    uint64_t large = (c->max_memory_mb << 20) - (c->max_memory_mb << 20) / 8;
+    if (large < c->max_message_size) {
+        fprintf(stderr, "%s: max_memory_mb = %llu leaves no room for a message of "
+                "max_message_size = %llu bytes (large requests may take seven "
+                "eighths of the budget): raise max_memory_mb to at least %llu or "
+                "lower max_message_size\n", prog,
+                (unsigned long long)c->max_memory_mb,
+                (unsigned long long)c->max_message_size,
+                (unsigned long long)((c->max_message_size * 8 / 7 + (1u << 20) - 1) >> 20));
+        return -1;
+    }
+    return 0;
+}
+
 /* What the table cannot say of the canary settings; prints the error. */
 static int canary_settings_check(const struct router_config *c, const char *prog)
 {
@@ -134,7 +176,8 @@ int router_config_load(struct router_config *c, int argc, char **argv)
 {
     memset(c, 0, sizeof *c);
     int rc = settings_load(&spec, c, argc, argv);
-    if (rc == 0 && canary_settings_check(c, argv[0]) < 0)
+    if (rc == 0 && (canary_settings_check(c, argv[0]) < 0 ||
+                    budget_settings_check(c, argv[0]) < 0))
         return -1;
     return rc;
 }

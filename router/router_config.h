@@ -19,6 +19,10 @@
 #include "rpc_metrics.h"
 #include "resp_settings.h"
 
+/* The default of max_memory_mb: with the router's own few tens of MiB, a
+ * router stays under 1 GiB. */
+#define ROUTER_MEMORY_MB_DEFAULT 512
+
 struct router_config {
     char listen[256];
     uint64_t health_probe_ms;     /* between probes of the nodes */
@@ -30,6 +34,11 @@ struct router_config {
     uint64_t max_batch_keys;
     uint64_t max_key_size;
     uint64_t max_message_size;
+    uint64_t max_memory_mb;       /* requests held at once (rpc_server.h,
+                                     "Request budget") */
+    uint64_t max_streams;
+    uint64_t stream_idle_ms;
+    uint64_t conn_idle_ms;
     uint64_t threads;
     uint64_t loops;
     uint64_t max_deferred;
@@ -47,7 +56,6 @@ struct router_config {
     RPC_METRICS_FIELDS
     RPC_AUTH_FIELDS
     RESP_FIELDS
-    uint64_t conn_idle_ms;        /* RESP connections (docs/RESP.md) */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the router

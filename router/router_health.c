@@ -7,11 +7,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
-#include "rpc_client.h"
+#include "node_client.h"
+#include "quorum.h"
 
-#define M_CHECK "/grpc.health.v1.Health/Check"
 #define READY_NAME "bloomgrid.v1.BloomGrid"
 
 struct router_health {
@@ -27,22 +26,27 @@ struct router_health {
 };
 
 /* 1 when every shard of the filter (every group when shards is 0) has its
- * read quorum of serving copies.  Caller holds h->lock; h->topo is set. */
-static int judge(const struct router_health *h, const char *name, uint32_t shards)
+ * read quorum of serving copies, the shards placed by placement version
+ * placement.  Caller holds h->lock; h->topo is set. */
+static int judge(const struct router_health *h, const char *name, uint32_t shards,
+                 uint32_t placement)
 {
     const struct topo *t = h->topo;
-    if (!shards) {
+    uint16_t *group = shards ? malloc(shards * sizeof *group) : NULL;
+    int v = 1;
+
+    if (!group || topo_place(t, name, shards, placement, group) < 0) {
         for (unsigned g = 0; g < t->ngroups; g++)
-            if (h->serving[g] < t->groups[g].read_quorum)
-                return 0;
-        return 1;
+            if (!quorum_readable(&t->groups[g], h->serving[g]))
+                v = 0;
+        free(group);
+        return v;
     }
-    for (uint32_t s = 0; s < shards; s++) {
-        unsigned g = topo_group_for(t, name, s);
-        if (g >= t->ngroups || h->serving[g] < t->groups[g].read_quorum)
-            return 0;
-    }
-    return 1;
+    for (uint32_t s = 0; s < shards && v; s++)
+        if (group[s] >= t->ngroups || !quorum_readable(&t->groups[group[s]], h->serving[group[s]]))
+            v = 0;
+    free(group);
+    return v;
 }
 
 /* rpc_health_fn: the per-filter names. */
@@ -53,9 +57,10 @@ static int health_of(void *arg, const char *service)
     if (strncmp(service, ROUTER_HEALTH_FILTER_PREFIX, plen) != 0 || !service[plen])
         return -1;
     const char *name = service + plen;
-    uint32_t shards = router_filter_shards(h->r, name);
+    uint32_t placement = 0;
+    uint32_t shards = router_filter_shards(h->r, name, &placement);
     pthread_mutex_lock(&h->lock);
-    int v = h->topo ? judge(h, name, shards) : 0;
+    int v = h->topo ? judge(h, name, shards, placement) : 0;
     pthread_mutex_unlock(&h->lock);
     return v;
 }
@@ -67,42 +72,23 @@ static void probe(struct router_health *h, struct topo *t, int timeout_ms)
     size_t n = 0;
     for (unsigned g = 0; g < t->ngroups; g++)
         n += t->groups[g].ncopies;
-    struct rpc_multi *calls = calloc(n ? n : 1, sizeof *calls);
+    struct node_client_probe *calls = calloc(n ? n : 1, sizeof *calls);
     unsigned *serving = calloc(t->ngroups ? t->ngroups : 1, sizeof *serving);
     char (*state)[16] = calloc(n ? n : 1, sizeof *state);
     size_t k = 0;
     if (!calls || !serving || !state)
         goto out;
-    Grpc__Health__V1__HealthCheckRequest rq = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-    rq.service = (char *)READY_NAME;
-    size_t len = grpc__health__v1__health_check_request__get_packed_size(&rq);
     for (unsigned g = 0; g < t->ngroups; g++)
-        for (unsigned c = 0; c < t->groups[g].ncopies; c++, k++) {
-            calls[k].ch = router_channel(r, t->groups[g].copies[c]);
-            calls[k].method = M_CHECK;
-            calls[k].timeout_ms = timeout_ms;
-            calls[k].req = grpc_slice_malloc(len);
-            calls[k].resp = grpc_empty_slice();
-            grpc__health__v1__health_check_request__pack(
-                &rq, GRPC_SLICE_START_PTR(calls[k].req));
-            if (!calls[k].ch)
+        for (unsigned c = 0; c < t->groups[g].ncopies; c++, k++)
+            if (!(calls[k].ch = router_channel(r, t->groups[g].copies[c])))
                 goto out;   /* out of memory: this round is skipped */
-        }
-    rpc_call_many(calls, n);
+    if (node_client_probe_many(calls, n, READY_NAME, timeout_ms) < 0)
+        goto out;
     k = 0;
     for (unsigned g = 0; g < t->ngroups; g++)
         for (unsigned c = 0; c < t->groups[g].ncopies; c++, k++) {
-            const char *what = "unreachable";
-            if (calls[k].rc == 0) {
-                Grpc__Health__V1__HealthCheckResponse *resp =
-                    grpc__health__v1__health_check_response__unpack(
-                        NULL, GRPC_SLICE_LENGTH(calls[k].resp),
-                        GRPC_SLICE_START_PTR(calls[k].resp));
-                what = resp && resp->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                           ? "serving" : "not serving";
-                if (resp)
-                    grpc__health__v1__health_check_response__free_unpacked(resp, NULL);
-            }
+            const char *what = calls[k].rc != 0 ? "unreachable"
+                               : calls[k].serving ? "serving" : "not serving";
             serving[g] += strcmp(what, "serving") == 0;
             snprintf(state[k], sizeof state[k], "%s", what);
         }
@@ -134,14 +120,10 @@ static void probe(struct router_health *h, struct topo *t, int timeout_ms)
     h->nstate = n;
     serving = NULL;
     state = NULL;
-    int ready = judge(h, "", 0);
+    int ready = judge(h, "", 0, 0);
     pthread_mutex_unlock(&h->lock);
     rpc_server_set_health(r->srv, READY_NAME, ready);
 out:
-    for (size_t i = 0; calls && i < n; i++) {   /* zeroed slices: no-ops */
-        grpc_slice_unref(calls[i].req);
-        grpc_slice_unref(calls[i].resp);
-    }
     free(calls);
     free(serving);
     free(state);

@@ -21,6 +21,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "quorum.h"
 #include "router_link.h"
 #include "router_nodes.h"
 #include "router_pool.h"
@@ -55,7 +56,8 @@ void router_keys_metrics_init(void)
  * when any copy that answered says so.  A copy's error, NOT_FOUND
  * included, is a failed copy, never a "no".  While the group changes its
  * copies (copies_next or copies_prev), a write goes to every member and
- * needs W of the copies and W' of the other set; reads ask copies only. */
+ * needs W of the copies and W' of the other set; reads ask copies only.
+ * The counts are kept here; what they must reach is quorum.h's. */
 struct shard_q {
     uint32_t shard;
     uint32_t start, count;      /* the shard's hashes: hs[start, +count) */
@@ -282,10 +284,10 @@ static void msg_add(struct rpc_status *st, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Has q as many answers as its quorums need? */
-static bool shard_quorate(const struct shard_q *q)
+/* Has q as many answers as its quorums need (a write's, or a read's)? */
+static bool shard_quorate(const struct shard_q *q, bool write)
 {
-    return q->ok >= q->need && q->ok_other >= q->need_other;
+    return write ? quorum_write_met(q->g, q->ok, q->ok_other) : quorum_read_met(q->g, q->ok);
 }
 
 /* Does this error come from a copy that is down, slow or lacks the shard
@@ -375,7 +377,8 @@ static unsigned round_copies(struct shard_q *q, bool write, unsigned *copies)
             copies[k++] = c;
         return k;
     }
-    unsigned want = q->ok >= q->need ? 0 : q->need - q->ok;
+    /* A new round starts once every copy asked has answered or failed. */
+    unsigned want = quorum_read_ask(q->g, q->ok, 0, N - q->next);
     while (k < want && q->next < N) {
         unsigned c = (q->rot + q->next++) % N;
         copies[k++] = c;
@@ -469,7 +472,7 @@ static int batch_outcome(struct key_batch *b, struct rpc_status *st, bool *stale
     bool not_counting = false;
     const char *stale_msg = NULL;
     for (size_t k = 0; k < nq; k++) {
-        if (shard_quorate(&q[k]))
+        if (shard_quorate(&q[k], b->op != ROUTER_MAY_CONTAIN))
             continue;
         failed_shard[q[k].shard] = true;
         nfail++;
@@ -567,7 +570,7 @@ static int set_timeout(const struct key_batch *b, const struct router_link_call 
     const struct router_config *cfg = &b->r->cfg;
     if (b->op == ROUTER_MAY_CONTAIN && lc->n > 0) {
         const struct shard_q *q = &b->q[b->ent_q[lc->e - b->ent]];
-        if (q->g->ncopies > q->need && cfg->read_failover_ms < cfg->node_timeout_ms)
+        if (quorum_read_reachable(q->g, 1) && cfg->read_failover_ms < cfg->node_timeout_ms)
             return (int)cfg->read_failover_ms;
     }
     return (int)cfg->node_timeout_ms;
@@ -627,7 +630,7 @@ static void batch_count(struct key_batch *b, size_t i0, size_t i1)
 static bool batch_quorate(const struct key_batch *b)
 {
     for (size_t k = 0; k < b->nq; k++)
-        if (!shard_quorate(&b->q[k]))
+        if (!shard_quorate(&b->q[k], b->op != ROUTER_MAY_CONTAIN))
             return false;
     return true;
 }
@@ -806,8 +809,10 @@ static void keys_start(struct router *r, const char *filter, enum router_key_op 
         const struct topo_group *g = &t->groups[f->group[s]];
         b->q[b->nq++] = (struct shard_q){.shard = s, .start = sc->start[s],
                                          .count = sc->count[s], .g = g,
-                                         .need = write ? g->write_quorum : g->read_quorum,
-                                         .need_other = write ? g->other_write_quorum : 0,
+                                         .need = write ? quorum_write_need(g)
+                                                       : quorum_read_need(g),
+                                         .need_other = write ? quorum_write_need_other(g)
+                                                             : 0,
                                          .rot = rot % g->ncopies};
     }
     snprintf(b->filter, sizeof b->filter, "%s", filter);

@@ -42,7 +42,6 @@
 #include "router_link_int.h"
 #include "rpc_ops.h"
 
-#define M_BATCHES "/bloomgrid.v1.Internal/Batches"
 #define ENTRY_OVERHEAD 32       /* queued bytes an entry counts beyond its hashes */
 #define IDLE_TICK_MS 200        /* longest wait of the link's thread */
 
@@ -260,9 +259,10 @@ static void msg_fail(struct link_msg *m, grpc_status_code code, const char *what
     free(m);
 }
 
-/* If the lane has calls queued and nothing in flight, send the next
- * message (opening a stream first when it has none).  Caller holds the
- * link's mutex. */
+/* If the lane has calls queued and room in its window (one message in
+ * flight on the read lane, LINK_WRITE_WINDOW on the write lane) and its
+ * stream is not sending, send the next message (opening a stream first
+ * when it has none).  Caller holds the link's mutex. */
 static void lane_kick(struct link_lane *ln)
 {
     struct router_link *l = ln->l;
@@ -487,6 +487,9 @@ static void link_event(struct rpc_loop_tag *hdr, bool ok)
 {
     struct link_tag *t = (struct link_tag *)(void *)hdr;
     struct router_link *l = t->s->lane->l;
+    /* On a server's queue, the last stream's end lets router_link_destroy
+     * free l: nothing of l is read after the event is handled. */
+    bool own_cq = l->own_cq;
     switch (t->kind) {
     case TAG_SEND:
         on_send(t->s, ok);
@@ -498,7 +501,7 @@ static void link_event(struct rpc_loop_tag *hdr, bool ok)
         on_status(t->s);
         break;
     }
-    if (l->own_cq && now_ns() >= atomic_load(&l->due))
+    if (own_cq && now_ns() >= atomic_load(&l->due))
         link_expire(l);
 }
 
@@ -582,7 +585,7 @@ struct router_link *router_link_create(const char *addr,
                                       "time from a key batch's submission to its "
                                       "node's answer (or its failure)", labels,
                                       metrics_latency_bounds, metrics_latency_nbounds);
-    l->method = grpc_channel_register_call(rpc_channel_grpc(l->ch), M_BATCHES, NULL, NULL);
+    l->method = node_client_batches_register(rpc_channel_grpc(l->ch));
     l->own_cq = !cfg->cq;
     l->cq = cfg->cq ? cfg->cq : grpc_completion_queue_create_for_next(NULL);
     pthread_mutex_init(&l->mu, NULL);
@@ -731,7 +734,7 @@ void router_link_submit(struct router_link_call *calls, size_t n, int timeout_ms
         c->qnext = NULL;
         c->deadline = deadline;
         c->timeout_ms = timeout_ms;
-        c->bytes = 16 * router_link__call_hashes(c) + ENTRY_OVERHEAD * c->n;
+        c->bytes = NODE_CLIENT_HASH_LEN * router_link__call_hashes(c) + ENTRY_OVERHEAD * c->n;
     }
     /* The set may end, and calls[] go back to the caller, as soon as the
      * last call is in: nothing of it is touched after that. */

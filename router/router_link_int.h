@@ -18,6 +18,7 @@
 #include <grpc/grpc.h>
 
 #include "bloomgrid/v1/internal.pb-c.h"
+#include "node_client.h"
 #include "router_link.h"
 #include "rpc_arena.h"
 #include "rpc_server.h"
@@ -95,8 +96,8 @@ struct link_lane {
 
 /* Scratch for building messages, reused under the link's mutex. */
 struct link_build {
-    Bloomgrid__V1__BatchEntry *ent;
-    Bloomgrid__V1__BatchEntry **ptr;
+    struct node_client_batch_entry *ent;   /* per wire entry */
+    struct node_client_batch_scratch pack;
     struct router_link_call **wire_call;   /* the call that opened a wire entry */
     uint32_t *wire_start, *wire_n, *wire_shard;
     uint64_t *wire_hash;

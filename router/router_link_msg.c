@@ -6,7 +6,8 @@
  * operation and shard get one wire entry, each call entry remembering its
  * wire entry and its offset in it (struct link_slot); the answer's
  * ShardResult of that wire entry gives the call entry its slice of
- * results, or its error.
+ * results, or its error.  The wire entries are packed into a BatchRequest,
+ * and the hashes laid out, by node_client (node_client.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,12 +17,6 @@
 #include <xxhash.h>
 
 #include "router_link_int.h"
-
-static inline void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
 
 /* Grow *pp to n elements of size bytes; false when out of memory (*pp is
  * then unchanged). */
@@ -41,7 +36,7 @@ static int build_reserve(struct link_build *b, size_t wires, size_t table, size_
         size_t cap = b->wcap ? b->wcap : 64;
         while (cap < wires)
             cap *= 2;
-        if (!grow(&b->ent, cap, sizeof *b->ent) || !grow(&b->ptr, cap, sizeof *b->ptr) ||
+        if (!grow(&b->ent, cap, sizeof *b->ent) ||
             !grow(&b->wire_call, cap, sizeof *b->wire_call) ||
             !grow(&b->wire_start, cap, sizeof *b->wire_start) ||
             !grow(&b->wire_n, cap, sizeof *b->wire_n) ||
@@ -69,7 +64,7 @@ static int build_reserve(struct link_build *b, size_t wires, size_t table, size_
 void router_link__build_free(struct link_build *b)
 {
     free(b->ent);
-    free(b->ptr);
+    node_client_batch_scratch_free(&b->pack);
     free(b->wire_call);
     free(b->wire_start);
     free(b->wire_n);
@@ -86,15 +81,15 @@ static bool same_key(const struct router_link_call *a, const struct router_link_
                       strcmp(a->filter, c->filter) == 0);
 }
 
-static Bloomgrid__V1__BatchOp wire_op(enum router_link_op op)
+static enum node_client_op client_op(enum router_link_op op)
 {
     switch (op) {
     case ROUTER_LINK_MAY_CONTAIN:
-        return BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
+        return NODE_CLIENT_MAY_CONTAIN;
     case ROUTER_LINK_REMOVE:
-        return BLOOMGRID__V1__BATCH_OP__BATCH_OP_REMOVE;
+        return NODE_CLIENT_REMOVE;
     default:
-        return BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD;
+        return NODE_CLIENT_ADD;
     }
 }
 
@@ -126,7 +121,7 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
     size_t tsize = 16;
     while (tsize < 2 * nent)
         tsize *= 2;
-    if (build_reserve(b, nent, tsize, 16 * nhash) < 0)
+    if (build_reserve(b, nent, tsize, NODE_CLIENT_HASH_LEN * nhash) < 0)
         return NULL;
 
     /* One block: the message and its arrays, pointers first. */
@@ -182,40 +177,30 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
         m->wire_n[w] = b->wire_n[w];
         m->wire_shard[w] = b->wire_shard[w];
     }
-    /* Hashes into place, 16 bytes each (h1, h2 little-endian). */
+    /* Hashes into place, each wire entry's contiguous. */
     for (size_t i = 0; i < ncalls; i++) {
         c = m->calls[i];
         for (size_t j = 0; j < c->n; j++) {
             const struct link_slot *sl = &m->slots[m->first[i] + j];
-            uint8_t *p = b->hb + 16 * ((size_t)b->wire_start[sl->wire] + sl->off);
-            for (uint32_t k = 0; k < c->e[j].n; k++, p += 16) {
-                put_le64(p, c->e[j].h[k].h1);
-                put_le64(p + 8, c->e[j].h[k].h2);
-            }
+            node_client_hashes_put(b->hb + NODE_CLIENT_HASH_LEN *
+                                   ((size_t)b->wire_start[sl->wire] + sl->off),
+                                   c->e[j].h, c->e[j].n);
         }
     }
-    Bloomgrid__V1__BatchRequest rq = BLOOMGRID__V1__BATCH_REQUEST__INIT;
-    rq.topology_version = ln->qhead->topology_version;
     for (size_t w = 0; w < nwire; w++) {
-        Bloomgrid__V1__BatchEntry *be = &b->ent[w];
         const struct router_link_call *wc = b->wire_call[w];
-        bloomgrid__v1__batch_entry__init(be);
-        be->filter = (char *)wc->filter;
-        be->shard_index = b->wire_shard[w];
-        be->op = wire_op(wc->op);
-        be->secret_id = wc->secret_id;
-        be->hashes.len = 16 * (size_t)b->wire_n[w];
-        be->hashes.data = b->hb + 16 * (size_t)b->wire_start[w];
-        b->ptr[w] = be;
+        b->ent[w] = (struct node_client_batch_entry){
+            .filter = wc->filter, .shard = b->wire_shard[w], .op = client_op(wc->op),
+            .secret_id = wc->secret_id,
+            .hashes = b->hb + NODE_CLIENT_HASH_LEN * (size_t)b->wire_start[w],
+            .n = b->wire_n[w]};
     }
-    rq.id = m->id;
-    rq.n_entries = nwire;
-    rq.entries = b->ptr;
-    size_t len = protobuf_c_message_get_packed_size(&rq.base);
-    grpc_slice sl = grpc_slice_malloc(len);
-    protobuf_c_message_pack(&rq.base, GRPC_SLICE_START_PTR(sl));
-    *out = grpc_raw_byte_buffer_create(&sl, 1);
-    grpc_slice_unref(sl);
+    *out = node_client_batch_pack(&b->pack, m->id, ln->qhead->topology_version, b->ent,
+                                  nwire);
+    if (!*out) {
+        free(m);
+        return NULL;
+    }
 
     /* The calls leave the queue. */
     for (size_t i = 0; i < ncalls; i++) {

@@ -1,6 +1,8 @@
 /* router_nodes: what the router asks of the nodes, in the project's own
- * terms.  router_rpc_nodes.c implements it over the internal service
- * (bloomgrid.v1.Internal); router_rpc.c calls it from the public handlers.
+ * terms.  router_nodes.c (filters), router_keys.c (key batches) and
+ * router_catalog.c (create, drop, describe, list) implement it over the
+ * internal service (bloomgrid.v1.Internal), which they call through
+ * node_client.h; router_rpc.c calls it from the public handlers.
  *
  * Fan-out: a key batch is hashed once, split by shard, and each shard goes
  * to copies of its group (docs/REPLICATION.md): a write to all N at once,
@@ -62,12 +64,16 @@ typedef void (*router_keys_fn)(void *arg, int rc, const struct rpc_status *st);
  * docs/REPLICATION.md).
  *
  * Threads: the filter's lookup (a fetch from shard 0 when it is not
- * cached) runs on the calling thread, which may block for it.  done runs
- * on the calling thread before router_keys_start returns when the batch
- * ends at once (no keys, an unknown filter, no memory), else on the link
- * thread of the copy that answered last (a read's further rounds are
- * submitted from there), or on one of the router's pool threads when the
- * filter has a new secret and the batch runs again (router_pool.h).  done
+ * cached) runs on the calling thread, which may block for it, except on
+ * one of the server's loops: there a filter that is not cached is fetched,
+ * and the batch started, on one of the router's pool threads
+ * (router_pool.h).  done runs on the calling thread before
+ * router_keys_start returns when the batch ends at once (no keys, an
+ * unknown filter, no memory); else on the thread that read the answer
+ * that decided it (a link's loop or own thread: for a write, the answer
+ * that gave the last shard its W copies; for a read, the last of its final
+ * round, a read's further rounds being submitted from there); or on a pool
+ * thread when the filter has a new secret and the batch runs again.  done
  * must not block. */
 void router_keys_start(struct router *r, const char *filter, enum router_key_op op,
                        const uint8_t *const *keys, const uint32_t *lens, size_t n,
@@ -81,13 +87,20 @@ void router_keys_start_nowait(struct router *r, const char *filter,
                               const uint32_t *lens, size_t n, bool *out,
                               router_keys_fn done, void *arg);
 
-/* Is filter complete: does every copy of every shard's group hold its
- * shard with the secret the router knows (fetched when not cached)?  The
- * Redis door sends no key to a filter before it is (a creation on the way,
- * or rolled back).  Returns 1, 0 with st saying which shard and copy
- * lacks it (the cached entry is forgotten), or -1 with st (NOT_FOUND when
- * the filter does not exist).  Blocks for one round of GetShard calls. */
-int router_filter_complete(struct router *r, const char *name, struct rpc_status *st);
+/* Is filter complete: does every copy of every shard's group that
+ * answers hold its shard with the secret the router knows (fetched when
+ * not cached), and at least a write quorum of copies per shard?  A copy
+ * that is down does not make it incomplete (a creation needs every copy,
+ * so a filter that was ever acknowledged is on it); one that answers
+ * without the shard (NOT_FOUND), or with another secret, does.  The Redis
+ * door sends no key to a filter before it is complete (a creation on the
+ * way, or rolled back).  Returns 1 with the secret checked in secret
+ * (BF_SECRET_LEN bytes; may be NULL), 0 with st saying which shard and
+ * copy lacks it (the cached entry is forgotten), or -1 with st (NOT_FOUND
+ * when the filter does not exist).  Blocks for one round of GetShard
+ * calls. */
+int router_filter_complete(struct router *r, const char *name, uint8_t *secret,
+                           struct rpc_status *st);
 
 /* One shard as a node describes it. */
 struct router_shard_desc {
@@ -110,6 +123,7 @@ struct router_shard_desc {
 struct router_filter_desc {
     char name[ROUTER_NAME_MAX + 1];
     uint32_t shards;
+    uint32_t placement;                /* placement version, >= 1 */
     struct router_shard_desc *shard;   /* shards entries (owned) */
 };
 
@@ -123,6 +137,8 @@ struct router_create {
     uint32_t shards;           /* resolved (> 0) */
     const uint8_t *secret;     /* BF_SECRET_LEN bytes, or NULL for random */
     bool undrop;               /* undo a drop of name with secret (needed) */
+    uint32_t placement;        /* placement version; 0: the newest, or for
+                                  an undrop the surviving shard 0's */
 };
 
 /* Create every shard on its group, or none: shards created before a failure
@@ -132,7 +148,12 @@ struct router_create {
  * keep their tombstones until anti-entropy brings them the filter); a copy
  * that refuses, or a shard short of a quorum, rolls back every shard this
  * call undropped (not those a copy held before); ALREADY_EXISTS when every
- * copy that answered held it already. */
+ * copy that answered held it already.  The shards are placed by
+ * c->placement (INVALID_ARGUMENT for a version this router does not know),
+ * or the newest version; an undrop without one takes that of the
+ * filter's surviving shard 0 (FAILED_PRECONDITION when it names another).
+ * Every copy must record the version asked: a node that does not
+ * (one from before placement versions) fails the creation. */
 int router_create_filter(struct router *r, const struct router_create *c,
                          struct router_filter_desc *out, struct rpc_status *st);
 

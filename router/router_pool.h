@@ -1,6 +1,8 @@
 /* router_pool: a few threads of the router for the work that may block
- * and must not run on a link's thread (router_link.h): a key batch that
- * has to fetch its filter's secret again and run once more.
+ * and must not run on a loop or a link's thread (router_link.h): a key
+ * batch started on a loop whose filter is not cached (its secret must be
+ * fetched first), and one that has to fetch its filter's secret again and
+ * run once more.
  *
  * The threads (ROUTER_POOL_THREADS) start with the first job, so that they
  * inherit the signal mask of the thread that submits it (the RPC threads

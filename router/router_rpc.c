@@ -1,6 +1,6 @@
-/* router_rpc: the public bloomgrid.v1.BloomGrid handlers of bloomgrid-router.
- * With router_rpc_nodes.c, the only place of the router that converts wire
- * messages.
+/* router_rpc: the public bloomgrid.v1.BloomGrid handlers of bloomgrid-router
+ * (Export and Import: router_rpc_transfer.c).  What the router asks of the
+ * nodes goes through router_nodes.h, whose requests node_client.h builds.
  *
  * Key batches (Add, MayContain, Remove and their streams) go through the
  * codec a node uses (rpc_keys.h: no per-key allocation, the same rules and
@@ -74,9 +74,16 @@ static int keys_decode(struct router *r, enum router_key_op op, const uint8_t *b
     return 0;
 }
 
-/* Keep a copy of a request in *buf (capacity *cap): the keys are read again
- * after the handler let go of the original (a batch run again with a new
- * secret).  Returns the copy or NULL. */
+/* What the router builds for each key of a batch, beyond the request's own
+ * bytes, rounded up: the decoded pointers and lengths, its hash twice (the
+ * batch's shard order and a node's message), its answer on the way back
+ * and its share of the batch's bookkeeping.  Counted against max_memory_mb
+ * (rpc_server.h, "Request budget") before the keys are hashed. */
+#define KEY_COST 96
+
+/* Keep a copy of a stream's message in *buf (capacity *cap): the keys are
+ * read again after the server let go of the original (a batch run again
+ * with a new secret).  Returns the copy or NULL. */
 static uint8_t *keep_copy(uint8_t **buf, size_t *cap, const uint8_t *req, size_t len)
 {
     if (len > *cap || !*buf) {
@@ -101,8 +108,6 @@ struct unary_call {
     struct rpc_deferred *d;
     struct rpc_keys_buf kb;
     struct rpc_keys k;
-    uint8_t *req;
-    size_t cap;
 };
 
 #define UNARY_FREE_MAX 256
@@ -125,7 +130,7 @@ static struct unary_call *unary_get(void)
 static void unary_put(struct unary_call *u)
 {
     pthread_mutex_lock(&unary_mu);
-    if (unary_nfree < UNARY_FREE_MAX && u->cap <= (1u << 16)) {
+    if (unary_nfree < UNARY_FREE_MAX && u->kb.cap <= 4096) {
         u->next = unary_free;
         unary_free = u;
         unary_nfree++;
@@ -134,7 +139,6 @@ static void unary_put(struct unary_call *u)
     pthread_mutex_unlock(&unary_mu);
     if (u) {
         rpc_keys_buf_free(&u->kb);
-        free(u->req);
         free(u);
     }
 }
@@ -152,20 +156,23 @@ static void unary_done(void *arg, int rc, const struct rpc_status *st)
     unary_put(u);
 }
 
-/* Check the request, defer the reply and hand the batch to the nodes: the
- * loop (or worker) thread is free again once the hashes are on their way. */
+/* Check the request, count what it takes, defer the reply and hand the
+ * batch to the nodes: the loop (or worker) thread is free again once the
+ * hashes are on their way.  The keys point into req, which the server
+ * keeps (and counts) until the reply is sent (rpc_server.h, "Request
+ * budget"). */
 static void key_unary(void *arg, enum router_key_op op, const uint8_t *req,
                       size_t len, struct rpc_reply *rep)
 {
     struct router *r = arg;
     char cur[RULES_FILTER_NAME_MAX + 1] = "";
     struct unary_call *u = unary_get();
-    const uint8_t *copy = u ? keep_copy(&u->req, &u->cap, req, len) : NULL;
-    if (!copy) {
+    if (!u) {
         rpc_reply_error(rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto fail;
     }
-    if (keys_decode(r, op, copy, len, &u->kb, &u->k, cur, rep) < 0)
+    if (keys_decode(r, op, req, len, &u->kb, &u->k, cur, rep) < 0 ||
+        rpc_reply_charge(rep, (size_t)u->k.n * KEY_COST) < 0)
         goto fail;
     u->d = rpc_reply_defer(rep);
     if (!u->d)
@@ -207,6 +214,7 @@ struct stream_msg {
     struct rpc_keys k;
     uint8_t *req;
     size_t cap;
+    size_t charged;             /* of max_memory_mb, until answered */
     bool ready;                 /* rep holds its answer or its error */
     bool held;                  /* a hold on the stream is its own */
     struct rpc_reply rep;
@@ -252,6 +260,17 @@ static int stream_post_ready(struct stream_ctx *c)
         release += m->held;
         m->held = false;
         m->ready = false;
+        /* Answered: what it held goes back, and so do large buffers, so
+         * that a stream keeps no more than it counts. */
+        rpc_server_uncharge(c->r->srv, m->charged);
+        m->charged = 0;
+        if (m->cap > RPC_BUDGET_PROBE) {
+            free(m->req);
+            m->req = NULL;
+            m->cap = 0;
+        }
+        if (m->kb.cap > 4096)
+            rpc_keys_buf_free(&m->kb);
         c->head++;
     }
     /* A full window paused the reading (stream_message said 1). */
@@ -327,12 +346,21 @@ static int stream_message(void *state, const uint8_t *buf, size_t len,
     if (failed)
         return -1;
     m->rep = (struct rpc_reply){.st.code = GRPC_STATUS_OK};
-    const uint8_t *copy = keep_copy(&m->req, &m->cap, buf, len);
+    /* The copy, then what the keys take, counted before either is made. */
+    struct rpc_server *srv = c->r->srv;
+    const uint8_t *copy = NULL;
     bool ok = false;
-    if (!copy)
+    if (rpc_server_charge(srv, len, &m->rep.st) < 0)
+        goto out;
+    m->charged = len;
+    if (!(copy = keep_copy(&m->req, &m->cap, buf, len)))
         rpc_reply_error(&m->rep, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-    else if (keys_decode(c->r, c->op, copy, len, &m->kb, &m->k, c->cur, &m->rep) == 0)
+    else if (keys_decode(c->r, c->op, copy, len, &m->kb, &m->k, c->cur, &m->rep) == 0 &&
+             rpc_server_charge(srv, (size_t)m->k.n * KEY_COST, &m->rep.st) == 0) {
+        m->charged += (size_t)m->k.n * KEY_COST;
         ok = rpc_stream_hold(c->s) == 0;
+    }
+out:
     pthread_mutex_lock(&c->mu);
     c->tail++;
     bool full = c->tail - c->head == STREAM_WINDOW;
@@ -356,6 +384,7 @@ static void stream_end(void *state, bool failed, struct rpc_status *end)
     if (!failed && c->failed)
         *end = c->fst;
     for (size_t i = 0; i < STREAM_WINDOW; i++) {
+        rpc_server_uncharge(c->r->srv, c->m[i].charged);
         rpc_keys_buf_free(&c->m[i].kb);
         free(c->m[i].req);
     }
@@ -399,6 +428,7 @@ static int info_build(struct info_buf *ib, struct router_filter_desc *d)
     ib->reason[0] = 0;
     fi->name = d->name;
     fi->shards = S;
+    fi->placement = d->placement;
     fi->reason = ib->reason;
     fi->fingerprint = ib->fp;
     for (uint32_t s = 0; s < S; s++) {
@@ -509,6 +539,7 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         .shards = m->shards ? m->shards : (uint32_t)r->cfg.default_shards,
         .secret = m->secret.len ? m->secret.data : NULL,
         .undrop = m->undrop,
+        .placement = m->placement,
     };
     char err[RULES_ERRLEN];
     /* Every rule a node applies to each shard, checked before any fan-out. */

@@ -24,13 +24,8 @@ bool router_rpc__name_ok(const char *name, struct rpc_reply *rep);
 int router_rpc__write_info(struct rpc_stream *s, Bloomgrid__V1__ImportResponse *resp,
                            struct router_filter_desc *d);
 
-/* Helpers of the node-side files (router_rpc_nodes.c). */
-/* Pack a message into a new slice (the caller unrefs it). */
-grpc_slice router_rpc__pack_slice(const ProtobufCMessage *m);
-/* Unref every request and response slice of calls[0..n) and free calls. */
-void router_rpc__multi_free(struct rpc_multi *calls, size_t n);
-
-/* Export and Import of sharded filters (router_rpc_transfer.c). */
+/* Export of sharded filters (router_rpc_transfer.c) and Import, streamed
+ * to the nodes shard by shard (router_rpc_import.c). */
 void router_rpc__export(void *arg, struct rpc_stream *s);
 void router_rpc__import(void *arg, struct rpc_stream *s);
 

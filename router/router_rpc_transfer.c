@@ -1,20 +1,17 @@
-/* router_rpc_transfer: Export and Import of sharded filters through the
- * router (public Export/Import on one side, internal ExportShard/ImportShard
- * streams to the nodes on the other).  An RPC edge file like router_rpc.c.
+/* router_rpc_transfer: Export of sharded filters through the router
+ * (public Export on one side, internal ExportShard streams to the nodes
+ * on the other).  An RPC edge file like router_rpc.c; Import is in
+ * router_rpc_import.c.
  *
  * A sharded filter travels as ONE file holding every shard, the shard
  * bundle (docs/FORMAT.md, "Shard bundle"; written and framed by
  * common/engine/bundle.h).  Export assembles the bundle in memory from the shards'
  * own exports (each a consistent point-in-time snapshot of its shard),
  * streaming each node's chunks into the bundle writer, then streams it.
- * Import receives the whole bundle, checks it (the frame, then that every
- * shard file parses and carries this filter's secret, shard index and count)
- * before anything changes, then forwards each shard's bytes to its node, one
- * shard after the other, shard 0 first, to every copy of its group (Export
- * reads each shard from the first copy that answers): a geometry mismatch is refused by
- * the node on shard 0, before any shard changed.  A node failing half-way
- * leaves earlier shards merged; merging is idempotent, so importing the same
- * bundle again completes it.
+ * Every byte it holds for that (the bundle, and a group's copies read
+ * while they are ORed) counts against max_memory_mb while held: an Export
+ * past it is RESOURCE_EXHAUSTED naming it.  Export reads each shard from
+ * the first copy that answers (R copies, ORed, in a group read by R > 1).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,20 +26,88 @@
 #include "bundle.h"
 #include "bytebuf.h"
 #include "log.h"
+#include "node_client.h"
+#include "quorum.h"
 #include "router.h"
 #include "router_nodes.h"
 #include "router_rpc.h"
 
-#define M_EXPORT_SHARD "/bloomgrid.v1.Internal/ExportShard"
-#define M_IMPORT_SHARD "/bloomgrid.v1.Internal/ImportShard"
 #define TRANSFER_TIMEOUT_MS 600000
 
+/* What an Export holds, counted against max_memory_mb (rpc_server.h,
+ * "Request budget"): every buffer's room before it grows, and each copy
+ * parsed for a quorum read while it lives.  over: a charge was refused (st
+ * says so, naming the budget); writers then return -ENOSPC. */
+struct export_mem {
+    struct router *r;
+    uint64_t held;
+    bool over;
+    struct rpc_status st;
+};
+
+static int mem_take(struct export_mem *m, uint64_t n)
+{
+    if (rpc_server_charge(m->r->srv, n, &m->st) < 0) {
+        m->over = true;
+        return -ENOSPC;
+    }
+    m->held += n;
+    return 0;
+}
+
+static void mem_give(struct export_mem *m, uint64_t n)
+{
+    rpc_server_uncharge(m->r->srv, n);
+    m->held -= n;
+}
+
+/* A byte buffer whose room is counted before it grows. */
+struct held_buf {
+    struct bytebuf b;
+    uint64_t charged;           /* its room */
+    struct export_mem *m;
+};
+
+static void held_init(struct held_buf *h, struct export_mem *m)
+{
+    bytebuf_init(&h->b, SIZE_MAX);
+    h->charged = 0;
+    h->m = m;
+}
+
+static void held_deinit(struct held_buf *h)
+{
+    bytebuf_deinit(&h->b);
+    mem_give(h->m, h->charged);
+    h->charged = 0;
+}
+
+/* bf_file_writer: append to the buffer (ctx), counting the room it grows
+ * to (as bytebuf grows: doubling from 64 KiB) first. */
+static int held_write(void *ctx, const void *data, size_t len)
+{
+    struct held_buf *h = ctx;
+    size_t need = h->b.len + len, cap = h->b.cap ? h->b.cap : (64u << 10);
+    if (need > h->b.cap) {
+        while (cap < need)
+            cap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
+        if (cap > h->charged) {
+            if (mem_take(h->m, cap - h->charged) < 0)
+                return -ENOSPC;
+            h->charged = cap;
+        }
+    }
+    return bytebuf_append(&h->b, data, len);
+}
+
 /* Where a copy's shard file goes: begin(ctx, total) once its size is
- * known, then data(ctx, ...) for each chunk. */
+ * known, then data(ctx, ...) for each chunk; mem says why a write failed
+ * with -ENOSPC. */
 struct export_sink {
     int (*begin)(void *ctx, uint64_t total);
     bf_file_writer data;
     void *ctx;
+    struct export_mem *mem;
 };
 
 /* Stream shard s's file, exported by the copy node, into sink.  *pbegun
@@ -55,27 +120,23 @@ static int export_copy(struct router *r, const struct topo *t,
 {
     struct rpc_channel *ch = router_channel(r, node);
     struct rpc_status rs = {0};
-    Bloomgrid__V1__ExportShardRequest rq = BLOOMGRID__V1__EXPORT_SHARD_REQUEST__INIT;
+    struct node_client_ref ref = {.filter = f->name, .shard = s,
+                                  .topology_version = t->version};
     uint64_t got = 0, total = 0;
-    bool begun = false, bad = false;
+    bool begun = false, bad = false, sent = false;
     int wrc = 0;
 
     if (!ch) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
-    struct rpc_cstream *cs = rpc_cstream_open(ch, M_EXPORT_SHARD, TRANSFER_TIMEOUT_MS);
+    struct rpc_cstream *cs = node_client_export_open(ch, &ref, RULES_CHUNK_MAX,
+                                                     TRANSFER_TIMEOUT_MS, &sent);
     if (!cs) {
         rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "Export: shard %u on node %s: "
                           "cannot start the call", s, node);
         return -1;
     }
-    rq.filter = (char *)f->name;
-    rq.chunk_size = RULES_CHUNK_MAX;
-    rq.shard_index = s;
-    rq.topology_version = t->version;
-    bool sent = rpc_cstream_write_msg(cs, &rq.base) == 0 &&
-                rpc_cstream_close_send(cs) == 0;
     for (grpc_slice sl; sent && !bad && rpc_cstream_read(cs, &sl) == 1;) {
         Bloomgrid__V1__FileChunk *fc = bloomgrid__v1__file_chunk__unpack(
             NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
@@ -100,6 +161,10 @@ static int export_copy(struct router *r, const struct topo *t,
         rpc_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
                           "Export of \"%s\": shard %u on node %s: %s: %s", f->name, s,
                           node, rpc_status_name(rs.code), rs.message);
+        return -1;
+    }
+    if (wrc == -ENOSPC && sink->mem->over) {
+        *st = sink->mem->st;
         return -1;
     }
     if (wrc == -ENOMEM) {
@@ -134,8 +199,17 @@ static int entry_data(void *ctx, const void *buf, size_t len)
 
 static int buf_begin(void *ctx, uint64_t total)
 {
-    struct bytebuf *b = ctx;
-    return total > b->max ? -ENOMEM : 0;
+    struct held_buf *h = ctx;
+    return total > h->b.max ? -ENOMEM : 0;
+}
+
+/* A write of the bundle failed: the budget's refusal, or out of memory. */
+static void write_failed(const struct export_mem *mem, struct rpc_status *st)
+{
+    if (mem->over)
+        *st = mem->st;
+    else
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
 }
 
 /* Shard s of a group of one copy, or read by one copy (R = 1): streamed
@@ -143,11 +217,12 @@ static int buf_begin(void *ctx, uint64_t total)
  * before its file began is passed over). */
 static int export_shard_one(struct router *r, const struct topo *t,
                             const struct router_filter *f, uint32_t s,
-                            struct bundle_writer *w, struct rpc_status *st)
+                            struct bundle_writer *w, struct export_mem *mem,
+                            struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
     struct entry_sink e = {w, s};
-    struct export_sink sink = {entry_begin, entry_data, &e};
+    struct export_sink sink = {entry_begin, entry_data, &e, mem};
     int rc = -1;
     for (unsigned c = 0; c < g->ncopies; c++) {
         bool begun = false;
@@ -157,22 +232,33 @@ static int export_shard_one(struct router *r, const struct topo *t,
     return rc;
 }
 
-/* Copy node's file of shard s, parsed; NULL with *cst saying why. */
+/* Copy node's file of shard s, parsed; NULL with *cst saying why.  The
+ * filter's bytes stay counted in mem (*charged of them) until the caller
+ * gives them back. */
 static struct bf *export_copy_bf(struct router *r, const struct topo *t,
                                  const struct router_filter *f, uint32_t s,
-                                 const char *node, struct rpc_status *cst)
+                                 const char *node, struct export_mem *mem,
+                                 uint64_t *charged, struct rpc_status *cst)
 {
-    struct bytebuf b;
-    struct export_sink sink = {buf_begin, bytebuf_write, &b};
+    struct held_buf h;
+    struct export_sink sink = {buf_begin, held_write, &h, mem};
     struct bf *one = NULL;
     char err[256];
     bool begun = false;
 
-    bytebuf_init(&b, SIZE_MAX);
-    if (export_copy(r, t, f, s, node, &sink, &begun, cst) == 0 &&
-        !(one = bf_file_parse(b.p, b.len, err)))
-        rpc_status_set(cst, GRPC_STATUS_DATA_LOSS, "its file does not parse: %s", err);
-    bytebuf_deinit(&b);
+    *charged = 0;
+    held_init(&h, mem);
+    if (export_copy(r, t, f, s, node, &sink, &begun, cst) == 0) {
+        if (mem_take(mem, h.b.len) < 0)
+            *cst = mem->st;
+        else if (!(one = bf_file_parse(h.b.p, h.b.len, err)))
+            rpc_status_set(cst, GRPC_STATUS_DATA_LOSS, "its file does not parse: %s", err);
+        if (one)
+            *charged = h.b.len;
+        else if (!mem->over)
+            mem_give(mem, h.b.len);
+    }
+    held_deinit(&h);
     return one;
 }
 
@@ -184,19 +270,29 @@ static struct bf *export_copy_bf(struct router *r, const struct topo *t,
  * than R copies answering: UNAVAILABLE, never a file from fewer. */
 static int export_shard_quorum(struct router *r, const struct topo *t,
                                const struct router_filter *f, uint32_t s,
-                               struct bundle_writer *w, struct rpc_status *st)
+                               struct bundle_writer *w, struct export_mem *mem,
+                               struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
-    unsigned need = g->read_quorum, got = 0;
+    unsigned got = 0;
     uint64_t inserts = 0, keys = 0, count = 0;     /* the largest copy's */
+    uint64_t acc_charged = 0, one_charged;
     struct bf *acc = NULL;
     char failed[512] = "", err[256];
     size_t flen = 0;
     int rc = -1;
 
-    for (unsigned c = 0; c < g->ncopies && got < need; c++) {
+    for (unsigned c = 0; c < g->ncopies && !quorum_read_met(g, got); c++) {
         struct rpc_status cst = {0};
-        struct bf *one = export_copy_bf(r, t, f, s, g->copies[c], &cst);
+        struct bf *one = export_copy_bf(r, t, f, s, g->copies[c], mem, &one_charged,
+                                        &cst);
+        if (mem->over) {
+            /* Past the budget: not a failed copy, the Export's refusal. */
+            bf_destroy(one);
+            mem_give(mem, one_charged);
+            *st = mem->st;
+            goto out;
+        }
         struct bf_layer_info li;
         if (one && acc && bf_merge_from(acc, one, err) < 0)
             rpc_status_set(&cst, GRPC_STATUS_DATA_LOSS, "its copy differs: %s", err);
@@ -209,10 +305,13 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
             if (bf_layer_info(one, 0, &li) == 0 && li.count > count)
                 count = li.count;
         }
-        if (one && !acc)
+        if (one && !acc) {
             acc = one;
-        else
+            acc_charged = one_charged;
+        } else {
             bf_destroy(one);
+            mem_give(mem, one_charged);
+        }
         if (cst.code && flen < sizeof failed) {
             int n = snprintf(failed + flen, sizeof failed - flen, "%s%s %s: %s",
                              flen ? "; " : "", g->copies[c],
@@ -220,37 +319,41 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
             flen += n > 0 ? (size_t)n : 0;
         }
     }
-    if (got < need) {
+    if (!quorum_read_met(g, got)) {
         rpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
                        "Export of \"%s\": shard %u (group %s): %u of %u copies answered, "
                        "read quorum %u; failed copies: %s", f->name, s, g->name, got,
-                       g->ncopies, need, failed[0] ? failed : "none asked");
+                       g->ncopies, quorum_read_need(g), failed[0] ? failed : "none asked");
         goto out;
     }
     bf_set_counts(acc, inserts, keys, &count);
     if (bundle_writer_entry(w, s, bf_file_size(acc)) < 0 ||
         bf_file_write(acc, bundle_writer_data, w) < 0) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        write_failed(mem, st);
         goto out;
     }
     rc = 0;
 out:
     bf_destroy(acc);
+    mem_give(mem, acc_charged);
     return rc;
 }
 
 static int export_shard(struct router *r, const struct topo *t,
                         const struct router_filter *f, uint32_t s,
-                        struct bundle_writer *w, struct rpc_status *st)
+                        struct bundle_writer *w, struct export_mem *mem,
+                        struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
-    if (g->ncopies > 1 && g->read_quorum > 1)
-        return export_shard_quorum(r, t, f, s, w, st);
-    return export_shard_one(r, t, f, s, w, st);
+    /* R > 1 (so N > 1): one copy alone may lack a write. */
+    if (quorum_read_need(g) > 1)
+        return export_shard_quorum(r, t, f, s, w, mem, st);
+    return export_shard_one(r, t, f, s, w, mem, st);
 }
 
-/* The bundle of every shard of filter name, in out. */
-static int export_bundle(struct router *r, const char *name, struct bytebuf *out,
+/* The bundle of every shard of filter name, in out (its room counted in
+ * out's export_mem). */
+static int export_bundle(struct router *r, const char *name, struct held_buf *out,
                          struct rpc_status *st)
 {
     struct topo *t = router_topo(r);
@@ -260,18 +363,18 @@ static int export_bundle(struct router *r, const char *name, struct bytebuf *out
 
     if (!f)
         goto out;
-    if (bundle_writer_begin(&w, f->shards, bytebuf_write, out) < 0) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    if (bundle_writer_begin(&w, f->shards, held_write, out) < 0) {
+        write_failed(out->m, st);
         goto out;
     }
     for (uint32_t s = 0; s < f->shards; s++) {
-        if (export_shard(r, t, f, s, &w, st) < 0) {
+        if (export_shard(r, t, f, s, &w, out->m, st) < 0) {
             bundle_writer_abort(&w);
             goto out;
         }
     }
     if (bundle_writer_end(&w) < 0) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        write_failed(out->m, st);
         goto out;
     }
     rc = 0;
@@ -285,13 +388,14 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
 {
     struct router *r = arg;
     struct rpc_status st;
-    struct bytebuf b;
+    struct export_mem mem = {.r = r};
+    struct held_buf hb;
     const uint8_t *in;
     size_t len;
     Bloomgrid__V1__ExportRequest *m = NULL;
 
-    /* As large as the filter, which its nodes already hold in memory. */
-    bytebuf_init(&b, SIZE_MAX);
+    /* As large as the filter: counted against max_memory_mb while held. */
+    held_init(&hb, &mem);
     int rc = rpc_stream_read(s, &in, &len);
     if (rc < 0)
         return;
@@ -309,7 +413,7 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
         rpc_stream_finish_status(s, &rep.st);
         goto out;
     }
-    if (export_bundle(r, m->filter, &b, &st) < 0) {
+    if (export_bundle(r, m->filter, &hb, &st) < 0) {
         rpc_stream_finish_status(s, &st);
         goto out;
     }
@@ -318,240 +422,19 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
         chunk = RULES_CHUNK_MAX;
     if (chunk + 64 > rpc_stream_max_message(s))
         chunk = rpc_stream_max_message(s) - 64;
-    for (size_t off = 0; off < b.len; off += chunk) {
+    for (size_t off = 0; off < hb.b.len; off += chunk) {
         Bloomgrid__V1__FileChunk fc = BLOOMGRID__V1__FILE_CHUNK__INIT;
         fc.offset = off;
-        fc.data.data = b.p + off;
-        fc.data.len = b.len - off < chunk ? b.len - off : chunk;
-        fc.total_size = b.len;
+        fc.data.data = hb.b.p + off;
+        fc.data.len = hb.b.len - off < chunk ? hb.b.len - off : chunk;
+        fc.total_size = hb.b.len;
         if (rpc_stream_write(s, &fc.base) < 0)
             goto out;
     }
     log_info("exported filter %s (%zu bytes, one bundle of every shard)", m->filter,
-             b.len);
+             hb.b.len);
     rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
 out:
-    bytebuf_deinit(&b);
+    held_deinit(&hb);
     bloomgrid__v1__export_request__free_unpacked(m, NULL);
-}
-
-/* ---- Import ---- */
-
-/* Check a bundle for filter f: the frame (common/engine/bundle.h), then that every
- * shard file parses with f's secret, shard index and count.  Returns 0 with
- * l filled (entries point into b) or -1 with st (INVALID_ARGUMENT for a
- * damaged bundle, FAILED_PRECONDITION for another filter's). */
-static int bundle_check(const struct bytebuf *b, const struct router_filter *f,
-                        struct bundle_layout *l, struct rpc_status *st)
-{
-    char err[BF_ERRLEN];
-    int rc = bundle_layout_parse(b->p, b->len, l, err);
-
-    if (rc == -ENOMEM) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        return -1;
-    }
-    if (rc < 0) {
-        rpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT, "imported file refused: "
-                          "%s%s", err, bundle_is(b->p, b->len) ? "" :
-                          " (a router exports one file holding every shard; see "
-                          "docs/ROUTER.md)");
-        return -1;
-    }
-    if (l->count != f->shards) {
-        rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
-                          "imported filter is incompatible with \"%s\": field "
-                          "\"shard_count\" differs (%u shards, not %u)", f->name,
-                          l->count, f->shards);
-        return -1;
-    }
-    for (uint32_t s = 0; s < l->count; s++) {
-        struct bf *sh = bf_file_parse(l->entry[s].file, l->entry[s].len, err);
-        if (!sh) {
-            rpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT,
-                              "imported file refused: shard %u: %s", s, err);
-            return -1;
-        }
-        const char *field = bundle_shard_mismatch(sh, s, l->count, f->secret);
-        bf_destroy(sh);
-        if (field) {
-            rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
-                              "imported filter is incompatible with \"%s\": field "
-                              "\"%s\" differs (shard %u)", f->name, field, s);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* Merge one shard file into shard s on the copy node; fills its
- * projection. */
-static int import_copy(struct router *r, const struct topo *t,
-                       const struct router_filter *f, uint32_t s, const char *node,
-                       const struct bundle_entry *e, double *fill, double *fpr,
-                       struct rpc_status *st)
-{
-    struct rpc_channel *ch = router_channel(r, node);
-    struct rpc_status rs = {0};
-    bool ok = ch != NULL;
-    struct rpc_cstream *cs = ok ? rpc_cstream_open(ch, M_IMPORT_SHARD, TRANSFER_TIMEOUT_MS)
-                                : NULL;
-    for (uint64_t off = 0; cs && ok && off < e->len; off += RULES_CHUNK_DEFAULT) {
-        Bloomgrid__V1__ImportShardRequest rq = BLOOMGRID__V1__IMPORT_SHARD_REQUEST__INIT;
-        rq.filter = (char *)f->name;
-        rq.shard_index = s;
-        rq.topology_version = t->version;
-        rq.data.data = (uint8_t *)e->file + off;
-        rq.data.len = e->len - off < RULES_CHUNK_DEFAULT ? e->len - off : RULES_CHUNK_DEFAULT;
-        ok = rpc_cstream_write_msg(cs, &rq.base) == 0;
-    }
-    Bloomgrid__V1__ImportResponse *resp = NULL;
-    grpc_slice sl;
-    if (cs && ok && rpc_cstream_close_send(cs) == 0 && rpc_cstream_read(cs, &sl) == 1) {
-        resp = bloomgrid__v1__import_response__unpack(NULL, GRPC_SLICE_LENGTH(sl),
-                                                      GRPC_SLICE_START_PTR(sl));
-        grpc_slice_unref(sl);
-    }
-    int frc = cs ? rpc_cstream_finish(cs, &rs) : -1;
-    if (frc < 0 || !resp) {
-        if (frc == 0 || !cs)
-            rs.code = GRPC_STATUS_UNAVAILABLE;
-        rpc_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
-                          "Import into \"%s\": shard %u on node %s: %s: %s; shards "
-                          "0..%d were merged: import the same file again to finish "
-                          "(merging is idempotent)", f->name, s, node,
-                          rpc_status_name(rs.code), rs.message, (int)s - 1);
-        if (resp)
-            bloomgrid__v1__import_response__free_unpacked(resp, NULL);
-        return -1;
-    }
-    *fill = resp->projected_fill_ratio;
-    *fpr = resp->projected_error_rate;
-    bloomgrid__v1__import_response__free_unpacked(resp, NULL);
-    return 0;
-}
-
-/* Merge one shard file into every member of shard s's group: its copies
- * and, in a joint phase, the other set's (an import is a write, and a
- * write reaches both sets).  One after the other: a copy that fails stops
- * the import, which may simply be run again. */
-static int import_shard(struct router *r, const struct topo *t,
-                        const struct router_filter *f, uint32_t s,
-                        const struct bundle_entry *e, double *fill, double *fpr,
-                        struct rpc_status *st)
-{
-    const struct topo_group *g = &t->groups[f->group[s]];
-    for (unsigned m = 0; m < g->nmembers; m++)
-        if (import_copy(r, t, f, s, topo_member(g, m), e, fill, fpr, st) < 0)
-            return -1;
-    return 0;
-}
-
-void router_rpc__import(void *arg, struct rpc_stream *s)
-{
-    struct router *r = arg;
-    struct rpc_status st = {.code = GRPC_STATUS_OK};
-    struct bytebuf b = {0};     /* max 0 until the filter is known */
-    char name[ROUTER_NAME_MAX + 1] = "";
-    struct topo *t = router_topo(r);
-    struct router_filter *f = NULL;
-    struct bundle_layout l = {0};
-    struct router_filter_desc d = {0};
-    uint64_t limit = 0;
-    const uint8_t *in;
-    size_t len;
-
-    for (;;) {
-        int rc = rpc_stream_read(s, &in, &len);
-        if (rc < 0)
-            goto out;
-        if (rc == 0)
-            break;
-        Bloomgrid__V1__ImportRequest *m = bloomgrid__v1__import_request__unpack(NULL, len, in);
-        if (!m) {
-            rpc_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
-                              "malformed ImportRequest message");
-            goto fail;
-        }
-        if (!f) {
-            struct rpc_reply rep = {.st.code = GRPC_STATUS_OK};
-            if (!m->filter[0]) {
-                rpc_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
-                                  "the first ImportRequest must name the filter");
-            } else if (!router_rpc__name_ok(m->filter, &rep)) {
-                rpc_status_set(&st, rep.st.code, "%s", rep.st.message);
-            } else {
-                snprintf(name, sizeof name, "%s", m->filter);
-                /* The bundle is checked against the filter's secret now. */
-                router_filter_forget(r, name);
-                f = router_filter_lookup(r, t, name, &st);
-                if (f && router_describe_filter(r, name, &d, &st) == 0) {
-                    /* As on a node: a compatible bundle is about the filter's
-                     * size; scalable shards may have grown more layers. */
-                    for (uint32_t i = 0; i < d.shards; i++)
-                        limit += d.shard[i].bytes * (d.shard[i].kind ==
-                                 BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_SCALABLE ? 64 : 1) +
-                                 (1u << 20);
-                    limit += 1u << 20;
-                    bytebuf_init(&b, limit);
-                } else if (f) {
-                    router_filter_unref(f);
-                    f = NULL;
-                }
-            }
-        } else if (m->filter[0] && strcmp(m->filter, name) != 0) {
-            rpc_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
-                              "ImportRequest names filter \"%s\" after \"%s\"",
-                              m->filter, name);
-        }
-        int arc = st.code == GRPC_STATUS_OK ? bytebuf_append(&b, m->data.data, m->data.len)
-                                            : 0;
-        if (arc == -E2BIG)
-            rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                              "import is larger (%zu+ bytes) than any bundle "
-                              "compatible with filter \"%s\" (%" PRIu64 " bytes)",
-                              b.len + m->data.len, name, limit);
-        else if (arc < 0)
-            rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        bloomgrid__v1__import_request__free_unpacked(m, NULL);
-        if (st.code != GRPC_STATUS_OK)
-            goto fail;
-    }
-    if (!f) {
-        rpc_status_set(&st, GRPC_STATUS_INVALID_ARGUMENT,
-                          "Import received no message naming a filter");
-        goto fail;
-    }
-    if (bundle_check(&b, f, &l, &st) < 0)
-        goto fail;
-    double fill_bits = 0, fpr_sum = 0, bits = 0;
-    for (uint32_t i = 0; i < f->shards; i++) {
-        double fill = 0, fpr = 0;
-        if (import_shard(r, t, f, i, &l.entry[i], &fill, &fpr, &st) < 0)
-            goto fail;
-        fill_bits += fill * (double)d.shard[i].bits;
-        bits += (double)d.shard[i].bits;
-        fpr_sum += fpr;
-    }
-    log_info("imported %zu bytes into filter %s (%u shards)", b.len, name, f->shards);
-    router_filter_desc_free(&d);
-    if (router_describe_filter(r, name, &d, &st) < 0)
-        goto fail;
-    Bloomgrid__V1__ImportResponse resp = BLOOMGRID__V1__IMPORT_RESPONSE__INIT;
-    resp.bytes_received = b.len;
-    resp.projected_fill_ratio = bits > 0 ? fill_bits / bits : 0;
-    resp.projected_error_rate = fpr_sum / f->shards;
-    resp.over_target = d.shards && resp.projected_error_rate > d.shard[0].error_rate;
-    if (router_rpc__write_info(s, &resp, &d) < 0)
-        goto out;
-    rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
-    goto out;
-fail:
-    rpc_stream_finish_status(s, &st);
-out:
-    router_filter_desc_free(&d);
-    bundle_layout_deinit(&l);
-    bytebuf_deinit(&b);
-    router_filter_unref(f);
-    topo_unref(t);
 }

@@ -63,10 +63,10 @@
 /* Addresses: the largest port. */
 #define RULES_PORT_MAX 65535
 
-/* A "host:port" address that what names (a setting, "primary of group
- * g0", "--server"): the host is not empty and holds no space or control
- * byte; the port (after the last ':') is 1 to 5 decimal digits with a value
- * of 1..RULES_PORT_MAX, or 0..RULES_PORT_MAX when listen is true (port 0
+/* A "host:port" address that what names (a setting, "copy", "--server"):
+ * the host is not empty and holds no space or control byte; the port
+ * (after the last ':') is 1 to 5 decimal digits with a value of
+ * 1..RULES_PORT_MAX, or 0..RULES_PORT_MAX when listen is true (port 0
  * asks for a free port).  Returns 0 or -EINVAL with a sentence naming what
  * and the address. */
 int rules_addr_check(const char *what, const char *addr, bool listen, char *err);

@@ -60,6 +60,19 @@ bool quorum_readable(const struct topo_group *g, unsigned serving)
     return quorum_read_met(g, serving);
 }
 
+unsigned quorum_shard_sync_need(const struct topo_group *g)
+{
+    /* A write acknowledged by W copies is on at least W - 1 copies other
+     * than this one, so at most N - W of the others lack it.  With W = 1
+     * it may be on this copy alone: no number of others suffices. */
+    return g->ncopies - g->write_quorum + 1;
+}
+
+bool quorum_shard_sync_met(const struct topo_group *g, unsigned pulled)
+{
+    return pulled >= quorum_shard_sync_need(g);
+}
+
 unsigned quorum_sync_need(const struct topo_group *g, unsigned others)
 {
     /* A write acknowledged by W copies is on at least W - 1 copies other

@@ -15,10 +15,15 @@
  *     needs W' acknowledgements from the other set (quorum_write_met);
  *   - a read asks as many copies as answers are still missing, and more
  *     when some failed or were too slow (quorum_read_ask);
- *   - a copy that lost state leaves SYNCING once it has pulled every page
- *     from N - W + 1 other copies (every write quorum holds at least one
- *     of them), or from every other copy when there are fewer
- *     (quorum_sync_need);
+ *   - a SYNCING shard serves again once it has pulled every page from
+ *     N - W + 1 other copies that are not SYNCING (every write quorum holds
+ *     at least one of them; quorum_shard_sync_met).  With W = 1 that is
+ *     more than the others: a write may have been on the lost copy alone,
+ *     and only an operator's resync takes the shard out;
+ *   - a copy that may hold less than it acknowledged (its directory's
+ *     epoch not yet checked, new or refilling, or joining the copies) is
+ *     held until N - W + 1 other copies answered, or every other copy when
+ *     there are fewer (quorum_sync_need);
  *   - a group is readable while R of its copies serve (quorum_readable),
  *     and a merger round covers a shard once R copies were pulled in sync
  *     (quorum_covered): the same rule as a read, seen from outside.
@@ -75,13 +80,24 @@ bool quorum_readable(const struct topo_group *g, unsigned serving);
 
 /* ---- leaving SYNCING ---- */
 
-/* Full pulls from how many other copies a copy of g that lost state needs
- * before it serves: N - W + 1, or all of the others when there are fewer
- * (others: the copies of g other than the one that syncs). */
+/* Full pulls from how many other copies that are not SYNCING a SYNCING
+ * shard of g needs before it serves: N - W + 1, never fewer (with W = 1,
+ * N: more than the N - 1 others, so it cannot leave by itself). */
+unsigned quorum_shard_sync_need(const struct topo_group *g);
+
+/* May a SYNCING shard of g that completed full pulls from pulled other
+ * copies (not SYNCING) serve again? */
+bool quorum_shard_sync_met(const struct topo_group *g, unsigned pulled);
+
+/* Answers from how many other copies a copy of g that may hold less than
+ * it acknowledged waits for before it is vouched for: N - W + 1, or all of
+ * the others when there are fewer (others: the copies of g other than this
+ * one). */
 unsigned quorum_sync_need(const struct topo_group *g, unsigned others);
 
-/* Has a copy that completed full pulls from pulled in-sync other copies
- * (of others) seen every acknowledged write that any other copy holds? */
+/* Has such a copy heard from (or pulled in full from) pulled of its others
+ * other copies, enough to have seen every acknowledged write that any other
+ * copy holds? */
 bool quorum_sync_met(const struct topo_group *g, unsigned pulled, unsigned others);
 
 /* ---- the merger ---- */

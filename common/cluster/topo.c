@@ -1,12 +1,27 @@
-/* topo: topology file parsing and rendezvous placement (see topo.h).
+/* topo: topology file parsing and shard placement (see topo.h).
  *
  * The file is read with libinih through a line reader of our own, so every
  * handler call knows the line it comes from and every message names it.
  *
- * Placement is rendezvous (highest-random-weight) hashing, Thaler and Ravishankar
- * 1996: each (filter, shard) scores every group with a hash and goes to the
- * highest.  Unlike "shard i mod G", adding a group moves only the shards that
- * now score highest on it (about S/(G+1)) and removing one moves only its own.
+ * Placement version 1 is rendezvous (highest-random-weight) hashing, Thaler
+ * and Ravishankar 1996: each (filter, shard) scores every group with a hash
+ * and goes to the highest.  Unlike "shard i mod G", adding a group moves only
+ * the shards that now score highest on it (about S/(G+1)) and removing one
+ * moves only its own; but S shards over G groups spread as a binomial does,
+ * so with few shards per group some group holds far more than S/G.
+ *
+ * Version 2 bounds the load as "consistent hashing with bounded loads" does
+ * (Mirrokni, Thorup and Zadimoghaddam, 2018), on rendezvous scores instead
+ * of a ring: shards are placed in index order, each on its highest-scoring
+ * group among those below the capacity C = ceil(S/G) + 1.  G * C >= S + G,
+ * so every shard finds a group, and no group holds more than C.  The
+ * result depends only on the filter name, S and the set of group names.  A
+ * shard whose best group still has room lands where version 1 puts it
+ * (shard 0 always does).  The price is a few more moves when the groups
+ * change: a group that fills up sends later shards to their next choice, so
+ * a change moves some shards besides those it must (docs/TOPOLOGY.md has
+ * the figures).  The slack of one above ceil(S/G) halves those extra moves
+ * compared with C = ceil(S/G).
  */
 #include "topo.h"
 
@@ -669,6 +684,83 @@ unsigned topo_group_for(const struct topo *t, const char *filter, uint32_t shard
         }
     }
     return best;
+}
+
+uint32_t topo_placement_norm(uint32_t placement)
+{
+    return placement ? placement : TOPO_PLACEMENT_RENDEZVOUS;
+}
+
+bool topo_placement_known(uint32_t v)
+{
+    return topo_placement_norm(v) <= TOPO_PLACEMENT_NEWEST;
+}
+
+_Static_assert(TOPO_MAX_GROUPS <= UINT16_MAX + 1, "group indexes fit uint16_t");
+
+/* The capacity of a group under version 2: ceil(S/G) + 1. */
+static unsigned bounded_cap(uint32_t shards, unsigned ngroups)
+{
+    return (unsigned)(((uint64_t)shards + ngroups - 1) / ngroups) + 1;
+}
+
+/* The group of one shard given its scores on every group: the highest
+ * (the first of equals, groups being in name order) among those below cap
+ * (cap 0: no bound). */
+static unsigned place_one(const uint64_t *score, unsigned ngroups,
+                          const unsigned *load, unsigned cap)
+{
+    unsigned best = ngroups;
+    for (unsigned g = 0; g < ngroups; g++)
+        if ((!cap || load[g] < cap) && (best == ngroups || score[g] > score[best]))
+            best = g;
+    return best;   /* < ngroups: G * cap > S leaves room for every shard */
+}
+
+int topo_place_scored(const uint64_t *scores, uint32_t shards, unsigned ngroups,
+                      uint32_t placement, unsigned *load, uint16_t *groups)
+{
+    if (!shards || !ngroups || ngroups > TOPO_MAX_GROUPS ||
+        !topo_placement_known(placement))
+        return -EINVAL;
+    unsigned cap = topo_placement_norm(placement) == TOPO_PLACEMENT_BOUNDED
+                       ? bounded_cap(shards, ngroups) : 0;
+    memset(load, 0, ngroups * sizeof *load);
+    for (uint32_t i = 0; i < shards; i++) {
+        unsigned g = place_one(scores + (size_t)i * ngroups, ngroups, load, cap);
+        load[g]++;
+        groups[i] = (uint16_t)g;
+    }
+    return 0;
+}
+
+int topo_place(const struct topo *t, const char *filter, uint32_t shards,
+               uint32_t placement, uint16_t *groups)
+{
+    if (!shards || !topo_placement_known(placement))
+        return -EINVAL;
+    unsigned G = t->ngroups;
+    /* One shard's scores at a time: S x G of them would be 32 MiB at the
+     * limits. */
+    uint64_t *score = malloc(G * sizeof *score);
+    unsigned *load = calloc(G, sizeof *load);
+    if (!score || !load) {
+        free(score);
+        free(load);
+        return -ENOMEM;
+    }
+    unsigned cap = topo_placement_norm(placement) == TOPO_PLACEMENT_BOUNDED
+                       ? bounded_cap(shards, G) : 0;
+    for (uint32_t i = 0; i < shards; i++) {
+        for (unsigned g = 0; g < G; g++)
+            score[g] = topo_score(filter, i, t->groups[g].name);
+        unsigned g = place_one(score, G, load, cap);
+        load[g]++;
+        groups[i] = (uint16_t)g;
+    }
+    free(score);
+    free(load);
+    return 0;
 }
 
 const char *topo_member(const struct topo_group *g, unsigned m)

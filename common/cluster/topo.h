@@ -23,11 +23,23 @@
  * both sets are the group's members: copies first, then the other set's
  * addresses that are not copies (topo_member).
  *
- * Placement: shard i of filter F lives on the group with the highest
- * rendezvous score topo_score(F, i, group name) (highest-random-weight
- * hashing; ties go to the smaller name).  Adding or removing a group moves
- * only the shards that the change must move; the order of the groups in the
- * file does not matter.
+ * Placement: where shard i of filter F lives is a pure function of F, the
+ * shard count S, the group names and the filter's placement version, a
+ * number the filter records when it is created and keeps for life (so a
+ * new rule never moves a shard of an existing filter):
+ *   1  rendezvous: the group with the highest score topo_score(F, i,
+ *      group name) (highest-random-weight hashing; ties go to the smaller
+ *      name).  Filters created before versions were recorded are version 1.
+ *   2  rendezvous with a capacity bound: shards 0, 1, ..., S - 1 in turn,
+ *      each on the group with the highest score among those that hold
+ *      fewer than ceil(S/G) + 1 of the filter's shards, so no group holds
+ *      more than ceil(S/G) + 1 (version 1 gives 27/17/20 for 64 shards on 3
+ *      groups).
+ * Shard 0 is on the same group under every version (it is placed first,
+ * on its highest score): a caller that does not know a filter's version
+ * yet asks shard 0 (topo_group_for) and learns it there.  The order of the
+ * groups in the file does not matter; docs/TOPOLOGY.md says what moves
+ * when a group is added or removed.
  *
  * A struct topo is immutable once parsed: any number of threads may read it.
  * Callers that swap topologies at run time (SIGHUP) keep them alive with
@@ -40,6 +52,7 @@
 #define BLOOMGRID_TOPO_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,7 +60,7 @@
 #define TOPO_GROUP_NAME_MAX 43  /* group names: what libinih keeps of "[group NAME]" */
 #define TOPO_ADDR_MAX 127       /* "host:port" */
 #define TOPO_MAX_COPIES 8
-#define TOPO_MAX_GROUPS 1024
+#define TOPO_MAX_GROUPS 1024          /* fits the uint16_t of topo_place */
 #define TOPO_ERRLEN 512
 
 /* Which other set of copies a group names during a change. */
@@ -98,12 +111,44 @@ struct topo *topo_parse(const char *text, const char *origin, char *err);
 struct topo *topo_ref(struct topo *t);
 void topo_unref(struct topo *t);
 
+/* Placement versions (above).  0 on the wire or in a file means "not
+ * recorded" and reads as 1. */
+#define TOPO_PLACEMENT_RENDEZVOUS 1u
+#define TOPO_PLACEMENT_BOUNDED 2u
+#define TOPO_PLACEMENT_NEWEST TOPO_PLACEMENT_BOUNDED   /* new filters get it */
+/* The most a filter may record (a node stores any version up to it, so
+ * that a newer router's filters survive on an older node). */
+#define TOPO_PLACEMENT_LIMIT 255u
+
+/* The version a recorded value stands for (0 reads as 1). */
+uint32_t topo_placement_norm(uint32_t placement);
+
+/* Does this build know placement version v (0 counts as 1)? */
+bool topo_placement_known(uint32_t v);
+
 /* Rendezvous score of (filter, shard) on a group name: XXH3-64 (seed 0) of
  * the bytes  filter '\0' shard (4 bytes, little-endian) '\0' group. */
 uint64_t topo_score(const char *filter, uint32_t shard, const char *group);
 
-/* Index (into t->groups) of the group holding shard of filter. */
+/* Index (into t->groups) of the group holding shard of filter under
+ * placement version 1, which is also where shard 0 is under every
+ * version. */
 unsigned topo_group_for(const struct topo *t, const char *filter, uint32_t shard);
+
+/* Where every shard of a filter of `shards` shards lives under placement
+ * version `placement`: groups[i] gets the index (into t->groups) of shard
+ * i's group, for i < shards (the caller's array).  Costs shards x ngroups
+ * scores.  Returns 0, -EINVAL (shards 0, or a version this build does not
+ * know: topo_placement_known) or -ENOMEM. */
+int topo_place(const struct topo *t, const char *filter, uint32_t shards,
+               uint32_t placement, uint16_t *groups);
+
+/* topo_place on scores computed already: scores[i * ngroups + g] is shard
+ * i's score on group g (groups in name order), for i < shards.  load
+ * (ngroups entries, the caller's) is scratch.  For tests and benchmarks
+ * that place many shard counts on one set of scores; -EINVAL as above. */
+int topo_place_scored(const uint64_t *scores, uint32_t shards, unsigned ngroups,
+                      uint32_t placement, unsigned *load, uint16_t *groups);
 
 /* The index (into t->groups) of the group listing addr as a member (a
  * copy, or an address of its other set), with the member's index in *copy

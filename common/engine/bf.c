@@ -93,6 +93,11 @@ int bf_params_check(const struct bf_params *p, char *err)
                    p->shard_count);
         return -EINVAL;
     }
+    if (p->placement > BF_PLACEMENT_MAX) {
+        errmsg_set(err, "placement version %u is above %u", p->placement,
+                   BF_PLACEMENT_MAX);
+        return -EINVAL;
+    }
     if (p->kind == BF_KIND_SCALABLE) {
         if (!(p->growth >= 1.0 && p->growth <= BF_GROWTH_MAX)) {
             errmsg_set(err, "growth factor must be between 1 and %g (got %g)", BF_GROWTH_MAX,
@@ -398,6 +403,7 @@ static struct bf *bf_alloc(const struct bf_params *p, uint32_t hash_id, char *er
     f->error_rate = p->error_rate;
     f->shard_index = p->shard_index;
     f->shard_count = p->shard_count;
+    f->placement = p->placement;
     f->growth = p->kind == BF_KIND_SCALABLE ? p->growth : 0;
     f->tightening = p->kind == BF_KIND_SCALABLE ? p->tightening : 0;
     if (p->secret) {
@@ -444,6 +450,7 @@ static void bf_params_of(const struct bf *f, struct bf_params *p)
     p->error_rate = f->error_rate;
     p->shard_index = f->shard_index;
     p->shard_count = f->shard_count;
+    p->placement = f->placement;
     p->growth = f->growth;
     p->tightening = f->tightening;
     p->secret = f->secret;
@@ -529,6 +536,7 @@ uint64_t bf_capacity(const struct bf *f) { return f->capacity; }
 double bf_error_rate(const struct bf *f) { return f->error_rate; }
 uint32_t bf_shard_index(const struct bf *f) { return f->shard_index; }
 uint32_t bf_shard_count(const struct bf *f) { return f->shard_count; }
+uint32_t bf_placement(const struct bf *f) { return f->placement; }
 double bf_growth(const struct bf *f) { return f->growth; }
 double bf_tightening(const struct bf *f) { return f->tightening; }
 const uint8_t *bf_secret(const struct bf *f) { return f->secret; }

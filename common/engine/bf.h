@@ -18,10 +18,10 @@
  * Concurrency: any number of threads may add and query one filter at once
  * without a lock (atomic ORs on 64-bit words, plain loads for queries), unless
  * the filter was switched to single-writer mode with bf_set_exclusive().  The
- * scalable kind takes a mutex only to append a layer.  bf_merge_from,
- * bf_merge_from may run while others add and query (it ORs atomically), but
- * not alongside another merge into the same filter; bf_destroy needs the
- * caller to exclude every other user.
+ * scalable kind takes a mutex only to append a layer.  bf_merge_from may
+ * run while others add and query (it ORs atomically), but not alongside
+ * another merge into the same filter; bf_destroy needs the caller to
+ * exclude every other user.
  *
  * Memory: layer bodies are mmap'd anonymous memory with MADV_HUGEPAGE; they
  * are never copied in normal operation.
@@ -41,6 +41,7 @@
 #define BF_SECRET_LEN 32       /* bytes of per-filter secret */
 #define BF_HASH_XXH3_128 1     /* the only hash id so far */
 #define BF_MAX_LAYERS 48       /* scalable chain length limit */
+#define BF_PLACEMENT_MAX 255u   /* bf_params.placement */
 #define BF_GROWTH_MAX 16.0     /* scalable: largest growth factor (smallest 1),
                                   for bf_create and for every file read */
 #define BF_BLOCK_BITS 512      /* one 64-byte cache line */
@@ -72,6 +73,11 @@ struct bf_params {
                                (default 2) */
     double tightening;      /* scalable: error factor per layer (default 0.5) */
     const uint8_t *secret;  /* BF_SECRET_LEN bytes, or NULL for random */
+    uint32_t placement;     /* the placement version of the sharded filter
+                               this is a shard of (docs/TOPOLOGY.md), kept
+                               with it but not part of the fingerprint; 0:
+                               not recorded (rendezvous), at most
+                               BF_PLACEMENT_MAX */
 };
 
 /* Geometry of one layer, as stored in a filter file. */
@@ -182,6 +188,9 @@ uint64_t bf_capacity(const struct bf *f);
 double bf_error_rate(const struct bf *f);
 uint32_t bf_shard_index(const struct bf *f);
 uint32_t bf_shard_count(const struct bf *f);
+/* The placement version recorded with the filter (bf_params.placement; 0:
+ * not recorded).  bf_create_like copies it; a merge keeps dst's. */
+uint32_t bf_placement(const struct bf *f);
 double bf_growth(const struct bf *f);
 double bf_tightening(const struct bf *f);
 /* Adds that returned true: keys that set at least one bit (new keys,

@@ -3,8 +3,10 @@
  * Layout (docs/FORMAT.md is the reference): a 128-byte header, one 48-byte
  * descriptor per layer, the layer bodies in order, and an XXH64 (seed 0) of
  * every preceding byte.  All integers are little-endian, error rates are
- * IEEE-754 binary64.  Version 2 is written; version 1, the same but for
- * the count of keys added (reserved there), is read too.
+ * IEEE-754 binary64.  Version 3 is written for filters that record a
+ * placement version, version 2 for the others; version 2 is version 3 with
+ * the placement word reserved, and version 1 is version 2 with the count of
+ * keys added reserved too.  All three are read.
  *
  * Reading is one routine over a "source" (a file descriptor or a memory
  * buffer), so save/load and write/parse cannot drift apart.  The header and
@@ -53,7 +55,7 @@ enum {
     OFF_K = 80,
     OFF_SHARD_INDEX = 84,
     OFF_SHARD_COUNT = 88,
-    OFF_FLAGS = 92,
+    OFF_PLACEMENT = 92,    /* version 3; reserved (0) before */
     OFF_INSERTS = 96,
     OFF_GROWTH = 104,
     OFF_TIGHTENING = 112,
@@ -164,7 +166,9 @@ static void encode_header(const struct bf *f, uint32_t nlayers, uint8_t *h)
     bf_layer_info(f, 0, &l0);
     bf_fingerprint(f, &fp);
     memcpy(h + OFF_MAGIC, file_magic, sizeof file_magic);
-    put_u32(h + OFF_VERSION, BF_FILE_VERSION);
+    /* Readers of version 2 still read what needs nothing newer. */
+    put_u32(h + OFF_VERSION, bf_placement(f) ? BF_FILE_VERSION
+                                             : BF_FILE_VERSION_PLAIN);
     put_u32(h + OFF_KIND, (uint32_t)bf_kind(f));
     put_u32(h + OFF_HASH_ID, fp.hash_id);
     put_u32(h + OFF_NLAYERS, nlayers);
@@ -175,6 +179,7 @@ static void encode_header(const struct bf *f, uint32_t nlayers, uint8_t *h)
     put_u32(h + OFF_K, l0.k);
     put_u32(h + OFF_SHARD_INDEX, bf_shard_index(f));
     put_u32(h + OFF_SHARD_COUNT, bf_shard_count(f));
+    put_u32(h + OFF_PLACEMENT, bf_placement(f));
     put_u64(h + OFF_INSERTS, bf_insert_count(f));
     put_f64(h + OFF_GROWTH, bf_growth(f));
     put_f64(h + OFF_TIGHTENING, bf_tightening(f));
@@ -437,7 +442,8 @@ struct file_meta {
     uint8_t secret[BF_SECRET_LEN];
     uint64_t m0;
     uint32_t k0;
-    uint32_t flags;
+    uint32_t flags;     /* before version 3: the bytes where it has the
+                           placement */
     uint64_t reserved;  /* version 1: the bytes where version 2 has keys */
     struct bf_layer_info layers[BF_MAX_LAYERS];
     uint64_t total;   /* file size the header implies */
@@ -460,7 +466,10 @@ static void decode_header(const uint8_t *h, struct file_meta *fm)
     fm->k0 = get_u32(h + OFF_K);
     p->shard_index = get_u32(h + OFF_SHARD_INDEX);
     p->shard_count = get_u32(h + OFF_SHARD_COUNT);
-    fm->flags = get_u32(h + OFF_FLAGS);
+    if (fm->version >= 3)
+        p->placement = get_u32(h + OFF_PLACEMENT);
+    else
+        fm->flags = get_u32(h + OFF_PLACEMENT);
     fm->inserts = get_u64(h + OFF_INSERTS);
     p->growth = get_f64(h + OFF_GROWTH);
     p->tightening = get_f64(h + OFF_TIGHTENING);
@@ -509,6 +518,10 @@ static int check_header(const struct file_meta *fm, char *err)
         return refuse(err, -EBADMSG,
                       "bad geometry: growth %.17g (1..%g) / tightening %g",
                       p->growth, BF_GROWTH_MAX, p->tightening);
+    if (p->placement > BF_PLACEMENT_MAX)
+        return refuse(err, -EBADMSG,
+                      "bad geometry: placement version %u above %u",
+                      p->placement, BF_PLACEMENT_MAX);
     if (fm->flags != 0 || fm->reserved != 0)
         return refuse(err, -EBADMSG,
                       "bad geometry: reserved header fields are not zero");

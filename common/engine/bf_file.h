@@ -5,9 +5,12 @@
  * (temp file in the same directory, fsync, rename, fsync of the directory).
  * Loading verifies magic, version, geometry, sizes, checksum and the zero
  * padding past m before returning anything: a bad file is refused whole, never loaded in part.
- * Files are written in format version BF_FILE_VERSION and read from
- * BF_FILE_VERSION_MIN on: a version-1 file loads with its keys added
- * BF_KEYS_UNCOUNTED (bf.h), as that version did not record them.
+ * Files are read from format version BF_FILE_VERSION_MIN to
+ * BF_FILE_VERSION: a version-1 file loads with its keys added
+ * BF_KEYS_UNCOUNTED (bf.h), as that version did not record them.  A filter
+ * that records a placement version (bf_placement, shards of filters placed
+ * by a rule after rendezvous) is written in version 3, every other one in
+ * version 2, which readers of version 2 still read.
  *
  * The same bytes can be produced into / parsed from memory or a stream, for
  * Export and Import over the network.
@@ -26,7 +29,9 @@
 #include "bf.h"
 
 #define BF_FILE_MAGIC "BLOOMGRD"     /* first 8 bytes, no terminator */
-#define BF_FILE_VERSION 2         /* written; 2 added the keys-added count */
+#define BF_FILE_VERSION 3         /* newest read and written; 2 added the
+                                     keys-added count, 3 the placement */
+#define BF_FILE_VERSION_PLAIN 2   /* written for filters without a placement */
 #define BF_FILE_VERSION_MIN 1     /* oldest read (keys added: uncounted) */
 #define BF_FILE_HEADER_BYTES 128     /* fixed header */
 #define BF_FILE_LAYER_BYTES 48       /* one layer descriptor */

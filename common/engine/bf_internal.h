@@ -30,6 +30,7 @@ struct bf {
     double error_rate;
     uint32_t shard_index;
     uint32_t shard_count;
+    uint32_t placement;  /* bf_placement */
     double growth;
     double tightening;
     uint8_t secret[BF_SECRET_LEN];

@@ -182,6 +182,9 @@ struct resp_server {
     /* calls finished on other threads */
     pthread_mutex_t qmu;
     struct resp_call_box *qhead, *qtail;
+    /* the arguments of the command being dispatched (loop thread) */
+    const char **argv;
+    size_t *argl, acap;
     /* TLS */
     pthread_mutex_t tls_mu;
     SSL_CTX *ssl_ctx;

@@ -467,9 +467,6 @@ static void conn_flush(struct resp_conn *c)
 static void process(struct resp_conn *c)
 {
     struct resp_server *s = c->srv;
-    static __thread const char **argv;
-    static __thread size_t *argl;
-    static __thread size_t acap;
 
     while (!c->closing && !c->closed) {
         if (over_budget(c)) {
@@ -510,28 +507,28 @@ static void process(struct resp_conn *c)
         }
         struct resp_parser *p = &c->parser;
         if (!p->empty) {
-            if (p->argc > acap) {
-                size_t cap = acap ? acap : 64;
+            if (p->argc > s->acap) {
+                size_t cap = s->acap ? s->acap : 64;
                 while (cap < p->argc)
                     cap *= 2;
-                const char **v = realloc(argv, cap * sizeof *v);
-                size_t *l = v ? realloc(argl, cap * sizeof *l) : NULL;
+                const char **v = realloc(s->argv, cap * sizeof *v);
+                size_t *l = v ? realloc(s->argl, cap * sizeof *l) : NULL;
                 if (v)
-                    argv = v;
+                    s->argv = v;
                 if (l)
-                    argl = l;
+                    s->argl = l;
                 if (!v || !l) {
                     conn_close(c);
                     return;
                 }
-                acap = cap;
+                s->acap = cap;
             }
             const char *base = c->in + c->in_start;
             for (size_t i = 0; i < p->argc; i++) {
-                argv[i] = base + p->off[i];
-                argl[i] = p->len[i];
+                s->argv[i] = base + p->off[i];
+                s->argl[i] = p->len[i];
             }
-            struct resp_args a = {p->argc, argv, argl};
+            struct resp_args a = {p->argc, s->argv, s->argl};
             if (!resp__dispatch(c, &a)) {
                 c->blocked = true;
                 return;
@@ -930,6 +927,8 @@ void resp_server_destroy(struct resp_server *s)
         free(b);
     }
     SSL_CTX_free(s->ssl_ctx);
+    free(s->argv);
+    free(s->argl);
     pthread_mutex_destroy(&s->qmu);
     pthread_mutex_destroy(&s->tls_mu);
     free(s);

@@ -28,6 +28,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "bloomgrid/v1/bloomgrid.pb-c.h"
+#include "bloomgrid/v1/internal.pb-c.h"
 #include "durable.h"
 #include "log.h"
 #include "rpc_client.h"
@@ -38,26 +40,38 @@
 
 /* ---- who may call what ---- */
 
+/* By service (its descriptor, as the servers register their methods) and
+ * method name: the path is "/" service "/" method. */
 static const struct {
-    const char *path;
+    const ProtobufCServiceDescriptor *service;
+    const char *method;
     enum rpc_auth_rule rule;
 } method_rules[] = {
-    {"/bloomgrid.v1.BloomGrid/MayContain", RPC_AUTH_READ},
-    {"/bloomgrid.v1.BloomGrid/MayContainStream", RPC_AUTH_READ},
-    {"/bloomgrid.v1.BloomGrid/GetFilter", RPC_AUTH_READ},
-    {"/bloomgrid.v1.BloomGrid/ListFilters", RPC_AUTH_READ},
-    {"/bloomgrid.v1.BloomGrid/Add", RPC_AUTH_WRITE},
-    {"/bloomgrid.v1.BloomGrid/AddStream", RPC_AUTH_WRITE},
-    {"/bloomgrid.v1.BloomGrid/Import", RPC_AUTH_WRITE},
-    {"/bloomgrid.v1.BloomGrid/CreateFilter", RPC_AUTH_ADMIN},
-    {"/bloomgrid.v1.BloomGrid/DropFilter", RPC_AUTH_ADMIN},
-    {"/bloomgrid.v1.BloomGrid/Remove", RPC_AUTH_ADMIN},
+    {&bloomgrid__v1__bloom_grid__descriptor, "MayContain", RPC_AUTH_READ},
+    {&bloomgrid__v1__bloom_grid__descriptor, "MayContainStream", RPC_AUTH_READ},
+    {&bloomgrid__v1__bloom_grid__descriptor, "GetFilter", RPC_AUTH_READ},
+    {&bloomgrid__v1__bloom_grid__descriptor, "ListFilters", RPC_AUTH_READ},
+    {&bloomgrid__v1__bloom_grid__descriptor, "Add", RPC_AUTH_WRITE},
+    {&bloomgrid__v1__bloom_grid__descriptor, "AddStream", RPC_AUTH_WRITE},
+    {&bloomgrid__v1__bloom_grid__descriptor, "Import", RPC_AUTH_WRITE},
+    {&bloomgrid__v1__bloom_grid__descriptor, "CreateFilter", RPC_AUTH_ADMIN},
+    {&bloomgrid__v1__bloom_grid__descriptor, "DropFilter", RPC_AUTH_ADMIN},
+    {&bloomgrid__v1__bloom_grid__descriptor, "Remove", RPC_AUTH_ADMIN},
     /* An export holds the filter's secret. */
-    {"/bloomgrid.v1.BloomGrid/Export", RPC_AUTH_ADMIN},
+    {&bloomgrid__v1__bloom_grid__descriptor, "Export", RPC_AUTH_ADMIN},
     /* An operator's acceptance of a loss: a cluster certificate alone is
      * not enough. */
-    {"/bloomgrid.v1.Internal/Resync", RPC_AUTH_ADMIN},
+    {&bloomgrid__v1__internal__descriptor, "Resync", RPC_AUTH_ADMIN},
 };
+
+/* Is path "/" service "/" method? */
+static bool path_is(const char *path, const ProtobufCServiceDescriptor *service,
+                    const char *method)
+{
+    size_t n = strlen(service->name);
+    return path[0] == '/' && strncmp(path + 1, service->name, n) == 0 &&
+           path[1 + n] == '/' && strcmp(path + 2 + n, method) == 0;
+}
 
 /* Services open to anyone: what a load balancer or an operator's tool asks
  * before it has a token. */
@@ -73,7 +87,7 @@ enum rpc_auth_rule rpc_auth_rule_of(const char *path)
         if (strncmp(path, open_services[i], strlen(open_services[i])) == 0)
             return RPC_AUTH_OPEN;
     for (size_t i = 0; i < sizeof method_rules / sizeof method_rules[0]; i++)
-        if (strcmp(path, method_rules[i].path) == 0)
+        if (path_is(path, method_rules[i].service, method_rules[i].method))
             return method_rules[i].rule;
     /* Internal, Merger, and whatever a later service adds until it is
      * listed: cluster peers only. */

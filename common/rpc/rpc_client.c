@@ -610,6 +610,10 @@ int rpc_cstream_read(struct rpc_cstream *s, grpc_slice *out)
 
 void rpc_cstream_cancel(struct rpc_cstream *s)
 {
+    /* No half-close after this (the finish would send one): the server
+     * could see the end of the messages before the cancel, and take a
+     * cancelled stream's messages as whole. */
+    s->closed = true;
     grpc_call_cancel(s->call, NULL);
 }
 

@@ -111,8 +111,9 @@ int rpc_cstream_close_send(struct rpc_cstream *s);
 /* Receive one message into *out (caller unrefs).  Returns 1, 0 at the end of
  * the server's messages, -1 when the call failed. */
 int rpc_cstream_read(struct rpc_cstream *s, grpc_slice *out);
-/* Cancel the call (the server sees the client go away); finish still needs
- * to be called. */
+/* Cancel the call (the server sees the client go away, never the end of
+ * its messages: no half-close is sent after this); finish still needs to
+ * be called. */
 void rpc_cstream_cancel(struct rpc_cstream *s);
 /* Wait for the final status and free the stream (also cancels it if messages
  * are still flowing).  Returns 0 on OK, -1 otherwise. */

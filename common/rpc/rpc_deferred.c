@@ -65,6 +65,8 @@ void rpc_server__book_close(struct defer_book *b)
         struct slot *s = b->head;
         book_unlink_locked(b, s);
         s->orphaned = true;
+        /* Its finish may come after the server is gone. */
+        rpc_server__budget_drop(s);
         grpc_call_unref(s->call);
         s->call = NULL;
     }

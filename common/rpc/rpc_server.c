@@ -1,12 +1,26 @@
 /* rpc_server: a small gRPC server over the gRPC C core (see rpc_server.h).
  *
- * Every posted request is a struct slot, the tag of its events.  A unary slot
- * goes REQUESTED -> (handler runs on the worker) -> REPLYING -> freed; a
- * deferred one waits between the handler and REPLYING on its server's
- * defer_book until some thread finishes it.  A streaming slot owns a
- * completion queue bound to its call; once the call arrives it is queued
- * for the stream pool, whose thread runs the handler, which blocks on that
- * queue for each of its operations.  A generic slot catches unknown
+ * Queues and threads: each event loop has a completion queue of its own,
+ * read by its thread alone; the worker threads share one queue, or two
+ * when there are several (with loops, the workers' queues do not poll, so
+ * only the loops read sockets).  Requests of methods marked loop are posted
+ * on the loops' queues, the others (and the generic request) on the
+ * workers'; worker_main reads a queue and hands each event to handle_event.
+ * With a request budget one more thread runs the large requests of the
+ * loops' methods (rpc_server_budget.c).
+ *
+ * Every posted request is a struct slot, the tag of its events.  A unary
+ * slot goes REQUESTED -> (READING, with a request budget) -> (handler runs
+ * on the thread that read the request) -> REPLYING -> freed; a deferred
+ * one waits between the handler and REPLYING on its server's defer_book
+ * until some thread finishes it.  A pool
+ * stream's slot owns a completion queue bound to its call; once the call
+ * arrives it is queued for the stream pool, whose thread runs the handler,
+ * which blocks on that queue for each of its operations.  A stream driven
+ * by its messages (struct rpc_loop_stream) has no queue or thread of its
+ * own: its batches complete on the queue its request came on, as loop tags
+ * (struct rpc_loop_tag, which the process may also put on a loop's queue),
+ * and handle_event runs their functions.  A generic slot catches unknown
  * methods.  Whenever a request completes, a fresh one is posted for the same
  * method on the same queue, so there are always requests waiting.
  * Streaming calls are driven by rpc_stream.c, the Health service lives in
@@ -14,8 +28,14 @@
  *
  * Deferred replies live in rpc_deferred.c.
  *
- * Lock order: srv->lock, book->lock and a stream's s->lock are never held
- * together.
+ * Lock order: srv->lock before a stream's s->lock (the idle sweep of
+ * streams driven by their messages holds both); book->lock is never held
+ * with either; srv->budget_lock (rpc_server_budget.c) is taken last,
+ * inside any of them or alone.
+ *
+ * With a request budget, unary methods are registered without their
+ * payload and their message is read in rpc_server_budget.c (SLOT_READING)
+ * before the handler runs.
  */
 #include "rpc_check.h"
 #include "rpc_server.h"
@@ -131,6 +151,12 @@ static void drain_cq(grpc_completion_queue *cq)
 
 void rpc_server__slot_free(struct slot *s)
 {
+    /* An orphaned slot gave its charge back at shutdown, while its server
+     * still existed. */
+    if (s->charge)
+        rpc_server__budget_drop(s);
+    if (s->has_req)
+        grpc_slice_unref(s->req);
     if (s->call)
         grpc_call_unref(s->call);
     grpc_metadata_array_destroy(&s->md);
@@ -191,9 +217,11 @@ static void post_request(struct rpc_server *srv, struct rpc_method *m, int li,
         bound = s->cq;
         rpc_server__stream_init(s);
     }
+    /* A method read under the request budget gets its message later. */
+    bool payload = !stream && !rpc_server__budget_gated(srv, m);
     grpc_call_error e = grpc_server_request_registered_call(
         srv->listeners[li].server, m->handle[li], &s->call, &s->deadline, &s->md,
-        stream ? NULL : &s->payload, bound, ncq, s);
+        payload ? &s->payload : NULL, bound, ncq, s);
     if (e != GRPC_CALL_OK) {
         log_error("grpc_server_request_registered_call(%s): %d", m->path, e);
         rpc_server__slot_free(s);
@@ -273,7 +301,7 @@ int rpc_server__send_reply(struct slot *s)
 
 /* Run the handler and send its reply, unless it deferred it: the slot then
  * belongs to the deferred handle and is not touched here again. */
-static void unary_run(struct slot *s)
+void rpc_server__unary_run(struct slot *s)
 {
     struct rpc_reply *r = &s->reply;
     struct rpc_unary_run run = {.s = s};
@@ -295,13 +323,26 @@ static void unary_run(struct slot *s)
         grpc_byte_buffer_reader_destroy(&rd);
         grpc_byte_buffer_destroy(s->payload);
         s->payload = NULL;
-        if (rpc_check_strings(s->m->input, GRPC_SLICE_START_PTR(sl),
-                              GRPC_SLICE_LENGTH(sl), msg, sizeof msg) < 0) {
+        rpc_server__budget_trim(s->srv, GRPC_SLICE_LENGTH(sl));
+        if (s->srv->cfg.request_budget) {
+            /* The slot keeps the request until the call ends, so that a
+             * deferred handler may read it until its finish (attached
+             * before the handler runs: once it defers, the slot may be
+             * finished and freed by another thread at any time). */
+            s->req = sl;
+            s->has_req = true;
+            sl = grpc_empty_slice();
+        }
+        /* Through a pointer: a small slice holds its bytes inline, so they
+         * are where this slice struct is, not in a copy of it. */
+        const grpc_slice *body = s->has_req ? &s->req : &sl;
+        const uint8_t *req = GRPC_SLICE_START_PTR(*body);
+        size_t len = GRPC_SLICE_LENGTH(*body);
+        if (rpc_check_strings(s->m->input, req, len, msg, sizeof msg) < 0) {
             rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "%s", msg);
         } else {
             rpc_server__current_run = &run;
-            s->m->unary(s->m->arg, GRPC_SLICE_START_PTR(sl),
-                        GRPC_SLICE_LENGTH(sl), r);
+            s->m->unary(s->m->arg, req, len, r);
             rpc_server__current_run = NULL;
         }
     }
@@ -419,9 +460,10 @@ static void stream_start(struct slot *s)
     } else {
         log_warn("refusing stream %s: %d %sstreams open", s->m->path, limit,
                  internal ? "" : "public ");
+        bool kept = !internal && srv->cfg.internal_streams > 0;
         snprintf(st.message, sizeof st.message,
                  "server has %d %sstreams open, its limit (max_streams%s); retry later",
-                 limit, internal ? "" : "public ", internal ? "" : " less internal_streams");
+                 limit, kept ? "public " : "", kept ? " less internal_streams" : "");
     }
     if (lmode) {
         rpc_server__lstream_refuse(s, &st);   /* frees the slot once sent */
@@ -471,6 +513,14 @@ static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
         rpc_server__slot_free(s);
         return;
     }
+    if (s->state == SLOT_READING) {
+        /* Its message, read under the request budget. */
+        if (!rpc_server__read_done(s, ok))
+            rpc_server__slot_free(s);
+        else if (!rpc_server__budget_heavy(s))
+            rpc_server__unary_run(s);
+        return;
+    }
     if (!ok) {
         /* Server shutting down: the request was never matched. */
         rpc_server__slot_free(s);
@@ -502,8 +552,10 @@ static void handle_event(struct rpc_server *srv, struct slot *s, bool ok)
         post_request(srv, s->m, s->li, s->cqi);
         if (!call_admitted(s))
             rpc_server__send_reply(s);
+        else if (rpc_server__budget_gated(srv, s->m) && s->m->unary != unimplemented_unary)
+            rpc_server__read_start(s);   /* unary_run once it is in */
         else if (s->m->unary)
-            unary_run(s);
+            rpc_server__unary_run(s);
         break;
     case SLOT_STREAM:
         post_request(srv, s->m, s->li, s->cqi);
@@ -536,10 +588,17 @@ static void *worker_main(void *p)
     on_loop = cqi < srv->nloops;
     grpc_completion_queue *cq = srv->cqs[cqi].cq;
     for (;;) {
-        /* Woken now and then to end idle streams (stream_idle_ms). */
+        /* Woken now and then to end idle streams (stream_idle_ms), and
+         * often while requests are being read under the budget. */
+        struct timespec w0, w1;
+        clock_gettime(CLOCK_MONOTONIC, &w0);
         grpc_event ev = grpc_completion_queue_next(
-            cq, gpr_time_from_millis(250, GPR_TIMESPAN), NULL);  /* relative */
+            cq, gpr_time_from_millis(rpc_server__budget_wait_ms(srv, cqi), GPR_TIMESPAN),
+            NULL);  /* relative */
+        clock_gettime(CLOCK_MONOTONIC, &w1);
         rpc_server__lstream_sweep(srv);
+        rpc_server__budget_sweep(srv, cqi, (int64_t)(w1.tv_sec - w0.tv_sec) * 1000000000 +
+                                               (w1.tv_nsec - w0.tv_nsec));
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             break;
         if (ev.type != GRPC_OP_COMPLETE)
@@ -743,6 +802,7 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     pthread_cond_init(&srv->health_cond, NULL);
     pthread_cond_init(&srv->job_cond, NULL);
     atomic_init(&srv->stopping, false);
+    rpc_server__budget_init(srv);
     snprintf(srv->health[0].name, sizeof srv->health[0].name, "%s", "");
     srv->health[0].serving = false;
     srv->nhealth = 1;
@@ -772,6 +832,16 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     args[5].key = GRPC_ARG_ALLOW_REUSEPORT;
     args[5].value.integer = 0;
     size_t nargs = 6;
+    if (cfg->request_budget > 0) {
+        /* What a client may send of a message before the server reads it
+         * (rpc_server_budget.c): one window, never grown by BDP probes. */
+        args[nargs].type = GRPC_ARG_INTEGER;
+        args[nargs].key = GRPC_ARG_HTTP2_BDP_PROBE;
+        args[nargs++].value.integer = 0;
+        args[nargs].type = GRPC_ARG_INTEGER;
+        args[nargs].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
+        args[nargs++].value.integer = RPC_BUDGET_PROBE;
+    }
     if (cfg->conn_idle_ms > 0) {
         args[nargs].type = GRPC_ARG_INTEGER;
         args[nargs].key = GRPC_ARG_MAX_CONNECTION_IDLE_MS;
@@ -843,8 +913,8 @@ static int listener_bind(struct rpc_server *srv, int li)
             continue;
         m->handle[li] = grpc_server_register_method(
             ln->server, m->path, NULL,
-            m->stream || m->lstream ? GRPC_SRM_PAYLOAD_NONE
-                      : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            m->stream || m->lstream || rpc_server__budget_gated(srv, m)
+                ? GRPC_SRM_PAYLOAD_NONE : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
             0);
         if (!m->handle[li]) {
             log_error("cannot register method %s", m->path);
@@ -913,6 +983,7 @@ int rpc_server_start(struct rpc_server *srv)
         }
         srv->npool = i + 1;
     }
+    rpc_server__budget_heavy_start(srv);
 
     int nwq = srv->ncq - srv->nloops;
     int per_cq = (srv->nthreads - srv->nloops) / nwq + 1;
@@ -1025,6 +1096,7 @@ void rpc_server_shutdown(struct rpc_server *srv)
     pthread_mutex_unlock(&srv->lock);
     for (int i = 0; i < srv->npool; i++)
         pthread_join(srv->pool[i], NULL);
+    rpc_server__budget_heavy_stop(srv);
     if (srv->drain_fn)
         srv->drain_fn(srv->drain_arg);
 
@@ -1066,6 +1138,7 @@ void rpc_server_destroy(struct rpc_server *srv)
     pthread_cond_destroy(&srv->cond);
     pthread_cond_destroy(&srv->health_cond);
     pthread_cond_destroy(&srv->job_cond);
+    rpc_server__budget_deinit(srv);
     /* Deferred calls not yet finished keep the book. */
     pthread_mutex_lock(&srv->book->lock);
     rpc_server__book_unref_unlock(srv->book);

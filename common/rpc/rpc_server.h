@@ -1,10 +1,17 @@
 /* rpc_server: a small gRPC server over the gRPC C core.
  *
- * The server owns one completion queue per worker thread.  On every queue it
- * keeps requests posted for each registered method, plus one generic request
- * so that a call to an unknown method is answered UNIMPLEMENTED at once.
+ * The server owns its completion queues and threads, all made at start: one
+ * queue per event loop, read by that loop's thread alone (config loops),
+ * and one or two queues shared by the worker threads (config threads).  On
+ * the loops' queues it keeps requests posted for each method marked loop,
+ * on the workers' queues for every other registered method, plus one
+ * generic request so that a call to an unknown method is answered
+ * UNIMPLEMENTED at once.
  *
- * Unary handlers run on the worker threads: they get the request bytes and
+ * Unary handlers run on the thread that read the request (a loop for the
+ * methods marked loop, else a worker; with a request budget, a large
+ * request to a loop's method runs on a thread of the server's own, see
+ * "Request budget"): they get the request bytes and
  * fill a struct rpc_reply (response bytes or an error status), which the
  * server sends when the handler returns.  A handler that cannot answer yet
  * (a write that completes when its log record is durable) defers the reply
@@ -28,6 +35,12 @@
  *
  * Every server serves grpc.health.v1.Health/Check from a small table set with
  * rpc_server_set_health().
+ *
+ * Memory: with a request budget (request_budget, see "Request budget"),
+ * the server reads a unary call's message only when it has room for it,
+ * counts every request it holds until the call ends and refuses what does
+ * not fit with RESOURCE_EXHAUSTED; large requests to the loops' methods
+ * are handled on one more thread of its own, started with the server.
  *
  * Listeners: a server listens on the address of its config and on every
  * address added with rpc_server_add_listener, each with its own
@@ -120,6 +133,11 @@ struct rpc_server_config {
                                 closed (GOAWAY), and one that has not
                                 finished its handshake within it; 0: gRPC's
                                 defaults (none, 120 s) */
+    size_t request_budget;   /* bytes of requests the server holds at once
+                                (see "Request budget"); 0: no bound */
+    const char *budget_setting; /* the setting request_budget comes from,
+                                named with its value in refusals
+                                ("max_memory_mb"); NULL: "request_budget" */
 };
 
 /* The outcome of a unary call, filled by its handler (or, once deferred, by
@@ -302,13 +320,72 @@ int rpc_reply_pack(struct rpc_reply *r, const ProtobufCMessage *msg);
  * encoders), or NULL. */
 uint8_t *rpc_reply_alloc(struct rpc_reply *r, size_t len);
 
+/* Request budget.
+ *
+ * The gRPC core hands a unary request to the server whole, once it has
+ * received all of it, and (in gRPC 1.51) checks max_message only after
+ * that; so a server that lets the core read every call's message at once
+ * holds every message clients are sending it, whatever their number.  With
+ * request_budget set, the server reads a unary call's message only when it
+ * has room for it, and counts what it holds:
+ *
+ *  - before its message is read, a call's client can send no more than
+ *    RPC_BUDGET_PROBE bytes of it (the HTTP/2 stream window the server
+ *    announces, with BDP probing off).  Reading begins with that much
+ *    charged; a call that finds no room even for that is refused;
+ *  - a read still running RPC_BUDGET_QUICK_MS later, while its queue had
+ *    nothing else to deliver (so its message is still on its way: a small
+ *    one has arrived by then), is a large message: it is given the room of
+ *    a whole message (max_message), or refused when large requests already
+ *    take their share of the budget, all of it but an eighth, which stays
+ *    for small requests (whose reads and charges stay within
+ *    RPC_BUDGET_PROBE bytes), so that large ones cannot starve them;
+ *  - a message received counts its bytes, instead of the room it had,
+ *    until its call ends (its reply has been sent).  A handler may keep
+ *    using the request until then, deferred or not (rpc_reply_defer);
+ *  - what a handler builds from a request it charges before it builds it
+ *    (rpc_reply_charge; rpc_server_charge for streams and the rest), and
+ *    the charge of a large request fails past the large share;
+ *  - a request of RPC_BUDGET_HEAVY bytes or more to a method served on the
+ *    loops is handled on a thread of the server's own instead (copying,
+ *    decoding and hashing megabytes takes milliseconds), so that the loops
+ *    go on serving small calls meanwhile.
+ *
+ * Every refusal is RESOURCE_EXHAUSTED with a message naming
+ * budget_setting and its value.  A stream's message counts from the moment
+ * the server has it until its handler is done with it (its next read, the
+ * end of message()); a stream waits for its next message with a read
+ * posted, so what streams may be receiving at once is bounded by
+ * max_streams times the size of a message rather than by the budget.
+ * Without request_budget nothing is counted, every charge succeeds, and
+ * unary requests are read whole before the handler is called, as the
+ * core does. */
+#define RPC_BUDGET_PROBE (64u << 10)
+#define RPC_BUDGET_QUICK_MS 20
+#define RPC_BUDGET_HEAVY (1u << 20)
+
+/* Charge bytes to the unary call whose handler runs on this thread (r is
+ * its own reply), before building that much from its request; released
+ * when the call ends.  Returns 0, or -ENOSPC with r set to the refusal
+ * (RESOURCE_EXHAUSTED naming the budget): the handler just returns. */
+int rpc_reply_charge(struct rpc_reply *r, size_t bytes);
+/* Charge bytes to the server's budget (any thread); the caller gives them
+ * back with rpc_server_uncharge.  A charge of more than RPC_BUDGET_PROBE
+ * bytes counts as large.  Returns 0, or -ENOSPC with st set to the refusal
+ * (RESOURCE_EXHAUSTED naming the budget; st may be NULL). */
+int rpc_server_charge(struct rpc_server *srv, size_t bytes, struct rpc_status *st);
+void rpc_server_uncharge(struct rpc_server *srv, size_t bytes);
+/* The bytes charged now and the budget (0: none). */
+void rpc_server_budget(struct rpc_server *srv, uint64_t *used, uint64_t *max);
+
 /* Deferred unary replies.
  *
  * Inside a unary handler, rpc_reply_defer(r) on the handler's own reply
  * tells the server not to answer when the handler returns: the call stays
  * open and the returned handle now owns it.  The handler copies from req
- * what it still needs (req is freed when it returns), hands the handle on
- * and returns.  Later, from any thread, the holder fills the reply
+ * what it still needs (req is freed when it returns, except on a server
+ * with a request budget, where it stays valid until the finish), hands the
+ * handle on and returns.  Later, from any thread, the holder fills the reply
  * (rpc_deferred_reply; r itself stays valid until the finish too) with the
  * rpc_reply_* helpers and calls rpc_deferred_finish exactly once, which
  * sends it (status, reason and body as for an immediate reply) and frees
@@ -337,8 +414,10 @@ struct rpc_reply *rpc_deferred_reply(struct rpc_deferred *d);
 int rpc_deferred_finish(struct rpc_deferred *d);
 
 /* Streaming calls.  Every function below is for the handler's own thread,
- * except rpc_stream_post, rpc_stream_hold and rpc_stream_release (see
- * there). */
+ * except rpc_stream_post, rpc_stream_hold, rpc_stream_release and
+ * rpc_stream_resume (see there).  A stream driven by its messages (struct
+ * rpc_loop_stream) has no handler thread: it uses only those four and
+ * rpc_stream_max_message. */
 
 /* Read the next message.  Returns 1 with *buf and *len set (valid until the next
  * read or the end of the handler), 0 when the client half-closed, -ECANCELED

@@ -40,10 +40,20 @@ struct rpc_method {
 };
 
 enum slot_kind { SLOT_UNARY, SLOT_STREAM, SLOT_GENERIC };
-enum slot_state { SLOT_REQUESTED, SLOT_REPLYING };
+/* SLOT_READING: a unary call of a server with a request budget, whose
+ * message is being received (rpc_server_budget.c). */
+enum slot_state { SLOT_REQUESTED, SLOT_READING, SLOT_REPLYING };
 
 struct worker_cq {
     grpc_completion_queue *cq;
+    /* Request budget: the unary messages being received on this queue,
+     * oldest first (under srv->budget_lock), when they were last looked at
+     * (rpc_server__budget_sweep), and the time its threads have spent
+     * waiting in grpc_completion_queue_next, where the transport reads. */
+    struct slot *reads_head, *reads_tail;
+    _Atomic int nreads;
+    int64_t swept_ns;
+    _Atomic int64_t poll_ns;
 };
 
 /* A message posted to a stream and not yet sent (rpc_stream_post). */
@@ -149,6 +159,17 @@ struct slot {
     bool lend_set;
     int64_t active_ns;           /* last message read or send completed */
     struct slot *lprev, *lnext;  /* srv->lstreams */
+    /* Request budget (rpc_server_budget.c), under srv->budget_lock: the
+     * bytes this call holds of it (a message being received, or received
+     * with what its handler charged), and for a unary message being
+     * received, when its read began, its place on its queue's list,
+     * whether it holds a large read's room and whether it was refused. */
+    uint64_t charge;
+    int64_t read_ns, read_poll_ns;
+    struct slot *rprev, *rnext;     /* also the heavy thread's queue */
+    bool read_large, read_refused;
+    grpc_slice req;              /* a unary request kept until the reply */
+    bool has_req;
 };
 
 struct health_entry {
@@ -165,7 +186,7 @@ struct listener {
     int port;
 };
 
-#define SERVER_ARGS 8
+#define SERVER_ARGS 10
 
 struct rpc_server {
     struct rpc_server_config cfg;
@@ -205,6 +226,17 @@ struct rpc_server {
     /* Streams driven by their messages, for the idle sweep (under lock). */
     struct slot *lstreams;
     _Atomic int64_t swept_ns;
+    /* Request budget (cfg.request_budget; rpc_server_budget.c): the bytes
+     * charged, and the part of the budget large requests may take. */
+    pthread_mutex_t budget_lock;
+    uint64_t budget_used;
+    uint64_t budget_large;
+    /* Large unary requests of the loops' methods, run on a thread of
+     * their own (under budget_lock). */
+    struct slot *heavy_head, *heavy_tail;
+    pthread_cond_t heavy_cond;
+    pthread_t heavy_thread;
+    bool heavy_started, heavy_quit;
 };
 
 static inline gpr_timespec rpc_server__inf_future(void)
@@ -259,6 +291,43 @@ void rpc_server__lstream_refuse(struct slot *s, const struct rpc_status *st);
 void rpc_server__lstream_sweep(struct rpc_server *srv);
 /* rpc_server.c: a counted stream has ended (streams_active and the rest). */
 void rpc_server__stream_uncount(struct slot *s);
+
+/* rpc_server_budget.c: the request budget (see rpc_server.h).
+ * budget_init sets it up (after srv->cfg is filled).  read_start begins
+ * receiving a unary call's message, or refuses the call when the budget
+ * has no room even to begin (the reply is sent); read_done accounts for
+ * the receive's completion and returns whether the handler may run (else
+ * the slot is the caller's to free).  sweep, from a queue's thread after
+ * each wait for an event (which took poll_ns), gives reads that are
+ * taking long the room of a large message or refuses them; wait_ms is how
+ * long that thread may wait for its next event.  stream_add and stream_sub
+ * count a stream's message while the server holds it; drop gives back
+ * what a slot holds (a slot freed, or orphaned at shutdown). */
+void rpc_server__budget_init(struct rpc_server *srv);
+void rpc_server__budget_deinit(struct rpc_server *srv);
+bool rpc_server__budget_gated(const struct rpc_server *srv, const struct rpc_method *m);
+void rpc_server__read_start(struct slot *s);
+bool rpc_server__read_done(struct slot *s, bool ok);
+void rpc_server__budget_sweep(struct rpc_server *srv, int cqi, int64_t poll_ns);
+int rpc_server__budget_wait_ms(const struct rpc_server *srv, int cqi);
+void rpc_server__budget_stream_add(struct slot *s, size_t len);
+void rpc_server__budget_stream_sub(struct slot *s);
+void rpc_server__budget_drop(struct slot *s);
+/* A request message of len bytes, received in the transport's many small
+ * buffers, was copied whole and its buffers freed: give the memory they
+ * took back to the system when it was large (with a request budget). */
+void rpc_server__budget_trim(const struct rpc_server *srv, size_t len);
+/* heavy_start starts the thread that runs large requests of the loops'
+ * methods (rpc_server_start); heavy takes a slot whose message has arrived
+ * when it is one (true: the thread runs it); heavy_stop runs what is left
+ * and joins the thread (shutdown, once every call has ended). */
+void rpc_server__budget_heavy_start(struct rpc_server *srv);
+bool rpc_server__budget_heavy(struct slot *s);
+void rpc_server__budget_heavy_stop(struct rpc_server *srv);
+
+/* rpc_server.c: run a unary handler on the request in s->payload and send
+ * its reply (unless deferred). */
+void rpc_server__unary_run(struct slot *s);
 
 /* rpc_stream.c: set up and tear down a stream slot's send queue. */
 void rpc_server__stream_init(struct slot *s);

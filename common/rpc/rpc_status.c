@@ -14,6 +14,7 @@ static const char *const status_names[] = {
 
 static const char *const reason_names[] = {
     "", "SECRET_MISMATCH", "WRONG_SHARD", "NOT_COUNTING", "DROPPED",
+    "PLACEMENT_UNKNOWN",
 };
 
 #define COUNT(a) (sizeof a / sizeof a[0])

@@ -26,6 +26,8 @@ enum rpc_reason {
     RPC_REASON_DROPPED = 4,          /* a filter of this name and secret was
                                         dropped (CreateFilter's undrop
                                         brings it back) */
+    RPC_REASON_PLACEMENT_UNKNOWN = 5, /* the filter's placement version is
+                                        newer than the caller knows */
 };
 
 struct rpc_status {

@@ -1,17 +1,28 @@
-/* rpc_stream: streaming calls on the server side (see rpc_server.h).
+/* rpc_stream: streaming calls on the server side (see rpc_server.h), in two
+ * models that share the send queue below.
  *
- * A stream's handler runs on a pool thread and drives its call with one
- * batch at a time on the call's own completion queue (each read, the final
- * status).  Outgoing messages travel beside it: one send batch in flight and
- * a queue behind it, fed by the handler's writes and by rpc_stream_post from
- * any thread.  A message that finds no send in flight is started at once by
- * whoever posts it; otherwise it waits in the queue, and the completion of
- * each send starts the next.  Only the handler's thread waits on the call's
- * queue, so it meets every completion (in reads, writes, drains and the
- * finish) and no event is handed between threads; s->lock orders posters,
- * the handler and the batches they start.  Holds (rpc_stream_hold) keep the
- * slot alive for posting threads: the finish waits until none is left and
- * nothing is in flight.
+ * Outgoing messages: one send batch in flight and a queue behind it, fed by
+ * the handler's writes and by rpc_stream_post from any thread.  A message
+ * that finds no send in flight is started at once by whoever posts it;
+ * otherwise it waits in the queue, and the completion of each send starts
+ * the next.  s->lock orders posters, the handler and the batches they
+ * start.  Holds (rpc_stream_hold) keep the slot alive for posting threads:
+ * the finish waits until none is left and nothing is in flight.
+ *
+ * Pool streams (struct rpc_handler.stream): the handler runs on a pool
+ * thread and drives its call with one batch at a time on the call's own
+ * completion queue (each read, the final status).  Only the handler's
+ * thread waits on that queue, so it meets every completion (in reads,
+ * writes, drains and the finish) and no event is handed between threads.
+ *
+ * Streams driven by their messages (struct rpc_loop_stream, the second
+ * half of this file): no thread of their own.  The call's batches complete
+ * on the queue its request came on (an event loop's, or the workers'),
+ * tagged with loop tags: each receive runs the handler's message() on the
+ * thread that read it, each send's completion starts the next, and
+ * whichever thread completes the stream's last piece of work (a receive
+ * that ends the reading, a send, a release, a resume) runs end() and sends
+ * the status.  Both models count against max_streams and stream_idle_ms.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -341,6 +352,7 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     if (s->has_cur) {
         grpc_slice_unref(s->cur);
         s->has_cur = false;
+        rpc_server__budget_stream_sub(s);
     }
     throttle(s);
     memset(&op, 0, sizeof op);
@@ -369,6 +381,8 @@ int rpc_stream_read(struct rpc_stream *st, const uint8_t **buf, size_t *len)
     grpc_byte_buffer_destroy(bb);
     *buf = GRPC_SLICE_START_PTR(s->cur);
     *len = GRPC_SLICE_LENGTH(s->cur);
+    /* Counted until the next read (request budget). */
+    rpc_server__budget_stream_add(s, *len);
     struct rpc_status refused;
     if (s->who.by_token &&
         rpc_auth_recheck(s->srv->auth, s->m->path, s->call, &s->who, &refused) < 0) {
@@ -663,6 +677,8 @@ static void lrecv_done(struct rpc_loop_tag *t, bool ok)
     if (run) {
         const uint8_t *buf = GRPC_SLICE_START_PTR(sl);
         size_t len = GRPC_SLICE_LENGTH(sl);
+        /* Counted while message() has it (request budget). */
+        rpc_server__budget_stream_add(s, len);
         struct rpc_status end = {.code = GRPC_STATUS_OK}, refused;
         int rc;
         if (s->who.by_token &&
@@ -680,6 +696,7 @@ static void lrecv_done(struct rpc_loop_tag *t, bool ok)
             rc = s->m->lstream->message(s->lstate, buf, len, &end);
         }
         grpc_slice_unref(sl);
+        rpc_server__budget_stream_sub(s);
         pthread_mutex_lock(&s->lock);
         s->in_message = false;
         if (rc < 0) {

@@ -26,6 +26,7 @@
 #include <xxhash.h>
 
 #include "log.h"
+#include "name_index.h"
 #include "rules.h"
 
 _Static_assert(BF_SECRET_LEN == RULES_SECRET_LEN, "one secret length for the engine and the rules");
@@ -98,12 +99,15 @@ int store_name_check(const char *name, char *err)
     return rules_store_name_check(name, name ? strlen(name) : 0, err);
 }
 
+/* The catalog: an array (for walks over every filter) and an index by
+ * name (name_index.h) of the same filters.  Both change under s->mu; a
+ * lookup by name takes only the name's stripe of the index, so store_get,
+ * on every data call, shares no lock with the other readers. */
+
+/* The entry of name, dropping or not; the caller holds s->mu. */
 static struct store_filter *catalog_find(struct store *s, const char *name)
 {
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->v[i]->name, name) == 0)
-            return s->v[i];
-    return NULL;
+    return name_index_get(s->names, name, NULL, NULL);
 }
 
 static int catalog_add(struct store *s, struct store_filter *sf)
@@ -116,6 +120,9 @@ static int catalog_add(struct store *s, struct store_filter *sf)
         s->v = nv;
         s->cap = cap;
     }
+    int rc = name_index_add(s->names, sf->name, sf);
+    if (rc < 0)
+        return rc;   /* -EEXIST: callers look the name up first */
     s->v[s->n++] = sf;
     return 0;
 }
@@ -127,22 +134,40 @@ static bool catalog_remove(struct store *s, struct store_filter *sf)
     for (size_t i = 0; i < s->n; i++)
         if (s->v[i] == sf) {
             s->v[i] = s->v[--s->n];
+            name_index_remove(s->names, sf->name, sf);
             return true;
         }
     return false;
 }
 
+/* sf->dropping, set or cleared where store_get reads it (s->mu held). */
+static void dropping_set(void *value, void *ctx)
+{
+    ((struct store_filter *)value)->dropping = *(const bool *)ctx;
+}
+
+static void catalog_dropping(struct store *s, struct store_filter *sf, bool v)
+{
+    name_index_update(s->names, sf->name, dropping_set, &v);
+}
+
+/* A reference to a filter that is not being dropped (under its stripe's
+ * lock, so it cannot leave the catalog meanwhile). */
+static void take_ref(void *value, void *ctx)
+{
+    struct store_filter *sf = value;
+
+    if (!sf->dropping) {
+        atomic_fetch_add(&sf->refs, 1);
+        *(struct store_filter **)ctx = sf;
+    }
+}
+
 struct store_filter *store_get(struct store *s, const char *name)
 {
-    struct store_filter *sf;
+    struct store_filter *sf = NULL;
 
-    pthread_mutex_lock(&s->mu);
-    sf = catalog_find(s, name);
-    if (sf && sf->dropping)
-        sf = NULL;
-    if (sf)
-        atomic_fetch_add(&sf->refs, 1);
-    pthread_mutex_unlock(&s->mu);
+    name_index_get(s->names, name, take_ref, &sf);
     return sf;
 }
 
@@ -450,7 +475,7 @@ static int drop(struct store *s, const char *name, struct store_filter *want,
         errmsg_set(err, "no filter named '%s'", name);
         return -ENOENT;
     }
-    sf->dropping = true;   /* hidden from get/list, name still reserved */
+    catalog_dropping(s, sf, true);   /* hidden from get/list, name still reserved */
     store__strfmt(tomb, sizeof(tomb), "%s/.dropped-%" PRIu64 "-%s", s->dir,
                   s->drops++, name);
     pthread_mutex_unlock(&s->mu);
@@ -462,7 +487,7 @@ static int drop(struct store *s, const char *name, struct store_filter *want,
     if ((rc = store__tomb_add(s, sf, err)) < 0) {
         pthread_mutex_unlock(&sf->snap_mu);
         pthread_mutex_lock(&s->mu);
-        sf->dropping = false;
+        catalog_dropping(s, sf, false);
         pthread_mutex_unlock(&s->mu);
         return rc;
     }
@@ -616,8 +641,11 @@ struct store *store_open(const struct store_options *o, char *err)
                       strerror(errno));
         return NULL;
     }
-    if (!(s = calloc(1, sizeof(*s))) || !(s->dir = strdup(o->dir))) {
+    if (!(s = calloc(1, sizeof(*s))) || !(s->dir = strdup(o->dir)) ||
+        !(s->names = name_index_create())) {
         errmsg_set(err, "out of memory");
+        if (s)
+            free(s->dir);
         free(s);
         return NULL;
     }
@@ -677,6 +705,7 @@ void store_close(struct store *s)
         /* A final checkpoint makes the next start quick. */
         store_snapshot_now(s, NULL);
     }
+    name_index_destroy(s->names);
     for (size_t i = 0; i < s->n; i++)
         store_put(s->v[i]);
     free(s->v);

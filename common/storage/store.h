@@ -101,7 +101,8 @@
  *
  * Threads: every function may be called from any thread at once, except
  * store_close.  A background thread per store writes checkpoints (above)
- * and retries failed filters; the log has its commit thread (wal.h).
+ * and retries failed filters; the log has its commit thread and, with
+ * fsync, its completer (wal.h).
  *
  * Handles: store_get returns a counted reference; every store_get needs one
  * store_put.  A dropped filter's handle stays valid (its calls return
@@ -357,8 +358,10 @@ int store_add_hashes(struct store_filter *sf, const struct bf_hash *h,
 
 /* Completion of an asynchronous mutation: rc is what the synchronous call
  * would have returned (0 once durable, or the error). Called exactly once,
- * from the commit thread, never with a store lock held; or not at all when
- * the _async call itself returns an error (then nothing was applied). */
+ * from the log's completion thread (wal.h: the completer with durability
+ * fsync, the commit thread without), never with a store lock held; or not
+ * at all when the _async call itself returns an error (then nothing was
+ * applied). */
 typedef void (*store_done_fn)(void *ctx, int rc);
 
 /* store_add_hashes without the wait: the bits are set, added[] filled (it
@@ -368,7 +371,8 @@ typedef void (*store_done_fn)(void *ctx, int rc);
  * disk; the filter turns FAILED).
  * h is copied: it may be freed on return.  A call with n == 0 completes
  * once the filter's earlier writes are durable.  done must not wait for
- * the store (it runs on the commit thread, which every write waits for);
+ * the store (it runs on the log's completion thread, which the completion
+ * of every write waits for);
  * the handle must stay held until done ran.  Returns 0, or the errors of
  * store_add_hashes that come before any change (-EAGAIN, -ENOENT, the
  * error of a FAILED filter, -ENOMEM) with err set, and then done is never
@@ -507,8 +511,9 @@ int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
                       size_t n, uint64_t source_version, char *err);
 
 /* The highest source_version store_pages_merge took for this filter object
- * (0 before the first: since the start or since the filter was created):
- * the version of the pages' source that a read replica reports. */
+ * (0 before the first: since the start or since the filter was created).
+ * Kept, not reported: the copies of a group have no primary whose version
+ * they could report, and the merger pushes with source_version 0. */
 uint64_t store_pages_source_version(struct store_filter *sf);
 
 /* Serialize a consistent copy of the filter (every change acknowledged

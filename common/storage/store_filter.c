@@ -373,8 +373,8 @@ struct pending {
     void *ctx;
 };
 
-/* Runs on the commit thread: only atomics of the filter are touched (a
- * failure shows through the stream, store__state). */
+/* Runs on the log's completion thread (wal.h): only atomics of the filter
+ * are touched (a failure shows through the stream, store__state). */
 static void mutation_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
 {
     struct pending *p = ctx;
@@ -387,9 +387,9 @@ static void mutation_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
     free(p);
 }
 
-/* Submit rec for sf after apply(sf, arg) changed the bits: both under
- * write_mu (the log order is the apply order), with the shared lock held
- * by the caller.  rec and p move to the log. */
+/* Submit rec for sf once the caller changed the bits, both under write_mu
+ * with the shared lock held, or under the exclusive lock (an import): the
+ * log order is the apply order.  rec and p move to the log. */
 static void submit_locked(struct store_filter *sf, struct wal_rec *rec,
                           struct pending *p)
 {
@@ -398,10 +398,6 @@ static void submit_locked(struct store_filter *sf, struct wal_rec *rec,
     wal_submit(sf->stream, rec, mutation_done, p);
 }
 
-/* Bits first, then the log record (the order store.h relies on), both
- * under write_mu: one writer at a time lets the engine use plain stores,
- * and the log order is the apply order.  Everything that can fail is
- * checked before a bit changes. */
 /* ---- key counters (metrics.h), for every store of the process ---- */
 
 static struct {
@@ -430,6 +426,10 @@ static void keys_register(void)
                                    "(maybe in the filter)", NULL);
 }
 
+/* Bits first, then the log record (the order store.h relies on), both
+ * under write_mu: one writer at a time lets the engine use plain stores,
+ * and the log order is the apply order.  Everything that can fail is
+ * checked before a bit changes. */
 static int filter_mutate(struct store_filter *sf, uint32_t type,
                          const struct bf_hash *h, size_t n, bool *out,
                          store_done_fn done, void *ctx, char *err)

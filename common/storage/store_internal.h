@@ -1,13 +1,18 @@
 /* store_internal: what the store's files share: store.c (catalog, files,
  * the store's thread), store_filter.c (one filter's data operations),
- * store_load.c (checkpoints and log replay at open and on recovery),
- * store_ckpt.c (the checkpoint writer and when to run it),
- * store_migrate.c (directories of earlier releases) and store_pages.c
- * (change tracking).  Not part of the store's interface; see store.h for
- * the contract.
+ * store_load.c (checkpoints and log replay at open and on recovery, and
+ * the names of checkpoint files), store_ckpt.c (the checkpoint writer and
+ * when to run it), store_migrate.c (directories of earlier releases),
+ * store_pages.c (change tracking), store_tomb.c (tombstones and the
+ * generations of undropped filters) and store_charge.c (what a filter
+ * costs the memory budget).  Not part of the store's interface; see
+ * store.h for the contract.
  *
  * Locks, outermost first:
- *   store.mu          the catalog (the array of filters);
+ *   store.mu          the catalog (the array of filters and its index by
+ *                     name, store.names: name_index.h, whose stripe locks
+ *                     are leaves, taken inside store.mu by changes and
+ *                     alone by store_get);
  *   filter.snap_mu    one creation, checkpoint, recovery or drop of a
  *                     filter at a time;
  *   filter.lock       rwlock: shared for data operations and copies,
@@ -18,12 +23,14 @@
  *                     counting and scalable kinds hold it to stop mutations
  *                     (never queries).
  * filter.pages_mu (change tracking, store_pages.c) is taken before
- * filter.lock and never while holding snap_mu or lock.  The log's own
- * locks are taken inside all of these, and the log's commit thread takes
- * none of them: completions only touch atomics, so no lock of the store is
- * ever held while waiting for the log and the commit thread never waits
- * for the store.  The rwlock prefers writers so an import or a drop is not
- * starved by a stream of adds.
+ * filter.lock and never while holding snap_mu or lock.  store.tomb_mu
+ * (store_tomb.c) is a leaf: nothing is taken while it is held.  The log's
+ * own locks are taken inside all of these, and the log's threads (its
+ * commit thread and the completer that runs completions) take none of
+ * them: completions only touch atomics, so no lock of the store is ever
+ * held while waiting for the log and the log never waits for the store.
+ * The rwlock prefers writers so an import or a drop is not starved by a
+ * stream of adds.
  */
 #ifndef BLOOMGRID_STORE_INTERNAL_H
 #define BLOOMGRID_STORE_INTERNAL_H
@@ -48,7 +55,9 @@ struct store_filter {
     char *name;
     char *path;                  /* DIR/name */
     atomic_int refs;             /* the catalog holds one */
-    bool dropping;               /* under store.mu */
+    bool dropping;               /* written under store.mu and its name's
+                                    stripe of store.names; read under
+                                    either */
     pthread_mutex_t snap_mu;
     pthread_rwlock_t lock;
     pthread_mutex_t write_mu;
@@ -107,6 +116,8 @@ struct store {
     pthread_mutex_t mu;
     struct store_filter **v;     /* catalog, under mu */
     size_t n, cap;
+    struct name_index *names;    /* the catalog by name (the same filters);
+                                    changed under mu, read without it */
     uint64_t drops;              /* .dropped-N counter, under mu */
     uint64_t max_memory;         /* budgets (store.h); 0: none */
     uint64_t max_filters;
@@ -221,7 +232,7 @@ int store__replay_apply(struct bf *f, uint32_t type, const void *payload,
                         uint64_t len);
 
 /* Checkpoint files: DIR/name/ckpt-<id>-<seq>-<lsn>.bf (16 hex digits
- * each).  The path of one. */
+ * each).  The path of one (store_load.c). */
 void store__ckpt_path(char *out, size_t len, const char *dir, uint64_t id,
                       uint64_t seq, uint64_t lsn);
 
@@ -232,7 +243,7 @@ int store__ckpt_write(const char *dir, uint64_t id, uint64_t seq,
                       uint64_t lsn, const struct bf *f, char *err);
 
 /* Does dir hold a checkpoint?  Remove every checkpoint in dir but the
- * one named by (id, seq, lsn). */
+ * one named by (id, seq, lsn).  Both in store_load.c. */
 bool store__has_checkpoint(const char *dir);
 void store__ckpt_prune(const char *dir, uint64_t id, uint64_t seq,
                        uint64_t lsn);

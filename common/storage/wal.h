@@ -1,5 +1,5 @@
 /* wal: the write-ahead log of a node, shared by every filter of its store,
- * with one commit thread.
+ * with one commit thread (and its completer).
  *
  * One log holds the records of every filter (every shard) of a store.  Each
  * filter writes through a struct wal_stream that names it: its name and its
@@ -47,10 +47,13 @@
  *
  * Commit loop: wal_submit queues a record and returns at once; the commit
  * thread takes everything queued, frames it (LSNs, commit stamps,
- * checksums), writes it with one write() and one fdatasync(), then calls
- * each record's completion.  Whatever is submitted during an fsync goes into
- * the next one, so one fsync serves every writer that arrived meanwhile,
- * however many threads they come from.
+ * checksums), writes it with one write() and one fdatasync(), then hands
+ * the group to the completer, a second thread that calls each record's
+ * completion in commit order while the commit thread starts the next
+ * fsync (with WAL_SYNC_NONE there is no completer: the commit thread calls
+ * them).  Whatever is submitted during an fsync goes into the next one, so
+ * one fsync serves every writer that arrived meanwhile, however many
+ * threads they come from.
  *
  * Failure: if a write or fdatasync fails, nothing in the batch is
  * acknowledged (completions get the error that happened: -ENOSPC on a
@@ -70,9 +73,11 @@
  * closed, and by wal_scan after a crash (not counted as torn).
  *
  * Threads: every function may be called from any thread at once except
- * wal_scan (before wal_open) and wal_close.  Completions run on the commit
- * thread, one at a time, with no lock of the log held: they may submit,
- * but must not wait for the log.
+ * wal_scan (before wal_open) and wal_close.  wal_open starts the commit
+ * thread and, with WAL_SYNC_FSYNC, the completer; completions run on the
+ * completer (on the commit thread with WAL_SYNC_NONE), one at a time, in
+ * commit order, with no lock of the log held: they may submit, but must
+ * not wait for the log.
  */
 #ifndef BLOOMGRID_WAL_H
 #define BLOOMGRID_WAL_H
@@ -236,7 +241,8 @@ void wal_rec_truncate(struct wal_rec *r, uint64_t len);
 typedef void (*wal_done_fn)(void *ctx, int rc, uint64_t seq, uint64_t lsn);
 
 /* Queue r (the log owns it from now) as the next record of s and return
- * its seq.  done(ctx, ...) is called exactly once from the commit thread.
+ * its seq.  done(ctx, ...) is called exactly once, from the completer (the
+ * commit thread with WAL_SYNC_NONE).
  * Records of one stream are written in the order of their wal_submit
  * calls; a caller that needs the order of its changes in memory to be the
  * log's order submits under its own lock. */

@@ -41,5 +41,12 @@ for d in $(proc_dirs); do
   port=closed
   if [ "$addr" != "?" ] && port_open "${addr##*:}"; then port=open; fi
   printf '%-10s %-8s %-8s %-18s %-6s %s\n' "$name" "$state" "$pid" "$addr" "$port" "$log"
+  # A router's Redis-protocol port (docs/RESP.md), on a row of its own.
+  if [ -f "$d/resp_addr" ]; then
+    raddr=$(cat "$d/resp_addr")
+    rport=closed
+    if port_open "${raddr##*:}"; then rport=open; fi
+    printf '%-10s %-8s %-8s %-18s %-6s %s\n' "  RESP" "$state" "$pid" "$raddr" "$rport" "$log"
+  fi
 done
 exit $rc

@@ -2,8 +2,8 @@
 """The README's offline and online examples, run as a newcomer would paste
 them: from a directory laid out like the repository root (build/ and deploy/),
 after starting a local cluster with deploy/local/start.sh (what `make run`
-does).  Only the router address changes: the README names the port `make run`
-uses (7501); here the cluster gets free ports of its own.
+does).  Only the router's ports change: the README names those `make run`
+uses (7501, and 7601 for RESP); here the cluster gets free ports of its own.
 
 Every line must exit 0, except lines whose comment says "exit N".  The
 examples write their files into a temporary directory of their own (the
@@ -14,6 +14,7 @@ Usage: readme_examples.py SOURCE_DIR BUILD_DIR TMP_DIR
 """
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -31,10 +32,11 @@ def block_after(heading):
 
 
 def free_base():
-    """A base port P with P+1..P+3 and P+101 free (nodes and the router)."""
+    """A base port P with P+1..P+3, P+101 and P+201 free (nodes, the router
+    and its RESP port)."""
     for base in range(21000, 40000, 211):
         ok = True
-        for p in (base + 1, base + 2, base + 3, base + 101):
+        for p in (base + 1, base + 2, base + 3, base + 101, base + 201):
             s = socket.socket()
             try:
                 s.bind(("127.0.0.1", p))
@@ -58,7 +60,14 @@ env = dict(os.environ, BLOOMGRID_STATE=os.path.join(root, "run"),
            BLOOMGRID_BUILD="build", BLOOMGRID_PORT=str(base), TMPDIR=scratch)
 env.pop("BLOOMGRID_SERVER", None)
 
-lines = block_after("## The offline tool") + block_after("## The online commands")
+# What the README's redis-cli lines answer (redis-cli prints arrays one
+# element a line when its output is not a terminal).
+RESP_EXPECT = {"PING": "PONG", "BF.RESERVE": "OK", "BF.ADD": "1", "BF.MADD": "1\n1",
+               "BF.MEXISTS": "1\n0", "BF.INFO": "Number of items inserted\n3",
+               "BF.EXISTS": "ERR not found", "DEL": "1"}
+
+lines = (block_after("## The offline tool") + block_after("## The online commands")
+         + block_after("## Any Redis client"))
 script = ["set -u"]
 for i, line in enumerate(lines):
     if not line.strip() or line.lstrip().startswith("#"):
@@ -66,6 +75,15 @@ for i, line in enumerate(lines):
     m = re.search(r"#.*\bexit (\d+)", line)
     want = int(m.group(1)) if m else 0
     line = line.replace("127.0.0.1:7501", router)
+    line = line.replace("-p 7601 ", "-p %d " % (base + 201))
+    if line.startswith("redis-cli "):
+        # The Redis door's block: each reply as its comment says.
+        cmd = line.split()[3]
+        expect = RESP_EXPECT[cmd]
+        script.append("out=$(%s 2>&1)" % line.split("#")[0].strip())
+        script.append('case "$out" in *%s*) ;; *) echo "FAIL: %s answered: $out" >&2; '
+                      'exit 1;; esac' % (shlex.quote(expect), cmd))
+        continue
     script.append(line)
     script.append('rc=$?; if [ $rc -ne %d ]; then echo "FAIL: exit $rc, want %d: %s" >&2; exit 1; fi'
                   % (want, want, line.replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")))

@@ -346,6 +346,7 @@ static bool shard_secret(struct rpc_channel *ch, const char *filter, unsigned in
     put_bytes(&m, 1, filter, strlen(filter));
     put_uint(&m, 2, index);
     put_uint(&m, 3, 1);
+    put_uint(&m, 5, 2);   /* placement_known: versions 1 and 2 */
     if (call(ch, INT "GetShard", &m, &st, &r) != 0)
         return false;
     Bloomgrid__V1__InternalShardInfo *isi = bloomgrid__v1__internal_shard_info__unpack(

@@ -47,7 +47,7 @@ static void push_raw(struct rpc_channel *ch, const char *fp, uint64_t off,
 {
     Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
     Bloomgrid__V1__PushPagesRequest m = BLOOMGRID__V1__PUSH_PAGES_REQUEST__INIT;
-    struct rpc_cstream *s = rpc_cstream_open(ch, NODE_CLIENT_PATH_PUSH, TIMEOUT_MS);
+    struct rpc_cstream *s = rpc_cstream_open(ch, "/bloomgrid.v1.Internal/PushPages", TIMEOUT_MS);
     ref.filter = "f";
     m.shard = &ref;
     m.fingerprint = (char *)fp;

@@ -73,6 +73,14 @@ def free_port():
     return port
 
 
+def port_open(port, host="127.0.0.1"):
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 class Redis:
     """redis-server with a module loaded, no persistence, on a free port."""
 

@@ -47,6 +47,7 @@
 
 #include "bf.h"
 #include "bundle.h"
+#include "topo.h"
 #include "cluster.h"
 
 #define NKEYS 2000
@@ -213,6 +214,7 @@ static void test_wipe(void)
     Bloomgrid__V1__InternalShardInfo *isi = NULL;
     gq.filter = "f";
     gq.include_secret = true;
+    gq.placement_known = TOPO_PLACEMENT_NEWEST;   /* a caller of this build */
     CHECK(rpc_call(c.node[0].ch, "/bloomgrid.v1.Internal/GetShard", &gq.base,
                    &bloomgrid__v1__internal_shard_info__descriptor,
                    (ProtobufCMessage **)&isi, TIMEOUT_MS, &st) == 0, "%s", st.message);

@@ -103,6 +103,44 @@ START_TEST(leaving_syncing_sees_every_acknowledged_write)
 }
 END_TEST
 
+/* A SYNCING shard (copy 0, which lost everything) that pulled in full
+ * from quorum_shard_sync_need of the others holds every write that W
+ * copies acknowledged, with no exception: with W = 1 the need is more than
+ * the others (the write may be on copy 0 alone), so it never leaves by
+ * itself. */
+START_TEST(a_syncing_shard_leaves_only_when_every_write_is_pulled)
+{
+    static const struct {
+        unsigned n, w, need;
+    } pinned[] = {
+        {2, 1, 2}, {2, 2, 1}, {3, 1, 3}, {3, 2, 2}, {3, 3, 1},
+        {4, 3, 2}, {5, 1, 5}, {5, 3, 3}, {5, 4, 2}, {5, 5, 1},
+    };
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) {
+        struct topo_group g = group(pinned[i].n, pinned[i].w, pinned[i].n - pinned[i].w + 1);
+        ck_assert_uint_eq(quorum_shard_sync_need(&g), pinned[i].need);
+        ck_assert(quorum_shard_sync_met(&g, pinned[i].need));
+        ck_assert(!quorum_shard_sync_met(&g, pinned[i].need - 1));
+    }
+    for (unsigned n = 2; n <= 5; n++)
+        for (unsigned w = 1; w <= n; w++) {
+            struct topo_group g = group(n, w, n - w + 1);
+            /* W = 1: not even every other copy is enough. */
+            ck_assert(quorum_shard_sync_met(&g, n - 1) == (w > 1));
+            for (unsigned acked = 0; acked < 1u << n; acked++) {
+                if (!quorum_write_met(&g, popcount(acked), 0))
+                    continue;
+                for (unsigned pulled = 0; pulled < 1u << n; pulled += 2) {
+                    if (!quorum_shard_sync_met(&g, popcount(pulled)))
+                        continue;
+                    ck_assert_msg(acked & pulled, "N %u W %u: write %x pulled %x", n, w,
+                                  acked, pulled);
+                }
+            }
+        }
+}
+END_TEST
+
 START_TEST(a_read_asks_for_the_answers_it_misses)
 {
     struct topo_group g = group(3, 2, 2);
@@ -169,6 +207,7 @@ Suite *quorum_suite(void)
     tcase_add_test(tc, pinned_answers_for_common_groups);
     tcase_add_test(tc, every_deciding_read_meets_every_acknowledged_write);
     tcase_add_test(tc, leaving_syncing_sees_every_acknowledged_write);
+    tcase_add_test(tc, a_syncing_shard_leaves_only_when_every_write_is_pulled);
     tcase_add_test(tc, a_read_asks_for_the_answers_it_misses);
     tcase_add_test(tc, readable_and_covered_follow_the_read_quorum);
     tcase_add_test(tc, a_joint_phase_needs_both_write_quorums);

@@ -1,8 +1,10 @@
-/* Tests of the topology parser, the rendezvous placement rule and the shard
- * selection of keys (known answers: a change of either rule moves data and
- * must be caught here). */
+/* Tests of the topology parser, the placement rules (rendezvous, version 1,
+ * and rendezvous with a capacity bound, version 2) and the shard selection
+ * of keys (known answers: a change of any rule moves data and must be
+ * caught here). */
 #include <check.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -502,6 +504,200 @@ START_TEST(long_copies_lists_span_lines_and_long_lines_are_refused)
 }
 END_TEST
 
+/* Version 2's known answers: where no group is full yet a shard lands
+ * where version 1 puts it, so "slugs" starts as above; its 64 shards end
+ * 20/21/23 (at most ceil(64/3) + 1 = 23), and "old", 24/14/26 under
+ * version 1, is 23/18/23. */
+START_TEST(placement_v2_known_answers)
+{
+    char err[TOPO_ERRLEN];
+    static const uint16_t want[16] = {1, 0, 0, 1, 0, 1, 2, 2, 0, 0, 2, 1, 1, 1, 2, 0};
+    struct topo *t = topo_parse(V "[group g0]\ncopies=a:1\n[group g1]\ncopies=b:1 b:2\n"
+                                "[group g2]\ncopies=c:1\n", "t.ini", err);
+    ck_assert_ptr_nonnull(t);
+    uint16_t g[64];
+    ck_assert_int_eq(topo_place(t, "slugs", 64, TOPO_PLACEMENT_BOUNDED, g), 0);
+    for (uint32_t i = 0; i < 16; i++)
+        ck_assert_uint_eq(g[i], want[i]);
+    static const struct {
+        const char *filter;
+        uint32_t placement;
+        unsigned count[3];
+    } cases[] = {
+        {"slugs", 1, {20, 20, 24}}, {"slugs", 2, {20, 21, 23}},
+        {"old", 1, {24, 14, 26}},   {"old", 2, {23, 18, 23}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        unsigned count[3] = {0};
+        ck_assert_int_eq(topo_place(t, cases[c].filter, 64, cases[c].placement, g), 0);
+        for (uint32_t i = 0; i < 64; i++) {
+            count[g[i]]++;
+            /* Version 1 through topo_place is topo_group_for. */
+            if (cases[c].placement == 1)
+                ck_assert_uint_eq(g[i], topo_group_for(t, cases[c].filter, i));
+        }
+        for (unsigned k = 0; k < 3; k++)
+            ck_assert_msg(count[k] == cases[c].count[k], "%s v%u: group %u holds %u",
+                          cases[c].filter, cases[c].placement, k, count[k]);
+    }
+    topo_unref(t);
+}
+END_TEST
+
+START_TEST(placement_versions_are_checked)
+{
+    char err[TOPO_ERRLEN];
+    struct topo *t = topo_parse(V "[group a]\ncopies=a:1\n[group b]\ncopies=b:1\n",
+                                "t.ini", err);
+    uint16_t g0[40], g1[40];
+    ck_assert_ptr_nonnull(t);
+    ck_assert(topo_placement_known(0));
+    ck_assert(topo_placement_known(1));
+    ck_assert(topo_placement_known(2));
+    ck_assert(!topo_placement_known(3));
+    ck_assert_uint_eq(topo_placement_norm(0), 1);
+    ck_assert_uint_eq(topo_placement_norm(2), 2);
+    ck_assert_int_eq(topo_place(t, "f", 40, 3, g0), -EINVAL);
+    ck_assert_int_eq(topo_place(t, "f", 40, TOPO_PLACEMENT_LIMIT, g0), -EINVAL);
+    ck_assert_int_eq(topo_place(t, "f", 0, 1, g0), -EINVAL);
+    /* 0 (not recorded) is rendezvous. */
+    ck_assert_int_eq(topo_place(t, "f", 40, 0, g0), 0);
+    ck_assert_int_eq(topo_place(t, "f", 40, 1, g1), 0);
+    ck_assert_int_eq(memcmp(g0, g1, sizeof g0), 0);
+    topo_unref(t);
+}
+END_TEST
+
+/* A topology of groups g0 .. g<n-1>. */
+static struct topo *groups_of(unsigned n)
+{
+    static char text[64 * 40];
+    char err[TOPO_ERRLEN];
+    size_t off = (size_t)snprintf(text, sizeof text, V);
+    for (unsigned i = 0; i < n; i++)
+        off += (size_t)snprintf(text + off, sizeof text - off,
+                                "[group g%u]\ncopies = h%u:1\n", i, i);
+    struct topo *t = topo_parse(text, "t.ini", err);
+    ck_assert_msg(t != NULL, "%s", err);
+    return t;
+}
+
+/* Shard 0 is on one group under every version: a router that does not
+ * know a filter's version finds it there. */
+START_TEST(placement_v2_keeps_shard_0_on_its_rendezvous_group)
+{
+    static const unsigned G[] = {1, 2, 3, 7, 32};
+    for (size_t k = 0; k < sizeof G / sizeof G[0]; k++) {
+        struct topo *t = groups_of(G[k]);
+        uint16_t g[300];
+        for (unsigned f = 0; f < 200; f++) {
+            char name[16];
+            snprintf(name, sizeof name, "f%u", f);
+            uint32_t S = 1 + f % 300;
+            if (topo_place(t, name, S, 2, g) != 0 || g[0] != topo_group_for(t, name, 0))
+                ck_abort_msg("%s, %u shards on %u groups: shard 0 on %u", name, S,
+                             G[k], g[0]);
+        }
+        topo_unref(t);
+    }
+}
+END_TEST
+
+/* Version 2's bound, max shards per group <= ceil(S/G) + 1, for every G of
+ * 1..32 and a dense sample of S in 1..4096, on the scores of real group
+ * names (one matrix per G; S shards use its first S rows).  Version 2
+ * places shards in index order with one capacity C for every S of
+ * ((C - 2) G, (C - 1) G], so the placement of such an S is the first S
+ * entries of the placement of the range's largest: one call per C checks
+ * the whole range (every S up to 600, then every eighth range, and the
+ * last), and the prefix rule itself is checked where S is placed on its
+ * own.  Version 1 on the same scores is the plain highest score, and
+ * topo_place agrees with topo_place_scored. */
+START_TEST(placement_v2_bound_holds_for_every_shape)
+{
+    enum { SMAX = 4096, GMAX = 32 };
+    uint64_t *scores = malloc((size_t)SMAX * GMAX * sizeof *scores);
+    uint16_t *g = malloc(SMAX * sizeof *g), *h = malloc(SMAX * sizeof *h);
+    unsigned load[GMAX], count[GMAX];
+    ck_assert(scores && g && h);
+    for (unsigned G = 1; G <= GMAX; G++) {
+        struct topo *t = groups_of(G);
+        for (uint32_t i = 0; i < SMAX; i++)
+            for (unsigned k = 0; k < G; k++)
+                scores[(size_t)i * G + k] = topo_score("bound", i, t->groups[k].name);
+        unsigned checked = 0;
+        for (unsigned C = 2; (C - 2) * G < SMAX; C++) {
+            uint32_t lo = (C - 2) * G + 1, hi = (C - 1) * G < SMAX ? (C - 1) * G : SMAX;
+            if (hi > 600 && C % 8 != 0 && hi != SMAX)
+                continue;
+            ck_assert_int_eq(topo_place_scored(scores, hi, G, 2, load, g), 0);
+            memset(count, 0, sizeof count);
+            unsigned most = 0;
+            /* Check sends a message per assertion: one per range here. */
+            for (uint32_t i = 0; i < hi; i++) {
+                if (g[i] >= G)
+                    ck_abort_msg("S %u G %u: shard %u on group %u", hi, G, i, g[i]);
+                if (++count[g[i]] > most)
+                    most = count[g[i]];
+                /* S = i + 1 shards: the first i + 1 entries. */
+                if (i + 1 >= lo) {
+                    if (most > (i + G) / G + 1)
+                        ck_abort_msg("S %u G %u: a group holds %u", i + 1, G, most);
+                    checked++;
+                }
+            }
+            if (C % 16 == 0 || hi == SMAX) {
+                ck_assert_int_eq(topo_place_scored(scores, lo, G, 2, load, h), 0);
+                ck_assert_int_eq(memcmp(g, h, lo * sizeof *g), 0);
+                ck_assert_int_eq(topo_place(t, "bound", hi, 2, h), 0);
+                ck_assert_int_eq(memcmp(g, h, hi * sizeof *g), 0);
+                ck_assert_int_eq(topo_place_scored(scores, hi, G, 1, load, g), 0);
+                for (uint32_t i = 0; i < hi; i++)
+                    if (g[i] != topo_group_for(t, "bound", i))
+                        ck_abort_msg("version 1, shard %u: not rendezvous", i);
+            }
+        }
+        ck_assert_uint_gt(checked, 1000);
+        topo_unref(t);
+    }
+    free(scores);
+    free(g);
+    free(h);
+}
+END_TEST
+
+/* A group added: version 2 moves 261 of 1024 shards (257 of them to the
+ * new group), version 1 267 (all to the new group); both are pinned so a
+ * change of either rule is caught. */
+START_TEST(placement_v2_moves_pinned_on_a_new_group)
+{
+    char err[TOPO_ERRLEN];
+    struct topo *a = topo_parse(V "[group g0]\ncopies=a:1\n[group g1]\ncopies=b:1\n"
+                                "[group g2]\ncopies=c:1\n", "a", err);
+    struct topo *c = topo_parse(V "[group g2]\ncopies=c:1\n[group g0]\ncopies=a:1\n"
+                                "[group g1]\ncopies=b:1\n[group g3]\ncopies=d:1\n",
+                                "c", err);
+    static uint16_t ga[1024], gc[1024];
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(c);
+    static const unsigned moved_want[3] = {0, 267, 261}, to_new_want[3] = {0, 267, 257};
+    for (uint32_t v = 1; v <= 2; v++) {
+        unsigned moved = 0, to_new = 0;
+        ck_assert_int_eq(topo_place(a, "f", 1024, v, ga), 0);
+        ck_assert_int_eq(topo_place(c, "f", 1024, v, gc), 0);
+        for (uint32_t i = 0; i < 1024; i++)
+            if (strcmp(a->groups[ga[i]].name, c->groups[gc[i]].name) != 0) {
+                moved++;
+                to_new += strcmp(c->groups[gc[i]].name, "g3") == 0;
+            }
+        ck_assert_uint_eq(moved, moved_want[v]);
+        ck_assert_uint_eq(to_new, to_new_want[v]);
+    }
+    topo_unref(a);
+    topo_unref(c);
+}
+END_TEST
+
 Suite *topo_suite(void)
 {
     Suite *s = suite_create("topo");
@@ -517,10 +713,19 @@ Suite *topo_suite(void)
     tcase_add_test(tc, group_names_past_43_bytes_are_refused_not_cut);
     tcase_add_test(tc, placement_known_answers);
     tcase_add_test(tc, placement_ignores_file_order_and_moves_little_on_a_new_group);
+    tcase_add_test(tc, placement_v2_known_answers);
+    tcase_add_test(tc, placement_versions_are_checked);
+    tcase_add_test(tc, placement_v2_keeps_shard_0_on_its_rendezvous_group);
+    tcase_add_test(tc, placement_v2_moves_pinned_on_a_new_group);
     tcase_add_test(tc, shard_selection_known_answers);
     tcase_add_test(tc, joint_sets_parse_with_members_and_quorums);
     tcase_add_test(tc, joint_sets_are_checked);
     tcase_add_test(tc, long_copies_lists_span_lines_and_long_lines_are_refused);
     suite_add_tcase(s, tc);
+    /* The bound over some million shapes: seconds, more under sanitizers. */
+    TCase *slow = tcase_create("bound");
+    tcase_set_timeout(slow, 120);
+    tcase_add_test(slow, placement_v2_bound_holds_for_every_shape);
+    suite_add_tcase(s, slow);
     return s;
 }

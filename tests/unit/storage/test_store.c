@@ -1548,11 +1548,11 @@ static void fixture_copy(void)
 {
     char src[4096], cmd[9000];
 
-    /* tests/fixtures/legacy-node-dir beside this file's folder. */
+    /* tests/fixtures/legacy-node-dir, two folders up from this file's. */
     snprintf(src, sizeof(src), "%s", __FILE__);
     *strrchr(src, '/') = 0;
     ck_assert_int_lt(snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r "
-                              "'%s/../fixtures/legacy-node-dir' '%s'", tdir,
+                              "'%s/../../fixtures/legacy-node-dir' '%s'", tdir,
                               src, tdir), (int)sizeof(cmd));
     ck_assert_int_eq(system(cmd), 0);
 }

@@ -1,7 +1,7 @@
-/* router_rpc_catalog: CreateFilter (all shards or none), DropFilter,
- * GetFilter and ListFilters over the internal service (see router_nodes.h).
- * An RPC edge file like router_rpc.c; messages use the generated protobuf-c
- * code.
+/* router_catalog: CreateFilter (all shards or none), DropFilter,
+ * GetFilter and ListFilters over the nodes' internal service (see
+ * router_nodes.h), which it calls through node_client (node_client.h: the
+ * requests, and fan-outs of them); it reads the nodes' answers.
  *
  * Every catalog call goes to every copy of a shard's group (a fan: one
  * call per shard and copy, all at once).  A create must succeed on every
@@ -25,15 +25,14 @@
 #include "log.h"
 #include "router_nodes.h"
 #include "router_rpc.h"
+#include "node_client.h"
+#include "quorum.h"
 #include "rpc_client.h"
 #include "rules.h"
 #include "store.h"
+#include "topo.h"
 
-#define M_CREATE "/bloomgrid.v1.Internal/CreateShard"
-#define M_DROP "/bloomgrid.v1.Internal/DropShard"
-#define M_GET "/bloomgrid.v1.Internal/GetShard"
-#define M_LIST "/bloomgrid.v1.Internal/ListShards"
-#define M_NODE_INFO "/bloomgrid.v1.Internal/NodeInfo"
+#include <uthash.h>
 
 /* ---- catalog ---- */
 
@@ -97,7 +96,7 @@ struct fan {
 static void fan_free(struct fan *fn)
 {
     if (fn->calls)
-        router_rpc__multi_free(fn->calls, fn->n);
+        node_client_multi_free(fn->calls, fn->n);
     free(fn->shard);
     free(fn->node);
     memset(fn, 0, sizeof *fn);
@@ -109,7 +108,8 @@ typedef grpc_slice (*fan_req_fn)(const void *ctx, uint32_t shard);
 /* Send req(shard) to every copy of each shard in list[0..n) and collect.
  * Returns 0 or -ENOMEM (fn freed). */
 static int fan_run(struct router *r, const struct topo *t, const struct router_filter *f,
-                   const uint32_t *list, size_t n, const char *method, fan_req_fn req,
+                   const uint32_t *list, size_t n, enum node_client_method method,
+                   fan_req_fn req,
                    const void *ctx, struct fan *fn)
 {
     size_t total = 0;
@@ -126,12 +126,9 @@ static int fan_run(struct router *r, const struct topo *t, const struct router_f
         grpc_slice body = req(ctx, list[i]);
         /* Every member: a copy that joins a group holds its filters too. */
         for (unsigned c = 0; c < g->nmembers; c++) {
-            struct rpc_multi *m = &fn->calls[fn->n];
-            m->req = grpc_slice_ref(body);
-            m->resp = grpc_empty_slice();
-            m->ch = router_channel(r, topo_member(g, c));
-            m->method = method;
-            m->timeout_ms = (int)r->cfg.node_timeout_ms;
+            node_client_multi_set(&fn->calls[fn->n], router_channel(r, topo_member(g, c)),
+                                  method, grpc_slice_ref(body),
+                                  (int)r->cfg.node_timeout_ms);
             fn->shard[fn->n] = list[i];
             fn->node[fn->n] = topo_member(g, c);
             fn->n++;
@@ -141,7 +138,7 @@ static int fan_run(struct router *r, const struct topo *t, const struct router_f
     for (size_t i = 0; i < fn->n; i++)
         if (!fn->calls[i].ch)
             goto fail;
-    rpc_call_many(fn->calls, fn->n);
+    node_client_multi_run(fn->calls, fn->n);
     return 0;
 fail:
     fan_free(fn);
@@ -158,31 +155,25 @@ struct ref_ctx {
 static grpc_slice get_req(const void *ctx, uint32_t s)
 {
     const struct ref_ctx *x = ctx;
-    Bloomgrid__V1__GetShardRequest m = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
-    m.filter = (char *)x->f->name;
-    m.shard_index = s;
-    m.topology_version = x->t->version;
-    return router_rpc__pack_slice(&m.base);
+    struct node_client_ref ref = {.filter = x->f->name, .shard = s,
+                                  .topology_version = x->t->version};
+    return node_client_get_shard_req(&ref);
 }
 
 /* DropShard; secret_id (0: any) limits a drop to shards of that secret. */
 static grpc_slice drop_req(const void *ctx, uint32_t s)
 {
     const struct ref_ctx *x = ctx;
-    Bloomgrid__V1__ShardRef m = BLOOMGRID__V1__SHARD_REF__INIT;
-    m.filter = (char *)x->f->name;
-    m.shard_index = s;
-    m.secret_id = x->secret_id;
-    m.generation = x->generation;
-    m.topology_version = x->t->version;
-    return router_rpc__pack_slice(&m.base);
+    struct node_client_ref ref = {.filter = x->f->name, .shard = s,
+                                  .topology_version = x->t->version,
+                                  .secret_id = x->secret_id, .generation = x->generation};
+    return node_client_drop_shard_req(&ref);
 }
 
 /* ListShards to every copy of every group: calls[] in group then copy
  * order, node[] their addresses, shard[] the group index. */
 static int list_all(struct router *r, const struct topo *t, struct fan *fn)
 {
-    Bloomgrid__V1__ListShardsRequest lreq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;
     size_t total = 0;
     memset(fn, 0, sizeof *fn);
     for (unsigned g = 0; g < t->ngroups; g++)
@@ -192,15 +183,13 @@ static int list_all(struct router *r, const struct topo *t, struct fan *fn)
     fn->node = calloc(total, sizeof *fn->node);
     if (!fn->calls || !fn->shard || !fn->node)
         goto fail;
-    lreq.topology_version = t->version;
     for (unsigned g = 0; g < t->ngroups; g++)
         for (unsigned c = 0; c < t->groups[g].ncopies; c++) {
-            struct rpc_multi *m = &fn->calls[fn->n];
-            m->req = router_rpc__pack_slice(&lreq.base);
-            m->resp = grpc_empty_slice();
-            m->ch = router_channel(r, t->groups[g].copies[c]);
-            m->method = M_LIST;
-            m->timeout_ms = (int)r->cfg.node_timeout_ms;
+            node_client_multi_set(&fn->calls[fn->n],
+                                  router_channel(r, t->groups[g].copies[c]),
+                                  NODE_CLIENT_LIST_SHARDS,
+                                  node_client_list_shards_req(t->version),
+                                  (int)r->cfg.node_timeout_ms);
             fn->shard[fn->n] = g;
             fn->node[fn->n] = t->groups[g].copies[c];
             fn->n++;
@@ -208,7 +197,7 @@ static int list_all(struct router *r, const struct topo *t, struct fan *fn)
     for (size_t i = 0; i < fn->n; i++)
         if (!fn->calls[i].ch)
             goto fail;
-    rpc_call_many(fn->calls, fn->n);
+    node_client_multi_run(fn->calls, fn->n);
     return 0;
 fail:
     fan_free(fn);
@@ -262,7 +251,8 @@ static void rollback(struct router *r, const struct topo *t,
     for (uint32_t s = 0; undo && s < S; s++)
         undo[s] = s;
     if (undo)
-        asked = fan_run(r, t, f, undo, S, M_DROP, drop_req, &x, &drops) == 0;
+        asked = fan_run(r, t, f, undo, S, NODE_CLIENT_DROP_SHARD, drop_req, &x,
+                        &drops) == 0;
     for (size_t i = 0; asked && i < drops.n; i++) {
         grpc_status_code dc = drops.calls[i].st.code;
         /* NOT_FOUND: never created; FAILED_PRECONDITION: another call's. */
@@ -304,28 +294,26 @@ struct create_ctx {
     const uint8_t *secret;
     uint64_t per_shard;
     uint64_t generation;        /* an undrop's, else 0 */
+    uint32_t placement;         /* the filter's placement version */
 };
 
 static grpc_slice create_req(const void *ctx, uint32_t s)
 {
     const struct create_ctx *x = ctx;
-    Bloomgrid__V1__CreateShardRequest m = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
-    m.filter = (char *)x->c->name;
-    m.shard_index = s;
-    m.shard_count = x->c->shards;
-    m.kind = x->c->kind;
-    m.capacity = x->per_shard;
-    m.error_rate = x->c->error_rate;
-    m.secret.data = (uint8_t *)x->secret;
-    m.secret.len = BF_SECRET_LEN;
-    m.topology_version = x->t->version;
+    struct node_client_shard sh = {.shard_index = s, .shard_count = x->c->shards,
+                                   .kind = x->c->kind, .capacity = x->per_shard,
+                                   .error_rate = x->c->error_rate,
+                                   .placement = x->placement};
+    memcpy(sh.secret, x->secret, BF_SECRET_LEN);
     /* A new filter: no write was ever acknowledged for this shard, so no
      * copy starts SYNCING (docs/REPLICATION.md).  A secret the caller gave
      * is a new filter too: a dropped one's is refused by the node's
      * tombstone, a live one's by ALREADY_EXISTS. */
-    m.new_filter = true;
-    m.undrop_generation = x->generation;
-    return router_rpc__pack_slice(&m.base);
+    struct node_client_create c = {.filter = x->c->name, .sh = &sh,
+                                   .topology_version = x->t->version,
+                                   .new_filter = true,
+                                   .undrop_generation = x->generation};
+    return node_client_create_shard_req(&c);
 }
 
 /* An undrop's calls (one per shard and member, members in order): does
@@ -355,36 +343,82 @@ static uint32_t undrop_short(const struct topo *t, const struct router_filter *f
         hc += holds && m < g->ncopies;
         ho += holds && (g->other_mask >> m & 1u);
         bool last = i + 1 == fn->n || fn->shard[i + 1] != fn->shard[i];
-        if (last && first_short == UINT32_MAX &&
-            (hc < g->write_quorum || (g->nother && ho < g->other_write_quorum)))
+        if (last && first_short == UINT32_MAX && !quorum_write_met(g, hc, ho))
             first_short = fn->shard[i];
     }
     return first_short;
 }
 
 /* An undrop of a name that exists under another secret (or shard count)
- * is refused before anything changes.  Returns 0, or -1 with st set. */
+ * is refused before anything changes; so is one whose surviving shard 0
+ * is placed by another version than *placement (0: none asked; then it
+ * takes shard 0's).  Returns 0, or -1 with st set. */
 static int undrop_precheck(struct router *r, const struct topo *t,
-                           const struct router_create *c, struct rpc_status *st)
+                           const struct router_create *c, uint32_t *placement,
+                           struct rpc_status *st)
 {
     struct rpc_status ls;
     struct router_filter *had;
 
     router_filter_forget(r, c->name);
-    if (!(had = router_filter_lookup(r, t, c->name, &ls)))
-        return 0;   /* absent, or shard 0 unreachable: the fan decides */
+    if (!(had = router_filter_lookup(r, t, c->name, &ls))) {
+        if (ls.reason != RPC_REASON_PLACEMENT_UNKNOWN)
+            return 0;   /* absent, or shard 0 unreachable: the fan decides */
+        *st = ls;
+        return -1;
+    }
     bool other = memcmp(had->secret, c->secret, BF_SECRET_LEN) != 0 ||
                  had->shards != c->shards;
+    uint32_t held = had->placement;
     router_filter_unref(had);
     router_filter_forget(r, c->name);
-    if (!other)
+    if (!other && *placement && topo_placement_norm(*placement) != held) {
+        rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, "filter \"%s\": its "
+                       "shard 0 that the drop did not reach is placed by "
+                       "placement version %u, not %u as asked: not undropped",
+                       c->name, held, topo_placement_norm(*placement));
+        return -1;
+    }
+    if (!other) {
+        *placement = held;
         return 0;
+    }
     rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION, "filter \"%s\" exists "
                    "under another secret or shard count (it was created again "
                    "after the drop): not undropped; drop it first, or restore "
                    "elsewhere", c->name);
     st->reason = RPC_REASON_SECRET_MISMATCH;
     return -1;
+}
+
+/* Every copy that created its shard must have recorded the placement
+ * version asked: a node from before placement versions drops the field and
+ * answers 0, and routers would then place the filter's shards by
+ * rendezvous.  Such a copy's call is turned into a failure (the creation
+ * is then rolled back).  Returns how many were. */
+static size_t placement_unrecorded(struct fan *fn, uint32_t placement)
+{
+    size_t bad = 0;
+
+    for (size_t i = 0; i < fn->n; i++) {
+        struct rpc_multi *m = &fn->calls[i];
+        if (m->rc != 0)
+            continue;
+        Bloomgrid__V1__InternalShardInfo *isi = bloomgrid__v1__internal_shard_info__unpack(
+            NULL, GRPC_SLICE_LENGTH(m->resp), GRPC_SLICE_START_PTR(m->resp));
+        uint32_t got = isi ? topo_placement_norm(isi->placement) : 0;
+        if (isi)
+            bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+        if (!isi || got == placement)
+            continue;
+        m->rc = -1;
+        rpc_status_set(&m->st, GRPC_STATUS_FAILED_PRECONDITION, "the node recorded "
+                       "placement version %u, not %u: it predates placement "
+                       "versions; upgrade every node first, or create the filter "
+                       "with placement 1 (docs/TOPOLOGY.md)", got, placement);
+        bad++;
+    }
+    return bad;
 }
 
 /* The time in microseconds: an undrop's generation, above those of the
@@ -483,22 +517,19 @@ static int budget_check(struct router *r, const struct topo *t,
             need[i].shards++;
         }
     }
-    Bloomgrid__V1__NodeInfoRequest rq = BLOOMGRID__V1__NODE_INFO_REQUEST__INIT;
     if (!(calls = calloc(nn ? nn : 1, sizeof *calls)))
         goto nomem;
     for (size_t i = 0; i < nn; i++) {
-        calls[i].req = router_rpc__pack_slice(&rq.base);
-        calls[i].resp = grpc_empty_slice();
-        calls[i].ch = router_channel(r, need[i].addr);
-        calls[i].method = M_NODE_INFO;
-        calls[i].timeout_ms = (int)r->cfg.node_timeout_ms;
+        node_client_multi_set(&calls[i], router_channel(r, need[i].addr),
+                              NODE_CLIENT_NODE_INFO, node_client_node_info_req(),
+                              (int)r->cfg.node_timeout_ms);
         if (!calls[i].ch) {
-            router_rpc__multi_free(calls, i + 1);
+            node_client_multi_free(calls, i + 1);
             calls = NULL;
             goto nomem;
         }
     }
-    rpc_call_many(calls, nn);
+    node_client_multi_run(calls, nn);
     for (size_t i = 0; i < nn && rc == 0; i++) {
         if (calls[i].rc != 0)
             continue;
@@ -511,7 +542,7 @@ static int budget_check(struct router *r, const struct topo *t,
     }
     if (rc < 0)
         log_warn("%s", st->message);
-    router_rpc__multi_free(calls, nn);
+    node_client_multi_free(calls, nn);
     free(need);
     return rc;
 nomem:
@@ -532,8 +563,17 @@ int router_create_filter(struct router *r, const struct router_create *c,
     int rc = -1;
 
     memset(out, 0, sizeof *out);
-    if (c->undrop && undrop_precheck(r, t, c, st) < 0)
+    uint32_t placement = c->placement;
+    if (placement && !topo_placement_known(placement)) {
+        rpc_status_set(st, GRPC_STATUS_INVALID_ARGUMENT, "placement version %u: "
+                       "this router knows versions 1 to %u (docs/TOPOLOGY.md, "
+                       "\"Placement versions\")", placement, TOPO_PLACEMENT_NEWEST);
         goto out;
+    }
+    if (c->undrop && undrop_precheck(r, t, c, &placement, st) < 0)
+        goto out;
+    if (!placement)
+        placement = TOPO_PLACEMENT_NEWEST;
     if (c->secret) {
         memcpy(secret, c->secret, sizeof secret);
     } else if (getrandom(secret, sizeof secret, 0) != (ssize_t)sizeof secret) {
@@ -541,7 +581,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
         goto out;
     }
     /* A placement entry, not cached until every shard exists. */
-    f = router_filter_add(r, c->name, secret, S, t);
+    f = router_filter_add(r, c->name, secret, S, placement, t);
     if (!f) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
@@ -555,17 +595,20 @@ int router_create_filter(struct router *r, const struct router_create *c,
     }
     snprintf(out->name, sizeof out->name, "%s", c->name);
     out->shards = S;
+    out->placement = placement;
     for (uint32_t s = 0; s < S; s++)
         list[s] = s;
     struct create_ctx x = {.c = c, .t = t, .secret = secret,
                            .per_shard = rules_shard_capacity(c->capacity, S),
-                           .generation = c->undrop ? undrop_generation() : 0};
+                           .generation = c->undrop ? undrop_generation() : 0,
+                           .placement = placement};
     if (budget_check(r, t, f, c, x.per_shard, st) < 0)
         goto out;
-    if (fan_run(r, t, f, list, S, M_CREATE, create_req, &x, &fn) < 0) {
+    if (fan_run(r, t, f, list, S, NODE_CLIENT_CREATE_SHARD, create_req, &x, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
+    placement_unrecorded(&fn, placement);
     size_t failed = 0;
     for (size_t i = 0; i < fn.n; i++)
         failed += fn.calls[i].rc != 0;
@@ -582,7 +625,7 @@ int router_create_filter(struct router *r, const struct router_create *c,
                            "nothing to undrop", c->name);
             goto out;
         }
-        router_filter_unref(router_filter_add(r, c->name, secret, S, t));
+        router_filter_unref(router_filter_add(r, c->name, secret, S, placement, t));
         log_info("undropped filter %s: %u shards, generation %llu, on %zu shard "
                  "copies; %zu held it already, %zu down (they keep their "
                  "tombstones until anti-entropy brings them the filter)",
@@ -608,9 +651,9 @@ int router_create_filter(struct router *r, const struct router_create *c,
         }
         out->shard[s].index = s;
     }
-    router_filter_unref(router_filter_add(r, c->name, secret, S, t));
-    log_info("created filter %s: %u shards over %u groups (%zu shard copies)", c->name,
-             S, t->ngroups, fn.n);
+    router_filter_unref(router_filter_add(r, c->name, secret, S, placement, t));
+    log_info("created filter %s: %u shards over %u groups (%zu shard copies), "
+             "placement version %u", c->name, S, t->ngroups, fn.n, placement);
     rc = 0;
 out:
     if (rc < 0)
@@ -654,16 +697,11 @@ static int sweep(struct router *r, const struct topo *t, const char *name,
             const Bloomgrid__V1__InternalShardInfo *isi = lr->shards[k];
             if (!isi->filter || strcmp(isi->filter, name) != 0)
                 continue;
-            Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
-            ref.filter = (char *)name;
-            ref.shard_index = isi->shard_index;
-            ref.topology_version = t->version;
-            ProtobufCMessage *resp = NULL;
+            struct node_client_ref ref = {.filter = name, .shard = isi->shard_index,
+                                          .topology_version = t->version};
             struct rpc_status rs;
-            if (rpc_call(fn.calls[i].ch, M_DROP, &ref.base,
-                         &bloomgrid__v1__drop_shard_response__descriptor, &resp,
-                         (int)r->cfg.node_timeout_ms, &rs) == 0) {
-                protobuf_c_message_free_unpacked(resp, NULL);
+            if (node_client_drop_shard(fn.calls[i].ch, &ref, (int)r->cfg.node_timeout_ms,
+                                       &rs) == 0) {
                 dropped++;
             } else if (rs.code != GRPC_STATUS_NOT_FOUND) {
                 rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "DropFilter \"%s\": "
@@ -719,7 +757,7 @@ int router_drop_filter(struct router *r, const char *name, struct rpc_status *st
             list[n++] = 0;
         if (!n)
             continue;
-        if (fan_run(r, t, f, list, n, M_DROP, drop_req, &x, &fn) < 0) {
+        if (fan_run(r, t, f, list, n, NODE_CLIENT_DROP_SHARD, drop_req, &x, &fn) < 0) {
             rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto out;
         }
@@ -771,12 +809,13 @@ int router_describe_filter(struct router *r, const char *name,
     for (uint32_t s = 0; s < f->shards; s++)
         list[s] = s;
     struct ref_ctx x = {.f = f, .t = t};
-    if (fan_run(r, t, f, list, f->shards, M_GET, get_req, &x, &fn) < 0) {
+    if (fan_run(r, t, f, list, f->shards, NODE_CLIENT_GET_SHARD, get_req, &x, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
     snprintf(out->name, sizeof out->name, "%s", name);
     out->shards = f->shards;
+    out->placement = f->placement;
     /* Per shard the first copy that answers; else the first copy's error,
      * NOT_FOUND when a copy said so and none has the shard. */
     bool *nf = calloc(f->shards, sizeof *nf);
@@ -825,6 +864,68 @@ out:
     return rc;
 }
 
+/* The groups of a filter's shards as a listing meets them, one entry per
+ * (name, shard count, placement version) reported. */
+struct list_place {
+    char key[ROUTER_NAME_MAX + 24];   /* name '/' shards '/' placement */
+    uint16_t *group;            /* NULL: a version this router does not know */
+    size_t desc;                /* its entry in the list, SIZE_MAX: none yet */
+    UT_hash_handle hh;
+};
+
+static void list_place_free(struct list_place **tab)
+{
+    struct list_place *e, *tmp;
+
+    HASH_ITER(hh, *tab, e, tmp) {
+        HASH_DEL(*tab, e);
+        free(e->group);
+        free(e);
+    }
+}
+
+/* The entry of isi's filter (made on first sight), or NULL when out of
+ * memory. */
+static struct list_place *list_place_get(struct list_place **tab, const struct topo *t,
+                                         const Bloomgrid__V1__InternalShardInfo *isi)
+{
+    struct list_place *e;
+    char key[sizeof e->key];
+
+    snprintf(key, sizeof key, "%s/%u/%u", isi->filter, isi->shard_count,
+             topo_placement_norm(isi->placement));
+    HASH_FIND_STR(*tab, key, e);
+    if (e)
+        return e;
+    if (!(e = calloc(1, sizeof *e)))
+        return NULL;
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->desc = SIZE_MAX;
+    if (topo_placement_known(isi->placement)) {
+        e->group = malloc(isi->shard_count * sizeof *e->group);
+        if (!e->group || topo_place(t, isi->filter, isi->shard_count,
+                                    isi->placement, e->group) < 0) {
+            free(e->group);
+            free(e);
+            return NULL;
+        }
+    }
+    HASH_ADD_STR(*tab, key, e);
+    return e;
+}
+
+/* The group of shard s of the listed filter d. */
+static unsigned list_group(struct list_place *tab, const struct router_filter_desc *d,
+                           uint32_t s)
+{
+    struct list_place *e;
+    char key[sizeof e->key];
+
+    snprintf(key, sizeof key, "%s/%u/%u", d->name, d->shards, d->placement);
+    HASH_FIND_STR(tab, key, e);
+    return e && e->group ? e->group[s] : 0;
+}
+
 static int desc_cmp(const void *a, const void *b)
 {
     return strcmp(((const struct router_filter_desc *)a)->name,
@@ -837,6 +938,7 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
     struct topo *t = router_topo(r);
     struct fan fn = {0};
     struct router_filter_desc *d = NULL;
+    struct list_place *places = NULL;
     size_t nd = 0, cap = 0;
     int rc = -1;
 
@@ -880,8 +982,16 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
                 isi->shard_index >= isi->shard_count ||
                 strlen(isi->filter) > ROUTER_NAME_MAX)
                 continue;
-            /* Only the group a shard is placed on counts (not strays). */
-            if (topo_group_for(t, isi->filter, isi->shard_index) != g)
+            /* Only the group a shard is placed on counts (not strays).
+             * Of a filter placed by a version this router does not know,
+             * only shard 0 is found: it is on one group under every
+             * version. */
+            struct list_place *pl = list_place_get(&places, t, isi);
+            if (!pl)
+                continue;
+            if (pl->group ? pl->group[isi->shard_index] != g
+                          : isi->shard_index != 0 ||
+                                topo_group_for(t, isi->filter, 0) != g)
                 continue;
             size_t j;
             for (j = 0; j < nd; j++)
@@ -899,13 +1009,14 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
                 memset(&d[nd], 0, sizeof d[nd]);
                 snprintf(d[nd].name, sizeof d[nd].name, "%s", isi->filter);
                 d[nd].shards = isi->shard_count;
+                d[nd].placement = topo_placement_norm(isi->placement);
                 d[nd].shard = calloc(isi->shard_count, sizeof *d[nd].shard);
                 if (!d[nd].shard)
                     continue;
-                nd++;
+                pl->desc = nd++;
             }
             /* The first copy (in topology order) that reports it. */
-            if (isi->shard_count != d[j].shards || d[j].shard[isi->shard_index].ok)
+            if (pl->desc != j || d[j].shard[isi->shard_index].ok)
                 continue;
             shard_desc_from(&d[j].shard[isi->shard_index], isi, fn.node[i]);
         }
@@ -915,11 +1026,20 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
     /* Shards nobody reported: the error of their group's first copy that
      * failed, or "missing" when every copy answered. */
     for (size_t j = 0; j < nd; j++) {
+        if (!topo_placement_known(d[j].placement)) {
+            struct rpc_status rs = {.code = GRPC_STATUS_FAILED_PRECONDITION};
+            snprintf(rs.message, sizeof rs.message, "placement version %u is not "
+                     "known to this router: upgrade it", d[j].placement);
+            for (uint32_t s = 0; s < d[j].shards; s++)
+                if (!d[j].shard[s].ok)
+                    shard_desc_failed(&d[j].shard[s], s, d[j].shard[0].node, &rs);
+            continue;
+        }
         for (uint32_t s = 0; s < d[j].shards; s++) {
             struct router_shard_desc *sd = &d[j].shard[s];
             if (sd->ok)
                 continue;
-            unsigned g = topo_group_for(t, d[j].name, s);
+            unsigned g = list_group(places, &d[j], s);
             struct rpc_status rs = {.code = GRPC_STATUS_NOT_FOUND};
             const char *node = t->groups[g].copies[0];
             snprintf(rs.message, sizeof rs.message, "shard %u is missing", s);
@@ -940,6 +1060,7 @@ int router_list_filters(struct router *r, struct router_filter_desc **out,
     rc = 0;
 out:
     fan_free(&fn);
+    list_place_free(&places);
     for (size_t j = 0; d && j < nd; j++)
         router_filter_desc_free(&d[j]);
     free(d);
@@ -951,19 +1072,19 @@ out:
 static grpc_slice get_secret_req(const void *ctx, uint32_t s)
 {
     const struct ref_ctx *x = ctx;
-    Bloomgrid__V1__GetShardRequest m = BLOOMGRID__V1__GET_SHARD_REQUEST__INIT;
-    m.filter = (char *)x->f->name;
-    m.shard_index = s;
-    m.include_secret = true;
-    m.topology_version = x->t->version;
-    return router_rpc__pack_slice(&m.base);
+    struct node_client_ref ref = {.filter = x->f->name, .shard = s,
+                                  .topology_version = x->t->version,
+                                  .placement_known = TOPO_PLACEMENT_NEWEST};
+    return node_client_get_shard_secret_req(&ref);
 }
 
-int router_filter_complete(struct router *r, const char *name, struct rpc_status *st)
+int router_filter_complete(struct router *r, const char *name, uint8_t *secret,
+                           struct rpc_status *st)
 {
     struct topo *t = router_topo(r);
     struct router_filter *f = router_filter_lookup(r, t, name, st);
     uint32_t *list = NULL;
+    unsigned *have = NULL, *have_other = NULL;
     struct fan fn = {0};
     int rc = -1;
 
@@ -974,15 +1095,25 @@ int router_filter_complete(struct router *r, const char *name, struct rpc_status
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    for (uint32_t s = 0; s < f->shards; s++)
-        list[s] = s;
-    struct ref_ctx x = {.f = f, .t = t};
-    if (fan_run(r, t, f, list, f->shards, M_GET, get_secret_req, &x, &fn) < 0) {
+    have = calloc(f->shards, sizeof *have);
+    have_other = calloc(f->shards, sizeof *have_other);
+    if (!have || !have_other) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
+    for (uint32_t s = 0; s < f->shards; s++)
+        list[s] = s;
+    struct ref_ctx x = {.f = f, .t = t};
+    if (fan_run(r, t, f, list, f->shards, NODE_CLIENT_GET_SHARD, get_secret_req, &x, &fn) < 0) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    /* The calls come shard by shard, each in member order (fan_run). */
     rc = 1;
-    for (size_t i = 0; i < fn.n && rc == 1; i++) {
+    for (size_t i = 0, m = 0; i < fn.n && rc == 1; i++, m++) {
+        const struct topo_group *g = &t->groups[f->group[fn.shard[i]]];
+        if (i > 0 && fn.shard[i] != fn.shard[i - 1])
+            m = 0;
         Bloomgrid__V1__InternalShardInfo *isi = NULL;
         if (fn.calls[i].rc == 0)
             isi = bloomgrid__v1__internal_shard_info__unpack(
@@ -991,20 +1122,41 @@ int router_filter_complete(struct router *r, const char *name, struct rpc_status
         bool same = isi && isi->secret.len == BF_SECRET_LEN &&
                     memcmp(isi->secret.data, f->secret, BF_SECRET_LEN) == 0 &&
                     isi->shard_count == f->shards;
-        if (!same) {
+        bool down = !isi && fn.calls[i].rc != 0 &&
+                    router_node_down(fn.calls[i].st.code);
+        if (same) {
+            if (m < g->ncopies)
+                have[fn.shard[i]]++;
+            if (g->other_mask & (1u << m))
+                have_other[fn.shard[i]]++;
+        } else if (!down) {
             rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "filter \"%s\" is not "
                            "complete: shard %u on %s %s", name, fn.shard[i],
                            fn.node[i], !isi ? fn.calls[i].st.message
                                             : "has another secret or shard count");
-            router_filter_forget(r, name);
             rc = 0;
         }
         if (isi)
             bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+        bool last = i + 1 == fn.n || fn.shard[i + 1] != fn.shard[i];
+        if (rc == 1 && last &&
+            !quorum_write_met(g, have[fn.shard[i]], have_other[fn.shard[i]])) {
+            rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "filter \"%s\": shard %u "
+                           "is held by %u of the %u copies of group %s, fewer than "
+                           "its write quorum (the others are down)", name,
+                           fn.shard[i], have[fn.shard[i]], g->ncopies, g->name);
+            rc = 0;
+        }
     }
+    if (rc == 0)
+        router_filter_forget(r, name);
+    else if (secret)
+        memcpy(secret, f->secret, BF_SECRET_LEN);
 out:
     fan_free(&fn);
     free(list);
+    free(have);
+    free(have_other);
     router_filter_unref(f);
     topo_unref(t);
     return rc;

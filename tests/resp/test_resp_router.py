@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""The router's Redis door in front of a group of three copies (W = 2,
+R = 2), through two routers, with redis-py and redis-benchmark.
+
+usage: test_resp_router.py NODE_BIN ROUTER_BIN PART
+
+  kill    RedisBloom's replies that a group of copies changes (the scaling
+          form refused naming NONSCALING, BF.EXISTS of a missing filter an
+          error, an add creating a non-scaling filter); then writers through
+          both routers; a copy killed mid-run, then a
+          second one, then both back: no BF.EXISTS/BF.MEXISTS ever answers
+          0 for a key whose BF.ADD was acknowledged, pipelined BF.ADD k then
+          BF.EXISTS k on one connection never reads 0, below the quorums
+          every BF.ADD/BF.MEXISTS is a whole -UNAVAILABLE error (never an
+          array holding 0), and every acknowledged key reads 1 at the end
+          through both routers
+  create  two routers x 50 connections sending BF.ADD to filters that do
+          not exist yet while one copy fails CreateShard at random
+          (BLOOMGRID_TEST_FAIL_CREATE_SHARD): every acknowledged key reads 1
+          afterwards through both routers, every failure is a clear error
+  bench   with resp_autocreate = off, BF.ADD of a missing filter is an
+          error; then redis-benchmark (50 connections one command each, one
+          connection 32 pipelined) with BF.ADD and BF.EXISTS on the door of
+          a router: no error reply, and the router counted every command
+  budget  the keys a command holds count against the router's max_memory_mb:
+          with the node stopped, adds past it are answered OOM naming it,
+          and every charge is given back once the calls end
+"""
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import redis
+
+import resplib
+import routerlib
+
+NODE, ROUTER, PART = sys.argv[1], sys.argv[2], sys.argv[3]
+work = resplib.workdir("resp-router-%s-" % PART)
+
+
+def check(cond, msg):
+    if not cond:
+        resplib.fail(msg)
+
+
+class Run:
+    """What the threads of a run share."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.acked = []            # keys whose BF.ADD was acknowledged
+        self.violations = []       # a 0 for an acknowledged key
+        self.errors = {}           # error text prefix -> count
+        self.reads = 0
+
+    def ack(self, keys):
+        with self.lock:
+            self.acked.extend(keys)
+
+    def error(self, e):
+        word = str(e).split(" ", 1)[0]
+        with self.lock:
+            self.errors[word] = self.errors.get(word, 0) + 1
+
+    def violation(self, text):
+        with self.lock:
+            self.violations.append(text)
+
+
+def writer(run, c, tag):
+    i = 0
+    while not run.stop.is_set():
+        keys = ["%s-%d-%d" % (tag, i, j) for j in range(5)]
+        i += 1
+        try:
+            if i % 2:
+                r = c.execute_command("BF.ADD", "f", keys[0])
+                if r not in (0, 1):
+                    run.violation("BF.ADD answered %r" % r)
+                run.ack(keys[:1])
+            else:
+                r = c.execute_command("BF.MADD", "f", *keys)
+                if len(r) != 5 or any(x not in (0, 1) for x in r):
+                    run.violation("BF.MADD answered %r" % r)
+                run.ack(keys)
+        except redis.ResponseError as e:
+            run.error(e)
+            time.sleep(0.01)
+
+
+def reader(run, c, tag):
+    rnd = random.Random(tag)
+    while not run.stop.is_set():
+        with run.lock:
+            n = len(run.acked)
+            keys = [run.acked[rnd.randrange(n)] for _ in range(20)] if n else []
+        if not keys:
+            time.sleep(0.01)
+            continue
+        try:
+            if rnd.random() < 0.5:
+                r = [c.execute_command("BF.EXISTS", "f", keys[0])]
+                keys = keys[:1]
+            else:
+                r = c.execute_command("BF.MEXISTS", "f", *keys)
+            with run.lock:
+                run.reads += len(keys)
+            for k, v in zip(keys, r):
+                if v != 1:
+                    run.violation("%s read %r for acknowledged %s" % (tag, v, k))
+        except redis.ResponseError as e:
+            run.error(e)
+            time.sleep(0.01)
+
+
+def pipeliner(run, c, tag):
+    """BF.ADD k then BF.EXISTS k, ten pairs a round trip on one connection."""
+    i = 0
+    while not run.stop.is_set():
+        p = c.pipeline(transaction=False)
+        keys = ["%s-%d-%d" % (tag, i, j) for j in range(10)]
+        i += 1
+        for k in keys:
+            p.execute_command("BF.ADD", "f", k)
+            p.execute_command("BF.EXISTS", "f", k)
+        r = p.execute(raise_on_error=False)
+        for j, k in enumerate(keys):
+            add, ex = r[2 * j], r[2 * j + 1]
+            if isinstance(add, Exception):
+                run.error(add)
+                continue
+            run.ack([k])
+            if isinstance(ex, Exception):
+                run.error(ex)
+            elif ex != 1:
+                run.violation("%s: pipelined BF.ADD %s answered %r, then BF.EXISTS "
+                              "%r" % (tag, k, add, ex))
+
+
+def expect_unavailable(c, *cmd):
+    try:
+        r = c.execute_command(*cmd)
+    except redis.ResponseError as e:
+        check(str(e).startswith("UNAVAILABLE"), "%s: %s" % (cmd[0], e))
+        return str(e)
+    resplib.fail("%s below the quorum answered %r, not -UNAVAILABLE" % (cmd[0], r))
+
+
+def until_ok(fn, what, timeout=60):
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return fn()
+        except redis.ResponseError as e:
+            if time.time() > deadline:
+                resplib.fail("%s: still %s" % (what, e))
+            time.sleep(0.2)
+
+
+def expect_error(c, text, *cmd):
+    try:
+        r = c.execute_command(*cmd)
+    except redis.ResponseError as e:
+        check(text in str(e), "%s: error %r does not say %r" % (cmd[0], str(e), text))
+        return
+    resplib.fail("%s answered %r, not an error saying %r" % (cmd[0], r, text))
+
+
+def shapes(c):
+    """What a group of N > 1 changes in RedisBloom's replies."""
+    expect_error(c, "NONSCALING", "BF.RESERVE", "s", 0.01, 1000)
+    expect_error(c, "NONSCALING", "BF.RESERVE", "s", 0.01, 1000, "EXPANSION", 4)
+    expect_error(c, "NONSCALING", "BF.INSERT", "s", "EXPANSION", 2, "ITEMS", "a")
+    expect_error(c, "does not exist", "BF.EXISTS", "s", "a")
+    expect_error(c, "does not exist", "BF.MEXISTS", "s", "a", "b")
+    expect_error(c, "does not exist", "BF.INSERT", "s", "NOCREATE", "ITEMS", "a")
+    check(c.execute_command("BF.CARD", "s") == 0, "BF.CARD of a missing filter")
+    # An add creates a non-scaling filter with resp_autocreate_capacity.
+    check(c.execute_command("BF.ADD", "made", "a") == 1, "BF.ADD creating")
+    info = c.execute_command("BF.INFO", "made")
+    check(info[0] == b"Capacity" and info[1] >= 100000 and info[9] is None,
+          "BF.INFO of a filter made by BF.ADD: %r" % info)
+    check(c.execute_command("BF.MEXISTS", "made", "a", "zz") == [1, 0], "BF.MEXISTS")
+    check(c.execute_command("DEL", "made", "s") == 1, "DEL")
+    expect_error(c, "does not exist", "BF.EXISTS", "made", "a")
+
+
+def part_kill():
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=2,
+                           router_flags=["--default-shards", "8",
+                                         "--resp-autocreate-capacity", "100000"])
+    try:
+        c0 = cl.client(0)
+        shapes(c0)
+        c0.execute_command("BF.RESERVE", "f", 0.001, 500000, "NONSCALING")
+        run = Run()
+        threads = []
+        for r in range(2):
+            for t in range(2):
+                threads.append(threading.Thread(target=writer, args=(
+                    run, cl.client(r), "w%d%d" % (r, t))))
+            # Readers check keys written through either router.
+            threads.append(threading.Thread(target=reader, args=(
+                run, cl.client(r), "r%d" % r)))
+            threads.append(threading.Thread(target=pipeliner, args=(
+                run, cl.client(r), "p%d" % r)))
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(2)
+            before = len(run.acked)
+            cl.kill_node(1)
+            print("copy 1 killed after %d acknowledged keys" % before)
+            time.sleep(3)
+            check(len(run.acked) > before, "no write acknowledged with one copy "
+                  "down of three (W = 2)")
+            # Two of three down: below W = 2 and R = 2.
+            cl.kill_node(2)
+            with run.lock:
+                some = run.acked[:50]
+            msg = expect_unavailable(c0, "BF.MEXISTS", "f", *some)
+            print("two copies down: BF.MEXISTS -> %s" % msg)
+            expect_unavailable(cl.client(1), "BF.EXISTS", "f", some[0])
+            expect_unavailable(c0, "BF.ADD", "f", "below-quorum")
+            expect_unavailable(cl.client(1), "BF.MADD", "f", "below-1", "below-2")
+            time.sleep(1)
+            cl.start_node(1)
+            cl.start_node(2)
+            print("copies 1 and 2 restarted")
+            # Reads and writes resume once the copies vouch for each other.
+            until_ok(lambda: c0.execute_command("BF.ADD", "f", "after-restart"),
+                     "BF.ADD after the restart")
+            time.sleep(2)
+        finally:
+            run.stop.set()
+            for t in threads:
+                t.join()
+        acked = run.acked
+        print("%d keys acknowledged, %d keys read, errors %s" % (
+            len(acked), run.reads, run.errors))
+        check(not run.violations, "%d reads of 0 for acknowledged keys: %s" % (
+            len(run.violations), run.violations[:5]))
+        check(run.reads > 0, "no read answered")
+        for r in range(2):
+            c = cl.client(r)
+            got = until_ok(lambda: routerlib.mexists_all(c, "f", acked),
+                           "final read through router %d" % r)
+            missing = [k for k, v in zip(acked, got) if v != 1]
+            check(not missing, "router %d: %d acknowledged keys read 0: %s" % (
+                r, len(missing), missing[:5]))
+        print("every acknowledged key reads 1 through both routers")
+    finally:
+        cl.stop()
+
+
+def part_create():
+    # Copy 2 fails 15% of its CreateShard calls; filters of 4 shards, so
+    # about half of the creations fail on it and are rolled back.
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=2,
+                           node_env={2: {"BLOOMGRID_TEST_FAIL_CREATE_SHARD": "15"}},
+                           router_flags=["--default-shards", "4",
+                                         "--resp-autocreate-capacity", "100000"])
+    try:
+        filters = ["auto%d" % i for i in range(4)]
+        acked = {f: [] for f in filters}
+        errors = []
+        lock = threading.Lock()
+        go = threading.Barrier(100)
+
+        def conn(r, t):
+            c = cl.client(r)
+            c.ping()
+            go.wait()
+            for f in filters:
+                for j in range(3):
+                    k = "r%d-c%d-%d" % (r, t, j)
+                    try:
+                        v = c.execute_command("BF.ADD", f, k)
+                        with lock:
+                            if v in (0, 1):
+                                acked[f].append(k)
+                            else:
+                                errors.append("bad reply %r" % v)
+                    except redis.ResponseError as e:
+                        with lock:
+                            errors.append(str(e))
+            c.close()
+
+        threads = [threading.Thread(target=conn, args=(r, t))
+                   for r in range(2) for t in range(50)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        total = sum(len(v) for v in acked.values())
+        print("%d adds acknowledged, %d failed" % (total, len(errors)))
+        for e in sorted(set(errors))[:10]:
+            print("  error: %s" % e)
+        check(total > 0, "no BF.ADD acknowledged")
+        # A creation that cannot complete in time says so and wrote nothing.
+        for e in errors:
+            check(e.startswith("UNAVAILABLE ") and "filter" in e,
+                  "BF.ADD of a filter being created: %s" % e)
+        injected = sum(resplib_count(cl.router_log(r), "on purpose") for r in range(2))
+        print("creations that met the injected failure: %d" % injected)
+        check(injected > 0, "no creation met the injected CreateShard failure")
+        for r in range(2):
+            c = cl.client(r)
+            for f, keys in acked.items():
+                if not keys:
+                    continue
+                got = until_ok(lambda: routerlib.mexists_all(c, f, keys),
+                               "read of %s through router %d" % (f, r))
+                missing = [k for k, v in zip(keys, got) if v != 1]
+                check(not missing, "router %d, filter %s: %d acknowledged keys "
+                      "read 0: %s" % (r, f, len(missing), missing[:5]))
+                info = c.execute_command("BF.INFO", f)
+                check(b"Capacity" in info, "BF.INFO %s: %r" % (f, info))
+        print("every acknowledged key reads 1 through both routers")
+    finally:
+        cl.stop()
+
+
+def resplib_count(text, needle):
+    return text.count(needle)
+
+
+def scrape(maddr):
+    return urllib.request.urlopen("http://%s/metrics" % maddr, timeout=10).read().decode()
+
+
+def metric(text, kind, cmd):
+    m = re.search(r'^bloomgrid_resp_%s_total\{command="%s"\} (\S+)$' % (kind, cmd),
+                  text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def part_bench():
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=1,
+                           router_flags=["--metrics-listen", "127.0.0.1:0",
+                                         "--resp-autocreate", "off",
+                                         "--default-shards", "8"])
+    try:
+        s = cl.routers[0]
+        c = cl.client(0)
+        expect_error(c, "does not exist", "BF.ADD", "bench", "a")
+        expect_error(c, "does not exist", "BF.MADD", "bench", "a", "b")
+        c.execute_command("BF.RESERVE", "bench", 0.01, 1000000, "NONSCALING")
+        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        before = scrape(maddr)
+        runs = [("-c", "50", "BF.ADD"), ("-c", "50", "BF.EXISTS"),
+                ("-c", "1", "-P", "32", "BF.ADD"), ("-c", "1", "-P", "32", "BF.EXISTS")]
+        n = 3000
+        for run in runs:
+            args = ["redis-benchmark", "-h", s.host, "-p", str(s.port), "-n", str(n),
+                    "-r", "1000000", "-q"] + list(run[:-1]) + [
+                        run[-1], "bench", "key:__rand_int__"]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=120)
+            out = r.stdout + r.stderr
+            print("%s: %s" % (" ".join(run), out.strip().splitlines()[-1:]))
+            check(r.returncode == 0, "redis-benchmark exited %d: %s" % (
+                r.returncode, out))
+            check("rror" not in out, "redis-benchmark met an error: %s" % out)
+            check("requests per second" in out, "redis-benchmark did not finish: %s" % out)
+        card = c.execute_command("BF.CARD", "bench")
+        check(0 < card <= 2 * n + 82, "BF.CARD after %d random adds: %r" % (2 * n, card))
+        after = scrape(maddr)
+        for cmd in ("bf.add", "bf.exists"):
+            calls = metric(after, "commands", cmd) - metric(before, "commands", cmd)
+            errs = metric(after, "errors", cmd) - metric(before, "errors", cmd)
+            print("%s: %d commands counted, %d errors" % (cmd, calls, errs))
+            # redis-benchmark may send up to a command per client (50) or a
+            # pipeline (32) more than -n in each of its runs.
+            check(2 * n <= calls <= 2 * n + 50 + 32, "%s: %d commands counted, "
+                  "want %d to %d" % (cmd, calls, 2 * n, 2 * n + 82))
+            check(errs == 0, "%s: %d errors counted" % (cmd, errs))
+        print("redis-benchmark: every command answered, no error")
+    finally:
+        cl.stop()
+
+
+def part_budget():
+    """Keys in flight count against the router's max_memory_mb."""
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
+                           router_flags=["--metrics-listen", "127.0.0.1:0",
+                                         "--max-memory-mb", "16",
+                                         "--max-message-size", "4194304",
+                                         "--resp-pipeline-bytes", "67108864"])
+    try:
+        s = cl.routers[0]
+        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        c = cl.client(0)
+        c.execute_command("BF.RESERVE", "big", 0.01, 100000, "NONSCALING")
+        # The node stopped: no add ends, so each holds its charge.
+        cl.nodes[0].send_signal(signal.SIGSTOP)
+        try:
+            p = c.pipeline(transaction=False)
+            for i in range(8):   # 8 x 3 MB of keys, past the 16 MiB
+                p.execute_command("BF.MADD", "big", *[
+                    ("%d-%d-" % (i, j)).encode() + b"x" * 1000 for j in range(3000)])
+            r = p.execute(raise_on_error=False)
+        finally:
+            cl.nodes[0].send_signal(signal.SIGCONT)
+        oom = [str(e) for e in r if isinstance(e, Exception) and str(e).startswith("OOM")]
+        print("8 adds of 3 MB with the node stopped: %d refused: %s" % (
+            len(oom), oom[:1]))
+        check(oom and all("max_memory_mb" in e for e in oom),
+              "no add refused past max_memory_mb: %r" % [str(x)[:80] for x in r])
+        # Every charge given back: the budget is free again.
+        until_ok(lambda: c.execute_command("BF.MADD", "big", "a", "b"), "BF.MADD after")
+        deadline = time.time() + 10
+        while True:
+            used = metric_value(scrape(maddr), "bloomgrid_router_memory_charged_bytes")
+            if used == 0 or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        check(used == 0, "%s bytes still charged once every call ended" % used)
+        print("every charge given back")
+    finally:
+        cl.stop()
+
+
+def metric_value(text, name):
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+{"kill": part_kill, "create": part_create, "bench": part_bench,
+ "budget": part_budget}[PART]()
+print("ok")

@@ -5,7 +5,8 @@
  * lock; a read answers at once from the bits (refused while the shard is
  * SYNCING), a write sets its bits and queues its log record
  * (store_add_hashes_async) and is answered by the commit thread once the
- * record is durable.  An add to a missing filter that may create it runs
+ * record is durable.  The adds of one loop pass to one filter are joined
+ * into one such write (below).  An add to a missing filter that may create it runs
  * the creation and then the add on libuv's pool.
  */
 #include "node_resp.h"
@@ -95,6 +96,154 @@ static void apply_keys(struct node *n, struct resp_call *c, struct store_filter 
 done:
     store_put(sf);
     resp_call_done(c);
+}
+
+/* ---- the adds of one loop pass, joined ----
+ *
+ * BF.ADD and BF.MADD on a filter that is there are not written one by one:
+ * their keys are hashed at once (under the filter's shared lock, as
+ * apply_keys does) and held in the loop thread's batch, and at the end of
+ * the loop pass (the library's pass_end, before the loop waits for I/O
+ * again) the batch is one store_add_hashes_async: one log record, one
+ * wake of the commit thread, one completion, for every add of the pass on
+ * that filter, from every connection.  The answers are those of the adds
+ * made one after the other in the order they came (a key added twice
+ * answers 1 then 0).  Any other command flushes the batch first, so that
+ * its bits are set before a later command reads the filter (a pipelined
+ * BF.ADD x, BF.EXISTS x answers 1, 1), and an add to another filter, or
+ * one that would take the batch past BATCH_KEYS, flushes it too.  A
+ * write's reply still goes out only once the whole batch is durable. */
+
+#define BATCH_KEYS 4096
+
+struct add_batch {
+    struct store_filter *sf;   /* one reference per call */
+    size_t n, cap;             /* keys */
+    struct bf_hash *h;
+    bool *out;
+    size_t ncalls, ccap;
+    struct resp_call **calls;
+};
+
+/* The loop thread's batch (one door, one loop thread, per process). */
+static __thread struct add_batch *held;
+
+/* The commit thread (or the loop thread on a refusal): finish every call
+ * of b with its slice of the answers, or with rc's failure. */
+static void batch_finish(struct add_batch *b, int rc, const char *err)
+{
+    size_t off = 0;
+    struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
+    if (rc < 0)
+        node_rpc__store_error(&r, b->sf, b->calls[0]->filter, rc, err);
+    for (size_t i = 0; i < b->ncalls; i++) {
+        struct resp_call *c = b->calls[i];
+        if (rc < 0)
+            fail_reply(c, &r);
+        else
+            memcpy(c->out, b->out + off, c->n * sizeof *c->out);
+        off += c->n;
+        store_put(b->sf);
+    }
+    resp_calls_done(b->calls, b->ncalls);   /* one wake of the loop */
+    free(b->h);
+    free(b->out);
+    free(b->calls);
+    free(b);
+}
+
+static void batch_done(void *ctx, int rc)
+{
+    batch_finish(ctx, rc, rc < 0 ? "the write could not be made durable; nothing "
+                                   "was acknowledged" : NULL);
+}
+
+/* Start the held batch (loop thread).  Its calls finish later, or now on
+ * a refusal. */
+static void batch_flush(void)
+{
+    struct add_batch *b = held;
+    char err[STORE_ERRLEN] = "";
+    if (!b)
+        return;
+    held = NULL;   /* a call finished below may resume a connection */
+    int rc = store_add_hashes_async(b->sf, b->h, b->n, b->out, batch_done, b, err);
+    if (rc < 0)
+        batch_finish(b, rc, err);
+}
+
+static void node_pass_end(void *arg)
+{
+    (void)arg;
+    while (held)
+        batch_flush();
+}
+
+struct hash_into {
+    const struct resp_call *c;
+    struct bf_hash *h;
+};
+
+static void hash_keys_into(const struct bf *f, void *ctx)
+{
+    struct hash_into *j = ctx;
+    for (size_t i = 0; i < j->c->n; i++)
+        j->h[i] = bf_hash_key(f, j->c->keys[i], j->c->lens[i]);
+}
+
+/* Hold the add c to sf (held by the caller, the reference passes to the
+ * batch).  Returns 0, or -1 when c must go on its own (too large, out of
+ * memory): the caller keeps sf then. */
+static int batch_hold(struct resp_call *c, struct store_filter *sf)
+{
+    if (c->n == 0 || c->n > BATCH_KEYS)
+        return -1;
+    if (held && (held->sf != sf || held->n + c->n > BATCH_KEYS))
+        batch_flush();
+    struct add_batch *b = held;
+    if (!b) {
+        if (!(b = calloc(1, sizeof *b)))
+            return -1;
+        b->sf = sf;
+    }
+    if (b->n + c->n > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + c->n)
+            cap *= 2;
+        struct bf_hash *h = realloc(b->h, cap * sizeof *h);
+        if (h)
+            b->h = h;
+        bool *o = h ? realloc(b->out, cap * sizeof *o) : NULL;
+        if (o)
+            b->out = o;
+        if (!h || !o)
+            goto no;
+        b->cap = cap;
+    }
+    if (b->ncalls == b->ccap) {
+        size_t cap = b->ccap ? b->ccap * 2 : 16;
+        struct resp_call **v = realloc(b->calls, cap * sizeof *v);
+        if (!v)
+            goto no;
+        b->calls = v;
+        b->ccap = cap;
+    }
+    struct hash_into job = {c, b->h + b->n};
+    int rc = store_filter_read(sf, hash_keys_into, &job);
+    if (rc < 0)
+        goto no;   /* on its own: apply_keys answers the refusal */
+    b->n += c->n;
+    b->calls[b->ncalls++] = c;
+    held = b;
+    return 0;
+no:
+    if (b != held) {
+        free(b->h);
+        free(b->out);
+        free(b->calls);
+        free(b);
+    }
+    return -1;
 }
 
 /* The parameters of a filter BF.RESERVE or an add creates: RedisBloom's
@@ -230,6 +379,8 @@ static void node_bf(void *arg, struct resp_call *c)
     struct node *n = arg;
     struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
     c->bctx[1] = n;
+    if (c->op != RESP_BF_ADD)
+        node_pass_end(NULL);   /* the adds before it first */
     struct store *s = node_rpc__need_store(n, &r);
     if (!s) {
         fail_reply(c, &r);
@@ -274,7 +425,11 @@ static void node_bf(void *arg, struct resp_call *c)
         }
         struct store_filter *sf = store_get(s, c->filter);
         if (sf) {
-            apply_keys(n, c, sf);
+            if (!write || batch_hold(c, sf) < 0) {
+                if (write)
+                    node_pass_end(NULL);   /* in order with the held adds */
+                apply_keys(n, c, sf);
+            }
             return;
         }
         if (!write) {
@@ -308,4 +463,5 @@ void node_resp_backend(struct node *n, struct resp_backend *be)
     /* A write's bits are set before its command returns: a later read on
      * the node sees them. */
     be->reads_wait_writes = false;
+    be->pass_end = node_pass_end;
 }

@@ -6,9 +6,11 @@
  * once durable.  Refusals are the gRPC handlers' own statuses and
  * messages, written as Redis errors.
  *
- * Threads: bf() on the door's loop thread: reads and the hashing of a
- * write run there (in memory); a write is answered from the commit thread
- * once durable; creations and drops (disk work) run on libuv's pool.
+ * Threads: bf() and pass_end() on the door's loop thread: reads and the
+ * hashing of a write run there (in memory), and the adds of one loop pass
+ * to a filter are joined into one write started at the pass's end; a write
+ * is answered from the commit thread once durable; creations and drops
+ * (disk work) run on libuv's pool.
  */
 #ifndef BLOOMGRID_NODE_RESP_H
 #define BLOOMGRID_NODE_RESP_H

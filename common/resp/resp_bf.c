@@ -167,6 +167,36 @@ void resp_call_done(struct resp_call *c)
         resp__call_post(b);
 }
 
+void resp_calls_done(struct resp_call *const *v, size_t n)
+{
+    struct resp_call_box *head = NULL, *tail = NULL;
+    struct resp_server *s = n ? ((struct resp_call_box *)v[0])->srv : NULL;
+    if (!n)
+        return;
+    if (pthread_equal(pthread_self(), s->thread)) {
+        for (size_t i = 0; i < n; i++)
+            resp_call_done(v[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct resp_call_box *b = (struct resp_call_box *)v[i];
+        int one = 1;
+        if (b->srv != s) {   /* not of one server: one by one */
+            resp_call_done(v[i]);
+            continue;
+        }
+        if (atomic_compare_exchange_strong(&b->work_state, &one, 2))
+            continue;   /* inside its pool work: the work's end finishes it */
+        if (tail)
+            tail->qnext = b;
+        else
+            head = b;
+        tail = b;
+    }
+    if (head)
+        resp__call_post_list(s, head, tail);
+}
+
 int resp_call_keep(struct resp_call *c)
 {
     struct resp_call_box *b = (struct resp_call_box *)c;
@@ -275,6 +305,24 @@ static void shape_info(struct resp_buf *o, int proto, const struct resp_call_box
     }
 }
 
+static size_t box_size(size_t n)
+{
+    return sizeof(struct resp_call_box) +
+           n * (sizeof(uint8_t *) + sizeof(uint32_t) + sizeof(bool)) + 16;
+}
+
+/* A box no longer used: kept for the next small call, or freed. */
+static void box_free(struct resp_server *s, struct resp_call_box *b)
+{
+    if (b->small && s->nbox_cache < RESP_BOX_CACHE) {
+        b->qnext = s->box_cache;
+        s->box_cache = b;
+        s->nbox_cache++;
+        return;
+    }
+    free(b);
+}
+
 void resp__call_finish(struct resp_call_box *b)
 {
     struct resp_conn *c = b->conn;
@@ -318,7 +366,11 @@ void resp__call_finish(struct resp_call_box *b)
     resp__slot_ready(c, b->slot);
     bool resume = c->blocked;
     free(b->keep);
-    free(b);
+    b->keep = NULL;
+    if (b->in_start)
+        b->finished = true;   /* start() frees it once bf() returns */
+    else
+        box_free(s, b);
     s->calls--;
     resp__conn_release(c);   /* may free c when it was closed */
     resp__calls_changed(s);
@@ -330,14 +382,25 @@ void resp__call_finish(struct resp_call_box *b)
 static struct resp_call_box *box_new(struct resp_conn *c, const struct resp_command *cmd,
                                      enum resp_bf_op op, size_t n, enum shape sh)
 {
-    size_t sz = sizeof(struct resp_call_box) + n * (sizeof(uint8_t *) + sizeof(uint32_t) +
-                                                    sizeof(bool)) + 16;
-    struct resp_call_box *b = calloc(1, sz);
-    if (!b) {
+    struct resp_server *s = c->srv;
+    bool small = n <= RESP_BOX_KEYS;
+    size_t sz = box_size(small ? RESP_BOX_KEYS : n);
+    struct resp_call_box *b = NULL;
+    if (small && s->box_cache) {
+        b = s->box_cache;
+        s->box_cache = b->qnext;
+        s->nbox_cache--;
+        /* What calloc would give, without the message's 512 bytes. */
+        memset(b, 0, offsetof(struct resp_call_box, call.msg));
+        b->call.msg[0] = 0;
+        memset((char *)b + offsetof(struct resp_call_box, call.msg) + RESP_MSGLEN, 0,
+               sz - offsetof(struct resp_call_box, call.msg) - RESP_MSGLEN);
+    } else if (!(b = calloc(1, sz))) {
         metric_add(cmd->m_errors, 1);
         resp__err(c, "OOM", "out of memory");
         return NULL;
     }
+    b->small = small;
     b->call.keys = (const uint8_t *const *)(b + 1);
     b->call.lens = (uint32_t *)((uint8_t **)(b + 1) + n);
     b->call.out = (bool *)((uint32_t *)b->call.lens + n);
@@ -420,10 +483,18 @@ static void start(struct resp_conn *c, struct resp_call_box *b, const struct res
         bytes += a->argl[i];
     b->slot->charge = bytes;
     c->pending += bytes;
-    flight_add(b, b->call.filter, kind);
     c->inflight++;
     s->calls++;
+    b->in_start = true;
     s->be.bf(s->be.arg, &b->call);
+    b->in_start = false;
+    if (b->finished) {
+        box_free(s, b);   /* answered already: nothing to wait for */
+        return;
+    }
+    /* Still in flight: later commands of the connection on its filter may
+     * have to wait for it (an offloaded call holds them all back). */
+    flight_add(b, b->call.filter, b->work ? FK_CATALOG : kind);
 }
 
 static void create_defaults(struct resp_conn *c, struct resp_bf_create *cr)

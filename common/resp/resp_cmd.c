@@ -371,11 +371,19 @@ static size_t command_total(void)
     return resp_commands_count + resp_bf_commands_count;
 }
 
+/* Looked up for every command: the BF.* table first (what clients send
+ * most), the first letter before the rest.  Names are lower case ASCII
+ * starting with a letter.  strncasecmp stops at the name's end, so
+ * cmd->name[len] is only read when the name is at least len long. */
 const struct resp_command *resp__lookup(const char *name, size_t len)
 {
-    for (size_t i = 0; i < command_total(); i++) {
-        const struct resp_command *cmd = command_at(i);
-        if (resp_arg_is(name, len, cmd->name))
+    size_t n = command_total();
+    if (len == 0)
+        return NULL;
+    for (size_t k = 0; k < n; k++) {
+        const struct resp_command *cmd = command_at((k + resp_commands_count) % n);
+        if ((name[0] | 0x20) == cmd->name[0] && strncasecmp(name, cmd->name, len) == 0 &&
+            cmd->name[len] == 0)
             return cmd;
     }
     return NULL;

@@ -95,9 +95,17 @@ struct resp_call_box {
     void (*work)(struct resp_call *c);
     uv_work_t wreq;
     atomic_int work_state;       /* 0, 1 in the pool, 2 done there */
-    struct resp_call_box *qnext; /* the done queue */
+    struct resp_call_box *qnext; /* the done queue; the box cache */
     void *keep;                  /* kept keys */
+    bool small;                  /* room for RESP_BOX_KEYS keys: cached */
+    bool in_start;               /* bf() has not returned yet */
+    bool finished;               /* ... and it finished the call */
 };
+
+/* Boxes of calls of up to this many keys are kept for reuse (loop thread),
+ * at most RESP_BOX_CACHE of them. */
+#define RESP_BOX_KEYS 8
+#define RESP_BOX_CACHE 1024
 
 #define RESP_QUEUE_MAX 100000    /* commands in one MULTI */
 
@@ -159,6 +167,7 @@ struct resp_server {
     uv_tcp_t listener;
     uv_async_t wake;             /* done calls and stop */
     uv_timer_t idle;
+    uv_prepare_t pass;           /* be.pass_end, before every poll */
     pthread_t thread;
     bool started, running;
     atomic_bool stopping;
@@ -167,6 +176,8 @@ struct resp_server {
     atomic_uint nconns;
     uint64_t next_id;
     unsigned calls;              /* in flight, server-wide */
+    struct resp_call_box *box_cache; /* free small boxes (loop thread) */
+    unsigned nbox_cache;
     struct resp_conn *dirty;     /* connections with output to flush */
     /* calls finished on other threads */
     pthread_mutex_t qmu;
@@ -205,6 +216,9 @@ void resp__resume(struct resp_conn *c);
 void resp__conn_release(struct resp_conn *c);
 /* From any thread: queue a finished call for the loop. */
 void resp__call_post(struct resp_call_box *b);
+/* The same for the list head .. tail (linked by qnext), one wake. */
+void resp__call_post_list(struct resp_server *s, struct resp_call_box *head,
+                          struct resp_call_box *tail);
 /* The server's count of calls in flight changed (stop waits for 0). */
 void resp__calls_changed(struct resp_server *s);
 

@@ -11,6 +11,8 @@
  * pass: a pipeline of commands costs one write, tried at once with
  * uv_try_write (the rest waits for the socket).  Calls that finish on
  * other threads are queued under a mutex and the loop woken (uv_async).
+ * A backend with pass_end is called before every poll (uv_prepare), so
+ * that it can join the calls of a pass (every connection's) into one.
  */
 #include "resp_internal.h"
 
@@ -683,6 +685,20 @@ void resp__call_post(struct resp_call_box *b)
     uv_async_send(&s->wake);
 }
 
+void resp__call_post_list(struct resp_server *s, struct resp_call_box *head,
+                          struct resp_call_box *tail)
+{
+    tail->qnext = NULL;
+    pthread_mutex_lock(&s->qmu);
+    if (s->qtail)
+        s->qtail->qnext = head;
+    else
+        s->qhead = head;
+    s->qtail = tail;
+    pthread_mutex_unlock(&s->qmu);
+    uv_async_send(&s->wake);
+}
+
 static void on_idle(uv_timer_t *t)
 {
     struct resp_server *s = t->data;
@@ -709,8 +725,20 @@ static void stop_now(struct resp_server *s)
         while (s->conns)
             conn_close(s->conns);
     }
-    if (s->calls == 0 && !uv_is_closing((uv_handle_t *)&s->wake))
+    if (s->calls == 0 && !uv_is_closing((uv_handle_t *)&s->wake)) {
         uv_close((uv_handle_t *)&s->wake, NULL);
+        if (s->be.pass_end)
+            uv_close((uv_handle_t *)&s->pass, NULL);
+    }
+}
+
+/* Before the loop polls: the backend starts the calls it held back to
+ * join them; then what their failures answered is written. */
+static void on_pass_end(uv_prepare_t *p)
+{
+    struct resp_server *s = p->data;
+    s->be.pass_end(s->be.arg);
+    flush_dirty(s);
 }
 
 void resp__calls_changed(struct resp_server *s)
@@ -842,6 +870,11 @@ int resp_server_start(struct resp_server *s, char *err)
     atomic_store(&s->port, port);
     uv_async_init(&s->loop, &s->wake, on_wake);
     s->wake.data = s;
+    if (s->be.pass_end) {
+        uv_prepare_init(&s->loop, &s->pass);
+        s->pass.data = s;
+        uv_prepare_start(&s->pass, on_pass_end);
+    }
     if (s->cfg.idle_ms) {
         uint64_t every = s->cfg.idle_ms / 4;
         if (every > 1000)
@@ -888,6 +921,11 @@ void resp_server_destroy(struct resp_server *s)
     if (!s)
         return;
     resp_server_stop(s);
+    while (s->box_cache) {
+        struct resp_call_box *b = s->box_cache;
+        s->box_cache = b->qnext;
+        free(b);
+    }
     SSL_CTX_free(s->ssl_ctx);
     free(s->argv);
     free(s->argl);

@@ -149,6 +149,11 @@ void resp_call_fail(struct resp_call *c, int code, const char *fmt, ...)
 /* The call is finished (results or failure set): any thread, exactly once.
  * The library takes c back; nothing of it may be used afterwards. */
 void resp_call_done(struct resp_call *c);
+/* resp_call_done of n calls of one server at once (any thread): from
+ * another thread than the loop's, they are handed over under one lock and
+ * with one wake of the loop, which answers them in one pass.  v itself may
+ * be freed on return. */
+void resp_calls_done(struct resp_call *const *v, size_t n);
 /* From bf(), on the loop thread: copy keys and lens so that they stay
  * valid until resp_call_done (an answer that comes after bf() returns and
  * still needs the keys).  0 or -ENOMEM. */
@@ -183,6 +188,14 @@ struct resp_backend {
     /* A read waits for the connection's earlier writes to its filter (a
      * router, whose writes are acknowledged by copies a read may not ask). */
     bool reads_wait_writes;
+    /* The end of a loop pass (NULL: none): called on the loop thread
+     * before the loop waits for I/O again, after the commands of every
+     * connection that had input were dispatched.  A backend that holds
+     * calls back to join them (the node: the adds of one pass to a filter
+     * as one write) starts them here; it must not leave any held when it
+     * returns (a call started from here, e.g. by a connection it resumes,
+     * included), since the loop may then sleep. */
+    void (*pass_end)(void *arg);
 };
 
 struct resp_server_config {

@@ -125,7 +125,7 @@ def main():
     ndata = os.path.join(TMP, "node-data")
     node, naddr, nm = start("node", [ndata], [
         os.path.join(BUILD, "node", "bloomgrid-node"), "--data-dir", ndata + "/node",
-        "--snapshot-interval", "1"])
+        "--snapshot-interval", "1", "--checkpoint-log-percent", "1"])
     if not node:
         return
     for _ in range(400):
@@ -141,10 +141,13 @@ def main():
         return
     bg("--server", raddr, "create", "users", "-n", "10000", "-p", "0.01", "--shards", "2")
     bg("--server", raddr, "add", "users", "alice", "bob")
+    # Enough records for a checkpoint to be due: a page's worth per shard.
+    bg("--server", raddr, "add", "users", *["user-%d" % i for i in range(1000)])
     r = bg("--server", raddr, "check", "users", "alice", "carol", expect=1)
     if r.stdout != "maybe\talice\nno\tcarol\n":
         fail("check through the router: %r" % r.stdout)
-    # Checkpoints (every second here) land in the data directory.
+    # Checkpoints (due here once a shard's records pass a page: 1 % of
+    # its bits is less) land in the data directory.
     ck = None
     for _ in range(100):
         ck = metric(nm, "bloomgrid_checkpoint_bytes_total")

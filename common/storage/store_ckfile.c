@@ -17,6 +17,7 @@
  *   4088 u64 XXH64 of bytes 0..4087.
  */
 #include "store_ckfile.h"
+#include "wal_format.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,45 +68,15 @@ void store__ckpt_step_at(int type, int step)
         store__ckpt_step(type, step);
 }
 
-/* ---- little-endian ---- */
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* Seal a page: XXH64 of its first 4088 bytes in its last 8. */
 static void seal(uint8_t *p)
 {
-    put64(p + PAGE - 8, XXH64(p, PAGE - 8, 0));
+    wal__put64(p + PAGE - 8, XXH64(p, PAGE - 8, 0));
 }
 
 static bool sealed(const uint8_t *p)
 {
-    return get64(p + PAGE - 8) == XXH64(p, PAGE - 8, 0);
+    return wal__get64(p + PAGE - 8) == XXH64(p, PAGE - 8, 0);
 }
 
 static void dir_of(const char *path, char *dir, size_t len)
@@ -253,8 +224,8 @@ static int group_flush(struct store_ckw *w, char *err)
 
     if (!w->ngrp)
         return 0;
-    put32(d + PAGE - 16, w->ngrp);
-    put32(d + PAGE - 12, w->group);
+    wal__put32(d + PAGE - 16, w->ngrp);
+    wal__put32(d + PAGE - 12, w->group);
     seal(d);
     XXH64_update(w->chain, d, PAGE);
     if ((rc = write_all(w->fd, d, len, (off_t)w->off)) < 0) {
@@ -280,9 +251,9 @@ static int slot_commit(struct store_ckw *w, uint32_t layer, uint32_t index,
 {
     uint8_t *e = w->grp + (size_t)w->ngrp * 16;
 
-    put32(e, layer);
-    put32(e + 4, index);
-    put64(e + 8, XXH64(slot(w), PAGE, 0));
+    wal__put32(e, layer);
+    wal__put32(e + 4, index);
+    wal__put64(e + 8, XXH64(slot(w), PAGE, 0));
     w->ngrp++;
     w->pages++;
     return w->ngrp == STORE_CKF_GROUP ? group_flush(w, err) : 0;
@@ -357,15 +328,15 @@ int store__ckw_finish(struct store_ckw *w, const uint8_t *meta, size_t mlen,
     }
     memset(h, 0, sizeof h);
     memcpy(h, page_magic, 8);
-    put32(h + 8, VERSION);
-    put32(h + 12, (uint32_t)w->type);
-    put64(h + 16, w->name.id);
-    put64(h + 24, w->name.from);
-    put64(h + 32, w->name.seq);
-    put64(h + 40, w->pages);
-    put64(h + 48, w->stream);
-    put64(h + 56, XXH64_digest(w->chain));
-    put32(h + 64, (uint32_t)mlen);
+    wal__put32(h + 8, VERSION);
+    wal__put32(h + 12, (uint32_t)w->type);
+    wal__put64(h + 16, w->name.id);
+    wal__put64(h + 24, w->name.from);
+    wal__put64(h + 32, w->name.seq);
+    wal__put64(h + 40, w->pages);
+    wal__put64(h + 48, w->stream);
+    wal__put64(h + 56, XXH64_digest(w->chain));
+    wal__put32(h + 64, (uint32_t)mlen);
     memcpy(h + 72, meta, mlen);
     seal(h);
     if ((rc = write_all(w->fd, h, PAGE, 0)) < 0) {
@@ -488,19 +459,19 @@ int store__ckr_open(struct store_ckr **out, const char *path,
                     "zeroed or foreign page)");
         goto fail;
     }
-    if (get32(h + 8) != VERSION) {
+    if (wal__get32(h + 8) != VERSION) {
         errmsg_set(why, "checkpoint file %s has format version %u; this build "
-                   "reads version %u", path, get32(h + 8), VERSION);
+                   "reads version %u", path, wal__get32(h + 8), VERSION);
         rc = -EPROTONOSUPPORT;
         goto fail;
     }
-    r->pages = get64(h + 40);
-    r->stream = get64(h + 48);
-    r->chain_want = get64(h + 56);
+    r->pages = wal__get64(h + 40);
+    r->stream = wal__get64(h + 48);
+    r->chain_want = wal__get64(h + 56);
     uint64_t groups = (r->pages + STORE_CKF_GROUP - 1) / STORE_CKF_GROUP;
-    if (get32(h + 12) != (uint32_t)type || get64(h + 16) != n->id ||
-        get64(h + 24) != n->from || get64(h + 32) != n->seq ||
-        get32(h + 64) > PAGE - 80 || get32(h + 68) != 0 ||
+    if (wal__get32(h + 12) != (uint32_t)type || wal__get64(h + 16) != n->id ||
+        wal__get64(h + 24) != n->from || wal__get64(h + 32) != n->seq ||
+        wal__get32(h + 64) > PAGE - 80 || wal__get32(h + 68) != 0 ||
         (type == STORE_CKF_RECORDS ? r->stream > r->pages * PAGE
                                    : r->stream != 0)) {
         rc = refuse(why, path, "its header does not match its name or type");
@@ -521,7 +492,7 @@ fail:
 
 const uint8_t *store__ckr_meta(struct store_ckr *r, size_t *len)
 {
-    *len = get32(r->hdr + 64);
+    *len = wal__get32(r->hdr + 64);
     return r->hdr + 72;
 }
 
@@ -538,10 +509,10 @@ static int group_read(struct store_ckr *r, char *why)
 
     if ((rc = read_all(r->fd, r->grp, PAGE, (off_t)r->off)) < 0)
         goto ioerr;
-    uint32_t n = get32(r->grp + PAGE - 16);
+    uint32_t n = wal__get32(r->grp + PAGE - 16);
     if (!sealed(r->grp) || n == 0 || n > STORE_CKF_GROUP || n > left ||
         (n < STORE_CKF_GROUP && n != left) ||
-        get32(r->grp + PAGE - 12) != r->group)
+        wal__get32(r->grp + PAGE - 12) != r->group)
         return refuse(why, r->path, "directory page %u (offset %" PRIu64 ") "
                       "fails its checksum or is out of place (a torn, zeroed "
                       "or foreign page)", r->group, r->off);
@@ -579,12 +550,12 @@ int store__ckr_next(struct store_ckr *r, uint32_t *layer, uint32_t *index,
     }
     const uint8_t *e = r->grp + (size_t)r->pos * 16;
     const uint8_t *d = r->grp + (size_t)(1 + r->pos) * PAGE;
-    if (XXH64(d, PAGE, 0) != get64(e + 8))
+    if (XXH64(d, PAGE, 0) != wal__get64(e + 8))
         return refuse(why, r->path, "data page %" PRIu64 " (layer %u, page %u) "
                       "fails its checksum (a torn or zeroed page)",
-                      r->read - r->ngrp + r->pos, get32(e), get32(e + 4));
-    *layer = get32(e);
-    *index = get32(e + 4);
+                      r->read - r->ngrp + r->pos, wal__get32(e), wal__get32(e + 4));
+    *layer = wal__get32(e);
+    *index = wal__get32(e + 4);
     *data = d;
     r->pos++;
     return 1;
@@ -617,17 +588,17 @@ int store__manifest_write(const char *dir, const struct store_manifest *m,
 
     memset(p, 0, sizeof p);
     memcpy(p, man_magic, 8);
-    put32(p + 8, VERSION);
-    put32(p + 12, m->n);
-    put64(p + 16, m->id);
-    put64(p + 24, m->seq);
+    wal__put32(p + 8, VERSION);
+    wal__put32(p + 12, m->n);
+    wal__put64(p + 16, m->id);
+    wal__put64(p + 24, m->seq);
     for (uint32_t i = 0; i < m->n; i++) {
         uint8_t *e = p + 64 + (size_t)i * 40;
-        put32(e, m->e[i].type);
-        put64(e + 8, m->e[i].from);
-        put64(e + 16, m->e[i].to);
-        put64(e + 24, m->e[i].lsn);
-        put64(e + 32, m->e[i].bytes);
+        wal__put32(e, m->e[i].type);
+        wal__put64(e + 8, m->e[i].from);
+        wal__put64(e + 16, m->e[i].to);
+        wal__put64(e + 24, m->e[i].lsn);
+        wal__put64(e + 32, m->e[i].bytes);
     }
     seal(p);
     store__fname_path(path, sizeof path, dir, &n);
@@ -672,31 +643,31 @@ int store__manifest_read(const char *path, const struct store_fname *n,
                    "torn, zeroed or foreign page)", path);
         return -EBADMSG;
     }
-    if (get32(p + 8) != VERSION) {
+    if (wal__get32(p + 8) != VERSION) {
         errmsg_set(why, "manifest %s has format version %u; this build reads "
-                   "version %u", path, get32(p + 8), VERSION);
+                   "version %u", path, wal__get32(p + 8), VERSION);
         return -EPROTONOSUPPORT;
     }
     memset(m, 0, sizeof *m);
-    m->n = get32(p + 12);
-    m->id = get64(p + 16);
-    m->seq = get64(p + 24);
+    m->n = wal__get32(p + 12);
+    m->id = wal__get64(p + 16);
+    m->seq = wal__get64(p + 24);
     bool ok = m->n >= 1 && m->n <= STORE_MANIFEST_MAX && m->id == n->id &&
               m->seq == n->seq;
     for (uint32_t i = 0; ok && i < m->n; i++) {
         const uint8_t *e = p + 64 + (size_t)i * 40;
         struct store_manifest_ent *x = &m->e[i];
-        x->type = get32(e);
-        x->from = get64(e + 8);
-        x->to = get64(e + 16);
-        x->lsn = get64(e + 24);
-        x->bytes = get64(e + 32);
+        x->type = wal__get32(e);
+        x->from = wal__get64(e + 8);
+        x->to = wal__get64(e + 16);
+        x->lsn = wal__get64(e + 24);
+        x->bytes = wal__get64(e + 32);
         if (i == 0)
             ok = x->type == STORE_CKF_BASE && x->from == 0;
         else
             ok = (x->type == STORE_CKF_PAGES || x->type == STORE_CKF_RECORDS) &&
                  x->from == m->e[i - 1].to && x->to > x->from;
-        ok = ok && get32(e + 4) == 0;
+        ok = ok && wal__get32(e + 4) == 0;
     }
     if (ok && m->e[m->n - 1].to != m->seq)
         ok = false;

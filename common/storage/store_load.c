@@ -393,9 +393,23 @@ struct lost {
     char where[STORE_ERRLEN];
 };
 
+/* Hashes of consecutive add records of one filter gathered for one
+ * bf_add_hashes_sweep (a blocked filter's adds in block order, about twice
+ * as fast as in arrival order on a 1 GB filter): room for one hash per
+ * 512 bytes of the first filter that gathers (with as much scratch, 1/16
+ * of its bits), at least REPLAY_SWEEP_MIN and at most REPLAY_SWEEP_MAX
+ * (64 MiB with the scratch). */
+#define REPLAY_SWEEP_MIN (1u << 12)
+#define REPLAY_SWEEP_MAX (1u << 21)
+
 struct replay {
     struct replay_ent *v;        /* sorted by id */
     size_t n;
+    struct bf_hash *sweep;       /* 2 * capsweep hashes, or NULL */
+    size_t nsweep, capsweep;
+    struct replay_ent *sweep_e;  /* whose hashes sweep holds */
+    uint64_t sweep_seq;          /* the seq of the last record in it */
+    bool sweep_off;              /* no memory for it: add in order */
     struct lost *lost;
     size_t nlost, caplost;
 };
@@ -434,6 +448,58 @@ static void ent_lose(struct replay_ent *e, const char *why)
     }
 }
 
+/* Apply the gathered hashes.  Their pages are stamped with the seq of the
+ * last record among them: at or past each one's, so still after the
+ * checkpoint they are replayed onto, and in its next delta. */
+static void sweep_flush(struct replay *r)
+{
+    if (r->nsweep) {
+        bf_set_stamp(r->sweep_e->f, r->sweep_seq);
+        bf_add_hashes_sweep(r->sweep_e->f, r->sweep, r->nsweep,
+                            r->sweep + r->capsweep);
+    }
+    r->nsweep = 0;
+    r->sweep_e = NULL;
+}
+
+/* Apply rec to e's filter.  Adds to a blocked filter are gathered (the
+ * order of adds does not change the bits), anything else first applies
+ * what was gathered, so each filter's records still take effect in
+ * order. */
+static int ent_apply(struct replay *r, struct replay_ent *e,
+                     const struct wal_record *rec)
+{
+    size_t k = rec->len / sizeof(struct bf_hash);
+
+    if (rec->type == WAL_REC_ADD && rec->len % sizeof(struct bf_hash) == 0 &&
+        bf_kind(e->f) == BF_KIND_BLOCKED && !r->sweep_off) {
+        if (!r->sweep) {
+            uint64_t cap = bf_bytes(e->f) / 512;
+            cap = cap < REPLAY_SWEEP_MIN ? REPLAY_SWEEP_MIN
+                  : cap > REPLAY_SWEEP_MAX ? REPLAY_SWEEP_MAX : cap;
+            if (!(r->sweep = malloc(2 * cap * sizeof(struct bf_hash)))) {
+                r->sweep_off = true;
+                goto direct;
+            }
+            r->capsweep = (size_t)cap;
+        }
+        if (k > r->capsweep)
+            goto direct;
+        if (r->sweep_e != e || r->nsweep + k > r->capsweep)
+            sweep_flush(r);
+        /* Copied out: records are not aligned for struct access. */
+        memcpy(r->sweep + r->nsweep, rec->payload, rec->len);
+        r->nsweep += k;
+        r->sweep_e = e;
+        r->sweep_seq = rec->seq;
+        return 0;
+    }
+direct:
+    sweep_flush(r);
+    return store__replay_apply(e->f, rec->seq, rec->type, rec->payload,
+                               rec->len);
+}
+
 static int on_record(void *ctx, const struct wal_record *rec)
 {
     struct replay *r = ctx;
@@ -463,8 +529,7 @@ static int on_record(void *ctx, const struct wal_record *rec)
         if (e->rc)
             return 0;
     }
-    if ((rc = store__replay_apply(e->f, rec->seq, rec->type, rec->payload,
-                                  rec->len)) < 0) {
+    if ((rc = ent_apply(r, e, rec)) < 0) {
         store__strfmt(why, sizeof(why), "record %" PRIu64 " at LSN %" PRIu64
                       " of the write-ahead log cannot be applied: %s",
                       rec->seq, rec->lsn, strerror(-rc));
@@ -522,6 +587,9 @@ static const struct wal_scan_ops replay_ops = {on_record, on_damage};
 /* Apply the rule for lost LSNs once the scan is over (see the top). */
 static void replay_finish(struct replay *r)
 {
+    sweep_flush(r);
+    free(r->sweep);
+    r->sweep = NULL;
     for (size_t i = 0; i < r->n; i++) {
         struct replay_ent *e = &r->v[i];
         for (size_t k = 0; k < r->nlost && !e->rc && !e->lost; k++) {
@@ -539,6 +607,7 @@ static void replay_finish(struct replay *r)
 
 static void replay_free(struct replay *r)
 {
+    free(r->sweep);
     for (size_t i = 0; i < r->n; i++)
         bf_destroy(r->v[i].f);
     free(r->v);

@@ -15,7 +15,8 @@
 #   quiet   nothing at all for --seconds (default 60) after the creation
 # --exports N: N Exports of the filter at once, half way through (RSS).
 # --restart: at the end, kill -9 the node and time its restart until it
-#   answers (the page cache is warm: the files were just written).
+#   answers (the page cache is warm: the files were just written), with
+#   the node's CPU seconds to then and the load average.
 #
 # Prints one line per second (log bytes, checkpoint bytes, bytes the node
 # wrote as /proc/PID/io write_bytes counts them, RSS) and a summary:
@@ -191,5 +192,8 @@ if [ $RESTART = 1 ]; then
     sleep 0.01
   done
   t1=$(date +%s.%N)
-  awk -v a="$t0" -v b="$t1" -v l="$LOGB" 'BEGIN { printf "RESTART seconds=%.2f log_bytes_at_kill=%d (kill -9, page cache warm: the log was just written)\n", b - a, l }'
+  # The node's CPU time to then (user + system), steadier than the wall
+  # time on a shared machine; and the load average.
+  CPUT=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$PID/stat")
+  awk -v a="$t0" -v b="$t1" -v l="$LOGB" -v c="$CPUT" -v la="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN { printf "RESTART seconds=%.2f node_cpu_seconds=%s log_bytes_at_kill=%d load=%s (kill -9, page cache warm: the log was just written)\n", b - a, c, l, la }'
 fi

@@ -202,6 +202,17 @@ bool bf_may_contain_hash(const struct bf *f, struct bf_hash h);
 /* Batched operations; they prefetch ahead.  out may be NULL for adds.
  * keys[i] has lens[i] bytes. */
 void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out);
+
+/* bf_add_hashes for a long batch whose order does not matter to the caller
+ * (recovery replaying the log): the blocked kind sorts h (in place, stably,
+ * by the top 16 bits of each key's block) so that the adds walk
+ * the bits front to back instead of missing the TLB on nearly every key;
+ * the bits set and the count of keys added are those of bf_add_hashes in
+ * the original order (keys of one block keep their order).  Other kinds
+ * add in order.  tmp holds n hashes (scratch, the caller's).  Same threads
+ * as bf_add_hashes. */
+void bf_add_hashes_sweep(struct bf *f, struct bf_hash *h, size_t n,
+                         struct bf_hash *tmp);
 void bf_may_contain_hashes(const struct bf *f, const struct bf_hash *h, size_t n,
                            bool *out);
 void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens,

@@ -660,6 +660,41 @@ void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out)
     count_adds(f, add_hashes_loop(f, h, n, out, add_hash), n);
 }
 
+/* One stable counting-sort pass of h into out by the byte at shift of the
+ * hash's block (of nb). */
+static void sweep_pass(const struct bf_hash *h, struct bf_hash *out, size_t n,
+                       uint64_t nb, unsigned shift)
+{
+    size_t pos[256] = {0};
+
+    for (size_t i = 0; i < n; i++)
+        pos[(fastrange64(h[i].h1, nb) >> shift) & 0xff]++;
+    for (size_t b = 0, sum = 0; b < 256; b++) {
+        size_t c = pos[b];
+        pos[b] = sum;
+        sum += c;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[pos[(fastrange64(h[i].h1, nb) >> shift) & 0xff]++] = h[i];
+}
+
+void bf_add_hashes_sweep(struct bf *f, struct bf_hash *h, size_t n,
+                         struct bf_hash *tmp)
+{
+    /* Sorted by the top 16 bits of the block index (two passes, low byte
+     * first): the blocks in order to 1/65536 of the body, and the keys of
+     * any one block in their order, which is all that decides what each
+     * add sets and returns. */
+    if (f->kind == BF_KIND_BLOCKED && n >= 4096) {
+        uint64_t nb = f->layers[0].nblocks;
+        unsigned bits = 64 - (unsigned)__builtin_clzll(nb | 1);
+        unsigned shift = bits > 16 ? bits - 16 : 0;
+        sweep_pass(h, tmp, n, nb, shift);
+        sweep_pass(tmp, h, n, nb, shift + 8);
+    }
+    bf_add_hashes(f, h, n, NULL);
+}
+
 void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens, size_t n,
                  bool *out)
 {

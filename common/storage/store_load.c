@@ -144,6 +144,81 @@ static int apply_page(struct bf *f, uint32_t layer, uint32_t index,
     return 0;
 }
 
+/* Hashes of consecutive add records of one filter gathered for one
+ * bf_add_hashes_sweep (a blocked filter's adds in block order, about twice
+ * as fast as in arrival order on a 1 GB filter): room for one hash per
+ * 512 bytes of the first filter that gathers (with as much scratch, 1/16
+ * of its bits), at least REPLAY_SWEEP_MIN and at most REPLAY_SWEEP_MAX
+ * (64 MiB with the scratch). */
+#define REPLAY_SWEEP_MIN (1u << 12)
+#define REPLAY_SWEEP_MAX (1u << 21)
+
+struct sweep {
+    struct bf_hash *v;           /* 2 * cap hashes, or NULL */
+    size_t n, cap;
+    struct bf *f;                /* whose hashes v holds */
+    uint64_t seq;                /* the seq of the last record in it */
+    bool off;                    /* no memory for it: add in order */
+};
+
+/* Apply the gathered hashes.  Their pages are stamped with the seq of the
+ * last record among them: at or past each one's, so still after the
+ * checkpoint they are replayed onto, and in its next delta. */
+static void sweep_flush(struct sweep *sw)
+{
+    if (sw->n) {
+        bf_set_stamp(sw->f, sw->seq);
+        bf_add_hashes_sweep(sw->f, sw->v, sw->n, sw->v + sw->cap);
+    }
+    sw->n = 0;
+    sw->f = NULL;
+}
+
+/* Apply what was gathered and let go of the memory. */
+static void sweep_end(struct sweep *sw)
+{
+    sweep_flush(sw);
+    free(sw->v);
+    sw->v = NULL;
+}
+
+/* Apply record seq (type, payload, len) to f, as store__replay_apply.
+ * Adds to a blocked filter are gathered (the order of adds does not change
+ * the bits); anything else first applies what was gathered, so each
+ * filter's records still take effect in order. */
+static int sweep_apply(struct sweep *sw, struct bf *f, uint64_t seq,
+                       uint32_t type, const void *payload, uint64_t len)
+{
+    uint64_t k = len / sizeof(struct bf_hash);
+
+    if (type == WAL_REC_ADD && len % sizeof(struct bf_hash) == 0 &&
+        bf_kind(f) == BF_KIND_BLOCKED && !sw->off) {
+        if (!sw->v) {
+            uint64_t cap = bf_bytes(f) / 512;
+            cap = cap < REPLAY_SWEEP_MIN ? REPLAY_SWEEP_MIN
+                  : cap > REPLAY_SWEEP_MAX ? REPLAY_SWEEP_MAX : cap;
+            if (!(sw->v = malloc(2 * cap * sizeof(struct bf_hash)))) {
+                sw->off = true;
+                goto direct;
+            }
+            sw->cap = (size_t)cap;
+        }
+        if (k > sw->cap)
+            goto direct;
+        if (sw->f != f || sw->n + k > sw->cap)
+            sweep_flush(sw);
+        /* Copied out: records are not aligned for struct access. */
+        memcpy(sw->v + sw->n, payload, (size_t)len);
+        sw->n += (size_t)k;
+        sw->f = f;
+        sw->seq = seq;
+        return 0;
+    }
+direct:
+    sweep_flush(sw);
+    return store__replay_apply(f, seq, type, payload, len);
+}
+
 /* Records of a records delta, reassembled from its stream pages. */
 struct rec_stream {
     uint8_t hdr[24];
@@ -152,6 +227,7 @@ struct rec_stream {
     uint64_t len, have;
     uint64_t type, seq, expect, last;
     uint64_t left;               /* stream bytes still to come */
+    struct sweep sw;             /* the adds gathered, when applied */
 };
 
 static uint64_t le64(const uint8_t *p)
@@ -205,8 +281,8 @@ static int stream_feed(struct rec_stream *rs, struct bf *f, const uint8_t *p,
         p += k;
         n -= k;
         if (rs->have == rs->len) {
-            if (f && store__replay_apply(f, rs->seq, (uint32_t)rs->type,
-                                         rs->payload, rs->len) < 0)
+            if (f && sweep_apply(&rs->sw, f, rs->seq, (uint32_t)rs->type,
+                                 rs->payload, rs->len) < 0)
                 goto bad;
             rs->expect++;
             rs->hlen = 0;
@@ -307,6 +383,7 @@ static int entry_apply(const char *dir, const struct store_manifest *m,
         rc = -EBADMSG;
     }
 out:
+    sweep_end(&rs.sw);   /* what was read before any damage, as in order */
     free(rs.payload);
     bf_destroy(g);
     store__ckr_close(r);
@@ -396,6 +473,7 @@ struct lost {
 struct replay {
     struct replay_ent *v;        /* sorted by id */
     size_t n;
+    struct sweep sw;
     struct lost *lost;
     size_t nlost, caplost;
 };
@@ -463,8 +541,8 @@ static int on_record(void *ctx, const struct wal_record *rec)
         if (e->rc)
             return 0;
     }
-    if ((rc = store__replay_apply(e->f, rec->seq, rec->type, rec->payload,
-                                  rec->len)) < 0) {
+    if ((rc = sweep_apply(&r->sw, e->f, rec->seq, rec->type, rec->payload,
+                          rec->len)) < 0) {
         store__strfmt(why, sizeof(why), "record %" PRIu64 " at LSN %" PRIu64
                       " of the write-ahead log cannot be applied: %s",
                       rec->seq, rec->lsn, strerror(-rc));
@@ -522,6 +600,7 @@ static const struct wal_scan_ops replay_ops = {on_record, on_damage};
 /* Apply the rule for lost LSNs once the scan is over (see the top). */
 static void replay_finish(struct replay *r)
 {
+    sweep_end(&r->sw);
     for (size_t i = 0; i < r->n; i++) {
         struct replay_ent *e = &r->v[i];
         for (size_t k = 0; k < r->nlost && !e->rc && !e->lost; k++) {
@@ -539,6 +618,7 @@ static void replay_finish(struct replay *r)
 
 static void replay_free(struct replay *r)
 {
+    free(r->sw.v);
     for (size_t i = 0; i < r->n; i++)
         bf_destroy(r->v[i].f);
     free(r->v);

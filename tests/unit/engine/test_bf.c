@@ -982,6 +982,58 @@ START_TEST(sampled_stats_track_the_scan)
 }
 END_TEST
 
+/* bf_add_hashes_sweep sets the bits bf_add_hashes sets and counts the same
+ * keys added (the keys of one block keep their order), past capacity where
+ * the order of keys decides which of them were new, for every kind; the
+ * blocked kind's hashes come back in block order. */
+START_TEST(sweep_adds_match_ordered_adds)
+{
+    static const enum bf_kind kinds[] = {BF_KIND_BLOCKED, BF_KIND_CLASSIC,
+                                         BF_KIND_COUNTING, BF_KIND_SCALABLE};
+    enum { N = 60000 };
+    static struct bf_hash hs[N], sw[N], tmp[N];
+
+    for (size_t k = 0; k < 4; k++) {
+        struct bf *a = make(kinds[k], 20000, 0.05, fixed_secret);
+        struct bf *b = make(kinds[k], 20000, 0.05, fixed_secret);
+        for (uint64_t i = 0; i < N; i++) {
+            uint64_t key = i % 45000;   /* re-adds, too */
+            hs[i] = bf_hash_key(a, &key, sizeof(key));
+        }
+        memcpy(sw, hs, sizeof(hs));
+        bf_add_hashes(a, hs, N, NULL);
+        bf_add_hashes_sweep(b, sw, N, tmp);
+        ck_assert_uint_eq(bf_layer_count(a), bf_layer_count(b));
+        for (uint32_t l = 0; l < bf_layer_count(a); l++) {
+            struct bf_layer_info li;
+            ck_assert_int_eq(bf_layer_info(a, l, &li), 0);
+            ck_assert_msg(memcmp(bf_layer_body_const(a, l), bf_layer_body_const(b, l),
+                                 li.body_bytes) == 0,
+                          "%s: layer %u differs", bf_kind_name(kinds[k]), l);
+        }
+        ck_assert_msg(bf_keys_added(a) == bf_keys_added(b), "%s: %llu keys added in order, "
+                      "%llu swept", bf_kind_name(kinds[k]),
+                      (unsigned long long)bf_keys_added(a),
+                      (unsigned long long)bf_keys_added(b));
+        ck_assert_uint_eq(bf_insert_count(a), bf_insert_count(b));
+        if (kinds[k] == BF_KIND_BLOCKED) {
+            struct bf_layer_info li;
+            ck_assert_int_eq(bf_layer_info(b, 0, &li), 0);
+            uint64_t nb = li.m / BF_BLOCK_BITS, prev = 0;
+            for (size_t i = 0; i < N; i++) {
+                uint64_t blk = (uint64_t)(((unsigned __int128)sw[i].h1 * nb) >> 64);
+                ck_assert_msg(blk >= prev || (prev - blk) * 65536 < nb,
+                              "hash %zu: block %llu after block %llu", i,
+                              (unsigned long long)blk, (unsigned long long)prev);
+                prev = blk > prev ? blk : prev;
+            }
+        }
+        bf_destroy(a);
+        bf_destroy(b);
+    }
+}
+END_TEST
+
 Suite *bf_suite(void)
 {
     Suite *s = suite_create("bf");
@@ -993,6 +1045,7 @@ Suite *bf_suite(void)
     tcase_add_test(tc, placement_known_answers);
     tcase_add_test(tc, vector_probes_match_scalar);
     tcase_add_test(tc, vector_adds_match_scalar);
+    tcase_add_test(tc, sweep_adds_match_ordered_adds);
     tcase_add_test(tc, single_query_every_key_length);
     tcase_add_test(tc, add_reports_new_keys);
     tcase_add_test(tc, batched_forms_match_single);

@@ -301,9 +301,17 @@ static void test_new_group(void)
     CHECK(never_no(&c, k, "a new group"), "reads refused in a new group");
     for (int i = 0; i < 3; i++)
         CHECK(ready_shards(&c, i) == S, "copy %d: shards not READY", i);
+    /* A node's health follows its filters' states every 200 ms, and a
+     * shard being created reads as not ready until its files are in
+     * place: the status settles within a few of those ticks. */
     const char *status[] = {"status", "--topology", c.topo, NULL};
-    CHECK(cli(status) == 0 && line_with(out_path, "3 of 3 copies serving", ""),
-          "status of a new group");
+    bool settled = false;
+    for (int t = 0; t < 50 && !settled; t++) {
+        settled = cli(status) == 0 && line_with(out_path, "3 of 3 copies serving", "");
+        if (!settled)
+            usleep(100 * 1000);
+    }
+    CHECK(settled, "status of a new group");
     printf("created, written and read through the router\n");
 
     /* A copy that lacks a shard its group holds (created on the two others

@@ -24,6 +24,7 @@
 #include "store_internal.h"
 #include "wal.h"
 #include "unit_tmpdir.h"
+#include "unit_hashes.h"
 #include "unit_wal.h"
 
 static char tdir[4096];
@@ -39,23 +40,10 @@ static void teardown(void)
     unit_tmpdir_remove(tdir);
 }
 
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static struct bf_hash hash_of(uint64_t i)
-{
-    return (struct bf_hash){mix(i), mix(i ^ 0x5555555555555555ull)};
-}
-
 static void hashes(uint64_t base, size_t n, struct bf_hash *out)
 {
     for (size_t i = 0; i < n; i++)
-        out[i] = hash_of(base + i);
+        out[i] = unit_hash_of(base + i);
 }
 
 static struct store *open_store(int durability, unsigned interval_ms,
@@ -231,7 +219,7 @@ START_TEST(create_list_drop_and_reopen)
     ck_assert_ptr_null(store_get(s, "beta"));
     /* The held handle sees the drop and refuses work. */
     ck_assert_int_eq(store_filter_state(held, NULL), STORE_DROPPED);
-    struct bf_hash h = hash_of(1);
+    struct bf_hash h = unit_hash_of(1);
     ck_assert_int_eq(store_add_hashes(held, &h, 1, NULL, err), -ENOENT);
     store_put(held);
     /* The name can be used again at once. */
@@ -437,7 +425,7 @@ START_TEST(drop_leaves_a_tombstone)
     ck_assert_int_eq(store_create(s, "t", &p, err), 0);
     sf = store_get(s, "t");
     ck_assert_uint_ne(store_secret_id(store_filter_bf(sf)), old_id);
-    struct bf_hash h = hash_of(9);
+    struct bf_hash h = unit_hash_of(9);
     ck_assert_int_eq(store_add_hashes(sf, &h, 1, NULL, err), 0);
     store_put(sf);
     store_close(s);
@@ -639,7 +627,7 @@ START_TEST(corrupt_wal_middle_fails_only_that_filter)
     struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     struct store_filter *sf, *other;
     char wal[4096], why[STORE_ERRLEN], err[STORE_ERRLEN];
-    struct bf_hash h = hash_of(1);
+    struct bf_hash h = unit_hash_of(1);
     bool pr;
 
     create(s, "f", BF_KIND_BLOCKED, 100000);
@@ -924,7 +912,7 @@ static void same_as_anchors_only(const struct bf *f, void *ctx)
     p.secret = bf_secret(f);
     ck_assert_ptr_nonnull(want = bf_create(&p, err));
     for (uint64_t i = 0; i < ANCHORS; i++)
-        bf_add_hash(want, hash_of(i));
+        bf_add_hash(want, unit_hash_of(i));
     ck_assert_int_eq(bf_layer_info(f, 0, &li), 0);
     *(bool *)ctx = memcmp(bf_layer_body_const(f, 0),
                           bf_layer_body_const(want, 0), li.body_bytes) == 0;
@@ -1029,7 +1017,7 @@ START_TEST(import_mismatch_changes_nothing)
     ck_assert_ptr_nonnull(src = store_filter_copy(a));
     ck_assert_ptr_nonnull(other = bf_create_like(src, err));
     for (uint64_t i = 0; i < 100; i++)
-        bf_add_hash(other, hash_of(3000 + i));
+        bf_add_hash(other, unit_hash_of(3000 + i));
     ck_assert_int_eq(store_import(a, other, err), 0);
     ck_assert_uint_gt(store_filter_version(a), v);
     ck_assert_uint_eq(missing_range(a, 3000, 100), 0);
@@ -1057,7 +1045,7 @@ static void child_import(void *arg)
     (void)arg;
     src = bf_create_like(copy, err);
     for (uint64_t i = 0; i < 500; i++)
-        bf_add_hash(src, hash_of(7000 + i));
+        bf_add_hash(src, unit_hash_of(7000 + i));
     ck_assert_int_eq(store_import(sf, src, err), 0);
     bf_destroy(src);
     bf_destroy(copy);
@@ -1121,7 +1109,7 @@ START_TEST(export_writes_a_loadable_file)
     ck_assert_ptr_nonnull(f = bf_file_parse(m.p, m.len, err));
     ck_assert_ptr_null(bf_mismatch(f, store_filter_bf(sf)));
     for (uint64_t i = 0; i < 1000; i++)
-        ck_assert(bf_may_contain_hash(f, hash_of(i)));
+        ck_assert(bf_may_contain_hash(f, unit_hash_of(i)));
     bf_destroy(f);
     free(m.p);
     struct bf_stats st;
@@ -1153,7 +1141,7 @@ START_TEST(remove_is_counting_only_and_durable)
 {
     struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     struct store_filter *sf;
-    struct bf_hash h = hash_of(1);
+    struct bf_hash h = unit_hash_of(1);
     char err[STORE_ERRLEN];
 
     create(s, "b", BF_KIND_BLOCKED, 10000);
@@ -1228,7 +1216,7 @@ START_TEST(write_failed_filter_is_recovered_by_the_store)
     char err[STORE_ERRLEN];
     struct store *s = store_open(&o, err);
     struct store_filter *sf;
-    struct bf_hash h = hash_of(999999);
+    struct bf_hash h = unit_hash_of(999999);
     int i;
 
     ck_assert_ptr_nonnull(s);
@@ -1241,7 +1229,7 @@ START_TEST(write_failed_filter_is_recovered_by_the_store)
      * a retry has reloaded the filter meanwhile (reloading needs no
      * fsync of the log; the next write does). */
     usleep(200000);
-    struct bf_hash h2 = hash_of(999998);
+    struct bf_hash h2 = unit_hash_of(999998);
     ck_assert_int_lt(store_add_hashes(sf, &h2, 1, NULL, err), 0);
     wal__fdatasync = fdatasync;
     for (i = 0; i < 100 && store_filter_state(sf, NULL) != STORE_READY; i++)
@@ -1436,7 +1424,7 @@ START_TEST(failed_fsync_fails_only_the_filters_in_the_batch)
     struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, 0);
     struct store_filter *a, *b;
     char err[STORE_ERRLEN];
-    struct bf_hash h = hash_of(77);
+    struct bf_hash h = unit_hash_of(77);
 
     create(s, "a", BF_KIND_BLOCKED, 10000);
     create(s, "b", BF_KIND_BLOCKED, 10000);
@@ -1855,7 +1843,7 @@ START_TEST(damage_a_later_commit_stamp_vouches_for_is_refused_not_served)
     struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
     struct store_filter *sf;
     char why[STORE_ERRLEN];
-    struct bf_hash h = hash_of(1);
+    struct bf_hash h = unit_hash_of(1);
     bool pr;
 
     create(s, "f", BF_KIND_BLOCKED, 100000);

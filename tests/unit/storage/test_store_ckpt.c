@@ -37,6 +37,7 @@
 #include "store.h"
 #include "store_internal.h"
 #include "unit_tmpdir.h"
+#include "unit_hashes.h"
 #include "wal.h"
 
 static char tdir[4096];
@@ -55,19 +56,6 @@ static void teardown(void)
 {
     disarm();
     unit_tmpdir_remove(tdir);
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static struct bf_hash hash_of(uint64_t i)
-{
-    return (struct bf_hash){mix(i), mix(i ^ 0x5555555555555555ull)};
 }
 
 /* A store in dir whose background thread checkpoints nothing by itself. */
@@ -106,7 +94,7 @@ static void add_range(struct store_filter *sf, uint64_t base, size_t n)
     while (n) {
         size_t k = n < 256 ? n : 256;
         for (size_t i = 0; i < k; i++)
-            h[i] = hash_of(base + i);
+            h[i] = unit_hash_of(base + i);
         ck_assert_msg(store_add_hashes(sf, h, k, NULL, err) == 0, "add: %s", err);
         base += k;
         n -= k;
@@ -118,7 +106,7 @@ static size_t missing_range(struct store_filter *sf, uint64_t base, size_t n)
     size_t miss = 0;
 
     for (size_t i = 0; i < n; i++) {
-        struct bf_hash h = hash_of(base + i);
+        struct bf_hash h = unit_hash_of(base + i);
         bool pr = false;
         ck_assert_int_eq(store_may_contain_hashes(sf, &h, 1, &pr), 0);
         miss += !pr;
@@ -138,7 +126,7 @@ static void import_range(struct store_filter *sf, uint64_t base, size_t n)
     ck_assert_int_eq(bf_layer_info(src, 0, &li), 0);
     memset(bf_layer_body(src, 0), 0, li.body_bytes);
     for (size_t i = 0; i < n; i++) {
-        struct bf_hash h = hash_of(base + i);
+        struct bf_hash h = unit_hash_of(base + i);
         bool added;
         bf_add_hashes(src, &h, 1, &added);
     }
@@ -662,7 +650,7 @@ static size_t bf_missing(const struct bf *f, uint64_t base, size_t n)
     size_t miss = 0;
 
     for (size_t i = 0; i < n; i++) {
-        struct bf_hash h = hash_of(base + i);
+        struct bf_hash h = unit_hash_of(base + i);
         bool pr = false;
         bf_may_contain_hashes(f, &h, 1, &pr);
         miss += !pr;

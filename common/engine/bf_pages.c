@@ -15,10 +15,18 @@ int bf__layer_track(struct bf_layer *l)
     if (l->pver || !l->body)
         return 0;
     uint64_t pages = (l->words * 8 + BF_PAGE_BYTES - 1) >> BF_PAGE_SHIFT;
-    void *mem = mmap(NULL, pages * 8, PROT_READ | PROT_WRITE,
+    /* Whole 2 MiB pages for big arrays, as for the bodies: an add stamps a
+     * version at a random place in the array, and with 4 KiB pages that
+     * store would miss the TLB on nearly every add of a large filter. */
+    size_t bytes = (size_t)pages * 8;
+    size_t map = bytes >= (2u << 20) ? (bytes + (2u << 20) - 1) & ~((size_t)(2u << 20) - 1)
+                                     : bytes;
+    void *mem = mmap(NULL, map, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED)
         return -ENOMEM;
+    if (map >= (2u << 20))
+        (void)madvise(mem, map, MADV_HUGEPAGE);
     l->npages = pages;
     __atomic_store_n(&l->pver, (uint64_t *)mem, __ATOMIC_RELEASE);
     return 0;
@@ -26,8 +34,11 @@ int bf__layer_track(struct bf_layer *l)
 
 void bf__layer_untrack(struct bf_layer *l)
 {
-    if (l->pver)
-        munmap(l->pver, l->npages * 8);
+    if (l->pver) {
+        size_t bytes = (size_t)l->npages * 8;
+        munmap(l->pver, bytes >= (2u << 20)
+                            ? (bytes + (2u << 20) - 1) & ~((size_t)(2u << 20) - 1) : bytes);
+    }
     l->pver = NULL;
     l->npages = 0;
 }

@@ -156,7 +156,18 @@ void bf_set_exclusive(struct bf *f, bool exclusive);
  * a version above V from then on: a reader that next walks the pages whose
  * version is above V finds every change since, and any number of readers
  * can each keep their own V, with nothing ever cleared.  Costs 8 bytes per
- * page (1/512 of the bits) and one store per add that changes a page.
+ * page (1/512 of the bits) plus a bit per page.
+ *
+ * An add, remove or merge marks the pages it changes in a bitmap of one bit
+ * per page (small enough to stay in the cache, where a store into the
+ * versions would miss it on nearly every add of a large filter);
+ * bf_fold_versions(f, V) writes version V into every marked page and
+ * clears the marks.  Until then bf_page_version answers the writer's
+ * current version for a marked page (never lower than that of its
+ * change), so no reader misses a change whenever folds happen; a reader
+ * that takes its cursor V under the writer's lock folds at V there, so
+ * that pages changed before V read as V from then on, not as later
+ * versions (which would make it take them again next time).
  *
  * bf_track_pages switches tracking on (versions 0, every layer, and every
  * layer a scalable filter appends later) or off; returns 0 or -ENOMEM.
@@ -169,10 +180,16 @@ void bf_set_stamp(struct bf *f, uint64_t version);
  * of it (0 when never changed since tracking started, or untracked). */
 uint64_t bf_layer_pages(const struct bf *f, uint32_t i);
 uint64_t bf_page_version(const struct bf *f, uint32_t i, uint64_t p);
+/* Write version into every page marked changed since the last fold and
+ * clear the marks; returns the pages folded.  The writer's (not alongside
+ * a change); version must be at least that of every change marked, e.g.
+ * the log's last sequence number taken under the writer's lock. */
+uint64_t bf_fold_versions(struct bf *f, uint64_t version);
 /* Stamp the pages of bytes [off, off + len) of layer i as changed now (for
  * a caller that changed the bits through bf_layer_body). */
 void bf_stamp_range(struct bf *f, uint32_t i, uint64_t off, uint64_t len);
-/* Bytes the versions take (bf_bytes / 512 when tracked, else 0). */
+/* Bytes the versions and marks take (about bf_bytes / 512 when tracked,
+ * else 0). */
 uint64_t bf_tracking_bytes(const struct bf *f);
 
 /* Queries of blocked (and scalable) filters use AVX-512 when the CPU has

@@ -24,6 +24,9 @@ struct bf_layer {
                             BF_PAGE_BYTES of body, mmap'd; NULL when the
                             filter is not tracked */
     uint64_t npages;     /* entries of pver */
+    uint64_t *dirty;     /* one bit per page of pver: changed since the
+                            last bf_fold_versions, its version not yet
+                            written (calloc'd with pver) */
 };
 
 struct bf {
@@ -71,13 +74,25 @@ void bf__keys_add(struct bf *f, uint64_t n);
 int bf__layer_track(struct bf_layer *l);
 void bf__layer_untrack(struct bf_layer *l);
 
-/* Stamp the page holding 64-bit word w of layer l with f's version, when
- * the layer is tracked.  A relaxed store: readers of the versions
- * (checkpoints, page pulls) synchronize through the writer's lock. */
+/* Mark the page holding 64-bit word w of layer l as changed, when the
+ * layer is tracked: one bit in a map of 1/32768 of the bits, which stays in
+ * the cache where the versions (1/512) would not; bf_fold_versions writes
+ * the versions of the marked pages later.  Exclusive writers use a plain
+ * store, others an atomic OR.  Readers of the versions (checkpoints, page
+ * pulls) synchronize through the writer's lock. */
 static inline void bf__stamp_word(const struct bf *f, struct bf_layer *l, uint64_t w)
 {
-    if (l->pver)
-        __atomic_store_n(&l->pver[w >> (BF_PAGE_SHIFT - 3)], f->stamp, __ATOMIC_RELAXED);
+    if (l->dirty) {
+        uint64_t p = w >> (BF_PAGE_SHIFT - 3);
+        uint64_t *d = &l->dirty[p >> 6], b = 1ULL << (p & 63);
+        if (f->exclusive) {
+            uint64_t cur = __atomic_load_n(d, __ATOMIC_RELAXED);
+            if (!(cur & b))
+                __atomic_store_n(d, cur | b, __ATOMIC_RELAXED);
+        } else if (!(__atomic_load_n(d, __ATOMIC_RELAXED) & b)) {
+            __atomic_fetch_or(d, b, __ATOMIC_RELAXED);
+        }
+    }
 }
 
 static inline uint32_t bf__nlayers(const struct bf *f)

@@ -484,16 +484,10 @@ static inline void prefetch_hash(const struct bf *f, struct bf_hash h, int write
     default:
         return;
     }
+    (void)write;
     /* An asm statement, not __builtin_prefetch: GCC 12 dropped the builtin
      * from these loops as a side-effect-free computation. */
     __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
-    /* An add that changes the block stamps its page's version: fetch that
-     * line too, or a tracked filter of more pages than the cache holds
-     * waits for it on every add. */
-    if (write && l->pver) {
-        uint64_t w = (uint64_t)((const uint64_t *)p - l->body);
-        __asm__ volatile("prefetcht0 %0" : : "m"(l->pver[w >> (BF_PAGE_SHIFT - 3)]));
-    }
 }
 
 /* The batched loops are written once (always inlined) and built twice on

@@ -6,6 +6,7 @@
  * file allocates the arrays and reads them.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 #include "bf_internal.h"
@@ -27,6 +28,12 @@ int bf__layer_track(struct bf_layer *l)
         return -ENOMEM;
     if (map >= (2u << 20))
         (void)madvise(mem, map, MADV_HUGEPAGE);
+    uint64_t *dirty = calloc((pages + 63) / 64, 8);
+    if (!dirty) {
+        munmap(mem, map);
+        return -ENOMEM;
+    }
+    l->dirty = dirty;
     l->npages = pages;
     __atomic_store_n(&l->pver, (uint64_t *)mem, __ATOMIC_RELEASE);
     return 0;
@@ -40,6 +47,8 @@ void bf__layer_untrack(struct bf_layer *l)
                             ? (bytes + (2u << 20) - 1) & ~((size_t)(2u << 20) - 1) : bytes);
     }
     l->pver = NULL;
+    free(l->dirty);
+    l->dirty = NULL;
     l->npages = 0;
 }
 
@@ -72,7 +81,7 @@ bool bf_tracked(const struct bf *f)
 
 void bf_set_stamp(struct bf *f, uint64_t version)
 {
-    f->stamp = version;
+    __atomic_store_n(&f->stamp, version, __ATOMIC_RELAXED);
 }
 
 uint64_t bf_layer_pages(const struct bf *f, uint32_t i)
@@ -88,7 +97,44 @@ uint64_t bf_page_version(const struct bf *f, uint32_t i, uint64_t p)
         return 0;
     const struct bf_layer *l = &f->layers[i];
     const uint64_t *v = __atomic_load_n(&l->pver, __ATOMIC_ACQUIRE);
-    return v && p < l->npages ? __atomic_load_n(&v[p], __ATOMIC_RELAXED) : 0;
+    if (!v || p >= l->npages)
+        return 0;
+    /* A page marked changed and not yet folded changed at a version no
+     * higher than the writer's current one.  The mark is read first: a
+     * fold writes the version before it clears the mark (release). */
+    bool marked = __atomic_load_n(&l->dirty[p >> 6], __ATOMIC_ACQUIRE) >> (p & 63) & 1;
+    uint64_t x = __atomic_load_n(&v[p], __ATOMIC_RELAXED);
+    if (marked) {
+        uint64_t s = __atomic_load_n(&f->stamp, __ATOMIC_RELAXED);
+        if (s > x)
+            x = s;
+    }
+    return x;
+}
+
+uint64_t bf_fold_versions(struct bf *f, uint64_t version)
+{
+    uint32_t n = bf__nlayers(f);
+    uint64_t folded = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        struct bf_layer *l = &f->layers[i];
+        if (!l->dirty)
+            continue;
+        for (uint64_t w = 0, nw = (l->npages + 63) / 64; w < nw; w++) {
+            uint64_t bits = __atomic_load_n(&l->dirty[w], __ATOMIC_RELAXED);
+            if (!bits)
+                continue;
+            for (uint64_t b = bits; b; b &= b - 1) {
+                uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(b);
+                if (__atomic_load_n(&l->pver[p], __ATOMIC_RELAXED) < version)
+                    __atomic_store_n(&l->pver[p], version, __ATOMIC_RELAXED);
+                folded++;
+            }
+            __atomic_fetch_and(&l->dirty[w], ~bits, __ATOMIC_RELEASE);
+        }
+    }
+    return folded;
 }
 
 void bf_stamp_range(struct bf *f, uint32_t i, uint64_t off, uint64_t len)
@@ -107,6 +153,6 @@ uint64_t bf_tracking_bytes(const struct bf *f)
     uint64_t b = 0;
 
     for (uint32_t i = 0; i < n; i++)
-        b += f->layers[i].npages * 8;
+        b += f->layers[i].npages * 8 + (f->layers[i].npages + 63) / 64 * 8;
     return b;
 }

@@ -335,6 +335,9 @@ int store__filter_checkpoint(struct store_filter *sf,
     held = true;
     exact = sf->exact;
     seq = wal_stream_last_seq(sf->stream);
+    /* Pages changed up to seq read as seq from now on, so that the next
+     * delta (pages above seq) leaves them out. */
+    bf_fold_versions(sf->bf, seq);
     logb = atomic_load(&sf->log_bytes);
     bool changed = seq != sf->ckpt_seq;
     if (!changed && chain && mode != STORE_CKPT_FORCE) {

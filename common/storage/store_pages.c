@@ -98,6 +98,9 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
     pthread_mutex_lock(&sf->write_mu);
     mark->store_version = atomic_load(&sf->version);
     mark->version = wal_stream_last_seq(sf->stream);
+    /* Pages changed up to the cursor read as the cursor from now on (not
+     * as later versions, which would send them again next round). */
+    bf_fold_versions(sf->bf, mark->version);
     pthread_mutex_unlock(&sf->write_mu);
     my_epoch = atomic_load(&sf->pages_epoch);
     mark->epoch = my_epoch;

@@ -81,6 +81,7 @@ START_TEST(adds_stamp_the_pages_they_change)
             ck_assert_uint_eq(pages_above(f, 0, 0), 0);
             bf_set_stamp(f, 5);
             add_range(f, 0, 50);
+            bf_fold_versions(f, 5);
             uint8_t *before = snapshot(f);
             bf_set_stamp(f, 6);
             add_range(f, 1000, 50);
@@ -92,6 +93,8 @@ START_TEST(adds_stamp_the_pages_they_change)
             /* Re-adding changes no bit and stamps nothing. */
             free(before);
             before = snapshot(f);
+            ck_assert_uint_gt(bf_fold_versions(f, 6), 0);
+            ck_assert_uint_eq(pages_above(f, 0, 6), 0);   /* folded at 6 */
             bf_set_stamp(f, 7);
             if (kinds[k] != BF_KIND_COUNTING) {
                 add_range(f, 1000, 50);
@@ -110,6 +113,7 @@ START_TEST(removes_and_merges_stamp)
     ck_assert_int_eq(bf_track_pages(f, true), 0);
     bf_set_stamp(f, 1);
     add_range(f, 0, 100);
+    bf_fold_versions(f, 1);
     uint8_t *before = snapshot(f);
     bf_set_stamp(f, 2);
     ck_assert_int_eq(bf_remove(f, "k-3", 3), 0);
@@ -120,6 +124,7 @@ START_TEST(removes_and_merges_stamp)
     struct bf *src = bf_create_like(f, NULL);
     ck_assert_ptr_nonnull(src);
     add_range(src, 5000, 20);
+    bf_fold_versions(f, 2);
     before = snapshot(f);
     bf_set_stamp(f, 3);
     ck_assert_int_eq(bf_merge_from(f, src, NULL), 0);
@@ -163,10 +168,61 @@ START_TEST(untracked_filters_keep_no_versions)
     ck_assert_uint_eq(pages_above(f, 0, 0), 0);
     ck_assert_uint_eq(bf_tracking_bytes(f), 0);
     ck_assert_int_eq(bf_track_pages(f, true), 0);
-    ck_assert_uint_eq(bf_tracking_bytes(f), bf_layer_pages(f, 0) * 8);
+    ck_assert_uint_eq(bf_tracking_bytes(f), bf_layer_pages(f, 0) * 8 +
+                                                (bf_layer_pages(f, 0) + 63) / 64 * 8);
     ck_assert_int_eq(bf_track_pages(f, false), 0);
     ck_assert_uint_eq(bf_tracking_bytes(f), 0);
     bf_destroy(f);
+}
+END_TEST
+
+/* Two readers keep their own cursors and fold at them while a writer goes
+ * on: between a reader's cursors, every page that changed reads above its
+ * older cursor, whenever the other reader folded; a page that did not
+ * change since a reader's fold never reads above that reader's cursor. */
+START_TEST(readers_folding_at_their_cursors_miss_nothing)
+{
+    for (int excl = 0; excl < 2; excl++) {
+        struct bf *f = make(BF_KIND_BLOCKED, 400000);
+        struct bf_layer_info li;
+        uint64_t cur[2] = {0, 0}, seq = 0;
+        uint8_t *seen[2];
+        int next = 0;
+
+        bf_set_exclusive(f, excl);
+        ck_assert_int_eq(bf_track_pages(f, true), 0);
+        ck_assert_int_eq(bf_layer_info(f, 0, &li), 0);
+        seen[0] = snapshot(f);
+        seen[1] = snapshot(f);
+        for (int round = 0; round < 60; round++) {
+            bf_set_stamp(f, ++seq);
+            add_range(f, next, 37 + round % 5 * 40);
+            next += 37 + round % 5 * 40;
+            int r = round % 3 == 2 ? 1 : 0;   /* reader 0 more often */
+            if (round % 2)
+                continue;
+            const uint8_t *body = (const uint8_t *)bf_layer_body_const(f, 0);
+            for (uint64_t p = 0; p < bf_layer_pages(f, 0); p++) {
+                uint64_t off = p * BF_PAGE_BYTES;
+                uint64_t len = li.body_bytes - off < BF_PAGE_BYTES ? li.body_bytes - off
+                                                                   : BF_PAGE_BYTES;
+                bool changed = memcmp(body + off, seen[r] + off, len) != 0;
+                ck_assert_msg(!changed || bf_page_version(f, 0, p) > cur[r],
+                              "reader %d: page %llu changed since %llu, reads %llu", r,
+                              (unsigned long long)p, (unsigned long long)cur[r],
+                              (unsigned long long)bf_page_version(f, 0, p));
+            }
+            /* The reader takes its cursor at seq and folds there. */
+            bf_fold_versions(f, seq);
+            cur[r] = seq;
+            memcpy(seen[r], body, li.body_bytes);
+            for (uint64_t p = 0; p < bf_layer_pages(f, 0); p++)
+                ck_assert_uint_le(bf_page_version(f, 0, p), seq);
+        }
+        free(seen[0]);
+        free(seen[1]);
+        bf_destroy(f);
+    }
 }
 END_TEST
 
@@ -177,6 +233,7 @@ Suite *bf_pages_suite(void)
 
     tcase_add_test(tc, adds_stamp_the_pages_they_change);
     tcase_add_test(tc, removes_and_merges_stamp);
+    tcase_add_test(tc, readers_folding_at_their_cursors_miss_nothing);
     tcase_add_test(tc, scalable_layers_appended_are_tracked);
     tcase_add_test(tc, untracked_filters_keep_no_versions);
     suite_add_tcase(s, tc);

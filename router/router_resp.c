@@ -292,7 +292,9 @@ static void slow_keys(struct resp_call *c)
     struct router_resp *d = door_of(c);
     struct router *r = d->r;
     struct rpc_status st = {.code = GRPC_STATUS_OK};
-    uint64_t deadline = now_ms() + COMPLETE_WAIT_MS;
+    uint64_t wait = r->cfg.resp_slow_timeout_ms < COMPLETE_WAIT_MS
+                        ? r->cfg.resp_slow_timeout_ms : COMPLETE_WAIT_MS;
+    uint64_t deadline = now_ms() + wait;
     unsigned backoff = 10;
     uint8_t secret[BF_SECRET_LEN];
 
@@ -336,9 +338,9 @@ static void slow_keys(struct resp_call *c)
         }
         if (now_ms() > deadline) {
             resp_call_fail(c, RESP_UNAVAILABLE, "filter \"%s\" is not complete on every "
-                           "copy after %d ms (a creation on the way or rolled back); "
+                           "copy after %llu ms (a creation on the way or rolled back); "
                            "nothing was written; retry: %s", c->filter,
-                           COMPLETE_WAIT_MS, st.message);
+                           (unsigned long long)wait, st.message);
             goto done;
         }
         struct timespec ts = {0, (long)(backoff + (unsigned)rand() % backoff) * 1000000L};
@@ -346,6 +348,10 @@ static void slow_keys(struct resp_call *c)
         if (backoff < 200)
             backoff *= 2;
     }
+    /* Past the door's bound, the command was answered already: send
+     * nothing. */
+    if (!resp_call_claim(c))
+        goto done;
     router_keys_start(r, c->filter, key_op(c), c->keys, c->lens, c->n, c->out, keys_done, c);
     return;
 done:
@@ -663,6 +669,7 @@ static void router_bf(void *arg, struct resp_call *c)
     struct router_resp *d = arg;
     struct router *r = d->r;
     void (*work)(struct resp_call *) = NULL;
+    const char *what = NULL;
     c->bctx[1] = d;
     c->bval[0] = 0;    /* bytes charged to the request budget */
     switch (c->op) {
@@ -700,20 +707,28 @@ static void router_bf(void *arg, struct resp_call *c)
         }
         router_filter_unref(f);
         work = slow_keys;
+        what = "its filter is still being checked on every copy, or created; "
+               "nothing of it was written";
         break;
     }
     case RESP_BF_RESERVE:
         work = reserve_work;
+        what = "the filter is still being created on its copies and may yet be "
+               "(BF.INFO tells)";
         break;
     case RESP_BF_INFO:
     case RESP_BF_CARD:
         work = info_work;
+        what = "the filter's shards are still being asked";
         break;
     case RESP_BF_DEL:
         work = del_work;
+        what = "the filters are still being dropped on their copies and may yet "
+               "be (BF.INFO tells)";
         break;
     }
-    if (work && resp_call_offload(c, work) == 0)
+    if (work && resp_call_offload_bounded(c, work, r->cfg.resp_slow_timeout_ms,
+                                          what) == 0)
         return;
     resp_call_fail(c, RESP_RESOURCE_EXHAUSTED, "out of memory");
     finish(c);

@@ -446,13 +446,20 @@ def node_calls(text, lane):
 def part_pipeline():
     """Pipelined reads on one connection travel together, in order."""
     cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=1,
-                           router_flags=["--metrics-listen", "127.0.0.1:0"])
+                           router_flags=["--metrics-listen", "127.0.0.1:0",
+                                         "--default-shards", "4"])
     try:
         s = cl.routers[0]
         maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
         c = cl.client(0)
         for f in ("pa", "pb"):
-            c.execute_command("BF.RESERVE", f, 0.001, 100000, "NONSCALING")
+            def reserve():
+                try:
+                    c.execute_command("BF.RESERVE", f, 0.001, 100000, "NONSCALING")
+                except redis.ResponseError as e:
+                    if "exists" not in str(e):
+                        raise
+            until_ok(reserve, "BF.RESERVE " + f)
         present = ["k%d" % i for i in range(1000)]
         for i in range(0, len(present), 250):
             c.execute_command("BF.MADD", "pa", *present[i:i + 250])

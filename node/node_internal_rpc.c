@@ -219,9 +219,21 @@ out:
     bloomgrid__v1__create_shard_request__free_unpacked(m, NULL);
 }
 
+/* Has the shard taken anything: an add that set a bit, a key counted, or
+ * any bit set at all (bits that came by copy-to-copy sync or a merge of
+ * pages carry no counts). */
 static void count_inserts(const struct bf *f, void *ctx)
 {
-    *(uint64_t *)ctx = bf_insert_count(f);
+    uint64_t any = bf_insert_count(f) | (bf_keys_added(f) != 0);
+    for (uint32_t i = 0; !any && i < bf_layer_count(f); i++) {
+        struct bf_layer_info li;
+        const uint64_t *w = bf_layer_body_const(f, i);
+        if (bf_layer_info(f, i, &li) < 0 || !w)
+            continue;
+        for (uint64_t j = 0; !any && j < li.body_bytes / 8; j++)
+            any = w[j] != 0;
+    }
+    *(uint64_t *)ctx = any;
 }
 
 void node_rpc__h_drop_shard(void *arg, const uint8_t *req, size_t len,

@@ -95,6 +95,13 @@ static const struct setting settings[] = {
     RPC_LISTEN_SETTINGS(struct router_config),
     RPC_METRICS_SETTING(struct router_config),
     RESP_SETTINGS(struct router_config),
+    {"resp_slow_timeout_ms", SETTING_UINT, 100, 600000, NULL, "5000",
+     F(resp_slow_timeout_ms),
+     "longest a RESP command waits for the router's slow path (the first check "
+     "of a filter on every copy, its creation, BF.INFO, BF.CARD, DEL); past it "
+     "the command is answered -UNAVAILABLE saying what was under way (an add "
+     "then writes nothing) and the connection's later commands on that filter "
+     "go on"},
     {"canary_filter", SETTING_STRING, 0, 0, NULL, "", F(canary_filter),
      "filter the router's canary adds a key to every canary_interval_ms and "
      "asks for every earlier one (bloomgrid_canary_false_negatives_total, "

@@ -56,6 +56,7 @@ struct router_config {
     RPC_METRICS_FIELDS
     RPC_AUTH_FIELDS
     RESP_FIELDS
+    uint64_t resp_slow_timeout_ms;   /* router_resp.h */
 };
 
 /* Parse argv (and the --config file it names).  Returns 0 when the router

@@ -2,6 +2,7 @@
 #include "router_resp.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,9 @@ struct router_resp {
     struct verified *verified;    /* by name */
     size_t nverified;
     struct creating *creating;    /* by name */
+    /* The loop thread's: the groups of this loop pass (pass_end). */
+    struct pass_group *held;
+    unsigned nheld;
 };
 
 static struct router *router_of(struct resp_call *c)
@@ -288,7 +292,9 @@ static void slow_keys(struct resp_call *c)
     struct router_resp *d = door_of(c);
     struct router *r = d->r;
     struct rpc_status st = {.code = GRPC_STATUS_OK};
-    uint64_t deadline = now_ms() + COMPLETE_WAIT_MS;
+    uint64_t wait = r->cfg.resp_slow_timeout_ms < COMPLETE_WAIT_MS
+                        ? r->cfg.resp_slow_timeout_ms : COMPLETE_WAIT_MS;
+    uint64_t deadline = now_ms() + wait;
     unsigned backoff = 10;
     uint8_t secret[BF_SECRET_LEN];
 
@@ -332,9 +338,9 @@ static void slow_keys(struct resp_call *c)
         }
         if (now_ms() > deadline) {
             resp_call_fail(c, RESP_UNAVAILABLE, "filter \"%s\" is not complete on every "
-                           "copy after %d ms (a creation on the way or rolled back); "
+                           "copy after %llu ms (a creation on the way or rolled back); "
                            "nothing was written; retry: %s", c->filter,
-                           COMPLETE_WAIT_MS, st.message);
+                           (unsigned long long)wait, st.message);
             goto done;
         }
         struct timespec ts = {0, (long)(backoff + (unsigned)rand() % backoff) * 1000000L};
@@ -342,6 +348,10 @@ static void slow_keys(struct resp_call *c)
         if (backoff < 200)
             backoff *= 2;
     }
+    /* Past the door's bound, the command was answered already: send
+     * nothing. */
+    if (!resp_call_claim(c))
+        goto done;
     router_keys_start(r, c->filter, key_op(c), c->keys, c->lens, c->n, c->out, keys_done, c);
     return;
 done:
@@ -410,11 +420,256 @@ static void del_work(struct resp_call *c)
     resp_call_done(c);
 }
 
+/* ---- the keys of one loop pass, joined ----
+ *
+ * BF.ADD/MADD/INSERT and BF.EXISTS/MEXISTS on a filter found complete are
+ * not started one by one: their keys are copied into the door's group for
+ * (filter, op) of this loop pass, and at the end of the pass (the
+ * library's pass_end, before the loop waits for I/O again) each group is
+ * one key batch (router_keys_start_nowait): one hashing pass, one call per
+ * node on its stream, one answer, and one hand-back to the loop for every
+ * command of the pass on that filter, from every connection.  Each command
+ * gets its own keys' answers.  The order rules are the library's (a read
+ * waits for its connection's earlier writes to the filter, so it is never
+ * in the same group as them).  A group that fails (a shard short of its
+ * quorum, a refusal) is not the answer of commands that would have gone
+ * through alone: when it held more than one command, each runs again on
+ * its own and gets its own outcome (a key the failed attempt wrote on
+ * some copies may then answer 0, as on a client's retry). */
+
+/* Groups held at once; one more starts every held group first. */
+#define PASS_GROUPS 16
+
+struct pass_group {
+    struct router_resp *d;
+    struct pass_group *next;
+    char filter[sizeof ((struct resp_call *)0)->filter];
+    enum router_key_op op;
+    size_t n, kcap;              /* keys */
+    uint8_t *kbuf;               /* the keys' bytes, one after the other */
+    size_t kbytes, bcap;
+    uint32_t *lens;
+    const uint8_t **keys;        /* built when started, into kbuf */
+    bool *out;
+    size_t ncalls, ccap;
+    struct resp_call **calls;
+    atomic_size_t alone;         /* commands run again alone, not done */
+};
+
+static void group_free(struct pass_group *g)
+{
+    free(g->kbuf);
+    free(g->lens);
+    free(g->keys);
+    free(g->out);
+    free(g->calls);
+    free(g);
+}
+
+/* Give back the request budget of every call of v (their charge). */
+static void uncharge_all(struct router *r, struct resp_call *const *v, size_t n)
+{
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        bytes += (size_t)v[i]->bval[0];
+        v[i]->bval[0] = 0;
+    }
+    if (bytes)
+        rpc_server_uncharge(r->srv, bytes);
+}
+
+/* A command of a failed group, run again on its own. */
+static void alone_done(void *arg, int rc, const struct rpc_status *st)
+{
+    struct resp_call *c = arg;
+    struct pass_group *g = c->bctx[2];
+    if (rc < 0)
+        fail_st(c, st);
+    finish(c);
+    if (atomic_fetch_sub(&g->alone, 1) == 1)
+        group_free(g);
+}
+
+static void group_done(void *arg, int rc, const struct rpc_status *st)
+{
+    struct pass_group *g = arg;
+    struct router *r = g->d->r;
+    if (rc < 0 && g->ncalls > 1) {
+        /* Each command on its own: the keys stay in g until the last. */
+        size_t off = 0;
+        atomic_store(&g->alone, g->ncalls);
+        for (size_t i = 0; i < g->ncalls; i++) {
+            struct resp_call *c = g->calls[i];
+            c->bctx[2] = g;
+            router_keys_start_nowait(r, g->filter, g->op, g->keys + off, g->lens + off,
+                                     c->n, c->out, alone_done, c);
+            off += c->n;
+        }
+        return;
+    }
+    size_t off = 0;
+    for (size_t i = 0; i < g->ncalls; i++) {
+        struct resp_call *c = g->calls[i];
+        if (rc < 0)
+            fail_st(c, st);
+        else
+            memcpy(c->out, g->out + off, c->n * sizeof *c->out);
+        off += c->n;
+    }
+    uncharge_all(r, g->calls, g->ncalls);
+    resp_calls_done(g->calls, g->ncalls);   /* one hand-back to the loop */
+    group_free(g);
+}
+
+/* Start g (loop thread); its calls finish later, or now. */
+static void group_start(struct pass_group *g)
+{
+    struct router *r = g->d->r;
+    g->keys = malloc((g->n ? g->n : 1) * sizeof *g->keys);
+    g->out = malloc((g->n ? g->n : 1) * sizeof *g->out);
+    if (!g->keys || !g->out) {
+        struct rpc_status st;
+        rpc_status_set(&st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        for (size_t i = 0; i < g->ncalls; i++)
+            fail_st(g->calls[i], &st);
+        uncharge_all(r, g->calls, g->ncalls);
+        resp_calls_done(g->calls, g->ncalls);
+        group_free(g);
+        return;
+    }
+    const uint8_t *p = g->kbuf;
+    for (size_t i = 0; i < g->n; i++) {
+        g->keys[i] = p;
+        p += g->lens[i];
+    }
+    router_keys_start_nowait(r, g->filter, g->op, g->keys, g->lens, g->n, g->out,
+                             group_done, g);
+}
+
+/* Start every held group (loop thread), those that calls finished on the
+ * way hold included. */
+static void pass_flush(struct router_resp *d)
+{
+    while (d->held) {
+        struct pass_group *g = d->held;
+        d->held = NULL;
+        d->nheld = 0;
+        while (g) {
+            struct pass_group *next = g->next;
+            group_start(g);
+            g = next;
+        }
+    }
+}
+
+static void router_pass_end(void *arg)
+{
+    pass_flush(arg);
+}
+
+static bool grow_to(void *pp, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*(void **)pp, n * size);
+    if (!q)
+        return false;
+    *(void **)pp = q;
+    *cap = n;
+    return true;
+}
+
+/* The held group of (filter, op), or NULL. */
+static struct pass_group *group_find(struct router_resp *d, const char *filter,
+                                     enum router_key_op op)
+{
+    for (struct pass_group *g = d->held; g; g = g->next)
+        if (g->op == op && strcmp(g->filter, filter) == 0)
+            return g;
+    return NULL;
+}
+
+/* Join c to g: 0, or -ENOMEM (g unchanged). */
+static int group_join(struct pass_group *g, struct resp_call *c)
+{
+    size_t bytes = 0;
+    for (size_t i = 0; i < c->n; i++)
+        bytes += c->lens[i];
+    size_t bcap = g->bcap, kcap = g->kcap, ccap = g->ccap;
+    if (!grow_to(&g->kbuf, &bcap, g->kbytes + bytes + 1, 1))
+        return -ENOMEM;
+    g->bcap = bcap;
+    if (!grow_to(&g->lens, &kcap, g->n + c->n, sizeof *g->lens))
+        return -ENOMEM;
+    g->kcap = kcap;
+    if (!grow_to(&g->calls, &ccap, g->ncalls + 1, sizeof *g->calls))
+        return -ENOMEM;
+    g->ccap = ccap;
+    for (size_t i = 0; i < c->n; i++) {
+        memcpy(g->kbuf + g->kbytes, c->keys[i], c->lens[i]);
+        g->kbytes += c->lens[i];
+        g->lens[g->n++] = c->lens[i];
+    }
+    g->calls[g->ncalls++] = c;
+    return 0;
+}
+
+/* Hold c (a cached, complete filter's keys) for the end of the pass: 0,
+ * or -1 when it must go on its own (too many keys, out of memory). */
+static int hold(struct router_resp *d, struct resp_call *c)
+{
+    size_t max = d->r->cfg.max_batch_keys;
+    enum router_key_op op = key_op(c);
+    if (c->n == 0 || c->n > max)
+        return -1;
+    struct pass_group *g = group_find(d, c->filter, op);
+    if (g && g->n + c->n > max) {
+        /* Full: it goes now, c opens the next one. */
+        struct pass_group **pp = &d->held;
+        while (*pp != g)
+            pp = &(*pp)->next;
+        *pp = g->next;
+        d->nheld--;
+        group_start(g);
+        g = NULL;
+    }
+    if (!g) {
+        if (d->nheld >= PASS_GROUPS)
+            pass_flush(d);
+        g = calloc(1, sizeof *g);
+        if (!g)
+            return -1;
+        g->d = d;
+        g->op = op;
+        snprintf(g->filter, sizeof g->filter, "%s", c->filter);
+        if (group_join(g, c) < 0) {
+            group_free(g);
+            return -1;
+        }
+        g->next = d->held;
+        d->held = g;
+        d->nheld++;
+        return 0;
+    }
+    return group_join(g, c) < 0 ? -1 : 0;
+}
+
+/* Is (filter, op) held in this pass?  Then its filter was found complete
+ * when the group opened. */
+static bool held_verified(struct router_resp *d, const struct resp_call *c)
+{
+    return group_find(d, c->filter, key_op(c)) != NULL;
+}
+
 static void router_bf(void *arg, struct resp_call *c)
 {
     struct router_resp *d = arg;
     struct router *r = d->r;
     void (*work)(struct resp_call *) = NULL;
+    const char *what = NULL;
     c->bctx[1] = d;
     c->bval[0] = 0;    /* bytes charged to the request budget */
     switch (c->op) {
@@ -424,11 +679,18 @@ static void router_bf(void *arg, struct resp_call *c)
             resp_call_done(c);
             return;
         }
+        /* A filter already held in this pass was found complete: join. */
+        if (held_verified(d, c) && hold(d, c) == 0)
+            return;
         struct topo *t = router_topo(r);
         struct router_filter *stale = NULL;
         struct router_filter *f = router_filter_get(r, c->filter, t, &stale);
         router_filter_unref(stale);
         topo_unref(t);
+        if (f && is_verified(d, c->filter, f->secret) && hold(d, c) == 0) {
+            router_filter_unref(f);
+            return;
+        }
         if (resp_call_keep(c) < 0) {
             router_filter_unref(f);
             break;
@@ -445,20 +707,28 @@ static void router_bf(void *arg, struct resp_call *c)
         }
         router_filter_unref(f);
         work = slow_keys;
+        what = "its filter is still being checked on every copy, or created; "
+               "nothing of it was written";
         break;
     }
     case RESP_BF_RESERVE:
         work = reserve_work;
+        what = "the filter is still being created on its copies and may yet be "
+               "(BF.INFO tells)";
         break;
     case RESP_BF_INFO:
     case RESP_BF_CARD:
         work = info_work;
+        what = "the filter's shards are still being asked";
         break;
     case RESP_BF_DEL:
         work = del_work;
+        what = "the filters are still being dropped on their copies and may yet "
+               "be (BF.INFO tells)";
         break;
     }
-    if (work && resp_call_offload(c, work) == 0)
+    if (work && resp_call_offload_bounded(c, work, r->cfg.resp_slow_timeout_ms,
+                                          what) == 0)
         return;
     resp_call_fail(c, RESP_RESOURCE_EXHAUSTED, "out of memory");
     finish(c);
@@ -499,6 +769,7 @@ void router_resp_backend(struct router_resp *d, struct resp_backend *be)
     memset(be, 0, sizeof *be);
     be->arg = d;
     be->bf = router_bf;
+    be->pass_end = router_pass_end;
     /* A write is acknowledged by W copies; a read may ask others. */
     be->reads_wait_writes = true;
 }

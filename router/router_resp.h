@@ -13,7 +13,13 @@
  * router_create_filter, which creates every shard on every copy or rolls
  * back the shards it made; a creation that meets another's (ALREADY_EXISTS,
  * a copy short) waits for that filter to be complete and goes on with it,
- * for at most 10 s (then -UNAVAILABLE: nothing was written).
+ * for at most 10 s (then -UNAVAILABLE: nothing was written).  Every
+ * command that goes to the pool (the first check of a filter, a creation,
+ * BF.INFO, BF.CARD, DEL) is answered within resp_slow_timeout_ms: past it
+ * the door answers -UNAVAILABLE saying what was still under way (an add
+ * then sends nothing), and the connection's later commands on that filter
+ * go on (resp_call_offload_bounded).  The waits for another's creation
+ * end at the same bound.
  * In a topology with a group of N > 1 copies a scaling filter cannot be
  * kept: BF.RESERVE without NONSCALING is an error naming NONSCALING, and
  * an add creates a non-scaling filter with resp_autocreate_capacity and
@@ -24,8 +30,13 @@
  * (their bytes and 96 bytes a key); past it the command is answered "OOM"
  * naming the budget.
  *
- * Threads: bf() on the door's loop thread, never waiting: a cached
- * filter's keys go to the links at once; the rest runs on libuv's pool
+ * The keys of a loop pass on one cached, complete filter are joined into
+ * one key batch per (filter, op) at the pass's end (pass_end): one call
+ * per node, one hand-back of every command to the loop; a joined batch
+ * that fails runs each of its commands again alone.
+ *
+ * Threads: bf() and pass_end on the door's loop thread, never waiting: a
+ * cached filter's keys go to the links at the pass's end; the rest runs on libuv's pool
  * (UV_THREADPOOL_SIZE, which the router sets to its `threads` setting).
  * The tables of struct router_resp are under its mutex.
  */

@@ -154,12 +154,21 @@ void resp_call_fail(struct resp_call *c, int code, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Done inside the pool's work (state 1, or 4 once claimed): the work's
+ * end finishes it.  Answered by its bound already (3): nothing to do. */
+static bool done_in_work(struct resp_call_box *b)
+{
+    int one = 1, four = 4;
+    if (atomic_compare_exchange_strong(&b->work_state, &one, 2) ||
+        atomic_compare_exchange_strong(&b->work_state, &four, 2))
+        return true;
+    return atomic_load(&b->work_state) == 3;
+}
+
 void resp_call_done(struct resp_call *c)
 {
     struct resp_call_box *b = (struct resp_call_box *)c;
-    int one = 1;
-    /* Done inside the pool's work: the work's end finishes it. */
-    if (atomic_compare_exchange_strong(&b->work_state, &one, 2))
+    if (done_in_work(b))
         return;
     if (pthread_equal(pthread_self(), b->srv->thread))
         resp__call_finish(b);
@@ -180,12 +189,11 @@ void resp_calls_done(struct resp_call *const *v, size_t n)
     }
     for (size_t i = 0; i < n; i++) {
         struct resp_call_box *b = (struct resp_call_box *)v[i];
-        int one = 1;
         if (b->srv != s) {   /* not of one server: one by one */
             resp_call_done(v[i]);
             continue;
         }
-        if (atomic_compare_exchange_strong(&b->work_state, &one, 2))
+        if (done_in_work(b))
             continue;   /* inside its pool work: the work's end finishes it */
         if (tail)
             tail->qnext = b;
@@ -224,32 +232,141 @@ static void work_run(uv_work_t *w)
     b->work(&b->call);
 }
 
+static void box_free(struct resp_server *s, struct resp_call_box *b);
+
+/* ---- the bound of offloaded calls (resp_call_offload_bounded) ----
+ * A bounded call in the pool is on the server's list (loop thread) until
+ * its work ends, it is claimed, or the bound answers it. */
+
+static void bounded_unlink(struct resp_call_box *b)
+{
+    struct resp_server *s = b->srv;
+    if (!b->bounded)
+        return;
+    b->bounded = false;
+    if (b->bprev)
+        b->bprev->bnext = b->bnext;
+    else
+        s->bounded = b->bnext;
+    if (b->bnext)
+        b->bnext->bprev = b->bprev;
+    b->bprev = b->bnext = NULL;
+    if (!s->bounded)
+        uv_timer_stop(&s->slow_timer);
+}
+
+/* The bound answers b (loop thread): its reply is the error, its
+ * connection goes on; the box stays until the work ends (fn may still
+ * read the request, and its resp_call_done is then ignored). */
+static void bounded_expire(struct resp_call_box *b, uint64_t now)
+{
+    struct resp_conn *c = b->conn;
+    struct resp_server *s = b->srv;
+    struct resp_buf *o = &b->slot->buf;
+    resp_add_errorf(o, "UNAVAILABLE", "%s on filter \"%s\" not answered within "
+                    "%llu ms (resp_slow_timeout_ms): %s; retry", b->cmd->name,
+                    b->call.filter, (unsigned long long)(now - b->t0_ns / 1000000u),
+                    b->what);
+    metric_add(b->cmd->m_errors, 1);
+    metric_observe(b->cmd->m_time, (double)(resp__now_ns() - b->t0_ns) / 1e9);
+    flight_done(b);
+    b->flight = 0;
+    resp__slot_ready(c, b->slot);
+    bool resume = c->blocked;
+    free(b->keep);
+    b->keep = NULL;
+    s->calls--;
+    resp__conn_release(c);   /* may free c when it was closed */
+    b->conn = NULL;
+    resp__calls_changed(s);
+    if (resume)
+        resp__resume(c);
+}
+
+void resp__slow_tick(uv_timer_t *t)
+{
+    struct resp_server *s = t->data;
+    uint64_t now = resp__now_ms();
+    struct resp_call_box *b = s->bounded;
+    while (b) {
+        struct resp_call_box *n = b->bnext;
+        int one = 1;
+        if (now >= b->deadline_ms &&
+            atomic_compare_exchange_strong(&b->work_state, &one, 3)) {
+            bounded_unlink(b);
+            bounded_expire(b, now);
+        }
+        b = n;
+    }
+    resp__flush_dirty(s);
+}
+
+bool resp_call_claim(struct resp_call *c)
+{
+    struct resp_call_box *b = (struct resp_call_box *)c;
+    int one = 1;
+    if (atomic_compare_exchange_strong(&b->work_state, &one, 4))
+        return true;
+    return atomic_load(&b->work_state) != 3;
+}
+
 static void work_after(uv_work_t *w, int status)
 {
     struct resp_call_box *b = w->data;
-    int one = 1;
+    struct resp_server *s = b->srv;
+    int one = 1, four = 4;
     (void)status;
-    /* Left with 1: fn returned without finishing (it finishes later,
+    bounded_unlink(b);
+    /* Answered by its bound: only the box is left. */
+    if (atomic_load(&b->work_state) == 3) {
+        atomic_store(&b->work_state, 0);
+        box_free(s, b);
+        return;
+    }
+    /* Left with 1 or 4: fn returned without finishing (it finishes later,
      * from wherever). */
-    if (atomic_compare_exchange_strong(&b->work_state, &one, 0))
+    if (atomic_compare_exchange_strong(&b->work_state, &one, 0) ||
+        atomic_compare_exchange_strong(&b->work_state, &four, 0))
         return;
     atomic_store(&b->work_state, 0);
-    struct resp_server *s = b->srv;
     resp__call_finish(b);
     resp__flush_dirty(s);
 }
 
 int resp_call_offload(struct resp_call *c, void (*fn)(struct resp_call *c))
 {
+    return resp_call_offload_bounded(c, fn, 0, NULL);
+}
+
+int resp_call_offload_bounded(struct resp_call *c, void (*fn)(struct resp_call *c),
+                              uint64_t timeout_ms, const char *what)
+{
     struct resp_call_box *b = (struct resp_call_box *)c;
+    struct resp_server *s = b->srv;
     if (resp_call_keep(c) < 0)
         return -ENOMEM;
     b->work = fn;
     b->wreq.data = b;
     atomic_store(&b->work_state, 1);
-    if (uv_queue_work(&b->srv->loop, &b->wreq, work_run, work_after) < 0) {
+    if (uv_queue_work(&s->loop, &b->wreq, work_run, work_after) < 0) {
         atomic_store(&b->work_state, 0);
         return -ENOMEM;
+    }
+    if (timeout_ms) {
+        b->deadline_ms = b->t0_ns / 1000000u + timeout_ms;
+        b->what = what ? what : "still running";
+        b->bounded = true;
+        b->bprev = NULL;
+        b->bnext = s->bounded;
+        if (s->bounded)
+            s->bounded->bprev = b;
+        else {
+            uint64_t every = timeout_ms / 8 ? timeout_ms / 8 : 1;
+            if (every > 100)
+                every = 100;
+            uv_timer_start(&s->slow_timer, resp__slow_tick, every, every);
+        }
+        s->bounded = b;
     }
     flight_upgrade(b);
     return 0;

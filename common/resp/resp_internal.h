@@ -100,6 +100,12 @@ struct resp_call_box {
     bool small;                  /* room for RESP_BOX_KEYS keys: cached */
     bool in_start;               /* bf() has not returned yet */
     bool finished;               /* ... and it finished the call */
+    /* resp_call_offload_bounded: on the server's list until claimed,
+     * done, or answered by the bound (work_state 3) */
+    bool bounded;
+    uint64_t deadline_ms;
+    const char *what;
+    struct resp_call_box *bprev, *bnext;
 };
 
 /* Boxes of calls of up to this many keys are kept for reuse (loop thread),
@@ -168,6 +174,8 @@ struct resp_server {
     uv_async_t wake;             /* done calls and stop */
     uv_timer_t idle;
     uv_prepare_t pass;           /* be.pass_end, before every poll */
+    uv_timer_t slow_timer;       /* bounds of offloaded calls, while any */
+    struct resp_call_box *bounded;   /* bounded calls in the pool */
     pthread_t thread;
     bool started, running;
     atomic_bool stopping;
@@ -241,5 +249,7 @@ bool resp__bf_must_wait(struct resp_conn *c, const struct resp_command *cmd,
                         const struct resp_args *a);
 /* Finish a call on the loop thread: shape its reply, release its slot. */
 void resp__call_finish(struct resp_call_box *b);
+/* The slow timer: answer the bounded calls past their deadline. */
+void resp__slow_tick(uv_timer_t *t);
 
 #endif

@@ -727,6 +727,7 @@ static void stop_now(struct resp_server *s)
     }
     if (s->calls == 0 && !uv_is_closing((uv_handle_t *)&s->wake)) {
         uv_close((uv_handle_t *)&s->wake, NULL);
+        uv_close((uv_handle_t *)&s->slow_timer, NULL);
         if (s->be.pass_end)
             uv_close((uv_handle_t *)&s->pass, NULL);
     }
@@ -870,6 +871,8 @@ int resp_server_start(struct resp_server *s, char *err)
     atomic_store(&s->port, port);
     uv_async_init(&s->loop, &s->wake, on_wake);
     s->wake.data = s;
+    uv_timer_init(&s->loop, &s->slow_timer);
+    s->slow_timer.data = s;
     if (s->be.pass_end) {
         uv_prepare_init(&s->loop, &s->pass);
         s->pass.data = s;

@@ -163,6 +163,20 @@ int resp_call_keep(struct resp_call *c);
  * fn finishes c (resp_call_done) there or later.  0, or -ENOMEM (fn will
  * not run). */
 int resp_call_offload(struct resp_call *c, void (*fn)(struct resp_call *c));
+/* resp_call_offload with a bound: when fn has neither finished c nor
+ * claimed it (resp_call_claim) timeout_ms after the command came, the
+ * library answers it "-UNAVAILABLE <command> on filter "<name>" not
+ * answered within N ms (resp_slow_timeout_ms): <what>; retry", and the
+ * connection's later commands on that filter go on.  fn may still read
+ * the request then (the call is kept until fn returns), its results are
+ * not used and its resp_call_done is ignored; it must not start anything
+ * that finishes c later without claiming it first.  0 or -ENOMEM. */
+int resp_call_offload_bounded(struct resp_call *c, void (*fn)(struct resp_call *c),
+                              uint64_t timeout_ms, const char *what);
+/* From a bounded call's fn: true, and the bound no longer applies (fn, or
+ * what it starts, finishes c as usual); false when the bound answered c
+ * already (fn must not act on c: nothing more of it is sent). */
+bool resp_call_claim(struct resp_call *c);
 
 /* Who a connection is, once authenticated. */
 struct resp_who {

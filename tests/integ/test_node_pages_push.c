@@ -166,6 +166,57 @@ static void test_pull_after_push(void)
     node_stop(&n, SIGTERM);
 }
 
+/* A rollback's DropShard (only_unwritten) of a copy whose keys came only
+ * by pushed pages (copy-to-copy sync, the merger): its insert count is 0,
+ * yet it holds keys some client was told are stored, so it stays; an
+ * empty shard is dropped. */
+static void test_drop_unwritten_pushed(void)
+{
+    struct node_proc n;
+    struct rpc_status st;
+    struct node_client_shard sh;
+    char fp[17];
+
+    start(&n, NULL);
+    CHECK(t_create(n.ch, "f", 200000, 0.01, 0, &st) == 0, "create: %s", st.message);
+    CHECK(t_create(n.ch, "empty", 200000, 0.01, 0, &st) == 0, "create: %s",
+          st.message);
+    struct bf *src = shard_like(&n, "f", &sh, fp);
+    add_keys(src, "pushed", NKEYS);
+    struct node_client_page *pg;
+    size_t np = pages_of(src, &pg);
+    uint64_t merged = 0;
+    CHECK(node_client_push(n.ch, "f", 0, fp, 0, pg, np, &merged, TIMEOUT_MS,
+                           &st) == 0, "push: %s", st.message);
+    CHECK(merged == np, "merged %" PRIu64 " of %zu", merged, np);
+
+    Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
+    ProtobufCMessage *dr = NULL;
+    ref.filter = "f";
+    ref.shard_index = 0;
+    ref.only_unwritten = true;
+    CHECK(rpc_call(n.ch, "/bloomgrid.v1.Internal/DropShard", &ref.base,
+                   &bloomgrid__v1__drop_shard_response__descriptor, &dr, TIMEOUT_MS,
+                   &st) < 0 && st.code == GRPC_STATUS_FAILED_PRECONDITION &&
+              strstr(st.message, "has taken keys"),
+          "only_unwritten drop of a shard with pushed keys: %d %s", st.code,
+          st.message);
+    struct bf *got = node_client_shard_filter(&sh, NULL);
+    struct node_client_pull_end end;
+    CHECK(node_client_pull(n.ch, "f", 0, 0, 0, pull_into, got, &end, TIMEOUT_MS,
+                           &st) == 0, "pull: %s", st.message);
+    CHECK(has_keys(got, "pushed", NKEYS), "pushed keys lost after the refused drop");
+    ref.filter = "empty";
+    CHECK(rpc_call(n.ch, "/bloomgrid.v1.Internal/DropShard", &ref.base,
+                   &bloomgrid__v1__drop_shard_response__descriptor, &dr, TIMEOUT_MS,
+                   &st) == 0, "only_unwritten drop of an empty shard: %s", st.message);
+    protobuf_c_message_free_unpacked(dr, NULL);
+    free(pg);
+    bf_destroy(got);
+    bf_destroy(src);
+    node_stop(&n, SIGTERM);
+}
+
 /* Push n_pages copies of one 64 KiB page (offset 0) under fp. */
 static int push_many(struct node_proc *np, const char *filter, const char *fp,
                      size_t n_pages, struct rpc_status *st)
@@ -405,6 +456,8 @@ int main(int argc, char **argv)
         test_push_memory();
     else if (!strcmp(argv[2], "push_version"))
         test_push_version();
+    else if (!strcmp(argv[2], "drop_unwritten_pushed"))
+        test_drop_unwritten_pushed();
     else if (!strcmp(argv[2], "tombstone"))
         test_tombstone();
     else

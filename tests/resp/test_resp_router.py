@@ -25,6 +25,15 @@ usage: test_resp_router.py NODE_BIN ROUTER_BIN PART
   budget  the keys a command holds count against the router's max_memory_mb:
           with the node stopped, adds past it are answered OOM naming it,
           and every charge is given back once the calls end
+  pipeline  2000 pipelined BF.EXISTS on one connection: every reply in its
+          place and equal to the key's answer alone, and joined (far fewer
+          read calls to the nodes than commands); 4 connections pipelining
+          BF.ADD k, BF.EXISTS k, BF.MEXISTS on two filters: every added key
+          reads 1, every reply in its place
+  slow    with resp_slow_timeout_ms = 300 and the node stopped, pipelined
+          adds and BF.INFO of an unchecked filter are answered -UNAVAILABLE
+          naming the bound (the add: nothing written), the PING after them
+          answers, and nothing of the bounded adds was written
 """
 import random
 import re
@@ -427,11 +436,142 @@ def part_budget():
         cl.stop()
 
 
+def node_calls(text, lane):
+    """bloomgrid_router_node_calls_total of a lane, summed over the nodes."""
+    return sum(float(v) for v in re.findall(
+        r'^bloomgrid_router_node_calls_total\{[^}]*lane="%s"[^}]*\} (\S+)$' % lane,
+        text, re.M))
+
+
+def part_pipeline():
+    """Pipelined reads on one connection travel together, in order."""
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=1,
+                           router_flags=["--metrics-listen", "127.0.0.1:0",
+                                         "--default-shards", "4"])
+    try:
+        s = cl.routers[0]
+        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        c = cl.client(0)
+        for f in ("pa", "pb"):
+            def reserve():
+                try:
+                    c.execute_command("BF.RESERVE", f, 0.001, 100000, "NONSCALING")
+                except redis.ResponseError as e:
+                    if "exists" not in str(e):
+                        raise
+            until_ok(reserve, "BF.RESERVE " + f)
+        present = ["k%d" % i for i in range(1000)]
+        for i in range(0, len(present), 250):
+            c.execute_command("BF.MADD", "pa", *present[i:i + 250])
+        c.execute_command("BF.MADD", "pb", *["b" + k for k in present])
+        absent = ["z%d" % i for i in range(1000)]
+        # What each key reads alone (absent keys may be false positives).
+        truth = dict(zip(present + absent, [1] * 1000 + list(
+            c.execute_command("BF.MEXISTS", "pa", *absent))))
+        order = [present[i // 2] if i % 2 == 0 else absent[i // 2] for i in range(2000)]
+        before = node_calls(scrape(maddr), "read")
+        p = c.pipeline(transaction=False)
+        for k in order:
+            p.execute_command("BF.EXISTS", "pa", k)
+        r = p.execute()
+        after = node_calls(scrape(maddr), "read")
+        bad = [(i, k, r[i]) for i, k in enumerate(order) if r[i] != truth[k]]
+        check(not bad, "pipelined BF.EXISTS out of order or wrong: %r" % bad[:5])
+        print("2000 pipelined BF.EXISTS: in order; %d read calls to the nodes" % (
+            after - before))
+        # Each read asks R = 2 copies: one call per command would be 4000.
+        check(after - before <= 1000,
+              "pipelined reads were not joined: %d node calls for 2000 commands" % (
+                  after - before))
+        # Two filters, adds then reads of the same keys, several connections
+        # at once: every read of a key added earlier on its connection is 1,
+        # every reply in its place.
+        errors = []
+
+        def worker(t):
+            cc = cl.client(0)
+            try:
+                for rnd in range(3):
+                    keys = ["w%d-%d-%d" % (t, rnd, i) for i in range(300)]
+                    p = cc.pipeline(transaction=False)
+                    for i, k in enumerate(keys):
+                        f = "pa" if i % 2 else "pb"
+                        p.execute_command("BF.ADD", f, k)
+                        p.execute_command("BF.EXISTS", f, k)
+                        p.execute_command("BF.MEXISTS", f, present[i], k)
+                        p.execute_command("BF.EXISTS", "pa", present[i])
+                    rr = p.execute()
+                    for i, k in enumerate(keys):
+                        got = rr[4 * i:4 * i + 4]
+                        # pa holds present[i]; pb may answer it either way.
+                        if got[1] != 1 or got[2][1] != 1 or got[3] != 1 or (
+                                i % 2 and got[2][0] != 1):
+                            errors.append((t, rnd, k, got))
+            except Exception as e:   # noqa: BLE001 (reported below)
+                errors.append((t, repr(e)))
+            finally:
+                cc.close()
+
+        ths = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        check(not errors, "pipelined add-then-exists: %r" % errors[:5])
+        print("4 connections x 3 x 300 pipelined add, exists, mexists: in order, "
+              "every added key read 1")
+    finally:
+        cl.stop()
+
+
+def part_slow():
+    """The slow path is bounded: a command whose filter cannot be checked
+    (its copies do not answer) is answered -UNAVAILABLE naming
+    resp_slow_timeout_ms, and the connection's later commands go on."""
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
+                           router_flags=["--resp-slow-timeout-ms", "300"])
+    try:
+        c = cl.client(0)
+        # (A creation may outlast the short bound on a loaded machine: the
+        # add is retried until the filter is there.)
+        until_ok(lambda: c.execute_command("BF.ADD", "known", "x"), "BF.ADD known")
+        # The node stopped: the first check of "fresh" cannot end before the
+        # router's node_timeout_ms (3 s here); the bound answers first.
+        cl.nodes[0].send_signal(signal.SIGSTOP)
+        try:
+            p = c.pipeline(transaction=False)
+            p.execute_command("BF.ADD", "fresh", "a")
+            p.execute_command("BF.ADD", "fresh", "b")
+            p.execute_command("BF.INFO", "fresh")
+            p.execute_command("PING")
+            r = p.execute(raise_on_error=False)
+        finally:
+            cl.nodes[0].send_signal(signal.SIGCONT)
+        print("with the node stopped: %r" % [str(x)[:100] for x in r])
+        for i in range(3):
+            check(isinstance(r[i], Exception) and str(r[i]).startswith("UNAVAILABLE")
+                  and "resp_slow_timeout_ms" in str(r[i]),
+                  "command %d not answered by the bound: %r" % (i, r[i]))
+        check("nothing of it was written" in str(r[0]), "add: %r" % r[0])
+        check(r[3] is True or r[3] == b"PONG", "PING after: %r" % r[3])
+        # Nothing of the bounded adds was written: the filter does not
+        # exist (the stopped node never got a creation), or holds no key.
+        until_ok(lambda: c.execute_command("BF.ADD", "known", "y"), "BF.ADD after")
+        n = until_ok(lambda: c.execute_command("BF.CARD", "fresh"), "BF.CARD fresh")
+        print("BF.CARD fresh after: %r" % n)
+        check(n == 0, "a bounded add wrote: BF.CARD fresh = %r" % n)
+        # The router still works for the same filter.
+        until_ok(lambda: c.execute_command("BF.ADD", "fresh", "c"), "BF.ADD fresh")
+        check(c.execute_command("BF.EXISTS", "fresh", "c") == 1, "exists after")
+    finally:
+        cl.stop()
+
+
 def metric_value(text, name):
     m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
     return float(m.group(1)) if m else None
 
 
 {"kill": part_kill, "create": part_create, "bench": part_bench,
- "budget": part_budget}[PART]()
+ "budget": part_budget, "pipeline": part_pipeline, "slow": part_slow}[PART]()
 print("ok")

@@ -68,9 +68,41 @@ static void *finisher_main(void *arg)
     return NULL;
 }
 
+/* filter "pool": run on the pool with a 50 ms bound, answered only once
+ * release is set (so the bound answers first); "claimed": the same, but
+ * claimed at once, then answered after 100 ms (past the bound). */
+static atomic_int pool_ran;
+
+static void pool_work(struct resp_call *c)
+{
+    bool claimed = strcmp(c->filter, "claimed") == 0;
+    if (claimed)
+        ck_assert(resp_call_claim(c));
+    if (claimed) {
+        usleep(100000);
+    } else {
+        while (!atomic_load(&release))
+            usleep(1000);
+        /* The bound answered it: the claim fails, the answer is ignored. */
+        ck_assert(!resp_call_claim(c));
+    }
+    for (size_t i = 0; i < c->n; i++)
+        c->out[i] = true;
+    atomic_fetch_add(&pool_ran, 1);
+    resp_call_done(c);
+}
+
 static void be_bf(void *arg, struct resp_call *c)
 {
     (void)arg;
+    if (strcmp(c->filter, "pool") == 0 || strcmp(c->filter, "claimed") == 0) {
+        atomic_fetch_add(&calls, 1);
+        if (resp_call_offload_bounded(c, pool_work, 50, "the test holds it") < 0) {
+            resp_call_fail(c, RESP_RESOURCE_EXHAUSTED, "oom");
+            resp_call_done(c);
+        }
+        return;
+    }
     atomic_fetch_add(&calls, 1);
     if (c->op == RESP_BF_ADD)
         atomic_fetch_add(&adds_started, 1);
@@ -403,6 +435,56 @@ START_TEST(a_pipeline_past_its_budget_is_not_read)
 }
 END_TEST
 
+/* Read n replies of one line each (or the peer closes: fails). */
+static void read_lines(int fd, char *buf, size_t cap, int n)
+{
+    size_t got = 0;
+    int lines = 0;
+    while (lines < n) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ck_assert_msg(poll(&p, 1, 10000) == 1, "no reply; have \"%.*s\"", (int)got, buf);
+        ssize_t k = recv(fd, buf + got, cap - 1 - got, 0);
+        ck_assert_msg(k > 0, "closed; have \"%.*s\"", (int)got, buf);
+        for (ssize_t i = 0; i < k; i++)
+            lines += buf[got + (size_t)i] == '\n';
+        got += (size_t)k;
+    }
+    buf[got] = 0;
+}
+
+START_TEST(a_bounded_offload_is_answered_by_its_bound)
+{
+    start_server(false, 10, 1 << 20, 0);
+    atomic_store(&pool_ran, 0);
+    int fd = dial();
+    /* The two on "pool" wait for release; the bound answers each, in
+     * order, and the commands after them (another filter, PING) go on. */
+    const char *cmds = "BF.ADD pool a\r\nBF.EXISTS pool a\r\nPING\r\n"
+                       "BF.EXISTS sync yes\r\n";
+    send_all(fd, cmds, strlen(cmds));
+    char buf[4096];
+    read_lines(fd, buf, sizeof buf, 4);
+    const char *want1 = "-UNAVAILABLE bf.add on filter \"pool\" not answered within ";
+    ck_assert_msg(strncmp(buf, want1, strlen(want1)) == 0, "have \"%s\"", buf);
+    ck_assert_msg(strstr(buf, "(resp_slow_timeout_ms): the test holds it; retry\r\n"
+                              "-UNAVAILABLE bf.exists on filter \"pool\""),
+                  "have \"%s\"", buf);
+    ck_assert_msg(strstr(buf, "retry\r\n+PONG\r\n:1\r\n"), "have \"%s\"", buf);
+    ck_assert_int_eq(atomic_load(&pool_ran), 0);
+    /* A claimed call is answered by its work, past the bound. */
+    send_all(fd, "BF.EXISTS claimed x\r\n", 21);
+    expect(fd, ":1\r\n");
+    /* The held works end; their answers are dropped. */
+    atomic_store(&release, true);
+    while (atomic_load(&pool_ran) < 3)
+        usleep(1000);
+    send_all(fd, "PING\r\n", 6);
+    expect(fd, "+PONG\r\n");
+    close(fd);
+    stop_server();
+}
+END_TEST
+
 START_TEST(idle_connections_are_closed)
 {
     start_server(false, 10, 1 << 20, 100);
@@ -428,6 +510,7 @@ Suite *resp_server_suite(void)
     tcase_add_test(t, connections_past_the_budget_are_refused);
     tcase_add_test(t, a_pipeline_past_its_budget_is_not_read);
     tcase_add_test(t, idle_connections_are_closed);
+    tcase_add_test(t, a_bounded_offload_is_answered_by_its_bound);
     suite_add_tcase(s, t);
     return s;
 }

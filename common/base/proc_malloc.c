@@ -19,3 +19,15 @@ int proc_malloc_tune(void)
     mallopt(M_MMAP_THRESHOLD, (int)PROC_MALLOC_MMAP_BYTES);
     return 1;
 }
+
+void proc_malloc_stats(struct proc_malloc_stats *out)
+{
+    struct mallinfo2 mi = mallinfo2();
+    out->held = mi.arena + mi.hblkhd;
+    out->free = mi.fordblks;
+}
+
+int proc_malloc_release(void)
+{
+    return malloc_trim(0);
+}

@@ -22,8 +22,26 @@
 #define PROC_MALLOC_TRIM_BYTES (16u << 20)
 #define PROC_MALLOC_MMAP_BYTES (4u << 20)
 
+#include <stddef.h>
+
 /* Apply the settings above (before any thread starts).  Returns 1 when
  * they were applied, 0 when the environment asked for its own. */
 int proc_malloc_tune(void);
+
+/* What malloc holds from the system (mallinfo2 over every arena): held,
+ * the bytes of its heaps and of its own mmaps; free, the bytes of those
+ * heaps that are free (kept for reuse, resident where they were touched).
+ * Walks every arena under its lock: for a metrics scrape, not a hot path. */
+struct proc_malloc_stats {
+    size_t held, free;
+};
+void proc_malloc_stats(struct proc_malloc_stats *out);
+
+/* Give the free pages of every arena back to the system (malloc_trim(0):
+ * madvise(MADV_DONTNEED) of whole free pages inside the heaps, not only at
+ * their tops).  Returns 1 when some memory went back, 0 when none could.
+ * Walks every arena under its lock: after a large transient use, not per
+ * call. */
+int proc_malloc_release(void);
 
 #endif

@@ -301,6 +301,8 @@ int main(int argc, char **argv)
     static struct node n;
     /* Before any thread: see proc_malloc.h (TLB shootdowns per call). */
     proc_malloc_tune();
+    /* And bounded against the filters' bits (proc_malloc.h). */
+    proc_malloc_bound();
     /* A connection past the descriptor limit must not close the listener. */
     proc_accept_guard();
     int rc = node_config_load(&n.cfg, argc, argv);

@@ -63,7 +63,7 @@ while [ $# -gt 0 ]; do
     --restart) RESTART=1; shift ;;
     --keep) KEEP=1; shift ;;
     --node-args) NODE_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "ckpt_bench: unknown option $1" >&2; exit 2 ;;
   esac
 done

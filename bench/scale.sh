@@ -220,6 +220,7 @@ done
 # Each node's memory before it holds anything.
 declare -A BASE_KIB
 for i in $(seq 1 $NNODES); do BASE_KIB[$i]=$(proc_field "${PID_OF[n$i]}" VmRSS); done
+for i in $(seq 1 $NNODES); do echo "node$i base_kib ${BASE_KIB[$i]}"; done > "$OUT/base.txt"
 : > "$OUT/phases.txt"
 : > "$OUT/rss-trace.txt"
 echo start > "$WORK/phase"
@@ -418,19 +419,20 @@ echo "### Peak memory per phase"
 echo
 echo "Each node's VmHWM is reset when a phase starts and read when it ends: the peak of that phase alone, as (VmHWM - base) / filter bytes (its range over the 9 nodes, and the node of the largest), beside the largest node's charge to max_memory_mb and what its allocator held (in use and free) at the phase's end."
 echo
-echo "| phase | (HWM - base) / filter, min | median | max | node of max | its VmHWM MiB | its charged MiB | its malloc held MiB | of it free MiB |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| phase | (HWM - base) / filter, min | median | max | node of max | its VmHWM MiB | its charged MiB | its malloc held MiB | of it free MiB | largest VmHWM / (1.10 x filter + 64 MiB) |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for ph in import merger-first live quiet sparse restart resync; do
   awk -v ph="$ph" -v bases="$(for i in $(seq 1 $NNODES); do printf '%s ' "${BASE_KIB[$i]}"; done)" '
     BEGIN { split(bases, base, " ") }
     $1 == ph { n = substr($2, 5) + 0; for (i = 3; i < NF; i += 2) v[$i] = $(i + 1)
       if (v["filter_bytes"] <= 0) next
       r = (v["hwm_kib"] - base[n]) * 1024 / v["filter_bytes"]; k++; rs[k] = r
+      t = v["hwm_kib"] * 1024 / (1.10 * v["filter_bytes"] + 64 * 1048576); if (t > tmax) tmax = t
       if (k == 1 || r > best) { best = r; bn = $2; bh = v["hwm_kib"]; bc = v["charged"]; bm = v["malloc_held"]; bf = v["malloc_free"] } }
     END { if (!k) exit
       for (i = 2; i <= k; i++) { x = rs[i]; for (j = i - 1; j >= 1 && rs[j] > x; j--) rs[j + 1] = rs[j]; rs[j + 1] = x }
       M = 1048576
-      printf "| %s | %.2f | %.2f | %.2f | %s | %.0f | %.0f | %.0f | %.0f |\n", ph, rs[1], rs[int((k + 1) / 2)], rs[k], bn, bh / 1024, bc / M, bm / M, bf / M }' "$OUT/phases.txt"
+      printf "| %s | %.2f | %.2f | %.2f | %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n", ph, rs[1], rs[int((k + 1) / 2)], rs[k], bn, bh / 1024, bc / M, bm / M, bf / M, tmax }' "$OUT/phases.txt"
 done
 echo
 echo "### Merger"

@@ -12,9 +12,11 @@
  *   Every answer must be SERVING; the held filter then serves keys.
  * empty_rss: a node with an empty filter of about 1 GiB, its metrics
  *   scraped a few times with a sample of the bits taken every second
- *   (--metrics-sample-s 1) and the filter's info read (GetFilter: its fill
- *   from every word), keeps its resident memory (smaps_rollup) far below
- *   the filter's bytes: the statistics do not read pages never written.
+ *   (--metrics-sample-s 1), the filter's info read (GetFilter: its fill
+ *   from every word) and a full pull of its pages (internal PullPages
+ *   since 0, which streams none), keeps its resident memory (smaps_rollup)
+ *   far below the filter's bytes: statistics and pulls do not read pages
+ *   never written.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -28,6 +30,7 @@
 #include <grpc/grpc.h>
 
 #include "harness.h"
+#include "node_client.h"
 
 #define READY_SERVICE "bloomgrid.v1.BloomGrid"
 
@@ -213,6 +216,13 @@ static void test_empty_rss(const char *dir)
         CHECK(t_get(n.ch, "empty", &fi, &st) == 0, "GetFilter: %s", st.message);
         bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
     }
+    /* A full pull (since 0: every non-empty page) finds none, reading no
+     * page never written. */
+    struct node_client_pull_end end;
+    CHECK(node_client_pull(n.ch, "empty", 0, 0, 0, NULL, NULL, &end, 120000, &st) == 0,
+          "PullPages: %s", st.message);
+    CHECK(end.pages == 0, "a pull of the empty filter streamed %" PRIu64 " pages",
+          end.pages);
     /* The fill gauge was served from a sample (the sampler ran). */
     const char *sel[] = {"filter=empty,shard=0"};
     CHECK(harness_scrape(n.maddr, "bloomgrid_filter_fill_ratio", NULL, sel, 1, &fill) == 0 &&

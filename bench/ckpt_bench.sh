@@ -6,7 +6,8 @@
 #
 #   bench/ckpt_bench.sh [--build DIR] [--dir DIR] [--capacity N]
 #                       [--shape steady|sparse|bursty|quiet] [--seconds S]
-#                       [--exports N] [--restart] [--keep] [--node-args "..."]
+#                       [--exports N] [--pullers N] [--pull-mode changed|full]
+#                       [--restart] [--keep] [--node-args "..."]
 #
 # Shapes (adds through bloombench, one connection):
 #   steady  1000-key batches, 8 in flight, for --seconds (default 240)
@@ -14,6 +15,11 @@
 #   bursty  5 s of steady, then 25 s of nothing, for --seconds (default 180)
 #   quiet   nothing at all for --seconds (default 60) after the creation
 # --exports N: N Exports of the filter at once, half way through (RSS).
+# --pullers N: N pullers (bench/pagepull, each its own connection) pull the
+#   filter's pages from the node for the whole load, one pull after the
+#   other, as a copy's anti-entropy and the merger do (the internal
+#   PullPages; --pull-mode changed, the default: the pages changed since
+#   the puller's last pull; full: every non-empty page each time).
 # --restart: at the end, kill -9 the node and time its restart until it
 #   answers (the page cache is warm: the files were just written), with
 #   the node's CPU seconds to then and the load average.
@@ -38,6 +44,8 @@ CAP=800000000
 SHAPE=steady
 SECS=
 EXPORTS=0
+PULLERS=0
+PULL_MODE=changed
 RESTART=0
 KEEP=0
 NODE_ARGS=
@@ -50,10 +58,12 @@ while [ $# -gt 0 ]; do
     --shape) SHAPE=$2; shift 2 ;;
     --seconds) SECS=$2; shift 2 ;;
     --exports) EXPORTS=$2; shift 2 ;;
+    --pullers) PULLERS=$2; shift 2 ;;
+    --pull-mode) PULL_MODE=$2; shift 2 ;;
     --restart) RESTART=1; shift ;;
     --keep) KEEP=1; shift ;;
     --node-args) NODE_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "ckpt_bench: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -67,7 +77,10 @@ esac
 NODE=$BUILD/node/bloomgrid-node
 BB=$BUILD/bench/bloombench
 CLI=$BUILD/cli/bloomgrid
-for f in "$NODE" "$BB" "$CLI"; do
+PP=$BUILD/bench/pagepull
+case $PULLERS in ''|*[!0-9]*) echo "ckpt_bench: --pullers takes a number" >&2; exit 2 ;; esac
+case $PULL_MODE in changed|full) ;; *) echo "ckpt_bench: --pull-mode changed|full" >&2; exit 2 ;; esac
+for f in "$NODE" "$BB" "$CLI" "$PP"; do
   [ -x "$f" ] || { echo "ckpt_bench: $f is missing (build first)" >&2; exit 2; }
 done
 DIR=${DIR:-$(mktemp -d "${TMPDIR:-/tmp}/ckpt-bench.XXXXXX")}
@@ -75,6 +88,7 @@ mkdir -p "$DIR"
 PID=
 cleanup() {
   [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null || true
+  [ -n "${PULLPID:-}" ] && kill "$PULLPID" 2>/dev/null || true
   wait 2>/dev/null || true
   if [ $KEEP = 1 ]; then echo "# kept $DIR" >&2; else rm -rf "$DIR"; fi
 }
@@ -116,7 +130,7 @@ start_node
 "$CLI" --server "$ADDR" create bench --capacity "$CAP" --error-rate 0.01 --deadline 300000 >/dev/null
 BITS=$(metric bloomgrid_filter_bytes)
 read -r L0 C0 W0 _ <<<"$(sample)"
-echo "# shape=$SHAPE seconds=$SECS capacity=$CAP bits=$BITS node_args=$NODE_ARGS dir=$DIR"
+echo "# shape=$SHAPE seconds=$SECS capacity=$CAP bits=$BITS exports=$EXPORTS pullers=$PULLERS pull_mode=$PULL_MODE node_args=$NODE_ARGS dir=$DIR"
 echo "# t log_record_bytes ckpt_bytes node_write_bytes rss_kb"
 
 load() {
@@ -144,6 +158,12 @@ load() {
 
 load &
 LOADPID=$!
+PULLPID=
+if [ "$PULLERS" -gt 0 ]; then
+  "$PP" --target "$ADDR" --filter bench --pullers "$PULLERS" --mode "$PULL_MODE" \
+    --duration "$SECS" >"$DIR/pull.out" 2>&1 &
+  PULLPID=$!
+fi
 T0=$SECONDS
 EXPORTED=0
 XPIDS=
@@ -160,15 +180,19 @@ while kill -0 "$LOADPID" 2>/dev/null; do
 done
 wait "$LOADPID"
 for p in $XPIDS; do wait "$p"; done
+if [ -n "$PULLPID" ]; then
+  wait "$PULLPID" || echo "# pagepull reported errors: $(tail -n 3 "$DIR/pull.out" | tr '\n' ' ')"
+fi
 rm -f "$DIR"/export-*.bf
 sleep 2   # a checkpoint that just started ends
 read -r L1 C1 W1 RSS <<<"$(sample)"
 HWM=$(status_kb VmHWM)
 LOG=$((L1 - L0)); CK=$((C1 - C0)); WR=$((W1 - W0))
 [ -f "$DIR/load.out" ] && grep RESULT "$DIR/load.out" | sed 's/^/# /'
-awk -v l=$LOG -v c=$CK -v w=$WR -v h=$HWM -v b=$BITS -v s=$SHAPE -v f="$(metric bloomgrid_checkpoint_folds_total)" \
+[ -f "$DIR/pull.out" ] && grep RESULT "$DIR/pull.out" | sed 's/^/# pull /'
+awk -v pl="$PULLERS" -v l=$LOG -v c=$CK -v w=$WR -v h=$HWM -v b=$BITS -v s=$SHAPE -v f="$(metric bloomgrid_checkpoint_folds_total)" \
   -v n="$(metric bloomgrid_checkpoint_duration_seconds_count)" 'BEGIN {
-  printf "SUMMARY shape=%s log_record_bytes=%.0f ckpt_bytes=%.0f node_write_bytes=%.0f checkpoints=%d folds=%d", s, l, c, w, n, f
+  printf "SUMMARY shape=%s pullers=%d log_record_bytes=%.0f ckpt_bytes=%.0f node_write_bytes=%.0f checkpoints=%d folds=%d", s, pl, l, c, w, n, f
   if (l > 0) printf " ckpt_amp=%.2f write_amp=%.2f", c / l, w / l
   printf " vmhwm_kb=%d bits=%.0f hwm_over_bits=%.3f hwm_bound_kb=%d\n", h, b, h * 1024 / b, (1.10 * b + 64 * 1048576) / 1024
 }'

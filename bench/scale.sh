@@ -7,7 +7,13 @@
 # a router; then live adds and queries through both routers.  Measured:
 #   * throughput of adds and queries (bloombench, 1000-key calls, 8 in
 #     flight, one client per router and operation);
-#   * memory per node (VmRSS, VmHWM) against the filter bytes it holds;
+#   * memory per node (VmRSS, VmHWM) against the filter bytes it holds,
+#     and the peak of each phase (Import, the merger's first round, live,
+#     quiet, sparse changes, restart, re-sync): each node's VmHWM is reset
+#     at a phase's start (/proc/PID/clear_refs) and read at its end, beside
+#     what the node charges to max_memory_mb and what its allocator holds
+#     (bloomgrid_process_malloc_*); a 1 s trace of every node's VmRSS
+#     goes to OUT/rss-trace.txt;
 #   * bytes written per minute per node (/proc/PID/io write_bytes) and of
 #     those the checkpoints' (bloomgrid_checkpoint_bytes_total) and the
 #     log's (bloomgrid_wal_written_bytes_total), live and quiet;
@@ -160,6 +166,40 @@ proc_field() {   # PID FIELD (KiB from /proc/PID/status)
 }
 io_write() { awk '$1 == "write_bytes:" { print $2 }' "/proc/$1/io"; }
 
+# Peak memory per phase: every node's VmHWM reset when a phase starts
+# (writing 5 to clear_refs sets it to the current VmRSS), read when it ends.
+PHASE=start
+phase_begin() {   # NAME
+  local i
+  PHASE=$1
+  echo "$PHASE" > "$WORK/phase"
+  for i in $(seq 1 $NNODES); do
+    echo 5 > "/proc/${PID_OF[n$i]}/clear_refs" 2>/dev/null || true
+  done
+}
+phase_end() {   # one line per node into OUT/phases.txt
+  local i pid mp
+  for i in $(seq 1 $NNODES); do
+    pid=${PID_OF[n$i]} mp=$(metrics_port "$i")
+    echo "$PHASE node$i hwm_kib $(proc_field "$pid" VmHWM) rss_kib $(proc_field "$pid" VmRSS)" \
+      "filter_bytes $(metric "$mp" bloomgrid_filter_bytes)" \
+      "charged $(metric "$mp" bloomgrid_node_memory_charged_bytes)" \
+      "malloc_held $(metric "$mp" bloomgrid_process_malloc_held_bytes)" \
+      "malloc_free $(metric "$mp" bloomgrid_process_malloc_free_bytes)" >> "$OUT/phases.txt"
+  done
+}
+trace_rss() {   # every second: time, phase, each node's VmRSS in KiB
+  local i line
+  while :; do
+    line="$(date +%s) $(cat "$WORK/phase" 2>/dev/null)"
+    for i in $(seq 1 $NNODES); do
+      line="$line $(proc_field "${PID_OF[n$i]}" VmRSS 2>/dev/null || echo 0)"
+    done
+    echo "$line" >> "$OUT/rss-trace.txt"
+    sleep 1
+  done
+}
+
 log "work $WORK, out $OUT, ports from $PORT, filter ${SIZE_MB} MiB in $SHARDS shards, max_memory_mb $MAXMEM_MB per node"
 for i in $(seq 1 $NNODES); do start_node "$i"; done
 for i in $(seq 1 $NNODES); do
@@ -180,6 +220,12 @@ done
 # Each node's memory before it holds anything.
 declare -A BASE_KIB
 for i in $(seq 1 $NNODES); do BASE_KIB[$i]=$(proc_field "${PID_OF[n$i]}" VmRSS); done
+for i in $(seq 1 $NNODES); do echo "node$i base_kib ${BASE_KIB[$i]}"; done > "$OUT/base.txt"
+: > "$OUT/phases.txt"
+: > "$OUT/rss-trace.txt"
+echo start > "$WORK/phase"
+trace_rss &
+PIDS+=($!)
 
 # The filter: capacity for SIZE_MB MiB of bits at 1 % (9.585 bits a key).
 CAP=$(awk -v m="$SIZE_MB" 'BEGIN { printf "%.0f", m * 1048576 * 8 / 9.5851 }')
@@ -197,10 +243,13 @@ seq 1 "$NFILL" | "$BG" build "$WORK/fill.bundle" --like "$WORK/template.bundle" 
   fail build "$OUT/build.log"
 BUILD_S=$(since "$t0")
 rm -f "$WORK/template.bundle"
+phase_begin import
 t0=$(now)
 "$BG" --server "$R1" --deadline 3600000 import f "$WORK/fill.bundle" 2>"$OUT/import.log" ||
   fail import "$OUT/import.log"
 IMPORT_S=$(since "$t0")
+sleep 3   # anti-entropy's pulls of what the Import changed
+phase_end
 rm -f "$WORK/fill.bundle"
 "$BG" --server "$R1" info f > "$OUT/info-after-import.txt"
 FILL=$(awk '/^fill:/ {print $2}' "$OUT/info-after-import.txt")
@@ -214,12 +263,14 @@ printf '[merger]\nlisten = 127.0.0.1:%d\nstate_dir = %s\nsources = %s\ninterval_
 "$MERGER" --config "$WORK/merger/merger.ini" >>"$WORK/merger.out" 2>>"$WORK/merger.log" </dev/null &
 PID_OF[merger]=$!
 MP=$((PORT + 301))
+phase_begin merger-first
 # Its first round pulls every page once: wait for it before measuring.
 for _ in $(seq 1 600); do
   [ "$(metric $MP bloomgrid_merger_rounds_total)" -ge 1 ] 2>/dev/null && break
   sleep 1
 done
 log "merger: first round done"
+phase_end
 
 sample() {   # TAG: one line per node and the merger into OUT/samples.txt
   local tag=$1 i pid
@@ -246,6 +297,7 @@ MLINES0=$(grep -c 'merger: round' "$WORK/merger.log" || true)
 
 # Live: adds and queries through both routers at once.
 log "live phase: ${LIVE_S}s"
+phase_begin live
 t0=$(now)
 for r in 1 2; do
   addr=127.0.0.1:$(router_port "$r")
@@ -259,10 +311,14 @@ done
 wait "${PIDS[@]: -4}" || true
 LIVE_REAL=$(since "$t0")
 sample live >> "$OUT/samples.txt"
+phase_end
+phase_begin quiet
 MLINES1=$(grep -c 'merger: round' "$WORK/merger.log" || true)
 log "quiet phase: ${QUIET_S}s"
 sleep "$QUIET_S"
 sample quiet >> "$OUT/samples.txt"
+phase_end
+phase_begin sparse
 MLINES2=$(grep -c 'merger: round' "$WORK/merger.log" || true)
 cat "$WORK"/add*.txt "$WORK"/query*.txt > "$OUT/load.txt"
 
@@ -286,20 +342,25 @@ for k in 0 100 1000 10000; do
 done
 MLINES3=$(grep -c 'merger: round' "$WORK/merger.log" || true)
 grep 'merger: round' "$WORK/merger.log" > "$OUT/merger-rounds.txt" || true
+phase_end
 
 # Restart of a node after kill -9 (node 1), page cache warm.
 log "restart of node 1 after kill -9"
 kill -9 "${PID_OF[n1]}"; wait "${PID_OF[n1]}" 2>/dev/null || true
 t0=$(now); start_node 1
+phase_begin restart
 wait_health "127.0.0.1:$(node_port 1)" "" 300 && RESTART_LIVE=$(since "$t0") || RESTART_LIVE=timeout
 wait_health "127.0.0.1:$(node_port 1)" bloomgrid.v1.BloomGrid 600 && RESTART_READY=$(since "$t0") || RESTART_READY=timeout
 log "restart: live ${RESTART_LIVE}s, ready ${RESTART_READY}s"
+sleep 3
+phase_end
 
 # Re-sync of a wiped copy (node 2): until it leaves SYNCING.
 log "re-sync of node 2, data directory wiped"
 kill -9 "${PID_OF[n2]}"; wait "${PID_OF[n2]}" 2>/dev/null || true
 rm -rf "$WORK/node2/data"
 t0=$(now); start_node 2
+phase_begin resync
 RESYNC=timeout
 for _ in $(seq 1 12000); do
   if health "127.0.0.1:$(node_port 2)" bloomgrid.v1.BloomGrid; then RESYNC=$(since "$t0"); break; fi
@@ -308,6 +369,8 @@ done
 "$BG" status --topology "$TOPO" > "$OUT/status-after-resync.txt" 2>&1 || true
 STATUS_LINE=$(grep "127.0.0.1:$(node_port 2)" "$OUT/status-after-resync.txt" | head -1 | sed 's/^ *//')
 log "re-sync: ${RESYNC}s ($STATUS_LINE)"
+sleep 3
+phase_end
 sample end >> "$OUT/samples.txt"
 for i in $(seq 1 $NNODES); do cp "$WORK/node$i.log" "$OUT/node$i.log" 2>/dev/null || true; done
 cp "$WORK/merger.log" "$OUT/merger.log"
@@ -350,6 +413,26 @@ for i in $(seq 1 $NNODES); do
       printf "| %s | %.0f | %.0f | %.0f | %.0f | %.2f | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f |\n", n, fb / M, base / 1024, rss / 1024, hwm / 1024,
         (fb > 0 ? (hwm - base) * 1024 / fb : 0), (w1 - w0) / M / (ls / 60), (c1 - c0) / M / (ls / 60), (l1 - l0) / M / (ls / 60),
         (w2 - w1) / M / (qs / 60), (a1 - a0) / M, (a2 - a1) / M }'
+done
+echo
+echo "### Peak memory per phase"
+echo
+echo "Each node's VmHWM is reset when a phase starts and read when it ends: the peak of that phase alone, as (VmHWM - base) / filter bytes (its range over the 9 nodes, and the node of the largest), beside the largest node's charge to max_memory_mb and what its allocator held (in use and free) at the phase's end."
+echo
+echo "| phase | (HWM - base) / filter, min | median | max | node of max | its VmHWM MiB | its charged MiB | its malloc held MiB | of it free MiB | largest VmHWM / (1.10 x filter + 64 MiB) |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+for ph in import merger-first live quiet sparse restart resync; do
+  awk -v ph="$ph" -v bases="$(for i in $(seq 1 $NNODES); do printf '%s ' "${BASE_KIB[$i]}"; done)" '
+    BEGIN { split(bases, base, " ") }
+    $1 == ph { n = substr($2, 5) + 0; for (i = 3; i < NF; i += 2) v[$i] = $(i + 1)
+      if (v["filter_bytes"] <= 0) next
+      r = (v["hwm_kib"] - base[n]) * 1024 / v["filter_bytes"]; k++; rs[k] = r
+      t = v["hwm_kib"] * 1024 / (1.10 * v["filter_bytes"] + 64 * 1048576); if (t > tmax) tmax = t
+      if (k == 1 || r > best) { best = r; bn = $2; bh = v["hwm_kib"]; bc = v["charged"]; bm = v["malloc_held"]; bf = v["malloc_free"] } }
+    END { if (!k) exit
+      for (i = 2; i <= k; i++) { x = rs[i]; for (j = i - 1; j >= 1 && rs[j] > x; j--) rs[j + 1] = rs[j]; rs[j + 1] = x }
+      M = 1048576
+      printf "| %s | %.2f | %.2f | %.2f | %s | %.0f | %.0f | %.0f | %.0f | %.2f |\n", ph, rs[1], rs[int((k + 1) / 2)], rs[k], bn, bh / 1024, bc / M, bm / M, bf / M, tmax }' "$OUT/phases.txt"
 done
 echo
 echo "### Merger"

@@ -146,7 +146,9 @@ static void set_health(struct node *n, bool serving)
                               serving && !(syncing && i == 1));
 }
 
-/* Returns true when every filter is READY. */
+/* Returns true when every filter is READY; a name reserved by a create
+ * whose files are not yet in place does not count (it is not served yet,
+ * and the filters that are served decide the node's health). */
 static bool check_filters(struct node *n)
 {
     struct store *s = node_store(n);
@@ -160,13 +162,46 @@ static bool check_filters(struct node *n)
         struct store_filter *sf = store_get(s, names[i]);
         if (!sf)
             continue;
+        /* creating before the state: a create that ends between the two
+         * reads then shows READY, never RECOVERING without its mark. */
+        bool creating = store_filter_creating(sf);
         enum store_state st = store_filter_state(sf, NULL);
-        if (st != STORE_READY && st != STORE_DROPPED)
+        if (st != STORE_READY && st != STORE_DROPPED &&
+            !(st == STORE_RECOVERING && creating))
             all_ready = false;
         store_put(sf);
     }
     store_list_free(names, nn);
     return all_ready;
+}
+
+/* Every MALLOC_CHECK_TICKS housekeeping ticks (of 200 ms), the memory
+ * the allocator keeps free in its heaps goes back to the system when it
+ * exceeds MALLOC_FREE_MAX: what a burst of calls (pulls, pushes, Imports,
+ * large batches) freed in the arenas of many threads would otherwise stay
+ * resident for good, and the next burst's peak would come on top of it. */
+#define MALLOC_CHECK_TICKS 10
+#define MALLOC_FREE_MAX ((size_t)32 << 20)
+
+/* Housekeeping thread only.  Free bytes that were given back stay counted
+ * free (the heaps keep their size): a trim is done again only when the
+ * free bytes moved by a quarter of MALLOC_FREE_MAX since the last one (new
+ * frees, or memory taken again and freed), so a quiet node does not trim
+ * every tick. */
+static void release_free_memory(void)
+{
+    static size_t at_last_trim;
+    struct proc_malloc_stats ms;
+
+    proc_malloc_stats(&ms);
+    size_t moved = ms.free > at_last_trim ? ms.free - at_last_trim
+                                          : at_last_trim - ms.free;
+    if (ms.free <= MALLOC_FREE_MAX || moved < MALLOC_FREE_MAX / 4)
+        return;
+    at_last_trim = ms.free;
+    if (proc_malloc_release())
+        log_debug("allocator: free memory of its heaps (%zu MiB) given back "
+                  "to the system", ms.free >> 20);
 }
 
 static void *housekeeping_main(void *arg)
@@ -225,9 +260,12 @@ static void *housekeeping_main(void *arg)
     svc_notify_ready("%s; %zu shards SYNCING", ready ? "serving" : "some filters not ready",
                      node_sync_count(ns));
 
+    unsigned tick = 0;
     while (!atomic_load(&n->stopping)) {
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
+        if (++tick % MALLOC_CHECK_TICKS == 0)
+            release_free_memory();
         bool now = check_filters(n);
         if (now != ready) {
             log_info("health: %s", now ? "SERVING" : "NOT_SERVING");
@@ -263,6 +301,8 @@ int main(int argc, char **argv)
     static struct node n;
     /* Before any thread: see proc_malloc.h (TLB shootdowns per call). */
     proc_malloc_tune();
+    /* And bounded against the filters' bits (proc_malloc.h). */
+    proc_malloc_bound();
     /* A connection past the descriptor limit must not close the listener. */
     proc_accept_guard();
     int rc = node_config_load(&n.cfg, argc, argv);

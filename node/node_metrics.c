@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "node.h"
 #include "node_rpc.h"
+#include "proc_malloc.h"
 #include "rules.h"
 #include "store.h"
 
@@ -310,6 +311,15 @@ static void node_sampler(void *arg, struct metrics_out *out)
     metrics_emit(out, METRIC_GAUGE, "bloomgrid_wal_file_bytes",
                  "bytes of the write-ahead log's files, padding to write "
                  "units included", NULL, (double)store_log_file_bytes(s));
+    struct proc_malloc_stats ms;
+    proc_malloc_stats(&ms);
+    metrics_emit(out, METRIC_GAUGE, "bloomgrid_process_malloc_held_bytes",
+                 "bytes the allocator holds from the system (its heaps and its "
+                 "own mappings; filters' bits are mapped apart and not in it)",
+                 NULL, (double)ms.held);
+    metrics_emit(out, METRIC_GAUGE, "bloomgrid_process_malloc_free_bytes",
+                 "of bloomgrid_process_malloc_held_bytes, the bytes free in the "
+                 "allocator's heaps (kept for reuse)", NULL, (double)ms.free);
     free(ff);
 done:
     store_list_free(names, nn);

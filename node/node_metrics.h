@@ -1,7 +1,8 @@
 /* node_metrics: the node's sampled series (docs/METRICS.md): per shard
  * held (labels filter, the filter's name, and shard, its index) its bytes,
  * inserts, capacity, target and model FPR and SYNCING state, and the
- * store's budget, read at each scrape from values the node keeps (never a
+ * store's budget and the allocator's held and free bytes (proc_malloc.h),
+ * read at each scrape from values the node keeps (never a
  * scan of a filter's bits); and its fill, n-hat and estimated FPR from a
  * bounded sample of its bits that one thread takes every metrics_sample_s
  * (bf_stats_sampled), served as last sampled.  With metrics_shards =

@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,16 +30,25 @@
 
 #include "node_replicate_int.h"
 
-/* Pages of one pull, copied as they arrive. */
+/* Pages ORed in by one store_pages_merge of a pull (4 MiB of 64 KiB
+ * pages): what the log record of a merge copies at most. */
+#define REPL_MERGE_PAGES 64
+
+/* Pages of one pull, copied as they arrive into one buffer (v[i].data
+ * holds the page's offset in it until buf_pages points them in): one
+ * allocation that grows, mapped on its own once large and unmapped when
+ * the pull is done, rather than a small allocation per page that the
+ * allocator's arenas would keep after the pull. */
 struct repl_buf {
     struct store_page *v;
     size_t n, cap;
+    uint8_t *data;
+    size_t used, dcap;
 };
 
 static int buf_page(void *ctx, uint64_t offset, const uint8_t *data, size_t len)
 {
     struct repl_buf *b = ctx;
-    void *copy;
 
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 64;
@@ -48,18 +58,34 @@ static int buf_page(void *ctx, uint64_t offset, const uint8_t *data, size_t len)
         b->v = nv;
         b->cap = cap;
     }
-    if (!(copy = malloc(len ? len : 1)))
-        return -ENOMEM;
-    memcpy(copy, data, len);
+    if (len > b->dcap - b->used) {
+        size_t dcap = b->dcap ? b->dcap : RULES_PAGE_BYTES * 16;
+        while (len > dcap - b->used)
+            dcap *= 2;
+        void *nd = realloc(b->data, dcap);
+        if (!nd)
+            return -ENOMEM;
+        b->data = nd;
+        b->dcap = dcap;
+    }
+    memcpy(b->data + b->used, data, len);
     b->v[b->n++] = (struct store_page){.layer = 0, .offset = offset,
-                                       .data = copy, .len = len};
+                                       .data = (const void *)(uintptr_t)b->used,
+                                       .len = len};
+    b->used += len;
     return 0;
+}
+
+/* Point the pages at their bytes (once the buffer no longer moves). */
+static void buf_pages(struct repl_buf *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        b->v[i].data = b->data + (uintptr_t)b->v[i].data;
 }
 
 static void buf_free(struct repl_buf *b)
 {
-    for (size_t i = 0; i < b->n; i++)
-        free((void *)b->v[i].data);
+    free(b->data);
     free(b->v);
 }
 
@@ -256,8 +282,22 @@ static int pull_merge(struct rpc_channel *ch, struct store_filter *sf,
     else if (strcmp(end->fp, id->fp) != 0)
         snprintf(msg, msglen, "pages of fingerprint \"%s\" refused: the "
                  "shard's is \"%s\"", end->fp, id->fp);
-    else if ((rc = store_pages_merge(sf, b.v, b.n, 0, err)) < 0)
-        snprintf(msg, msglen, "%s", err[0] ? err : strerror(-rc));
+    else {
+        /* In merges of REPL_MERGE_PAGES: each makes a log record holding a
+         * copy of its pages, so a pull of a whole shard never holds a
+         * second copy of it.  Pages ORed in by a merge before a failed one
+         * stay (OR is idempotent: the next pull brings the rest); no
+         * version is claimed (0). */
+        size_t i = 0;
+        buf_pages(&b);
+        do {
+            size_t k = b.n - i < REPL_MERGE_PAGES ? b.n - i : REPL_MERGE_PAGES;
+            rc = store_pages_merge(sf, b.v + i, k, 0, err);
+            i += k;
+        } while (rc >= 0 && i < b.n);
+        if (rc < 0)
+            snprintf(msg, msglen, "%s", err[0] ? err : strerror(-rc));
+    }
     *npages = b.n;
     buf_free(&b);
     return msg[0] ? -1 : 0;

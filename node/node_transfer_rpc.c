@@ -203,8 +203,10 @@ static void merge_check_run(const struct bf *dst, void *ctx)
         bf_merge_project(dst, mc->src, &mc->proj, err);
 }
 
-/* Import: the whole file is collected and verified before the merge.
- * shard: the messages are ImportShardRequests naming one shard (internal
+/* Import: the whole file is collected and verified before the merge;
+ * once parsed, its bytes are let go before the merge (at most two copies
+ * of the file at once: the parsed filter and the log record).  shard: the
+ * messages are ImportShardRequests naming one shard (internal
  * ImportShard). */
 static void import_run(struct node *n, struct rpc_stream *st, bool shard)
 {
@@ -293,6 +295,11 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
                         "imported file refused: %s", err);
         goto done;
     }
+    /* The parsed filter holds every bit: the file's bytes go back now, not
+     * after the merge, so that they, the parsed filter and the log record
+     * store_import makes are never held all three at once. */
+    size_t received = mb.len;
+    bytebuf_deinit(&mb);
     if (store_dropped(s, store_filter_name(sf), store_secret_id(src), NULL)) {
         rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
                         "imported file is of filter \"%s\" as it was before "
@@ -323,12 +330,12 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
         node_rpc__store_error(&r, sf, name, rc, err);
         goto done;
     }
-    log_info("imported %zu bytes into filter %s", mb.len, name);
+    log_info("imported %zu bytes into filter %s", received, name);
     struct info_buf ib;
     node_rpc__info_fill(n, &ib, sf, name);
     Bloomgrid__V1__ImportResponse resp = BLOOMGRID__V1__IMPORT_RESPONSE__INIT;
     resp.info = &ib.fi;
-    resp.bytes_received = mb.len;
+    resp.bytes_received = received;
     resp.projected_fill_ratio = proj.fill_ratio;
     resp.projected_error_rate = proj.estimated_fpr;
     resp.over_target = proj.over_target;

@@ -171,7 +171,11 @@ void bf_set_exclusive(struct bf *f, bool exclusive);
  *
  * bf_track_pages switches tracking on (versions 0, every layer, and every
  * layer a scalable filter appends later) or off; returns 0 or -ENOMEM.
- * Not alongside writers.  Filters are created untracked. */
+ * Not alongside writers.  Filters are created untracked.  On a tracked
+ * filter a page of version 0 is taken for zeros and not read by the
+ * statistics (bf_stats, bf_stats_sampled), so that untouched bits stay
+ * untouched: whoever switches tracking on over bits already set stamps
+ * their pages (bf_stamp_range) before asking for statistics. */
 int bf_track_pages(struct bf *f, bool on);
 bool bf_tracked(const struct bf *f);
 /* The version later changes stamp (the writer's; not alongside a change). */

@@ -18,9 +18,9 @@
 #include "bf_internal.h"
 
 /* Bits set (counters above zero for the counting kind) in words
- * [from, to) of one layer. */
-static uint64_t words_set(enum bf_kind kind, const struct bf_layer *l, uint64_t from,
-                          uint64_t to)
+ * [from, to) of one layer, every word read. */
+static uint64_t words_set_read(enum bf_kind kind, const struct bf_layer *l, uint64_t from,
+                               uint64_t to)
 {
     uint64_t set = 0;
 
@@ -35,6 +35,30 @@ static uint64_t words_set(enum bf_kind kind, const struct bf_layer *l, uint64_t 
         /* One bit per nonzero nibble. */
         uint64_t nz = (w | w >> 1 | w >> 2 | w >> 3) & 0x1111111111111111ULL;
         set += (uint64_t)__builtin_popcountll(nz);
+    }
+    return set;
+}
+
+/* Bits set in words [from, to) of one layer.  A tracked layer's page of
+ * version 0 was never written (a page's version is stamped with every
+ * change, bf_internal.h): it is all zeros and is not read, so that an
+ * untouched part of the body stays untouched (not resident: on kernels
+ * that back a read fault of anonymous memory with a new page rather than
+ * the zero page, and with huge pages, a read would cost 2 MiB). */
+static uint64_t words_set(enum bf_kind kind, const struct bf_layer *l, uint64_t from,
+                          uint64_t to)
+{
+    const uint64_t *v = __atomic_load_n(&l->pver, __ATOMIC_ACQUIRE);
+    const uint64_t per = BF_PAGE_BYTES / 8;   /* words a page */
+    uint64_t set = 0;
+
+    if (!v)
+        return words_set_read(kind, l, from, to);
+    while (from < to) {
+        uint64_t p = from / per, end = (p + 1) * per < to ? (p + 1) * per : to;
+        if (p >= l->npages || __atomic_load_n(&v[p], __ATOMIC_RELAXED) != 0)
+            set += words_set_read(kind, l, from, end);
+        from = end;
     }
     return set;
 }

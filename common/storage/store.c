@@ -315,7 +315,9 @@ static int create_from(struct store *s, const char *name, struct bf *f,
         pthread_mutex_unlock(&s->mu);
         return rc;
     }
-    if (!(sf = store__filter_new(s, name)) || catalog_add(s, sf) < 0) {
+    if ((sf = store__filter_new(s, name)))
+        atomic_store(&sf->creating, true);
+    if (!sf || catalog_add(s, sf) < 0) {
         pthread_mutex_unlock(&s->mu);
         if (sf)
             store__filter_free(sf);
@@ -364,6 +366,7 @@ static int create_from(struct store *s, const char *name, struct bf *f,
     sf->ckpt_seq = 0;
     sf->snap_time_ms = store__now_ms();
     rc = store__filter_install(sf, f, 1);
+    atomic_store(&sf->creating, false);   /* READY, or FAILED for good */
     pthread_mutex_unlock(&sf->snap_mu);
     if (rc < 0)
         errmsg_set(err, "out of memory");
@@ -371,6 +374,7 @@ static int create_from(struct store *s, const char *name, struct bf *f,
     return rc < 0 ? -ENOMEM : 0;
 fail:
     store__rm_rf(tmp);
+    atomic_store(&sf->creating, false);
     pthread_mutex_unlock(&sf->snap_mu);
     pthread_mutex_lock(&s->mu);
     bool mine = catalog_remove(s, sf);

@@ -360,6 +360,14 @@ const char *store_filter_name(const struct store_filter *sf);
  * receives what failed and where (file and offset). */
 enum store_state store_filter_state(struct store_filter *sf, char *why);
 
+/* Is sf a name a create (store_create, store_create_from, an undrop) has
+ * reserved and whose files are not yet in place?  It reads RECOVERING
+ * meanwhile; once created it is READY (or FAILED when its bits could not
+ * be installed) and this is false.  A health check counts such a name as
+ * neither ready nor failing: the filters already served are what it
+ * answers for. */
+bool store_filter_creating(struct store_filter *sf);
+
 /* Did this filter object's recovery cut records it may have acknowledged?
  * True when store_open cut a torn tail from the log (its records' owners
  * are unknown, so every filter is named), loaded the filter without

@@ -398,6 +398,11 @@ int store_filter_recover(struct store_filter *sf, char *err)
     return rc;
 }
 
+bool store_filter_creating(struct store_filter *sf)
+{
+    return atomic_load(&sf->creating);
+}
+
 enum store_state store_filter_state(struct store_filter *sf, char *why)
 {
     enum store_state st;

@@ -65,6 +65,9 @@ struct store_filter {
     pthread_mutex_t write_mu;
     enum store_state state;      /* under lock; READY with a failed stream
                                     counts as FAILED (store__state) */
+    atomic_bool creating;        /* a create's reserved name: RECOVERING
+                                    until its files are in place
+                                    (store_filter_creating) */
     char why[STORE_ERRLEN];      /* under lock */
     int err;                     /* under lock: what a FAILED filter's
                                     calls return (0: -EIO) */

@@ -131,7 +131,10 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
         }
         const uint8_t *body = (const uint8_t *)bf_layer_body_const(f, 0);
         if (all) {
-            want = !page_is_zero(body + off, pg.len);
+            /* Version 0: never written, zeros, and not read (untouched
+             * bits stay untouched: not resident). */
+            want = (!bf_tracked(f) || page_version(f, p) != 0) &&
+                   !page_is_zero(body + off, pg.len);
         } else {
             want = page_version(f, p) > since;
         }
@@ -176,11 +179,18 @@ int store_pages_hashes(struct store_filter *sf, uint64_t *out, size_t max,
      * see a write half done, which only makes a page look different (it is
      * then streamed, and ORing it is harmless). */
     const uint8_t *body = (const uint8_t *)bf_layer_body_const(sf->bf, 0);
+    /* A page never written (version 0) is zeros: its hash is the zero
+     * page's, and its bits are not read (they stay untouched). */
+    static const uint8_t zeros[RULES_PAGE_BYTES];
+    uint64_t zero_full = XXH64(zeros, RULES_PAGE_BYTES, 0);
     for (uint64_t p = 0; p < np; p++) {
         uint64_t off = p * RULES_PAGE_BYTES;
         size_t len = li.body_bytes - off < RULES_PAGE_BYTES
                          ? (size_t)(li.body_bytes - off) : RULES_PAGE_BYTES;
-        out[p] = XXH64(body + off, len, 0);
+        if (bf_tracked(sf->bf) && page_version(sf->bf, p) == 0)
+            out[p] = len == RULES_PAGE_BYTES ? zero_full : XXH64(zeros, len, 0);
+        else
+            out[p] = XXH64(body + off, len, 0);
     }
 out:
     pthread_rwlock_unlock(&sf->lock);

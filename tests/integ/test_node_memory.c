@@ -1,0 +1,264 @@
+/* Integration tests: what a node holds and shows beyond its filters' bits.
+ *
+ * usage: test_node_memory NODE_BIN create_health SLOW_FSYNC_LIBRARY
+ *        test_node_memory NODE_BIN empty_rss
+ *
+ * create_health: a filter being created must not make its node NOT_SERVING
+ *   when the filters it serves are fine.  One create is held inside the
+ *   fsync of its first checkpoint (slow_fsync.c) for more than five of the
+ *   node's health ticks (200 ms each) while health ("" and the readiness
+ *   service bloomgrid.v1.BloomGrid) is polled; then 40 creates and drops
+ *   run back to back on another thread while health is polled throughout.
+ *   Every answer must be SERVING; the held filter then serves keys.
+ * empty_rss: a node with an empty filter of about 1 GiB, its metrics
+ *   scraped a few times with a sample of the bits taken every second
+ *   (--metrics-sample-s 1), the filter's info read (GetFilter: its fill
+ *   from every word) and a full pull of its pages (internal PullPages
+ *   since 0, which streams none), keeps its resident memory (smaps_rollup)
+ *   far below the filter's bytes: statistics and pulls do not read pages
+ *   never written.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/grpc.h>
+
+#include "harness.h"
+#include "node_client.h"
+
+#define READY_SERVICE "bloomgrid.v1.BloomGrid"
+
+/* ---- create_health ---- */
+
+struct creator {
+    struct rpc_channel *ch;
+    const char *name;
+    uint64_t capacity;
+    unsigned rounds;          /* create + drop of name-N, N < rounds */
+    int rc;
+    char msg[512];
+    atomic_bool done;
+};
+
+static void *create_main(void *arg)
+{
+    struct creator *c = arg;
+    struct rpc_status st;
+    char name[64];
+
+    c->rc = 0;
+    if (!c->rounds) {
+        c->rc = t_create(c->ch, c->name, c->capacity, 0.01, 1, &st);
+        if (c->rc)
+            snprintf(c->msg, sizeof c->msg, "create %s: %.400s", c->name, st.message);
+    }
+    for (unsigned i = 0; i < c->rounds && !c->rc; i++) {
+        snprintf(name, sizeof name, "%s-%u", c->name, i);
+        if ((c->rc = t_create(c->ch, name, c->capacity, 0.01, 1, &st)) ||
+            (c->rc = t_drop(c->ch, name, &st)))
+            snprintf(c->msg, sizeof c->msg, "create/drop %s: %.400s", name, st.message);
+    }
+    atomic_store(&c->done, true);
+    return NULL;
+}
+
+/* Poll both health services until *stop (and at least min_polls times);
+ * every answer must be SERVING.  Returns the polls made. */
+static unsigned poll_serving(struct node_proc *n, atomic_bool *stop, unsigned min_polls)
+{
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    unsigned polls = 0;
+
+    while (!atomic_load(stop) || polls < min_polls) {
+        int live = node_health(n, "");
+        int ready = node_health(n, READY_SERVICE);
+        CHECK(live == 1 && ready == 1, "health during a create: liveness %d, "
+              "readiness %d (1 is SERVING), poll %u", live, ready, polls);
+        polls++;
+        nanosleep(&ts, NULL);
+    }
+    return polls;
+}
+
+static void test_create_health(const char *dir, const char *preload)
+{
+    const char *flags[] = {"--durability", "fsync", NULL};
+    char gate[800], held[820];
+    struct node_proc n;
+    struct rpc_status st;
+    pthread_t th;
+
+    snprintf(gate, sizeof gate, "%s.gate", dir);
+    snprintf(held, sizeof held, "%s.held", gate);
+    unlink(gate);
+    unlink(held);
+    setenv("SLOW_FSYNC_GATE", gate, 1);
+    setenv("SLOW_FSYNC_MATCH", "/.creating-", 1);
+    harness_preload_begin(preload);
+    node_start(&n, dir, flags);
+    harness_preload_end();
+    CHECK(node_wait_health(&n, true, 20000), "node not serving");
+    CHECK(t_create(n.ch, "served", 100000, 0.01, 1, &st) == 0, "create served: %s",
+          st.message);
+    char **k = keys_make("s", 0, 100);
+    keys_call(n.ch, "Add", "served", k, 100, 100, NULL);
+    keys_free(k, 100);
+
+    /* One create held in the fsync of its files. */
+    FILE *g = fopen(gate, "w");
+    CHECK(g, "create %s", gate);
+    fclose(g);
+    struct creator c = {.ch = rpc_channel_create(n.addr, 0), .name = "held",
+                        .capacity = 1000000};
+    CHECK(c.ch, "channel");
+    CHECK(pthread_create(&th, NULL, create_main, &c) == 0, "thread");
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    while (access(held, F_OK) != 0) {
+        CHECK(!atomic_load(&c.done), "the create ended without being held: %s",
+              c.msg);
+        nanosleep(&ts, NULL);
+    }
+    /* About 1.5 s of polls: the node's health follows its filters every
+     * 200 ms, so several of its checks see the reserved name. */
+    atomic_bool now = true;   /* min_polls decides */
+    unsigned polls = poll_serving(&n, &now, 100);
+    CHECK(!atomic_load(&c.done), "the create ended while held");
+    unlink(gate);
+    pthread_join(th, NULL);
+    CHECK(c.rc == 0, "%s", c.msg);
+    printf("held create: %u polls, all SERVING\n", polls);
+    k = keys_make("h", 0, 100);
+    keys_call(n.ch, "Add", "held", k, 100, 100, NULL);
+    CHECK(keys_present(n.ch, "held", k, 100, NULL) == 100, "keys of the held filter");
+    keys_free(k, 100);
+
+    /* Creates and drops back to back. */
+    struct creator c2 = {.ch = c.ch, .name = "burst", .capacity = 2000000,
+                         .rounds = 40};
+    CHECK(pthread_create(&th, NULL, create_main, &c2) == 0, "thread");
+    polls = poll_serving(&n, &c2.done, 1);
+    pthread_join(th, NULL);
+    CHECK(c2.rc == 0, "%s", c2.msg);
+    printf("40 creates and drops: %u polls, all SERVING\n", polls);
+    rpc_channel_destroy(c.ch);
+    CHECK(node_stop(&n, 15) == 0, "node exit");
+}
+
+/* ---- empty_rss ---- */
+
+static uint64_t rss_bytes(pid_t pid)
+{
+    char path[64], line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+
+    snprintf(path, sizeof path, "/proc/%d/smaps_rollup", (int)pid);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "cannot read %s", path);
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "Rss: %llu kB", &kb) == 1;
+    fclose(f);
+    CHECK(found, "no Rss line in %s", path);
+    return (uint64_t)kb << 10;
+}
+
+/* CreateFilter with a deadline long enough for a node that reads the
+ * whole body of the filter it creates (what this test catches). */
+static int create_long(struct rpc_channel *ch, const char *name, uint64_t cap,
+                       struct rpc_status *st)
+{
+    Bloomgrid__V1__CreateFilterRequest rq = BLOOMGRID__V1__CREATE_FILTER_REQUEST__INIT;
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+
+    rq.name = (char *)name;
+    rq.capacity = cap;
+    rq.error_rate = 0.01;
+    rq.kind = 1;
+    if (rpc_call(ch, "/bloomgrid.v1.BloomGrid/CreateFilter", &rq.base,
+                 &bloomgrid__v1__filter_info__descriptor, (ProtobufCMessage **)&fi,
+                 120000, st) < 0)
+        return st->code;
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    return 0;
+}
+
+static void test_empty_rss(const char *dir)
+{
+    const char *flags[] = {"--durability", "none", "--metrics-listen", "127.0.0.1:0",
+                           "--metrics-sample-s", "1", NULL};
+    struct node_proc n;
+    struct rpc_status st;
+    Bloomgrid__V1__FilterInfo *fi;
+
+    node_start(&n, dir, flags);
+    CHECK(node_wait_health(&n, true, 20000), "node not serving");
+    CHECK(n.maddr[0], "no metrics address");
+    uint64_t before = rss_bytes(n.pid);
+    /* About 1.1 GiB of bits at 1 %. */
+    CHECK(create_long(n.ch, "empty", 900000000, &st) == 0, "create: %s", st.message);
+    CHECK(t_get(n.ch, "empty", &fi, &st) == 0, "GetFilter: %s", st.message);
+    uint64_t bytes = fi->bytes;
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    CHECK(bytes >= (1ull << 30), "the filter has %" PRIu64 " bytes", bytes);
+    /* Samples of the bits (one a second), scrapes, and GetFilter's fill. */
+    double fill = -1;
+    for (int i = 0; i < 4; i++) {
+        harness_sleep_ms(1100);
+        const char *sel[] = {"filter=empty,shard=0"};
+        CHECK(harness_scrape(n.maddr, "bloomgrid_filter_bytes", NULL, sel, 1, &fill) == 0,
+              "scrape");
+        CHECK(t_get(n.ch, "empty", &fi, &st) == 0, "GetFilter: %s", st.message);
+        bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    }
+    /* A full pull (since 0: every non-empty page) finds none, reading no
+     * page never written. */
+    struct node_client_pull_end end;
+    CHECK(node_client_pull(n.ch, "empty", 0, 0, 0, NULL, NULL, &end, 120000, &st) == 0,
+          "PullPages: %s", st.message);
+    CHECK(end.pages == 0, "a pull of the empty filter streamed %" PRIu64 " pages",
+          end.pages);
+    /* The fill gauge was served from a sample (the sampler ran). */
+    const char *sel[] = {"filter=empty,shard=0"};
+    CHECK(harness_scrape(n.maddr, "bloomgrid_filter_fill_ratio", NULL, sel, 1, &fill) == 0 &&
+          fill == 0.0, "fill gauge of the empty filter: %g", fill);
+    uint64_t after = rss_bytes(n.pid);
+    printf("empty filter of %" PRIu64 " MiB: node RSS %" PRIu64 " MiB before it, %"
+           PRIu64 " MiB after samples, scrapes and GetFilter\n", bytes >> 20,
+           before >> 20, after >> 20);
+    CHECK(after < before + bytes / 8, "RSS %" PRIu64 " MiB with an empty filter of %"
+          PRIu64 " MiB (%" PRIu64 " MiB before it)", after >> 20, bytes >> 20,
+          before >> 20);
+    /* A key makes its page resident, and only around it. */
+    char **k = keys_make("k", 0, 1);
+    keys_call(n.ch, "Add", "empty", k, 1, 1, NULL);
+    CHECK(keys_present(n.ch, "empty", k, 1, NULL) == 1, "the key added");
+    keys_free(k, 1);
+    CHECK(node_stop(&n, 15) == 0, "node exit");
+}
+
+int main(int argc, char **argv)
+{
+    char dir[512];
+
+    CHECK(argc >= 3, "usage: test_node_memory NODE_BIN create_health LIB | empty_rss");
+    harness_node_bin = argv[1];
+    grpc_init();
+    harness_tmpdir(dir, sizeof dir, argv[2]);
+    if (strcmp(argv[2], "create_health") == 0) {
+        CHECK(argc >= 4, "create_health needs the slow_fsync library");
+        test_create_health(dir, argv[3]);
+    } else if (strcmp(argv[2], "empty_rss") == 0) {
+        test_empty_rss(dir);
+    } else {
+        CHECK(0, "unknown test %s", argv[2]);
+    }
+    grpc_shutdown();
+    printf("ok\n");
+    return 0;
+}

@@ -615,10 +615,14 @@ static int keys_apply(struct mg_shard *s, const uint8_t *h, size_t n,
     return 0;
 }
 
-/* The pages the keys of a pull changed (page versions kst): stamped with
- * the round, and held whole by no copy pulled before (as shard_or).
- * Returns how many changed. */
-static uint64_t keys_stamped(struct mg_shard *s, uint64_t kst, uint64_t round)
+/* The pages the keys of a pull from the copy with slot changed (page
+ * versions kst): stamped with the round, and held whole by no copy pulled
+ * before (as shard_or), but for the copy the keys came from when it held
+ * the page whole before (no change to it since the last round it acked:
+ * it holds the snapshot's page and its own keys, which is now the whole
+ * page), so the push does not send it back.  Returns how many changed. */
+static uint64_t keys_stamped(struct mg_shard *s, uint64_t kst, uint64_t round,
+                             int slot, uint64_t acked)
 {
     const uint64_t sub = RULES_PAGE_BYTES / BF_PAGE_BYTES;
     uint64_t changed = 0, n4 = bf_layer_pages(s->g, 0);
@@ -629,7 +633,8 @@ static uint64_t keys_stamped(struct mg_shard *s, uint64_t kst, uint64_t round)
             hit = bf_page_version(s->g, 0, i) == kst;
         if (!hit)
             continue;
-        s->have[p] = 0;
+        bool held = acked && s->stamp[p] <= acked;
+        s->have[p] = held ? 1ull << slot : 0;
         if (s->stamp[p] != round) {
             s->stamp[p] = round;
             changed++;
@@ -639,13 +644,14 @@ static uint64_t keys_stamped(struct mg_shard *s, uint64_t kst, uint64_t round)
 }
 
 /* OR in the pages of a complete pull from the copy with slot, read back
- * from the temp file a page at a time; a whole page the snapshot now
+ * from the temp file a page at a time, and add the keys' hashes it brought
+ * instead of pages (keys_apply, keys_stamped); a whole page the snapshot now
  * equals is one that copy needs no push of (unless a later pull or partial
  * of the round changes it: shard_or clears it).  Returns 0, or a negative
  * errno when the file cannot be read back (the bits applied so far stay:
  * they only add). */
 static int pulled_apply(struct mg_shard *s, struct pulled *p, int slot,
-                        uint64_t round, struct mg_report *rep)
+                        uint64_t acked, uint64_t round, struct mg_report *rep)
 {
     const uint8_t *body = (const uint8_t *)bf_layer_body_const(s->g, 0);
     uint8_t *page = NULL;
@@ -686,7 +692,7 @@ static int pulled_apply(struct mg_shard *s, struct pulled *p, int slot,
     if (rc == 0 && ferror(p->fp))
         rc = -EIO;
     if (kst)
-        rep->pages_changed += keys_stamped(s, kst, round);
+        rep->pages_changed += keys_stamped(s, kst, round, slot, acked);
     free(page);
     return rc;
 }
@@ -756,7 +762,7 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         pulled_free(&p);
         return -1;
     }
-    if (p.fp && (rc = pulled_apply(s, &p, slot, round, rep)) < 0) {
+    if (p.fp && (rc = pulled_apply(s, &p, slot, c->acked, round, rep)) < 0) {
         merger__rep_msg(rep, true, "pull of \"%s\" shard %u from %s (%s): "
                         "cannot read its pages back from %s: %s", f->c.name,
                         s->index, dc, c->addr, dir, strerror(-rc));

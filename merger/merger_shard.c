@@ -640,6 +640,9 @@ static uint64_t keys_stamped(struct mg_shard *s, uint64_t kst, uint64_t round,
             changed++;
         }
     }
+    /* The next pull's keys stamp another version: only the pages they
+     * mark read as it. */
+    bf_fold_versions(s->g, kst);
     return changed;
 }
 

@@ -349,6 +349,9 @@ int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
     pthread_mutex_lock(&sf->write_mu);
     mark->store_version = atomic_load(&sf->version);
     mark->version = wal_stream_last_seq(sf->stream);
+    /* As store_pages_since: pages changed up to the cursor read as the
+     * cursor from now on. */
+    bf_fold_versions(sf->bf, mark->version);
     id = sf->id;
     if (mark->version > since) {
         wal_waiter_init(&wt);

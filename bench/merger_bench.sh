@@ -5,14 +5,18 @@
 # 8 shards, and bloomgrid-merger rounds (--once):
 #   1. bytes shipped per round as a function of the keys added since the
 #      previous round (pulled from the primaries, pushed to the replicas and
-#      primaries), beside the filter's size;
+#      primaries), beside the filter's size, and how many keys came as their
+#      16-byte hashes instead of pages ("-": a merger that does not report
+#      them);
 #   2. replica lag under a steady add load: the merger daemon with a round
 #      every second while keys are added continuously; the lag of the
 #      replicas as each round reports it (age of the data they hold).
 #
 # usage: bench/merger_bench.sh [BUILD_DIR] [CAPACITY (default 20000000)]
 # Environment: BLOOMGRID_DURABILITY (fsync|none, default fsync),
-#              LAG_SECONDS (default 15), LAG_RATE (keys per 0.1 s, default 5000)
+#              LAG_SECONDS (default 15), LAG_RATE (keys per 0.1 s, default 5000),
+#              STEPS (keys added before each round, default
+#              "0 10 100 1000 10000 100000 1000000")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$(realpath "${1:-build}")
@@ -20,6 +24,7 @@ CAP=${2:-20000000}
 DUR=${BLOOMGRID_DURABILITY:-fsync}
 LAG_SECONDS=${LAG_SECONDS:-15}
 LAG_RATE=${LAG_RATE:-5000}
+STEPS=${STEPS:-0 10 100 1000 10000 100000 1000000}
 BG=$BUILD/cli/bloomgrid
 NODE=$BUILD/node/bloomgrid-node
 ROUTER=$BUILD/router/bloomgrid-router
@@ -63,9 +68,9 @@ BYTES=$("$BG" --server "$RT" info f | sed -n 's/^bytes: *//p' | awk '{print $1}'
 
 echo "filter: capacity $CAP, 8 shards, $BYTES bytes of bits, durability $DUR"
 echo
-printf '%12s %14s %14s %10s %12s\n' "keys added" "bytes pulled" "bytes pushed" "pages" "% of filter"
+printf '%12s %14s %14s %10s %12s %12s\n' "keys added" "bytes pulled" "bytes pushed" "pages" "% of filter" "keys pulled"
 next=1
-for k in 0 10 100 1000 10000 100000 1000000; do
+for k in $STEPS; do
   if [ "$k" -gt 0 ]; then
     seq -f "k-%.0f" "$next" $((next + k - 1)) | "$BG" --server "$RT" add f >/dev/null
     next=$((next + k))
@@ -74,8 +79,9 @@ for k in 0 10 100 1000 10000 100000 1000000; do
   pulled=$(sed -n 's/.*bytes_pulled \([0-9]*\).*/\1/p' <<<"$line")
   pushed=$(sed -n 's/.*bytes_pushed \([0-9]*\).*/\1/p' <<<"$line")
   pages=$(sed -n 's/.*pages_changed \([0-9]*\).*/\1/p' <<<"$line")
+  keys=$(sed -n 's/.*keys_pulled \([0-9]*\).*/\1/p' <<<"$line")
   pct=$(awk -v p="$pulled" -v b="$BYTES" 'BEGIN { if (b > 0) printf "%.2f", 100 * p / b; else print "?" }')
-  printf '%12s %14s %14s %10s %12s\n' "$k" "$pulled" "$pushed" "$pages" "$pct"
+  printf '%12s %14s %14s %10s %12s %12s\n' "$k" "$pulled" "$pushed" "$pages" "$pct" "${keys:--}"
 done
 
 echo

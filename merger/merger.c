@@ -424,6 +424,7 @@ static void rep_add(struct mg_report *to, const struct mg_report *from)
     to->pages_pulled += from->pages_pulled;
     to->pages_pushed += from->pages_pushed;
     to->pages_changed += from->pages_changed;
+    to->keys_pulled += from->keys_pulled;
     to->errors += from->errors;
     to->uncovered += from->uncovered;
     for (unsigned i = 0; i < from->nmsg && to->nmsg < MG_REPORT_MSGS; i++)
@@ -570,10 +571,10 @@ void mg_report_print(FILE *out, const struct mg_report *r)
     fprintf(out, "round %" PRIu64 ": duration_ms %" PRIu64 " bytes_pulled %"
             PRIu64 " bytes_pushed %" PRIu64 " pages_pulled %" PRIu64
             " pages_pushed %" PRIu64 " pages_changed %" PRIu64 " errors %u"
-            " uncovered %u\n",
+            " keys_pulled %" PRIu64 " uncovered %u\n",
             r->round, r->duration_ms, r->bytes_pulled, r->bytes_pushed,
             r->pages_pulled, r->pages_pushed, r->pages_changed, r->errors,
-            r->uncovered);
+            r->keys_pulled, r->uncovered);
     for (unsigned i = 0; i < r->nmsg; i++)
         fprintf(out, "  message: %s\n", r->msg[i]);
     for (size_t i = 0; i < r->npull; i++) {
@@ -602,11 +603,12 @@ void mg_report_log(const struct mg_report *rep)
         if (rep->lag[i].lag_ms > worst)
             worst = rep->lag[i].lag_ms;
     log_info("merger: round %" PRIu64 ": %" PRIu64 " ms, pulled %" PRIu64
-             " pages (%" PRIu64 " bytes), %" PRIu64
+             " pages and %" PRIu64 " keys (%" PRIu64 " bytes), %" PRIu64
              " pages changed, pushed %" PRIu64 " pages (%" PRIu64
              " bytes), %u errors, %u pulls short of the read quorum, "
              "lag max %" PRIu64 " ms",
-             rep->round, rep->duration_ms, rep->pages_pulled, rep->bytes_pulled,
+             rep->round, rep->duration_ms, rep->pages_pulled, rep->keys_pulled,
+             rep->bytes_pulled,
              rep->pages_changed, rep->pages_pushed, rep->bytes_pushed,
              rep->errors, rep->uncovered, worst);
 }

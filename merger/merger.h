@@ -104,6 +104,8 @@ struct mg_report {
     uint64_t started_ms, duration_ms;
     uint64_t bytes_pulled, bytes_pushed;
     uint64_t pages_pulled, pages_pushed, pages_changed;
+    uint64_t keys_pulled;     /* keys' hashes pulled instead of pages (their
+                                 16 bytes each are in bytes_pulled) */
     unsigned errors;
     unsigned nmsg;
     char msg[MG_REPORT_MSGS][MG_ERRLEN];

@@ -66,6 +66,8 @@ struct mg_shard {
                         loaded (the sidecar's G line) */
     uint64_t *stamp; /* per page: round of the last change (8 bytes per
                         page, kept between rounds) */
+    uint64_t kstamp; /* the page version the last keys' hashes added to g
+                        stamped (pulled_apply) */
     bool dirty;      /* changed this round, or rebuilt: to be saved */
     bool rebuilt;    /* this round found the saved snapshot damaged */
     uint64_t *have;  /* this round, per page: bit k when the copy pulled
@@ -119,7 +121,8 @@ struct pulled {
     struct mg_shard *s;
     const char *dir;  /* where the temp file goes */
     FILE *fp;         /* NULL until the first page */
-    uint64_t data;    /* page bytes buffered: at most the shard's body */
+    uint64_t data;    /* page and key bytes buffered: at most the shard's
+                         body */
     int err;          /* a write failed (negative errno) */
 };
 

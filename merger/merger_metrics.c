@@ -10,6 +10,7 @@
 static struct {
     struct metric *rounds, *failed, *errors, *duration;
     struct metric *pages_pulled, *pages_pushed, *bytes_pulled, *bytes_pushed;
+    struct metric *keys_pulled;
     struct metric *uncovered;
 } mm;
 static pthread_once_t mm_once = PTHREAD_ONCE_INIT;
@@ -34,7 +35,11 @@ static void mm_register(void)
     mm.pages_pushed = metrics_counter(m, "bloomgrid_merger_pages_pushed_total",
                                       "pages pushed to the copies", NULL);
     mm.bytes_pulled = metrics_counter(m, "bloomgrid_merger_pulled_bytes_total",
-                                      "bytes of pages pulled", NULL);
+                                      "bytes pulled: pages, and keys' hashes "
+                                      "(16 bytes each)", NULL);
+    mm.keys_pulled = metrics_counter(m, "bloomgrid_merger_keys_pulled_total",
+                                     "keys' hashes pulled from the copies "
+                                     "instead of pages", NULL);
     mm.bytes_pushed = metrics_counter(m, "bloomgrid_merger_pushed_bytes_total",
                                       "bytes of pages pushed", NULL);
     mm.uncovered = metrics_gauge(m, "bloomgrid_merger_uncovered_pulls",
@@ -57,6 +62,7 @@ void merger_metrics_round(const struct mg_report *rep)
     metric_add(mm.pages_pulled, rep->pages_pulled);
     metric_add(mm.pages_pushed, rep->pages_pushed);
     metric_add(mm.bytes_pulled, rep->bytes_pulled);
+    metric_add(mm.keys_pulled, rep->keys_pulled);
     metric_add(mm.bytes_pushed, rep->bytes_pushed);
     metric_set(mm.uncovered, rep->uncovered);
     /* A copy's series is made the first round that sees it and keeps the

@@ -479,14 +479,11 @@ static uint64_t shard_or(struct mg_shard *s, uint64_t off, const uint8_t *data,
 /* Buffer a pulled page on disk: applied only once the pull completed.  A
  * node sends each changed page once, so a pull of more bytes than the body
  * is refused rather than buffered without end. */
-static int pulled_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
+static int pulled_write(struct pulled *p, uint64_t off, const uint8_t *data,
+                        uint64_t len)
 {
-    struct pulled *p = ctx;
     uint64_t hdr[2] = {off, len};
 
-    if (off % 8 || len % 8 || off > p->s->body_bytes ||
-        len > p->s->body_bytes - off || len > p->s->body_bytes - p->data)
-        return -1;
     if (!p->fp) {
         char tmp[MG_PATH_MAX + 220];
         merger__strfmt(tmp, sizeof tmp, "%s/pull.tmp.XXXXXX", p->dir);
@@ -509,6 +506,30 @@ static int pulled_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
     }
     p->data += len;
     return 0;
+}
+
+static int pulled_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
+{
+    struct pulled *p = ctx;
+
+    if (off % 8 || len % 8 || off > p->s->body_bytes ||
+        len > p->s->body_bytes - off || len > p->s->body_bytes - p->data)
+        return -1;
+    return pulled_write(p, off, data, len);
+}
+
+/* Buffer keys' hashes a node sent instead of pages, in the same temp
+ * file, under offset UINT64_MAX; never more bytes than the body. */
+#define PULLED_KEYS UINT64_MAX
+
+static int pulled_keys(void *ctx, const uint8_t *h, size_t n)
+{
+    struct pulled *p = ctx;
+    uint64_t len = (uint64_t)n * 16;
+
+    if (len > p->s->body_bytes - p->data)
+        return -1;
+    return pulled_write(p, PULLED_KEYS, h, len);
 }
 
 static void pulled_free(struct pulled *p)
@@ -562,19 +583,83 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
     return 0;
 }
 
+/* Add n keys' hashes (16 bytes each, little-endian {h1, h2}) to the
+ * snapshot, its page versions stamped with *kst (a new one for the first
+ * keys of a pull: the snapshot is tracked from then on).  Returns 0 or
+ * -ENOMEM. */
+static int keys_apply(struct mg_shard *s, const uint8_t *h, size_t n,
+                      uint64_t *kst)
+{
+    enum { BATCH = 1024 };
+    struct bf_hash v[BATCH];
+
+    if (!*kst) {
+        if (!bf_tracked(s->g) && bf_track_pages(s->g, true) < 0)
+            return -ENOMEM;
+        *kst = ++s->kstamp;
+        bf_set_stamp(s->g, *kst);
+    }
+    for (size_t i = 0; i < n; i += BATCH) {
+        size_t m = n - i < BATCH ? n - i : BATCH;
+        for (size_t j = 0; j < m; j++) {
+            const uint8_t *p = h + 16 * (i + j);
+            uint64_t h1 = 0, h2 = 0;
+            for (int k = 7; k >= 0; k--) {
+                h1 = h1 << 8 | p[k];
+                h2 = h2 << 8 | p[8 + k];
+            }
+            v[j] = (struct bf_hash){h1, h2};
+        }
+        bf_add_hashes(s->g, v, m, NULL);
+    }
+    return 0;
+}
+
+/* The pages the keys of a pull from the copy with slot changed (page
+ * versions kst): stamped with the round, and held whole by no copy pulled
+ * before (as shard_or), but for the copy the keys came from when it held
+ * the page whole before (no change to it since the last round it acked:
+ * it holds the snapshot's page and its own keys, which is now the whole
+ * page), so the push does not send it back.  Returns how many changed. */
+static uint64_t keys_stamped(struct mg_shard *s, uint64_t kst, uint64_t round,
+                             int slot, uint64_t acked)
+{
+    const uint64_t sub = RULES_PAGE_BYTES / BF_PAGE_BYTES;
+    uint64_t changed = 0, n4 = bf_layer_pages(s->g, 0);
+
+    for (uint64_t p = 0; p < s->npages; p++) {
+        bool hit = false;
+        for (uint64_t i = p * sub; i < (p + 1) * sub && i < n4 && !hit; i++)
+            hit = bf_page_version(s->g, 0, i) == kst;
+        if (!hit)
+            continue;
+        bool held = acked && s->stamp[p] <= acked;
+        s->have[p] = held ? 1ull << slot : 0;
+        if (s->stamp[p] != round) {
+            s->stamp[p] = round;
+            changed++;
+        }
+    }
+    /* The next pull's keys stamp another version: only the pages they
+     * mark read as it. */
+    bf_fold_versions(s->g, kst);
+    return changed;
+}
+
 /* OR in the pages of a complete pull from the copy with slot, read back
- * from the temp file a page at a time; a whole page the snapshot now
+ * from the temp file a page at a time, and add the keys' hashes it brought
+ * instead of pages (keys_apply, keys_stamped); a whole page the snapshot now
  * equals is one that copy needs no push of (unless a later pull or partial
  * of the round changes it: shard_or clears it).  Returns 0, or a negative
  * errno when the file cannot be read back (the bits applied so far stay:
  * they only add). */
 static int pulled_apply(struct mg_shard *s, struct pulled *p, int slot,
-                        uint64_t round, struct mg_report *rep)
+                        uint64_t acked, uint64_t round, struct mg_report *rep)
 {
     const uint8_t *body = (const uint8_t *)bf_layer_body_const(s->g, 0);
     uint8_t *page = NULL;
     size_t cap = 0;
-    uint64_t hdr[2];
+    uint64_t hdr[2], kst = 0;
     int rc = 0;
 
     if (!p->fp)
@@ -596,6 +681,11 @@ static int pulled_apply(struct mg_shard *s, struct pulled *p, int slot,
             rc = -EIO;
             break;
         }
+        if (off == PULLED_KEYS) {
+            if ((rc = keys_apply(s, page, len / 16, &kst)) < 0)
+                break;
+            continue;
+        }
         rep->pages_changed += shard_or(s, off, page, len, round);
         if (off % RULES_PAGE_BYTES == 0 &&
             (len == RULES_PAGE_BYTES || off + len == s->body_bytes) &&
@@ -604,6 +694,8 @@ static int pulled_apply(struct mg_shard *s, struct pulled *p, int slot,
     }
     if (rc == 0 && ferror(p->fp))
         rc = -EIO;
+    if (kst)
+        rep->pages_changed += keys_stamped(s, kst, round, slot, acked);
     free(page);
     return rc;
 }
@@ -633,9 +725,12 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                         f->c.name, s->index, dc, c->addr, why);
         return -1;
     }
-    if (node_client_pull(ch, f->c.name, s->index, c->since, c->epoch,
-                         pulled_page, &p, &end,
-                         (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
+    /* Keys' hashes instead of pages when the node finds them smaller
+     * (docs/MERGER.md); a full pull is pages. */
+    if (node_client_pull_keys(ch, 0, NULL, 0, f->c.name, s->index, c->since,
+                              c->epoch, pulled_page,
+                              c->since ? pulled_keys : NULL, &p, &end,
+                              (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
         if (p.err)
             merger__rep_msg(rep, true, "pull of \"%s\" shard %u from %s (%s): "
                             "cannot buffer its pages in %s: %s", f->c.name,
@@ -670,7 +765,7 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         pulled_free(&p);
         return -1;
     }
-    if (p.fp && (rc = pulled_apply(s, &p, slot, round, rep)) < 0) {
+    if (p.fp && (rc = pulled_apply(s, &p, slot, c->acked, round, rep)) < 0) {
         merger__rep_msg(rep, true, "pull of \"%s\" shard %u from %s (%s): "
                         "cannot read its pages back from %s: %s", f->c.name,
                         s->index, dc, c->addr, dir, strerror(-rc));
@@ -679,7 +774,8 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     }
     pulled_free(&p);
     rep->pages_pulled += end.pages;
-    rep->bytes_pulled += end.bytes;
+    rep->keys_pulled += end.keys;
+    rep->bytes_pulled += end.bytes + 16 * end.keys;
     /* Another epoch: the node restarted, or its shard was re-created (and
      * may have lost what it had): push it every page again. */
     if (c->epoch && c->epoch != end.epoch) {

@@ -330,6 +330,7 @@ void node_metrics_start(struct node *n)
     struct metrics *m = metrics_registry();
     /* Counters are served from the start, at 0 (docs/METRICS.md). */
     store_metrics_register();
+    node_rpc__pull_bytes_register();
     if (m)
         metrics_add_sampler(m, node_sampler, n);
 }

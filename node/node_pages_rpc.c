@@ -22,6 +22,7 @@
 
 #include "bf.h"
 #include "log.h"
+#include "metrics.h"
 #include "node.h"
 #include "node_rpc.h"
 #include "rpc_server.h"
@@ -56,6 +57,7 @@ struct pull_ctx {
     const uint64_t *have;            /* the caller's page hashes */
     size_t nhave;
     uint64_t skipped;                /* pages the caller holds already */
+    uint64_t skipped_bytes;          /* and their bytes */
     bool gone;                       /* the client went away */
 };
 
@@ -68,6 +70,7 @@ static int send_page(void *ctx, const struct store_page *pg)
     m.checksum = XXH64(pg->data, pg->len, 0);
     if (pg->layer == 0 && i < c->nhave && c->have[i] == m.checksum) {
         c->skipped++;
+        c->skipped_bytes += pg->len;
         return 0;
     }
     m.layer = pg->layer;
@@ -80,6 +83,62 @@ static int send_page(void *ctx, const struct store_page *pg)
         return -EPIPE;
     }
     return 0;
+}
+
+/* Keys' hashes of a pull, sent 64 KiB (4096 keys) a message. */
+struct keys_ctx {
+    struct rpc_stream *st;
+    uint64_t epoch;
+    bool gone;
+};
+
+static int send_keys(void *ctx, const struct bf_hash *h, size_t n)
+{
+    enum { PER_MSG = RULES_PAGE_BYTES / 16 };
+    struct keys_ctx *c = ctx;
+    uint8_t *buf = malloc(PER_MSG * 16);
+
+    if (!buf)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i += PER_MSG) {
+        size_t k = n - i < PER_MSG ? n - i : PER_MSG;
+        Bloomgrid__V1__Page m = BLOOMGRID__V1__PAGE__INIT;
+        for (size_t j = 0; j < k; j++) {
+            for (int b = 0; b < 8; b++) {
+                buf[16 * j + b] = (uint8_t)(h[i + j].h1 >> (8 * b));
+                buf[16 * j + 8 + b] = (uint8_t)(h[i + j].h2 >> (8 * b));
+            }
+        }
+        m.key_hashes.data = buf;
+        m.key_hashes.len = k * 16;
+        m.checksum = XXH64(buf, k * 16, 0);
+        m.epoch = c->epoch;
+        if (rpc_stream_write(c->st, &m.base) < 0) {
+            c->gone = true;
+            free(buf);
+            return -EPIPE;
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+/* What pulls sent, by kind (metrics.h). */
+static void pull_bytes_add(const char *kind, uint64_t bytes)
+{
+    const char *labels[] = {"kind", kind, NULL};
+    metric_add(metrics_counter(metrics_registry(), "bloomgrid_pull_bytes_total",
+                               "bytes this node sent to pullers (other copies' "
+                               "anti-entropy, the merger): kind=\"pages\" the "
+                               "changed pages' data, kind=\"hashes\" the keys' "
+                               "16-byte hashes of add-only log ranges",
+                               labels), bytes);
+}
+
+void node_rpc__pull_bytes_register(void)
+{
+    pull_bytes_add("pages", 0);
+    pull_bytes_add("hashes", 0);
 }
 
 void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
@@ -136,8 +195,40 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
     /* Read before the walk: a shard that was SYNCING when its pages were
      * read may lack acknowledged writes, and the puller must know. */
     bool syncing = node_rpc__shard_syncing(sf);
-    rc = store_pages_since(sf, m->epoch, m->since_version, send_page, &c,
-                           &mark, err);
+    /* Keys instead of pages when the caller takes them and they are
+     * smaller (store_keys_since); pages otherwise, and also after keys
+     * when the log lost a record under the pull. */
+    bool keyed = false;
+    uint64_t keys = 0;
+    if (m->accept_key_hashes && m->since_version) {
+        struct keys_ctx kc = {.st = st, .epoch = m->epoch};
+        char kerr[STORE_ERRLEN] = "";
+        rc = store_keys_since(sf, m->epoch, m->since_version, send_keys, &kc,
+                              &mark, kerr);
+        keys = mark.keys;
+        if (keys)
+            pull_bytes_add("hashes", mark.bytes);
+        if (kc.gone)
+            goto gone;
+        if (rc == 0) {
+            keyed = true;
+        } else if (rc == 1) {
+            log_debug("pull of %s since %" PRIu64 ": pages: %s",
+                      store_filter_name(sf), m->since_version, kerr);
+        } else if (rc == -EOPNOTSUPP) {
+            rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION, "%s: %s",
+                            label, kerr);
+            goto done;
+        } else {
+            node_rpc__store_error(&r, sf, label, rc, kerr);
+            goto done;
+        }
+    }
+    if (!keyed) {
+        rc = store_pages_since(sf, m->epoch, m->since_version, send_page, &c,
+                               &mark, err);
+        pull_bytes_add("pages", mark.bytes - c.skipped_bytes);
+    }
     if (c.gone)
         goto gone;
     if (rc == -EOPNOTSUPP) {
@@ -151,10 +242,11 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
     }
     /* Let go of the shard before the client hears the end: a drop right
      * after it frees the shard and its tracking at once. */
-    log_debug("pulled %" PRIu64 " pages (%" PRIu64 " bytes, %" PRIu64
-              " of them held by the caller) of %s since %" PRIu64
-              ": version %" PRIu64, mark.pages, mark.bytes, c.skipped,
-              store_filter_name(sf), m->since_version, mark.version);
+    log_debug("pulled %" PRIu64 " keys, %" PRIu64 " pages (%" PRIu64
+              " bytes, %" PRIu64 " of them held by the caller) of %s since %"
+              PRIu64 ": version %" PRIu64, keys, keyed ? 0 : mark.pages,
+              keyed ? 0 : mark.bytes, c.skipped, store_filter_name(sf),
+              m->since_version, mark.version);
     store_put(sf);
     sf = NULL;
     Bloomgrid__V1__Page last = BLOOMGRID__V1__PAGE__INIT;

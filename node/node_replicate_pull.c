@@ -38,13 +38,77 @@
  * holds the page's offset in it until buf_pages points them in): one
  * allocation that grows, mapped on its own once large and unmapped when
  * the pull is done, rather than a small allocation per page that the
- * allocator's arenas would keep after the pull. */
+ * allocator's arenas would keep after the pull.  And the keys' hashes a
+ * node may send instead (at most the shard's body bytes of them: never
+ * more than the pages they stand for). */
 struct repl_buf {
     struct store_page *v;
     size_t n, cap;
     uint8_t *data;
     size_t used, dcap;
+    struct bf_hash *keys;
+    size_t nkeys, kcap, kmax;
 };
+};
+
+static int buf_keys(void *ctx, const uint8_t *h, size_t n)
+{
+    struct repl_buf *b = ctx;
+
+    if (n > b->kmax - b->nkeys)
+        return -E2BIG;
+    if (b->nkeys + n > b->kcap) {
+        size_t cap = b->kcap ? b->kcap : 4096;
+        while (cap < b->nkeys + n)
+            cap *= 2;
+        if (cap > b->kmax)
+            cap = b->kmax;
+        void *nv = realloc(b->keys, cap * sizeof *b->keys);
+        if (!nv)
+            return -ENOMEM;
+        b->keys = nv;
+        b->kcap = cap;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = h + 16 * i;
+        uint64_t h1 = 0, h2 = 0;
+        for (int k = 7; k >= 0; k--) {
+            h1 = h1 << 8 | p[k];
+            h2 = h2 << 8 | p[8 + k];
+        }
+        b->keys[b->nkeys++] = (struct bf_hash){h1, h2};
+    }
+    return 0;
+}
+
+/* Add the pulled keys' hashes to sf: only those it may not hold (the others
+ * would change no bit, and logging them again would send them back to the
+ * peer they came from at its next pull), a batch at a time, each an
+ * ordinary durable add (its pages stamped for this copy's checkpoints and
+ * pullers).  Returns 0, or store_add_hashes' error with err set. */
+static int keys_add(struct store_filter *sf, struct bf_hash *k, size_t n,
+                    size_t *added, char *err)
+{
+    enum { BATCH = 4096 };
+    bool have[BATCH];
+    int rc;
+
+    *added = 0;
+    for (size_t i = 0; i < n; i += BATCH) {
+        size_t m = n - i < BATCH ? n - i : BATCH, w = 0;
+        if ((rc = store_may_contain_hashes(sf, k + i, m, have)) < 0) {
+            snprintf(err, STORE_ERRLEN, "%s", strerror(-rc));
+            return rc;
+        }
+        for (size_t j = 0; j < m; j++)
+            if (!have[j])
+                k[i + w++] = k[i + j];
+        if (w && (rc = store_add_hashes(sf, k + i, w, NULL, err)) < 0)
+            return rc;
+        *added += w;
+    }
+    return 0;
+}
 
 static int buf_page(void *ctx, uint64_t offset, const uint8_t *data, size_t len)
 {
@@ -87,6 +151,7 @@ static void buf_free(struct repl_buf *b)
 {
     free(b->data);
     free(b->v);
+    free(b->keys);
 }
 
 static void *peer_main(void *arg);
@@ -194,11 +259,15 @@ struct shard_id {
     enum bf_kind kind;
     uint32_t layers;
     char fp[17];
+    uint64_t body_bytes;
 };
 
 static void id_read(const struct bf *f, void *ctx)
 {
     struct shard_id *id = ctx;
+    struct bf_layer_info li;
+
+    id->body_bytes = bf_layer_info(f, 0, &li) == 0 ? li.body_bytes : 0;
 
     id->index = bf_shard_index(f);
     id->count = bf_shard_count(f);
@@ -221,13 +290,22 @@ static struct metric *ae_bytes(const char *const *labels)
                            "bytes of the pages pulled from the other copies", labels);
 }
 
-/* Pages merged by one pull from peer (metrics.h). */
-static void ae_metrics(const char *peer, size_t pages, uint64_t bytes)
+static struct metric *ae_keys(const char *const *labels)
+{
+    return metrics_counter(metrics_registry(), "bloomgrid_antientropy_keys_total",
+                           "keys' hashes pulled from the other copies instead "
+                           "of pages (16 bytes each; added here)", labels);
+}
+
+/* Pages merged and keys added by one pull from peer (metrics.h). */
+static void ae_metrics(const char *peer, size_t pages, uint64_t bytes,
+                       uint64_t keys)
 {
     struct metrics *m = metrics_registry();
     const char *labels[] = {"peer", peer, NULL};
     metric_add(ae_pages(labels), pages);
     metric_add(ae_bytes(labels), bytes);
+    metric_add(ae_keys(labels), keys);
     /* The lag of this copy behind peer: time() minus this, in a query. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -268,15 +346,18 @@ static int pull_merge(struct rpc_channel *ch, struct store_filter *sf,
                       struct rpc_status *st, size_t *npages, char *msg, size_t msglen)
 {
     char err[STORE_ERRLEN] = "";
-    struct repl_buf b = {0};
+    struct repl_buf b = {.kmax = id->body_bytes / sizeof(struct bf_hash)};
+    size_t added = 0;
     int rc;
 
     memset(end, 0, sizeof *end);
     *npages = 0;
     msg[0] = 0;
-    if (node_client_pull_holding(ch, topo_version, have, nhave, filter, id->index,
-                                 since, epoch, buf_page, &b, end,
-                                 REPL_PULL_TIMEOUT_MS, st) < 0)
+    /* Keys' hashes are taken for an incremental pull (docs/REPLICATION.md,
+     * "Keys instead of pages"); a full pull is pages only. */
+    if (node_client_pull_keys(ch, topo_version, have, nhave, filter, id->index,
+                              since, epoch, buf_page, since ? buf_keys : NULL,
+                              &b, end, REPL_PULL_TIMEOUT_MS, st) < 0)
         snprintf(msg, msglen, "PullPages: %s: %s", rpc_status_name(st->code),
                  st->message);
     else if (strcmp(end->fp, id->fp) != 0)
@@ -287,7 +368,7 @@ static int pull_merge(struct rpc_channel *ch, struct store_filter *sf,
          * copy of its pages, so a pull of a whole shard never holds a
          * second copy of it.  Pages ORed in by a merge before a failed one
          * stay (OR is idempotent: the next pull brings the rest); no
-         * version is claimed (0). */
+         * version is claimed (0).  Then the keys' hashes, if any. */
         size_t i = 0;
         buf_pages(&b);
         do {
@@ -295,8 +376,13 @@ static int pull_merge(struct rpc_channel *ch, struct store_filter *sf,
             rc = store_pages_merge(sf, b.v + i, k, 0, err);
             i += k;
         } while (rc >= 0 && i < b.n);
+        if (rc >= 0)
+            rc = keys_add(sf, b.keys, b.nkeys, &added, err);
         if (rc < 0)
             snprintf(msg, msglen, "%s", err[0] ? err : strerror(-rc));
+        else if (b.nkeys)
+            log_debug("anti-entropy %s: %zu keys' hashes pulled, %zu of them new "
+                      "here", store_filter_name(sf), b.nkeys, added);
     }
     *npages = b.n;
     buf_free(&b);
@@ -339,7 +425,7 @@ int repl__pull_full(struct rpc_channel *ch, const char *peer, struct store_filte
     free(have);
     if (rc < 0)
         return st.code == GRPC_STATUS_NOT_FOUND ? 1 : -1;
-    ae_metrics(peer, *pages, end.bytes);
+    ae_metrics(peer, *pages, end.bytes, end.keys);
     *bytes = end.bytes;
     return 0;
 }
@@ -393,7 +479,7 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
                         msg, sizeof msg);
     free(have);
     if (rc == 0)
-        ae_metrics(peer, npages, end.bytes);
+        ae_metrics(peer, npages, end.bytes, end.keys);
 
     pthread_mutex_lock(&r->mu);
     /* Gone while the pull ran (shard dropped, peer left): nothing to keep. */
@@ -407,9 +493,10 @@ static bool replicate_shard(struct node_replicate *r, struct store_filter *sf,
         if (rs->failing)
             log_info("anti-entropy %s from %s: resumed", name, peer);
         rs->failing = false;
-        if (npages || end.epoch != rs->epoch)
-            log_debug("anti-entropy %s from %s: %zu pages (%" PRIu64 " bytes)",
-                      name, peer, npages, end.bytes);
+        if (npages || end.keys || end.epoch != rs->epoch)
+            log_debug("anti-entropy %s from %s: %zu pages (%" PRIu64 " bytes), "
+                      "%" PRIu64 " keys", name, peer, npages, end.bytes,
+                      end.keys);
         rs->epoch = end.epoch;
         rs->version = end.version;
         rs->held = local;
@@ -497,6 +584,7 @@ static void peer_gauges(const char *peer, bool answered, size_t cursors)
     const char *labels[] = {"peer", peer, NULL};
     ae_pages(labels);
     ae_bytes(labels);
+    ae_keys(labels);
     metric_set(metrics_gauge(m, "bloomgrid_antientropy_peer_up",
                              "1 when the other copy answered this copy's last "
                              "probe (it is pulled from), 0 when it did not or has "

@@ -147,6 +147,8 @@ void node_rpc__h_resync(void *arg, const uint8_t *req, size_t len, struct rpc_re
 /* Internal PullPages / PushPages (node_pages_rpc.c). */
 void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st);
 void node_rpc__h_push_pages(void *arg, struct rpc_stream *st);
+/* Serve bloomgrid_pull_bytes_total{kind="pages"|"hashes"} at 0. */
+void node_rpc__pull_bytes_register(void);
 
 /* The node's group (setting topology; node_rpc.c, docs/REPLICATION.md).
  * install takes over t's reference as the node's topology when a group

@@ -149,7 +149,8 @@ static bool fp_valid(const char *fp)
 
 /* One message of a pull.  Returns 0 to go on, -1 with st set to stop. */
 static int pull_message(const Bloomgrid__V1__Page *pg, const char *filter,
-                        uint32_t shard, node_client_page_fn fn, void *ctx,
+                        uint32_t shard, node_client_page_fn fn,
+                        node_client_keys_fn keys, void *ctx,
                         struct node_client_pull_end *end, bool *got_last,
                         struct rpc_status *st)
 {
@@ -175,6 +176,31 @@ static int pull_message(const Bloomgrid__V1__Page *pg, const char *filter,
         end->syncing = pg->syncing;
         memcpy(end->fp, pg->fingerprint, NODE_CLIENT_FP_LEN + 1);
         *got_last = true;
+        return 0;
+    }
+    if (pg->key_hashes.len) {
+        size_t n = pg->key_hashes.len / 16;
+        if (!keys) {
+            rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                           "PullPages of shard %u of \"%s\" sent keys' hashes "
+                           "that were not asked for", shard, filter);
+            return -1;
+        }
+        if (pg->key_hashes.len % 16 || pg->data.len ||
+            XXH64(pg->key_hashes.data, pg->key_hashes.len, 0) != pg->checksum) {
+            rpc_status_set(st, GRPC_STATUS_DATA_LOSS,
+                           "keys' hashes (%zu bytes) of shard %u of \"%s\" "
+                           "fail their checksum or length", pg->key_hashes.len,
+                           shard, filter);
+            return -1;
+        }
+        end->keys += n;
+        if (keys(ctx, pg->key_hashes.data, n) < 0) {
+            rpc_status_set(st, GRPC_STATUS_FAILED_PRECONDITION,
+                           "%zu keys' hashes of shard %u of \"%s\" do not fit",
+                           n, shard, filter);
+            return -1;
+        }
         return 0;
     }
     if (XXH64(pg->data.data, pg->data.len, 0) != pg->checksum) {
@@ -217,6 +243,19 @@ int node_client_pull_holding(struct rpc_channel *ch, uint64_t topo_version,
                              struct node_client_pull_end *end, int timeout_ms,
                              struct rpc_status *st)
 {
+    return node_client_pull_keys(ch, topo_version, have, nhave, filter, shard,
+                                 since, epoch, fn, NULL, ctx, end, timeout_ms,
+                                 st);
+}
+
+int node_client_pull_keys(struct rpc_channel *ch, uint64_t topo_version,
+                          const uint64_t *have, size_t nhave,
+                          const char *filter, uint32_t shard,
+                          uint64_t since, uint64_t epoch,
+                          node_client_page_fn fn, node_client_keys_fn keys,
+                          void *ctx, struct node_client_pull_end *end,
+                          int timeout_ms, struct rpc_status *st)
+{
     Bloomgrid__V1__PullPagesRequest req =
         BLOOMGRID__V1__PULL_PAGES_REQUEST__INIT;
     struct rpc_cstream *s = rpc_cstream_open(ch, PATH_PULL,
@@ -237,6 +276,7 @@ int node_client_pull_holding(struct rpc_channel *ch, uint64_t topo_version,
     req.topology_version = topo_version;
     req.page_hashes = (uint64_t *)have;
     req.n_page_hashes = have ? nhave : 0;
+    req.accept_key_hashes = keys && since;
     if (rpc_cstream_write_msg(s, &req.base) < 0 ||
         rpc_cstream_close_send(s) < 0)
         return rpc_cstream_finish(s, st);
@@ -249,8 +289,8 @@ int node_client_pull_holding(struct rpc_channel *ch, uint64_t topo_version,
             failed = true;
             break;
         }
-        failed = pull_message(pg, filter, shard, fn, ctx, end, &got_last,
-                              st) < 0;
+        failed = pull_message(pg, filter, shard, fn, keys, ctx, end,
+                              &got_last, st) < 0;
         bloomgrid__v1__page__free_unpacked(pg, NULL);
     }
     if (failed) {

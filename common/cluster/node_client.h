@@ -267,6 +267,8 @@ struct node_client_pull_end {
     uint64_t epoch;
     char fp[NODE_CLIENT_FP_LEN + 1];   /* fingerprint id of the shard */
     uint64_t pages, bytes;    /* page data received */
+    uint64_t keys;            /* keys' hashes received (node_client_pull_keys;
+                                 16 bytes each, not in bytes) */
     bool syncing;             /* the shard is SYNCING on the answering node */
 };
 
@@ -295,6 +297,26 @@ int node_client_pull_holding(struct rpc_channel *ch, uint64_t topo_version,
                              node_client_page_fn fn, void *ctx,
                              struct node_client_pull_end *end, int timeout_ms,
                              struct rpc_status *st);
+
+/* Called for each verified message of keys' hashes: n keys, 16 bytes
+ * each ({h1, h2} as little-endian 64-bit words), valid during the call
+ * only; a negative return cancels the pull with FAILED_PRECONDITION. */
+typedef int (*node_client_keys_fn)(void *ctx, const uint8_t *hashes, size_t n);
+
+/* node_client_pull_holding by a caller that can also add keys' hashes:
+ * with keys non-NULL and since nonzero the request sets accept_key_hashes,
+ * and a node that finds the keys of the records since the smaller answer
+ * sends them (docs/REPLICATION.md, "Keys instead of pages"): keys gets
+ * them, fn any pages (a stream may bring both; the caller applies every
+ * one, then passes end->version as since next time).  A node of an
+ * earlier release ignores the field and sends pages. */
+int node_client_pull_keys(struct rpc_channel *ch, uint64_t topo_version,
+                          const uint64_t *have, size_t nhave,
+                          const char *filter, uint32_t shard,
+                          uint64_t since, uint64_t epoch,
+                          node_client_page_fn fn, node_client_keys_fn keys,
+                          void *ctx, struct node_client_pull_end *end,
+                          int timeout_ms, struct rpc_status *st);
 
 /* One page to push; data is borrowed for the call. */
 struct node_client_page {

@@ -511,6 +511,8 @@ struct store_pages_mark {
                                  ones of the epoch */
     char fp[17];              /* bf_fingerprint_id of the filter */
     uint64_t pages, bytes;    /* reported by this walk so far */
+    uint64_t keys;            /* store_keys_since: keys reported so far
+                                 (bytes counts their 16 bytes each) */
 };
 
 /* Called for each page of a walk.  pg->data is the store's and valid only
@@ -530,6 +532,43 @@ typedef int (*store_page_fn)(void *ctx, const struct store_page *pg);
 int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                       store_page_fn fn, void *ctx,
                       struct store_pages_mark *mark, char *err);
+
+/* The keys' hashes of a filter's log records after a cursor, when they
+ * are the smaller answer to a puller (PullPagesRequest.accept_key_hashes,
+ * docs/REPLICATION.md, "Keys instead of pages").
+ *
+ * When since is nonzero and epoch is the filter's, the cursor c (the seq of
+ * the last record submitted) is taken as store_pages_since takes it and a
+ * barrier waited for behind it; then, when the log still holds every
+ * record of the filter in (since, c], every one of them an add, and their
+ * keys weigh 16 bytes each fewer bytes than the pages store_pages_since
+ * would report (RULES_PAGE_BYTES each, changed after since), their hashes
+ * go through fn in log order, at most STORE_KEYS_CHUNK at a time (held in
+ * a buffer reserved against max_memory_mb, with none of the store's or
+ * the log's locks held while fn runs).  A puller that adds every one of
+ * them has every bit the filter had at mark->store_version, as after a
+ * page walk, and passes mark->version as since next time.
+ *
+ * The log is read twice, with wal_rescan_from: once to count (stopping at
+ * the first record that is not an add, missing or damaged, or when the
+ * keys reach the pages' bytes), then to stream, STORE_KEYS_CHUNK keys a
+ * scan.  It is read from the newest checkpoint's LSN when since is at or
+ * past its seq, else from its start.
+ *
+ * Returns 0 when the keys are the answer (all of them went through fn;
+ * none when nothing was written since); 1 when they are not, with err
+ * saying why (no cursor of this epoch, a record that is not an add, the
+ * log no longer holding a record, the pages being smaller, no memory for
+ * the buffer): the caller then walks the pages (store_pages_since), which
+ * also covers any keys fn got before the log lost a record mid-way
+ * (mark->keys says how many); -EOPNOTSUPP for a kind that is not pulled;
+ * -EAGAIN / -ENOENT / -EIO when the filter is not READY; or fn's negative
+ * return.  Threads: as store_pages_since. */
+#define STORE_KEYS_CHUNK 65536u   /* keys a pull holds at once: 1 MiB */
+typedef int (*store_keys_fn)(void *ctx, const struct bf_hash *h, size_t n);
+int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
+                     store_keys_fn fn, void *ctx,
+                     struct store_pages_mark *mark, char *err);
 
 /* XXH64 (seed 0) of each page of the live bits (layer 0, pages of
  * RULES_PAGE_BYTES, the last one shorter), what a copy tells a peer it

@@ -35,6 +35,7 @@
 
 #include "rules.h"
 #include "store_internal.h"
+#include "wal_format.h"
 
 #define SUB (RULES_PAGE_BYTES / BF_PAGE_BYTES)   /* 4 KiB pages a page */
 
@@ -215,4 +216,241 @@ int store_pages_merge(struct store_filter *sf, const struct store_page *pages,
 uint64_t store_pages_source_version(struct store_filter *sf)
 {
     return atomic_load(&sf->source_version);
+}
+
+/* ---- keys' hashes since a cursor, read back from the log ---- */
+
+/* One pass over the filter's records (seq expect..last) in the log. */
+struct keys_scan {
+    uint64_t id, expect, last;
+    /* counting pass: stop once the keys weigh max_bytes or more */
+    uint64_t keys, max_bytes;
+    bool counting;
+    /* streaming pass: the keys of the records go into buf (cap hashes);
+     * a record that does not fit whole is resumed at key skip */
+    struct bf_hash *buf;
+    size_t n, cap;
+    uint64_t skip;
+    uint64_t first_lsn;   /* of record since + 1 (counting pass) */
+    uint64_t resume_lsn;  /* where the next streaming pass starts */
+    bool full;            /* buf is full: stopped */
+    bool done;            /* every record up to last read */
+    int why;              /* 0, or why the keys cannot be the answer */
+    char *err;
+};
+
+enum { KEYS_STOP = -ECANCELED };   /* a scan stopped on purpose */
+
+static int keys_record(void *ctx, const struct wal_record *r)
+{
+    struct keys_scan *sc = ctx;
+
+    if (r->id != sc->id || r->seq < sc->expect)
+        return 0;
+    if (r->seq != sc->expect) {
+        errmsg_set(sc->err, "record %" PRIu64 " is no longer in the log",
+                   sc->expect);
+        sc->why = -ENOENT;
+        return KEYS_STOP;
+    }
+    if (r->type != WAL_REC_ADD || r->len % sizeof(struct bf_hash)) {
+        errmsg_set(sc->err, "record %" PRIu64 " is not an add (type %u)",
+                   r->seq, r->type);
+        sc->why = -EMEDIUMTYPE;
+        return KEYS_STOP;
+    }
+    uint64_t k = r->len / sizeof(struct bf_hash);
+    const uint8_t *p = r->payload;
+    if (sc->counting) {
+        if (!sc->first_lsn)
+            sc->first_lsn = r->lsn;   /* record since + 1 */
+        sc->keys += k;
+        if (sc->keys * sizeof(struct bf_hash) >= sc->max_bytes) {
+            errmsg_set(sc->err, "%" PRIu64 "+ keys' hashes weigh as much as "
+                       "the %" PRIu64 " bytes of pages changed", sc->keys,
+                       sc->max_bytes);
+            sc->why = -EFBIG;
+            return KEYS_STOP;
+        }
+    } else {
+        for (uint64_t i = sc->skip; i < k; i++) {
+            if (sc->n == sc->cap) {
+                sc->skip = i;
+                sc->resume_lsn = r->lsn;
+                sc->full = true;
+                return KEYS_STOP;
+            }
+            sc->buf[sc->n].h1 = wal__get64(p + 16 * i);
+            sc->buf[sc->n].h2 = wal__get64(p + 16 * i + 8);
+            sc->n++;
+        }
+        sc->skip = 0;
+    }
+    if (sc->expect++ == sc->last) {
+        sc->done = true;
+        return KEYS_STOP;
+    }
+    return 0;
+}
+
+static void keys_damage(void *ctx, const struct wal_damage *d)
+{
+    struct keys_scan *sc = ctx;
+
+    if (!sc->why && !sc->done && (d->id == sc->id || !d->id)) {
+        errmsg_set(sc->err, "the log is damaged there: %s", d->where);
+        sc->why = -EBADMSG;
+    }
+}
+
+static const struct wal_scan_ops keys_ops = {keys_record, keys_damage};
+
+/* Scan the log from LSN from; 0, or a negative errno of the log. */
+static int keys_pass(struct store_filter *sf, uint64_t from,
+                     struct keys_scan *sc, char *err)
+{
+    struct wal_scan_info info;
+    char werr[STORE_ERRLEN] = "";
+    int rc = wal_rescan_from(sf->s->wal, from, &keys_ops, sc, &info, werr);
+
+    if (rc == KEYS_STOP)
+        return 0;    /* sc says why, in its own err */
+    if (rc < 0)
+        errmsg_set(err, "%s", werr);
+    return rc;
+}
+
+int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
+                     store_keys_fn fn, void *ctx,
+                     struct store_pages_mark *mark, char *err)
+{
+    struct keys_scan sc = {.err = err};
+    struct wal_waiter wt;
+    uint64_t my_epoch, id, pages_bytes = 0, from = 0;
+    struct bf_layer_info li;
+    const struct bf *f;
+    bool barrier = false;
+    int rc;
+
+    memset(mark, 0, sizeof *mark);
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = store__state_errno(store__state(sf))) < 0) {
+        store__state_err(sf, err);
+        pthread_rwlock_unlock(&sf->lock);
+        return rc;
+    }
+    f = sf->bf;
+    if (!tracked_kind(f) || bf_layer_info(f, 0, &li) < 0) {
+        errmsg_set(err, "filter '%s' is a %s filter; only blocked and "
+                   "classic filters are pulled", sf->name,
+                   bf_kind_name(bf_kind(f)));
+        pthread_rwlock_unlock(&sf->lock);
+        return -EOPNOTSUPP;
+    }
+    my_epoch = atomic_load(&sf->pages_epoch);
+    if (since == 0 || epoch != my_epoch || !sf->s->wal) {
+        errmsg_set(err, "no cursor in this epoch: every page");
+        pthread_rwlock_unlock(&sf->lock);
+        return 1;
+    }
+    /* As store_pages_since: the cursor under the write lock; and a barrier
+     * behind the last record, so that every record up to it can be read
+     * back once the barrier completed. */
+    pthread_mutex_lock(&sf->write_mu);
+    mark->store_version = atomic_load(&sf->version);
+    mark->version = wal_stream_last_seq(sf->stream);
+    /* As store_pages_since: pages changed up to the cursor read as the
+     * cursor from now on. */
+    bf_fold_versions(sf->bf, mark->version);
+    id = sf->id;
+    if (mark->version > since) {
+        wal_waiter_init(&wt);
+        if (wal_barrier(sf->stream, wal_waiter_done, &wt) < 0)
+            wal_waiter_done(&wt, -ENOMEM, 0, 0);
+        barrier = true;
+    }
+    pthread_mutex_unlock(&sf->write_mu);
+    mark->epoch = my_epoch;
+    bf_fingerprint_id(f, mark->fp);
+    /* What the page walk would send (its pages changed since, at most). */
+    uint64_t npages = (li.body_bytes + RULES_PAGE_BYTES - 1) / RULES_PAGE_BYTES;
+    for (uint64_t p = 0; barrier && p < npages; p++)
+        if (page_version(f, p) > since) {
+            uint64_t off = p * RULES_PAGE_BYTES;
+            pages_bytes += li.body_bytes - off < RULES_PAGE_BYTES
+                               ? li.body_bytes - off : RULES_PAGE_BYTES;
+        }
+    pthread_rwlock_unlock(&sf->lock);
+    if (!barrier)
+        return mark->version < since ? 1 : 0;   /* nothing since */
+    if ((rc = wal_waiter_wait(&wt)) < 0) {
+        errmsg_set(err, "the log failed: %s", strerror(-rc));
+        return 1;
+    }
+    /* Where the records after since begin: after the newest checkpoint's
+     * LSN when since is at or past its seq; otherwise the whole log is
+     * read (a checkpoint running now is not waited for). */
+    if (pthread_mutex_trylock(&sf->snap_mu) == 0) {
+        if (sf->id == id && since >= sf->ckpt_seq)
+            from = atomic_load(&sf->ckpt_lsn) + 1;
+        pthread_mutex_unlock(&sf->snap_mu);
+    }
+    /* Counting pass: every record there, all adds, and fewer bytes of
+     * keys than of pages. */
+    sc.id = id;
+    sc.expect = since + 1;
+    sc.last = mark->version;
+    sc.counting = true;
+    sc.max_bytes = pages_bytes;
+    if (pages_bytes == 0) {
+        errmsg_set(err, "no page changed");
+        return 1;
+    }
+    if ((rc = keys_pass(sf, from, &sc, err)) < 0)
+        return 1;
+    if (sc.why)
+        return 1;
+    if (!sc.done) {
+        errmsg_set(err, "records %" PRIu64 "..%" PRIu64 " are not in the "
+                   "log", sc.expect, sc.last);
+        return 1;
+    }
+    /* Streaming passes: at most STORE_KEYS_CHUNK keys held at once,
+     * reserved against max_memory_mb; none of the log's locks is held
+     * while fn runs. */
+    size_t cap = sc.keys < STORE_KEYS_CHUNK ? (size_t)sc.keys : STORE_KEYS_CHUNK;
+    uint64_t bytes = (uint64_t)cap * sizeof(struct bf_hash);
+    if (store_reserve(sf->s, bytes, "the keys of a pull", err) < 0)
+        return 1;
+    struct keys_scan ss = {.err = err, .id = id, .expect = since + 1,
+                           .last = mark->version, .cap = cap,
+                           .resume_lsn = sc.first_lsn};
+    if (!(ss.buf = malloc(bytes ? bytes : 1))) {
+        store_release(sf->s, bytes);
+        errmsg_set(err, "no memory for the keys of a pull");
+        return 1;
+    }
+    rc = 0;
+    while (!ss.done) {
+        ss.n = 0;
+        ss.full = false;
+        if ((rc = keys_pass(sf, ss.resume_lsn, &ss, err)) < 0 || ss.why) {
+            rc = 1;   /* gone since the counting pass: pages */
+            break;
+        }
+        if (!ss.full && !ss.done) {
+            errmsg_set(err, "records %" PRIu64 "..%" PRIu64 " left the log "
+                       "during the pull", ss.expect, ss.last);
+            rc = 1;
+            break;
+        }
+        if (ss.n && fn && (rc = fn(ctx, ss.buf, ss.n)) < 0)
+            break;
+        mark->keys += ss.n;
+        mark->bytes += ss.n * sizeof(struct bf_hash);
+        rc = 0;
+    }
+    free(ss.buf);
+    store_release(sf->s, bytes);
+    return rc;
 }

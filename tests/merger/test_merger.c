@@ -24,6 +24,12 @@
  *             converge on an unsharded filter; one that loses its filter
  *             (an empty data directory, the shard re-created) is refilled
  *             by the next round
+ *   keys      the same two nodes: once the rounds are quiet, keys added to
+ *             one node reach the merger as their 16-byte hashes (the
+ *             round's keys_pulled and bytes_pulled are 16 per key, no
+ *             page), the other node gets them by the push (the node they
+ *             came from is not pushed them back), and the saved
+ *             snapshot is bit for bit the OR of both nodes' pages
  */
 #include <errno.h>
 #include <signal.h>
@@ -522,6 +528,102 @@ static void test_single(void)
     node_stop(&b, SIGTERM);
 }
 
+/* Every page of f on ch ORed into body (len bytes). */
+struct or_body {
+    uint8_t *body;
+    size_t len;
+};
+
+static int or_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
+{
+    struct or_body *o = ctx;
+    if (off + len > o->len)
+        return -1;
+    for (size_t i = 0; i < len; i++)
+        o->body[off + i] |= data[i];
+    return 0;
+}
+
+static unsigned long long text_field(const char *text, const char *name)
+{
+    const char *p = strstr(text, name);
+    CHECK(p, "no %s in the round's report:\n%s", name, text);
+    return strtoull(p + strlen(name), NULL, 10);
+}
+
+static void test_keys(void)
+{
+    struct node_proc a, b;
+    char da[600], db[600], path[800], err[BF_ERRLEN];
+    struct rpc_status st;
+    struct round_out o;
+    const char *fast[] = {"--durability", "none", NULL};
+    const int n = 3000;
+
+    harness_tmpdir(tdir, sizeof tdir, "merger-keys");
+    snprintf(da, sizeof da, "%s/a", tdir);
+    snprintf(db, sizeof db, "%s/b", tdir);
+    node_start(&a, da, fast);
+    CHECK(node_wait_health(&a, true, 20000), "node not serving");
+    node_start(&b, db, fast);
+    CHECK(node_wait_health(&b, true, 20000), "node not serving");
+    /* 1 M keys at 1 %: 1.2 MB of bits, 19 pages of 64 KiB. */
+    CHECK(t_create(a.ch, "f", 1000000, 0.01, 1, &st) == 0, "create: %s", st.message);
+    char **ka = keys_make("a", 0, 5000), **kb = keys_make("b", 0, n);
+    keys_call(a.ch, "Add", "f", ka, 5000, 5000, NULL);
+    write_merger_config(NULL);
+    FILE *f = fopen(sources, "w");
+    CHECK(f, "sources");
+    fprintf(f, "[filter f]\ndatacenter = a %s\ndatacenter = b %s\n", a.addr,
+            b.addr);
+    fclose(f);
+    /* The first rounds pull pages (full pulls, then b's pushed pages back);
+     * then nothing moves. */
+    for (int r = 0; r < 4; r++) {
+        merger_once(&o, 0, 0);
+        CHECK(o.status == 0, "round %d:\n%s", r, o.text);
+    }
+    CHECK(o.pulled == 0 && o.pushed == 0, "not quiet:\n%s", o.text);
+
+    keys_call(a.ch, "Add", "f", kb, n, 1000, NULL);
+    merger_once(&o, 0, 0);
+    CHECK(o.status == 0, "round with keys:\n%s", o.text);
+    unsigned long long keys = text_field(o.text, "keys_pulled ");
+    unsigned long long pages = text_field(o.text, "pages_pulled ");
+    printf("keys round: %llu keys, %llu pages, %llu bytes pulled (16 x %d = %d)\n",
+           keys, pages, o.pulled, n, 16 * n);
+    CHECK(keys == (unsigned long long)n && pages == 0 && o.pulled == 16ull * n,
+          "the keys' round pulled %llu keys, %llu pages, %llu bytes:\n%s", keys,
+          pages, o.pulled, o.text);
+    CHECK(keys_present(b.ch, "f", kb, n, NULL) == (size_t)n, "b lacks the keys");
+    unsigned long long pushed = o.pushed;
+
+    /* The snapshot is the OR of both nodes' pages. */
+    snprintf(path, sizeof path, "%s/f/shard-0000.bf", state_dir);
+    int code = 0;
+    struct bf *snap = bf_file_load(path, err, &code);
+    CHECK(snap, "snapshot %s: %s", path, err);
+    struct bf_layer_info li;
+    CHECK(bf_layer_info(snap, 0, &li) == 0, "snapshot layer");
+    /* Pushed to b alone: a, whose keys they were, holds those pages. */
+    CHECK(pushed > 0 && pushed <= li.body_bytes, "the keys' round pushed %llu "
+          "bytes (the body: %llu)", pushed, (unsigned long long)li.body_bytes);
+    struct or_body ob = {calloc(1, li.body_bytes), li.body_bytes};
+    struct node_client_pull_end end;
+    CHECK(ob.body, "memory");
+    CHECK(node_client_pull(a.ch, "f", 0, 0, 0, or_page, &ob, &end, TIMEOUT_MS, &st) == 0 &&
+          node_client_pull(b.ch, "f", 0, 0, 0, or_page, &ob, &end, TIMEOUT_MS, &st) == 0,
+          "pull: %s", st.message);
+    CHECK(memcmp(bf_layer_body_const(snap, 0), ob.body, li.body_bytes) == 0,
+          "the snapshot differs from the OR of the nodes' pages");
+    free(ob.body);
+    bf_destroy(snap);
+    keys_free(ka, 5000);
+    keys_free(kb, n);
+    node_stop(&a, SIGTERM);
+    node_stop(&b, SIGTERM);
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc >= 5, "usage: test_merger NODE_BIN ROUTER_BIN MERGER_BIN TEST");
@@ -538,6 +640,8 @@ int main(int argc, char **argv)
         test_refuse();
     else if (!strcmp(argv[4], "single"))
         test_single();
+    else if (!strcmp(argv[4], "keys"))
+        test_keys();
     else
         CHECK(0, "unknown test %s", argv[4]);
     grpc_shutdown();

@@ -16,6 +16,14 @@
  *            from copy 2; copy 1's metrics show copy 0 passed over, then
  *            pulled from again once it runs (twice), and copy 0 gets the
  *            hashes too.
+ *   keys     two copies, W = 1: after copy 1 caught up with copy 0, N keys
+ *            added to copy 0 alone reach copy 1 as their hashes: copy 0
+ *            sends 16 x N bytes of hashes (bloomgrid_pull_bytes_total
+ *            {kind="hashes"}) and no page, and both copies end with the same
+ *            bits (every page of each shard, pulled whole from both).
+ *   keys_merge  the same with a page merged into copy 0 (PushPages) before
+ *            the keys: the range holding the merge goes as pages, and the
+ *            copies still end bit for bit the same.
  *   prune    three copies, W = 2, R = 2: copy 0's pull cursors per peer go
  *            back to the shards it holds after filters are created and
  *            dropped one after another, and once copy 2 is removed from the
@@ -30,6 +38,7 @@
 #include <grpc/grpc.h>
 
 #include "cluster.h"
+#include "node_client.h"
 
 #include "bloomgrid/v1/internal.pb-c.h"
 
@@ -195,6 +204,160 @@ static void test_stalled(void)
     cluster_stop(&c);
 }
 
+/* Every page of shard sh of f on node i, pulled whole into *body (the
+ * caller frees it); *len its bytes (up to the last non-empty page). */
+struct whole {
+    uint8_t *body;
+    size_t len, cap;
+};
+
+static int whole_page(void *ctx, uint64_t off, const uint8_t *data, size_t len)
+{
+    struct whole *w = ctx;
+    if (off + len > w->cap) {
+        size_t cap = (off + len) * 2;
+        uint8_t *nb = realloc(w->body, cap);
+        if (!nb)
+            return -1;
+        memset(nb + w->cap, 0, cap - w->cap);
+        w->body = nb;
+        w->cap = cap;
+    }
+    memcpy(w->body + off, data, len);
+    if (off + len > w->len)
+        w->len = off + len;
+    return 0;
+}
+
+static struct whole pull_whole(struct cluster *c, int i, unsigned sh, char *fp)
+{
+    struct whole w = {0};
+    struct node_client_pull_end end;
+    struct rpc_status st;
+    CHECK(node_client_pull(c->node[i].ch, "f", sh, 0, 0, whole_page, &w, &end,
+                           10000, &st) == 0, "pull of shard %u from copy %d: %s",
+          sh, i, st.message);
+    if (fp)
+        memcpy(fp, end.fp, sizeof end.fp);
+    return w;
+}
+
+/* Do copies 0 and 1 hold the same bits in every shard of f? */
+static bool same_bits(struct cluster *c)
+{
+    bool same = true;
+    for (unsigned sh = 0; sh < S && same; sh++) {
+        struct whole a = pull_whole(c, 0, sh, NULL), b = pull_whole(c, 1, sh, NULL);
+        same = a.len == b.len && (a.len == 0 || memcmp(a.body, b.body, a.len) == 0);
+        free(a.body);
+        free(b.body);
+    }
+    return same;
+}
+
+/* Copy i's bloomgrid_pull_bytes_total{kind} (NAN when not served: the
+ * checks at the end then fail). */
+static double pulled_bytes(struct cluster *c, int i, const char *kind)
+{
+    const char *const k[1] = {kind};
+    double v = NAN;
+    if (harness_scrape(c->node[i].maddr, "bloomgrid_pull_bytes_total", "kind", k,
+                       1, &v) != 0)
+        v = NAN;
+    return v;
+}
+
+static void test_keys(bool merge)
+{
+    struct cluster c;
+    struct rpc_status st;
+    static uint8_t h[16 * NHASHES];
+    static bool out[NHASHES];
+    const char *flags[] = {"--metrics-listen", "127.0.0.1:0", "--replicate-interval-ms",
+                           "100", NULL};
+    const int rounds = 3;                     /* of NHASHES per shard */
+    const double n = (double)S * rounds * NHASHES;
+
+    cluster_init(&c, merge ? "anti-entropy-keys-merge" : "anti-entropy-keys", "fsync");
+    c.node_flags = flags;
+    cluster_run_copies(&c, 1, 2, "write_quorum = 1\nread_quorum = 2\n", 1);
+    /* 2 M keys at 1 % in 2 shards: 1.2 MB of bits a shard, 19 pages of
+     * 64 KiB each. */
+    CHECK(t_create_sharded(c.router[0].ch, "f", 2000000, 0.01, 0, S, NULL, &st) == 0,
+          "create: %s", st.message);
+    srand(merge ? 29 : 28);
+    for (size_t k = 0; k < sizeof h; k++)
+        h[k] = (uint8_t)rand();
+    for (unsigned s = 0; s < S; s++)
+        CHECK(t_hashes(c.node[0].ch, "AddHashes", "f", s, h, NHASHES, false, out, &st) == 0,
+              "AddHashes: %s", st.message);
+    long got;
+    for (int t = 0; t < 400 && (got = copy_holds(&c, 1, h)) != S * NHASHES; t++)
+        harness_sleep_ms(50);
+    CHECK(got == S * NHASHES, "copy 1 holds %ld of %d hashes", got, S * NHASHES);
+    /* Settled: each copy has pulled from the other since (its cursor is
+     * past every record so far); a second apart, nothing more moves. */
+    double p0 = -1, h0 = -1;
+    for (int t = 0; t < 20; t++) {
+        harness_sleep_ms(1000);
+        double p = pulled_bytes(&c, 0, "pages"), hh = pulled_bytes(&c, 0, "hashes");
+        if (p == p0 && hh == h0)
+            break;
+        p0 = p;
+        h0 = hh;
+    }
+    CHECK(same_bits(&c), "the copies differ before the test");
+    /* (This test's own whole pulls are counted too: none from here to the
+     * second reading.) */
+    char fp[NODE_CLIENT_FP_LEN + 1];
+    struct whole w = pull_whole(&c, 0, 0, fp);
+    free(w.body);
+    p0 = pulled_bytes(&c, 0, "pages");
+    h0 = pulled_bytes(&c, 0, "hashes");
+    const char *pb = "bloomgrid_antientropy_bytes_total";
+    double b0 = peer_metric(&c, 1, pb, 0);
+
+    if (merge) {
+        /* A page ORed into copy 0's shard 0, as a merger's push. */
+        static uint64_t page[8192];
+        for (size_t k = 0; k < 8192; k += 97)
+            page[k] = (uint64_t)rand() << 1 | 1;
+        struct node_client_page pg = {0, page, sizeof page};
+        uint64_t merged = 0;
+        CHECK(node_client_push(c.node[0].ch, "f", 0, fp, 0, &pg, 1, &merged, 10000,
+                               &st) == 0 && merged == 1, "push: %s", st.message);
+    }
+    for (int r = 0; r < rounds; r++) {
+        for (size_t k = 0; k < sizeof h; k++)
+            h[k] = (uint8_t)rand();
+        for (unsigned s = 0; s < S; s++)
+            CHECK(t_hashes(c.node[0].ch, "AddHashes", "f", s, h, NHASHES, false, out,
+                           &st) == 0, "AddHashes: %s", st.message);
+    }
+    for (int t = 0; t < 400 && (got = copy_holds(&c, 1, h)) != S * NHASHES; t++)
+        harness_sleep_ms(50);
+    CHECK(got == S * NHASHES, "copy 1 holds %ld of the last %d hashes", got, S * NHASHES);
+    harness_sleep_ms(1000);   /* the merged page's pull may come after the keys' */
+    double dp = pulled_bytes(&c, 0, "pages") - p0, dh = pulled_bytes(&c, 0, "hashes") - h0;
+    double db = peer_metric(&c, 1, pb, 0) - b0;
+    bool same = false;
+    for (int t = 0; t < 100 && !(same = same_bits(&c)); t++)
+        harness_sleep_ms(100);
+    CHECK(same, "the copies' bits differ after the pulls");
+    printf("copy 0 sent %.0f bytes of hashes and %.0f bytes of pages for %.0f keys "
+           "(16 x keys = %.0f; the shards' bits: %d x 1.2 MB); copy 1 counted %.0f "
+           "bytes of pages pulled from it\n", dh, dp, n, 16 * n, S, db);
+    if (!merge) {
+        CHECK(dh >= 16 * n && dh <= 2 * 16 * n, "hashes sent: %.0f bytes, want about "
+              "%.0f", dh, 16 * n);
+        CHECK(dp == 0, "pages sent: %.0f bytes, want none", dp);
+    } else {
+        CHECK(dp > 0, "the range with a merge went as %.0f bytes of pages", dp);
+        CHECK(dh <= 2 * 16 * n, "hashes sent: %.0f bytes", dh);
+    }
+    cluster_stop(&c);
+}
+
 static void test_prune(void)
 {
     struct cluster c;
@@ -252,6 +415,10 @@ static void run(void)
         test_pull();
     else if (!strcmp(test_name, "stalled"))
         test_stalled();
+    else if (!strcmp(test_name, "keys"))
+        test_keys(false);
+    else if (!strcmp(test_name, "keys_merge"))
+        test_keys(true);
     else if (!strcmp(test_name, "prune"))
         test_prune();
     else

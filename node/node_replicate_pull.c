@@ -49,7 +49,6 @@ struct repl_buf {
     struct bf_hash *keys;
     size_t nkeys, kcap, kmax;
 };
-};
 
 static int buf_keys(void *ctx, const uint8_t *h, size_t n)
 {

@@ -40,8 +40,9 @@ static uint64_t words_set_read(enum bf_kind kind, const struct bf_layer *l, uint
 }
 
 /* Bits set in words [from, to) of one layer.  A tracked layer's page of
- * version 0 was never written (a page's version is stamped with every
- * change, bf_internal.h): it is all zeros and is not read, so that an
+ * version 0 that is not marked changed was never written (every change
+ * marks its page, and a fold gives it a version: bf_internal.h): it is all
+ * zeros and is not read, so that an
  * untouched part of the body stays untouched (not resident: on kernels
  * that back a read fault of anonymous memory with a new page rather than
  * the zero page, and with huge pages, a read would cost 2 MiB). */
@@ -56,7 +57,8 @@ static uint64_t words_set(enum bf_kind kind, const struct bf_layer *l, uint64_t 
         return words_set_read(kind, l, from, to);
     while (from < to) {
         uint64_t p = from / per, end = (p + 1) * per < to ? (p + 1) * per : to;
-        if (p >= l->npages || __atomic_load_n(&v[p], __ATOMIC_RELAXED) != 0)
+        if (p >= l->npages || __atomic_load_n(&v[p], __ATOMIC_RELAXED) != 0 ||
+            (__atomic_load_n(&l->dirty[p >> 6], __ATOMIC_RELAXED) >> (p & 63) & 1))
             set += words_set_read(kind, l, from, end);
         from = end;
     }

@@ -105,9 +105,12 @@ uint64_t bf_page_version(const struct bf *f, uint32_t i, uint64_t p)
     bool marked = __atomic_load_n(&l->dirty[p >> 6], __ATOMIC_ACQUIRE) >> (p & 63) & 1;
     uint64_t x = __atomic_load_n(&v[p], __ATOMIC_RELAXED);
     if (marked) {
+        /* At least 1: a changed page never reads as never written. */
         uint64_t s = __atomic_load_n(&f->stamp, __ATOMIC_RELAXED);
         if (s > x)
             x = s;
+        if (x == 0)
+            x = 1;
     }
     return x;
 }
@@ -127,8 +130,9 @@ uint64_t bf_fold_versions(struct bf *f, uint64_t version)
                 continue;
             for (uint64_t b = bits; b; b &= b - 1) {
                 uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(b);
-                if (__atomic_load_n(&l->pver[p], __ATOMIC_RELAXED) < version)
-                    __atomic_store_n(&l->pver[p], version, __ATOMIC_RELAXED);
+                uint64_t v = version ? version : 1;   /* changed: never 0 */
+                if (__atomic_load_n(&l->pver[p], __ATOMIC_RELAXED) < v)
+                    __atomic_store_n(&l->pver[p], v, __ATOMIC_RELAXED);
                 folded++;
             }
             __atomic_fetch_and(&l->dirty[w], ~bits, __ATOMIC_RELEASE);

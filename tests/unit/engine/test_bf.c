@@ -1062,24 +1062,27 @@ static int membuf_write(void *ctx, const void *buf, size_t len)
 /* bf_add_hashes_sweep_mt on 1, 2, 3, 5 and 16 threads (14 at most for
  * these 60 000 hashes), shared and exclusive, leaves every kind exactly as
  * adding in order does: the export byte for byte (bits, keys added, the
- * adds that were new, every layer's count), and every page's version. */
+ * adds that were new, every layer's count), and every page's version.  The
+ * blocked kind twice: past its capacity (45 000 keys into 40 000: which
+ * keys of a block are new depends on their order) over 15 of the sort's
+ * buckets, and below it over all 256. */
 START_TEST(sweep_threads_match_ordered_adds)
 {
-    static const enum bf_kind kinds[] = {BF_KIND_BLOCKED, BF_KIND_CLASSIC,
-                                         BF_KIND_COUNTING, BF_KIND_SCALABLE};
+    static const struct {
+        enum bf_kind kind;
+        uint64_t cap;
+        double p;
+    } cfg[] = {{BF_KIND_BLOCKED, 40000, 0.05}, {BF_KIND_BLOCKED, 2000000, 0.0001},
+               {BF_KIND_CLASSIC, 20000, 0.05}, {BF_KIND_COUNTING, 20000, 0.05},
+               {BF_KIND_SCALABLE, 20000, 0.05}};
     static const unsigned threads[] = {1, 2, 3, 5, 16};
     enum { N = 60000 };
     static struct bf_hash hs[N], sw[N], tmp[N];
 
-    for (size_t k = 0; k < 4; k++) {
+    for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++) {
         for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
-            /* Blocked: over 65 536 blocks (4.6 MiB), so that every one
-             * of the sort's 256 high-byte buckets holds keys. */
-            uint64_t cap = kinds[k] == BF_KIND_BLOCKED ? 2000000 : 20000;
-            struct bf *a = make(kinds[k], cap, kinds[k] == BF_KIND_BLOCKED
-                                ? 0.0001 : 0.05, fixed_secret);
-            struct bf *b = make(kinds[k], cap, kinds[k] == BF_KIND_BLOCKED
-                                ? 0.0001 : 0.05, fixed_secret);
+            struct bf *a = make(cfg[k].kind, cfg[k].cap, cfg[k].p, fixed_secret);
+            struct bf *b = make(cfg[k].kind, cfg[k].cap, cfg[k].p, fixed_secret);
             ck_assert_int_eq(bf_track_pages(a, true), 0);
             ck_assert_int_eq(bf_track_pages(b, true), 0);
             bf_set_stamp(a, 7);
@@ -1098,8 +1101,9 @@ START_TEST(sweep_threads_match_ordered_adds)
             ck_assert_int_eq(bf_file_write(a, membuf_write, &ea), 0);
             ck_assert_int_eq(bf_file_write(b, membuf_write, &eb), 0);
             ck_assert_msg(ea.len == eb.len && memcmp(ea.p, eb.p, ea.len) == 0,
-                          "%s, %u threads: the export differs",
-                          bf_kind_name(kinds[k]), threads[t]);
+                          "%s of %llu, %u threads: the export differs",
+                          bf_kind_name(cfg[k].kind), (unsigned long long)cfg[k].cap,
+                          threads[t]);
             ck_assert_uint_eq(bf_keys_added(a), bf_keys_added(b));
             ck_assert_uint_eq(bf_insert_count(a), bf_insert_count(b));
             ck_assert_uint_eq(bf_layer_count(a), bf_layer_count(b));
@@ -1109,7 +1113,7 @@ START_TEST(sweep_threads_match_ordered_adds)
                 for (uint64_t p = 0; p < bf_layer_pages(a, l); p++) {
                     ck_assert_msg(bf_page_version(a, l, p) == bf_page_version(b, l, p),
                                   "%s, %u threads: page %llu of layer %u",
-                                  bf_kind_name(kinds[k]), threads[t],
+                                  bf_kind_name(cfg[k].kind), threads[t],
                                   (unsigned long long)p, l);
                     stamped += bf_page_version(a, l, p) == 7;
                 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "bf.h"
@@ -351,12 +352,90 @@ static int tracking_cost(uint64_t large_mb, uint64_t n)
     return 0;
 }
 
+static double cpu_s(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* --sweep N: a recovery's adds: N hashes added to a fresh blocked filter of
+ * large_mb (exclusive, page versions on, its pages faulted in first) in
+ * batches of a replay's buffer (one hash per 512 bytes of bits, at most
+ * 2^21), in arrival order (bf_add_hashes), sorted on one thread
+ * (bf_add_hashes_sweep) and on `threads` (bf_add_hashes_sweep_mt), in
+ * turn, repeat times each; wall and CPU seconds of each and the medians. */
+static int sweep_cost(uint64_t large_mb, uint64_t n, unsigned threads)
+{
+    uint64_t cap = (uint64_t)((double)large_mb * 1024 * 1024 * 8 / 10.2);
+    struct bf_params p = {.kind = BF_KIND_BLOCKED, .capacity = cap, .error_rate = 0.01};
+    static const char *const names[3] = {"in order", "sweep 1", "sweep N"};
+    double wall[3][64], cpu[3][64];
+    char err[BF_ERRLEN];
+
+    printf("%llu hashes replayed into a blocked filter of %llu MiB: in order, sorted "
+           "on 1 thread, sorted on %u threads, in turn\n", (unsigned long long)n,
+           (unsigned long long)large_mb, threads);
+    for (int i = 0; i < repeat; i++) {
+        for (int m = 0; m < 3; m++) {
+            struct bf *f = bf_create(&p, err);
+            struct bf_layer_info li;
+            if (!f) {
+                fprintf(stderr, "bench_engine: %s\n", err);
+                return -1;
+            }
+            bf_layer_info(f, 0, &li);
+            memset(bf_layer_body(f, 0), 0, li.body_bytes);   /* fault it in */
+            if (bf_track_pages(f, true) < 0)
+                return -1;
+            bf_set_stamp(f, 1);
+            bf_set_exclusive(f, true);
+            size_t batch = li.body_bytes / 512;
+            batch = batch < 4096 ? 4096 : batch > (1u << 21) ? (1u << 21) : batch;
+            struct bf_hash *h = malloc(2 * batch * sizeof *h);
+            if (!h)
+                return -1;
+            double w = 0, c = 0;
+            for (uint64_t done = 0; done < n;) {
+                size_t k = n - done < batch ? (size_t)(n - done) : batch;
+                for (size_t j = 0; j < k; j++) {
+                    uint64_t x = splitmix((uint64_t)i << 40 | (done + j));
+                    h[j] = bf_hash_key(f, &x, sizeof x);
+                }
+                double w0 = now_ns(), c0 = cpu_s();
+                if (m == 0)
+                    bf_add_hashes(f, h, k, NULL);
+                else if (m == 1)
+                    bf_add_hashes_sweep(f, h, k, h + batch);
+                else
+                    bf_add_hashes_sweep_mt(f, h, k, h + batch, threads);
+                w += (now_ns() - w0) * 1e-9;
+                c += cpu_s() - c0;
+                done += k;
+            }
+            wall[m][i] = w;
+            cpu[m][i] = c;
+            printf("run %d %-8s wall %.3f s cpu %.3f s (%.1f ns/key)\n", i + 1, names[m],
+                   w, c, w * 1e9 / (double)n);
+            fflush(stdout);
+            free(h);
+            bf_destroy(f);
+        }
+    }
+    for (int m = 0; m < 3; m++)
+        printf("median %-8s wall %.3f s cpu %.3f s\n", names[m], median_of(wall[m], repeat),
+               median_of(cpu[m], repeat));
+    return 0;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: bench_engine [--large-mb N] [--small-kb N] [--probes N] [--repeat N]\n"
             "                    [--best] [--skip-large] [--track] [--blocked-only]\n"
-            "                    [--tracking-cost N]\n"
+            "                    [--tracking-cost N] [--sweep N [--threads T]]\n"
             "  --large-mb N   size of the out-of-cache blocked/classic filters (default 1024)\n"
             "  --small-kb N   size of the in-cache filters (default 1024)\n"
             "  --probes N     queries per measurement (default 20000000)\n"
@@ -374,6 +453,10 @@ static void usage(FILE *out)
             "                 and on alternately, --repeat times each; the medians\n"
             "                 of the thread's CPU time (time spent waiting for a\n"
             "                 core of a busy machine is not counted)\n"
+            "  --sweep N      only this: a recovery's adds of N hashes into a fresh\n"
+            "                 blocked filter of --large-mb in a replay's batches: in\n"
+            "                 order, sorted on 1 thread, sorted on --threads T (default\n"
+            "                 2), --repeat times each; wall and CPU seconds, medians\n"
             "  --track        keep page versions on our filters (bf_track_pages), as a\n"
             "                 node does: the cost of dirty tracking, against a run\n"
             "                 without it\n"
@@ -390,10 +473,12 @@ int main(int argc, char **argv)
         {"repeat", required_argument, 0, 'R'},  {"best", no_argument, 0, 'B'},
         {"track", no_argument, 0, 'T'},         {"blocked-only", no_argument, 0, 'K'},
         {"tracking-cost", required_argument, 0, 'C'},         {"help", no_argument, 0, 'h'},
+        {"sweep", required_argument, 0, 'W'},    {"threads", required_argument, 0, 'N'},
         {0, 0, 0, 0}};
     uint64_t large_mb = 1024, small_kb = 1024, probes = 20000000;
     bool skip_large = false;
-    uint64_t cost_keys = 0;
+    uint64_t cost_keys = 0, sweep_keys = 0;
+    unsigned threads = 2;
     int c;
 
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -407,6 +492,8 @@ int main(int argc, char **argv)
         case 'T': track = true; break;
         case 'K': blocked_only = true; break;
         case 'C': cost_keys = strtoull(optarg, NULL, 10); break;
+        case 'W': sweep_keys = strtoull(optarg, NULL, 10); break;
+        case 'N': threads = (unsigned)strtoul(optarg, NULL, 10); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -415,8 +502,14 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (!threads || threads > 16) {
+        usage(stderr);
+        return 2;
+    }
     if (cost_keys)
         return tracking_cost(large_mb, cost_keys) < 0;
+    if (sweep_keys)
+        return sweep_cost(large_mb, sweep_keys, threads) < 0;
     printf("ns/key, one core, 16-byte keys, hashing included; p = 1%%, filled to capacity.\n"
            "add: single / batched, atomic ORs | exclusive writer; q+ present, q- absent.\n");
     if (repeat > 1)

@@ -7,7 +7,7 @@
 #   bench/ckpt_bench.sh [--build DIR] [--dir DIR] [--capacity N]
 #                       [--shape steady|sparse|bursty|quiet] [--seconds S]
 #                       [--exports N] [--pullers N] [--pull-mode changed|full]
-#                       [--restart] [--keep] [--node-args "..."]
+#                       [--restart] [--save DIR] [--keep] [--node-args "..."]
 #
 # Shapes (adds through bloombench, one connection):
 #   steady  1000-key batches, 8 in flight, for --seconds (default 240)
@@ -23,6 +23,8 @@
 # --restart: at the end, kill -9 the node and time its restart until it
 #   answers (the page cache is warm: the files were just written), with
 #   the node's CPU seconds to then and the load average.
+# --save DIR: with --restart, copy the data directory as the kill left it
+#   to DIR before the restart (bench/restart_bench.sh restarts from it).
 #
 # Prints one line per second (log bytes, checkpoint bytes, bytes the node
 # wrote as /proc/PID/io write_bytes counts them, RSS) and a summary:
@@ -48,6 +50,7 @@ PULLERS=0
 PULL_MODE=changed
 RESTART=0
 KEEP=0
+SAVE=
 NODE_ARGS=
 
 while [ $# -gt 0 ]; do
@@ -61,6 +64,7 @@ while [ $# -gt 0 ]; do
     --pullers) PULLERS=$2; shift 2 ;;
     --pull-mode) PULL_MODE=$2; shift 2 ;;
     --restart) RESTART=1; shift ;;
+    --save) SAVE=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --node-args) NODE_ARGS=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
@@ -209,6 +213,11 @@ if [ $RESTART = 1 ]; then
   LOGB=$(metric bloomgrid_wal_bytes)
   kill -9 "$PID"; wait "$PID" 2>/dev/null || true
   kill "$LP" 2>/dev/null || true; wait "$LP" 2>/dev/null || true
+  if [ -n "$SAVE" ]; then
+    rm -rf "$SAVE"; cp -a "$DIR/data" "$SAVE"
+    echo "# saved the data directory at the kill in $SAVE:" \
+      "$(cd "$SAVE" && find . -name '*.bg?' -printf '%f:%s ' | sort)"
+  fi
   t0=$(date +%s.%N)
   start_node
   until "$BB" --target "$ADDR" --filter bench --op query --batch 1 --max-keys 1 \

@@ -234,6 +234,17 @@ void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out);
  * as bf_add_hashes. */
 void bf_add_hashes_sweep(struct bf *f, struct bf_hash *h, size_t n,
                          struct bf_hash *tmp);
+/* bf_add_hashes_sweep on up to threads threads (the caller's and up to
+ * threads - 1 it starts and joins before it returns; at least 4096 hashes
+ * each, at most 16): the blocked kind's sort is split by chunks of h and
+ * its adds by ranges of blocks, so no two threads write one block.  The
+ * same bits, page versions and counts as bf_add_hashes_sweep for any
+ * number of threads.  A thread that cannot be started has its share run by
+ * the caller; no error.  Threads as bf_add_hashes: an exclusive filter
+ * (bf_set_exclusive) has no other writer meanwhile, the call's own threads
+ * writing disjoint blocks. */
+void bf_add_hashes_sweep_mt(struct bf *f, struct bf_hash *h, size_t n,
+                            struct bf_hash *tmp, unsigned threads);
 void bf_may_contain_hashes(const struct bf *f, const struct bf_hash *h, size_t n,
                            bool *out);
 void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens,

@@ -77,21 +77,19 @@ void bf__layer_untrack(struct bf_layer *l);
 /* Mark the page holding 64-bit word w of layer l as changed, when the
  * layer is tracked: one bit in a map of 1/32768 of the bits, which stays in
  * the cache where the versions (1/512) would not; bf_fold_versions writes
- * the versions of the marked pages later.  Exclusive writers use a plain
- * store, others an atomic OR.  Readers of the versions (checkpoints, page
- * pulls) synchronize through the writer's lock. */
+ * the versions of the marked pages later.  Readers of the versions
+ * (checkpoints, page pulls) synchronize through the writer's lock. */
 static inline void bf__stamp_word(const struct bf *f, struct bf_layer *l, uint64_t w)
 {
+    (void)f;
     if (l->dirty) {
         uint64_t p = w >> (BF_PAGE_SHIFT - 3);
         uint64_t *d = &l->dirty[p >> 6], b = 1ULL << (p & 63);
-        if (f->exclusive) {
-            uint64_t cur = __atomic_load_n(d, __ATOMIC_RELAXED);
-            if (!(cur & b))
-                __atomic_store_n(d, cur | b, __ATOMIC_RELAXED);
-        } else if (!(__atomic_load_n(d, __ATOMIC_RELAXED) & b)) {
+        /* An atomic OR even for an exclusive writer (a threaded replay's
+         * threads share the words at the edges of their ranges); it runs
+         * once per page between folds, every later add only reads. */
+        if (!(__atomic_load_n(d, __ATOMIC_RELAXED) & b))
             __atomic_fetch_or(d, b, __ATOMIC_RELAXED);
-        }
     }
 }
 

@@ -25,6 +25,7 @@
  * as soon as its hash is known, then probe the chunk.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -660,39 +661,187 @@ void bf_add_hashes(struct bf *f, const struct bf_hash *h, size_t n, bool *out)
     count_adds(f, add_hashes_loop(f, h, n, out, add_hash), n);
 }
 
-/* One stable counting-sort pass of h into out by the byte at shift of the
- * hash's block (of nb). */
-static void sweep_pass(const struct bf_hash *h, struct bf_hash *out, size_t n,
-                       uint64_t nb, unsigned shift)
-{
-    size_t pos[256] = {0};
+/* The sweep (bf_add_hashes_sweep_mt): a stable sort of the hashes by the
+ * top 16 bits of their block index, most significant byte first, then the
+ * adds in that order.
+ *   1. each thread counts the high bytes of its share of h (a contiguous
+ *      chunk in arrival order);
+ *   2. each scatters its chunk into tmp at its place in its bucket: chunk
+ *      t's hashes of bucket b after those of chunks < t (stable);
+ *   3. the 256 buckets are split between the threads by count; each sorts
+ *      its buckets by the low byte from tmp back into h (stable) and adds
+ *      them.
+ * A bucket is a range of blocks, so the threads of step 3 write disjoint
+ * blocks; two of them may mark one page at a bucket's edge as changed (an
+ * atomic OR, bf__stamp_word).  The order is that of a stable
+ * sort by the 16 bits whatever the number of threads, so the bits and the
+ * count of adds that returned true are too.  Phases are separated by
+ * joining the threads (no barrier to unwind when one cannot start). */
+#define SWEEP_THREADS_MAX 16
 
-    for (size_t i = 0; i < n; i++)
-        pos[(fastrange64(h[i].h1, nb) >> shift) & 0xff]++;
-    for (size_t b = 0, sum = 0; b < 256; b++) {
-        size_t c = pos[b];
-        pos[b] = sum;
-        sum += c;
+struct sweep_job {
+    struct bf *f;
+    struct bf_hash *h, *tmp;
+    size_t n;
+    uint64_t nb;
+    unsigned shift;                  /* of the low byte */
+    unsigned threads;
+    size_t cnt[SWEEP_THREADS_MAX][256];   /* high-byte counts of each chunk */
+    size_t bstart[257];              /* where each bucket starts in tmp */
+    unsigned first[SWEEP_THREADS_MAX + 1];   /* buckets of each thread */
+    uint64_t added[SWEEP_THREADS_MAX];
+};
+
+struct sweep_task {
+    struct sweep_job *j;
+    unsigned t;
+    int phase;
+};
+
+static inline unsigned sweep_key(const struct sweep_job *j, struct bf_hash h)
+{
+    return (unsigned)(fastrange64(h.h1, j->nb) >> j->shift) & 0xffff;
+}
+
+static uint64_t add_hashes_uncounted(struct bf *f, const struct bf_hash *h, size_t n)
+{
+#ifdef BF_HAVE_VEC
+    if (USE_VEC(f))
+        return add_hashes_vec(f, h, n, NULL);
+#endif
+    return add_hashes_loop(f, h, n, NULL, add_hash);
+}
+
+static void sweep_count(struct sweep_job *j, unsigned t)
+{
+    size_t a = j->n * t / j->threads, b = j->n * (t + 1) / j->threads;
+    size_t *c = j->cnt[t];
+
+    memset(c, 0, sizeof j->cnt[t]);
+    for (size_t i = a; i < b; i++)
+        c[sweep_key(j, j->h[i]) >> 8]++;
+}
+
+static void sweep_scatter(struct sweep_job *j, unsigned t)
+{
+    size_t a = j->n * t / j->threads, b = j->n * (t + 1) / j->threads;
+    size_t pos[256];
+
+    for (unsigned k = 0; k < 256; k++) {
+        pos[k] = j->bstart[k];
+        for (unsigned u = 0; u < t; u++)
+            pos[k] += j->cnt[u][k];
     }
-    for (size_t i = 0; i < n; i++)
-        out[pos[(fastrange64(h[i].h1, nb) >> shift) & 0xff]++] = h[i];
+    for (size_t i = a; i < b; i++)
+        j->tmp[pos[sweep_key(j, j->h[i]) >> 8]++] = j->h[i];
+}
+
+static void sweep_add(struct sweep_job *j, unsigned t)
+{
+    size_t a = j->bstart[j->first[t]], b = j->bstart[j->first[t + 1]];
+
+    for (unsigned k = j->first[t]; k < j->first[t + 1]; k++) {
+        size_t lo = j->bstart[k], hi = j->bstart[k + 1], pos[256] = {0};
+        for (size_t i = lo; i < hi; i++)
+            pos[sweep_key(j, j->tmp[i]) & 0xff]++;
+        for (size_t v = 0, sum = lo; v < 256; v++) {
+            size_t c = pos[v];
+            pos[v] = sum;
+            sum += c;
+        }
+        for (size_t i = lo; i < hi; i++)
+            j->h[pos[sweep_key(j, j->tmp[i]) & 0xff]++] = j->tmp[i];
+    }
+    j->added[t] = add_hashes_uncounted(j->f, j->h + a, b - a);
+}
+
+static void *sweep_run(void *arg)
+{
+    struct sweep_task *k = arg;
+
+    if (k->phase == 0)
+        sweep_count(k->j, k->t);
+    else if (k->phase == 1)
+        sweep_scatter(k->j, k->t);
+    else
+        sweep_add(k->j, k->t);
+    return NULL;
+}
+
+/* Run phase on every thread of j: threads 1.. on their own threads (or on
+ * this one when one cannot be started), 0 on this one. */
+static void sweep_phase(struct sweep_job *j, int phase)
+{
+    struct sweep_task task[SWEEP_THREADS_MAX];
+    pthread_t tid[SWEEP_THREADS_MAX];
+    bool started[SWEEP_THREADS_MAX] = {false};
+
+    for (unsigned t = 0; t < j->threads; t++)
+        task[t] = (struct sweep_task){j, t, phase};
+    for (unsigned t = 1; t < j->threads; t++)
+        started[t] = pthread_create(&tid[t], NULL, sweep_run, &task[t]) == 0;
+    sweep_run(&task[0]);
+    for (unsigned t = 1; t < j->threads; t++) {
+        if (started[t])
+            pthread_join(tid[t], NULL);
+        else
+            sweep_run(&task[t]);
+    }
+}
+
+void bf_add_hashes_sweep_mt(struct bf *f, struct bf_hash *h, size_t n,
+                            struct bf_hash *tmp, unsigned threads)
+{
+    if (f->kind != BF_KIND_BLOCKED || n < 4096) {
+        bf_add_hashes(f, h, n, NULL);
+        return;
+    }
+    struct sweep_job *j = malloc(sizeof *j);
+    if (!j) {
+        bf_add_hashes(f, h, n, NULL);   /* the same bits, slower */
+        return;
+    }
+    uint64_t nb = f->layers[0].nblocks;
+    unsigned bits = 64 - (unsigned)__builtin_clzll(nb | 1);
+    j->f = f;
+    j->h = h;
+    j->tmp = tmp;
+    j->n = n;
+    j->nb = nb;
+    j->shift = bits > 16 ? bits - 16 : 0;
+    j->threads = threads < 1 ? 1 : threads > SWEEP_THREADS_MAX ? SWEEP_THREADS_MAX
+                 : threads;
+    if (n / j->threads < 4096)
+        j->threads = (unsigned)(n / 4096);   /* >= 1: n >= 4096 */
+    sweep_phase(j, 0);
+    /* Where each bucket starts, and the buckets of each thread: about
+     * n / threads hashes each. */
+    size_t sum = 0;
+    unsigned t = 1;
+    j->first[0] = 0;
+    for (unsigned k = 0; k < 256; k++) {
+        j->bstart[k] = sum;
+        while (t < j->threads && sum >= n * t / j->threads)
+            j->first[t++] = k;
+        for (unsigned u = 0; u < j->threads; u++)
+            sum += j->cnt[u][k];
+    }
+    j->bstart[256] = sum;
+    while (t <= j->threads)
+        j->first[t++] = 256;
+    sweep_phase(j, 1);
+    sweep_phase(j, 2);
+    uint64_t added = 0;
+    for (unsigned u = 0; u < j->threads; u++)
+        added += j->added[u];
+    count_adds(f, added, n);
+    free(j);
 }
 
 void bf_add_hashes_sweep(struct bf *f, struct bf_hash *h, size_t n,
                          struct bf_hash *tmp)
 {
-    /* Sorted by the top 16 bits of the block index (two passes, low byte
-     * first): the blocks in order to 1/65536 of the body, and the keys of
-     * any one block in their order, which is all that decides what each
-     * add sets and returns. */
-    if (f->kind == BF_KIND_BLOCKED && n >= 4096) {
-        uint64_t nb = f->layers[0].nblocks;
-        unsigned bits = 64 - (unsigned)__builtin_clzll(nb | 1);
-        unsigned shift = bits > 16 ? bits - 16 : 0;
-        sweep_pass(h, tmp, n, nb, shift);
-        sweep_pass(tmp, h, n, nb, shift + 8);
-    }
-    bf_add_hashes(f, h, n, NULL);
+    bf_add_hashes_sweep_mt(f, h, n, tmp, 1);
 }
 
 void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens, size_t n,

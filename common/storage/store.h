@@ -124,7 +124,10 @@
  * Threads: every function may be called from any thread at once, except
  * store_close.  A background thread per store writes checkpoints (above)
  * and retries failed filters; the log has its commit thread and, with
- * fsync, its completer (wal.h).
+ * fsync, its completer (wal.h).  Recovery (store_open, a filter's reload)
+ * runs a blocked filter's replayed adds, and a dense base's first touch of
+ * its memory, on up to one thread per CPU online (at most 8), started and
+ * joined within the call (docs/STORAGE.md, "Recovery").
  *
  * Handles: store_get returns a counted reference; every store_get needs one
  * store_put.  A dropped filter's handle stays valid (its calls return

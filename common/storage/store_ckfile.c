@@ -501,6 +501,11 @@ uint64_t store__ckr_stream_bytes(struct store_ckr *r)
     return r->stream;
 }
 
+uint64_t store__ckr_pages(struct store_ckr *r)
+{
+    return r->pages;
+}
+
 /* Read and check the next group. */
 static int group_read(struct store_ckr *r, char *why)
 {

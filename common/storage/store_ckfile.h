@@ -110,6 +110,8 @@ int store__ckr_open(struct store_ckr **out, const char *path,
 const uint8_t *store__ckr_meta(struct store_ckr *r, size_t *len);
 /* Records delta: the stream's bytes. */
 uint64_t store__ckr_stream_bytes(struct store_ckr *r);
+/* The data pages the file's header says it holds. */
+uint64_t store__ckr_pages(struct store_ckr *r);
 /* The next data page, checked: 1 with layer, index and data
  * (STORE_CKF_PAGE bytes, valid until the next call); 0 after the last
  * one, once the file proved whole; or -EBADMSG / an I/O error with why. */

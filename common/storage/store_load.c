@@ -25,9 +25,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -145,13 +147,75 @@ static int apply_page(struct bf *f, uint32_t layer, uint32_t index,
 }
 
 /* Hashes of consecutive add records of one filter gathered for one
- * bf_add_hashes_sweep (a blocked filter's adds in block order, about twice
- * as fast as in arrival order on a 1 GB filter): room for one hash per
- * 512 bytes of the first filter that gathers (with as much scratch, 1/16
- * of its bits), at least REPLAY_SWEEP_MIN and at most REPLAY_SWEEP_MAX
- * (64 MiB with the scratch). */
+ * bf_add_hashes_sweep_mt (a blocked filter's adds in block order, about
+ * twice as fast as in arrival order on a 1 GB filter, on replay_threads()
+ * threads over disjoint ranges of blocks): room for one hash per 512 bytes
+ * of the first filter that gathers (with as much scratch, 1/16 of its
+ * bits), at least REPLAY_SWEEP_MIN and at most REPLAY_SWEEP_MAX (64 MiB
+ * with the scratch). */
 #define REPLAY_SWEEP_MIN (1u << 12)
 #define REPLAY_SWEEP_MAX (1u << 21)
+#define REPLAY_THREADS_MAX 8
+
+/* Threads a replay's sweeps and a base's first touch of memory run on:
+ * the CPUs online, at most REPLAY_THREADS_MAX. */
+static unsigned replay_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    return n < 1 ? 1 : n > REPLAY_THREADS_MAX ? REPLAY_THREADS_MAX : (unsigned)n;
+}
+
+/* Make the memory of f's bits present (MADV_POPULATE_WRITE) on up to
+ * replay_threads() threads, each over its own part: the kernel zeroes a
+ * new page at its first touch, which in one thread is a good part of
+ * loading a large base that the next step overwrites whole.  Nothing when
+ * the kernel does not know the advice (then the first touches do it). */
+struct populate {
+    uint8_t *p;
+    size_t len;
+};
+
+static void *populate_run(void *arg)
+{
+    struct populate *w = arg;
+
+    if (w->len)
+        (void)madvise(w->p, w->len, MADV_POPULATE_WRITE);
+    return NULL;
+}
+
+static void populate_bits(struct bf *f)
+{
+    unsigned nt = replay_threads();
+    struct populate w[REPLAY_THREADS_MAX];
+    pthread_t tid[REPLAY_THREADS_MAX];
+    bool started[REPLAY_THREADS_MAX] = {false};
+
+    for (uint32_t l = 0; l < bf_layer_count(f); l++) {
+        struct bf_layer_info li;
+        if (bf_layer_info(f, l, &li) < 0 || !li.body_bytes)
+            continue;
+        /* Parts of whole 2 MiB (huge) pages; the body is page aligned. */
+        size_t len = (size_t)li.body_bytes, step = (size_t)1 << 21;
+        size_t per = (len / nt + step - 1) / step * step;
+        uint8_t *p = (uint8_t *)bf_layer_body(f, l);
+        for (unsigned t = 0; t < nt; t++) {
+            size_t a = per * t < len ? per * t : len;
+            size_t b = per * (t + 1) < len ? per * (t + 1) : len;
+            w[t] = (struct populate){p + a, b - a};
+        }
+        for (unsigned t = 1; t < nt; t++)
+            started[t] = pthread_create(&tid[t], NULL, populate_run, &w[t]) == 0;
+        populate_run(&w[0]);
+        for (unsigned t = 1; t < nt; t++) {
+            if (started[t])
+                pthread_join(tid[t], NULL);
+            else
+                populate_run(&w[t]);
+        }
+    }
+}
 
 struct sweep {
     struct bf_hash *v;           /* 2 * cap hashes, or NULL */
@@ -159,6 +223,7 @@ struct sweep {
     struct bf *f;                /* whose hashes v holds */
     uint64_t seq;                /* the seq of the last record in it */
     bool off;                    /* no memory for it: add in order */
+    unsigned threads;            /* replay_threads(), once v is made */
 };
 
 /* Apply the gathered hashes.  Their pages are stamped with the seq of the
@@ -168,7 +233,8 @@ static void sweep_flush(struct sweep *sw)
 {
     if (sw->n) {
         bf_set_stamp(sw->f, sw->seq);
-        bf_add_hashes_sweep(sw->f, sw->v, sw->n, sw->v + sw->cap);
+        bf_add_hashes_sweep_mt(sw->f, sw->v, sw->n, sw->v + sw->cap,
+                               sw->threads);
     }
     sw->n = 0;
     sw->f = NULL;
@@ -202,6 +268,7 @@ static int sweep_apply(struct sweep *sw, struct bf *f, uint64_t seq,
                 goto direct;
             }
             sw->cap = (size_t)cap;
+            sw->threads = replay_threads();
         }
         if (k > sw->cap)
             goto direct;
@@ -332,6 +399,10 @@ static int entry_apply(const char *dir, const struct store_manifest *m,
             goto out;
         }
         bf_set_exclusive(g, true);
+        /* A base of at least half the bits: their memory first, on every
+         * CPU (a sparse base leaves untouched pages unbacked). */
+        if (store__ckr_pages(r) * STORE_CKF_PAGE >= bf_bytes(g) / 2)
+            populate_bits(g);
         *fp = g;
         g = NULL;
     } else if (apply) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bf.h"
+#include "bf_file.h"
 
 static const uint8_t fixed_secret[BF_SECRET_LEN] = {
     0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
@@ -1034,6 +1035,99 @@ START_TEST(sweep_adds_match_ordered_adds)
 }
 END_TEST
 
+struct membuf {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+static int membuf_write(void *ctx, const void *buf, size_t len)
+{
+    struct membuf *m = ctx;
+
+    if (m->len + len > m->cap) {
+        size_t cap = m->cap ? m->cap : 1 << 16;
+        while (cap < m->len + len)
+            cap *= 2;
+        uint8_t *np = realloc(m->p, cap);
+        if (!np)
+            return -ENOMEM;
+        m->p = np;
+        m->cap = cap;
+    }
+    memcpy(m->p + m->len, buf, len);
+    m->len += len;
+    return 0;
+}
+
+/* bf_add_hashes_sweep_mt on 1, 2, 3, 5 and 16 threads (14 at most for
+ * these 60 000 hashes), shared and exclusive, leaves every kind exactly as
+ * adding in order does: the export byte for byte (bits, keys added, the
+ * adds that were new, every layer's count), and every page's version.  The
+ * blocked kind twice: past its capacity (45 000 keys into 40 000: which
+ * keys of a block are new depends on their order) over 15 of the sort's
+ * buckets, and below it over all 256. */
+START_TEST(sweep_threads_match_ordered_adds)
+{
+    static const struct {
+        enum bf_kind kind;
+        uint64_t cap;
+        double p;
+    } cfg[] = {{BF_KIND_BLOCKED, 40000, 0.05}, {BF_KIND_BLOCKED, 2000000, 0.0001},
+               {BF_KIND_CLASSIC, 20000, 0.05}, {BF_KIND_COUNTING, 20000, 0.05},
+               {BF_KIND_SCALABLE, 20000, 0.05}};
+    static const unsigned threads[] = {1, 2, 3, 5, 16};
+    enum { N = 60000 };
+    static struct bf_hash hs[N], sw[N], tmp[N];
+
+    for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++) {
+        for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+            struct bf *a = make(cfg[k].kind, cfg[k].cap, cfg[k].p, fixed_secret);
+            struct bf *b = make(cfg[k].kind, cfg[k].cap, cfg[k].p, fixed_secret);
+            ck_assert_int_eq(bf_track_pages(a, true), 0);
+            ck_assert_int_eq(bf_track_pages(b, true), 0);
+            bf_set_stamp(a, 7);
+            bf_set_stamp(b, 7);
+            bf_set_exclusive(b, t % 2 == 1);
+            for (uint64_t i = 0; i < N; i++) {
+                uint64_t key = (i * 7919) % 45000;   /* re-adds, too */
+                hs[i] = bf_hash_key(a, &key, sizeof(key));
+            }
+            memcpy(sw, hs, sizeof(hs));
+            bf_add_hashes(a, hs, N, NULL);
+            bf_add_hashes_sweep_mt(b, sw, N, tmp, threads[t]);
+            bf_set_exclusive(b, false);
+
+            struct membuf ea = {0}, eb = {0};
+            ck_assert_int_eq(bf_file_write(a, membuf_write, &ea), 0);
+            ck_assert_int_eq(bf_file_write(b, membuf_write, &eb), 0);
+            ck_assert_msg(ea.len == eb.len && memcmp(ea.p, eb.p, ea.len) == 0,
+                          "%s of %llu, %u threads: the export differs",
+                          bf_kind_name(cfg[k].kind), (unsigned long long)cfg[k].cap,
+                          threads[t]);
+            ck_assert_uint_eq(bf_keys_added(a), bf_keys_added(b));
+            ck_assert_uint_eq(bf_insert_count(a), bf_insert_count(b));
+            ck_assert_uint_eq(bf_layer_count(a), bf_layer_count(b));
+            uint64_t stamped = 0;
+            for (uint32_t l = 0; l < bf_layer_count(a); l++) {
+                ck_assert_uint_eq(bf_layer_pages(a, l), bf_layer_pages(b, l));
+                for (uint64_t p = 0; p < bf_layer_pages(a, l); p++) {
+                    ck_assert_msg(bf_page_version(a, l, p) == bf_page_version(b, l, p),
+                                  "%s, %u threads: page %llu of layer %u",
+                                  bf_kind_name(cfg[k].kind), threads[t],
+                                  (unsigned long long)p, l);
+                    stamped += bf_page_version(a, l, p) == 7;
+                }
+            }
+            ck_assert_uint_gt(stamped, 0);
+            free(ea.p);
+            free(eb.p);
+            bf_destroy(a);
+            bf_destroy(b);
+        }
+    }
+}
+END_TEST
+
 Suite *bf_suite(void)
 {
     Suite *s = suite_create("bf");
@@ -1046,6 +1140,7 @@ Suite *bf_suite(void)
     tcase_add_test(tc, vector_probes_match_scalar);
     tcase_add_test(tc, vector_adds_match_scalar);
     tcase_add_test(tc, sweep_adds_match_ordered_adds);
+    tcase_add_test(tc, sweep_threads_match_ordered_adds);
     tcase_add_test(tc, single_query_every_key_length);
     tcase_add_test(tc, add_reports_new_keys);
     tcase_add_test(tc, batched_forms_match_single);

@@ -1510,6 +1510,253 @@ START_TEST(a_crash_in_a_segment_made_over_a_spare_loses_nothing_and_is_not_torn)
 }
 END_TEST
 
+/* ---- writing in the submitting thread (wal_submit_now) ---- */
+
+struct now_done {
+    atomic_int calls;
+    int rc;
+    uint64_t seq, lsn;
+    pthread_t thread;
+};
+
+static void now_done_fn(void *ctx, int rc, uint64_t seq, uint64_t lsn)
+{
+    struct now_done *d = ctx;
+
+    d->rc = rc;
+    d->seq = seq;
+    d->lsn = lsn;
+    d->thread = pthread_self();
+    atomic_fetch_add(&d->calls, 1);
+}
+
+static struct wal_rec *rec8(uint64_t v)
+{
+    struct wal_rec *r = wal_rec_new(WAL_REC_ADD, &v, sizeof(v));
+
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+/* With durability none and the log idle, the record is written by the
+ * submitting thread before wal_submit_now returns: true, and its
+ * completion runs when the caller runs it, exactly once, in the caller's
+ * thread, with its seq and LSN; the records read back in order.  With
+ * fsync it is queued: false, and the log calls done once. */
+START_TEST(durability_none_writes_in_the_submitting_thread)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal_stats st;
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+
+    for (uint64_t i = 1; i <= 100; i++) {
+        struct now_done d = {0};
+        struct wal_now now;
+        ck_assert(wal_submit_now(s, rec8(i), now_done_fn, &d, &now));
+        ck_assert_int_eq(atomic_load(&d.calls), 0);
+        ck_assert_uint_eq(wal_durable_lsn(w), i);   /* written already */
+        wal_now_complete(&now);
+        ck_assert_int_eq(atomic_load(&d.calls), 1);
+        wal_now_complete(&now);
+        ck_assert_int_eq(atomic_load(&d.calls), 1);
+        ck_assert_int_eq(d.rc, 0);
+        ck_assert_uint_eq(d.seq, i);
+        ck_assert_uint_eq(d.lsn, i);
+        ck_assert(pthread_equal(d.thread, pthread_self()));
+    }
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.inline_records, 100);
+    ck_assert_uint_eq(st.syncs, 0);
+    wal_stream_close(s);
+    wal_close(w);
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 100);
+    ck_assert_uint_eq(seen.damages, 0);
+    for (uint64_t i = 0; i < 100; i++) {
+        ck_assert_uint_eq(seen.lsn[i], i + 1);
+        ck_assert_uint_eq(seen.val[i], i + 1);
+    }
+
+    /* With fsync: queued, completed by the log. */
+    w = open_log(101, WAL_SYNC_FSYNC);
+    s = wal_stream_open(w, 7, "f", 101);
+    struct now_done d = {0};
+    struct wal_now now;
+    ck_assert(!wal_submit_now(s, rec8(101), now_done_fn, &d, &now));
+    wal_now_complete(&now);   /* holds nothing */
+    for (int i = 0; i < 20000 && atomic_load(&d.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&d.calls), 1);
+    ck_assert_int_eq(d.rc, 0);
+    ck_assert_uint_eq(d.lsn, 101);
+    ck_assert(!pthread_equal(d.thread, pthread_self()));
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.inline_records, 0);
+    wal_stream_close(s);
+    wal_close(w);
+    ck_assert_int_eq(atomic_load(&d.calls), 1);
+}
+END_TEST
+
+#define NOW_THREADS 4
+#define NOW_RECS 2000
+
+struct now_thread {
+    struct wal *w;
+    int t;
+    struct now_done d[NOW_RECS];
+};
+
+/* Half the records through wal_submit_now (run at once when written
+ * inline), half through wal_submit, every 100th a barrier. */
+static void *now_thread_main(void *arg)
+{
+    struct now_thread *nt = arg;
+    char name[8];
+
+    snprintf(name, sizeof(name), "t%d", nt->t);
+    struct wal_stream *s = wal_stream_open(nt->w, 100 + (uint64_t)nt->t,
+                                           name, 1);
+    ck_assert_ptr_nonnull(s);
+    for (uint64_t i = 0; i < NOW_RECS; i++) {
+        struct wal_rec *r = rec8((uint64_t)nt->t << 32 | i);
+        if (i % 2 == 0) {
+            struct wal_now now;
+            wal_submit_now(s, r, now_done_fn, &nt->d[i], &now);
+            wal_now_complete(&now);
+        } else {
+            wal_submit(s, r, now_done_fn, &nt->d[i]);
+        }
+        if (i % 100 == 99) {
+            struct wal_waiter wt;
+            wal_waiter_init(&wt);
+            ck_assert_int_eq(wal_barrier(s, wal_waiter_done, &wt), 0);
+            ck_assert_int_eq(wal_waiter_wait(&wt), 0);
+        }
+    }
+    struct wal_waiter wt;
+    wal_waiter_init(&wt);
+    ck_assert_int_eq(wal_barrier(s, wal_waiter_done, &wt), 0);
+    ck_assert_int_eq(wal_waiter_wait(&wt), 0);
+    wal_stream_close(s);
+    return NULL;
+}
+
+/* Threads writing inline and through the queue at once, with durability
+ * none: every completion runs exactly once with rc 0, each stream's
+ * records take LSNs in the order they were submitted (seq order), the
+ * LSNs of the log are contiguous and the scan reads every record. */
+START_TEST(inline_and_queued_records_keep_order_and_complete_once)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal_stats st;
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    static struct now_thread nt[NOW_THREADS];
+    pthread_t th[NOW_THREADS];
+
+    memset(nt, 0, sizeof(nt));
+    for (int t = 0; t < NOW_THREADS; t++) {
+        nt[t].w = w;
+        nt[t].t = t;
+        ck_assert_int_eq(pthread_create(&th[t], NULL, now_thread_main, &nt[t]), 0);
+    }
+    for (int t = 0; t < NOW_THREADS; t++)
+        pthread_join(th[t], NULL);
+    wal_stats(w, &st);
+    ck_assert_uint_gt(st.inline_records, 0);
+    ck_assert_uint_le(st.inline_records, NOW_THREADS * NOW_RECS / 2);
+    wal_close(w);
+    for (int t = 0; t < NOW_THREADS; t++)
+        for (uint64_t i = 0; i < NOW_RECS; i++) {
+            ck_assert_int_eq(atomic_load(&nt[t].d[i].calls), 1);
+            ck_assert_int_eq(nt[t].d[i].rc, 0);
+            ck_assert_uint_eq(nt[t].d[i].seq, i + 1);
+            if (i)
+                ck_assert_uint_gt(nt[t].d[i].lsn, nt[t].d[i - 1].lsn);
+        }
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, NOW_THREADS * NOW_RECS);
+    ck_assert_uint_eq(seen.damages, 0);
+    uint64_t next[NOW_THREADS] = {0};
+    for (uint64_t k = 0; k < seen.n; k++) {
+        ck_assert_uint_eq(seen.lsn[k], k + 1);
+        int t = (int)(seen.id[k] - 100);
+        ck_assert_int_ge(t, 0);
+        ck_assert_int_lt(t, NOW_THREADS);
+        ck_assert_uint_eq(seen.seq[k], next[t] + 1);
+        ck_assert_uint_eq(seen.val[k], (uint64_t)t << 32 | next[t]);
+        ck_assert_uint_eq(nt[t].d[next[t]].lsn, seen.lsn[k]);
+        next[t]++;
+    }
+}
+END_TEST
+
+static int write_fails;
+
+static ssize_t failing_once_write(int fd, const void *buf, size_t len)
+{
+    if (write_fails) {
+        write_fails--;
+        errno = ENOSPC;
+        return -1;
+    }
+    return write(fd, buf, len);
+}
+
+/* A failed write of a record written inline: its completion gets the
+ * error (once), its stream fails for good, nothing of it is read back;
+ * another stream goes on in a new segment, inline again. */
+START_TEST(an_inline_write_that_fails_fails_its_record_and_stream_only)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    struct wal_stream *b = wal_stream_open(w, 2, "b", 1);
+    struct now_done d1 = {0}, d2 = {0}, d3 = {0}, d4 = {0};
+    struct wal_now now;
+
+    ck_assert(wal_submit_now(a, rec8(1), now_done_fn, &d1, &now));
+    wal_now_complete(&now);
+    ck_assert_int_eq(d1.rc, 0);
+    write_fails = 1;
+    wal__write = failing_once_write;
+    ck_assert(wal_submit_now(a, rec8(2), now_done_fn, &d2, &now));
+    ck_assert_int_eq(atomic_load(&d2.calls), 0);
+    wal_now_complete(&now);
+    ck_assert_int_eq(atomic_load(&d2.calls), 1);
+    ck_assert_int_eq(d2.rc, -ENOSPC);
+    ck_assert(wal_stream_failed(a, NULL));
+    ck_assert_int_eq(wal_stream_error(a), -ENOSPC);
+    /* The failed stream's later records fail too. */
+    wal_submit_now(a, rec8(3), now_done_fn, &d3, &now);
+    wal_now_complete(&now);
+    for (int i = 0; i < 20000 && atomic_load(&d3.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&d3.calls), 1);
+    ck_assert_int_eq(d3.rc, -ENOSPC);
+    /* Another stream goes on. */
+    wal_submit_now(b, rec8(4), now_done_fn, &d4, &now);
+    wal_now_complete(&now);
+    for (int i = 0; i < 20000 && atomic_load(&d4.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&d4.calls), 1);
+    ck_assert_int_eq(d4.rc, 0);
+    ck_assert(!wal_stream_failed(b, NULL));
+    wal_stream_close(a);
+    wal_stream_close(b);
+    wal_close(w);
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 2);
+    ck_assert_uint_eq(seen.val[0], 1);
+    ck_assert_uint_eq(seen.val[1], 4);
+    ck_assert_uint_eq(seen.lsn[1], 2);
+}
+END_TEST
+
 Suite *wal_suite(void)
 {
     Suite *s = suite_create("wal");
@@ -1541,6 +1788,9 @@ Suite *wal_suite(void)
     tcase_add_test(tc, a_version_1_log_is_read_and_continued);
     tcase_add_test(tc, segments_made_over_spares_write_each_byte_about_once);
     tcase_add_test(tc, a_crash_in_a_segment_made_over_a_spare_loses_nothing_and_is_not_torn);
+    tcase_add_test(tc, durability_none_writes_in_the_submitting_thread);
+    tcase_add_test(tc, inline_and_queued_records_keep_order_and_complete_once);
+    tcase_add_test(tc, an_inline_write_that_fails_fails_its_record_and_stream_only);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -18,7 +18,15 @@
  * unit boundary, and a segment's header has a unit to itself.  The bytes
  * the log's bound counts (wal_bytes) are those of records, not padding.
  *
- * Room (fsync only): a segment is made with its blocks allocated
+ * Inline (durability none): when the commit thread is idle, a submitter
+ * takes the writing state itself (w->writing), writes its record and
+ * hands the completion back (wal_submit_now); the commit thread waits
+ * while anyone holds the writing state.
+ *
+ * Spares (fsync only): a discarded segment's file is kept and the next
+ * segment made over it (seg_reuse): no zeros and no allocation to record.
+ *
+ * Room (fsync only): a fresh segment is made with its blocks allocated
  * (fallocate) as far as it may grow, so the file's size does not change as
  * records are written and an fdatasync has no growth of the file to write
  * (docs/STORAGE.md has the figures).  The room after the last record

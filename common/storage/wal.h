@@ -51,7 +51,8 @@
  * the group to the completer, a second thread that calls each record's
  * completion in commit order while the commit thread starts the next
  * fsync (with WAL_SYNC_NONE there is no completer: the commit thread calls
- * them).  Whatever is submitted during an fsync goes into the next one, so
+ * them; and when it is idle wal_submit_now writes the record in the
+ * submitting thread).  Whatever is submitted during an fsync goes into the next one, so
  * one fsync serves every writer that arrived meanwhile, however many
  * threads they come from.
  *

@@ -171,6 +171,8 @@ struct store_options {
     uint64_t max_filters;            /* the most filters; 0: none */
     uint32_t wal_block_bytes;        /* the log's least write unit
                                         (wal_open); 0: as detected */
+    uint32_t commit_delay_us;        /* the log's commit delay
+                                        (wal_set_commit_delay); 0: none */
     bool in_group;                   /* a copy of a group of N > 1: see
                                         "Recovery" */
 };

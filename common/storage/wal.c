@@ -106,6 +106,7 @@ struct wal {
     /* Under mu: the commit thread or a submitter writing inline holds the
      * log's writing state (the fields "commit thread only" below). */
     bool writing;
+    uint64_t delay_ns;           /* wal_set_commit_delay, under mu */
     pthread_t thread;
     bool started;
     /* Commit thread only: */
@@ -763,10 +764,28 @@ static void *commit_main(void *arg)
 {
     struct wal *w = arg;
 
+    /* The commit delay: when records came in during the last group's
+     * write and fsync (writers keep coming: the answers of that group are
+     * going out and bring the next writes), the next group starts no
+     * sooner than delay after the last one ended, so that it takes those
+     * writes too.  A writer alone never waits: its next write comes after
+     * the answer, to an empty queue. */
+    struct timespec ended = {0, 0};
+    bool busy = false;
+
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (w->writing || (!w->head && !w->stop && !w->rotate))
             pthread_cond_wait(&w->cv, &w->mu);
+        if (busy && w->delay_ns && !w->stop && w->head) {
+            struct timespec until = ended;
+            uint64_t ns = (uint64_t)until.tv_nsec + w->delay_ns;
+            until.tv_sec += (time_t)(ns / 1000000000u);
+            until.tv_nsec = (long)(ns % 1000000000u);
+            while (!w->stop &&
+                   pthread_cond_timedwait(&w->cv, &w->mu, &until) != ETIMEDOUT)
+                ;
+        }
         struct wal_rec *list = w->head, *last = w->tail;
         bool rotate = w->rotate;
         w->head = w->tail = NULL;
@@ -784,6 +803,8 @@ static void *commit_main(void *arg)
         if (list)
             commit_batch(w, list, last);
         pthread_mutex_lock(&w->mu);
+        busy = list && w->head;   /* writes came during this group */
+        clock_gettime(CLOCK_MONOTONIC, &ended);
         uint64_t cur = w->segs[w->nsegs - 1].bytes;
         pthread_mutex_unlock(&w->mu);
         if (!w->broken && cur >= w->seg_target)
@@ -808,7 +829,11 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
     }
     w->fd = -1;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* the commit delay */
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&w->seg_mu, NULL);
     pthread_mutex_init(&w->cmu, NULL);
     pthread_cond_init(&w->ccv, NULL);
@@ -1151,6 +1176,16 @@ uint64_t wal_file_bytes(struct wal *w)
     uint64_t v = w->file_bytes;
     pthread_mutex_unlock(&w->mu);
     return v;
+}
+
+void wal_set_commit_delay(struct wal *w, uint32_t us)
+{
+    if (us > WAL_COMMIT_DELAY_MAX_US)
+        us = WAL_COMMIT_DELAY_MAX_US;
+    pthread_mutex_lock(&w->mu);
+    w->delay_ns = w->durability == WAL_SYNC_FSYNC ? (uint64_t)us * 1000u : 0;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
 }
 
 uint32_t wal_unit(const struct wal *w)

@@ -1757,6 +1757,63 @@ START_TEST(an_inline_write_that_fails_fails_its_record_and_stream_only)
 }
 END_TEST
 
+/* ---- the commit delay ---- */
+
+static atomic_int gate_syncs;
+static atomic_bool gate_open;
+
+/* The first fdatasync waits until the test has queued a record behind it. */
+static int gated_fdatasync(int fd)
+{
+    if (atomic_fetch_add(&gate_syncs, 1) == 0)
+        while (!atomic_load(&gate_open))
+            usleep(200);
+    return fdatasync(fd);
+}
+
+/* Records queued during a group's fdatasync (writers keep coming) and one
+ * submitted right after that group was answered go into one group when a
+ * commit delay is set: three records, two fdatasyncs (the queued record's
+ * group waited for the writer the first answer let go).  A delay past the
+ * bound is cut to it; the records read back in order. */
+START_TEST(a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal_stats st;
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);
+    struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+    struct wal_waiter a, b, c;
+
+    wal_set_commit_delay(w, 10 * WAL_COMMIT_DELAY_MAX_US);   /* cut: 100 ms */
+    atomic_store(&gate_syncs, 0);
+    atomic_store(&gate_open, false);
+    wal__fdatasync = gated_fdatasync;
+    wal_waiter_init(&a);
+    wal_submit(s, rec8(1), wal_waiter_done, &a);
+    while (atomic_load(&gate_syncs) == 0)   /* record 1 is being synced */
+        usleep(200);
+    wal_waiter_init(&b);
+    wal_submit(s, rec8(2), wal_waiter_done, &b);   /* queued behind it */
+    atomic_store(&gate_open, true);
+    ck_assert_int_eq(wal_waiter_wait(&a), 0);
+    wal_waiter_init(&c);
+    wal_submit(s, rec8(3), wal_waiter_done, &c);   /* the freed writer */
+    ck_assert_int_eq(wal_waiter_wait(&b), 0);
+    ck_assert_int_eq(wal_waiter_wait(&c), 0);
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.syncs, 2);
+    ck_assert_uint_eq(st.groups, 2);
+    wal_stream_close(s);
+    wal_close(w);
+    wal__fdatasync = fdatasync;
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 3);
+    for (uint64_t i = 0; i < 3; i++)
+        ck_assert_uint_eq(seen.val[i], i + 1);
+}
+END_TEST
+
 Suite *wal_suite(void)
 {
     Suite *s = suite_create("wal");
@@ -1791,6 +1848,7 @@ Suite *wal_suite(void)
     tcase_add_test(tc, durability_none_writes_in_the_submitting_thread);
     tcase_add_test(tc, inline_and_queued_records_keep_order_and_complete_once);
     tcase_add_test(tc, an_inline_write_that_fails_fails_its_record_and_stream_only);
+    tcase_add_test(tc, a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group);
     suite_add_tcase(s, tc);
     return s;
 }

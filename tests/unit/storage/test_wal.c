@@ -1759,18 +1759,6 @@ END_TEST
 
 /* ---- the commit delay ---- */
 
-static atomic_int gate_syncs;
-static atomic_bool gate_open;
-
-/* The first fdatasync waits until the test has queued a record behind it. */
-static int gated_fdatasync(int fd)
-{
-    if (atomic_fetch_add(&gate_syncs, 1) == 0)
-        while (!atomic_load(&gate_open))
-            usleep(200);
-    return fdatasync(fd);
-}
-
 /* Records queued during a group's fdatasync (writers keep coming) and one
  * submitted right after that group was answered go into one group when a
  * commit delay is set: three records, two fdatasyncs (the queued record's
@@ -1786,12 +1774,12 @@ START_TEST(a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group)
     struct wal_waiter a, b, c;
 
     wal_set_commit_delay(w, 10 * WAL_COMMIT_DELAY_MAX_US);   /* cut: 100 ms */
-    atomic_store(&gate_syncs, 0);
+    atomic_store(&gate_calls, 0);
     atomic_store(&gate_open, false);
-    wal__fdatasync = gated_fdatasync;
+    wal__fdatasync = held_fdatasync;   /* the first waits for the test */
     wal_waiter_init(&a);
     wal_submit(s, rec8(1), wal_waiter_done, &a);
-    while (atomic_load(&gate_syncs) == 0)   /* record 1 is being synced */
+    while (atomic_load(&gate_calls) == 0)   /* record 1 is being synced */
         usleep(200);
     wal_waiter_init(&b);
     wal_submit(s, rec8(2), wal_waiter_done, &b);   /* queued behind it */

@@ -107,6 +107,7 @@ struct wal {
      * log's writing state (the fields "commit thread only" below). */
     bool writing;
     uint64_t delay_ns;           /* wal_set_commit_delay, under mu */
+    uint64_t last_sync_ns;       /* the last fdatasync's time; writing */
     pthread_t thread;
     bool started;
     /* Commit thread only: */
@@ -684,7 +685,9 @@ static void write_batch(struct wal *w, struct wal_rec *list)
         if (rc == 0 && w->durability == WAL_SYNC_FSYNC) {
             double t0 = mono_s();
             rc = sync_fd(w->fd);
-            metric_observe(wm.fsync, mono_s() - t0);
+            double took = mono_s() - t0;
+            metric_observe(wm.fsync, took);
+            w->last_sync_ns = (uint64_t)(took * 1e9);
         }
         metric_observe(wm.group, (double)(w->next_lsn - first));
         metric_add(wm.bytes, len);
@@ -768,8 +771,11 @@ static void *commit_main(void *arg)
      * write and fsync (writers keep coming: the answers of that group are
      * going out and bring the next writes), the next group starts no
      * sooner than delay after the last one ended, so that it takes those
-     * writes too.  A writer alone never waits: its next write comes after
-     * the answer, to an empty queue. */
+     * writes too; never longer than the last fdatasync took, so that a
+     * group waits at most as long as it is written (on a fast disk a few
+     * writers in flight would otherwise wait longer than their sync).  A
+     * writer alone never waits: its next write comes after the answer, to
+     * an empty queue. */
     struct timespec ended = {0, 0};
     bool busy = false;
 
@@ -779,7 +785,9 @@ static void *commit_main(void *arg)
             pthread_cond_wait(&w->cv, &w->mu);
         if (busy && w->delay_ns && !w->stop && w->head) {
             struct timespec until = ended;
-            uint64_t ns = (uint64_t)until.tv_nsec + w->delay_ns;
+            uint64_t d = w->delay_ns < w->last_sync_ns ? w->delay_ns
+                                                       : w->last_sync_ns;
+            uint64_t ns = (uint64_t)until.tv_nsec + d;
             until.tv_sec += (time_t)(ns / 1000000000u);
             until.tv_nsec = (long)(ns % 1000000000u);
             while (!w->stop &&

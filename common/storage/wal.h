@@ -206,13 +206,14 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
 uint32_t wal_unit_detect(const char *dir, uint32_t at_least, char *how,
                          size_t howlen);
 
-/* The commit delay (WAL_SYNC_FSYNC only; 0: none, the default): when
- * records were submitted while the last commit group was being written
- * and synced (writers keep coming), the next group is started no sooner
- * than us microseconds after the last one's fdatasync returned, so that
+/* The commit delay (WAL_SYNC_FSYNC only; 0: none, the default of a log):
+ * when records were submitted while the last commit group was being
+ * written and synced (writers keep coming), the next group is started no
+ * sooner than us microseconds, and no sooner than the last fdatasync
+ * took if that is less, after the last one's fdatasync returned, so that
  * the writers its answers let go (which submit again) join it: more
- * records per fdatasync, each waiting at most us longer.  A writer alone
- * (nothing submitted during the last group) never waits.  At most
+ * records per fdatasync, each waiting at most that much longer.  A writer
+ * alone (nothing submitted during the last group) never waits.  At most
  * WAL_COMMIT_DELAY_MAX_US (larger values are cut to it); any thread. */
 #define WAL_COMMIT_DELAY_MAX_US 100000u
 void wal_set_commit_delay(struct wal *w, uint32_t us);

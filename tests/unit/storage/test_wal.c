@@ -1759,6 +1759,18 @@ END_TEST
 
 /* ---- the commit delay ---- */
 
+/* fsync 1 waits for the test, then takes 300 ms more (the commit delay is
+ * at most as long as the last fsync took); later ones work. */
+static int held_slow_fdatasync(int fd)
+{
+    if (atomic_fetch_add(&gate_calls, 1) == 0) {
+        while (!atomic_load(&gate_open))
+            usleep(1000);
+        usleep(300000);
+    }
+    return fdatasync(fd);
+}
+
 /* Records queued during a group's fdatasync (writers keep coming) and one
  * submitted right after that group was answered go into one group when a
  * commit delay is set: three records, two fdatasyncs (the queued record's
@@ -1776,7 +1788,7 @@ START_TEST(a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group)
     wal_set_commit_delay(w, 10 * WAL_COMMIT_DELAY_MAX_US);   /* cut: 100 ms */
     atomic_store(&gate_calls, 0);
     atomic_store(&gate_open, false);
-    wal__fdatasync = held_fdatasync;   /* the first waits for the test */
+    wal__fdatasync = held_slow_fdatasync;   /* the first waits for the test */
     wal_waiter_init(&a);
     wal_submit(s, rec8(1), wal_waiter_done, &a);
     while (atomic_load(&gate_calls) == 0)   /* record 1 is being synced */

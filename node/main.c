@@ -218,6 +218,7 @@ static void *housekeeping_main(void *arg)
         .max_memory_bytes = n->cfg.max_memory_mb << 20,
         .max_filters = n->cfg.max_filters,
         .wal_block_bytes = (uint32_t)n->cfg.wal_block_bytes,
+        .commit_delay_us = (uint32_t)n->cfg.wal_commit_delay_us,
         .in_group = node_rpc__group_copies() > 1,
     };
 

@@ -58,6 +58,14 @@ static const struct setting settings[] = {
      "units so that a torn write cannot reach an acknowledged record; 0: the "
      "largest of the page size, the file system's block size and the disk's "
      "physical block size, at least 4096 (docs/STORAGE.md, Write units)"},
+    {"wal_commit_delay_us", SETTING_UINT, 0, 100000, NULL, "1000",
+     F(wal_commit_delay_us),
+     "with durability fsync, while writes keep arriving during each "
+     "fdatasync, start the next one no sooner than this many microseconds "
+     "(and than the last fdatasync took, if less) after the last: the "
+     "writers its answers let go join it (more writes per fdatasync, each "
+     "waiting at most this much longer); a lone writer never waits; 0: no "
+     "delay (docs/STORAGE.md, Writing)"},
     {"max_batch_keys", SETTING_UINT | SETTING_LIVE, 1, RULES_BATCH_KEYS_MAX, NULL,
      RULES_STR(RULES_BATCH_KEYS_DEFAULT), F(max_batch_keys),
      "most keys (or hashes) in one request; more is RESOURCE_EXHAUSTED"},

@@ -31,6 +31,7 @@ struct node_config {
     uint64_t snapshot_wal_mb;
     uint64_t checkpoint_log_percent;
     uint64_t wal_block_bytes;     /* 0: detected (wal_unit_detect) */
+    uint64_t wal_commit_delay_us; /* wal_set_commit_delay */
     _Atomic uint64_t max_batch_keys;    /* live */
     _Atomic uint64_t max_key_size;      /* live */
     uint64_t max_message_size;

@@ -694,6 +694,7 @@ struct store *store_open(const struct store_options *o, char *err)
     }
     if (store__tombs_load(s, err) < 0 || store_scan(s, err) < 0)
         goto fail;
+    wal_set_commit_delay(s->wal, o->commit_delay_us);
     if (pthread_create(&s->thread, NULL, store_main, s) != 0) {
         errmsg_set(err, "cannot start the store's thread");
         goto fail;

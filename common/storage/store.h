@@ -174,6 +174,8 @@ struct store_options {
     uint64_t max_filters;            /* the most filters; 0: none */
     uint32_t wal_block_bytes;        /* the log's least write unit
                                         (wal_open); 0: as detected */
+    uint32_t commit_delay_us;        /* the log's commit delay
+                                        (wal_set_commit_delay); 0: none */
     bool in_group;                   /* a copy of a group of N > 1: see
                                         "Recovery" */
 };
@@ -397,9 +399,11 @@ int store_add_hashes(struct store_filter *sf, const struct bf_hash *h,
 /* Completion of an asynchronous mutation: rc is what the synchronous call
  * would have returned (0 once durable, or the error). Called exactly once,
  * from the log's completion thread (wal.h: the completer with durability
- * fsync, the commit thread without), never with a store lock held; or not
- * at all when the _async call itself returns an error (then nothing was
- * applied). */
+ * fsync, the commit thread without), or with durability none when the log
+ * was idle, in the calling thread before the _async call returns 0 (the
+ * record written there, wal_submit_now); never with a store lock held; or
+ * not at all when the _async call itself returns an error (then nothing
+ * was applied). */
 typedef void (*store_done_fn)(void *ctx, int rc);
 
 /* store_add_hashes without the wait: the bits are set, added[] filled (it

@@ -432,7 +432,8 @@ struct pending {
     void *ctx;
 };
 
-/* Runs on the log's completion thread (wal.h): only atomics of the filter
+/* Runs on the log's completion thread (wal.h), or in the submitting thread
+ * once its locks are let go (wal_submit_now): only atomics of the filter
  * are touched (a failure shows through the stream, store__state). */
 static void mutation_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
 {
@@ -449,15 +450,18 @@ static void mutation_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
 /* Submit rec (of payload bytes) for sf once the caller changed the bits,
  * both under write_mu with the shared lock held, or under the exclusive
  * lock (an import): the log order is the apply order.  rec and p move to
- * the log. */
+ * the log.  When the log wrote it at once (wal_submit_now), now holds the
+ * completion: the caller runs it with wal_now_complete once its locks are
+ * let go (the caller's done may submit again or take them). */
 static void submit_locked(struct store_filter *sf, struct wal_rec *rec,
-                          uint64_t bytes, struct pending *p)
+                          uint64_t bytes, struct pending *p,
+                          struct wal_now *now)
 {
     /* What a delta of records would hold (store_ckpt.c). */
     atomic_fetch_add(&sf->log_bytes, bytes + 24);
     atomic_fetch_add(&sf->refs, 1);
     p->sf = sf;
-    wal_submit(sf->stream, rec, mutation_done, p);
+    wal_submit_now(sf->stream, rec, mutation_done, p, now);
 }
 
 /* ---- key counters (metrics.h), for every store of the process ---- */
@@ -569,11 +573,13 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
             if (out)
                 out[i] = r == 0;
         }
-    submit_locked(sf, rec, (uint64_t)n * sizeof(*h), p);
+    struct wal_now now;
+    submit_locked(sf, rec, (uint64_t)n * sizeof(*h), p, &now);
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
     pthread_once(&keys_once, keys_register);
     metric_add(type == WAL_REC_ADD ? keys.added : keys.removed, n);
+    wal_now_complete(&now);   /* done, before the call returns */
     return 0;
 fail:
     pthread_rwlock_unlock(&sf->lock);
@@ -762,9 +768,11 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         pthread_mutex_unlock(&sf->write_mu);
         goto fail;
     }
-    submit_locked(sf, rec, size, p);   /* the exclusive lock orders it */
+    struct wal_now now;
+    submit_locked(sf, rec, size, p, &now);   /* the exclusive lock orders it */
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
+    wal_now_complete(&now);
     return sync_finish(sf, &w, 0, "import into", err);
 fail:
     pthread_rwlock_unlock(&sf->lock);
@@ -841,9 +849,10 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
         q += 16 + (uint64_t)plen;
         used += 16 + (uint64_t)plen;
     }
+    struct wal_now now = {.pending = false};
     if (used) {
         wal_rec_truncate(rec, used);
-        submit_locked(sf, rec, used, p);
+        submit_locked(sf, rec, used, p, &now);
     } else {
         /* Every bit was there: done once the records that set them are
          * durable (they may still be in flight). */
@@ -861,6 +870,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
     }
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
+    wal_now_complete(&now);
     return sync_finish(sf, &w, 0, "the pages merged into", err);
 fail:
     pthread_rwlock_unlock(&sf->lock);

@@ -18,7 +18,15 @@
  * unit boundary, and a segment's header has a unit to itself.  The bytes
  * the log's bound counts (wal_bytes) are those of records, not padding.
  *
- * Room (fsync only): a segment is made with its blocks allocated
+ * Inline (durability none): when the commit thread is idle, a submitter
+ * takes the writing state itself (w->writing), writes its record and
+ * hands the completion back (wal_submit_now); the commit thread waits
+ * while anyone holds the writing state.
+ *
+ * Spares (fsync only): a discarded segment's file is kept and the next
+ * segment made over it (seg_reuse): no zeros and no allocation to record.
+ *
+ * Room (fsync only): a fresh segment is made with its blocks allocated
  * (fallocate) as far as it may grow, so the file's size does not change as
  * records are written and an fdatasync has no growth of the file to write
  * (docs/STORAGE.md has the figures).  The room after the last record
@@ -95,6 +103,11 @@ struct wal {
     pthread_cond_t cv;
     struct wal_rec *head, *tail; /* the queue, under mu */
     bool stop, rotate;           /* under mu */
+    /* Under mu: the commit thread or a submitter writing inline holds the
+     * log's writing state (the fields "commit thread only" below). */
+    bool writing;
+    uint64_t delay_ns;           /* wal_set_commit_delay, under mu */
+    uint64_t last_sync_ns;       /* the last fdatasync's time; writing */
     pthread_t thread;
     bool started;
     /* Commit thread only: */
@@ -124,6 +137,13 @@ struct wal {
     uint64_t seg_room;           /* the room it was made with; 0: none */
     uint64_t zeroed;             /* written (zeros or groups) up to here */
     uint8_t *zeros;              /* ZERO_AHEAD bytes of zeros, or NULL */
+    /* Spare segments (fsync only), under mu: files of discarded segments
+     * (.wal-spare-<n>) kept to be written over by the next segments, at
+     * most as many as make the log's files as many as they once were. */
+    uint64_t *spares;
+    size_t nspares, sparecap, peak_segs;
+    uint64_t spare_next;
+    struct wal_stats stats;      /* under mu */
 };
 
 /* snprintf that may truncate: paths are bounded by the checked dir. */
@@ -255,12 +275,17 @@ static void seg_close(struct wal *w)
 
 /* ---- segments ---- */
 
+static void spare_path(const struct wal *w, char *buf, size_t len, uint64_t n)
+{
+    strfmt(buf, len, "%s/.wal-spare-%016llx", w->dir, (unsigned long long)n);
+}
+
 /* Create segment wal-<first>.log durably (temp file, room, header and the
  * rest of its unit, sync, rename, directory sync); *fd stays open,
  * positioned where the first record goes; *room is the room it was made
  * with (0: none). */
-static int seg_create(struct wal *w, uint64_t first, int *fd, uint64_t *room,
-                      char *err)
+static int seg_fresh(struct wal *w, uint64_t first, int *fd, uint64_t *room,
+                     char *err)
 {
     struct durable_file df;
     char name[32], path[WAL_PATH_LEN];
@@ -303,15 +328,94 @@ static int seg_create(struct wal *w, uint64_t first, int *fd, uint64_t *room,
     return 0;
 }
 
-/* Switch to a new segment starting at w->next_lsn.  Commit thread. */
+/* Make segment wal-<first>.log from spare n: its blocks were written
+ * once, so records written over them need no change of the file's
+ * metadata at their fdatasync (as blocks allocated but never written
+ * would), and no zeros are written ahead of them.  Its header's unit is
+ * written (the header and the mark saying that the room after the records
+ * may hold an earlier segment's bytes, wal_format.h) and synced before the
+ * rename, then the directory is synced.  The room is the spare's size
+ * (*room and *written; a segment is closed once it holds seg_target bytes,
+ * so only its last group may go past it, growing the file).  Returns -1
+ * when the spare cannot be used (it is removed): the caller makes a fresh
+ * segment. */
+static int seg_reuse(struct wal *w, uint64_t n, uint64_t first, int *fd,
+                     uint64_t *room, uint64_t *written)
+{
+    char sp[WAL_PATH_LEN], name[32], path[WAL_PATH_LEN];
+    struct stat st;
+    uint8_t *h = calloc(1, w->unit);
+    int f;
+
+    spare_path(w, sp, sizeof(sp), n);
+    f = open(sp, O_RDWR | O_CLOEXEC);
+    if (!h || f < 0 || fstat(f, &st) < 0 ||
+        (uint64_t)st.st_size < 2 * (uint64_t)w->unit)
+        goto fail;
+    *written = (uint64_t)st.st_size;
+    *room = *written;
+    /* Its pages are clean (synced before it was discarded): drop them, so
+     * that the page cache makes new ones as the groups are written, none
+     * larger than a group.  A large one left from earlier writes would be
+     * dirtied (and written) whole by each group written into part of it. */
+    posix_fadvise(f, 0, 0, POSIX_FADV_DONTNEED);
+    wal__seg_header(h, first, w->unit);
+    wal__seg_reuse_mark(h, w->unit);
+    wal__seg_name(name, sizeof(name), first);
+    strfmt(path, sizeof(path), "%s/%s", w->dir, name);
+    if (pwrite(f, h, w->unit, 0) != (ssize_t)w->unit || sync_fd(f) < 0 ||
+        rename(sp, path) < 0)
+        goto fail;
+    if (durable_fsync_dir(w->dir) < 0 ||
+        lseek(f, (off_t)w->unit, SEEK_SET) < 0) {
+        /* Published but not known durable: it is a segment now, so it
+         * cannot go back to the spares.  Cut it to its header. */
+        log_warn("wal: cannot sync %s after making %s: %s", w->dir, name,
+                 strerror(errno));
+        if (ftruncate(f, 0) < 0 || unlink(path) < 0)
+            log_warn("wal: cannot remove %s: %s", path, strerror(errno));
+        free(h);
+        close(f);
+        return -1;
+    }
+    free(h);
+    *fd = f;
+    return 0;
+fail:
+    log_warn("wal: cannot reuse the spare segment %s: %s", sp,
+             h ? strerror(errno) : "out of memory");
+    free(h);
+    if (f >= 0)
+        close(f);
+    unlink(sp);
+    return -1;
+}
+
+/* Switch to a new segment starting at w->next_lsn: a spare written over,
+ * or a fresh one.  Commit thread. */
 static int seg_switch(struct wal *w, char *err)
 {
-    uint64_t room;
-    int fd, rc;
+    uint64_t room = 0, written = 0, spare = 0;
+    bool have = false, reused = false;
+    int fd = -1, rc;
 
-    if ((rc = seg_create(w, w->next_lsn, &fd, &room, err)) < 0)
+    pthread_mutex_lock(&w->mu);
+    if (w->nspares) {
+        spare = w->spares[--w->nspares];
+        have = true;
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (have && w->unit)
+        reused = seg_reuse(w, spare, w->next_lsn, &fd, &room, &written) == 0;
+    if (!reused &&
+        (rc = seg_fresh(w, w->next_lsn, &fd, &room, err)) < 0)
         return rc;
     pthread_mutex_lock(&w->mu);
+    if (reused)
+        w->stats.segments_reused++;
+    else
+        w->stats.segments_fresh++;
+    w->stats.header_bytes += wal__seg_start(w->unit);
     if (w->nsegs == w->segcap) {
         size_t cap = w->segcap ? 2 * w->segcap : 16;
         struct seg *v = realloc(w->segs, cap * sizeof(*v));
@@ -328,6 +432,8 @@ static int seg_switch(struct wal *w, char *err)
      * one's records from there on are ignored (wal.h). */
     w->segs[w->nsegs++] = (struct seg){w->next_lsn, wal__seg_start(w->unit),
                                        WAL_SEG_HDR};
+    if (w->nsegs > w->peak_segs)
+        w->peak_segs = w->nsegs;
     w->bytes += WAL_SEG_HDR;
     w->file_bytes += wal__seg_start(w->unit);
     pthread_mutex_unlock(&w->mu);
@@ -335,7 +441,8 @@ static int seg_switch(struct wal *w, char *err)
         seg_close(w);
     w->fd = fd;
     w->broken = false;
-    w->off = w->zeroed = wal__seg_start(w->unit);
+    w->off = wal__seg_start(w->unit);
+    w->zeroed = written > w->off ? written : w->off;
     w->seg_room = room;
     return 0;
 }
@@ -355,8 +462,13 @@ static void zero_ahead(struct wal *w, uint64_t end)
     to = end + ZERO_AHEAD < w->seg_room ? end + ZERO_AHEAD : w->seg_room;
     if (from >= to || (!w->zeros && !(w->zeros = calloc(1, ZERO_AHEAD))))
         return;
+    /* A unit per write: the page cache makes its folios as large as the
+     * writes that create them (within alignment), and a later group
+     * written into part of a large folio would make the whole folio dirty
+     * (and written) again. */
     while (from < to) {
-        ssize_t n = pwrite(w->fd, w->zeros, (size_t)(to - from), (off_t)from);
+        size_t len = to - from < w->unit ? (size_t)(to - from) : w->unit;
+        ssize_t n = pwrite(w->fd, w->zeros, len, (off_t)from);
         if (n <= 0) {
             if (n < 0 && errno == EINTR)
                 continue;
@@ -367,6 +479,9 @@ static void zero_ahead(struct wal *w, uint64_t end)
         }
         from += (uint64_t)n;
     }
+    pthread_mutex_lock(&w->mu);
+    w->stats.zero_bytes += to - (end > w->zeroed ? end : w->zeroed);
+    pthread_mutex_unlock(&w->mu);
     w->zeroed = to;
 }
 
@@ -521,8 +636,9 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Commit one batch (the queue as it was taken: list ... last). */
-static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *last)
+/* Write one batch (list, linked by next): frame, write, sync, and set each
+ * record's rc and lsn.  Holder of the writing state. */
+static void write_batch(struct wal *w, struct wal_rec *list)
 {
     uint64_t commit, first = w->next_lsn;
     size_t len = 0, recs = 0;
@@ -569,7 +685,9 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         if (rc == 0 && w->durability == WAL_SYNC_FSYNC) {
             double t0 = mono_s();
             rc = sync_fd(w->fd);
-            metric_observe(wm.fsync, mono_s() - t0);
+            double took = mono_s() - t0;
+            metric_observe(wm.fsync, took);
+            w->last_sync_ns = (uint64_t)(took * 1e9);
         }
         metric_observe(wm.group, (double)(w->next_lsn - first));
         metric_add(wm.bytes, len);
@@ -590,6 +708,12 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         w->segs[w->nsegs - 1].recs += recs;
         w->bytes += recs;
         w->file_bytes += len;
+        if (len) {
+            w->stats.record_bytes += recs;
+            w->stats.padding_bytes += len - recs;
+            w->stats.groups++;
+            w->stats.syncs += w->durability == WAL_SYNC_FSYNC;
+        }
         pthread_mutex_unlock(&w->mu);
         w->off += len;
     } else {
@@ -619,6 +743,12 @@ static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *la
         w->buf = NULL;
         w->cap = 0;
     }
+}
+
+/* Commit one batch (the queue as it was taken: list ... last). */
+static void commit_batch(struct wal *w, struct wal_rec *list, struct wal_rec *last)
+{
+    write_batch(w, list);
     if (w->cstarted)
         complete_later(w, list, last);
     else
@@ -637,10 +767,33 @@ static void *commit_main(void *arg)
 {
     struct wal *w = arg;
 
+    /* The commit delay: when records came in during the last group's
+     * write and fsync (writers keep coming: the answers of that group are
+     * going out and bring the next writes), the next group starts no
+     * sooner than delay after the last one ended, so that it takes those
+     * writes too; never longer than the last fdatasync took, so that a
+     * group waits at most as long as it is written (on a fast disk a few
+     * writers in flight would otherwise wait longer than their sync).  A
+     * writer alone never waits: its next write comes after the answer, to
+     * an empty queue. */
+    struct timespec ended = {0, 0};
+    bool busy = false;
+
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->head && !w->stop && !w->rotate)
+        while (w->writing || (!w->head && !w->stop && !w->rotate))
             pthread_cond_wait(&w->cv, &w->mu);
+        if (busy && w->delay_ns && !w->stop && w->head) {
+            struct timespec until = ended;
+            uint64_t d = w->delay_ns < w->last_sync_ns ? w->delay_ns
+                                                       : w->last_sync_ns;
+            uint64_t ns = (uint64_t)until.tv_nsec + d;
+            until.tv_sec += (time_t)(ns / 1000000000u);
+            until.tv_nsec = (long)(ns % 1000000000u);
+            while (!w->stop &&
+                   pthread_cond_timedwait(&w->cv, &w->mu, &until) != ETIMEDOUT)
+                ;
+        }
         struct wal_rec *list = w->head, *last = w->tail;
         bool rotate = w->rotate;
         w->head = w->tail = NULL;
@@ -648,6 +801,7 @@ static void *commit_main(void *arg)
         if (!list && w->stop)
             break;
         bool holds = w->segs[w->nsegs - 1].recs > WAL_SEG_HDR;
+        w->writing = true;
         pthread_mutex_unlock(&w->mu);
         /* A rotation asked for comes before what was submitted after it;
          * a full segment (its file's bytes) is closed between batches.
@@ -657,11 +811,14 @@ static void *commit_main(void *arg)
         if (list)
             commit_batch(w, list, last);
         pthread_mutex_lock(&w->mu);
+        busy = list && w->head;   /* writes came during this group */
+        clock_gettime(CLOCK_MONOTONIC, &ended);
         uint64_t cur = w->segs[w->nsegs - 1].bytes;
         pthread_mutex_unlock(&w->mu);
         if (!w->broken && cur >= w->seg_target)
             rotate_now(w);
         pthread_mutex_lock(&w->mu);
+        w->writing = false;
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -680,7 +837,11 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
     }
     w->fd = -1;
     pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* the commit delay */
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_mutex_init(&w->seg_mu, NULL);
     pthread_mutex_init(&w->cmu, NULL);
     pthread_cond_init(&w->ccv, NULL);
@@ -776,6 +937,12 @@ void wal_close(struct wal *w)
     }
     if (w->fd >= 0)
         seg_close(w);
+    for (size_t i = 0; i < w->nspares; i++) {
+        char sp[WAL_PATH_LEN];
+        spare_path(w, sp, sizeof(sp), w->spares[i]);
+        unlink(sp);
+    }
+    free(w->spares);
     free(w->zeros);
     free(w->buf);
     free(w->segs);
@@ -868,8 +1035,9 @@ void wal_rec_truncate(struct wal_rec *r, uint64_t len)
         r->len = len;
 }
 
-static uint64_t enqueue(struct wal_stream *s, struct wal_rec *r,
-                        wal_done_fn done, void *ctx)
+/* Queue r as the next record (or barrier) of s.  Under mu. */
+static uint64_t enqueue_locked(struct wal_stream *s, struct wal_rec *r,
+                               wal_done_fn done, void *ctx)
 {
     struct wal *w = s->w;
     uint64_t seq;
@@ -879,7 +1047,6 @@ static uint64_t enqueue(struct wal_stream *s, struct wal_rec *r,
     r->ctx = ctx;
     r->next = NULL;
     atomic_fetch_add(&s->refs, 1);
-    pthread_mutex_lock(&w->mu);
     seq = r->type ? s->next_seq++ : s->next_seq - 1;
     r->seq = seq;
     if (w->tail)
@@ -888,7 +1055,15 @@ static uint64_t enqueue(struct wal_stream *s, struct wal_rec *r,
         w->head = r;
     w->tail = r;
     pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    return seq;
+}
+
+static uint64_t enqueue(struct wal_stream *s, struct wal_rec *r,
+                        wal_done_fn done, void *ctx)
+{
+    pthread_mutex_lock(&s->w->mu);
+    uint64_t seq = enqueue_locked(s, r, done, ctx);
+    pthread_mutex_unlock(&s->w->mu);
     return seq;
 }
 
@@ -898,6 +1073,56 @@ uint64_t wal_submit(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
     if (r->type == 0)
         r->type = WAL_REC_ADD;   /* 0 is the barrier's */
     return enqueue(s, r, done, ctx);
+}
+
+/* May a submitter write now, in its own thread?  Under mu. */
+static bool inline_ok(const struct wal *w)
+{
+    return w->durability == WAL_SYNC_NONE && !w->writing && !w->head &&
+           !w->rotate && !w->stop && !w->broken;
+}
+
+bool wal_submit_now(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
+                    void *ctx, struct wal_now *now)
+{
+    struct wal *w = s->w;
+    bool full;
+
+    if (r->type == 0)
+        r->type = WAL_REC_ADD;   /* 0 is the barrier's */
+    memset(now, 0, sizeof(*now));
+    pthread_mutex_lock(&w->mu);
+    if (!inline_ok(w)) {
+        enqueue_locked(s, r, done, ctx);
+        pthread_mutex_unlock(&w->mu);
+        return false;
+    }
+    w->writing = true;
+    r->st = s;
+    r->next = NULL;
+    r->seq = s->next_seq++;
+    pthread_mutex_unlock(&w->mu);
+    write_batch(w, r);
+    pthread_mutex_lock(&w->mu);
+    full = w->segs[w->nsegs - 1].bytes >= w->seg_target;
+    w->writing = false;
+    if (full && !w->broken)
+        w->rotate = true;   /* the commit thread starts the next segment */
+    if (w->head || w->rotate)
+        pthread_cond_signal(&w->cv);
+    w->stats.inline_records++;
+    pthread_mutex_unlock(&w->mu);
+    *now = (struct wal_now){done, ctx, r->rc, r->seq, r->lsn, true};
+    free(r);
+    return true;
+}
+
+void wal_now_complete(struct wal_now *now)
+{
+    if (!now->pending)
+        return;
+    now->pending = false;
+    now->done(now->ctx, now->rc, now->seq, now->lsn);
 }
 
 int wal_barrier(struct wal_stream *s, wal_done_fn done, void *ctx)
@@ -961,6 +1186,16 @@ uint64_t wal_file_bytes(struct wal *w)
     return v;
 }
 
+void wal_set_commit_delay(struct wal *w, uint32_t us)
+{
+    if (us > WAL_COMMIT_DELAY_MAX_US)
+        us = WAL_COMMIT_DELAY_MAX_US;
+    pthread_mutex_lock(&w->mu);
+    w->delay_ns = w->durability == WAL_SYNC_FSYNC ? (uint64_t)us * 1000u : 0;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
 uint32_t wal_unit(const struct wal *w)
 {
     return w->unit;
@@ -984,6 +1219,49 @@ void wal_rotate(struct wal *w)
     w->rotate = true;
     pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&w->mu);
+}
+
+/* Keep one more spare?  With fsync only, while the log's files and its
+ * spares are fewer than the most segments it held at once, and the file
+ * system has plenty of space.  Under mu. */
+static bool spare_wanted(struct wal *w)
+{
+    return w->unit && w->nsegs + w->nspares < w->peak_segs;
+}
+
+/* A discarded segment's file: renamed to a spare (see seg_reuse), or
+ * unlinked.  Returns 0 or a negative errno. */
+static int seg_retire(struct wal *w, const char *path)
+{
+    char sp[WAL_PATH_LEN];
+    uint64_t n = 0;
+    bool keep;
+
+    pthread_mutex_lock(&w->mu);
+    keep = spare_wanted(w);
+    if (keep && w->nspares == w->sparecap) {
+        size_t cap = w->sparecap ? 2 * w->sparecap : 8;
+        uint64_t *v = realloc(w->spares, cap * sizeof(*v));
+        if (v) {
+            w->spares = v;
+            w->sparecap = cap;
+        } else {
+            keep = false;
+        }
+    }
+    if (keep)
+        n = w->spare_next++;
+    pthread_mutex_unlock(&w->mu);
+    if (keep && room_fits(w)) {
+        spare_path(w, sp, sizeof(sp), n);
+        if (rename(path, sp) == 0) {
+            pthread_mutex_lock(&w->mu);
+            w->spares[w->nspares++] = n;
+            pthread_mutex_unlock(&w->mu);
+            return 0;
+        }
+    }
+    return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
 }
 
 int wal_discard(struct wal *w, uint64_t upto)
@@ -1012,8 +1290,9 @@ int wal_discard(struct wal *w, uint64_t upto)
         char name[32], path[WAL_PATH_LEN];
         wal__seg_name(name, sizeof(name), gone[i].first);
         strfmt(path, sizeof(path), "%s/%s", w->dir, name);
-        if (unlink(path) < 0 && errno != ENOENT && rc == 0)
-            rc = -errno;
+        int r = seg_retire(w, path);
+        if (r < 0 && rc == 0)
+            rc = r;
     }
     if (n) {
         int r2 = durable_fsync_dir(w->dir);
@@ -1023,6 +1302,14 @@ int wal_discard(struct wal *w, uint64_t upto)
     pthread_mutex_unlock(&w->seg_mu);
     free(gone);
     return rc < 0 ? rc : (int)n;
+}
+
+void wal_stats(struct wal *w, struct wal_stats *out)
+{
+    pthread_mutex_lock(&w->mu);
+    *out = w->stats;
+    out->spares = w->nspares;
+    pthread_mutex_unlock(&w->mu);
 }
 
 uint64_t wal_durable_lsn(struct wal *w)

@@ -51,7 +51,8 @@
  * the group to the completer, a second thread that calls each record's
  * completion in commit order while the commit thread starts the next
  * fsync (with WAL_SYNC_NONE there is no completer: the commit thread calls
- * them).  Whatever is submitted during an fsync goes into the next one, so
+ * them; and when it is idle wal_submit_now writes the record in the
+ * submitting thread).  Whatever is submitted during an fsync goes into the next one, so
  * one fsync serves every writer that arrived meanwhile, however many
  * threads they come from.
  *
@@ -65,12 +66,22 @@
  * on.  If no new segment can be made the log is broken: every batch fails
  * until a new segment can be made (each batch tries again).
  *
- * Room: with fsync, a segment is made with its blocks allocated as far as
- * it may grow (fallocate; docs/STORAGE.md), and records overwrite that
- * room, which reads as zeros (written as zeros a stretch ahead of the
- * records, so that the file system marks its blocks written once per
- * stretch); the room after the last record is cut when the segment is
- * closed, and by wal_scan after a crash (not counted as torn).
+ * Room: with fsync, a new segment is made over a spare when there is one:
+ * the file of a segment wal_discard removed, kept (renamed .wal-spare-<n>)
+ * while the log's files and spares are fewer than the most segments it
+ * ever held at once.  Its blocks were written once, so records written
+ * over them need no metadata update at their fdatasync, and nothing else
+ * is written into it: each byte of the log is written about once.  Its
+ * header's unit carries a mark (wal_format.h) that tells wal_scan that the
+ * bytes after the last record may be an earlier segment's.  Without a
+ * spare, a segment is made with its blocks allocated as far as it may grow
+ * (fallocate; docs/STORAGE.md), and records overwrite that room, which
+ * reads as zeros (written as zeros a stretch ahead of the records, so that
+ * the file system marks its blocks written once per stretch: such a
+ * segment is written twice, once as zeros).  The room after the last
+ * record is cut when the segment is closed, and by wal_scan after a crash
+ * (not counted as torn).  Spares are removed by wal_close and by wal_scan
+ * (leftovers of a crash).
  *
  * Threads: every function may be called from any thread at once except
  * wal_scan (before wal_open) and wal_close.  wal_open starts the commit
@@ -195,6 +206,18 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
 uint32_t wal_unit_detect(const char *dir, uint32_t at_least, char *how,
                          size_t howlen);
 
+/* The commit delay (WAL_SYNC_FSYNC only; 0: none, the default of a log):
+ * when records were submitted while the last commit group was being
+ * written and synced (writers keep coming), the next group is started no
+ * sooner than us microseconds, and no sooner than the last fdatasync
+ * took if that is less, after the last one's fdatasync returned, so that
+ * the writers its answers let go (which submit again) join it: more
+ * records per fdatasync, each waiting at most that much longer.  A writer
+ * alone (nothing submitted during the last group) never waits.  At most
+ * WAL_COMMIT_DELAY_MAX_US (larger values are cut to it); any thread. */
+#define WAL_COMMIT_DELAY_MAX_US 100000u
+void wal_set_commit_delay(struct wal *w, uint32_t us);
+
 /* The unit w writes in (0: none, WAL_SYNC_NONE). */
 uint32_t wal_unit(const struct wal *w);
 
@@ -254,6 +277,39 @@ typedef void (*wal_done_fn)(void *ctx, int rc, uint64_t seq, uint64_t lsn);
 uint64_t wal_submit(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
                     void *ctx);
 
+/* A completion not yet run: wal_submit_now's. */
+struct wal_now {
+    wal_done_fn done;
+    void *ctx;
+    int rc;
+    uint64_t seq, lsn;
+    bool pending;
+};
+
+/* wal_submit, written at once in the calling thread when it can be: with
+ * WAL_SYNC_NONE, when nothing is queued or being written (the commit
+ * thread is idle) and the log is not broken.  Then the record is framed,
+ * given its LSN and written (write()) before the call returns, and true is
+ * returned with done not called: now holds the completion (rc, seq, lsn as
+ * done would get them), which the caller runs with wal_now_complete
+ * exactly once, after letting go of the locks it submitted under (done
+ * may then run anything, e.g. the next submit).  No thread is woken: the
+ * commit thread is signalled only when records were queued meanwhile or
+ * the segment is full (it starts the next one).  Otherwise r is queued as
+ * wal_submit does, false is returned and done is called by the log later
+ * (now holds nothing; wal_now_complete does nothing).
+ * Order: r's LSN is after every record submitted before the call, and a
+ * record submitted after it returns gets a later one.  An inline
+ * completion runs when the caller runs it, so completions of records of
+ * different submitting threads may run out of LSN order; those of one
+ * thread (and of the commit thread) run in order.
+ * Errors: as for wal_submit (a failed write fails r's stream, rc is the
+ * error, the log goes on in a new segment). */
+bool wal_submit_now(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
+                    void *ctx, struct wal_now *now);
+/* Run now's completion if it holds one (once; later calls do nothing). */
+void wal_now_complete(struct wal_now *now);
+
 /* A barrier: done runs once every record of s submitted before it is
  * durable (rc 0), or with the error when s has failed or the log is broken.
  * Returns 0 or -ENOMEM (done is then never called). */
@@ -292,8 +348,25 @@ bool wal_closed_upto(struct wal *w, uint64_t *last_lsn);
 void wal_rotate(struct wal *w);
 
 /* Delete the segments (never the one being written) whose records all
- * have LSN <= upto, durably.  Returns how many, or a negative errno. */
+ * have LSN <= upto, durably (with fsync, a segment's file may be kept as a
+ * spare instead, see Room).  Returns how many, or a negative errno. */
 int wal_discard(struct wal *w, uint64_t upto);
+
+/* What the log has written since wal_open (every byte it wrote into its
+ * files, by kind) and how. */
+struct wal_stats {
+    uint64_t record_bytes;    /* records as framed (header, name, payload) */
+    uint64_t padding_bytes;   /* padding records ending commit groups */
+    uint64_t zero_bytes;      /* zeros written into new segments' room */
+    uint64_t header_bytes;    /* segment headers, with the rest of their unit */
+    uint64_t groups;          /* commit groups written */
+    uint64_t syncs;           /* fdatasyncs of commit groups */
+    uint64_t segments_fresh;  /* segments made new (fallocate, zeros) */
+    uint64_t segments_reused; /* segments made over a spare */
+    uint64_t spares;          /* spares held now */
+    uint64_t inline_records;  /* written by their submitter (wal_submit_now) */
+};
+void wal_stats(struct wal *w, struct wal_stats *out);
 
 /* The highest LSN acknowledged; every record submitted later gets a higher
  * one. */

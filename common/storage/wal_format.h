@@ -120,6 +120,32 @@ static inline void wal__seg_header(uint8_t *h, uint64_t first, uint32_t unit)
     wal__put64(h + 24, XXH64(h, 24, 0));
 }
 
+/* A segment made over a spare (a discarded segment's file, wal.c) carries
+ * a mark in its header's unit, after the 32-byte header (where a fresh
+ * segment has zeros, and which readers of version 2 ignore): "BGREUSED"
+ * and XXH64 of the unit's bytes 0..39, so that it holds only for this
+ * header.  Its room after the last record may hold an earlier segment's
+ * records (their LSNs below the segment's first) and the bytes of its
+ * records from anywhere: wal_scan cuts that as room, not as a torn tail. */
+#define WAL_REUSE_MAGIC "BGREUSED"
+#define WAL_REUSE_END 48
+
+static inline void wal__seg_reuse_mark(uint8_t *h, uint32_t unit)
+{
+    if (unit < WAL_REUSE_END)
+        return;
+    memcpy(h + WAL_SEG_HDR, WAL_REUSE_MAGIC, 8);
+    wal__put64(h + WAL_SEG_HDR + 8, XXH64(h, WAL_SEG_HDR + 8, 0));
+}
+
+static inline bool wal__seg_reused(const uint8_t *m, size_t size,
+                                   uint32_t unit)
+{
+    return unit >= WAL_REUSE_END && size >= WAL_REUSE_END &&
+           memcmp(m + WAL_SEG_HDR, WAL_REUSE_MAGIC, 8) == 0 &&
+           wal__get64(m + WAL_SEG_HDR + 8) == XXH64(m, WAL_SEG_HDR + 8, 0);
+}
+
 /* A segment file of a log directory (the node log's and the legacy
  * per-filter logs' names are the same). */
 struct wal__seg {

@@ -11,7 +11,9 @@
  *     written once that one was durable): the commit group a crash
  *     interrupted, never acknowledged, so it and everything after it are
  *     cut (zeros at the end are the room the segment was made with, cut
- *     without counting as torn);
+ *     without counting as torn; so are the bytes after the records of a
+ *     segment made over a spare when no header of this segment's, LSN
+ *     expected or later, is among them: an earlier segment's);
  *   - a damaged record whose header is intact: its owner is known, the
  *     damage is reported for that stream and the scan goes on after it;
  *   - a damaged header: the scan looks for the next intact header and
@@ -208,10 +210,18 @@ uint64_t wal__seg_record_bytes(const char *path, uint64_t size)
         !seg_header_ok(m, msize, wal__get64(m + 16), &unit))
         goto out;
     pad = wal__seg_start(unit) - WAL_SEG_HDR;
+    /* Up to the first bytes that are no record of this segment (an earlier
+     * segment's, in one made over a spare, have lower LSNs). */
+    uint64_t lsn = wal__get64(m + 16);
     for (off = wal__seg_start(unit); off < msize &&
-         hdr_valid(m + off, msize - off, &sz); off += sz)
+         hdr_valid(m + off, msize - off, &sz) &&
+         wal__get64(m + off + WAL_O_LSN) >= lsn; off += sz) {
+        lsn = wal__get64(m + off + WAL_O_LSN);
         if (is_pad(m + off))
             pad += sz;
+    }
+    if (off < msize && wal__seg_reused(m, msize, unit))
+        pad += msize - off;   /* room that may hold an earlier segment's */
 out:
     if (m)
         munmap((void *)m, msize);
@@ -264,6 +274,7 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
             sc->expect = next_first;
         goto out;
     }
+    bool reused = wal__seg_reused(m, size, unit);
     for (off = wal__seg_start(unit); off < size;) {
         size_t sz, at;
         if ((next_first && sc->expect >= next_first) ||
@@ -317,6 +328,12 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
             size_t end = size;
             while (size % WAL_ROOM_UNIT == 0 && end > off && m[end - 1] == 0)
                 end--;
+            /* In a segment made over a spare, bytes after the records that
+             * hold no header of this segment's (the expected LSN or later)
+             * are the spare's: room too. */
+            if (reused && !(hv && lsn >= sc->expect) &&
+                !next_header(m, size, off, sc->expect, false))
+                end = off;
             if (ftruncate(fd, (off_t)off) < 0 || fdatasync(fd) < 0) {
                 rc = -errno;
                 errmsg_set(sc->err, "cannot truncate the torn tail of %s at "

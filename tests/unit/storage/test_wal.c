@@ -1278,6 +1278,542 @@ START_TEST(a_version_1_log_is_read_and_continued)
 }
 END_TEST
 
+/* ---- spare segments: each byte of the log written about once ---- */
+
+/* Bytes this process has caused to be written to storage (pages it
+ * dirtied, /proc/self/io write_bytes), or -1 when that cannot be read. */
+static long long io_write_bytes(void)
+{
+    FILE *f = fopen("/proc/self/io", "re");
+    char line[128];
+    long long v = -1;
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "write_bytes: %lld", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}
+
+#define SPARE_SEG (256u << 10)
+
+/* A record of nearly 4 units (one group, padded to 4 units with little
+ * padding), payload i in its first 8 bytes. */
+static int append_big(struct wal_stream *s, uint64_t i)
+{
+    uint64_t len = 4 * (uint64_t)unit - WAL_REC_HDR - 1 - 2 * WAL_REC_HDR;
+    struct wal_rec *r = wal_rec_new(WAL_REC_ADD, NULL, len);
+    struct wal_waiter wt;
+
+    ck_assert_ptr_nonnull(r);
+    memset(wal_rec_payload(r), 0xa5, len);
+    memcpy(wal_rec_payload(r), &i, 8);
+    wal_waiter_init(&wt);
+    wal_submit(s, r, wal_waiter_done, &wt);
+    return wal_waiter_wait(&wt);
+}
+
+/* One checkpoint cycle: 4 segments' worth of records, then every closed
+ * segment discarded.  *next: the payload of the next record. */
+static void spare_cycle(struct wal *w, struct wal_stream *s, uint64_t *next)
+{
+    uint64_t last = 0;
+
+    for (int i = 0; i < 64; i++)
+        ck_assert_int_eq(append_big(s, (*next)++), 0);
+    /* The commit thread closes the full segment after the completion. */
+    for (int i = 0; i < 10000 && (!wal_closed_upto(w, &last) ||
+                                  last != wal_durable_lsn(w)); i++)
+        usleep(1000);
+    ck_assert_uint_eq(last, wal_durable_lsn(w));
+    ck_assert_int_eq(wal_discard(w, last), 4);
+}
+
+static int count_spares(void)
+{
+    DIR *d = opendir(tdir);
+    struct dirent *de;
+    int n = 0;
+
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)))
+        n += strncmp(de->d_name, ".wal-spare-", 11) == 0;
+    closedir(d);
+    return n;
+}
+
+/* Once the log has discarded segments, new ones are made over their files:
+ * nothing but the records, their padding and the headers' units is
+ * written, and the bytes the process writes to storage are about the
+ * records' (about twice as many when the room is written as zeros first).
+ * Spares are no more than the segments the log once held, and are gone
+ * after wal_close. */
+START_TEST(segments_made_over_spares_write_each_byte_about_once)
+{
+    char err[WAL_ERRLEN];
+    struct wal_stats a, b;
+    struct wal *w = wal_open(tdir, 1, WAL_SYNC_FSYNC, SPARE_SEG, 0, err);
+    uint64_t next = 1;
+
+    ck_assert_msg(w != NULL, "wal_open: %s", err);
+    units_of();
+    struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+    for (int c = 0; c < 2; c++)   /* the spares come from these */
+        spare_cycle(w, s, &next);
+    wal_stats(w, &a);
+    ck_assert_uint_ge(a.spares, 1);
+    ck_assert_int_eq(count_spares(), (int)a.spares);
+    long long io0 = io_write_bytes();
+    for (int c = 0; c < 3; c++)
+        spare_cycle(w, s, &next);
+    long long io1 = io_write_bytes();
+    wal_stats(w, &b);
+    uint64_t recs = b.record_bytes - a.record_bytes;
+    ck_assert_uint_eq(b.zero_bytes, a.zero_bytes);
+    ck_assert_uint_eq(b.segments_fresh, a.segments_fresh);
+    ck_assert_uint_ge(b.segments_reused - a.segments_reused, 10);
+    ck_assert_uint_le(b.padding_bytes - a.padding_bytes, recs / 20);
+    ck_assert_uint_le(b.spares, 4);
+    if (io0 >= 0 && io1 > io0) {
+        /* Dirtied pages: records, padding, the headers' units (and the
+         * file system's own, which it does not count here). */
+        ck_assert_msg((uint64_t)(io1 - io0) <= recs + recs / 4,
+                      "wrote %lld bytes for %llu bytes of records",
+                      io1 - io0, (unsigned long long)recs);
+    } else {
+        fprintf(stderr, "segments_made_over_spares: this file system does "
+                "not count written bytes; only the log's counters checked\n");
+    }
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(append(s, next++), 0);
+    wal_stream_close(s);
+    wal_close(w);
+    ck_assert_int_eq(count_spares(), 0);
+
+    /* Every record of the segments kept reads back, none damaged. */
+    struct wal_scan_info info;
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.damages, 0);
+    ck_assert_uint_eq(info.truncated, 0);
+    ck_assert_uint_eq(info.next_lsn, next);
+    ck_assert_uint_eq(seen.n, 3);
+    for (uint64_t i = 0; i < seen.n; i++)
+        ck_assert_uint_eq(seen.val[i], next - seen.n + i);
+}
+END_TEST
+
+/* A crash in a segment made over a spare: the bytes after the last record
+ * are the spare's (an earlier segment's records, from anywhere in them);
+ * the scan reads every acknowledged record and cuts the rest as room, not
+ * as a torn tail, whatever record of the earlier segment they start in.
+ * A torn record of the segment's own after the last one is still cut and
+ * counted. */
+START_TEST(a_crash_in_a_segment_made_over_a_spare_loses_nothing_and_is_not_torn)
+{
+    char err[WAL_ERRLEN], path[4096];
+    struct wal_scan_info info;
+
+    for (int k = 1; k <= 3; k++) {
+        unit_tmpdir_remove(tdir);
+        unit_tmpdir_make(tdir, sizeof(tdir), "wal");
+        pid_t pid = fork();
+        int status;
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            struct wal *w = wal_open(tdir, 1, WAL_SYNC_FSYNC, SPARE_SEG, 0,
+                                     err);
+            uint64_t next = 1;
+            units_of();
+            struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+            spare_cycle(w, s, &next);
+            spare_cycle(w, s, &next);
+            /* The segment being written is made over a spare: k records
+             * in it (two small ones for k = 2, ending mid-way through the
+             * spare's first record). */
+            for (int i = 0; i < k; i++)
+                ck_assert_int_eq(k == 2 ? append(s, next++)
+                                        : append_big(s, next++), 0);
+            struct wal_stats st;
+            wal_stats(w, &st);
+            ck_assert_uint_eq(st.segments_reused, 4);
+            _exit(0);
+        }
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        units_of();
+        seg_path(path, sizeof(path), true);
+        off_t before = file_size(path);
+        ck_assert_int_ge(before, (off_t)SPARE_SEG);   /* the spare's bytes */
+        ck_assert_int_eq(scan(&info, err), 0);
+        ck_assert_uint_eq(seen.damages, 0);
+        ck_assert_uint_eq(info.truncated, 0);
+        ck_assert_uint_eq(info.next_lsn, 129 + (uint64_t)k);
+        ck_assert_uint_eq(seen.val[seen.n - 1], 128 + (uint64_t)k);
+        off_t end = file_size(path);
+        ck_assert_int_eq(end, (off_t)unit * (k == 2 ? 1 + 2 : 1 + 4 * k));
+
+        /* The log goes on from there, and reads back whole. */
+        struct wal *w = open_log(info.next_lsn, WAL_SYNC_FSYNC);
+        struct wal_stream *s = wal_stream_open(w, 7, "f", 129 + (uint64_t)k);
+        ck_assert_int_eq(append(s, 100), 0);
+        wal_stream_close(s);
+        wal_close(w);
+        ck_assert_int_eq(scan(&info, err), 0);
+        ck_assert_uint_eq(seen.damages, 0);
+        ck_assert_uint_eq(seen.val[seen.n - 1], 100);
+    }
+
+    /* Half a record of the segment's own right after the last one, over
+     * the spare's bytes: torn, cut and counted. */
+    unit_tmpdir_remove(tdir);
+    unit_tmpdir_make(tdir, sizeof(tdir), "wal");
+    pid_t pid = fork();
+    int status;
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct wal *w = wal_open(tdir, 1, WAL_SYNC_FSYNC, SPARE_SEG, 0, err);
+        uint64_t next = 1;
+        units_of();
+        struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+        spare_cycle(w, s, &next);
+        spare_cycle(w, s, &next);
+        ck_assert_int_eq(append_big(s, next++), 0);
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    units_of();
+    seg_path(path, sizeof(path), true);
+    off_t end = 5 * (off_t)unit;
+    unsigned char h[WAL_REC_HDR];
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    /* A copy of the last record's header with the next LSN, its payload
+     * not written. */
+    ck_assert_int_eq(pread(fd, h, sizeof(h), unit), (ssize_t)sizeof(h));
+    uint64_t lsn = 130, seq = 130;
+    memcpy(h + 16, &lsn, 8);
+    memcpy(h + 40, &seq, 8);
+    unsigned char name = 'f';
+    uint64_t sum = XXH64(&name, 1, XXH64(h, 56, 0));
+    memcpy(h + 56, &sum, 8);
+    ck_assert_int_eq(pwrite(fd, h, sizeof(h), end), (ssize_t)sizeof(h));
+    ck_assert_int_eq(pwrite(fd, &name, 1, end + WAL_REC_HDR), 1);
+    close(fd);
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.damages, 0);
+    ck_assert_uint_eq(info.next_lsn, 130);
+    ck_assert_uint_gt(info.truncated, 0);
+    ck_assert_int_eq(file_size(path), end);
+}
+END_TEST
+
+/* ---- writing in the submitting thread (wal_submit_now) ---- */
+
+struct now_done {
+    atomic_int calls;
+    int rc;
+    uint64_t seq, lsn;
+    pthread_t thread;
+};
+
+static void now_done_fn(void *ctx, int rc, uint64_t seq, uint64_t lsn)
+{
+    struct now_done *d = ctx;
+
+    d->rc = rc;
+    d->seq = seq;
+    d->lsn = lsn;
+    d->thread = pthread_self();
+    atomic_fetch_add(&d->calls, 1);
+}
+
+static struct wal_rec *rec8(uint64_t v)
+{
+    struct wal_rec *r = wal_rec_new(WAL_REC_ADD, &v, sizeof(v));
+
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+/* With durability none and the log idle, the record is written by the
+ * submitting thread before wal_submit_now returns: true, and its
+ * completion runs when the caller runs it, exactly once, in the caller's
+ * thread, with its seq and LSN; the records read back in order.  With
+ * fsync it is queued: false, and the log calls done once. */
+START_TEST(durability_none_writes_in_the_submitting_thread)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal_stats st;
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+
+    for (uint64_t i = 1; i <= 100; i++) {
+        struct now_done d = {0};
+        struct wal_now now;
+        ck_assert(wal_submit_now(s, rec8(i), now_done_fn, &d, &now));
+        ck_assert_int_eq(atomic_load(&d.calls), 0);
+        ck_assert_uint_eq(wal_durable_lsn(w), i);   /* written already */
+        wal_now_complete(&now);
+        ck_assert_int_eq(atomic_load(&d.calls), 1);
+        wal_now_complete(&now);
+        ck_assert_int_eq(atomic_load(&d.calls), 1);
+        ck_assert_int_eq(d.rc, 0);
+        ck_assert_uint_eq(d.seq, i);
+        ck_assert_uint_eq(d.lsn, i);
+        ck_assert(pthread_equal(d.thread, pthread_self()));
+    }
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.inline_records, 100);
+    ck_assert_uint_eq(st.syncs, 0);
+    wal_stream_close(s);
+    wal_close(w);
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 100);
+    ck_assert_uint_eq(seen.damages, 0);
+    for (uint64_t i = 0; i < 100; i++) {
+        ck_assert_uint_eq(seen.lsn[i], i + 1);
+        ck_assert_uint_eq(seen.val[i], i + 1);
+    }
+
+    /* With fsync: queued, completed by the log. */
+    w = open_log(101, WAL_SYNC_FSYNC);
+    s = wal_stream_open(w, 7, "f", 101);
+    struct now_done d = {0};
+    struct wal_now now;
+    ck_assert(!wal_submit_now(s, rec8(101), now_done_fn, &d, &now));
+    wal_now_complete(&now);   /* holds nothing */
+    for (int i = 0; i < 20000 && atomic_load(&d.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&d.calls), 1);
+    ck_assert_int_eq(d.rc, 0);
+    ck_assert_uint_eq(d.lsn, 101);
+    ck_assert(!pthread_equal(d.thread, pthread_self()));
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.inline_records, 0);
+    wal_stream_close(s);
+    wal_close(w);
+    ck_assert_int_eq(atomic_load(&d.calls), 1);
+}
+END_TEST
+
+#define NOW_THREADS 4
+#define NOW_RECS 2000
+
+struct now_thread {
+    struct wal *w;
+    int t;
+    struct now_done d[NOW_RECS];
+};
+
+/* Half the records through wal_submit_now (run at once when written
+ * inline), half through wal_submit, every 100th a barrier. */
+static void *now_thread_main(void *arg)
+{
+    struct now_thread *nt = arg;
+    char name[8];
+
+    snprintf(name, sizeof(name), "t%d", nt->t);
+    struct wal_stream *s = wal_stream_open(nt->w, 100 + (uint64_t)nt->t,
+                                           name, 1);
+    ck_assert_ptr_nonnull(s);
+    for (uint64_t i = 0; i < NOW_RECS; i++) {
+        struct wal_rec *r = rec8((uint64_t)nt->t << 32 | i);
+        if (i % 2 == 0) {
+            struct wal_now now;
+            wal_submit_now(s, r, now_done_fn, &nt->d[i], &now);
+            wal_now_complete(&now);
+        } else {
+            wal_submit(s, r, now_done_fn, &nt->d[i]);
+        }
+        if (i % 100 == 99) {
+            struct wal_waiter wt;
+            wal_waiter_init(&wt);
+            ck_assert_int_eq(wal_barrier(s, wal_waiter_done, &wt), 0);
+            ck_assert_int_eq(wal_waiter_wait(&wt), 0);
+        }
+    }
+    struct wal_waiter wt;
+    wal_waiter_init(&wt);
+    ck_assert_int_eq(wal_barrier(s, wal_waiter_done, &wt), 0);
+    ck_assert_int_eq(wal_waiter_wait(&wt), 0);
+    wal_stream_close(s);
+    return NULL;
+}
+
+/* Threads writing inline and through the queue at once, with durability
+ * none: every completion runs exactly once with rc 0, each stream's
+ * records take LSNs in the order they were submitted (seq order), the
+ * LSNs of the log are contiguous and the scan reads every record. */
+START_TEST(inline_and_queued_records_keep_order_and_complete_once)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal_stats st;
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    static struct now_thread nt[NOW_THREADS];
+    pthread_t th[NOW_THREADS];
+
+    memset(nt, 0, sizeof(nt));
+    for (int t = 0; t < NOW_THREADS; t++) {
+        nt[t].w = w;
+        nt[t].t = t;
+        ck_assert_int_eq(pthread_create(&th[t], NULL, now_thread_main, &nt[t]), 0);
+    }
+    for (int t = 0; t < NOW_THREADS; t++)
+        pthread_join(th[t], NULL);
+    wal_stats(w, &st);
+    ck_assert_uint_gt(st.inline_records, 0);
+    ck_assert_uint_le(st.inline_records, NOW_THREADS * NOW_RECS / 2);
+    wal_close(w);
+    for (int t = 0; t < NOW_THREADS; t++)
+        for (uint64_t i = 0; i < NOW_RECS; i++) {
+            ck_assert_int_eq(atomic_load(&nt[t].d[i].calls), 1);
+            ck_assert_int_eq(nt[t].d[i].rc, 0);
+            ck_assert_uint_eq(nt[t].d[i].seq, i + 1);
+            if (i)
+                ck_assert_uint_gt(nt[t].d[i].lsn, nt[t].d[i - 1].lsn);
+        }
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, NOW_THREADS * NOW_RECS);
+    ck_assert_uint_eq(seen.damages, 0);
+    uint64_t next[NOW_THREADS] = {0};
+    for (uint64_t k = 0; k < seen.n; k++) {
+        ck_assert_uint_eq(seen.lsn[k], k + 1);
+        int t = (int)(seen.id[k] - 100);
+        ck_assert_int_ge(t, 0);
+        ck_assert_int_lt(t, NOW_THREADS);
+        ck_assert_uint_eq(seen.seq[k], next[t] + 1);
+        ck_assert_uint_eq(seen.val[k], (uint64_t)t << 32 | next[t]);
+        ck_assert_uint_eq(nt[t].d[next[t]].lsn, seen.lsn[k]);
+        next[t]++;
+    }
+}
+END_TEST
+
+static int write_fails;
+
+static ssize_t failing_once_write(int fd, const void *buf, size_t len)
+{
+    if (write_fails) {
+        write_fails--;
+        errno = ENOSPC;
+        return -1;
+    }
+    return write(fd, buf, len);
+}
+
+/* A failed write of a record written inline: its completion gets the
+ * error (once), its stream fails for good, nothing of it is read back;
+ * another stream goes on in a new segment, inline again. */
+START_TEST(an_inline_write_that_fails_fails_its_record_and_stream_only)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    struct wal_stream *b = wal_stream_open(w, 2, "b", 1);
+    struct now_done d1 = {0}, d2 = {0}, d3 = {0}, d4 = {0};
+    struct wal_now now;
+
+    ck_assert(wal_submit_now(a, rec8(1), now_done_fn, &d1, &now));
+    wal_now_complete(&now);
+    ck_assert_int_eq(d1.rc, 0);
+    write_fails = 1;
+    wal__write = failing_once_write;
+    ck_assert(wal_submit_now(a, rec8(2), now_done_fn, &d2, &now));
+    ck_assert_int_eq(atomic_load(&d2.calls), 0);
+    wal_now_complete(&now);
+    ck_assert_int_eq(atomic_load(&d2.calls), 1);
+    ck_assert_int_eq(d2.rc, -ENOSPC);
+    ck_assert(wal_stream_failed(a, NULL));
+    ck_assert_int_eq(wal_stream_error(a), -ENOSPC);
+    /* The failed stream's later records fail too. */
+    wal_submit_now(a, rec8(3), now_done_fn, &d3, &now);
+    wal_now_complete(&now);
+    for (int i = 0; i < 20000 && atomic_load(&d3.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&d3.calls), 1);
+    ck_assert_int_eq(d3.rc, -ENOSPC);
+    /* Another stream goes on. */
+    wal_submit_now(b, rec8(4), now_done_fn, &d4, &now);
+    wal_now_complete(&now);
+    for (int i = 0; i < 20000 && atomic_load(&d4.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&d4.calls), 1);
+    ck_assert_int_eq(d4.rc, 0);
+    ck_assert(!wal_stream_failed(b, NULL));
+    wal_stream_close(a);
+    wal_stream_close(b);
+    wal_close(w);
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 2);
+    ck_assert_uint_eq(seen.val[0], 1);
+    ck_assert_uint_eq(seen.val[1], 4);
+    ck_assert_uint_eq(seen.lsn[1], 2);
+}
+END_TEST
+
+/* ---- the commit delay ---- */
+
+/* fsync 1 waits for the test, then takes 300 ms more (the commit delay is
+ * at most as long as the last fsync took); later ones work. */
+static int held_slow_fdatasync(int fd)
+{
+    if (atomic_fetch_add(&gate_calls, 1) == 0) {
+        while (!atomic_load(&gate_open))
+            usleep(1000);
+        usleep(300000);
+    }
+    return fdatasync(fd);
+}
+
+/* Records queued during a group's fdatasync (writers keep coming) and one
+ * submitted right after that group was answered go into one group when a
+ * commit delay is set: three records, two fdatasyncs (the queued record's
+ * group waited for the writer the first answer let go).  A delay past the
+ * bound is cut to it; the records read back in order. */
+START_TEST(a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal_stats st;
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);
+    struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+    struct wal_waiter a, b, c;
+
+    wal_set_commit_delay(w, 10 * WAL_COMMIT_DELAY_MAX_US);   /* cut: 100 ms */
+    atomic_store(&gate_calls, 0);
+    atomic_store(&gate_open, false);
+    wal__fdatasync = held_slow_fdatasync;   /* the first waits for the test */
+    wal_waiter_init(&a);
+    wal_submit(s, rec8(1), wal_waiter_done, &a);
+    while (atomic_load(&gate_calls) == 0)   /* record 1 is being synced */
+        usleep(200);
+    wal_waiter_init(&b);
+    wal_submit(s, rec8(2), wal_waiter_done, &b);   /* queued behind it */
+    atomic_store(&gate_open, true);
+    ck_assert_int_eq(wal_waiter_wait(&a), 0);
+    wal_waiter_init(&c);
+    wal_submit(s, rec8(3), wal_waiter_done, &c);   /* the freed writer */
+    ck_assert_int_eq(wal_waiter_wait(&b), 0);
+    ck_assert_int_eq(wal_waiter_wait(&c), 0);
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.syncs, 2);
+    ck_assert_uint_eq(st.groups, 2);
+    wal_stream_close(s);
+    wal_close(w);
+    wal__fdatasync = fdatasync;
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 3);
+    for (uint64_t i = 0; i < 3; i++)
+        ck_assert_uint_eq(seen.val[i], i + 1);
+}
+END_TEST
+
 Suite *wal_suite(void)
 {
     Suite *s = suite_create("wal");
@@ -1307,6 +1843,12 @@ Suite *wal_suite(void)
     tcase_add_test(tc, commit_groups_are_padded_to_whole_units);
     tcase_add_test(tc, write_unit_is_the_largest_block_size_and_the_setting_raises_it);
     tcase_add_test(tc, a_version_1_log_is_read_and_continued);
+    tcase_add_test(tc, segments_made_over_spares_write_each_byte_about_once);
+    tcase_add_test(tc, a_crash_in_a_segment_made_over_a_spare_loses_nothing_and_is_not_torn);
+    tcase_add_test(tc, durability_none_writes_in_the_submitting_thread);
+    tcase_add_test(tc, inline_and_queued_records_keep_order_and_complete_once);
+    tcase_add_test(tc, an_inline_write_that_fails_fails_its_record_and_stream_only);
+    tcase_add_test(tc, a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group);
     suite_add_tcase(s, tc);
     return s;
 }

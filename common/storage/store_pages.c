@@ -55,6 +55,31 @@ static bool tracked_kind(const struct bf *f)
            bf_layer_count(f) == 1;
 }
 
+/* Take sf's shared lock for a pull: 0 with it held, *f its bits and *li
+ * their first layer; or, lock released, the state's error or -EOPNOTSUPP
+ * for a kind that is not pulled page by page ("only blocked and classic
+ * filters <what>"), err set. */
+static int pull_begin(struct store_filter *sf, const struct bf **f,
+                      struct bf_layer_info *li, const char *what, char *err)
+{
+    int rc;
+
+    pthread_rwlock_rdlock(&sf->lock);
+    if ((rc = store__state_errno(store__state(sf))) < 0) {
+        store__state_err(sf, err);
+        pthread_rwlock_unlock(&sf->lock);
+        return rc;
+    }
+    *f = sf->bf;
+    if (!tracked_kind(*f) || bf_layer_info(*f, 0, li) < 0) {
+        errmsg_set(err, "filter '%s' is a %s filter; only blocked and "
+                   "classic filters %s", sf->name, bf_kind_name(bf_kind(*f)), what);
+        pthread_rwlock_unlock(&sf->lock);
+        return -EOPNOTSUPP;
+    }
+    return 0;
+}
+
 /* The highest version of the 4 KiB pages of page p (RULES_PAGE_BYTES). */
 static uint64_t page_version(const struct bf *f, uint64_t p)
 {
@@ -79,20 +104,8 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
     int rc;
 
     memset(mark, 0, sizeof *mark);
-    pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) < 0) {
-        store__state_err(sf, err);
-        pthread_rwlock_unlock(&sf->lock);
+    if ((rc = pull_begin(sf, &f, &li, "merge page by page", err)) < 0)
         return rc;
-    }
-    f = sf->bf;
-    if (!tracked_kind(f) || bf_layer_info(f, 0, &li) < 0) {
-        errmsg_set(err, "filter '%s' is a %s filter; only blocked and "
-                   "classic filters merge page by page", sf->name,
-                   bf_kind_name(bf_kind(f)));
-        pthread_rwlock_unlock(&sf->lock);
-        return -EOPNOTSUPP;
-    }
     /* The cursor under the write lock: changes up to it are done, later
      * ones stamp above it.  The version read first: every write
      * acknowledged up to it has its record submitted, so <= the cursor. */
@@ -333,20 +346,8 @@ int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
     int rc;
 
     memset(mark, 0, sizeof *mark);
-    pthread_rwlock_rdlock(&sf->lock);
-    if ((rc = store__state_errno(store__state(sf))) < 0) {
-        store__state_err(sf, err);
-        pthread_rwlock_unlock(&sf->lock);
+    if ((rc = pull_begin(sf, &f, &li, "are pulled", err)) < 0)
         return rc;
-    }
-    f = sf->bf;
-    if (!tracked_kind(f) || bf_layer_info(f, 0, &li) < 0) {
-        errmsg_set(err, "filter '%s' is a %s filter; only blocked and "
-                   "classic filters are pulled", sf->name,
-                   bf_kind_name(bf_kind(f)));
-        pthread_rwlock_unlock(&sf->lock);
-        return -EOPNOTSUPP;
-    }
     my_epoch = atomic_load(&sf->pages_epoch);
     if (since == 0 || epoch != my_epoch || !sf->s->wal) {
         errmsg_set(err, "no cursor in this epoch: every page");

@@ -105,8 +105,8 @@ static void fan_free(struct fan *fn)
 /* The request of one shard's calls. */
 typedef grpc_slice (*fan_req_fn)(const void *ctx, uint32_t shard);
 
-/* Send req(shard) to every copy of each shard in list[0..n) and collect.
- * Returns 0 or -ENOMEM (fn freed). */
+/* Send req(shard) to every copy of each shard in list[0..n) (list NULL:
+ * shards 0..n-1) and collect.  Returns 0 or -ENOMEM (fn freed). */
 static int fan_run(struct router *r, const struct topo *t, const struct router_filter *f,
                    const uint32_t *list, size_t n, enum node_client_method method,
                    fan_req_fn req,
@@ -115,21 +115,22 @@ static int fan_run(struct router *r, const struct topo *t, const struct router_f
     size_t total = 0;
     memset(fn, 0, sizeof *fn);
     for (size_t i = 0; i < n; i++)
-        total += t->groups[f->group[list[i]]].nmembers;
+        total += t->groups[f->group[list ? list[i] : i]].nmembers;
     fn->calls = calloc(total ? total : 1, sizeof *fn->calls);
     fn->shard = calloc(total ? total : 1, sizeof *fn->shard);
     fn->node = calloc(total ? total : 1, sizeof *fn->node);
     if (!fn->calls || !fn->shard || !fn->node)
         goto fail;
     for (size_t i = 0; i < n; i++) {
-        const struct topo_group *g = &t->groups[f->group[list[i]]];
-        grpc_slice body = req(ctx, list[i]);
+        uint32_t shard = list ? list[i] : (uint32_t)i;
+        const struct topo_group *g = &t->groups[f->group[shard]];
+        grpc_slice body = req(ctx, shard);
         /* Every member: a copy that joins a group holds its filters too. */
         for (unsigned c = 0; c < g->nmembers; c++) {
             node_client_multi_set(&fn->calls[fn->n], router_channel(r, topo_member(g, c)),
                                   method, grpc_slice_ref(body),
                                   (int)r->cfg.node_timeout_ms);
-            fn->shard[fn->n] = list[i];
+            fn->shard[fn->n] = shard;
             fn->node[fn->n] = topo_member(g, c);
             fn->n++;
         }
@@ -800,23 +801,19 @@ int router_describe_filter(struct router *r, const char *name,
 {
     struct topo *t = router_topo(r);
     struct router_filter *f = router_filter_lookup(r, t, name, st);
-    uint32_t *list = NULL;
     struct fan fn = {0};
     int rc = -1;
 
     memset(out, 0, sizeof *out);
     if (!f)
         goto out;
-    list = calloc(f->shards, sizeof *list);
     out->shard = calloc(f->shards, sizeof *out->shard);
-    if (!list || !out->shard) {
+    if (!out->shard) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    for (uint32_t s = 0; s < f->shards; s++)
-        list[s] = s;
     struct ref_ctx x = {.f = f, .t = t};
-    if (fan_run(r, t, f, list, f->shards, NODE_CLIENT_GET_SHARD, get_req, &x, &fn) < 0) {
+    if (fan_run(r, t, f, NULL, f->shards, NODE_CLIENT_GET_SHARD, get_req, &x, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
@@ -865,7 +862,6 @@ out:
     if (rc < 0)
         router_filter_desc_free(out);
     fan_free(&fn);
-    free(list);
     router_filter_unref(f);
     topo_unref(t);
     return rc;
@@ -1090,28 +1086,20 @@ int router_filter_complete(struct router *r, const char *name, uint8_t *secret,
 {
     struct topo *t = router_topo(r);
     struct router_filter *f = router_filter_lookup(r, t, name, st);
-    uint32_t *list = NULL;
     unsigned *have = NULL, *have_other = NULL;
     struct fan fn = {0};
     int rc = -1;
 
     if (!f)
         goto out;
-    list = calloc(f->shards, sizeof *list);
-    if (!list) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-        goto out;
-    }
     have = calloc(f->shards, sizeof *have);
     have_other = calloc(f->shards, sizeof *have_other);
     if (!have || !have_other) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    for (uint32_t s = 0; s < f->shards; s++)
-        list[s] = s;
     struct ref_ctx x = {.f = f, .t = t};
-    if (fan_run(r, t, f, list, f->shards, NODE_CLIENT_GET_SHARD, get_secret_req, &x, &fn) < 0) {
+    if (fan_run(r, t, f, NULL, f->shards, NODE_CLIENT_GET_SHARD, get_secret_req, &x, &fn) < 0) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
@@ -1161,7 +1149,6 @@ int router_filter_complete(struct router *r, const char *name, uint8_t *secret,
         memcpy(secret, f->secret, BF_SECRET_LEN);
 out:
     fan_free(&fn);
-    free(list);
     free(have);
     free(have_other);
     router_filter_unref(f);

@@ -406,13 +406,22 @@ bool resp_arg_is(const char *arg, size_t len, const char *word)
     return strlen(word) == len && strncasecmp(arg, word, len) == 0;
 }
 
+/* arg[0..len) as a C string in tmp (of size), or false when empty or too
+ * long to be a number. */
+static bool arg_cstr(const char *arg, size_t len, char *tmp, size_t size)
+{
+    if (len == 0 || len >= size)
+        return false;
+    memcpy(tmp, arg, len);
+    tmp[len] = 0;
+    return true;
+}
+
 int resp_arg_ll(const char *arg, size_t len, long long *out)
 {
     char tmp[32];
-    if (len == 0 || len >= sizeof tmp)
+    if (!arg_cstr(arg, len, tmp, sizeof tmp))
         return -EINVAL;
-    memcpy(tmp, arg, len);
-    tmp[len] = 0;
     char *end;
     errno = 0;
     long long v = strtoll(tmp, &end, 10);
@@ -425,10 +434,8 @@ int resp_arg_ll(const char *arg, size_t len, long long *out)
 int resp_arg_double(const char *arg, size_t len, double *out)
 {
     char tmp[64];
-    if (len == 0 || len >= sizeof tmp)
+    if (!arg_cstr(arg, len, tmp, sizeof tmp))
         return -EINVAL;
-    memcpy(tmp, arg, len);
-    tmp[len] = 0;
     char *end;
     errno = 0;
     double v = strtod(tmp, &end);

@@ -184,6 +184,10 @@ void bf_set_stamp(struct bf *f, uint64_t version);
  * of it (0 when never changed since tracking started, or untracked). */
 uint64_t bf_layer_pages(const struct bf *f, uint32_t i);
 uint64_t bf_page_version(const struct bf *f, uint32_t i, uint64_t p);
+/* True when page p of layer i is tracked and was never written (version 0,
+ * not marked changed): its bits are zeros and need not be read.  False on
+ * an untracked layer or past its end. */
+bool bf_page_unwritten(const struct bf *f, uint32_t i, uint64_t p);
 /* Write version into every page marked changed since the last fold and
  * clear the marks; returns the pages folded.  The writer's (not alongside
  * a change); version must be at least that of every change marked, e.g.

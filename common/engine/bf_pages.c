@@ -91,6 +91,18 @@ uint64_t bf_layer_pages(const struct bf *f, uint32_t i)
     return (f->layers[i].words * 8 + BF_PAGE_BYTES - 1) >> BF_PAGE_SHIFT;
 }
 
+bool bf_page_unwritten(const struct bf *f, uint32_t i, uint64_t p)
+{
+    if (i >= bf__nlayers(f))
+        return false;
+    const struct bf_layer *l = &f->layers[i];
+    const uint64_t *v = __atomic_load_n(&l->pver, __ATOMIC_ACQUIRE);
+    if (!v || p >= l->npages)
+        return false;
+    return !(__atomic_load_n(&l->dirty[p >> 6], __ATOMIC_ACQUIRE) >> (p & 63) & 1) &&
+           __atomic_load_n(&v[p], __ATOMIC_RELAXED) == 0;
+}
+
 uint64_t bf_page_version(const struct bf *f, uint32_t i, uint64_t p)
 {
     if (i >= bf__nlayers(f))

@@ -934,6 +934,29 @@ struct bf *store_filter_copy(struct store_filter *sf)
  * writer with no lock held. */
 #define EXPORT_PIECE (64u << 10)
 
+/* Bytes [off, off + n) of layer i into buf.  On a tracked filter a page of
+ * version 0 was never written: it is zeros and is not read, so that an
+ * Export leaves untouched bits untouched (not resident: on kernels that
+ * back a read fault of anonymous memory with a new page, reading the whole
+ * body of a mostly empty filter would make all of it resident). */
+static void export_piece(const struct bf *f, uint32_t i, uint64_t off, size_t n,
+                         uint8_t *buf)
+{
+    const uint8_t *body = (const uint8_t *)bf_layer_body_const(f, i);
+
+    for (size_t done = 0; done < n;) {
+        uint64_t at = off + done, p = at / BF_PAGE_BYTES;
+        size_t len = (size_t)((p + 1) * BF_PAGE_BYTES - at);
+        if (len > n - done)
+            len = n - done;
+        if (bf_page_unwritten(f, i, p))
+            memset(buf + done, 0, len);
+        else
+            memcpy(buf + done, body + at, len);
+        done += len;
+    }
+}
+
 int store_export(struct store_filter *sf, bf_file_writer w, void *ctx,
                  uint64_t *total, char *err)
 {
@@ -994,7 +1017,7 @@ int store_export(struct store_filter *sf, bf_file_writer w, void *ctx,
             }
             if (sf->exact)
                 pthread_mutex_lock(&sf->write_mu);
-            memcpy(buf, (const uint8_t *)bf_layer_body_const(f, i) + off, n);
+            export_piece(f, i, off, n, buf);
             if (sf->exact)
                 pthread_mutex_unlock(&sf->write_mu);
             pthread_rwlock_unlock(&sf->lock);

@@ -226,6 +226,47 @@ START_TEST(readers_folding_at_their_cursors_miss_nothing)
 }
 END_TEST
 
+/* A page reads as never written exactly when it holds no bit set since
+ * tracking started: before and after the marks are folded into versions,
+ * in every kind; an untracked filter has no page known to be unwritten. */
+START_TEST(unwritten_pages_are_exactly_the_zero_ones)
+{
+    static const enum bf_kind kinds[] = {BF_KIND_BLOCKED, BF_KIND_CLASSIC,
+                                         BF_KIND_COUNTING, BF_KIND_SCALABLE};
+    for (size_t k = 0; k < 4; k++) {
+        struct bf *f = make(kinds[k], 2000000);
+        struct bf_layer_info li;
+        ck_assert_int_eq(bf_layer_info(f, 0, &li), 0);
+        ck_assert(!bf_page_unwritten(f, 0, 0));   /* untracked */
+        ck_assert_int_eq(bf_track_pages(f, true), 0);
+        for (uint64_t p = 0; p < bf_layer_pages(f, 0); p++)
+            ck_assert(bf_page_unwritten(f, 0, p));
+        ck_assert(!bf_page_unwritten(f, 0, bf_layer_pages(f, 0)));   /* past the end */
+        bf_set_stamp(f, 5);
+        add_range(f, 0, 50);
+        for (int fold = 0; fold < 2; fold++) {
+            const uint8_t *body = (const uint8_t *)bf_layer_body_const(f, 0);
+            uint64_t written = 0;
+            for (uint64_t p = 0; p < bf_layer_pages(f, 0); p++) {
+                uint64_t off = p * BF_PAGE_BYTES;
+                uint64_t len = li.body_bytes - off < BF_PAGE_BYTES ? li.body_bytes - off
+                                                                   : BF_PAGE_BYTES;
+                bool zero = true;
+                for (uint64_t i = 0; i < len && zero; i++)
+                    zero = body[off + i] == 0;
+                ck_assert_msg(bf_page_unwritten(f, 0, p) == zero,
+                              "kind %d page %llu: zero %d, unwritten %d", (int)kinds[k],
+                              (unsigned long long)p, zero, bf_page_unwritten(f, 0, p));
+                written += !zero;
+            }
+            ck_assert_uint_gt(written, 0);
+            bf_fold_versions(f, 5);
+        }
+        bf_destroy(f);
+    }
+}
+END_TEST
+
 Suite *bf_pages_suite(void)
 {
     Suite *s = suite_create("bf_pages");
@@ -236,6 +277,7 @@ Suite *bf_pages_suite(void)
     tcase_add_test(tc, readers_folding_at_their_cursors_miss_nothing);
     tcase_add_test(tc, scalable_layers_appended_are_tracked);
     tcase_add_test(tc, untracked_filters_keep_no_versions);
+    tcase_add_test(tc, unwritten_pages_are_exactly_the_zero_ones);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -249,6 +249,10 @@ void bf_add_hashes_sweep(struct bf *f, struct bf_hash *h, size_t n,
  * writing disjoint blocks. */
 void bf_add_hashes_sweep_mt(struct bf *f, struct bf_hash *h, size_t n,
                             struct bf_hash *tmp, unsigned threads);
+/* Start loading the first cache line h touches in f (for a caller that
+ * spreads a batch over several filters, as a shard bundle does, and calls
+ * the single-hash forms a few hashes behind).  Changes nothing. */
+void bf_prefetch_hash(const struct bf *f, struct bf_hash h);
 void bf_may_contain_hashes(const struct bf *f, const struct bf_hash *h, size_t n,
                            bool *out);
 void bf_add_keys(struct bf *f, const void *const *keys, const size_t *lens,

@@ -491,6 +491,11 @@ static inline void prefetch_hash(const struct bf *f, struct bf_hash h, int write
     __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
 }
 
+void bf_prefetch_hash(const struct bf *f, struct bf_hash h)
+{
+    prefetch_hash(f, h, 1);
+}
+
 /* The batched loops are written once (always inlined) and built twice on
  * x86-64: as they are, and inside functions compiled for AVX-512 where the
  * add and test of a blocked filter are blocked_add_vec and blocked_test_vec.

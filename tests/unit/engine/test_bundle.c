@@ -631,6 +631,66 @@ START_TEST(create_like_keeps_form_geometry_and_secret)
 }
 END_TEST
 
+/* Batches of keys (lengths crossing the chunks the bundle hashes ahead)
+ * leave every shard with the bits and counts of adding the keys one by
+ * one in order, and queries in batches answer as one key at a time. */
+START_TEST(batched_adds_and_queries_match_one_key_at_a_time)
+{
+    static const size_t sizes[] = {1, 15, 16, 17, 255, 256, 257, 1000, 3000};
+    struct bundle *b = make_bundle(7, 20000), *one = make_bundle(7, 20000);
+    char (*names)[24] = malloc(3000 * sizeof *names);
+    const void **keys = malloc(3000 * sizeof *keys);
+    size_t *lens = malloc(3000 * sizeof *lens);
+    bool *out = malloc(3000 * sizeof *out);
+    unsigned next = 0;
+
+    ck_assert(names && keys && lens && out);
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        size_t n = sizes[s];
+        for (size_t i = 0; i < n; i++, next++) {
+            lens[i] = (size_t)snprintf(names[i], sizeof names[i], "key-%u", next);
+            keys[i] = names[i];
+        }
+        bundle_add_keys(b, keys, lens, n);
+        for (size_t i = 0; i < n; i++) {
+            struct bf_hash h = bundle_hash(one, keys[i], lens[i]);
+            bf_add_hash(bundle_shard_of(one, h), h);
+        }
+        for (uint32_t i = 0; i < b->count; i++) {
+            struct bf_layer_info li;
+            ck_assert_int_eq(bf_layer_info(b->shard[i], 0, &li), 0);
+            ck_assert_msg(memcmp(bf_layer_body_const(b->shard[i], 0),
+                                 bf_layer_body_const(one->shard[i], 0), li.body_bytes) == 0,
+                          "shard %u differs after a batch of %zu", i, n);
+            ck_assert_uint_eq(bf_insert_count(b->shard[i]), bf_insert_count(one->shard[i]));
+            ck_assert_uint_eq(bf_keys_added(b->shard[i]), bf_keys_added(one->shard[i]));
+        }
+    }
+    /* Queries: half the keys added, half never. */
+    for (size_t i = 0; i < 3000; i++) {
+        unsigned k = (unsigned)(i % 2 ? i : next + i);
+        lens[i] = (size_t)snprintf(names[i], sizeof names[i], "key-%u", k);
+        keys[i] = names[i];
+    }
+    bundle_may_contain_keys(b, keys, lens, 3000, out);
+    size_t present = 0;
+    for (size_t i = 0; i < 3000; i++) {
+        struct bf_hash h = bundle_hash(b, keys[i], lens[i]);
+        ck_assert_int_eq(out[i], bf_may_contain_hash(bundle_shard_of(b, h), h));
+        if (i % 2)
+            ck_assert_msg(out[i], "key %zu added but not found", i);
+        present += out[i];
+    }
+    ck_assert_uint_lt(present, 1500 + 150);   /* the absent half mostly absent */
+    free(names);
+    free(keys);
+    free(lens);
+    free(out);
+    bundle_destroy(b);
+    bundle_destroy(one);
+}
+END_TEST
+
 START_TEST(a_failed_save_leaves_the_old_file)
 {
     char path[600], bad[700], err[BF_ERRLEN] = "";
@@ -715,6 +775,7 @@ Suite *bundle_suite(void)
     tcase_add_test(tc, a_bundle_of_one_shard_stays_a_bundle);
     tcase_add_test(tc, create_like_keeps_form_geometry_and_secret);
     tcase_add_test(tc, a_failed_save_leaves_the_old_file);
+    tcase_add_test(tc, batched_adds_and_queries_match_one_key_at_a_time);
     tcase_add_test(tc, writer_refuses_a_bundle_that_would_not_parse);
     suite_add_tcase(s, tc);
     return s;

@@ -106,6 +106,8 @@ struct mg_report {
     uint64_t pages_pulled, pages_pushed, pages_changed;
     uint64_t keys_pulled;     /* keys' hashes pulled instead of pages (their
                                  16 bytes each are in bytes_pulled) */
+    uint64_t keys_pushed;     /* keys' hashes pushed instead of pages (their
+                                 16 bytes each are in bytes_pushed) */
     unsigned errors;
     unsigned nmsg;
     char msg[MG_REPORT_MSGS][MG_ERRLEN];

@@ -48,8 +48,9 @@ run() {   # BUILD TAG: prints "peak_kib bytes_pushed"
   printf '[filter f]\ndatacenter = a %s\npartial = %s\n' "$addr" "$d/part.bf" > "$d/sources.ini"
   printf '[merger]\nlisten = 127.0.0.1:0\nstate_dir = %s\nsources = %s\nworkers = 1\n' "$d/state" "$d/sources.ini" > "$d/merger.ini"
   local out
-  out=$( { /usr/bin/time -f 'peak %M' "$b/merger/bloomgrid-merger" --config "$d/merger.ini" --once \
-           2>>"$d/merger.log" | head -1; } 2>&1 )
+  out=$(/usr/bin/time -o "$d/peak" -f 'peak %M' "$b/merger/bloomgrid-merger" \
+          --config "$d/merger.ini" --once 2>>"$d/merger.log" | head -1)
+  out="$out $(cat "$d/peak")"
   kill "$npid"; wait "$npid" 2>/dev/null || true
   local peak pushed
   peak=$(sed -n 's/.*peak \([0-9]*\).*/\1/p' <<<"$out")

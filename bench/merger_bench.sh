@@ -6,8 +6,8 @@
 #   1. bytes shipped per round as a function of the keys added since the
 #      previous round (pulled from the primaries, pushed to the replicas and
 #      primaries), beside the filter's size, and how many keys came as their
-#      16-byte hashes instead of pages ("-": a merger that does not report
-#      them);
+#      16-byte hashes instead of pages, pulled and pushed ("-": a merger
+#      that does not report them);
 #   2. replica lag under a steady add load: the merger daemon with a round
 #      every second while keys are added continuously; the lag of the
 #      replicas as each round reports it (age of the data they hold).
@@ -68,7 +68,7 @@ BYTES=$("$BG" --server "$RT" info f | sed -n 's/^bytes: *//p' | awk '{print $1}'
 
 echo "filter: capacity $CAP, 8 shards, $BYTES bytes of bits, durability $DUR"
 echo
-printf '%12s %14s %14s %10s %12s %12s\n' "keys added" "bytes pulled" "bytes pushed" "pages" "% of filter" "keys pulled"
+printf '%12s %14s %14s %10s %12s %12s %12s\n' "keys added" "bytes pulled" "bytes pushed" "pages" "% of filter" "keys pulled" "keys pushed"
 next=1
 for k in $STEPS; do
   if [ "$k" -gt 0 ]; then
@@ -80,8 +80,9 @@ for k in $STEPS; do
   pushed=$(sed -n 's/.*bytes_pushed \([0-9]*\).*/\1/p' <<<"$line")
   pages=$(sed -n 's/.*pages_changed \([0-9]*\).*/\1/p' <<<"$line")
   keys=$(sed -n 's/.*keys_pulled \([0-9]*\).*/\1/p' <<<"$line")
+  kpush=$(sed -n 's/.*keys_pushed \([0-9]*\).*/\1/p' <<<"$line")
   pct=$(awk -v p="$pulled" -v b="$BYTES" 'BEGIN { if (b > 0) printf "%.2f", 100 * p / b; else print "?" }')
-  printf '%12s %14s %14s %10s %12s %12s\n' "$k" "$pulled" "$pushed" "$pages" "$pct" "${keys:--}"
+  printf '%12s %14s %14s %10s %12s %12s %12s\n' "$k" "$pulled" "$pushed" "$pages" "$pct" "${keys:--}" "${kpush:--}"
 done
 
 echo

@@ -439,15 +439,21 @@ echo "### Merger"
 echo
 echo "Merger VmHWM $(( $(field quiet merger hwm_kib) / 1024 )) MiB (largest shard $((BYTES / SHARDS / 1048576)) MiB, 4 workers) for a filter of $((BYTES / 1048576)) MiB. Rounds (from its log; the first, which pulls every page once, before the live phase):"
 echo
-echo "| round | phase | ms | pages pulled | bytes pulled | pages changed | pages pushed | bytes pushed | pulled / filter |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| round | phase | ms | pages pulled | keys pulled | bytes pulled | pages changed | pages pushed | keys pushed | bytes pushed | pulled / filter |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 awk -v a="$MLINES0" -v b="$MLINES1" -v c="$MLINES2" -v d="$MLINES3" -v fb="$BYTES" '
+  # "pulled|pushed N pages [and K keys] (B bytes)": pages, keys ("-" when
+  # the merger does not say), bytes
+  function pk(what, o,   s, t, n) {
+    o["p"] = o["k"] = o["b"] = "-"
+    if (!match($0, what " [0-9]+ pages( and [0-9]+ keys)? \\([0-9]+ bytes\\)")) return
+    s = substr($0, RSTART, RLENGTH); n = split(s, t, /[^0-9]+/)
+    o["p"] = t[2]; o["b"] = t[n - 1]; if (s ~ / keys /) o["k"] = t[3] }
   { n++; ph = n <= a ? "before" : n <= b ? "live" : n <= c ? "quiet" : n <= d ? "sparse" : "restart/re-sync"
     match($0, /round [0-9]+: [0-9]+ ms/); split(substr($0, RSTART, RLENGTH), r, /[ :]+/)
-    match($0, /pulled [0-9]+ pages \([0-9]+ bytes\)/); split(substr($0, RSTART, RLENGTH), p, /[ (]+/)
+    pk("pulled", p); pk("pushed", q)
     match($0, /[0-9]+ pages changed/); split(substr($0, RSTART, RLENGTH), ch, " ")
-    match($0, /pushed [0-9]+ pages \([0-9]+ bytes\)/); split(substr($0, RSTART, RLENGTH), q, /[ (]+/)
-    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %.4f |\n", r[2], ph, r[3], p[2], p[4], ch[1], q[2], q[4], (fb > 0 ? p[4] / fb : 0) }' \
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.4f |\n", r[2], ph, r[3], p["p"], p["k"], p["b"], ch[1], q["p"], q["k"], q["b"], (fb > 0 && p["b"] != "-" ? p["b"] / fb : 0) }' \
   "$OUT/merger-rounds.txt"
 echo
 echo "### Bytes against change"

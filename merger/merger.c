@@ -356,6 +356,12 @@ static void shard_round(struct merger *m, struct mg_filter *f,
                         f->c.name, s->index);
         return;
     }
+    /* A copy that acked the highest stamp held the snapshot whole as the
+     * round began (what it may be pushed as keys: merger__push_one). */
+    s->prev_max = 0;
+    for (uint64_t p = 0; p < s->npages; p++)
+        if (s->stamp[p] > s->prev_max)
+            s->prev_max = s->stamp[p];
     shard_steps(m, f, s, topos, round, rep);
     merger__shard_unload(s);
 }
@@ -425,6 +431,7 @@ static void rep_add(struct mg_report *to, const struct mg_report *from)
     to->pages_pushed += from->pages_pushed;
     to->pages_changed += from->pages_changed;
     to->keys_pulled += from->keys_pulled;
+    to->keys_pushed += from->keys_pushed;
     to->errors += from->errors;
     to->uncovered += from->uncovered;
     for (unsigned i = 0; i < from->nmsg && to->nmsg < MG_REPORT_MSGS; i++)
@@ -571,10 +578,10 @@ void mg_report_print(FILE *out, const struct mg_report *r)
     fprintf(out, "round %" PRIu64 ": duration_ms %" PRIu64 " bytes_pulled %"
             PRIu64 " bytes_pushed %" PRIu64 " pages_pulled %" PRIu64
             " pages_pushed %" PRIu64 " pages_changed %" PRIu64 " errors %u"
-            " keys_pulled %" PRIu64 " uncovered %u\n",
+            " keys_pulled %" PRIu64 " keys_pushed %" PRIu64 " uncovered %u\n",
             r->round, r->duration_ms, r->bytes_pulled, r->bytes_pushed,
             r->pages_pulled, r->pages_pushed, r->pages_changed, r->errors,
-            r->keys_pulled, r->uncovered);
+            r->keys_pulled, r->keys_pushed, r->uncovered);
     for (unsigned i = 0; i < r->nmsg; i++)
         fprintf(out, "  message: %s\n", r->msg[i]);
     for (size_t i = 0; i < r->npull; i++) {
@@ -604,12 +611,13 @@ void mg_report_log(const struct mg_report *rep)
             worst = rep->lag[i].lag_ms;
     log_info("merger: round %" PRIu64 ": %" PRIu64 " ms, pulled %" PRIu64
              " pages and %" PRIu64 " keys (%" PRIu64 " bytes), %" PRIu64
-             " pages changed, pushed %" PRIu64 " pages (%" PRIu64
-             " bytes), %u errors, %u pulls short of the read quorum, "
-             "lag max %" PRIu64 " ms",
+             " pages changed, pushed %" PRIu64 " pages and %" PRIu64
+             " keys (%" PRIu64 " bytes), %u errors, %u pulls short of the "
+             "read quorum, lag max %" PRIu64 " ms",
              rep->round, rep->duration_ms, rep->pages_pulled, rep->keys_pulled,
              rep->bytes_pulled,
-             rep->pages_changed, rep->pages_pushed, rep->bytes_pushed,
+             rep->pages_changed, rep->pages_pushed, rep->keys_pushed,
+             rep->bytes_pushed,
              rep->errors, rep->uncovered, worst);
 }
 

@@ -21,9 +21,13 @@
  * succeeded whole and its fingerprint matched); fewer than R: the pages are
  * kept but the round does not cover that datacenter for the shard (an
  * error, and the report says so).  Then OR in the imported partial files
- * that changed, save the snapshot if anything changed, and push to every
- * copy of the group in every datacenter the pages stamped after the round
- * it last received (but those it sent whole).  Shards missing in a
+ * that changed (read a piece at a time, this shard's bytes only: a
+ * filter file of the shard or a shard bundle's entry), save the snapshot
+ * if anything changed, and push to every copy of the group in every
+ * datacenter what it lacks: the pages stamped after the round it last
+ * received (but those it sent whole), or, when the round's changes all
+ * came as keys' hashes and the copy held the whole snapshot before, those
+ * keys (but its own) when fewer bytes.  Shards missing in a
  * datacenter or on a copy are created with the geometry and secret of the
  * first datacenter that has them.
  *
@@ -106,6 +110,8 @@ struct mg_report {
     uint64_t pages_pulled, pages_pushed, pages_changed;
     uint64_t keys_pulled;     /* keys' hashes pulled instead of pages (their
                                  16 bytes each are in bytes_pulled) */
+    uint64_t keys_pushed;     /* keys' hashes pushed instead of pages (their
+                                 16 bytes each are in bytes_pushed) */
     unsigned errors;
     unsigned nmsg;
     char msg[MG_REPORT_MSGS][MG_ERRLEN];

@@ -24,8 +24,9 @@ static const struct setting settings[] = {
      "sources file: per filter, [filter NAME] with repeatable keys "
      "\"datacenter = NAME TOPOLOGY-FILE\" (a cluster: one copy of each "
      "group is pulled, every copy pushed to; or HOST:PORT of a single node) and \"partial = FILE\" "
-     "(a filter file of the same geometry and secret, ORed in whenever it "
-     "changes)"},
+     "(a filter file of the shard, same geometry and secret, or a shard "
+     "bundle of the whole filter such as 'bloomgrid build --like' writes: "
+     "read a piece at a time, verified, and ORed in whenever it changes)"},
     {"interval_s", SETTING_UINT, 1, 86400, NULL, "60", F(interval_s),
      "seconds between rounds (SIGUSR1 or Merger.RunRound start one at once)"},
     {"node_timeout_ms", SETTING_UINT, 100, 3600000, NULL, "10000",
@@ -52,11 +53,13 @@ static const struct settings_spec spec = {
     .program = "bloomgrid-merger",
     .section = "merger",
     .intro =
-        "bloomgrid-merger pulls the pages changed since its last round from\n"
-        "one copy of every datacenter's groups (and ORs in changed partial files), keeps\n"
-        "the union as a versioned global snapshot on its own disk (one shard\n"
-        "in memory at a time per worker), and pushes\n"
-        "the changed pages to every copy of every datacenter's groups.\n"
+        "bloomgrid-merger pulls what changed since its last round (the changed\n"
+        "pages, or the keys' hashes of add-only ranges) from R copies of every\n"
+        "datacenter's groups (and ORs in changed partial files), keeps the\n"
+        "union as a versioned global snapshot on its own disk (one shard in\n"
+        "memory at a time per worker), and pushes every copy of every\n"
+        "datacenter's groups what it lacks (pages, or keys' hashes when the\n"
+        "round brought only keys and they are fewer bytes).\n"
         "A quiet round ships nothing.  SIGUSR1 runs a round now; SIGTERM/SIGINT\n"
         "stop.  Serves bloomgrid.v1.Merger (Status, RunRound) and\n"
         "grpc.health.v1.Health.\n"

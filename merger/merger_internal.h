@@ -41,6 +41,9 @@ struct mg_copy {
                          on it (0: not known) */
     bool was_synced;  /* as last written to the sidecar */
     char error[256];  /* the last push's error */
+    bool no_keys;     /* refused a push of keys' hashes (a node of an
+                         earlier release): pages only, until the merger
+                         restarts */
     /* This round. */
     int slot;         /* its bit in mg_shard.have, -1: not pulled */
     bool in_sync;     /* pulled, and not SYNCING: counts towards R */
@@ -73,6 +76,19 @@ struct mg_shard {
     uint64_t *have;  /* this round, per page: bit k when the copy pulled
                         with slot k sent the page and holds it whole
                         (allocated for the shard's round only) */
+    /* This round: the keys' hashes pulled that set a bit the snapshot
+     * lacked (keys_apply), kept in an unlinked temp file of the filter's
+     * state directory as (u32 slot, u32 n, n × 16 bytes) pieces, so that
+     * a copy whose only lack is them is pushed them instead of pages. */
+    FILE *kfp;
+    uint64_t kkeys;          /* keys in kfp */
+    uint64_t kslot[64];      /* of them, pulled from the copy with slot k */
+    bool kbad;               /* kfp could not be written: pages only */
+    bool paged;              /* a pulled page or a partial set a bit this
+                                round: what copies lack is not all keys */
+    uint64_t prev_max;       /* the highest page stamp when the round began:
+                                a copy that acked it held the snapshot
+                                whole then */
     /* Per datacenter: when the pulls of the last round that reached R
      * in-sync copies there started (0: none since the merger started). */
     uint64_t covered_ms[MG_MAX_DC];
@@ -196,8 +212,11 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
 void merger__partial_one(struct merger *m, struct mg_filter *f,
                          struct mg_shard *s, unsigned i, uint64_t round,
                          struct mg_report *rep);
-/* Push to copy c every page stamped after the round it last received in
- * full, but those it sent whole this round. */
+/* Push to copy c what it lacks: every page stamped after the round it
+ * last received in full, but those it sent whole this round; or, when it
+ * held the whole snapshot when the round began and the round's changes all
+ * came as keys' hashes, those keys (but its own) when they are fewer
+ * bytes.  Nothing when it lacks nothing. */
 void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                       struct mg_copy *c, uint64_t round, struct mg_report *rep);
 

@@ -10,7 +10,7 @@
 static struct {
     struct metric *rounds, *failed, *errors, *duration;
     struct metric *pages_pulled, *pages_pushed, *bytes_pulled, *bytes_pushed;
-    struct metric *keys_pulled;
+    struct metric *keys_pulled, *keys_pushed;
     struct metric *uncovered;
 } mm;
 static pthread_once_t mm_once = PTHREAD_ONCE_INIT;
@@ -41,7 +41,11 @@ static void mm_register(void)
                                      "keys' hashes pulled from the copies "
                                      "instead of pages", NULL);
     mm.bytes_pushed = metrics_counter(m, "bloomgrid_merger_pushed_bytes_total",
-                                      "bytes of pages pushed", NULL);
+                                      "bytes pushed: pages, and keys' hashes "
+                                      "(16 bytes each)", NULL);
+    mm.keys_pushed = metrics_counter(m, "bloomgrid_merger_keys_pushed_total",
+                                     "keys' hashes pushed to the copies "
+                                     "instead of pages", NULL);
     mm.uncovered = metrics_gauge(m, "bloomgrid_merger_uncovered_pulls",
                                  "pulls of the last round short of the read quorum "
                                  "of in-sync copies", NULL);
@@ -64,6 +68,7 @@ void merger_metrics_round(const struct mg_report *rep)
     metric_add(mm.bytes_pulled, rep->bytes_pulled);
     metric_add(mm.keys_pulled, rep->keys_pulled);
     metric_add(mm.bytes_pushed, rep->bytes_pushed);
+    metric_add(mm.keys_pushed, rep->keys_pushed);
     metric_set(mm.uncovered, rep->uncovered);
     /* A copy's series is made the first round that sees it and keeps the
      * last value known. */

@@ -88,6 +88,8 @@ static int report_to_wire(const struct mg_report *r, struct wire_report *x)
     w->pages_changed = r->pages_changed;
     w->errors = r->errors;
     w->uncovered = r->uncovered;
+    w->keys_pulled = r->keys_pulled;
+    w->keys_pushed = r->keys_pushed;
     for (unsigned i = 0; i < r->nmsg; i++)
         x->msgs[i] = (char *)r->msg[i];
     w->n_messages = r->nmsg;

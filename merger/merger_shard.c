@@ -5,6 +5,7 @@
  * docs/MERGER.md for why each step is safe to interrupt.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <inttypes.h>
@@ -18,6 +19,7 @@
 
 #include "bf.h"
 #include "bf_file.h"
+#include "bundle.h"
 #include "durable.h"
 #include "log.h"
 #include "merger_internal.h"
@@ -447,6 +449,12 @@ void merger__shard_unload(struct mg_shard *s)
     free(s->have);
     s->have = NULL;
     s->rebuilt = false;
+    if (s->kfp)
+        fclose(s->kfp);
+    s->kfp = NULL;
+    s->kkeys = 0;
+    memset(s->kslot, 0, sizeof s->kslot);
+    s->kbad = s->paged = false;
 }
 
 /* OR len bytes at off into the snapshot; stamp the pages that changed.
@@ -462,6 +470,7 @@ static uint64_t shard_or(struct mg_shard *s, uint64_t off, const uint8_t *data,
         memcpy(&x, data + 8 * i, 8);
         if ((w[i] | x) != w[i]) {
             w[i] |= x;
+            s->paged = true;
             uint64_t p = (off + 8 * i) / RULES_PAGE_BYTES;
             s->have[p] = 0;    /* no copy pulled before holds it whole */
             if (p != last && s->stamp[p] != round) {
@@ -476,6 +485,27 @@ static uint64_t shard_or(struct mg_shard *s, uint64_t off, const uint8_t *data,
 
 /* ---- pulls ---- */
 
+/* An unlinked temp file dir/<what>.tmp.XXXXXX (gone with the last
+ * descriptor, even on a crash); NULL with *err a negative errno. */
+static FILE *temp_open(const char *dir, const char *what, int *err)
+{
+    char tmp[MG_PATH_MAX + 220];
+    FILE *fp;
+
+    merger__strfmt(tmp, sizeof tmp, "%s/%s.tmp.XXXXXX", dir, what);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        *err = -errno;
+        return NULL;
+    }
+    unlink(tmp);
+    if (!(fp = fdopen(fd, "w+"))) {
+        *err = -errno;
+        close(fd);
+    }
+    return fp;
+}
+
 /* Buffer a pulled page on disk: applied only once the pull completed.  A
  * node sends each changed page once, so a pull of more bytes than the body
  * is refused rather than buffered without end. */
@@ -484,21 +514,8 @@ static int pulled_write(struct pulled *p, uint64_t off, const uint8_t *data,
 {
     uint64_t hdr[2] = {off, len};
 
-    if (!p->fp) {
-        char tmp[MG_PATH_MAX + 220];
-        merger__strfmt(tmp, sizeof tmp, "%s/pull.tmp.XXXXXX", p->dir);
-        int fd = mkstemp(tmp);
-        if (fd < 0) {
-            p->err = -errno;
-            return -1;
-        }
-        unlink(tmp);    /* gone with the last descriptor, even on a crash */
-        if (!(p->fp = fdopen(fd, "w+"))) {
-            p->err = -errno;
-            close(fd);
-            return -1;
-        }
-    }
+    if (!p->fp && !(p->fp = temp_open(p->dir, "pull", &p->err)))
+        return -1;
     if (fwrite(hdr, sizeof hdr, 1, p->fp) != 1 ||
         (len && fwrite(data, len, 1, p->fp) != 1)) {
         p->err = -(errno ? errno : EIO);
@@ -583,15 +600,57 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
     return 0;
 }
 
-/* Add n keys' hashes (16 bytes each, little-endian {h1, h2}) to the
- * snapshot, its page versions stamped with *kst (a new one for the first
- * keys of a pull: the snapshot is tracked from then on).  Returns 0 or
- * -ENOMEM. */
-static int keys_apply(struct mg_shard *s, const uint8_t *h, size_t n,
-                      uint64_t *kst)
+/* Keep the keys of a pull from the copy with slot that set a bit the
+ * snapshot lacked (16 bytes each, as pulled) in s->kfp, for the pushes of
+ * the round.  A key that set no bit adds nothing to the snapshot as it
+ * then was (its bits are those of the snapshot before the round and of
+ * keys kept before it), so a copy that held the snapshot when the round
+ * began and adds the kept keys holds the snapshot the keys made.  When the
+ * file cannot be written, the round pushes pages (s->kbad). */
+static void keys_keep(struct mg_shard *s, const char *dir, int slot,
+                      const uint8_t *h, const bool *added, size_t n)
+{
+    uint8_t buf[16 * 1024];
+    uint32_t hdr[2] = {(uint32_t)slot, 0};
+    int err = 0;
+
+    if (slot < 0 || slot >= 64)
+        s->kbad = true;   /* not kept: what a copy lacks is then pages */
+    if (s->kbad)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (added[i])
+            memcpy(buf + 16 * hdr[1]++, h + 16 * i, 16);
+    if (!hdr[1])
+        return;
+    if (!s->kfp && !(s->kfp = temp_open(dir, "keys", &err))) {
+        log_warn("merger: shard %u: cannot keep the round's keys in %s (%s): "
+                 "pages are pushed", s->index, dir, strerror(-err));
+        s->kbad = true;
+        return;
+    }
+    if (fwrite(hdr, sizeof hdr, 1, s->kfp) != 1 ||
+        fwrite(buf, 16, hdr[1], s->kfp) != hdr[1]) {
+        log_warn("merger: shard %u: cannot keep the round's keys in %s (%s): "
+                 "pages are pushed", s->index, dir, strerror(errno));
+        s->kbad = true;
+        return;
+    }
+    s->kkeys += hdr[1];
+    s->kslot[slot] += hdr[1];
+}
+
+/* Add n keys' hashes (16 bytes each, little-endian {h1, h2}) pulled from
+ * the copy with slot to the snapshot, its page versions stamped with *kst
+ * (a new one for the first keys of a pull: the snapshot is tracked from
+ * then on); those that set a bit are kept for the pushes (keys_keep).
+ * Returns 0 or -ENOMEM. */
+static int keys_apply(struct mg_shard *s, const char *dir, int slot,
+                      const uint8_t *h, size_t n, uint64_t *kst)
 {
     enum { BATCH = 1024 };
     struct bf_hash v[BATCH];
+    bool added[BATCH];
 
     if (!*kst) {
         if (!bf_tracked(s->g) && bf_track_pages(s->g, true) < 0)
@@ -610,7 +669,8 @@ static int keys_apply(struct mg_shard *s, const uint8_t *h, size_t n,
             }
             v[j] = (struct bf_hash){h1, h2};
         }
-        bf_add_hashes(s->g, v, m, NULL);
+        bf_add_hashes(s->g, v, m, added);
+        keys_keep(s, dir, slot, h + 16 * i, added, m);
     }
     return 0;
 }
@@ -682,7 +742,7 @@ static int pulled_apply(struct mg_shard *s, struct pulled *p, int slot,
             break;
         }
         if (off == PULLED_KEYS) {
-            if ((rc = keys_apply(s, page, len / 16, &kst)) < 0)
+            if ((rc = keys_apply(s, p->dir, slot, page, len / 16, &kst)) < 0)
                 break;
             continue;
         }
@@ -797,56 +857,171 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     return 0;
 }
 
-/* OR in a partial file when it changed since it was last merged. */
+/* A partial file's shard, read a piece at a time (bf_file_scan) into a
+ * temp file of the state directory, and ORed in only once the whole of it
+ * was verified: the merger holds a piece of it (1 MiB), never the file. */
+struct part_scan {
+    struct mg_shard *s;
+    struct pulled *p;
+    bool bundle;              /* an entry of a shard bundle */
+    bool other;               /* a plain file of another shard */
+    const char *field;        /* the field it differs in */
+};
+
+static int part_meta(void *ctx, const struct bf *b)
+{
+    struct part_scan *ps = ctx;
+    const struct bf *g = ps->s->g;
+
+    if (!ps->bundle && bf_shard_count(b) == bf_shard_count(g) &&
+        bf_shard_index(b) != ps->s->index) {
+        ps->other = true;
+        return -ECANCELED;
+    }
+    if ((ps->field = bf_mismatch(g, b)))
+        return -ECANCELED;
+    return 0;
+}
+
+static int part_body(void *ctx, uint32_t layer, uint64_t off,
+                     const void *data, size_t len)
+{
+    struct part_scan *ps = ctx;
+
+    (void)layer;   /* the kinds that merge have one layer (part_meta) */
+    return pulled_write(ps->p, off, data, len) < 0 ? -EIO : 0;
+}
+
+/* OR in the pieces a verified scan left in p's temp file.  Returns 0 or a
+ * negative errno (the pieces applied so far stay: they only add). */
+static int part_apply(struct mg_shard *s, struct pulled *p, uint64_t round,
+                      struct mg_report *rep)
+{
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    uint64_t hdr[2];
+    int rc = 0;
+
+    if (!p->fp)
+        return 0;
+    if (fflush(p->fp) != 0 || fseeko(p->fp, 0, SEEK_SET) != 0)
+        return -(errno ? errno : EIO);
+    while (fread(hdr, sizeof hdr, 1, p->fp) == 1) {
+        if (hdr[1] > cap) {
+            uint8_t *nb = realloc(buf, hdr[1]);
+            if (!nb) {
+                rc = -ENOMEM;
+                break;
+            }
+            buf = nb;
+            cap = hdr[1];
+        }
+        if (hdr[1] && fread(buf, hdr[1], 1, p->fp) != 1) {
+            rc = -EIO;
+            break;
+        }
+        rep->pages_changed += shard_or(s, hdr[0], buf, hdr[1], round);
+    }
+    if (rc == 0 && ferror(p->fp))
+        rc = -EIO;
+    free(buf);
+    return rc;
+}
+
+/* OR in a partial file when it changed since it was last merged: a filter
+ * file of the shard (or of an unsharded filter), or a shard bundle of the
+ * whole filter, of which only this shard's bytes are read. */
 void merger__partial_one(struct merger *m, struct mg_filter *f,
                          struct mg_shard *s, unsigned i, uint64_t round,
                          struct mg_report *rep)
 {
     const char *path = f->c.part[i];
     struct mg_part *ps = &s->part[i];
-    char e2[BF_ERRLEN];
+    char e2[BF_ERRLEN], dir[MG_PATH_MAX + 200];
+    struct pulled p = {.s = s, .dir = dir};
+    struct part_scan sc = {.s = s, .p = &p};
+    uint64_t off = 0, len;
+    uint32_t count = 0;
     struct stat sb;
+    int fd, rc;
 
+    merger__strfmt(dir, sizeof dir, "%s/%s", m->cfg.state_dir, f->c.name);
     if (stat(path, &sb) < 0) {
         merger__rep_msg(rep, true, "partial %s: %s", path, strerror(errno));
         return;
     }
     if (ps->merged && ps->mtime == sb.st_mtime && ps->size == sb.st_size)
         return;
-    if (merger__shard_load(m, f, s, rep) < 0)
-        return;
-    struct bf *b = bf_file_load(path, e2, NULL);
-    if (!b) {
-        merger__rep_msg(rep, true, "partial %s refused: %s", path, e2);
-        return;
-    }
-    if (bf_shard_count(b) == bf_shard_count(s->g) &&
-        bf_shard_index(b) != s->index) {
-        bf_destroy(b); /* another shard's file */
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(fd, &sb) < 0 ||
+        !S_ISREG(sb.st_mode)) {
+        merger__rep_msg(rep, true, "partial %s refused: cannot open: %s", path,
+                        fd < 0 || errno ? strerror(errno)
+                                        : "not a regular file");
+        if (fd >= 0)
+            close(fd);
         return;
     }
-    const char *field = bf_mismatch(s->g, b);
-    if (field) {
+    if (merger__shard_load(m, f, s, rep) < 0) {
+        close(fd);
+        return;
+    }
+    len = (uint64_t)sb.st_size;
+    if (bundle_file_is(path)) {
+        sc.bundle = true;
+        rc = bundle_file_entry(fd, (uint64_t)sb.st_size, s->index, &count,
+                               &off, &len, e2);
+        if ((rc == 0 || rc == -ERANGE) && count != bf_shard_count(s->g)) {
+            sc.field = "shard_count";
+        } else if (rc < 0) {
+            merger__rep_msg(rep, true, "partial %s refused: %s", path, e2);
+            close(fd);
+            return;
+        }
+    }
+    (void)posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_SEQUENTIAL);
+    rc = sc.field ? -ECANCELED
+                  : bf_file_scan(fd, off, len, part_meta, part_body, &sc, e2);
+    close(fd);
+    if (sc.other) {
+        pulled_free(&p);   /* another shard's file */
+        return;
+    }
+    if (sc.field) {
         merger__rep_msg(rep, true,
                         "partial %s refused for filter \"%s\" shard %u: "
                         "field \"%s\" differs",
-                        path, f->c.name, s->index, field);
-        bf_destroy(b);
+                        path, f->c.name, s->index, sc.field);
+        pulled_free(&p);
         ps->merged = true; /* reported once per change of the file */
         ps->mtime = sb.st_mtime;
         ps->size = sb.st_size;
         return;
     }
-    struct bf_merge_projection proj;
-    if (bf_merge_project(s->g, b, &proj, e2) == 0 && proj.over_target)
+    if (rc < 0) {
+        if (p.err)
+            merger__strfmt(e2, sizeof e2, "cannot keep its pages in %s: %s",
+                           dir, strerror(-p.err));
+        merger__rep_msg(rep, true, "partial %s refused: %s%s", path,
+                        sc.bundle ? "shard entry: " : "", e2);
+        pulled_free(&p);
+        return;
+    }
+    /* Verified whole: only now does a bit of it reach the snapshot. */
+    if ((rc = part_apply(s, &p, round, rep)) < 0) {
+        merger__rep_msg(rep, true, "partial %s: cannot read its pages back "
+                        "from %s: %s", path, dir, strerror(-rc));
+        pulled_free(&p);
+        return;
+    }
+    pulled_free(&p);
+    struct bf_stats bs;
+    bf_stats(s->g, &bs);
+    if (bs.estimated_fpr > bf_error_rate(s->g))
         merger__rep_msg(rep, false,
                         "partial %s: merged estimated FPR %.4g exceeds "
                         "the target %.4g of \"%s\" shard %u",
-                        path, proj.estimated_fpr, bf_error_rate(s->g),
+                        path, bs.estimated_fpr, bf_error_rate(s->g),
                         f->c.name, s->index);
-    rep->pages_changed += shard_or(s, 0, (const uint8_t *)bf_layer_body(b, 0),
-                                   (size_t)s->body_bytes, round);
-    bf_destroy(b);
     ps->merged = true;
     ps->mtime = sb.st_mtime;
     ps->size = sb.st_size;
@@ -905,6 +1080,106 @@ static void test_kill_point(void)
         raise(SIGKILL);
 }
 
+/* A failed push: the error kept on the copy and reported. */
+static void push_failed(struct mg_filter *f, struct mg_shard *s,
+                        struct mg_copy *c, const struct rpc_status *st,
+                        struct mg_report *rep)
+{
+    merger__strfmt(c->error, sizeof c->error, "%s: %s",
+                   rpc_status_name(st->code), st->message);
+    merger__text_clean(c->error);
+    merger__rep_msg(rep, true, "push of \"%s\" shard %u to %s (%s): %s",
+                    f->c.name, s->index, c->addr, f->c.dc[c->dc], c->error);
+    if (st->code == GRPC_STATUS_NOT_FOUND) {
+        c->ready = false;
+        c->acked = 0;
+    }
+}
+
+/* Push to c the round's kept keys (s->kfp) but those pulled from c itself,
+ * in streams of at most MG_KEYS_STREAM keys.  Returns 0 when every stream
+ * was acknowledged; 1 when the first was refused as a node of an earlier
+ * release refuses keys (nothing applied: the caller pushes pages); -1
+ * (reported) otherwise. */
+#define MG_KEYS_STREAM (1u << 20)   /* 16 MiB of hashes a stream */
+static int push_keys(struct merger *m, struct mg_filter *f, struct mg_shard *s,
+                     struct mg_copy *c, struct rpc_channel *ch,
+                     struct mg_report *rep)
+{
+    uint64_t want = s->kkeys - (c->slot >= 0 ? s->kslot[c->slot] : 0);
+    size_t cap = want < MG_KEYS_STREAM ? (size_t)want : MG_KEYS_STREAM;
+    int to = (int)m->cfg.node_timeout_ms * 4;
+    uint8_t *buf = NULL;
+    uint32_t hdr[2];
+    struct rpc_status st;
+    uint64_t sent = 0;
+    size_t n = 0;
+
+    if (!want)
+        return 0;
+    if (!(buf = malloc(16 * cap)) || fflush(s->kfp) != 0 ||
+        fseeko(s->kfp, 0, SEEK_SET) != 0)
+        goto unreadable;
+    while (fread(hdr, sizeof hdr, 1, s->kfp) == 1) {
+        if ((int)hdr[0] == c->slot) {
+            if (fseeko(s->kfp, (off_t)16 * hdr[1], SEEK_CUR) != 0)
+                goto unreadable;
+            continue;
+        }
+        for (uint32_t left = hdr[1]; left > 0;) {
+            size_t k = left < cap - n ? left : cap - n;
+            if (fread(buf + 16 * n, 16, k, s->kfp) != k)
+                goto unreadable;
+            n += k;
+            left -= (uint32_t)k;
+            if (n < cap)
+                continue;
+            if (node_client_push_keys(ch, f->c.name, s->index, s->fp, buf, n,
+                                      to, &st) < 0)
+                goto failed;
+            rep->keys_pushed += n;
+            rep->bytes_pushed += 16 * n;
+            sent += n;
+            n = 0;
+            test_kill_point();
+        }
+    }
+    if (n) {
+        if (node_client_push_keys(ch, f->c.name, s->index, s->fp, buf, n, to,
+                                  &st) < 0)
+            goto failed;
+        rep->keys_pushed += n;
+        rep->bytes_pushed += 16 * n;
+        sent += n;
+        test_kill_point();
+    }
+    if (ferror(s->kfp) || sent != want)
+        goto unreadable;
+    free(buf);
+    return 0;
+unreadable:
+    merger__rep_msg(rep, true, "push of \"%s\" shard %u to %s (%s): cannot "
+                    "read the round's keys back (%" PRIu64 " of %" PRIu64
+                    " sent)%s", f->c.name, s->index, c->addr, f->c.dc[c->dc],
+                    sent, want, buf ? "" : ": out of memory");
+    free(buf);
+    return -1;
+failed:
+    free(buf);
+    /* A node of an earlier release finds the keys' checksum does not
+     * match their (empty) data, or answers without counting them. */
+    if (sent == 0 && (st.code == GRPC_STATUS_DATA_LOSS ||
+                      st.code == GRPC_STATUS_INTERNAL)) {
+        log_warn("merger: %s does not take keys' hashes for \"%s\" shard "
+                 "%u (%s): pages are pushed to it", c->addr, f->c.name,
+                 s->index, st.message);
+        c->no_keys = true;
+        return 1;
+    }
+    push_failed(f, s, c, &st, rep);
+    return -1;
+}
+
 void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                       struct mg_copy *c, uint64_t round, struct mg_report *rep)
 {
@@ -912,8 +1187,8 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     struct node_client_page *pg = NULL;
     struct rpc_status st;
     size_t n = 0;
+    uint64_t pbytes = 0;
     const uint8_t *body;
-    const char *dc = f->c.dc[c->dc];
 
     if (!ch)
         return;
@@ -921,14 +1196,37 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         if (shard_ensure(m, f, s, ch, true, c->error, sizeof c->error) < 0) {
             merger__text_clean(c->error);
             merger__rep_msg(rep, true, "push of \"%s\" shard %u to %s (%s): %s",
-                            f->c.name, s->index, c->addr, dc, c->error);
+                            f->c.name, s->index, c->addr, f->c.dc[c->dc],
+                            c->error);
             return;
         }
         c->ready = true;
     }
-    for (uint64_t p = 0; p < s->npages && !n; p++)
-        n = s->stamp[p] > c->acked &&
-            !(c->slot >= 0 && s->have && (s->have[p] >> c->slot) & 1);
+    /* What the copy lacks, as pages: those stamped after the round it last
+     * received in full, but those it sent whole this round. */
+    for (uint64_t p = 0; p < s->npages; p++)
+        if (s->stamp[p] > c->acked &&
+            !(c->slot >= 0 && s->have && (s->have[p] >> c->slot) & 1)) {
+            uint64_t off = p * RULES_PAGE_BYTES;
+            pbytes += s->body_bytes - off < RULES_PAGE_BYTES
+                          ? s->body_bytes - off : RULES_PAGE_BYTES;
+            n++;
+        }
+    /* Or as keys: when the copy held the whole snapshot as the round began
+     * (it acked every stamp then) and the round changed it only by keys'
+     * hashes, it lacks only those keys (but its own), and gets them when
+     * they weigh less than the pages.  Added there as adds, they keep
+     * the copy's next pull one of keys too. */
+    if (n && !s->paged && !s->kbad && !c->no_keys && c->acked >= s->prev_max) {
+        uint64_t k = s->kkeys - (c->slot >= 0 ? s->kslot[c->slot] : 0);
+        if (16 * k < pbytes) {
+            int rc = push_keys(m, f, s, c, ch, rep);
+            if (rc < 0)
+                return;
+            if (rc == 0)
+                goto done;
+        }
+    }
     /* Nothing to send: the snapshot need not come into memory. */
     if (n && merger__shard_load(m, f, s, rep) < 0)
         return;
@@ -958,15 +1256,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         if (node_client_push(ch, f->c.name, s->index, s->fp, 0, pg + first,
                              last - first, NULL,
                              (int)m->cfg.node_timeout_ms * 4, &st) < 0) {
-            merger__strfmt(c->error, sizeof c->error, "%s: %s",
-                           rpc_status_name(st.code), st.message);
-            merger__text_clean(c->error);
-            merger__rep_msg(rep, true, "push of \"%s\" shard %u to %s (%s): %s",
-                            f->c.name, s->index, c->addr, dc, c->error);
-            if (st.code == GRPC_STATUS_NOT_FOUND) {
-                c->ready = false;
-                c->acked = 0;
-            }
+            push_failed(f, s, c, &st, rep);
             free(pg);
             return;
         }
@@ -975,8 +1265,9 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         test_kill_point();
         first = last;
     }
+    free(pg);
+done:
     c->acked = round;
     c->error[0] = 0;
     c->data_ms = shard_data_ms(f, s);
-    free(pg);
 }

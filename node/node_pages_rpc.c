@@ -8,7 +8,9 @@
  * tracking"): a pull is store_pages_since streamed as Page messages, a push
  * is checked here (shard and fingerprint on its first message, before any
  * page is kept; each page as it arrives) and given whole to
- * store_pages_merge once its stream completed.  Only blocked
+ * store_pages_merge once its stream completed; keys' hashes a merger pushes
+ * instead of pages are added as adds (store_add_hashes: add records in the
+ * log, so the next pull of this copy can still be keys).  Only blocked
  * and classic shards are tracked; others answer FAILED_PRECONDITION.
  */
 #include <errno.h>
@@ -272,16 +274,64 @@ gone:
 }
 
 /* PushPages: the first message names the shard, which is found and whose
- * fingerprint is checked before any page is kept; each page is then
- * checked as it arrives and kept, up to max_push_mb bytes per stream.  Only
- * a stream that completed is applied: every page and the source version at
- * once (one durable store_pages_merge), or nothing. */
+ * fingerprint is checked before any page is kept; each page (or message of
+ * keys' hashes) is then checked as it arrives and kept, up to max_push_mb
+ * bytes per stream.  Only a stream that completed is applied: every page
+ * and the source version at once (one durable store_pages_merge), then
+ * the keys' hashes as adds (push_add_keys), or nothing. */
 struct push_msgs {
     Bloomgrid__V1__PushPagesRequest **v;
     size_t n, cap;
     uint64_t bytes;              /* kept, and reserved in s (max_memory_mb) */
+    uint64_t keys;               /* keys' hashes among them */
     struct store *s;
 };
+
+/* Add the keys' hashes of a push, as adds (add records in the log: a later
+ * pull of this copy may still be answered with keys), in calls of at most
+ * STORE_KEYS_CHUNK keys (a buffer reserved against max_memory_mb).
+ * Returns 0, or the error of store_add_hashes (or -ENOMEM) with err set;
+ * the keys added before an error stay (bits only add). */
+static int push_add_keys(struct store_filter *sf, const struct push_msgs *pm,
+                         char *err)
+{
+    size_t cap = pm->keys < STORE_KEYS_CHUNK ? (size_t)pm->keys
+                                             : STORE_KEYS_CHUNK;
+    uint64_t bytes = (uint64_t)cap * sizeof(struct bf_hash);
+    struct bf_hash *h;
+    size_t n = 0;
+    int rc = 0;
+
+    if (store_reserve(pm->s, bytes, "the keys of a push", err) < 0)
+        return -ENOMEM;
+    if (!(h = malloc(bytes ? bytes : 1))) {
+        store_release(pm->s, bytes);
+        snprintf(err, STORE_ERRLEN, "no memory for the keys of a push");
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < pm->n && rc == 0; i++) {
+        const uint8_t *p = pm->v[i]->key_hashes.data;
+        size_t k = pm->v[i]->key_hashes.len / 16;
+        for (size_t j = 0; j < k; j++) {
+            uint64_t h1 = 0, h2 = 0;
+            for (int b = 7; b >= 0; b--) {
+                h1 = h1 << 8 | p[16 * j + b];
+                h2 = h2 << 8 | p[16 * j + 8 + b];
+            }
+            h[n++] = (struct bf_hash){h1, h2};
+            if (n == cap) {
+                if ((rc = store_add_hashes(sf, h, n, NULL, err)) < 0)
+                    break;
+                n = 0;
+            }
+        }
+    }
+    if (rc == 0 && n)
+        rc = store_add_hashes(sf, h, n, NULL, err);
+    free(h);
+    store_release(pm->s, bytes);
+    return rc;
+}
 
 static void push_msgs_free(struct push_msgs *pm)
 {
@@ -292,11 +342,39 @@ static void push_msgs_free(struct push_msgs *pm)
         store_release(pm->s, pm->bytes);
 }
 
+/* Check one message of keys' hashes; false with r set. */
+static bool push_keys_ok(const Bloomgrid__V1__PushPagesRequest *m,
+                         const char *label, struct rpc_reply *r)
+{
+    if (m->data.len) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "%s: a PushPagesRequest holds page data or keys' "
+                        "hashes, not both; nothing was applied", label);
+        return false;
+    }
+    if (m->key_hashes.len % 16 || m->key_hashes.len > RULES_PAGE_BYTES) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
+                        "%s: %zu bytes of keys' hashes in a message (16 a "
+                        "key, at most %u bytes); nothing was applied", label,
+                        m->key_hashes.len, RULES_PAGE_BYTES);
+        return false;
+    }
+    if (XXH64(m->key_hashes.data, m->key_hashes.len, 0) != m->checksum) {
+        rpc_reply_error(r, GRPC_STATUS_DATA_LOSS,
+                        "%s: %zu keys' hashes fail their checksum; nothing "
+                        "was applied", label, m->key_hashes.len / 16);
+        return false;
+    }
+    return true;
+}
+
 /* Check one page against the shard's body; false with r set. */
 static bool push_page_ok(const Bloomgrid__V1__PushPagesRequest *m,
                          uint64_t body_bytes, const char *label,
                          struct rpc_reply *r)
 {
+    if (m->key_hashes.len)
+        return push_keys_ok(m, label, r);
     if (XXH64(m->data.data, m->data.len, 0) != m->checksum) {
         rpc_reply_error(r, GRPC_STATUS_DATA_LOSS,
                         "%s: page at offset %" PRIu64 " (%zu bytes) fails "
@@ -321,7 +399,9 @@ static bool push_page_ok(const Bloomgrid__V1__PushPagesRequest *m,
 static bool push_keep(struct push_msgs *pm, Bloomgrid__V1__PushPagesRequest *m,
                       uint64_t limit, const char *label, struct rpc_reply *r)
 {
-    if (pm->bytes + m->data.len > limit) {
+    size_t len = m->data.len + m->key_hashes.len;
+
+    if (pm->bytes + len > limit) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
                         "%s: PushPages stream past max_push_mb (%" PRIu64
                         " MiB); nothing was applied: push in smaller streams",
@@ -329,7 +409,7 @@ static bool push_keep(struct push_msgs *pm, Bloomgrid__V1__PushPagesRequest *m,
         goto refuse;
     }
     char err[STORE_ERRLEN];
-    if (store_reserve(pm->s, m->data.len, "PushPages", err) < 0) {
+    if (store_reserve(pm->s, len, "PushPages", err) < 0) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: %s; nothing was "
                         "applied", label, err);
         goto refuse;
@@ -338,7 +418,7 @@ static bool push_keep(struct push_msgs *pm, Bloomgrid__V1__PushPagesRequest *m,
         size_t cap = pm->cap ? 2 * pm->cap : 64;
         void *nv = realloc(pm->v, cap * sizeof *pm->v);
         if (!nv) {
-            store_release(pm->s, m->data.len);
+            store_release(pm->s, len);
             rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto refuse;
         }
@@ -346,7 +426,8 @@ static bool push_keep(struct push_msgs *pm, Bloomgrid__V1__PushPagesRequest *m,
         pm->cap = cap;
     }
     pm->v[pm->n++] = m;
-    pm->bytes += m->data.len;
+    pm->bytes += len;
+    pm->keys += m->key_hashes.len / 16;
     return true;
 refuse:
     bloomgrid__v1__push_pages_request__free_unpacked(m, NULL);
@@ -466,7 +547,7 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
         goto done;
     pm.s = node_store(n);
     uint64_t source_version = h->source_version;
-    if (h->data.len) {
+    if (h->data.len || h->key_hashes.len) {
         if (!push_page_ok(h, g.body_bytes, label, &r) ||
             !push_keep(&pm, h, limit, label, &r))
             goto done;
@@ -503,20 +584,34 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
         goto done;
     }
     for (size_t i = 0; i < pm.n; i++)
-        pages[np++] = (struct store_page){.layer = 0, .offset = pm.v[i]->offset,
-                                          .data = pm.v[i]->data.data,
-                                          .len = pm.v[i]->data.len};
-    if ((rc = store_pages_merge(sf, pages, np, source_version, err)) < 0) {
+        if (!pm.v[i]->key_hashes.len)
+            pages[np++] = (struct store_page){.layer = 0,
+                                              .offset = pm.v[i]->offset,
+                                              .data = pm.v[i]->data.data,
+                                              .len = pm.v[i]->data.len};
+    /* Pages (if any, or none and no keys either: the durable no-op a
+     * pull relies on), then the keys as adds. */
+    if ((np || !pm.keys) &&
+        (rc = store_pages_merge(sf, pages, np, source_version, err)) < 0) {
         node_rpc__store_error(&r, sf, label, rc, err);
+        goto done;
+    }
+    if (pm.keys && (rc = push_add_keys(sf, &pm, err)) < 0) {
+        if (rc == -ENOMEM)
+            rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: %s",
+                            label, err);
+        else
+            node_rpc__store_error(&r, sf, label, rc, err);
         goto done;
     }
     Bloomgrid__V1__PushPagesResponse resp =
         BLOOMGRID__V1__PUSH_PAGES_RESPONSE__INIT;
     resp.pages_merged = np;
+    resp.keys_added = pm.keys;
     resp.version = store_filter_version(sf);
-    if (np)
-        log_debug("merged %zu pushed pages into %s", np,
-                  store_filter_name(sf));
+    if (np || pm.keys)
+        log_debug("merged %zu pushed pages and %" PRIu64 " keys into %s", np,
+                  pm.keys, store_filter_name(sf));
     store_put(sf);
     sf = NULL;
     if (rpc_stream_write(st, &resp.base) < 0)

@@ -374,6 +374,68 @@ out:
     return -1;
 }
 
+int node_client_push_keys(struct rpc_channel *ch, const char *filter,
+                          uint32_t shard, const char *fp,
+                          const uint8_t *hashes, size_t n, int timeout_ms,
+                          struct rpc_status *st)
+{
+    enum { PER_MSG = 4096 };   /* 64 KiB of hashes a message */
+    Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
+    Bloomgrid__V1__PushPagesResponse *r = NULL;
+    struct rpc_cstream *s = rpc_cstream_open(ch, PATH_PUSH, timeout_ms);
+    grpc_slice msg;
+    int rc;
+
+    if (!s) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                       "cannot open a call");
+        return -1;
+    }
+    ref.filter = (char *)filter;
+    ref.shard_index = shard;
+    for (size_t i = 0; i < n || i == 0; i += PER_MSG) {
+        Bloomgrid__V1__PushPagesRequest m =
+            BLOOMGRID__V1__PUSH_PAGES_REQUEST__INIT;
+        size_t k = n - i < PER_MSG ? n - i : PER_MSG;
+        if (i == 0) {
+            m.shard = &ref;
+            m.fingerprint = (char *)fp;
+        }
+        m.key_hashes.data = (uint8_t *)hashes + 16 * i;
+        m.key_hashes.len = 16 * k;
+        m.checksum = XXH64(m.key_hashes.data, m.key_hashes.len, 0);
+        if (rpc_cstream_write_msg(s, &m.base) < 0)
+            return rpc_cstream_finish(s, st);
+        if (n == 0)
+            break;
+    }
+    if (rpc_cstream_close_send(s) < 0)
+        return rpc_cstream_finish(s, st);
+    if ((rc = rpc_cstream_read(s, &msg)) == 1) {
+        r = bloomgrid__v1__push_pages_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(msg), GRPC_SLICE_START_PTR(msg));
+        grpc_slice_unref(msg);
+    }
+    if (rpc_cstream_finish(s, st) < 0)
+        goto out;
+    /* OK without a response that counts every key: they may or may not
+     * have been added, so the push is not counted as done. */
+    if (!r || r->keys_added != n) {
+        rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                       "PushPages of %zu keys' hashes to shard %u of \"%s\" "
+                       "answered OK %s", n, shard, filter,
+                       r ? "without adding them all (a node that does not "
+                           "take keys?)" : "without a PushPagesResponse");
+        goto out;
+    }
+    bloomgrid__v1__push_pages_response__free_unpacked(r, NULL);
+    return 0;
+out:
+    if (r)
+        bloomgrid__v1__push_pages_response__free_unpacked(r, NULL);
+    return -1;
+}
+
 /* The geometry GetShard answered, before anything is sized from it. */
 static int shard_info_check(const Bloomgrid__V1__InternalShardInfo *isi,
                             const char *filter, uint32_t shard,

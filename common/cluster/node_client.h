@@ -333,6 +333,21 @@ int node_client_push(struct rpc_channel *ch, const char *filter,
                      const struct node_client_page *pages, size_t n,
                      uint64_t *merged, int timeout_ms, struct rpc_status *st);
 
+/* Keys' hashes pushed instead of pages (PushPagesRequest.key_hashes), the
+ * shard's fingerprint id fp checked on the first message as for pages: n
+ * keys, 16 bytes each ({h1, h2} as little-endian 64-bit words), sent in
+ * messages of at most 4096 keys, all in one stream (the node holds the
+ * stream's keys until it ends: at most its max_push_mb).  The node adds
+ * them as adds (add records in its log) once the stream completed.
+ * Returns 0 once the node answered that it added every one; -1 with st
+ * otherwise, also for an OK answer that does not count them all (a node
+ * of an earlier release refuses the messages with DATA_LOSS: the caller
+ * pushes pages instead). */
+int node_client_push_keys(struct rpc_channel *ch, const char *filter,
+                          uint32_t shard, const char *fp,
+                          const uint8_t *hashes, size_t n, int timeout_ms,
+                          struct rpc_status *st);
+
 /* ---- shard files: a router's Export and Import ---- */
 
 /* Open an ExportShard of ref's shard (its filter, shard and topology

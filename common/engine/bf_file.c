@@ -404,6 +404,8 @@ struct source {
     const uint8_t *mem;     /* otherwise: from this buffer */
     uint64_t size;          /* total bytes available */
     uint64_t pos;
+    bool at;                /* fd: pread from base + pos (bf_file_scan) */
+    uint64_t base;
 };
 
 /* Read exactly len bytes; the caller has already checked the size. */
@@ -413,7 +415,8 @@ static int source_read(struct source *s, void *buf, size_t len)
 
     if (!s->mem) {
         while (len > 0) {
-            ssize_t n = read(s->fd, p, len);
+            ssize_t n = s->at ? pread(s->fd, p, len, (off_t)(s->base + s->pos))
+                              : read(s->fd, p, len);
             if (n < 0 && errno == EINTR)
                 continue;
             if (n < 0)
@@ -849,6 +852,95 @@ struct bf *bf_file_load(const char *path, char *err, int *code)
     f = load_from(&s, err, code);
     close(s.fd);
     return f;
+}
+
+/* check_padding for the piece [off, off + n) of layer i's body. */
+static int check_padding_piece(const struct file_meta *fm, uint32_t i,
+                               uint64_t off, const uint8_t *p, size_t n,
+                               char *err)
+{
+    const struct bf_layer_info *li = &fm->layers[i];
+    uint64_t used = fm->params.kind == BF_KIND_COUNTING ? li->m * BF_COUNTER_BITS
+                                                         : li->m;
+    uint64_t words = li->body_bytes / 8;
+
+    for (uint64_t j = used / 64; j < words; j++) {
+        if (j * 8 < off || j * 8 + 8 > off + n)
+            continue;
+        uint64_t pad = get_u64(p + (j * 8 - off));
+        if (j == used / 64)
+            pad &= ~0ULL << (used % 64);
+        if (!pad)
+            continue;
+        uint64_t bit = j * 64 + (uint64_t)__builtin_ctzll(pad);
+        return refuse(err, -EBADMSG,
+                      "bad padding: bits set past m in layer %u (bit %llu; "
+                      "the layer uses bits 0..%llu of %llu)", i,
+                      (unsigned long long)bit, (unsigned long long)(used - 1),
+                      (unsigned long long)(words * 64));
+    }
+    return 0;
+}
+
+int bf_file_scan(int fd, uint64_t off, uint64_t len, bf_file_meta_fn meta,
+                 bf_file_body_fn body, void *ctx, char *err)
+{
+    enum { PIECE = 1 << 20 };
+    struct source s = {.fd = fd, .size = len, .at = true, .base = off};
+    XXH64_state_t *st = XXH64_createState();
+    struct file_meta *fm = malloc(sizeof *fm);
+    uint8_t *buf = malloc(PIECE);
+    uint64_t counts[BF_MAX_LAYERS];
+    struct bf *f = NULL;
+    int rc = -ENOMEM;
+
+    if (!st || !fm || !buf) {
+        errmsg_set(err, "out of memory");
+        goto out;
+    }
+    XXH64_reset(st, 0);
+    if ((rc = read_meta(&s, st, fm, true, err)) < 0)
+        goto out;
+    if (!(f = assemble(fm, err))) {
+        rc = -EBADMSG;
+        goto out;
+    }
+    for (uint32_t i = 0; i < fm->nlayers; i++)
+        counts[i] = fm->layers[i].count;
+    bf_set_counts(f, fm->inserts, fm->keys, counts);
+    if (meta && (rc = meta(ctx, f)) < 0)
+        goto out;
+    /* Only the geometry was wanted: the bodies were never touched. */
+    bf_destroy(f);
+    f = NULL;
+    for (uint32_t i = 0; i < fm->nlayers; i++) {
+        for (uint64_t at = 0; at < fm->layers[i].body_bytes;) {
+            uint64_t left = fm->layers[i].body_bytes - at;
+            size_t n = left < PIECE ? (size_t)left : PIECE;
+            if ((rc = source_read(&s, buf, n)) < 0) {
+                if (rc == -EBADMSG)
+                    refuse(err, rc, "truncated: the file shrank while it "
+                           "was read");
+                else
+                    refuse(err, rc, "read failed: %s", strerror(-rc));
+                goto out;
+            }
+            XXH64_update(st, buf, n);
+            if ((rc = check_padding_piece(fm, i, at, buf, n, err)) < 0)
+                goto out;
+            if (body && (rc = body(ctx, i, at, buf, n)) < 0)
+                goto out;
+            at += n;
+        }
+    }
+    rc = read_checksum(&s, st, err);
+out:
+    bf_destroy(f);
+    if (st)
+        XXH64_freeState(st);
+    free(fm);
+    free(buf);
+    return rc;
 }
 
 struct bf *bf_file_parse(const void *buf, size_t len, char *err)

@@ -90,6 +90,25 @@ size_t bf_file_meta_encode(const struct bf *f, uint32_t nlayers, uint8_t *buf);
 struct bf *bf_file_meta_parse(const void *buf, size_t len, size_t *used,
                               char *err);
 
+/* Read the filter file of len bytes at offset off of the open file fd (a
+ * plain file: off 0 and its size; or one shard's entry of a shard bundle,
+ * bundle_file_entry) a piece at a time, holding at most one piece of its
+ * bodies (1 MiB), with every check of bf_file_load: meta(ctx, f) first
+ * with an empty filter of its geometry, secret and counts (its bodies
+ * never written, so not resident; valid during the call only), then
+ * body(ctx, layer, offset, data, n) for consecutive pieces of each layer
+ * body in order (data valid during the call only).  The checksum is
+ * checked only at the end: the pieces are NOT verified when body gets
+ * them, so a caller keeps them aside (a temp file) and uses them only once
+ * the call returned 0.  A negative return of meta or body stops the scan
+ * and is returned.  Returns 0, or a negative errno with err set as
+ * bf_file_load.  Reads with pread: the file offset is not used. */
+typedef int (*bf_file_meta_fn)(void *ctx, const struct bf *f);
+typedef int (*bf_file_body_fn)(void *ctx, uint32_t layer, uint64_t offset,
+                               const void *data, size_t len);
+int bf_file_scan(int fd, uint64_t off, uint64_t len, bf_file_meta_fn meta,
+                 bf_file_body_fn body, void *ctx, char *err);
+
 /* Parse and verify a complete serialized file held in memory (len bytes,
  * nothing more).  Same checks and messages as bf_file_load; the buffer stays
  * the caller's and the returned filter is the caller's (bf_destroy). */

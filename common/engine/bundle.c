@@ -221,6 +221,100 @@ fail:
     return -EBADMSG;
 }
 
+static int pread_all(int fd, void *buf, size_t len, uint64_t at, char *err)
+{
+    uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = pread(fd, p, len, (off_t)at);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int rc = n < 0 ? -errno : -EBADMSG;
+            errmsg_set(err, n < 0 ? "read failed: %s" : "truncated: %s",
+                       n < 0 ? strerror(errno) : "the file shrank while it "
+                       "was read");
+            return rc;
+        }
+        p += n;
+        at += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int bundle_file_entry(int fd, uint64_t size, uint32_t index, uint32_t *count,
+                      uint64_t *off, uint64_t *len, char *err)
+{
+    uint8_t h[BUNDLE_HEAD_BYTES], e[BUNDLE_ENTRY_BYTES];
+    uint64_t at = BUNDLE_HEAD_BYTES, end;
+    uint32_t version, S;
+    int rc;
+
+    *count = 0;
+    if (size < BUNDLE_MIN_BYTES + BUNDLE_ENTRY_BYTES) {
+        errmsg_set(err, "truncated: %llu bytes, too few for a bundle of one "
+                   "shard", (unsigned long long)size);
+        return -EBADMSG;
+    }
+    if ((rc = pread_all(fd, h, sizeof h, 0, err)) < 0)
+        return rc;
+    if (memcmp(h, BUNDLE_MAGIC, 8) != 0) {
+        errmsg_set(err, "bad magic: not a shard bundle");
+        return -EBADMSG;
+    }
+    version = (uint32_t)get_le(h + 8, 4);
+    if (version != BUNDLE_VERSION) {
+        errmsg_set(err, "unsupported version: bundle version %u (this build "
+                   "reads version %d)", version, BUNDLE_VERSION);
+        return -EPROTONOSUPPORT;
+    }
+    S = (uint32_t)get_le(h + 12, 4);
+    if (S == 0 || S > (size - BUNDLE_MIN_BYTES) / BUNDLE_ENTRY_BYTES) {
+        errmsg_set(err, "bad bundle: %u shards cannot be in %llu bytes", S,
+                   (unsigned long long)size);
+        return -EBADMSG;
+    }
+    *count = S;
+    end = size - BUNDLE_TRAILER_BYTES;
+    for (uint32_t i = 0; i < S; i++) {
+        if (end - at < BUNDLE_ENTRY_BYTES) {
+            errmsg_set(err, "bad bundle: the entry of shard %u runs past the "
+                       "end", i);
+            return -EBADMSG;
+        }
+        if ((rc = pread_all(fd, e, sizeof e, at, err)) < 0)
+            return rc;
+        uint64_t ix = get_le(e, 4), flen = get_le(e + 4, 8);
+        at += BUNDLE_ENTRY_BYTES;
+        if (ix != i) {
+            errmsg_set(err, "bad bundle: entry %u is for shard %llu (entries "
+                       "go in shard order)", i, (unsigned long long)ix);
+            return -EBADMSG;
+        }
+        if (flen > end - at) {
+            errmsg_set(err, "bad bundle: shard %u is %llu bytes long, past the "
+                       "end of the bundle", i, (unsigned long long)flen);
+            return -EBADMSG;
+        }
+        if (i == index) {
+            *off = at;
+            *len = flen;
+        }
+        at += flen;
+    }
+    if (at != end) {
+        errmsg_set(err, "bad bundle: %llu bytes after the last shard",
+                   (unsigned long long)(end - at));
+        return -EBADMSG;
+    }
+    if (index >= S) {
+        errmsg_set(err, "bad bundle: no shard %u in a bundle of %u", index, S);
+        return -ERANGE;
+    }
+    return 0;
+}
+
 void bundle_layout_deinit(struct bundle_layout *l)
 {
     free(l->entry);

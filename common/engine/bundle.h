@@ -103,6 +103,19 @@ int bundle_layout_parse(const void *buf, size_t len, struct bundle_layout *out,
                         char *err);
 void bundle_layout_deinit(struct bundle_layout *l);
 
+/* Where shard index's filter file lies in the bundle file fd of size
+ * bytes, found without reading the shards' bytes: the frame's magic,
+ * version, shard count and every entry header up to it (in order, each
+ * inside the bundle) are checked as bundle_layout_parse does, and the
+ * entries after it too (no bytes after the last one), but NOT the
+ * bundle's trailer (an XXH3-64 of the whole file, which only a read of
+ * every shard can check): the shard's own file checksum (bf_file_scan)
+ * covers its bytes.  Reads with pread.  Returns 0 with *count (S), *off
+ * and *len; -ERANGE when index >= S (*count set); or -EBADMSG /
+ * -EPROTONOSUPPORT / the errno of a failed read, with err set. */
+int bundle_file_entry(int fd, uint64_t size, uint32_t index, uint32_t *count,
+                      uint64_t *off, uint64_t *len, char *err);
+
 /* The first field in which the parsed shard file f is not shard index of
  * count with this secret: "secret", "shard_index", "shard_count"; NULL when
  * it is.  The rule every reader of a bundle applies to each shard. */

@@ -12,6 +12,14 @@
  *   push_version     a push with no page and source_version 2^62, or one
  *                    refused part-way, changes nothing (the shard's
  *                    version and bits stay); a complete push applies
+ *   push_keys        keys' hashes pushed (as the merger pushes a round of
+ *                    keys) are added as adds: every key reads present,
+ *                    and a puller whose cursor was taken before the push
+ *                    gets them back as keys, not pages (the push left add
+ *                    records in the log); a message of keys failing its
+ *                    checksum (DATA_LOSS), one holding page data too, or
+ *                    of a length that is not whole keys (INVALID_ARGUMENT)
+ *                    refuses the whole stream and adds nothing
  *   tombstone        a dropped filter's old pages, file and secret are
  *                    refused (FAILED_PRECONDITION "dropped") and it stays
  *                    absent, also after a restart; the name with a new
@@ -29,6 +37,9 @@
 #include "bf_file.h"
 #include "harness.h"
 #include "node_client.h"
+#include "rpc_client.h"
+#include "bloomgrid/v1/internal.pb-c.h"
+#include <xxhash.h>
 
 #define PAGE (64u << 10)
 #define NKEYS 5000
@@ -443,6 +454,107 @@ static void test_tombstone(void)
     node_stop(&n, SIGTERM);
 }
 
+/* One PushPages stream of the given messages, as they are (checksums
+ * included); returns the status code. */
+static int push_raw(struct node_proc *np, Bloomgrid__V1__PushPagesRequest *m,
+                    size_t n)
+{
+    struct rpc_cstream *cs = rpc_cstream_open(np->ch,
+                                              "/bloomgrid.v1.Internal/PushPages",
+                                              TIMEOUT_MS);
+    struct rpc_status st;
+    grpc_slice msg;
+
+    CHECK(cs, "open");
+    for (size_t i = 0; i < n; i++)
+        if (rpc_cstream_write_msg(cs, &m[i].base) < 0)
+            break;
+    rpc_cstream_close_send(cs);
+    if (rpc_cstream_read(cs, &msg) == 1)
+        grpc_slice_unref(msg);
+    rpc_cstream_finish(cs, &st);
+    return (int)st.code;
+}
+
+static int count_keys(void *ctx, const uint8_t *hashes, size_t n)
+{
+    (void)hashes;
+    *(uint64_t *)ctx += n;
+    return 0;
+}
+
+static void test_push_keys(void)
+{
+    struct node_proc n;
+    struct rpc_status st;
+    struct node_client_shard sh;
+    struct node_client_pull_end before, after;
+    char fp[17];
+    enum { N = 3000 };
+
+    start(&n, NULL);
+    CHECK(t_create(n.ch, "f", 2000000, 0.01, 0, &st) == 0, "create: %s",
+          st.message);
+    /* A write first: the puller's cursor is then past the creation. */
+    char **k0 = keys_make("local", 0, 10);
+    keys_call(n.ch, "Add", "f", k0, 10, 10, NULL);
+    keys_free(k0, 10);
+    CHECK(node_client_pull(n.ch, "f", 0, 0, 0, NULL, NULL, &before, TIMEOUT_MS,
+                           &st) == 0, "pull: %s", st.message);
+    struct bf *f = shard_like(&n, "f", &sh, fp);
+    char **k = keys_make("pushed", 0, N);
+    uint8_t *h = malloc(16 * N);
+    CHECK(h, "memory");
+    for (int i = 0; i < N; i++) {
+        struct bf_hash x = bf_hash_key(f, k[i], strlen(k[i]));
+        node_client_hashes_put(h + 16 * i, &x, 1);
+    }
+
+    /* Refused streams add nothing. */
+    Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
+    ref.filter = "f";
+    Bloomgrid__V1__PushPagesRequest m[2];
+    for (int i = 0; i < 2; i++) {
+        bloomgrid__v1__push_pages_request__init(&m[i]);
+        m[i].key_hashes.data = h + 16 * 1000 * i;
+        m[i].key_hashes.len = 16 * 1000;
+        m[i].checksum = XXH64(m[i].key_hashes.data, m[i].key_hashes.len, 0);
+    }
+    m[0].shard = &ref;
+    m[0].fingerprint = fp;
+    m[1].checksum ^= 1;
+    CHECK(push_raw(&n, m, 2) == GRPC_STATUS_DATA_LOSS, "a bad checksum");
+    m[1].checksum ^= 1;
+    uint64_t word = 0;
+    m[1].data.data = (uint8_t *)&word;
+    m[1].data.len = 8;
+    CHECK(push_raw(&n, m, 2) == GRPC_STATUS_INVALID_ARGUMENT, "data and keys");
+    m[1].data.len = 0;
+    m[1].key_hashes.len = 15;
+    m[1].checksum = XXH64(m[1].key_hashes.data, 15, 0);
+    CHECK(push_raw(&n, m, 2) == GRPC_STATUS_INVALID_ARGUMENT, "a cut key");
+    CHECK(keys_present(n.ch, "f", k, 2000, NULL) < 2000 / 10,
+          "a refused push of keys added them");
+
+    CHECK(node_client_push_keys(n.ch, "f", 0, fp, h, N, TIMEOUT_MS, &st) == 0,
+          "push of keys: %s", st.message);
+    CHECK(keys_present(n.ch, "f", k, N, NULL) == N, "pushed keys missing");
+    /* Another copy's cursor from before the push: the push's adds come back
+     * as keys. */
+    uint64_t got = 0;
+    CHECK(node_client_pull_keys(n.ch, 0, NULL, 0, "f", 0, before.version,
+                                before.epoch, NULL, count_keys, &got,
+                                &after, TIMEOUT_MS, &st) == 0,
+          "pull: %s", st.message);
+    CHECK(after.keys == N && after.pages == 0 && got == N,
+          "a pull since before the push got %" PRIu64 " keys and %" PRIu64
+          " pages", after.keys, after.pages);
+    free(h);
+    keys_free(k, N);
+    bf_destroy(f);
+    node_stop(&n, SIGTERM);
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc >= 3, "usage: test_node_pages_push NODE_BIN TEST");
@@ -458,6 +570,8 @@ int main(int argc, char **argv)
         test_push_version();
     else if (!strcmp(argv[2], "drop_unwritten_pushed"))
         test_drop_unwritten_pushed();
+    else if (!strcmp(argv[2], "push_keys"))
+        test_push_keys();
     else if (!strcmp(argv[2], "tombstone"))
         test_tombstone();
     else

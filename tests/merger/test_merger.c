@@ -30,6 +30,14 @@
  *             page), the other node gets them by the push (the node they
  *             came from is not pushed them back), and the saved
  *             snapshot is bit for bit the OR of both nodes' pages
+ *   pushkeys  the same two nodes, quiet: after N keys added to one node
+ *             the round pushes the other node exactly those keys' hashes
+ *             (16 bytes a key, no page; bytes in proportion to N for two
+ *             N), the node they came from gets nothing; the next round
+ *             pulls them back from the other node as keys (the push was
+ *             logged as adds there, so the pull is still keys) and pushes
+ *             nothing; keys added on both nodes at once each reach the
+ *             other as keys; every node holds every key
  */
 #include <errno.h>
 #include <signal.h>
@@ -624,6 +632,126 @@ static void test_keys(void)
     node_stop(&b, SIGTERM);
 }
 
+/* One round with keys added: what it pulled and pushed, from the report. */
+struct keys_round {
+    unsigned long long keys_pulled, pages_pulled, keys_pushed, pages_pushed;
+    unsigned long long pulled, pushed;
+};
+
+static void keys_round(struct keys_round *k, const char *what)
+{
+    struct round_out o;
+
+    merger_once(&o, 0, 0);
+    CHECK(o.status == 0, "%s:\n%s", what, o.text);
+    k->keys_pulled = text_field(o.text, "keys_pulled ");
+    k->pages_pulled = text_field(o.text, "pages_pulled ");
+    k->keys_pushed = text_field(o.text, "keys_pushed ");
+    k->pages_pushed = o.pages_pushed;
+    k->pulled = o.pulled;
+    k->pushed = o.pushed;
+    printf("%s: pulled %llu keys %llu pages (%llu bytes), pushed %llu keys "
+           "%llu pages (%llu bytes)\n", what, k->keys_pulled, k->pages_pulled,
+           k->pulled, k->keys_pushed, k->pages_pushed, k->pushed);
+}
+
+static void test_pushkeys(void)
+{
+    struct node_proc a, b;
+    char da[600], db[600];
+    struct rpc_status st;
+    struct round_out o;
+    struct keys_round k;
+    const char *fast[] = {"--durability", "none", NULL};
+    enum { N1 = 1000, N2 = 4000 };
+
+    harness_tmpdir(tdir, sizeof tdir, "merger-pushkeys");
+    snprintf(da, sizeof da, "%s/a", tdir);
+    snprintf(db, sizeof db, "%s/b", tdir);
+    node_start(&a, da, fast);
+    CHECK(node_wait_health(&a, true, 20000), "node not serving");
+    node_start(&b, db, fast);
+    CHECK(node_wait_health(&b, true, 20000), "node not serving");
+    /* 4 M keys at 1 %: 4.8 MB of bits, 74 pages of 64 KiB. */
+    CHECK(t_create(a.ch, "f", 4000000, 0.01, 1, &st) == 0, "create: %s",
+          st.message);
+    char **k0 = keys_make("zero", 0, 5000), **k1 = keys_make("one", 0, N1);
+    char **k2 = keys_make("two", 0, N2), **ka = keys_make("ka", 0, N1);
+    char **kb = keys_make("kb", 0, N1);
+    keys_call(a.ch, "Add", "f", k0, 5000, 5000, NULL);
+    write_merger_config(NULL);
+    FILE *f = fopen(sources, "w");
+    CHECK(f, "sources");
+    fprintf(f, "[filter f]\ndatacenter = a %s\ndatacenter = b %s\n", a.addr,
+            b.addr);
+    fclose(f);
+    for (int r = 0; r < 4; r++) {
+        merger_once(&o, 0, 0);
+        CHECK(o.status == 0, "round %d:\n%s", r, o.text);
+    }
+    CHECK(o.pulled == 0 && o.pushed == 0, "not quiet:\n%s", o.text);
+
+    /* N keys on a: b is pushed their hashes, a nothing (it holds them); a
+     * key whose bits were all set already adds nothing and is not sent. */
+    unsigned long long per[2];
+    for (int i = 0; i < 2; i++) {
+        int n = i ? N2 : N1;
+        keys_call(a.ch, "Add", "f", i ? k2 : k1, n, 1000, NULL);
+        keys_round(&k, "round after adds on a");
+        CHECK(k.keys_pulled == (unsigned long long)n && k.pages_pulled == 0,
+              "pulled %llu keys, %llu pages", k.keys_pulled, k.pages_pulled);
+        CHECK(k.pages_pushed == 0 && k.keys_pushed <= (unsigned long long)n &&
+              k.keys_pushed >= (unsigned long long)n * 95 / 100 &&
+              k.pushed == 16 * k.keys_pushed,
+              "after %d keys on a the round pushed %llu keys and %llu pages "
+              "(%llu bytes): not the keys' hashes to b alone", n,
+              k.keys_pushed, k.pages_pushed, k.pushed);
+        CHECK(keys_present(b.ch, "f", i ? k2 : k1, n, NULL) == (size_t)n,
+              "b lacks keys of a");
+        per[i] = k.pushed;
+        /* b logged them as adds: its next pull is keys again, which change
+         * nothing, so nothing is pushed. */
+        keys_round(&k, "round after the push");
+        CHECK(k.pages_pulled == 0 && k.keys_pulled >= per[i] / 16 &&
+              k.pulled == 16 * k.keys_pulled && k.pushed == 0,
+              "the round after a push of keys pulled %llu pages, %llu keys "
+              "(%llu bytes) and pushed %llu bytes", k.pages_pulled,
+              k.keys_pulled, k.pulled, k.pushed);
+        keys_round(&k, "quiet round");
+        CHECK(k.pulled == 0 && k.pushed == 0, "not quiet");
+    }
+    CHECK(per[1] >= 3 * per[0] && per[1] <= 5 * per[0],
+          "bytes pushed for %d and %d keys: %llu and %llu, not in proportion",
+          N1, N2, per[0], per[1]);
+
+    /* Keys on both: each gets the other's, as keys. */
+    keys_call(a.ch, "Add", "f", ka, N1, 1000, NULL);
+    keys_call(b.ch, "Add", "f", kb, N1, 1000, NULL);
+    keys_round(&k, "round after adds on both");
+    CHECK(k.pages_pulled == 0 && k.pages_pushed == 0 &&
+          k.keys_pushed >= 2ull * N1 * 95 / 100 && k.keys_pushed <= 2ull * N1 &&
+          k.pushed == 16 * k.keys_pushed,
+          "adds on both: pushed %llu keys and %llu pages", k.keys_pushed,
+          k.pages_pushed);
+    char **all[] = {k0, k1, k2, ka, kb};
+    const int alln[] = {5000, N1, N2, N1, N1};
+    for (int i = 0; i < 5; i++) {
+        CHECK(keys_present(a.ch, "f", all[i], alln[i], NULL) == (size_t)alln[i],
+              "a lacks keys (set %d)", i);
+        CHECK(keys_present(b.ch, "f", all[i], alln[i], NULL) == (size_t)alln[i],
+              "b lacks keys (set %d)", i);
+    }
+    keys_round(&k, "round after the pushes");
+    CHECK(k.pages_pulled == 0 && k.pushed == 0, "pages or pushes after keys");
+    keys_free(k0, 5000);
+    keys_free(k1, N1);
+    keys_free(k2, N2);
+    keys_free(ka, N1);
+    keys_free(kb, N1);
+    node_stop(&a, SIGTERM);
+    node_stop(&b, SIGTERM);
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc >= 5, "usage: test_merger NODE_BIN ROUTER_BIN MERGER_BIN TEST");
@@ -642,6 +770,8 @@ int main(int argc, char **argv)
         test_single();
     else if (!strcmp(argv[4], "keys"))
         test_keys();
+    else if (!strcmp(argv[4], "pushkeys"))
+        test_pushkeys();
     else
         CHECK(0, "unknown test %s", argv[4]);
     grpc_shutdown();

@@ -24,6 +24,14 @@
  *            the damaged bits are never pushed (the other copy's pages
  *            equal the source's), every key stays present; the same
  *            damage found by a merger starting (--once) likewise
+ *   partial  a filter of 3 shards of 64 MiB and a partial file that is a
+ *            shard bundle of the whole filter (every page holding bits),
+ *            merged with workers = 1: the merger reads each shard's entry
+ *            a piece at a time, so the round grows its peak RSS (VmHWM) by
+ *            less than 1.5 shards (the snapshot, and not the partial's
+ *            shard beside it); each saved snapshot is bit for bit the
+ *            bundle's shard, and every key of the bundle reads present
+ *            through the router
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +48,7 @@
 
 #include "bf.h"
 #include "bf_file.h"
+#include "bundle.h"
 #include "bloomgrid/v1/merger.pb-c.h"
 #include "cluster.h"
 #include "harness.h"
@@ -408,6 +417,84 @@ static void test_corrupt(void)
     cluster_stop(&cb);
 }
 
+/* ---- partial ---- */
+
+static void test_partial(void)
+{
+    enum { S = 3 };
+    uint64_t cap = 54000000;   /* about 64 MiB of bits a shard at 1 % */
+    struct cluster c;
+    struct node_proc m;
+    struct rpc_status st;
+    Bloomgrid__V1__FilterInfo *fi = NULL;
+    char src[2 * PATH_MAX], part[PATH_MAX + 32], err[BF_ERRLEN];
+    struct bf *sh[S];
+
+    setup("merger-partial");
+    dc_up(&c, "partial");
+    CHECK(t_create_sharded(c.router[0].ch, "f", cap * S, 0.01, 0, S, &fi,
+                           &st) == 0, "create: %s", st.message);
+    uint64_t shard_bytes = fi->bytes / S;
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    snprintf(part, sizeof part, "%s/batch.bundle", tdir);
+    snprintf(src, sizeof src, "[filter f]\ndatacenter = a %s\npartial = %s\n",
+             c.topo, part);
+    write_config(src, 1);
+    /* The first rounds: an empty filter, and no partial yet (an error). */
+    merger_start(&m);
+    bloomgrid__v1__round_report__free_unpacked(run_round(m.ch), NULL);
+    unsigned long long before = proc_kib(m.pid, "VmHWM") * 1024;
+
+    /* The batch job's result: every shard of the filter in one bundle,
+     * with bits in every page. */
+    for (unsigned i = 0; i < S; i++) {
+        struct node_client_shard ns;
+        CHECK(node_client_get_shard(c.node[0].ch, "f", i, &ns, TIMEOUT_MS,
+                                    &st) == 0, "GetShard: %s", st.message);
+        CHECK((sh[i] = node_client_shard_filter(&ns, err)), "shard: %s", err);
+    }
+    size_t nkeys = (size_t)(shard_bytes * S / RULES_PAGE_BYTES) * 40;
+    char **k = keys_make("part", 0, nkeys);
+    for (size_t i = 0; i < nkeys; i++) {
+        struct bf_hash h = bf_hash_key(sh[0], k[i], strlen(k[i]));
+        bf_add_hashes(sh[bf_hash_shard(h, S)], &h, 1, NULL);
+    }
+    struct bundle b = {.count = S, .plain = false, .shard = sh};
+    CHECK(bundle_save(&b, part, err) == 0, "bundle: %s", err);
+
+    Bloomgrid__V1__RoundReport *r = run_round(m.ch);
+    CHECK(r->errors == 0, "round errors: %s",
+          r->n_messages ? r->messages[0] : "");
+    bloomgrid__v1__round_report__free_unpacked(r, NULL);
+    unsigned long long after = proc_kib(m.pid, "VmHWM") * 1024;
+    printf("partial bundle of %u shards of %llu MiB, workers 1: merger VmHWM "
+           "%llu MiB before, %llu MiB after (+%llu MiB)\n", S,
+           (unsigned long long)(shard_bytes / MIB), before / MIB, after / MIB,
+           (after - before) / MIB);
+    CHECK(after < before + shard_bytes * 3 / 2,
+          "merging a partial of %u shards of %llu MiB grew the merger's VmHWM "
+          "from %llu to %llu MiB: past 1.5 shards (one snapshot per worker)",
+          S, (unsigned long long)(shard_bytes / MIB), before / MIB,
+          after / MIB);
+    /* The same bits as loading the partial whole. */
+    for (unsigned i = 0; i < S; i++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/f/shard-%04u.bf", state_dir, i);
+        struct bf *snap = bf_file_load(path, err, NULL);
+        CHECK(snap, "snapshot %s: %s", path, err);
+        CHECK(memcmp(bf_layer_body_const(snap, 0), bf_layer_body_const(sh[i], 0),
+                     (size_t)shard_bytes) == 0,
+              "snapshot of shard %u differs from the partial's shard", i);
+        bf_destroy(snap);
+        bf_destroy(sh[i]);
+    }
+    CHECK(keys_present(c.router[0].ch, "f", k, nkeys, NULL) == nkeys,
+          "the node lacks keys of the partial");
+    keys_free(k, nkeys);
+    node_stop(&m, SIGTERM);
+    cluster_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 5) {
@@ -425,6 +512,8 @@ int main(int argc, char **argv)
         test_restart();
     else if (!strcmp(argv[4], "corrupt"))
         test_corrupt();
+    else if (!strcmp(argv[4], "partial"))
+        test_partial();
     else {
         fprintf(stderr, "unknown test %s\n", argv[4]);
         return 2;

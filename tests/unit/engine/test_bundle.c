@@ -6,6 +6,7 @@
  * writer refuses to produce a bundle that would not parse. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -718,6 +719,185 @@ START_TEST(a_failed_save_leaves_the_old_file)
 }
 END_TEST
 
+/* ---- one shard of a file, a piece at a time (the merger's partials) ------ */
+
+/* What bf_file_scan handed out: the geometry, and layer 0's body as the
+ * pieces arrived (checked for order). */
+struct scanned {
+    struct bf *meta;      /* a filter of the geometry, to compare */
+    uint8_t *body;
+    uint64_t next, len, pieces;
+};
+
+static int scan_meta(void *ctx, const struct bf *f)
+{
+    struct scanned *sc = ctx;
+    struct bf_layer_info li;
+
+    ck_assert_int_eq(bf_layer_info(f, 0, &li), 0);
+    sc->len = li.body_bytes;
+    sc->body = calloc(1, li.body_bytes);
+    char err[BF_ERRLEN];
+    sc->meta = bf_create_like(f, err);
+    ck_assert_ptr_nonnull(sc->meta);
+    return 0;
+}
+
+static int scan_body(void *ctx, uint32_t layer, uint64_t off, const void *data,
+                     size_t len)
+{
+    struct scanned *sc = ctx;
+
+    ck_assert_uint_eq(layer, 0);
+    ck_assert_uint_eq(off, sc->next);
+    ck_assert_uint_le(len, 1u << 20);
+    memcpy(sc->body + off, data, len);
+    sc->next += len;
+    sc->pieces++;
+    return 0;
+}
+
+static void scanned_free(struct scanned *sc)
+{
+    bf_destroy(sc->meta);
+    free(sc->body);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* Open path (a file saved by the test) read-only; its size in *size. */
+static int open_ro(const char *path, uint64_t *size)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY);
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+START_TEST(each_shard_of_a_bundle_file_scans_to_the_bits_of_a_whole_load)
+{
+    char path[600], err[BF_ERRLEN] = "";
+    /* 3 shards of about 2.4 MB: several pieces each. */
+    struct bundle *b = make_bundle(3, 2000000);
+    for (int i = 0; i < 30000; i++) {
+        char key[32];
+        size_t len;
+        key_of(key, sizeof key, i, &len);
+        const void *k[1] = {key};
+        bundle_add_keys(b, k, &len, 1);
+    }
+    snprintf(path, sizeof path, "%s/whole.bundle", dir);
+    ck_assert_int_eq(bundle_save(b, path, err), 0);
+    struct bundle *whole = bundle_load(path, err);
+    ck_assert_msg(whole != NULL, "%s", err);
+    uint64_t size, off, len;
+    uint32_t count;
+    int fd = open_ro(path, &size);
+    for (uint32_t i = 0; i < 3; i++) {
+        struct scanned sc = {0};
+        ck_assert_int_eq(bundle_file_entry(fd, size, i, &count, &off, &len,
+                                           err), 0);
+        ck_assert_uint_eq(count, 3);
+        ck_assert_uint_eq(len, bf_file_size(b->shard[i]));
+        ck_assert_int_eq(bf_file_scan(fd, off, len, scan_meta, scan_body, &sc,
+                                      err), 0);
+        ck_assert_ptr_null(bf_mismatch(sc.meta, whole->shard[i]));
+        ck_assert_uint_eq(sc.next, sc.len);
+        ck_assert_uint_gt(sc.pieces, 1);
+        ck_assert_int_eq(memcmp(sc.body, bf_layer_body_const(whole->shard[i], 0),
+                                sc.len), 0);
+        scanned_free(&sc);
+    }
+    ck_assert_int_eq(bundle_file_entry(fd, size, 3, &count, &off, &len, err),
+                     -ERANGE);
+    ck_assert_uint_eq(count, 3);
+    close(fd);
+
+    /* A plain file scans whole, as bf_file_load reads it. */
+    snprintf(path, sizeof path, "%s/plain.bf", dir);
+    ck_assert_int_eq(bf_file_save(b->shard[1], path, err), 0);
+    fd = open_ro(path, &size);
+    struct scanned sc = {0};
+    ck_assert_int_eq(bf_file_scan(fd, 0, size, scan_meta, scan_body, &sc, err),
+                     0);
+    ck_assert_int_eq(memcmp(sc.body, bf_layer_body_const(b->shard[1], 0),
+                            sc.len), 0);
+    scanned_free(&sc);
+    /* Not a bundle. */
+    ck_assert_int_eq(bundle_file_entry(fd, size, 0, &count, &off, &len, err),
+                     -EBADMSG);
+    ck_assert_msg(strncmp(err, "bad magic", 9) == 0, "%s", err);
+    close(fd);
+    bundle_destroy(whole);
+    bundle_destroy(b);
+}
+END_TEST
+
+START_TEST(a_scan_refuses_what_a_load_refuses)
+{
+    char path[600], err[BF_ERRLEN] = "";
+    struct bundle *b = make_bundle(2, 200000);
+    const void *k[1] = {"x"};
+    size_t kl = 1;
+    bundle_add_keys(b, k, &kl, 1);
+    snprintf(path, sizeof path, "%s/damaged.bundle", dir);
+    ck_assert_int_eq(bundle_save(b, path, err), 0);
+    uint64_t size, off, len;
+    uint32_t count;
+    int fd = open_ro(path, &size);
+    ck_assert_int_eq(bundle_file_entry(fd, size, 1, &count, &off, &len, err), 0);
+    close(fd);
+
+    /* A bit flipped inside shard 1's body: its own checksum fails. */
+    uint8_t *buf = slurp(path, &(size_t){0});
+    buf[off + BF_FILE_HEADER_BYTES + BF_FILE_LAYER_BYTES + 100] ^= 4;
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(buf, 1, size, f), size);
+    fclose(f);
+    fd = open_ro(path, &size);
+    struct scanned sc = {0};
+    ck_assert_int_eq(bf_file_scan(fd, off, len, scan_meta, scan_body, &sc, err),
+                     -EBADMSG);
+    ck_assert_msg(strncmp(err, "checksum mismatch", 17) == 0, "%s", err);
+    scanned_free(&sc);
+    /* Shard 0 is untouched: its entry still scans (the bundle's own
+     * trailer is not read). */
+    uint64_t off0, len0;
+    ck_assert_int_eq(bundle_file_entry(fd, size, 0, &count, &off0, &len0, err),
+                     0);
+    ck_assert_int_eq(bf_file_scan(fd, off0, len0, scan_meta, scan_body, &sc,
+                                  err), 0);
+    scanned_free(&sc);
+    /* A range cut short or too long is refused before any body. */
+    ck_assert_int_eq(bf_file_scan(fd, off0, len0 - 8, scan_meta, scan_body,
+                                  &sc, err), -EBADMSG);
+    ck_assert_msg(strncmp(err, "truncated", 9) == 0, "%s", err);
+    ck_assert_ptr_null(sc.meta);
+    ck_assert_int_eq(bf_file_scan(fd, off0, len0 + 8, scan_meta, scan_body,
+                                  &sc, err), -EBADMSG);
+    ck_assert_msg(strncmp(err, "bad size", 8) == 0, "%s", err);
+    ck_assert_ptr_null(sc.meta);
+    close(fd);
+
+    /* A frame whose entry runs past the end, or with bytes after the last
+     * shard, is refused. */
+    put64(buf + BUNDLE_HEAD_BYTES + 4, (uint64_t)size);
+    f = fopen(path, "w");
+    fwrite(buf, 1, size, f);
+    fclose(f);
+    fd = open_ro(path, &size);
+    ck_assert_int_eq(bundle_file_entry(fd, size, 1, &count, &off, &len, err),
+                     -EBADMSG);
+    ck_assert_msg(strncmp(err, "bad bundle", 10) == 0, "%s", err);
+    close(fd);
+    free(buf);
+    bundle_destroy(b);
+}
+END_TEST
+
 /* ---- writer ------------------------------------------------------------------ */
 
 START_TEST(writer_refuses_a_bundle_that_would_not_parse)
@@ -757,6 +937,8 @@ Suite *bundle_suite(void)
     TCase *tc = tcase_create("bundle");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, header_bytes_are_pinned);
+    tcase_add_test(tc, each_shard_of_a_bundle_file_scans_to_the_bits_of_a_whole_load);
+    tcase_add_test(tc, a_scan_refuses_what_a_load_refuses);
     tcase_add_test(tc, layout_parse_gives_each_shard_in_place);
     tcase_add_test(tc, refuses_wrong_magic);
     tcase_add_test(tc, refuses_other_versions);

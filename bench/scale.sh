@@ -44,7 +44,8 @@
 #   PORT        first port (nodes PORT+1.., routers PORT+101.., metrics
 #               PORT+201.., merger PORT+300)                         [random 20000-50000]
 #   FORCE=1     run although MemAvailable looks too small
-# Every process it starts is killed on exit (trap); WORK's data is removed.
+# Every process it starts is killed on exit (trap); WORK's data is removed,
+# the processes' logs kept in OUT/logs.
 set -euo pipefail
 
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
@@ -98,6 +99,8 @@ cleanup() {
   set +e
   for p in "${PIDS[@]}" "${PID_OF[@]}"; do kill -9 "$p" 2>/dev/null; done
   for p in "${PIDS[@]}" "${PID_OF[@]}"; do wait "$p" 2>/dev/null; done
+  # The processes' own logs (a process that died says why there).
+  mkdir -p "$OUT/logs" && cp "$WORK"/*.log "$WORK"/*.out "$OUT/logs/" 2>/dev/null
   rm -rf "$WORK"
 }
 trap cleanup EXIT

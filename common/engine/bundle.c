@@ -502,6 +502,135 @@ struct bundle *bundle_load(const char *path, char *err)
     return b;
 }
 
+/* bundle_file_verify: each shard's meta is checked against its entry and
+ * shard 0's secret as bundle_parse does (parse_shard). */
+struct verify_shard {
+    uint32_t index, count;
+    uint8_t secret[BF_SECRET_LEN];
+    char *err;
+};
+
+static int verify_meta(void *ctx, const struct bf *f)
+{
+    struct verify_shard *v = ctx;
+    const char *field;
+
+    if (v->index == 0)
+        memcpy(v->secret, bf_secret(f), BF_SECRET_LEN);
+    field = bundle_shard_mismatch(f, v->index, v->count, v->secret);
+    if (field && strcmp(field, "secret") == 0) {
+        errmsg_set(v->err, "bad bundle: shard %u has another secret than shard 0",
+                   v->index);
+        return -EBADMSG;
+    }
+    if (field) {
+        errmsg_set(v->err, "bad bundle: entry %u holds shard %u of %u, not %u of %u",
+                   v->index, bf_shard_index(f), bf_shard_count(f), v->index, v->count);
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+/* The trailer: an XXH3-64 of every byte before it, read a piece at a time. */
+static int verify_trailer(int fd, uint64_t size, char *err)
+{
+    enum { PIECE = 1 << 20 };
+    uint8_t *buf = malloc(PIECE), t[BUNDLE_TRAILER_BYTES];
+    XXH3_state_t *xs = XXH3_createState();
+    int rc = -ENOMEM;
+
+    if (!buf || !xs) {
+        errmsg_set(err, "out of memory");
+        goto out;
+    }
+    XXH3_64bits_reset(xs);
+    for (uint64_t at = 0; at < size - BUNDLE_TRAILER_BYTES;) {
+        uint64_t left = size - BUNDLE_TRAILER_BYTES - at;
+        size_t n = left < PIECE ? (size_t)left : PIECE;
+        if ((rc = pread_all(fd, buf, n, at, err)) < 0)
+            goto out;
+        XXH3_64bits_update(xs, buf, n);
+        at += n;
+    }
+    if ((rc = pread_all(fd, t, sizeof t, size - BUNDLE_TRAILER_BYTES, err)) < 0)
+        goto out;
+    rc = 0;
+    if (get_le(t, 8) != XXH3_64bits_digest(xs)) {
+        errmsg_set(err, "checksum mismatch: the bundle is damaged or truncated");
+        rc = -EBADMSG;
+    }
+out:
+    free(buf);
+    if (xs)
+        XXH3_freeState(xs);
+    return rc;
+}
+
+int bundle_file_verify(const char *path, char *err)
+{
+    char serr[BF_ERRLEN];
+    struct verify_shard v = {.err = err};
+    uint64_t size, off, len, at;
+    struct stat sb;
+    int fd, rc;
+
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        errmsg_set(err, "cannot open: %s", strerror(errno));
+        return -errno;
+    }
+    if (fstat(fd, &sb) < 0) {
+        rc = -errno;
+        errmsg_set(err, "cannot stat: %s", strerror(errno));
+        goto out;
+    }
+    size = (uint64_t)sb.st_size;
+    if (!bundle_file_is(path)) {
+        rc = bf_file_scan(fd, 0, size, NULL, NULL, NULL, err);
+        goto out;
+    }
+    /* In bundle_parse's order: the header, the trailer, the frame (every
+     * entry in order, nothing after the last), then each shard's file. */
+    if (size < BUNDLE_MIN_BYTES + BUNDLE_ENTRY_BYTES) {
+        errmsg_set(err, "truncated: %llu bytes, too few for a bundle of one "
+                   "shard", (unsigned long long)size);
+        rc = -EBADMSG;
+        goto out;
+    }
+    uint8_t h[BUNDLE_HEAD_BYTES];
+    if ((rc = pread_all(fd, h, sizeof h, 0, err)) < 0)
+        goto out;
+    if (get_le(h + 8, 4) != BUNDLE_VERSION) {
+        errmsg_set(err, "unsupported version: bundle version %u (this build "
+                   "reads version %d)", (uint32_t)get_le(h + 8, 4), BUNDLE_VERSION);
+        rc = -EPROTONOSUPPORT;
+        goto out;
+    }
+    if ((rc = verify_trailer(fd, size, err)) < 0 ||
+        (rc = bundle_file_entry(fd, size, 0, &v.count, &off, &len, err)) < 0)
+        goto out;
+    at = off;
+    for (v.index = 0; v.index < v.count; v.index++) {
+        if (v.index > 0) {
+            uint8_t e[BUNDLE_ENTRY_BYTES];
+            if ((rc = pread_all(fd, e, sizeof e, at, err)) < 0)
+                goto out;
+            len = get_le(e + 4, 8);
+            at += BUNDLE_ENTRY_BYTES;
+        }
+        serr[0] = '\0';
+        if ((rc = bf_file_scan(fd, at, len, verify_meta, NULL, &v, serr)) < 0) {
+            if (serr[0])
+                errmsg_set(err, "shard %u: %s", v.index, serr);
+            goto out;
+        }
+        at += len;
+    }
+    rc = 0;
+out:
+    close(fd);
+    return rc;
+}
+
 struct bundle *bundle_create_like(const struct bundle *tmpl, char *err)
 {
     struct bundle *b = bundle_alloc(tmpl->count, tmpl->plain, err);

@@ -116,6 +116,13 @@ void bundle_layout_deinit(struct bundle_layout *l);
 int bundle_file_entry(int fd, uint64_t size, uint32_t index, uint32_t *count,
                       uint64_t *off, uint64_t *len, char *err);
 
+/* Verify the file at path as bundle_load would (a shard bundle: its frame,
+ * its trailer checksum, each shard's file and its index, count and secret;
+ * a plain filter file: as bf_file_load) without loading it: reads it a
+ * piece at a time (1 MiB), holding no filter's bits.  Returns 0, or a
+ * negative errno with err set (bundle_load's messages). */
+int bundle_file_verify(const char *path, char *err);
+
 /* The first field in which the parsed shard file f is not shard index of
  * count with this secret: "secret", "shard_index", "shard_count"; NULL when
  * it is.  The rule every reader of a bundle applies to each shard. */

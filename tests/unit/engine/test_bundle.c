@@ -375,6 +375,80 @@ START_TEST(refuses_truncation_at_every_offset)
 }
 END_TEST
 
+/* bundle_file_verify on a file accepts exactly what bundle_parse accepts,
+ * with the same message: a sound bundle and a plain filter file, every
+ * truncation of a small bundle, a byte changed at every offset, and shards
+ * of another filter or in the wrong entry. */
+static void verify_agrees(const uint8_t *buf, size_t len, const char *what)
+{
+    char path[600], perr[BF_ERRLEN] = "", verr[BF_ERRLEN] = "";
+    FILE *fp;
+
+    snprintf(path, sizeof path, "%s/verify.bin", dir);
+    ck_assert_ptr_nonnull(fp = fopen(path, "wb"));
+    ck_assert_uint_eq(len ? fwrite(buf, 1, len, fp) : 0, len);
+    fclose(fp);
+    struct bundle *b = bundle_parse(buf, len, perr);
+    if (!bundle_is(buf, len)) {
+        /* A plain filter file: bundle_load reads it as bf_file_load. */
+        bundle_destroy(b);
+        b = bundle_load(path, perr);
+    }
+    int rc = bundle_file_verify(path, verr);
+    ck_assert_msg((b != NULL) == (rc == 0), "%s: parse %s, verify %d (%s)", what,
+                  b ? "accepts" : perr, rc, verr);
+    if (!b)
+        ck_assert_msg(strcmp(perr, verr) == 0, "%s: parse says \"%s\", verify \"%s\"",
+                      what, perr, verr);
+    bundle_destroy(b);
+}
+
+START_TEST(file_verify_accepts_exactly_what_parse_accepts)
+{
+    size_t len;
+    uint64_t L;
+    uint8_t *whole = small_bundle(&len, &L), *copy = malloc(len);
+    char what[64];
+
+    ck_assert_ptr_nonnull(copy);
+    verify_agrees(whole, len, "the bundle");
+    for (size_t n = 0; n < len; n++) {
+        snprintf(what, sizeof what, "cut at %zu", n);
+        verify_agrees(whole, n, what);
+    }
+    for (size_t at = 0; at < len; at++) {
+        memcpy(copy, whole, len);
+        copy[at] ^= 0x41;
+        snprintf(what, sizeof what, "byte %zu changed", at);
+        verify_agrees(copy, len, what);
+    }
+    /* A plain filter file, sound and damaged. */
+    struct bf *one = make_shard(0, 1, 1000, secret_a);
+    size_t flen;
+    uint8_t *file = file_bytes(one, &flen);
+    verify_agrees(file, flen, "a plain file");
+    file[flen / 2] ^= 1;
+    verify_agrees(file, flen, "a damaged plain file");
+    /* Sound frames around shards of another filter or in the wrong entry. */
+    struct bf *s[2] = {make_shard(0, 2, 10, secret_a), make_shard(1, 2, 10, secret_b)};
+    size_t blen;
+    uint8_t *b = frame(s, 2, &blen);
+    verify_agrees(b, blen, "another secret");
+    free(b);
+    bf_destroy(s[1]);
+    s[1] = make_shard(0, 2, 10, secret_a);
+    b = frame(s, 2, &blen);
+    verify_agrees(b, blen, "shard 0 in entry 1");
+    free(b);
+    bf_destroy(s[0]);
+    bf_destroy(s[1]);
+    bf_destroy(one);
+    free(file);
+    free(copy);
+    free(whole);
+}
+END_TEST
+
 START_TEST(empty_input_is_refused_without_a_buffer)
 {
     char err[BF_ERRLEN] = "";
@@ -958,6 +1032,7 @@ Suite *bundle_suite(void)
     tcase_add_test(tc, create_like_keeps_form_geometry_and_secret);
     tcase_add_test(tc, a_failed_save_leaves_the_old_file);
     tcase_add_test(tc, batched_adds_and_queries_match_one_key_at_a_time);
+    tcase_add_test(tc, file_verify_accepts_exactly_what_parse_accepts);
     tcase_add_test(tc, writer_refuses_a_bundle_that_would_not_parse);
     suite_add_tcase(s, tc);
     return s;

@@ -80,6 +80,9 @@ static int send_page(void *ctx, const struct store_page *pg)
     m.data.data = (uint8_t *)pg->data;
     m.data.len = pg->len;
     m.epoch = c->mark->epoch;
+    /* The fingerprint in every message: the puller checks it on the first
+     * page and may OR each page in as it arrives. */
+    m.fingerprint = (char *)c->mark->fp;
     if (rpc_stream_write(c->st, &m.base) < 0) {
         c->gone = true;
         return -EPIPE;
@@ -91,6 +94,7 @@ static int send_page(void *ctx, const struct store_page *pg)
 struct keys_ctx {
     struct rpc_stream *st;
     uint64_t epoch;
+    const char *fp;                  /* the shard's fingerprint id */
     bool gone;
 };
 
@@ -115,6 +119,7 @@ static int send_keys(void *ctx, const struct bf_hash *h, size_t n)
         m.key_hashes.len = k * 16;
         m.checksum = XXH64(buf, k * 16, 0);
         m.epoch = c->epoch;
+        m.fingerprint = (char *)c->fp;
         if (rpc_stream_write(c->st, &m.base) < 0) {
             c->gone = true;
             free(buf);
@@ -203,7 +208,7 @@ void node_rpc__h_pull_pages(void *arg, struct rpc_stream *st)
     bool keyed = false;
     uint64_t keys = 0;
     if (m->accept_key_hashes && m->since_version) {
-        struct keys_ctx kc = {.st = st, .epoch = m->epoch};
+        struct keys_ctx kc = {.st = st, .epoch = m->epoch, .fp = mark.fp};
         char kerr[STORE_ERRLEN] = "";
         rc = store_keys_since(sf, m->epoch, m->since_version, send_keys, &kc,
                               &mark, kerr);

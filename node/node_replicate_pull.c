@@ -31,16 +31,40 @@
 #include "node_replicate_int.h"
 
 /* Pages ORed in by one store_pages_merge of a pull (4 MiB of 64 KiB
- * pages): what the log record of a merge copies at most. */
+ * pages): what the log record of a merge copies at most, and what a pull
+ * from a node that names its fingerprint early holds at once. */
 #define REPL_MERGE_PAGES 64
 
-/* Pages of one pull, copied as they arrive into one buffer (v[i].data
- * holds the page's offset in it until buf_pages points them in): one
- * allocation that grows, mapped on its own once large and unmapped when
- * the pull is done, rather than a small allocation per page that the
- * allocator's arenas would keep after the pull.  And the keys' hashes a
- * node may send instead (at most the shard's body bytes of them: never
- * more than the pages they stand for). */
+/* The receive window of a call to a peer (rpc_channel_create_window): at
+ * most this much of a pull sent ahead of the puller is held by gRPC. */
+#define REPL_PULL_WINDOW (1u << 20)
+
+/* Keys' hashes added by one batch of a pull applied as it arrives (1 MiB
+ * of them). */
+#define REPL_MERGE_KEYS 65536
+
+/* A pull as it is received.  The node pulled from names the shard's
+ * fingerprint in its first message (node_client_pull_end.fp, read through
+ * end): once it is this shard's, each page and key verified by its
+ * checksum can only add bits this shard may hold, and the pull is applied
+ * as it arrives, REPL_MERGE_PAGES pages or REPL_MERGE_KEYS keys at a time,
+ * each piece a durable log record before the next is received
+ * (store_pages_merge, store_add_hashes wait for their records).  The
+ * cursor of the pull still moves only when the whole pull succeeded, and
+ * a SYNCING copy still leaves SYNCING only after a whole, verified full
+ * pull (node_sync.c): a pull cut short leaves ORed bits that are the
+ * peer's (harmless: OR never removes a bit, the next pull brings the
+ * rest).  From a node of an earlier release (fingerprint in the last
+ * message only) the pull is held whole, as before, and applied once its
+ * fingerprint is checked.
+ *
+ * The pages are copied into one buffer (v[i].data holds the page's offset
+ * in it until buf_pages points them in): one allocation that grows,
+ * mapped on its own once large and unmapped when the pull is done, rather
+ * than a small allocation per page that the allocator's arenas would keep
+ * after the pull.  And the keys' hashes a node may send instead (at most
+ * the shard's body bytes of them in all: never more than the pages they
+ * stand for). */
 struct repl_buf {
     struct store_page *v;
     size_t n, cap;
@@ -48,36 +72,30 @@ struct repl_buf {
     size_t used, dcap;
     struct bf_hash *keys;
     size_t nkeys, kcap, kmax;
+    uint64_t ktotal;                      /* keys received in all */
+    /* applying as it arrives */
+    struct store_filter *sf;
+    const char *want_fp;                  /* the shard's fingerprint id */
+    const struct node_client_pull_end *end;   /* its fp, as soon as sent */
+    bool early;                           /* the peer's fp matched: apply */
+    uint64_t pages_applied, keys_applied, keys_added;
+    char err[STORE_ERRLEN];               /* why a callback stopped */
 };
 
-static int buf_keys(void *ctx, const uint8_t *h, size_t n)
+/* Whether what arrives may be applied now: the peer named the shard's
+ * fingerprint and it is this shard's.  -1 with b->err set when the peer
+ * named another (the pull stops there, nothing of it applied). */
+static int buf_vouched(struct repl_buf *b)
 {
-    struct repl_buf *b = ctx;
-
-    if (n > b->kmax - b->nkeys)
-        return -E2BIG;
-    if (b->nkeys + n > b->kcap) {
-        size_t cap = b->kcap ? b->kcap : 4096;
-        while (cap < b->nkeys + n)
-            cap *= 2;
-        if (cap > b->kmax)
-            cap = b->kmax;
-        void *nv = realloc(b->keys, cap * sizeof *b->keys);
-        if (!nv)
-            return -ENOMEM;
-        b->keys = nv;
-        b->kcap = cap;
+    if (b->early || !b->end || !b->end->fp[0])
+        return b->early;
+    if (strcmp(b->end->fp, b->want_fp) != 0) {
+        snprintf(b->err, sizeof b->err, "pages of fingerprint \"%s\" refused: "
+                 "the shard's is \"%s\"", b->end->fp, b->want_fp);
+        return -1;
     }
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *p = h + 16 * i;
-        uint64_t h1 = 0, h2 = 0;
-        for (int k = 7; k >= 0; k--) {
-            h1 = h1 << 8 | p[k];
-            h2 = h2 << 8 | p[8 + k];
-        }
-        b->keys[b->nkeys++] = (struct bf_hash){h1, h2};
-    }
-    return 0;
+    b->early = true;
+    return 1;
 }
 
 /* Add the pulled keys' hashes to sf: only those it may not hold (the others
@@ -109,10 +127,90 @@ static int keys_add(struct store_filter *sf, struct bf_hash *k, size_t n,
     return 0;
 }
 
+/* Point the pages at their bytes (once the buffer no longer moves). */
+static void buf_pages(struct repl_buf *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        b->v[i].data = b->data + (uintptr_t)b->v[i].data;
+}
+
+/* OR in the pages held (in merges of REPL_MERGE_PAGES: each makes a log
+ * record holding a copy of its pages, so a pull of a whole shard never
+ * holds a second copy of it) and add the keys held; the buffers are then
+ * empty.  Pages ORed in by a merge before a failed one stay (OR is
+ * idempotent: the next pull brings the rest); no version is claimed (0).
+ * Returns 0, or the store's error with b->err set. */
+static int buf_apply(struct repl_buf *b)
+{
+    size_t i = 0, added = 0;
+    int rc = 0;
+
+    buf_pages(b);
+    while (rc >= 0 && i < b->n) {
+        size_t k = b->n - i < REPL_MERGE_PAGES ? b->n - i : REPL_MERGE_PAGES;
+        rc = store_pages_merge(b->sf, b->v + i, k, 0, b->err);
+        i += k;
+    }
+    b->pages_applied += i;
+    b->n = 0;
+    b->used = 0;
+    if (rc >= 0 && b->nkeys) {
+        rc = keys_add(b->sf, b->keys, b->nkeys, &added, b->err);
+        b->keys_applied += b->nkeys;
+        b->keys_added += added;
+    }
+    b->nkeys = 0;
+    if (rc < 0 && !b->err[0])
+        snprintf(b->err, sizeof b->err, "%s", strerror(-rc));
+    return rc < 0 ? rc : 0;
+}
+
+static int buf_keys(void *ctx, const uint8_t *h, size_t n)
+{
+    struct repl_buf *b = ctx;
+    int early = buf_vouched(b);
+
+    if (early < 0)
+        return -EINVAL;
+    if (n > b->kmax - b->ktotal) {
+        snprintf(b->err, sizeof b->err, "more keys' hashes than the shard's "
+                 "%zu bytes of pages", b->kmax * sizeof(struct bf_hash));
+        return -E2BIG;
+    }
+    if (b->nkeys + n > b->kcap) {
+        size_t cap = b->kcap ? b->kcap : 4096;
+        while (cap < b->nkeys + n)
+            cap *= 2;
+        if (cap > b->kmax)
+            cap = b->kmax;
+        void *nv = realloc(b->keys, cap * sizeof *b->keys);
+        if (!nv)
+            return -ENOMEM;
+        b->keys = nv;
+        b->kcap = cap;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = h + 16 * i;
+        uint64_t h1 = 0, h2 = 0;
+        for (int k = 7; k >= 0; k--) {
+            h1 = h1 << 8 | p[k];
+            h2 = h2 << 8 | p[8 + k];
+        }
+        b->keys[b->nkeys++] = (struct bf_hash){h1, h2};
+    }
+    b->ktotal += n;
+    if (early && b->nkeys >= REPL_MERGE_KEYS)
+        return buf_apply(b);
+    return 0;
+}
+
 static int buf_page(void *ctx, uint64_t offset, const uint8_t *data, size_t len)
 {
     struct repl_buf *b = ctx;
+    int early = buf_vouched(b);
 
+    if (early < 0)
+        return -EINVAL;
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 64;
         void *nv = realloc(b->v, cap * sizeof *b->v);
@@ -136,14 +234,9 @@ static int buf_page(void *ctx, uint64_t offset, const uint8_t *data, size_t len)
                                        .data = (const void *)(uintptr_t)b->used,
                                        .len = len};
     b->used += len;
+    if (early && b->n >= REPL_MERGE_PAGES)
+        return buf_apply(b);
     return 0;
-}
-
-/* Point the pages at their bytes (once the buffer no longer moves). */
-static void buf_pages(struct repl_buf *b)
-{
-    for (size_t i = 0; i < b->n; i++)
-        b->v[i].data = b->data + (uintptr_t)b->v[i].data;
 }
 
 static void buf_free(struct repl_buf *b)
@@ -168,7 +261,11 @@ struct repl_peer *repl__peer_get(struct node_replicate *r, const char *addr)
     snprintf(p->addr, sizeof p->addr, "%s", addr);
     p->r = r;
     pthread_cond_init(&p->cond, NULL);
-    if (!(p->ch = rpc_channel_create(addr, r->n->cfg.max_message_size)))
+    /* The pulls on it apply each piece durably before reading on: the
+     * pages the peer sends ahead are held to one window, not to what a
+     * fast link's BDP probes would let it send. */
+    if (!(p->ch = rpc_channel_create_window(addr, r->n->cfg.max_message_size,
+                                            REPL_PULL_WINDOW)))
         goto fail;
     if (pthread_create(&p->thread, NULL, peer_main, p) != 0) {
         log_warn("anti-entropy: no thread to pull from %s (retried next round)", addr);
@@ -333,57 +430,47 @@ static uint64_t *hashes_held(struct store_filter *sf, size_t *n)
 }
 
 /* Pull the pages of shard sf (id, public name filter) from ch since
- * (since, epoch), carrying have; when the whole pull succeeded and its
- * fingerprint is the shard's, OR them in (store_pages_merge, source
- * version 0: a copy never reports what a peer covers).  Returns 0 with
- * *end and *npages (pages received) set, or -1 with msg set; *st has the
- * call's status either way. */
+ * (since, epoch), carrying have, and OR them in (store_pages_merge, source
+ * version 0: a copy never reports what a peer covers): as they arrive once
+ * the peer named the shard's fingerprint, else once the whole pull
+ * succeeded and its fingerprint is the shard's (struct repl_buf).  Returns
+ * 0 with *end and *npages (pages received) set when the whole pull
+ * succeeded and every piece of it is applied and durable, or -1 with msg
+ * set (pieces applied before stay: only the caller's cursor says what is
+ * covered); *st has the call's status either way. */
 static int pull_merge(struct rpc_channel *ch, struct store_filter *sf,
                       const struct shard_id *id, const char *filter,
                       uint64_t topo_version, const uint64_t *have, size_t nhave,
                       uint64_t since, uint64_t epoch, struct node_client_pull_end *end,
                       struct rpc_status *st, size_t *npages, char *msg, size_t msglen)
 {
-    char err[STORE_ERRLEN] = "";
-    struct repl_buf b = {.kmax = id->body_bytes / sizeof(struct bf_hash)};
-    size_t added = 0;
-    int rc;
+    struct repl_buf b = {.kmax = id->body_bytes / sizeof(struct bf_hash),
+                         .sf = sf, .want_fp = id->fp, .end = end};
 
     memset(end, 0, sizeof *end);
     *npages = 0;
     msg[0] = 0;
     /* Keys' hashes are taken for an incremental pull (docs/REPLICATION.md,
-     * "Keys instead of pages"); a full pull is pages only. */
+     * "Keys instead of pages"); a full pull is pages only.  What arrives is
+     * applied as it arrives once the peer named this shard's fingerprint
+     * (struct repl_buf). */
     if (node_client_pull_keys(ch, topo_version, have, nhave, filter, id->index,
                               since, epoch, buf_page, since ? buf_keys : NULL,
                               &b, end, REPL_PULL_TIMEOUT_MS, st) < 0)
-        snprintf(msg, msglen, "PullPages: %s: %s", rpc_status_name(st->code),
-                 st->message);
+        snprintf(msg, msglen, "PullPages: %s: %s%s%s", rpc_status_name(st->code),
+                 st->message, b.err[0] ? ": " : "", b.err);
     else if (strcmp(end->fp, id->fp) != 0)
         snprintf(msg, msglen, "pages of fingerprint \"%s\" refused: the "
                  "shard's is \"%s\"", end->fp, id->fp);
-    else {
-        /* In merges of REPL_MERGE_PAGES: each makes a log record holding a
-         * copy of its pages, so a pull of a whole shard never holds a
-         * second copy of it.  Pages ORed in by a merge before a failed one
-         * stay (OR is idempotent: the next pull brings the rest); no
-         * version is claimed (0).  Then the keys' hashes, if any. */
-        size_t i = 0;
-        buf_pages(&b);
-        do {
-            size_t k = b.n - i < REPL_MERGE_PAGES ? b.n - i : REPL_MERGE_PAGES;
-            rc = store_pages_merge(sf, b.v + i, k, 0, err);
-            i += k;
-        } while (rc >= 0 && i < b.n);
-        if (rc >= 0)
-            rc = keys_add(sf, b.keys, b.nkeys, &added, err);
-        if (rc < 0)
-            snprintf(msg, msglen, "%s", err[0] ? err : strerror(-rc));
-        else if (b.nkeys)
-            log_debug("anti-entropy %s: %zu keys' hashes pulled, %zu of them new "
-                      "here", store_filter_name(sf), b.nkeys, added);
-    }
-    *npages = b.n;
+    else if (buf_apply(&b) < 0)
+        /* The rest; or, from a node that named its fingerprint last, the
+         * whole pull.  Then the keys' hashes, if any. */
+        snprintf(msg, msglen, "%s", b.err);
+    else if (b.keys_applied)
+        log_debug("anti-entropy %s: %" PRIu64 " keys' hashes pulled, %" PRIu64
+                  " of them new here", store_filter_name(sf), b.keys_applied,
+                  b.keys_added);
+    *npages = (size_t)end->pages;
     buf_free(&b);
     return msg[0] ? -1 : 0;
 }

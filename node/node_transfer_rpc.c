@@ -203,11 +203,13 @@ static void merge_check_run(const struct bf *dst, void *ctx)
         bf_merge_project(dst, mc->src, &mc->proj, err);
 }
 
-/* Import: the whole file is collected and verified before the merge;
- * once parsed, its bytes are let go before the merge (at most two copies
- * of the file at once: the parsed filter and the log record).  shard: the
- * messages are ImportShardRequests naming one shard (internal
- * ImportShard). */
+/* Import: the whole file is collected and verified before the merge.  Its
+ * bytes become the log record of the import as they are
+ * (store_import_file: copied once into the record, the received buffer
+ * let go, the filter parsed from the record's bytes and destroyed once
+ * merged, before the log writes the record): at most two copies of the
+ * file at once, what max_memory_mb is charged for.  shard: the messages
+ * are ImportShardRequests naming one shard (internal ImportShard). */
 static void import_run(struct node *n, struct rpc_stream *st, bool shard)
 {
     struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
@@ -216,6 +218,7 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     struct bytebuf mb = {0};    /* max 0 until the filter is known */
     struct store_filter *sf = NULL;
     struct bf *src = NULL;
+    struct store_import_file *file = NULL;
     char name[STORE_NAME_MAX + 1] = "";
     char err[STORE_ERRLEN] = "";
     size_t limit = 0;
@@ -289,17 +292,22 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
                         "Import received no message naming a filter");
         goto done;
     }
-    src = bf_file_parse(mb.p, mb.len, err);
+    /* The bytes into the log record that will carry them, the received
+     * buffer let go before the parse: the record and the parsed filter are
+     * the two copies held from here on. */
+    size_t received = mb.len;
+    file = store_import_file_new(mb.p, mb.len, err);
+    bytebuf_deinit(&mb);
+    if (!file) {
+        rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+        goto done;
+    }
+    src = bf_file_parse(store_import_file_bytes(file), received, err);
     if (!src) {
         rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
                         "imported file refused: %s", err);
         goto done;
     }
-    /* The parsed filter holds every bit: the file's bytes go back now, not
-     * after the merge, so that they, the parsed filter and the log record
-     * store_import makes are never held all three at once. */
-    size_t received = mb.len;
-    bytebuf_deinit(&mb);
     if (store_dropped(s, store_filter_name(sf), store_secret_id(src), NULL)) {
         rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
                         "imported file is of filter \"%s\" as it was before "
@@ -320,7 +328,10 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
         goto done;
     }
     struct bf_merge_projection proj = mc.proj;
-    rc = store_import(sf, src, err);
+    /* Takes the record and src (destroyed once merged). */
+    rc = store_import_file(sf, file, src, err);
+    file = NULL;
+    src = NULL;
     if (rc == -EINVAL) {
         rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
                         "imported filter is incompatible with \"%s\": %s", name, err);
@@ -351,6 +362,8 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
 done:
     bf_destroy(src);
     src = NULL;
+    store_import_file_free(file);
+    file = NULL;
     bytebuf_deinit(&mb);
     if (reserved)
         store_release(s, reserved);
@@ -358,6 +371,7 @@ done:
     node_rpc__finish_reply(st, &r);
 out:
     bf_destroy(src);
+    store_import_file_free(file);
     if (sf)
         store_put(sf);
     bytebuf_deinit(&mb);

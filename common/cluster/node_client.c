@@ -161,6 +161,29 @@ static int pull_message(const Bloomgrid__V1__Page *pg, const char *filter,
                        shard, filter);
         return -1;
     }
+    /* A node of this release names the shard's fingerprint in every
+     * message, an earlier one in the last only: known from the first
+     * message that carries it, before its page or keys are handed on, and
+     * the same in every later one. */
+    if (pg->fingerprint && pg->fingerprint[0]) {
+        if (!fp_valid(pg->fingerprint)) {
+            rpc_status_set(
+                st, GRPC_STATUS_INTERNAL,
+                "PullPages of shard %u of \"%s\" "
+                "sent a malformed fingerprint (want %d hex digits)",
+                shard, filter, NODE_CLIENT_FP_LEN);
+            return -1;
+        }
+        if (!end->fp[0]) {
+            memcpy(end->fp, pg->fingerprint, NODE_CLIENT_FP_LEN + 1);
+        } else if (strcmp(end->fp, pg->fingerprint) != 0) {
+            rpc_status_set(st, GRPC_STATUS_INTERNAL,
+                           "PullPages of shard %u of \"%s\" changed its "
+                           "fingerprint from \"%s\" to \"%s\" during the "
+                           "stream", shard, filter, end->fp, pg->fingerprint);
+            return -1;
+        }
+    }
     if (pg->last) {
         if (!fp_valid(pg->fingerprint)) {
             rpc_status_set(

@@ -265,7 +265,15 @@ struct node_client_pull_end {
     uint64_t version;         /* change counter: the next since_version */
     uint64_t store_version;   /* acknowledged writes covered */
     uint64_t epoch;
-    char fp[NODE_CLIENT_FP_LEN + 1];   /* fingerprint id of the shard */
+    /* Fingerprint id of the shard.  Set as soon as a message carries it
+     * (a node of this release names it in every message, an earlier one
+     * in the last only), before fn or keys gets that message's page or
+     * keys; every later message must name the same (the pull fails with
+     * INTERNAL otherwise).  So a caller that reads it through its ctx
+     * while pages arrive may check them against its own shard and apply
+     * them at once; while it is empty (an earlier node) a page can be
+     * vouched for only at the end. */
+    char fp[NODE_CLIENT_FP_LEN + 1];
     uint64_t pages, bytes;    /* page data received */
     uint64_t keys;            /* keys' hashes received (node_client_pull_keys;
                                  16 bytes each, not in bytes) */

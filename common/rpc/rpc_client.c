@@ -105,15 +105,30 @@ struct rpc_channel *rpc_channel_create(const char *target, size_t max_message)
     return rpc_channel_create_tls(target, max_message, rpc_tls_client());
 }
 
+static struct rpc_channel *channel_create(const char *target, size_t max_message,
+                                          struct rpc_tls *tls, size_t window);
+
+struct rpc_channel *rpc_channel_create_window(const char *target, size_t max_message,
+                                              size_t window)
+{
+    return channel_create(target, max_message, rpc_tls_client(), window);
+}
+
 struct rpc_channel *rpc_channel_create_tls(const char *target, size_t max_message,
                                            struct rpc_tls *tls)
+{
+    return channel_create(target, max_message, tls, 0);
+}
+
+static struct rpc_channel *channel_create(const char *target, size_t max_message,
+                                          struct rpc_tls *tls, size_t window)
 {
     struct rpc_channel *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     if (!max_message)
         max_message = 64u << 20;
-    grpc_arg args[4];
+    grpc_arg args[6];
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -132,6 +147,16 @@ struct rpc_channel *rpc_channel_create_tls(const char *target, size_t max_messag
     args[3].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
     args[3].value.integer = 1;
     grpc_channel_args cargs = {.num_args = 4, .args = args};
+    if (window) {
+        /* One window per call, never grown by BDP probes. */
+        args[4].type = GRPC_ARG_INTEGER;
+        args[4].key = GRPC_ARG_HTTP2_BDP_PROBE;
+        args[4].value.integer = 0;
+        args[5].type = GRPC_ARG_INTEGER;
+        args[5].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
+        args[5].value.integer = window > INT32_MAX ? INT32_MAX : (int)window;
+        cargs.num_args = 6;
+    }
     grpc_channel_credentials *creds = rpc_tls_channel_credentials(tls);
     if (!creds) {
         free(c);

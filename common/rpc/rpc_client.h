@@ -47,6 +47,14 @@ struct rpc_channel *rpc_channel_create(const char *target, size_t max_message);
  * rpc_tls.h); tls may be destroyed while the channel lives. */
 struct rpc_channel *rpc_channel_create_tls(const char *target, size_t max_message,
                                            struct rpc_tls *tls);
+/* rpc_channel_create for a caller that reads large streams slowly (a
+ * puller that makes each piece durable before it reads the next): every
+ * call's receive window stays window bytes (HTTP/2 BDP probing, which
+ * grows it to tens of MiB on a fast link, is off), so the stream the peer
+ * sent ahead of the reader that the channel holds is bounded by window
+ * per call, not by the link's speed.  window 0: as rpc_channel_create. */
+struct rpc_channel *rpc_channel_create_window(const char *target, size_t max_message,
+                                              size_t window);
 void rpc_channel_destroy(struct rpc_channel *ch);
 /* The gRPC core channel inside, for callers that drive their own calls on
  * it (the router's batch streams); owned by ch. */

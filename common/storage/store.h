@@ -451,6 +451,30 @@ int store_remove_hashes_async(struct store_filter *sf,
  * the merge runs. */
 int store_import(struct store_filter *sf, const struct bf *src, char *err);
 
+/* An Import as its file arrived: the file's bytes are the log record's
+ * payload as they are (the log's import record holds a file, and replay
+ * parses it), so they are never serialized again.  For a caller that holds
+ * a received file: store_import_file_new copies it into the record (the
+ * caller then lets its own copy go), the caller parses src from
+ * store_import_file_bytes (bf_file_parse: that verifies the very bytes the
+ * log will hold) and checks it, and store_import_file merges src and logs
+ * the record.  At most two copies of the file are held at once: the
+ * record and the parsed filter, then (src destroyed once merged) the
+ * record and the log's write of it.  NULL (err set) when out of memory. */
+struct store_import_file;
+struct store_import_file *store_import_file_new(const void *file, size_t len,
+                                                char *err);
+const void *store_import_file_bytes(const struct store_import_file *f);
+size_t store_import_file_len(const struct store_import_file *f);
+/* For a file not given to store_import_file (NULL: nothing). */
+void store_import_file_free(struct store_import_file *f);
+/* store_import of src, which must be bf_file_parse of exactly file's
+ * bytes; takes file and src, whatever it returns: src is destroyed once
+ * merged (before the record is written), file goes to the log (freed once
+ * written) or is freed.  Returns and errors as store_import. */
+int store_import_file(struct store_filter *sf, struct store_import_file *file,
+                      struct bf *src, char *err);
+
 /* One page of a layer body to OR in (store_or_pages).  offset and len are
  * multiples of 8; data holds len bytes of little-endian 64-bit words. */
 struct store_page {

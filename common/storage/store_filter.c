@@ -719,32 +719,24 @@ static int membuf_write(void *ctx, const void *buf, size_t len)
     return 0;
 }
 
-int store_import(struct store_filter *sf, const struct bf *src, char *err)
+/* Merge src into sf and log rec (an import record of size bytes holding a
+ * file of src), both taken: rec goes to the log or is freed.  own, when
+ * not NULL, is src and taken too: destroyed once merged, before the record
+ * is submitted, so that it and the log's copy of the record as it is
+ * written are never held at once. */
+static int import_rec(struct store_filter *sf, struct wal_rec *rec, uint64_t size,
+                      const struct bf *src, struct bf *own, char *err)
 {
-    struct membuf m = {0};
-    struct wal_rec *rec;
     struct pending *p;
     struct sync_wait w;
     const char *field;
-    uint64_t size;
     int rc;
 
-    /* Serialize outside the lock, straight into the log record. */
-    size = bf_file_size(src);
-    p = malloc(sizeof(*p));
-    if (!p || !(rec = wal_rec_new(WAL_REC_IMPORT, NULL, size))) {
-        free(p);
-        errmsg_set(err, "cannot buffer an import of %" PRIu64 " bytes",
-                      size);
-        return -ENOMEM;
-    }
-    m.p = wal_rec_payload(rec);
-    m.cap = size;
-    if ((rc = bf_file_write(src, membuf_write, &m)) < 0 || m.len != size) {
-        errmsg_set(err, "cannot serialize the imported filter");
+    if (!(p = malloc(sizeof(*p)))) {
+        errmsg_set(err, "cannot buffer an import of %" PRIu64 " bytes", size);
         wal_rec_free(rec);
-        free(p);
-        return rc < 0 ? rc : -EINVAL;
+        bf_destroy(own);
+        return -ENOMEM;
     }
     sync_init(&w);
     p->done = sync_done;
@@ -768,6 +760,8 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         pthread_mutex_unlock(&sf->write_mu);
         goto fail;
     }
+    bf_destroy(own);
+    own = NULL;
     struct wal_now now;
     submit_locked(sf, rec, size, p, &now);   /* the exclusive lock orders it */
     pthread_mutex_unlock(&sf->write_mu);
@@ -777,9 +771,81 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
 fail:
     pthread_rwlock_unlock(&sf->lock);
     wal_rec_free(rec);
+    bf_destroy(own);
     free(p);
     sync_deinit(&w);
     return rc;
+}
+
+int store_import(struct store_filter *sf, const struct bf *src, char *err)
+{
+    struct membuf m = {0};
+    struct wal_rec *rec;
+    uint64_t size;
+    int rc;
+
+    /* Serialize outside the lock, straight into the log record. */
+    size = bf_file_size(src);
+    if (!(rec = wal_rec_new(WAL_REC_IMPORT, NULL, size))) {
+        errmsg_set(err, "cannot buffer an import of %" PRIu64 " bytes",
+                      size);
+        return -ENOMEM;
+    }
+    m.p = wal_rec_payload(rec);
+    m.cap = size;
+    if ((rc = bf_file_write(src, membuf_write, &m)) < 0 || m.len != size) {
+        errmsg_set(err, "cannot serialize the imported filter");
+        wal_rec_free(rec);
+        return rc < 0 ? rc : -EINVAL;
+    }
+    return import_rec(sf, rec, size, src, NULL, err);
+}
+
+struct store_import_file {
+    struct wal_rec *rec;        /* of type WAL_REC_IMPORT, the file's bytes */
+    size_t len;
+};
+
+struct store_import_file *store_import_file_new(const void *file, size_t len,
+                                                char *err)
+{
+    struct store_import_file *f = malloc(sizeof(*f));
+
+    if (!f || !(f->rec = wal_rec_new(WAL_REC_IMPORT, file, len))) {
+        free(f);
+        errmsg_set(err, "cannot buffer an import of %zu bytes", len);
+        return NULL;
+    }
+    f->len = len;
+    return f;
+}
+
+const void *store_import_file_bytes(const struct store_import_file *f)
+{
+    return wal_rec_payload(f->rec);
+}
+
+size_t store_import_file_len(const struct store_import_file *f)
+{
+    return f->len;
+}
+
+void store_import_file_free(struct store_import_file *f)
+{
+    if (f) {
+        wal_rec_free(f->rec);
+        free(f);
+    }
+}
+
+int store_import_file(struct store_filter *sf, struct store_import_file *file,
+                      struct bf *src, char *err)
+{
+    struct wal_rec *rec = file->rec;
+    size_t len = file->len;
+
+    free(file);
+    return import_rec(sf, rec, len, src, src, err);
 }
 
 int store_or_pages(struct store_filter *sf, const struct store_page *pages,

@@ -567,11 +567,17 @@ int t_stream_keys(struct rpc_channel *ch, const char *method, const char *filter
 size_t t_export(struct rpc_channel *ch, const char *name, uint8_t **out,
                 struct rpc_status *st)
 {
+    return t_export_ms(ch, name, out, TIMEOUT_MS, st);
+}
+
+size_t t_export_ms(struct rpc_channel *ch, const char *name, uint8_t **out,
+                   int timeout_ms, struct rpc_status *st)
+{
     Bloomgrid__V1__ExportRequest rq = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
     rq.filter = (char *)name;
     rq.chunk_size = 100000;
     struct rpc_cstream *cs = rpc_cstream_open(ch, "/bloomgrid.v1.BloomGrid/Export",
-                                              TIMEOUT_MS);
+                                              timeout_ms);
     CHECK(cs, "open Export");
     CHECK(rpc_cstream_write_msg(cs, &rq.base) == 0 && rpc_cstream_close_send(cs) == 0,
           "send ExportRequest");
@@ -601,8 +607,14 @@ size_t t_export(struct rpc_channel *ch, const char *name, uint8_t **out,
 int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
              size_t len, uint32_t *shards, struct rpc_status *st)
 {
+    return t_import_ms(ch, name, buf, len, shards, TIMEOUT_MS, st);
+}
+
+int t_import_ms(struct rpc_channel *ch, const char *name, const uint8_t *buf,
+                size_t len, uint32_t *shards, int timeout_ms, struct rpc_status *st)
+{
     struct rpc_cstream *cs = rpc_cstream_open(ch, "/bloomgrid.v1.BloomGrid/Import",
-                                              TIMEOUT_MS);
+                                              timeout_ms);
     CHECK(cs, "open Import");
     if (shards)
         *shards = 0;

@@ -168,11 +168,17 @@ int t_stream_keys(struct rpc_channel *ch, const char *method, const char *filter
  * on failure (st says why). */
 size_t t_export(struct rpc_channel *ch, const char *name, uint8_t **out,
                 struct rpc_status *st);
+/* t_export within timeout_ms (large filters on a busy machine). */
+size_t t_export_ms(struct rpc_channel *ch, const char *name, uint8_t **out,
+                   int timeout_ms, struct rpc_status *st);
 /* Import buf[0, len) into name in messages of 64 KiB.  On success the answer
  * must count len bytes received and carry the filter's info; its shard count
  * goes to *shards (may be NULL). */
 int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
              size_t len, uint32_t *shards, struct rpc_status *st);
+/* t_import within timeout_ms. */
+int t_import_ms(struct rpc_channel *ch, const char *name, const uint8_t *buf,
+                size_t len, uint32_t *shards, int timeout_ms, struct rpc_status *st);
 
 /* Shards of filter the node on ch holds (Internal/ListShards).  Dies on
  * failure. */

@@ -738,16 +738,16 @@ static void stop_now(struct resp_server *s)
     }
 }
 
-/* Before the loop polls: what is answered is written first (the
- * backend's pass end may take a while: the node commits the pass's
- * writes here), then the backend starts the calls it held back to join
- * them, and what they answered is written.  Writing may let paused
- * connections dispatch more (from input already read): then again. */
 static void on_drain(uv_idle_t *h)
 {
     (void)h;   /* active, it makes the next poll not wait */
 }
 
+/* Before the loop polls: what is answered is written first (the
+ * backend's pass end may take a while: the node commits the pass's
+ * writes here), then the backend starts the calls it held back to join
+ * them, and what they answered is written.  Writing may let paused
+ * connections dispatch more (from input already read): then again. */
 static void on_pass_end(uv_prepare_t *p)
 {
     struct resp_server *s = p->data;

@@ -10,6 +10,8 @@
 #   redisbloom-aof  redis-server + RedisBloom, appendonly yes, appendfsync
 #                   always (AOF rewrites off, so none runs during a round)
 #   node-fsync      bloomgrid-node, durability fsync (its default)
+#   node-fsync-base with --base-build: that build's bloomgrid-node, durability
+#                   fsync (e.g. main's, beside this one's in the durable row)
 # and, with --router, a router's Redis door already running (system
 # "router"; its CPU only with --router-pids).  Every server gets the same
 # filter, BF.RESERVE slugs ERROR CAPACITY NONSCALING, prefilled (BF.MADD of
@@ -25,7 +27,8 @@
 #   add-c50      redis-benchmark -c 50 -P 1  BF.ADD slugs __rand_int__
 #   add-p32      redis-benchmark -c 1  -P 32 BF.ADD ...
 #     (systems: redisbloom, node, router)
-#   durable-add-c50  redis-benchmark -c 50 BF.ADD (redisbloom-aof, node-fsync)
+#   durable-add-c50  redis-benchmark -c 50 BF.ADD (redisbloom-aof, node-fsync,
+#                    and node-fsync-base with --base-build)
 #   pb-add-1, pb-add-100, pb-query-1, pb-query-100
 #                peerbench --proto resp (the peer kit's client): one
 #                connection, 1 key a call (BF.ADD/EXISTS) --depth1 in
@@ -79,6 +82,8 @@ PEERBENCH=
 ROUTER=
 ROUTER_PIDS=
 NODE_ARGS=
+BASE_BUILD=
+BASE_ARGS=
 FSYNC_COUNT=1
 OUT=
 
@@ -116,6 +121,11 @@ and ~300 MiB of memory.
                        its filter slugs through it: admin role, no tokens)
   --router-pids "P.."  the router's (and its nodes') PIDs, for its CPU
   --node-args "..."    extra flags for both nodes
+  --base-build DIR     also run DIR/node/bloomgrid-node (durability fsync) in
+                       the durable row, as system node-fsync-base: another
+                       build (e.g. main's) side by side in the same rounds
+  --base-args "..."    extra flags for that node (not --node-args: an older
+                       build may not know this one's flags)
   --no-fsync-count     do not count fdatasync calls with perf stat (the
                        node's own metric still counts its log's)
   --out DIR            keep results, logs and data there [a temporary
@@ -151,6 +161,8 @@ while [ $# -gt 0 ]; do
         --router) need "$@"; ROUTER=$2; shift 2 ;;
         --router-pids) need "$@"; ROUTER_PIDS=$2; shift 2 ;;
         --node-args) need "$@"; NODE_ARGS=$2; shift 2 ;;
+        --base-build) need "$@"; BASE_BUILD=$2; shift 2 ;;
+        --base-args) need "$@"; BASE_ARGS=$2; shift 2 ;;
         --no-fsync-count) FSYNC_COUNT=0; shift ;;
         --out) need "$@"; OUT=$2; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -190,6 +202,12 @@ if [ -z "$PEERBENCH" ] || [ ! -x "$PEERBENCH" ]; then
     ROWS=$(printf '%s\n' $ROWS | grep -v '^pb-' | tr '\n' ' ')
 fi
 NODE=$(cd "$(dirname "$NODE")" && pwd)/$(basename "$NODE")
+BASE_NODE=
+if [ -n "$BASE_BUILD" ]; then
+    BASE_NODE=$BASE_BUILD/node/bloomgrid-node
+    [ -x "$BASE_NODE" ] || die2 "$BASE_NODE missing (--base-build)"
+    BASE_NODE=$(cd "$(dirname "$BASE_NODE")" && pwd)/$(basename "$BASE_NODE")
+fi
 
 KEEP=1
 if [ -z "$OUT" ]; then OUT=$(mktemp -d "${TMPDIR:-/tmp}/resp_bench.XXXXXX"); KEEP=0; fi
@@ -249,13 +267,13 @@ start_redis() {  # name, extra redis-server args...
     die2 "$name did not start: $(tail -3 "$ST/$name/log")"
 }
 
-start_node() {  # name durability
-    local name=$1 dur=$2 line=""
+start_node() {  # name durability [binary extra-args]
+    local name=$1 dur=$2 bin=${3:-$NODE} args=${4-$NODE_ARGS} line=""
     mkdir -p "$ST/$name/data"
     # shellcheck disable=SC2086
-    "$NODE" --listen 127.0.0.1:0 --resp-listen 127.0.0.1:0 \
+    "$bin" --listen 127.0.0.1:0 --resp-listen 127.0.0.1:0 \
         --metrics-listen 127.0.0.1:0 --data-dir "$ST/$name/data" --durability "$dur" \
-        --log-level warn $NODE_ARGS >"$ST/$name/log" 2>&1 &
+        --log-level warn $args >"$ST/$name/log" 2>&1 &
     local pid=$!
     PIDS+=("$pid")
     for _ in $(seq 1 200); do
@@ -272,6 +290,7 @@ start_node() {  # name durability
     eval "PORT_${name//-/_}=$port PID_${name//-/_}=$pid MPORT_${name//-/_}=${mport:-}"
 }
 
+[ -n "$BASE_NODE" ] && echo "resp_bench: node-fsync-base is $BASE_NODE ($("$BASE_NODE" --version 2>/dev/null)) with \"$BASE_ARGS\""
 echo "resp_bench: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at start; $ROUNDS rounds; results in $OUT"
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -280,6 +299,7 @@ for r in $ROWS; do [ "$r" = durable-add-c50 ] && HAVE_DUR=1; done
 FAST_SYS="redisbloom node"
 [ -n "$ROUTER" ] && FAST_SYS="$FAST_SYS router"
 DUR_SYS="redisbloom-aof node-fsync"
+[ -n "$BASE_NODE" ] && DUR_SYS="$DUR_SYS node-fsync-base"
 
 start_redis redisbloom --appendonly no
 start_node node none
@@ -287,6 +307,7 @@ if [ "$HAVE_DUR" = 1 ]; then
     start_redis redisbloom-aof --appendonly yes --appendfsync always --appenddirname aof \
         --auto-aof-rewrite-percentage 0
     start_node node-fsync fsync
+    [ -n "$BASE_NODE" ] && start_node node-fsync-base fsync "$BASE_NODE" "$BASE_ARGS"
 fi
 if [ -n "$ROUTER" ]; then
     PORT_router=${ROUTER##*:}; HOST_router=${ROUTER%:*}
@@ -327,7 +348,7 @@ PERF_PID=
 fsync_count_start() {  # system: count its fsync/fdatasync calls from now
     PERF_PID=
     [ "$FSYNC_COUNT" = 1 ] || return 0
-    case $1 in redisbloom-aof|node-fsync) ;; *) return 0 ;; esac
+    case $1 in redisbloom-aof|node-fsync|node-fsync-base) ;; *) return 0 ;; esac
     perf stat -x, -o "$ST/perf.txt" -e syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync \
         -p "$(pids_of "$1")" >/dev/null 2>&1 &
     PERF_PID=$!

@@ -66,6 +66,15 @@ static const struct setting settings[] = {
      "writers its answers let go join it (more writes per fdatasync, each "
      "waiting at most this much longer); a lone writer never waits; 0: no "
      "delay (docs/STORAGE.md, Writing)"},
+    {"resp_commit", SETTING_ENUM, 0, 0, "loop|thread", "thread", F(resp_commit),
+     "with durability fsync, who commits the log records of the Redis "
+     "door's adds: loop: the door's event loop, at the end of each pass "
+     "while the log's commit thread is idle (one fdatasync for the pass's "
+     "adds, then their replies at once, as Redis's appendfsync always; the "
+     "door serves no other command during that fdatasync); thread: the "
+     "log's commit thread, as for gRPC writes (the door goes on serving "
+     "meanwhile; each reply crosses two threads) (docs/RESP.md, Durable "
+     "adds)"},
     {"max_batch_keys", SETTING_UINT | SETTING_LIVE, 1, RULES_BATCH_KEYS_MAX, NULL,
      RULES_STR(RULES_BATCH_KEYS_DEFAULT), F(max_batch_keys),
      "most keys (or hashes) in one request; more is RESOURCE_EXHAUSTED"},

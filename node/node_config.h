@@ -32,6 +32,7 @@ struct node_config {
     uint64_t checkpoint_log_percent;
     uint64_t wal_block_bytes;     /* 0: detected (wal_unit_detect) */
     uint64_t wal_commit_delay_us; /* wal_set_commit_delay */
+    char resp_commit[8];          /* "loop" or "thread" (node_resp.c) */
     _Atomic uint64_t max_batch_keys;    /* live */
     _Atomic uint64_t max_key_size;      /* live */
     uint64_t max_message_size;

@@ -6,7 +6,8 @@
  * SYNCING), a write sets its bits and queues its log record
  * (store_add_hashes_async) and is answered by the commit thread once the
  * record is durable.  The adds of one loop pass to one filter are joined
- * into one such write (below).  An add to a missing filter that may create it runs
+ * into one such write, and the writes of a pass committed by the loop
+ * thread at its end (below).  An add to a missing filter that may create it runs
  * the creation and then the add on libuv's pool.
  */
 #include "node_resp.h"
@@ -21,6 +22,7 @@
 #include "node_rpc.h"
 #include "rules.h"
 #include "store.h"
+#include "wal.h"
 
 /* A refusal in r (a gRPC handler's) as the call's failure. */
 static void fail_reply(struct resp_call *c, const struct rpc_reply *r)
@@ -127,6 +129,13 @@ struct add_batch {
 
 /* The loop thread's batch (one door, one loop thread, per process). */
 static __thread struct add_batch *held;
+/* Records started with wal_hold that the pass's end commits (wal_lead). */
+static __thread bool led_pending;
+
+/* Passes the loop drains (resp_backend.pass_drain) before committing the
+ * adds it holds: each a poll that does not wait, made only while the last
+ * one brought commands (a client's pass of writes after its replies). */
+#define LEAD_DRAIN 8
 
 /* The commit thread (or the loop thread on a refusal): finish every call
  * of b with its slice of the answers, or with rc's failure. */
@@ -158,25 +167,63 @@ static void batch_done(void *ctx, int rc)
                                    "was acknowledged" : NULL);
 }
 
-/* Start the held batch (loop thread).  Its calls finish later, or now on
- * a refusal. */
-static void batch_flush(void)
+/* Does the loop thread commit its pass's writes (resp_commit = loop)? */
+static bool leads(const struct node *n)
 {
+    return n->cfg.resp_commit[0] == 'l';
+}
+
+/* Start the held batch (loop thread).  Its calls finish later, or now on
+ * a refusal.  Leading, its log record waits for the pass's end
+ * (wal_hold): node_pass_end commits it. */
+static void batch_flush(const struct node *n)
+{
+    bool lead_commit = leads(n);
     struct add_batch *b = held;
     char err[STORE_ERRLEN] = "";
     if (!b)
         return;
     held = NULL;   /* a call finished below may resume a connection */
+    if (lead_commit) {
+        wal_hold(true);
+        led_pending = true;
+    }
     int rc = store_add_hashes_async(b->sf, b->h, b->n, b->out, batch_done, b, err);
+    if (lead_commit)
+        wal_hold(false);
     if (rc < 0)
         batch_finish(b, rc, err);
 }
 
+/* Every held add started (loop thread): before any other command. */
+static void batch_flush_all(const struct node *n)
+{
+    while (held)
+        batch_flush(n);
+}
+
+/* The end of a loop pass: the adds held are started, and their records
+ * (every add of the pass, of every filter) committed as one group by
+ * this thread when the log's commit thread is idle (wal_lead: one
+ * fdatasync, then every reply of the pass goes out from here, as Redis
+ * does with appendfsync always); otherwise the commit thread takes them.
+ * Their completions may resume connections that hold more adds. */
 static void node_pass_end(void *arg)
 {
-    (void)arg;
-    while (held)
-        batch_flush();
+    const struct node *n = arg;
+    do {
+        batch_flush_all(n);
+        led_pending = false;
+        if (leads(n))
+            wal_lead();
+    } while (held);
+}
+
+/* Does the loop hold adds whose commit it leads (durability fsync)? */
+static bool node_pass_held(void *arg)
+{
+    const struct node *n = arg;
+    return (held || led_pending) && leads(n) && n->cfg.durability[0] == 'f';
 }
 
 struct hash_into {
@@ -199,7 +246,7 @@ static int batch_hold(struct resp_call *c, struct store_filter *sf)
     if (c->n == 0 || c->n > BATCH_KEYS)
         return -1;
     if (held && (held->sf != sf || held->n + c->n > BATCH_KEYS))
-        batch_flush();
+        batch_flush(c->bctx[1]);
     struct add_batch *b = held;
     if (!b) {
         if (!(b = calloc(1, sizeof *b)))
@@ -380,7 +427,7 @@ static void node_bf(void *arg, struct resp_call *c)
     struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
     c->bctx[1] = n;
     if (c->op != RESP_BF_ADD)
-        node_pass_end(NULL);   /* the adds before it first */
+        batch_flush_all(n);   /* the adds before it first */
     struct store *s = node_rpc__need_store(n, &r);
     if (!s) {
         fail_reply(c, &r);
@@ -427,7 +474,7 @@ static void node_bf(void *arg, struct resp_call *c)
         if (sf) {
             if (!write || batch_hold(c, sf) < 0) {
                 if (write)
-                    node_pass_end(NULL);   /* in order with the held adds */
+                    batch_flush_all(n);   /* in order with the held adds */
                 apply_keys(n, c, sf);
             }
             return;
@@ -464,4 +511,6 @@ void node_resp_backend(struct node *n, struct resp_backend *be)
      * the node sees them. */
     be->reads_wait_writes = false;
     be->pass_end = node_pass_end;
+    be->pass_held = node_pass_held;
+    be->pass_drain = LEAD_DRAIN;
 }

@@ -9,8 +9,11 @@
  * Threads: bf() and pass_end() on the door's loop thread: reads and the
  * hashing of a write run there (in memory), and the adds of one loop pass
  * to a filter are joined into one write started at the pass's end; a write
- * is answered from the commit thread once durable; creations and drops
- * (disk work) run on libuv's pool.
+ * is answered from the log's completer once durable, or, with
+ * resp_commit = loop and durability fsync, from the loop thread itself,
+ * which writes and syncs the pass's records at its end when the log's
+ * commit thread is idle (wal_lead); creations and drops (disk work) run
+ * on libuv's pool.
  */
 #ifndef BLOOMGRID_NODE_RESP_H
 #define BLOOMGRID_NODE_RESP_H

@@ -174,6 +174,10 @@ struct resp_server {
     uv_async_t wake;             /* done calls and stop */
     uv_timer_t idle;
     uv_prepare_t pass;           /* be.pass_end, before every poll */
+    uv_idle_t drain;             /* be.pass_drain: active, the poll does not
+                                    wait */
+    unsigned drains;             /* passes drained since the last pass end */
+    uint64_t drain_mark;         /* dispatched when the last pass ended */
     uv_timer_t slow_timer;       /* bounds of offloaded calls, while any */
     struct resp_call_box *bounded;   /* bounded calls in the pool */
     pthread_t thread;
@@ -184,6 +188,7 @@ struct resp_server {
     atomic_uint nconns;
     uint64_t next_id;
     unsigned calls;              /* in flight, server-wide */
+    uint64_t dispatched;         /* commands dispatched (loop thread) */
     struct resp_call_box *box_cache; /* free small boxes (loop thread) */
     unsigned nbox_cache;
     struct resp_conn *dirty;     /* connections with output to flush */

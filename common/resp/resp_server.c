@@ -12,7 +12,8 @@
  * uv_try_write (the rest waits for the socket).  Calls that finish on
  * other threads are queued under a mutex and the loop woken (uv_async).
  * A backend with pass_end is called before every poll (uv_prepare), so
- * that it can join the calls of a pass (every connection's) into one.
+ * that it can join the calls of a pass (every connection's) into one;
+ * what is answered is flushed before it and again after it.
  */
 #include "resp_internal.h"
 
@@ -480,6 +481,7 @@ static void process(struct resp_conn *c)
         if (c->exec_running) {
             struct resp_queued *q = &c->queue[c->exec_next];
             struct resp_args a = {q->argc, (const char **)q->argv, q->len};
+            s->dispatched++;
             if (!resp__dispatch(c, &a)) {
                 c->blocked = true;
                 return;
@@ -529,6 +531,7 @@ static void process(struct resp_conn *c)
                 s->argl[i] = p->len[i];
             }
             struct resp_args a = {p->argc, s->argv, s->argl};
+            s->dispatched++;
             if (!resp__dispatch(c, &a)) {
                 c->blocked = true;
                 return;
@@ -730,16 +733,46 @@ static void stop_now(struct resp_server *s)
         uv_close((uv_handle_t *)&s->slow_timer, NULL);
         if (s->be.pass_end)
             uv_close((uv_handle_t *)&s->pass, NULL);
+        if (s->be.pass_end && s->be.pass_drain)
+            uv_close((uv_handle_t *)&s->drain, NULL);
     }
 }
 
-/* Before the loop polls: the backend starts the calls it held back to
- * join them; then what their failures answered is written. */
+static void on_drain(uv_idle_t *h)
+{
+    (void)h;   /* active, it makes the next poll not wait */
+}
+
+/* Before the loop polls: what is answered is written first (the
+ * backend's pass end may take a while: the node commits the pass's
+ * writes here), then the backend starts the calls it held back to join
+ * them, and what they answered is written.  Writing may let paused
+ * connections dispatch more (from input already read): then again. */
 static void on_pass_end(uv_prepare_t *p)
 {
     struct resp_server *s = p->data;
-    s->be.pass_end(s->be.arg);
+    uint64_t d;
     flush_dirty(s);
+    /* Draining (be.pass_drain): while the backend holds calls and the
+     * last pass brought commands, look once more for input without
+     * sleeping before ending the pass, at most pass_drain times. */
+    if (s->be.pass_drain && s->running && s->dispatched != s->drain_mark &&
+        s->drains < s->be.pass_drain && s->be.pass_held(s->be.arg)) {
+        s->drain_mark = s->dispatched;
+        if (s->drains++ == 0)
+            uv_idle_start(&s->drain, on_drain);
+        return;
+    }
+    if (s->drains) {
+        s->drains = 0;
+        uv_idle_stop(&s->drain);
+    }
+    do {
+        d = s->dispatched;
+        s->be.pass_end(s->be.arg);
+        flush_dirty(s);
+    } while (d != s->dispatched && s->running);
+    s->drain_mark = s->dispatched;
 }
 
 void resp__calls_changed(struct resp_server *s)
@@ -799,6 +832,8 @@ struct resp_server *resp_server_create(const struct resp_server_config *cfg,
     }
     s->cfg = *cfg;
     s->be = *be;
+    if (!s->be.pass_end || !s->be.pass_held)
+        s->be.pass_drain = 0;
     snprintf(s->listen, sizeof s->listen, "%s", cfg->listen);
     snprintf(s->prog, sizeof s->prog, "%s", cfg->prog ? cfg->prog : "bloomgrid");
     snprintf(s->version, sizeof s->version, "%s", cfg->version ? cfg->version : "");
@@ -877,6 +912,10 @@ int resp_server_start(struct resp_server *s, char *err)
         uv_prepare_init(&s->loop, &s->pass);
         s->pass.data = s;
         uv_prepare_start(&s->pass, on_pass_end);
+        if (s->be.pass_drain) {
+            uv_idle_init(&s->loop, &s->drain);
+            s->drain.data = s;
+        }
     }
     if (s->cfg.idle_ms) {
         uint64_t every = s->cfg.idle_ms / 4;

@@ -208,8 +208,22 @@ struct resp_backend {
      * calls back to join them (the node: the adds of one pass to a filter
      * as one write) starts them here; it must not leave any held when it
      * returns (a call started from here, e.g. by a connection it resumes,
-     * included), since the loop may then sleep. */
+     * included), since the loop may then sleep.  Replies ready before it
+     * are written before it is called (it may block the loop a while:
+     * the node commits the pass's writes here); when writing replies
+     * after it lets paused connections dispatch more, it is called
+     * again. */
     void (*pass_end)(void *arg);
+    /* Draining (0: none; needs pass_end and pass_held): when a pass
+     * brought commands and pass_held answers true (the backend holds
+     * calls for pass_end), the loop first polls once more without
+     * sleeping, and again while each such poll brings commands, at most
+     * pass_drain times in a row, before calling pass_end: the commands
+     * arriving in a burst (many clients answered at once sending their
+     * next) join the held ones.  Replies ready meanwhile are written at
+     * every pass. */
+    unsigned pass_drain;
+    bool (*pass_held)(void *arg);
 };
 
 struct resp_server_config {

@@ -23,6 +23,13 @@
  * hands the completion back (wal_submit_now); the commit thread waits
  * while anyone holds the writing state.
  *
+ * Led groups (wal_lead): a thread that held back the wake of the commit
+ * thread for its records (an event loop's pass) takes the writing state
+ * itself when the commit thread and the completer are idle, writes and
+ * syncs the queue as one group and runs its completions; the completer
+ * holds back what is handed to it meanwhile (led_completing), so that
+ * completions keep commit order.
+ *
  * Spares (fsync only): a discarded segment's file is kept and the next
  * segment made over it (seg_reuse): no zeros and no allocation to record.
  *
@@ -102,6 +109,9 @@ struct wal {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct wal_rec *head, *tail; /* the queue, under mu */
+    bool held;                   /* under mu: the queue holds only records
+                                    held for a leader (wal_hold): the commit
+                                    thread leaves them to it */
     bool stop, rotate;           /* under mu */
     /* Under mu: the commit thread or a submitter writing inline holds the
      * log's writing state (the fields "commit thread only" below). */
@@ -129,6 +139,9 @@ struct wal {
     pthread_cond_t ccv;
     struct wal_rec *chead, *ctail;
     bool cstop, cstarted;
+    bool cbusy;                  /* the completer runs a batch */
+    bool led_completing;         /* a leader (wal_lead) runs its group's
+                                    completions: the completer waits */
     pthread_t cthread;
     uint64_t room;               /* fsync: a segment's room; 0: none */
     uint32_t unit;               /* fsync: the write unit; 0: none */
@@ -583,15 +596,19 @@ static void *completer_main(void *arg)
     struct wal *w = arg;
     pthread_mutex_lock(&w->cmu);
     for (;;) {
-        while (!w->chead && !w->cstop)
+        /* A leader's group (wal_lead) was committed before anything
+         * queued here meanwhile: its completions run first. */
+        while ((!w->chead || w->led_completing) && !w->cstop)
             pthread_cond_wait(&w->ccv, &w->cmu);
         struct wal_rec *list = w->chead;
         w->chead = w->ctail = NULL;
         if (!list)
             break;
+        w->cbusy = true;
         pthread_mutex_unlock(&w->cmu);
         complete(list);
         pthread_mutex_lock(&w->cmu);
+        w->cbusy = false;
     }
     pthread_mutex_unlock(&w->cmu);
     return NULL;
@@ -781,7 +798,7 @@ static void *commit_main(void *arg)
 
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (w->writing || (!w->head && !w->stop && !w->rotate))
+        while (w->writing || ((!w->head || w->held) && !w->stop && !w->rotate))
             pthread_cond_wait(&w->cv, &w->mu);
         if (busy && w->delay_ns && !w->stop && w->head) {
             struct timespec until = ended;
@@ -797,6 +814,7 @@ static void *commit_main(void *arg)
         struct wal_rec *list = w->head, *last = w->tail;
         bool rotate = w->rotate;
         w->head = w->tail = NULL;
+        w->held = false;
         w->rotate = false;
         if (!list && w->stop)
             break;
@@ -1035,6 +1053,11 @@ void wal_rec_truncate(struct wal_rec *r, uint64_t len)
         r->len = len;
 }
 
+/* wal_hold / wal_lead: does this thread hold back the wake of the commit
+ * thread, and for which log it did (records of a second log wake it). */
+static __thread bool hold_on;
+static __thread struct wal *held_w;
+
 /* Queue r as the next record (or barrier) of s.  Under mu. */
 static uint64_t enqueue_locked(struct wal_stream *s, struct wal_rec *r,
                                wal_done_fn done, void *ctx)
@@ -1049,12 +1072,22 @@ static uint64_t enqueue_locked(struct wal_stream *s, struct wal_rec *r,
     atomic_fetch_add(&s->refs, 1);
     seq = r->type ? s->next_seq++ : s->next_seq - 1;
     r->seq = seq;
+    bool was_empty = !w->head;
     if (w->tail)
         w->tail->next = r;
     else
         w->head = r;
     w->tail = r;
-    pthread_cond_signal(&w->cv);
+    if (hold_on && (!held_w || held_w == w)) {
+        /* wal_lead commits it, or wakes the commit thread; until then the
+         * commit thread leaves a queue of held records alone */
+        held_w = w;
+        if (was_empty)
+            w->held = true;
+    } else {
+        w->held = false;
+        pthread_cond_signal(&w->cv);
+    }
     return seq;
 }
 
@@ -1133,6 +1166,66 @@ int wal_barrier(struct wal_stream *s, wal_done_fn done, void *ctx)
         return -ENOMEM;
     enqueue(s, r, done, ctx);
     return 0;
+}
+
+void wal_hold(bool on)
+{
+    hold_on = on;
+}
+
+size_t wal_lead(void)
+{
+    struct wal *w = held_w;
+    size_t n = 0;
+
+    if (!w)
+        return 0;
+    held_w = NULL;
+    pthread_mutex_lock(&w->mu);
+    bool lead = w->head && !w->writing && !w->rotate && !w->stop && !w->broken;
+    if (lead && w->cstarted) {
+        /* Completions in commit order: none of an earlier group may be
+         * waiting or running on the completer (nor another leader's). */
+        pthread_mutex_lock(&w->cmu);
+        lead = !w->chead && !w->cbusy && !w->led_completing;
+        if (lead)
+            w->led_completing = true;
+        pthread_mutex_unlock(&w->cmu);
+    }
+    if (!lead) {
+        w->held = false;
+        if (w->head || w->rotate)
+            pthread_cond_signal(&w->cv);   /* the commit thread takes them */
+        pthread_mutex_unlock(&w->mu);
+        return 0;
+    }
+    struct wal_rec *list = w->head;
+    w->head = w->tail = NULL;
+    w->held = false;
+    w->writing = true;
+    pthread_mutex_unlock(&w->mu);
+    write_batch(w, list);
+    for (struct wal_rec *e = list; e; e = e->next)
+        n++;
+    pthread_mutex_lock(&w->mu);
+    bool full = w->segs[w->nsegs - 1].bytes >= w->seg_target;
+    w->writing = false;
+    if (full && !w->broken)
+        w->rotate = true;   /* the commit thread starts the next segment */
+    if (w->head || w->rotate)
+        pthread_cond_signal(&w->cv);
+    w->stats.led_groups++;
+    w->stats.led_records += n;
+    pthread_mutex_unlock(&w->mu);
+    complete(list);
+    if (w->cstarted) {
+        pthread_mutex_lock(&w->cmu);
+        w->led_completing = false;
+        if (w->chead)
+            pthread_cond_signal(&w->ccv);
+        pthread_mutex_unlock(&w->cmu);
+    }
+    return n;
 }
 
 /* ---- waiting ---- */

@@ -52,7 +52,8 @@
  * completion in commit order while the commit thread starts the next
  * fsync (with WAL_SYNC_NONE there is no completer: the commit thread calls
  * them; and when it is idle wal_submit_now writes the record in the
- * submitting thread).  Whatever is submitted during an fsync goes into the next one, so
+ * submitting thread; a thread may also lead the group of its own records,
+ * wal_lead).  Whatever is submitted during an fsync goes into the next one, so
  * one fsync serves every writer that arrived meanwhile, however many
  * threads they come from.
  *
@@ -86,9 +87,9 @@
  * Threads: every function may be called from any thread at once except
  * wal_scan (before wal_open) and wal_close.  wal_open starts the commit
  * thread and, with WAL_SYNC_FSYNC, the completer; completions run on the
- * completer (on the commit thread with WAL_SYNC_NONE), one at a time, in
- * commit order, with no lock of the log held: they may submit, but must
- * not wait for the log.
+ * completer (on the commit thread with WAL_SYNC_NONE; a led group's on its
+ * leader), one at a time, in commit order, with no lock of the log held:
+ * they may submit, but must not wait for the log.
  */
 #ifndef BLOOMGRID_WAL_H
 #define BLOOMGRID_WAL_H
@@ -310,6 +311,46 @@ bool wal_submit_now(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
 /* Run now's completion if it holds one (once; later calls do nothing). */
 void wal_now_complete(struct wal_now *now);
 
+/* ---- a thread that leads its own group commit ----
+ *
+ * An event loop that takes the writes of many clients in one pass (the
+ * node's Redis door) may commit them itself when the pass ends, as Redis
+ * does with appendfsync always (it fsyncs before its loop sleeps, then
+ * writes the replies): the pass's records make one group, written and
+ * synced in the loop's thread, and their completions (which answer the
+ * clients) run there at once, with no wake of the commit thread, of the
+ * completer or of the loop between the fdatasync and the replies.  The
+ * loop does not serve its other clients meanwhile (an fdatasync long).
+ *
+ * wal_hold(true): the records and barriers the calling thread submits
+ * from then on (wal_submit, wal_submit_now, wal_barrier, through the
+ * store) are queued as usual but do not wake the commit thread (those of
+ * a second log do); wal_hold(false) ends that.  The thread must call
+ * wal_lead before it sleeps or waits for anything: until then its held
+ * records wait for it, or for the next record another thread submits
+ * (the commit thread then takes them along).
+ *
+ * wal_lead: if this thread held records since its last wal_lead, and the
+ * log's writing state is free (no group being written by the commit
+ * thread or another submitter, no completion of an earlier group waiting
+ * or running, no rotation asked for, the log not broken), take everything
+ * queued (the held records and any other thread's, in submission order),
+ * write it as one group, fdatasync it (WAL_SYNC_FSYNC) and run every
+ * completion of the group in this thread before returning, in commit
+ * order: a later group's completions (the commit thread's) wait on the
+ * completer meanwhile.  Otherwise wake the commit thread: the records go
+ * with its next group and complete on the completer as wal_submit's.
+ * Returns how many records and barriers completed here (0: nothing held,
+ * or handed to the commit thread).  A write or fdatasync that fails fails
+ * every record of the group as the commit thread's do (each completion
+ * gets the error, their streams fail, the log goes on in a new segment).
+ * Completions run here may submit; a wal_lead made inside one hands its
+ * records to the commit thread.  With WAL_SYNC_NONE (no completer) a
+ * leader's completions and the commit thread's may run at once, as with
+ * wal_submit_now.  Any thread; not during wal_close. */
+void wal_hold(bool on);
+size_t wal_lead(void);
+
 /* A barrier: done runs once every record of s submitted before it is
  * durable (rc 0), or with the error when s has failed or the log is broken.
  * Returns 0 or -ENOMEM (done is then never called). */
@@ -365,6 +406,8 @@ struct wal_stats {
     uint64_t segments_reused; /* segments made over a spare */
     uint64_t spares;          /* spares held now */
     uint64_t inline_records;  /* written by their submitter (wal_submit_now) */
+    uint64_t led_groups;      /* commit groups written by a leader (wal_lead) */
+    uint64_t led_records;     /* records and barriers in them */
 };
 void wal_stats(struct wal *w, struct wal_stats *out);
 

@@ -6,7 +6,8 @@ the commands fall into the same pass: adds of a key twice (1 then 0, also
 inside one BF.MADD), adds to two filters interleaved, a read after adds
 (sees them), BF.CARD, DEL after adds, more adds than one joined write
 holds; and two connections adding the same key (one 1, one 0).  With
-durability none and fsync.
+durability none and fsync (the door's loop committing its passes, and the
+log's commit thread).
 
 usage: test_resp_joined.py NODE_BIN"""
 import socket
@@ -55,9 +56,10 @@ class Conn:
         return ln
 
 
-def run(durability):
+def run(durability, extra=()):
     work = resplib.workdir("resp-joined-")
-    node = resplib.start_node(NODE, work, ["--durability", durability], tag="node-" + durability)
+    node = resplib.start_node(NODE, work, ["--durability", durability] + list(extra),
+                              tag="node-" + durability)
     try:
         c = Conn(node.port)
         c.send(cmd("BF.RESERVE", "j", "0.01", "100000", "NONSCALING") +
@@ -110,4 +112,5 @@ def run(durability):
 
 for d in ("none", "fsync"):
     run(d)
+run("fsync", ["--resp-commit", "loop"])
 print("ok")

@@ -92,9 +92,44 @@ static void pool_work(struct resp_call *c)
     resp_call_done(c);
 }
 
+/* filter "pass" (with_pass): held by the backend and answered at the end
+ * of the loop pass (pass_end), as the node's joined adds are. */
+static bool with_pass;
+static struct resp_call *passq[64];
+static int npass;
+static atomic_int pass_ends;
+
+static void be_pass_end(void *arg)
+{
+    (void)arg;
+    struct resp_call *v[64];
+    int n = npass;
+    memcpy(v, passq, (size_t)n * sizeof *v);
+    npass = 0;
+    if (n)
+        atomic_fetch_add(&pass_ends, 1);
+    for (int i = 0; i < n; i++)
+        answer(v[i]);   /* may resume a connection: more may be held */
+}
+
+static bool be_pass_held(void *arg)
+{
+    (void)arg;
+    return npass > 0;
+}
+
 static void be_bf(void *arg, struct resp_call *c)
 {
     (void)arg;
+    if (with_pass && strcmp(c->filter, "pass") == 0 && npass < 64) {
+        atomic_fetch_add(&calls, 1);
+        if (c->op == RESP_BF_ADD)
+            atomic_fetch_add(&adds_started, 1);
+        else if (atomic_load(&adds_started) != atomic_load(&adds_done))
+            atomic_fetch_add(&read_before_write, 1);
+        passq[npass++] = c;
+        return;
+    }
     if (strcmp(c->filter, "pool") == 0 || strcmp(c->filter, "claimed") == 0) {
         atomic_fetch_add(&calls, 1);
         if (resp_call_offload_bounded(c, pool_work, 50, "the test holds it") < 0) {
@@ -162,6 +197,13 @@ static void start_server(bool tokens, unsigned max_conns, size_t pipeline, uint6
     };
     struct resp_backend be = {.bf = be_bf, .reads_wait_writes = true,
                               .auth = tokens ? be_auth : NULL};
+    if (with_pass) {
+        be.pass_end = be_pass_end;
+        be.pass_held = be_pass_held;
+        be.pass_drain = 4;
+        npass = 0;
+        atomic_store(&pass_ends, 0);
+    }
     atomic_store(&release, false);
     atomic_store(&stop_finisher, false);
     atomic_store(&calls, 0);
@@ -274,6 +316,31 @@ START_TEST(a_read_waits_for_the_connections_writes_to_its_filter)
     ck_assert_int_eq(atomic_load(&calls), 4);
     close(fd);
     stop_server();
+}
+END_TEST
+
+/* A call held for the pass's end whose answer (given in pass_end) lets its
+ * connection dispatch a command that is held too (a read waiting for the
+ * connection's write to its filter): the loop calls pass_end again before
+ * it sleeps, so both are answered (with one pass_end per pass the read
+ * would wait for the next event, here none).  With draining on: draining
+ * ends when a poll brings nothing. */
+START_TEST(a_call_held_by_the_pass_end_it_resumed_is_answered)
+{
+    char b[3][128], all[512];
+    with_pass = true;
+    start_server(false, 100, 1 << 20, 0);
+    int fd = dial();
+    snprintf(all, sizeof all, "%s%s%s", cmd(b[0], "BF.ADD", "pass", "a"),
+             cmd(b[1], "BF.EXISTS", "pass", "yes"), cmd(b[2], "BF.MADD", "pass", "c"));
+    send_all(fd, all, strlen(all));
+    expect(fd, ":1\r\n:1\r\n*1\r\n:1\r\n");
+    ck_assert_int_eq(atomic_load(&read_before_write), 0);
+    ck_assert_int_eq(atomic_load(&calls), 3);
+    ck_assert_int_ge(atomic_load(&pass_ends), 2);   /* the read came after */
+    close(fd);
+    stop_server();
+    with_pass = false;
 }
 END_TEST
 
@@ -511,6 +578,7 @@ Suite *resp_server_suite(void)
     tcase_add_test(t, a_pipeline_past_its_budget_is_not_read);
     tcase_add_test(t, idle_connections_are_closed);
     tcase_add_test(t, a_bounded_offload_is_answered_by_its_bound);
+    tcase_add_test(t, a_call_held_by_the_pass_end_it_resumed_is_answered);
     suite_add_tcase(s, t);
     return s;
 }

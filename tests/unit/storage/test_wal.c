@@ -1814,6 +1814,292 @@ START_TEST(a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group)
 }
 END_TEST
 
+/* ---- a thread leading its own group commit (wal_hold, wal_lead) ---- */
+
+struct led {
+    atomic_int calls;          /* completions run */
+    int rc[32];
+    uint64_t lsn[32];
+    bool in_leader[32];        /* ran in the thread that led */
+    int done_at_sync;          /* completions run when the fdatasync began */
+    pthread_t leader;
+};
+static struct led led;
+static _Atomic int led_syncs, led_fail_at;
+
+/* Counts fdatasyncs, notes how many completions had run when it began,
+ * and fails call number led_fail_at (1-based; 0: none) with EIO. */
+static int led_fdatasync(int fd)
+{
+    int k = atomic_fetch_add(&led_syncs, 1) + 1;
+
+    if (k == 1)
+        led.done_at_sync = atomic_load(&led.calls);
+    if (k == atomic_load(&led_fail_at)) {
+        errno = EIO;
+        return -1;
+    }
+    return fdatasync(fd);
+}
+
+static void led_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
+{
+    int i = (int)(intptr_t)ctx;
+
+    (void)seq;
+    led.rc[i] = rc;
+    led.lsn[i] = lsn;
+    led.in_leader[i] = pthread_equal(pthread_self(), led.leader);
+    atomic_fetch_add(&led.calls, 1);
+}
+
+static void led_reset(void)
+{
+    memset(&led, 0, sizeof(led));
+    led.leader = pthread_self();
+    atomic_store(&led_syncs, 0);
+    atomic_store(&led_fail_at, 0);
+}
+
+/* Records held by a thread (two streams, a barrier among them) do not
+ * wake the commit thread: nothing is written until the thread leads.
+ * wal_lead then commits them all as one group with one fdatasync, before
+ * which no completion ran, and runs every completion once, in the
+ * leading thread, in submission order (LSNs 1..n); a second wal_lead has
+ * nothing to do.  The records read back in order. */
+START_TEST(a_led_group_commits_the_held_records_once_after_its_sync)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal_stats st;
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);
+    struct wal_stream *s1 = wal_stream_open(w, 1, "one", 1);
+    struct wal_stream *s2 = wal_stream_open(w, 2, "two", 1);
+
+    led_reset();
+    wal__fdatasync = led_fdatasync;
+    wal_hold(true);
+    for (int i = 0; i < 10; i++) {
+        uint64_t v = 100 + (uint64_t)i;
+        if (i == 5)
+            ck_assert_int_eq(wal_barrier(s1, led_done, (void *)(intptr_t)10), 0);
+        wal_submit(i % 2 ? s2 : s1, wal_rec_new(WAL_REC_ADD, &v, 8), led_done,
+                   (void *)(intptr_t)i);
+    }
+    wal_hold(false);
+    usleep(50000);   /* a commit thread woken would have written them */
+    ck_assert_int_eq(atomic_load(&led_syncs), 0);
+    ck_assert_int_eq(atomic_load(&led.calls), 0);
+    ck_assert_uint_eq(wal_durable_lsn(w), 0);
+    ck_assert_uint_eq(wal_lead(), 11);
+    ck_assert_int_eq(atomic_load(&led_syncs), 1);
+    ck_assert_int_eq(led.done_at_sync, 0);   /* nothing answered before it */
+    ck_assert_int_eq(atomic_load(&led.calls), 11);
+    for (int i = 0; i < 10; i++) {
+        ck_assert_int_eq(led.rc[i], 0);
+        ck_assert_uint_eq(led.lsn[i], (uint64_t)i + 1);
+        ck_assert(led.in_leader[i]);
+    }
+    ck_assert_int_eq(led.rc[10], 0);
+    ck_assert_uint_eq(led.lsn[10], 5);   /* after s1's records 0, 2, 4 */
+    ck_assert(led.in_leader[10]);
+    ck_assert_uint_eq(wal_durable_lsn(w), 10);
+    ck_assert_uint_eq(wal_lead(), 0);
+    usleep(20000);
+    ck_assert_int_eq(atomic_load(&led.calls), 11);   /* once each */
+    ck_assert_int_eq(atomic_load(&led_syncs), 1);
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.led_groups, 1);
+    ck_assert_uint_eq(st.led_records, 11);
+    ck_assert_uint_eq(st.syncs, 1);
+    /* Not held: the commit thread writes as before. */
+    ck_assert_int_eq(append(s1, 200), 0);
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.led_groups, 1);
+    ck_assert_uint_eq(st.syncs, 2);
+    wal_stream_close(s1);
+    wal_stream_close(s2);
+    wal_close(w);
+    wal__fdatasync = fdatasync;
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 11);
+    for (uint64_t i = 0; i < 10; i++)
+        ck_assert_uint_eq(seen.val[i], 100 + i);
+    ck_assert_uint_eq(seen.val[10], 200);
+}
+END_TEST
+
+/* The fdatasync of a led group fails: every record of the group (of both
+ * its streams) completes with the error, in the leading thread, none
+ * with 0; both streams fail; the log goes on in a new segment for a
+ * stream with nothing in the group, and the failed records are not read
+ * back. */
+START_TEST(a_failed_led_sync_fails_every_record_of_its_group)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);
+    struct wal_stream *s1 = wal_stream_open(w, 1, "one", 1);
+    struct wal_stream *s2 = wal_stream_open(w, 2, "two", 1);
+    struct wal_stream *s3 = wal_stream_open(w, 3, "three", 1);
+
+    led_reset();
+    uint64_t one = 1;
+    wal_hold(true);   /* durable before (led: the commit thread stays idle) */
+    wal_submit(s3, wal_rec_new(WAL_REC_ADD, &one, 8), led_done, (void *)(intptr_t)31);
+    wal_hold(false);
+    ck_assert_uint_eq(wal_lead(), 1);
+    ck_assert_int_eq(led.rc[31], 0);
+    led_reset();
+    atomic_store(&led_fail_at, 1);
+    wal__fdatasync = led_fdatasync;
+    wal_hold(true);
+    for (int i = 0; i < 6; i++) {
+        uint64_t v = 10 + (uint64_t)i;
+        wal_submit(i % 2 ? s2 : s1, wal_rec_new(WAL_REC_ADD, &v, 8), led_done,
+                   (void *)(intptr_t)i);
+    }
+    wal_hold(false);
+    ck_assert_uint_eq(wal_lead(), 6);
+    ck_assert_int_eq(atomic_load(&led.calls), 6);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(led.rc[i], -EIO);
+        ck_assert(led.in_leader[i]);
+    }
+    ck_assert(wal_stream_failed(s1, NULL));
+    ck_assert(wal_stream_failed(s2, NULL));
+    ck_assert_int_eq(wal_stream_error(s1), -EIO);
+    ck_assert(!wal_stream_failed(s3, NULL));
+    ck_assert_uint_eq(wal_durable_lsn(w), 1);
+    ck_assert_int_eq(append(s3, 2), 0);   /* the log goes on */
+    struct res r = {0};
+    submit_v(s1, 99, &r);                 /* a failed stream stays failed */
+    wait_calls(&r);
+    ck_assert_int_eq(r.rc, -EIO);
+    wal_stream_close(s1);
+    wal_stream_close(s2);
+    wal_stream_close(s3);
+    wal_close(w);
+    wal__fdatasync = fdatasync;
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 2);
+    ck_assert_uint_eq(seen.val[0], 1);
+    ck_assert_uint_eq(seen.val[1], 2);
+    ck_assert_uint_eq(seen.damages, 0);
+}
+END_TEST
+
+/* A thread cannot lead while the commit thread writes a group, nor while
+ * an earlier group's completions are pending: its held records then go
+ * with the commit thread's next group and complete on the completer,
+ * after the earlier ones (commit order), once each and never before
+ * their fdatasync. */
+START_TEST(a_lead_while_the_log_is_busy_hands_the_records_to_the_commit_thread)
+{
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);
+    struct wal_stream *s = wal_stream_open(w, 1, "one", 1);
+    struct wal_stats st;
+    uint64_t v = 1;
+
+    /* The commit thread is in an fdatasync. */
+    led_reset();
+    atomic_store(&gate_calls, 0);
+    atomic_store(&gate_open, false);
+    wal__fdatasync = held_fdatasync;
+    struct res ra = {0};
+    submit_v(s, 1, &ra);
+    while (atomic_load(&gate_calls) < 1)
+        usleep(1000);
+    wal_hold(true);
+    wal_submit(s, wal_rec_new(WAL_REC_ADD, &v, 8), led_done, (void *)(intptr_t)0);
+    wal_hold(false);
+    ck_assert_uint_eq(wal_lead(), 0);
+    ck_assert_int_eq(atomic_load(&led.calls), 0);
+    atomic_store(&gate_open, true);
+    wait_calls(&ra);
+    for (int i = 0; i < 10000 && atomic_load(&led.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&led.calls), 1);
+    ck_assert_int_eq(led.rc[0], 0);
+    ck_assert_uint_eq(led.lsn[0], 2);
+    ck_assert(!led.in_leader[0]);
+
+    /* An earlier group's completion is running (stuck) on the completer. */
+    wal__fdatasync = fdatasync;
+    atomic_store(&stuck_in, false);
+    atomic_store(&stuck_release, false);
+    atomic_store(&order_n, 0);
+    v = 3;
+    wal_submit(s, wal_rec_new(WAL_REC_ADD, &v, 8), stuck_done, (void *)(intptr_t)1);
+    for (int i = 0; i < 10000 && !atomic_load(&stuck_in); i++)
+        usleep(1000);
+    ck_assert(atomic_load(&stuck_in));
+    v = 4;
+    wal_hold(true);
+    wal_submit(s, wal_rec_new(WAL_REC_ADD, &v, 8), next_done, (void *)(intptr_t)2);
+    wal_hold(false);
+    ck_assert_uint_eq(wal_lead(), 0);
+    for (int i = 0; i < 10000 && wal_durable_lsn(w) < 4; i++)
+        usleep(1000);
+    ck_assert_uint_eq(wal_durable_lsn(w), 4);   /* the commit thread wrote it */
+    ck_assert_int_eq(atomic_load(&order_n), 0);
+    atomic_store(&stuck_release, true);
+    for (int i = 0; i < 10000 && atomic_load(&order_n) < 2; i++)
+        usleep(1000);
+    ck_assert_int_eq(order_seen[0], 1);
+    ck_assert_int_eq(order_seen[1], 2);
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.led_groups, 0);
+    wal_stream_close(s);
+    wal_close(w);
+}
+END_TEST
+
+/* While a leader runs its group's completions, a later group the commit
+ * thread commits meanwhile completes only after them (commit order): a
+ * completion of the led group submits a record (not held) and waits until
+ * it is durable; that record's completion has not run when the led
+ * completion returns, and runs after. */
+static struct wal_stream *later_s;
+static struct res later_r;
+static _Atomic bool later_ran_early;
+
+static void led_then_submit_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
+{
+    struct wal *w = ctx;
+
+    (void)seq;
+    (void)lsn;
+    ck_assert_int_eq(rc, 0);
+    submit_v(later_s, 77, &later_r);
+    for (int i = 0; i < 10000 && wal_durable_lsn(w) < 2; i++)
+        usleep(1000);
+    ck_assert_uint_eq(wal_durable_lsn(w), 2);
+    usleep(20000);   /* a completer not held back would run it now */
+    atomic_store(&later_ran_early, __atomic_load_n(&later_r.calls, __ATOMIC_SEQ_CST) != 0);
+}
+
+START_TEST(a_later_group_completes_after_the_led_one)
+{
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);
+    struct wal_stream *s = wal_stream_open(w, 1, "one", 1);
+    uint64_t v = 1;
+
+    later_s = s;
+    memset(&later_r, 0, sizeof(later_r));
+    atomic_store(&later_ran_early, true);
+    wal_hold(true);
+    wal_submit(s, wal_rec_new(WAL_REC_ADD, &v, 8), led_then_submit_done, w);
+    wal_hold(false);
+    ck_assert_uint_eq(wal_lead(), 1);
+    ck_assert(!atomic_load(&later_ran_early));
+    wait_calls(&later_r);
+    ck_assert_int_eq(later_r.rc, 0);
+    wal_stream_close(s);
+    wal_close(w);
+}
+END_TEST
+
 Suite *wal_suite(void)
 {
     Suite *s = suite_create("wal");
@@ -1849,6 +2135,10 @@ Suite *wal_suite(void)
     tcase_add_test(tc, inline_and_queued_records_keep_order_and_complete_once);
     tcase_add_test(tc, an_inline_write_that_fails_fails_its_record_and_stream_only);
     tcase_add_test(tc, a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group);
+    tcase_add_test(tc, a_led_group_commits_the_held_records_once_after_its_sync);
+    tcase_add_test(tc, a_failed_led_sync_fails_every_record_of_its_group);
+    tcase_add_test(tc, a_lead_while_the_log_is_busy_hands_the_records_to_the_commit_thread);
+    tcase_add_test(tc, a_later_group_completes_after_the_led_one);
     suite_add_tcase(s, tc);
     return s;
 }

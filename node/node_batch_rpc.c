@@ -410,8 +410,14 @@ static int batch_message(void *state, const uint8_t *buf, size_t len,
     pthread_mutex_lock(&bs->mu);
     bool full = ++bs->count == BATCH_WINDOW;
     pthread_mutex_unlock(&bs->mu);
+    /* A message's writes to many shards: their log records in one write
+     * (store_log_hold_begin; their completions run at its end). */
+    if (b->writes && b->s)
+        store_log_hold_begin(b->s);
     for (size_t k = 0; k < b->n; k++)
         msg_apply(b, k);
+    if (b->writes && b->s)
+        store_log_hold_end(b->s);
     unsigned holds = 0;
     pthread_mutex_lock(&bs->mu);
     b->applied = true;

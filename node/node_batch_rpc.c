@@ -26,7 +26,10 @@
  * write before the answer to the last one is in gets it into the next
  * fsync instead of waiting a whole fsync for its turn.  Answers are posted
  * in request order whatever order the messages become durable in.  No
- * thread waits per entry and none is created.
+ * thread waits per entry and none is created.  With durability none and
+ * the log idle, the loop holds the records of a message's writes and
+ * writes them with one write() after applying its last entry
+ * (store_log_hold_begin), where their completions run.
  */
 #include <errno.h>
 #include <pthread.h>

@@ -296,12 +296,16 @@ static void lane_kick(struct link_lane *ln)
     size_t nmd = rpc_channel_metadata(l->ch, &md);
     size_t n = rpc_ops_send_md(ops, &s->md_sent, bb, md, nmd);
     /* With no receive posted, the answer's receive goes in the send's
-     * batch when the lane is joined: one completion for both (no wake-up
-     * of the queue's thread for the send alone), and the flow-control
-     * update that posting a receive makes leaves with the message instead
-     * of in a packet of its own. */
+     * batch when the write lane is joined: one completion for both (no
+     * wake-up of the queue's thread for the send alone), and the
+     * flow-control update that posting a receive makes leaves with the
+     * message instead of in a packet of its own.  (The read lane receives
+     * again as soon as an answer is in, on the thread that reads the
+     * queue: joined, the receive's work moved onto the sending thread, a
+     * RESP loop serving many connections, and cost reads through it more
+     * than it saved.) */
     bool join = !s->receiving && ln->joined &&
-                (ln->kind == LANE_READ || grpc_byte_buffer_length(bb) <= LINK_JOIN_BYTES);
+                grpc_byte_buffer_length(bb) <= LINK_JOIN_BYTES;
     if (join)
         n += rpc_ops_recv(ops + n, false, &s->md_initial, &s->recv_buf);
     m->s = s;
@@ -394,14 +398,17 @@ static void recv_handle(struct link_stream *s, bool got,
         return;
     }
     struct link_msg *m = inflight_pop(ln);
-    /* The write lane joins its next send with its receive only while an
-     * answer comes quickly and finds nothing else waiting (router_link_int.h,
+    /* The write lane's next send joins its receive only while an answer
+     * comes quickly and finds nothing else waiting (router_link_int.h,
      * LINK_JOIN_NS). */
-    ln->joined = ln->kind == LANE_READ ||
-                 (!ln->qhead && !ln->ihead && now_ns() - m->sent_ns <= LINK_JOIN_NS);
+    ln->joined = ln->kind == LANE_WRITE && !ln->qhead && !ln->ihead &&
+                 now_ns() - m->sent_ns <= LINK_JOIN_NS;
     router_link__msg_deliver(l, m, resp);
     free(m);
-    if (ln->ihead && ln->ihead->s == s && !stream_post_recv(s, false)) {
+    /* The read lane, and a lane with a message still in flight, receive
+     * again at once. */
+    if ((ln->kind == LANE_READ || (ln->ihead && ln->ihead->s == s)) &&
+        !stream_post_recv(s, false)) {
         s->ended = true;
         grpc_call_cancel(s->call, NULL);
         return;
@@ -670,7 +677,7 @@ struct router_link *router_link_create(const char *addr,
     for (int k = 0; k < LANES; k++) {
         l->lane[k].l = l;
         l->lane[k].kind = k;
-        l->lane[k].joined = true;
+        l->lane[k].joined = k == LANE_WRITE;
     }
     rpc_arena_init(&l->arena, 4 * cfg->max_message + (1u << 20));
     if (pthread_create(&l->thread, NULL, l->own_cq ? link_main : link_deadlines, l) != 0) {

@@ -34,7 +34,8 @@ enum { LANE_READ, LANE_WRITE, LANES };
  * answer came within LINK_JOIN_NS with nothing else waiting: a joined
  * send's end is known only with its answer, so the lane's second message
  * waits for it.  Under load, for big writes, and where a node's answers
- * wait for an fsync, the write lane keeps its window. */
+ * wait for an fsync, the write lane keeps its window.  The read lane never
+ * joins (router_link.c, lane_kick). */
 #define LINK_JOIN_BYTES (16u << 10)
 #define LINK_JOIN_NS 300000
 
@@ -104,9 +105,8 @@ struct link_lane {
     struct link_msg *ihead, *itail;
     unsigned ninflight;
     uint64_t next_id;
-    /* Send the next message with the receive of its answer in one batch:
-     * always on the read lane (one message in flight anyway); on the write
-     * lane as LINK_JOIN_BYTES and LINK_JOIN_NS say (lane_kick). */
+    /* Write lane: send the next message with the receive of its answer in
+     * one batch, as LINK_JOIN_BYTES and LINK_JOIN_NS say (lane_kick). */
     bool joined;
 };
 

@@ -24,7 +24,7 @@
  *               passed, sent or still queued, a call past node_queue_mb gets
  *               RESOURCE_EXHAUSTED, and after SIGCONT the router serves
  *               again on a new stream.
- *   joined      lone calls (each message sent with its answer's receive in
+ *   joined      lone calls (each write sent with its answer's receive in
  *               one batch) alternating with bursts of concurrent writes
  *               (the write stream then sends on its own, two in flight):
  *               every call is one message and gets its own answers; a
@@ -616,8 +616,8 @@ static void test_joined(void)
         keys_free(k, JO_BURST);
     }
 
-    /* Both lanes idle and joined: a lone read and a lone write go out with
-     * their receives, and the node never answers. */
+    /* Both lanes idle (the write lane joined): a lone read and a lone
+     * write to a node that never answers. */
     harness_sigstop(c.node[0].pid);
     jo_stopped_call(r, "MayContain", "jo-lone-1-0");
     jo_stopped_call(r, "Add", "jo-stopped");

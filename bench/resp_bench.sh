@@ -26,7 +26,7 @@
 #   exists-p32   redis-benchmark -c 1  -P 32 BF.EXISTS ...
 #   add-c50      redis-benchmark -c 50 -P 1  BF.ADD slugs __rand_int__
 #   add-p32      redis-benchmark -c 1  -P 32 BF.ADD ...
-#     (systems: redisbloom, node, router)
+#     (systems: redisbloom, node, router, router-b)
 #   durable-add-c50  redis-benchmark -c 50 BF.ADD (redisbloom-aof, node-fsync,
 #                    and node-fsync-base with --base-build)
 #   pb-add-1, pb-add-100, pb-query-1, pb-query-100
@@ -81,6 +81,8 @@ REDISBLOOM=
 PEERBENCH=
 ROUTER=
 ROUTER_PIDS=
+ROUTER_B=
+ROUTER_B_PIDS=
 NODE_ARGS=
 BASE_BUILD=
 BASE_ARGS=
@@ -120,6 +122,11 @@ and ~300 MiB of memory.
                        (system "router"; the script drops and recreates
                        its filter slugs through it: admin role, no tokens)
   --router-pids "P.."  the router's (and its nodes') PIDs, for its CPU
+  --router-b HOST:PORT, --router-b-pids "P.."
+                       a second router measured the same way (system
+                       "router-b"), e.g. another build in front of a node
+                       of its own, in the same rounds: every row takes
+                       turns over all systems
   --node-args "..."    extra flags for both nodes
   --base-build DIR     also run DIR/node/bloomgrid-node (durability fsync) in
                        the durable row, as system node-fsync-base: another
@@ -160,6 +167,8 @@ while [ $# -gt 0 ]; do
         --peerbench) need "$@"; PEERBENCH=$2; PEERBENCH_SET=1; shift 2 ;;
         --router) need "$@"; ROUTER=$2; shift 2 ;;
         --router-pids) need "$@"; ROUTER_PIDS=$2; shift 2 ;;
+        --router-b) need "$@"; ROUTER_B=$2; shift 2 ;;
+        --router-b-pids) need "$@"; ROUTER_B_PIDS=$2; shift 2 ;;
         --node-args) need "$@"; NODE_ARGS=$2; shift 2 ;;
         --base-build) need "$@"; BASE_BUILD=$2; shift 2 ;;
         --base-args) need "$@"; BASE_ARGS=$2; shift 2 ;;
@@ -298,6 +307,7 @@ HAVE_DUR=0
 for r in $ROWS; do [ "$r" = durable-add-c50 ] && HAVE_DUR=1; done
 FAST_SYS="redisbloom node"
 [ -n "$ROUTER" ] && FAST_SYS="$FAST_SYS router"
+[ -n "$ROUTER_B" ] && FAST_SYS="$FAST_SYS router-b"
 DUR_SYS="redisbloom-aof node-fsync"
 [ -n "$BASE_NODE" ] && DUR_SYS="$DUR_SYS node-fsync-base"
 
@@ -312,6 +322,10 @@ fi
 if [ -n "$ROUTER" ]; then
     PORT_router=${ROUTER##*:}; HOST_router=${ROUTER%:*}
     PID_router=$ROUTER_PIDS
+fi
+if [ -n "$ROUTER_B" ]; then
+    PORT_router_b=${ROUTER_B##*:}; HOST_router_b=${ROUTER_B%:*}
+    PID_router_b=$ROUTER_B_PIDS
 fi
 
 host_of() { local v="HOST_${1//-/_}"; echo "${!v:-127.0.0.1}"; }
@@ -390,7 +404,7 @@ sample_present() {  # fraction of 1000 random keys of the keyspace present
 SETUP_SYS="$FAST_SYS"
 [ "$HAVE_DUR" = 1 ] && SETUP_SYS="$SETUP_SYS $DUR_SYS"
 for s in $SETUP_SYS; do
-    [ "$s" = router ] && { rcli router DEL slugs >/dev/null || true; }
+    case $s in router*) rcli "$s" DEL slugs >/dev/null || true ;; esac
     r=$(rcli "$s" BF.RESERVE slugs "$ERROR_RATE" "$CAPACITY" NONSCALING)
     [ "$r" = OK ] || die2 "$s: BF.RESERVE answered: $r"
     t0=$(date +%s.%N)
@@ -408,7 +422,7 @@ done
 
 if [[ " $ROWS " == *" pb-query-"* ]]; then
     for s in $FAST_SYS; do
-        [ "$s" = router ] && { rcli router DEL pbq >/dev/null || true; }
+        case $s in router*) rcli "$s" DEL pbq >/dev/null || true ;; esac
         r=$(rcli "$s" BF.RESERVE pbq "$ERROR_RATE" "$CAPACITY" NONSCALING)
         [ "$r" = OK ] || die2 "$s: BF.RESERVE pbq answered: $r"
         "$PEERBENCH" --proto resp --addr "$(host_of "$s"):$(port_of "$s")" --filter pbq \
@@ -499,7 +513,7 @@ run_row() {  # round row system
             local b=${w#pb-add-} d=$DEPTH1
             [ "$b" = 1 ] || d=$DEPTHB
             PBSEED=$((PBSEED + 1))
-            [ "$s" = router ] && { rcli router DEL pba >/dev/null || true; }
+            case $s in router*) rcli "$s" DEL pba >/dev/null || true ;; esac
             rcli "$s" BF.RESERVE pba "$ERROR_RATE" "$CAPACITY" NONSCALING >/dev/null
             run_pb "$r" "$w" "$s" pba --op add --batch "$b" --depth "$d" --seed "$PBSEED" --max-keys "$CAPACITY"
             rcli "$s" DEL pba >/dev/null ;;

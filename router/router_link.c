@@ -185,6 +185,7 @@ static bool stream_post_recv(struct link_stream *s, bool first)
     if (grpc_call_start_batch(s->call, ops, n, &s->tags[TAG_RECV], NULL) != GRPC_CALL_OK)
         return false;
     s->ops++;
+    s->receiving = true;
     return true;
 }
 
@@ -204,7 +205,7 @@ static int lane_open(struct link_lane *ln)
         free(s);
         return -1;
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < TAGS; k++) {
         s->tags[k].hdr.kind = RPC_LOOP_TAG;
         s->tags[k].hdr.fn = link_event;
         s->tags[k].s = s;
@@ -290,12 +291,26 @@ static void lane_kick(struct link_lane *ln)
                   "router out of memory for a message to node %s", l->addr);
         return;
     }
-    grpc_op ops[2];
+    grpc_op ops[4];
     grpc_metadata *md;
     size_t nmd = rpc_channel_metadata(l->ch, &md);
     size_t n = rpc_ops_send_md(ops, &s->md_sent, bb, md, nmd);
+    /* With no receive posted, the answer's receive goes in the send's
+     * batch when the write lane is joined: one completion for both (no
+     * wake-up of the queue's thread for the send alone), and the
+     * flow-control update that posting a receive makes leaves with the
+     * message instead of in a packet of its own.  (The read lane receives
+     * again as soon as an answer is in, on the thread that reads the
+     * queue: joined, the receive's work moved onto the sending thread, a
+     * RESP loop serving many connections, and cost reads through it more
+     * than it saved.) */
+    bool join = !s->receiving && ln->joined &&
+                grpc_byte_buffer_length(bb) <= LINK_JOIN_BYTES;
+    if (join)
+        n += rpc_ops_recv(ops + n, false, &s->md_initial, &s->recv_buf);
     m->s = s;
     m->next = NULL;
+    m->sent_ns = now_ns();
     if (ln->itail)
         ln->itail->next = m;
     else
@@ -303,7 +318,11 @@ static void lane_kick(struct link_lane *ln)
     ln->itail = m;
     ln->ninflight++;
     s->send_buf = bb;
-    if (grpc_call_start_batch(s->call, ops, n, &s->tags[TAG_SEND], NULL) != GRPC_CALL_OK) {
+    /* Otherwise a receive is posted before the send, as always when a
+     * message is in flight. */
+    if ((!join && !s->receiving && !stream_post_recv(s, false)) ||
+        grpc_call_start_batch(s->call, ops, n, &s->tags[join ? TAG_SENDRECV : TAG_SEND],
+                              NULL) != GRPC_CALL_OK) {
         /* The status that follows the cancel fails the message. */
         s->ended = true;
         grpc_call_cancel(s->call, NULL);
@@ -311,6 +330,8 @@ static void lane_kick(struct link_lane *ln)
     }
     s->ops++;
     s->sending = true;
+    if (join)
+        s->receiving = true;
 }
 
 
@@ -335,49 +356,100 @@ static void on_send(struct link_stream *s, bool ok)
 }
 
 
-static void on_recv(struct link_stream *s, bool ok)
+/* Decode an answer (before the mutex is taken: only the thread that
+ * reads the queue receives, and the arena is its own).  NULL when it
+ * does not parse. */
+static Bloomgrid__V1__BatchResponse *recv_decode(struct router_link *l,
+                                                 grpc_byte_buffer *bb)
+{
+    Bloomgrid__V1__BatchResponse *resp = NULL;
+    grpc_byte_buffer_reader rd;
+    if (grpc_byte_buffer_reader_init(&rd, bb)) {
+        grpc_slice sl = grpc_byte_buffer_reader_readall(&rd);
+        grpc_byte_buffer_reader_destroy(&rd);
+        rpc_arena_reset(&l->arena);
+        resp = bloomgrid__v1__batch_response__unpack(rpc_arena_allocator(&l->arena),
+                                                     GRPC_SLICE_LENGTH(sl),
+                                                     GRPC_SLICE_START_PTR(sl));
+        grpc_slice_unref(sl);
+    }
+    return resp;
+}
+
+/* s's receive completed: got says a message came (resp is it decoded, or
+ * NULL).  Hand it to the oldest message in flight and go on.  Caller holds
+ * the mutex. */
+static void recv_handle(struct link_stream *s, bool got,
+                        const Bloomgrid__V1__BatchResponse *resp)
 {
     struct link_lane *ln = s->lane;
     struct router_link *l = ln->l;
-    grpc_byte_buffer *bb = s->recv_buf;
-    s->recv_buf = NULL;
-    Bloomgrid__V1__BatchResponse *resp = NULL;
-    if (ok && bb) {
-        /* Decoded before the mutex is taken; only this thread receives. */
-        grpc_byte_buffer_reader rd;
-        if (grpc_byte_buffer_reader_init(&rd, bb)) {
-            grpc_slice sl = grpc_byte_buffer_reader_readall(&rd);
-            grpc_byte_buffer_reader_destroy(&rd);
-            rpc_arena_reset(&l->arena);
-            resp = bloomgrid__v1__batch_response__unpack(rpc_arena_allocator(&l->arena),
-                                                         GRPC_SLICE_LENGTH(sl),
-                                                         GRPC_SLICE_START_PTR(sl));
-            grpc_slice_unref(sl);
-        }
-    }
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
-    pthread_mutex_lock(&l->mu);
-    s->ops--;
-    if (!ok || !bb) {
+    s->receiving = false;
+    if (!got) {
         s->ended = true;        /* the status follows */
-    } else if (!resp || !ln->ihead || ln->ihead->s != s || ln->ihead->id != resp->id) {
+        return;
+    }
+    if (!resp || !ln->ihead || ln->ihead->s != s || ln->ihead->id != resp->id) {
         log_warn("node %s: an answer on the %s stream that does not parse or "
                  "matches no message; reopening it", l->addr, lane_names[ln->kind]);
         s->bad_answer = true;
         s->ended = true;
         grpc_call_cancel(s->call, NULL);
-    } else {
-        struct link_msg *m = inflight_pop(ln);
-        router_link__msg_deliver(l, m, resp);
-        free(m);
-        if (!stream_post_recv(s, false)) {
-            s->ended = true;
-            grpc_call_cancel(s->call, NULL);
-        } else {
-            lane_kick(ln);
-        }
+        return;
     }
+    struct link_msg *m = inflight_pop(ln);
+    /* The write lane's next send joins its receive only while an answer
+     * comes quickly and finds nothing else waiting (router_link_int.h,
+     * LINK_JOIN_NS). */
+    ln->joined = ln->kind == LANE_WRITE && !ln->qhead && !ln->ihead &&
+                 now_ns() - m->sent_ns <= LINK_JOIN_NS;
+    router_link__msg_deliver(l, m, resp);
+    free(m);
+    /* The read lane, and a lane with a message still in flight, receive
+     * again at once. */
+    if ((ln->kind == LANE_READ || (ln->ihead && ln->ihead->s == s)) &&
+        !stream_post_recv(s, false)) {
+        s->ended = true;
+        grpc_call_cancel(s->call, NULL);
+        return;
+    }
+    lane_kick(ln);
+}
+
+static void on_recv(struct link_stream *s, bool ok)
+{
+    struct router_link *l = s->lane->l;
+    grpc_byte_buffer *bb = s->recv_buf;
+    s->recv_buf = NULL;
+    Bloomgrid__V1__BatchResponse *resp = ok && bb ? recv_decode(l, bb) : NULL;
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    pthread_mutex_lock(&l->mu);
+    s->ops--;
+    recv_handle(s, ok && bb, resp);
+    stream_maybe_free(s);
+    link_unlock(l);
+}
+
+/* A message sent with the receive of its answer (lane_kick, joined). */
+static void on_sendrecv(struct link_stream *s, bool ok)
+{
+    struct router_link *l = s->lane->l;
+    grpc_byte_buffer *bb = s->recv_buf;
+    s->recv_buf = NULL;
+    Bloomgrid__V1__BatchResponse *resp = ok && bb ? recv_decode(l, bb) : NULL;
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    pthread_mutex_lock(&l->mu);
+    s->ops--;
+    s->sending = false;
+    grpc_byte_buffer_destroy(s->send_buf);
+    s->send_buf = NULL;
+    if (!ok && !s->ended) {
+        s->ended = true;
+        grpc_call_cancel(s->call, NULL);
+    }
+    recv_handle(s, ok && bb, resp);
     stream_maybe_free(s);
     link_unlock(l);
 }
@@ -497,8 +569,13 @@ static void link_event(struct rpc_loop_tag *hdr, bool ok)
     case TAG_RECV:
         on_recv(t->s, ok);
         break;
+    case TAG_SENDRECV:
+        on_sendrecv(t->s, ok);
+        break;
     case TAG_STATUS:
         on_status(t->s);
+        break;
+    case TAGS:
         break;
     }
     if (own_cq && now_ns() >= atomic_load(&l->due))
@@ -600,6 +677,7 @@ struct router_link *router_link_create(const char *addr,
     for (int k = 0; k < LANES; k++) {
         l->lane[k].l = l;
         l->lane[k].kind = k;
+        l->lane[k].joined = k == LANE_WRITE;
     }
     rpc_arena_init(&l->arena, 4 * cfg->max_message + (1u << 20));
     if (pthread_create(&l->thread, NULL, l->own_cq ? link_main : link_deadlines, l) != 0) {

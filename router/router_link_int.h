@@ -29,9 +29,20 @@ enum { LANE_READ, LANE_WRITE, LANES };
  * makes the first durable, and its writes join the node's next fsync
  * (node_batch_rpc.c applies as many before answering the first). */
 #define LINK_WRITE_WINDOW 2
+/* The write lane sends a message with its answer's receive in one batch
+ * (lane_kick) only when it is at most LINK_JOIN_BYTES and the lane's last
+ * answer came within LINK_JOIN_NS with nothing else waiting: a joined
+ * send's end is known only with its answer, so the lane's second message
+ * waits for it.  Under load, for big writes, and where a node's answers
+ * wait for an fsync, the write lane keeps its window.  The read lane never
+ * joins (router_link.c, lane_kick). */
+#define LINK_JOIN_BYTES (16u << 10)
+#define LINK_JOIN_NS 300000
 
 enum call_state { CALL_NEW, CALL_QUEUED, CALL_SENT, CALL_DONE };
-enum tag_kind { TAG_SEND, TAG_RECV, TAG_STATUS };
+/* TAG_SENDRECV: a message sent with the receive of the next answer in one
+ * batch (router_link.c, lane_kick). */
+enum tag_kind { TAG_SEND, TAG_RECV, TAG_STATUS, TAG_SENDRECV, TAGS };
 
 /* The calls of one router_link_submit: done runs once pending reaches 0. */
 struct link_set {
@@ -51,9 +62,10 @@ struct link_tag {
 struct link_stream {
     struct link_lane *lane;
     grpc_call *call;
-    struct link_tag tags[3];
+    struct link_tag tags[TAGS];
     int ops;                    /* batches started and not completed */
     bool md_sent, sending, ended;
+    bool receiving;             /* a RECV_MESSAGE is posted */
     bool stuck;                 /* cancelled: a message outlived a deadline */
     bool bad_answer;            /* cancelled: an answer that does not fit */
     grpc_byte_buffer *send_buf, *recv_buf;
@@ -71,6 +83,7 @@ struct link_slot {
 /* A message in flight (one allocation holding every array). */
 struct link_msg {
     uint64_t id;
+    int64_t sent_ns;            /* CLOCK_MONOTONIC, when it was sent */
     struct link_msg *next;      /* the lane's next message in flight */
     struct link_stream *s;
     size_t ncalls;
@@ -92,6 +105,9 @@ struct link_lane {
     struct link_msg *ihead, *itail;
     unsigned ninflight;
     uint64_t next_id;
+    /* Write lane: send the next message with the receive of its answer in
+     * one batch, as LINK_JOIN_BYTES and LINK_JOIN_NS say (lane_kick). */
+    bool joined;
 };
 
 /* Scratch for building messages, reused under the link's mutex. */

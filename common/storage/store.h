@@ -444,6 +444,16 @@ int store_remove_hashes_async(struct store_filter *sf,
                               bool *removed, store_done_fn done, void *ctx,
                               char *err);
 
+/* Around many _async writes of one thread at once (a batch message that
+ * writes to many shards): their log records are written with one write()
+ * at store_log_hold_end, where their done functions then run, instead of
+ * one each (wal_hold_begin: only with durability none while the log is
+ * idle; otherwise nothing changes).  The thread must take no lock between
+ * that a done function takes, wait for no write of the store, and call
+ * store_log_hold_end soon: the log's commit thread waits meanwhile. */
+void store_log_hold_begin(struct store *s);
+void store_log_hold_end(struct store *s);
+
 /* OR-merge src into the filter, durably (a log import record carrying src,
  * so the log holds a copy of src until the next checkpoint).  -EINVAL naming
  * the mismatching field (nothing changed) when the fingerprints differ; I/O

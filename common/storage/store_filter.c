@@ -464,6 +464,16 @@ static void submit_locked(struct store_filter *sf, struct wal_rec *rec,
     wal_submit_now(sf->stream, rec, mutation_done, p, now);
 }
 
+void store_log_hold_begin(struct store *s)
+{
+    wal_hold_begin(s->wal);
+}
+
+void store_log_hold_end(struct store *s)
+{
+    wal_hold_end(s->wal);
+}
+
 /* ---- key counters (metrics.h), for every store of the process ---- */
 
 static struct {

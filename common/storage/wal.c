@@ -1115,6 +1115,50 @@ static bool inline_ok(const struct wal *w)
            !w->rotate && !w->stop && !w->broken;
 }
 
+/* This thread's held records (wal_hold_begin): written together by
+ * wal_hold_end. */
+static __thread struct {
+    struct wal *w;               /* whose writing state the thread holds */
+    unsigned depth;
+    struct wal_rec *head, *tail;
+} hold;
+
+bool wal_hold_begin(struct wal *w)
+{
+    if (hold.depth++ > 0)
+        return hold.w == w;
+    pthread_mutex_lock(&w->mu);
+    if (inline_ok(w)) {
+        w->writing = true;
+        hold.w = w;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return hold.w == w;
+}
+
+void wal_hold_end(struct wal *w)
+{
+    if (hold.depth == 0 || --hold.depth > 0 || hold.w != w)
+        return;
+    struct wal_rec *list = hold.head;
+    uint64_t n = 0;
+    hold.w = NULL;
+    hold.head = hold.tail = NULL;
+    for (struct wal_rec *e = list; e; e = e->next)
+        n++;
+    if (list)
+        write_batch(w, list);
+    pthread_mutex_lock(&w->mu);
+    w->writing = false;
+    if (w->segs[w->nsegs - 1].bytes >= w->seg_target && !w->broken)
+        w->rotate = true;   /* the commit thread starts the next segment */
+    if (w->head || w->rotate)
+        pthread_cond_signal(&w->cv);
+    w->stats.inline_records += n;
+    pthread_mutex_unlock(&w->mu);
+    complete(list);
+}
+
 bool wal_submit_now(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
                     void *ctx, struct wal_now *now)
 {
@@ -1125,6 +1169,23 @@ bool wal_submit_now(struct wal_stream *s, struct wal_rec *r, wal_done_fn done,
         r->type = WAL_REC_ADD;   /* 0 is the barrier's */
     memset(now, 0, sizeof(*now));
     pthread_mutex_lock(&w->mu);
+    if (hold.w == w) {
+        /* Held: framed and written with the others at wal_hold_end; this
+         * thread holds the writing state, so nothing is written between. */
+        r->st = s;
+        r->done = done;
+        r->ctx = ctx;
+        r->next = NULL;
+        atomic_fetch_add(&s->refs, 1);
+        r->seq = s->next_seq++;
+        pthread_mutex_unlock(&w->mu);
+        if (hold.tail)
+            hold.tail->next = r;
+        else
+            hold.head = r;
+        hold.tail = r;
+        return false;
+    }
     if (!inline_ok(w)) {
         enqueue_locked(s, r, done, ctx);
         pthread_mutex_unlock(&w->mu);

@@ -351,6 +351,25 @@ void wal_now_complete(struct wal_now *now);
 void wal_hold(bool on);
 size_t wal_lead(void);
 
+/* Hold this thread's wal_submit_now records of w and write them with one
+ * write() at wal_hold_end: a submitter of many records at once (a node's
+ * batch message of writes to many shards) pays one system call, not one
+ * per record.  Taken only as wal_submit_now would write inline (durability
+ * none, nothing queued, the commit thread idle): then the thread holds the
+ * log's writing state until wal_hold_end, so other threads' records are
+ * queued meanwhile and written after the held ones, and true is returned.
+ * A held wal_submit_now frames nothing yet: it gives the record its seq,
+ * returns false (now holds nothing) and done runs in wal_hold_end, after
+ * the write, in submission order, with no lock of the log held (the caller
+ * must hold none of its own that done takes).  Otherwise false: records go
+ * as without a hold.  Calls nest (the outermost pair counts); every
+ * wal_hold_begin needs its wal_hold_end on the same thread and log, soon:
+ * the commit thread waits meanwhile.  Errors: as for wal_submit_now (a
+ * failed write fails the held records' streams; each done gets the
+ * error). */
+bool wal_hold_begin(struct wal *w);
+void wal_hold_end(struct wal *w);
+
 /* A barrier: done runs once every record of s submitted before it is
  * durable (rc 0), or with the error when s has failed or the log is broken.
  * Returns 0 or -ENOMEM (done is then never called). */

@@ -24,6 +24,14 @@
  *               passed, sent or still queued, a call past node_queue_mb gets
  *               RESOURCE_EXHAUSTED, and after SIGCONT the router serves
  *               again on a new stream.
+ *   joined      lone calls (each write sent with its answer's receive in
+ *               one batch) alternating with bursts of concurrent writes
+ *               (the write stream then sends on its own, two in flight):
+ *               every call is one message and gets its own answers; a
+ *               lone read and a lone write to a stopped node fail past
+ *               node_timeout_ms with nothing acknowledged, and after
+ *               SIGCONT both lanes serve again and every acknowledged key
+ *               reads "maybe".
  *
  * usage: test_router_link NODE_BIN ROUTER_BIN SCENARIO [SLOW_FSYNC_SO]
  */
@@ -505,6 +513,123 @@ static void test_stalled(void)
     cluster_stop(&c);
 }
 
+/* ---- joined ---- */
+
+#define JO_LONE 200             /* lone add-then-read pairs per phase */
+#define JO_WRITERS 16
+#define JO_BURST 100            /* single-key Adds per writer */
+
+struct jo_writer {
+    struct rpc_channel *ch;
+    int id;
+    char err[RPC_CLIENT_MSGLEN + 64];
+};
+
+static void *jo_writer_main(void *arg)
+{
+    struct jo_writer *w = arg;
+    struct rpc_status st;
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "jo-burst-%d", w->id);
+    char **k = keys_make(prefix, 0, JO_BURST);
+    bool out[1];
+    for (size_t i = 0; i < JO_BURST && !w->err[0]; i++)
+        if (t_keys(w->ch, "Add", "jo", &k[i], 1, out, &st) != 0)
+            snprintf(w->err, sizeof w->err, "writer %d key %zu: %s: %s", w->id, i,
+                     rpc_status_name(st.code), st.message);
+    keys_free(k, JO_BURST);
+    return NULL;
+}
+
+/* JO_LONE lone Adds, each read back alone at once: each call is one
+ * message (nothing else is in flight), and every key reads "maybe". */
+static void jo_lone(struct cluster *c, const char *prefix)
+{
+    struct rpc_channel *r = c->router[0].ch;
+    struct rpc_status st;
+    char **k = keys_make(prefix, 0, JO_LONE);
+    struct node_info before, after;
+    bool out[1];
+    t_node_info(c->node[0].ch, &before);
+    for (size_t i = 0; i < JO_LONE; i++) {
+        CHECK(t_keys(r, "Add", "jo", &k[i], 1, out, &st) == 0, "lone Add %s: %s: %s",
+              k[i], rpc_status_name(st.code), st.message);
+        CHECK(t_keys(r, "MayContain", "jo", &k[i], 1, out, &st) == 0 && out[0],
+              "lone read of %s, added just before: %s %s", k[i],
+              st.code ? rpc_status_name(st.code) : "answered", st.code ? st.message : "no");
+    }
+    t_node_info(c->node[0].ch, &after);
+    CHECK(after.messages - before.messages == 2 * JO_LONE && after.hashes - before.hashes ==
+          2 * JO_LONE, "%d lone calls reached the node as %llu messages, %llu hashes",
+          2 * JO_LONE, (unsigned long long)(after.messages - before.messages),
+          (unsigned long long)(after.hashes - before.hashes));
+    keys_free(k, JO_LONE);
+}
+
+/* A lone call to the stopped node: it fails past node_timeout_ms. */
+static void jo_stopped_call(struct rpc_channel *r, const char *method, const char *key)
+{
+    struct rpc_status st;
+    char *k[] = {(char *)key};
+    bool out[1];
+    int rc = t_keys(r, method, "jo", k, 1, out, &st);
+    printf("%s of one key to the stopped node: %s: %s\n", method, rpc_status_name(st.code),
+           st.message);
+    CHECK(rc != 0 && (st.code == GRPC_STATUS_UNAVAILABLE ||
+                      st.code == GRPC_STATUS_DEADLINE_EXCEEDED) &&
+          strstr(st.message, "no answer within"),
+          "%s to a stopped node: %s: %s", method, rpc_status_name(st.code), st.message);
+    if (strcmp(method, "Add") == 0)
+        CHECK(strstr(st.message, "acknowledged 0 of 1"), "the write's error says nothing "
+              "was acknowledged: %s", st.message);
+}
+
+static void test_joined(void)
+{
+    struct cluster c;
+    struct rpc_status st;
+    static const char *const rflags[] = {"--node-timeout-ms", "1000", "--threads", "32",
+                                         NULL};
+    cluster_start_flags(&c, "router-link-joined", 1, 1, "none", rflags);
+    struct rpc_channel *r = c.router[0].ch;
+    CHECK(t_create_sharded(r, "jo", 100000, 0.001, 0, 8, NULL, &st) == 0, "create: %s",
+          st.message);
+
+    jo_lone(&c, "jo-lone-1");
+    /* A burst: the write stream has calls waiting at its answers. */
+    static struct jo_writer w[JO_WRITERS];
+    pthread_t th[JO_WRITERS];
+    for (int i = 0; i < JO_WRITERS; i++) {
+        w[i] = (struct jo_writer){.ch = r, .id = i};
+        pthread_create(&th[i], NULL, jo_writer_main, &w[i]);
+    }
+    for (int i = 0; i < JO_WRITERS; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(!w[i].err[0], "%s", w[i].err);
+    }
+    jo_lone(&c, "jo-lone-2");
+    for (int i = 0; i < JO_WRITERS; i++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "jo-burst-%d", i);
+        char **k = keys_make(prefix, 0, JO_BURST);
+        CHECK(t_never_no(r, "jo", k, JO_BURST, "after the burst"), "a burst key reads no");
+        keys_free(k, JO_BURST);
+    }
+
+    /* Both lanes idle (the write lane joined): a lone read and a lone
+     * write to a node that never answers. */
+    harness_sigstop(c.node[0].pid);
+    jo_stopped_call(r, "MayContain", "jo-lone-1-0");
+    jo_stopped_call(r, "Add", "jo-stopped");
+    kill(c.node[0].pid, SIGCONT);
+
+    jo_lone(&c, "jo-lone-3");
+    char **k = keys_make("jo-lone-1", 0, JO_LONE);
+    CHECK(t_never_no(r, "jo", k, JO_LONE, "after SIGCONT"), "an acknowledged key reads no");
+    keys_free(k, JO_LONE);
+    cluster_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -526,6 +651,8 @@ int main(int argc, char **argv)
         test_stalled();
     else if (strcmp(argv[3], "pipelined") == 0 && argc == 5)
         test_pipelined(argv[4]);
+    else if (strcmp(argv[3], "joined") == 0)
+        test_joined();
     else {
         fprintf(stderr, "unknown scenario %s\n", argv[3]);
         return 2;

@@ -1757,6 +1757,170 @@ START_TEST(an_inline_write_that_fails_fails_its_record_and_stream_only)
 }
 END_TEST
 
+/* ---- holding a thread's records (wal_hold_begin) ---- */
+
+static atomic_int write_calls;
+
+static ssize_t counting_write(int fd, const void *buf, size_t len)
+{
+    atomic_fetch_add(&write_calls, 1);
+    return write(fd, buf, len);
+}
+
+struct hold_other {
+    struct wal_stream *s;
+    struct now_done d;
+    bool inline_written;
+};
+
+static void *hold_other_main(void *arg)
+{
+    struct hold_other *o = arg;
+    struct wal_now now;
+
+    o->inline_written = wal_submit_now(o->s, rec8(1000), now_done_fn, &o->d, &now);
+    wal_now_complete(&now);
+    return NULL;
+}
+
+/* Records of three streams submitted during a hold: none written, none
+ * completed until wal_hold_end, then one write() for all and their
+ * completions in submission order, in this thread, LSNs in that order;
+ * another thread's record meanwhile is queued and written after them.
+ * Nested holds count as one; with fsync a hold is not taken and records
+ * go as before. */
+START_TEST(held_records_of_many_streams_are_written_with_one_write)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal_stats st;
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *s[3];
+    struct now_done d[6];
+    struct wal_now now;
+
+    memset(d, 0, sizeof(d));
+    for (int i = 0; i < 3; i++)
+        s[i] = wal_stream_open(w, 10 + (uint64_t)i, i == 0 ? "a" : i == 1 ? "b" : "c", 1);
+    atomic_store(&write_calls, 0);
+    wal__write = counting_write;
+    ck_assert(wal_hold_begin(w));
+    ck_assert(wal_hold_begin(w));   /* nested */
+    for (int i = 0; i < 6; i++) {
+        ck_assert(!wal_submit_now(s[i % 3], rec8((uint64_t)i + 1), now_done_fn, &d[i], &now));
+        wal_now_complete(&now);   /* holds nothing */
+    }
+    /* Another thread's record waits for the held ones. */
+    struct hold_other o = {.s = s[1]};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, hold_other_main, &o), 0);
+    pthread_join(th, NULL);
+    ck_assert(!o.inline_written);
+    wal_hold_end(w);                /* the inner one: still held */
+    usleep(20000);
+    ck_assert_int_eq(atomic_load(&write_calls), 0);
+    for (int i = 0; i < 6; i++)
+        ck_assert_int_eq(atomic_load(&d[i].calls), 0);
+    ck_assert_int_eq(atomic_load(&o.d.calls), 0);
+    ck_assert_uint_eq(wal_durable_lsn(w), 0);
+    wal_hold_end(w);
+    ck_assert_int_ge(atomic_load(&write_calls), 1);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(atomic_load(&d[i].calls), 1);
+        ck_assert_int_eq(d[i].rc, 0);
+        ck_assert_uint_eq(d[i].lsn, (uint64_t)i + 1);
+        ck_assert_uint_eq(d[i].seq, (uint64_t)i / 3 + 1);
+        ck_assert(pthread_equal(d[i].thread, pthread_self()));
+    }
+    for (int i = 0; i < 20000 && atomic_load(&o.d.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&o.d.calls), 1);
+    ck_assert_int_eq(o.d.rc, 0);
+    ck_assert_uint_eq(o.d.lsn, 7);
+    ck_assert_uint_eq(o.d.seq, 3);
+    /* The held records were one write; the other thread's its own. */
+    ck_assert_int_eq(atomic_load(&write_calls), 2);
+    wal_stats(w, &st);
+    ck_assert_uint_eq(st.inline_records, 6);
+
+    /* Without a hold: one write per record, as before. */
+    atomic_store(&write_calls, 0);
+    struct now_done e = {0};
+    ck_assert(wal_submit_now(s[2], rec8(8), now_done_fn, &e, &now));
+    wal_now_complete(&now);
+    ck_assert_int_eq(atomic_load(&write_calls), 1);
+    ck_assert_uint_eq(e.lsn, 8);
+    for (int i = 0; i < 3; i++)
+        wal_stream_close(s[i]);
+    wal_close(w);
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 8);
+    static const uint64_t vals[8] = {1, 2, 3, 4, 5, 6, 1000, 8};
+    for (uint64_t k = 0; k < 8; k++) {
+        ck_assert_uint_eq(seen.lsn[k], k + 1);
+        ck_assert_uint_eq(seen.val[k], vals[k]);
+    }
+
+    /* With fsync: no hold; the record is queued and completed by the log. */
+    w = open_log(101, WAL_SYNC_FSYNC);
+    struct wal_stream *f = wal_stream_open(w, 7, "f", 1);
+    struct now_done g = {0};
+    ck_assert(!wal_hold_begin(w));
+    ck_assert(!wal_submit_now(f, rec8(101), now_done_fn, &g, &now));
+    for (int i = 0; i < 20000 && atomic_load(&g.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&g.calls), 1);   /* not held */
+    wal_hold_end(w);
+    ck_assert_int_eq(g.rc, 0);
+    ck_assert(!pthread_equal(g.thread, pthread_self()));
+    wal_stream_close(f);
+    wal_close(w);
+}
+END_TEST
+
+/* A held group whose write fails: every held record's completion gets the
+ * error, once, and their streams fail; nothing of them is read back, and
+ * another stream goes on. */
+START_TEST(a_held_write_that_fails_fails_every_held_record)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    struct wal_stream *b = wal_stream_open(w, 2, "b", 1);
+    struct wal_stream *c = wal_stream_open(w, 3, "c", 1);
+    struct now_done d[3], e = {0};
+    struct wal_now now;
+
+    memset(d, 0, sizeof(d));
+    write_fails = 1;
+    wal__write = failing_once_write;
+    ck_assert(wal_hold_begin(w));
+    ck_assert(!wal_submit_now(a, rec8(1), now_done_fn, &d[0], &now));
+    ck_assert(!wal_submit_now(b, rec8(2), now_done_fn, &d[1], &now));
+    ck_assert(!wal_submit_now(a, rec8(3), now_done_fn, &d[2], &now));
+    wal_hold_end(w);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(atomic_load(&d[i].calls), 1);
+        ck_assert_int_eq(d[i].rc, -ENOSPC);
+    }
+    ck_assert(wal_stream_failed(a, NULL));
+    ck_assert(wal_stream_failed(b, NULL));
+    wal_submit_now(c, rec8(4), now_done_fn, &e, &now);
+    wal_now_complete(&now);
+    for (int i = 0; i < 20000 && atomic_load(&e.calls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(e.rc, 0);
+    wal_stream_close(a);
+    wal_stream_close(b);
+    wal_stream_close(c);
+    wal_close(w);
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 1);
+    ck_assert_uint_eq(seen.val[0], 4);
+}
+END_TEST
+
 /* ---- the commit delay ---- */
 
 /* fsync 1 waits for the test, then takes 300 ms more (the commit delay is
@@ -2134,6 +2298,8 @@ Suite *wal_suite(void)
     tcase_add_test(tc, durability_none_writes_in_the_submitting_thread);
     tcase_add_test(tc, inline_and_queued_records_keep_order_and_complete_once);
     tcase_add_test(tc, an_inline_write_that_fails_fails_its_record_and_stream_only);
+    tcase_add_test(tc, held_records_of_many_streams_are_written_with_one_write);
+    tcase_add_test(tc, a_held_write_that_fails_fails_every_held_record);
     tcase_add_test(tc, a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group);
     tcase_add_test(tc, a_led_group_commits_the_held_records_once_after_its_sync);
     tcase_add_test(tc, a_failed_led_sync_fails_every_record_of_its_group);

@@ -331,6 +331,39 @@ int node_client_pull_keys(struct rpc_channel *ch, uint64_t topo_version,
     return 0;
 }
 
+/* End a push stream: close the sending side and read its one answer.
+ * Returns the answer (the caller frees it) when the call ended OK with one
+ * that parses; NULL otherwise, with st set. */
+static Bloomgrid__V1__PushPagesResponse *push_answer(struct rpc_cstream *s,
+                                                      const char *filter,
+                                                      uint32_t shard,
+                                                      struct rpc_status *st)
+{
+    Bloomgrid__V1__PushPagesResponse *r = NULL;
+    grpc_slice msg;
+
+    if (rpc_cstream_close_send(s) < 0) {
+        rpc_cstream_finish(s, st);
+        return NULL;
+    }
+    if (rpc_cstream_read(s, &msg) == 1) {
+        r = bloomgrid__v1__push_pages_response__unpack(
+            NULL, GRPC_SLICE_LENGTH(msg), GRPC_SLICE_START_PTR(msg));
+        grpc_slice_unref(msg);
+    }
+    if (rpc_cstream_finish(s, st) < 0) {
+        if (r)
+            bloomgrid__v1__push_pages_response__free_unpacked(r, NULL);
+        return NULL;
+    }
+    /* OK without a response that parses: what was pushed may or may not
+     * have been merged, so the push is not counted as done. */
+    if (!r)
+        rpc_status_set(st, GRPC_STATUS_INTERNAL, "PushPages of shard %u of \"%s\" "
+                       "answered OK without a PushPagesResponse", shard, filter);
+    return r;
+}
+
 int node_client_push(struct rpc_channel *ch, const char *filter,
                      uint32_t shard, const char *fp, uint64_t source_version,
                      const struct node_client_page *pages, size_t n,
@@ -340,8 +373,6 @@ int node_client_push(struct rpc_channel *ch, const char *filter,
     Bloomgrid__V1__PushPagesResponse *r = NULL;
     struct rpc_cstream *s = rpc_cstream_open(ch, PATH_PUSH,
                                              timeout_ms);
-    grpc_slice msg;
-    int rc;
 
     if (!s) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -369,32 +400,12 @@ int node_client_push(struct rpc_channel *ch, const char *filter,
         if (rpc_cstream_write_msg(s, &m.base) < 0)
             return rpc_cstream_finish(s, st);
     }
-    if (rpc_cstream_close_send(s) < 0)
-        return rpc_cstream_finish(s, st);
-    if ((rc = rpc_cstream_read(s, &msg)) == 1) {
-        r = bloomgrid__v1__push_pages_response__unpack(
-            NULL, GRPC_SLICE_LENGTH(msg), GRPC_SLICE_START_PTR(msg));
-        grpc_slice_unref(msg);
-    }
-    if (rpc_cstream_finish(s, st) < 0)
-        goto out;
-    /* OK without a response that parses: the pages may or may not have been
-     * merged, so the push is not counted as done. */
-    if (!r) {
-        rpc_status_set(st, GRPC_STATUS_INTERNAL,
-                       "PushPages of shard %u of \"%s\" "
-                       "answered OK without a PushPagesResponse",
-                       shard, filter);
+    if (!(r = push_answer(s, filter, shard, st)))
         return -1;
-    }
     if (merged)
         *merged = r->pages_merged;
     bloomgrid__v1__push_pages_response__free_unpacked(r, NULL);
     return 0;
-out:
-    if (r)
-        bloomgrid__v1__push_pages_response__free_unpacked(r, NULL);
-    return -1;
 }
 
 int node_client_push_keys(struct rpc_channel *ch, const char *filter,
@@ -406,8 +417,6 @@ int node_client_push_keys(struct rpc_channel *ch, const char *filter,
     Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
     Bloomgrid__V1__PushPagesResponse *r = NULL;
     struct rpc_cstream *s = rpc_cstream_open(ch, PATH_PUSH, timeout_ms);
-    grpc_slice msg;
-    int rc;
 
     if (!s) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -432,31 +441,20 @@ int node_client_push_keys(struct rpc_channel *ch, const char *filter,
         if (n == 0)
             break;
     }
-    if (rpc_cstream_close_send(s) < 0)
-        return rpc_cstream_finish(s, st);
-    if ((rc = rpc_cstream_read(s, &msg)) == 1) {
-        r = bloomgrid__v1__push_pages_response__unpack(
-            NULL, GRPC_SLICE_LENGTH(msg), GRPC_SLICE_START_PTR(msg));
-        grpc_slice_unref(msg);
-    }
-    if (rpc_cstream_finish(s, st) < 0)
-        goto out;
-    /* OK without a response that counts every key: they may or may not
-     * have been added, so the push is not counted as done. */
-    if (!r || r->keys_added != n) {
+    if (!(r = push_answer(s, filter, shard, st)))
+        return -1;
+    /* OK without counting every key: they may or may not have been added,
+     * so the push is not counted as done. */
+    bool all = r->keys_added == n;
+    bloomgrid__v1__push_pages_response__free_unpacked(r, NULL);
+    if (!all) {
         rpc_status_set(st, GRPC_STATUS_INTERNAL,
                        "PushPages of %zu keys' hashes to shard %u of \"%s\" "
-                       "answered OK %s", n, shard, filter,
-                       r ? "without adding them all (a node that does not "
-                           "take keys?)" : "without a PushPagesResponse");
-        goto out;
+                       "answered OK without adding them all (a node that does "
+                       "not take keys?)", n, shard, filter);
+        return -1;
     }
-    bloomgrid__v1__push_pages_response__free_unpacked(r, NULL);
     return 0;
-out:
-    if (r)
-        bloomgrid__v1__push_pages_response__free_unpacked(r, NULL);
-    return -1;
 }
 
 /* The geometry GetShard answered, before anything is sized from it. */

@@ -66,7 +66,7 @@ static const struct setting settings[] = {
      "writers its answers let go join it (more writes per fdatasync, each "
      "waiting at most this much longer); a lone writer never waits; 0: no "
      "delay (docs/STORAGE.md, Writing)"},
-    {"resp_commit", SETTING_ENUM, 0, 0, "loop|thread", "thread", F(resp_commit),
+    {"resp_commit", SETTING_ENUM, 0, 0, "loop|thread", "loop", F(resp_commit),
      "with durability fsync, who commits the log records of the Redis "
      "door's adds: loop: the door's event loop, at the end of each pass "
      "while the log's commit thread is idle (one fdatasync for the pass's "

@@ -112,5 +112,5 @@ def run(durability, extra=()):
 
 for d in ("none", "fsync"):
     run(d)
-run("fsync", ["--resp-commit", "loop"])
+run("fsync", ["--resp-commit", "thread"])
 print("ok")

@@ -693,6 +693,21 @@ static int read_checksum(struct source *s, XXH64_state_t *st, char *err)
     return 0;
 }
 
+/* The refusal of a layer whose word j (pad: its bits past m) has a bit
+ * set past the m bits it uses. */
+static int bad_padding(char *err, uint32_t i, uint64_t j, uint64_t pad, uint64_t used,
+                       uint64_t words)
+{
+    uint64_t bit = j * 64 + (uint64_t)__builtin_ctzll(pad);
+
+    return refuse(err, -EBADMSG,
+                  "bad padding: bits set past m in layer %u (bit %llu; "
+                  "the layer uses bits 0..%llu of %llu)", i,
+                  (unsigned long long)bit, (unsigned long long)(used - 1),
+                  (unsigned long long)(words * 64));
+}
+
+
 /* Bits past the last bit or counter in use are zero in every file a writer
  * makes.  Set ones would count in the fill and n-hat (a fill above 1, an
  * infinite n-hat) and survive every merge, so a file with any is refused,
@@ -713,12 +728,7 @@ static int check_padding(const struct bf *f, const struct file_meta *fm, char *e
                 pad &= ~0ULL << (used % 64);
             if (!pad)
                 continue;
-            uint64_t bit = j * 64 + (uint64_t)__builtin_ctzll(pad);
-            return refuse(err, -EBADMSG,
-                          "bad padding: bits set past m in layer %u (bit %llu; "
-                          "the layer uses bits 0..%llu of %llu)", i,
-                          (unsigned long long)bit, (unsigned long long)(used - 1),
-                          (unsigned long long)(words * 64));
+            return bad_padding(err, i, j, pad, used, words);
         }
     }
     return 0;
@@ -872,12 +882,7 @@ static int check_padding_piece(const struct file_meta *fm, uint32_t i,
             pad &= ~0ULL << (used % 64);
         if (!pad)
             continue;
-        uint64_t bit = j * 64 + (uint64_t)__builtin_ctzll(pad);
-        return refuse(err, -EBADMSG,
-                      "bad padding: bits set past m in layer %u (bit %llu; "
-                      "the layer uses bits 0..%llu of %llu)", i,
-                      (unsigned long long)bit, (unsigned long long)(used - 1),
-                      (unsigned long long)(words * 64));
+        return bad_padding(err, i, j, pad, used, words);
     }
     return 0;
 }

@@ -1,8 +1,10 @@
 """What the tests of the Redis door share: a bloomgrid node (or RedisBloom
 for the comparison runs) with a RESP port, in a work directory of its own
-under BLOOMGRID_TEST_TMP, and redis-cli."""
+under BLOOMGRID_TEST_TMP, redis-cli, and a bare RESP connection (Conn) for
+tests that pipeline by hand."""
 import os
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -117,3 +119,51 @@ def cli(port, lines, resp3=False, extra=()):
 def fail(msg):
     print("FAIL: " + msg, file=sys.stderr)
     sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def cmd(*args):
+    """One command as a RESP array of bulk strings."""
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a.encode() if isinstance(a, str) else a
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+class Conn:
+    """A bare connection: send bytes, read replies (':1', '-ERR ...', or a
+    list of them for an array)."""
+
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.buf = b""
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def quiet_for(self, secs):
+        """True when nothing arrives for secs."""
+        if self.buf:
+            return False
+        r, _, _ = select.select([self.s], [], [], secs)
+        return not r
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            d = self.s.recv(65536)
+            if not d:
+                fail("connection closed")
+            self.buf += d
+        ln, self.buf = self.buf.split(b"\r\n", 1)
+        return ln.decode()
+
+    def reply(self):
+        ln = self.line()
+        if ln.startswith("*"):
+            return [self.reply() for _ in range(int(ln[1:]))]
+        return ln

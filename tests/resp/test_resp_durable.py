@@ -15,8 +15,6 @@ demand.
 
 usage: test_resp_durable.py NODE_BIN SLOW_FSYNC_SO"""
 import os
-import select
-import socket
 import sys
 import time
 
@@ -25,48 +23,7 @@ import resplib
 NODE, PRELOAD = sys.argv[1], sys.argv[2]
 
 
-def check(cond, msg):
-    if not cond:
-        resplib.fail(msg)
-
-
-def cmd(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-
-
-class Conn:
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.buf = b""
-
-    def send(self, data):
-        self.s.sendall(data)
-
-    def quiet_for(self, secs):
-        """True when nothing arrives for secs."""
-        if self.buf:
-            return False
-        r, _, _ = select.select([self.s], [], [], secs)
-        return not r
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            d = self.s.recv(65536)
-            if not d:
-                resplib.fail("connection closed")
-            self.buf += d
-        ln, self.buf = self.buf.split(b"\r\n", 1)
-        return ln.decode()
-
-    def reply(self):
-        ln = self.line()
-        if ln.startswith("*"):
-            return [self.reply() for _ in range(int(ln[1:]))]
-        return ln
+check, cmd, Conn = resplib.check, resplib.cmd, resplib.Conn
 
 
 def wait_file(path, what):

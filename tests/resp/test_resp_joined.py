@@ -10,7 +10,6 @@ durability none and fsync (the door's loop committing its passes, and the
 log's commit thread).
 
 usage: test_resp_joined.py NODE_BIN"""
-import socket
 import sys
 
 import resplib
@@ -18,42 +17,7 @@ import resplib
 NODE = sys.argv[1]
 
 
-def check(cond, msg):
-    if not cond:
-        resplib.fail(msg)
-
-
-def cmd(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-
-
-class Conn:
-    def __init__(self, port):
-        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.buf = b""
-
-    def send(self, data):
-        self.s.sendall(data)
-
-    def line(self):
-        while b"\r\n" not in self.buf:
-            d = self.s.recv(65536)
-            if not d:
-                resplib.fail("connection closed")
-            self.buf += d
-        ln, self.buf = self.buf.split(b"\r\n", 1)
-        return ln.decode()
-
-    def reply(self):
-        """One reply: ':1', '-ERR ...', or a list of them for an array."""
-        ln = self.line()
-        if ln.startswith("*"):
-            return [self.reply() for _ in range(int(ln[1:]))]
-        return ln
+check, cmd, Conn = resplib.check, resplib.cmd, resplib.Conn
 
 
 def run(durability, extra=()):

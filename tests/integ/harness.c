@@ -68,6 +68,23 @@ void harness_tmpdir(char *out, size_t len, const char *tag)
     CHECK(mkdtemp(out) != NULL, "mkdtemp %s: %s", out, strerror(errno));
 }
 
+uint64_t harness_status_bytes(pid_t pid, const char *name)
+{
+    char path[64], line[256], fmt[64];
+    unsigned long long kb = 0;
+    bool found = false;
+
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    snprintf(fmt, sizeof fmt, "%s: %%llu kB", name);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL, "cannot read %s", path);
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, fmt, &kb) == 1;
+    fclose(f);
+    CHECK(found, "no %s line in %s", name, path);
+    return (uint64_t)kb << 10;
+}
+
 void harness_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

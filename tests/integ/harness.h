@@ -63,6 +63,9 @@ struct node_proc {
 /* A fresh temporary directory (under $BLOOMGRID_TEST_TMP or /tmp). */
 void harness_tmpdir(char *out, size_t len, const char *tag);
 void harness_sleep_ms(int ms);
+/* A line "name: N kB" of /proc/pid/status (VmRSS, VmHWM, ...), in bytes;
+ * dies when it cannot be read. */
+uint64_t harness_status_bytes(pid_t pid, const char *name);
 /* Stop process pid with SIGSTOP and wait (up to 5 s) until every one of its
  * threads is stopped, so that it answers nothing from then on (the signal
  * takes effect in each thread when it next runs).  0, or -1. */

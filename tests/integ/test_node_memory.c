@@ -305,24 +305,6 @@ static void test_empty_rss(const char *dir)
 
 /* ---- import_peak ---- */
 
-/* A line "name: N kB" of /proc/pid/status, in bytes. */
-static uint64_t status_bytes(pid_t pid, const char *name)
-{
-    char path[64], line[256], fmt[64];
-    unsigned long long kb = 0;
-    bool found = false;
-
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    snprintf(fmt, sizeof fmt, "%s: %%llu kB", name);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL, "cannot read %s", path);
-    while (!found && fgets(line, sizeof line, f))
-        found = sscanf(line, fmt, &kb) == 1;
-    fclose(f);
-    CHECK(found, "no %s line in %s", name, path);
-    return (uint64_t)kb << 10;
-}
-
 /* Start pid's peak resident memory (VmHWM) over from its RSS now. */
 static void hwm_reset(pid_t pid)
 {
@@ -363,12 +345,12 @@ static void test_import_peak(const char *dir)
      * writes each word); the second is the one measured. */
     CHECK(t_import_ms(n.ch, "f", file, flen, NULL, 120000, &st) == 0, "import: %s", st.message);
     harness_sleep_ms(2500);   /* the allocator's free pages given back */
-    uint64_t before = status_bytes(n.pid, "VmRSS");
+    uint64_t before = harness_status_bytes(n.pid, "VmRSS");
     CHECK(before > bits, "RSS %" PRIu64 " MiB below the %" PRIu64 " MiB of bits",
           before >> 20, bits >> 20);
     hwm_reset(n.pid);
     CHECK(t_import_ms(n.ch, "f", file, flen, NULL, 120000, &st) == 0, "import: %s", st.message);
-    uint64_t peak = status_bytes(n.pid, "VmHWM");
+    uint64_t peak = harness_status_bytes(n.pid, "VmHWM");
     printf("Import of %zu MiB into a filter of %" PRIu64 " MiB: RSS %" PRIu64
            " MiB before, peak %" PRIu64 " MiB (+%" PRIu64 " MiB, %.2f x the file)\n",
            flen >> 20, bits >> 20, before >> 20, peak >> 20, (peak - before) >> 20,

@@ -53,24 +53,6 @@ static uint64_t capacity(void)
 
 static const char *slow_lib;
 
-/* A line "name: N kB" of /proc/pid/status, in bytes. */
-static uint64_t status_bytes(pid_t pid, const char *name)
-{
-    char path[64], line[256], fmt[64];
-    unsigned long long kb = 0;
-    bool found = false;
-
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    snprintf(fmt, sizeof fmt, "%s: %%llu kB", name);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL, "cannot read %s", path);
-    while (!found && fgets(line, sizeof line, f))
-        found = sscanf(line, fmt, &kb) == 1;
-    fclose(f);
-    CHECK(found, "no %s line in %s", name, path);
-    return (uint64_t)kb << 10;
-}
-
 /* The group, the filter and its keys; returns the shard's bytes. */
 static uint64_t setup(struct cluster *c, const char *tag, char ***keys)
 {
@@ -105,11 +87,11 @@ static void test_peak(void)
     char **k;
     uint64_t bytes = setup(&c, "pull-peak", &k);
 
-    uint64_t before = status_bytes(c.node[1].pid, "VmRSS");
+    uint64_t before = harness_status_bytes(c.node[1].pid, "VmRSS");
     cluster_node_wipe(&c, 1);
     CHECK(cluster_wait_reads(&c, 1, 120000), "the wiped copy does not leave SYNCING");
-    uint64_t peak = status_bytes(c.node[1].pid, "VmHWM");
-    uint64_t rss = status_bytes(c.node[1].pid, "VmRSS");
+    uint64_t peak = harness_status_bytes(c.node[1].pid, "VmHWM");
+    uint64_t rss = harness_status_bytes(c.node[1].pid, "VmRSS");
     printf("shard of %" PRIu64 " MiB: copy 1 RSS %" PRIu64 " MiB before the wipe; "
            "after its full pull RSS %" PRIu64 " MiB, peak %" PRIu64 " MiB\n",
            bytes >> 20, before >> 20, rss >> 20, peak >> 20);

@@ -416,17 +416,28 @@ static void recv_handle(struct link_stream *s, bool got,
     lane_kick(ln);
 }
 
+/* The answer a receive completed with (decoded, or NULL when it did not
+ * parse or none came: *got says whether one came).  No lock held. */
+static Bloomgrid__V1__BatchResponse *take_answer(struct link_stream *s, bool ok, bool *got)
+{
+    grpc_byte_buffer *bb = s->recv_buf;
+    Bloomgrid__V1__BatchResponse *resp = ok && bb ? recv_decode(s->lane->l, bb) : NULL;
+
+    s->recv_buf = NULL;
+    *got = ok && bb;
+    if (bb)
+        grpc_byte_buffer_destroy(bb);
+    return resp;
+}
+
 static void on_recv(struct link_stream *s, bool ok)
 {
     struct router_link *l = s->lane->l;
-    grpc_byte_buffer *bb = s->recv_buf;
-    s->recv_buf = NULL;
-    Bloomgrid__V1__BatchResponse *resp = ok && bb ? recv_decode(l, bb) : NULL;
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
+    bool got;
+    Bloomgrid__V1__BatchResponse *resp = take_answer(s, ok, &got);
     pthread_mutex_lock(&l->mu);
     s->ops--;
-    recv_handle(s, ok && bb, resp);
+    recv_handle(s, got, resp);
     stream_maybe_free(s);
     link_unlock(l);
 }
@@ -435,11 +446,8 @@ static void on_recv(struct link_stream *s, bool ok)
 static void on_sendrecv(struct link_stream *s, bool ok)
 {
     struct router_link *l = s->lane->l;
-    grpc_byte_buffer *bb = s->recv_buf;
-    s->recv_buf = NULL;
-    Bloomgrid__V1__BatchResponse *resp = ok && bb ? recv_decode(l, bb) : NULL;
-    if (bb)
-        grpc_byte_buffer_destroy(bb);
+    bool got;
+    Bloomgrid__V1__BatchResponse *resp = take_answer(s, ok, &got);
     pthread_mutex_lock(&l->mu);
     s->ops--;
     s->sending = false;
@@ -449,7 +457,7 @@ static void on_sendrecv(struct link_stream *s, bool ok)
         s->ended = true;
         grpc_call_cancel(s->call, NULL);
     }
-    recv_handle(s, ok && bb, resp);
+    recv_handle(s, got, resp);
     stream_maybe_free(s);
     link_unlock(l);
 }

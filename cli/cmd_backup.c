@@ -96,47 +96,50 @@ static int file_digest(const char *path, uint64_t *xxh3, uint64_t *bytes)
     return 0;
 }
 
-/* Fill e from the bundle b (a filter file is a bundle of one): what a
- * server's FilterInfo of the filter shows. */
-static void describe(const struct bundle *b, struct entry *e)
+/* Shard index of count, as bf_file_scan's meta gives it: its share of what
+ * a server's FilterInfo of the filter shows (geometry from shard 0; sizes
+ * and counts summed). */
+static int describe_shard(void *ctx, uint32_t index, uint32_t count,
+                          const struct bf *f)
 {
-    const struct bf *f0 = b->shard[0];
-    struct bf_layer_info l0 = {0};
+    struct entry *e = ctx;
+    struct bf_layer_info li = {0};
+    uint32_t layers = 0;
 
-    snprintf(e->kind, sizeof e->kind, "%s", bf_kind_name(bf_kind(f0)));
-    bf_layer_info(f0, 0, &l0);
-    e->k = l0.k;
-    e->error_rate = bf_error_rate(f0);
-    e->shards = b->count;
-    e->growth = bf_growth(f0);
-    e->tightening = bf_tightening(f0);
-    memcpy(e->secret, bf_secret(f0), BF_SECRET_LEN);
-    e->placement = bf_placement(f0);
-    e->capacity = e->m = e->inserts = 0;
-    e->layers = 0;
-    for (uint32_t i = 0; i < b->count; i++) {
-        struct bf_stats s;
-        bf_stats(b->shard[i], &s);
-        e->capacity += bf_capacity(b->shard[i]);
-        e->m += s.bits;
-        e->inserts += bf_insert_count(b->shard[i]);
-        if (s.layers > e->layers)
-            e->layers = s.layers;
+    if (index == 0) {
+        snprintf(e->kind, sizeof e->kind, "%s", bf_kind_name(bf_kind(f)));
+        bf_layer_info(f, 0, &li);
+        e->k = li.k;
+        e->error_rate = bf_error_rate(f);
+        e->shards = count;
+        e->growth = bf_growth(f);
+        e->tightening = bf_tightening(f);
+        memcpy(e->secret, bf_secret(f), BF_SECRET_LEN);
+        e->placement = bf_placement(f);
+        e->capacity = e->m = e->inserts = 0;
+        e->layers = 0;
     }
-    bundle_fingerprint_id(b, e->fingerprint);
+    e->capacity += bf_capacity(f);
+    e->inserts += bf_insert_count(f);
+    while (bf_layer_info(f, layers, &li) == 0) {
+        e->m += li.m;
+        layers++;
+    }
+    if (layers > e->layers)
+        e->layers = layers;
+    return 0;
 }
 
-/* Load the file at path, verified, and describe it with its digest. */
+/* Describe the file at path, verified a piece at a time (never held
+ * whole: an export is as large as the filter), with its digest. */
 static int describe_file(const char *path, struct entry *e)
 {
-    struct bundle *b;
+    char err[BF_ERRLEN] = "";
 
     if (file_digest(path, &e->xxh3, &e->bytes))
         return CLI_ERR;
-    if (!(b = cli_load(path)))
-        return CLI_ERR;
-    describe(b, e);
-    bundle_destroy(b);
+    if (bundle_file_describe(path, describe_shard, e, e->fingerprint, err) < 0)
+        return cli_fail("%s: %s", path, err);
     return 0;
 }
 

@@ -336,21 +336,33 @@ const char *bundle_shard_mismatch(const struct bf *f, uint32_t index,
 
 /* ---- parsed level ------------------------------------------------------ */
 
+/* A shard bundle's fingerprint id, a shard at a time: shard ids in order
+ * into fp_add, the id out of fp_end. */
+static void fp_add(XXH3_state_t *xs, const struct bf *f)
+{
+    char id[17];
+
+    bf_fingerprint_id(f, id);
+    XXH3_64bits_update(xs, id, sizeof id);
+}
+
+static void fp_end(XXH3_state_t *xs, char out[17])
+{
+    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(xs));
+}
+
 void bundle_fingerprint_id(const struct bundle *b, char out[17])
 {
     XXH3_state_t xs;
-    char id[17];
 
     if (b->plain) {
         bf_fingerprint_id(b->shard[0], out);
         return;
     }
     XXH3_64bits_reset(&xs);
-    for (uint32_t i = 0; i < b->count; i++) {
-        bf_fingerprint_id(b->shard[i], id);
-        XXH3_64bits_update(&xs, id, sizeof id);
-    }
-    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(&xs));
+    for (uint32_t i = 0; i < b->count; i++)
+        fp_add(&xs, b->shard[i]);
+    fp_end(&xs, out);
 }
 
 void bundle_destroy(struct bundle *b)
@@ -507,14 +519,35 @@ struct bundle *bundle_load(const char *path, char *err)
 struct verify_shard {
     uint32_t index, count;
     uint8_t secret[BF_SECRET_LEN];
+    bool plain;
+    bundle_meta_fn fn;
+    void *ctx;
+    XXH3_state_t fp;
+    char plain_fp[17];
     char *err;
 };
+
+/* The caller's fn, and the shard's share of the fingerprint id. */
+static int describe_meta(struct verify_shard *v, const struct bf *f)
+{
+    int rc;
+
+    if (v->plain)
+        bf_fingerprint_id(f, v->plain_fp);
+    else
+        fp_add(&v->fp, f);
+    if (v->fn && (rc = v->fn(v->ctx, v->index, v->count, f)) < 0)
+        return rc;
+    return 0;
+}
 
 static int verify_meta(void *ctx, const struct bf *f)
 {
     struct verify_shard *v = ctx;
     const char *field;
 
+    if (v->plain)
+        return describe_meta(v, f);
     if (v->index == 0)
         memcpy(v->secret, bf_secret(f), BF_SECRET_LEN);
     field = bundle_shard_mismatch(f, v->index, v->count, v->secret);
@@ -528,7 +561,7 @@ static int verify_meta(void *ctx, const struct bf *f)
                    v->index, bf_shard_index(f), bf_shard_count(f), v->index, v->count);
         return -EBADMSG;
     }
-    return 0;
+    return describe_meta(v, f);
 }
 
 /* The trailer: an XXH3-64 of every byte before it, read a piece at a time. */
@@ -568,8 +601,14 @@ out:
 
 int bundle_file_verify(const char *path, char *err)
 {
+    return bundle_file_describe(path, NULL, NULL, NULL, err);
+}
+
+int bundle_file_describe(const char *path, bundle_meta_fn fn, void *ctx,
+                         char fp_out[17], char *err)
+{
     char serr[BF_ERRLEN];
-    struct verify_shard v = {.err = err};
+    struct verify_shard v = {.err = err, .fn = fn, .ctx = ctx};
     uint64_t size, off, len, at;
     struct stat sb;
     int fd, rc;
@@ -584,8 +623,13 @@ int bundle_file_verify(const char *path, char *err)
         goto out;
     }
     size = (uint64_t)sb.st_size;
+    XXH3_64bits_reset(&v.fp);
     if (!bundle_file_is(path)) {
-        rc = bf_file_scan(fd, 0, size, NULL, NULL, NULL, err);
+        v.plain = true;
+        v.count = 1;
+        rc = bf_file_scan(fd, 0, size, verify_meta, NULL, &v, err);
+        if (rc == 0 && fp_out)
+            snprintf(fp_out, 17, "%s", v.plain_fp);
         goto out;
     }
     /* In bundle_parse's order: the header, the trailer, the frame (every
@@ -625,6 +669,8 @@ int bundle_file_verify(const char *path, char *err)
         }
         at += len;
     }
+    if (fp_out)
+        fp_end(&v.fp, fp_out);
     rc = 0;
 out:
     close(fd);

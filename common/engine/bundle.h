@@ -123,6 +123,20 @@ int bundle_file_entry(int fd, uint64_t size, uint32_t index, uint32_t *count,
  * negative errno with err set (bundle_load's messages). */
 int bundle_file_verify(const char *path, char *err);
 
+/* bundle_file_verify, with each shard described on the way: fn(ctx, index,
+ * count, f) for shard index of count (a plain filter file: index 0 of 1)
+ * with an empty filter of its geometry, secret and counts (bf_file_scan's
+ * meta: its bodies never written, valid during the call only; the file's
+ * checksums are checked after it, so what fn keeps is true only when the
+ * call returns 0), and fp_out (may be NULL) gets the whole file's
+ * fingerprint id, as bundle_fingerprint_id of the loaded file.  fn may be
+ * NULL; its negative return stops the read and is returned.  Returns 0, or
+ * a negative errno with err set (bundle_load's messages). */
+typedef int (*bundle_meta_fn)(void *ctx, uint32_t index, uint32_t count,
+                              const struct bf *f);
+int bundle_file_describe(const char *path, bundle_meta_fn fn, void *ctx,
+                         char fp_out[17], char *err);
+
 /* The first field in which the parsed shard file f is not shard index of
  * count with this secret: "secret", "shard_index", "shard_count"; NULL when
  * it is.  The rule every reader of a bundle applies to each shard. */

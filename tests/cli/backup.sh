@@ -311,5 +311,27 @@ expect_ok "$BG" --server "$S" $adm check solo --count < solo.keys
 [ "$(cat out.txt)" = "$(printf 'maybe 2000\nno 0')" ] || fail "solo after the undrop: $(cat out.txt)"
 [ "$(fp_of "$S" solo)" = "$solo_fp" ] || fail "solo came back with another secret"
 
+# A large filter is described a piece at a time: backup's memory stays far
+# below the export's size (it held the whole export to fingerprint it).
+expect_ok "$BG" --server "$S" $adm create big -n 80000000 -p 0.01
+seq -f 'big-%g' 1 1000 > big.keys
+expect_ok "$BG" --server "$S" $adm add big < big.keys
+expect_ok "$BG" --server "$S" $adm drop solo
+python3 - "$BG" "$S" bigbak <<'PY' > rss.txt || fail "backup of big: $(cat rss.txt)"
+import resource, subprocess, sys
+bg, server, out = sys.argv[1:]
+r = subprocess.run([bg, "--server", server, "--token-file", "admin.tok",
+                    "backup", out], capture_output=True, text=True)
+if r.returncode != 0:
+    sys.exit(r.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+PY
+size=$(stat -c %s bigbak/big.filter)
+rss=$(cat rss.txt)
+[ "$size" -gt 90000000 ] || fail "the export of big is only $size bytes"
+[ "$rss" -lt $((size / 2)) ] || fail "backup held $rss bytes for a $size-byte export"
+grep -q "^fingerprint = $(fp_of "$S" big)\$" bigbak/manifest.ini ||
+    fail "big's manifest: $(cat bigbak/manifest.ini)"
+
 all_alive
 echo "backup: ok"

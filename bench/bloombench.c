@@ -58,7 +58,7 @@ enum action { A_NONE, A_CREATE, A_DROP, A_PREFILL, A_RUN };
 static struct {
     enum action action;
     const char *target, *filter, *token_file;
-    bool add, stream;
+    bool add, stream, no_warmup;
     uint64_t batch, depth;
     double duration;
     uint64_t max_keys, seed, pseed, pcount, prefill, capacity, shards;
@@ -584,15 +584,18 @@ static int measure(void)
     bool prefill = o.action == A_PREFILL;
 
     /* Warm-up: one single-key call (connection, first-call costs), not
-     * counted, with keys no measured run uses. */
-    run_init(&r, rch, cq, prefill || o.add, 1, 1);
-    r.ks.seed = o.seed ^ 0x5741524d55505f5fu;
-    r.limit = 1;
-    r.deadline = now_ns() + 10 * 1000000000ull;
-    run_unary(&r);
-    if (r.errors)
-        die("the warm-up call to %s failed", o.target);
-    run_deinit(&r);
+     * counted, with keys no measured run uses (--no-warmup: none, for a
+     * load shape that must send exactly its own calls). */
+    if (!o.no_warmup) {
+        run_init(&r, rch, cq, prefill || o.add, 1, 1);
+        r.ks.seed = o.seed ^ 0x5741524d55505f5fu;
+        r.limit = 1;
+        r.deadline = now_ns() + 10 * 1000000000ull;
+        run_unary(&r);
+        if (r.errors)
+            die("the warm-up call to %s failed", o.target);
+        run_deinit(&r);
+    }
 
     if (prefill) {
         run_init(&r, rch, cq, true, 1000, 4);
@@ -663,6 +666,8 @@ static void usage(FILE *f)
             "  --prefill-seed N    the present keys [7]\n"
             "  --prefill-count N   query: every other key is one of the first N keys of\n"
             "                      --prefill-seed (0: all keys are the run's own) [0]\n"
+            "  --no-warmup         no uncounted single-key call before the run (by\n"
+            "                      default one is made: connection, first-call costs)\n"
             "setup options:\n"
             "  --filter NAME       filter to use [bench]\n"
             "  --capacity N        [10000000]\n"
@@ -735,7 +740,8 @@ int main(int argc, char **argv)
         {"prefill-seed", 1, 0, 'p'},  {"prefill-count", 1, 0, 'n'}, {"capacity", 1, 0, 'c'},
         {"error-rate", 1, 0, 'e'},    {"shards", 1, 0, 'x'},        {"wait", 1, 0, 'w'},
         {"tls-ca", 1, 0, 'A'},        {"tls-cert", 1, 0, 'R'},      {"tls-key", 1, 0, 'K'},
-        {"token-file", 1, 0, 'O'},    {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+        {"token-file", 1, 0, 'O'},    {"help", 0, 0, 'h'},          {"no-warmup", 0, 0, 'N'},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
@@ -757,6 +763,7 @@ int main(int argc, char **argv)
         case 'b': o.batch = num("--batch", optarg, 1, 1000000); break;
         case 'd': o.depth = num("--depth", optarg, 1, 4096); break;
         case 'S': o.stream = true; break;
+        case 'N': o.no_warmup = true; break;
         case 't': o.duration = real("--duration", optarg, 0.01, 3600); break;
         case 'm': o.max_keys = num("--max-keys", optarg, 1, UINT64_MAX); break;
         case 's': o.seed = num("--seed", optarg, 0, UINT64_MAX); break;

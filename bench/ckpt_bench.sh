@@ -146,7 +146,7 @@ load() {
       local i=0 end=$((SECONDS + SECS))
       while [ $SECONDS -lt $end ]; do
         "$BB" --target "$ADDR" --filter bench --op add --batch 100 --max-keys 100 \
-          --seed $((1000 + i)) --duration 1 >/dev/null
+          --seed $((1000 + i)) --duration 1 --no-warmup >/dev/null
         i=$((i + 1)); sleep 1
       done ;;
     bursty)

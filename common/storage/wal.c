@@ -1486,7 +1486,11 @@ uint64_t wal__rescan_begin(struct wal *w)
     return wal_durable_lsn(w);
 }
 
-void wal__rescan_end(struct wal *w)
+void wal__rescan_end(struct wal *w, uint64_t read_bytes)
 {
+    pthread_mutex_lock(&w->mu);
+    w->stats.rescans++;
+    w->stats.rescan_bytes += read_bytes;
+    pthread_mutex_unlock(&w->mu);
     pthread_mutex_unlock(&w->seg_mu);
 }

@@ -161,6 +161,9 @@ struct wal_scan_info {
     uint64_t next_lsn;    /* the LSN the next record must take */
     uint64_t records;     /* intact records met */
     uint64_t bytes;       /* bytes of segments read */
+    uint64_t read_bytes;  /* bytes of records read: the header and name of
+                             every record met, the payload of every record
+                             checked */
     uint64_t truncated;   /* bytes of torn tail cut from the last segment */
     bool truncated_shared; /* that tail was in a segment written without
                               write units (version 1, or durability none):
@@ -427,6 +430,9 @@ struct wal_stats {
     uint64_t inline_records;  /* written by their submitter (wal_submit_now) */
     uint64_t led_groups;      /* commit groups written by a leader (wal_lead) */
     uint64_t led_records;     /* records and barriers in them */
+    /* Reading the open log (wal_rescan, wal_rescan_from): */
+    uint64_t rescans;         /* scans done */
+    uint64_t rescan_bytes;    /* bytes of records they read (read_bytes) */
 };
 void wal_stats(struct wal *w, struct wal_stats *out);
 

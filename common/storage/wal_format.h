@@ -172,6 +172,6 @@ uint64_t wal__seg_record_bytes(const char *path, uint64_t size);
 
 /* For wal_rescan: hold off discards; returns the durable LSN. */
 uint64_t wal__rescan_begin(struct wal *w);
-void wal__rescan_end(struct wal *w);
+void wal__rescan_end(struct wal *w, uint64_t read_bytes);
 
 #endif

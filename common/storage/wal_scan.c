@@ -284,6 +284,7 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
         bool pad = hv && is_pad(m + off);
         uint64_t lsn = hv ? wal__get64(m + off + WAL_O_LSN) : 0;
         if (pad && lsn == sc->expect) {
+            sc->out->read_bytes += WAL_REC_HDR;
             off += sz;   /* padding up to the next unit */
             continue;
         }
@@ -296,7 +297,11 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
                 continue;
             }
         }
+        if (hv)
+            sc->out->read_bytes += WAL_REC_HDR + wal__get16(m + off + WAL_O_NAMELEN);
         bool pv = hv && !pad && lsn == sc->expect && payload_valid(m + off);
+        if (hv && !pad && lsn == sc->expect)
+            sc->out->read_bytes += wal__get64(m + off + WAL_O_LEN);
         if (pv) {
             struct wal_record r = {
                 .lsn = lsn,
@@ -464,6 +469,6 @@ int wal_rescan_from(struct wal *w, uint64_t from, const struct wal_scan_ops *ops
 
     sc.limit = wal__rescan_begin(w);
     rc = scan_dir(&sc, false);
-    wal__rescan_end(w);
+    wal__rescan_end(w, out->read_bytes);
     return rc;
 }

@@ -96,10 +96,22 @@ struct wal_stream {
     int err;                     /* the error that failed it, likewise */
 };
 
+/* Seek marks: where a record begins in a segment written since wal_open,
+ * one at the start of a commit group every seek_stride bytes or more, so
+ * that a scan from an LSN starts near it (wal_rescan_from) instead of at
+ * its segment's start.  At most WAL_SEEK_MARKS a segment. */
+#define WAL_SEEK_MARKS 32
+
+struct wal_seek {
+    uint64_t lsn, off;
+};
+
 struct seg {
     uint64_t first;
     uint64_t bytes;              /* of the file, padding included */
     uint64_t recs;               /* of the header and records */
+    uint32_t nseek;
+    struct wal_seek seek[WAL_SEEK_MARKS];   /* by LSN and offset, rising */
 };
 
 struct wal {
@@ -133,7 +145,10 @@ struct wal {
     size_t nsegs, segcap;
     uint64_t bytes;              /* records (wal_bytes) */
     uint64_t file_bytes;         /* files (wal_file_bytes) */
-    pthread_mutex_t seg_mu;      /* wal_discard against wal_rescan */
+    /* wal_discard (exclusive) against wal_rescan (shared: any number of
+     * scans at once); prefers the discard, which is short. */
+    pthread_rwlock_t seg_mu;
+    uint64_t seek_stride;        /* seek marks' spacing (struct seg) */
     /* The completer (fsync only): committed batches, oldest first. */
     pthread_mutex_t cmu;
     pthread_cond_t ccv;
@@ -444,7 +459,7 @@ static int seg_switch(struct wal *w, char *err)
     /* A new segment may start at an LSN an abandoned one holds: the old
      * one's records from there on are ignored (wal.h). */
     w->segs[w->nsegs++] = (struct seg){w->next_lsn, wal__seg_start(w->unit),
-                                       WAL_SEG_HDR};
+                                       WAL_SEG_HDR, 0, {{0, 0}}};
     if (w->nsegs > w->peak_segs)
         w->peak_segs = w->nsegs;
     w->bytes += WAL_SEG_HDR;
@@ -721,6 +736,12 @@ static void write_batch(struct wal *w, struct wal_rec *list)
     if (rc == 0) {
         pthread_mutex_lock(&w->mu);
         w->durable_lsn = w->next_lsn - 1;
+        struct seg *cur = &w->segs[w->nsegs - 1];
+        uint64_t prev = cur->nseek ? cur->seek[cur->nseek - 1].off
+                                   : wal__seg_start(w->unit);
+        if (recs && cur->nseek < WAL_SEEK_MARKS &&
+            w->off >= prev + w->seek_stride)
+            cur->seek[cur->nseek++] = (struct wal_seek){first, w->off};
         w->segs[w->nsegs - 1].bytes += len;
         w->segs[w->nsegs - 1].recs += recs;
         w->bytes += recs;
@@ -860,7 +881,12 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* the commit delay */
     pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&w->seg_mu, NULL);
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra,
+                                  PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&w->seg_mu, &ra);
+    pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&w->cmu, NULL);
     pthread_cond_init(&w->ccv, NULL);
     if (strlen(dir) > 3800) {
@@ -897,7 +923,7 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
             continue;   /* one at next_lsn is empty and replaced below */
         w->segs[w->nsegs++] = (struct seg){
             v[i].first, (uint64_t)st.st_size,
-            wal__seg_record_bytes(path, (uint64_t)st.st_size)};
+            wal__seg_record_bytes(path, (uint64_t)st.st_size), 0, {{0, 0}}};
         w->bytes += w->segs[w->nsegs - 1].recs;
         w->file_bytes += (uint64_t)st.st_size;
     }
@@ -915,6 +941,9 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
         room = room > ROOM_MAX ? ROOM_MAX : room;
         w->room = (room + WAL_ROOM_UNIT - 1) / WAL_ROOM_UNIT * WAL_ROOM_UNIT;
     }
+    w->seek_stride = w->seg_target / WAL_SEEK_MARKS;
+    if (w->seek_stride < 4096)
+        w->seek_stride = 4096;
     if (seg_switch(w, err) < 0)
         goto fail;
     if (durability == WAL_SYNC_FSYNC) {
@@ -967,7 +996,7 @@ void wal_close(struct wal *w)
     free(w->dir);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->seg_mu);
+    pthread_rwlock_destroy(&w->seg_mu);
     pthread_mutex_destroy(&w->cmu);
     pthread_cond_destroy(&w->ccv);
     free(w);
@@ -1424,7 +1453,7 @@ int wal_discard(struct wal *w, uint64_t upto)
     size_t n = 0;
     int rc = 0;
 
-    pthread_mutex_lock(&w->seg_mu);
+    pthread_rwlock_wrlock(&w->seg_mu);
     pthread_mutex_lock(&w->mu);
     while (n + 1 < w->nsegs && w->segs[n + 1].first <= upto + 1)
         n++;
@@ -1453,7 +1482,7 @@ int wal_discard(struct wal *w, uint64_t upto)
         if (rc == 0)
             rc = r2;
     }
-    pthread_mutex_unlock(&w->seg_mu);
+    pthread_rwlock_unlock(&w->seg_mu);
     free(gone);
     return rc < 0 ? rc : (int)n;
 }
@@ -1479,11 +1508,67 @@ const char *wal_dir(const struct wal *w)
     return w->dir;
 }
 
+/* The segment holding LSN lsn among w's (under mu), or NULL. */
+static const struct seg *seg_of(const struct wal *w, uint64_t lsn)
+{
+    for (size_t i = w->nsegs; i-- > 0;)
+        if (w->segs[i].first <= lsn)
+            return &w->segs[i];
+    return NULL;
+}
+
+/* The seek mark of s nearest before lsn, or s's start. */
+static struct wal_seek seek_in(const struct wal *w, const struct seg *s,
+                               uint64_t lsn)
+{
+    struct wal_seek at = {s->first, wal__seg_start(w->unit)};
+
+    for (uint32_t i = 0; i < s->nseek && s->seek[i].lsn <= lsn; i++)
+        at = s->seek[i];
+    return at;
+}
+
+uint64_t wal_bytes_from(struct wal *w, uint64_t lsn)
+{
+    uint64_t n = 0;
+
+    pthread_mutex_lock(&w->mu);
+    const struct seg *s = seg_of(w, lsn);
+    for (size_t i = 0; i < w->nsegs; i++) {
+        const struct seg *e = &w->segs[i];
+        if (e == s) {
+            struct wal_seek at = seek_in(w, e, lsn);
+            n += e->bytes > at.off ? e->bytes - at.off : 0;
+        } else if (!s || e > s) {
+            n += e->bytes;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
 /* For wal_rescan (wal_scan.c): hold off discards, and the durable LSN. */
 uint64_t wal__rescan_begin(struct wal *w)
 {
-    pthread_mutex_lock(&w->seg_mu);
+    pthread_rwlock_rdlock(&w->seg_mu);
     return wal_durable_lsn(w);
+}
+
+bool wal__rescan_seek(struct wal *w, uint64_t seg_first, uint64_t lsn,
+                      uint64_t *at_lsn, uint64_t *at_off)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&w->mu);
+    const struct seg *s = seg_of(w, lsn);
+    if (s && s->first == seg_first && s->nseek && s->seek[0].lsn <= lsn) {
+        struct wal_seek at = seek_in(w, s, lsn);
+        *at_lsn = at.lsn;
+        *at_off = at.off;
+        found = true;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return found;
 }
 
 void wal__rescan_end(struct wal *w, uint64_t read_bytes)
@@ -1492,5 +1577,5 @@ void wal__rescan_end(struct wal *w, uint64_t read_bytes)
     w->stats.rescans++;
     w->stats.rescan_bytes += read_bytes;
     pthread_mutex_unlock(&w->mu);
-    pthread_mutex_unlock(&w->seg_mu);
+    pthread_rwlock_unlock(&w->seg_mu);
 }

@@ -153,6 +153,13 @@ struct wal_scan_ops {
      * and is returned by it. */
     int (*record)(void *ctx, const struct wal_record *r);
     void (*damage)(void *ctx, const struct wal_damage *d);
+    /* Optional, scans of the open log only (wal_rescan, wal_rescan_from):
+     * called with each intact record's header (payload NULL, len its
+     * length) before its payload is read; true passes the record over
+     * unread (neither its payload checked nor record called, and damage
+     * to its payload not reported).  A scan of one stream's records among
+     * many then reads the others' headers only. */
+    bool (*skip)(void *ctx, const struct wal_record *hdr);
 };
 
 struct wal_scan_info {
@@ -187,8 +194,13 @@ int wal_scan(const char *dir, const struct wal_scan_ops *ops, void *ctx,
 int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
                struct wal_scan_info *out, char *err);
 /* wal_rescan from LSN from on: segments whose records are all before it
- * are not read (records of the first one read that are before it are
- * passed too); info's first_lsn is then where the reading began. */
+ * are not read, and in the one holding it the reading starts at the seek
+ * mark nearest before it (the log keeps, for each segment written since
+ * wal_open, where a record begins every 1/32 of the segment's size or
+ * more), or at the segment's start; records before from are passed over
+ * by their headers (not given to ops, their payloads not read).  info's
+ * first_lsn is where the reading began.  Any number of scans may run at
+ * once; wal_discard waits for those running. */
 int wal_rescan_from(struct wal *w, uint64_t from, const struct wal_scan_ops *ops,
                     void *ctx, struct wal_scan_info *out, char *err);
 
@@ -401,6 +413,11 @@ uint64_t wal_bytes(struct wal *w);
 
 /* Bytes of the log's files, padding included (room not counted). */
 uint64_t wal_file_bytes(struct wal *w);
+
+/* The most bytes of the log's files wal_rescan_from(w, lsn) reads now:
+ * from the seek mark it would start at to the end of the log (padding
+ * included); every segment when lsn is before the log. */
+uint64_t wal_bytes_from(struct wal *w, uint64_t lsn);
 
 /* The last LSN of the segments that are not the one being written, or
  * false when there is none. */

@@ -83,7 +83,7 @@ static void on_damage(void *ctx, const struct wal_damage *d)
     memcpy(s->where, d->where, sizeof(s->where));
 }
 
-static const struct wal_scan_ops ops = {on_rec, on_damage};
+static const struct wal_scan_ops ops = {on_rec, on_damage, NULL};
 
 static int scan(struct wal_scan_info *info, char *err)
 {

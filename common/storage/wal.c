@@ -632,7 +632,7 @@ static void *completer_main(void *arg)
 /* ---- metrics (metrics.h): one series per process, whatever the logs ---- */
 
 static struct {
-    struct metric *fsync, *group, *bytes, *padding;
+    struct metric *fsync, *group, *bytes, *padding, *rescans, *rescan_bytes;
 } wm;
 static pthread_once_t wm_once = PTHREAD_ONCE_INIT;
 
@@ -654,6 +654,14 @@ static void wm_register(void)
                                  "of the bytes appended to the write-ahead "
                                  "log, those padding commit groups to whole "
                                  "write units", NULL);
+    wm.rescans = metrics_counter(m, "bloomgrid_wal_rescans_total",
+                                 "scans of the open write-ahead log (keyed "
+                                 "pulls, checkpoints of records, reloads)",
+                                 NULL);
+    wm.rescan_bytes = metrics_counter(m, "bloomgrid_wal_rescan_bytes_total",
+                                      "bytes of log records those scans read: "
+                                      "every header met, the payloads "
+                                      "checked", NULL);
 }
 
 void wal_metrics_register(void)
@@ -1577,5 +1585,8 @@ void wal__rescan_end(struct wal *w, uint64_t read_bytes)
     w->stats.rescans++;
     w->stats.rescan_bytes += read_bytes;
     pthread_mutex_unlock(&w->mu);
+    pthread_once(&wm_once, wm_register);
+    metric_add(wm.rescans, 1);
+    metric_add(wm.rescan_bytes, read_bytes);
     pthread_rwlock_unlock(&w->seg_mu);
 }

@@ -2264,6 +2264,97 @@ START_TEST(a_later_group_completes_after_the_led_one)
 }
 END_TEST
 
+/* Submit one record of len bytes (v in its first 8) and wait; its LSN. */
+static uint64_t append_len(struct wal_stream *s, uint64_t v, size_t len)
+{
+    struct wal_waiter wt;
+    struct wal_rec *r = wal_rec_new(WAL_REC_ADD, NULL, len);
+
+    ck_assert_ptr_nonnull(r);
+    memset(wal_rec_payload(r), 0xAB, len);
+    memcpy(wal_rec_payload(r), &v, 8);
+    wal_waiter_init(&wt);
+    wal_submit(s, r, wal_waiter_done, &wt);
+    ck_assert_int_eq(wal_waiter_wait(&wt), 0);
+    return wt.lsn;
+}
+
+static bool skip_other(void *ctx, const struct wal_record *h)
+{
+    (void)ctx;
+    return h->id != 1;
+}
+
+static const struct wal_scan_ops ops_one = {on_rec, on_damage, skip_other};
+
+/* A scan of the open log from an LSN starts at the seek mark nearest
+ * before it, not at its segment's start, and passes records before it
+ * over by their headers; a skip passes another stream's records over
+ * unread: what it reads follows the stream's records after the LSN, not
+ * the log's bytes.  Every record of the stream from the LSN on is met,
+ * in order, and no other. */
+START_TEST(a_rescan_from_an_lsn_reads_near_it_and_skips_by_header)
+{
+    struct wal *w = open_log(1, WAL_SYNC_NONE);   /* segments of 1 MiB */
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    struct wal_stream *b = wal_stream_open(w, 2, "b", 1);
+    struct wal_scan_info info;
+    struct wal_stats st0, st1;
+    char err[WAL_ERRLEN];
+    uint64_t lsn_a[1500], from = 0;
+    int na = 0;
+
+    /* 3 000 records, every other one 1 KiB of b's: about 1.7 MB, two
+     * segments. */
+    for (int i = 0; i < 1500; i++) {
+        lsn_a[na++] = append_len(a, (uint64_t)i, 8);
+        append_len(b, (uint64_t)i, 1024);
+    }
+    from = lsn_a[1400];
+    ck_assert_uint_gt(wal_file_bytes(w), UINT64_C(3) << 19);
+    uint64_t span = wal_bytes_from(w, from);
+    ck_assert_uint_gt(span, UINT64_C(100) << 10);   /* b's 100 KiB at least */
+    ck_assert_uint_lt(span, UINT64_C(200) << 10);   /* a seek mark near */
+    /* From the first LSN: every segment but its header. */
+    ck_assert_uint_le(wal_bytes_from(w, 1), wal_file_bytes(w));
+    ck_assert_uint_ge(wal_bytes_from(w, 1) + 3 * WAL_SEG_HDR, wal_file_bytes(w));
+
+    /* a's records from lsn_a[1400]: headers of the records since the mark
+     * before it, a's payloads, none of b's. */
+    memset(&seen, 0, sizeof(seen));
+    wal_stats(w, &st0);
+    ck_assert_int_eq(wal_rescan_from(w, from, &ops_one, &seen, &info, err), 0);
+    wal_stats(w, &st1);
+    ck_assert_uint_eq(seen.n, 100);
+    for (uint64_t i = 0; i < seen.n; i++) {
+        ck_assert_uint_eq(seen.lsn[i], lsn_a[1400 + i]);
+        ck_assert_uint_eq(seen.id[i], 1);
+        ck_assert_uint_eq(seen.val[i], 1400 + i);
+    }
+    ck_assert_uint_eq(seen.damages, 0);
+    ck_assert_uint_lt(info.read_bytes, UINT64_C(32) << 10);
+    ck_assert_uint_eq(st1.rescans, st0.rescans + 1);
+    ck_assert_uint_eq(st1.rescan_bytes - st0.rescan_bytes, info.read_bytes);
+
+    /* Without the skip, b's payloads after from are read too, and met. */
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan_from(w, from, &ops, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 200);
+    ck_assert_uint_eq(seen.lsn[0], from);
+    ck_assert_uint_gt(info.read_bytes, UINT64_C(100) << 10);
+    ck_assert_uint_lt(info.read_bytes, UINT64_C(160) << 10);
+
+    /* From the start: every record. */
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan(w, &ops, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 3000);
+    ck_assert_uint_gt(info.read_bytes, UINT64_C(3) << 19);
+    wal_stream_close(a);
+    wal_stream_close(b);
+    wal_close(w);
+}
+END_TEST
+
 Suite *wal_suite(void)
 {
     Suite *s = suite_create("wal");
@@ -2305,6 +2396,7 @@ Suite *wal_suite(void)
     tcase_add_test(tc, a_failed_led_sync_fails_every_record_of_its_group);
     tcase_add_test(tc, a_lead_while_the_log_is_busy_hands_the_records_to_the_commit_thread);
     tcase_add_test(tc, a_later_group_completes_after_the_led_one);
+    tcase_add_test(tc, a_rescan_from_an_lsn_reads_near_it_and_skips_by_header);
     suite_add_tcase(s, tc);
     return s;
 }

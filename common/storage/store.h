@@ -601,10 +601,12 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
  * and a pull since s starts at the highest one noted for a cursor at or
  * before s (the cursor a puller's previous pull took, typically), or
  * after the newest checkpoint when since is at or past its seq; else from
- * the log's start.  When the log from there holds more than
- * STORE_KEYS_SCAN_RATIO times the bytes of the pages changed
- * (wal_bytes_from), it is not read and 1 is returned: no pull costs more
- * than a bounded multiple of its pages, whatever the other filters wrote.
+ * the log's start.  When reading the log from there would cost more than
+ * STORE_KEYS_SCAN_RATIO times the bytes of the pages changed (its bytes
+ * from there, or STORE_KEYS_RECORD_COST for each record there when that
+ * is less: wal_span_from), it is not read and 1 is returned: no pull
+ * costs more than a bounded multiple of its pages, whatever the other
+ * filters wrote.
  *
  * Returns 0 when the keys are the answer (all of them went through fn;
  * none when nothing was written since); 1 when they are not, with err
@@ -618,6 +620,9 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
 #define STORE_KEYS_CHUNK 65536u   /* keys a pull holds at once: 1 MiB */
 #define STORE_KEYS_SCAN_RATIO 8u  /* log bytes a keyed pull may read, per
                                      byte of pages changed */
+#define STORE_KEYS_RECORD_COST 8192u   /* what another filter's record costs
+                                          a scan at most (its header's and
+                                          padding's 4 KiB pages) */
 typedef int (*store_keys_fn)(void *ctx, const struct bf_hash *h, size_t n);
 int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                      store_keys_fn fn, void *ctx,

@@ -487,14 +487,23 @@ int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
         return 1;
     }
     /* Bounded: a scan that would read more of the log than a multiple of
-     * the pages' bytes is not started (the pages are the answer). */
-    uint64_t span = wal_bytes_from(sf->s->wal, from);
-    if (span / STORE_KEYS_SCAN_RATIO > pages_bytes) {
+     * the pages' bytes is not started (the pages are the answer).  What
+     * it reads: its own records, which the counting pass stops at the
+     * pages' bytes, and the header of every other record, each on at most
+     * two 4 KiB pages of the files with its padding record's: at most
+     * the bytes from where it starts, and at most 8 KiB a record (an
+     * import of another filter costs its header, not its bits). */
+    uint64_t span, nrec;
+    wal_span_from(sf->s->wal, from, &span, &nrec);
+    uint64_t cost = nrec < span / STORE_KEYS_RECORD_COST
+                        ? nrec * STORE_KEYS_RECORD_COST : span;
+    if (cost / STORE_KEYS_SCAN_RATIO > pages_bytes) {
         errmsg_set(err, "the log from LSN %" PRIu64 " (%s) holds %" PRIu64
-                   " bytes, more than %u times the %" PRIu64 " bytes of "
-                   "pages changed", from, from ? "where the records after "
-                   "the cursor begin" : "its start: no mark of the cursor",
-                   span, STORE_KEYS_SCAN_RATIO, pages_bytes);
+                   " records in %" PRIu64 " bytes, more to read than %u "
+                   "times the %" PRIu64 " bytes of pages changed", from,
+                   from ? "where the records after the cursor begin"
+                        : "its start: no mark of the cursor",
+                   nrec, span, STORE_KEYS_SCAN_RATIO, pages_bytes);
         return 1;
     }
     if ((rc = keys_pass(sf, from, &sc, err)) < 0)

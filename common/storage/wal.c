@@ -97,10 +97,11 @@ struct wal_stream {
 };
 
 /* Seek marks: where a record begins in a segment written since wal_open,
- * one at the start of a commit group every seek_stride bytes or more, so
- * that a scan from an LSN starts near it (wal_rescan_from) instead of at
- * its segment's start.  At most WAL_SEEK_MARKS a segment. */
-#define WAL_SEEK_MARKS 32
+ * one at the start of a commit group every WAL_SEEK_STRIDE bytes or more,
+ * so that a scan from an LSN starts near it (wal_rescan_from) instead of
+ * at its segment's start: 16 bytes per 256 KiB of the log (64 KiB of
+ * marks for a log of 1 GiB).  A mark that finds no memory is left out. */
+#define WAL_SEEK_STRIDE (256u << 10)
 
 struct wal_seek {
     uint64_t lsn, off;
@@ -110,8 +111,8 @@ struct seg {
     uint64_t first;
     uint64_t bytes;              /* of the file, padding included */
     uint64_t recs;               /* of the header and records */
-    uint32_t nseek;
-    struct wal_seek seek[WAL_SEEK_MARKS];   /* by LSN and offset, rising */
+    struct wal_seek *seek;       /* by LSN and offset, rising; malloc'd */
+    size_t nseek, seekcap;
 };
 
 struct wal {
@@ -148,7 +149,6 @@ struct wal {
     /* wal_discard (exclusive) against wal_rescan (shared: any number of
      * scans at once); prefers the discard, which is short. */
     pthread_rwlock_t seg_mu;
-    uint64_t seek_stride;        /* seek marks' spacing (struct seg) */
     /* The completer (fsync only): committed batches, oldest first. */
     pthread_mutex_t cmu;
     pthread_cond_t ccv;
@@ -459,7 +459,7 @@ static int seg_switch(struct wal *w, char *err)
     /* A new segment may start at an LSN an abandoned one holds: the old
      * one's records from there on are ignored (wal.h). */
     w->segs[w->nsegs++] = (struct seg){w->next_lsn, wal__seg_start(w->unit),
-                                       WAL_SEG_HDR, 0, {{0, 0}}};
+                                       WAL_SEG_HDR, NULL, 0, 0};
     if (w->nsegs > w->peak_segs)
         w->peak_segs = w->nsegs;
     w->bytes += WAL_SEG_HDR;
@@ -747,9 +747,18 @@ static void write_batch(struct wal *w, struct wal_rec *list)
         struct seg *cur = &w->segs[w->nsegs - 1];
         uint64_t prev = cur->nseek ? cur->seek[cur->nseek - 1].off
                                    : wal__seg_start(w->unit);
-        if (recs && cur->nseek < WAL_SEEK_MARKS &&
-            w->off >= prev + w->seek_stride)
-            cur->seek[cur->nseek++] = (struct wal_seek){first, w->off};
+        if (recs && w->off >= prev + WAL_SEEK_STRIDE) {
+            if (cur->nseek == cur->seekcap) {
+                size_t cap = cur->seekcap ? 2 * cur->seekcap : 16;
+                struct wal_seek *v = realloc(cur->seek, cap * sizeof(*v));
+                if (v) {
+                    cur->seek = v;
+                    cur->seekcap = cap;
+                }
+            }
+            if (cur->nseek < cur->seekcap)
+                cur->seek[cur->nseek++] = (struct wal_seek){first, w->off};
+        }
         w->segs[w->nsegs - 1].bytes += len;
         w->segs[w->nsegs - 1].recs += recs;
         w->bytes += recs;
@@ -931,7 +940,7 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
             continue;   /* one at next_lsn is empty and replaced below */
         w->segs[w->nsegs++] = (struct seg){
             v[i].first, (uint64_t)st.st_size,
-            wal__seg_record_bytes(path, (uint64_t)st.st_size), 0, {{0, 0}}};
+            wal__seg_record_bytes(path, (uint64_t)st.st_size), NULL, 0, 0};
         w->bytes += w->segs[w->nsegs - 1].recs;
         w->file_bytes += (uint64_t)st.st_size;
     }
@@ -949,9 +958,6 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
         room = room > ROOM_MAX ? ROOM_MAX : room;
         w->room = (room + WAL_ROOM_UNIT - 1) / WAL_ROOM_UNIT * WAL_ROOM_UNIT;
     }
-    w->seek_stride = w->seg_target / WAL_SEEK_MARKS;
-    if (w->seek_stride < 4096)
-        w->seek_stride = 4096;
     if (seg_switch(w, err) < 0)
         goto fail;
     if (durability == WAL_SYNC_FSYNC) {
@@ -1000,6 +1006,8 @@ void wal_close(struct wal *w)
     free(w->spares);
     free(w->zeros);
     free(w->buf);
+    for (size_t i = 0; i < w->nsegs; i++)
+        free(w->segs[i].seek);
     free(w->segs);
     free(w->dir);
     pthread_mutex_destroy(&w->mu);
@@ -1491,6 +1499,8 @@ int wal_discard(struct wal *w, uint64_t upto)
             rc = r2;
     }
     pthread_rwlock_unlock(&w->seg_mu);
+    for (size_t i = 0; i < n; i++)
+        free(gone[i].seek);
     free(gone);
     return rc < 0 ? rc : (int)n;
 }
@@ -1531,14 +1541,23 @@ static struct wal_seek seek_in(const struct wal *w, const struct seg *s,
 {
     struct wal_seek at = {s->first, wal__seg_start(w->unit)};
 
-    for (uint32_t i = 0; i < s->nseek && s->seek[i].lsn <= lsn; i++)
-        at = s->seek[i];
+    size_t lo = 0, hi = s->nseek;   /* the first mark past lsn: hi */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->seek[mid].lsn <= lsn)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (hi)
+        at = s->seek[hi - 1];
     return at;
 }
 
-uint64_t wal_bytes_from(struct wal *w, uint64_t lsn)
+void wal_span_from(struct wal *w, uint64_t lsn, uint64_t *bytes,
+                   uint64_t *records)
 {
-    uint64_t n = 0;
+    uint64_t n = 0, start = 0;
 
     pthread_mutex_lock(&w->mu);
     const struct seg *s = seg_of(w, lsn);
@@ -1547,12 +1566,16 @@ uint64_t wal_bytes_from(struct wal *w, uint64_t lsn)
         if (e == s) {
             struct wal_seek at = seek_in(w, e, lsn);
             n += e->bytes > at.off ? e->bytes - at.off : 0;
+            start = at.lsn;
         } else if (!s || e > s) {
             n += e->bytes;
         }
     }
+    if (!s)
+        start = w->nsegs ? w->segs[0].first : w->durable_lsn + 1;
+    *bytes = n;
+    *records = w->durable_lsn >= start ? w->durable_lsn - start + 1 : 0;
     pthread_mutex_unlock(&w->mu);
-    return n;
 }
 
 /* For wal_rescan (wal_scan.c): hold off discards, and the durable LSN. */

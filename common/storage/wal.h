@@ -195,9 +195,9 @@ int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
                struct wal_scan_info *out, char *err);
 /* wal_rescan from LSN from on: segments whose records are all before it
  * are not read, and in the one holding it the reading starts at the seek
- * mark nearest before it (the log keeps, for each segment written since
- * wal_open, where a record begins every 1/32 of the segment's size or
- * more), or at the segment's start; records before from are passed over
+ * mark nearest before it (the log keeps in memory, for each segment written
+ * since wal_open, where a commit group's first record begins every 256
+ * KiB or more: 16 bytes each), or at the segment's start; records before from are passed over
  * by their headers (not given to ops, their payloads not read).  info's
  * first_lsn is where the reading began.  Any number of scans may run at
  * once; wal_discard waits for those running. */
@@ -414,10 +414,12 @@ uint64_t wal_bytes(struct wal *w);
 /* Bytes of the log's files, padding included (room not counted). */
 uint64_t wal_file_bytes(struct wal *w);
 
-/* The most bytes of the log's files wal_rescan_from(w, lsn) reads now:
+/* What wal_rescan_from(w, lsn) would walk now: *bytes of the log's files
  * from the seek mark it would start at to the end of the log (padding
- * included); every segment when lsn is before the log. */
-uint64_t wal_bytes_from(struct wal *w, uint64_t lsn);
+ * included; every segment's when lsn is before the log), holding *records
+ * records (durable ones, padding records not counted). */
+void wal_span_from(struct wal *w, uint64_t lsn, uint64_t *bytes,
+                   uint64_t *records);
 
 /* The last LSN of the segments that are not the one being written, or
  * false when there is none. */

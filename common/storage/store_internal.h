@@ -25,7 +25,8 @@
  * Change tracking (store_pages.c) is the bits' page versions (bf.h), stamped
  * under write_mu (or the exclusive lock) with the seq of the log record
  * the change goes into; it has no lock of its own.  store.tomb_mu
- * (store_tomb.c) is a leaf: nothing is taken while it is held.  The log's
+ * (store_tomb.c) and filter.marks_mu (the scan marks, store_pages.c) are
+ * leaves: nothing is taken while one is held.  The log's
  * own locks are taken inside all of these, and the log's threads (its
  * commit thread and the completer that runs completions) take none of
  * them: completions only touch atomics, so no lock of the store is ever

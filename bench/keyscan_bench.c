@@ -125,7 +125,8 @@ int main(int argc, char **argv)
     for (unsigned i = 0; i < shards; i++) {
         char name[64];
         snprintf(name, sizeof name, "f.%u", i);
-        if (store_create(s, name, &p, err) < 0 || !(sf[i] = store_get(s, name))) {
+        if (store_create(s, name, &p, err) < 0 ||
+            !(sf[i] = store_get(s, name))) {
             fprintf(stderr, "keyscan_bench: create %s: %s\n", name, err);
             return 1;
         }
@@ -170,11 +171,14 @@ int main(int argc, char **argv)
             struct store_pages_mark m;
             int rc = store_keys_since(sf[i], cur[i].epoch, cur[i].version,
                                       count_keys, &got, &m, err);
-            if (rc == 1)
+            if (rc == 1) {
+                /* What the node sends instead: the pages (counted). */
                 rc = store_pages_since(sf[i], cur[i].epoch, cur[i].version,
-                                       NULL, NULL, &m, err), pages_bytes += m.bytes;
-            else
+                                       NULL, NULL, &m, err);
+                pages_bytes += m.bytes;
+            } else if (rc == 0) {
                 keyed++;
+            }
             if (rc < 0) {
                 fprintf(stderr, "keyscan_bench: pull: %s\n", err);
                 return 1;

@@ -612,11 +612,12 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
  * none when nothing was written since); 1 when they are not, with err
  * saying why (no cursor of this epoch, a record that is not an add, the
  * log no longer holding a record, the pages being smaller, more of the
- * log to read than the bound, no memory for the buffer): the caller then walks the pages (store_pages_since), which
- * also covers any keys fn got before the log lost a record mid-way
- * (mark->keys says how many); -EOPNOTSUPP for a kind that is not pulled;
- * -EAGAIN / -ENOENT / -EIO when the filter is not READY; or fn's negative
- * return.  Threads: as store_pages_since. */
+ * log to read than the bound, no memory for the buffer): the caller then
+ * walks the pages (store_pages_since), which also covers any keys fn got
+ * before the log lost a record mid-way (mark->keys says how many);
+ * -EOPNOTSUPP for a kind that is not pulled; -EAGAIN / -ENOENT / -EIO when
+ * the filter is not READY; or fn's negative return.  Threads: as
+ * store_pages_since. */
 #define STORE_KEYS_CHUNK 65536u   /* keys a pull holds at once: 1 MiB */
 #define STORE_KEYS_SCAN_RATIO 8u  /* log bytes a keyed pull may read, per
                                      byte of pages changed */

@@ -226,7 +226,8 @@ static bool rec_skip(void *ctx, const struct wal_record *h)
 {
     struct rec_scan *sc = ctx;
 
-    return sc->rc || h->id != sc->id || h->seq < sc->expect || h->seq > sc->last;
+    return sc->rc || h->id != sc->id || h->seq < sc->expect ||
+           h->seq > sc->last;
 }
 
 static const struct wal_scan_ops rec_ops = {rec_one, rec_damage, rec_skip};

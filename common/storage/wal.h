@@ -195,12 +195,13 @@ int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
                struct wal_scan_info *out, char *err);
 /* wal_rescan from LSN from on: segments whose records are all before it
  * are not read, and in the one holding it the reading starts at the seek
- * mark nearest before it (the log keeps in memory, for each segment written
- * since wal_open, where a commit group's first record begins every 256
- * KiB or more: 16 bytes each), or at the segment's start; records before from are passed over
- * by their headers (not given to ops, their payloads not read).  info's
- * first_lsn is where the reading began.  Any number of scans may run at
- * once; wal_discard waits for those running. */
+ * mark nearest before it (the log keeps in memory, for each segment
+ * written since wal_open, where a commit group's first record begins
+ * every 256 KiB or more: 16 bytes each), or at the segment's start;
+ * records before from are passed over by their headers (not given to ops,
+ * their payloads not read).  info's first_lsn is where the reading began.
+ * Any number of scans may run at once; wal_discard waits for those
+ * running. */
 int wal_rescan_from(struct wal *w, uint64_t from, const struct wal_scan_ops *ops,
                     void *ctx, struct wal_scan_info *out, char *err);
 

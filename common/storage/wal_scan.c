@@ -313,7 +313,8 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
             }
         }
         if (hv)
-            sc->out->read_bytes += WAL_REC_HDR + wal__get16(m + off + WAL_O_NAMELEN);
+            sc->out->read_bytes += WAL_REC_HDR +
+                                   wal__get16(m + off + WAL_O_NAMELEN);
         if (sc->live && hv && !pad && lsn == sc->expect) {
             /* Passed over by its header, its payload not read: before
              * from, or a record the caller does not want. */

@@ -2360,6 +2360,77 @@ START_TEST(a_rescan_from_an_lsn_reads_near_it_and_skips_by_header)
 }
 END_TEST
 
+/* A scan run from inside another scan's callback, on another thread. */
+struct nested {
+    struct wal *w;
+    uint64_t outer, inner;   /* records met */
+    bool ran;
+    int rc;
+};
+
+static int count_rec(void *ctx, const struct wal_record *r)
+{
+    (void)r;
+    (*(uint64_t *)ctx)++;
+    return 0;
+}
+
+static void no_damage(void *ctx, const struct wal_damage *d)
+{
+    (void)ctx;
+    (void)d;
+}
+
+static void *inner_scan(void *arg)
+{
+    struct nested *n = arg;
+    static const struct wal_scan_ops o = {count_rec, no_damage, NULL};
+    struct wal_scan_info info;
+    char err[WAL_ERRLEN];
+
+    n->rc = wal_rescan(n->w, &o, &n->inner, &info, err);
+    return NULL;
+}
+
+static int outer_rec(void *ctx, const struct wal_record *r)
+{
+    struct nested *n = ctx;
+    pthread_t t;
+
+    (void)r;
+    if (!n->ran) {
+        n->ran = true;
+        ck_assert_int_eq(pthread_create(&t, NULL, inner_scan, n), 0);
+        ck_assert_int_eq(pthread_join(t, NULL), 0);
+    }
+    n->outer++;
+    return 0;
+}
+
+/* Scans of the open log do not wait for each other: a scan started while
+ * another is in its callback (a pull streaming keys, a checkpoint writing
+ * records) runs to its end meanwhile. */
+START_TEST(scans_of_the_open_log_run_at_once)
+{
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    static const struct wal_scan_ops o = {outer_rec, no_damage, NULL};
+    struct nested n = {.w = w};
+    struct wal_scan_info info;
+    char err[WAL_ERRLEN];
+
+    for (uint64_t i = 0; i < 10; i++)
+        ck_assert_int_eq(append(a, i), 0);
+    ck_assert_int_eq(wal_rescan(w, &o, &n, &info, err), 0);
+    ck_assert(n.ran);
+    ck_assert_int_eq(n.rc, 0);
+    ck_assert_uint_eq(n.inner, 10);
+    ck_assert_uint_eq(n.outer, 10);
+    wal_stream_close(a);
+    wal_close(w);
+}
+END_TEST
+
 Suite *wal_suite(void)
 {
     Suite *s = suite_create("wal");
@@ -2402,6 +2473,7 @@ Suite *wal_suite(void)
     tcase_add_test(tc, a_lead_while_the_log_is_busy_hands_the_records_to_the_commit_thread);
     tcase_add_test(tc, a_later_group_completes_after_the_led_one);
     tcase_add_test(tc, a_rescan_from_an_lsn_reads_near_it_and_skips_by_header);
+    tcase_add_test(tc, scans_of_the_open_log_run_at_once);
     suite_add_tcase(s, tc);
     return s;
 }

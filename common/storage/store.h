@@ -593,19 +593,37 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
  * The log is read twice, with wal_rescan_from: once to count (stopping at
  * the first record that is not an add, missing or damaged, or when the
  * keys reach the pages' bytes), then to stream, STORE_KEYS_CHUNK keys a
- * scan.  It is read from the newest checkpoint's LSN when since is at or
- * past its seq, else from its start.
+ * scan; other filters' records are passed over by their headers (their
+ * payloads are not read).  It is read from where the filter's records
+ * after since begin, as far as the filter knows it: every pull and every
+ * checkpoint notes, for the cursor it takes, an LSN every later record of
+ * the filter is at or above (the last STORE_SCAN_MARKS of them are kept),
+ * and a pull since s starts at the highest one noted for a cursor at or
+ * before s (the cursor a puller's previous pull took, typically), or
+ * after the newest checkpoint when since is at or past its seq; else from
+ * the log's start.  When reading the log from there would cost more than
+ * STORE_KEYS_SCAN_RATIO times the bytes of the pages changed (its bytes
+ * from there, or STORE_KEYS_RECORD_COST for each record there when that
+ * is less: wal_span_from), it is not read and 1 is returned: no pull
+ * costs more than a bounded multiple of its pages, whatever the other
+ * filters wrote.
  *
  * Returns 0 when the keys are the answer (all of them went through fn;
  * none when nothing was written since); 1 when they are not, with err
  * saying why (no cursor of this epoch, a record that is not an add, the
- * log no longer holding a record, the pages being smaller, no memory for
- * the buffer): the caller then walks the pages (store_pages_since), which
- * also covers any keys fn got before the log lost a record mid-way
- * (mark->keys says how many); -EOPNOTSUPP for a kind that is not pulled;
- * -EAGAIN / -ENOENT / -EIO when the filter is not READY; or fn's negative
- * return.  Threads: as store_pages_since. */
+ * log no longer holding a record, the pages being smaller, more of the
+ * log to read than the bound, no memory for the buffer): the caller then
+ * walks the pages (store_pages_since), which also covers any keys fn got
+ * before the log lost a record mid-way (mark->keys says how many);
+ * -EOPNOTSUPP for a kind that is not pulled; -EAGAIN / -ENOENT / -EIO when
+ * the filter is not READY; or fn's negative return.  Threads: as
+ * store_pages_since. */
 #define STORE_KEYS_CHUNK 65536u   /* keys a pull holds at once: 1 MiB */
+#define STORE_KEYS_SCAN_RATIO 8u  /* log bytes a keyed pull may read, per
+                                     byte of pages changed */
+#define STORE_KEYS_RECORD_COST 8192u   /* what another filter's record costs
+                                          a scan at most (its header's and
+                                          padding's 4 KiB pages) */
 typedef int (*store_keys_fn)(void *ctx, const struct bf_hash *h, size_t n);
 int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                      store_keys_fn fn, void *ctx,

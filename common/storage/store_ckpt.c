@@ -220,7 +220,17 @@ static void rec_damage(void *ctx, const struct wal_damage *d)
     }
 }
 
-static const struct wal_scan_ops rec_ops = {rec_one, rec_damage};
+/* Other filters' records, and this one's outside the range, are passed
+ * over unread. */
+static bool rec_skip(void *ctx, const struct wal_record *h)
+{
+    struct rec_scan *sc = ctx;
+
+    return sc->rc || h->id != sc->id || h->seq < sc->expect ||
+           h->seq > sc->last;
+}
+
+static const struct wal_scan_ops rec_ops = {rec_one, rec_damage, rec_skip};
 
 /* The records of sf in (from, to], from the log at LSN > after, into w. */
 static int write_records(struct store_filter *sf, struct store_ckw *w,
@@ -474,6 +484,9 @@ int store__filter_checkpoint(struct store_filter *sf,
     atomic_store(&sf->ckpt_log, logb);
     sf->fold_next = false;
     atomic_store(&sf->ckpt_lsn, lsn);
+    /* Records after seq come after the barrier: a pull since seq or later
+     * reads the log from there (store_keys_since). */
+    store__scan_mark(sf, sf->id, atomic_load(&sf->pages_epoch), seq, lsn + 1);
     sf->snap_time_ms = store__now_ms();
     prune(sf->path, m, lsn);
     store__ckpt_step_at(kind == CK_ADVANCE ? 0 : type, STORE_STEP_PRUNED);

@@ -49,6 +49,7 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
     atomic_init(&sf->source_version, 0);
     atomic_init(&sf->ckpt_lsn, UINT64_MAX);   /* holds no log until loaded */
     pthread_mutex_init(&sf->snap_mu, NULL);
+    pthread_mutex_init(&sf->marks_mu, NULL);
     pthread_mutex_init(&sf->write_mu, NULL);
     pthread_rwlockattr_init(&a);
     pthread_rwlockattr_setkind_np(
@@ -65,6 +66,7 @@ void store__filter_free(struct store_filter *sf)
     wal_stream_close(sf->stream);
     bf_destroy(sf->bf);
     pthread_mutex_destroy(&sf->snap_mu);
+    pthread_mutex_destroy(&sf->marks_mu);
     pthread_mutex_destroy(&sf->write_mu);
     pthread_rwlock_destroy(&sf->lock);
     free(sf->name);

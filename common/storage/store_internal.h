@@ -25,7 +25,8 @@
  * Change tracking (store_pages.c) is the bits' page versions (bf.h), stamped
  * under write_mu (or the exclusive lock) with the seq of the log record
  * the change goes into; it has no lock of its own.  store.tomb_mu
- * (store_tomb.c) is a leaf: nothing is taken while it is held.  The log's
+ * (store_tomb.c) and filter.marks_mu (the scan marks, store_pages.c) are
+ * leaves: nothing is taken while one is held.  The log's
  * own locks are taken inside all of these, and the log's threads (its
  * commit thread and the completer that runs completions) take none of
  * them: completions only touch atomics, so no lock of the store is ever
@@ -51,6 +52,9 @@
 /* The log's files (padding to write units included) are held to this many
  * times its bound on records (store.h, "The log's bound"). */
 #define STORE_LOG_FILES 16
+/* Scan marks a filter keeps: a few pullers (the merger, each peer of a
+ * group) and the checkpoints. */
+#define STORE_SCAN_MARKS 8
 
 struct store_filter {
     struct store *s;
@@ -113,7 +117,23 @@ struct store_filter {
                                     (or reserved at creation), counted in
                                     store.charged until the filter is
                                     freed */
+    /* Scan marks (store_pages.c): where the filter's records after a
+     * cursor begin in the log, noted when a pull or a checkpoint takes its
+     * cursor; the newest STORE_SCAN_MARKS, under marks_mu (a leaf). */
+    pthread_mutex_t marks_mu;
+    struct store_scan_mark {
+        uint64_t id, epoch;      /* of the incarnation and its tracking */
+        uint64_t seq, lsn;       /* every record of id with a seq above seq
+                                    has an LSN >= lsn */
+    } marks[STORE_SCAN_MARKS];
+    unsigned marks_next;         /* the slot the next new mark takes */
 };
+
+/* Note a scan mark of sf (store_pages.c): every record of incarnation id
+ * with a seq above seq has an LSN >= lsn, for cursors of epoch.  Any
+ * thread; takes only marks_mu. */
+void store__scan_mark(struct store_filter *sf, uint64_t id, uint64_t epoch,
+                      uint64_t seq, uint64_t lsn);
 
 /* A dropped filter, or the generation of an undropped one
  * (store_tomb.c). */

@@ -666,7 +666,7 @@ static void on_damage(void *ctx, const struct wal_damage *d)
     add_lost(r, d->from, d->to, d->where);
 }
 
-static const struct wal_scan_ops replay_ops = {on_record, on_damage};
+static const struct wal_scan_ops replay_ops = {on_record, on_damage, NULL};
 
 /* Apply the rule for lost LSNs once the scan is over (see the top). */
 static void replay_finish(struct replay *r)

@@ -110,13 +110,19 @@ int store_pages_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
      * ones stamp above it.  The version read first: every write
      * acknowledged up to it has its record submitted, so <= the cursor. */
     pthread_mutex_lock(&sf->write_mu);
+    /* The log's durable LSN before the cursor: a record after the cursor
+     * is submitted later, so it takes a higher LSN (scan marks). */
+    uint64_t durable = sf->s->wal ? wal_durable_lsn(sf->s->wal) : 0;
     mark->store_version = atomic_load(&sf->version);
     mark->version = wal_stream_last_seq(sf->stream);
     /* Pages changed up to the cursor read as the cursor from now on (not
      * as later versions, which would send them again next round). */
     bf_fold_versions(sf->bf, mark->version);
+    uint64_t id = sf->id;
     pthread_mutex_unlock(&sf->write_mu);
     my_epoch = atomic_load(&sf->pages_epoch);
+    if (sf->s->wal)
+        store__scan_mark(sf, id, my_epoch, mark->version, durable + 1);
     mark->epoch = my_epoch;
     bf_fingerprint_id(f, mark->fp);
     pthread_rwlock_unlock(&sf->lock);
@@ -316,7 +322,69 @@ static void keys_damage(void *ctx, const struct wal_damage *d)
     }
 }
 
-static const struct wal_scan_ops keys_ops = {keys_record, keys_damage};
+/* Other filters' records, and this one's before the range, are passed
+ * over by their headers. */
+static bool keys_skip(void *ctx, const struct wal_record *h)
+{
+    struct keys_scan *sc = ctx;
+
+    return h->id != sc->id || h->seq < sc->expect;
+}
+
+static const struct wal_scan_ops keys_ops = {keys_record, keys_damage,
+                                             keys_skip};
+
+/* ---- scan marks ----
+ *
+ * A keyed pull since a cursor reads the log from where the filter's
+ * records after it begin, not from the newest checkpoint: every pull
+ * (pages or keys) and every checkpoint notes, when it takes its cursor c,
+ * an LSN that every later record of the filter is at or above (the
+ * log's durable LSN read before c, or the LSN of the barrier behind c;
+ * records after c are submitted after it); a pull since s starts at the
+ * highest LSN noted for a cursor <= s of its incarnation and epoch.  A
+ * puller's next pull is since the cursor its last one took, so a few
+ * marks (STORE_SCAN_MARKS: the merger, the peers of a group and the
+ * checkpoints) find it. */
+void store__scan_mark(struct store_filter *sf, uint64_t id, uint64_t epoch,
+                      uint64_t seq, uint64_t lsn)
+{
+    struct store_scan_mark *slot = NULL;
+
+    if (!id || !epoch)
+        return;
+    pthread_mutex_lock(&sf->marks_mu);
+    for (unsigned i = 0; i < STORE_SCAN_MARKS && !slot; i++)
+        if (sf->marks[i].id == id && sf->marks[i].epoch == epoch &&
+            sf->marks[i].seq == seq)
+            slot = &sf->marks[i];
+    if (slot) {
+        if (lsn > slot->lsn)
+            slot->lsn = lsn;
+    } else {
+        slot = &sf->marks[sf->marks_next++ % STORE_SCAN_MARKS];
+        *slot = (struct store_scan_mark){id, epoch, seq, lsn};
+    }
+    pthread_mutex_unlock(&sf->marks_mu);
+}
+
+/* Where the records of id after since begin at the latest, by the marks
+ * (0: none known). */
+static uint64_t scan_mark_find(struct store_filter *sf, uint64_t id,
+                               uint64_t epoch, uint64_t since)
+{
+    uint64_t from = 0;
+
+    pthread_mutex_lock(&sf->marks_mu);
+    for (unsigned i = 0; i < STORE_SCAN_MARKS; i++) {
+        const struct store_scan_mark *m = &sf->marks[i];
+        if (m->id == id && m->epoch == epoch && m->seq <= since &&
+            m->lsn > from)
+            from = m->lsn;
+    }
+    pthread_mutex_unlock(&sf->marks_mu);
+    return from;
+}
 
 /* Scan the log from LSN from; 0, or a negative errno of the log. */
 static int keys_pass(struct store_filter *sf, uint64_t from,
@@ -358,6 +426,7 @@ int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
      * behind the last record, so that every record up to it can be read
      * back once the barrier completed. */
     pthread_mutex_lock(&sf->write_mu);
+    uint64_t durable = wal_durable_lsn(sf->s->wal);   /* as store_pages_since */
     mark->store_version = atomic_load(&sf->version);
     mark->version = wal_stream_last_seq(sf->stream);
     /* As store_pages_since: pages changed up to the cursor read as the
@@ -382,17 +451,27 @@ int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
                                ? li.body_bytes - off : RULES_PAGE_BYTES;
         }
     pthread_rwlock_unlock(&sf->lock);
-    if (!barrier)
+    if (!barrier) {
+        store__scan_mark(sf, id, my_epoch, mark->version, durable + 1);
         return mark->version < since ? 1 : 0;   /* nothing since */
+    }
     if ((rc = wal_waiter_wait(&wt)) < 0) {
         errmsg_set(err, "the log failed: %s", strerror(-rc));
         return 1;
     }
-    /* Where the records after since begin: after the newest checkpoint's
-     * LSN when since is at or past its seq; otherwise the whole log is
-     * read (a checkpoint running now is not waited for). */
+    /* Records after the cursor come after the barrier. */
+    store__scan_mark(sf, id, my_epoch, mark->version,
+                     (wt.lsn > durable ? wt.lsn : durable) + 1);
+    /* Where the records after since begin: by the scan marks (the cursor
+     * a pull or a checkpoint took at or before since); or after the
+     * newest checkpoint's LSN when since is at or past its seq (a
+     * checkpoint running now is not waited for); otherwise the whole log
+     * is read. */
+    from = scan_mark_find(sf, id, my_epoch, since);
     if (pthread_mutex_trylock(&sf->snap_mu) == 0) {
-        if (sf->id == id && since >= sf->ckpt_seq)
+        if (sf->id == id && since >= sf->ckpt_seq &&
+            atomic_load(&sf->ckpt_lsn) != UINT64_MAX &&
+            atomic_load(&sf->ckpt_lsn) + 1 > from)
             from = atomic_load(&sf->ckpt_lsn) + 1;
         pthread_mutex_unlock(&sf->snap_mu);
     }
@@ -405,6 +484,26 @@ int store_keys_since(struct store_filter *sf, uint64_t epoch, uint64_t since,
     sc.max_bytes = pages_bytes;
     if (pages_bytes == 0) {
         errmsg_set(err, "no page changed");
+        return 1;
+    }
+    /* Bounded: a scan that would read more of the log than a multiple of
+     * the pages' bytes is not started (the pages are the answer).  What
+     * it reads: its own records, which the counting pass stops at the
+     * pages' bytes, and the header of every other record, each on at most
+     * two 4 KiB pages of the files with its padding record's: at most
+     * the bytes from where it starts, and at most 8 KiB a record (an
+     * import of another filter costs its header, not its bits). */
+    uint64_t span, nrec;
+    wal_span_from(sf->s->wal, from, &span, &nrec);
+    uint64_t cost = nrec < span / STORE_KEYS_RECORD_COST
+                        ? nrec * STORE_KEYS_RECORD_COST : span;
+    if (cost / STORE_KEYS_SCAN_RATIO > pages_bytes) {
+        errmsg_set(err, "the log from LSN %" PRIu64 " (%s) holds %" PRIu64
+                   " records in %" PRIu64 " bytes, more to read than %u "
+                   "times the %" PRIu64 " bytes of pages changed", from,
+                   from ? "where the records after the cursor begin"
+                        : "its start: no mark of the cursor",
+                   nrec, span, STORE_KEYS_SCAN_RATIO, pages_bytes);
         return 1;
     }
     if ((rc = keys_pass(sf, from, &sc, err)) < 0)

@@ -96,10 +96,23 @@ struct wal_stream {
     int err;                     /* the error that failed it, likewise */
 };
 
+/* Seek marks: where a record begins in a segment written since wal_open,
+ * one at the start of a commit group every WAL_SEEK_STRIDE bytes or more,
+ * so that a scan from an LSN starts near it (wal_rescan_from) instead of
+ * at its segment's start: 16 bytes per 256 KiB of the log (64 KiB of
+ * marks for a log of 1 GiB).  A mark that finds no memory is left out. */
+#define WAL_SEEK_STRIDE (256u << 10)
+
+struct wal_seek {
+    uint64_t lsn, off;
+};
+
 struct seg {
     uint64_t first;
     uint64_t bytes;              /* of the file, padding included */
     uint64_t recs;               /* of the header and records */
+    struct wal_seek *seek;       /* by LSN and offset, rising; malloc'd */
+    size_t nseek, seekcap;
 };
 
 struct wal {
@@ -133,7 +146,9 @@ struct wal {
     size_t nsegs, segcap;
     uint64_t bytes;              /* records (wal_bytes) */
     uint64_t file_bytes;         /* files (wal_file_bytes) */
-    pthread_mutex_t seg_mu;      /* wal_discard against wal_rescan */
+    /* wal_discard (exclusive) against wal_rescan (shared: any number of
+     * scans at once); prefers the discard, which is short. */
+    pthread_rwlock_t seg_mu;
     /* The completer (fsync only): committed batches, oldest first. */
     pthread_mutex_t cmu;
     pthread_cond_t ccv;
@@ -444,7 +459,7 @@ static int seg_switch(struct wal *w, char *err)
     /* A new segment may start at an LSN an abandoned one holds: the old
      * one's records from there on are ignored (wal.h). */
     w->segs[w->nsegs++] = (struct seg){w->next_lsn, wal__seg_start(w->unit),
-                                       WAL_SEG_HDR};
+                                       WAL_SEG_HDR, NULL, 0, 0};
     if (w->nsegs > w->peak_segs)
         w->peak_segs = w->nsegs;
     w->bytes += WAL_SEG_HDR;
@@ -617,7 +632,7 @@ static void *completer_main(void *arg)
 /* ---- metrics (metrics.h): one series per process, whatever the logs ---- */
 
 static struct {
-    struct metric *fsync, *group, *bytes, *padding;
+    struct metric *fsync, *group, *bytes, *padding, *rescans, *rescan_bytes;
 } wm;
 static pthread_once_t wm_once = PTHREAD_ONCE_INIT;
 
@@ -639,6 +654,14 @@ static void wm_register(void)
                                  "of the bytes appended to the write-ahead "
                                  "log, those padding commit groups to whole "
                                  "write units", NULL);
+    wm.rescans = metrics_counter(m, "bloomgrid_wal_rescans_total",
+                                 "scans of the open write-ahead log (keyed "
+                                 "pulls, checkpoints of records, reloads)",
+                                 NULL);
+    wm.rescan_bytes = metrics_counter(m, "bloomgrid_wal_rescan_bytes_total",
+                                      "bytes of log records those scans read: "
+                                      "every header met, the payloads "
+                                      "checked", NULL);
 }
 
 void wal_metrics_register(void)
@@ -721,6 +744,21 @@ static void write_batch(struct wal *w, struct wal_rec *list)
     if (rc == 0) {
         pthread_mutex_lock(&w->mu);
         w->durable_lsn = w->next_lsn - 1;
+        struct seg *cur = &w->segs[w->nsegs - 1];
+        uint64_t prev = cur->nseek ? cur->seek[cur->nseek - 1].off
+                                   : wal__seg_start(w->unit);
+        if (recs && w->off >= prev + WAL_SEEK_STRIDE) {
+            if (cur->nseek == cur->seekcap) {
+                size_t cap = cur->seekcap ? 2 * cur->seekcap : 16;
+                struct wal_seek *v = realloc(cur->seek, cap * sizeof(*v));
+                if (v) {
+                    cur->seek = v;
+                    cur->seekcap = cap;
+                }
+            }
+            if (cur->nseek < cur->seekcap)
+                cur->seek[cur->nseek++] = (struct wal_seek){first, w->off};
+        }
         w->segs[w->nsegs - 1].bytes += len;
         w->segs[w->nsegs - 1].recs += recs;
         w->bytes += recs;
@@ -860,7 +898,12 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* the commit delay */
     pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&w->seg_mu, NULL);
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra,
+                                  PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&w->seg_mu, &ra);
+    pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&w->cmu, NULL);
     pthread_cond_init(&w->ccv, NULL);
     if (strlen(dir) > 3800) {
@@ -897,7 +940,7 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
             continue;   /* one at next_lsn is empty and replaced below */
         w->segs[w->nsegs++] = (struct seg){
             v[i].first, (uint64_t)st.st_size,
-            wal__seg_record_bytes(path, (uint64_t)st.st_size)};
+            wal__seg_record_bytes(path, (uint64_t)st.st_size), NULL, 0, 0};
         w->bytes += w->segs[w->nsegs - 1].recs;
         w->file_bytes += (uint64_t)st.st_size;
     }
@@ -963,11 +1006,13 @@ void wal_close(struct wal *w)
     free(w->spares);
     free(w->zeros);
     free(w->buf);
+    for (size_t i = 0; i < w->nsegs; i++)
+        free(w->segs[i].seek);
     free(w->segs);
     free(w->dir);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->seg_mu);
+    pthread_rwlock_destroy(&w->seg_mu);
     pthread_mutex_destroy(&w->cmu);
     pthread_cond_destroy(&w->ccv);
     free(w);
@@ -1424,7 +1469,7 @@ int wal_discard(struct wal *w, uint64_t upto)
     size_t n = 0;
     int rc = 0;
 
-    pthread_mutex_lock(&w->seg_mu);
+    pthread_rwlock_wrlock(&w->seg_mu);
     pthread_mutex_lock(&w->mu);
     while (n + 1 < w->nsegs && w->segs[n + 1].first <= upto + 1)
         n++;
@@ -1453,7 +1498,9 @@ int wal_discard(struct wal *w, uint64_t upto)
         if (rc == 0)
             rc = r2;
     }
-    pthread_mutex_unlock(&w->seg_mu);
+    pthread_rwlock_unlock(&w->seg_mu);
+    for (size_t i = 0; i < n; i++)
+        free(gone[i].seek);
     free(gone);
     return rc < 0 ? rc : (int)n;
 }
@@ -1479,14 +1526,90 @@ const char *wal_dir(const struct wal *w)
     return w->dir;
 }
 
+/* The segment holding LSN lsn among w's (under mu), or NULL. */
+static const struct seg *seg_of(const struct wal *w, uint64_t lsn)
+{
+    for (size_t i = w->nsegs; i-- > 0;)
+        if (w->segs[i].first <= lsn)
+            return &w->segs[i];
+    return NULL;
+}
+
+/* The seek mark of s nearest before lsn, or s's start. */
+static struct wal_seek seek_in(const struct wal *w, const struct seg *s,
+                               uint64_t lsn)
+{
+    struct wal_seek at = {s->first, wal__seg_start(w->unit)};
+
+    size_t lo = 0, hi = s->nseek;   /* the first mark past lsn: hi */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->seek[mid].lsn <= lsn)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (hi)
+        at = s->seek[hi - 1];
+    return at;
+}
+
+void wal_span_from(struct wal *w, uint64_t lsn, uint64_t *bytes,
+                   uint64_t *records)
+{
+    uint64_t n = 0, start = 0;
+
+    pthread_mutex_lock(&w->mu);
+    const struct seg *s = seg_of(w, lsn);
+    for (size_t i = 0; i < w->nsegs; i++) {
+        const struct seg *e = &w->segs[i];
+        if (e == s) {
+            struct wal_seek at = seek_in(w, e, lsn);
+            n += e->bytes > at.off ? e->bytes - at.off : 0;
+            start = at.lsn;
+        } else if (!s || e > s) {
+            n += e->bytes;
+        }
+    }
+    if (!s)
+        start = w->nsegs ? w->segs[0].first : w->durable_lsn + 1;
+    *bytes = n;
+    *records = w->durable_lsn >= start ? w->durable_lsn - start + 1 : 0;
+    pthread_mutex_unlock(&w->mu);
+}
+
 /* For wal_rescan (wal_scan.c): hold off discards, and the durable LSN. */
 uint64_t wal__rescan_begin(struct wal *w)
 {
-    pthread_mutex_lock(&w->seg_mu);
+    pthread_rwlock_rdlock(&w->seg_mu);
     return wal_durable_lsn(w);
 }
 
-void wal__rescan_end(struct wal *w)
+bool wal__rescan_seek(struct wal *w, uint64_t seg_first, uint64_t lsn,
+                      uint64_t *at_lsn, uint64_t *at_off)
 {
-    pthread_mutex_unlock(&w->seg_mu);
+    bool found = false;
+
+    pthread_mutex_lock(&w->mu);
+    const struct seg *s = seg_of(w, lsn);
+    if (s && s->first == seg_first && s->nseek && s->seek[0].lsn <= lsn) {
+        struct wal_seek at = seek_in(w, s, lsn);
+        *at_lsn = at.lsn;
+        *at_off = at.off;
+        found = true;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return found;
+}
+
+void wal__rescan_end(struct wal *w, uint64_t read_bytes)
+{
+    pthread_mutex_lock(&w->mu);
+    w->stats.rescans++;
+    w->stats.rescan_bytes += read_bytes;
+    pthread_mutex_unlock(&w->mu);
+    pthread_once(&wm_once, wm_register);
+    metric_add(wm.rescans, 1);
+    metric_add(wm.rescan_bytes, read_bytes);
+    pthread_rwlock_unlock(&w->seg_mu);
 }

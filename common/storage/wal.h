@@ -153,6 +153,13 @@ struct wal_scan_ops {
      * and is returned by it. */
     int (*record)(void *ctx, const struct wal_record *r);
     void (*damage)(void *ctx, const struct wal_damage *d);
+    /* Optional, scans of the open log only (wal_rescan, wal_rescan_from):
+     * called with each intact record's header (payload NULL, len its
+     * length) before its payload is read; true passes the record over
+     * unread (neither its payload checked nor record called, and damage
+     * to its payload not reported).  A scan of one stream's records among
+     * many then reads the others' headers only. */
+    bool (*skip)(void *ctx, const struct wal_record *hdr);
 };
 
 struct wal_scan_info {
@@ -161,6 +168,9 @@ struct wal_scan_info {
     uint64_t next_lsn;    /* the LSN the next record must take */
     uint64_t records;     /* intact records met */
     uint64_t bytes;       /* bytes of segments read */
+    uint64_t read_bytes;  /* bytes of records read: the header and name of
+                             every record met, the payload of every record
+                             checked */
     uint64_t truncated;   /* bytes of torn tail cut from the last segment */
     bool truncated_shared; /* that tail was in a segment written without
                               write units (version 1, or durability none):
@@ -184,8 +194,14 @@ int wal_scan(const char *dir, const struct wal_scan_ops *ops, void *ctx,
 int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
                struct wal_scan_info *out, char *err);
 /* wal_rescan from LSN from on: segments whose records are all before it
- * are not read (records of the first one read that are before it are
- * passed too); info's first_lsn is then where the reading began. */
+ * are not read, and in the one holding it the reading starts at the seek
+ * mark nearest before it (the log keeps in memory, for each segment
+ * written since wal_open, where a commit group's first record begins
+ * every 256 KiB or more: 16 bytes each), or at the segment's start;
+ * records before from are passed over by their headers (not given to ops,
+ * their payloads not read).  info's first_lsn is where the reading began.
+ * Any number of scans may run at once; wal_discard waits for those
+ * running. */
 int wal_rescan_from(struct wal *w, uint64_t from, const struct wal_scan_ops *ops,
                     void *ctx, struct wal_scan_info *out, char *err);
 
@@ -399,6 +415,13 @@ uint64_t wal_bytes(struct wal *w);
 /* Bytes of the log's files, padding included (room not counted). */
 uint64_t wal_file_bytes(struct wal *w);
 
+/* What wal_rescan_from(w, lsn) would walk now: *bytes of the log's files
+ * from the seek mark it would start at to the end of the log (padding
+ * included; every segment's when lsn is before the log), holding *records
+ * records (durable ones, padding records not counted). */
+void wal_span_from(struct wal *w, uint64_t lsn, uint64_t *bytes,
+                   uint64_t *records);
+
 /* The last LSN of the segments that are not the one being written, or
  * false when there is none. */
 bool wal_closed_upto(struct wal *w, uint64_t *last_lsn);
@@ -427,6 +450,9 @@ struct wal_stats {
     uint64_t inline_records;  /* written by their submitter (wal_submit_now) */
     uint64_t led_groups;      /* commit groups written by a leader (wal_lead) */
     uint64_t led_records;     /* records and barriers in them */
+    /* Reading the open log (wal_rescan, wal_rescan_from): */
+    uint64_t rescans;         /* scans done */
+    uint64_t rescan_bytes;    /* bytes of records they read (read_bytes) */
 };
 void wal_stats(struct wal *w, struct wal_stats *out);
 

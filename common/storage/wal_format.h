@@ -172,6 +172,12 @@ uint64_t wal__seg_record_bytes(const char *path, uint64_t size);
 
 /* For wal_rescan: hold off discards; returns the durable LSN. */
 uint64_t wal__rescan_begin(struct wal *w);
-void wal__rescan_end(struct wal *w);
+/* Where a rescan from LSN lsn may start in the segment that begins at
+ * seg_first: the seek mark (wal.c) nearest before lsn, a record's LSN and
+ * offset; false when that segment has none at or before lsn (it was
+ * written before wal_open, or lsn is in its first stretch). */
+bool wal__rescan_seek(struct wal *w, uint64_t seg_first, uint64_t lsn,
+                      uint64_t *at_lsn, uint64_t *at_off);
+void wal__rescan_end(struct wal *w, uint64_t read_bytes);
 
 #endif

@@ -45,6 +45,7 @@ struct scan {
     uint64_t from;      /* live: segments wholly before it are skipped */
     uint64_t expect;    /* LSN of the next record */
     char *err;
+    struct wal *w;      /* live: the log (its seek marks) */
 };
 
 static int seg_cmp(const void *a, const void *b)
@@ -275,7 +276,21 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
         goto out;
     }
     bool reused = wal__seg_reused(m, size, unit);
-    for (off = wal__seg_start(unit); off < size;) {
+    off = wal__seg_start(unit);
+    if (sc->live && sc->from > sc->expect) {
+        /* Start at the log's seek mark nearest before from, when the
+         * record it names is there (else at the segment's start). */
+        uint64_t al, ao;
+        size_t sz;
+        if (wal__rescan_seek(sc->w, e->first, sc->from, &al, &ao) &&
+            al > sc->expect && ao < size &&
+            hdr_valid(m + ao, size - ao, &sz) && !is_pad(m + ao) &&
+            wal__get64(m + ao + WAL_O_LSN) == al) {
+            off = (size_t)ao;
+            sc->expect = al;
+        }
+    }
+    for (; off < size;) {
         size_t sz, at;
         if ((next_first && sc->expect >= next_first) ||
             (sc->live && sc->expect > sc->limit))
@@ -284,6 +299,7 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
         bool pad = hv && is_pad(m + off);
         uint64_t lsn = hv ? wal__get64(m + off + WAL_O_LSN) : 0;
         if (pad && lsn == sc->expect) {
+            sc->out->read_bytes += WAL_REC_HDR;
             off += sz;   /* padding up to the next unit */
             continue;
         }
@@ -296,7 +312,34 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
                 continue;
             }
         }
+        if (hv)
+            sc->out->read_bytes += WAL_REC_HDR +
+                                   wal__get16(m + off + WAL_O_NAMELEN);
+        if (sc->live && hv && !pad && lsn == sc->expect) {
+            /* Passed over by its header, its payload not read: before
+             * from, or a record the caller does not want. */
+            bool pass = lsn < sc->from;
+            if (!pass && sc->ops->skip) {
+                struct wal_record h = {
+                    .lsn = lsn,
+                    .id = wal__get64(m + off + WAL_O_ID),
+                    .seq = wal__get64(m + off + WAL_O_SEQ),
+                    .type = wal__get16(m + off + WAL_O_TYPE),
+                    .name = (const char *)m + off + WAL_REC_HDR,
+                    .name_len = wal__get16(m + off + WAL_O_NAMELEN),
+                    .len = wal__get64(m + off + WAL_O_LEN),
+                };
+                pass = sc->ops->skip(sc->ctx, &h);
+            }
+            if (pass) {
+                sc->expect++;
+                off += sz;
+                continue;
+            }
+        }
         bool pv = hv && !pad && lsn == sc->expect && payload_valid(m + off);
+        if (hv && !pad && lsn == sc->expect)
+            sc->out->read_bytes += wal__get64(m + off + WAL_O_LEN);
         if (pv) {
             struct wal_record r = {
                 .lsn = lsn,
@@ -441,7 +484,7 @@ static int scan_dir(struct scan *sc, bool clean)
 int wal_scan(const char *dir, const struct wal_scan_ops *ops, void *ctx,
              struct wal_scan_info *out, char *err)
 {
-    struct scan sc = {dir, ops, ctx, out, false, 0, 0, 0, err};
+    struct scan sc = {dir, ops, ctx, out, false, 0, 0, 0, err, NULL};
 
     if (strlen(dir) > 3800) {
         errmsg_set(err, "write-ahead log directory path is too long");
@@ -459,11 +502,11 @@ int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
 int wal_rescan_from(struct wal *w, uint64_t from, const struct wal_scan_ops *ops,
                     void *ctx, struct wal_scan_info *out, char *err)
 {
-    struct scan sc = {wal_dir(w), ops, ctx, out, true, 0, from, 0, err};
+    struct scan sc = {wal_dir(w), ops, ctx, out, true, 0, from, 0, err, w};
     int rc;
 
     sc.limit = wal__rescan_begin(w);
     rc = scan_dir(&sc, false);
-    wal__rescan_end(w);
+    wal__rescan_end(w, out->read_bytes);
     return rc;
 }

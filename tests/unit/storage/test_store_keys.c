@@ -7,6 +7,7 @@
  * a record split across two when it must be. */
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,6 +360,148 @@ START_TEST(keys_since_in_bounded_chunks)
 }
 END_TEST
 
+/* ---- what a keyed pull reads of a log shared with other shards ---- */
+
+/* A store whose own thread neither checkpoints nor discards during a test
+ * (a long interval, a large bound): the log holds everything written.
+ * Durability none: many records, no fsync each. */
+static struct store *open_store_quiet(void)
+{
+    struct store_options o = {.dir = tdir, .durability = STORE_DURABLE_NONE,
+                              .snapshot_interval_ms = 3600000,
+                              .snapshot_wal_bytes = UINT64_C(1) << 30,
+                              .checkpoint_log_percent = 100000};
+    char err[STORE_ERRLEN];
+    struct store *s = store_open(&o, err);
+
+    ck_assert_msg(s != NULL, "store_open: %s", err);
+    return s;
+}
+
+static struct store_filter *create_named(struct store *s, const char *name,
+                                         uint64_t capacity)
+{
+    struct bf_params p = params(capacity);
+    char err[STORE_ERRLEN];
+
+    ck_assert_msg(store_create(s, name, &p, err) == 0, "create %s: %s", name,
+                  err);
+    return store_get(s, name);
+}
+
+static uint64_t rescan_bytes(struct store *s)
+{
+    struct wal_stats st;
+
+    wal_stats(s->wal, &st);
+    return st.rescan_bytes;
+}
+
+#define OTHERS 4
+#define OTHER_CAP 4000000   /* about 4.8 MB of bits each */
+
+/* Other shards' traffic: an import of a filled filter into each (one
+ * large record each) when import, and n keys added to each in records of
+ * batch keys.  Returns the bytes of the log it wrote. */
+static uint64_t others_write(struct store *s, struct store_filter **o,
+                             uint64_t base, bool import, size_t n,
+                             size_t batch)
+{
+    uint64_t before = wal_bytes(s->wal);
+    char err[STORE_ERRLEN];
+
+    for (int i = 0; i < OTHERS; i++) {
+        if (import) {
+            struct bf *src = blank(OTHER_CAP);
+            struct bf_hash h[1000];
+            for (uint64_t j = 0; j < 200; j++) {
+                for (int k = 0; k < 1000; k++)
+                    h[k] = unit_hash_of(base + (uint64_t)i * 1000000 + j * 1000 +
+                                        (uint64_t)k);
+                bf_add_hashes(src, h, 1000, NULL);
+            }
+            ck_assert_msg(store_import(o[i], src, err) == 0, "import: %s", err);
+            bf_destroy(src);
+        }
+        add_range(o[i], base + 500000 + (uint64_t)i * 1000000, n, batch);
+    }
+    return wal_bytes(s->wal) - before;
+}
+
+/* A keyed pull of one shard reads that shard's part of the log, not the
+ * log: with tens of MB of other shards' records (imports and adds) in the
+ * log, before and after the puller's cursor, the pull since that cursor
+ * reads a small part of them and gets exactly the keys added since.  A
+ * cursor with more of the log after it than the bound allows (thousands
+ * of other records): pages, with no byte of the log read, and the pages
+ * bring the copy level as well. */
+START_TEST(keys_since_reads_the_shards_changes)
+{
+    const uint64_t cap = 200000;   /* 4 pages of 64 KiB */
+    struct store *s = open_store_quiet();
+    struct store_filter *x = create_named(s, "x", cap), *o[OTHERS];
+    struct store_pages_mark m0, m1, mk, mp;
+    struct got g = {0};
+    char err[STORE_ERRLEN], name[16];
+
+    for (int i = 0; i < OTHERS; i++) {
+        snprintf(name, sizeof name, "o%d", i);
+        o[i] = create_named(s, name, OTHER_CAP);
+    }
+    add_range(x, 0, 2000, 100);
+    struct bf *copy0 = blank(cap), *copy1 = blank(cap);
+    ck_assert_int_eq(store_pages_since(x, 0, 0, or_page, copy0, &m0, err), 0);
+    /* 4 imports and 16 000 records of 5 keys */
+    uint64_t other = others_write(s, o, 10000000, true, 20000, 5);
+    add_range(x, 2000, 100, 100);
+    ck_assert_int_eq(store_pages_since(x, 0, 0, or_page, copy1, &m1, err), 0);
+    /* 40 records of 1 000 keys */
+    other += others_write(s, o, 20000000, false, 10000, 1000);
+    add_range(x, 2100, 300, 100);   /* three records of x */
+    ck_assert_uint_ge(other, UINT64_C(20) << 20);
+
+    /* Since the recent cursor: the three records' keys, and a small part
+     * of the other shards' bytes read. */
+    uint64_t r0 = rescan_bytes(s);
+    ck_assert_msg(store_keys_since(x, m1.epoch, m1.version, take_keys, &g, &mk,
+                                   err) == 0, "keys_since: %s", err);
+    uint64_t read = rescan_bytes(s) - r0;
+    ck_assert_uint_eq(g.n, 300);
+    for (size_t i = 0; i < g.n; i++) {
+        struct bf_hash want = unit_hash_of(2100 + i);
+        ck_assert(g.v[i].h1 == want.h1 && g.v[i].h2 == want.h2);
+    }
+    ck_assert_msg(read * 128 < other, "a pull of 300 keys read %" PRIu64
+                  " bytes of the log; the other shards wrote %" PRIu64,
+                  read, other);
+    bf_add_hashes(copy1, g.v, g.n, NULL);
+    struct bf *now = bits_of(x, cap);
+    ck_assert(same_bits(copy1, now));
+
+    /* Since the old cursor, 16 000 records of the others after it: pages,
+     * the log not read; the pages bring that copy level. */
+    g.n = 0;
+    r0 = rescan_bytes(s);
+    ck_assert_int_eq(store_keys_since(x, m0.epoch, m0.version, take_keys, &g,
+                                      &mk, err), 1);
+    ck_assert_msg(strstr(err, "more to read than"), "why: %s", err);
+    ck_assert_uint_eq(rescan_bytes(s) - r0, 0);
+    ck_assert_uint_eq(g.n, 0);
+    ck_assert_int_eq(store_pages_since(x, m0.epoch, m0.version, or_page, copy0,
+                                       &mp, err), 0);
+    ck_assert(same_bits(copy0, now));
+
+    free(g.v);
+    bf_destroy(copy0);
+    bf_destroy(copy1);
+    bf_destroy(now);
+    for (int i = 0; i < OTHERS; i++)
+        store_put(o[i]);
+    store_put(x);
+    store_close(s);
+}
+END_TEST
+
 Suite *store_keys_suite(void)
 {
     Suite *s = suite_create("store_keys");
@@ -371,6 +514,7 @@ Suite *store_keys_suite(void)
     tcase_add_test(tc, keys_since_not_before_the_log);
     tcase_add_test(tc, keys_since_not_when_pages_are_smaller);
     tcase_add_test(tc, keys_since_in_bounded_chunks);
+    tcase_add_test(tc, keys_since_reads_the_shards_changes);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -83,7 +83,7 @@ static void on_damage(void *ctx, const struct wal_damage *d)
     memcpy(s->where, d->where, sizeof(s->where));
 }
 
-static const struct wal_scan_ops ops = {on_rec, on_damage};
+static const struct wal_scan_ops ops = {on_rec, on_damage, NULL};
 
 static int scan(struct wal_scan_info *info, char *err)
 {
@@ -2264,6 +2264,173 @@ START_TEST(a_later_group_completes_after_the_led_one)
 }
 END_TEST
 
+/* Submit one record of len bytes (v in its first 8) and wait; its LSN. */
+static uint64_t append_len(struct wal_stream *s, uint64_t v, size_t len)
+{
+    struct wal_waiter wt;
+    struct wal_rec *r = wal_rec_new(WAL_REC_ADD, NULL, len);
+
+    ck_assert_ptr_nonnull(r);
+    memset(wal_rec_payload(r), 0xAB, len);
+    memcpy(wal_rec_payload(r), &v, 8);
+    wal_waiter_init(&wt);
+    wal_submit(s, r, wal_waiter_done, &wt);
+    ck_assert_int_eq(wal_waiter_wait(&wt), 0);
+    return wt.lsn;
+}
+
+static bool skip_other(void *ctx, const struct wal_record *h)
+{
+    (void)ctx;
+    return h->id != 1;
+}
+
+static const struct wal_scan_ops ops_one = {on_rec, on_damage, skip_other};
+
+/* A scan of the open log from an LSN starts at the seek mark nearest
+ * before it, not at its segment's start, and passes records before it
+ * over by their headers; a skip passes another stream's records over
+ * unread: what it reads follows the stream's records after the LSN, not
+ * the log's bytes.  Every record of the stream from the LSN on is met,
+ * in order, and no other. */
+START_TEST(a_rescan_from_an_lsn_reads_near_it_and_skips_by_header)
+{
+    struct wal *w = open_log(1, WAL_SYNC_NONE);   /* segments of 1 MiB */
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    struct wal_stream *b = wal_stream_open(w, 2, "b", 1);
+    struct wal_scan_info info;
+    struct wal_stats st0, st1;
+    char err[WAL_ERRLEN];
+    uint64_t lsn_a[1500], from = 0;
+    int na = 0;
+
+    /* 3 000 records, every other one 1 KiB of b's: about 1.7 MB, two
+     * segments. */
+    for (int i = 0; i < 1500; i++) {
+        lsn_a[na++] = append_len(a, (uint64_t)i, 8);
+        append_len(b, (uint64_t)i, 1024);
+    }
+    from = lsn_a[1400];
+    ck_assert_uint_gt(wal_file_bytes(w), UINT64_C(3) << 19);
+    uint64_t span, nrec;
+    wal_span_from(w, from, &span, &nrec);
+    ck_assert_uint_gt(span, UINT64_C(100) << 10);   /* b's 100 KiB at least */
+    ck_assert_uint_lt(span, UINT64_C(200) << 10);   /* a seek mark near */
+    ck_assert_uint_ge(nrec, 200);
+    ck_assert_uint_lt(nrec, 300);
+    /* From the first LSN: every segment but its header, every record. */
+    wal_span_from(w, 1, &span, &nrec);
+    ck_assert_uint_le(span, wal_file_bytes(w));
+    ck_assert_uint_ge(span + 3 * WAL_SEG_HDR, wal_file_bytes(w));
+    ck_assert_uint_eq(nrec, 3000);
+
+    /* a's records from lsn_a[1400]: headers of the records since the mark
+     * before it, a's payloads, none of b's. */
+    memset(&seen, 0, sizeof(seen));
+    wal_stats(w, &st0);
+    ck_assert_int_eq(wal_rescan_from(w, from, &ops_one, &seen, &info, err), 0);
+    wal_stats(w, &st1);
+    ck_assert_uint_eq(seen.n, 100);
+    for (uint64_t i = 0; i < seen.n; i++) {
+        ck_assert_uint_eq(seen.lsn[i], lsn_a[1400 + i]);
+        ck_assert_uint_eq(seen.id[i], 1);
+        ck_assert_uint_eq(seen.val[i], 1400 + i);
+    }
+    ck_assert_uint_eq(seen.damages, 0);
+    ck_assert_uint_lt(info.read_bytes, UINT64_C(32) << 10);
+    ck_assert_uint_eq(st1.rescans, st0.rescans + 1);
+    ck_assert_uint_eq(st1.rescan_bytes - st0.rescan_bytes, info.read_bytes);
+
+    /* Without the skip, b's payloads after from are read too, and met. */
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan_from(w, from, &ops, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 200);
+    ck_assert_uint_eq(seen.lsn[0], from);
+    ck_assert_uint_gt(info.read_bytes, UINT64_C(100) << 10);
+    ck_assert_uint_lt(info.read_bytes, UINT64_C(160) << 10);
+
+    /* From the start: every record. */
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan(w, &ops, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 3000);
+    ck_assert_uint_gt(info.read_bytes, UINT64_C(3) << 19);
+    wal_stream_close(a);
+    wal_stream_close(b);
+    wal_close(w);
+}
+END_TEST
+
+/* A scan run from inside another scan's callback, on another thread. */
+struct nested {
+    struct wal *w;
+    uint64_t outer, inner;   /* records met */
+    bool ran;
+    int rc;
+};
+
+static int count_rec(void *ctx, const struct wal_record *r)
+{
+    (void)r;
+    (*(uint64_t *)ctx)++;
+    return 0;
+}
+
+static void no_damage(void *ctx, const struct wal_damage *d)
+{
+    (void)ctx;
+    (void)d;
+}
+
+static void *inner_scan(void *arg)
+{
+    struct nested *n = arg;
+    static const struct wal_scan_ops o = {count_rec, no_damage, NULL};
+    struct wal_scan_info info;
+    char err[WAL_ERRLEN];
+
+    n->rc = wal_rescan(n->w, &o, &n->inner, &info, err);
+    return NULL;
+}
+
+static int outer_rec(void *ctx, const struct wal_record *r)
+{
+    struct nested *n = ctx;
+    pthread_t t;
+
+    (void)r;
+    if (!n->ran) {
+        n->ran = true;
+        ck_assert_int_eq(pthread_create(&t, NULL, inner_scan, n), 0);
+        ck_assert_int_eq(pthread_join(t, NULL), 0);
+    }
+    n->outer++;
+    return 0;
+}
+
+/* Scans of the open log do not wait for each other: a scan started while
+ * another is in its callback (a pull streaming keys, a checkpoint writing
+ * records) runs to its end meanwhile. */
+START_TEST(scans_of_the_open_log_run_at_once)
+{
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    static const struct wal_scan_ops o = {outer_rec, no_damage, NULL};
+    struct nested n = {.w = w};
+    struct wal_scan_info info;
+    char err[WAL_ERRLEN];
+
+    for (uint64_t i = 0; i < 10; i++)
+        ck_assert_int_eq(append(a, i), 0);
+    ck_assert_int_eq(wal_rescan(w, &o, &n, &info, err), 0);
+    ck_assert(n.ran);
+    ck_assert_int_eq(n.rc, 0);
+    ck_assert_uint_eq(n.inner, 10);
+    ck_assert_uint_eq(n.outer, 10);
+    wal_stream_close(a);
+    wal_close(w);
+}
+END_TEST
+
 Suite *wal_suite(void)
 {
     Suite *s = suite_create("wal");
@@ -2305,6 +2472,8 @@ Suite *wal_suite(void)
     tcase_add_test(tc, a_failed_led_sync_fails_every_record_of_its_group);
     tcase_add_test(tc, a_lead_while_the_log_is_busy_hands_the_records_to_the_commit_thread);
     tcase_add_test(tc, a_later_group_completes_after_the_led_one);
+    tcase_add_test(tc, a_rescan_from_an_lsn_reads_near_it_and_skips_by_header);
+    tcase_add_test(tc, scans_of_the_open_log_run_at_once);
     suite_add_tcase(s, tc);
     return s;
 }

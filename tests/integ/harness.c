@@ -659,6 +659,30 @@ int t_import_ms(struct rpc_channel *ch, const char *name, const uint8_t *buf,
     return rpc_cstream_finish(cs, st) < 0 ? (int)st->code : 0;
 }
 
+int t_create_shard(struct rpc_channel *ch, const char *filter, uint32_t index,
+                   uint32_t count, uint64_t cap, double p, const uint8_t *secret,
+                   struct rpc_status *st)
+{
+    Bloomgrid__V1__CreateShardRequest rq = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
+    Bloomgrid__V1__InternalShardInfo *isi = NULL;
+    rq.filter = (char *)filter;
+    rq.shard_index = index;
+    rq.shard_count = count;
+    rq.capacity = cap;
+    rq.error_rate = p;
+    rq.new_filter = true;
+    if (secret) {
+        rq.secret.data = (uint8_t *)secret;
+        rq.secret.len = 32;
+    }
+    int rc = rpc_call(ch, "/bloomgrid.v1.Internal/CreateShard", &rq.base,
+                      &bloomgrid__v1__internal_shard_info__descriptor,
+                      (ProtobufCMessage **)&isi, TIMEOUT_MS, st);
+    if (isi)
+        bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+    return rc < 0 ? (int)st->code : 0;
+}
+
 int t_shard_count(struct rpc_channel *ch, const char *filter)
 {
     Bloomgrid__V1__ListShardsRequest rq = BLOOMGRID__V1__LIST_SHARDS_REQUEST__INIT;

@@ -183,6 +183,14 @@ int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
 int t_import_ms(struct rpc_channel *ch, const char *name, const uint8_t *buf,
                 size_t len, uint32_t *shards, int timeout_ms, struct rpc_status *st);
 
+/* Internal CreateShard of shard index of count of filter (count 1: the
+ * store name is the filter's own), blocked, with secret (32 bytes; NULL:
+ * the node draws one): filters made with one secret and geometry take
+ * each other's files (Import). */
+int t_create_shard(struct rpc_channel *ch, const char *filter, uint32_t index,
+                   uint32_t count, uint64_t cap, double p, const uint8_t *secret,
+                   struct rpc_status *st);
+
 /* Shards of filter the node on ch holds (Internal/ListShards).  Dies on
  * failure. */
 int t_shard_count(struct rpc_channel *ch, const char *filter);

@@ -549,8 +549,9 @@ typedef int (*store_import_check_fn)(void *ctx, const struct bf *src);
  *   checked hash and ORed in as one durable log record of pages
  *   (store_or_pages: only the 64 KiB pages that add a bit are logged;
  *   adds and queries go on between pieces), then the file's counts
- *   (store_import_counts).  Memory held: about 3 pieces (reserved against
- *   max_memory_bytes while held).  A failure after the first piece leaves
+ *   (store_import_counts).  Memory held: a piece, its record, the log's
+ *   write of it and the 1 MiB read (reserved against max_memory_bytes
+ *   while held: 13 MiB).  A failure after the first piece leaves
  *   the pieces applied before it (bits of the verified file: OR is
  *   idempotent, so the caller's retry completes it) and returns the error:
  *   the Import is not acknowledged;

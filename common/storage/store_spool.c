@@ -313,8 +313,9 @@ int store_import_spool(struct store_filter *sf, struct store_spool *sp,
         rc = import_whole(sf, sp, err);
         goto done;
     }
-    /* The piece's pages and their log record, and the scan's buffer. */
-    hold = 2 * (uint64_t)STORE_IMPORT_PIECE + (1u << 20);
+    /* The piece's pages, their log record and the log's write of it (its
+     * commit buffer), and the scan's buffer. */
+    hold = 3 * (uint64_t)STORE_IMPORT_PIECE + (1u << 20);
     store__strfmt(what, sizeof(what), "the import into '%s'", sf->name);
     if ((rc = store_reserve(sf->s, hold, what, err)) < 0) {
         hold = 0;

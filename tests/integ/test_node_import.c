@@ -57,48 +57,16 @@ struct fixture {
     uint64_t ins_f, ins_src;   /* their insert counts before any Import */
 };
 
-/* Import buf[0, len) into name by method (shard: ImportShard of index),
- * 256 KiB a message; send_only: send send_only bytes and return with the
- * call open (*open gets it).  Returns 0 or the status code. */
+/* Import buf[0, len) into name (shard: ImportShard of shard index), 256
+ * KiB a message.  Returns 0 or the status code. */
 static int import_call(struct rpc_channel *ch, const char *name, bool shard,
                        uint32_t index, const uint8_t *buf, size_t len,
-                       size_t send_only, struct rpc_cstream **open,
                        struct rpc_status *st)
 {
-    const size_t piece = 256 << 10;
-    struct rpc_cstream *cs = rpc_cstream_open(
-        ch, shard ? "/bloomgrid.v1.Internal/ImportShard" : "/bloomgrid.v1.BloomGrid/Import",
-        60000);
-    CHECK(cs, "open Import");
-    size_t end = send_only ? send_only : len;
-    for (size_t off = 0; off < end; off += piece) {
-        Bloomgrid__V1__ImportShardRequest rq = BLOOMGRID__V1__IMPORT_SHARD_REQUEST__INIT;
-        rq.filter = off == 0 ? (char *)name : "";
-        rq.shard_index = index;
-        rq.data.data = (uint8_t *)buf + off;
-        rq.data.len = end - off < piece ? end - off : piece;
-        /* ImportRequest is ImportShardRequest without shard_index. */
-        if (!shard)
-            rq.shard_index = 0;
-        if (rpc_cstream_write_msg(cs, &rq.base) < 0)
-            break;   /* refused early: the status says why */
-    }
-    if (open) {
-        *open = cs;
-        return 0;
-    }
+    struct rpc_cstream *cs = t_import_send(ch, name, shard, index, buf, len, 256 << 10,
+                                           60000);
     rpc_cstream_close_send(cs);
-    grpc_slice sl;
-    while (rpc_cstream_read(cs, &sl) == 1) {
-        Bloomgrid__V1__ImportResponse *ir = bloomgrid__v1__import_response__unpack(
-            NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-        CHECK(ir && ir->bytes_received == len && ir->info,
-              "ImportResponse: %zu bytes received of %zu",
-              ir ? (size_t)ir->bytes_received : 0, len);
-        bloomgrid__v1__import_response__free_unpacked(ir, NULL);
-        grpc_slice_unref(sl);
-    }
-    return rpc_cstream_finish(cs, st) < 0 ? (int)st->code : 0;
+    return t_import_answer(cs, len, NULL, st);
 }
 
 /* Spool files (".import-*") in dir. */
@@ -189,7 +157,7 @@ static void teardown(struct fixture *x)
 static void take_whole(struct fixture *x, const char *const *flags)
 {
     struct rpc_status st;
-    int rc = import_call(x->n.ch, "f", false, 0, x->file, x->flen, 0, NULL, &st);
+    int rc = import_call(x->n.ch, "f", false, 0, x->file, x->flen, &st);
     CHECK(rc == 0, "import of F: %d %s", rc, st.message);
     CHECK(spools(x->dir) == 0, "a spool file is left after the import");
     CHECK(keys_present(x->n.ch, "f", x->b, NB, NULL) == NB, "keys B missing");
@@ -225,7 +193,7 @@ static void case_bad(void)
 
 #define BAD(len, code, needle, what)                                               \
     do {                                                                           \
-        rc = import_call(x.n.ch, "f", false, 0, bad, (len), 0, NULL, &st);         \
+        rc = import_call(x.n.ch, "f", false, 0, bad, (len), &st);         \
         expect(rc, &st, (code), (needle), (what));                                 \
         unchanged(&x, (what));                                                     \
     } while (0)
@@ -261,7 +229,7 @@ static void case_bad(void)
     uint8_t *of = NULL;
     size_t olen = t_export(x.n.ch, "other", &of, &st);
     CHECK(olen == x.flen, "export other: %s", st.message);
-    rc = import_call(x.n.ch, "f", false, 0, of, olen, 0, NULL, &st);
+    rc = import_call(x.n.ch, "f", false, 0, of, olen, &st);
     expect(rc, &st, GRPC_STATUS_FAILED_PRECONDITION, "secret", "another secret");
     unchanged(&x, "another secret");
     free(of);
@@ -271,14 +239,14 @@ static void case_bad(void)
     keys_call(x.n.ch, "Add", "half", x.b, 1000, 1000, NULL);
     olen = t_export(x.n.ch, "half", &of, &st);
     CHECK(olen > 0, "export half: %s", st.message);
-    rc = import_call(x.n.ch, "f", false, 0, of, olen, 0, NULL, &st);
+    rc = import_call(x.n.ch, "f", false, 0, of, olen, &st);
     expect(rc, &st, GRPC_STATUS_FAILED_PRECONDITION, "bits", "another geometry");
     unchanged(&x, "another geometry");
     free(of);
     /* Another shard: F (shard 0 of 1) into shard 1 of 2 of its secret. */
     CHECK(t_create_shard(x.n.ch, "two", 1, 2, CAP, 0.01, x.secret, &st) == 0,
           "create two: %s", st.message);
-    rc = import_call(x.n.ch, "two", true, 1, x.file, x.flen, 0, NULL, &st);
+    rc = import_call(x.n.ch, "two", true, 1, x.file, x.flen, &st);
     expect(rc, &st, GRPC_STATUS_FAILED_PRECONDITION, "shard", "another shard");
     unchanged(&x, "another shard");
     free(bad);
@@ -293,8 +261,8 @@ static void case_crash_stream(void)
     struct rpc_status st;
     const char *flags[] = {"--durability", "none", NULL};
     setup(&x, "import-crash-stream", flags);
-    struct rpc_cstream *cs = NULL;
-    import_call(x.n.ch, "f", false, 0, x.file, x.flen, x.flen * 6 / 10, &cs, &st);
+    struct rpc_cstream *cs = t_import_send(x.n.ch, "f", false, 0, x.file,
+                                           x.flen * 6 / 10, 256 << 10, 60000);
     /* The bytes sent are in the node's spool (on disk, nameless), not in
      * its data directory's listing. */
     harness_sleep_ms(500);
@@ -337,8 +305,8 @@ static void case_crash_apply(const char *lib)
     /* From here the log's next fdatasync is held: the first piece's. */
     FILE *g = fopen(gate, "w");
     CHECK(g && fclose(g) == 0, "cannot create %s", gate);
-    struct rpc_cstream *cs = NULL;
-    import_call(x.n.ch, "f", false, 0, x.file, x.flen, x.flen, &cs, &st);
+    struct rpc_cstream *cs = t_import_send(x.n.ch, "f", false, 0, x.file, x.flen,
+                                           256 << 10, 60000);
     rpc_cstream_close_send(cs);
     int waited = 0;
     while (access(held, F_OK) != 0 && waited < 60000) {

@@ -18,9 +18,13 @@
  *                          ckpt-<I>-<C>-<L>.bf of the previous release is
  *                          read and replaced by the next checkpoint;
  *   .tombstones            the filters dropped ("Tombstones" below);
+ *   .import-XXXXXX         an Import's file as it arrives (store_spool_new:
+ *                          unlinked as soon as it is made, so it has no
+ *                          name while used);
  *   LOCK                   flock'ed so two processes never open the store.
  * Directories .creating-* and .dropped-* are in-progress creations or
- * drops and are removed when the store is opened.  A directory written by
+ * drops, and .import-* files spools a crash left named; all are removed
+ * when the store is opened.  A directory written by
  * an earlier release (per-filter snapshot-*.bf and wal-*.log) is migrated
  * when the store opens it (crash-safe: docs/STORAGE.md).
  *

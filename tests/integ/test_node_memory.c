@@ -353,15 +353,17 @@ static void test_import_peak(const char *dir)
     harness_sleep_ms(2500);   /* the allocator's free pages given back */
     uint64_t before = harness_status_bytes(n.pid, "VmRSS");
     hwm_reset(n.pid);
+    double t0 = harness_now_s();
     CHECK(t_import_ms(n.ch, "f", file, flen, NULL, 120000, &st) == 0, "import: %s",
           st.message);
+    double took = harness_now_s() - t0;
     uint64_t peak = harness_status_bytes(n.pid, "VmHWM");
     uint64_t after = harness_status_bytes(n.pid, "VmRSS");
     printf("Import of %zu MiB into an empty filter of %" PRIu64 " MiB: RSS %" PRIu64
            " MiB before, %" PRIu64 " MiB after, peak %" PRIu64 " MiB (+%" PRIu64
-           " MiB, %.2f x the bits)\n", flen >> 20, bits >> 20, before >> 20,
+           " MiB, %.2f x the bits) in %.2f s\n", flen >> 20, bits >> 20, before >> 20,
            after >> 20, peak >> 20, (peak - before) >> 20,
-           (double)(peak - before) / (double)bits);
+           (double)(peak - before) / (double)bits, took);
     /* f's bits become resident (1 x), and beside them the Import holds its
      * pieces (a few MiB), never the file: 1.15 x the bits + 24 MiB.  A node
      * holding the file in memory (its log record and the filter parsed from

@@ -293,10 +293,18 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
                             m->filter, name);
         }
         /* The file's bytes go to the spool as they come (its disk bounded:
-         * store.h), not to memory. */
+         * store.h), not to memory; the message received and its unpacked
+         * copy count against max_memory_mb until written. */
         int wrc = 0;
-        if (r.st.code == GRPC_STATUS_OK && m->data.len)
-            wrc = store_spool_write(sp, m->data.data, m->data.len, err);
+        if (r.st.code == GRPC_STATUS_OK && m->data.len) {
+            char what[STORE_NAME_MAX + 32];
+            snprintf(what, sizeof what, "the import into \"%s\"", name);
+            wrc = store_reserve(s, 2 * (uint64_t)len, what, err);
+            if (wrc == 0) {
+                wrc = store_spool_write(sp, m->data.data, m->data.len, err);
+                store_release(s, 2 * (uint64_t)len);
+            }
+        }
         if (wrc == -E2BIG)
             rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED,
                             "import is larger (%zu+ bytes) than any file "

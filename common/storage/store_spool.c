@@ -300,6 +300,15 @@ int store_import_spool(struct store_filter *sf, struct store_spool *sp,
     uint64_t hold = 0;
     int rc;
 
+    /* What the call holds, from the check on: the 1 MiB the file is read
+     * by, then a piece's pages, their log record and the log's write of it
+     * (its commit buffer). */
+    hold = 3 * (uint64_t)STORE_IMPORT_PIECE + (1u << 20);
+    store__strfmt(what, sizeof(what), "the import into '%s'", sf->name);
+    if ((rc = store_reserve(sf->s, hold, what, err)) < 0) {
+        hold = 0;
+        goto out;
+    }
     /* The whole file checked before anything is applied. */
     rc = bf_file_scan(sp->fd, 0, sp->len, pass_meta, pass_body, &ip, berr);
     if (rc < 0) {
@@ -310,16 +319,10 @@ int store_import_spool(struct store_filter *sf, struct store_spool *sp,
         goto out;
     }
     if (ip.kind != BF_KIND_BLOCKED && ip.kind != BF_KIND_CLASSIC) {
+        store_release(sf->s, hold);   /* import_whole counts its own */
+        hold = 0;
         rc = import_whole(sf, sp, err);
         goto done;
-    }
-    /* The piece's pages, their log record and the log's write of it (its
-     * commit buffer), and the scan's buffer. */
-    hold = 3 * (uint64_t)STORE_IMPORT_PIECE + (1u << 20);
-    store__strfmt(what, sizeof(what), "the import into '%s'", sf->name);
-    if ((rc = store_reserve(sf->s, hold, what, err)) < 0) {
-        hold = 0;
-        goto out;
     }
     ip.buf = malloc(STORE_IMPORT_PIECE);
     ip.pages = malloc(IMPORT_PAGES * sizeof(*ip.pages));

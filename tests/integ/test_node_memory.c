@@ -24,7 +24,7 @@
  *   with bits in about every page) into f, with its peak resident memory
  *   (VmHWM) started over just before.  The Import's file waits on disk
  *   and is applied a piece at a time: the peak stays within the RSS before
- *   it + f's bits (which the import makes resident) × 1.15 + 24 MiB.  A
+ *   it + f's bits (which the import makes resident) × 1.15 + 48 MiB.  A
  *   node that held the file in memory (its log record and the filter
  *   parsed from it) needed 3 × the bits (the test fails there).  Then kill
  *   -9: the pieces' records replay.  BLOOMGRID_TEST_SIZE_MB sets the
@@ -365,10 +365,13 @@ static void test_import_peak(const char *dir)
            after >> 20, peak >> 20, (peak - before) >> 20,
            (double)(peak - before) / (double)bits, took);
     /* f's bits become resident (1 x), and beside them the Import holds its
-     * pieces (a few MiB), never the file: 1.15 x the bits + 24 MiB.  A node
-     * holding the file in memory (its log record and the filter parsed from
-     * it) needs 3 x. */
-    CHECK(peak <= before + bits + bits * 15 / 100 + (24u << 20),
+     * pieces (13 MiB), never the file; what the allocator keeps of them
+     * until its next release and what gRPC's receive window (grown by its
+     * BDP probes) buffers of a client faster than the node make the rest:
+     * 1.15 x the bits + 48 MiB (+82 to +103 MiB measured at 66 MiB, the
+     * larger on a loaded machine).  A node holding the file in memory (its
+     * log record and the filter parsed from it) needs 3 x (+218 MiB). */
+    CHECK(peak <= before + bits + bits * 15 / 100 + (48u << 20),
           "an Import of %zu MiB raised the node's peak from %" PRIu64 " to %" PRIu64
           " MiB: more than its %" PRIu64 " MiB of bits and a few pieces",
           flen >> 20, before >> 20, peak >> 20, bits >> 20);

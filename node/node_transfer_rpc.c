@@ -1,5 +1,6 @@
 /* node_transfer_rpc: Export (a point-in-time copy streamed in the file
- * format) and Import (a streamed file, verified whole, OR-merged durably).
+ * format) and Import (a streamed file, spooled to disk, verified whole,
+ * then OR-merged durably a piece at a time).
  */
 #include <errno.h>
 #include <math.h>
@@ -10,7 +11,6 @@
 
 #include "bf.h"
 #include "bf_file.h"
-#include "bytebuf.h"
 #include "log.h"
 #include "node.h"
 #include "node_rpc.h"
@@ -187,42 +187,69 @@ static void import_limit(const struct bf *f, void *ctx)
                                             : (size_t)sz + (1u << 20);
 }
 
-/* Compatibility and the projected result, read under the shared lock. */
-struct merge_check {
+/* The checks of an Import on its file's header, before any bit is read
+ * (store_import_spool's check): not a file of a dropped incarnation, and
+ * compatible with the filter.  Sets r and returns -ECANCELED to refuse. */
+struct import_check {
+    struct store *s;
+    struct store_filter *sf;
+    const char *name;
+    struct rpc_reply *r;
     const struct bf *src;
     const char *field;
-    struct bf_merge_projection proj;
 };
 
-static void merge_check_run(const struct bf *dst, void *ctx)
+static void mismatch_run(const struct bf *dst, void *ctx)
 {
-    struct merge_check *mc = ctx;
-    char err[BF_ERRLEN];
-    mc->field = bf_mismatch(dst, mc->src);
-    if (!mc->field)
-        bf_merge_project(dst, mc->src, &mc->proj, err);
+    struct import_check *ic = ctx;
+    ic->field = bf_mismatch(dst, ic->src);
 }
 
-/* Import: the whole file is collected and verified before the merge.  Its
- * bytes become the log record of the import as they are
- * (store_import_file: copied once into the record, the received buffer
- * let go, the filter parsed from the record's bytes and destroyed once
- * merged, before the log writes the record): at most two copies of the
- * file at once, what max_memory_mb is charged for.  shard: the messages
- * are ImportShardRequests naming one shard (internal ImportShard). */
+static int import_check(void *ctx, const struct bf *src)
+{
+    struct import_check *ic = ctx;
+
+    if (store_dropped(ic->s, store_filter_name(ic->sf), store_secret_id(src), NULL)) {
+        rpc_reply_error(ic->r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "imported file is of filter \"%s\" as it was before "
+                        "it was dropped on this node: refused (only an undrop "
+                        "brings it back)", ic->name);
+        return -ECANCELED;
+    }
+    ic->src = src;
+    int rc = store_filter_inspect(ic->sf, mismatch_run, ic);
+    if (rc < 0) {
+        node_rpc__store_error(ic->r, ic->sf, ic->name, rc, NULL);
+        return -ECANCELED;
+    }
+    if (ic->field) {
+        rpc_reply_error(ic->r, GRPC_STATUS_FAILED_PRECONDITION,
+                        "imported filter is incompatible with \"%s\": field "
+                        "\"%s\" differs", ic->name, ic->field);
+        return -ECANCELED;
+    }
+    return 0;
+}
+
+/* Import: the file is written to a spool file in the data directory as
+ * it arrives (store_spool_write: bounded by the largest file compatible
+ * with the filter, and together with the other Imports' by the store),
+ * then verified whole a piece at a time and applied a piece at a time,
+ * each piece a durable log record (store_import_spool): the call holds a
+ * message and a few MiB, never the file.  Nothing is applied before the
+ * whole file is verified; the answer goes out once every piece is durable.
+ * shard: the messages are ImportShardRequests naming one shard (internal
+ * ImportShard). */
 static void import_run(struct node *n, struct rpc_stream *st, bool shard)
 {
     struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
     const uint8_t *buf;
     size_t len;
-    struct bytebuf mb = {0};    /* max 0 until the filter is known */
     struct store_filter *sf = NULL;
-    struct bf *src = NULL;
-    struct store_import_file *file = NULL;
+    struct store_spool *sp = NULL;
     char name[STORE_NAME_MAX + 1] = "";
     char err[STORE_ERRLEN] = "";
     size_t limit = 0;
-    uint64_t reserved = 0;       /* of max_memory_mb (store_reserve) */
 
     struct store *s = node_rpc__need_store(n, &r);
     if (!s || (!shard && node_rpc__refuse_public(&r, "Import", true)))
@@ -256,33 +283,38 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
                 int e = sf ? store_filter_inspect(sf, import_limit, &limit) : 0;
                 if (e < 0)
                     node_rpc__store_error(&r, sf, name, e, NULL);
-                bytebuf_init(&mb, limit);
+                else if (sf && (e = store_spool_new(s, limit, &sp, err)) < 0)
+                    rpc_reply_error(&r, GRPC_STATUS_UNAVAILABLE,
+                                    "the import into \"%s\": %s", name, err);
             }
         } else if (m->filter[0] && strcmp(m->filter, name) != 0) {
             rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
                             "ImportRequest names filter \"%s\" after \"%s\"",
                             m->filter, name);
         }
-        /* The file's bytes, and the filter parsed from them, count
-         * against max_memory_mb while the import runs. */
-        int arc = 0;
-        if (r.st.code == GRPC_STATUS_OK && m->data.len && mb.len + m->data.len <= mb.max) {
+        /* The file's bytes go to the spool as they come (its disk bounded:
+         * store.h), not to memory; the message received and its unpacked
+         * copy count against max_memory_mb until written. */
+        int wrc = 0;
+        if (r.st.code == GRPC_STATUS_OK && m->data.len) {
             char what[STORE_NAME_MAX + 32];
             snprintf(what, sizeof what, "the import into \"%s\"", name);
-            if (store_reserve(s, 2 * (uint64_t)m->data.len, what, err) < 0)
-                rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
-            else
-                reserved += 2 * (uint64_t)m->data.len;
+            wrc = store_reserve(s, 2 * (uint64_t)len, what, err);
+            if (wrc == 0) {
+                wrc = store_spool_write(sp, m->data.data, m->data.len, err);
+                store_release(s, 2 * (uint64_t)len);
+            }
         }
-        if (r.st.code == GRPC_STATUS_OK)
-            arc = bytebuf_append(&mb, m->data.data, m->data.len);
-        if (arc == -E2BIG)
+        if (wrc == -E2BIG)
             rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED,
                             "import is larger (%zu+ bytes) than any file "
                             "compatible with filter \"%s\" (%zu bytes)",
-                            mb.len + m->data.len, name, limit);
-        else if (arc < 0)
-            rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+                            (size_t)store_spool_len(sp) + m->data.len, name, limit);
+        else if (wrc == -EDQUOT || wrc == -ENOSPC)
+            rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
+        else if (wrc < 0)
+            rpc_reply_error(&r, GRPC_STATUS_UNAVAILABLE, "the import into \"%s\": %s",
+                            name, err);
         protobuf_c_message_free_unpacked(&m->base, NULL);
         if (r.st.code != GRPC_STATUS_OK)
             goto done;
@@ -292,55 +324,25 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
                         "Import received no message naming a filter");
         goto done;
     }
-    /* The bytes into the log record that will carry them, the received
-     * buffer let go before the parse: the record and the parsed filter are
-     * the two copies held from here on. */
-    size_t received = mb.len;
-    file = store_import_file_new(mb.p, mb.len, err);
-    bytebuf_deinit(&mb);
-    if (!file) {
-        rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s", err);
-        goto done;
+    size_t received = (size_t)store_spool_len(sp);
+    struct import_check ic = {.s = s, .sf = sf, .name = name, .r = &r};
+    struct bf_merge_projection proj = {0};
+    int rc = store_import_spool(sf, sp, import_check, &ic, &proj, err);
+    store_spool_free(sp);     /* its disk back before the answer */
+    sp = NULL;
+    if (rc < 0 && r.st.code == GRPC_STATUS_OK) {   /* else import_check's */
+        if (rc == -EBADMSG || rc == -EPROTONOSUPPORT)
+            rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
+                            "imported file refused: %s", err);
+        else if (rc == -EINVAL)
+            rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
+                            "imported filter is incompatible with \"%s\": %s",
+                            name, err);
+        else
+            node_rpc__store_error(&r, sf, name, rc, err);
     }
-    src = bf_file_parse(store_import_file_bytes(file), received, err);
-    if (!src) {
-        rpc_reply_error(&r, GRPC_STATUS_INVALID_ARGUMENT,
-                        "imported file refused: %s", err);
+    if (rc < 0)
         goto done;
-    }
-    if (store_dropped(s, store_filter_name(sf), store_secret_id(src), NULL)) {
-        rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
-                        "imported file is of filter \"%s\" as it was before "
-                        "it was dropped on this node: refused (only an undrop "
-                        "brings it back)", name);
-        goto done;
-    }
-    struct merge_check mc = {.src = src};
-    int rc = store_filter_inspect(sf, merge_check_run, &mc);
-    if (rc < 0) {
-        node_rpc__store_error(&r, sf, name, rc, NULL);
-        goto done;
-    }
-    if (mc.field) {
-        rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
-                        "imported filter is incompatible with \"%s\": field "
-                        "\"%s\" differs", name, mc.field);
-        goto done;
-    }
-    struct bf_merge_projection proj = mc.proj;
-    /* Takes the record and src (destroyed once merged). */
-    rc = store_import_file(sf, file, src, err);
-    file = NULL;
-    src = NULL;
-    if (rc == -EINVAL) {
-        rpc_reply_error(&r, GRPC_STATUS_FAILED_PRECONDITION,
-                        "imported filter is incompatible with \"%s\": %s", name, err);
-        goto done;
-    }
-    if (rc < 0) {
-        node_rpc__store_error(&r, sf, name, rc, err);
-        goto done;
-    }
     log_info("imported %zu bytes into filter %s", received, name);
     struct info_buf ib;
     node_rpc__info_fill(n, &ib, sf, name);
@@ -350,33 +352,16 @@ static void import_run(struct node *n, struct rpc_stream *st, bool shard)
     resp.projected_fill_ratio = proj.fill_ratio;
     resp.projected_error_rate = proj.estimated_fpr;
     resp.over_target = proj.over_target;
-    /* The held bytes go back before the answer, so that a call the client
-     * makes once it has the answer finds them free. */
-    bf_destroy(src);
-    src = NULL;
-    bytebuf_deinit(&mb);
-    store_release(s, reserved);
-    reserved = 0;
     if (rpc_stream_write(st, &resp.base) < 0)
         goto out;
 done:
-    bf_destroy(src);
-    src = NULL;
-    store_import_file_free(file);
-    file = NULL;
-    bytebuf_deinit(&mb);
-    if (reserved)
-        store_release(s, reserved);
-    reserved = 0;
+    store_spool_free(sp);
+    sp = NULL;
     node_rpc__finish_reply(st, &r);
 out:
-    bf_destroy(src);
-    store_import_file_free(file);
+    store_spool_free(sp);
     if (sf)
         store_put(sf);
-    bytebuf_deinit(&mb);
-    if (reserved)
-        store_release(s, reserved);
 }
 
 void node_rpc__h_import(void *arg, struct rpc_stream *st)

@@ -346,6 +346,16 @@ int bf_merge_project(const struct bf *dst, const struct bf *src,
  * untouched. */
 int bf_merge_from(struct bf *dst, const struct bf *src, char *err);
 
+/* The counts part of bf_merge_from alone, for a merge whose bits are ORed
+ * in pieces (an Import applied a page at a time): inserts and keys (keys
+ * BF_KEYS_UNCOUNTED: dst becomes uncounted) are added to dst's
+ * (saturating), and each of the first nlayers layers of dst gets the larger
+ * of its count and layer_counts[i] (the merged count is unknown; the
+ * larger is a lower bound).  Not alongside adds to the same layers' counts
+ * by another merge (the caller excludes merges, as for bf_merge_from). */
+void bf_merge_counts(struct bf *dst, uint64_t inserts, uint64_t keys,
+                     const uint64_t *layer_counts, uint32_t nlayers);
+
 /* Build a filter from its stored parts (used by the file loader).  Layer
  * bodies are allocated empty; the caller fills bf_layer_body().  Returns NULL
  * with err on impossible geometry. */

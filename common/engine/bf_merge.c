@@ -289,15 +289,26 @@ int bf_merge_from(struct bf *dst, const struct bf *src, char *err)
         if (s->count > d->count)
             d->count = s->count;
     }
+    bf_merge_counts(dst, src->inserts, bf_keys_added(src), NULL, 0);
+    return 0;
+}
+
+void bf_merge_counts(struct bf *dst, uint64_t inserts, uint64_t keys,
+                     const uint64_t *layer_counts, uint32_t nlayers)
+{
+    uint32_t nd = bf__nlayers(dst);
+
+    for (uint32_t i = 0; i < nlayers && i < nd; i++)
+        if (layer_counts[i] > dst->layers[i].count)
+            dst->layers[i].count = layer_counts[i];
     /* inserts counts add operations, so the merge of partials built from
      * separate slices has the sum of theirs (saturating). */
-    dst->inserts = dst->inserts > UINT64_MAX - src->inserts ? UINT64_MAX
-                                                            : dst->inserts + src->inserts;
+    dst->inserts = dst->inserts > UINT64_MAX - inserts ? UINT64_MAX
+                                                       : dst->inserts + inserts;
     /* So does the count of keys added (saturating; a file may claim any
      * count); an uncounted source leaves dst uncounted. */
-    uint64_t sk = bf_keys_added(src), dk = bf_keys_added(dst);
-    if (sk != BF_KEYS_UNCOUNTED && dk != BF_KEYS_UNCOUNTED && sk > BF_KEYS_UNCOUNTED - 1 - dk)
-        sk = BF_KEYS_UNCOUNTED - 1 - dk;
-    bf__keys_add(dst, sk);
-    return 0;
+    uint64_t dk = bf_keys_added(dst);
+    if (keys != BF_KEYS_UNCOUNTED && dk != BF_KEYS_UNCOUNTED && keys > BF_KEYS_UNCOUNTED - 1 - dk)
+        keys = BF_KEYS_UNCOUNTED - 1 - dk;
+    bf__keys_add(dst, keys);
 }

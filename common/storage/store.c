@@ -605,7 +605,16 @@ static int store_scan(struct store *s, char *err)
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
         store__strfmt(path, sizeof(path), "%s/%s", s->dir, de->d_name);
-        if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+        if (lstat(path, &st) < 0)
+            continue;
+        if (S_ISREG(st.st_mode) &&
+            !strncmp(de->d_name, STORE_SPOOL_PREFIX, strlen(STORE_SPOOL_PREFIX))) {
+            /* An Import's spool left by a crash between its creation and
+             * its unlink (store_spool_new): never applied, not acked. */
+            unlink(path);
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode))
             continue;
         if (!strncmp(de->d_name, STORE_CREATING_PREFIX, strlen(STORE_CREATING_PREFIX)) ||
             !strncmp(de->d_name, STORE_DROPPED_PREFIX, strlen(STORE_DROPPED_PREFIX))) {

@@ -18,9 +18,13 @@
  *                          ckpt-<I>-<C>-<L>.bf of the previous release is
  *                          read and replaced by the next checkpoint;
  *   .tombstones            the filters dropped ("Tombstones" below);
+ *   .import-XXXXXX         an Import's file as it arrives (store_spool_new:
+ *                          unlinked as soon as it is made, so it has no
+ *                          name while used);
  *   LOCK                   flock'ed so two processes never open the store.
  * Directories .creating-* and .dropped-* are in-progress creations or
- * drops and are removed when the store is opened.  A directory written by
+ * drops, and .import-* files spools a crash left named; all are removed
+ * when the store is opened.  A directory written by
  * an earlier release (per-filter snapshot-*.bf and wal-*.log) is migrated
  * when the store opens it (crash-safe: docs/STORAGE.md).
  *
@@ -484,6 +488,93 @@ void store_import_file_free(struct store_import_file *f);
  * written) or is freed.  Returns and errors as store_import. */
 int store_import_file(struct store_filter *sf, struct store_import_file *file,
                       struct bf *src, char *err);
+
+/* The counts an Import merges besides its bits (bf_merge_counts): the
+ * file's inserts and keys added (BF_KEYS_UNCOUNTED allowed) and the count
+ * of each of its layers. */
+struct store_import_counts {
+    uint64_t inserts, keys;
+    uint32_t nlayers;
+    uint64_t layer_counts[BF_MAX_LAYERS];
+};
+
+/* Merge c into the filter's counts, durably: one log record of type
+ * WAL_REC_COUNTS, applied and submitted under the filter's exclusive lock
+ * (a moment: no bit is touched).  Returns 0 once the record is durable,
+ * -EINVAL (more than BF_MAX_LAYERS layers), -ENOMEM, or the errors of
+ * store_add_hashes. */
+int store_import_counts(struct store_filter *sf,
+                        const struct store_import_counts *c, char *err);
+
+/* ---- Imports spooled to disk and applied in pieces ----
+ *
+ * An Import's file is written, as it arrives, to a spool file in the
+ * store's directory (".import-XXXXXX", unlinked as soon as it is made, so
+ * that no crash leaves it behind; store_open also removes any it finds),
+ * then verified a piece at a time (bf_file_scan: every check of
+ * bf_file_load, and the caller's own on its header), and only then applied
+ * a piece at a time (store_import_spool).  Memory held: a piece, never the
+ * file.
+ *
+ * The spool's disk is bounded: each spool by its own max (the largest file
+ * the caller accepts), the spools of all Imports in flight together by
+ * max_memory_bytes (what memory held before Imports were spooled; 0:
+ * none), and a write that would leave less than STORE_SPOOL_FREE_MIN bytes
+ * free on the directory's file system is refused (the log needs room).
+ * Threads: a spool is one caller's; the bound is shared (atomics). */
+#define STORE_SPOOL_FREE_MIN (UINT64_C(64) << 20)
+struct store_spool;
+/* A new, empty spool for a file of at most max bytes.  Returns 0 with *out
+ * set, or a negative errno (of mkstemp, unlink) with err set. */
+int store_spool_new(struct store *s, uint64_t max, struct store_spool **out,
+                    char *err);
+/* Append len bytes.  Returns 0; -E2BIG past the spool's max; -EDQUOT past
+ * the store's bound; -ENOSPC when the file system would be left with less
+ * than STORE_SPOOL_FREE_MIN free (or is full); or another write error.
+ * err says which.  The spool keeps what it had before a failed write. */
+int store_spool_write(struct store_spool *sp, const void *buf, size_t len,
+                      char *err);
+uint64_t store_spool_len(const struct store_spool *sp);
+/* Close it (its disk is freed: the file has no name) and give its bytes
+ * back to the bound.  NULL: nothing. */
+void store_spool_free(struct store_spool *sp);
+
+/* Called with the file's header and descriptors parsed (an empty filter of
+ * the file's geometry, secret and counts, bodies not resident) before any
+ * bit is read or applied: 0 goes on, a negative value stops the import
+ * (nothing applied) and is returned by store_import_spool. */
+typedef int (*store_import_check_fn)(void *ctx, const struct bf *src);
+
+/* OR-merge the filter file held by sp into sf.  First the whole file is
+ * verified a piece at a time (bf_file_scan; check called on its header;
+ * the XXH64 of each 1 MiB piece kept): a bad file changes nothing.  Then:
+ * - blocked and classic filters: the file is read again and applied
+ *   STORE_IMPORT_PIECE bytes at a time, each piece compared with its
+ *   checked hash and ORed in as one durable log record of pages
+ *   (store_or_pages: only the 64 KiB pages that add a bit are logged;
+ *   adds and queries go on between pieces), then the file's counts
+ *   (store_import_counts).  Memory held: a piece, its record, the log's
+ *   write of it and the 1 MiB read (reserved against max_memory_bytes
+ *   while held: 13 MiB).  A failure after the first piece leaves
+ *   the pieces applied before it (bits of the verified file: OR is
+ *   idempotent, so the caller's retry completes it) and returns the error:
+ *   the Import is not acknowledged;
+ * - counting and scalable filters (a counting merge adds, so it must be
+ *   applied once, whole): the file is read into one log import record and
+ *   merged as store_import_file does (two copies of the file held while
+ *   merging, reserved against max_memory_bytes).
+ * Returns 0 once every record is durable, with *proj (may be NULL) the
+ * filter's fill and estimated error after the merge; -EBADMSG,
+ * -EPROTONOSUPPORT or another errno of bf_file_scan for a bad or unreadable
+ * file (err: bf_file_load's message; nothing changed); check's negative
+ * value; -EIO when the spool's bytes changed between the check and the
+ * merge; -EDQUOT (memory budget); -EINVAL when the filter's geometry no
+ * longer matches (recreated meanwhile); or the errors of store_or_pages
+ * and store_import.  The spool stays the caller's. */
+#define STORE_IMPORT_PIECE (4u << 20)
+int store_import_spool(struct store_filter *sf, struct store_spool *sp,
+                       store_import_check_fn check, void *ctx,
+                       struct bf_merge_projection *proj, char *err);
 
 /* One page of a layer body to OR in (store_or_pages).  offset and len are
  * multiples of 8; data holds len bytes of little-endian 64-bit words. */

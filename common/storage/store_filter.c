@@ -280,6 +280,38 @@ static int replay_pages(struct bf *f, const uint8_t *p, uint64_t len)
     return 0;
 }
 
+/* The payload of a WAL_REC_COUNTS record of an import's counts (ins,
+ * keys, n layer counts) into p (COUNTS_BYTES(n) bytes). */
+#define COUNTS_BYTES(n) (24 + 8 * (uint64_t)(n))
+
+static void counts_encode(uint8_t *p, const struct store_import_counts *c)
+{
+    uint32_t zero = 0;
+
+    memcpy(p, &c->inserts, 8);
+    memcpy(p + 8, &c->keys, 8);
+    memcpy(p + 16, &c->nlayers, 4);
+    memcpy(p + 20, &zero, 4);
+    memcpy(p + 24, c->layer_counts, 8 * (size_t)c->nlayers);
+}
+
+/* Replay a WAL_REC_COUNTS payload into f. */
+static int replay_counts(struct bf *f, const uint8_t *p, uint64_t len)
+{
+    struct store_import_counts c;
+
+    if (len < 24)
+        return -EBADMSG;
+    memcpy(&c.inserts, p, 8);
+    memcpy(&c.keys, p + 8, 8);
+    memcpy(&c.nlayers, p + 16, 4);
+    if (c.nlayers > BF_MAX_LAYERS || len != COUNTS_BYTES(c.nlayers))
+        return -EBADMSG;
+    memcpy(c.layer_counts, p + 24, 8 * (size_t)c.nlayers);
+    bf_merge_counts(f, c.inserts, c.keys, c.layer_counts, c.nlayers);
+    return 0;
+}
+
 void store__stamp_nonzero(struct bf *f, uint64_t seq)
 {
     uint32_t nl = bf_layer_count(f);
@@ -348,6 +380,8 @@ int store__replay_apply(struct bf *f, uint64_t seq, uint32_t type,
     }
     case WAL_REC_PAGES:
         return replay_pages(f, payload, len);
+    case WAL_REC_COUNTS:
+        return replay_counts(f, payload, len);
     default:
         return -EBADMSG;
     }
@@ -956,6 +990,49 @@ fail:
     free(p);
     sync_deinit(&w);
     return rc;
+}
+
+int store_import_counts(struct store_filter *sf,
+                        const struct store_import_counts *c, char *err)
+{
+    struct wal_rec *rec;
+    struct pending *p;
+    struct sync_wait w;
+    uint64_t size = COUNTS_BYTES(c->nlayers);
+    int rc;
+
+    if (c->nlayers > BF_MAX_LAYERS) {
+        errmsg_set(err, "%" PRIu32 " layers' counts", c->nlayers);
+        return -EINVAL;
+    }
+    p = malloc(sizeof(*p));
+    if (!p || !(rec = wal_rec_new(WAL_REC_COUNTS, NULL, size))) {
+        free(p);
+        errmsg_set(err, "out of memory");
+        return -ENOMEM;
+    }
+    counts_encode(wal_rec_payload(rec), c);
+    sync_init(&w);
+    p->done = sync_done;
+    p->ctx = &w;
+    pthread_rwlock_wrlock(&sf->lock);   /* as bf_merge_from: exclusion */
+    if ((rc = store__state_rc(sf)) < 0) {
+        store__state_err(sf, err);
+        pthread_rwlock_unlock(&sf->lock);
+        wal_rec_free(rec);
+        free(p);
+        sync_deinit(&w);
+        return rc;
+    }
+    pthread_mutex_lock(&sf->write_mu);
+    store__stamp_next(sf);
+    bf_merge_counts(sf->bf, c->inserts, c->keys, c->layer_counts, c->nlayers);
+    struct wal_now now;
+    submit_locked(sf, rec, size, p, &now);
+    pthread_mutex_unlock(&sf->write_mu);
+    pthread_rwlock_unlock(&sf->lock);
+    wal_now_complete(&now);
+    return sync_finish(sf, &w, 0, "the counts of an import into", err);
 }
 
 /* A copy of the live filter; the caller holds store__lock_for_copy. */

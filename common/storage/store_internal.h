@@ -165,6 +165,7 @@ struct store {
     uint64_t max_filters;
     _Atomic uint64_t charged;    /* sum of the filters' charges; raised
                                     under mu by creations */
+    _Atomic uint64_t spooled;    /* bytes of the Imports' spools (store.h) */
     pthread_mutex_t tomb_mu;     /* a leaf lock: tombs, gens */
     struct store_tomb *tombs;    /* STORE_TOMBS_MAX, oldest first; NULL
                                     until the first */

@@ -54,6 +54,7 @@ bool store__fname_parse(const char *name, struct store_fname *out);
 #define STORE_WAL_DIR ".wal"
 #define STORE_TOMB_FILE ".tombstones"
 #define STORE_CREATING_PREFIX ".creating-"   /* + name: a creation in progress */
+#define STORE_SPOOL_PREFIX ".import-"        /* + XXXXXX: an Import's spool */
 #define STORE_DROPPED_PREFIX ".dropped-"     /* + N-name: a drop in progress */
 
 #endif

@@ -120,6 +120,9 @@ enum wal_rec_type {
     WAL_REC_IMPORT = 3,   /* a complete filter file (bf_file format) */
     WAL_REC_PAGES = 4,    /* pages to OR in: per page u32 layer, u32 len,
                              u64 byte offset, len bytes (store_or_pages) */
+    WAL_REC_COUNTS = 5,   /* counts merged in (an Import applied in pieces):
+                             u64 inserts, u64 keys added, u32 layers n,
+                             u32 0, n * u64 layer count (bf_merge_counts) */
 };
 
 struct wal;

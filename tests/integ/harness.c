@@ -627,36 +627,78 @@ int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
     return t_import_ms(ch, name, buf, len, shards, TIMEOUT_MS, st);
 }
 
-int t_import_ms(struct rpc_channel *ch, const char *name, const uint8_t *buf,
-                size_t len, uint32_t *shards, int timeout_ms, struct rpc_status *st)
+struct rpc_cstream *t_import_send(struct rpc_channel *ch, const char *name, bool shard,
+                                  uint32_t index, const uint8_t *buf, size_t len,
+                                  size_t msg, int timeout_ms)
 {
-    struct rpc_cstream *cs = rpc_cstream_open(ch, "/bloomgrid.v1.BloomGrid/Import",
-                                              timeout_ms);
+    struct rpc_cstream *cs = rpc_cstream_open(
+        ch, shard ? "/bloomgrid.v1.Internal/ImportShard" : "/bloomgrid.v1.BloomGrid/Import",
+        timeout_ms);
     CHECK(cs, "open Import");
-    if (shards)
-        *shards = 0;
-    for (size_t off = 0; off < len; off += 65536) {
-        Bloomgrid__V1__ImportRequest rq = BLOOMGRID__V1__IMPORT_REQUEST__INIT;
+    for (size_t off = 0; off < len; off += msg) {
+        /* ImportRequest is ImportShardRequest without shard_index. */
+        Bloomgrid__V1__ImportShardRequest rq = BLOOMGRID__V1__IMPORT_SHARD_REQUEST__INIT;
         rq.filter = off == 0 ? (char *)name : "";
+        rq.shard_index = shard ? index : 0;
         rq.data.data = (uint8_t *)buf + off;
-        rq.data.len = len - off < 65536 ? len - off : 65536;
+        rq.data.len = len - off < msg ? len - off : msg;
         if (rpc_cstream_write_msg(cs, &rq.base) < 0)
             break;   /* refused early: the status says why */
     }
-    rpc_cstream_close_send(cs);
+    return cs;
+}
+
+int t_import_answer(struct rpc_cstream *cs, size_t want, uint32_t *shards,
+                    struct rpc_status *st)
+{
     grpc_slice sl;
+    if (shards)
+        *shards = 0;
     while (rpc_cstream_read(cs, &sl) == 1) {
         Bloomgrid__V1__ImportResponse *ir = bloomgrid__v1__import_response__unpack(
             NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-        CHECK(ir && ir->bytes_received == len && ir->info,
+        CHECK(ir && ir->bytes_received == want && ir->info,
               "ImportResponse: %zu bytes received of %zu",
-              ir ? (size_t)ir->bytes_received : 0, len);
+              ir ? (size_t)ir->bytes_received : 0, want);
         if (shards)
             *shards = ir->info->shards;
         bloomgrid__v1__import_response__free_unpacked(ir, NULL);
         grpc_slice_unref(sl);
     }
     return rpc_cstream_finish(cs, st) < 0 ? (int)st->code : 0;
+}
+
+int t_import_ms(struct rpc_channel *ch, const char *name, const uint8_t *buf,
+                size_t len, uint32_t *shards, int timeout_ms, struct rpc_status *st)
+{
+    struct rpc_cstream *cs = t_import_send(ch, name, false, 0, buf, len, 65536,
+                                           timeout_ms);
+    rpc_cstream_close_send(cs);
+    return t_import_answer(cs, len, shards, st);
+}
+
+int t_create_shard(struct rpc_channel *ch, const char *filter, uint32_t index,
+                   uint32_t count, uint64_t cap, double p, const uint8_t *secret,
+                   struct rpc_status *st)
+{
+    Bloomgrid__V1__CreateShardRequest rq = BLOOMGRID__V1__CREATE_SHARD_REQUEST__INIT;
+    Bloomgrid__V1__InternalShardInfo *isi = NULL;
+    rq.filter = (char *)filter;
+    rq.shard_index = index;
+    rq.shard_count = count;
+    rq.capacity = cap;
+    rq.error_rate = p;
+    rq.new_filter = true;
+    if (secret) {
+        rq.secret.data = (uint8_t *)secret;
+        rq.secret.len = 32;
+    }
+    int rc = rpc_call(ch, "/bloomgrid.v1.Internal/CreateShard", &rq.base,
+                      &bloomgrid__v1__internal_shard_info__descriptor,
+                      (ProtobufCMessage **)&isi, TIMEOUT_MS, st);
+    if (isi)
+        bloomgrid__v1__internal_shard_info__free_unpacked(isi, NULL);
+    return rc < 0 ? (int)st->code : 0;
 }
 
 int t_shard_count(struct rpc_channel *ch, const char *filter)

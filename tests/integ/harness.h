@@ -182,6 +182,26 @@ int t_import(struct rpc_channel *ch, const char *name, const uint8_t *buf,
 /* t_import within timeout_ms. */
 int t_import_ms(struct rpc_channel *ch, const char *name, const uint8_t *buf,
                 size_t len, uint32_t *shards, int timeout_ms, struct rpc_status *st);
+/* The parts of an Import, for a test that stops half-way: open the call
+ * (public Import, or with shard internal ImportShard of shard index) and
+ * send buf[0, len) in messages of msg bytes, the first naming name; the
+ * sending stops early when the call was refused.  Then (after
+ * rpc_cstream_close_send) t_import_answer reads the answer (checked: want
+ * bytes received, the filter's info; its shard count to *shards, may be
+ * NULL) and finishes the call: 0 or the status code. */
+struct rpc_cstream *t_import_send(struct rpc_channel *ch, const char *name, bool shard,
+                                  uint32_t index, const uint8_t *buf, size_t len,
+                                  size_t msg, int timeout_ms);
+int t_import_answer(struct rpc_cstream *cs, size_t want, uint32_t *shards,
+                    struct rpc_status *st);
+
+/* Internal CreateShard of shard index of count of filter (count 1: the
+ * store name is the filter's own), blocked, with secret (32 bytes; NULL:
+ * the node draws one): filters made with one secret and geometry take
+ * each other's files (Import). */
+int t_create_shard(struct rpc_channel *ch, const char *filter, uint32_t index,
+                   uint32_t count, uint64_t cap, double p, const uint8_t *secret,
+                   struct rpc_status *st);
 
 /* Shards of filter the node on ch holds (Internal/ListShards).  Dies on
  * failure. */

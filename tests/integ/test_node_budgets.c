@@ -4,8 +4,8 @@
  *   memory   max_memory_mb: a CreateFilter or CreateShard that would take
  *            the filters' charges past it is RESOURCE_EXHAUSTED naming the
  *            budget; nothing stored changes, and the node's memory, data
- *            directory and descriptors do not grow; an Import's bytes count
- *            while it runs; a drop gives the room back.
+ *            directory and descriptors do not grow; the pieces an Import
+ *            holds count while it runs; a drop gives the room back.
  *   exports  max_memory_mb: an Export held open (its client read one
  *            chunk and waits) holds its chunk, not a copy of the filter:
  *            sixteen of a filter whose copies would not fit the budget
@@ -210,9 +210,12 @@ static void case_memory(void)
           (unsigned long long)disk0, (unsigned long long)disk1);
     CHECK(fd1 <= fd0 + 4, "descriptors grew from %d to %d", fd0, fd1);
 
-    /* An import's bytes count while it runs: a's own export (its file,
-     * and the filter parsed from it: 12 MiB) does not fit beside a and b,
-     * and fits beside a alone. */
+    /* What an import holds while it runs counts: its file waits on disk,
+     * and its pieces (a piece of 4 MiB, its log record and the log's
+     * write of it, and the 1 MiB it reads the file by: 13 MiB) do not fit
+     * beside a, b and s (about 3 MiB), and fit once b is dropped. */
+    CHECK(t_create(np.ch, "s", 2500000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+          "create s: %s", st.message);
     uint8_t *file = NULL;
     size_t flen = t_export(np.ch, "a", &file, &st);
     CHECK(flen > abytes, "export a: %s", st.message);

@@ -18,17 +18,17 @@
  *   far below the filter's bytes: statistics and pulls do not read pages
  *   never written; then, with one key added, an Export of it (the key's
  *   bits in it, the rest zeros) still leaves the node's memory so.
- * import_peak: a node with one filter of 64 MiB of bits, all of them
- *   resident, imports its own export (a file of 64 MiB: the merge changes
- *   no bit, the node's work and memory are those of any Import of that
- *   size) with its peak resident memory (VmHWM) started over just before.
- *   The Import holds at most two copies of the file at once (the log
- *   record that carries it and the filter parsed from it, then the record
- *   and the log's write of it): the peak stays within the RSS before it +
- *   2 × the file + 24 MiB.  A node that parsed the received buffer, then
- *   serialized the parsed filter into the record that the log copied
- *   again, held three (the test fails there).  BLOOMGRID_TEST_SIZE_MB sets
- *   the filter's MiB (64) for a measurement at another size.
+ * import_peak: a node with two filters of 64 MiB of bits of one secret
+ *   and geometry, one ("src") with eight keys a 4 KiB page, the other
+ *   ("f") empty and not resident, imports src's export (a file of 64 MiB
+ *   with bits in about every page) into f, with its peak resident memory
+ *   (VmHWM) started over just before.  The Import's file waits on disk
+ *   and is applied a piece at a time: the peak stays within the RSS before
+ *   it + f's bits (which the import makes resident) × 1.15 + 48 MiB.  A
+ *   node that held the file in memory (its log record and the filter
+ *   parsed from it) needed 3 × the bits (the test fails there).  Then kill
+ *   -9: the pieces' records replay.  BLOOMGRID_TEST_SIZE_MB sets the
+ *   filters' MiB (64) for a measurement at another size.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -318,54 +318,70 @@ static void hwm_reset(pid_t pid)
 
 static void test_import_peak(const char *dir)
 {
-    /* The log writes the record with durability none too (a process's
-     * crash loses nothing), without a 64 MiB fdatasync on a busy disk. */
+    /* The log writes its records with durability none too (a process's
+     * crash loses nothing), without an fdatasync of each piece on a busy
+     * disk. */
     const char *flags[] = {"--durability", "none", NULL};
     struct node_proc n;
     struct rpc_status st;
     Bloomgrid__V1__FilterInfo *fi;
+    uint8_t secret[32];
 
     node_start(&n, dir, flags);
     CHECK(node_wait_health(&n, true, 20000), "node not serving");
     /* About 64 MiB of bits at 1 % (BLOOMGRID_TEST_SIZE_MB: another size,
-     * for a measurement). */
+     * for a measurement): "src" and "f", of one secret and geometry. */
     const char *e = getenv("BLOOMGRID_TEST_SIZE_MB");
     uint64_t mb = e && atoi(e) > 0 ? (uint64_t)atoi(e) : 64;
-    CHECK(t_create(n.ch, "f", mb * 859375, 0.01, 1, &st) == 0, "create: %s",
-          st.message);
+    for (int i = 0; i < 32; i++)
+        secret[i] = (uint8_t)(i * 11 + 3);
+    CHECK(t_create_shard(n.ch, "src", 0, 1, mb * 859375, 0.01, secret, &st) == 0,
+          "create src: %s", st.message);
+    CHECK(t_create_shard(n.ch, "f", 0, 1, mb * 859375, 0.01, secret, &st) == 0,
+          "create f: %s", st.message);
     CHECK(t_get(n.ch, "f", &fi, &st) == 0, "GetFilter: %s", st.message);
     uint64_t bits = fi->bytes;
     bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
-    char **k = keys_make("k", 0, 2000);
-    keys_call(n.ch, "Add", "f", k, 2000, 500, NULL);
+    /* Eight keys a 4 KiB page of src: its export sets bits in about every
+     * page, so the Import writes every page of f. */
+    size_t nk = (size_t)mb * 2048;
+    char **k = keys_make("k", 0, nk);
+    keys_call(n.ch, "Add", "src", k, nk, 5000, NULL);
     uint8_t *file = NULL;
-    size_t flen = t_export_ms(n.ch, "f", &file, 120000, &st);
+    size_t flen = t_export_ms(n.ch, "src", &file, 120000, &st);
     CHECK(flen > bits, "export: %s", st.message);
-    /* A first Import makes every page of the bits resident (the merge
-     * writes each word); the second is the one measured. */
-    CHECK(t_import_ms(n.ch, "f", file, flen, NULL, 120000, &st) == 0, "import: %s", st.message);
     harness_sleep_ms(2500);   /* the allocator's free pages given back */
     uint64_t before = harness_status_bytes(n.pid, "VmRSS");
-    CHECK(before > bits, "RSS %" PRIu64 " MiB below the %" PRIu64 " MiB of bits",
-          before >> 20, bits >> 20);
     hwm_reset(n.pid);
-    CHECK(t_import_ms(n.ch, "f", file, flen, NULL, 120000, &st) == 0, "import: %s", st.message);
+    double t0 = harness_now_s();
+    CHECK(t_import_ms(n.ch, "f", file, flen, NULL, 120000, &st) == 0, "import: %s",
+          st.message);
+    double took = harness_now_s() - t0;
     uint64_t peak = harness_status_bytes(n.pid, "VmHWM");
-    printf("Import of %zu MiB into a filter of %" PRIu64 " MiB: RSS %" PRIu64
-           " MiB before, peak %" PRIu64 " MiB (+%" PRIu64 " MiB, %.2f x the file)\n",
-           flen >> 20, bits >> 20, before >> 20, peak >> 20, (peak - before) >> 20,
-           (double)(peak - before) / (double)flen);
-    CHECK(peak <= before + 2 * (uint64_t)flen + (24u << 20),
+    uint64_t after = harness_status_bytes(n.pid, "VmRSS");
+    printf("Import of %zu MiB into an empty filter of %" PRIu64 " MiB: RSS %" PRIu64
+           " MiB before, %" PRIu64 " MiB after, peak %" PRIu64 " MiB (+%" PRIu64
+           " MiB, %.2f x the bits) in %.2f s\n", flen >> 20, bits >> 20, before >> 20,
+           after >> 20, peak >> 20, (peak - before) >> 20,
+           (double)(peak - before) / (double)bits, took);
+    /* f's bits become resident (1 x), and beside them the Import holds its
+     * pieces (13 MiB), never the file; what the allocator keeps of them
+     * until its next release and what gRPC's receive window (grown by its
+     * BDP probes) buffers of a client faster than the node make the rest:
+     * 1.15 x the bits + 48 MiB (+82 to +103 MiB measured at 66 MiB, the
+     * larger on a loaded machine).  A node holding the file in memory (its
+     * log record and the filter parsed from it) needs 3 x (+218 MiB). */
+    CHECK(peak <= before + bits + bits * 15 / 100 + (48u << 20),
           "an Import of %zu MiB raised the node's peak from %" PRIu64 " to %" PRIu64
-          " MiB: more than two copies of the file", flen >> 20, before >> 20,
-          peak >> 20);
-    CHECK(keys_present(n.ch, "f", k, 2000, NULL) == 2000, "keys lost");
-    /* The import record is the file as received: a restart replays it. */
+          " MiB: more than its %" PRIu64 " MiB of bits and a few pieces",
+          flen >> 20, before >> 20, peak >> 20, bits >> 20);
+    CHECK(keys_present(n.ch, "f", k, nk, NULL) == nk, "keys missing after the import");
+    /* The pieces' records replay after a crash. */
     node_stop(&n, 9);
     node_start(&n, dir, flags);
     CHECK(node_wait_health(&n, true, 60000), "node not serving after a restart");
-    CHECK(keys_present(n.ch, "f", k, 2000, NULL) == 2000, "keys lost in the restart");
-    keys_free(k, 2000);
+    CHECK(keys_present(n.ch, "f", k, nk, NULL) == nk, "keys lost in the restart");
+    keys_free(k, nk);
     free(file);
     CHECK(node_stop(&n, 15) == 0, "node exit");
 }

@@ -611,28 +611,10 @@ static struct rpc_cstream *import_hold(struct rpc_channel *ch, const char *filte
 static int import_all(struct rpc_channel *ch, const char *filter, const uint8_t *bundle,
                       size_t len, size_t chunk, struct rpc_status *st)
 {
-    struct rpc_cstream *cs = rpc_cstream_open(ch, M_IMPORT, BIG_DEADLINE_MS);
-    CHECK(cs, "open Import");
-    for (size_t off = 0; off < len; off += chunk) {
-        Bloomgrid__V1__ImportRequest rq = BLOOMGRID__V1__IMPORT_REQUEST__INIT;
-        rq.filter = off == 0 ? (char *)filter : "";
-        rq.data.data = (uint8_t *)bundle + off;
-        rq.data.len = len - off < chunk ? len - off : chunk;
-        if (rpc_cstream_write_msg(cs, &rq.base) < 0)
-            break;   /* refused early: the status says why */
-    }
+    struct rpc_cstream *cs = t_import_send(ch, filter, false, 0, bundle, len, chunk,
+                                           BIG_DEADLINE_MS);
     rpc_cstream_close_send(cs);
-    grpc_slice sl;
-    while (rpc_cstream_read(cs, &sl) == 1) {
-        Bloomgrid__V1__ImportResponse *ir = bloomgrid__v1__import_response__unpack(
-            NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-        CHECK(ir && ir->bytes_received == len && ir->info,
-              "ImportResponse: %zu bytes received of %zu",
-              ir ? (size_t)ir->bytes_received : 0, len);
-        bloomgrid__v1__import_response__free_unpacked(ir, NULL);
-        grpc_slice_unref(sl);
-    }
-    return rpc_cstream_finish(cs, st) < 0 ? (int)st->code : 0;
+    return t_import_answer(cs, len, NULL, st);
 }
 
 /* Import until the router has a stream for it (the one just ended gives

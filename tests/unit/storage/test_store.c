@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1154,6 +1155,217 @@ START_TEST(import_file_is_logged_as_received_and_replayed)
 }
 END_TEST
 
+/* ---- Imports spooled and applied in pieces (store_import_spool) ---- */
+
+/* The file of a filter like sf's holding keys [base, base + n), into *m. */
+static void file_like(struct store_filter *sf, uint64_t base, size_t n,
+                      struct membuf *m, uint64_t *inserts)
+{
+    struct bf *copy = store_filter_copy(sf), *src;
+    char err[STORE_ERRLEN];
+
+    ck_assert_ptr_nonnull(copy);
+    src = bf_create_like(copy, err);
+    ck_assert_ptr_nonnull(src);
+    bf_destroy(copy);
+    for (uint64_t i = 0; i < n; i++)
+        bf_add_hash(src, unit_hash_of(base + i));
+    memset(m, 0, sizeof(*m));
+    ck_assert_int_eq(bf_file_write(src, membuf_write, m), 0);
+    if (inserts)
+        *inserts = bf_insert_count(src);
+    bf_destroy(src);
+}
+
+/* A spool of m's first len bytes, written in pieces of odd sizes. */
+static struct store_spool *spool_of(struct store *s, const struct membuf *m,
+                                    size_t len)
+{
+    struct store_spool *sp;
+    char err[STORE_ERRLEN];
+
+    ck_assert_int_eq(store_spool_new(s, m->len + 4096, &sp, err), 0);
+    for (size_t off = 0; off < len;) {
+        size_t k = len - off < 77777 ? len - off : 77777;
+        ck_assert_msg(store_spool_write(sp, m->p + off, k, err) == 0, "%s", err);
+        off += k;
+    }
+    ck_assert_uint_eq(store_spool_len(sp), len);
+    return sp;
+}
+
+struct spool_check {
+    int calls, refuse;
+};
+
+static int spool_check(void *ctx, const struct bf *src)
+{
+    struct spool_check *c = ctx;
+
+    (void)src;
+    c->calls++;
+    return c->refuse;
+}
+
+static uint64_t inserts_of(struct store_filter *sf)
+{
+    struct bf *c = store_filter_copy(sf);
+    uint64_t n = bf_insert_count(c);
+    bf_destroy(c);
+    return n;
+}
+
+/* Keys 100000.. 200000 of a file like "f" (about 6 MiB of bits: two
+ * pieces) and 7000.. 500 of one like "c" (counting: merged whole). */
+static void child_import_spool(void *arg)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 3600000, 0);
+    struct store_filter *sf = store_get(s, "f"), *sc = store_get(s, "c");
+    struct spool_check chk = {0};
+    struct bf_merge_projection proj;
+    struct membuf m;
+    uint64_t *ins = arg, before = inserts_of(sf);
+    char err[STORE_ERRLEN] = "";
+
+    file_like(sf, 100000, 100000, &m, ins);
+    ck_assert_uint_gt(m.len, STORE_IMPORT_PIECE + (1u << 20));
+    struct store_spool *sp = spool_of(s, &m, m.len);
+    free(m.p);
+    ck_assert_msg(store_import_spool(sf, sp, spool_check, &chk, &proj, err) == 0,
+                  "%s", err);
+    store_spool_free(sp);
+    ck_assert_int_eq(chk.calls, 1);
+    ck_assert_uint_eq(missing_range(sf, 100000, 100000), 0);
+    ck_assert_uint_eq(inserts_of(sf), before + *ins);
+    ck_assert(proj.fill_ratio > 0.0 && proj.estimated_fpr > 0.0);
+
+    file_like(sc, 7000, 500, &m, NULL);
+    sp = spool_of(s, &m, m.len);
+    free(m.p);
+    ck_assert_msg(store_import_spool(sc, sp, NULL, NULL, NULL, err) == 0, "%s", err);
+    store_spool_free(sp);
+    ck_assert_uint_eq(missing_range(sc, 7000, 500), 0);
+}
+
+START_TEST(import_spool_applies_in_pieces_and_replays)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    uint64_t *ins = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    ck_assert_ptr_ne(ins, MAP_FAILED);
+    create(s, "f", BF_KIND_BLOCKED, 5000000);
+    create(s, "c", BF_KIND_COUNTING, 10000);
+    sf = store_get(s, "f");
+    add_range(sf, 1, 100);
+    uint64_t before = inserts_of(sf);
+    store_put(sf);
+    store_close(s);
+    in_crashing_child(child_import_spool, ins);
+    /* The pieces' records and the counts' record replay. */
+    s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    sf = store_get(s, "f");
+    ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
+    ck_assert_uint_eq(missing_range(sf, 1, 100), 0);
+    ck_assert_uint_eq(missing_range(sf, 100000, 100000), 0);
+    ck_assert_uint_eq(inserts_of(sf), before + *ins);
+    store_put(sf);
+    sf = store_get(s, "c");
+    ck_assert_uint_eq(missing_range(sf, 7000, 500), 0);
+    store_put(sf);
+    store_close(s);
+    munmap(ins, sizeof(uint64_t));
+}
+END_TEST
+
+START_TEST(import_spool_refuses_bad_files_changing_nothing)
+{
+    struct store *s = open_store(STORE_DURABLE_FSYNC, 0, 0);
+    struct store_filter *sf;
+    struct store_spool *sp;
+    struct spool_check chk = {0};
+    struct membuf m;
+    char err[STORE_ERRLEN];
+
+    create(s, "f", BF_KIND_BLOCKED, 5000000);
+    sf = store_get(s, "f");
+    add_range(sf, 1, 100);
+    uint64_t v = store_filter_version(sf), ins = inserts_of(sf);
+    file_like(sf, 100000, 20000, &m, NULL);
+
+    /* The checksum's last byte: found once every piece was read. */
+    m.p[m.len - 1] ^= 1;
+    sp = spool_of(s, &m, m.len);
+    err[0] = '\0';
+    ck_assert_int_eq(store_import_spool(sf, sp, spool_check, &chk, NULL, err), -EBADMSG);
+    ck_assert_ptr_nonnull(strstr(err, "checksum"));
+    store_spool_free(sp);
+    m.p[m.len - 1] ^= 1;
+    /* Cut short. */
+    sp = spool_of(s, &m, m.len - 9);
+    err[0] = '\0';
+    ck_assert_int_eq(store_import_spool(sf, sp, spool_check, &chk, NULL, err), -EBADMSG);
+    ck_assert_ptr_nonnull(strstr(err, "truncated"));
+    store_spool_free(sp);
+    /* Refused by the caller's check on the header. */
+    chk.refuse = -ECANCELED;
+    sp = spool_of(s, &m, m.len);
+    ck_assert_int_eq(store_import_spool(sf, sp, spool_check, &chk, NULL, err), -ECANCELED);
+    store_spool_free(sp);
+    /* The short file was refused on its size, before the check. */
+    ck_assert_int_eq(chk.calls, 2);
+    /* Nothing applied, nothing logged. */
+    ck_assert_uint_eq(store_filter_version(sf), v);
+    ck_assert_uint_eq(inserts_of(sf), ins);
+    ck_assert_uint_gt(missing_range(sf, 100000, 20000), 19000);
+
+    /* A spool takes no more than its max. */
+    ck_assert_int_eq(store_spool_new(s, 100, &sp, err), 0);
+    ck_assert_int_eq(store_spool_write(sp, m.p, 60, err), 0);
+    ck_assert_int_eq(store_spool_write(sp, m.p, 41, err), -E2BIG);
+    ck_assert_uint_eq(store_spool_len(sp), 60);
+    store_spool_free(sp);
+    store_spool_free(NULL);
+    free(m.p);
+    store_put(sf);
+    store_close(s);
+}
+END_TEST
+
+/* The spools of the Imports in flight together stay within
+ * max_memory_bytes; one left by a crash between its creation and its
+ * unlink is removed by store_open. */
+START_TEST(import_spools_are_bounded_and_swept)
+{
+    struct store_options o = {.dir = tdir, .durability = STORE_DURABLE_FSYNC,
+                              .max_memory_bytes = 4u << 20};
+    struct store_spool *a, *b;
+    char err[STORE_ERRLEN], path[4200];
+    static uint8_t mib[1u << 20];
+    struct stat st;
+
+    snprintf(path, sizeof path, "%s/.import-x1Y2z3", tdir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    struct store *s = store_open(&o, err);
+    ck_assert_msg(s != NULL, "%s", err);
+    ck_assert_int_ne(stat(path, &st), 0);
+    ck_assert_int_eq(store_spool_new(s, 8u << 20, &a, err), 0);
+    ck_assert_int_eq(store_spool_new(s, 8u << 20, &b, err), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(store_spool_write(a, mib, sizeof mib, err), 0);
+    ck_assert_int_eq(store_spool_write(b, mib, sizeof mib, err), 0);
+    ck_assert_int_eq(store_spool_write(b, mib, sizeof mib, err), -EDQUOT);
+    ck_assert_ptr_nonnull(strstr(err, "max_memory_mb"));
+    store_spool_free(a);   /* its bytes back */
+    ck_assert_int_eq(store_spool_write(b, mib, sizeof mib, err), 0);
+    store_spool_free(b);
+    store_close(s);
+}
+END_TEST
+
 static void stats_of(const struct bf *f, void *ctx)
 {
     bf_stats(f, ctx);
@@ -2005,6 +2217,9 @@ Suite *store_suite(void)
     tcase_add_test(tc, import_mismatch_changes_nothing);
     tcase_add_test(tc, import_is_replayed_from_the_wal);
     tcase_add_test(tc, import_file_is_logged_as_received_and_replayed);
+    tcase_add_test(tc, import_spool_applies_in_pieces_and_replays);
+    tcase_add_test(tc, import_spool_refuses_bad_files_changing_nothing);
+    tcase_add_test(tc, import_spools_are_bounded_and_swept);
     tcase_add_test(tc, export_writes_a_loadable_file);
     tcase_add_test(tc, remove_is_counting_only_and_durable);
     tcase_add_test(tc, failed_fsync_refuses_writes_until_recovered);

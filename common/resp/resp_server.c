@@ -13,7 +13,9 @@
  * other threads are queued under a mutex and the loop woken (uv_async).
  * A backend with pass_end is called before every poll (uv_prepare), so
  * that it can join the calls of a pass (every connection's) into one;
- * what is answered is flushed before it and again after it.
+ * what is answered is flushed before it and again after it.  While it
+ * holds calls, the loop may first drain (polls that do not sleep) and wait
+ * for the connections the last pass end answered (pass_wait_ns).
  */
 #include "resp_internal.h"
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ppollcount.sh C N: the node's ppoll calls (the loop's waits) during N BF.ADD from C connections
 set -uo pipefail
-C=$1; N=$2; BIN=${BIN:-/work/wt-durgroup/build/node/bloomgrid-node}
-D=$(mktemp -d /tmp/durgroup/p.XXXX)
+C=$1; N=$2; BIN=${BIN:-build/node/bloomgrid-node}
+D=$(mktemp -d)
 $BIN --listen 127.0.0.1:0 --resp-listen 127.0.0.1:0 --data-dir $D/data --durability fsync --log-level warn >$D/log 2>&1 & PID=$!
 for i in $(seq 100); do grep -q 'listening on' $D/log && break; sleep 0.1; done
 P=$(sed -n 's/.* resp 127\.0\.0\.1:\([0-9]*\).*/\1/p' $D/log | head -1)

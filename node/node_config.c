@@ -64,8 +64,12 @@ static const struct setting settings[] = {
      "fdatasync, start the next one no sooner than this many microseconds "
      "(and than the last fdatasync took, if less) after the last: the "
      "writers its answers let go join it (more writes per fdatasync, each "
-     "waiting at most this much longer); a lone writer never waits; 0: no "
-     "delay (docs/STORAGE.md, Writing)"},
+     "waiting at most this much longer); a lone writer never waits; with "
+     "resp_commit = loop, also how long the Redis door's loop waits, after "
+     "a group it committed (and no longer than that group took), for the "
+     "clients it answered to send their next adds before committing those "
+     "it holds; 0: no delay (docs/STORAGE.md, Writing; docs/RESP.md, "
+     "Durable adds)"},
     {"resp_commit", SETTING_ENUM, 0, 0, "loop|thread", "loop", F(resp_commit),
      "with durability fsync, who commits the log records of the Redis "
      "door's adds: loop: the door's event loop, at the end of each pass "

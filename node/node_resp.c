@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bf.h"
 #include "log.h"
@@ -137,6 +138,18 @@ static __thread bool led_pending;
  * one brought commands (a client's pass of writes after its replies). */
 #define LEAD_DRAIN 8
 
+/* How long the last group this thread led took (write, fdatasync and
+ * completions), in ns: the bound of the wait for the clients it answered
+ * (node_pass_wait). */
+static __thread uint64_t lead_ns;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* The commit thread (or the loop thread on a refusal): finish every call
  * of b with its slice of the answers, or with rc's failure. */
 static void batch_finish(struct add_batch *b, int rc, const char *err)
@@ -214,8 +227,11 @@ static void node_pass_end(void *arg)
     do {
         batch_flush_all(n);
         led_pending = false;
-        if (leads(n))
-            wal_lead();
+        if (leads(n)) {
+            uint64_t t0 = mono_ns();
+            if (wal_lead() > 0)
+                lead_ns = mono_ns() - t0;
+        }
     } while (held);
 }
 
@@ -224,6 +240,21 @@ static bool node_pass_held(void *arg)
 {
     const struct node *n = arg;
     return (held || led_pending) && leads(n) && n->cfg.durability[0] == 'f';
+}
+
+/* How long the loop may wait, after a group it led answered its clients,
+ * for them to send their next adds before it commits those it holds
+ * without them (resp_backend.pass_wait_ns): wal_commit_delay_us, and no
+ * longer than the last led group took (a wait that brings no one costs
+ * at most one more such group's time; the commit thread's rule).  0
+ * (no wait) when the loop does not lead. */
+static uint64_t node_pass_wait(void *arg)
+{
+    const struct node *n = arg;
+    if (!leads(n) || n->cfg.durability[0] != 'f')
+        return 0;
+    uint64_t d = n->cfg.wal_commit_delay_us * 1000u;
+    return d < lead_ns ? d : lead_ns;
 }
 
 struct hash_into {
@@ -513,4 +544,5 @@ void node_resp_backend(struct node *n, struct resp_backend *be)
     be->pass_end = node_pass_end;
     be->pass_held = node_pass_held;
     be->pass_drain = LEAD_DRAIN;
+    be->pass_wait_ns = node_pass_wait;
 }

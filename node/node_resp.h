@@ -12,8 +12,10 @@
  * is answered from the log's completer once durable, or, with
  * resp_commit = loop and durability fsync, from the loop thread itself,
  * which writes and syncs the pass's records at its end when the log's
- * commit thread is idle (wal_lead); creations and drops (disk work) run
- * on libuv's pool.
+ * commit thread is idle (wal_lead), after waiting a while for the
+ * clients its last group answered (pass_wait_ns: wal_commit_delay_us, at
+ * most that group's time); creations and drops (disk work) run on libuv's
+ * pool.
  */
 #ifndef BLOOMGRID_NODE_RESP_H
 #define BLOOMGRID_NODE_RESP_H

@@ -481,6 +481,7 @@ void resp__call_finish(struct resp_call_box *b)
     metric_observe(b->cmd->m_time, (double)(resp__now_ns() - b->t0_ns) / 1e9);
     flight_done(b);
     resp__slot_ready(c, b->slot);
+    resp__answered(c);
     bool resume = c->blocked;
     free(b->keep);
     b->keep = NULL;

@@ -145,6 +145,7 @@ struct resp_conn {
     bool reading, closing, closed, blocked, paused, dirty;
     struct resp_conn *dnext;     /* the dirty list */
     uint64_t last_ms;
+    uint64_t await_gen;          /* answered by that pass end (resp_server) */
     /* session */
     int proto;                   /* 2 or 3 */
     bool authed;
@@ -174,10 +175,19 @@ struct resp_server {
     uv_async_t wake;             /* done calls and stop */
     uv_timer_t idle;
     uv_prepare_t pass;           /* be.pass_end, before every poll */
-    uv_idle_t drain;             /* be.pass_drain: active, the poll does not
-                                    wait */
+    uv_idle_t drain;             /* be.pass_drain, be.pass_wait_ns: active,
+                                    the poll does not wait */
     unsigned drains;             /* passes drained since the last pass end */
     uint64_t drain_mark;         /* dispatched when the last pass ended */
+    /* be.pass_wait_ns: the connections answered by the last pass end that
+     * answered calls (those with await_gen == answer_gen) and have not
+     * dispatched a command since: awaited of them, until wait_until_ns */
+    bool answering;              /* in be.pass_end */
+    bool answer_fresh;           /* no call answered yet in this pass end */
+    uint64_t answer_gen;
+    unsigned awaited;
+    uint64_t wait_until_ns;
+    bool wait_idle;              /* drain started by such a wait */
     uv_timer_t slow_timer;       /* bounds of offloaded calls, while any */
     struct resp_call_box *bounded;   /* bounded calls in the pool */
     pthread_t thread;
@@ -225,6 +235,8 @@ void resp__mark_dirty(struct resp_conn *c);
 void resp__close_after_reply(struct resp_conn *c);
 /* Go on with the connection's input (after a blocked command may run). */
 void resp__resume(struct resp_conn *c);
+/* A call of c was answered (loop thread): awaited when in a pass end. */
+void resp__answered(struct resp_conn *c);
 /* A call's connection let go of one reference (a call finished). */
 void resp__conn_release(struct resp_conn *c);
 /* From any thread: queue a finished call for the loop. */

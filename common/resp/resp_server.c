@@ -13,11 +13,14 @@
  * other threads are queued under a mutex and the loop woken (uv_async).
  * A backend with pass_end is called before every poll (uv_prepare), so
  * that it can join the calls of a pass (every connection's) into one;
- * what is answered is flushed before it and again after it.
+ * what is answered is flushed before it and again after it.  While it
+ * holds calls, the loop may first drain (polls that do not sleep) and wait
+ * for the connections the last pass end answered (pass_wait_ns).
  */
 #include "resp_internal.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,11 +273,39 @@ void resp__conn_release(struct resp_conn *c)
         conn_free(c);
 }
 
+/* ---- the answered, awaited (be.pass_wait_ns) ---- */
+
+void resp__answered(struct resp_conn *c)
+{
+    struct resp_server *s = c->srv;
+    if (!s->answering || c->closed)
+        return;
+    if (s->answer_fresh) {   /* the first answer of this pass end */
+        s->answer_fresh = false;
+        s->answer_gen++;
+        s->awaited = 0;
+    }
+    if (c->await_gen != s->answer_gen) {
+        c->await_gen = s->answer_gen;
+        s->awaited++;
+    }
+}
+
+/* c dispatches a command, or is closed: no longer awaited. */
+static void came_back(struct resp_conn *c)
+{
+    struct resp_server *s = c->srv;
+    if (c->await_gen && c->await_gen == s->answer_gen)
+        s->awaited--;
+    c->await_gen = 0;
+}
+
 static void conn_close(struct resp_conn *c)
 {
     if (c->closed)
         return;
     struct resp_server *s = c->srv;
+    came_back(c);
     c->closed = true;
     if (c->prev)
         c->prev->next = c->next;
@@ -482,6 +513,7 @@ static void process(struct resp_conn *c)
             struct resp_queued *q = &c->queue[c->exec_next];
             struct resp_args a = {q->argc, (const char **)q->argv, q->len};
             s->dispatched++;
+            came_back(c);
             if (!resp__dispatch(c, &a)) {
                 c->blocked = true;
                 return;
@@ -532,6 +564,7 @@ static void process(struct resp_conn *c)
             }
             struct resp_args a = {p->argc, s->argv, s->argl};
             s->dispatched++;
+            came_back(c);
             if (!resp__dispatch(c, &a)) {
                 c->blocked = true;
                 return;
@@ -733,7 +766,7 @@ static void stop_now(struct resp_server *s)
         uv_close((uv_handle_t *)&s->slow_timer, NULL);
         if (s->be.pass_end)
             uv_close((uv_handle_t *)&s->pass, NULL);
-        if (s->be.pass_end && s->be.pass_drain)
+        if (s->be.pass_end && (s->be.pass_drain || s->be.pass_wait_ns))
             uv_close((uv_handle_t *)&s->drain, NULL);
     }
 }
@@ -741,6 +774,28 @@ static void stop_now(struct resp_server *s)
 static void on_drain(uv_idle_t *h)
 {
     (void)h;   /* active, it makes the next poll not wait */
+}
+
+/* Waiting for the answered (be.pass_wait_ns): while connections the last
+ * pass end answered have not come back and its bound has not passed, wait
+ * until the loop's poll has something (any handle: a command, a call
+ * finished elsewhere, a stop) or the bound passes.  True when something
+ * came: the loop then polls (at once) and the pass goes on. */
+static bool wait_answered(struct resp_server *s)
+{
+    if (!s->be.pass_wait_ns || !s->awaited || !s->running ||
+        atomic_load(&s->stopping) || !s->be.pass_held(s->be.arg))
+        return false;
+    uint64_t now = resp__now_ns();
+    if (now >= s->wait_until_ns)
+        return false;
+    uint64_t left = s->wait_until_ns - now;
+    struct timespec ts = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
+    struct pollfd pfd = {.fd = uv_backend_fd(&s->loop), .events = POLLIN};
+    int rc;
+    while ((rc = ppoll(&pfd, 1, &ts, NULL)) < 0 && errno == EINTR)
+        ;
+    return rc > 0;
 }
 
 /* Before the loop polls: what is answered is written first (the
@@ -763,15 +818,33 @@ static void on_pass_end(uv_prepare_t *p)
             uv_idle_start(&s->drain, on_drain);
         return;
     }
-    if (s->drains) {
+    if (s->drains || s->wait_idle) {
         s->drains = 0;
+        s->wait_idle = false;
         uv_idle_stop(&s->drain);
     }
+    if (wait_answered(s)) {
+        /* The poll must not sleep past the bound (what woke this wait
+         * may be nothing the loop acts on): this callback runs again. */
+        s->wait_idle = true;
+        uv_idle_start(&s->drain, on_drain);
+        return;
+    }
+    /* The bound of the wait for the clients answered here is asked before
+     * their replies are written, and runs from when they are. */
+    uint64_t bound = 0;
+    s->answering = true;
+    s->answer_fresh = true;
     do {
         d = s->dispatched;
         s->be.pass_end(s->be.arg);
+        if (!s->answer_fresh && s->be.pass_wait_ns)
+            bound = s->be.pass_wait_ns(s->be.arg);
         flush_dirty(s);
     } while (d != s->dispatched && s->running);
+    s->answering = false;
+    if (!s->answer_fresh)
+        s->wait_until_ns = resp__now_ns() + bound;
     s->drain_mark = s->dispatched;
 }
 
@@ -832,8 +905,10 @@ struct resp_server *resp_server_create(const struct resp_server_config *cfg,
     }
     s->cfg = *cfg;
     s->be = *be;
-    if (!s->be.pass_end || !s->be.pass_held)
+    if (!s->be.pass_end || !s->be.pass_held) {
         s->be.pass_drain = 0;
+        s->be.pass_wait_ns = NULL;
+    }
     snprintf(s->listen, sizeof s->listen, "%s", cfg->listen);
     snprintf(s->prog, sizeof s->prog, "%s", cfg->prog ? cfg->prog : "bloomgrid");
     snprintf(s->version, sizeof s->version, "%s", cfg->version ? cfg->version : "");
@@ -912,7 +987,7 @@ int resp_server_start(struct resp_server *s, char *err)
         uv_prepare_init(&s->loop, &s->pass);
         s->pass.data = s;
         uv_prepare_start(&s->pass, on_pass_end);
-        if (s->be.pass_drain) {
+        if (s->be.pass_drain || s->be.pass_wait_ns) {
             uv_idle_init(&s->loop, &s->drain);
             s->drain.data = s;
         }

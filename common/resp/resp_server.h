@@ -224,6 +224,18 @@ struct resp_backend {
      * every pass. */
     unsigned pass_drain;
     bool (*pass_held)(void *arg);
+    /* Waiting for the answered (NULL: none; needs pass_end and
+     * pass_held): the connections answered by a pass_end (the replies of
+     * the calls it finished) are awaited: while the backend holds calls
+     * (pass_held), some of them have not sent a command since, and less
+     * than pass_wait_ns(arg) nanoseconds (asked when that pass_end
+     * returns; 0: no wait) have gone by since its replies were written,
+     * the loop waits for input instead of calling pass_end (looking again
+     * at any input), so that the clients its replies let go join the
+     * held calls instead of making a group of their own.  Only the
+     * last pass_end's answers are awaited (a client that does not come
+     * back costs one wait, once); a connection closed is not awaited. */
+    uint64_t (*pass_wait_ns)(void *arg);
 };
 
 struct resp_server_config {

@@ -99,6 +99,18 @@ static struct resp_call *passq[64];
 static int npass;
 static atomic_int pass_ends;
 
+/* with_wait: the wait for the answered (pass_wait_ns returns wait_ns);
+ * the size of each group pass_end answered, in order. */
+static bool with_wait;
+static _Atomic uint64_t wait_ns;
+static int groups[64], ngroups;
+
+static uint64_t be_pass_wait(void *arg)
+{
+    (void)arg;
+    return atomic_load(&wait_ns);
+}
+
 static void be_pass_end(void *arg)
 {
     (void)arg;
@@ -106,6 +118,8 @@ static void be_pass_end(void *arg)
     int n = npass;
     memcpy(v, passq, (size_t)n * sizeof *v);
     npass = 0;
+    if (n && ngroups < 64)
+        groups[ngroups++] = n;
     if (n)
         atomic_fetch_add(&pass_ends, 1);
     for (int i = 0; i < n; i++)
@@ -201,7 +215,10 @@ static void start_server(bool tokens, unsigned max_conns, size_t pipeline, uint6
         be.pass_end = be_pass_end;
         be.pass_held = be_pass_held;
         be.pass_drain = 4;
+        if (with_wait)
+            be.pass_wait_ns = be_pass_wait;
         npass = 0;
+        ngroups = 0;
         atomic_store(&pass_ends, 0);
     }
     atomic_store(&release, false);
@@ -563,6 +580,90 @@ START_TEST(idle_connections_are_closed)
 }
 END_TEST
 
+/* The groups a pass_end answers (sizes in groups[]), as the node's led
+ * commits: the clients the last group answered are waited for (bound
+ * wait_ns, from that group's end) while adds are held, so that a client
+ * answered with the others joins their next group instead of making one
+ * of its own; one that closed, or that a later group did not answer, is
+ * not waited for. */
+static void ngroups_are(int n, const int *want)
+{
+    char have[256] = "";
+    size_t k = 0;
+    for (int i = 0; i < ngroups && k < sizeof have - 16; i++)
+        k += (size_t)snprintf(have + k, sizeof have - k, " %d", groups[i]);
+    ck_assert_msg(ngroups == n, "groups:%s", have);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(groups[i] == want[i], "groups:%s", have);
+}
+
+START_TEST(the_clients_a_group_answered_join_the_next_one)
+{
+    char b[128];
+    const struct timespec later = {0, 100 * 1000 * 1000};
+    with_pass = with_wait = true;
+    atomic_store(&wait_ns, UINT64_C(30000000000));   /* 30 s: never reached */
+    start_server(false, 100, 1 << 20, 0);
+    int x = dial(), y = dial();
+
+    cmd(b, "BF.ADD", "pass", "a");
+    send_all(x, b, strlen(b));
+    expect(x, ":1\r\n");
+    ngroups_are(1, (int[]){1});
+    /* x is awaited: y's add waits for it (100 ms later) and both make one
+     * group; without the wait y's would go alone, then x's. */
+    cmd(b, "BF.ADD", "pass", "b");
+    send_all(y, b, strlen(b));
+    nanosleep(&later, NULL);
+    cmd(b, "BF.ADD", "pass", "c");
+    send_all(x, b, strlen(b));
+    expect(y, ":1\r\n");
+    expect(x, ":1\r\n");
+    ngroups_are(2, (int[]){1, 2});
+    /* Both were answered by it: both are waited for. */
+    cmd(b, "BF.ADD", "pass", "d");
+    send_all(x, b, strlen(b));
+    nanosleep(&later, NULL);
+    cmd(b, "BF.MADD", "pass", "e");
+    send_all(y, b, strlen(b));
+    expect(x, ":1\r\n");
+    expect(y, "*1\r\n:1\r\n");
+    ngroups_are(3, (int[]){1, 2, 2});
+    /* y closes: x's add goes without waiting for it (30 s). */
+    close(y);
+    cmd(b, "BF.ADD", "pass", "f");
+    send_all(x, b, strlen(b));
+    expect(x, ":1\r\n");
+    ngroups_are(4, (int[]){1, 2, 2, 1});
+
+    /* A client that does not come back costs one wait (here 50 ms), and
+     * is not waited for once a later group answered others. */
+    int z = dial();
+    cmd(b, "BF.ADD", "pass", "g");
+    send_all(z, b, strlen(b));
+    nanosleep(&later, NULL);
+    atomic_store(&wait_ns, UINT64_C(50000000));
+    cmd(b, "BF.ADD", "pass", "h");
+    send_all(x, b, strlen(b));
+    expect(z, ":1\r\n");
+    expect(x, ":1\r\n");
+    ngroups_are(5, (int[]){1, 2, 2, 1, 2});
+    atomic_store(&wait_ns, UINT64_C(30000000000));
+    cmd(b, "BF.ADD", "pass", "i");
+    send_all(x, b, strlen(b));
+    expect(x, ":1\r\n");   /* after 50 ms: z stays silent */
+    ngroups_are(6, (int[]){1, 2, 2, 1, 2, 1});
+    cmd(b, "BF.ADD", "pass", "j");
+    send_all(x, b, strlen(b));
+    expect(x, ":1\r\n");   /* at once: only x is waited for */
+    ngroups_are(7, (int[]){1, 2, 2, 1, 2, 1, 1});
+    close(x);
+    close(z);
+    stop_server();
+    with_pass = with_wait = false;
+}
+END_TEST
+
 Suite *resp_server_suite(void)
 {
     Suite *s = suite_create("resp_server");
@@ -579,6 +680,7 @@ Suite *resp_server_suite(void)
     tcase_add_test(t, idle_connections_are_closed);
     tcase_add_test(t, a_bounded_offload_is_answered_by_its_bound);
     tcase_add_test(t, a_call_held_by_the_pass_end_it_resumed_is_answered);
+    tcase_add_test(t, the_clients_a_group_answered_join_the_next_one);
     suite_add_tcase(s, t);
     return s;
 }

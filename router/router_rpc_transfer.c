@@ -5,13 +5,16 @@
  *
  * A sharded filter travels as ONE file holding every shard, the shard
  * bundle (docs/FORMAT.md, "Shard bundle"; written and framed by
- * common/engine/bundle.h).  Export assembles the bundle in memory from the shards'
- * own exports (each a consistent point-in-time snapshot of its shard),
- * streaming each node's chunks into the bundle writer, then streams it.
- * Every byte it holds for that (the bundle, and a group's copies read
- * while they are ORed) counts against max_memory_mb while held: an Export
- * past it is RESOURCE_EXHAUSTED naming it.  Export reads each shard from
- * the first copy that answers (R copies, ORed, in a group read by R > 1).
+ * common/engine/bundle.h).  Export streams the bundle to its client as it
+ * is produced, shard after shard, from the shards' own exports (each a
+ * consistent point-in-time snapshot of its shard): a shard read from one
+ * copy (R = 1) goes through as its node sends it, a shard of a group read
+ * by R > 1 copies is held while its R copies are ORed (the largest shard,
+ * not the filter).  Every byte it holds for that (a chunk gathered and one
+ * going out, a node's message, and a group's copies while they are ORed)
+ * counts against max_memory_mb while held: an Export past it is
+ * RESOURCE_EXHAUSTED naming it.  A failure after chunks went out still
+ * ends the call with its status.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -33,6 +36,8 @@
 #include "router_rpc.h"
 
 #define TRANSFER_TIMEOUT_MS 600000
+/* The chunks a node sends its shard's file in. */
+#define EXPORT_NODE_CHUNK RULES_CHUNK_DEFAULT
 
 /* What an Export holds, counted against max_memory_mb (rpc_server.h,
  * "Request budget"): every buffer's room before it grows, and each copy
@@ -130,7 +135,7 @@ static int export_copy(struct router *r, const struct topo *t,
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         return -1;
     }
-    struct rpc_cstream *cs = node_client_export_open(ch, &ref, RULES_CHUNK_MAX,
+    struct rpc_cstream *cs = node_client_export_open(ch, &ref, EXPORT_NODE_CHUNK,
                                                      TRANSFER_TIMEOUT_MS, &sent);
     if (!cs) {
         rpc_status_set(st, GRPC_STATUS_UNAVAILABLE, "Export: shard %u on node %s: "
@@ -157,18 +162,26 @@ static int export_copy(struct router *r, const struct topo *t,
             bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
     }
     *pbegun = begun;
-    if (rpc_cstream_finish(cs, &rs) < 0) {
-        rpc_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
-                          "Export of \"%s\": shard %u on node %s: %s: %s", f->name, s,
-                          node, rpc_status_name(rs.code), rs.message);
-        return -1;
-    }
+    /* A sink that failed cancelled the node's stream itself: its own
+     * reason comes first. */
+    int frc = rpc_cstream_finish(cs, &rs);
     if (wrc == -ENOSPC && sink->mem->over) {
         *st = sink->mem->st;
         return -1;
     }
     if (wrc == -ENOMEM) {
         rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    if (wrc == -ECANCELED) {
+        rpc_status_set(st, GRPC_STATUS_CANCELLED, "Export of \"%s\": the client went "
+                       "away", f->name);
+        return -1;
+    }
+    if (frc < 0) {
+        rpc_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
+                          "Export of \"%s\": shard %u on node %s: %s: %s", f->name, s,
+                          node, rpc_status_name(rs.code), rs.message);
         return -1;
     }
     if (!sent || bad || !begun || got != total) {
@@ -327,8 +340,15 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
         goto out;
     }
     bf_set_counts(acc, inserts, keys, &count);
-    if (bundle_writer_entry(w, s, bf_file_size(acc)) < 0 ||
-        bf_file_write(acc, bundle_writer_data, w) < 0) {
+    int wrc = bundle_writer_entry(w, s, bf_file_size(acc));
+    if (wrc == 0)
+        wrc = bf_file_write_stable(acc, bundle_writer_data, w);   /* acc is ours */
+    if (wrc == -ECANCELED) {
+        rpc_status_set(st, GRPC_STATUS_CANCELLED, "Export of \"%s\": the client went "
+                       "away", f->name);
+        goto out;
+    }
+    if (wrc < 0) {
         write_failed(mem, st);
         goto out;
     }
@@ -351,51 +371,137 @@ static int export_shard(struct router *r, const struct topo *t,
     return export_shard_one(r, t, f, s, w, mem, st);
 }
 
-/* The bundle of every shard of filter name, in out (its room counted in
- * out's export_mem). */
-static int export_bundle(struct router *r, const char *name, struct held_buf *out,
-                         struct rpc_status *st)
-{
-    struct topo *t = router_topo(r);
-    struct router_filter *f = router_filter_lookup(r, t, name, st);
-    struct bundle_writer w;
-    int rc = -1;
+/* The Export's way out to its client: the bundle's bytes gathered into
+ * chunks of `chunk` bytes, each sent as a FileChunk once full and more bytes
+ * follow; the next one is gathered while it goes out (rpc_stream_send), so
+ * the router holds the chunk being gathered and the message being sent,
+ * whatever the bundle's size.  Its total size is known only at its end:
+ * every chunk says total_size 0 (not known yet) but the last, which says
+ * it (proto/bloomgrid/v1/bloomgrid.proto, Export).  A client that goes
+ * away makes its writes fail with -ECANCELED; a slow one holds the router
+ * (and, through the flow control of the node's stream, the node) at its
+ * pace. */
+struct export_out {
+    struct rpc_stream *s;
+    uint8_t *buf;           /* the chunk being gathered */
+    size_t chunk, len;      /* its room and its bytes */
+    uint64_t off;           /* bundle bytes sent before buf */
+};
 
-    if (!f)
-        goto out;
-    if (bundle_writer_begin(&w, f->shards, held_write, out) < 0) {
-        write_failed(out->m, st);
-        goto out;
+/* Send the gathered bytes as one FileChunk (total: 0, or the bundle's size
+ * on the last), after the message before it has gone out. */
+static int out_send(struct export_out *o, uint64_t total)
+{
+    Bloomgrid__V1__FileChunk fc = BLOOMGRID__V1__FILE_CHUNK__INIT;
+    if (rpc_stream_drain(o->s) < 0)
+        return -ECANCELED;
+    fc.offset = o->off;
+    fc.data.data = o->buf;
+    fc.data.len = o->len;
+    fc.total_size = total;
+    size_t n = protobuf_c_message_get_packed_size(&fc.base);
+    grpc_slice sl = grpc_slice_malloc(n);
+    protobuf_c_message_pack(&fc.base, GRPC_SLICE_START_PTR(sl));
+    if (rpc_stream_send(o->s, sl) < 0)
+        return -ECANCELED;
+    o->off += o->len;
+    o->len = 0;
+    return 0;
+}
+
+/* bf_file_writer of the bundle: a full chunk goes out when more bytes
+ * come, so the last chunk (holding at least the trailer) is sent by
+ * out_end. */
+static int out_write(void *ctx, const void *data, size_t len)
+{
+    struct export_out *o = ctx;
+    const uint8_t *p = data;
+    while (len > 0) {
+        if (o->len == o->chunk && out_send(o, 0) < 0)
+            return -ECANCELED;
+        size_t n = o->chunk - o->len < len ? o->chunk - o->len : len;
+        memcpy(o->buf + o->len, p, n);
+        o->len += n;
+        p += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* The last chunk, saying the bundle's size; then wait until it is out. */
+static int out_end(struct export_out *o)
+{
+    if (out_send(o, o->off + o->len) < 0 || rpc_stream_drain(o->s) < 0)
+        return -ECANCELED;
+    return 0;
+}
+
+/* A write of the bundle to the client failed: the client went away. */
+static void client_gone(const char *name, struct rpc_status *st)
+{
+    rpc_status_set(st, GRPC_STATUS_CANCELLED, "Export of \"%s\": the client went away",
+                   name);
+}
+
+/* Stream the bundle of every shard of filter f to the client through o:
+ * the header, then each shard's entry as its copy (R = 1) sends it, or as
+ * R copies ORed give it (R > 1), then the trailer.  A failure after some
+ * chunks went out ends the call with its status all the same: the client
+ * never takes a stream cut short for a whole file. */
+static int export_bundle(struct router *r, const struct topo *t,
+                         const struct router_filter *f, struct export_out *o,
+                         struct export_mem *mem, struct rpc_status *st)
+{
+    struct bundle_writer w;
+    int rc = bundle_writer_begin(&w, f->shards, out_write, o);
+    if (rc < 0) {
+        if (rc == -ECANCELED)
+            client_gone(f->name, st);
+        else
+            write_failed(mem, st);
+        return -1;
     }
     for (uint32_t s = 0; s < f->shards; s++) {
-        if (export_shard(r, t, f, s, &w, out->m, st) < 0) {
+        if (export_shard(r, t, f, s, &w, mem, st) < 0) {
             bundle_writer_abort(&w);
-            goto out;
+            return -1;
         }
     }
-    if (bundle_writer_end(&w) < 0) {
-        write_failed(out->m, st);
-        goto out;
+    if ((rc = bundle_writer_end(&w)) < 0 || out_end(o) < 0) {
+        if (rc < 0 && rc != -ECANCELED)
+            write_failed(mem, st);
+        else
+            client_gone(f->name, st);
+        return -1;
     }
-    rc = 0;
-out:
-    router_filter_unref(f);
-    topo_unref(t);
-    return rc;
+    return 0;
+}
+
+/* The chunk size of an Export's answer: the client's (0: the default),
+ * within RULES_CHUNK_MAX and the message size. */
+static size_t export_chunk_size(const struct rpc_stream *s, uint32_t asked)
+{
+    size_t chunk = asked ? asked : RULES_CHUNK_DEFAULT;
+    if (chunk > RULES_CHUNK_MAX)
+        chunk = RULES_CHUNK_MAX;
+    if (chunk + 64 > rpc_stream_max_message(s))
+        chunk = rpc_stream_max_message(s) - 64;
+    return chunk;
 }
 
 void router_rpc__export(void *arg, struct rpc_stream *s)
 {
     struct router *r = arg;
-    struct rpc_status st;
+    struct rpc_status st = {0};
     struct export_mem mem = {.r = r};
-    struct held_buf hb;
+    struct export_out o = {.s = s};
+    struct topo *t = NULL;
+    struct router_filter *f = NULL;
+    uint64_t base = 0;
     const uint8_t *in;
     size_t len;
     Bloomgrid__V1__ExportRequest *m = NULL;
 
-    /* As large as the filter: counted against max_memory_mb while held. */
-    held_init(&hb, &mem);
     int rc = rpc_stream_read(s, &in, &len);
     if (rc < 0)
         return;
@@ -413,28 +519,41 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
         rpc_stream_finish_status(s, &rep.st);
         goto out;
     }
-    if (export_bundle(r, m->filter, &hb, &st) < 0) {
+    t = router_topo(r);
+    if (!(f = router_filter_lookup(r, t, m->filter, &st))) {
         rpc_stream_finish_status(s, &st);
         goto out;
     }
-    size_t chunk = m->chunk_size ? m->chunk_size : RULES_CHUNK_DEFAULT;
-    if (chunk > RULES_CHUNK_MAX)
-        chunk = RULES_CHUNK_MAX;
-    if (chunk + 64 > rpc_stream_max_message(s))
-        chunk = rpc_stream_max_message(s) - 64;
-    for (size_t off = 0; off < hb.b.len; off += chunk) {
-        Bloomgrid__V1__FileChunk fc = BLOOMGRID__V1__FILE_CHUNK__INIT;
-        fc.offset = off;
-        fc.data.data = hb.b.p + off;
-        fc.data.len = hb.b.len - off < chunk ? hb.b.len - off : chunk;
-        fc.total_size = hb.b.len;
-        if (rpc_stream_write(s, &fc.base) < 0)
-            goto out;
+    /* What the stream holds whatever the filter's size, counted while it
+     * runs: the chunk being gathered and the message going out, a node's
+     * message received and its decoded copy. */
+    o.chunk = export_chunk_size(s, m->chunk_size);
+    base = 2 * (uint64_t)o.chunk + 64 + 2 * (uint64_t)EXPORT_NODE_CHUNK;
+    if (mem_take(&mem, base) < 0) {
+        base = 0;
+        rpc_stream_finish_status(s, &mem.st);
+        goto out;
     }
-    log_info("exported filter %s (%zu bytes, one bundle of every shard)", m->filter,
-             hb.b.len);
+    if (!(o.buf = malloc(o.chunk))) {
+        rpc_stream_finish(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    if (export_bundle(r, t, f, &o, &mem, &st) < 0) {
+        if (st.code == GRPC_STATUS_CANCELLED)
+            log_info("Export of filter %s ended after %" PRIu64 " bytes: %s", m->filter,
+                     o.off, st.message);
+        rpc_stream_finish_status(s, &st);
+        goto out;
+    }
+    log_info("exported filter %s (%" PRIu64 " bytes, one bundle of every shard)",
+             m->filter, o.off);
     rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
 out:
-    held_deinit(&hb);
+    free(o.buf);
+    if (base)
+        mem_give(&mem, base);
+    router_filter_unref(f);
+    if (t)
+        topo_unref(t);
     bloomgrid__v1__export_request__free_unpacked(m, NULL);
 }

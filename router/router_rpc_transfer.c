@@ -162,8 +162,12 @@ static int export_copy(struct router *r, const struct topo *t,
             bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
     }
     *pbegun = begun;
-    /* A sink that failed cancelled the node's stream itself: its own
-     * reason comes first. */
+    /* Reading stopped before the node's end (a bad chunk, or the sink
+     * failed: the budget, the client gone): cancel the call, or its finish
+     * would wait for a node held by the flow control of a stream no longer
+     * read.  The sink's own reason then comes first. */
+    if (bad)
+        rpc_cstream_cancel(cs);
     int frc = rpc_cstream_finish(cs, &rs);
     if (wrc == -ENOSPC && sink->mem->over) {
         *st = sink->mem->st;
@@ -178,7 +182,7 @@ static int export_copy(struct router *r, const struct topo *t,
                        "away", f->name);
         return -1;
     }
-    if (frc < 0) {
+    if (frc < 0 && !bad) {
         rpc_status_set(st, router_node_down(rs.code) ? GRPC_STATUS_UNAVAILABLE : rs.code,
                           "Export of \"%s\": shard %u on node %s: %s: %s", f->name, s,
                           node, rpc_status_name(rs.code), rs.message);

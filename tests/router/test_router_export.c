@@ -19,8 +19,12 @@
  *           R = 2 (each shard exported from two copies and ORed): a bundle
  *           of ~38 MB, larger than the budget, of 16 shards of ~2.4 MB
  *           exports with every key present (the router's peak RSS is
- *           printed, not checked: it holds up to three shards).
- *   killed  a node killed while the Export's client has taken its first
+ *           printed, not checked: it holds up to three shards); a filter
+ *           of 2 shards of ~10 MB, whose two copies do not fit the budget,
+ *           is refused RESOURCE_EXHAUSTED naming max_memory_mb.
+ *   killed  an Export whose client goes away after its first chunk is ended
+ *           by the router at once (its log says so); a node killed while
+ *           the Export's client has taken its first
  *           chunk: the call ends UNAVAILABLE naming the shard and the node,
  *           never OK; `bloomgrid export` through a router with a node down
  *           that holds a later shard than the first (so chunks go out
@@ -152,6 +156,16 @@ static void case_quorum(void)
     bundle_check(rp->ch, "q", buf, len, 16, k, N);
     free(buf);
     keys_free(k, N);
+
+    /* Shards of ~10 MB: two copies of one do not fit the budget's large
+     * share (21 MiB) beside the stream's chunks: refused, naming it. */
+    CHECK(t_create_sharded(rp->ch, "wide", 16000000, 0.01, 0, 2, NULL, &st) == 0,
+          "create wide: %s", st.message);
+    CHECK(t_export_ms(rp->ch, "wide", &buf, EXPORT_DEADLINE_MS, &st) == 0 &&
+          st.code == GRPC_STATUS_RESOURCE_EXHAUSTED && strstr(st.message, "max_memory_mb"),
+          "Export of shards larger than the budget: %s %s", rpc_status_name(st.code),
+          st.message);
+    printf("Export of wide: %s\n", st.message);
     cluster_stop(&c);
 }
 
@@ -202,6 +216,29 @@ static void case_killed(void)
         first++;
     char victim[64];
     snprintf(victim, sizeof victim, "%s", c.node[last].addr);
+
+    /* A client that goes away after its first chunk: the router gives up
+     * the node's stream at once (its handler would otherwise wait for the
+     * node's deadline, ten minutes), which only its log says. */
+    Bloomgrid__V1__ExportRequest rq0 = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
+    rq0.filter = "big";
+    struct rpc_cstream *cs0 = rpc_cstream_open(rp->ch, "/bloomgrid.v1.BloomGrid/Export",
+                                               EXPORT_DEADLINE_MS);
+    grpc_slice sl0;
+    CHECK(cs0 && rpc_cstream_write_msg(cs0, &rq0.base) == 0 &&
+          rpc_cstream_close_send(cs0) == 0 && rpc_cstream_read(cs0, &sl0) == 1,
+          "the first chunk of an Export");
+    grpc_slice_unref(sl0);
+    rpc_cstream_cancel(cs0);
+    rpc_cstream_finish(cs0, &st);
+    int waited = 0;
+    while (harness_log_count(rp->log, "the client went away") < 1 && waited < 20000) {
+        harness_sleep_ms(100);
+        waited += 100;
+    }
+    CHECK(harness_log_count(rp->log, "the client went away") == 1,
+          "the router did not end an Export whose client went away");
+    printf("an Export whose client went away ended in the router within %d ms\n", waited);
 
     /* The client takes one chunk and waits while that node is killed (the
      * router, held by the client, is far from its shards' turn). */

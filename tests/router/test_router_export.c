@@ -23,7 +23,9 @@
  *           of 2 shards of ~10 MB, whose two copies do not fit the budget,
  *           is refused RESOURCE_EXHAUSTED naming max_memory_mb.
  *   killed  an Export whose client goes away after its first chunk is ended
- *           by the router at once (its log says so); a node killed while
+ *           by the router at once (its log says so), one whose client stops
+ *           reading after stream_idle_ms (3 s here), RESOURCE_EXHAUSTED
+ *           naming it; a node killed while
  *           the Export's client has taken its first
  *           chunk: the call ends UNAVAILABLE naming the shard and the node,
  *           never OK; `bloomgrid export` through a router with a node down
@@ -196,7 +198,8 @@ static void case_killed(void)
 {
     struct cluster c;
     struct rpc_status st;
-    cluster_start_flags(&c, "router-export-killed", 3, 1, "none", NULL);
+    const char *flags[] = {"--stream-idle-ms", "3000", NULL};
+    cluster_start_flags(&c, "router-export-killed", 3, 1, "none", flags);
     struct node_proc *rp = &c.router[0];
     CHECK(t_create_sharded(rp->ch, "big", 100000000, 0.01, 0, 16, NULL, &st) == 0,
           "create big: %s", st.message);
@@ -217,12 +220,18 @@ static void case_killed(void)
     char victim[64];
     snprintf(victim, sizeof victim, "%s", c.node[last].addr);
 
+    /* The clients that stop reading below keep a 1 MiB receive window
+     * (gRPC's automatic window growth would let one take in the whole
+     * bundle on its side meanwhile). */
+    struct rpc_channel *slow = rpc_channel_create_window(rp->addr, 0, 1u << 20);
+    CHECK(slow, "channel");
+
     /* A client that goes away after its first chunk: the router gives up
      * the node's stream at once (its handler would otherwise wait for the
      * node's deadline, ten minutes), which only its log says. */
     Bloomgrid__V1__ExportRequest rq0 = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
     rq0.filter = "big";
-    struct rpc_cstream *cs0 = rpc_cstream_open(rp->ch, "/bloomgrid.v1.BloomGrid/Export",
+    struct rpc_cstream *cs0 = rpc_cstream_open(slow, "/bloomgrid.v1.BloomGrid/Export",
                                                EXPORT_DEADLINE_MS);
     grpc_slice sl0;
     CHECK(cs0 && rpc_cstream_write_msg(cs0, &rq0.base) == 0 &&
@@ -240,12 +249,30 @@ static void case_killed(void)
           "the router did not end an Export whose client went away");
     printf("an Export whose client went away ended in the router within %d ms\n", waited);
 
+    /* A client that takes one chunk and then none for longer than
+     * stream_idle_ms: the call ends, naming it, and the router lets the
+     * node's stream go too. */
+    cs0 = rpc_cstream_open(slow, "/bloomgrid.v1.BloomGrid/Export", EXPORT_DEADLINE_MS);
+    CHECK(cs0 && rpc_cstream_write_msg(cs0, &rq0.base) == 0 &&
+          rpc_cstream_close_send(cs0) == 0 && rpc_cstream_read(cs0, &sl0) == 1,
+          "the first chunk of an Export");
+    grpc_slice_unref(sl0);
+    harness_sleep_ms(6000);
+    while (rpc_cstream_read(cs0, &sl0) == 1)
+        grpc_slice_unref(sl0);
+    CHECK(rpc_cstream_finish(cs0, &st) < 0 && st.code == GRPC_STATUS_RESOURCE_EXHAUSTED &&
+          strstr(st.message, "stream_idle_ms"), "an Export whose client stopped reading: "
+          "%s %s", rpc_status_name(st.code), st.message);
+    CHECK(harness_log_count(rp->log, "the client went away") == 2,
+          "the router did not end an Export whose client stopped reading");
+    printf("an Export whose client stopped reading: %s\n", st.message);
+
     /* The client takes one chunk and waits while that node is killed (the
      * router, held by the client, is far from its shards' turn). */
     Bloomgrid__V1__ExportRequest rq = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
     rq.filter = "big";
     rq.chunk_size = 65536;
-    struct rpc_cstream *cs = rpc_cstream_open(rp->ch, "/bloomgrid.v1.BloomGrid/Export",
+    struct rpc_cstream *cs = rpc_cstream_open(slow, "/bloomgrid.v1.BloomGrid/Export",
                                               EXPORT_DEADLINE_MS);
     CHECK(cs && rpc_cstream_write_msg(cs, &rq.base) == 0 &&
           rpc_cstream_close_send(cs) == 0, "send ExportRequest");
@@ -301,6 +328,7 @@ static void case_killed(void)
     CHECK(access(path, F_OK) != 0, "bloomgrid export left %s", path);
     CHECK(!dir_has(c.dir, "big.bundle"), "bloomgrid export left a temp file in %s", c.dir);
     bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    rpc_channel_destroy(slow);
     cluster_stop(&c);
 }
 

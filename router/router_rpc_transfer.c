@@ -30,6 +30,7 @@
 #include "bytebuf.h"
 #include "log.h"
 #include "node_client.h"
+#include "proc_malloc.h"
 #include "quorum.h"
 #include "router.h"
 #include "router_nodes.h"
@@ -39,16 +40,62 @@
 /* The chunks a node sends its shard's file in. */
 #define EXPORT_NODE_CHUNK RULES_CHUNK_DEFAULT
 
+/* The receive window of an Export's calls to the nodes: the most of a
+ * shard's file a node sends ahead of the router that gRPC holds (the
+ * router reads at its client's pace). */
+#define EXPORT_NODE_WINDOW (1u << 20)
+
+/* A channel to a node for an Export's ExportShard calls, with a receive
+ * window of EXPORT_NODE_WINDOW: the links' channels let HTTP/2 BDP probing
+ * grow each call's window to tens of MiB on a fast link, which a node
+ * would fill while the router waits for a slow client. */
+struct export_chan {
+    char addr[TOPO_ADDR_MAX + 1];
+    struct rpc_channel *ch;
+};
+
 /* What an Export holds, counted against max_memory_mb (rpc_server.h,
  * "Request budget"): every buffer's room before it grows, and each copy
  * parsed for a quorum read while it lives.  over: a charge was refused (st
- * says so, naming the budget); writers then return -ENOSPC. */
+ * says so, naming the budget); writers then return -ENOSPC.  chans: the
+ * channels opened to the nodes, closed when the Export ends. */
 struct export_mem {
     struct router *r;
     uint64_t held;
     bool over;
     struct rpc_status st;
+    struct export_chan *chans;
+    size_t nchans;
 };
+
+/* The Export's channel to node (opened on first use); NULL when out of
+ * memory. */
+static struct rpc_channel *export_channel(struct export_mem *m, const char *node)
+{
+    for (size_t i = 0; i < m->nchans; i++)
+        if (!strcmp(m->chans[i].addr, node))
+            return m->chans[i].ch;
+    struct export_chan *c = realloc(m->chans, (m->nchans + 1) * sizeof *c);
+    if (!c)
+        return NULL;
+    m->chans = c;
+    c = &m->chans[m->nchans];
+    snprintf(c->addr, sizeof c->addr, "%s", node);
+    if (!(c->ch = rpc_channel_create_window(node, m->r->cfg.max_message_size,
+                                            EXPORT_NODE_WINDOW)))
+        return NULL;
+    m->nchans++;
+    return c->ch;
+}
+
+static void export_channels_close(struct export_mem *m)
+{
+    for (size_t i = 0; i < m->nchans; i++)
+        rpc_channel_destroy(m->chans[i].ch);
+    free(m->chans);
+    m->chans = NULL;
+    m->nchans = 0;
+}
 
 static int mem_take(struct export_mem *m, uint64_t n)
 {
@@ -118,12 +165,12 @@ struct export_sink {
 /* Stream shard s's file, exported by the copy node, into sink.  *pbegun
  * says whether any of it reached the sink (else another copy may be
  * asked). */
-static int export_copy(struct router *r, const struct topo *t,
+static int export_copy(const struct topo *t,
                        const struct router_filter *f, uint32_t s, const char *node,
                        const struct export_sink *sink, bool *pbegun,
                        struct rpc_status *st)
 {
-    struct rpc_channel *ch = router_channel(r, node);
+    struct rpc_channel *ch = export_channel(sink->mem, node);
     struct rpc_status rs = {0};
     struct node_client_ref ref = {.filter = f->name, .shard = s,
                                   .topology_version = t->version};
@@ -232,7 +279,7 @@ static void write_failed(const struct export_mem *mem, struct rpc_status *st)
 /* Shard s of a group of one copy, or read by one copy (R = 1): streamed
  * from the first copy that answers into the bundle (a copy that failed
  * before its file began is passed over). */
-static int export_shard_one(struct router *r, const struct topo *t,
+static int export_shard_one(const struct topo *t,
                             const struct router_filter *f, uint32_t s,
                             struct bundle_writer *w, struct export_mem *mem,
                             struct rpc_status *st)
@@ -243,7 +290,7 @@ static int export_shard_one(struct router *r, const struct topo *t,
     int rc = -1;
     for (unsigned c = 0; c < g->ncopies; c++) {
         bool begun = false;
-        if ((rc = export_copy(r, t, f, s, g->copies[c], &sink, &begun, st)) == 0 || begun)
+        if ((rc = export_copy(t, f, s, g->copies[c], &sink, &begun, st)) == 0 || begun)
             break;
     }
     return rc;
@@ -252,7 +299,7 @@ static int export_shard_one(struct router *r, const struct topo *t,
 /* Copy node's file of shard s, parsed; NULL with *cst saying why.  The
  * filter's bytes stay counted in mem (*charged of them) until the caller
  * gives them back. */
-static struct bf *export_copy_bf(struct router *r, const struct topo *t,
+static struct bf *export_copy_bf(const struct topo *t,
                                  const struct router_filter *f, uint32_t s,
                                  const char *node, struct export_mem *mem,
                                  uint64_t *charged, struct rpc_status *cst)
@@ -265,7 +312,7 @@ static struct bf *export_copy_bf(struct router *r, const struct topo *t,
 
     *charged = 0;
     held_init(&h, mem);
-    if (export_copy(r, t, f, s, node, &sink, &begun, cst) == 0) {
+    if (export_copy(t, f, s, node, &sink, &begun, cst) == 0) {
         if (mem_take(mem, h.b.len) < 0)
             *cst = mem->st;
         else if (!(one = bf_file_parse(h.b.p, h.b.len, err)))
@@ -285,7 +332,7 @@ static struct bf *export_copy_bf(struct router *r, const struct topo *t,
  * keys added are the largest copy's, not the sum (the copies hold the same
  * adds; an uncounted copy's BF_KEYS_UNCOUNTED is the largest).  Fewer
  * than R copies answering: UNAVAILABLE, never a file from fewer. */
-static int export_shard_quorum(struct router *r, const struct topo *t,
+static int export_shard_quorum(const struct topo *t,
                                const struct router_filter *f, uint32_t s,
                                struct bundle_writer *w, struct export_mem *mem,
                                struct rpc_status *st)
@@ -301,7 +348,7 @@ static int export_shard_quorum(struct router *r, const struct topo *t,
 
     for (unsigned c = 0; c < g->ncopies && !quorum_read_met(g, got); c++) {
         struct rpc_status cst = {0};
-        struct bf *one = export_copy_bf(r, t, f, s, g->copies[c], mem, &one_charged,
+        struct bf *one = export_copy_bf(t, f, s, g->copies[c], mem, &one_charged,
                                         &cst);
         if (mem->over) {
             /* Past the budget: not a failed copy, the Export's refusal. */
@@ -363,7 +410,7 @@ out:
     return rc;
 }
 
-static int export_shard(struct router *r, const struct topo *t,
+static int export_shard(const struct topo *t,
                         const struct router_filter *f, uint32_t s,
                         struct bundle_writer *w, struct export_mem *mem,
                         struct rpc_status *st)
@@ -371,8 +418,8 @@ static int export_shard(struct router *r, const struct topo *t,
     const struct topo_group *g = &t->groups[f->group[s]];
     /* R > 1 (so N > 1): one copy alone may lack a write. */
     if (quorum_read_need(g) > 1)
-        return export_shard_quorum(r, t, f, s, w, mem, st);
-    return export_shard_one(r, t, f, s, w, mem, st);
+        return export_shard_quorum(t, f, s, w, mem, st);
+    return export_shard_one(t, f, s, w, mem, st);
 }
 
 /* The Export's way out to its client: the bundle's bytes gathered into
@@ -452,7 +499,7 @@ static void client_gone(const char *name, struct rpc_status *st)
  * R copies ORed give it (R > 1), then the trailer.  A failure after some
  * chunks went out ends the call with its status all the same: the client
  * never takes a stream cut short for a whole file. */
-static int export_bundle(struct router *r, const struct topo *t,
+static int export_bundle(const struct topo *t,
                          const struct router_filter *f, struct export_out *o,
                          struct export_mem *mem, struct rpc_status *st)
 {
@@ -466,7 +513,7 @@ static int export_bundle(struct router *r, const struct topo *t,
         return -1;
     }
     for (uint32_t s = 0; s < f->shards; s++) {
-        if (export_shard(r, t, f, s, &w, mem, st) < 0) {
+        if (export_shard(t, f, s, &w, mem, st) < 0) {
             bundle_writer_abort(&w);
             return -1;
         }
@@ -530,9 +577,11 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
     }
     /* What the stream holds whatever the filter's size, counted while it
      * runs: the chunk being gathered and the message going out, a node's
-     * message received and its decoded copy. */
+     * message received and its decoded copy, and what the node's call may
+     * have sent ahead (its window). */
     o.chunk = export_chunk_size(s, m->chunk_size);
-    base = 2 * (uint64_t)o.chunk + 64 + 2 * (uint64_t)EXPORT_NODE_CHUNK;
+    base = 2 * (uint64_t)o.chunk + 64 + 2 * (uint64_t)EXPORT_NODE_CHUNK +
+           EXPORT_NODE_WINDOW;
     if (mem_take(&mem, base) < 0) {
         base = 0;
         rpc_stream_finish_status(s, &mem.st);
@@ -542,7 +591,10 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
         rpc_stream_finish(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    if (export_bundle(r, t, f, &o, &mem, &st) < 0) {
+    if (export_bundle(t, f, &o, &mem, &st) < 0) {
+        if (st.code == GRPC_STATUS_OK)    /* never OK for a bundle cut short */
+            rpc_status_set(&st, GRPC_STATUS_INTERNAL, "Export of \"%s\" failed after "
+                           "%" PRIu64 " bytes", m->filter, o.off);
         if (st.code == GRPC_STATUS_CANCELLED)
             log_info("Export of filter %s ended after %" PRIu64 " bytes: %s", m->filter,
                      o.off, st.message);
@@ -554,10 +606,17 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
     rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
 out:
     free(o.buf);
+    export_channels_close(&mem);
     if (base)
         mem_give(&mem, base);
     router_filter_unref(f);
     if (t)
         topo_unref(t);
     bloomgrid__v1__export_request__free_unpacked(m, NULL);
+    /* An Export passes the whole filter through buffers of a few MiB,
+     * taken and freed by this thread and gRPC's: what the allocator's
+     * arenas kept free of them goes back to the system now, or each Export
+     * on another thread would leave its own behind (proc_malloc.h). */
+    if (base)
+        proc_malloc_release();
 }

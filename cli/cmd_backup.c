@@ -635,21 +635,33 @@ static int plan_one(const struct entry *e, const struct online_info *f,
 /* An Export received into memory. */
 struct mem_export {
     uint8_t *buf;
-    uint64_t len, total;
+    uint64_t len, cap, total;   /* total: 0 until the server says it */
 };
 
+/* A chunk of an export held in memory; total as export_chunk takes it (0:
+ * not known yet, a router says it on the last chunk). */
 static int mem_chunk(void *ctx, uint64_t offset, const void *data, size_t len,
                      uint64_t total)
 {
     struct mem_export *x = ctx;
 
-    if (offset != x->len || (x->buf && total != x->total) || len > total - offset)
+    if (offset != x->len || (total && x->total && total != x->total))
         return cli_fail("export: the server sent bytes out of order");
-    if (!x->buf) {
+    if (total)
         x->total = total;
-        if (!(x->buf = malloc(total ? total : 1)))
+    if (x->total && len > x->total - offset)
+        return cli_fail("export: the server sent more than the announced %llu bytes",
+                        (unsigned long long)x->total);
+    if (x->len + len > x->cap) {
+        uint64_t cap = x->total ? x->total : (x->cap ? x->cap : 1u << 20);
+        while (cap < x->len + len)
+            cap *= 2;
+        uint8_t *nb = cap <= SIZE_MAX ? realloc(x->buf, (size_t)cap) : NULL;
+        if (!nb)
             return cli_fail("out of memory for an export of %llu bytes",
-                            (unsigned long long)total);
+                            (unsigned long long)cap);
+        x->buf = nb;
+        x->cap = cap;
     }
     memcpy(x->buf + offset, data, len);
     x->len += len;
@@ -701,6 +713,10 @@ static int already_holds(struct online *o, const struct entry *e,
 
     if (rc < 0)
         rc = online_report(o, &st);
+    else if (rc == 0 && !x.total)
+        rc = cli_fail("restore: %s: its export ended after %llu bytes without the "
+                      "server saying the file's size", e->name,
+                      (unsigned long long)x.len);
     else if (rc == 0 && x.len != x.total)
         rc = cli_fail("restore: %s: its export ended after %llu of %llu bytes",
                       e->name, (unsigned long long)x.len,

@@ -55,26 +55,31 @@ static void export_guard(struct durable_file *df)
         signal(sigs[i], df ? export_signal : SIG_DFL);
 }
 
+/* One chunk.  total is the file's size, or 0 while the server does not
+ * know it yet (a router streaming a bundle says it on the last chunk): a
+ * size once said never changes and nothing comes past it. */
 static int export_chunk(void *ctx, uint64_t offset, const void *data,
                         size_t len, uint64_t total)
 {
     struct export_ctx *e = ctx;
     int rc;
 
-    if (e->have_total && total != e->total)
+    if (total && e->have_total && total != e->total)
         return cli_fail("export: the server changed the file size during "
                         "the transfer (%llu, then %llu bytes)",
                         (unsigned long long)e->total,
                         (unsigned long long)total);
-    e->total = total;
-    e->have_total = true;
+    if (total) {
+        e->total = total;
+        e->have_total = true;
+    }
     if (offset != e->written)
         return cli_fail("export: the server sent bytes at offset %llu, "
                         "expected %llu", (unsigned long long)offset,
                         (unsigned long long)e->written);
-    if (len > total - e->written)
+    if (e->have_total && len > e->total - e->written)
         return cli_fail("export: the server sent more than the announced "
-                        "%llu bytes", (unsigned long long)total);
+                        "%llu bytes", (unsigned long long)e->total);
     if ((rc = durable_write_all(e->df.fd, data, len)) < 0)
         return cli_fail("%s: cannot write: %s", e->df.tmp, strerror(-rc));
     e->written += len;
@@ -89,7 +94,11 @@ static int export_commit(struct export_ctx *e)
 {
     char err[BF_ERRLEN] = "", derr[DURABLE_ERRLEN] = "";
 
-    if (!e->have_total || e->written != e->total)
+    if (!e->have_total)
+        return cli_fail("export: the transfer ended after %llu bytes without "
+                        "the server saying the file's size",
+                        (unsigned long long)e->written);
+    if (e->written != e->total)
         return cli_fail("export: the transfer ended after %llu of %llu bytes",
                         (unsigned long long)e->written,
                         (unsigned long long)e->total);

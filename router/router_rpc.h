@@ -24,8 +24,9 @@ bool router_rpc__name_ok(const char *name, struct rpc_reply *rep);
 int router_rpc__write_info(struct rpc_stream *s, Bloomgrid__V1__ImportResponse *resp,
                            struct router_filter_desc *d);
 
-/* Export of sharded filters (router_rpc_transfer.c) and Import, streamed
- * to the nodes shard by shard (router_rpc_import.c). */
+/* Export of sharded filters, streamed to the client as the shards' copies
+ * send it (router_rpc_transfer.c), and Import, streamed to the nodes shard
+ * by shard (router_rpc_import.c). */
 void router_rpc__export(void *arg, struct rpc_stream *s);
 void router_rpc__import(void *arg, struct rpc_stream *s);
 

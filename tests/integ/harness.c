@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -598,18 +599,28 @@ size_t t_export_ms(struct rpc_channel *ch, const char *name, uint8_t **out,
     CHECK(cs, "open Export");
     CHECK(rpc_cstream_write_msg(cs, &rq.base) == 0 && rpc_cstream_close_send(cs) == 0,
           "send ExportRequest");
-    size_t len = 0;
+    size_t len = 0, cap = 0;
+    uint64_t total = 0;
     uint8_t *buf = NULL;
     grpc_slice sl;
     while (rpc_cstream_read(cs, &sl) == 1) {
         Bloomgrid__V1__FileChunk *fc = bloomgrid__v1__file_chunk__unpack(
             NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
         CHECK(fc && fc->offset == len, "chunk at %zu", len);
-        buf = realloc(buf, len + fc->data.len);
-        CHECK(buf, "out of memory");
+        if (len + fc->data.len > cap) {
+            cap = cap ? cap : 1u << 20;
+            while (cap < len + fc->data.len)
+                cap *= 2;
+            buf = realloc(buf, cap);
+            CHECK(buf, "out of memory");
+        }
         memcpy(buf + len, fc->data.data, fc->data.len);
         len += fc->data.len;
-        CHECK(fc->total_size >= len, "total_size");
+        /* 0: not known yet (a router says it on the last chunk). */
+        CHECK(!fc->total_size || !total || fc->total_size == total, "total_size changed");
+        if (fc->total_size)
+            total = fc->total_size;
+        CHECK(!total || total >= len, "total_size %" PRIu64 " < %zu", total, len);
         bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
         grpc_slice_unref(sl);
     }
@@ -617,6 +628,7 @@ size_t t_export_ms(struct rpc_channel *ch, const char *name, uint8_t **out,
         free(buf);
         return 0;
     }
+    CHECK(total == len, "Export OK after %zu bytes of %" PRIu64, len, total);
     *out = buf;
     return len;
 }

@@ -167,8 +167,10 @@ int t_keys(struct rpc_channel *ch, const char *method, const char *filter,
 int t_stream_keys(struct rpc_channel *ch, const char *method, const char *filter,
                   char **keys, size_t n, size_t nb, bool *out, struct rpc_status *st);
 /* Export name in chunks of 100 000 bytes, checking each chunk's offset and
- * total_size; returns the bundle's length (*out: malloc'd, caller frees), 0
- * on failure (st says why). */
+ * total_size (0: not known yet, as a router's Export says until its last
+ * chunk; once said, never changing) and, on OK, that the bytes received are
+ * the size said; returns the bundle's length (*out: malloc'd, caller
+ * frees), 0 on failure (st says why). */
 size_t t_export(struct rpc_channel *ch, const char *name, uint8_t **out,
                 struct rpc_status *st);
 /* t_export within timeout_ms (large filters on a busy machine). */

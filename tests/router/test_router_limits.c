@@ -380,21 +380,31 @@ static uint8_t *export_all(struct rpc_channel *ch, const char *name, size_t *len
     CHECK(cs && rpc_cstream_write_msg(cs, &rq.base) == 0 &&
           rpc_cstream_close_send(cs) == 0, "send ExportRequest");
     uint8_t *buf = NULL;
-    size_t got = 0;
+    size_t got = 0, cap = 0;
+    uint64_t total = 0;
     grpc_slice sl;
     while (rpc_cstream_read(cs, &sl) == 1) {
         Bloomgrid__V1__FileChunk *fc = bloomgrid__v1__file_chunk__unpack(
             NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
-        CHECK(fc && fc->offset == got && fc->offset + fc->data.len <= fc->total_size,
-              "chunk at %zu", got);
-        if (!buf)
-            CHECK((buf = malloc(fc->total_size)) != NULL, "out of memory");
+        /* total_size 0: not known yet; the last chunk says it. */
+        CHECK(fc && fc->offset == got && (!fc->total_size ||
+              fc->offset + fc->data.len <= fc->total_size), "chunk at %zu", got);
+        if (fc->total_size)
+            total = fc->total_size;
+        if (got + fc->data.len > cap) {
+            cap = cap ? cap : 1u << 20;
+            while (cap < got + fc->data.len)
+                cap *= 2;
+            CHECK((buf = realloc(buf, cap)) != NULL, "out of memory");
+        }
         memcpy(buf + got, fc->data.data, fc->data.len);
         got += fc->data.len;
         bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
         grpc_slice_unref(sl);
     }
     CHECK(rpc_cstream_finish(cs, &st) == 0, "Export of %s: %s", name, st.message);
+    CHECK(total == got, "Export of %s: %zu bytes, the last chunk says %llu", name, got,
+          (unsigned long long)total);
     *len = got;
     return buf;
 }

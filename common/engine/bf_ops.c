@@ -475,6 +475,12 @@ static inline void prefetch_hash(const struct bf *f, struct bf_hash h, int write
     switch (f->kind) {
     case BF_KIND_BLOCKED:
         p = blocked_block(l, h);
+        if (write && l->dirty) {
+            /* The page's mark too: the map is small but the blocks' lines
+             * push it out of the nearest cache. */
+            uint64_t pg = ((uint64_t)((const uint64_t *)p - l->body)) >> (BF_PAGE_SHIFT - 3);
+            __asm__ volatile("prefetcht0 %0" : : "m"(l->dirty[pg >> 6]));
+        }
         break;
     case BF_KIND_COUNTING:
         p = &l->body[fastrange64(h.h1, l->m) >> 4];

@@ -145,6 +145,24 @@ static bool hdr_valid(const uint8_t *p, size_t avail, size_t *size)
     return true;
 }
 
+/* The record whose header is at p (LSN lsn), as record gets it: its
+ * payload and length as the header says, not checked here. */
+static struct wal_record record_at(const uint8_t *p, uint64_t lsn)
+{
+    struct wal_record r = {
+        .lsn = lsn,
+        .id = wal__get64(p + WAL_O_ID),
+        .seq = wal__get64(p + WAL_O_SEQ),
+        .type = wal__get16(p + WAL_O_TYPE),
+        .name = (const char *)p + WAL_REC_HDR,
+        .name_len = wal__get16(p + WAL_O_NAMELEN),
+        .len = wal__get64(p + WAL_O_LEN),
+    };
+
+    r.payload = p + WAL_REC_HDR + r.name_len;
+    return r;
+}
+
 static bool payload_valid(const uint8_t *p)
 {
     size_t nlen = wal__get16(p + WAL_O_NAMELEN);
@@ -320,15 +338,8 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
              * from, or a record the caller does not want. */
             bool pass = lsn < sc->from;
             if (!pass && sc->ops->skip) {
-                struct wal_record h = {
-                    .lsn = lsn,
-                    .id = wal__get64(m + off + WAL_O_ID),
-                    .seq = wal__get64(m + off + WAL_O_SEQ),
-                    .type = wal__get16(m + off + WAL_O_TYPE),
-                    .name = (const char *)m + off + WAL_REC_HDR,
-                    .name_len = wal__get16(m + off + WAL_O_NAMELEN),
-                    .len = wal__get64(m + off + WAL_O_LEN),
-                };
+                struct wal_record h = record_at(m + off, lsn);
+                h.payload = NULL;   /* not read yet (wal.h) */
                 pass = sc->ops->skip(sc->ctx, &h);
             }
             if (pass) {
@@ -341,16 +352,7 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
         if (hv && !pad && lsn == sc->expect)
             sc->out->read_bytes += wal__get64(m + off + WAL_O_LEN);
         if (pv) {
-            struct wal_record r = {
-                .lsn = lsn,
-                .id = wal__get64(m + off + WAL_O_ID),
-                .seq = wal__get64(m + off + WAL_O_SEQ),
-                .type = wal__get16(m + off + WAL_O_TYPE),
-                .name = (const char *)m + off + WAL_REC_HDR,
-                .name_len = wal__get16(m + off + WAL_O_NAMELEN),
-            };
-            r.payload = m + off + WAL_REC_HDR + r.name_len;
-            r.len = wal__get64(m + off + WAL_O_LEN);
+            struct wal_record r = record_at(m + off, lsn);
             if ((rc = sc->ops->record(sc->ctx, &r)) < 0) {
                 errmsg_set(sc->err, "%s: cannot apply record LSN %" PRIu64
                            " at offset %zu: %s", path, lsn, off,

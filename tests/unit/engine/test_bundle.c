@@ -375,6 +375,21 @@ START_TEST(refuses_truncation_at_every_offset)
 }
 END_TEST
 
+/* The len bytes of buf as the file name in the test's directory (its path
+ * in path): a new file each time, since truncating one just written makes
+ * ext4 flush it at close (auto_da_alloc), a wait on the disk per case. */
+static void write_case(char *path, size_t size, const char *name,
+                       const uint8_t *buf, size_t len)
+{
+    FILE *fp;
+
+    snprintf(path, size, "%s/%s", dir, name);
+    unlink(path);
+    ck_assert_ptr_nonnull(fp = fopen(path, "wb"));
+    ck_assert_uint_eq(len ? fwrite(buf, 1, len, fp) : 0, len);
+    fclose(fp);
+}
+
 /* bundle_file_verify on a file accepts exactly what bundle_parse accepts,
  * with the same message: a sound bundle and a plain filter file, every
  * truncation of a small bundle, a byte changed at every offset, and shards
@@ -382,15 +397,8 @@ END_TEST
 static void verify_agrees(const uint8_t *buf, size_t len, const char *what)
 {
     char path[600], perr[BF_ERRLEN] = "", verr[BF_ERRLEN] = "";
-    FILE *fp;
 
-    snprintf(path, sizeof path, "%s/verify.bin", dir);
-    /* A new file each time: truncating one just written makes ext4 flush
-     * it at close (auto_da_alloc), a wait on the disk per case. */
-    unlink(path);
-    ck_assert_ptr_nonnull(fp = fopen(path, "wb"));
-    ck_assert_uint_eq(len ? fwrite(buf, 1, len, fp) : 0, len);
-    fclose(fp);
+    write_case(path, sizeof path, "verify.bin", buf, len);
     struct bundle *b = bundle_parse(buf, len, perr);
     if (!bundle_is(buf, len)) {
         /* A plain filter file: bundle_load reads it as bf_file_load. */
@@ -479,13 +487,8 @@ static void describe_agrees(const uint8_t *buf, size_t len, const char *what)
     char path[600], derr[BF_ERRLEN] = "", verr[BF_ERRLEN] = "", fp[17] = "";
     char want[17];
     struct seen s = {.in_order = true};
-    FILE *fp_out;
 
-    snprintf(path, sizeof path, "%s/describe.bin", dir);
-    unlink(path);
-    ck_assert_ptr_nonnull(fp_out = fopen(path, "wb"));
-    ck_assert_uint_eq(len ? fwrite(buf, 1, len, fp_out) : 0, len);
-    fclose(fp_out);
+    write_case(path, sizeof path, "describe.bin", buf, len);
     int rc = bundle_file_describe(path, see_shard, &s, fp, derr);
     struct bundle *b = bundle_load(path, verr);
     ck_assert_msg((b != NULL) == (rc == 0), "%s: load %s, describe %d (%s)",

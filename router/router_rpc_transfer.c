@@ -540,6 +540,25 @@ static size_t export_chunk_size(const struct rpc_stream *s, uint32_t asked)
     return chunk;
 }
 
+/* Let go of what an Export held (once; *base 0 after): its buffer, its
+ * channels to the nodes and its charge.  An Export passes the whole filter
+ * through buffers of a few MiB, taken and freed by this thread and gRPC's:
+ * what the allocator's arenas kept free of them goes back to the system
+ * now, or each Export on another thread would leave its own behind
+ * (proc_malloc.h). */
+static void export_release(struct export_out *o, struct export_mem *mem,
+                           uint64_t *base)
+{
+    free(o->buf);
+    o->buf = NULL;
+    export_channels_close(mem);
+    if (*base) {
+        mem_give(mem, *base);
+        *base = 0;
+        proc_malloc_release();
+    }
+}
+
 void router_rpc__export(void *arg, struct rpc_stream *s)
 {
     struct router *r = arg;
@@ -591,7 +610,13 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
         rpc_stream_finish(s, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto out;
     }
-    if (export_bundle(t, f, &o, &mem, &st) < 0) {
+    rc = export_bundle(t, f, &o, &mem, &st);
+    /* What the Export held goes back before its status does: a client that
+     * has the status may count on the stream's place being free (the
+     * router's max_streams), and closing the channels and giving memory
+     * back take a while. */
+    export_release(&o, &mem, &base);
+    if (rc < 0) {
         if (st.code == GRPC_STATUS_OK)    /* never OK for a bundle cut short */
             rpc_status_set(&st, GRPC_STATUS_INTERNAL, "Export of \"%s\" failed after "
                            "%" PRIu64 " bytes", m->filter, o.off);
@@ -605,18 +630,9 @@ void router_rpc__export(void *arg, struct rpc_stream *s)
              m->filter, o.off);
     rpc_stream_finish(s, GRPC_STATUS_OK, "%s", "");
 out:
-    free(o.buf);
-    export_channels_close(&mem);
-    if (base)
-        mem_give(&mem, base);
+    export_release(&o, &mem, &base);
     router_filter_unref(f);
     if (t)
         topo_unref(t);
     bloomgrid__v1__export_request__free_unpacked(m, NULL);
-    /* An Export passes the whole filter through buffers of a few MiB,
-     * taken and freed by this thread and gRPC's: what the allocator's
-     * arenas kept free of them goes back to the system now, or each Export
-     * on another thread would leave its own behind (proc_malloc.h). */
-    if (base)
-        proc_malloc_release();
 }

@@ -31,6 +31,9 @@
 #include "rules.h"
 #include "topo.h"
 
+/* The receive window of each call to a node (rpc_channel_create_window). */
+#define MERGER_PULL_WINDOW (1u << 20)
+
 /* snprintf for messages and paths that may be cut short. */
 void merger__strfmt(char *buf, size_t size, const char *fmt, ...)
 {
@@ -100,7 +103,11 @@ struct rpc_channel *merger__chan(struct merger *m, const char *addr)
         m->chans = nv;
         m->capchans = cap;
     }
-    if (!ch && (ch = rpc_channel_create(addr, m->cfg.max_message_size))) {
+    /* Each call's receive window stays 1 MiB: gRPC's BDP probes would grow
+     * it to tens of MiB of a shard sent ahead of a worker still merging,
+     * held by the channel beside the worker's snapshot. */
+    if (!ch && (ch = rpc_channel_create_window(addr, m->cfg.max_message_size,
+                                               MERGER_PULL_WINDOW))) {
         merger__strfmt(m->chans[m->nchans].addr, TOPO_ADDR_MAX + 1, "%s", addr);
         m->chans[m->nchans++].ch = ch;
     }

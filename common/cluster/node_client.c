@@ -271,6 +271,17 @@ int node_client_pull_holding(struct rpc_channel *ch, uint64_t topo_version,
                                  st);
 }
 
+/* A client stream of path, or NULL with st saying why. */
+static struct rpc_cstream *open_call(struct rpc_channel *ch, const char *path,
+                                     int timeout_ms, struct rpc_status *st)
+{
+    struct rpc_cstream *s = rpc_cstream_open(ch, path, timeout_ms);
+
+    if (!s)
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot open a call");
+    return s;
+}
+
 int node_client_pull_keys(struct rpc_channel *ch, uint64_t topo_version,
                           const uint64_t *have, size_t nhave,
                           const char *filter, uint32_t shard,
@@ -281,17 +292,13 @@ int node_client_pull_keys(struct rpc_channel *ch, uint64_t topo_version,
 {
     Bloomgrid__V1__PullPagesRequest req =
         BLOOMGRID__V1__PULL_PAGES_REQUEST__INIT;
-    struct rpc_cstream *s = rpc_cstream_open(ch, PATH_PULL,
-                                             timeout_ms);
+    struct rpc_cstream *s = open_call(ch, PATH_PULL, timeout_ms, st);
     grpc_slice msg;
     bool got_last = false, failed = false;
 
     memset(end, 0, sizeof *end);
-    if (!s) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                       "cannot open a call");
+    if (!s)
         return -1;
-    }
     req.filter = (char *)filter;
     req.shard_index = shard;
     req.since_version = since;
@@ -371,14 +378,10 @@ int node_client_push(struct rpc_channel *ch, const char *filter,
 {
     Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
     Bloomgrid__V1__PushPagesResponse *r = NULL;
-    struct rpc_cstream *s = rpc_cstream_open(ch, PATH_PUSH,
-                                             timeout_ms);
+    struct rpc_cstream *s = open_call(ch, PATH_PUSH, timeout_ms, st);
 
-    if (!s) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                       "cannot open a call");
+    if (!s)
         return -1;
-    }
     ref.filter = (char *)filter;
     ref.shard_index = shard;
     for (size_t i = 0; i < n || i == 0; i++) {
@@ -416,13 +419,10 @@ int node_client_push_keys(struct rpc_channel *ch, const char *filter,
     enum { PER_MSG = 4096 };   /* 64 KiB of hashes a message */
     Bloomgrid__V1__ShardRef ref = BLOOMGRID__V1__SHARD_REF__INIT;
     Bloomgrid__V1__PushPagesResponse *r = NULL;
-    struct rpc_cstream *s = rpc_cstream_open(ch, PATH_PUSH, timeout_ms);
+    struct rpc_cstream *s = open_call(ch, PATH_PUSH, timeout_ms, st);
 
-    if (!s) {
-        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                       "cannot open a call");
+    if (!s)
         return -1;
-    }
     ref.filter = (char *)filter;
     ref.shard_index = shard;
     for (size_t i = 0; i < n || i == 0; i += PER_MSG) {

@@ -28,11 +28,13 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import local_cluster  # noqa: E402
 
 src, build, tmp = (os.path.abspath(a) for a in sys.argv[1:4])
 section = sys.argv[4]
@@ -60,23 +62,6 @@ for m in re.finditer(r"^```(\w*)\n(.*?)^```$", body, re.S | re.M):
     pos = m.end()
 if not any(lang == "sh" for lang, _, _ in blocks):
     fail("no sh block under %s" % HEADINGS[section])
-
-
-def free_base():
-    """A base port P with P+1..P+3 and P+101 free (nodes and the router)."""
-    for base in range(23000, 40000, 197):
-        ok = True
-        for p in (base + 1, base + 2, base + 3, base + 101):
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                ok = False
-            finally:
-                s.close()
-        if ok:
-            return base
-    fail("no free ports")
 
 
 def wait_ready(addr):
@@ -158,11 +143,12 @@ outdir = os.path.join(work, "out")
 os.makedirs(outdir)
 fixtures = os.path.join(work, "fixtures")
 
-base = free_base()
-router = "127.0.0.1:%d" % (base + 101)
+# The router's address is known once the cluster is up (a port found free
+# may be taken by another process before start.sh binds it): the script
+# names it ROUTER_ADDR until then.
+router = "@ROUTER_ADDR@"
 env = dict(os.environ, BLOOMGRID_STATE=os.path.join(work, "run"),
-           BLOOMGRID_BUILD="build", BLOOMGRID_PORT=str(base),
-           TMPDIR=work, npm_config_prefer_offline="true",
+           BLOOMGRID_BUILD="build", TMPDIR=work, npm_config_prefer_offline="true",
            npm_config_update_notifier="false")
 # Debian's python3 and node, as on a machine with nothing else.
 env["PATH"] = "/usr/bin:" + env.get("PATH", "")
@@ -246,12 +232,15 @@ if needs_tls:
             code, err, sq("%s %s: no %s on stderr" % (envs, run_cmd, code))))
 script.append("echo docs/CLIENTS.md %s OK" % HEADINGS[section][3:])
 
+
 rc = 1
+started = False
 try:
     if needs_cluster:
-        subprocess.run(["deploy/local/start.sh"], cwd=root, env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        started = True
+        router = "127.0.0.1:%d" % (local_cluster.start(root, env, 23000, 197) + 101)
         wait_ready(router)
+    script = [l.replace("@ROUTER_ADDR@", router) for l in script]
     with open(os.path.join(work, "script.sh"), "w") as f:
         f.write("\n".join(script) + "\n")
     rc = subprocess.run(["bash", os.path.join(work, "script.sh")], cwd=root, env=env).returncode
@@ -259,8 +248,8 @@ finally:
     if tls_proc:
         tls_proc.terminate()
         tls_proc.wait()
-    if needs_cluster:
-        subprocess.run(["deploy/local/stop.sh"], cwd=root, env=env, stdout=subprocess.DEVNULL)
+    if started:
+        local_cluster.stop(root, env)
 if rc == 0:
     shutil.rmtree(work, ignore_errors=True)
 sys.exit(rc)

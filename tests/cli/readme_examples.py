@@ -16,10 +16,12 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import local_cluster  # noqa: E402
 
 src, build, tmp = (os.path.abspath(a) for a in sys.argv[1:4])
 readme = open(os.path.join(src, "README.md")).read()
@@ -31,33 +33,13 @@ def block_after(heading):
     return m.group(1).splitlines()
 
 
-def free_base():
-    """A base port P with P+1..P+3, P+101 and P+201 free (nodes, the router
-    and its RESP port)."""
-    for base in range(21000, 40000, 211):
-        ok = True
-        for p in (base + 1, base + 2, base + 3, base + 101, base + 201):
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                ok = False
-            finally:
-                s.close()
-        if ok:
-            return base
-    sys.exit("no free ports")
-
-
 os.makedirs(tmp, exist_ok=True)
 root = tempfile.mkdtemp(prefix="readme.", dir=tmp)
 os.symlink(build, os.path.join(root, "build"))
 os.symlink(os.path.join(src, "deploy"), os.path.join(root, "deploy"))
-base = free_base()
-router = "127.0.0.1:%d" % (base + 101)
 scratch = tempfile.mkdtemp(prefix="readme-tmpdir.", dir=tmp)
 env = dict(os.environ, BLOOMGRID_STATE=os.path.join(root, "run"),
-           BLOOMGRID_BUILD="build", BLOOMGRID_PORT=str(base), TMPDIR=scratch)
+           BLOOMGRID_BUILD="build", TMPDIR=scratch)
 env.pop("BLOOMGRID_SERVER", None)
 
 # What the README's redis-cli lines answer (redis-cli prints arrays one
@@ -74,8 +56,9 @@ for i, line in enumerate(lines):
         continue
     m = re.search(r"#.*\bexit (\d+)", line)
     want = int(m.group(1)) if m else 0
-    line = line.replace("127.0.0.1:7501", router)
-    line = line.replace("-p 7601 ", "-p %d " % (base + 201))
+    # The router's ports, known once the cluster is up.
+    line = line.replace("127.0.0.1:7501", "127.0.0.1:@ROUTER_PORT@")
+    line = line.replace("-p 7601 ", "-p @RESP_PORT@ ")
     if line.startswith("redis-cli "):
         # The Redis door's block: each reply as its comment says.
         cmd = line.split()[3]
@@ -91,13 +74,13 @@ script.append("echo README examples OK")
 
 rc = 1
 try:
-    subprocess.run(["deploy/local/start.sh"], cwd=root, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=root, env=env)
+    base = local_cluster.start(root, env, 21000, 211)
+    text = "\n".join(script).replace("@ROUTER_PORT@", str(base + 101))
+    r = subprocess.run(["bash", "-c", text.replace("@RESP_PORT@", str(base + 201))],
+                       cwd=root, env=env)
     rc = r.returncode
 finally:
-    subprocess.run(["deploy/local/stop.sh"], cwd=root, env=env,
-                   stdout=subprocess.DEVNULL)
+    local_cluster.stop(root, env)
 if rc == 0:
     # The root as it was: the two links and the cluster's state.
     left = sorted(set(os.listdir(root)) - {"build", "deploy", "run"})

@@ -39,6 +39,8 @@ src, build, mode = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), s
 EX = os.path.join(src, "examples", "slugs")
 sys.path.insert(0, EX)
 import slugs  # noqa: E402  (the example's own database layer seeds the table)
+sys.path.insert(0, os.path.join(src, "tests"))
+import local_cluster  # noqa: E402
 
 try:
     import redis  # Debian's python3-redis
@@ -139,29 +141,9 @@ def start_bloomgrid():
         os.symlink(os.path.join(src, name), os.path.join(root, name))
     os.symlink(build, os.path.join(root, "build"))
     state = os.path.join(root, "run")
-    base = None
-    for b in range(21000 + random.randrange(0, 200) * 37, 60000, 211):
-        ports = [b + 1, b + 2, b + 3, b + 101, b + 201]
-        ok = True
-        for p in ports:
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                ok = False
-            finally:
-                s.close()
-        if ok:
-            base = b
-            break
-    env = dict(os.environ, BLOOMGRID_STATE=state, BLOOMGRID_BUILD="build",
-               BLOOMGRID_PORT=str(base))
-    r = subprocess.run(["deploy/local/start.sh"], cwd=root, env=env,
-                       capture_output=True, text=True)
-    cleanups.append(lambda: subprocess.run(["deploy/local/stop.sh"], cwd=root, env=env,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    if r.returncode != 0:
-        fail("deploy/local/start.sh: %s" % r.stderr)
+    env = dict(os.environ, BLOOMGRID_STATE=state, BLOOMGRID_BUILD="build")
+    cleanups.append(lambda: local_cluster.stop(root, env))
+    local_cluster.start(root, env, 21000 + random.randrange(0, 200) * 37, 211)
     addr = router_resp_addr(state)
     check(addr, "the router knows resp_listen, but the cluster deploy/local/start.sh "
                 "started names no RESP port (no router1/resp_addr, no RESP line in "

@@ -177,19 +177,50 @@ static int write_pages(struct store_ckw *w, const struct bf *f, uint32_t nl,
 
 /* ---- a delta of records, read back from the log ---- */
 
+/* One checkpoint's records: seq expect..last of filter id, into w. */
 struct rec_scan {
     struct store_ckw *w;
-    uint64_t id, expect, last;   /* records expect..last wanted */
+    uint64_t id, expect, last;
     int rc;
     char *err;
 };
 
+/* The checkpoints whose records one scan of the log reads (by id). */
+struct rec_multi {
+    struct rec_scan **v;
+    size_t n;
+};
+
+static struct rec_scan *rec_find(const struct rec_multi *mu, uint64_t id)
+{
+    size_t lo = 0, hi = mu->n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (mu->v[mid]->id == id)
+            return mu->v[mid];
+        if (mu->v[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+    uint64_t x = (*(struct rec_scan *const *)a)->id;
+    uint64_t y = (*(struct rec_scan *const *)b)->id;
+
+    return x < y ? -1 : x > y;
+}
+
 static int rec_one(void *ctx, const struct wal_record *r)
 {
-    struct rec_scan *sc = ctx;
+    struct rec_scan *sc = rec_find(ctx, r->id);
     uint8_t h[24];
 
-    if (sc->rc || r->id != sc->id || r->seq < sc->expect || r->seq > sc->last)
+    if (!sc || sc->rc || r->seq < sc->expect || r->seq > sc->last)
         return 0;
     if (r->seq != sc->expect) {
         errmsg_set(sc->err, "record %" PRIu64 " is missing from the log",
@@ -212,43 +243,52 @@ static int rec_one(void *ctx, const struct wal_record *r)
 
 static void rec_damage(void *ctx, const struct wal_damage *d)
 {
-    struct rec_scan *sc = ctx;
+    struct rec_multi *mu = ctx;
 
-    if (!sc->rc && (d->id == sc->id || !d->id)) {
-        errmsg_set(sc->err, "%s", d->where);
-        sc->rc = -EBADMSG;
+    for (size_t i = 0; i < mu->n; i++) {
+        struct rec_scan *sc = mu->v[i];
+        if (!sc->rc && (d->id == sc->id || !d->id)) {
+            errmsg_set(sc->err, "%s", d->where);
+            sc->rc = -EBADMSG;
+        }
     }
 }
 
-/* Other filters' records, and this one's outside the range, are passed
- * over unread. */
+/* Records of filters not asked for, and those outside a checkpoint's
+ * range, are passed over unread. */
 static bool rec_skip(void *ctx, const struct wal_record *h)
 {
-    struct rec_scan *sc = ctx;
+    struct rec_scan *sc = rec_find(ctx, h->id);
 
-    return sc->rc || h->id != sc->id || h->seq < sc->expect ||
-           h->seq > sc->last;
+    return !sc || sc->rc || h->seq < sc->expect || h->seq > sc->last;
 }
 
 static const struct wal_scan_ops rec_ops = {rec_one, rec_damage, rec_skip};
 
-/* The records of sf in (from, to], from the log at LSN > after, into w. */
-static int write_records(struct store_filter *sf, struct store_ckw *w,
-                         uint64_t from, uint64_t to, uint64_t after,
-                         char *err)
+/* Every checkpoint's records, from the log at LSN > after (at most the
+ * last checkpoint of each), in one scan: each sc gets its rc and err. */
+static void read_records(struct wal *wal, struct rec_scan **v, size_t n,
+                         uint64_t after)
 {
-    struct rec_scan sc = {w, sf->id, from + 1, to, 0, err};
+    struct rec_multi mu = {v, n};
     struct wal_scan_info info;
-    int rc = wal_rescan_from(sf->s->wal, after + 1, &rec_ops, &sc, &info, err);
+    char err[STORE_ERRLEN] = "";
 
-    if (rc == 0)
-        rc = sc.rc;
-    if (rc == 0 && sc.expect != to + 1) {
-        errmsg_set(err, "records %" PRIu64 "..%" PRIu64 " are not in the log",
-                   sc.expect, to);
-        rc = -EBADMSG;
+    qsort(v, n, sizeof(*v), rec_cmp);
+    int rc = wal_rescan_from(wal, after + 1, &rec_ops, &mu, &info, err);
+    for (size_t i = 0; i < n; i++) {
+        struct rec_scan *sc = v[i];
+        if (sc->rc)
+            continue;
+        if (rc < 0) {
+            errmsg_set(sc->err, "%s", err);
+            sc->rc = rc;
+        } else if (sc->expect != sc->last + 1) {
+            errmsg_set(sc->err, "records %" PRIu64 "..%" PRIu64
+                       " are not in the log", sc->expect, sc->last);
+            sc->rc = -EBADMSG;
+        }
     }
-    return rc;
 }
 
 /* ---- the checkpoint ---- */
@@ -306,21 +346,57 @@ void store__ckpt_prune(struct store_filter *sf)
         prune(sf->path, sf->chain, atomic_load(&sf->ckpt_lsn));
 }
 
-int store__filter_checkpoint(struct store_filter *sf,
-                             enum store_ckpt_mode mode, char *err)
-{
-    double t0 = mono_s();
-    char e2[STORE_ERRLEN] = "";
+/* A checkpoint between its start (ckpt_start: what it writes decided, its
+ * pages written, its log barrier durable) and its end (ckpt_end: the
+ * manifest).  Between them it holds its filter's snap_mu; a checkpoint of
+ * records has its file open, and its records are read from the log in
+ * between (read_records), one scan for every checkpoint that runs at
+ * once. */
+struct ckpt_job {
+    struct store_filter *sf;
+    enum ckpt_kind kind;
+    int type;
+    struct store_fname fn;
+    struct rec_scan rs;          /* CK_RECORDS: its file, its records */
+    uint64_t after;              /* CK_RECORDS: its last checkpoint's LSN */
     uint8_t meta[BF_FILE_META_MAX];
+    size_t mlen;
+    uint64_t seq, lsn, logb, bytes;
+    double t0;
+    char e2[STORE_ERRLEN];
+};
+
+/* The end of a failed checkpoint: its filter as before. */
+static int ckpt_fail(struct ckpt_job *j, int rc, char *err)
+{
+    struct store_filter *sf = j->sf;
+
+    /* The old manifest, what it names, and the log are all still there;
+     * try again after an interval rather than at every tick. */
+    sf->snap_time_ms = store__now_ms();
+    errmsg_set(err, "checkpoint of '%s' failed: %s", sf->name, j->e2);
+    ckpt_metrics(rc, mono_s() - j->t0, 0, false);
+    pthread_mutex_unlock(&sf->snap_mu);
+    return rc;
+}
+
+/* Start a checkpoint of sf: 1 when it goes on (ckpt_end must follow; for
+ * CK_RECORDS, after its records were read), 0 when there is nothing to
+ * write, or a negative errno with err (its filter as before). */
+static int ckpt_start(struct ckpt_job *j, struct store_filter *sf,
+                      enum store_ckpt_mode mode, char *err)
+{
     struct wal_waiter wt;
     struct store_ckw *w = NULL;
-    struct store_manifest *m = sf->chain, next;
+    struct store_manifest *m = sf->chain;
     enum ckpt_kind kind = CK_NONE;
-    uint64_t seq, lsn, logb, bytes = 0, pages = 0;
-    size_t mlen = 0;
+    uint64_t seq, pages = 0;
     bool exact, held = false;
     int rc = 0;
 
+    memset(j, 0, sizeof(*j));
+    j->sf = sf;
+    j->t0 = mono_s();
     pthread_mutex_lock(&sf->snap_mu);
     pthread_rwlock_rdlock(&sf->lock);
     if (store__state(sf) != STORE_READY) {
@@ -348,12 +424,12 @@ int store__filter_checkpoint(struct store_filter *sf,
     /* Pages changed up to seq read as seq from now on, so that the next
      * delta (pages above seq) leaves them out. */
     bf_fold_versions(sf->bf, seq);
-    logb = atomic_load(&sf->log_bytes);
+    j->logb = atomic_load(&sf->log_bytes);
     bool changed = seq != sf->ckpt_seq;
     if (!changed && chain && mode != STORE_CKPT_FORCE) {
         kind = mode == STORE_CKPT_ADVANCE ? CK_ADVANCE : CK_NONE;
     } else {
-        uint64_t since = logb - atomic_load(&sf->ckpt_log);
+        uint64_t since = j->logb - atomic_load(&sf->ckpt_log);
         uint64_t recs = since + 2 * STORE_CKF_PAGE;
         uint64_t pg = (dirty + dirty / STORE_CKF_GROUP + 2) * STORE_CKF_PAGE;
         uint64_t base = chain ? m->e[0].bytes : 0;
@@ -385,11 +461,13 @@ int store__filter_checkpoint(struct store_filter *sf,
         pthread_mutex_unlock(&sf->snap_mu);
         return 0;
     }
+    j->kind = kind;
+    j->seq = seq;
     wal_waiter_init(&wt);
     if (wal_barrier(sf->stream, wal_waiter_done, &wt) < 0)
         wal_waiter_done(&wt, -ENOMEM, 0, 0);
     uint32_t nl = bf_layer_count(f);
-    mlen = bf_file_meta_encode(f, nl, meta);
+    j->mlen = bf_file_meta_encode(f, nl, j->meta);
     /* snap_mu keeps the bits in place (a reload or a drop waits for it):
      * no lock is needed to read them but, for the exact kinds, write_mu. */
     pthread_rwlock_unlock(&sf->lock);
@@ -398,20 +476,20 @@ int store__filter_checkpoint(struct store_filter *sf,
         held = false;
     }
 
-    struct store_fname fn = {.kind = kind == CK_FOLD ? STORE_FILE_BASE
-                                                     : STORE_FILE_DELTA,
-                             .id = sf->id, .from = kind == CK_FOLD ? 0
-                                                                   : sf->ckpt_seq,
-                             .seq = seq};
-    int type = kind == CK_FOLD ? STORE_CKF_BASE
-             : kind == CK_RECORDS ? STORE_CKF_RECORDS : STORE_CKF_PAGES;
+    j->fn = (struct store_fname){.kind = kind == CK_FOLD ? STORE_FILE_BASE
+                                                         : STORE_FILE_DELTA,
+                                 .id = sf->id,
+                                 .from = kind == CK_FOLD ? 0 : sf->ckpt_seq,
+                                 .seq = seq};
+    j->type = kind == CK_FOLD ? STORE_CKF_BASE
+            : kind == CK_RECORDS ? STORE_CKF_RECORDS : STORE_CKF_PAGES;
     if (kind == CK_FOLD || kind == CK_PAGES) {
         /* Every record <= seq set its bits before it was submitted, hence
          * before they are read here. */
-        if ((rc = store__ckw_open(&w, sf->path, &fn, type, e2)) == 0 &&
+        if ((rc = store__ckw_open(&w, sf->path, &j->fn, j->type, j->e2)) == 0 &&
             (rc = write_pages(w, f, nl, kind == CK_FOLD ? UINT64_MAX
                                                         : sf->ckpt_seq,
-                              &pages, e2)) < 0) {
+                              &pages, j->e2)) < 0) {
             store__ckw_abort(w);
             w = NULL;
         }
@@ -420,48 +498,69 @@ int store__filter_checkpoint(struct store_filter *sf,
             held = false;
         }
         if (rc == 0) {
-            rc = store__ckw_finish(w, meta, mlen, &bytes, e2);
+            rc = store__ckw_finish(w, j->meta, j->mlen, &j->bytes, j->e2);
             w = NULL;
         }
     }
     int brc = wal_waiter_wait(&wt);
-    lsn = wt.lsn;
+    j->lsn = wt.lsn;
     if (brc < 0 && rc == 0) {
         rc = brc;
-        snprintf(e2, sizeof e2, "its log records are not durable (%s)",
+        snprintf(j->e2, sizeof j->e2, "its log records are not durable (%s)",
                  strerror(-rc));
     }
     if (rc == 0 && kind == CK_RECORDS) {
-        /* The records are durable now: read them back. */
-        if ((rc = store__ckw_open(&w, sf->path, &fn, type, e2)) == 0) {
-            rc = write_records(sf, w, sf->ckpt_seq, seq,
-                               atomic_load(&sf->ckpt_lsn), e2);
-            if (rc == 0)
-                rc = store__ckw_finish(w, meta, mlen, &bytes, e2);
-            else
-                store__ckw_abort(w);
-            w = NULL;
+        /* The records are durable now: they are read back (read_records)
+         * into this file. */
+        if ((rc = store__ckw_open(&w, sf->path, &j->fn, j->type, j->e2)) == 0) {
+            j->rs = (struct rec_scan){w, sf->id, sf->ckpt_seq + 1, seq, 0, j->e2};
+            j->after = atomic_load(&sf->ckpt_lsn);
+        } else {
+            log_warn("store: checkpoint of '%s' could not open its file (%s); "
+                     "the next one writes a base", sf->name, j->e2);
+            sf->fold_next = true;
         }
+    }
+    if (rc < 0)
+        return ckpt_fail(j, rc, err);
+    return 1;
+}
+
+/* The end of a started checkpoint: a checkpoint of records closes its file
+ * (its records read by now, j->rs.rc says how), then the manifest. */
+static int ckpt_end(struct ckpt_job *j, char *err)
+{
+    struct store_filter *sf = j->sf;
+    struct store_manifest *m = sf->chain, next;
+    enum ckpt_kind kind = j->kind;
+    int rc = 0;
+
+    if (kind == CK_RECORDS) {
+        rc = j->rs.rc;
+        if (rc == 0)
+            rc = store__ckw_finish(j->rs.w, j->meta, j->mlen, &j->bytes, j->e2);
+        else
+            store__ckw_abort(j->rs.w);
+        j->rs.w = NULL;
         if (rc < 0) {
             /* Next time from the bits: a fold (the exact kinds' bits are
              * past seq by now). */
             log_warn("store: checkpoint of '%s' could not read its records "
                      "back from the log (%s); the next one writes a base",
-                     sf->name, e2);
+                     sf->name, j->e2);
             sf->fold_next = true;
+            return ckpt_fail(j, rc, err);
         }
     }
-    if (rc < 0)
-        goto fail;
 
     /* The manifest last: the new chain, or the same one further along the
      * log. */
     if (kind == CK_ADVANCE) {
         uint64_t old = atomic_load(&sf->ckpt_lsn);
-        if (lsn != old &&
-            (rc = store__manifest_advance(sf->path, sf->id, seq, old, lsn,
-                                          e2)) < 0)
-            goto fail;
+        if (j->lsn != old &&
+            (rc = store__manifest_advance(sf->path, sf->id, j->seq, old, j->lsn,
+                                          j->e2)) < 0)
+            return ckpt_fail(j, rc, err);
     } else {
         if (kind == CK_FOLD) {
             memset(&next, 0, sizeof next);
@@ -470,40 +569,89 @@ int store__filter_checkpoint(struct store_filter *sf,
             next = *m;
         }
         struct store_manifest_ent *e = &next.e[next.n++];
-        e->type = (uint32_t)type;
-        e->from = fn.from;
-        e->to = seq;
-        e->lsn = lsn;
-        e->bytes = bytes;
-        next.seq = seq;
-        if ((rc = store__manifest_write(sf->path, &next, lsn, e2)) < 0)
-            goto fail;
+        e->type = (uint32_t)j->type;
+        e->from = j->fn.from;
+        e->to = j->seq;
+        e->lsn = j->lsn;
+        e->bytes = j->bytes;
+        next.seq = j->seq;
+        if ((rc = store__manifest_write(sf->path, &next, j->lsn, j->e2)) < 0)
+            return ckpt_fail(j, rc, err);
         *m = next;
     }
-    sf->ckpt_seq = seq;
-    atomic_store(&sf->ckpt_log, logb);
+    sf->ckpt_seq = j->seq;
+    atomic_store(&sf->ckpt_log, j->logb);
     sf->fold_next = false;
-    atomic_store(&sf->ckpt_lsn, lsn);
+    atomic_store(&sf->ckpt_lsn, j->lsn);
     /* Records after seq come after the barrier: a pull since seq or later
      * reads the log from there (store_keys_since). */
-    store__scan_mark(sf, sf->id, atomic_load(&sf->pages_epoch), seq, lsn + 1);
+    store__scan_mark(sf, sf->id, atomic_load(&sf->pages_epoch), j->seq,
+                     j->lsn + 1);
     sf->snap_time_ms = store__now_ms();
-    prune(sf->path, m, lsn);
-    store__ckpt_step_at(kind == CK_ADVANCE ? 0 : type, STORE_STEP_PRUNED);
+    prune(sf->path, m, j->lsn);
+    store__ckpt_step_at(kind == CK_ADVANCE ? 0 : j->type, STORE_STEP_PRUNED);
     if (kind != CK_ADVANCE)
-        ckpt_metrics(0, mono_s() - t0, bytes, kind == CK_FOLD);
+        ckpt_metrics(0, mono_s() - j->t0, j->bytes, kind == CK_FOLD);
     pthread_mutex_unlock(&sf->snap_mu);
     return 0;
-fail:
-    if (held)
-        pthread_mutex_unlock(&sf->write_mu);
-    /* The old manifest, what it names, and the log are all still there;
-     * try again after an interval rather than at every tick. */
-    sf->snap_time_ms = store__now_ms();
-    errmsg_set(err, "checkpoint of '%s' failed: %s", sf->name, e2);
-    ckpt_metrics(rc, mono_s() - t0, 0, false);
-    pthread_mutex_unlock(&sf->snap_mu);
-    return rc;
+}
+
+/* Checkpoints of n filters at once (modes[i] for v[i]), each failure
+ * logged: the records of those that write records are read from the log
+ * in one scan, which passes over every other filter's records by their
+ * headers (a scan for each would read the log once per filter). */
+static void checkpoint_many(struct store *s, struct store_filter **v,
+                            const enum store_ckpt_mode *modes, size_t n)
+{
+    struct ckpt_job *jobs = calloc(n ? n : 1, sizeof(*jobs));
+    struct rec_scan **rs = calloc(n ? n : 1, sizeof(*rs));
+    bool *on = calloc(n ? n : 1, sizeof(*on));
+    char err[STORE_ERRLEN];
+    size_t nrs = 0;
+    uint64_t after = UINT64_MAX;
+
+    if (!jobs || !rs || !on) {
+        /* One at a time, each reading its own records. */
+        for (size_t i = 0; i < n; i++)
+            if (store__filter_checkpoint(v[i], modes[i], err) < 0)
+                log_warn("store: %s", err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int rc = ckpt_start(&jobs[i], v[i], modes[i], err);
+        if (rc < 0)
+            log_warn("store: %s", err);
+        on[i] = rc == 1;
+        if (on[i] && jobs[i].kind == CK_RECORDS) {
+            rs[nrs++] = &jobs[i].rs;
+            if (jobs[i].after < after)
+                after = jobs[i].after;
+        }
+    }
+    if (nrs)
+        read_records(s->wal, rs, nrs, after);
+    for (size_t i = 0; i < n; i++)
+        if (on[i] && ckpt_end(&jobs[i], err) < 0)
+            log_warn("store: %s", err);
+out:
+    free(jobs);
+    free(rs);
+    free(on);
+}
+
+int store__filter_checkpoint(struct store_filter *sf,
+                             enum store_ckpt_mode mode, char *err)
+{
+    struct ckpt_job j;
+    int rc = ckpt_start(&j, sf, mode, err);
+
+    if (rc <= 0)
+        return rc;
+    if (j.kind == CK_RECORDS) {
+        struct rec_scan *one = &j.rs;
+        read_records(sf->s->wal, &one, 1, j.after);
+    }
+    return ckpt_end(&j, err);
 }
 
 /* The first checkpoint of a filter nothing else holds yet (a creation, a
@@ -703,21 +851,31 @@ void store__housekeeping(struct store *s)
 
     if (!v)
         return;
+    struct store_filter *batch[STORE_CKPT_BATCH];
+    enum store_ckpt_mode modes[STORE_CKPT_BATCH];
+    size_t nb = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t now = store__now_ms();
-        int rc = 0;
         if (retry_due(v[i], now))
             recover_logged(v[i]);
         /* Due by the log's records since the last checkpoint (the bytes
          * written stay a bounded multiple of the log's), or by time when
-         * that is cheap (a sparse filter's log stays short). */
+         * that is cheap (a sparse filter's log stays short).  Those due
+         * together share one read of the log (checkpoint_many). */
         if (ckpt_due(v[i], &due))
-            rc = store__filter_checkpoint(v[i], STORE_CKPT_IF_CHANGED, err);
+            modes[nb] = STORE_CKPT_IF_CHANGED;
         else if (now - v[i]->snap_time_ms >= s->interval_ms)
-            rc = store__filter_checkpoint(v[i], STORE_CKPT_TIME, err);
-        if (rc < 0)
-            log_warn("store: %s", err);
+            modes[nb] = STORE_CKPT_TIME;
+        else
+            continue;
+        batch[nb++] = v[i];
+        if (nb == STORE_CKPT_BATCH) {
+            checkpoint_many(s, batch, modes, nb);
+            nb = 0;
+        }
     }
+    if (nb)
+        checkpoint_many(s, batch, modes, nb);
     /* Over the bound: every filter that holds a closed segment gets
      * checkpointed (or its checkpoint moved), so all of them can go.  The
      * bound counts records; the files, padded to write units, are held

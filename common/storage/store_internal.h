@@ -294,6 +294,9 @@ void store__ckpt_prune(struct store_filter *sf);
 uint64_t store__log_bound(struct store *s, struct store_filter **v, size_t n);
 /* Deltas after which the next checkpoint folds them into a new base. */
 #define STORE_FOLD_DELTAS 8
+/* Checkpoints that housekeeping runs at once, their records read from the
+ * log in one scan (store_ckpt.c, checkpoint_many). */
+#define STORE_CKPT_BATCH 64
 
 /* Load every filter of a store being opened (the catalog is filled,
  * filters RECOVERING): checkpoints, then one pass over the node log, then

@@ -694,6 +694,79 @@ START_TEST(records_deltas_after_checkpoints_replay_to_the_same_bits)
 }
 END_TEST
 
+/* Shards of one filter under even load fall due together: their
+ * checkpoints of records read the log once between them, not once each
+ * (each read passes over the others' records), and what they wrote is
+ * what the log held: with the log deleted, a restart has every key. */
+#define TOGETHER 16
+START_TEST(checkpoints_due_together_read_the_log_once)
+{
+    char dir[4200], name[16];
+    struct store *s;
+    struct store_filter *sf[TOGETHER];
+    struct bf_hash h[16];
+    char err[STORE_ERRLEN];
+    struct wal_stats st0, st1;
+
+    snprintf(dir, sizeof dir, "%s/together", tdir);
+    s = open_at(dir);
+    for (int i = 0; i < TOGETHER; i++) {
+        snprintf(name, sizeof name, "shard-%d", i);
+        create(s, name, BF_KIND_BLOCKED, 100000);
+        sf[i] = store_get(s, name);
+    }
+    /* Records of 16 keys, the shards taking turns: 3 200 keys each. */
+    for (uint64_t r = 0; r < 200; r++)
+        for (int i = 0; i < TOGETHER; i++) {
+            for (int k = 0; k < 16; k++)
+                h[k] = unit_hash_of((uint64_t)i * 1000000 + r * 16 + (uint64_t)k);
+            ck_assert_msg(store_add_hashes(sf[i], h, 16, NULL, err) == 0, "add: %s",
+                          err);
+        }
+    wal_rotate(s->wal);
+    uint64_t logged = wal_bytes(s->wal);
+    /* Due now (the store was opened with checkpoints never due). */
+    s->ckpt_percent = 25;
+    wal_stats(s->wal, &st0);
+    store__housekeeping(s);
+    wal_stats(s->wal, &st1);
+    for (int i = 0; i < TOGETHER; i++) {
+        const struct store_manifest *m = sf[i]->chain;
+        ck_assert_msg(m->n == 2 && m->e[1].type == STORE_CKF_RECORDS,
+                      "shard %d: a chain of %u, its last of type %u (want a delta "
+                      "of records)", i, m->n, m->n ? m->e[m->n - 1].type : 0);
+    }
+    /* One scan (two when the store's own round ran beside this one); one
+     * per shard before. */
+    ck_assert_msg(st1.rescans - st0.rescans <= 2, "%" PRIu64 " scans of the log "
+                  "for %d checkpoints", st1.rescans - st0.rescans, TOGETHER);
+    ck_assert_msg(st1.rescan_bytes - st0.rescan_bytes <= 2 * logged,
+                  "%" PRIu64 " bytes read from a log of %" PRIu64,
+                  st1.rescan_bytes - st0.rescan_bytes, logged);
+    /* The log the checkpoints cover goes; each shard's keys come back from
+     * its base and its delta alone. */
+    ck_assert_int_eq(store__discard_log(s, false), 0);
+    ck_assert_uint_lt(wal_bytes(s->wal), logged / 16);
+    for (int i = 0; i < TOGETHER; i++)
+        store_put(sf[i]);
+    store_close(s);
+    s = open_at(dir);
+    for (int i = 0; i < TOGETHER; i++) {
+        snprintf(name, sizeof name, "shard-%d", i);
+        struct store_filter *f = store_get(s, name);
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_eq(store_filter_state(f, NULL), STORE_READY);
+        ck_assert_uint_eq(missing_range(f, (uint64_t)i * 1000000, 3200), 0);
+        struct bf *c = store_filter_copy(f);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_uint_eq(bf_keys_added(c), 3200);
+        bf_destroy(c);
+        store_put(f);
+    }
+    store_close(s);
+}
+END_TEST
+
 /* ---- pullers and the checkpointer ---- */
 
 struct walked {
@@ -864,6 +937,7 @@ Suite *store_ckpt_suite(void)
     tcase_add_test(tc, damaged_pages_are_refused_or_repaired_never_served);
     tcase_add_test(tc, a_replayed_record_reaches_the_next_delta);
     tcase_add_test(tc, records_deltas_after_checkpoints_replay_to_the_same_bits);
+    tcase_add_test(tc, checkpoints_due_together_read_the_log_once);
     tcase_add_test(tc, pullers_and_the_checkpointer_each_get_every_change);
     tcase_add_test(tc, a_previous_release_checkpoint_opens_and_is_migrated);
     suite_add_tcase(s, tc);

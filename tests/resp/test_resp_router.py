@@ -590,9 +590,11 @@ def part_readjoin():
     receive; reads queued behind a message in flight are not; a node
     restart under a joined reader fails the commands in flight, and the
     reads go on on a new stream."""
+    # node_timeout_ms: the stopped node's held message must not time out.
     cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
                            router_flags=["--metrics-listen", "127.0.0.1:0",
-                                         "--default-shards", "4"])
+                                         "--default-shards", "4",
+                                         "--node-timeout-ms", "20000"])
     try:
         s = cl.routers[0]
         maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
@@ -645,16 +647,28 @@ def part_readjoin():
             except Exception as e:   # noqa: BLE001 (reported below)
                 results[i] = e
 
+        def until(cond, what):
+            deadline = time.time() + 10
+            while not cond():
+                check(time.time() < deadline, "waited 10 s for " + what)
+                time.sleep(0.02)
+
         j0, a0 = read_messages(scrape(maddr))
+        n0 = metric(scrape(maddr), "commands", "bf.exists")
         node.send_signal(signal.SIGSTOP)
         try:
             ths = [threading.Thread(target=one, args=(0, c))]
             ths[0].start()
-            time.sleep(0.3)          # its message is in flight, unanswered
+            # Its message is sent, and held unanswered.
+            until(lambda: sum(read_messages(scrape(maddr))) > j0 + a0,
+                  "the first reader's message")
             for i, conn in enumerate(others):
                 ths.append(threading.Thread(target=one, args=(i + 1, conn)))
                 ths[-1].start()
-                time.sleep(0.1)      # a loop pass, a call queued, each
+            # Every command run (queued behind the held message).
+            until(lambda: metric(scrape(maddr), "commands", "bf.exists") >= n0 + 40,
+                  "the other readers' commands")
+            time.sleep(0.2)
         finally:
             node.send_signal(signal.SIGCONT)
         for th in ths:

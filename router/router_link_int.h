@@ -38,10 +38,10 @@ enum { LANE_READ, LANE_WRITE, LANES };
  *     write lane keeps its window.
  *   read lane: its last answer found no call queued and the message took
  *     every queued call.  Its window is one message, so a joined send holds
- *     nothing back; a queue behind the message in flight (many clients)
- *     keeps the receive posted by the thread that reads the answers, at
- *     once, and the next message sent from there (the receive's work stays
- *     off the submitting thread, a RESP loop serving those clients). */
+ *     nothing back.  A queue behind the message in flight keeps the
+ *     receive posted by the thread that reads the answers, at once, and
+ *     the next message sent from there.  (Many RESP clients on one loop
+ *     mostly have no queue: a loop pass's commands are one call.) */
 #define LINK_JOIN_BYTES (16u << 10)
 #define LINK_JOIN_NS 300000
 

@@ -296,16 +296,14 @@ static void lane_kick(struct link_lane *ln)
     size_t nmd = rpc_channel_metadata(l->ch, &md);
     size_t n = rpc_ops_send_md(ops, &s->md_sent, bb, md, nmd);
     /* With no receive posted, the answer's receive goes in the send's
-     * batch when the write lane is joined: one completion for both (no
-     * wake-up of the queue's thread for the send alone), and the
-     * flow-control update that posting a receive makes leaves with the
-     * message instead of in a packet of its own.  (The read lane receives
-     * again as soon as an answer is in, on the thread that reads the
-     * queue: joined, the receive's work moved onto the sending thread, a
-     * RESP loop serving many connections, and cost reads through it more
-     * than it saved.) */
+     * batch when the lane is joined: one completion for both (no wake-up
+     * of the queue's thread for the send alone), and the flow-control
+     * update that posting a receive makes leaves with the message instead
+     * of in a packet of its own that wakes the node.  The read lane joins
+     * only a message that took every queued call (router_link_int.h). */
     bool join = !s->receiving && ln->joined &&
-                grpc_byte_buffer_length(bb) <= LINK_JOIN_BYTES;
+                grpc_byte_buffer_length(bb) <= LINK_JOIN_BYTES &&
+                (ln->kind == LANE_WRITE || !ln->qhead);
     if (join)
         n += rpc_ops_recv(ops + n, false, &s->md_initial, &s->recv_buf);
     m->s = s;
@@ -332,6 +330,7 @@ static void lane_kick(struct link_lane *ln)
     s->sending = true;
     if (join)
         s->receiving = true;
+    metric_add(l->m_sent[ln->kind][join], 1);
 }
 
 
@@ -398,16 +397,16 @@ static void recv_handle(struct link_stream *s, bool got,
         return;
     }
     struct link_msg *m = inflight_pop(ln);
-    /* The write lane's next send joins its receive only while an answer
-     * comes quickly and finds nothing else waiting (router_link_int.h,
-     * LINK_JOIN_NS). */
-    ln->joined = ln->kind == LANE_WRITE && !ln->qhead && !ln->ihead &&
-                 now_ns() - m->sent_ns <= LINK_JOIN_NS;
+    /* The next send joins its receive only while the answer finds nothing
+     * else waiting, and on the write lane only while answers come quickly
+     * (router_link_int.h, LINK_JOIN_NS). */
+    ln->joined = !ln->qhead && !ln->ihead &&
+                 (ln->kind == LANE_READ || now_ns() - m->sent_ns <= LINK_JOIN_NS);
     router_link__msg_deliver(l, m, resp);
     free(m);
-    /* The read lane, and a lane with a message still in flight, receive
-     * again at once. */
-    if ((ln->kind == LANE_READ || (ln->ihead && ln->ihead->s == s)) &&
+    /* A read lane not joined, and a lane with a message still in flight,
+     * receive again at once. */
+    if (((ln->kind == LANE_READ && !ln->joined) || (ln->ihead && ln->ihead->s == s)) &&
         !stream_post_recv(s, false)) {
         s->ended = true;
         grpc_call_cancel(s->call, NULL);
@@ -664,6 +663,14 @@ struct router_link *router_link_create(const char *addr,
     for (int lane = 0; lane < LANES; lane++) {
         node_calls(l, lane, GRPC_STATUS_UNAVAILABLE);
         node_calls(l, lane, GRPC_STATUS_DEADLINE_EXCEEDED);
+        for (int j = 0; j < 2; j++) {
+            const char *ml[] = {"node", l->addr, "lane", lane_ops[lane], "receive",
+                                j ? "joined" : "apart", NULL};
+            l->m_sent[lane][j] = metrics_counter(
+                metrics_registry(), "bloomgrid_router_node_messages_total",
+                "batch messages sent to a node, by lane and by whether the receive "
+                "of the answer was started with the send (joined) or apart", ml);
+        }
     }
     l->m_duration = metrics_histogram(metrics_registry(),
                                       "bloomgrid_router_node_duration_seconds",
@@ -685,7 +692,7 @@ struct router_link *router_link_create(const char *addr,
     for (int k = 0; k < LANES; k++) {
         l->lane[k].l = l;
         l->lane[k].kind = k;
-        l->lane[k].joined = k == LANE_WRITE;
+        l->lane[k].joined = true;
     }
     rpc_arena_init(&l->arena, 4 * cfg->max_message + (1u << 20));
     if (pthread_create(&l->thread, NULL, l->own_cq ? link_main : link_deadlines, l) != 0) {

@@ -16,10 +16,12 @@
  * lane's window is full wait in its queue and all travel together in the
  * next message, which leaves as soon as an answer is in; a lane with room
  * sends at once, from the submitting thread (there is no timer).  A small
- * write that goes out alone (the write lane's answers come quickly and find
- * nothing waiting) is started with the receive of its answer in one batch:
- * one completion, and no packet of its own for the receive's flow-control
- * update; the write lane's second message then waits for that answer.  The entries of several calls with the same
+ * message that goes out alone is started with the receive of its answer in
+ * one batch: one completion, and no packet of its own for the receive's
+ * flow-control update (router_link_int.h says when: on the write lane its
+ * answers come quickly and find nothing waiting, and its second message
+ * then waits for that answer; on the read lane its last answer found no
+ * call waiting).  The entries of several calls with the same
  * filter, secret, operation and shard share one wire entry.  Each caller
  * gets its own answers, in its own order.  A message holds at most
  * max_message_hashes hashes (one call alone may exceed it), and only calls

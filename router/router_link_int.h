@@ -29,13 +29,19 @@ enum { LANE_READ, LANE_WRITE, LANES };
  * makes the first durable, and its writes join the node's next fsync
  * (node_batch_rpc.c applies as many before answering the first). */
 #define LINK_WRITE_WINDOW 2
-/* The write lane sends a message with its answer's receive in one batch
- * (lane_kick) only when it is at most LINK_JOIN_BYTES and the lane's last
- * answer came within LINK_JOIN_NS with nothing else waiting: a joined
- * send's end is known only with its answer, so the lane's second message
- * waits for it.  Under load, for big writes, and where a node's answers
- * wait for an fsync, the write lane keeps its window.  The read lane never
- * joins (router_link.c, lane_kick). */
+/* A lane sends a message with its answer's receive in one batch (lane_kick)
+ * only when the message is at most LINK_JOIN_BYTES and went out alone:
+ *   write lane: its last answer came within LINK_JOIN_NS of its send and
+ *     found nothing else waiting.  A joined send's end is known only with
+ *     its answer, so the lane's second message waits for it: under load,
+ *     for big writes, and where a node's answers wait for an fsync, the
+ *     write lane keeps its window.
+ *   read lane: its last answer found no call queued and the message took
+ *     every queued call.  Its window is one message, so a joined send holds
+ *     nothing back.  A queue behind the message in flight keeps the
+ *     receive posted by the thread that reads the answers, at once, and
+ *     the next message sent from there.  (Many RESP clients on one loop
+ *     mostly have no queue: a loop pass's commands are one call.) */
 #define LINK_JOIN_BYTES (16u << 10)
 #define LINK_JOIN_NS 300000
 
@@ -105,8 +111,8 @@ struct link_lane {
     struct link_msg *ihead, *itail;
     unsigned ninflight;
     uint64_t next_id;
-    /* Write lane: send the next message with the receive of its answer in
-     * one batch, as LINK_JOIN_BYTES and LINK_JOIN_NS say (lane_kick). */
+    /* Send the next message with the receive of its answer in one batch,
+     * as LINK_JOIN_BYTES says (lane_kick); no receive is posted meanwhile. */
     bool joined;
 };
 
@@ -150,6 +156,9 @@ struct router_link {
     /* bloomgrid_router_node_calls_total{code="OK"} and the latency
      * histogram of the calls to this node (other codes: looked up). */
     struct metric *m_ok[LANES], *m_duration;
+    /* bloomgrid_router_node_messages_total: messages sent per lane, [0]
+     * apart from the receive of their answer, [1] joined with it. */
+    struct metric *m_sent[LANES][2];
 };
 
 /* The call is done: count it off its set (which goes on l's fired list

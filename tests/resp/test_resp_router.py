@@ -30,6 +30,15 @@ usage: test_resp_router.py NODE_BIN ROUTER_BIN PART
           read calls to the nodes than commands); 4 connections pipelining
           BF.ADD k, BF.EXISTS k, BF.MEXISTS on two filters: every added key
           reads 1, every reply in its place
+  readjoin  one connection pipelining BF.EXISTS (rounds of 32) through a
+          router in front of one node: every read message but a stream's
+          first goes joined with the receive of its answer (the router's
+          bloomgrid_router_node_messages_total), every reply right and in its
+          place; reads queued behind a message the node holds (SIGSTOP) go
+          apart; the node killed and restarted under the pipelined reader:
+          the commands of the message in flight are answered with an error
+          (never a 0 for a key added), the reads go on on a new stream
+          once it is back, every reply in its place
   slow    with resp_slow_timeout_ms = 300 and the node stopped, pipelined
           adds and BF.INFO of an unchecked filter are answered -UNAVAILABLE
           naming the bound (the add: nothing written), the PING after them
@@ -567,11 +576,181 @@ def part_slow():
         cl.stop()
 
 
+def read_messages(text):
+    """bloomgrid_router_node_messages_total of the read lane: (joined, apart)."""
+    out = {"joined": 0.0, "apart": 0.0}
+    for how, v in re.findall(r'^bloomgrid_router_node_messages_total\{[^}]*lane="read"'
+                             r'[^}]*receive="(\w+)"[^}]*\} (\S+)$', text, re.M):
+        out[how] += float(v)
+    return out["joined"], out["apart"]
+
+
+def part_readjoin():
+    """A lone pipelined reader's messages are joined with their answer's
+    receive; reads queued behind a message in flight are not; a node
+    restart under a joined reader fails the commands in flight, and the
+    reads go on on a new stream."""
+    # node_timeout_ms: the stopped node's held message must not time out.
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
+                           router_flags=["--metrics-listen", "127.0.0.1:0",
+                                         "--default-shards", "4",
+                                         "--node-timeout-ms", "20000"])
+    try:
+        s = cl.routers[0]
+        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        c = cl.client(0)
+        c.execute_command("BF.RESERVE", "rj", 0.001, 100000, "NONSCALING")
+        present = ["p%d" % i for i in range(2000)]
+        for i in range(0, len(present), 500):
+            c.execute_command("BF.MADD", "rj", *present[i:i + 500])
+        absent = ["a%d" % i for i in range(2000)]
+        truth = dict(zip(present + absent, [1] * 2000 + list(
+            c.execute_command("BF.MEXISTS", "rj", *absent))))
+        check(sum(truth[k] for k in absent) < 20, "too many false positives")
+
+        def rnd(conn, r, n=32):
+            """Round r: n pipelined BF.EXISTS, present and absent keys in
+            turn; the keys and the replies (errors in place)."""
+            keys = [present[(r * n + i) % 2000] if i % 2 == 0 else
+                    absent[(r * n + i) % 2000] for i in range(n)]
+            p = conn.pipeline(transaction=False)
+            for k in keys:
+                p.execute_command("BF.EXISTS", "rj", k)
+            return keys, p.execute(raise_on_error=False)
+
+        # A lone pipelined reader: nothing waits behind its message in
+        # flight, so each message after the stream's first is joined.
+        ROUNDS = 300
+        j0, a0 = read_messages(scrape(maddr))
+        for r in range(ROUNDS):
+            keys, got = rnd(c, r)
+            bad = [(k, g) for k, g in zip(keys, got) if g != truth[k]]
+            check(not bad, "round %d: wrong or misplaced replies %r" % (r, bad[:4]))
+        j1, a1 = read_messages(scrape(maddr))
+        print("lone pipelined reader: %d rounds of 32, %d read messages joined, %d apart"
+              % (ROUNDS, j1 - j0, a1 - a0))
+        check(j1 - j0 + a1 - a0 >= ROUNDS, "fewer read messages than rounds")
+        check(j1 - j0 >= 0.9 * ROUNDS and a1 - a0 <= 0.1 * ROUNDS,
+              "a lone pipelined reader's messages were not joined: %d joined, %d apart"
+              % (j1 - j0, a1 - a0))
+
+        # Reads queued behind a message the node holds: the answer finds
+        # them waiting, so the message that takes them goes apart (the
+        # receive posted at once, as before).
+        node = cl.nodes[0]
+        others = [cl.client(0) for _ in range(4)]
+        results = {}
+
+        def one(i, conn):
+            try:
+                results[i] = rnd(conn, 1000 + i, 8)
+            except Exception as e:   # noqa: BLE001 (reported below)
+                results[i] = e
+
+        def until(cond, what):
+            deadline = time.time() + 10
+            while not cond():
+                check(time.time() < deadline, "waited 10 s for " + what)
+                time.sleep(0.02)
+
+        j0, a0 = read_messages(scrape(maddr))
+        n0 = metric(scrape(maddr), "commands", "bf.exists")
+        node.send_signal(signal.SIGSTOP)
+        try:
+            ths = [threading.Thread(target=one, args=(0, c))]
+            ths[0].start()
+            # Its message is sent, and held unanswered.
+            until(lambda: sum(read_messages(scrape(maddr))) > j0 + a0,
+                  "the first reader's message")
+            for i, conn in enumerate(others):
+                ths.append(threading.Thread(target=one, args=(i + 1, conn)))
+                ths[-1].start()
+            # Every command run (queued behind the held message).
+            until(lambda: metric(scrape(maddr), "commands", "bf.exists") >= n0 + 40,
+                  "the other readers' commands")
+            time.sleep(0.2)
+        finally:
+            node.send_signal(signal.SIGCONT)
+        for th in ths:
+            th.join()
+        for i, res in results.items():
+            check(not isinstance(res, Exception), "reader %d: %r" % (i, res))
+            keys, got = res
+            bad = [(k, g) for k, g in zip(keys, got) if g != truth[k]]
+            check(not bad, "queued reader %d: %r" % (i, bad[:4]))
+        j1, a1 = read_messages(scrape(maddr))
+        print("reads queued behind a held message: %d read messages joined, %d apart"
+              % (j1 - j0, a1 - a0))
+        check(a1 - a0 >= 1, "reads queued behind a message in flight went joined "
+              "(%d joined, 0 apart)" % (j1 - j0))
+        for conn in others:
+            conn.close()
+
+        # The node killed and restarted under the pipelined reader.
+        stop = threading.Event()
+        log = {"ok": 0, "errors": 0, "wrong": [], "after": 0, "exc": None}
+        restarted = threading.Event()
+
+        def reader():
+            cc = cl.client(0)
+            r = 0
+            try:
+                while not stop.is_set():
+                    keys, got = rnd(cc, r)
+                    r += 1
+                    check_len = len(got) == len(keys)
+                    if not check_len:
+                        log["wrong"].append(("reply count", len(got)))
+                    for k, g in zip(keys, got):
+                        if isinstance(g, Exception):
+                            log["errors"] += 1
+                        elif g != truth[k]:
+                            log["wrong"].append((r, k, g))
+                        else:
+                            log["ok"] += 1
+                    if restarted.is_set() and all(
+                            not isinstance(g, Exception) for g in got):
+                        log["after"] += 1
+            except Exception as e:   # noqa: BLE001 (reported below)
+                log["exc"] = e
+            finally:
+                cc.close()
+
+        th = threading.Thread(target=reader)
+        th.start()
+        time.sleep(1.0)
+        cl.kill_node(0)
+        time.sleep(0.5)
+        cl.start_node(0)
+        restarted.set()
+        deadline = time.time() + 60
+        while log["after"] < 50 and time.time() < deadline and th.is_alive():
+            time.sleep(0.1)
+        stop.set()
+        th.join()
+        print("node restarted under the pipelined reader: %d replies right, %d errors, "
+              "%d rounds all answered after the restart" % (
+                  log["ok"], log["errors"], log["after"]))
+        check(log["exc"] is None, "the reader's connection failed: %r" % log["exc"])
+        check(not log["wrong"], "wrong or misplaced replies across the restart: %r"
+              % log["wrong"][:4])
+        check(log["errors"] > 0, "no command failed while the node was down")
+        check(log["after"] >= 50, "reads did not go on after the restart")
+        j2, a2 = read_messages(scrape(maddr))
+        keys, got = rnd(c, 7)
+        check(all(g == truth[k] for k, g in zip(keys, got)), "after the restart: %r" % got)
+        j3, _ = read_messages(scrape(maddr))
+        check(j3 > j2, "the new stream's messages are not joined")
+    finally:
+        cl.stop()
+
+
 def metric_value(text, name):
     m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
     return float(m.group(1)) if m else None
 
 
 {"kill": part_kill, "create": part_create, "bench": part_bench,
- "budget": part_budget, "pipeline": part_pipeline, "slow": part_slow}[PART]()
+ "budget": part_budget, "pipeline": part_pipeline, "slow": part_slow,
+ "readjoin": part_readjoin}[PART]()
 print("ok")

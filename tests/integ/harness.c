@@ -823,3 +823,12 @@ void harness_preload_end(void)
     free(preload_saved_asan);
     preload_saved_asan = NULL;
 }
+
+void harness_fsync_gate(const char *gate, const char *match, char *held, size_t heldlen)
+{
+    snprintf(held, heldlen, "%s.held", gate);
+    unlink(gate);
+    unlink(held);
+    setenv("SLOW_FSYNC_GATE", gate, 1);
+    setenv("SLOW_FSYNC_MATCH", match, 1);
+}

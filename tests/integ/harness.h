@@ -236,4 +236,10 @@ void t_node_info(struct rpc_channel *ch, struct node_info *out);
 void harness_preload_begin(const char *lib);
 void harness_preload_end(void);
 
+/* The fsync gate of slow_fsync.c for the children started next: their
+ * fsyncs of files whose path holds match wait while the file gate exists,
+ * and held (gate + ".held", heldlen bytes at most) exists while one waits.
+ * Neither file exists on return. */
+void harness_fsync_gate(const char *gate, const char *match, char *held, size_t heldlen);
+
 #endif

@@ -110,9 +110,7 @@ int main(int argc, char **argv)
     grpc_init();
     harness_tmpdir(dir, sizeof dir, "node-async");
     snprintf(gate, sizeof gate, "%s.gate", dir);
-    snprintf(held, sizeof held, "%s.held", gate);
-    setenv("SLOW_FSYNC_GATE", gate, 1);
-    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_fsync_gate(gate, "/wal-", held, sizeof held);
     const char *flags[] = {"--threads", "1", "--durability", "fsync", NULL, NULL, NULL};
     if (argc == 4) {
         flags[4] = "--loops";

@@ -294,11 +294,7 @@ static void case_crash_apply(const char *lib)
 
     harness_tmpdir(x.dir, sizeof x.dir, "import-crash-apply");
     snprintf(gate, sizeof gate, "%s.gate", x.dir);
-    snprintf(held, sizeof held, "%s.held", gate);
-    unlink(gate);
-    unlink(held);
-    setenv("SLOW_FSYNC_GATE", gate, 1);
-    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_fsync_gate(gate, "/wal-", held, sizeof held);
     harness_preload_begin(lib);
     setup(&x, "import-crash-apply", flags);
     harness_preload_end();

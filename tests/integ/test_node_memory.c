@@ -107,11 +107,7 @@ static void test_create_health(const char *dir, const char *preload)
     pthread_t th;
 
     snprintf(gate, sizeof gate, "%s.gate", dir);
-    snprintf(held, sizeof held, "%s.held", gate);
-    unlink(gate);
-    unlink(held);
-    setenv("SLOW_FSYNC_GATE", gate, 1);
-    setenv("SLOW_FSYNC_MATCH", "/.creating-", 1);
+    harness_fsync_gate(gate, "/.creating-", held, sizeof held);
     harness_preload_begin(preload);
     node_start(&n, dir, flags);
     harness_preload_end();

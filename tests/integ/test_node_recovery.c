@@ -308,9 +308,7 @@ static void test_torn_unit(const char *dir, const char *preload)
     off_t old_size, new_size;
 
     snprintf(gate, sizeof gate, "%s.gate", dir);
-    snprintf(held, sizeof held, "%s.held", gate);
-    setenv("SLOW_FSYNC_GATE", gate, 1);
-    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_fsync_gate(gate, "/wal-", held, sizeof held);
     harness_preload_begin(preload);
     node_start(&np, dir, slow_snapshots);
     harness_preload_end();

@@ -313,9 +313,7 @@ static struct rpc_channel *gated_cluster(struct cluster *c, const char *name,
     static const char *const rflags[] = {"--node-timeout-ms", "60000", NULL};
     cluster_init(c, name, "fsync");
     snprintf(gate, GATE_LEN, "%s/fsync-gate", c->dir);
-    snprintf(held, GATE_LEN, "%s.held", gate);
-    setenv("SLOW_FSYNC_GATE", gate, 1);
-    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_fsync_gate(gate, "/wal-", held, GATE_LEN);
     harness_preload_begin(preload);
     cluster_node_start(c, 0, 0, NULL);
     harness_preload_end();

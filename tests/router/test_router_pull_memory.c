@@ -112,11 +112,7 @@ static void test_killed(void)
 
     setup(&c, "pull-killed", &k);
     snprintf(gate, sizeof gate, "%s/wal.gate", c.dir);
-    snprintf(held, sizeof held, "%s.held", gate);
-    unlink(gate);
-    unlink(held);
-    setenv("SLOW_FSYNC_GATE", gate, 1);
-    setenv("SLOW_FSYNC_MATCH", "/wal-", 1);
+    harness_fsync_gate(gate, "/wal-", held, sizeof held);
 
     /* Wiped and started with the library while copy 0 is stopped (nothing
      * to pull from yet); then its log's fdatasyncs are held and copy 0

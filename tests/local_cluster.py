@@ -6,7 +6,8 @@ A base port P is free when P+1..P+3 (nodes), P+101 (the router) and P+201
 (its RESP port) all bind.  Another test's process may take one of them
 between that check and start.sh binding it (start.sh then says "is taken
 by another process"): what started is stopped, its state wiped and the
-next free base tried, a few times."""
+next free base tried, a few times.  Tests that may run at once start
+their search at different bases (a random one in a range)."""
 import shutil
 import socket
 import subprocess
@@ -50,7 +51,9 @@ def start(root, env, first, step, attempts=5):
         err = r.stderr
         sys.stderr.write(err)
         stop(root, env)
-        if "is taken by another process" not in err:
+        # Found free, then taken before the cluster bound it: start.sh saw
+        # it taken, or a process it started could not bind it.
+        if "is taken by another process" not in err and "address is in use" not in err:
             break
         shutil.rmtree(env["BLOOMGRID_STATE"], ignore_errors=True)
     sys.exit("FAIL: deploy/local/start.sh exited %d: %s" % (r.returncode, err.strip()))

@@ -25,6 +25,7 @@ the TLS port (UNAVAILABLE).
 Usage: clients_doc.py SOURCE_DIR BUILD_DIR TMP_DIR python|node|go|java
 """
 import os
+import random
 import re
 import shlex
 import shutil
@@ -238,7 +239,7 @@ started = False
 try:
     if needs_cluster:
         started = True
-        router = "127.0.0.1:%d" % (local_cluster.start(root, env, 23000, 197) + 101)
+        router = "127.0.0.1:%d" % (local_cluster.start(root, env, 23000 + 197 * random.randrange(40), 197) + 101)
         wait_ready(router)
     script = [l.replace("@ROUTER_ADDR@", router) for l in script]
     with open(os.path.join(work, "script.sh"), "w") as f:

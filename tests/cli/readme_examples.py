@@ -13,6 +13,7 @@ points into TMP_DIR): nothing is left in the repository root.
 Usage: readme_examples.py SOURCE_DIR BUILD_DIR TMP_DIR
 """
 import os
+import random
 import re
 import shlex
 import shutil
@@ -74,7 +75,7 @@ script.append("echo README examples OK")
 
 rc = 1
 try:
-    base = local_cluster.start(root, env, 21000, 211)
+    base = local_cluster.start(root, env, 21000 + 211 * random.randrange(50), 211)
     text = "\n".join(script).replace("@ROUTER_PORT@", str(base + 101))
     r = subprocess.run(["bash", "-c", text.replace("@RESP_PORT@", str(base + 201))],
                        cwd=root, env=env)

@@ -8,13 +8,24 @@
  * common/engine/bundle.h).  Export streams the bundle to its client as it
  * is produced, shard after shard, from the shards' own exports (each a
  * consistent point-in-time snapshot of its shard): a shard read from one
- * copy (R = 1) goes through as its node sends it, a shard of a group read
- * by R > 1 copies is held while its R copies are ORed (the largest shard,
- * not the filter).  Every byte it holds for that (a chunk gathered and one
- * going out, a node's message, and a group's copies while they are ORed)
- * counts against max_memory_mb while held: an Export past it is
- * RESOURCE_EXHAUSTED naming it.  A failure after chunks went out still
- * ends the call with its status.
+ * copy (R = 1) goes through as its node sends it; a shard of a group read
+ * by R > 1 copies is read from its R copies at once, in step, and ORed a
+ * piece at a time as it goes out (export_shard_quorum: every kind, the
+ * counting kind's counters added as a merge adds them, a scalable
+ * filter's layers that only some copies have taken from those).  So an
+ * Export holds a bounded window whatever the shards' sizes: a chunk
+ * gathered and one going out, and per copy read a message received and
+ * decoded and its call's receive window, plus one piece for R > 1.  Every
+ * byte of it counts against max_memory_mb while held: an Export past it
+ * is RESOURCE_EXHAUSTED naming it.  A failure after chunks went out still
+ * ends the call with its status (for R > 1, a copy that fails once its
+ * shard's entry has begun fails the Export UNAVAILABLE naming it: the
+ * entry is never made of fewer than R copies).
+ *
+ * Threads: each Export runs on one of the server's stream threads
+ * (rpc_server.h, max_streams) and blocks there on its client's and its
+ * nodes' streams, one node stream per copy it reads; Exports share only
+ * the budget and the router's topology and filters (held by reference).
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -10,9 +10,10 @@
  * consistent point-in-time snapshot of its shard): a shard read from one
  * copy (R = 1) goes through as its node sends it; a shard of a group read
  * by R > 1 copies is read from its R copies at once, in step, and ORed a
- * piece at a time as it goes out (export_shard_quorum: every kind, the
- * counting kind's counters added as a merge adds them, a scalable
- * filter's layers that only some copies have taken from those).  So an
+ * piece at a time as it goes out (export_shard_quorum; only blocked and
+ * classic filters have several copies, but the counting kind's counters
+ * would be added as a merge adds them, and a scalable filter's layers that
+ * only some copies have taken from those).  So an
  * Export holds a bounded window whatever the shards' sizes: a chunk
  * gathered and one going out, and per copy read a message received and
  * decoded and its call's receive window, plus one piece for R > 1.  Every

@@ -635,7 +635,7 @@ static int export_shard_quorum(const struct topo *t,
                                struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
-    unsigned need = quorum_read_need(g), next = 0, nact = 0, open = 0, bad = 0;
+    unsigned need = quorum_read_need(g), next = 0, nact = 0, opened = 0, bad = 0;
     struct step_copy *cp = calloc(g->ncopies, sizeof *cp), *act[TOPO_MAX_COPIES] = {0};
     uint8_t meta[BF_FILE_META_MAX], *piece = NULL;
     bool piece_charged = false;
@@ -653,11 +653,11 @@ static int export_shard_quorum(const struct topo *t,
     while (nact < need && next < g->ncopies) {
         unsigned from = next;
         while (next < g->ncopies && next - from < need - nact) {
-            if (step_open(t, f, s, g->copies[next], open > 0, mem, &cp[next]) < 0) {
+            if (step_open(t, f, s, g->copies[next], opened > 0, mem, &cp[next]) < 0) {
                 *st = mem->st;    /* past the budget: the Export's refusal */
                 goto out;
             }
-            open++;
+            opened++;
             next++;
         }
         for (unsigned c = from; c < next; c++) {

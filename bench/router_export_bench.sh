@@ -18,9 +18,14 @@
 #   BUILD_DIR     default build (its node, CLI and router A)
 #   ROUTER_B_BIN  default: router A again
 # Environment: SIZE_MB (256), SHARDS (16), KEYS (1000000), ROUNDS (5),
-#              NODES (3), ROUTER_MB (1024).  Needs about 2 x SIZE_MB of
-#              memory for the nodes and a router that holds the bundle, and
-#              2 x SIZE_MB of disk under TMPDIR.
+#              NODES (3), ROUTER_MB (1024), COPIES (1).  Needs about 2 x
+#              SIZE_MB of memory for the nodes and a router that holds the
+#              bundle, and 2 x SIZE_MB of disk under TMPDIR.
+#   COPIES > 1: the NODES nodes form groups of COPIES copies (durability
+#              fsync, each node reading the topology) with read_quorum =
+#              write_quorum = COPIES / 2 + 1, so each shard is exported from
+#              R copies and ORed; memory and disk: COPIES x SIZE_MB for
+#              the nodes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$(realpath "${1:-build}")
@@ -30,6 +35,7 @@ KEYS=${KEYS:-1000000}
 ROUNDS=${ROUNDS:-5}
 NODES=${NODES:-3}
 ROUTER_MB=${ROUTER_MB:-1024}
+COPIES=${COPIES:-1}
 BG=$BUILD/cli/bloomgrid
 NODE=$BUILD/node/bloomgrid-node
 RA=$BUILD/router/bloomgrid-router
@@ -54,18 +60,53 @@ start() {   # TAG BIN ARGS...: sets ADDR and PID
   [ -n "$ADDR" ] || { echo "$tag did not start: $(cat "$TMP/$tag.log")" >&2; exit 1; }
 }
 topo="version = 1"$'\n'
-for i in $(seq 0 $((NODES - 1))); do
-  start n$i "$NODE" --data-dir "$TMP/n$i" --durability none
-  topo+="[group g$i]"$'\n'"copies = $ADDR"$'\n'
-done
-printf '%s' "$topo" > "$TMP/topo.ini"
+if [ "$COPIES" -le 1 ]; then
+  for i in $(seq 0 $((NODES - 1))); do
+    start n$i "$NODE" --data-dir "$TMP/n$i" --durability none
+    topo+="[group g$i]"$'\n'"copies = $ADDR"$'\n'
+  done
+  printf '%s' "$topo" > "$TMP/topo.ini"
+else
+  # Copies read the topology, which needs their ports: each node starts
+  # once on a free port, which it keeps when it starts again reading it.
+  Q=$((COPIES / 2 + 1))
+  topo+="write_quorum = $Q"$'\n'"read_quorum = $Q"$'\n'
+  ADDRS=()
+  for i in $(seq 0 $((NODES - 1))); do
+    start p$i "$NODE" --data-dir "$TMP/n$i"
+    ADDRS+=("$ADDR")
+    kill "$PID"; wait "$PID" 2>/dev/null || true
+  done
+  for g in $(seq 0 $((NODES / COPIES - 1))); do
+    topo+="[group g$g]"$'\n'"copies ="
+    for c in $(seq 0 $((COPIES - 1))); do topo+=" ${ADDRS[$((g * COPIES + c))]}"; done
+    topo+=$'\n'
+  done
+  printf '%s' "$topo" > "$TMP/topo.ini"
+  for i in $(seq 0 $((NODES - 1))); do
+    "$NODE" --data-dir "$TMP/n$i" --topology "$TMP/topo.ini" \
+      --listen "${ADDRS[$i]}" >"$TMP/n$i.out" 2>"$TMP/n$i.log" &
+    PIDS+=($!)
+  done
+  for i in $(seq 0 $((NODES - 1))); do
+    for _ in $(seq 400); do
+      grep -q 'listening on ' "$TMP/n$i.out" 2>/dev/null && break
+      sleep 0.05
+    done
+  done
+fi
 start ra "$RA" --topology "$TMP/topo.ini" --max-memory-mb "$ROUTER_MB"; A=$ADDR; PA=$PID
 start rb "$RB" --topology "$TMP/topo.ini" --max-memory-mb "$ROUTER_MB"; B=$ADDR; PB=$PID
 # Keys for SIZE_MB MiB of bits at 1 %: 9.585 bits a key.
 CAP=$(awk -v m="$SIZE_MB" 'BEGIN { printf "%.0f", m * 1048576 * 8 / 9.585 }')
-"$BG" --server "$A" create f -n "$CAP" -p 0.01 --shards "$SHARDS" >/dev/null
+# (Copies answer once they have heard from each other: try for 30 s.)
+for t in $(seq 60); do
+  "$BG" --server "$A" create f -n "$CAP" -p 0.01 --shards "$SHARDS" >/dev/null 2>"$TMP/create.err" && break
+  [ "$t" -lt 60 ] || { cat "$TMP/create.err" >&2; exit 1; }
+  sleep 0.5
+done
 seq -f "k-%.0f" 1 "$KEYS" | "$BG" --server "$A" add f >/dev/null
-echo "filter: capacity $CAP, $SHARDS shards, $("$BG" --server "$A" info f | sed -n 's/^bytes: *//p'), $KEYS keys; $NODES nodes"
+echo "filter: capacity $CAP, $SHARDS shards, $("$BG" --server "$A" info f | sed -n 's/^bytes: *//p'), $KEYS keys; $NODES nodes, $COPIES copies a group"
 echo "router A: $RA"
 echo "router B: $RB"
 echo "load before: $(uptime | sed 's/.*load average/load average/')"

@@ -8,13 +8,25 @@
  * common/engine/bundle.h).  Export streams the bundle to its client as it
  * is produced, shard after shard, from the shards' own exports (each a
  * consistent point-in-time snapshot of its shard): a shard read from one
- * copy (R = 1) goes through as its node sends it, a shard of a group read
- * by R > 1 copies is held while its R copies are ORed (the largest shard,
- * not the filter).  Every byte it holds for that (a chunk gathered and one
- * going out, a node's message, and a group's copies while they are ORed)
- * counts against max_memory_mb while held: an Export past it is
- * RESOURCE_EXHAUSTED naming it.  A failure after chunks went out still
- * ends the call with its status.
+ * copy (R = 1) goes through as its node sends it; a shard of a group read
+ * by R > 1 copies is read from its R copies at once, in step, and ORed a
+ * piece at a time as it goes out (export_shard_quorum; only blocked and
+ * classic filters have several copies, but the counting kind's counters
+ * would be added as a merge adds them, and a scalable filter's layers that
+ * only some copies have taken from those).  So an
+ * Export holds a bounded window whatever the shards' sizes: a chunk
+ * gathered and one going out, and per copy read a message received and
+ * decoded and its call's receive window, plus one piece for R > 1.  Every
+ * byte of it counts against max_memory_mb while held: an Export past it
+ * is RESOURCE_EXHAUSTED naming it.  A failure after chunks went out still
+ * ends the call with its status (for R > 1, a copy that fails once its
+ * shard's entry has begun fails the Export UNAVAILABLE naming it: the
+ * entry is never made of fewer than R copies).
+ *
+ * Threads: each Export runs on one of the server's stream threads
+ * (rpc_server.h, max_streams) and blocks there on its client's and its
+ * nodes' streams, one node stream per copy it reads; Exports share only
+ * the budget and the router's topology and filters (held by reference).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,7 +39,6 @@
 #include "bloomgrid/v1/bloomgrid.pb-c.h"
 #include "bloomgrid/v1/internal.pb-c.h"
 #include "bundle.h"
-#include "bytebuf.h"
 #include "log.h"
 #include "node_client.h"
 #include "proc_malloc.h"
@@ -35,6 +46,8 @@
 #include "router.h"
 #include "router_nodes.h"
 #include "router_rpc.h"
+
+#include <xxhash.h>
 
 #define TRANSFER_TIMEOUT_MS 600000
 /* The chunks a node sends its shard's file in. */
@@ -111,45 +124,6 @@ static void mem_give(struct export_mem *m, uint64_t n)
 {
     rpc_server_uncharge(m->r->srv, n);
     m->held -= n;
-}
-
-/* A byte buffer whose room is counted before it grows. */
-struct held_buf {
-    struct bytebuf b;
-    uint64_t charged;           /* its room */
-    struct export_mem *m;
-};
-
-static void held_init(struct held_buf *h, struct export_mem *m)
-{
-    bytebuf_init(&h->b, SIZE_MAX);
-    h->charged = 0;
-    h->m = m;
-}
-
-static void held_deinit(struct held_buf *h)
-{
-    bytebuf_deinit(&h->b);
-    mem_give(h->m, h->charged);
-    h->charged = 0;
-}
-
-/* bf_file_writer: append to the buffer (ctx), counting the room it grows
- * to (as bytebuf grows: doubling from 64 KiB) first. */
-static int held_write(void *ctx, const void *data, size_t len)
-{
-    struct held_buf *h = ctx;
-    size_t need = h->b.len + len, cap = h->b.cap ? h->b.cap : (64u << 10);
-    if (need > h->b.cap) {
-        while (cap < need)
-            cap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
-        if (cap > h->charged) {
-            if (mem_take(h->m, cap - h->charged) < 0)
-                return -ENOSPC;
-            h->charged = cap;
-        }
-    }
-    return bytebuf_append(&h->b, data, len);
 }
 
 /* Where a copy's shard file goes: begin(ctx, total) once its size is
@@ -261,12 +235,6 @@ static int entry_data(void *ctx, const void *buf, size_t len)
     return bundle_writer_data(e->w, buf, len);
 }
 
-static int buf_begin(void *ctx, uint64_t total)
-{
-    struct held_buf *h = ctx;
-    return total > h->b.max ? -ENOMEM : 0;
-}
-
 /* A write of the bundle failed: the budget's refusal, or out of memory. */
 static void write_failed(const struct export_mem *mem, struct rpc_status *st)
 {
@@ -296,117 +264,516 @@ static int export_shard_one(const struct topo *t,
     return rc;
 }
 
-/* Copy node's file of shard s, parsed; NULL with *cst saying why.  The
- * filter's bytes stay counted in mem (*charged of them) until the caller
- * gives them back. */
-static struct bf *export_copy_bf(const struct topo *t,
-                                 const struct router_filter *f, uint32_t s,
-                                 const char *node, struct export_mem *mem,
-                                 uint64_t *charged, struct rpc_status *cst)
-{
-    struct held_buf h;
-    struct export_sink sink = {buf_begin, held_write, &h, mem};
-    struct bf *one = NULL;
-    char err[256];
-    bool begun = false;
+/* ---- R > 1: the copies read in step ----------------------------------
+ *
+ * A shard of a group read by R > 1 copies: one copy alone may lack a write
+ * that W others acknowledged, so R copies are exported and ORed, as a read
+ * asks R (R + W > N: every acknowledged key is in one of them).  The R
+ * ExportShard streams are open at once and read in step: each copy's
+ * header and layer descriptors first (they must agree, else "its copy
+ * differs" and the next copy is asked), then the entry is written as the
+ * copies' bodies arrive, a piece of EXPORT_STEP_PIECE bytes at a time, each
+ * piece taken from every copy that has the layer and combined as a merge
+ * does (bits ORed; counting: counters added, saturating), then each copy's
+ * checksum checked and the entry's own written.  What is held is one piece
+ * and each copy's message and window, whatever the shard's size. */
 
-    *charged = 0;
-    held_init(&h, mem);
-    if (export_copy(t, f, s, node, &sink, &begun, cst) == 0) {
-        if (mem_take(mem, h.b.len) < 0)
-            *cst = mem->st;
-        else if (!(one = bf_file_parse(h.b.p, h.b.len, err)))
-            rpc_status_set(cst, GRPC_STATUS_DATA_LOSS, "its file does not parse: %s", err);
-        if (one)
-            *charged = h.b.len;
-        else if (!mem->over)
-            mem_give(mem, h.b.len);
+/* The piece of a layer's body combined at a time (a multiple of 8). */
+#define EXPORT_STEP_PIECE (256u << 10)
+
+/* What each stream of a copy read in step holds: its message received and
+ * decoded (up to a node chunk each) and what its call may have sent ahead
+ * (its window).  The Export's base counts one stream; every further one
+ * open at once is counted as it opens. */
+#define EXPORT_STEP_STREAM (2 * (uint64_t)EXPORT_NODE_CHUNK + EXPORT_NODE_WINDOW)
+
+/* One copy's ExportShard stream, read in step with the others. */
+struct step_copy {
+    const char *node;
+    struct rpc_cstream *cs;         /* NULL once finished */
+    bool charged;                   /* EXPORT_STEP_STREAM counted for it */
+    Bloomgrid__V1__FileChunk *fc;   /* the message being taken, or NULL */
+    size_t at;                      /* bytes of fc taken */
+    uint64_t got, total;            /* file bytes received; its size (0: not yet) */
+    XXH64_state_t *xx;              /* of every byte taken before its trailer */
+    struct bf *meta;                /* its geometry and counts (bodies untouched) */
+    uint32_t nlayers;
+    uint64_t m[BF_MAX_LAYERS], body[BF_MAX_LAYERS];
+    struct rpc_status st;           /* why it failed (code 0: it did not) */
+};
+
+/* End c's call (cancelled unless its messages all came) and let go of what
+ * it holds.  Its status, when it failed and c has no reason yet, goes to
+ * c->st. */
+static void step_close(struct step_copy *c, struct export_mem *mem, bool cancel)
+{
+    if (c->cs) {
+        struct rpc_status rs = {0};
+        if (cancel)
+            rpc_cstream_cancel(c->cs);
+        if (rpc_cstream_finish(c->cs, &rs) < 0 && !c->st.code && !cancel)
+            c->st = rs;
+        c->cs = NULL;
     }
-    held_deinit(&h);
-    return one;
+    if (c->fc)
+        bloomgrid__v1__file_chunk__free_unpacked(c->fc, NULL);
+    c->fc = NULL;
+    if (c->xx)
+        XXH64_freeState(c->xx);
+    c->xx = NULL;
+    bf_destroy(c->meta);
+    c->meta = NULL;
+    if (c->charged)
+        mem_give(mem, EXPORT_STEP_STREAM);
+    c->charged = false;
 }
 
-/* Shard s of a group read by R > 1 copies: one copy alone may lack a write
- * that W others acknowledged, so R copies are exported and ORed, as a read
- * asks R (R + W > N: every acknowledged key is in one of them).  inserts and
- * keys added are the largest copy's, not the sum (the copies hold the same
- * adds; an uncounted copy's BF_KEYS_UNCOUNTED is the largest).  Fewer
- * than R copies answering: UNAVAILABLE, never a file from fewer. */
+/* c failed: its stream's status (or, when it ended without one, that its
+ * file ended early) becomes its reason, unless it has one already. */
+static void step_fail(struct step_copy *c, struct export_mem *mem)
+{
+    bool had = c->st.code != 0;
+    step_close(c, mem, had);
+    if (!c->st.code)
+        rpc_status_set(&c->st, GRPC_STATUS_UNAVAILABLE, "its file ended early");
+}
+
+/* Start copy node's ExportShard of shard s into c, counting its stream
+ * (charge: another stream is open already).  -1 when the budget refused
+ * it (mem->st says so); a call that cannot start leaves c->st set. */
+static int step_open(const struct topo *t, const struct router_filter *f, uint32_t s,
+                     const char *node, bool charge, struct export_mem *mem,
+                     struct step_copy *c)
+{
+    struct node_client_ref ref = {.filter = f->name, .shard = s,
+                                  .topology_version = t->version};
+    struct rpc_channel *ch;
+    bool sent = false;
+
+    memset(c, 0, sizeof *c);
+    c->node = node;
+    if (charge) {
+        if (mem_take(mem, EXPORT_STEP_STREAM) < 0)
+            return -1;
+        c->charged = true;
+    }
+    if (!(c->xx = XXH64_createState()) || !(ch = export_channel(mem, node))) {
+        rpc_status_set(&c->st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return 0;
+    }
+    XXH64_reset(c->xx, 0);
+    c->cs = node_client_export_open(ch, &ref, EXPORT_NODE_CHUNK, TRANSFER_TIMEOUT_MS,
+                                    &sent);
+    if (!c->cs)
+        rpc_status_set(&c->st, GRPC_STATUS_UNAVAILABLE, "cannot start the call");
+    else if (!sent)
+        step_fail(c, mem);
+    return 0;
+}
+
+/* Up to want (> 0) more bytes of c's file at *p (valid until the next
+ * take), receiving its next message when the one held is used up.  The
+ * bytes taken, or 0 when c failed (c->st says why; its call is over). */
+static size_t step_take(struct step_copy *c, struct export_mem *mem, size_t want,
+                        const uint8_t **p)
+{
+    while (!c->fc || c->at == c->fc->data.len) {
+        grpc_slice sl;
+        if (c->fc)
+            bloomgrid__v1__file_chunk__free_unpacked(c->fc, NULL);
+        c->fc = NULL;
+        c->at = 0;
+        if (!c->cs || rpc_cstream_read(c->cs, &sl) != 1) {
+            step_fail(c, mem);
+            return 0;
+        }
+        Bloomgrid__V1__FileChunk *fc = bloomgrid__v1__file_chunk__unpack(
+            NULL, GRPC_SLICE_LENGTH(sl), GRPC_SLICE_START_PTR(sl));
+        grpc_slice_unref(sl);
+        if (!fc || fc->offset != c->got || fc->total_size == 0 ||
+            (c->total && fc->total_size != c->total) ||
+            fc->offset + fc->data.len > fc->total_size) {
+            if (fc)
+                bloomgrid__v1__file_chunk__free_unpacked(fc, NULL);
+            rpc_status_set(&c->st, GRPC_STATUS_UNAVAILABLE, "it sent an incomplete or "
+                           "inconsistent file");
+            step_fail(c, mem);
+            return 0;
+        }
+        c->total = fc->total_size;
+        c->got += fc->data.len;
+        c->fc = fc;
+    }
+    size_t n = c->fc->data.len - c->at;
+    if (n > want)
+        n = want;
+    *p = c->fc->data.data + c->at;
+    c->at += n;
+    return n;
+}
+
+/* Exactly n bytes of c's file into buf, hashed into its checksum when
+ * hash.  0, or -1 when c failed. */
+static int step_read(struct step_copy *c, struct export_mem *mem, void *buf, size_t n,
+                     bool hash)
+{
+    for (size_t got = 0, k; got < n; got += k) {
+        const uint8_t *p;
+        if (!(k = step_take(c, mem, n - got, &p)))
+            return -1;
+        if (hash)
+            XXH64_update(c->xx, p, k);
+        memcpy((uint8_t *)buf + got, p, k);
+    }
+    return 0;
+}
+
+/* c's header and layer descriptors: parsed (docs/FORMAT.md, checks 1-8),
+ * its size the one its stream announced, and its geometry ref's (when ref
+ * is not NULL: the first copy that got this far).  0, or -1 when c failed
+ * (its call is then over). */
+static int step_meta(struct step_copy *c, const struct step_copy *ref,
+                     struct export_mem *mem)
+{
+    uint8_t buf[BF_FILE_META_MAX];
+    char err[BF_ERRLEN];
+    const char *why;
+
+    if (step_read(c, mem, buf, BF_FILE_HEADER_BYTES, true) < 0)
+        return -1;
+    uint32_t nl = (uint32_t)buf[20] | (uint32_t)buf[21] << 8 | (uint32_t)buf[22] << 16 |
+                  (uint32_t)buf[23] << 24;   /* the layer count (docs/FORMAT.md) */
+    size_t len = BF_FILE_HEADER_BYTES;
+    if (nl >= 1 && nl <= BF_MAX_LAYERS) {
+        if (step_read(c, mem, buf + len, (size_t)nl * BF_FILE_LAYER_BYTES, true) < 0)
+            return -1;
+        len += (size_t)nl * BF_FILE_LAYER_BYTES;
+    }
+    if (!(c->meta = bf_file_meta_parse(buf, len, NULL, err)))
+        rpc_status_set(&c->st, GRPC_STATUS_DATA_LOSS, "its file does not parse: %s", err);
+    else if (bf_file_size(c->meta) != c->total)
+        rpc_status_set(&c->st, GRPC_STATUS_DATA_LOSS, "its file does not parse: bad size "
+                       "(%" PRIu64 " bytes, its header says %" PRIu64 ")", c->total,
+                       bf_file_size(c->meta));
+    else if (ref && (why = bf_mismatch(ref->meta, c->meta)))
+        rpc_status_set(&c->st, GRPC_STATUS_DATA_LOSS, "its copy differs: filters are not "
+                       "compatible: %s differs", why);
+    if (c->st.code) {
+        step_close(c, mem, true);
+        return -1;
+    }
+    c->nlayers = bf_layer_count(c->meta);
+    for (uint32_t i = 0; i < c->nlayers; i++) {
+        struct bf_layer_info li;
+        bf_layer_info(c->meta, i, &li);
+        c->m[i] = li.m;
+        c->body[i] = li.body_bytes;
+    }
+    return 0;
+}
+
+/* Is a bit set past the last bit (counting: counter) in use of a layer of
+ * m bits (counters) in its body's bytes [off, off + n) at p?  (No writer
+ * sets one; docs/FORMAT.md, check 10.) */
+static bool step_padding(enum bf_kind kind, uint64_t m, uint64_t off, const uint8_t *p,
+                         size_t n)
+{
+    uint64_t used = kind == BF_KIND_COUNTING ? m * BF_COUNTER_BITS : m;
+    uint64_t from = used / 8;       /* the first byte with padding bits */
+    for (uint64_t j = from > off ? from : off; j < off + n; j++) {
+        uint8_t b = p[j - off];
+        if (j == from)
+            b &= (uint8_t)(0xFFu << (used % 8));
+        if (b)
+            return true;
+    }
+    return false;
+}
+
+/* Sixteen 4-bit counters added to sixteen others, each saturating at
+ * BF_COUNTER_MAX, as a merge of counting filters adds them. */
+static uint64_t step_counters_add(uint64_t a, uint64_t b)
+{
+    const uint64_t lo = 0x0F0F0F0F0F0F0F0FULL, carry = 0x1010101010101010ULL;
+    uint64_t x = (a & lo) + (b & lo), y = (a >> 4 & lo) + (b >> 4 & lo);
+    x = (x | ((x & carry) >> 4) * BF_COUNTER_MAX) & lo;
+    y = (y | ((y & carry) >> 4) * BF_COUNTER_MAX) & lo;
+    return x | y << 4;
+}
+
+/* Combine n bytes of a copy's body (src) into dst, as bf_merge_from does:
+ * bits ORed, counters added (saturating).  Byte for byte, so any split of
+ * the body into pieces gives the same bytes. */
+static void step_combine(enum bf_kind kind, uint8_t *dst, const uint8_t *src, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t a, b;
+        memcpy(&a, dst + i, 8);
+        memcpy(&b, src + i, 8);
+        a = kind == BF_KIND_COUNTING ? step_counters_add(a, b) : a | b;
+        memcpy(dst + i, &a, 8);
+    }
+    for (; i < n; i++)
+        dst[i] = kind == BF_KIND_COUNTING ? (uint8_t)step_counters_add(dst[i], src[i])
+                                          : dst[i] | src[i];
+}
+
+/* Bytes of the entry: hashed into its checksum, then into the bundle. */
+static int step_emit(struct bundle_writer *w, XXH64_state_t *xx, const void *p, size_t n)
+{
+    XXH64_update(xx, p, n);
+    return bundle_writer_data(w, p, n);
+}
+
+/* The entry's header and descriptors: act[0]'s (the first copy that
+ * answered), with layers only later copies have taken from the first of
+ * them, and the counts the largest copy's: inserts and keys added (the
+ * copies hold the same adds; an uncounted copy's BF_KEYS_UNCOUNTED is the
+ * largest), and each layer's count.  Returns the bytes written to out and
+ * the whole entry's size in *size. */
+static size_t step_entry_meta(struct step_copy *const *act, unsigned nact, uint8_t *out,
+                              uint64_t *size)
+{
+    uint64_t inserts = 0, keys = 0, counts[BF_MAX_LAYERS] = {0};
+    uint32_t nl = 0;
+    for (unsigned a = 0; a < nact; a++) {
+        const struct bf *m = act[a]->meta;
+        if (bf_insert_count(m) > inserts)
+            inserts = bf_insert_count(m);
+        if (bf_keys_added(m) > keys)
+            keys = bf_keys_added(m);
+        for (uint32_t i = 0; i < act[a]->nlayers; i++) {
+            struct bf_layer_info li;
+            bf_layer_info(m, i, &li);
+            if (li.count > counts[i])
+                counts[i] = li.count;
+        }
+        if (act[a]->nlayers > nl)
+            nl = act[a]->nlayers;
+    }
+    for (unsigned a = 0; a < nact; a++)
+        bf_set_counts(act[a]->meta, inserts, keys, counts);
+    size_t len = bf_file_meta_encode(act[0]->meta, nl, out);
+    *size = len + 8;
+    for (uint32_t i = 0; i < nl; i++) {
+        unsigned a = 0;
+        while (act[a]->nlayers <= i)
+            a++;
+        if (a > 0) {
+            uint8_t other[BF_FILE_META_MAX];
+            bf_file_meta_encode(act[a]->meta, act[a]->nlayers, other);
+            size_t d = BF_FILE_HEADER_BYTES + (size_t)i * BF_FILE_LAYER_BYTES;
+            memcpy(out + d, other + d, BF_FILE_LAYER_BYTES);
+        }
+        *size += act[a]->body[i];
+    }
+    return len;
+}
+
+/* The copies' trailers: each its checksum, then the end of its messages
+ * and an OK status.  0, or the first copy that failed (-1, *bad). */
+static int step_trailers(struct step_copy *const *act, unsigned nact,
+                         struct export_mem *mem, unsigned *bad)
+{
+    for (unsigned a = 0; a < nact; a++) {
+        struct step_copy *c = act[a];
+        uint8_t tr[8];
+        *bad = a;
+        if (step_read(c, mem, tr, sizeof tr, false) < 0)
+            return -1;
+        uint64_t want = XXH64_digest(c->xx), have = 0;
+        for (int i = 7; i >= 0; i--)
+            have = have << 8 | tr[i];
+        if (have != want) {
+            rpc_status_set(&c->st, GRPC_STATUS_DATA_LOSS, "its file does not parse: "
+                           "checksum mismatch");
+            step_close(c, mem, true);
+            return -1;
+        }
+        /* Nothing may follow (its chunks said its size), and its status is
+         * OK: anything else fails it. */
+        if (c->fc && c->at < c->fc->data.len) {
+            rpc_status_set(&c->st, GRPC_STATUS_UNAVAILABLE, "it sent an incomplete or "
+                           "inconsistent file");
+            step_close(c, mem, true);
+            return -1;
+        }
+        grpc_slice sl;
+        if (rpc_cstream_read(c->cs, &sl) == 1) {
+            grpc_slice_unref(sl);
+            rpc_status_set(&c->st, GRPC_STATUS_UNAVAILABLE, "it sent an incomplete or "
+                           "inconsistent file");
+            step_close(c, mem, true);
+            return -1;
+        }
+        step_close(c, mem, false);
+        if (c->st.code)
+            return -1;
+    }
+    return 0;
+}
+
+/* Append "NODE CODE: message" of a failed copy to the list failed. */
+static void step_note(char *failed, size_t cap, size_t *flen, const struct step_copy *c)
+{
+    if (*flen >= cap)
+        return;
+    int n = snprintf(failed + *flen, cap - *flen, "%s%s %s: %s", *flen ? "; " : "",
+                     c->node, rpc_status_name(c->st.code), c->st.message);
+    *flen += n > 0 ? (size_t)n : 0;
+}
+
+/* Shard s of a group read by R > 1 copies, read in step (above).  inserts
+ * and keys added are the largest copy's, not the sum.  Fewer than R copies
+ * answering with the same geometry: UNAVAILABLE naming them, never a file
+ * from fewer; a copy that fails once the entry has begun fails the Export
+ * (UNAVAILABLE naming it: the others have gone on without it). */
 static int export_shard_quorum(const struct topo *t,
                                const struct router_filter *f, uint32_t s,
                                struct bundle_writer *w, struct export_mem *mem,
                                struct rpc_status *st)
 {
     const struct topo_group *g = &t->groups[f->group[s]];
-    unsigned got = 0;
-    uint64_t inserts = 0, keys = 0, count = 0;     /* the largest copy's */
-    uint64_t acc_charged = 0, one_charged;
-    struct bf *acc = NULL;
-    char failed[512] = "", err[256];
+    unsigned need = quorum_read_need(g), next = 0, nact = 0, opened = 0, bad = 0;
+    struct step_copy *cp = calloc(g->ncopies, sizeof *cp), *act[TOPO_MAX_COPIES] = {0};
+    uint8_t meta[BF_FILE_META_MAX], *piece = NULL;
+    bool piece_charged = false;
+    XXH64_state_t *xx = NULL;
+    char failed[512] = "";
     size_t flen = 0;
-    int rc = -1;
+    int rc = -1, wrc = 0;
 
-    for (unsigned c = 0; c < g->ncopies && !quorum_read_met(g, got); c++) {
-        struct rpc_status cst = {0};
-        struct bf *one = export_copy_bf(t, f, s, g->copies[c], mem, &one_charged,
-                                        &cst);
-        if (mem->over) {
-            /* Past the budget: not a failed copy, the Export's refusal. */
-            bf_destroy(one);
-            mem_give(mem, one_charged);
-            *st = mem->st;
-            goto out;
+    if (!cp) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        return -1;
+    }
+    /* R copies whose headers agree: the first R asked at once, the next
+     * ones in the place of those that fail. */
+    while (nact < need && next < g->ncopies) {
+        unsigned from = next;
+        while (next < g->ncopies && next - from < need - nact) {
+            if (step_open(t, f, s, g->copies[next], opened > 0, mem, &cp[next]) < 0) {
+                *st = mem->st;    /* past the budget: the Export's refusal */
+                goto out;
+            }
+            opened++;
+            next++;
         }
-        struct bf_layer_info li;
-        if (one && acc && bf_merge_from(acc, one, err) < 0)
-            rpc_status_set(&cst, GRPC_STATUS_DATA_LOSS, "its copy differs: %s", err);
-        if (one && !cst.code) {
-            got++;
-            if (bf_insert_count(one) > inserts)
-                inserts = bf_insert_count(one);
-            if (bf_keys_added(one) > keys)
-                keys = bf_keys_added(one);
-            if (bf_layer_info(one, 0, &li) == 0 && li.count > count)
-                count = li.count;
-        }
-        if (one && !acc) {
-            acc = one;
-            acc_charged = one_charged;
-        } else {
-            bf_destroy(one);
-            mem_give(mem, one_charged);
-        }
-        if (cst.code && flen < sizeof failed) {
-            int n = snprintf(failed + flen, sizeof failed - flen, "%s%s %s: %s",
-                             flen ? "; " : "", g->copies[c],
-                             rpc_status_name(cst.code), cst.message);
-            flen += n > 0 ? (size_t)n : 0;
+        for (unsigned c = from; c < next; c++) {
+            if (!cp[c].st.code)
+                step_meta(&cp[c], nact ? act[0] : NULL, mem);
+            if (cp[c].st.code) {
+                step_close(&cp[c], mem, true);
+                step_note(failed, sizeof failed, &flen, &cp[c]);
+            } else {
+                act[nact++] = &cp[c];
+            }
         }
     }
-    if (!quorum_read_met(g, got)) {
+    if (nact < need) {
         rpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
                        "Export of \"%s\": shard %u (group %s): %u of %u copies answered, "
-                       "read quorum %u; failed copies: %s", f->name, s, g->name, got,
-                       g->ncopies, quorum_read_need(g), failed[0] ? failed : "none asked");
+                       "read quorum %u; failed copies: %s", f->name, s, g->name, nact,
+                       g->ncopies, need, failed[0] ? failed : "none asked");
         goto out;
     }
-    bf_set_counts(acc, inserts, keys, &count);
-    int wrc = bundle_writer_entry(w, s, bf_file_size(acc));
-    if (wrc == 0)
-        wrc = bf_file_write_stable(acc, bundle_writer_data, w);   /* acc is ours */
-    if (wrc == -ECANCELED) {
+
+    uint64_t size;
+    size_t mlen = step_entry_meta(act, nact, meta, &size);
+    enum bf_kind kind = bf_kind(act[0]->meta);
+    uint32_t nl = (uint32_t)((mlen - BF_FILE_HEADER_BYTES) / BF_FILE_LAYER_BYTES);
+    uint64_t body[BF_MAX_LAYERS], m[BF_MAX_LAYERS];
+    for (uint32_t i = 0; i < nl; i++) {
+        unsigned a = 0;
+        while (act[a]->nlayers <= i)
+            a++;
+        body[i] = act[a]->body[i];
+        m[i] = act[a]->m[i];
+    }
+    for (unsigned a = 0; a < nact; a++) {
+        bf_destroy(act[a]->meta);   /* its geometry is known now */
+        act[a]->meta = NULL;
+    }
+    if (mem_take(mem, EXPORT_STEP_PIECE) < 0) {
+        *st = mem->st;
+        goto out;
+    }
+    piece_charged = true;
+    if (!(piece = malloc(EXPORT_STEP_PIECE)) || !(xx = XXH64_createState())) {
+        rpc_status_set(st, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+        goto out;
+    }
+    XXH64_reset(xx, 0);
+    if ((wrc = bundle_writer_entry(w, s, size)) < 0 ||
+        (wrc = step_emit(w, xx, meta, mlen)) < 0)
+        goto out_failed;
+
+    for (uint32_t i = 0; i < nl; i++) {
+        for (uint64_t off = 0, n; off < body[i]; off += n) {
+            n = body[i] - off < EXPORT_STEP_PIECE ? body[i] - off : EXPORT_STEP_PIECE;
+            bool first = true;
+            for (unsigned a = 0; a < nact; a++) {
+                struct step_copy *c = act[a];
+                if (c->nlayers <= i)
+                    continue;
+                bad = a;
+                for (size_t fill = 0, k; fill < n; fill += k) {
+                    const uint8_t *p;
+                    if (!(k = step_take(c, mem, n - fill, &p)))
+                        goto copy_failed;
+                    XXH64_update(c->xx, p, k);
+                    if (step_padding(kind, m[i], off + fill, p, k)) {
+                        rpc_status_set(&c->st, GRPC_STATUS_DATA_LOSS, "its file does "
+                                       "not parse: bad padding in layer %u", i);
+                        step_close(c, mem, true);
+                        goto copy_failed;
+                    }
+                    if (first)
+                        memcpy(piece + fill, p, k);
+                    else
+                        step_combine(kind, piece + fill, p, k);
+                }
+                first = false;
+            }
+            if ((wrc = step_emit(w, xx, piece, n)) < 0)
+                goto out_failed;
+        }
+    }
+    if (step_trailers(act, nact, mem, &bad) < 0)
+        goto copy_failed;
+    uint8_t tr[8];
+    uint64_t sum = XXH64_digest(xx);
+    for (int i = 0; i < 8; i++)
+        tr[i] = (uint8_t)(sum >> (8 * i));
+    if ((wrc = bundle_writer_data(w, tr, sizeof tr)) < 0)
+        goto out_failed;
+    rc = 0;
+    goto out;
+
+copy_failed:
+    rpc_status_set(st, GRPC_STATUS_UNAVAILABLE,
+                   "Export of \"%s\": shard %u (group %s): copy %s failed while its file "
+                   "was read with %u other%s: %s: %s; an Export never ORs fewer than the "
+                   "read quorum %u", f->name, s, g->name, act[bad]->node, nact - 1,
+                   nact == 2 ? "" : "s", rpc_status_name(act[bad]->st.code),
+                   act[bad]->st.message, need);
+    goto out;
+out_failed:
+    if (wrc == -ECANCELED)
         rpc_status_set(st, GRPC_STATUS_CANCELLED, "Export of \"%s\": the client went "
                        "away", f->name);
-        goto out;
-    }
-    if (wrc < 0) {
+    else
         write_failed(mem, st);
-        goto out;
-    }
-    rc = 0;
 out:
-    bf_destroy(acc);
-    mem_give(mem, acc_charged);
+    for (unsigned c = 0; c < next; c++)
+        step_close(&cp[c], mem, true);
+    if (xx)
+        XXH64_freeState(xx);
+    free(piece);
+    if (piece_charged)
+        mem_give(mem, EXPORT_STEP_PIECE);
+    free(cp);
     return rc;
 }
 

@@ -17,6 +17,17 @@
  * DIR: a new directory (left in place: remove it after).  The store's
  * durability is none (the log is written, not synced), as the scale runs'
  * nodes with durability none; BLOOMGRID_DURABILITY=fsync for fsync.
+ *
+ * KEYSCAN_CRASH=1: the import and the rounds run in a child process,
+ * which checkpoints every shard after round ROUNDS / 2 + 1 and ends
+ * without closing the store (a node killed: no final checkpoint, the
+ * log's segments left as they are); the store is then opened again (a
+ * restart: recovery), and each shard gets a new cursor (a page pull, its
+ * epoch new), 8 pulls of other pullers after 100 keys each (the cursor's
+ * scan mark falls out of the 8 kept), KEYS keys and a keyed pull since the
+ * cursor, which reads the log from the shard's checkpoint on: in the
+ * segments the killed run wrote.  Prints what those pulls read of the log
+ * (bloomgrid_wal_rescan_bytes_total) and took.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -25,8 +36,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "bf.h"
 #include "log.h"
+#include "metrics.h"
 #include "rules.h"
 #include "store.h"
 
@@ -78,6 +93,74 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static uint64_t rescan_bytes(void)
+{
+    return metric_count(metrics_counter(metrics_registry(),
+                                        "bloomgrid_wal_rescan_bytes_total",
+                                        "", NULL));
+}
+
+/* KEYSCAN_CRASH: the store opened again after the child was killed. */
+static int after_crash(const struct store_options *o, unsigned shards,
+                       uint64_t keys)
+{
+    char err[STORE_ERRLEN];
+    struct bf_hash h[100];
+    uint64_t k = UINT64_C(1) << 40, got = 0, bytes = 0, keyed = 0, pages = 0;
+    double t0 = now_s(), took = 0;
+    struct store *s = store_open(o, err);
+
+    if (!s) {
+        fprintf(stderr, "keyscan_bench: %s\n", err);
+        return 1;
+    }
+    printf("restart after the kill: opened in %.2f s; the log holds %" PRIu64
+           " bytes\n", now_s() - t0, store_log_bytes(s));
+    for (unsigned i = 0; i < shards; i++) {
+        char name[64];
+        struct store_pages_mark cur, m;
+        snprintf(name, sizeof name, "f.%u", i);
+        struct store_filter *sf = store_get(s, name);
+        if (!sf || store_pages_since(sf, 0, 0, NULL, NULL, &cur, err) < 0)
+            return 1;
+        for (int p = 0; p <= 8; p++) {
+            uint64_t n = p < 8 ? 100 : keys;
+            for (uint64_t j = 0; j < n; j += 100) {
+                size_t c = n - j < 100 ? (size_t)(n - j) : 100;
+                for (size_t x = 0; x < c; x++)
+                    h[x] = hash_of(k++);
+                if (store_add_hashes(sf, h, c, NULL, err) < 0)
+                    return 1;
+            }
+            if (p < 8 && store_pages_since(sf, 0, 0, NULL, NULL, &m, err) < 0)
+                return 1;
+        }
+        uint64_t b0 = rescan_bytes();
+        double a = now_s();
+        int rc = store_keys_since(sf, cur.epoch, cur.version, count_keys,
+                                  &got, &m, err);
+        took += now_s() - a;
+        bytes += rescan_bytes() - b0;
+        if (rc == 1) {   /* what the node sends instead: the pages */
+            if (store_pages_since(sf, cur.epoch, cur.version, NULL, NULL, &m,
+                                  err) < 0)
+                return 1;
+            pages += m.bytes;
+        }
+        if (rc < 0)
+            return 1;
+        keyed += rc == 0;
+        store_put(sf);
+    }
+    printf("after the restart: %u pulls since a cursor with no scan mark "
+           "(from the checkpoint): %" PRIu64 " keyed (%" PRIu64 " keys), "
+           "%" PRIu64 " bytes of pages for the others; they read %" PRIu64
+           " bytes of the log (bloomgrid_wal_rescan_bytes_total) in %.3f s\n",
+           shards, keyed, got, pages, bytes, took);
+    store_close(s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0) {
@@ -108,6 +191,19 @@ int main(int argc, char **argv)
         .snapshot_wal_bytes = mib * (UINT64_C(4) << 20),
         .checkpoint_log_percent = 1000,
     };
+    const char *crash = getenv("KEYSCAN_CRASH");
+    bool crashing = crash && strcmp(crash, "1") == 0;
+    if (crashing) {
+        fflush(stdout);
+        pid_t pid = fork();
+        int st;
+        if (pid < 0)
+            return 1;
+        if (pid > 0)
+            return waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+                           WEXITSTATUS(st) != 0
+                       ? 1 : after_crash(&o, shards, keys);
+    }
     struct store *s = store_open(&o, err);
     if (!s) {
         fprintf(stderr, "keyscan_bench: %s\n", err);
@@ -186,6 +282,10 @@ int main(int argc, char **argv)
             cur[i] = m;
         }
         took[r] = now_s() - a;
+        if (crashing && r == rounds / 2 && store_snapshot_now(s, err) < 0) {
+            fprintf(stderr, "keyscan_bench: checkpoint: %s\n", err);
+            return 1;
+        }
         printf("round %u: %u pulls in %.3f s (%.2f ms each): %u keyed, %"
                PRIu64 " keys; %" PRIu64 " bytes of pages; log %" PRIu64
                " bytes\n", r + 1, shards, took[r], took[r] * 1e3 / shards,
@@ -195,6 +295,10 @@ int main(int argc, char **argv)
     qsort(took, rounds, sizeof *took, cmp_d);
     printf("round of %u pulls: median %.3f s, min %.3f s, max %.3f s\n",
            shards, took[rounds / 2], took[0], took[rounds - 1]);
+    if (crashing) {
+        fflush(stdout);
+        _exit(0);   /* killed: no final checkpoint */
+    }
     for (unsigned i = 0; i < shards; i++)
         store_put(sf[i]);
     store_close(s);

@@ -96,23 +96,20 @@ struct wal_stream {
     int err;                     /* the error that failed it, likewise */
 };
 
-/* Seek marks: where a record begins in a segment written since wal_open,
- * one at the start of a commit group every WAL_SEEK_STRIDE bytes or more,
- * so that a scan from an LSN starts near it (wal_rescan_from) instead of
- * at its segment's start: 16 bytes per 256 KiB of the log (64 KiB of
- * marks for a log of 1 GiB).  A mark that finds no memory is left out. */
-#define WAL_SEEK_STRIDE (256u << 10)
-
-struct wal_seek {
-    uint64_t lsn, off;
-};
-
+/* Seek marks (wal_format.h): where a record begins in a segment, one at
+ * the start of a commit group every WAL_SEEK_STRIDE bytes or more, so that
+ * a scan from an LSN starts near it (wal_rescan_from) instead of at its
+ * segment's start: 16 bytes per 256 KiB of the log (64 KiB of marks for a
+ * log of 1 GiB).  Kept as groups are written, and for the segments there
+ * at wal_open as it reads their headers (wal__seg_read: the groups
+ * recovery read, after wal_scan cut any torn tail).  A segment's marks go
+ * with it (wal_discard); a segment made over a spare starts with none. */
 struct seg {
     uint64_t first;
     uint64_t bytes;              /* of the file, padding included */
     uint64_t recs;               /* of the header and records */
-    struct wal_seek *seek;       /* by LSN and offset, rising; malloc'd */
-    size_t nseek, seekcap;
+    uint64_t start;              /* where its records begin */
+    struct wal__marks seek;      /* by LSN and offset, rising */
 };
 
 struct wal {
@@ -459,7 +456,8 @@ static int seg_switch(struct wal *w, char *err)
     /* A new segment may start at an LSN an abandoned one holds: the old
      * one's records from there on are ignored (wal.h). */
     w->segs[w->nsegs++] = (struct seg){w->next_lsn, wal__seg_start(w->unit),
-                                       WAL_SEG_HDR, NULL, 0, 0};
+                                       WAL_SEG_HDR, wal__seg_start(w->unit),
+                                       {NULL, 0, 0}};
     if (w->nsegs > w->peak_segs)
         w->peak_segs = w->nsegs;
     w->bytes += WAL_SEG_HDR;
@@ -745,20 +743,8 @@ static void write_batch(struct wal *w, struct wal_rec *list)
         pthread_mutex_lock(&w->mu);
         w->durable_lsn = w->next_lsn - 1;
         struct seg *cur = &w->segs[w->nsegs - 1];
-        uint64_t prev = cur->nseek ? cur->seek[cur->nseek - 1].off
-                                   : wal__seg_start(w->unit);
-        if (recs && w->off >= prev + WAL_SEEK_STRIDE) {
-            if (cur->nseek == cur->seekcap) {
-                size_t cap = cur->seekcap ? 2 * cur->seekcap : 16;
-                struct wal_seek *v = realloc(cur->seek, cap * sizeof(*v));
-                if (v) {
-                    cur->seek = v;
-                    cur->seekcap = cap;
-                }
-            }
-            if (cur->nseek < cur->seekcap)
-                cur->seek[cur->nseek++] = (struct wal_seek){first, w->off};
-        }
+        if (recs)
+            wal__marks_add(&cur->seek, cur->start, first, w->off);
         w->segs[w->nsegs - 1].bytes += len;
         w->segs[w->nsegs - 1].recs += recs;
         w->bytes += recs;
@@ -938,9 +924,15 @@ struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
         strfmt(path, sizeof(path), "%s/%s", dir, v[i].name);
         if (v[i].first >= w->next_lsn || stat(path, &st) < 0)
             continue;   /* one at next_lsn is empty and replaced below */
+        /* Its records as recovery read them: up to where the next segment
+         * (or the next record) begins. */
+        uint64_t below = i + 1 < n && v[i + 1].first < w->next_lsn
+                             ? v[i + 1].first : w->next_lsn;
+        struct wal__seg_info si;
+        wal__seg_read(path, (uint64_t)st.st_size, v[i].first, below, &si);
         w->segs[w->nsegs++] = (struct seg){
-            v[i].first, (uint64_t)st.st_size,
-            wal__seg_record_bytes(path, (uint64_t)st.st_size), NULL, 0, 0};
+            v[i].first, (uint64_t)st.st_size, si.record_bytes, si.start,
+            si.marks};
         w->bytes += w->segs[w->nsegs - 1].recs;
         w->file_bytes += (uint64_t)st.st_size;
     }
@@ -1007,7 +999,7 @@ void wal_close(struct wal *w)
     free(w->zeros);
     free(w->buf);
     for (size_t i = 0; i < w->nsegs; i++)
-        free(w->segs[i].seek);
+        free(w->segs[i].seek.v);
     free(w->segs);
     free(w->dir);
     pthread_mutex_destroy(&w->mu);
@@ -1500,7 +1492,7 @@ int wal_discard(struct wal *w, uint64_t upto)
     }
     pthread_rwlock_unlock(&w->seg_mu);
     for (size_t i = 0; i < n; i++)
-        free(gone[i].seek);
+        free(gone[i].seek.v);
     free(gone);
     return rc < 0 ? rc : (int)n;
 }
@@ -1536,21 +1528,20 @@ static const struct seg *seg_of(const struct wal *w, uint64_t lsn)
 }
 
 /* The seek mark of s nearest before lsn, or s's start. */
-static struct wal_seek seek_in(const struct wal *w, const struct seg *s,
-                               uint64_t lsn)
+static struct wal__seek seek_in(const struct seg *s, uint64_t lsn)
 {
-    struct wal_seek at = {s->first, wal__seg_start(w->unit)};
+    struct wal__seek at = {s->first, s->start};
 
-    size_t lo = 0, hi = s->nseek;   /* the first mark past lsn: hi */
+    size_t lo = 0, hi = s->seek.n;   /* the first mark past lsn: hi */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (s->seek[mid].lsn <= lsn)
+        if (s->seek.v[mid].lsn <= lsn)
             lo = mid + 1;
         else
             hi = mid;
     }
     if (hi)
-        at = s->seek[hi - 1];
+        at = s->seek.v[hi - 1];
     return at;
 }
 
@@ -1564,7 +1555,7 @@ void wal_span_from(struct wal *w, uint64_t lsn, uint64_t *bytes,
     for (size_t i = 0; i < w->nsegs; i++) {
         const struct seg *e = &w->segs[i];
         if (e == s) {
-            struct wal_seek at = seek_in(w, e, lsn);
+            struct wal__seek at = seek_in(e, lsn);
             n += e->bytes > at.off ? e->bytes - at.off : 0;
             start = at.lsn;
         } else if (!s || e > s) {
@@ -1592,8 +1583,8 @@ bool wal__rescan_seek(struct wal *w, uint64_t seg_first, uint64_t lsn,
 
     pthread_mutex_lock(&w->mu);
     const struct seg *s = seg_of(w, lsn);
-    if (s && s->first == seg_first && s->nseek && s->seek[0].lsn <= lsn) {
-        struct wal_seek at = seek_in(w, s, lsn);
+    if (s && s->first == seg_first && s->seek.n && s->seek.v[0].lsn <= lsn) {
+        struct wal__seek at = seek_in(s, lsn);
         *at_lsn = at.lsn;
         *at_off = at.off;
         found = true;

@@ -198,9 +198,10 @@ int wal_rescan(struct wal *w, const struct wal_scan_ops *ops, void *ctx,
                struct wal_scan_info *out, char *err);
 /* wal_rescan from LSN from on: segments whose records are all before it
  * are not read, and in the one holding it the reading starts at the seek
- * mark nearest before it (the log keeps in memory, for each segment
- * written since wal_open, where a commit group's first record begins
- * every 256 KiB or more: 16 bytes each), or at the segment's start;
+ * mark nearest before it (the log keeps in memory, for each of its
+ * segments, where a commit group's first record begins every 256 KiB or
+ * more: 16 bytes each; see wal_open for those it found), or at the
+ * segment's start;
  * records before from are passed over by their headers (not given to ops,
  * their payloads not read).  info's first_lsn is where the reading began.
  * Any number of scans may run at once; wal_discard waits for those
@@ -214,7 +215,14 @@ int wal_rescan_from(struct wal *w, uint64_t from, const struct wal_scan_ops *ops
  * in a new segment, and start the commit thread.  segment_bytes: a segment
  * whose file grew past it (16 write units at least) is closed and a new one
  * started.  unit_bytes: with WAL_SYNC_FSYNC, the least write unit (0: as
- * detected, see wal_unit_detect).  Returns NULL with err. */
+ * detected, see wal_unit_detect).  The segments already in dir (which
+ * wal_scan read, cutting any torn tail, before) count in the log's bytes
+ * until discarded; their record headers are read here, and their seek
+ * marks (wal_rescan_from) kept: at the commit groups whose records follow
+ * one another up to the next segment (or next_lsn), none past a bad
+ * header or a record out of place, none in a segment whose header is bad
+ * or that starts at or after next_lsn (it is replaced).  Returns NULL
+ * with err. */
 struct wal *wal_open(const char *dir, uint64_t next_lsn, int durability,
                      uint64_t segment_bytes, uint32_t unit_bytes, char *err);
 

@@ -165,17 +165,73 @@ int wal__seg_list(const char *dir, bool clean, struct wal__seg **out,
 int wal__seg_map(const char *path, bool rw, int *fd, const uint8_t **m,
                  size_t *size, char *err);
 
-/* The bytes of records (padding not counted) of the segment at path, the
- * 32-byte header included; for a segment that cannot be read, or from the
- * first bad record on, the file's bytes count. */
-uint64_t wal__seg_record_bytes(const char *path, uint64_t size);
+/* Seek marks (wal.c): where a commit group's first record begins in a
+ * segment, its LSN and offset, one every WAL_SEEK_STRIDE bytes or more
+ * (the first that far past where the segment's records start), rising in
+ * both.  A mark that finds no memory is left out (a scan then starts at
+ * the mark before it, or at the segment's start). */
+#define WAL_SEEK_STRIDE (256u << 10)
+
+struct wal__seek {
+    uint64_t lsn, off;
+};
+
+struct wal__marks {
+    struct wal__seek *v;         /* malloc'd */
+    size_t n, cap;
+};
+
+/* Keep a mark at the commit group that begins at off with LSN lsn in a
+ * segment whose records start at start, when it is WAL_SEEK_STRIDE bytes
+ * or more past the last mark (or start). */
+static inline void wal__marks_add(struct wal__marks *m, uint64_t start,
+                                  uint64_t lsn, uint64_t off)
+{
+    uint64_t prev = m->n ? m->v[m->n - 1].off : start;
+
+    if (off < prev + WAL_SEEK_STRIDE)
+        return;
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 16;
+        struct wal__seek *v = realloc(m->v, cap * sizeof(*v));
+        if (!v)
+            return;
+        m->v = v;
+        m->cap = cap;
+    }
+    m->v[m->n++] = (struct wal__seek){lsn, off};
+}
+
+/* What wal_open learns of a segment already there (wal__seg_read). */
+struct wal__seg_info {
+    uint64_t record_bytes;       /* records, padding not counted, and the
+                                    32-byte header */
+    uint64_t start;              /* where its records begin */
+    struct wal__marks marks;     /* its seek marks (the caller frees v) */
+};
+
+/* Read the segment at path (size bytes, first LSN first) as wal_open
+ * finds it: every record header, from its start up to the first bytes
+ * that are no record of its own (a bad header, an LSN lower than the one
+ * before: an earlier segment's, in one made over a spare).
+ * record_bytes: for a segment that cannot be read, or from the first bad
+ * record on, the file's bytes count.  marks: the seek marks of the
+ * commit groups read, under the rule above, for records whose LSNs follow
+ * one another from first on and are below below (where the next segment
+ * or the log's next record begins: what recovery read as this segment's),
+ * each at a record whose header and payload are intact; none after the
+ * first record out of place or a bad header (scans there start at the
+ * mark before, or at the segment's start), none for a segment whose
+ * header is bad. */
+void wal__seg_read(const char *path, uint64_t size, uint64_t first,
+                   uint64_t below, struct wal__seg_info *out);
 
 /* For wal_rescan: hold off discards; returns the durable LSN. */
 uint64_t wal__rescan_begin(struct wal *w);
 /* Where a rescan from LSN lsn may start in the segment that begins at
  * seg_first: the seek mark (wal.c) nearest before lsn, a record's LSN and
- * offset; false when that segment has none at or before lsn (it was
- * written before wal_open, or lsn is in its first stretch). */
+ * offset; false when that segment has none at or before lsn (lsn is in
+ * its first stretch, or wal_open found no mark there: see wal__seg_read). */
 bool wal__rescan_seek(struct wal *w, uint64_t seg_first, uint64_t lsn,
                       uint64_t *at_lsn, uint64_t *at_off);
 void wal__rescan_end(struct wal *w, uint64_t read_bytes);

@@ -215,7 +215,8 @@ static bool seg_header_ok(const uint8_t *m, size_t size, uint64_t first,
     return true;
 }
 
-uint64_t wal__seg_record_bytes(const char *path, uint64_t size)
+void wal__seg_read(const char *path, uint64_t size, uint64_t first,
+                   uint64_t below, struct wal__seg_info *out)
 {
     char err[WAL_ERRLEN];
     const uint8_t *m;
@@ -224,20 +225,45 @@ uint64_t wal__seg_record_bytes(const char *path, uint64_t size)
     uint64_t pad = 0;
     int fd;
 
+    memset(out, 0, sizeof(*out));
+    out->start = WAL_SEG_HDR;
     if (wal__seg_map(path, false, &fd, &m, &msize, err) < 0 || !m ||
         msize < WAL_SEG_HDR ||
         !seg_header_ok(m, msize, wal__get64(m + 16), &unit))
         goto out;
-    pad = wal__seg_start(unit) - WAL_SEG_HDR;
+    out->start = wal__seg_start(unit);
+    pad = out->start - WAL_SEG_HDR;
     /* Up to the first bytes that are no record of this segment (an earlier
-     * segment's, in one made over a spare, have lower LSNs). */
-    uint64_t lsn = wal__get64(m + 16);
-    for (off = wal__seg_start(unit); off < msize &&
+     * segment's, in one made over a spare, have lower LSNs).  Marks: at
+     * the records of LSNs first, first + 1 ... below that begin a commit
+     * group (the first of the segment, or a commit stamp other than the
+     * record before's: every record of a group carries the group's, and
+     * each group's is higher than the last's, the durable LSN having moved
+     * past that group). */
+    uint64_t lsn = wal__get64(m + 16), expect = first, commit = 0;
+    bool marking = lsn == first;   /* else recovery read none of it */
+    for (off = out->start; off < msize &&
          hdr_valid(m + off, msize - off, &sz) &&
          wal__get64(m + off + WAL_O_LSN) >= lsn; off += sz) {
         lsn = wal__get64(m + off + WAL_O_LSN);
-        if (is_pad(m + off))
+        if (is_pad(m + off)) {
             pad += sz;
+            continue;
+        }
+        if (!marking)
+            continue;
+        if (lsn != expect || lsn >= below) {
+            marking = false;
+            continue;
+        }
+        uint64_t c = wal__get64(m + off + WAL_O_COMMIT);
+        if ((lsn == first || c != commit) &&
+            off >= (out->marks.n ? out->marks.v[out->marks.n - 1].off
+                                 : out->start) + WAL_SEEK_STRIDE &&
+            payload_valid(m + off))
+            wal__marks_add(&out->marks, out->start, lsn, off);
+        commit = c;
+        expect++;
     }
     if (off < msize && wal__seg_reused(m, msize, unit))
         pad += msize - off;   /* room that may hold an earlier segment's */
@@ -246,7 +272,7 @@ out:
         munmap((void *)m, msize);
     if (fd >= 0)
         close(fd);
-    return size > pad ? size - pad : size;
+    out->record_bytes = size > pad ? size - pad : size;
 }
 
 static void report_lost(struct scan *sc, uint64_t from, uint64_t to,

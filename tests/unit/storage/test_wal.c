@@ -2360,6 +2360,298 @@ START_TEST(a_rescan_from_an_lsn_reads_near_it_and_skips_by_header)
 }
 END_TEST
 
+/* The log keeps a seek mark every 256 KiB of a segment or more (wal.h). */
+#define SEEK_STRIDE (256u << 10)
+
+/* The log's segments (wal-*.log) by first LSN, rising: how many; their
+ * first LSNs in firsts (at most max). */
+static size_t seg_firsts(uint64_t *firsts, size_t max)
+{
+    DIR *d = opendir(tdir);
+    struct dirent *de;
+    size_t n = 0;
+
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d))) {
+        unsigned long long f;
+        char tail[8];
+        if (sscanf(de->d_name, "wal-%16llx%7s", &f, tail) != 2 ||
+            strcmp(tail, ".log") != 0)
+            continue;
+        size_t i = n < max ? n : max;
+        while (i > 0 && firsts[i - 1] > f) {
+            if (i < max)
+                firsts[i] = firsts[i - 1];
+            i--;
+        }
+        if (i < max)
+            firsts[i] = f;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* After a restart the segments an earlier run wrote have seek marks too
+ * (wal_open reads their records' headers): a scan from an LSN deep in one
+ * starts at the mark nearest before it, as it did in the run that wrote
+ * it, and reads exactly as much, not the segment from its start; the
+ * records met are the same. */
+START_TEST(a_rescan_after_a_restart_starts_at_an_old_segments_seek_mark)
+{
+    struct wal *w = open_log(1, WAL_SYNC_NONE);   /* segments of 1 MiB */
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    struct wal_stream *b = wal_stream_open(w, 2, "b", 1);
+    struct wal_scan_info info, live;
+    struct wal_stats st0, st1;
+    char err[WAL_ERRLEN];
+    uint64_t lsn_a[1500], firsts[8], span_live, nrec_live, span, nrec;
+
+    /* As above: 3 000 records, every other one 1 KiB of b's, two
+     * segments; from deep in the second. */
+    for (int i = 0; i < 1500; i++) {
+        lsn_a[i] = append_len(a, (uint64_t)i, 8);
+        append_len(b, (uint64_t)i, 1024);
+    }
+    uint64_t from = lsn_a[1400];
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan_from(w, from, &ops_one, &seen, &live, err), 0);
+    ck_assert_uint_eq(seen.n, 100);
+    wal_span_from(w, from, &span_live, &nrec_live);
+    wal_stream_close(a);
+    wal_stream_close(b);
+    wal_close(w);
+    ck_assert_uint_eq(seg_firsts(firsts, 8), 2);
+    ck_assert_uint_lt(firsts[1], lsn_a[1000]);   /* from is deep in it */
+
+    /* The restart: recovery reads the log, which is opened after it. */
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, 3000);
+    ck_assert_uint_eq(seen.damages, 0);
+    w = open_log(info.next_lsn, WAL_SYNC_NONE);
+    a = wal_stream_open(w, 1, "a", 1501);
+
+    memset(&seen, 0, sizeof(seen));
+    wal_stats(w, &st0);
+    ck_assert_int_eq(wal_rescan_from(w, from, &ops_one, &seen, &info, err), 0);
+    wal_stats(w, &st1);
+    ck_assert_uint_eq(seen.n, 100);
+    for (uint64_t i = 0; i < seen.n; i++) {
+        ck_assert_uint_eq(seen.lsn[i], lsn_a[1400 + i]);
+        ck_assert_uint_eq(seen.val[i], 1400 + i);
+    }
+    ck_assert_uint_eq(seen.damages, 0);
+    /* As in the run that wrote it (19 650 bytes); from the segment's
+     * start it would read the headers of the 1 000 records before from in
+     * it too (78 410 bytes). */
+    ck_assert_uint_eq(info.read_bytes, live.read_bytes);
+    ck_assert_uint_lt(info.read_bytes, UINT64_C(32) << 10);
+    ck_assert_uint_eq(st1.rescan_bytes - st0.rescan_bytes, info.read_bytes);
+
+    /* What wal_span_from says it walks: from the same mark as before. */
+    wal_span_from(w, from, &span, &nrec);
+    ck_assert_uint_eq(span, span_live + WAL_SEG_HDR);   /* the new segment */
+    ck_assert_uint_eq(nrec, nrec_live);
+    ck_assert_uint_lt(span, UINT64_C(200) << 10);
+
+    /* Records written since read on from there, in the new segment. */
+    for (uint64_t i = 0; i < 10; i++)
+        append_len(a, 1500 + i, 8);
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan_from(w, from, &ops_one, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 110);
+    for (uint64_t i = 0; i < seen.n; i++)
+        ck_assert_uint_eq(seen.val[i], 1400 + i);
+    ck_assert_uint_eq(info.read_bytes,
+                      live.read_bytes + 10 * (WAL_REC_HDR + 1 + 8));
+
+    /* From the first LSN, every record. */
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan(w, &ops, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 3010);
+    ck_assert_uint_eq(seen.damages, 0);
+    wal_stream_close(a);
+    wal_close(w);
+}
+END_TEST
+
+/* Scan a from LSN from and check it meets, in order and undamaged, the
+ * records of LSNs want_lsn[0..n) with payloads want_val[0..n). */
+static void rescan_expect(struct wal *w, uint64_t from, const uint64_t *want_lsn,
+                          const uint64_t *want_val, uint64_t n)
+{
+    struct wal_scan_info info;
+    char err[WAL_ERRLEN];
+
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan_from(w, from, &ops, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.damages, 0);
+    ck_assert_uint_eq(seen.n, n);
+    for (uint64_t i = 0; i < n; i++) {
+        ck_assert_uint_eq(seen.lsn[i], want_lsn[i]);
+        ck_assert_uint_eq(seen.val[i], want_val[i]);
+    }
+}
+
+/* Seek marks of old segments hold only what recovery kept.  A torn tail
+ * (a commit group of 600 KiB, two strides long, cut in its middle) is cut
+ * at the restart before the marks are taken: scans from LSNs before the
+ * cut (deep in the old segment, from a mark), at it and after it (the new
+ * segment, whose records took the cut LSNs again) meet exactly the records
+ * kept and written since.  Then the old segments are discarded (their
+ * files become spares, written over by the next segments, which start
+ * with no marks of their own) and scans stay right, and again after
+ * another restart. */
+START_TEST(seek_marks_of_old_segments_hold_only_what_recovery_kept)
+{
+    static uint64_t want_lsn[400], want_val[400];
+    char err[WAL_ERRLEN], path[4096];
+    struct wal_scan_info info;
+    struct unit_wal_rec recs[200];
+    uint64_t lsn[200], firsts[16], s_old, s_cut, nrec;
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);   /* segments of 1 MiB */
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    size_t nseg = 0;
+    int nr = 0;
+
+    units_of();
+    /* Records of 16 KiB (a commit group of 5 units each) until the third
+     * segment or later holds 30 (600 KiB), then the tail group: one of 320
+     * KiB, which leaves the segment below 1 MiB (none started after it). */
+    for (;;) {
+        lsn[nr] = append_len(a, (uint64_t)nr, 16u << 10);
+        nr++;
+        nseg = seg_firsts(firsts, 16);
+        if (nseg >= 3 && lsn[nr - 1] + 1 - firsts[nseg - 1] >= 30)
+            break;
+        ck_assert_int_lt(nr, 200);
+    }
+    uint64_t big = append_len(a, 999, 320u << 10);
+    ck_assert_uint_eq(big, lsn[nr - 1] + 1);
+    wal_stream_close(a);
+    wal_close(w);
+    ck_assert_uint_eq(seg_firsts(firsts, 16), nseg);
+    /* f: 27 records into the last segment, 540 KiB in: marks before it. */
+    int f = (int)(firsts[nseg - 1] - lsn[0]) + 27, g = f - 40;
+    ck_assert_int_ge(g, 0);
+    ck_assert_uint_lt(lsn[g], firsts[nseg - 1]);   /* g: an earlier one */
+    seg_path(path, sizeof(path), true);
+    size_t n = unit_wal_records(path, false, recs, 200);
+    ck_assert_uint_le(n, 200);
+    ck_assert_uint_eq(recs[n - 1].lsn, big);
+    off_t big_off = recs[n - 1].off, off_f = unit_wal_offset(path, lsn[f]);
+    ck_assert_int_ge(off_f, (off_t)(512u << 10));
+    /* The crash: half of the last group written. */
+    ck_assert_int_eq(truncate(path, big_off + (160 << 10)), 0);
+
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.n, (uint64_t)nr);
+    ck_assert_uint_eq(seen.damages, 0);
+    ck_assert_uint_gt(info.truncated, 0);
+    ck_assert_uint_eq(info.next_lsn, big);
+    ck_assert_int_eq(file_size(path), big_off);
+    w = open_log(info.next_lsn, WAL_SYNC_FSYNC);
+    a = wal_stream_open(w, 1, "a", (uint64_t)nr + 1);
+    uint64_t nl[20];
+    for (int i = 0; i < 20; i++)
+        nl[i] = append_len(a, 2000 + (uint64_t)i, 16u << 10);
+    ck_assert_uint_eq(nl[0], big);   /* the cut LSNs, taken again */
+
+    /* Before the cut, deep in the old segment: from a mark there, not its
+     * start. */
+    wal_span_from(w, lsn[f], &s_old, &nrec);
+    wal_span_from(w, big, &s_cut, &nrec);
+    ck_assert_uint_gt(s_old, s_cut);
+    ck_assert_uint_le(s_old - s_cut, (uint64_t)(big_off - off_f) +
+                      SEEK_STRIDE + (20u << 10));
+    ck_assert_uint_lt(s_old - s_cut, (uint64_t)(big_off - (256u << 10)));
+    uint64_t k = 0;
+    for (int i = f; i < nr; i++, k++) {
+        want_lsn[k] = lsn[i];
+        want_val[k] = (uint64_t)i;
+    }
+    uint64_t kept = k;
+    for (int i = 0; i < 20; i++, k++) {
+        want_lsn[k] = nl[i];
+        want_val[k] = 2000 + (uint64_t)i;
+    }
+    rescan_expect(w, lsn[f], want_lsn, want_val, k);
+    rescan_expect(w, lsn[nr - 1], want_lsn + kept - 1, want_val + kept - 1,
+                  21);                                          /* the last kept */
+    rescan_expect(w, big, want_lsn + kept, want_val + kept, 20);  /* the cut */
+    rescan_expect(w, nl[10], want_lsn + kept + 10, want_val + kept + 10, 10);
+    k = 0;
+    for (int i = g; i < nr; i++, k++) {   /* and from an earlier segment */
+        want_lsn[k] = lsn[i];
+        want_val[k] = (uint64_t)i;
+    }
+    for (int i = 0; i < 20; i++, k++) {
+        want_lsn[k] = nl[i];
+        want_val[k] = 2000 + (uint64_t)i;
+    }
+    rescan_expect(w, lsn[g], want_lsn, want_val, k);
+
+    /* The old segments discarded: their files become spares, written over
+     * by the next segments (made with no marks); 120 records more, about
+     * 2.4 MB, two or three segments made over spares. */
+    wal_rotate(w);
+    uint64_t closed = 0;
+    for (int i = 0; i < 10000 && (!wal_closed_upto(w, &closed) ||
+                                  closed != wal_durable_lsn(w)); i++)
+        usleep(1000);
+    ck_assert_uint_eq(closed, nl[19]);
+    ck_assert_int_ge(wal_discard(w, closed), 4);
+    struct wal_stats st;
+    wal_stats(w, &st);
+    ck_assert_uint_ge(st.spares, 2);
+    uint64_t more[120];
+    for (int i = 0; i < 120; i++)
+        more[i] = append_len(a, 3000 + (uint64_t)i, 16u << 10);
+    wal_stats(w, &st);
+    ck_assert_uint_ge(st.segments_reused, 2);
+    for (int i = 0; i < 120; i++) {
+        want_lsn[i] = more[i];
+        want_val[i] = 3000 + (uint64_t)i;
+    }
+    for (int i = 0; i < 120; i += 7)
+        rescan_expect(w, more[i], want_lsn + i, want_val + i,
+                      120 - (uint64_t)i);
+    wal_stream_close(a);
+    wal_close(w);
+
+    /* Another restart: the segments made over spares have marks now. */
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.damages, 0);
+    ck_assert_uint_eq(info.truncated, 0);
+    ck_assert_uint_eq(info.next_lsn, more[119] + 1);
+    w = open_log(info.next_lsn, WAL_SYNC_FSYNC);
+    for (int i = 0; i < 120; i += 7)
+        rescan_expect(w, more[i], want_lsn + i, want_val + i,
+                      120 - (uint64_t)i);
+    /* From 20 records into a segment made over a spare: from a mark,
+     * not its start (20 records of 16 KiB are 400 KiB in). */
+    nseg = seg_firsts(firsts, 16);
+    size_t i = 0;
+    while (i + 1 < nseg && firsts[i + 1] <= more[40])
+        i++;
+    ck_assert_uint_lt(i + 1, nseg);
+    ck_assert_uint_lt(firsts[i] + 20, firsts[i + 1]);
+    char name[64];
+    snprintf(name, sizeof(name), "/wal-%016llx.log",
+             (unsigned long long)firsts[i]);
+    ck_assert_int_lt(snprintf(path, sizeof(path), "%s%s", tdir, name),
+                     (int)sizeof(path));
+    wal_span_from(w, firsts[i] + 20, &s_old, &nrec);
+    wal_span_from(w, firsts[i + 1], &s_cut, &nrec);
+    ck_assert_uint_lt(s_old - s_cut, (uint64_t)file_size(path) -
+                                     (200u << 10));
+    rescan_expect(w, firsts[i] + 20, want_lsn + (firsts[i] + 20 - more[0]),
+                  want_val + (firsts[i] + 20 - more[0]),
+                  more[119] - (firsts[i] + 20) + 1);
+    wal_close(w);
+}
+END_TEST
+
 /* A scan run from inside another scan's callback, on another thread. */
 struct nested {
     struct wal *w;
@@ -2474,6 +2766,8 @@ Suite *wal_suite(void)
     tcase_add_test(tc, a_later_group_completes_after_the_led_one);
     tcase_add_test(tc, a_rescan_from_an_lsn_reads_near_it_and_skips_by_header);
     tcase_add_test(tc, scans_of_the_open_log_run_at_once);
+    tcase_add_test(tc, a_rescan_after_a_restart_starts_at_an_old_segments_seek_mark);
+    tcase_add_test(tc, seek_marks_of_old_segments_hold_only_what_recovery_kept);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -535,6 +535,12 @@ int store_spool_new(struct store *s, uint64_t max, struct store_spool **out,
 int store_spool_write(struct store_spool *sp, const void *buf, size_t len,
                       char *err);
 uint64_t store_spool_len(const struct store_spool *sp);
+/* Read len bytes at offset at of what was written (a caller that spooled
+ * records of its own, as PushPages does, reads them back).  Returns 0, or
+ * -EINVAL past what was written, or the read's negative errno (-EIO for a
+ * file cut short), with err set. */
+int store_spool_read(struct store_spool *sp, uint64_t at, void *buf, size_t len,
+                     char *err);
 /* Close it (its disk is freed: the file has no name) and give its bytes
  * back to the bound.  NULL: nothing. */
 void store_spool_free(struct store_spool *sp);

@@ -89,7 +89,7 @@ static const struct setting settings[] = {
      F(max_message_size), "largest gRPC message in bytes, both directions"},
     {"max_push_mb", SETTING_UINT, 1, 1 << 16, NULL, "256", F(max_push_mb),
      "most page bytes one PushPages stream may carry, in MiB (spooled in the "
-     "data directory until the stream ends, then applied 4 MiB at a time); "
+     "data directory until the stream ends, then applied 1 MiB at a time); "
      "more is RESOURCE_EXHAUSTED"},
     {"max_memory_mb", SETTING_UINT, 0, UINT64_C(1) << 40, NULL, "0", F(max_memory_mb),
      "memory budget of the node's filters, in MiB: a filter counts its bits "

@@ -292,10 +292,12 @@ gone:
  * version claimed with the last, then the keys' hashes as adds
  * (push_add_keys).  A stream refused or cut short applies nothing. */
 
-/* Pages ORed in by one store_pages_merge of a push (4 MiB of 64 KiB
+/* Pages ORed in by one store_pages_merge of a push (1 MiB of 64 KiB
  * pages): the piece held in memory, and what its log record copies at
- * most. */
-#define PUSH_PIECE_PAGES 64
+ * most.  Smaller than a pull's (REPL_MERGE_PAGES, 4 MiB): a merger pushes
+ * from several workers at once, and its pushes are off the path of any
+ * client's call. */
+#define PUSH_PIECE_PAGES 16
 
 struct push_item {
     uint64_t offset;             /* a page's offset in the layer body */

@@ -11,7 +11,7 @@
  *                    RESOURCE_EXHAUSTED and applies nothing
  *   push_spooled     a push of 48 MiB into a node with 24 MiB of its
  *                    max_memory_mb left beside its filter is applied
- *                    whole (spooled on disk, held a 4 MiB piece at a
+ *                    whole (spooled on disk, held a 1 MiB piece at a
  *                    time; a node that held the stream refused it
  *                    RESOURCE_EXHAUSTED)
  *   push_version     a push with no page and source_version 2^62, or one

@@ -159,7 +159,8 @@ if [ "$MERGER" = 1 ]; then
 fi
 
 # One re-sync of copy 3 with BINARY; samples into OUT/samples-TAG.txt:
-# ms since start, VmRSS KiB, VmHWM KiB, malloc held, malloc free.
+# ms since start, VmRSS KiB, VmHWM KiB, RssAnon KiB, RssFile KiB, malloc
+# held, malloc free (bytes).
 resync() {   # TAG BINARY
   local tag=$1 bin=$2 pid t0 now ms rss hwm mp done_ms="" end_ms k=0
   # Writes during the re-sync: a few keys through the router every ~0.3 s,
@@ -185,7 +186,8 @@ resync() {   # TAG BINARY
     now=$(date +%s%N) ms=$(( (now - t0) / 1000000 ))
     rss=$(awk '$1 == "VmRSS:" { print $2 }' "/proc/$pid/status" 2>/dev/null || echo 0)
     hwm=$(awk '$1 == "VmHWM:" { print $2 }' "/proc/$pid/status" 2>/dev/null || echo 0)
-    echo "$ms $rss $hwm $(curl -s --max-time 2 "http://127.0.0.1:$mp/metrics" | awk '
+    echo "$ms $rss $hwm $(awk '$1 == "RssAnon:" { a = $2 } $1 == "RssFile:" { f = $2 }
+      END { printf "%d %d", a, f }' "/proc/$pid/status" 2>/dev/null || echo 0 0) $(curl -s --max-time 2 "http://127.0.0.1:$mp/metrics" | awk '
       $1 == "bloomgrid_process_malloc_held_bytes" { h = $NF }
       $1 == "bloomgrid_process_malloc_free_bytes" { f = $NF }
       END { printf "%.0f %.0f", h, f }')" >> "$OUT/samples-$tag.txt"
@@ -207,7 +209,7 @@ resync() {   # TAG BINARY
   local bits; bits=$(metric "$mp" bloomgrid_filter_bytes)
   cp "$WORK/node3.log" "$OUT/logs-node3-$tag.log" 2>/dev/null || true
   awk -v tag="$tag" -v bits="$bits" -v done_ms="$done_ms" '
-    { if ($3 > hwm) hwm = $3; if ($2 > rss) { rss = $2; free = $5; held = $4 } }
+    { if ($3 > hwm) hwm = $3; if ($2 > rss) { rss = $2; free = $7; held = $6 } }
     END {
       target = 1.10 * bits + 64 * 1048576
       printf "%s hwm_mib %.1f bits_mib %.1f hwm_per_bits %.3f hwm_per_target %.3f " \

@@ -7,8 +7,9 @@
  * The change tracking behind them is the store's (store.h, "Change
  * tracking"): a pull is store_pages_since streamed as Page messages, a push
  * is checked here (shard and fingerprint on its first message, before any
- * page is kept; each page as it arrives) and given whole to
- * store_pages_merge once its stream completed; keys' hashes a merger pushes
+ * page is kept; each page as it arrives), spooled to disk, and given to
+ * store_pages_merge a piece at a time once its stream completed (see
+ * PushPages below); keys' hashes a merger pushes
  * instead of pages are added as adds (store_add_hashes: add records in the
  * log, so the next pull of this copy can still be keys).  Only blocked
  * and classic shards are tracked; others answer FAILED_PRECONDITION.
@@ -703,7 +704,7 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
         piece = pm.maxlen;
     if (!pm.n)
         piece = 0;
-    if (store_reserve(pm.s, piece, "a push's piece", err) < 0) {
+    if (piece && store_reserve(pm.s, piece, "a push's piece", err) < 0) {
         rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: %s", label, err);
         goto done;
     }

@@ -316,6 +316,7 @@ struct push_msgs {
     uint64_t keys;               /* keys' hashes among them */
     size_t pages;                /* pages among them */
     size_t maxlen;               /* the largest message's bytes */
+    uint64_t vbytes;             /* v's, reserved in s (max_memory_mb) */
     struct store *s;
 };
 
@@ -431,6 +432,8 @@ static void push_msgs_free(struct push_msgs *pm)
 {
     store_spool_free(pm->sp);
     free(pm->v);
+    if (pm->vbytes)
+        store_release(pm->s, pm->vbytes);
 }
 
 /* Check one message of keys' hashes; false with r set. */
@@ -505,14 +508,24 @@ static bool push_keep(struct push_msgs *pm, Bloomgrid__V1__PushPagesRequest *m,
         goto refuse;
     }
     if (pm->n == pm->cap) {
+        /* Where the messages lie is memory (32 bytes each, however small
+         * the message): reserved against max_memory_mb as it grows. */
         size_t cap = pm->cap ? 2 * pm->cap : 64;
+        uint64_t more = (uint64_t)(cap - pm->cap) * sizeof *pm->v;
+        if (store_reserve(pm->s, more, "PushPages", err) < 0) {
+            rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: %s; nothing "
+                            "was applied", label, err);
+            goto refuse;
+        }
         void *nv = realloc(pm->v, cap * sizeof *pm->v);
         if (!nv) {
+            store_release(pm->s, more);
             rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto refuse;
         }
         pm->v = nv;
         pm->cap = cap;
+        pm->vbytes += more;
     }
     if ((!pm->sp && (rc = store_spool_new(pm->s, limit, &pm->sp, err)) < 0) ||
         (rc = store_spool_write(pm->sp, data, len, err)) < 0) {

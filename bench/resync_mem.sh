@@ -6,8 +6,9 @@
 # a router.  Then, ROUNDS times and alternating between NODE_A and NODE_B,
 # copy 3 is killed (kill -9), its data directory removed, and it is started
 # again with that binary; it re-syncs (pulls every shard in full from both
-# other copies) until its health says SERVING.  Every ~100 ms its VmRSS,
-# VmHWM and its allocator's bytes (bloomgrid_process_malloc_held_bytes,
+# other copies) until its health says SERVING.  About every 100 ms (less
+# often on a loaded machine) its VmRSS, VmHWM, RssAnon, RssFile and its
+# allocator's bytes (bloomgrid_process_malloc_held_bytes,
 # bloomgrid_process_malloc_free_bytes) are sampled.  Per re-sync: the peak
 # VmHWM against its filter bytes (bits) and against the target
 # 1.10 x bits + 64 MiB, the allocator's free bytes at the sample of the

@@ -395,6 +395,7 @@ int main(int argc, char **argv)
         .stream_idle_ms = (int)n.cfg.stream_idle_ms,
         .internal_streams = (int)n.cfg.internal_streams,
         .conn_idle_ms = (int)n.cfg.conn_idle_ms,
+        .stream_window = (size_t)n.cfg.stream_window_kb << 10,
     };
     n.srv = rpc_server_create(&sc);
     if (!n.srv) {

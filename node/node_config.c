@@ -88,8 +88,9 @@ static const struct setting settings[] = {
     {"max_message_size", SETTING_UINT, 4096, 1u << 30, NULL, "67108864",
      F(max_message_size), "largest gRPC message in bytes, both directions"},
     {"max_push_mb", SETTING_UINT, 1, 1 << 16, NULL, "256", F(max_push_mb),
-     "most page bytes one PushPages stream may carry, in MiB (held until the "
-     "stream ends); more is RESOURCE_EXHAUSTED"},
+     "most page bytes one PushPages stream may carry, in MiB (spooled in the "
+     "data directory until the stream ends, then applied 1 MiB at a time); "
+     "more is RESOURCE_EXHAUSTED"},
     {"max_memory_mb", SETTING_UINT, 0, UINT64_C(1) << 40, NULL, "0", F(max_memory_mb),
      "memory budget of the node's filters, in MiB: a filter counts its bits "
      "and their page versions (1/512 more; checkpoints, exports and page "
@@ -116,6 +117,13 @@ static const struct setting settings[] = {
     {"conn_idle_ms", SETTING_UINT, 0, 86400000, NULL, "300000", F(conn_idle_ms),
      "a connection with no call for this long is closed, and one that has "
      "not finished its HTTP/2 handshake within it; 0: gRPC's defaults"},
+    {"stream_window_kb", SETTING_UINT, 0, 1u << 20, NULL, "1024", F(stream_window_kb),
+     "KiB a client may send on a call ahead of what the node has read (its "
+     "HTTP/2 stream window, never grown by BDP probes): a merger's push, an "
+     "ImportShard or a router's Batches held by gRPC while the node makes "
+     "the last piece durable; 0: gRPC's, which its probes grow to tens of "
+     "MiB a call on a fast link (raise it for pushes over a link of long "
+     "round trips)"},
     {"threads", SETTING_UINT, 1, 256, NULL, "8", F(threads),
      "RPC worker threads (writes are answered by the commit thread once "
      "durable, so no worker waits for an fsync: about the number of cores)"},

@@ -43,6 +43,7 @@ struct node_config {
     uint64_t stream_idle_ms;      /* 0: streams never idle out */
     uint64_t internal_streams;    /* stream threads kept for internal calls */
     uint64_t conn_idle_ms;
+    uint64_t stream_window_kb;    /* HTTP/2 stream window of calls to it */
     uint64_t threads;
     uint64_t loops;
     uint64_t max_streams;

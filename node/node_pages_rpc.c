@@ -7,8 +7,9 @@
  * The change tracking behind them is the store's (store.h, "Change
  * tracking"): a pull is store_pages_since streamed as Page messages, a push
  * is checked here (shard and fingerprint on its first message, before any
- * page is kept; each page as it arrives) and given whole to
- * store_pages_merge once its stream completed; keys' hashes a merger pushes
+ * page is kept; each page as it arrives), spooled to disk, and given to
+ * store_pages_merge a piece at a time once its stream completed (see
+ * PushPages below); keys' hashes a merger pushes
  * instead of pages are added as adds (store_add_hashes: add records in the
  * log, so the next pull of this copy can still be keys).  Only blocked
  * and classic shards are tracked; others answer FAILED_PRECONDITION.
@@ -280,25 +281,68 @@ gone:
 
 /* PushPages: the first message names the shard, which is found and whose
  * fingerprint is checked before any page is kept; each page (or message of
- * keys' hashes) is then checked as it arrives and kept, up to max_push_mb
- * bytes per stream.  Only a stream that completed is applied: every page
- * and the source version at once (one durable store_pages_merge), then
- * the keys' hashes as adds (push_add_keys), or nothing. */
+ * keys' hashes) is then checked as it arrives and written to a spool file
+ * in the data directory (store_spool, as an Import's file), up to
+ * max_push_mb bytes per stream.  Memory holds where each message lies in
+ * the spool (struct push_item, 32 bytes a message), never the pages: a
+ * push of a whole shard to a copy that lacks it (the merger's, while the
+ * copy re-syncs) costs the node a piece, not the shard.  Only a stream
+ * that completed is applied (push_apply): its pages read back
+ * PUSH_PIECE_PAGES at a time, each checked against its checksum again,
+ * each piece ORed in as one durable store_pages_merge and the source
+ * version claimed with the last, then the keys' hashes as adds
+ * (push_add_keys).  A stream refused or cut short applies nothing. */
+
+/* Pages ORed in by one store_pages_merge of a push (1 MiB of 64 KiB
+ * pages): the piece held in memory, and what its log record copies at
+ * most.  Smaller than a pull's (REPL_MERGE_PAGES, 4 MiB): a merger pushes
+ * from several workers at once, and its pushes are off the path of any
+ * client's call. */
+#define PUSH_PIECE_PAGES 16
+
+struct push_item {
+    uint64_t offset;             /* a page's offset in the layer body */
+    uint64_t at;                 /* where its bytes lie in the spool */
+    uint64_t checksum;           /* XXH64 of them, as sent */
+    uint32_t len;
+    bool keys;                   /* keys' hashes, not a page */
+};
+
 struct push_msgs {
-    Bloomgrid__V1__PushPagesRequest **v;
+    struct store_spool *sp;      /* made at the first page or keys */
+    struct push_item *v;
     size_t n, cap;
-    uint64_t bytes;              /* kept, and reserved in s (max_memory_mb) */
+    uint64_t bytes;              /* spooled */
     uint64_t keys;               /* keys' hashes among them */
+    size_t pages;                /* pages among them */
+    size_t maxlen;               /* the largest message's bytes */
+    uint64_t vbytes;             /* v's, reserved in s (max_memory_mb) */
     struct store *s;
 };
 
+/* Read item it back from the spool into buf and check it against the
+ * checksum it came with.  Returns 0, or a negative errno with err set. */
+static int push_read(struct push_msgs *pm, const struct push_item *it, uint8_t *buf,
+                     char *err)
+{
+    int rc = store_spool_read(pm->sp, it->at, buf, it->len, err);
+
+    if (rc == 0 && XXH64(buf, it->len, 0) != it->checksum) {
+        snprintf(err, STORE_ERRLEN, "the push's spool file changed on disk after "
+                 "its pages were checked");
+        rc = -EIO;
+    }
+    return rc;
+}
+
 /* Add the keys' hashes of a push, as adds (add records in the log: a later
  * pull of this copy may still be answered with keys), in calls of at most
- * STORE_KEYS_CHUNK keys (a buffer reserved against max_memory_mb).
- * Returns 0, or the error of store_add_hashes (or -ENOMEM) with err set;
- * the keys added before an error stay (bits only add). */
-static int push_add_keys(struct store_filter *sf, const struct push_msgs *pm,
-                         char *err)
+ * STORE_KEYS_CHUNK keys (a buffer reserved against max_memory_mb), each
+ * message read back into buf.  Returns 0, or the error of
+ * store_add_hashes (or -ENOMEM, or a spool read's error with *spool set)
+ * with err set; the keys added before an error stay (bits only add). */
+static int push_add_keys(struct store_filter *sf, struct push_msgs *pm,
+                         uint8_t *buf, bool *spool, char *err)
 {
     size_t cap = pm->keys < STORE_KEYS_CHUNK ? (size_t)pm->keys
                                              : STORE_KEYS_CHUNK;
@@ -315,13 +359,18 @@ static int push_add_keys(struct store_filter *sf, const struct push_msgs *pm,
         return -ENOMEM;
     }
     for (size_t i = 0; i < pm->n && rc == 0; i++) {
-        const uint8_t *p = pm->v[i]->key_hashes.data;
-        size_t k = pm->v[i]->key_hashes.len / 16;
-        for (size_t j = 0; j < k; j++) {
+        const struct push_item *it = &pm->v[i];
+        if (!it->keys)
+            continue;
+        if ((rc = push_read(pm, it, buf, err)) < 0) {
+            *spool = true;
+            break;
+        }
+        for (size_t j = 0; j < it->len / 16; j++) {
             uint64_t h1 = 0, h2 = 0;
             for (int b = 7; b >= 0; b--) {
-                h1 = h1 << 8 | p[16 * j + b];
-                h2 = h2 << 8 | p[16 * j + 8 + b];
+                h1 = h1 << 8 | buf[16 * j + b];
+                h2 = h2 << 8 | buf[16 * j + 8 + b];
             }
             h[n++] = (struct bf_hash){h1, h2};
             if (n == cap) {
@@ -338,13 +387,53 @@ static int push_add_keys(struct store_filter *sf, const struct push_msgs *pm,
     return rc;
 }
 
+/* Apply a completed push: its pages a piece at a time (the source version
+ * with the last piece; with no page and no key, the durable no-op a pull
+ * relies on), then its keys.  buf holds a piece (PUSH_PIECE_PAGES pages,
+ * or the largest message if larger).  Returns 0, or a negative errno with
+ * err set: of the store (its merge, its adds), -ENOMEM (the keys'
+ * buffer), or of reading the spool back (*spool set).  Pieces applied
+ * before an error stay (bits only add: the sender's retry completes it);
+ * the source version is claimed only with every page. */
+static int push_apply(struct store_filter *sf, struct push_msgs *pm, uint8_t *buf,
+                      size_t bufcap, uint64_t source_version, bool *spool, char *err)
+{
+    struct store_page pg[PUSH_PIECE_PAGES];
+    size_t k = 0, used = 0, seen = 0;
+    int rc = 0;
+
+    *spool = false;
+    if (!pm->pages && !pm->keys)
+        return store_pages_merge(sf, NULL, 0, source_version, err);
+    for (size_t i = 0; i < pm->n && pm->pages; i++) {
+        const struct push_item *it = &pm->v[i];
+        if (it->keys)
+            continue;
+        if (k == PUSH_PIECE_PAGES || it->len > bufcap - used) {
+            if ((rc = store_pages_merge(sf, pg, k, 0, err)) < 0)
+                return rc;
+            k = used = 0;
+        }
+        if ((rc = push_read(pm, it, buf + used, err)) < 0) {
+            *spool = true;
+            return rc;
+        }
+        pg[k++] = (struct store_page){.layer = 0, .offset = it->offset,
+                                      .data = buf + used, .len = it->len};
+        used += it->len;
+        if (++seen == pm->pages &&
+            (rc = store_pages_merge(sf, pg, k, source_version, err)) < 0)
+            return rc;
+    }
+    return pm->keys ? push_add_keys(sf, pm, buf, spool, err) : 0;
+}
+
 static void push_msgs_free(struct push_msgs *pm)
 {
-    for (size_t i = 0; i < pm->n; i++)
-        bloomgrid__v1__push_pages_request__free_unpacked(pm->v[i], NULL);
+    store_spool_free(pm->sp);
     free(pm->v);
-    if (pm->s)
-        store_release(pm->s, pm->bytes);
+    if (pm->vbytes)
+        store_release(pm->s, pm->vbytes);
 }
 
 /* Check one message of keys' hashes; false with r set. */
@@ -399,12 +488,17 @@ static bool push_page_ok(const Bloomgrid__V1__PushPagesRequest *m,
     return true;
 }
 
-/* Keep m (the push owns it from here); false with r set when the stream
- * goes past its bound or memory is short. */
+/* Spool m's page or keys' hashes and note where they lie (m is freed
+ * here); false with r set when the stream goes past its bound, the spool
+ * cannot take it, or memory is short. */
 static bool push_keep(struct push_msgs *pm, Bloomgrid__V1__PushPagesRequest *m,
                       uint64_t limit, const char *label, struct rpc_reply *r)
 {
-    size_t len = m->data.len + m->key_hashes.len;
+    bool keys = m->key_hashes.len > 0;
+    const uint8_t *data = keys ? m->key_hashes.data : m->data.data;
+    size_t len = keys ? m->key_hashes.len : m->data.len;
+    char err[STORE_ERRLEN];
+    int rc;
 
     if (pm->bytes + len > limit) {
         rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED,
@@ -413,26 +507,58 @@ static bool push_keep(struct push_msgs *pm, Bloomgrid__V1__PushPagesRequest *m,
                         label, limit >> 20);
         goto refuse;
     }
-    char err[STORE_ERRLEN];
-    if (store_reserve(pm->s, len, "PushPages", err) < 0) {
-        rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: %s; nothing was "
-                        "applied", label, err);
-        goto refuse;
-    }
     if (pm->n == pm->cap) {
+        /* Where the messages lie is memory (32 bytes each, however small
+         * the message): reserved against max_memory_mb as it grows. */
         size_t cap = pm->cap ? 2 * pm->cap : 64;
+        uint64_t more = (uint64_t)(cap - pm->cap) * sizeof *pm->v;
+        if (store_reserve(pm->s, more, "PushPages", err) < 0) {
+            rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: %s; nothing "
+                            "was applied", label, err);
+            goto refuse;
+        }
         void *nv = realloc(pm->v, cap * sizeof *pm->v);
         if (!nv) {
-            store_release(pm->s, len);
+            store_release(pm->s, more);
             rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
             goto refuse;
         }
         pm->v = nv;
         pm->cap = cap;
+        pm->vbytes += more;
     }
-    pm->v[pm->n++] = m;
+    if ((!pm->sp && (rc = store_spool_new(pm->s, limit, &pm->sp, err)) < 0) ||
+        (rc = store_spool_write(pm->sp, data, len, err)) < 0) {
+        if (rc == -EDQUOT)
+            rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: the pushes "
+                            "and Imports waiting on disk would pass "
+                            "max_memory_mb; nothing was applied", label);
+        else if (rc == -ENOSPC)
+            rpc_reply_error(r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: the push "
+                            "would leave less than %" PRIu64 " MiB free on the "
+                            "data directory's file system; nothing was applied",
+                            label, STORE_SPOOL_FREE_MIN >> 20);
+        else
+            rpc_reply_error(r, GRPC_STATUS_INTERNAL, "%s: cannot spool the "
+                            "push (%s); nothing was applied", label,
+                            strerror(-rc));
+        if (rc != -EDQUOT && rc != -ENOSPC)
+            log_warn("PushPages of %s: %s", label, err);
+        goto refuse;
+    }
+    pm->v[pm->n++] = (struct push_item){.offset = m->offset,
+                                        .at = pm->bytes,
+                                        .checksum = m->checksum,
+                                        .len = (uint32_t)len,
+                                        .keys = keys};
     pm->bytes += len;
-    pm->keys += m->key_hashes.len / 16;
+    if (keys)
+        pm->keys += len / 16;
+    else
+        pm->pages++;
+    if (len > pm->maxlen)
+        pm->maxlen = len;
+    bloomgrid__v1__push_pages_request__free_unpacked(m, NULL);
     return true;
 refuse:
     bloomgrid__v1__push_pages_request__free_unpacked(m, NULL);
@@ -526,7 +652,8 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
     struct rpc_reply r = {.st.code = GRPC_STATUS_OK};
     struct push_msgs pm = {0};
     struct store_filter *sf = NULL;
-    struct store_page *pages = NULL;
+    uint8_t *pbuf = NULL;
+    uint64_t reserved = 0;
     Bloomgrid__V1__PushPagesRequest *h = NULL;
     char label[STORE_NAME_MAX + 48];
     char err[STORE_ERRLEN] = "";
@@ -584,31 +711,35 @@ void node_rpc__h_push_pages(void *arg, struct rpc_stream *st)
     }
     if (rc < 0)
         goto gone;   /* cut short: nothing applied, nothing claimed */
-    if (pm.n && !(pages = calloc(pm.n, sizeof *pages))) {
+    /* The piece buffer, reserved while held (the spool is on disk). */
+    size_t piece = (size_t)PUSH_PIECE_PAGES * RULES_PAGE_BYTES;
+    if (pm.maxlen > piece)
+        piece = pm.maxlen;
+    if (!pm.n)
+        piece = 0;
+    if (piece && store_reserve(pm.s, piece, "a push's piece", err) < 0) {
+        rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: %s", label, err);
+        goto done;
+    }
+    reserved = piece;
+    if (piece && !(pbuf = malloc(piece))) {
         rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
         goto done;
     }
-    for (size_t i = 0; i < pm.n; i++)
-        if (!pm.v[i]->key_hashes.len)
-            pages[np++] = (struct store_page){.layer = 0,
-                                              .offset = pm.v[i]->offset,
-                                              .data = pm.v[i]->data.data,
-                                              .len = pm.v[i]->data.len};
-    /* Pages (if any, or none and no keys either: the durable no-op a
-     * pull relies on), then the keys as adds. */
-    if ((np || !pm.keys) &&
-        (rc = store_pages_merge(sf, pages, np, source_version, err)) < 0) {
-        node_rpc__store_error(&r, sf, label, rc, err);
-        goto done;
-    }
-    if (pm.keys && (rc = push_add_keys(sf, &pm, err)) < 0) {
-        if (rc == -ENOMEM)
+    bool spool_err = false;
+    if ((rc = push_apply(sf, &pm, pbuf, piece, source_version, &spool_err, err)) < 0) {
+        if (spool_err) {
+            log_warn("PushPages of %s: %s", label, err);
+            rpc_reply_error(&r, GRPC_STATUS_INTERNAL, "%s: %s", label, err);
+        } else if (rc == -ENOMEM) {
             rpc_reply_error(&r, GRPC_STATUS_RESOURCE_EXHAUSTED, "%s: %s",
                             label, err);
-        else
+        } else {
             node_rpc__store_error(&r, sf, label, rc, err);
+        }
         goto done;
     }
+    np = pm.pages;
     Bloomgrid__V1__PushPagesResponse resp =
         BLOOMGRID__V1__PUSH_PAGES_RESPONSE__INIT;
     resp.pages_merged = np;
@@ -631,6 +762,8 @@ gone:
         store_put(sf);
     if (h)
         bloomgrid__v1__push_pages_request__free_unpacked(h, NULL);
-    free(pages);
+    free(pbuf);
+    if (reserved)
+        store_release(pm.s, reserved);
     push_msgs_free(&pm);
 }

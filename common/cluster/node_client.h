@@ -344,7 +344,7 @@ int node_client_push(struct rpc_channel *ch, const char *filter,
 /* Keys' hashes pushed instead of pages (PushPagesRequest.key_hashes), the
  * shard's fingerprint id fp checked on the first message as for pages: n
  * keys, 16 bytes each ({h1, h2} as little-endian 64-bit words), sent in
- * messages of at most 4096 keys, all in one stream (the node holds the
+ * messages of at most 4096 keys, all in one stream (the node spools the
  * stream's keys until it ends: at most its max_push_mb).  The node adds
  * them as adds (add records in its log) once the stream completed.
  * Returns 0 once the node answered that it added every one; -1 with st

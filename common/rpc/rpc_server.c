@@ -832,15 +832,17 @@ struct rpc_server *rpc_server_create(const struct rpc_server_config *cfg)
     args[5].key = GRPC_ARG_ALLOW_REUSEPORT;
     args[5].value.integer = 0;
     size_t nargs = 6;
-    if (cfg->request_budget > 0) {
+    if (cfg->request_budget > 0 || cfg->stream_window > 0) {
         /* What a client may send of a message before the server reads it
-         * (rpc_server_budget.c): one window, never grown by BDP probes. */
+         * (rpc_server_budget.c), or ahead of a handler (stream_window):
+         * one window, never grown by BDP probes. */
+        size_t w = cfg->request_budget > 0 ? RPC_BUDGET_PROBE : cfg->stream_window;
         args[nargs].type = GRPC_ARG_INTEGER;
         args[nargs].key = GRPC_ARG_HTTP2_BDP_PROBE;
         args[nargs++].value.integer = 0;
         args[nargs].type = GRPC_ARG_INTEGER;
         args[nargs].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
-        args[nargs++].value.integer = RPC_BUDGET_PROBE;
+        args[nargs++].value.integer = w > INT32_MAX ? INT32_MAX : (int)w;
     }
     if (cfg->conn_idle_ms > 0) {
         args[nargs].type = GRPC_ARG_INTEGER;

@@ -133,6 +133,14 @@ struct rpc_server_config {
                                 closed (GOAWAY), and one that has not
                                 finished its handshake within it; 0: gRPC's
                                 defaults (none, 120 s) */
+    size_t stream_window;    /* bytes a client may send on a call ahead of
+                                what its handler has read (the HTTP/2
+                                stream window, BDP probing off: never
+                                grown).  0: gRPC's, grown by BDP probes to
+                                tens of MiB a call on a fast link, held in
+                                the server's memory while its handler
+                                catches up.  With request_budget, its
+                                RPC_BUDGET_PROBE instead */
     size_t request_budget;   /* bytes of requests the server holds at once
                                 (see "Request budget"); 0: no bound */
     const char *budget_setting; /* the setting request_budget comes from,

@@ -18,9 +18,9 @@
  *                          ckpt-<I>-<C>-<L>.bf of the previous release is
  *                          read and replaced by the next checkpoint;
  *   .tombstones            the filters dropped ("Tombstones" below);
- *   .import-XXXXXX         an Import's file as it arrives (store_spool_new:
- *                          unlinked as soon as it is made, so it has no
- *                          name while used);
+ *   .import-XXXXXX         an Import's file, or a push's pages, as it
+ *                          arrives (store_spool_new: unlinked as soon as
+ *                          it is made, so it has no name while used);
  *   LOCK                   flock'ed so two processes never open the store.
  * Directories .creating-* and .dropped-* are in-progress creations or
  * drops, and .import-* files spools a crash left named; all are removed
@@ -516,10 +516,14 @@ int store_import_counts(struct store_filter *sf,
  * a piece at a time (store_import_spool).  Memory held: a piece, never the
  * file.
  *
+ * A PushPages stream is spooled the same way (the node writes its checked
+ * messages with store_spool_write and reads them back with
+ * store_spool_read); its spool counts against the same bound.
+ *
  * The spool's disk is bounded: each spool by its own max (the largest file
- * the caller accepts), the spools of all Imports in flight together by
- * max_memory_bytes (what memory held before Imports were spooled; 0:
- * none), and a write that would leave less than STORE_SPOOL_FREE_MIN bytes
+ * the caller accepts), the spools of all Imports (and pushes) in flight
+ * together by max_memory_bytes (what memory held before Imports were
+ * spooled; 0: none), and a write that would leave less than STORE_SPOOL_FREE_MIN bytes
  * free on the directory's file system is refused (the log needs room).
  * Threads: a spool is one caller's; the bound is shared (atomics). */
 #define STORE_SPOOL_FREE_MIN (UINT64_C(64) << 20)
@@ -535,6 +539,12 @@ int store_spool_new(struct store *s, uint64_t max, struct store_spool **out,
 int store_spool_write(struct store_spool *sp, const void *buf, size_t len,
                       char *err);
 uint64_t store_spool_len(const struct store_spool *sp);
+/* Read len bytes at offset at of what was written (a caller that spooled
+ * records of its own, as PushPages does, reads them back).  Returns 0, or
+ * -EINVAL past what was written, or the read's negative errno (-EIO for a
+ * file cut short), with err set. */
+int store_spool_read(struct store_spool *sp, uint64_t at, void *buf, size_t len,
+                     char *err);
 /* Close it (its disk is freed: the file has no name) and give its bytes
  * back to the bound.  NULL: nothing. */
 void store_spool_free(struct store_spool *sp);

@@ -125,6 +125,31 @@ uint64_t store_spool_len(const struct store_spool *sp)
     return sp->len;
 }
 
+int store_spool_read(struct store_spool *sp, uint64_t at, void *buf, size_t len,
+                     char *err)
+{
+    uint8_t *p = buf;
+
+    if (at > sp->len || len > sp->len - at) {
+        errmsg_set(err, "a read of %zu bytes at %" PRIu64 " past the %" PRIu64
+                   " bytes spooled", len, at, sp->len);
+        return -EINVAL;
+    }
+    for (size_t done = 0; done < len;) {
+        ssize_t r = pread(sp->fd, p + done, len - done, (off_t)(at + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            int rc = r < 0 ? -errno : -EIO;
+            errmsg_set(err, "cannot read the spool file in %s: %s", sp->s->dir,
+                       strerror(-rc));
+            return rc;
+        }
+        done += (size_t)r;
+    }
+    return 0;
+}
+
 void store_spool_free(struct store_spool *sp)
 {
     if (!sp)

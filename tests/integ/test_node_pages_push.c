@@ -9,6 +9,11 @@
  *                    FAILED_PRECONDITION) and grow the node's RSS by less
  *                    than 32 MiB; a stream past max_push_mb ends
  *                    RESOURCE_EXHAUSTED and applies nothing
+ *   push_spooled     a push of 48 MiB into a node with 24 MiB of its
+ *                    max_memory_mb left beside its filter is applied
+ *                    whole (spooled on disk, held a 1 MiB piece at a
+ *                    time; a node that held the stream refused it
+ *                    RESOURCE_EXHAUSTED)
  *   push_version     a push with no page and source_version 2^62, or one
  *                    refused part-way, changes nothing (the shard's
  *                    version and bits stay); a complete push applies
@@ -292,6 +297,55 @@ static void test_push_memory(void)
     node_stop(&n, SIGTERM);
 }
 
+/* A push larger than the memory budget left beside the filters is taken:
+ * the node spools it and holds a piece of it at a time (what it reserves
+ * against max_memory_mb is what it holds), never the whole stream.  The
+ * filter's body takes about 40 of the 64 MiB budget; the push is 48 MiB
+ * (every non-empty page of the shard, again and again), more than the
+ * 24 MiB left, and less than the 64 MiB its spool may take on disk. */
+static uint64_t shard_version(struct node_proc *np, const char *filter);
+
+static void test_push_spooled(void)
+{
+    struct node_proc n;
+    struct rpc_status st;
+    struct node_client_shard sh;
+    char fp[17];
+    const char *const flags[] = {"--max-memory-mb", "64", NULL};
+
+    start(&n, flags);
+    CHECK(t_create(n.ch, "s", 35000000, 0.01, 0, &st) == 0, "create: %s",
+          st.message);
+    struct bf *src = shard_like(&n, "s", &sh, fp);
+    struct bf_layer_info li;
+    CHECK(bf_layer_info(src, 0, &li) == 0, "layer info");
+    CHECK(li.body_bytes > (32u << 20) && li.body_bytes < (48u << 20),
+          "a body of %" PRIu64 " bytes", li.body_bytes);
+    add_keys(src, "sp", 20000);
+    struct node_client_page *pg;
+    size_t np = pages_of(src, &pg);
+    CHECK(np > 0, "no page");
+    size_t want = (48u << 20) / PAGE, got = 0;
+    struct node_client_page *all = calloc(want, sizeof *all);
+    CHECK(all, "out of memory");
+    for (got = 0; got < want; got++)
+        all[got] = pg[got % np];
+    uint64_t v0 = shard_version(&n, "s");
+    CHECK(node_client_push(n.ch, "s", 0, fp, 5, all, want, NULL, 120000,
+                           &st) == 0,
+          "a push of %zu MiB with %" PRIu64 " MiB of budget left: %s: %s",
+          want * PAGE >> 20, ((uint64_t)(64u << 20) - li.body_bytes) >> 20,
+          rpc_status_name(st.code), st.message);
+    CHECK(shard_version(&n, "s") > v0, "the push left the version");
+    char **k = keys_make("sp", 0, 20000);
+    CHECK(keys_present(n.ch, "s", k, 20000, NULL) == 20000, "pushed keys missing");
+    keys_free(k, 20000);
+    free(all);
+    free(pg);
+    bf_destroy(src);
+    node_stop(&n, SIGTERM);
+}
+
 /* The version the node reports for shard 0 of filter (HashesResponse of
  * a MayContainHashes of one hash). */
 static uint64_t shard_version(struct node_proc *np, const char *filter)
@@ -568,6 +622,8 @@ int main(int argc, char **argv)
         test_push_memory();
     else if (!strcmp(argv[2], "push_version"))
         test_push_version();
+    else if (!strcmp(argv[2], "push_spooled"))
+        test_push_spooled();
     else if (!strcmp(argv[2], "drop_unwritten_pushed"))
         test_drop_unwritten_pushed();
     else if (!strcmp(argv[2], "push_keys"))

@@ -1325,6 +1325,14 @@ START_TEST(import_spool_refuses_bad_files_changing_nothing)
     ck_assert_int_eq(store_spool_write(sp, m.p, 60, err), 0);
     ck_assert_int_eq(store_spool_write(sp, m.p, 41, err), -E2BIG);
     ck_assert_uint_eq(store_spool_len(sp), 60);
+    /* What was written reads back at any offset, and nothing past it. */
+    uint8_t back[60];
+    ck_assert_int_eq(store_spool_read(sp, 0, back, 60, err), 0);
+    ck_assert_mem_eq(back, m.p, 60);
+    ck_assert_int_eq(store_spool_read(sp, 20, back, 40, err), 0);
+    ck_assert_mem_eq(back, (const uint8_t *)m.p + 20, 40);
+    ck_assert_int_eq(store_spool_read(sp, 20, back, 41, err), -EINVAL);
+    ck_assert_int_eq(store_spool_read(sp, 61, back, 0, err), -EINVAL);
     store_spool_free(sp);
     store_spool_free(NULL);
     free(m.p);

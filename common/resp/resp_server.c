@@ -828,6 +828,8 @@ void resp__answer_here(struct resp_server *s, struct resp_call_box *head)
         resp__call_finish(b);
         n_here++;
     }
+    if (n_here)   /* counted before the replies leave */
+        metric_add(s->m_answered_in_place, n_here);
     /* Write what they answered; what cannot be written here stays dirty
      * for the loop. */
     struct resp_conn *left = NULL, *c;
@@ -857,8 +859,6 @@ void resp__answer_here(struct resp_server *s, struct resp_call_box *head)
     if (wake)
         uv_async_send(&s->wake);
     pthread_mutex_unlock(&s->loop_mu);
-    if (n_here)
-        metric_add(s->m_answered_in_place, n_here);
 }
 
 static void on_idle(uv_timer_t *t)

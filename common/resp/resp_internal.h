@@ -115,6 +115,11 @@ struct resp_call_box {
 
 #define RESP_QUEUE_MAX 100000    /* commands in one MULTI */
 
+/* Calls finished together on another thread are answered in place only
+ * when they are of at most this many connections (counted as runs of one
+ * connection's calls in the list). */
+#define RESP_IN_PLACE_CONNS 4
+
 struct resp_queued {
     size_t argc;
     size_t *len;

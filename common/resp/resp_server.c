@@ -800,8 +800,19 @@ void resp__answer_here(struct resp_server *s, struct resp_call_box *head)
 
     if (!head)
         return;
-    if (!s->be.answer_in_place || atomic_load(&s->stopping) ||
-        pthread_mutex_trylock(&s->loop_mu) != 0) {
+    /* Calls of many connections (an answer to a group that joined their
+     * commands) go to the loop: it writes their replies in the pass that
+     * reads their next commands, and this thread goes back to the next
+     * answer instead of making a send() for each. */
+    unsigned conns = 0;
+    struct resp_conn *last = NULL;
+    for (b = head; b && conns <= RESP_IN_PLACE_CONNS; b = b->qnext)
+        if (b->conn != last) {
+            last = b->conn;
+            conns++;
+        }
+    if (!s->be.answer_in_place || conns > RESP_IN_PLACE_CONNS ||
+        atomic_load(&s->stopping) || pthread_mutex_trylock(&s->loop_mu) != 0) {
         for (btail = head; btail->qnext; btail = btail->qnext)
             ;
         resp__call_post_list(s, head, btail);

@@ -239,16 +239,21 @@ struct resp_backend {
     /* Answering where the answer comes (false: every call finished on
      * another thread is handed to the loop, which writes its reply).
      * When true, resp_call_done / resp_calls_done on another thread finish
-     * the calls there and write their replies to the client's socket at
-     * once, provided the loop is waiting for I/O at that moment (not
-     * running) and each call's connection is in the plain case: no TLS,
-     * no earlier write of its pending, not paused, blocked or closing.
-     * Anything else is handed to the loop as before.  It saves the loop's
-     * wake-up per answer (an eventfd write, a poll, a context switch):
-     * with one pipelined client, one of the three wake-ups of a router per
-     * round trip.  The finishing calls nothing of the backend's and
-     * waits for no lock (the loop's state is taken with a try-lock), so
-     * the backend may call resp_call(s)_done holding its own locks. */
+     * the calls there and write their replies to the clients' sockets at
+     * once (one send() per connection), provided that the loop is waiting
+     * for I/O at that moment (not running), that the calls finished
+     * together are of at most RESP_IN_PLACE_CONNS connections (one
+     * pipelined client's, not a group of many clients' commands), and that
+     * no call's connection is closed or waiting for that call to run its
+     * next command.  A reply that cannot be sent there (TLS, a write of
+     * the loop's under way, a paused or closing connection, a short send)
+     * is left for the loop to write, in its place; anything else is handed
+     * to the loop as before.  It saves the loop's wake-up per answer (an
+     * eventfd write, a poll, a context switch): with one pipelined client,
+     * one of the three wake-ups of a router per round trip.  The finishing
+     * calls nothing of the backend's and waits for no lock (the loop's
+     * state is taken with a try-lock), so the backend may call
+     * resp_call(s)_done holding its own locks. */
     bool answer_in_place;
 };
 

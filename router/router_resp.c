@@ -772,4 +772,5 @@ void router_resp_backend(struct router_resp *d, struct resp_backend *be)
     be->pass_end = router_pass_end;
     /* A write is acknowledged by W copies; a read may ask others. */
     be->reads_wait_writes = true;
+    be->answer_in_place = true;
 }

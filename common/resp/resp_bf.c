@@ -170,10 +170,12 @@ void resp_call_done(struct resp_call *c)
     struct resp_call_box *b = (struct resp_call_box *)c;
     if (done_in_work(b))
         return;
-    if (pthread_equal(pthread_self(), b->srv->thread))
+    if (pthread_equal(pthread_self(), b->srv->thread)) {
         resp__call_finish(b);
-    else
-        resp__call_post(b);
+    } else {
+        b->qnext = NULL;
+        resp__answer_here(b->srv, b);
+    }
 }
 
 void resp_calls_done(struct resp_call *const *v, size_t n)
@@ -201,8 +203,10 @@ void resp_calls_done(struct resp_call *const *v, size_t n)
             head = b;
         tail = b;
     }
-    if (head)
-        resp__call_post_list(s, head, tail);
+    if (head) {
+        tail->qnext = NULL;
+        resp__answer_here(s, head);
+    }
 }
 
 int resp_call_keep(struct resp_call *c)
@@ -286,6 +290,7 @@ static void bounded_expire(struct resp_call_box *b, uint64_t now)
 void resp__slow_tick(uv_timer_t *t)
 {
     struct resp_server *s = t->data;
+    resp__loop_enter(s);
     uint64_t now = resp__now_ms();
     struct resp_call_box *b = s->bounded;
     while (b) {
@@ -316,6 +321,7 @@ static void work_after(uv_work_t *w, int status)
     struct resp_server *s = b->srv;
     int one = 1, four = 4;
     (void)status;
+    resp__loop_enter(s);
     bounded_unlink(b);
     /* Answered by its bound: only the box is left. */
     if (atomic_load(&b->work_state) == 3) {

@@ -115,6 +115,11 @@ struct resp_call_box {
 
 #define RESP_QUEUE_MAX 100000    /* commands in one MULTI */
 
+/* Calls finished together on another thread are answered in place only
+ * when they are of at most this many connections (counted as runs of one
+ * connection's calls in the list). */
+#define RESP_IN_PLACE_CONNS 4
+
 struct resp_queued {
     size_t argc;
     size_t *len;
@@ -126,6 +131,7 @@ struct resp_conn {
     struct resp_server *srv;
     struct resp_conn *prev, *next;
     uint64_t id;
+    int fd;                      /* the socket's, -1: none known */
     char addr[64];
     /* input: in[start, len) not yet dispatched */
     char *in;
@@ -205,6 +211,14 @@ struct resp_server {
     /* calls finished on other threads */
     pthread_mutex_t qmu;
     struct resp_call_box *qhead, *qtail;
+    /* The loop's state (connections, boxes, dirty list, counts): held by
+     * the loop thread whenever it runs a callback, let go just before it
+     * polls (resp__loop_leave); taken with a try-lock by a thread that
+     * answers calls in place (be.answer_in_place), which sets in_place
+     * while it holds it. */
+    pthread_mutex_t loop_mu;
+    bool loop_owned;             /* the loop thread holds loop_mu */
+    bool in_place;               /* another thread holds it, answering */
     /* the arguments of the command being dispatched (loop thread) */
     const char **argv;
     size_t *argl, acap;
@@ -213,6 +227,7 @@ struct resp_server {
     SSL_CTX *ssl_ctx;
     /* metrics */
     struct metric *m_conns, *m_conns_total, *m_rejected, *m_unknown, *m_proto_err;
+    struct metric *m_answered_loop, *m_answered_in_place;
     uint64_t started_s;
 };
 
@@ -239,13 +254,24 @@ void resp__resume(struct resp_conn *c);
 void resp__answered(struct resp_conn *c);
 /* A call's connection let go of one reference (a call finished). */
 void resp__conn_release(struct resp_conn *c);
-/* From any thread: queue a finished call for the loop. */
-void resp__call_post(struct resp_call_box *b);
-/* The same for the list head .. tail (linked by qnext), one wake. */
+/* From any thread: queue the finished calls head .. tail (linked by
+ * qnext) for the loop, one wake. */
 void resp__call_post_list(struct resp_server *s, struct resp_call_box *head,
                           struct resp_call_box *tail);
 /* The server's count of calls in flight changed (stop waits for 0). */
 void resp__calls_changed(struct resp_server *s);
+/* The loop thread takes its state (first thing of every loop callback;
+ * nothing when it holds it already) and lets it go before it polls. */
+void resp__loop_enter(struct resp_server *s);
+void resp__loop_leave(struct resp_server *s);
+/* Another thread: the calls head .. (qnext) of server s, finished there
+ * (be.answer_in_place).  Those that can be answered in place are finished
+ * and their replies written; the others are handed to the loop.  Needs
+ * no lock held by the caller. */
+void resp__answer_here(struct resp_server *s, struct resp_call_box *head);
+/* A connection whose output cannot take a reply (out of memory): closed,
+ * or, when the call is answered in place, closed by the loop. */
+void resp__conn_fail(struct resp_conn *c);
 
 /* ---- resp_cmd.c ---- */
 void resp__commands_init(struct resp_server *s);

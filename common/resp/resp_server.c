@@ -11,6 +11,12 @@
  * pass: a pipeline of commands costs one write, tried at once with
  * uv_try_write (the rest waits for the socket).  Calls that finish on
  * other threads are queued under a mutex and the loop woken (uv_async).
+ * With be.answer_in_place, the thread that finishes calls may instead
+ * answer them itself when the loop is waiting for I/O: the loop's state is
+ * one mutex (loop_mu) that the loop thread holds while it runs and lets go
+ * just before it polls; that thread takes it with a try-lock, finishes the
+ * calls whose connections are in the plain case and writes their replies
+ * with one send() each, and hands the rest to the loop (resp__answer_here).
  * A backend with pass_end is called before every poll (uv_prepare), so
  * that it can join the calls of a pass (every connection's) into one;
  * what is answered is flushed before it and again after it.  While it
@@ -21,6 +27,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,7 +214,7 @@ void resp__slot_ready(struct resp_conn *c, struct resp_slot *s)
         if (!c->head)
             c->tail = NULL;
         if (!c->closed && resp_buf_append(&c->out, h->buf.p, h->buf.len) < 0)
-            conn_close(c);
+            resp__conn_fail(c);
         c->pending -= h->charge;
         resp_buf_free(&h->buf);
         free(h);
@@ -260,6 +267,7 @@ static void conn_free(struct resp_conn *c)
 static void on_closed(uv_handle_t *h)
 {
     struct resp_conn *c = h->data;
+    resp__loop_enter(c->srv);
     c->tcp.data = NULL;
     if (c->inflight == 0)
         conn_free(c);
@@ -318,6 +326,16 @@ static void conn_close(struct resp_conn *c)
     uv_close((uv_handle_t *)&c->tcp, on_closed);
 }
 
+void resp__conn_fail(struct resp_conn *c)
+{
+    if (!c->srv->in_place) {
+        conn_close(c);
+        return;
+    }
+    c->closing = true;   /* the loop closes it once its replies are out */
+    resp__mark_dirty(c);
+}
+
 void resp__close_after_reply(struct resp_conn *c)
 {
     c->closing = true;
@@ -333,6 +351,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     (void)hint;
     struct resp_conn *c = h->data;
     static __thread char tls_in[READ_CHUNK];
+    resp__loop_enter(c->srv);
     if (c->ssl) {
         buf->base = tls_in;
         buf->len = sizeof tls_in;
@@ -354,6 +373,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     struct resp_conn *c = st->data;
     struct resp_server *s = c->srv;
 
+    resp__loop_enter(s);
     if (nread == UV_ENOBUFS) {
         log_warn("resp: %s: out of memory for its input: closed", c->addr);
         conn_close(c);
@@ -421,6 +441,7 @@ static void start_reading(struct resp_conn *c)
 static void on_written(uv_write_t *w, int status)
 {
     struct resp_conn *c = w->data;
+    resp__loop_enter(c->srv);
     c->writing = false;
     c->wbuf.len = 0;
     if (status < 0) {
@@ -606,6 +627,7 @@ static void reject(struct resp_server *s, uv_stream_t *server)
 static void on_connection(uv_stream_t *server, int status)
 {
     struct resp_server *s = server->data;
+    resp__loop_enter(s);
     if (status < 0 || atomic_load(&s->stopping))
         return;
     if (atomic_load(&s->nconns) >= s->cfg.max_connections) {
@@ -626,6 +648,7 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     c->srv = s;
+    c->fd = -1;
     c->proto = 2;
     c->id = ++s->next_id;
     resp_parser_init(&c->parser, &s->lim);
@@ -637,6 +660,9 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+        c->fd = fd;
     struct sockaddr_storage ss;
     int sl = sizeof ss;
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
@@ -692,33 +718,23 @@ static void stop_now(struct resp_server *s);
 static void on_wake(uv_async_t *a)
 {
     struct resp_server *s = a->data;
+    resp__loop_enter(s);
     pthread_mutex_lock(&s->qmu);
     struct resp_call_box *b = s->qhead;
     s->qhead = s->qtail = NULL;
     pthread_mutex_unlock(&s->qmu);
+    uint64_t n_here = 0;
     while (b) {
         struct resp_call_box *n = b->qnext;
         resp__call_finish(b);
+        n_here++;
         b = n;
     }
+    if (n_here)
+        metric_add(s->m_answered_loop, n_here);
     if (atomic_load(&s->stopping))
         stop_now(s);
     flush_dirty(s);
-}
-
-/* From any thread: a call is finished. */
-void resp__call_post(struct resp_call_box *b)
-{
-    struct resp_server *s = b->srv;
-    pthread_mutex_lock(&s->qmu);
-    b->qnext = NULL;
-    if (s->qtail)
-        s->qtail->qnext = b;
-    else
-        s->qhead = b;
-    s->qtail = b;
-    pthread_mutex_unlock(&s->qmu);
-    uv_async_send(&s->wake);
 }
 
 void resp__call_post_list(struct resp_server *s, struct resp_call_box *head,
@@ -735,9 +751,131 @@ void resp__call_post_list(struct resp_server *s, struct resp_call_box *head,
     uv_async_send(&s->wake);
 }
 
+/* ---- answering in place (be.answer_in_place) ---- */
+
+void resp__loop_enter(struct resp_server *s)
+{
+    if (!s->loop_owned) {
+        pthread_mutex_lock(&s->loop_mu);
+        s->loop_owned = true;
+    }
+}
+
+void resp__loop_leave(struct resp_server *s)
+{
+    if (s->loop_owned) {
+        s->loop_owned = false;
+        pthread_mutex_unlock(&s->loop_mu);
+    }
+}
+
+/* Write c's output from this thread: true when nothing is left for the
+ * loop to do for c (all written, or c closed), false when the loop must
+ * flush it (TLS, a write under way, closing, paused, a short or failed
+ * send: the loop's own write then meets the error). */
+static bool flush_here(struct resp_conn *c)
+{
+    if (c->closed)
+        return true;
+    if (c->writing || c->ssl || c->closing || c->paused || c->fd < 0)
+        return false;
+    if (!c->out.len)
+        return true;
+    ssize_t n = send(c->fd, c->out.p, c->out.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0)
+        return false;
+    c->last_ms = resp__now_ms();
+    if ((size_t)n < c->out.len) {
+        memmove(c->out.p, c->out.p + n, c->out.len - (size_t)n);
+        c->out.len -= (size_t)n;
+        return false;
+    }
+    c->out.len = 0;
+    return true;
+}
+
+void resp__answer_here(struct resp_server *s, struct resp_call_box *head)
+{
+    struct resp_call_box *back = NULL, *btail = NULL, *b, *n;
+
+    if (!head)
+        return;
+    /* Calls of many connections (an answer to a group that joined their
+     * commands) go to the loop: it writes their replies in the pass that
+     * reads their next commands, and this thread goes back to the next
+     * answer instead of making a send() for each. */
+    unsigned conns = 0;
+    struct resp_conn *last = NULL;
+    for (b = head; b && conns <= RESP_IN_PLACE_CONNS; b = b->qnext)
+        if (b->conn != last) {
+            last = b->conn;
+            conns++;
+        }
+    if (!s->be.answer_in_place || conns > RESP_IN_PLACE_CONNS ||
+        atomic_load(&s->stopping) || pthread_mutex_trylock(&s->loop_mu) != 0) {
+        for (btail = head; btail->qnext; btail = btail->qnext)
+            ;
+        resp__call_post_list(s, head, btail);
+        return;
+    }
+    /* The loop is in its poll (or about to be): its state is ours. */
+    s->in_place = true;
+    uint64_t n_here = 0;
+    for (b = head; b; b = n) {
+        n = b->qnext;
+        struct resp_conn *c = b->conn;
+        /* A blocked connection resumes (dispatches: the loop's work), a
+         * closed one may be freed, a call of the pool is the loop's. */
+        if (!c || c->closed || c->blocked || b->bounded || b->in_start ||
+            atomic_load(&b->work_state) != 0) {
+            b->qnext = NULL;
+            if (btail)
+                btail->qnext = b;
+            else
+                back = b;
+            btail = b;
+            continue;
+        }
+        resp__call_finish(b);
+        n_here++;
+    }
+    if (n_here)   /* counted before the replies leave */
+        metric_add(s->m_answered_in_place, n_here);
+    /* Write what they answered; what cannot be written here stays dirty
+     * for the loop. */
+    struct resp_conn *left = NULL, *c;
+    while ((c = s->dirty)) {
+        s->dirty = c->dnext;
+        c->dirty = false;
+        if (!flush_here(c) && !c->closed) {
+            c->dirty = true;
+            c->dnext = left;
+            left = c;
+        }
+    }
+    s->dirty = left;
+    bool wake = left || back || atomic_load(&s->stopping);
+    s->in_place = false;
+    if (back) {
+        pthread_mutex_lock(&s->qmu);
+        if (s->qtail)
+            s->qtail->qnext = back;
+        else
+            s->qhead = back;
+        s->qtail = btail;
+        pthread_mutex_unlock(&s->qmu);
+    }
+    /* The wake handle is open: it closes only once no call is in flight,
+     * and the loop cannot close it while this thread holds its state. */
+    if (wake)
+        uv_async_send(&s->wake);
+    pthread_mutex_unlock(&s->loop_mu);
+}
+
 static void on_idle(uv_timer_t *t)
 {
     struct resp_server *s = t->data;
+    resp__loop_enter(s);
     uint64_t now = resp__now_ms();
     struct resp_conn *c = s->conns;
     while (c) {
@@ -764,8 +902,7 @@ static void stop_now(struct resp_server *s)
     if (s->calls == 0 && !uv_is_closing((uv_handle_t *)&s->wake)) {
         uv_close((uv_handle_t *)&s->wake, NULL);
         uv_close((uv_handle_t *)&s->slow_timer, NULL);
-        if (s->be.pass_end)
-            uv_close((uv_handle_t *)&s->pass, NULL);
+        uv_close((uv_handle_t *)&s->pass, NULL);
         if (s->be.pass_end && (s->be.pass_drain || s->be.pass_wait_ns))
             uv_close((uv_handle_t *)&s->drain, NULL);
     }
@@ -803,9 +940,8 @@ static bool wait_answered(struct resp_server *s)
  * writes here), then the backend starts the calls it held back to join
  * them, and what they answered is written.  Writing may let paused
  * connections dispatch more (from input already read): then again. */
-static void on_pass_end(uv_prepare_t *p)
+static void pass_end(struct resp_server *s)
 {
-    struct resp_server *s = p->data;
     uint64_t d;
     flush_dirty(s);
     /* Draining (be.pass_drain): while the backend holds calls and the
@@ -848,9 +984,23 @@ static void on_pass_end(uv_prepare_t *p)
     s->drain_mark = s->dispatched;
 }
 
+/* Before every poll: the backend's pass end, then the loop lets its state
+ * go while it waits for I/O. */
+static void on_prepare(uv_prepare_t *p)
+{
+    struct resp_server *s = p->data;
+    resp__loop_enter(s);
+    if (s->be.pass_end)
+        pass_end(s);
+    else
+        flush_dirty(s);
+    resp__loop_leave(s);
+}
+
 void resp__calls_changed(struct resp_server *s)
 {
-    if (atomic_load(&s->stopping) && s->calls == 0)
+    /* Answering in place: the loop stops, woken by resp__answer_here. */
+    if (!s->in_place && atomic_load(&s->stopping) && s->calls == 0)
         stop_now(s);
 }
 
@@ -858,6 +1008,7 @@ static void *loop_main(void *arg)
 {
     struct resp_server *s = arg;
     uv_run(&s->loop, UV_RUN_DEFAULT);
+    resp__loop_leave(s);
     return NULL;
 }
 
@@ -925,6 +1076,7 @@ struct resp_server *resp_server_create(const struct resp_server_config *cfg,
     s->lim.max_command = cfg->max_command;
     pthread_mutex_init(&s->qmu, NULL);
     pthread_mutex_init(&s->tls_mu, NULL);
+    pthread_mutex_init(&s->loop_mu, NULL);
     if (parse_addr(cfg->listen, &ss, err) < 0)
         goto fail;
     if (cfg->tls_cert_pem && cfg->tls_key_pem &&
@@ -941,11 +1093,24 @@ struct resp_server *resp_server_create(const struct resp_server_config *cfg,
     s->m_proto_err = metrics_counter(m, "bloomgrid_resp_protocol_errors_total",
                                      "RESP connections closed for a malformed or "
                                      "oversized command", NULL);
+    const char *al[] = {"where", "loop", NULL};
+    s->m_answered_loop = metrics_counter(m, "bloomgrid_resp_answers_total",
+                                         "RESP calls finished on another thread, by "
+                                         "where their replies were made: by the loop, "
+                                         "or in place by the thread that finished them",
+                                         al);
+    const char *ah[] = {"where", "in_place", NULL};
+    s->m_answered_in_place = metrics_counter(m, "bloomgrid_resp_answers_total",
+                                             "RESP calls finished on another thread, "
+                                             "by where their replies were made: by the "
+                                             "loop, or in place by the thread that "
+                                             "finished them", ah);
     resp__commands_init(s);
     return s;
 fail:
     pthread_mutex_destroy(&s->qmu);
     pthread_mutex_destroy(&s->tls_mu);
+    pthread_mutex_destroy(&s->loop_mu);
     free(s);
     return NULL;
 }
@@ -983,10 +1148,10 @@ int resp_server_start(struct resp_server *s, char *err)
     s->wake.data = s;
     uv_timer_init(&s->loop, &s->slow_timer);
     s->slow_timer.data = s;
+    uv_prepare_init(&s->loop, &s->pass);
+    s->pass.data = s;
+    uv_prepare_start(&s->pass, on_prepare);
     if (s->be.pass_end) {
-        uv_prepare_init(&s->loop, &s->pass);
-        s->pass.data = s;
-        uv_prepare_start(&s->pass, on_pass_end);
         if (s->be.pass_drain || s->be.pass_wait_ns) {
             uv_idle_init(&s->loop, &s->drain);
             s->drain.data = s;
@@ -1048,5 +1213,6 @@ void resp_server_destroy(struct resp_server *s)
     free(s->argl);
     pthread_mutex_destroy(&s->qmu);
     pthread_mutex_destroy(&s->tls_mu);
+    pthread_mutex_destroy(&s->loop_mu);
     free(s);
 }

@@ -236,6 +236,25 @@ struct resp_backend {
      * last pass_end's answers are awaited (a client that does not come
      * back costs one wait, once); a connection closed is not awaited. */
     uint64_t (*pass_wait_ns)(void *arg);
+    /* Answering where the answer comes (false: every call finished on
+     * another thread is handed to the loop, which writes its reply).
+     * When true, resp_call_done / resp_calls_done on another thread finish
+     * the calls there and write their replies to the clients' sockets at
+     * once (one send() per connection), provided that the loop is waiting
+     * for I/O at that moment (not running), that the calls finished
+     * together are of at most RESP_IN_PLACE_CONNS connections (one
+     * pipelined client's, not a group of many clients' commands), and that
+     * no call's connection is closed or waiting for that call to run its
+     * next command.  A reply that cannot be sent there (TLS, a write of
+     * the loop's under way, a paused or closing connection, a short send)
+     * is left for the loop to write, in its place; anything else is handed
+     * to the loop as before.  It saves the loop's wake-up per answer (an
+     * eventfd write, a poll, a context switch): with one pipelined client,
+     * one of the three wake-ups of a router per round trip.  The finishing
+     * calls nothing of the backend's and waits for no lock (the loop's
+     * state is taken with a try-lock), so the backend may call
+     * resp_call(s)_done holding its own locks. */
+    bool answer_in_place;
 };
 
 struct resp_server_config {

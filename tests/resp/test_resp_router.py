@@ -39,6 +39,16 @@ usage: test_resp_router.py NODE_BIN ROUTER_BIN PART
           the commands of the message in flight are answered with an error
           (never a 0 for a key added), the reads go on on a new stream
           once it is back, every reply in its place
+  inplace  the replies of calls the node answered are written by the
+          thread that took the answer (bloomgrid_resp_answers_total
+          where="in_place"), not handed to the loop: a lone pipelined
+          connection, rounds of BF.ADD and rounds of BF.EXISTS in turn, every
+          reply right and in its place (and BF.EXISTS k right behind BF.ADD k,
+          which waits for it, answers 1); a client that sends 24 MiB of BF.MEXISTS before
+          reading any reply (its socket full, the connection paused over
+          pipeline_bytes: the loop writes the rest), every reply in its
+          place; 50 connections at once, each reading its own adds; a
+          router stopped under a pipelined client exits cleanly
   slow    with resp_slow_timeout_ms = 300 and the node stopped, pipelined
           adds and BF.INFO of an unchecked filter are answered -UNAVAILABLE
           naming the bound (the add: nothing written), the PING after them
@@ -747,6 +757,193 @@ def part_readjoin():
         cl.stop()
 
 
+def answers(text):
+    """bloomgrid_resp_answers_total: (in_place, loop)."""
+    out = {"in_place": 0.0, "loop": 0.0}
+    for where, v in re.findall(r'^bloomgrid_resp_answers_total\{where="(\w+)"\} (\S+)$',
+                               text, re.M):
+        out[where] += float(v)
+    return out["in_place"], out["loop"]
+
+
+def part_inplace():
+    """Replies written in place by the thread that took the node's answer,
+    in the order of the commands, whatever the socket and budgets do."""
+    import socket
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
+                           router_flags=["--metrics-listen", "127.0.0.1:0",
+                                         "--default-shards", "4"])
+    try:
+        s = cl.routers[0]
+        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        c = cl.client(0)
+        c.execute_command("BF.RESERVE", "ip", 0.001, 200000, "NONSCALING")
+
+        # A lone pipelined connection: a round of 32 BF.ADD of new keys, then
+        # a round of 32 BF.EXISTS of them and of keys never added, in turn
+        # (within a round no command waits for another).
+        ROUNDS = 300
+        i0, l0 = answers(scrape(maddr))
+        wrong = []
+        for r in range(ROUNDS):
+            keys = ["k%d-%d" % (r, i) for i in range(16)]
+            p = c.pipeline(transaction=False)
+            for k in keys + ["w%d-%d" % (r, i) for i in range(16)]:
+                p.execute_command("BF.ADD", "ip", k)
+            got = p.execute(raise_on_error=False)
+            if any(g not in (0, 1) for g in got):
+                wrong.append((r, "add", got))
+            p = c.pipeline(transaction=False)
+            for i in range(16):
+                p.execute_command("BF.EXISTS", "ip", keys[i])
+                p.execute_command("BF.EXISTS", "ip", "never-%d-%d" % (r, i))
+            got = p.execute(raise_on_error=False)
+            if got[0::2] != [1] * 16 or any(g not in (0, 1) for g in got[1::2]):
+                wrong.append((r, "exists", got))
+        i1, l1 = answers(scrape(maddr))
+        print("lone pipelined connection: %d rounds of 32 adds and of 32 reads, %d calls "
+              "answered in place, %d by the loop" % (ROUNDS, i1 - i0, l1 - l0))
+        check(not wrong, "wrong or misplaced replies: %r" % wrong[:4])
+        check(i1 - i0 + l1 - l0 >= 2 * ROUNDS, "fewer calls finished elsewhere than rounds")
+        check(i1 - i0 >= 0.8 * (i1 - i0 + l1 - l0),
+              "a lone pipelined connection's replies were not written in place: "
+              "%d in place, %d by the loop" % (i1 - i0, l1 - l0))
+
+        # Each BF.EXISTS right behind the BF.ADD of its key waits for it (the
+        # connection blocked: the loop resumes it): every reply in place.
+        wrong = []
+        for r in range(50):
+            p = c.pipeline(transaction=False)
+            ks = ["b%d-%d" % (r, i) for i in range(16)]
+            for k in ks:
+                p.execute_command("BF.ADD", "ip", k)
+                p.execute_command("BF.EXISTS", "ip", k)
+            got = p.execute(raise_on_error=False)
+            if got[1::2] != [1] * 16 or any(g not in (0, 1) for g in got[0::2]):
+                wrong.append((r, got))
+        check(not wrong, "add then exists on one connection: %r" % wrong[:2])
+        i1, l1 = answers(scrape(maddr))
+
+        # 24 MiB of BF.MEXISTS sent before any reply is read: the replies
+        # fill the socket, the connection goes over pipeline_bytes and is
+        # paused; what cannot be sent in place is the loop's to write.
+        keys = ["k%d-%d" % (r, i) for r in range(ROUNDS) for i in range(16)]
+        absent = ["zz%d" % i for i in range(len(keys))]
+        truth = dict(zip(absent, c.execute_command("BF.MEXISTS", "ip", *absent)))
+        truth.update((k, 1) for k in keys)
+        allk = keys + absent
+        cmds, expect = [], []
+        random.seed(7)
+        size = 0
+        while size < (24 << 20):
+            ks = random.sample(allk, 1000)
+            args = [b"BF.MEXISTS", b"ip"] + [k.encode() for k in ks]
+            cmd = b"*%d\r\n" % len(args) + b"".join(
+                b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+            cmds.append(cmd)
+            size += len(cmd)
+            expect.append(b"*1000\r\n" + b"".join(
+                b":%d\r\n" % truth[k] for k in ks))
+        want = b"".join(expect)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        sock.connect((s.host, s.port))
+        sock.settimeout(120)
+        sent = threading.Event()
+
+        def send_all():
+            for cmd in cmds:
+                sock.sendall(cmd)
+            sent.set()
+
+        th = threading.Thread(target=send_all)
+        th.start()
+        time.sleep(1.0)   # replies pile up unread meanwhile
+        got = bytearray()
+        while len(got) < len(want):
+            # Slowly at first: the socket fills and drains by turns.
+            slow = len(got) < len(want) // 2
+            chunk = sock.recv(16384 if slow else 1 << 20)
+            if slow:
+                time.sleep(0.001)
+            check(chunk, "the router closed the connection after %d of %d reply bytes"
+                  % (len(got), len(want)))
+            got += chunk
+        th.join()
+        sock.close()
+        print("%d BF.MEXISTS (%d bytes) sent before reading: %d reply bytes" % (
+            len(cmds), size, len(got)))
+        check(bytes(got) == want, "replies of the unread pipeline differ from the "
+              "answers (first difference at byte %d)" % next(
+                  (i for i, (a, b) in enumerate(zip(got, want)) if a != b),
+                  min(len(got), len(want))))
+
+        # 50 connections at once, each adding its own keys then reading them.
+        errs = []
+
+        def conn_work(t):
+            cc = cl.client(0)
+            try:
+                for r in range(20):
+                    p = cc.pipeline(transaction=False)
+                    ks = ["c%d-%d-%d" % (t, r, i) for i in range(8)]
+                    for k in ks:
+                        p.execute_command("BF.ADD", "ip", k)
+                    for k in ks:
+                        p.execute_command("BF.EXISTS", "ip", k)
+                    got = p.execute(raise_on_error=False)
+                    if got[8:] != [1] * 8 or any(g not in (0, 1) for g in got[:8]):
+                        errs.append((t, r, got))
+            except Exception as e:   # noqa: BLE001 (reported below)
+                errs.append((t, e))
+            finally:
+                cc.close()
+
+        ths = [threading.Thread(target=conn_work, args=(t,)) for t in range(50)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        check(not errs, "50 connections: %r" % errs[:3])
+        i2, l2 = answers(scrape(maddr))
+        print("50 connections: %d calls answered in place, %d by the loop" % (
+            i2 - i1, l2 - l1))
+
+        # A router stopped under a pipelined client exits, in time, with 0.
+        stop = threading.Event()
+
+        def busy():
+            cc = cl.client(0)
+            try:
+                while not stop.is_set():
+                    p = cc.pipeline(transaction=False)
+                    for i in range(32):
+                        p.execute_command("BF.EXISTS", "ip", "k1-%d" % (i % 16))
+                    p.execute(raise_on_error=False)
+            except redis.RedisError:
+                pass
+            finally:
+                cc.close()
+
+        th = threading.Thread(target=busy)
+        th.start()
+        time.sleep(1.0)
+        t0 = time.time()
+        s.p.terminate()
+        try:
+            rc = s.p.wait(30)
+        except subprocess.TimeoutExpired:
+            s.p.kill()
+            rc = None
+        stop.set()
+        th.join()
+        check(rc == 0, "the router stopped under a pipelined client: exit %r after %.1f s"
+              % (rc, time.time() - t0))
+        print("router stopped under a pipelined client: exit 0 in %.2f s" % (time.time() - t0))
+    finally:
+        cl.stop()
+
+
 def metric_value(text, name):
     m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
     return float(m.group(1)) if m else None
@@ -754,5 +951,5 @@ def metric_value(text, name):
 
 {"kill": part_kill, "create": part_create, "bench": part_bench,
  "budget": part_budget, "pipeline": part_pipeline, "slow": part_slow,
- "readjoin": part_readjoin}[PART]()
+ "readjoin": part_readjoin, "inplace": part_inplace}[PART]()
 print("ok")

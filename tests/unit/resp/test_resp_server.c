@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "metrics.h"
 #include "resp_server.h"
 
 /* ---- the backend ----
@@ -198,6 +199,14 @@ static int be_auth(void *arg, const char *tok, size_t len, struct resp_who *who)
 
 static struct resp_server *srv;
 static int port;
+/* be.answer_in_place for the servers of a test (the "in_place" case runs
+ * every test of "core" again with it). */
+static bool in_place;
+
+static void set_in_place(void)
+{
+    in_place = true;
+}
 
 static void start_server(bool tokens, unsigned max_conns, size_t pipeline, uint64_t idle)
 {
@@ -210,7 +219,8 @@ static void start_server(bool tokens, unsigned max_conns, size_t pipeline, uint6
         .autocreate_capacity = 100,
     };
     struct resp_backend be = {.bf = be_bf, .reads_wait_writes = true,
-                              .auth = tokens ? be_auth : NULL};
+                              .auth = tokens ? be_auth : NULL,
+                              .answer_in_place = in_place};
     if (with_pass) {
         be.pass_end = be_pass_end;
         be.pass_held = be_pass_held;
@@ -664,6 +674,104 @@ START_TEST(the_clients_a_group_answered_join_the_next_one)
 }
 END_TEST
 
+static uint64_t answered(const char *where)
+{
+    const char *l[] = {"where", where, NULL};
+    return metric_count(metrics_counter(metrics_registry(), "bloomgrid_resp_answers_total",
+                                        "RESP calls finished on another thread, by where "
+                                        "their replies were made: by the loop, or in place "
+                                        "by the thread that finished them", l));
+}
+
+/* Calls the finisher thread answers while the loop waits for I/O: with
+ * answer_in_place their replies are written by that thread (nearly every
+ * one: a call that finds the loop awake goes to it), else by the loop. */
+START_TEST(replies_are_written_where_the_answer_comes)
+{
+    char b[128];
+    start_server(false, 100, 1 << 20, 0);
+    uint64_t here0 = answered("in_place"), loop0 = answered("loop");
+    int fd = dial();
+    enum { N = 100 };
+    for (int i = 0; i < N; i++) {
+        cmd(b, "BF.EXISTS", "slow", i % 3 ? "no" : "yes");
+        send_all(fd, b, strlen(b));
+        expect(fd, i % 3 ? ":0\r\n" : ":1\r\n");
+    }
+    uint64_t here = answered("in_place") - here0, loop = answered("loop") - loop0;
+    ck_assert_uint_eq(here + loop, N);
+    if (in_place)
+        ck_assert_msg(here >= N * 9 / 10, "%llu of %d answered in place",
+                      (unsigned long long)here, N);
+    else
+        ck_assert_uint_eq(here, 0);
+    close(fd);
+    stop_server();
+}
+END_TEST
+
+/* Replies written in place to a client that does not read: the socket
+ * fills, a send comes up short or cannot send, and the loop writes the
+ * rest, in order. */
+static const char *big_cmd;
+static size_t big_len;
+
+static void *send_big(void *arg)
+{
+    send_all(*(int *)arg, big_cmd, big_len);
+    return NULL;
+}
+
+START_TEST(replies_to_a_client_that_does_not_read_keep_their_order)
+{
+    start_server(false, 100, 64u << 20, 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    /* N BF.MEXISTS slow of K keys: key j of command i is "yes" when
+     * (i + j) % 3 == 0. */
+    enum { N = 12000, K = 90 };
+    size_t cap = (size_t)N * (K * 10 + 64), k = 0, wk = 0;
+    char *all = malloc(cap), *want = malloc((size_t)N * (K * 4 + 16));
+    for (int i = 0; i < N; i++) {
+        k += (size_t)sprintf(all + k, "*%d\r\n$10\r\nBF.MEXISTS\r\n$4\r\nslow\r\n", K + 2);
+        wk += (size_t)sprintf(want + wk, "*%d\r\n", K);
+        for (int j = 0; j < K; j++) {
+            bool yes = (i + j) % 3 == 0;
+            k += (size_t)sprintf(all + k, yes ? "$3\r\nyes\r\n" : "$2\r\nno\r\n");
+            wk += (size_t)sprintf(want + wk, yes ? ":1\r\n" : ":0\r\n");
+        }
+    }
+    big_cmd = all;
+    big_len = k;
+    pthread_t th;
+    pthread_create(&th, NULL, send_big, &fd);
+    usleep(500000);   /* the replies pile up unread */
+    char *got = malloc(wk + 1);
+    size_t n = 0;
+    while (n < wk) {
+        struct pollfd p = {fd, POLLIN, 0};
+        ck_assert_msg(poll(&p, 1, 20000) == 1, "no reply after %zu of %zu bytes", n, wk);
+        /* slowly at first: the socket fills and drains by turns */
+        ssize_t r = recv(fd, got + n, n < wk / 2 ? 8192 : wk - n, 0);
+        ck_assert_msg(r > 0, "closed after %zu of %zu bytes", n, wk);
+        n += (size_t)r;
+        if (n < wk / 2)
+            usleep(200);
+    }
+    pthread_join(th, NULL);
+    ck_assert_msg(memcmp(got, want, wk) == 0, "the replies differ from the answers");
+    free(all);
+    free(want);
+    free(got);
+    close(fd);
+    stop_server();
+}
+END_TEST
+
 Suite *resp_server_suite(void)
 {
     Suite *s = suite_create("resp_server");
@@ -681,6 +789,27 @@ Suite *resp_server_suite(void)
     tcase_add_test(t, a_bounded_offload_is_answered_by_its_bound);
     tcase_add_test(t, a_call_held_by_the_pass_end_it_resumed_is_answered);
     tcase_add_test(t, the_clients_a_group_answered_join_the_next_one);
+    tcase_add_test(t, replies_are_written_where_the_answer_comes);
+    tcase_add_test(t, replies_to_a_client_that_does_not_read_keep_their_order);
     suite_add_tcase(s, t);
+    /* The same with the backend's calls answered in place. */
+    TCase *p = tcase_create("in_place");
+    tcase_set_timeout(p, 60);
+    tcase_add_checked_fixture(p, set_in_place, NULL);
+    tcase_add_test(p, replies_keep_the_order_of_commands);
+    tcase_add_test(p, a_read_waits_for_the_connections_writes_to_its_filter);
+    tcase_add_test(p, errors_are_whole_replies);
+    tcase_add_test(p, multi_exec_runs_the_queue_in_order);
+    tcase_add_test(p, auth_and_roles);
+    tcase_add_test(p, oversized_commands_close_the_connection);
+    tcase_add_test(p, connections_past_the_budget_are_refused);
+    tcase_add_test(p, a_pipeline_past_its_budget_is_not_read);
+    tcase_add_test(p, idle_connections_are_closed);
+    tcase_add_test(p, a_bounded_offload_is_answered_by_its_bound);
+    tcase_add_test(p, a_call_held_by_the_pass_end_it_resumed_is_answered);
+    tcase_add_test(p, the_clients_a_group_answered_join_the_next_one);
+    tcase_add_test(p, replies_are_written_where_the_answer_comes);
+    tcase_add_test(p, replies_to_a_client_that_does_not_read_keep_their_order);
+    suite_add_tcase(s, p);
     return s;
 }

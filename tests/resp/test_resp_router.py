@@ -72,6 +72,15 @@ NODE, ROUTER, PART = sys.argv[1], sys.argv[2], sys.argv[3]
 work = resplib.workdir("resp-router-%s-" % PART)
 
 
+def run_threads(fn, n):
+    """fn(0) .. fn(n - 1), each on its own thread, all at once; until all end."""
+    ths = [threading.Thread(target=fn, args=(t,)) for t in range(n)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+
+
 def check(cond, msg):
     if not cond:
         resplib.fail(msg)
@@ -533,11 +542,7 @@ def part_pipeline():
             finally:
                 cc.close()
 
-        ths = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
-        for th in ths:
-            th.start()
-        for th in ths:
-            th.join()
+        run_threads(worker, 4)
         check(not errors, "pipelined add-then-exists: %r" % errors[:5])
         print("4 connections x 3 x 300 pipelined add, exists, mexists: in order, "
               "every added key read 1")
@@ -899,11 +904,7 @@ def part_inplace():
             finally:
                 cc.close()
 
-        ths = [threading.Thread(target=conn_work, args=(t,)) for t in range(50)]
-        for th in ths:
-            th.start()
-        for th in ths:
-            th.join()
+        run_threads(conn_work, 50)
         check(not errs, "50 connections: %r" % errs[:3])
         i2, l2 = answers(scrape(maddr))
         print("50 connections: %d calls answered in place, %d by the loop" % (

@@ -66,6 +66,33 @@
 
 #define EXPORT_DEADLINE_MS 120000
 
+/* An Export whose client takes its first chunk and goes away: the router
+ * ends it (its log says so once more) within 20 s. */
+static void export_client_goes_away(struct rpc_channel *ch,
+                                    const Bloomgrid__V1__ExportRequest *rq,
+                                    struct node_proc *rp)
+{
+    struct rpc_status st = {0};
+    int before = harness_log_count(rp->log, "the client went away"), waited = 0;
+    struct rpc_cstream *cs = rpc_cstream_open(ch, "/bloomgrid.v1.BloomGrid/Export",
+                                              EXPORT_DEADLINE_MS);
+    grpc_slice sl;
+    CHECK(cs && rpc_cstream_write_msg(cs, &rq->base) == 0 &&
+          rpc_cstream_close_send(cs) == 0 && rpc_cstream_read(cs, &sl) == 1,
+          "the first chunk of an Export");
+    grpc_slice_unref(sl);
+    rpc_cstream_cancel(cs);
+    rpc_cstream_finish(cs, &st);
+    while (harness_log_count(rp->log, "the client went away") < 1 + before &&
+           waited < 20000) {
+        harness_sleep_ms(100);
+        waited += 100;
+    }
+    CHECK(harness_log_count(rp->log, "the client went away") == 1 + before,
+          "the router did not end an Export whose client went away");
+    printf("an Export whose client went away ended in the router within %d ms\n", waited);
+}
+
 static const char *cli_bin;
 
 /* The router flags of a budget smaller than the bundles here and larger
@@ -370,23 +397,9 @@ static void case_differ(void)
     Bloomgrid__V1__ExportRequest rq = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
     rq.filter = "d";
     rq.chunk_size = 65536;
-    struct rpc_cstream *cs = rpc_cstream_open(slow, "/bloomgrid.v1.BloomGrid/Export",
-                                              EXPORT_DEADLINE_MS);
+    export_client_goes_away(slow, &rq, rp);
+    struct rpc_cstream *cs;
     grpc_slice sl;
-    CHECK(cs && rpc_cstream_write_msg(cs, &rq.base) == 0 &&
-          rpc_cstream_close_send(cs) == 0 && rpc_cstream_read(cs, &sl) == 1,
-          "the first chunk of an Export");
-    grpc_slice_unref(sl);
-    rpc_cstream_cancel(cs);
-    rpc_cstream_finish(cs, &st);
-    int waited = 0;
-    while (harness_log_count(rp->log, "the client went away") < 1 && waited < 20000) {
-        harness_sleep_ms(100);
-        waited += 100;
-    }
-    CHECK(harness_log_count(rp->log, "the client went away") == 1,
-          "the router did not end an Export whose client went away");
-    printf("an Export whose client went away ended in the router within %d ms\n", waited);
 
     /* Copy 0 killed while the client holds the Export in the first shard
      * (its 64 KiB chunks, a 1 MiB window: far from the shard's end): the
@@ -477,23 +490,9 @@ static void case_killed(void)
      * node's deadline, ten minutes), which only its log says. */
     Bloomgrid__V1__ExportRequest rq0 = BLOOMGRID__V1__EXPORT_REQUEST__INIT;
     rq0.filter = "big";
-    struct rpc_cstream *cs0 = rpc_cstream_open(slow, "/bloomgrid.v1.BloomGrid/Export",
-                                               EXPORT_DEADLINE_MS);
+    export_client_goes_away(slow, &rq0, rp);
+    struct rpc_cstream *cs0;
     grpc_slice sl0;
-    CHECK(cs0 && rpc_cstream_write_msg(cs0, &rq0.base) == 0 &&
-          rpc_cstream_close_send(cs0) == 0 && rpc_cstream_read(cs0, &sl0) == 1,
-          "the first chunk of an Export");
-    grpc_slice_unref(sl0);
-    rpc_cstream_cancel(cs0);
-    rpc_cstream_finish(cs0, &st);
-    int waited = 0;
-    while (harness_log_count(rp->log, "the client went away") < 1 && waited < 20000) {
-        harness_sleep_ms(100);
-        waited += 100;
-    }
-    CHECK(harness_log_count(rp->log, "the client went away") == 1,
-          "the router did not end an Export whose client went away");
-    printf("an Export whose client went away ended in the router within %d ms\n", waited);
 
     /* A client that takes one chunk and then none for longer than
      * stream_idle_ms: the call ends, naming it, and the router lets the

@@ -1274,7 +1274,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     if (s->gp[c->dc].covered)
         how |= ENSURE_LATER_MISSING | ENSURE_LATER_SYNCING;
     int rc = ENSURE_OK;
-    if (c->slot >= 0 && !c->in_sync && (how & ENSURE_LATER_SYNCING)) {
+    if (c->slot >= 0 && !c->in_sync && n && (how & ENSURE_LATER_SYNCING)) {
         rc = ENSURE_RESYNC_SYNCING;   /* its pull said so this round */
         merger__strfmt(c->error, sizeof c->error,
                        "its shard is SYNCING (it fills from its group)");

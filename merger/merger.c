@@ -441,6 +441,7 @@ static void rep_add(struct mg_report *to, const struct mg_report *from)
     to->keys_pushed += from->keys_pushed;
     to->errors += from->errors;
     to->uncovered += from->uncovered;
+    to->pushes_later += from->pushes_later;
     for (unsigned i = 0; i < from->nmsg && to->nmsg < MG_REPORT_MSGS; i++)
         memcpy(to->msg[to->nmsg++], from->msg[i], MG_ERRLEN);
 }
@@ -585,10 +586,10 @@ void mg_report_print(FILE *out, const struct mg_report *r)
     fprintf(out, "round %" PRIu64 ": duration_ms %" PRIu64 " bytes_pulled %"
             PRIu64 " bytes_pushed %" PRIu64 " pages_pulled %" PRIu64
             " pages_pushed %" PRIu64 " pages_changed %" PRIu64 " errors %u"
-            " keys_pulled %" PRIu64 " keys_pushed %" PRIu64 " uncovered %u\n",
+            " keys_pulled %" PRIu64 " keys_pushed %" PRIu64 " uncovered %u pushes_later %u\n",
             r->round, r->duration_ms, r->bytes_pulled, r->bytes_pushed,
             r->pages_pulled, r->pages_pushed, r->pages_changed, r->errors,
-            r->keys_pulled, r->keys_pushed, r->uncovered);
+            r->keys_pulled, r->keys_pushed, r->uncovered, r->pushes_later);
     for (unsigned i = 0; i < r->nmsg; i++)
         fprintf(out, "  message: %s\n", r->msg[i]);
     for (size_t i = 0; i < r->npull; i++) {
@@ -620,12 +621,13 @@ void mg_report_log(const struct mg_report *rep)
              " pages and %" PRIu64 " keys (%" PRIu64 " bytes), %" PRIu64
              " pages changed, pushed %" PRIu64 " pages and %" PRIu64
              " keys (%" PRIu64 " bytes), %u errors, %u pulls short of the "
-             "read quorum, lag max %" PRIu64 " ms",
+             "read quorum, %u pushes left for copies that re-sync, lag max %" PRIu64
+             " ms",
              rep->round, rep->duration_ms, rep->pages_pulled, rep->keys_pulled,
              rep->bytes_pulled,
              rep->pages_changed, rep->pages_pushed, rep->keys_pushed,
              rep->bytes_pushed,
-             rep->errors, rep->uncovered, worst);
+             rep->errors, rep->uncovered, rep->pushes_later, worst);
 }
 
 struct merger *merger_create(const struct merger_config *cfg,

@@ -120,6 +120,8 @@ struct mg_report {
     size_t npull;
     struct mg_pull_rep *pull; /* owned by the report */
     unsigned uncovered;       /* pulls short of R in-sync copies */
+    unsigned pushes_later;    /* copies not pushed: they re-sync from their
+                                 group (merger__push_one) */
 };
 
 struct merger;

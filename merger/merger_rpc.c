@@ -90,6 +90,7 @@ static int report_to_wire(const struct mg_report *r, struct wire_report *x)
     w->uncovered = r->uncovered;
     w->keys_pulled = r->keys_pulled;
     w->keys_pushed = r->keys_pushed;
+    w->pushes_later = r->pushes_later;
     for (unsigned i = 0; i < r->nmsg; i++)
         x->msgs[i] = (char *)r->msg[i];
     w->n_messages = r->nmsg;

@@ -556,11 +556,47 @@ static void pulled_free(struct pulled *p)
     p->fp = NULL;
 }
 
+/* Is the node at ch a copy that is re-syncing as a whole (ListShards'
+ * copy_state: its epoch not yet checked, a new directory, or refilling a
+ * lost one: docs/REPLICATION.md, "Re-created copies")?  Such a copy
+ * re-creates by itself every shard its group holds, SYNCING, and fills it
+ * by full pulls.  False when the node does not say (an older node, a
+ * stand-alone one, a failed call). */
+static bool copy_resyncing(struct merger *m, struct rpc_channel *ch)
+{
+    Bloomgrid__V1__ListShardsResponse *ls = NULL;
+    struct rpc_status st;
+    bool r;
+
+    if (node_client_list_shards(ch, 0, NULL, &ls, (int)m->cfg.node_timeout_ms,
+                                &st) < 0)
+        return false;
+    r = ls->copy_state == BLOOMGRID__V1__COPY_STATE__COPY_STATE_CHECKING ||
+        ls->copy_state == BLOOMGRID__V1__COPY_STATE__COPY_STATE_NEW ||
+        ls->copy_state == BLOOMGRID__V1__COPY_STATE__COPY_STATE_REFILLING;
+    bloomgrid__v1__list_shards_response__free_unpacked(ls, NULL);
+    return r;
+}
+
+/* shard_ensure's flags and answers. */
+enum {
+    ENSURE_CREATE = 1,        /* create the shard from the template when the
+                                 node lacks it */
+    ENSURE_LATER_MISSING = 2, /* not when the node re-syncs as a whole */
+    ENSURE_LATER_SYNCING = 4, /* a shard there that is SYNCING: later */
+};
+#define ENSURE_OK 0
+#define ENSURE_RESYNC_MISSING 1   /* lacks it and re-syncs: not created */
+#define ENSURE_RESYNC_SYNCING 2   /* holds it, SYNCING */
+
 /* Does a shard on a node have the snapshot's fingerprint?  Creates it from
- * the template when create and the node lacks it.  Returns 0, or -1 with
- * the reason in why. */
+ * the template (ENSURE_CREATE) when the node lacks it, unless
+ * ENSURE_LATER_MISSING and the node re-syncs (copy_resyncing: it creates
+ * the shard itself).  Returns ENSURE_OK, ENSURE_RESYNC_MISSING,
+ * ENSURE_RESYNC_SYNCING (only with ENSURE_LATER_SYNCING), or -1 with the
+ * reason in why. */
 static int shard_ensure(struct merger *m, struct mg_filter *f,
-                        struct mg_shard *s, struct rpc_channel *ch, bool create,
+                        struct mg_shard *s, struct rpc_channel *ch, int how,
                         char *why, size_t whylen)
 {
     struct rpc_status st;
@@ -569,10 +605,15 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
     int to = (int)m->cfg.node_timeout_ms;
 
     if (node_client_get_shard(ch, f->c.name, s->index, &theirs, to, &st) < 0) {
-        if (st.code != GRPC_STATUS_NOT_FOUND || !create) {
+        if (st.code != GRPC_STATUS_NOT_FOUND || !(how & ENSURE_CREATE)) {
             merger__strfmt(why, whylen, "%s: %s", rpc_status_name(st.code),
                            st.message);
             return -1;
+        }
+        if ((how & ENSURE_LATER_MISSING) && copy_resyncing(m, ch)) {
+            merger__strfmt(why, whylen, "lacks the shard and re-syncs from "
+                           "its group (it re-creates the shard itself)");
+            return ENSURE_RESYNC_MISSING;
         }
         t.shard_index = s->index;
         if (node_client_create_shard(ch, f->c.name, &t, to, &st) < 0 &&
@@ -583,7 +624,7 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
         }
         log_info("merger: created shard %u of \"%s\" from the template",
                  s->index, f->c.name);
-        return 0;
+        return ENSURE_OK;
     }
     struct bf *b = node_client_shard_filter(&theirs, e2);
     struct bf *ours = shard_blank(f, s->index, e2);
@@ -597,7 +638,12 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
                        field);
         return -1;
     }
-    return 0;
+    if ((how & ENSURE_LATER_SYNCING) && theirs.syncing) {
+        merger__strfmt(why, whylen, "its shard is SYNCING (it fills from "
+                       "its group)");
+        return ENSURE_RESYNC_SYNCING;
+    }
+    return ENSURE_OK;
 }
 
 /* Keep the keys of a pull from the copy with slot that set a bit the
@@ -780,10 +826,24 @@ int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
         merger__rep_msg(rep, true, "out of memory for a channel to %s", c->addr);
         return -1;
     }
-    if (c->epoch == 0 && shard_ensure(m, f, s, ch, true, why, sizeof why) < 0) {
-        merger__rep_msg(rep, true, "filter \"%s\" shard %u in %s (%s): %s",
-                        f->c.name, s->index, dc, c->addr, why);
-        return -1;
+    /* A copy that lacks the shard because it re-syncs as a whole (a wiped
+     * directory) is not given one: it re-creates its shards itself and
+     * fills them from its group.  It counts as SYNCING (not towards R). */
+    if (c->epoch == 0 &&
+        (rc = shard_ensure(m, f, s, ch, ENSURE_CREATE | ENSURE_LATER_MISSING,
+                           why, sizeof why)) != ENSURE_OK) {
+        if (rc < 0) {
+            merger__rep_msg(rep, true, "filter \"%s\" shard %u in %s (%s): %s",
+                            f->c.name, s->index, dc, c->addr, why);
+            return -1;
+        }
+        log_debug("merger: \"%s\" shard %u in %s (%s) %s: not pulled",
+                  f->c.name, s->index, dc, c->addr, why);
+        c->since = 0;
+        c->ready = false;
+        c->acked = 0;
+        c->in_sync = false;
+        return 0;
     }
     /* Keys' hashes instead of pages when the node finds them smaller
      * (docs/MERGER.md); a full pull is pages. */
@@ -1192,16 +1252,6 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
 
     if (!ch)
         return;
-    if (!c->ready) {
-        if (shard_ensure(m, f, s, ch, true, c->error, sizeof c->error) < 0) {
-            merger__text_clean(c->error);
-            merger__rep_msg(rep, true, "push of \"%s\" shard %u to %s (%s): %s",
-                            f->c.name, s->index, c->addr, f->c.dc[c->dc],
-                            c->error);
-            return;
-        }
-        c->ready = true;
-    }
     /* What the copy lacks, as pages: those stamped after the round it last
      * received in full, but those it sent whole this round. */
     for (uint64_t p = 0; p < s->npages; p++)
@@ -1212,6 +1262,51 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                           ? s->body_bytes - off : RULES_PAGE_BYTES;
             n++;
         }
+    /* A copy that re-syncs (its shard SYNCING, or the node refilling and
+     * without the shard yet) is pushed nothing while R copies of its group
+     * answered in sync this round: it leaves SYNCING only after full pulls
+     * from N - W + 1 (<= R) copies that are not SYNCING, which hold what
+     * the merger pushed them, and what it was not pushed stays past its
+     * acked round, for a push once it has left SYNCING (docs/MERGER.md,
+     * "Copies that re-sync").  A group not covered (every copy SYNCING, a
+     * datacenter the merger alone fills) is pushed as before. */
+    int how = ENSURE_CREATE;
+    if (s->gp[c->dc].covered)
+        how |= ENSURE_LATER_MISSING | ENSURE_LATER_SYNCING;
+    int rc = ENSURE_OK;
+    if (c->slot >= 0 && !c->in_sync && n && (how & ENSURE_LATER_SYNCING)) {
+        rc = ENSURE_RESYNC_SYNCING;   /* its pull said so this round */
+        merger__strfmt(c->error, sizeof c->error,
+                       "its shard is SYNCING (it fills from its group)");
+    } else if (c->slot < 0 && (!c->ready || (n && (how & ENSURE_LATER_SYNCING)))) {
+        rc = shard_ensure(m, f, s, ch, how, c->error, sizeof c->error);
+        if (rc < 0) {
+            merger__text_clean(c->error);
+            merger__rep_msg(rep, true, "push of \"%s\" shard %u to %s (%s): %s",
+                            f->c.name, s->index, c->addr, f->c.dc[c->dc],
+                            c->error);
+            return;
+        }
+    }
+    if (rc != ENSURE_OK) {
+        /* Not pulled this round, it may have lost the shard and taken it
+         * again from its group: what it holds is not known, so what it
+         * acknowledged before counts for nothing. */
+        if (rc == ENSURE_RESYNC_MISSING || c->slot < 0) {
+            c->ready = false;
+            c->acked = 0;
+            c->data_ms = 0;
+        }
+        merger__text_clean(c->error);
+        merger__strfmt(c->error + strlen(c->error),
+                       sizeof c->error - strlen(c->error),
+                       ": not pushed until it has left SYNCING");
+        log_debug("merger: \"%s\" shard %u to %s (%s): %s", f->c.name,
+                  s->index, c->addr, f->c.dc[c->dc], c->error);
+        rep->pushes_later++;
+        return;
+    }
+    c->ready = true;
     /* Or as keys: when the copy held the whole snapshot as the round began
      * (it acked every stamp then) and the round changed it only by keys'
      * hashes, it lacks only those keys (but its own), and gets them when

@@ -555,6 +555,7 @@ static int get_shard(struct rpc_channel *ch, const char *filter, uint32_t shard,
     out->version = isi->info->version;
     out->generation = isi->generation;
     out->placement = isi->placement;
+    out->syncing = isi->info->state == BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING;
     memcpy(out->secret, isi->secret.data, BF_SECRET_LEN);
     rc = 0;
 out:

@@ -127,6 +127,8 @@ struct node_client_shard {
                                   CreateShard does not send it */
     uint32_t placement;        /* the filter's placement version (topo.h;
                                   0: not recorded, version 1) */
+    bool syncing;              /* GetShard's: the shard is SYNCING (or its
+                                  node held) there; CreateShard ignores it */
 };
 
 /* A CreateShard as a router's CreateFilter sends it. */

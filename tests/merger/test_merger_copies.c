@@ -28,6 +28,14 @@
  *            way
  *   joint    in a joint phase (copies_next names a new copy) a round's
  *            pushes reach the new copy too, as every write does
+ *   resync   copy 0 wiped and started again (it re-syncs: refilling, its
+ *            shards SYNCING until it has pulled them from copies 1 and 2):
+ *            rounds while it re-syncs push it no page (on a merger that
+ *            pushed it, a round pushed it every page of every shard) and
+ *            say they left its pushes for later; once it serves, every key
+ *            the merger had merged from dc2 before reads "maybe" from copy
+ *            0 alone, and after one more round so does every key merged
+ *            while it re-synced
  *   torn     the merger killed after saving a shard's snapshot and before
  *            its sidecar (the sidecar's fsync held by SLOW_FSYNC_LIB): the
  *            old sidecar's complete copies describe the old snapshot, so
@@ -198,7 +206,7 @@ static void test_quorum(void)
     /* One copy left: short of the read quorum, reported, nothing lost. */
     node_stop(&c.node[2], SIGKILL);
     round_once(c.dir, &o, NULL, NULL);
-    CHECK(o.status == 1 && strstr(o.text, " uncovered 2\n") &&
+    CHECK(o.status == 1 && strstr(o.text, " uncovered 2 ") &&
           strstr(o.text, "this round does not cover dc1"),
           "round with one copy up:\n%s", o.text);
     check_pulls(&c, &o, QS, "not-covered", "pulled", "failed", "failed");
@@ -508,6 +516,102 @@ static void test_joint(void)
     cluster_stop(&c);
 }
 
+#define RK 2000
+
+/* The count of "pushes_later N" in a round's report. */
+static unsigned pushes_later(const struct round_out *o)
+{
+    const char *p = strstr(o->text, " pushes_later ");
+    return p ? (unsigned)strtoul(p + 14, NULL, 10) : 0;
+}
+
+static void test_resync(void)
+{
+    struct cluster c;
+    struct node_proc d, d_router, view;
+    struct round_out o;
+    struct rpc_status st;
+    char cmd[800];
+    start_dcs(&c, "merger-copies-resync", &d);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, QS, NULL, &st) == 0,
+          "create: %s", st.message);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0, "first round:\n%s", o.text);
+    start_dc2_router(&c, &d, &d_router);
+
+    /* Keys only dc2 took: dc1's copies get them from the merger alone. */
+    char **k1 = keys_make("r1-", 0, RK), **k2 = keys_make("r2-", 0, RK);
+    keys_call(d_router.ch, "Add", "f", k1, RK, 500, NULL);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && o.pages_pushed > 0, "round merging dc2's keys:\n%s",
+          o.text);
+    /* Every copy holds the snapshot: the next round pushes nothing. */
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && o.pages_pushed == 0 && pushes_later(&o) == 0,
+          "quiet round:\n%s", o.text);
+
+    /* Copy 0 loses its disk and comes back empty: it re-syncs (its own
+     * anti-entropy slowed down, so that rounds run while it does). */
+    node_stop(&c.node[0], SIGKILL);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[0]);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    cluster_node_start(&c, 0, c.node[0].port, slow_ae);
+    round_once(c.dir, &o, NULL, NULL);
+    /* Its pulls fail (NOT_FOUND: the cursors name shards it lost), the
+     * only errors of the round. */
+    CHECK(o.errors == QS, "round with copy 0 re-syncing:\n%s", o.text);
+    check_pulls(&c, &o, QS, "covered", "failed", "pulled", "pulled");
+    CHECK(o.pages_pushed == 0 && o.pushed == 0,
+          "a round pushed copy 0 %llu pages while it re-syncs:\n%s",
+          o.pages_pushed, o.text);
+    CHECK(pushes_later(&o) == QS, "pushes left for later: %u, want %d:\n%s",
+          pushes_later(&o), QS, o.text);
+    for (int i = 0; i < QS; i++) {
+        int state = t_shard_state(c.node[0].ch, "f", (uint32_t)i);
+        CHECK(state == -1 || state == BLOOMGRID__V1__FILTER_STATE__FILTER_STATE_SYNCING,
+              "copy 0 shard %d in state %d: not re-syncing", i, state);
+    }
+    /* Keys merged while it re-syncs reach copies 1 and 2, not copy 0. */
+    keys_call(d_router.ch, "Add", "f", k2, RK, 500, NULL);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && o.pushed > 0 && pushes_later(&o) == QS,
+          "round merging dc2's keys while copy 0 re-syncs:\n%s", o.text);
+    CHECK(!strstr(o.text, "=syncing") || strstr(o.text, "not pushed until"),
+          "copy 0 pushed while SYNCING:\n%s", o.text);
+    printf("while copy 0 re-syncs: 2 rounds, 0 pages pushed to it, %u pushes "
+           "left for later each\n", pushes_later(&o));
+
+    /* Copy 0 re-syncs at its usual pace: once it serves, it holds every
+     * key the merger had merged before (its full pulls from copies 1 and
+     * 2, which the merger pushed them to). */
+    node_stop(&c.node[0], SIGTERM);
+    cluster_node_start(&c, 0, c.node[0].port, NULL);
+    CHECK(cluster_wait_reads(&c, 0, 60000), "copy 0 does not leave SYNCING");
+    cluster_view_start(&c, 0, &view);
+    size_t on0 = keys_present(view.ch, "f", k1, RK, NULL);
+    CHECK(on0 == RK, "copy 0 serves with %zu of %d merged keys", on0, RK);
+    on0 = keys_present(view.ch, "f", k2, RK, NULL);
+    printf("copy 0 serves: %d of %d keys merged before, %zu of %d merged "
+           "while it re-synced\n", RK, RK, on0, RK);
+
+    /* The round after pushes it what it may lack, and leaves nothing. */
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && pushes_later(&o) == 0,
+          "round after copy 0 re-synced:\n%s", o.text);
+    node_stop(&view, SIGTERM);
+    cluster_view_start(&c, 0, &view);
+    on0 = keys_present(view.ch, "f", k1, RK, NULL);
+    size_t on0b = keys_present(view.ch, "f", k2, RK, NULL);
+    CHECK(on0 == RK && on0b == RK, "copy 0 holds %zu + %zu of %d + %d merged "
+          "keys", on0, on0b, RK, RK);
+    node_stop(&view, SIGTERM);
+    keys_free(k1, RK);
+    keys_free(k2, RK);
+    node_stop(&d_router, SIGTERM);
+    node_stop(&d, SIGTERM);
+    cluster_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc == 7, "usage: test_merger_copies NODE_BIN ROUTER_BIN MERGER_BIN "
@@ -529,6 +633,8 @@ int main(int argc, char **argv)
         test_torn();
     else if (!strcmp(argv[4], "joint"))
         test_joint();
+    else if (!strcmp(argv[4], "resync"))
+        test_resync();
     else
         CHECK(0, "unknown test %s", argv[4]);
     grpc_shutdown();

@@ -472,9 +472,11 @@ static void test_stalled(void)
     CHECK(t_keys(r, "Add", "st", k1, 1, out, &st) == 0, "Add: %s", st.message);
 
     harness_sigstop(c.node[0].pid);
-    /* Two big writes go out and hang (the write stream's window), the third
-     * waits in the queue, the fourth would pass 1 MiB queued.  They start a
-     * moment apart, so that each finds the one before it placed. */
+    /* The first big write goes out and hangs (within the node's stream
+     * window, stream_window_kb: 1 MiB by default; a second one fits in it
+     * when the window is larger), the next waits in the queue, and the last
+     * would pass 1 MiB queued.  They start a moment apart, so that each
+     * finds the one before it placed. */
     struct big_add b[4];
     pthread_t th[4];
     for (int i = 0; i < 4; i++) {
@@ -496,8 +498,9 @@ static void test_stalled(void)
                  strstr(b[i].msg, "not sent within")) &&
                 strstr(b[i].msg, "acknowledged 0 of");
     }
-    CHECK(exhausted == 1 && late == 3, "%d refused for the queue bound and %d past "
-          "their deadline, of 4 writes to a stopped node", exhausted, late);
+    CHECK(exhausted >= 1 && late >= 2 && exhausted + late == 4, "%d refused for the "
+          "queue bound and %d past their deadline, of 4 writes to a stopped node",
+          exhausted, late);
     CHECK(b[3].code == GRPC_STATUS_RESOURCE_EXHAUSTED, "the fourth write, not another, "
           "should find the queue full: %s: %s", rpc_status_name(b[3].code), b[3].msg);
     kill(c.node[0].pid, SIGCONT);

@@ -72,6 +72,11 @@ NODE, ROUTER, PART = sys.argv[1], sys.argv[2], sys.argv[3]
 work = resplib.workdir("resp-router-%s-" % PART)
 
 
+def metrics_addr(server):
+    """The metrics endpoint a router printed it listens on."""
+    return re.search(r" metrics on (\S+)", open(server.out.name).read()).group(1)
+
+
 def run_threads(fn, n):
     """fn(0) .. fn(n - 1), each on its own thread, all at once; until all end."""
     ths = [threading.Thread(target=fn, args=(t,)) for t in range(n)]
@@ -392,7 +397,7 @@ def part_bench():
         expect_error(c, "does not exist", "BF.ADD", "bench", "a")
         expect_error(c, "does not exist", "BF.MADD", "bench", "a", "b")
         c.execute_command("BF.RESERVE", "bench", 0.01, 1000000, "NONSCALING")
-        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        maddr = metrics_addr(s)
         before = scrape(maddr)
         runs = [("-c", "50", "BF.ADD"), ("-c", "50", "BF.EXISTS"),
                 ("-c", "1", "-P", "32", "BF.ADD"), ("-c", "1", "-P", "32", "BF.EXISTS")]
@@ -434,7 +439,7 @@ def part_budget():
                                          "--resp-pipeline-bytes", "67108864"])
     try:
         s = cl.routers[0]
-        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        maddr = metrics_addr(s)
         c = cl.client(0)
         c.execute_command("BF.RESERVE", "big", 0.01, 100000, "NONSCALING")
         # The node stopped: no add ends, so each holds its charge.
@@ -480,7 +485,7 @@ def part_pipeline():
                                          "--default-shards", "4"])
     try:
         s = cl.routers[0]
-        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        maddr = metrics_addr(s)
         c = cl.client(0)
         for f in ("pa", "pb"):
             def reserve():
@@ -614,7 +619,7 @@ def part_readjoin():
                                          "--node-timeout-ms", "20000"])
     try:
         s = cl.routers[0]
-        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        maddr = metrics_addr(s)
         c = cl.client(0)
         c.execute_command("BF.RESERVE", "rj", 0.001, 100000, "NONSCALING")
         present = ["p%d" % i for i in range(2000)]
@@ -780,7 +785,7 @@ def part_inplace():
                                          "--default-shards", "4"])
     try:
         s = cl.routers[0]
-        maddr = re.search(r" metrics on (\S+)", open(s.out.name).read()).group(1)
+        maddr = metrics_addr(s)
         c = cl.client(0)
         c.execute_command("BF.RESERVE", "ip", 0.001, 200000, "NONSCALING")
 

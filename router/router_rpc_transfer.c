@@ -490,17 +490,6 @@ static bool step_padding(enum bf_kind kind, uint64_t m, uint64_t off, const uint
     return false;
 }
 
-/* Sixteen 4-bit counters added to sixteen others, each saturating at
- * BF_COUNTER_MAX, as a merge of counting filters adds them. */
-static uint64_t step_counters_add(uint64_t a, uint64_t b)
-{
-    const uint64_t lo = 0x0F0F0F0F0F0F0F0FULL, carry = 0x1010101010101010ULL;
-    uint64_t x = (a & lo) + (b & lo), y = (a >> 4 & lo) + (b >> 4 & lo);
-    x = (x | ((x & carry) >> 4) * BF_COUNTER_MAX) & lo;
-    y = (y | ((y & carry) >> 4) * BF_COUNTER_MAX) & lo;
-    return x | y << 4;
-}
-
 /* Combine n bytes of a copy's body (src) into dst, as bf_merge_from does:
  * bits ORed, counters added (saturating).  Byte for byte, so any split of
  * the body into pieces gives the same bytes. */
@@ -511,11 +500,11 @@ static void step_combine(enum bf_kind kind, uint8_t *dst, const uint8_t *src, si
         uint64_t a, b;
         memcpy(&a, dst + i, 8);
         memcpy(&b, src + i, 8);
-        a = kind == BF_KIND_COUNTING ? step_counters_add(a, b) : a | b;
+        a = kind == BF_KIND_COUNTING ? bf_counters_add(a, b) : a | b;
         memcpy(dst + i, &a, 8);
     }
     for (; i < n; i++)
-        dst[i] = kind == BF_KIND_COUNTING ? (uint8_t)step_counters_add(dst[i], src[i])
+        dst[i] = kind == BF_KIND_COUNTING ? (uint8_t)bf_counters_add(dst[i], src[i])
                                           : dst[i] | src[i];
 }
 

@@ -339,6 +339,11 @@ struct bf_merge_projection {
 int bf_merge_project(const struct bf *dst, const struct bf *src,
                      struct bf_merge_projection *out, char *err);
 
+/* Sixteen 4-bit counters (a word of a counting layer's body) added to
+ * sixteen others, each saturating at BF_COUNTER_MAX: how a merge combines
+ * counting filters. */
+uint64_t bf_counters_add(uint64_t a, uint64_t b);
+
 /* OR src into dst (counting: saturating add).  Scalable: layers are merged
  * one by one and layers dst lacks are appended.  The insert count and the
  * keys added of src are added to dst's.  Returns -EINVAL with the

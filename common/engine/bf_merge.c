@@ -180,7 +180,7 @@ static int check_mergeable(const struct bf *dst, const struct bf *src, char *err
     return -EINVAL;
 }
 
-static inline uint64_t nibble_sat_add(uint64_t a, uint64_t b)
+uint64_t bf_counters_add(uint64_t a, uint64_t b)
 {
     uint64_t r = 0;
 
@@ -212,7 +212,7 @@ static void merge_counters(const struct bf *f, struct bf_layer *d, const struct 
             continue;
         bf__stamp_word(f, d, w);
         uint64_t old = __atomic_load_n(&d->body[w], __ATOMIC_RELAXED);
-        while (!__atomic_compare_exchange_n(&d->body[w], &old, nibble_sat_add(old, sv),
+        while (!__atomic_compare_exchange_n(&d->body[w], &old, bf_counters_add(old, sv),
                                             true, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
             ;
     }

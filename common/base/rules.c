@@ -169,14 +169,25 @@ int rules_shard_name(char *out, size_t outlen, const char *filter,
         errmsg_set(err, "shard_index %u is not below shard_count %u", index, count);
         return -EINVAL;
     }
-    if (count == 1)
-        n = snprintf(out, outlen, "%s", filter);
-    else
-        n = snprintf(out, outlen, "%s" RULES_SHARD_SUFFIX "%u", filter, index);
-    if (n < 0 || (size_t)n >= outlen) {
+    /* Formatted by hand: a node names a shard for every entry of every
+     * batch it is sent. */
+    char digits[12];
+    size_t flen = strlen(filter), slen = count == 1 ? 0 : sizeof RULES_SHARD_SUFFIX - 1;
+    size_t dlen = 0;
+    if (count > 1)
+        do {
+            digits[sizeof digits - 1 - dlen++] = (char)('0' + index % 10);
+            index /= 10;
+        } while (index);
+    n = (int)(flen + slen + dlen);
+    if ((size_t)n >= outlen) {
         errmsg_set(err, "shard name buffer too small");
         return -EINVAL;
     }
+    memcpy(out, filter, flen);
+    memcpy(out + flen, RULES_SHARD_SUFFIX, slen);
+    memcpy(out + flen + slen, digits + sizeof digits - dlen, dlen);
+    out[n] = 0;
     return 0;
 }
 

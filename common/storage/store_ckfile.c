@@ -191,7 +191,11 @@ int store__ckw_open(struct store_ckw **out, const char *dir,
     struct store_ckw *w = calloc(1, sizeof *w);
 
     *out = NULL;
-    if (!w || !(w->grp = calloc(1 + STORE_CKF_GROUP, PAGE)) ||
+    /* Only the directory page starts zeroed: every data page is filled
+     * whole before it is written (store__ckw_page, store__ckw_stream), so
+     * a small filter's checkpoint touches no more of the buffer than it
+     * writes. */
+    if (!w || !(w->grp = malloc((size_t)(1 + STORE_CKF_GROUP) * PAGE)) ||
         !(w->chain = XXH64_createState())) {
         if (w) {
             free(w->grp);
@@ -200,6 +204,7 @@ int store__ckw_open(struct store_ckw **out, const char *dir,
         errmsg_set(err, "no memory for a checkpoint file's buffer");
         return -ENOMEM;
     }
+    memset(w->grp, 0, PAGE);
     XXH64_reset(w->chain, 0);
     w->type = type;
     w->name = *n;

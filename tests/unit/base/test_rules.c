@@ -91,6 +91,20 @@ START_TEST(every_valid_name_has_shard_names_for_4096_shards)
     /* Pinned: the store names of shards a router creates. */
     ck_assert_int_eq(rules_shard_name(out, sizeof out, "users", 7, 16, err), 0);
     ck_assert_str_eq(out, "users.shard-7");
+    ck_assert_int_eq(rules_shard_name(out, sizeof out, "users", 0, 16, err), 0);
+    ck_assert_str_eq(out, "users.shard-0");
+    ck_assert_int_eq(rules_shard_name(out, sizeof out, "u", 10, 64, err), 0);
+    ck_assert_str_eq(out, "u.shard-10");
+    ck_assert_int_eq(rules_shard_name(out, sizeof out, "users", 4095, 4096, err), 0);
+    ck_assert_str_eq(out, "users.shard-4095");
+    /* The name and its terminator must fit: 13 bytes for "users.shard-7". */
+    char small[13];
+    ck_assert_int_eq(rules_shard_name(small, sizeof small, "users", 7, 16, err), -EINVAL);
+    ck_assert_int_eq(rules_shard_name(small, sizeof small, "users", 0, 1, err), 0);
+    ck_assert_str_eq(small, "users");
+    char exact[14];
+    ck_assert_int_eq(rules_shard_name(exact, sizeof exact, "users", 7, 16, err), 0);
+    ck_assert_str_eq(exact, "users.shard-7");
     ck_assert_int_eq(rules_shard_name(out, sizeof out, "users", 0, 1, err), 0);
     ck_assert_str_eq(out, "users");
     ck_assert(!rules_is_shard_name(out));

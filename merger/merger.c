@@ -255,6 +255,24 @@ static bool pull_group(struct merger *m, struct mg_filter *f,
             merger__strfmt(list + strlen(list), MG_ERRLEN - strlen(list),
                            " %s", cp->addr);
     }
+    /* A copy whose acked round was dropped while it re-synced, and which
+     * was not pulled because R others answered first: once it serves
+     * again it is pulled too, so that the round pushes it only what it
+     * did not send whole, not every page (docs/MERGER.md, "Copies that
+     * re-sync"). */
+    for (unsigned c = 0; quorum_covered(grp, g->in_sync) && c < grp->ncopies; c++) {
+        struct mg_copy *cp = merger__copy_get(s, grp->copies[c], d);
+        if (!cp || cp->slot >= 0 || !merger__copy_back(m, f, s, cp))
+            continue;
+        uint64_t epoch = cp->epoch, since = cp->since;
+        if (merger__pull_one(m, f, s, cp, (*slot)++, round, rep) < 0) {
+            g->state[c] = MG_FAILED;
+            continue;
+        }
+        moved |= cp->epoch != epoch || cp->since != since;
+        g->state[c] = cp->in_sync ? MG_PULLED : MG_SYNCING;
+        g->in_sync += cp->in_sync;
+    }
     if ((g->covered = quorum_covered(grp, g->in_sync))) {
         s->covered_ms[d] = t0;
         return moved;

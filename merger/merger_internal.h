@@ -40,6 +40,8 @@ struct mg_copy {
     uint64_t data_ms; /* what every datacenter had acknowledged by then is
                          on it (0: not known) */
     bool was_synced;  /* as last written to the sidecar */
+    bool resynced;    /* its acked round was dropped while it re-synced:
+                         pulled once it serves again (merger__copy_back) */
     char error[256];  /* the last push's error */
     bool no_keys;     /* refused a push of keys' hashes (a node of an
                          earlier release): pages only, until the merger
@@ -209,6 +211,10 @@ struct mg_copy *merger__copy_get(struct mg_shard *s, const char *addr,
 int merger__pull_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
                      struct mg_copy *c, int slot, uint64_t round,
                      struct mg_report *rep);
+/* Does copy c, whose acked round was dropped while it re-synced
+ * (c->resynced), hold its shard again and serve it (not SYNCING)? */
+bool merger__copy_back(struct merger *m, struct mg_filter *f, struct mg_shard *s,
+                       struct mg_copy *c);
 void merger__partial_one(struct merger *m, struct mg_filter *f,
                          struct mg_shard *s, unsigned i, uint64_t round,
                          struct mg_report *rep);

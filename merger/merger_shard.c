@@ -129,6 +129,10 @@ int merger__state_save(const struct merger *m, const struct mg_filter *f,
         if ((s->cp[i].was_synced = merger__copy_synced(s, &s->cp[i])))
             fprintf(fp, "T %s %s %" PRIu64 "\n", f->c.dc[s->cp[i].dc],
                     s->cp[i].addr, s->cp[i].data_ms);
+    /* Last: a merger that does not know R lines stops reading there. */
+    for (size_t i = 0; i < s->ncp; i++)
+        if (s->cp[i].resynced)
+            fprintf(fp, "R %s %s\n", f->c.dc[s->cp[i].dc], s->cp[i].addr);
     if (fclose(fp) != 0) {
         free(text);
         merger__strfmt(err, MG_ERRLEN, "out of memory for %s", path);
@@ -213,6 +217,13 @@ static bool state_line_v2(const struct mg_filter *f, struct mg_shard *s,
     if (sscanf(line, "T %63s %127s %" SCNu64, dcn, addr, &ms) == 3) {
         if (*t_ok && (d = dc_index(f, dcn)) >= 0)
             state_synced(f, s, addr, (unsigned)d, ms);
+        return true;
+    }
+    if (sscanf(line, "R %63s %127s", dcn, addr) == 2) {
+        struct mg_copy *c;
+        if ((d = dc_index(f, dcn)) >= 0 &&
+            (c = merger__copy_get(s, addr, (unsigned)d)))
+            c->resynced = true;
         return true;
     }
     return false;
@@ -644,6 +655,19 @@ static int shard_ensure(struct merger *m, struct mg_filter *f,
         return ENSURE_RESYNC_SYNCING;
     }
     return ENSURE_OK;
+}
+
+bool merger__copy_back(struct merger *m, struct mg_filter *f, struct mg_shard *s,
+                       struct mg_copy *c)
+{
+    struct rpc_channel *ch;
+    char why[300];
+
+    if (!c->resynced || !(ch = merger__chan(m, c->addr)))
+        return false;
+    /* No ENSURE_CREATE: a copy that lacks the shard is still re-creating it. */
+    return shard_ensure(m, f, s, ch, ENSURE_LATER_SYNCING, why, sizeof why) ==
+           ENSURE_OK;
 }
 
 /* Keep the keys of a pull from the copy with slot that set a bit the
@@ -1296,6 +1320,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
             c->ready = false;
             c->acked = 0;
             c->data_ms = 0;
+            c->resynced = true;
         }
         merger__text_clean(c->error);
         merger__strfmt(c->error + strlen(c->error),
@@ -1363,6 +1388,7 @@ void merger__push_one(struct merger *m, struct mg_filter *f, struct mg_shard *s,
     free(pg);
 done:
     c->acked = round;
+    c->resynced = false;
     c->error[0] = 0;
     c->data_ms = shard_data_ms(f, s);
 }

@@ -36,6 +36,10 @@
  *            the merger had merged from dc2 before reads "maybe" from copy
  *            0 alone, and after one more round so does every key merged
  *            while it re-synced
+ *   resync_last  the same for copy 2, which R copies before it leave
+ *            unasked: once it serves, the round pulls it and pushes it no
+ *            page (it pushed it every page when its acked round had been
+ *            dropped), and the next round leaves it unasked again
  *   torn     the merger killed after saving a shard's snapshot and before
  *            its sidecar (the sidecar's fsync held by SLOW_FSYNC_LIB): the
  *            old sidecar's complete copies describe the old snapshot, so
@@ -612,6 +616,81 @@ static void test_resync(void)
     cluster_stop(&c);
 }
 
+/* The copy that re-syncs is the last of its group: R copies before it
+ * answer every round, so it is not pulled for the quorum.  Once it serves
+ * again the merger pulls it anyway and pushes it only what it lacks (here
+ * nothing: its full pulls from copies 0 and 1 brought every merged key),
+ * not every page as a copy whose acked round was dropped. */
+static void test_resync_last(void)
+{
+    struct cluster c;
+    struct node_proc d, d_router, view;
+    struct round_out o;
+    struct rpc_status st;
+    char cmd[800];
+    start_dcs(&c, "merger-copies-resync-last", &d);
+    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, QS, NULL, &st) == 0,
+          "create: %s", st.message);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0, "first round:\n%s", o.text);
+    start_dc2_router(&c, &d, &d_router);
+    char **k1 = keys_make("l1-", 0, RK);
+    keys_call(d_router.ch, "Add", "f", k1, RK, 500, NULL);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && o.pages_pushed > 0, "round merging dc2's keys:\n%s",
+          o.text);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && o.pages_pushed == 0, "quiet round:\n%s", o.text);
+    check_pulls(&c, &o, QS, "covered", "pulled", "pulled", "not-asked");
+
+    node_stop(&c.node[2], SIGKILL);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[2]);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    cluster_node_start(&c, 2, c.node[2].port, slow_ae);
+    /* Keys merged while it re-syncs: the round pushes them to copies 0 and
+     * 1, leaves copy 2 for later and drops its acked round (it may have
+     * lost the shard). */
+    char **k2 = keys_make("l2-", 0, RK);
+    keys_call(d_router.ch, "Add", "f", k2, RK, 500, NULL);
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && o.pushed > 0 && pushes_later(&o) == QS,
+          "round with copy 2 re-syncing:\n%s", o.text);
+    check_pulls(&c, &o, QS, "covered", "pulled", "pulled", "not-asked");
+    /* Still re-syncing: not pulled either (no full pull of a SYNCING copy). */
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && o.pages_pushed == 0 && pushes_later(&o) == QS,
+          "second round with copy 2 re-syncing:\n%s", o.text);
+    check_pulls(&c, &o, QS, "covered", "pulled", "pulled", "not-asked");
+
+    node_stop(&c.node[2], SIGTERM);
+    cluster_node_start(&c, 2, c.node[2].port, NULL);
+    CHECK(cluster_wait_reads(&c, 2, 60000), "copy 2 does not leave SYNCING");
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && pushes_later(&o) == 0,
+          "round after copy 2 re-synced:\n%s", o.text);
+    CHECK(o.pages_pushed == 0 && o.pushed == 0, "the round after copy 2 "
+          "re-synced pushed %llu pages (every page of a copy whose acked round "
+          "was dropped):\n%s", o.pages_pushed, o.text);
+    check_pulls(&c, &o, QS, "covered", "pulled", "pulled", "pulled");
+    cluster_view_start(&c, 2, &view);
+    size_t on2 = keys_present(view.ch, "f", k1, RK, NULL);
+    size_t on2b = keys_present(view.ch, "f", k2, RK, NULL);
+    CHECK(on2 == RK && on2b == RK, "copy 2 holds %zu + %zu of %d + %d merged "
+          "keys", on2, on2b, RK, RK);
+    node_stop(&view, SIGTERM);
+    /* Its acked round is known again: the next round asks only R copies. */
+    round_once(c.dir, &o, NULL, NULL);
+    CHECK(o.status == 0 && o.pages_pushed == 0, "round after:\n%s", o.text);
+    check_pulls(&c, &o, QS, "covered", "pulled", "pulled", "not-asked");
+    printf("copy 2 re-synced: pulled once it served, 0 pages pushed to it, "
+           "%zu + %zu of %d + %d merged keys on it\n", on2, on2b, RK, RK);
+    keys_free(k1, RK);
+    keys_free(k2, RK);
+    node_stop(&d_router, SIGTERM);
+    node_stop(&d, SIGTERM);
+    cluster_stop(&c);
+}
+
 int main(int argc, char **argv)
 {
     CHECK(argc == 7, "usage: test_merger_copies NODE_BIN ROUTER_BIN MERGER_BIN "
@@ -635,6 +714,8 @@ int main(int argc, char **argv)
         test_joint();
     else if (!strcmp(argv[4], "resync"))
         test_resync();
+    else if (!strcmp(argv[4], "resync_last"))
+        test_resync_last();
     else
         CHECK(0, "unknown test %s", argv[4]);
     grpc_shutdown();

@@ -529,19 +529,38 @@ static unsigned pushes_later(const struct round_out *o)
     return p ? (unsigned)strtoul(p + 14, NULL, 10) : 0;
 }
 
+/* The two datacenters with filter f (QS shards), its first round, and a
+ * router over dc2's node. */
+static void resync_start(struct cluster *c, const char *name, struct node_proc *d,
+                         struct node_proc *d_router)
+{
+    struct round_out o;
+    struct rpc_status st;
+    start_dcs(c, name, d);
+    CHECK(t_create_sharded(c->router[0].ch, "f", 100000, 0.01, 0, QS, NULL, &st) == 0,
+          "create: %s", st.message);
+    round_once(c->dir, &o, NULL, NULL);
+    CHECK(o.status == 0, "first round:\n%s", o.text);
+    start_dc2_router(c, d, d_router);
+}
+
+/* Copy i loses its disk and comes back empty, its own anti-entropy slowed
+ * down so that rounds run while it re-syncs. */
+static void copy_wipe(struct cluster *c, int i)
+{
+    char cmd[800];
+    node_stop(&c->node[i], SIGKILL);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->node_dir[i]);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    cluster_node_start(c, i, c->node[i].port, slow_ae);
+}
+
 static void test_resync(void)
 {
     struct cluster c;
     struct node_proc d, d_router, view;
     struct round_out o;
-    struct rpc_status st;
-    char cmd[800];
-    start_dcs(&c, "merger-copies-resync", &d);
-    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, QS, NULL, &st) == 0,
-          "create: %s", st.message);
-    round_once(c.dir, &o, NULL, NULL);
-    CHECK(o.status == 0, "first round:\n%s", o.text);
-    start_dc2_router(&c, &d, &d_router);
+    resync_start(&c, "merger-copies-resync", &d, &d_router);
 
     /* Keys only dc2 took: dc1's copies get them from the merger alone. */
     char **k1 = keys_make("r1-", 0, RK), **k2 = keys_make("r2-", 0, RK);
@@ -556,10 +575,7 @@ static void test_resync(void)
 
     /* Copy 0 loses its disk and comes back empty: it re-syncs (its own
      * anti-entropy slowed down, so that rounds run while it does). */
-    node_stop(&c.node[0], SIGKILL);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[0]);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    cluster_node_start(&c, 0, c.node[0].port, slow_ae);
+    copy_wipe(&c, 0);
     round_once(c.dir, &o, NULL, NULL);
     /* Its pulls fail (NOT_FOUND: the cursors name shards it lost), the
      * only errors of the round. */
@@ -626,14 +642,7 @@ static void test_resync_last(void)
     struct cluster c;
     struct node_proc d, d_router, view;
     struct round_out o;
-    struct rpc_status st;
-    char cmd[800];
-    start_dcs(&c, "merger-copies-resync-last", &d);
-    CHECK(t_create_sharded(c.router[0].ch, "f", 100000, 0.01, 0, QS, NULL, &st) == 0,
-          "create: %s", st.message);
-    round_once(c.dir, &o, NULL, NULL);
-    CHECK(o.status == 0, "first round:\n%s", o.text);
-    start_dc2_router(&c, &d, &d_router);
+    resync_start(&c, "merger-copies-resync-last", &d, &d_router);
     char **k1 = keys_make("l1-", 0, RK);
     keys_call(d_router.ch, "Add", "f", k1, RK, 500, NULL);
     round_once(c.dir, &o, NULL, NULL);
@@ -643,10 +652,7 @@ static void test_resync_last(void)
     CHECK(o.status == 0 && o.pages_pushed == 0, "quiet round:\n%s", o.text);
     check_pulls(&c, &o, QS, "covered", "pulled", "pulled", "not-asked");
 
-    node_stop(&c.node[2], SIGKILL);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", c.node_dir[2]);
-    CHECK(system(cmd) == 0, "%s", cmd);
-    cluster_node_start(&c, 2, c.node[2].port, slow_ae);
+    copy_wipe(&c, 2);
     /* Keys merged while it re-syncs: the round pushes them to copies 0 and
      * 1, leaves copy 2 for later and drops its acked round (it may have
      * lost the shard). */

@@ -261,6 +261,8 @@ static bool pull_group(struct merger *m, struct mg_filter *f,
      * did not send whole, not every page (docs/MERGER.md, "Copies that
      * re-sync"). */
     for (unsigned c = 0; quorum_covered(grp, g->in_sync) && c < grp->ncopies; c++) {
+        if (g->state[c] != MG_NOT_ASKED)
+            continue;   /* asked already (each copy takes one slot at most) */
         struct mg_copy *cp = merger__copy_get(s, grp->copies[c], d);
         if (!cp || cp->slot >= 0 || !merger__copy_back(m, f, s, cp))
             continue;

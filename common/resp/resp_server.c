@@ -737,10 +737,10 @@ static void on_wake(uv_async_t *a)
     flush_dirty(s);
 }
 
-void resp__call_post_list(struct resp_server *s, struct resp_call_box *head,
-                          struct resp_call_box *tail)
+/* Append the calls head .. tail (tail->qnext NULL) to the loop's queue. */
+static void queue_append(struct resp_server *s, struct resp_call_box *head,
+                         struct resp_call_box *tail)
 {
-    tail->qnext = NULL;
     pthread_mutex_lock(&s->qmu);
     if (s->qtail)
         s->qtail->qnext = head;
@@ -748,6 +748,13 @@ void resp__call_post_list(struct resp_server *s, struct resp_call_box *head,
         s->qhead = head;
     s->qtail = tail;
     pthread_mutex_unlock(&s->qmu);
+}
+
+void resp__call_post_list(struct resp_server *s, struct resp_call_box *head,
+                          struct resp_call_box *tail)
+{
+    tail->qnext = NULL;
+    queue_append(s, head, tail);
     uv_async_send(&s->wake);
 }
 
@@ -856,15 +863,8 @@ void resp__answer_here(struct resp_server *s, struct resp_call_box *head)
     s->dirty = left;
     bool wake = left || back || atomic_load(&s->stopping);
     s->in_place = false;
-    if (back) {
-        pthread_mutex_lock(&s->qmu);
-        if (s->qtail)
-            s->qtail->qnext = back;
-        else
-            s->qhead = back;
-        s->qtail = btail;
-        pthread_mutex_unlock(&s->qmu);
-    }
+    if (back)
+        queue_append(s, back, btail);
     /* The wake handle is open: it closes only once no call is in flight,
      * and the loop cannot close it while this thread holds its state. */
     if (wake)

@@ -77,6 +77,19 @@ def metrics_addr(server):
     return re.search(r" metrics on (\S+)", open(server.out.name).read()).group(1)
 
 
+def metered_cluster(copies, *flags):
+    """One group of `copies` and one router that serves metrics (and takes
+    flags): the cluster, the router, its metrics address and a client."""
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=copies, routers=1,
+                           router_flags=["--metrics-listen", "127.0.0.1:0", *flags])
+    try:
+        s = cl.routers[0]
+        return cl, s, metrics_addr(s), cl.client(0)
+    except BaseException:
+        cl.stop()
+        raise
+
+
 def run_threads(fn, n):
     """fn(0) .. fn(n - 1), each on its own thread, all at once; until all end."""
     ths = [threading.Thread(target=fn, args=(t,)) for t in range(n)]
@@ -387,17 +400,12 @@ def metric(text, kind, cmd):
 
 
 def part_bench():
-    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=1,
-                           router_flags=["--metrics-listen", "127.0.0.1:0",
-                                         "--resp-autocreate", "off",
-                                         "--default-shards", "8"])
+    cl, s, maddr, c = metered_cluster(3, "--resp-autocreate", "off",
+                                      "--default-shards", "8")
     try:
-        s = cl.routers[0]
-        c = cl.client(0)
         expect_error(c, "does not exist", "BF.ADD", "bench", "a")
         expect_error(c, "does not exist", "BF.MADD", "bench", "a", "b")
         c.execute_command("BF.RESERVE", "bench", 0.01, 1000000, "NONSCALING")
-        maddr = metrics_addr(s)
         before = scrape(maddr)
         runs = [("-c", "50", "BF.ADD"), ("-c", "50", "BF.EXISTS"),
                 ("-c", "1", "-P", "32", "BF.ADD"), ("-c", "1", "-P", "32", "BF.EXISTS")]
@@ -432,15 +440,10 @@ def part_bench():
 
 def part_budget():
     """Keys in flight count against the router's max_memory_mb."""
-    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
-                           router_flags=["--metrics-listen", "127.0.0.1:0",
-                                         "--max-memory-mb", "16",
-                                         "--max-message-size", "4194304",
-                                         "--resp-pipeline-bytes", "67108864"])
+    cl, s, maddr, c = metered_cluster(1, "--max-memory-mb", "16",
+                                      "--max-message-size", "4194304",
+                                      "--resp-pipeline-bytes", "67108864")
     try:
-        s = cl.routers[0]
-        maddr = metrics_addr(s)
-        c = cl.client(0)
         c.execute_command("BF.RESERVE", "big", 0.01, 100000, "NONSCALING")
         # The node stopped: no add ends, so each holds its charge.
         cl.nodes[0].send_signal(signal.SIGSTOP)
@@ -480,13 +483,8 @@ def node_calls(text, lane):
 
 def part_pipeline():
     """Pipelined reads on one connection travel together, in order."""
-    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=1,
-                           router_flags=["--metrics-listen", "127.0.0.1:0",
-                                         "--default-shards", "4"])
+    cl, s, maddr, c = metered_cluster(3, "--default-shards", "4")
     try:
-        s = cl.routers[0]
-        maddr = metrics_addr(s)
-        c = cl.client(0)
         for f in ("pa", "pb"):
             def reserve():
                 try:
@@ -613,14 +611,9 @@ def part_readjoin():
     restart under a joined reader fails the commands in flight, and the
     reads go on on a new stream."""
     # node_timeout_ms: the stopped node's held message must not time out.
-    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
-                           router_flags=["--metrics-listen", "127.0.0.1:0",
-                                         "--default-shards", "4",
-                                         "--node-timeout-ms", "20000"])
+    cl, s, maddr, c = metered_cluster(1, "--default-shards", "4",
+                                      "--node-timeout-ms", "20000")
     try:
-        s = cl.routers[0]
-        maddr = metrics_addr(s)
-        c = cl.client(0)
         c.execute_command("BF.RESERVE", "rj", 0.001, 100000, "NONSCALING")
         present = ["p%d" % i for i in range(2000)]
         for i in range(0, len(present), 500):
@@ -780,13 +773,8 @@ def part_inplace():
     """Replies written in place by the thread that took the node's answer,
     in the order of the commands, whatever the socket and budgets do."""
     import socket
-    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
-                           router_flags=["--metrics-listen", "127.0.0.1:0",
-                                         "--default-shards", "4"])
+    cl, s, maddr, c = metered_cluster(1, "--default-shards", "4")
     try:
-        s = cl.routers[0]
-        maddr = metrics_addr(s)
-        c = cl.client(0)
         c.execute_command("BF.RESERVE", "ip", 0.001, 200000, "NONSCALING")
 
         # A lone pipelined connection: a round of 32 BF.ADD of new keys, then

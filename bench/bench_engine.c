@@ -311,44 +311,81 @@ static int bench_libbloom(const char *size, uint64_t n, uint64_t probes, int rou
 }
 
 /* --tracking-cost N: batched adds (exclusive writer, as a node's) of N keys
- * into a fresh blocked filter of large_mb, its pages faulted in first,
- * with page versions off and on in turn, repeat times each; prints each
- * run and the medians. */
+ * into two fresh blocked filters of large_mb, their pages faulted in
+ * first, page versions off in one and on in the other.  The two take the
+ * same keys in turn, TRACK_SLICE keys at a time (which goes first
+ * alternates), so that whatever else the machine does falls on both alike;
+ * repeat times, with fresh filters each time, the one made first tracked
+ * in every other run.  Prints each run's CPU time per key of both and
+ * their difference, the medians, and the median over pairs of runs. */
+#define TRACK_SLICE (1u << 18)
+
 static int tracking_cost(uint64_t large_mb, uint64_t n)
 {
     uint64_t cap = (uint64_t)((double)large_mb * 1024 * 1024 * 8 / 10.2);
     struct bf_params p = {.kind = BF_KIND_BLOCKED, .capacity = cap, .error_rate = 0.01};
-    double v[2][64];
+    double v[3][64];
     char err[BF_ERRLEN];
 
     bench_clock = CLOCK_THREAD_CPUTIME_ID;
-    printf("batched adds (exclusive) of %llu keys into a blocked filter of %llu MiB, "
-           "page versions off / on alternately, CPU time\n", (unsigned long long)n,
-           (unsigned long long)large_mb);
+    printf("batched adds (exclusive) of %llu keys into two blocked filters of %llu MiB, "
+           "page versions off in one and on in the other, the same keys in turn %u at a "
+           "time, CPU time\n", (unsigned long long)n, (unsigned long long)large_mb,
+           TRACK_SLICE);
     for (int i = 0; i < repeat; i++) {
-        for (int on = 0; on < 2; on++) {
-            struct target t = {.name = "blocked", .capacity = cap};
+        struct target t[2];
+        double ns[2] = {0, 0};
+        /* Which filter is made first, and so where each lies in memory,
+         * alternates between runs. */
+        for (int m = 0; m < 2; m++) {
+            int on = m ^ (i & 1);
             struct bf_layer_info li;
-            if (!(t.f = bf_create(&p, err))) {
+            t[on] = (struct target){.name = "blocked", .capacity = cap};
+            if (!(t[on].f = bf_create(&p, err))) {
                 fprintf(stderr, "bench_engine: %s\n", err);
                 return -1;
             }
-            bf_layer_info(t.f, 0, &li);
-            memset(bf_layer_body(t.f, 0), 0, li.body_bytes);   /* fault it in */
+            bf_layer_info(t[on].f, 0, &li);
+            memset(bf_layer_body(t[on].f, 0), 0, li.body_bytes);   /* fault it in */
             if (on) {
-                if (bf_track_pages(t.f, true) < 0)
+                if (bf_track_pages(t[on].f, true) < 0)
                     return -1;
-                bf_set_stamp(t.f, 1);
+                bf_set_stamp(t[on].f, 1);
             }
-            bf_set_exclusive(t.f, true);
-            v[on][i] = run(&t, OP_ADD_BATCH, 0, (uint64_t)i * n, n, NULL) / (double)n;
-            printf("run %d tracking %-3s %.2f ns/key\n", i + 1, on ? "on" : "off", v[on][i]);
-            fflush(stdout);
-            bf_destroy(t.f);
+            bf_set_exclusive(t[on].f, true);
         }
+        for (uint64_t done = 0, k = 0; done < n; k++) {
+            uint64_t c = n - done < TRACK_SLICE ? n - done : TRACK_SLICE;
+            for (int j = 0; j < 2; j++) {
+                int on = (int)((k + (uint64_t)j) & 1);
+                ns[on] += run(&t[on], OP_ADD_BATCH, 0, (uint64_t)i * n + done, c, NULL);
+            }
+            done += c;
+        }
+        for (int on = 0; on < 2; on++) {
+            v[on][i] = ns[on] / (double)n;
+            bf_destroy(t[on].f);
+        }
+        v[2][i] = v[1][i] - v[0][i];
+        printf("run %d off %.2f ns/key on %.2f ns/key tracking %+.2f ns/key\n", i + 1,
+               v[0][i], v[1][i], v[2][i]);
+        fflush(stdout);
     }
-    double off = median_of(v[0], repeat), on = median_of(v[1], repeat);
-    printf("median off %.2f ns/key, on %.2f ns/key, tracking %+.2f ns/key\n", off, on, on - off);
+    /* Where a filter lies in memory can cost more than the tracking (a few
+     * ns/key either way on a VM): a pair of runs, one with each placement,
+     * cancels it. */
+    double pm[32];
+    int np = repeat / 2;
+    for (int j = 0; j < np; j++) {
+        pm[j] = (v[2][2 * j] + v[2][2 * j + 1]) / 2;
+        printf("pair %d (runs %d, %d) tracking %+.2f ns/key\n", j + 1, 2 * j + 1, 2 * j + 2,
+               pm[j]);
+    }
+    printf("median off %.2f ns/key, on %.2f ns/key, tracking (median of the runs' "
+           "differences) %+.2f ns/key\n", median_of(v[0], repeat), median_of(v[1], repeat),
+           median_of(v[2], repeat));
+    if (np)
+        printf("tracking, median of %d pairs: %+.2f ns/key\n", np, median_of(pm, np));
     return 0;
 }
 
@@ -448,11 +485,14 @@ static void usage(FILE *out)
             "                 other work); the FPR column stays the median\n"
             "  --blocked-only the blocked kind alone (no classic, no libbloom): a few\n"
             "                 minutes rather than half an hour\n"
-            "  --tracking-cost N  only this: N batched adds (exclusive writer) into a\n"
-            "                 fresh blocked filter of --large-mb, page versions off\n"
-            "                 and on alternately, --repeat times each; the medians\n"
-            "                 of the thread's CPU time (time spent waiting for a\n"
-            "                 core of a busy machine is not counted)\n"
+            "  --tracking-cost N  only this: N batched adds (exclusive writer) into\n"
+            "                 two fresh blocked filters of --large-mb, page versions\n"
+            "                 off in one and on in the other, the same keys in turn\n"
+            "                 262144 at a time; --repeat runs (an even number: the\n"
+            "                 filter made first is tracked in every other run), each\n"
+            "                 run's difference, the medians, and the median over\n"
+            "                 pairs of runs; the thread's CPU time (time spent\n"
+            "                 waiting for a core of a busy machine is not counted)\n"
             "  --sweep N      only this: a recovery's adds of N hashes into a fresh\n"
             "                 blocked filter of --large-mb in a replay's batches: in\n"
             "                 order, sorted on 1 thread, sorted on --threads T (default\n"

@@ -157,11 +157,15 @@ struct wal_scan_ops {
     int (*record)(void *ctx, const struct wal_record *r);
     void (*damage)(void *ctx, const struct wal_damage *d);
     /* Optional, scans of the open log only (wal_rescan, wal_rescan_from):
-     * called with each intact record's header (payload NULL, len its
-     * length) before its payload is read; true passes the record over
-     * unread (neither its payload checked nor record called, and damage
-     * to its payload not reported).  A scan of one stream's records among
-     * many then reads the others' headers only. */
+     * called with each record's header (payload NULL, len its length)
+     * before its payload is read; true passes the record over unread
+     * (neither its payload checked nor record called, and damage to its
+     * payload not reported).  A scan of one stream's records among many
+     * then reads the others' headers only.  The header's checksum is
+     * checked only for a record not passed over (records before from
+     * likewise): a record passed over because of a damaged field is not
+     * reported, so a caller that wants a stream's records checks that
+     * their seqs have no gap. */
     bool (*skip)(void *ctx, const struct wal_record *hdr);
 };
 

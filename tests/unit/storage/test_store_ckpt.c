@@ -38,6 +38,7 @@
 #include "store_internal.h"
 #include "unit_tmpdir.h"
 #include "unit_hashes.h"
+#include "unit_wal.h"
 #include "wal.h"
 
 static char tdir[4096];
@@ -767,6 +768,79 @@ START_TEST(checkpoints_due_together_read_the_log_once)
 }
 END_TEST
 
+/* A checkpoint's scan of the log passes the other filters' records over
+ * by their headers without their checksums: one of x's records whose id
+ * was damaged is passed over as another filter's, and x's checkpoint sees
+ * the gap in x's records and does not happen (its log stays), while y's,
+ * read from the same scan, does. */
+START_TEST(a_record_passed_over_by_a_damaged_header_stops_its_checkpoint)
+{
+    char dir[4200], seg[4400] = "";
+    struct store *s;
+    struct store_filter *x, *y;
+    struct bf_hash h[16];
+    char err[STORE_ERRLEN];
+
+    snprintf(dir, sizeof dir, "%s/passed", tdir);
+    s = open_at(dir);
+    create(s, "x", BF_KIND_BLOCKED, 100000);
+    create(s, "y", BF_KIND_BLOCKED, 100000);
+    x = store_get(s, "x");
+    y = store_get(s, "y");
+    for (uint64_t r = 0; r < 200; r++) {
+        for (int k = 0; k < 16; k++)
+            h[k] = unit_hash_of(r * 16 + (uint64_t)k);
+        ck_assert_msg(store_add_hashes(x, h, 16, NULL, err) == 0, "add: %s", err);
+        for (int k = 0; k < 16; k++)
+            h[k] = unit_hash_of(1000000 + r * 16 + (uint64_t)k);
+        ck_assert_msg(store_add_hashes(y, h, 16, NULL, err) == 0, "add: %s", err);
+    }
+    wal_rotate(s->wal);
+    /* x's 100th record: its incarnation id damaged (the header's checksum
+     * no longer holds). */
+    DIR *d = opendir(wal_dir(s->wal));
+    struct dirent *de;
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)))
+        if (!strncmp(de->d_name, "wal-", 4) && (!seg[0] || strcmp(de->d_name, seg) < 0))
+            snprintf(seg, sizeof seg, "%s", de->d_name);
+    closedir(d);
+    char path[8600];
+    snprintf(path, sizeof path, "%s/%s", wal_dir(s->wal), seg);
+    static struct unit_wal_rec recs[4096];
+    size_t n = unit_wal_records(path, false, recs, 4096), xs = 0;
+    off_t at = -1;
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    for (size_t i = 0; i < n && i < 4096 && at < 0; i++) {
+        char name[2] = "";
+        ck_assert_int_eq(pread(fd, name, 1, recs[i].off + 64), 1);
+        if (recs[i].size == 64 + 1 + 16 * 16 && name[0] == 'x' && ++xs == 100)
+            at = recs[i].off + 32;
+    }
+    ck_assert_int_ge(at, 0);
+    unsigned char c;
+    ck_assert_int_eq(pread(fd, &c, 1, at), 1);
+    c ^= 0x5a;
+    ck_assert_int_eq(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+
+    uint64_t x_lsn = atomic_load(&x->ckpt_lsn), logged = wal_bytes(s->wal);
+    s->ckpt_percent = 25;   /* due now */
+    store__housekeeping(s);
+    ck_assert_msg(y->chain->n == 2 && y->chain->e[1].type == STORE_CKF_RECORDS,
+                  "y: a chain of %u", y->chain->n);
+    ck_assert_msg(x->chain->n == 1, "x: a chain of %u, with one of its records "
+                  "passed over", x->chain->n);
+    ck_assert_uint_eq(atomic_load(&x->ckpt_lsn), x_lsn);
+    ck_assert_int_eq(store__discard_log(s, false), 0);
+    ck_assert_uint_ge(wal_bytes(s->wal), logged);   /* x's records stay */
+    store_put(x);
+    store_put(y);
+    store_close(s);
+}
+END_TEST
+
 /* ---- pullers and the checkpointer ---- */
 
 struct walked {
@@ -938,6 +1012,7 @@ Suite *store_ckpt_suite(void)
     tcase_add_test(tc, a_replayed_record_reaches_the_next_delta);
     tcase_add_test(tc, records_deltas_after_checkpoints_replay_to_the_same_bits);
     tcase_add_test(tc, checkpoints_due_together_read_the_log_once);
+    tcase_add_test(tc, a_record_passed_over_by_a_damaged_header_stops_its_checkpoint);
     tcase_add_test(tc, pullers_and_the_checkpointer_each_get_every_change);
     tcase_add_test(tc, a_previous_release_checkpoint_opens_and_is_migrated);
     suite_add_tcase(s, tc);

@@ -2287,6 +2287,56 @@ static bool skip_other(void *ctx, const struct wal_record *h)
 
 static const struct wal_scan_ops ops_one = {on_rec, on_damage, skip_other};
 
+/* A scan of the open log checks the header checksum of each record it
+ * reads, not of those it passes over (a checkpoint of one shard among 64
+ * passes over most of what it reads): b's record with a damaged checksum
+ * costs a scan of a's records nothing, and a scan that reads it reports
+ * it.  a's record whose id was damaged is passed over as another
+ * stream's: the scan of a's records shows the gap in their seqs, which is
+ * what its callers check (wal.h, skip). */
+START_TEST(a_rescan_checks_the_headers_it_reads_not_those_it_passes)
+{
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    struct wal_stream *b = wal_stream_open(w, 2, "b", 1);
+    struct wal_scan_info info;
+    char err[WAL_ERRLEN], path[4200];
+
+    /* a's records at odd LSNs (seq 1..20), b's at even ones. */
+    for (uint64_t i = 1; i <= 20; i++) {
+        ck_assert_int_eq(append(a, i), 0);
+        ck_assert_int_eq(append(b, 100 + i), 0);
+    }
+    seg_path(path, sizeof path, true);
+    flip_byte(path, unit_wal_offset(path, 10) + 56);   /* b's header checksum */
+
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan_from(w, 1, &ops_one, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 20);
+    ck_assert_uint_eq(seen.damages, 0);
+    for (uint64_t i = 0; i < 20; i++)
+        ck_assert_uint_eq(seen.seq[i], i + 1);
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan(w, &ops, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 39);
+    ck_assert_uint_ge(seen.damages, 1);
+
+    flip_byte(path, unit_wal_offset(path, 21) + 32);   /* a's seq 11: its id */
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan_from(w, 1, &ops_one, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 19);
+    ck_assert_uint_eq(seen.seq[9], 10);
+    ck_assert_uint_eq(seen.seq[10], 12);   /* the gap */
+    memset(&seen, 0, sizeof(seen));
+    ck_assert_int_eq(wal_rescan(w, &ops, &seen, &info, err), 0);
+    ck_assert_uint_eq(seen.n, 38);
+    ck_assert_uint_ge(seen.damages, 2);
+    wal_stream_close(a);
+    wal_stream_close(b);
+    wal_close(w);
+}
+END_TEST
+
 /* A scan of the open log from an LSN starts at the seek mark nearest
  * before it, not at its segment's start, and passes records before it
  * over by their headers; a skip passes another stream's records over
@@ -2765,6 +2815,7 @@ Suite *wal_suite(void)
     tcase_add_test(tc, a_lead_while_the_log_is_busy_hands_the_records_to_the_commit_thread);
     tcase_add_test(tc, a_later_group_completes_after_the_led_one);
     tcase_add_test(tc, a_rescan_from_an_lsn_reads_near_it_and_skips_by_header);
+    tcase_add_test(tc, a_rescan_checks_the_headers_it_reads_not_those_it_passes);
     tcase_add_test(tc, scans_of_the_open_log_run_at_once);
     tcase_add_test(tc, a_rescan_after_a_restart_starts_at_an_old_segments_seek_mark);
     tcase_add_test(tc, seek_marks_of_old_segments_hold_only_what_recovery_kept);

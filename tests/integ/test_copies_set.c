@@ -11,8 +11,9 @@
  * and fails the test.  The main thread injects a fault every 1-4 s, one at
  * a time (so at most one copy of a group is faulted at once): kill -9 a
  * copy and restart it; kill -9 a copy, delete its data directory, restart
- * it; SIGSTOP a copy for 2-10 s; kill -9 a router or the merger and restart
- * it.  The faults come from a seeded generator: the seed is printed and
+ * it (only once every other copy of its group serves reads: one refilling
+ * after an earlier wipe is still a faulted copy); SIGSTOP a copy for 2-10
+ * s; kill -9 a router or the merger and restart it.  The faults come from a seeded generator: the seed is printed and
  * given back with --seed (or BLOOMGRID_SET_SEED) to replay the same faults
  * (thread timing is not replayed).  Calls that fail (UNAVAILABLE, a
  * deadline) are counted, not errors: a write that failed is not recorded.
@@ -54,6 +55,7 @@
 #define SETTLE_MS 60000
 #define MAX_FAULT_LOG 4096
 #define MAX_FN_KEPT 64
+#define WIPE_WAIT_MS 30000  /* for the group's other copies to serve reads */
 
 enum fault { F_KILL, F_WIPE, F_STOP, F_ROUTER, F_MERGER, F_KINDS };
 static const char *const fault_name[F_KINDS] = {
@@ -95,6 +97,7 @@ static struct {
     atomic_ulong writes_ok, writes_failed, reads_ok, reads_failed, keys_read;
     atomic_ulong failed_unavailable, failed_deadline, failed_other;
     int faults[F_KINDS];
+    int wipes_left_out;     /* a copy of the group was still refilling */
 } run = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static double since_start(void)
@@ -304,6 +307,18 @@ static int rnd(int lo, int hi)     /* uniform in [lo, hi] */
     return lo + rand_r(&fault_seed) % (hi - lo + 1);
 }
 
+/* Whether every copy of node i's group but i serves reads, waiting up to
+ * timeout_ms for each. */
+static bool group_serves(struct cluster *c, int i, int timeout_ms)
+{
+    int g0 = i / c->copies * c->copies;
+
+    for (int j = g0; j < g0 + c->copies; j++)
+        if (j != i && !cluster_wait_reads(c, j, timeout_ms))
+            return false;
+    return true;
+}
+
 static void fault_one(struct cluster *c)
 {
     enum fault kinds[F_KINDS];
@@ -328,6 +343,18 @@ static void fault_one(struct cluster *c)
         cluster_node_start(c, i, c->node[i].port, NULL);
         break;
     case F_WIPE:
+        /* A copy refilling after a wipe is still a faulted copy: a second
+         * wipe in its group before it serves again makes more than N - W
+         * copies lose their data, which no rule can recover from without
+         * an operator (docs/REPLICATION.md, "Accepting a loss").  Wipe
+         * only once every other copy of the group serves reads. */
+        if (!group_serves(c, i, WIPE_WAIT_MS)) {
+            fault_log("%s %d (%s) left out: a copy of its group does not serve reads "
+                      "after %d ms", fault_name[f], i, c->node[i].addr, WIPE_WAIT_MS);
+            run.faults[f]--;
+            run.wipes_left_out++;
+            return;
+        }
         fault_log("%s %d (%s), down %d ms", fault_name[f], i, c->node[i].addr, down);
         node_stop(&c->node[i], SIGKILL);
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", c->node_dir[i]);
@@ -457,6 +484,9 @@ static void report(void)
     printf("faults:");
     for (int f = 0; f < F_KINDS; f++)
         printf(" %s %d%s", fault_name[f], run.faults[f], f + 1 < F_KINDS ? "," : "\n");
+    if (run.wipes_left_out)
+        printf("wipes left out (a copy of the group still refilling after %d ms): %d\n",
+               WIPE_WAIT_MS, run.wipes_left_out);
 }
 
 static void test(void)

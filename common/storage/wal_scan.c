@@ -352,10 +352,11 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
             /* Passed over by its header, its payload not read: before
              * from, or a record the caller does not want.  Its header's
              * checksum is checked only when the record is read: a record
-             * passed over by a damaged field is missed, which the caller
-             * sees as a gap in its stream's seqs (wal.h, skip), and the
-             * fields that led here (the magic, the lengths, the LSN
-             * expected) are those a scan trusts anyway. */
+             * passed over because of a damaged id or seq is missed, which
+             * the caller sees as a gap in its stream's seqs (wal.h,
+             * skip); a damaged length leads to bytes that are not the
+             * next header, handled below as any bad bytes are (the LSNs
+             * up to the next intact header reported lost). */
             uint64_t lsn = sc->expect;
             bool pass = lsn < sc->from;
             if (!pass && sc->ops->skip) {

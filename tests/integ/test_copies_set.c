@@ -12,10 +12,11 @@
  * a time (so at most one copy of a group is faulted at once): kill -9 a
  * copy and restart it; kill -9 a copy, delete its data directory, restart
  * it (only once every other copy of its group serves reads: one refilling
- * after an earlier wipe is still a faulted copy); SIGSTOP a copy for 2-10
- * s; kill -9 a router or the merger and restart it.  The faults come from a seeded generator: the seed is printed and
- * given back with --seed (or BLOOMGRID_SET_SEED) to replay the same faults
- * (thread timing is not replayed).  Calls that fail (UNAVAILABLE, a
+ * after an earlier wipe is still a faulted copy); SIGSTOP a copy for
+ * 2-10 s; kill -9 a router or the merger and restart it.  The faults come
+ * from a seeded generator: the seed is printed and given back with --seed
+ * (or BLOOMGRID_SET_SEED) to replay the same faults (thread timing is not
+ * replayed).  Calls that fail (UNAVAILABLE, a
  * deadline) are counted, not errors: a write that failed is not recorded.
  *
  * At the end, with the faults stopped and every process up, the test waits

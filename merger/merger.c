@@ -205,6 +205,25 @@ static int filter_place(struct mg_filter *f, struct topo **topos,
     return 0;
 }
 
+/* Pull shard s from copy cp, the c-th of its group, with slot: its state
+ * in g (and g's count of in-sync copies); *moved set when its cursor
+ * moved.  Returns merger__pull_one's. */
+static int pull_copy(struct merger *m, struct mg_filter *f, struct mg_shard *s,
+                     struct mg_pull_rep *g, unsigned c, struct mg_copy *cp, int slot,
+                     uint64_t round, struct mg_report *rep, bool *moved)
+{
+    uint64_t epoch = cp->epoch, since = cp->since;
+
+    if (merger__pull_one(m, f, s, cp, slot, round, rep) < 0) {
+        g->state[c] = MG_FAILED;
+        return -1;
+    }
+    *moved |= cp->epoch != epoch || cp->since != since;
+    g->state[c] = cp->in_sync ? MG_PULLED : MG_SYNCING;
+    g->in_sync += cp->in_sync;
+    return 0;
+}
+
 /* Pull shard s from R in-sync copies of its group in datacenter d: the
  * copies in topology order until R that are not SYNCING have answered
  * (docs/MERGER.md: a key acknowledged by W copies is then on one of them).
@@ -241,16 +260,10 @@ static bool pull_group(struct merger *m, struct mg_filter *f,
             g->state[c] = MG_FAILED;
             continue;
         }
-        uint64_t epoch = cp->epoch, since = cp->since;
-        if (merger__pull_one(m, f, s, cp, (*slot)++, round, rep) < 0) {
-            g->state[c] = MG_FAILED;
+        if (pull_copy(m, f, s, g, c, cp, (*slot)++, round, rep, &moved) < 0)
             list = failed;
-        } else {
-            moved |= cp->epoch != epoch || cp->since != since;
-            g->state[c] = cp->in_sync ? MG_PULLED : MG_SYNCING;
-            g->in_sync += cp->in_sync;
+        else
             list = cp->in_sync ? NULL : syncing;
-        }
         if (list)
             merger__strfmt(list + strlen(list), MG_ERRLEN - strlen(list),
                            " %s", cp->addr);
@@ -266,14 +279,7 @@ static bool pull_group(struct merger *m, struct mg_filter *f,
         struct mg_copy *cp = merger__copy_get(s, grp->copies[c], d);
         if (!cp || cp->slot >= 0 || !merger__copy_back(m, f, s, cp))
             continue;
-        uint64_t epoch = cp->epoch, since = cp->since;
-        if (merger__pull_one(m, f, s, cp, (*slot)++, round, rep) < 0) {
-            g->state[c] = MG_FAILED;
-            continue;
-        }
-        moved |= cp->epoch != epoch || cp->since != since;
-        g->state[c] = cp->in_sync ? MG_PULLED : MG_SYNCING;
-        g->in_sync += cp->in_sync;
+        pull_copy(m, f, s, g, c, cp, (*slot)++, round, rep, &moved);
     }
     if ((g->covered = quorum_covered(grp, g->in_sync))) {
         s->covered_ms[d] = t0;

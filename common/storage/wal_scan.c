@@ -144,12 +144,17 @@ static bool hdr_shaped(const uint8_t *p, size_t avail, size_t *size)
     return true;
 }
 
+/* Does the checksum of the header at p (of the shape of one) hold? */
+static bool hdr_sum_ok(const uint8_t *p)
+{
+    return wal__hdr_sum(p, wal__get16(p + WAL_O_NAMELEN)) == wal__get64(p + WAL_O_HSUM);
+}
+
 /* Is there an intact record header (a padding record's too) at p?  Fills
  * *size (whole record). */
 static bool hdr_valid(const uint8_t *p, size_t avail, size_t *size)
 {
-    return hdr_shaped(p, avail, size) &&
-           wal__hdr_sum(p, wal__get16(p + WAL_O_NAMELEN)) == wal__get64(p + WAL_O_HSUM);
+    return hdr_shaped(p, avail, size) && hdr_sum_ok(p);
 }
 
 /* The record whose header is at p (LSN lsn), as record gets it: its
@@ -346,9 +351,9 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
         if ((next_first && sc->expect >= next_first) ||
             (sc->live && sc->expect > sc->limit))
             break;   /* superseded by the next segment, or not durable */
-        if (sc->live && (sc->from > sc->expect || sc->ops->skip) &&
-            hdr_shaped(m + off, size - off, &sz) && !is_pad(m + off) &&
-            wal__get64(m + off + WAL_O_LSN) == sc->expect) {
+        bool shaped = hdr_shaped(m + off, size - off, &sz);
+        if (sc->live && shaped && (sc->from > sc->expect || sc->ops->skip) &&
+            !is_pad(m + off) && wal__get64(m + off + WAL_O_LSN) == sc->expect) {
             /* Passed over by its header, its payload not read: before
              * from, or a record the caller does not want.  Its header's
              * checksum is checked only when the record is read: a record
@@ -372,7 +377,7 @@ static int seg_replay(struct scan *sc, const struct wal__seg *e,
                 continue;
             }
         }
-        bool hv = hdr_valid(m + off, size - off, &sz);
+        bool hv = shaped && hdr_sum_ok(m + off);
         bool pad = hv && is_pad(m + off);
         uint64_t lsn = hv ? wal__get64(m + off + WAL_O_LSN) : 0;
         if (pad && lsn == sc->expect) {

@@ -351,6 +351,18 @@ uint64_t bf_counters_add(uint64_t a, uint64_t b);
  * untouched. */
 int bf_merge_from(struct bf *dst, const struct bf *src, char *err);
 
+/* bf_merge_from of a serialized filter file held in memory (len bytes,
+ * nothing more), read a piece (1 MiB) at a time: the file is never
+ * materialized as a filter, so the merge holds the file's bytes and one
+ * piece.  *field (when field is not NULL) is the fingerprint's field that
+ * differs (-EINVAL, dst untouched), else NULL.  The file is checked as it
+ * is read (bf_file_scan_mem), its checksum at the end: a caller that must
+ * not merge a bad file in part verifies buf first (bf_file_scan_mem with
+ * no callbacks), as a failure after the first piece leaves the bits merged
+ * so far in dst (the layers it would have appended are not). */
+int bf_merge_file(struct bf *dst, const void *buf, size_t len, const char **field,
+                  char *err);
+
 /* The counts part of bf_merge_from alone, for a merge whose bits are ORed
  * in pieces (an Import applied a page at a time): inserts and keys (keys
  * BF_KEYS_UNCOUNTED: dst becomes uncounted) are added to dst's

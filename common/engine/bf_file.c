@@ -887,11 +887,10 @@ static int check_padding_piece(const struct file_meta *fm, uint32_t i,
     return 0;
 }
 
-int bf_file_scan(int fd, uint64_t off, uint64_t len, bf_file_meta_fn meta,
-                 bf_file_body_fn body, void *ctx, char *err)
+static int scan_source(struct source *s, bf_file_meta_fn meta,
+                       bf_file_body_fn body, void *ctx, char *err)
 {
     enum { PIECE = 1 << 20 };
-    struct source s = {.fd = fd, .size = len, .at = true, .base = off};
     XXH64_state_t *st = XXH64_createState();
     struct file_meta *fm = malloc(sizeof *fm);
     uint8_t *buf = malloc(PIECE);
@@ -904,7 +903,7 @@ int bf_file_scan(int fd, uint64_t off, uint64_t len, bf_file_meta_fn meta,
         goto out;
     }
     XXH64_reset(st, 0);
-    if ((rc = read_meta(&s, st, fm, true, err)) < 0)
+    if ((rc = read_meta(s, st, fm, true, err)) < 0)
         goto out;
     if (!(f = assemble(fm, err))) {
         rc = -EBADMSG;
@@ -922,7 +921,7 @@ int bf_file_scan(int fd, uint64_t off, uint64_t len, bf_file_meta_fn meta,
         for (uint64_t at = 0; at < fm->layers[i].body_bytes;) {
             uint64_t left = fm->layers[i].body_bytes - at;
             size_t n = left < PIECE ? (size_t)left : PIECE;
-            if ((rc = source_read(&s, buf, n)) < 0) {
+            if ((rc = source_read(s, buf, n)) < 0) {
                 if (rc == -EBADMSG)
                     refuse(err, rc, "truncated: the file shrank while it "
                            "was read");
@@ -938,7 +937,7 @@ int bf_file_scan(int fd, uint64_t off, uint64_t len, bf_file_meta_fn meta,
             at += n;
         }
     }
-    rc = read_checksum(&s, st, err);
+    rc = read_checksum(s, st, err);
 out:
     bf_destroy(f);
     if (st)
@@ -946,6 +945,23 @@ out:
     free(fm);
     free(buf);
     return rc;
+}
+
+int bf_file_scan(int fd, uint64_t off, uint64_t len, bf_file_meta_fn meta,
+                 bf_file_body_fn body, void *ctx, char *err)
+{
+    struct source s = {.fd = fd, .size = len, .at = true, .base = off};
+
+    return scan_source(&s, meta, body, ctx, err);
+}
+
+int bf_file_scan_mem(const void *buf, size_t len, bf_file_meta_fn meta,
+                     bf_file_body_fn body, void *ctx, char *err)
+{
+    static const uint8_t empty[1];
+    struct source s = {.fd = -1, .mem = buf ? buf : empty, .size = len};
+
+    return scan_source(&s, meta, body, ctx, err);
 }
 
 struct bf *bf_file_parse(const void *buf, size_t len, char *err)

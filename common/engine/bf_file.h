@@ -109,6 +109,12 @@ typedef int (*bf_file_body_fn)(void *ctx, uint32_t layer, uint64_t offset,
 int bf_file_scan(int fd, uint64_t off, uint64_t len, bf_file_meta_fn meta,
                  bf_file_body_fn body, void *ctx, char *err);
 
+/* bf_file_scan of a complete file held in memory (len bytes, nothing
+ * more): the pieces are copied out of buf one at a time; meta and body may
+ * be NULL (buf only verified). */
+int bf_file_scan_mem(const void *buf, size_t len, bf_file_meta_fn meta,
+                     bf_file_body_fn body, void *ctx, char *err);
+
 /* Parse and verify a complete serialized file held in memory (len bytes,
  * nothing more).  Same checks and messages as bf_file_load; the buffer stays
  * the caller's and the returned filter is the caller's (bf_destroy). */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bf_file.h"
 #include "bf_internal.h"
 
 /* Bits set (counters above zero for the counting kind) in words
@@ -290,6 +291,113 @@ int bf_merge_from(struct bf *dst, const struct bf *src, char *err)
             d->count = s->count;
     }
     bf_merge_counts(dst, src->inserts, bf_keys_added(src), NULL, 0);
+    return 0;
+}
+
+/* bf_merge_file's scan: the file's counts, and the layers it appends. */
+struct merge_file {
+    struct bf *dst;
+    uint32_t nd, ns;            /* dst's layers before, the file's */
+    bool added;                 /* layers nd..ns-1 initialized */
+    const char *field;          /* the fingerprint's field that differs */
+    char *err;
+    uint64_t inserts, keys, counts[BF_MAX_LAYERS];
+};
+
+static int merge_file_meta(void *ctx, const struct bf *f)
+{
+    struct merge_file *m = ctx;
+    struct bf *dst = m->dst;
+
+    if ((m->field = bf_mismatch(dst, f))) {
+        check_mergeable(dst, f, m->err);
+        return -EINVAL;
+    }
+    m->ns = bf__nlayers(f);
+    m->inserts = f->inserts;
+    m->keys = bf_keys_added(f);
+    for (uint32_t i = 0; i < m->ns; i++)
+        m->counts[i] = f->layers[i].count;
+    /* Layers only the file has grown: made (not yet visible) before a bit
+     * changes, so that memory running short changes nothing. */
+    for (uint32_t i = m->nd; i < m->ns; i++) {
+        const struct bf_layer *s = &f->layers[i];
+        struct bf_layer *d = &dst->layers[i];
+        int rc = bf__layer_init(d, dst->kind, s->capacity, s->error_rate, s->m, s->k,
+                                m->err);
+        if (rc == 0 && dst->track && (rc = bf__layer_track(d)) < 0) {
+            bf__layer_deinit(d);
+            errmsg_set(m->err, "out of memory for the page versions of a layer");
+        }
+        if (rc < 0) {
+            while (i-- > m->nd)
+                bf__layer_deinit(&dst->layers[i]);
+            return rc;
+        }
+    }
+    m->added = true;
+    return 0;
+}
+
+static int merge_file_body(void *ctx, uint32_t layer, uint64_t offset,
+                           const void *data, size_t len)
+{
+    struct merge_file *m = ctx;
+    struct bf *dst = m->dst;
+    struct bf_layer *d = &dst->layers[layer];
+    const uint8_t *p = data;
+    uint64_t w0 = offset / 8;
+
+    if (layer >= m->nd) {
+        memcpy((uint8_t *)d->body + offset, data, len);
+        return 0;
+    }
+    for (size_t j = 0; j < len / 8; j++) {
+        uint64_t sv, w = w0 + j;
+        memcpy(&sv, p + 8 * j, 8);
+        if (!sv)
+            continue;
+        if (dst->kind == BF_KIND_COUNTING) {
+            bf__stamp_word(dst, d, w);
+            uint64_t old = __atomic_load_n(&d->body[w], __ATOMIC_RELAXED);
+            while (!__atomic_compare_exchange_n(&d->body[w], &old, bf_counters_add(old, sv),
+                                                true, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+                ;
+        } else if (sv & ~__atomic_load_n(&d->body[w], __ATOMIC_RELAXED)) {
+            bf__stamp_word(dst, d, w);
+            __atomic_fetch_or(&d->body[w], sv, __ATOMIC_RELEASE);
+        }
+    }
+    return 0;
+}
+
+int bf_merge_file(struct bf *dst, const void *buf, size_t len, const char **field,
+                  char *err)
+{
+    struct merge_file m = {.dst = dst, .nd = bf__nlayers(dst), .err = err};
+    int rc = bf_file_scan_mem(buf, len, merge_file_meta, merge_file_body, &m, err);
+
+    if (field)
+        *field = m.field;
+    if (rc < 0) {
+        /* Only when buf was not verified first: the layers made for it go;
+         * bits already merged into dst's own layers stay. */
+        if (m.added)
+            for (uint32_t i = m.nd; i < m.ns; i++)
+                bf__layer_deinit(&dst->layers[i]);
+        return rc;
+    }
+    for (uint32_t i = m.nd; i < m.ns; i++) {
+        struct bf_layer *d = &dst->layers[i];
+        for (uint64_t p = 0; d->pver && p < d->npages; p++)
+            d->pver[p] = dst->stamp;
+        d->count = m.counts[i];
+        __atomic_store_n(&dst->nlayers, i + 1, __ATOMIC_RELEASE);
+    }
+    for (uint32_t i = 0; i < m.nd && i < m.ns; i++)
+        if (m.counts[i] > dst->layers[i].count)
+            dst->layers[i].count = m.counts[i];
+    bf_merge_counts(dst, m.inserts, m.keys, NULL, 0);
     return 0;
 }
 

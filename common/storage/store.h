@@ -467,14 +467,14 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err);
 
 /* An Import as its file arrived: the file's bytes are the log record's
  * payload as they are (the log's import record holds a file, and replay
- * parses it), so they are never serialized again.  For a caller that holds
- * a received file: store_import_file_new copies it into the record (the
- * caller then lets its own copy go), the caller parses src from
- * store_import_file_bytes (bf_file_parse: that verifies the very bytes the
- * log will hold) and checks it, and store_import_file merges src and logs
- * the record.  At most two copies of the file are held at once: the
- * record and the parsed filter, then (src destroyed once merged) the
- * record and the log's write of it.  NULL (err set) when out of memory. */
+ * merges from it), so they are never serialized again.  For a caller that
+ * holds a received file: store_import_file_new copies it into the record
+ * (the caller then lets its own copy go), the caller verifies
+ * store_import_file_bytes (bf_file_scan_mem: the very bytes the log will
+ * hold) and checks it, and store_import_file merges those bytes, a piece
+ * at a time, and logs the record (written from the record itself).  One
+ * copy of the file is held, and a piece of it.  NULL (err set) when out of
+ * memory. */
 struct store_import_file;
 struct store_import_file *store_import_file_new(const void *file, size_t len,
                                                 char *err);
@@ -482,12 +482,11 @@ const void *store_import_file_bytes(const struct store_import_file *f);
 size_t store_import_file_len(const struct store_import_file *f);
 /* For a file not given to store_import_file (NULL: nothing). */
 void store_import_file_free(struct store_import_file *f);
-/* store_import of src, which must be bf_file_parse of exactly file's
- * bytes; takes file and src, whatever it returns: src is destroyed once
- * merged (before the record is written), file goes to the log (freed once
- * written) or is freed.  Returns and errors as store_import. */
+/* store_import of the file's bytes, which the caller verified; takes file,
+ * whatever it returns: it goes to the log (freed once written) or is
+ * freed.  Returns and errors as store_import. */
 int store_import_file(struct store_filter *sf, struct store_import_file *file,
-                      struct bf *src, char *err);
+                      char *err);
 
 /* The counts an Import merges besides its bits (bf_merge_counts): the
  * file's inserts and keys added (BF_KEYS_UNCOUNTED allowed) and the count
@@ -563,16 +562,16 @@ typedef int (*store_import_check_fn)(void *ctx, const struct bf *src);
  *   checked hash and ORed in as one durable log record of pages
  *   (store_or_pages: only the 64 KiB pages that add a bit are logged;
  *   adds and queries go on between pieces), then the file's counts
- *   (store_import_counts).  Memory held: a piece, its record, the log's
- *   write of it and the 1 MiB read (reserved against max_memory_bytes
- *   while held: 13 MiB).  A failure after the first piece leaves
+ *   (store_import_counts).  Memory held: a piece, its record (written
+ *   from where it is) and the 1 MiB read (reserved against
+ *   max_memory_bytes while held: 9 MiB).  A failure after the first piece leaves
  *   the pieces applied before it (bits of the verified file: OR is
  *   idempotent, so the caller's retry completes it) and returns the error:
  *   the Import is not acknowledged;
  * - counting and scalable filters (a counting merge adds, so it must be
  *   applied once, whole): the file is read into one log import record and
- *   merged as store_import_file does (two copies of the file held while
- *   merging, reserved against max_memory_bytes).
+ *   merged from it as store_import_file does (one copy of the file held,
+ *   and a piece: reserved against max_memory_bytes).
  * Returns 0 once every record is durable, with *proj (may be NULL) the
  * filter's fill and estimated error after the merge; -EBADMSG,
  * -EPROTONOSUPPORT or another errno of bf_file_scan for a bad or unreadable

@@ -369,15 +369,12 @@ int store__replay_apply(struct bf *f, uint64_t seq, uint32_t type,
             len -= k * sizeof(h[0]);
         }
         return 0;
-    case WAL_REC_IMPORT: {
-        struct bf *src = bf_file_parse(payload, (size_t)len, err);
-        int rc;
-        if (!src)
+    case WAL_REC_IMPORT:
+        /* Verified whole, then merged from the record's bytes a piece at
+         * a time: the file is never held twice. */
+        if (bf_file_scan_mem(payload, (size_t)len, NULL, NULL, NULL, err) < 0)
             return -EBADMSG;
-        rc = bf_merge_from(f, src, err);
-        bf_destroy(src);
-        return rc;
-    }
+        return bf_merge_file(f, payload, (size_t)len, NULL, err);
     case WAL_REC_PAGES:
         return replay_pages(f, payload, len);
     case WAL_REC_COUNTS:
@@ -765,14 +762,17 @@ static int membuf_write(void *ctx, const void *buf, size_t len)
     return 0;
 }
 
-/* Merge src into sf and log rec (an import record of size bytes holding a
- * file of src), both taken: rec goes to the log or is freed.  own, when
- * not NULL, is src and taken too: destroyed once merged, before the record
- * is submitted, so that it and the log's copy of the record as it is
- * written are never held at once. */
+/* Merge the file rec holds (an import record of size bytes, the file
+ * verified) into sf and log rec, taken: it goes to the log or is freed.
+ * The file is merged from the record's own bytes a piece at a time
+ * (bf_merge_file), so the bytes merged are the bytes logged and no second
+ * copy of the file is made (the log writes a payload this large from the
+ * record itself). */
 static int import_rec(struct store_filter *sf, struct wal_rec *rec, uint64_t size,
-                      const struct bf *src, struct bf *own, char *err)
+                      char *err)
 {
+    const void *file = wal_rec_payload(rec);
+    char berr[BF_ERRLEN] = "";
     struct pending *p;
     struct sync_wait w;
     const char *field;
@@ -781,33 +781,30 @@ static int import_rec(struct store_filter *sf, struct wal_rec *rec, uint64_t siz
     if (!(p = malloc(sizeof(*p)))) {
         errmsg_set(err, "cannot buffer an import of %" PRIu64 " bytes", size);
         wal_rec_free(rec);
-        bf_destroy(own);
         return -ENOMEM;
     }
     sync_init(&w);
     p->done = sync_done;
     p->ctx = &w;
-    pthread_rwlock_wrlock(&sf->lock);   /* bf_merge_from needs exclusion */
+    pthread_rwlock_wrlock(&sf->lock);   /* a merge needs exclusion */
     if ((rc = store__state_rc(sf)) < 0) {
         store__state_err(sf, err);
-        goto fail;
-    }
-    if ((field = bf_mismatch(sf->bf, src))) {
-        errmsg_set(err, "cannot import into '%s': the filters differ in %s",
-                      sf->name, field);
-        rc = -EINVAL;
         goto fail;
     }
     /* write_mu too: a checkpoint of an exact kind holds it (and not the
      * shared lock) while it reads the bits. */
     pthread_mutex_lock(&sf->write_mu);
     store__stamp_next(sf);
-    if ((rc = bf_merge_from(sf->bf, src, err)) < 0) {
+    if ((rc = bf_merge_file(sf->bf, file, (size_t)size, &field, berr)) < 0) {
+        /* A mismatch is found before anything changes. */
         pthread_mutex_unlock(&sf->write_mu);
+        if (field)
+            errmsg_set(err, "cannot import into '%s': the filters differ in %s",
+                       sf->name, field);
+        else
+            errmsg_set(err, "cannot import into '%s': %s", sf->name, berr);
         goto fail;
     }
-    bf_destroy(own);
-    own = NULL;
     struct wal_now now;
     submit_locked(sf, rec, size, p, &now);   /* the exclusive lock orders it */
     pthread_mutex_unlock(&sf->write_mu);
@@ -817,7 +814,6 @@ static int import_rec(struct store_filter *sf, struct wal_rec *rec, uint64_t siz
 fail:
     pthread_rwlock_unlock(&sf->lock);
     wal_rec_free(rec);
-    bf_destroy(own);
     free(p);
     sync_deinit(&w);
     return rc;
@@ -844,7 +840,7 @@ int store_import(struct store_filter *sf, const struct bf *src, char *err)
         wal_rec_free(rec);
         return rc < 0 ? rc : -EINVAL;
     }
-    return import_rec(sf, rec, size, src, NULL, err);
+    return import_rec(sf, rec, size, err);
 }
 
 struct store_import_file {
@@ -885,13 +881,13 @@ void store_import_file_free(struct store_import_file *f)
 }
 
 int store_import_file(struct store_filter *sf, struct store_import_file *file,
-                      struct bf *src, char *err)
+                      char *err)
 {
     struct wal_rec *rec = file->rec;
     size_t len = file->len;
 
     free(file);
-    return import_rec(sf, rec, len, src, src, err);
+    return import_rec(sf, rec, len, err);
 }
 
 int store_or_pages(struct store_filter *sf, const struct store_page *pages,

@@ -276,9 +276,10 @@ static int import_whole(struct store_filter *sf, struct store_spool *sp,
                         char *err)
 {
     struct store_import_file *file;
-    struct bf *src;
     char what[STORE_NAME_MAX + 32];
-    uint64_t len = sp->len, hold = 2 * len;
+    /* The file in its log record, and the piece it is read by as it is
+     * checked and merged (the log writes it from the record). */
+    uint64_t len = sp->len, hold = len + (2u << 20);
     int rc;
 
     store__strfmt(what, sizeof(what), "the import into '%s'", sf->name);
@@ -304,14 +305,14 @@ static int import_whole(struct store_filter *sf, struct store_spool *sp,
         done += (uint64_t)r;
     }
     char berr[BF_ERRLEN] = "";
-    if (!(src = bf_file_parse(p, (size_t)len, berr))) {
+    if (bf_file_scan_mem(p, (size_t)len, NULL, NULL, NULL, berr) < 0) {
         errmsg_set(err, "the Import's spooled file changed on disk after it was "
                    "checked: %s", berr);
         store_import_file_free(file);
         store_release(sf->s, hold);
         return -EIO;
     }
-    rc = store_import_file(sf, file, src, err);   /* takes both */
+    rc = store_import_file(sf, file, err);   /* takes it */
     store_release(sf->s, hold);
     return rc;
 }
@@ -326,9 +327,9 @@ int store_import_spool(struct store_filter *sf, struct store_spool *sp,
     int rc;
 
     /* What the call holds, from the check on: the 1 MiB the file is read
-     * by, then a piece's pages, their log record and the log's write of it
-     * (its commit buffer). */
-    hold = 3 * (uint64_t)STORE_IMPORT_PIECE + (1u << 20);
+     * by, then a piece's pages and their log record (which the log writes
+     * from where it is, not from a copy in its buffer). */
+    hold = 2 * (uint64_t)STORE_IMPORT_PIECE + (1u << 20);
     store__strfmt(what, sizeof(what), "the import into '%s'", sf->name);
     if ((rc = store_reserve(sf->s, hold, what, err)) < 0) {
         hold = 0;

@@ -67,6 +67,9 @@
 #define ROOM_FREE 4            /* room is made only if the file system has
                                   this many times as much free */
 #define ZERO_AHEAD (256u << 10)  /* zeros written ahead of the groups */
+#define IN_PLACE_MIN (256u << 10)  /* payloads this large are written from
+                                      their records, not copied into the
+                                      batch buffer (write_batch) */
 
 int (*wal__fdatasync)(int fd) = fdatasync;
 ssize_t (*wal__write)(int fd, const void *buf, size_t len) = write;
@@ -136,6 +139,12 @@ struct wal {
     uint64_t next_lsn;
     uint8_t *buf;
     size_t cap;
+    struct in_place {            /* a payload written from its record */
+        size_t at;               /* where it goes between buf's bytes */
+        const uint8_t *p;
+        size_t n;
+    } *in_place;
+    size_t nin_place, in_place_cap;
     char errtext[WAL_ERRLEN];
     /* Under mu: */
     uint64_t durable_lsn;
@@ -528,7 +537,10 @@ static int buf_reserve(struct wal *w, size_t need)
     return 0;
 }
 
-static void frame(uint8_t *r, const struct wal_rec *e, uint64_t commit)
+/* The header and name of e at r, then its payload unless copy is false
+ * (the caller writes it from the record after them). */
+static void frame(uint8_t *r, const struct wal_rec *e, uint64_t commit,
+                  bool copy)
 {
     const struct wal_stream *s = e->st;
 
@@ -543,24 +555,29 @@ static void frame(uint8_t *r, const struct wal_rec *e, uint64_t commit)
     wal__put64(r + WAL_O_PSUM, XXH64(e->payload, (size_t)e->len, 0));
     memcpy(r + WAL_REC_HDR, s->name, s->name_len);
     wal__put64(r + WAL_O_HSUM, wal__hdr_sum(r, s->name_len));
-    memcpy(r + WAL_REC_HDR + s->name_len, e->payload, (size_t)e->len);
+    if (copy)
+        memcpy(r + WAL_REC_HDR + s->name_len, e->payload, (size_t)e->len);
 }
 
-/* End a group of len bytes in w->buf with a padding record up to the next
- * unit boundary (one unit more when the gap is shorter than a record
- * header).  Returns the group's new length, or 0 when memory is short. */
-static size_t pad_group(struct wal *w, size_t len, uint64_t commit)
+/* End a group of *len bytes, *blen of them in w->buf (the rest payloads
+ * written in place), with a padding record up to the next unit boundary
+ * (one unit more when the gap is shorter than a record header), added to
+ * both.  0, or -ENOMEM. */
+static int pad_group(struct wal *w, size_t *blen, size_t *len,
+                     uint64_t commit)
 {
-    size_t pad = (w->unit - len % w->unit) % w->unit;
+    size_t pad = (w->unit - *len % w->unit) % w->unit;
     uint8_t *r;
 
     if (pad == 0)
-        return len;
+        return 0;
     if (pad < WAL_REC_HDR)
         pad += w->unit;
-    if (buf_reserve(w, len + pad) < 0)
-        return 0;
-    r = w->buf + len;
+    if (buf_reserve(w, *blen + pad) < 0)
+        return -ENOMEM;
+    r = w->buf + *blen;
+    *blen += pad;
+    *len += pad;
     memset(r, 0, pad);
     wal__put32(r + WAL_O_MAGIC, WAL_REC_MAGIC);
     wal__put16(r + WAL_O_TYPE, WAL_REC_PAD);
@@ -568,7 +585,7 @@ static size_t pad_group(struct wal *w, size_t len, uint64_t commit)
     wal__put64(r + WAL_O_LSN, w->next_lsn);
     wal__put64(r + WAL_O_COMMIT, commit);
     wal__put64(r + WAL_O_HSUM, wal__hdr_sum(r, 0));
-    return len + pad;
+    return 0;
 }
 
 static void stream_fail(struct wal_stream *s, const char *why)
@@ -676,10 +693,45 @@ static double mono_s(void)
 
 /* Write one batch (list, linked by next): frame, write, sync, and set each
  * record's rc and lsn.  Holder of the writing state. */
+/* Room for one more payload written in place.  0, or -ENOMEM. */
+static int in_place_reserve(struct wal *w)
+{
+    if (w->nin_place < w->in_place_cap)
+        return 0;
+    size_t cap = w->in_place_cap ? 2 * w->in_place_cap : 4;
+    struct in_place *v = realloc(w->in_place, cap * sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    w->in_place = v;
+    w->in_place_cap = cap;
+    return 0;
+}
+
+/* Write a group: blen bytes of w->buf with the payloads written in place
+ * between them, in order, as consecutive writes. */
+static int write_group(struct wal *w, size_t blen)
+{
+    size_t at = 0;
+    int rc;
+
+    for (size_t i = 0; i < w->nin_place; i++) {
+        const struct in_place *x = &w->in_place[i];
+        if ((rc = write_all(w->fd, w->buf + at, x->at - at)) < 0 ||
+            (rc = write_all(w->fd, x->p, x->n)) < 0)
+            return rc;
+        at = x->at;
+    }
+    return write_all(w->fd, w->buf + at, blen - at);
+}
+
+/* A batch is framed into w->buf and written as one group.  A large payload
+ * (an Import's whole file, a piece of pages) is not copied into the
+ * buffer: it is written from its record between the buffer's bytes, so
+ * the log never holds a second copy of it. */
 static void write_batch(struct wal *w, struct wal_rec *list)
 {
     uint64_t commit, first = w->next_lsn;
-    size_t len = 0, recs = 0;
+    size_t len = 0, blen = 0, recs = 0;
     char why[WAL_ERRLEN];
     int rc = 0;
 
@@ -689,6 +741,7 @@ static void write_batch(struct wal *w, struct wal_rec *list)
     pthread_mutex_lock(&w->mu);
     commit = w->durable_lsn;
     pthread_mutex_unlock(&w->mu);
+    w->nin_place = 0;
     for (struct wal_rec *e = list; e && rc == 0; e = e->next) {
         if (atomic_load(&e->st->failed)) {
             e->rc = e->st->err;
@@ -699,24 +752,31 @@ static void write_batch(struct wal *w, struct wal_rec *list)
             continue;
         }
         size_t sz = WAL_REC_HDR + e->st->name_len + (size_t)e->len;
-        if (buf_reserve(w, len + sz) < 0) {
+        bool copy = e->len < IN_PLACE_MIN;
+        size_t bsz = copy ? sz : sz - (size_t)e->len;
+        if (buf_reserve(w, blen + bsz) < 0 ||
+            (!copy && in_place_reserve(w) < 0)) {
             strfmt(w->errtext, sizeof(w->errtext), "no memory for a batch of "
                    "%zu bytes of the write-ahead log", len + sz);
             rc = -EIO;
             break;
         }
         e->lsn = w->next_lsn++;
-        frame(w->buf + len, e, commit);
+        frame(w->buf + blen, e, commit, copy);
+        blen += bsz;
+        if (!copy)
+            w->in_place[w->nin_place++] = (struct in_place){
+                .at = blen, .p = e->payload, .n = (size_t)e->len};
         len += sz;
     }
     recs = len;
-    if (rc == 0 && len && w->unit && !(len = pad_group(w, len, commit))) {
+    if (rc == 0 && len && w->unit && pad_group(w, &blen, &len, commit) < 0) {
         strfmt(w->errtext, sizeof(w->errtext), "no memory for a batch of "
                "%zu bytes of the write-ahead log", recs + 2 * w->unit);
         rc = -EIO;
     }
     if (rc == 0 && len) {
-        rc = write_all(w->fd, w->buf, len);
+        rc = write_group(w, blen);
         pthread_once(&wm_once, wm_register);
         if (rc == 0)
             zero_ahead(w, w->off + len);
@@ -779,7 +839,7 @@ static void write_batch(struct wal *w, struct wal_rec *list)
             e->lsn = first - 1;
         }
     }
-    if (len > BUF_KEEP) {
+    if (w->cap > BUF_KEEP) {
         free(w->buf);
         w->buf = NULL;
         w->cap = 0;
@@ -998,6 +1058,7 @@ void wal_close(struct wal *w)
     free(w->spares);
     free(w->zeros);
     free(w->buf);
+    free(w->in_place);
     for (size_t i = 0; i < w->nsegs; i++)
         free(w->segs[i].seek.v);
     free(w->segs);

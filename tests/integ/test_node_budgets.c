@@ -211,10 +211,10 @@ static void case_memory(void)
     CHECK(fd1 <= fd0 + 4, "descriptors grew from %d to %d", fd0, fd1);
 
     /* What an import holds while it runs counts: its file waits on disk,
-     * and its pieces (a piece of 4 MiB, its log record and the log's
-     * write of it, and the 1 MiB it reads the file by: 13 MiB) do not fit
-     * beside a, b and s (about 3 MiB), and fit once b is dropped. */
-    CHECK(t_create(np.ch, "s", 2500000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
+     * and its pieces (a piece of 4 MiB, its log record, and the 1 MiB it
+     * reads the file by: 9 MiB) do not fit beside a, b and s (about
+     * 5 MiB), and fit once b is dropped. */
+    CHECK(t_create(np.ch, "s", 4000000, 0.01, FILTER_KIND_BLOCKED, &st) == 0,
           "create s: %s", st.message);
     uint8_t *file = NULL;
     size_t flen = t_export(np.ch, "a", &file, &st);

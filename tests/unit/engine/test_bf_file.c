@@ -423,6 +423,93 @@ START_TEST(save_leaves_zero_blocks_as_holes)
 END_TEST
 
 
+/* bf_merge_file merges a file held in memory a piece (1 MiB) at a time,
+ * exactly as bf_merge_from merges the filter parsed from it: bits (counters
+ * added), appended layers, counts, for every kind, with layers of several
+ * pieces.  A file of another secret: -EINVAL naming it, nothing changed.
+ * A damaged file merged without being verified first fails, and the
+ * layers it would have appended are not kept. */
+static struct bf *merge_target(enum bf_kind kind, const uint8_t *secret)
+{
+    struct bf_params p = {.kind = kind, .capacity = 1500000, .error_rate = 0.01,
+                          .shard_count = 1, .secret = secret};
+    char err[BF_ERRLEN] = "", key[32];
+
+    if (kind == BF_KIND_SCALABLE)
+        p.capacity = 2000;
+    struct bf *f = bf_create(&p, err);
+    ck_assert_msg(f != NULL, "bf_create: %s", err);
+    for (uint64_t i = 0; i < 1500; i++)
+        bf_add(f, key, key_of(key, 3 * i));
+    return f;
+}
+
+START_TEST(merge_file_merges_as_merge_from)
+{
+    enum bf_kind kind = all_kinds[_i];
+    struct bf *a = merge_target(kind, test_secret), *b = merge_target(kind, test_secret);
+    struct bf *src = merge_target(kind, test_secret);
+    char err[BF_ERRLEN] = "", key[32];
+    const char *field = "unset";
+
+    for (uint64_t i = 0; i < 20000; i++) {
+        size_t len = key_of(key, 2 * i);
+        bf_add(src, key, len);
+        if (kind == BF_KIND_COUNTING)
+            bf_add(src, key, len);
+    }
+    if (kind == BF_KIND_SCALABLE)
+        ck_assert_uint_gt(bf_layer_count(src), bf_layer_count(a));
+    else {
+        struct bf_layer_info li;
+        ck_assert_int_eq(bf_layer_info(src, 0, &li), 0);
+        ck_assert_uint_gt(li.body_bytes, 1u << 20);   /* several pieces */
+    }
+    struct membuf m = serialize(src);
+    ck_assert_int_eq(bf_merge_from(a, src, err), 0);
+    ck_assert_int_eq(bf_merge_file(b, m.data, m.len, &field, err), 0);
+    ck_assert_ptr_null(field);
+    assert_same_filter(a, b);
+    /* Again: the inserts add up; the bits are the same (OR), the counters
+     * of a counting filter add again, as a second bf_merge_from does. */
+    uint64_t ins = bf_insert_count(b);
+    ck_assert_int_eq(bf_merge_file(b, m.data, m.len, NULL, err), 0);
+    ck_assert_int_eq(bf_merge_from(a, src, err), 0);
+    ck_assert_uint_eq(bf_insert_count(b), ins + bf_insert_count(src));
+    assert_same_filter(a, b);
+
+    /* Another secret: refused before anything changes. */
+    uint8_t other[BF_SECRET_LEN] = {1, 2, 3};
+    struct bf *c = merge_target(kind, test_secret), *o = merge_target(kind, other);
+    struct membuf before = serialize(c), mo = serialize(o);
+    ck_assert_int_eq(bf_merge_file(c, mo.data, mo.len, &field, err), -EINVAL);
+    ck_assert_str_eq(field, "secret");
+    ck_assert_ptr_nonnull(strstr(err, "secret"));
+    struct membuf after = serialize(c);
+    ck_assert_uint_eq(before.len, after.len);
+    ck_assert_int_eq(memcmp(before.data, after.data, before.len), 0);
+
+    /* A damaged byte in the last body: the check finds it; merged without
+     * it, the merge fails at the end and appends no layer. */
+    m.data[m.len - 16] ^= 0x10;
+    ck_assert_int_lt(bf_file_scan_mem(m.data, m.len, NULL, NULL, NULL, err), 0);
+    uint32_t layers = bf_layer_count(c);
+    ck_assert_int_lt(bf_merge_file(c, m.data, m.len, &field, err), 0);
+    ck_assert_ptr_null(field);
+    ck_assert_uint_eq(bf_layer_count(c), layers);
+
+    free(m.data);
+    free(mo.data);
+    free(before.data);
+    free(after.data);
+    bf_destroy(a);
+    bf_destroy(b);
+    bf_destroy(c);
+    bf_destroy(o);
+    bf_destroy(src);
+}
+END_TEST
+
 START_TEST(truncated_file_refused)
 {
     struct bf *f = make_filled(all_kinds[_i], 0, 1);
@@ -1039,6 +1126,7 @@ Suite *bf_file_suite(void)
     tcase_add_test(tc, writer_error_stops_serializing);
     tcase_add_loop_test(tc, write_during_adds_verifies, 0, nkinds);
     tcase_add_test(tc, save_leaves_zero_blocks_as_holes);
+    tcase_add_loop_test(tc, merge_file_merges_as_merge_from, 0, nkinds);
     tcase_add_loop_test(tc, truncated_file_refused, 0, nkinds);
     tcase_add_test(tc, truncated_file_on_disk_refused);
     tcase_add_test(tc, trailing_bytes_refused);

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1978,6 +1979,194 @@ START_TEST(a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group)
 }
 END_TEST
 
+/* ---- large payloads written from their records ---- */
+
+/* The buffers write() was given, and their lengths. */
+#define MAXWRITES 64
+static const void *write_bufs[MAXWRITES];
+static size_t write_lens[MAXWRITES];
+static atomic_int nwrites;
+
+static ssize_t noting_write(int fd, const void *buf, size_t len)
+{
+    int i = atomic_fetch_add(&nwrites, 1);
+
+    if (i < MAXWRITES) {
+        write_bufs[i] = buf;
+        write_lens[i] = len;
+    }
+    return write(fd, buf, len);
+}
+
+/* Was payload p of len bytes handed to write() as it is, in one call? */
+static bool written_from(const void *p, size_t len)
+{
+    int n = atomic_load(&nwrites);
+
+    for (int i = 0; i < n && i < MAXWRITES; i++)
+        if (write_bufs[i] == p && write_lens[i] == len)
+            return true;
+    return false;
+}
+
+static uint8_t pattern(uint64_t rec, uint64_t i)
+{
+    return (uint8_t)(rec * 131 + i * 7 + (i >> 9));
+}
+
+/* A record of len bytes whose payload is rec's pattern. */
+static struct wal_rec *rec_pattern(uint64_t rec, uint64_t len)
+{
+    struct wal_rec *r = wal_rec_new(WAL_REC_ADD, NULL, len);
+
+    ck_assert_ptr_nonnull(r);
+    uint8_t *p = wal_rec_payload(r);
+    for (uint64_t i = 0; i < len; i++)
+        p[i] = pattern(rec, i);
+    return r;
+}
+
+/* What a scan of pattern records read: their lengths, and whether every
+ * byte was its record's. */
+struct pattern_seen {
+    uint64_t n, len[16];
+    bool intact[16];
+    uint64_t damages;
+};
+
+static int pattern_rec(void *ctx, const struct wal_record *r)
+{
+    struct pattern_seen *s = ctx;
+    const uint8_t *p = r->payload;
+    bool ok = true;
+
+    ck_assert_uint_lt(s->n, 16);
+    for (uint64_t i = 0; i < r->len && ok; i++)
+        ok = p[i] == pattern(s->n, i);
+    s->len[s->n] = r->len;
+    s->intact[s->n] = ok;
+    s->n++;
+    return 0;
+}
+
+static void pattern_damage(void *ctx, const struct wal_damage *d)
+{
+    (void)d;
+    ((struct pattern_seen *)ctx)->damages++;
+}
+
+static const struct wal_scan_ops pattern_ops = {pattern_rec, pattern_damage, NULL};
+
+/* A payload of 256 KiB or more is written from its record, not copied
+ * into the log's batch buffer first (the log holds no second copy of an
+ * Import's file): write() gets the record's own bytes.  With write units
+ * (fsync), each group, a large payload among its bytes, still starts and
+ * ends on a unit (padding counted on the whole group); every byte reads
+ * back, in order, small records around the large ones intact. */
+START_TEST(large_payloads_are_written_from_their_records_in_whole_units)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);
+    struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+    /* Small; large; large by a unit and a bit; exactly the threshold less
+     * one (copied); small. */
+    uint64_t lens[] = {100, 300 << 10, (256 << 10) + 4096 + 33,
+                       (256 << 10) - 1, 8};
+    bool in_place[] = {false, true, true, false, false};
+    uint64_t recs = WAL_SEG_HDR;
+
+    units_of();
+    atomic_store(&nwrites, 0);
+    wal__write = noting_write;
+    for (uint64_t i = 0; i < 5; i++) {
+        struct wal_rec *r = rec_pattern(i, lens[i]);
+        const void *p = wal_rec_payload(r);
+        struct wal_waiter wt;
+        atomic_store(&nwrites, 0);
+        wal_waiter_init(&wt);
+        wal_submit(s, r, wal_waiter_done, &wt);
+        ck_assert_int_eq(wal_waiter_wait(&wt), 0);
+        /* The record is freed once completed: p is only compared. */
+        ck_assert_msg(written_from(p, (size_t)lens[i]) == in_place[i],
+                      "record %" PRIu64 " of %" PRIu64 " bytes: written from "
+                      "its record %d, expected %d", i, lens[i],
+                      (int)written_from(p, (size_t)lens[i]), (int)in_place[i]);
+        recs += WAL_REC_HDR + 1 + lens[i];
+        ck_assert_uint_eq(wal_file_bytes(w) % unit, 0);
+    }
+    ck_assert_uint_eq(wal_bytes(w), recs);
+    wal__write = write;
+    wal_stream_close(s);
+    wal_close(w);
+
+    struct pattern_seen ps = {0};
+    ck_assert_int_eq(wal_scan(tdir, &pattern_ops, &ps, &info, err), 0);
+    ck_assert_uint_eq(ps.damages, 0);
+    ck_assert_uint_eq(info.truncated, 0);
+    ck_assert_uint_eq(ps.n, 5);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_uint_eq(ps.len[i], lens[i]);
+        ck_assert_msg(ps.intact[i], "record %d read back changed", i);
+    }
+}
+END_TEST
+
+/* Records held by one thread (durability none: one group): large payloads
+ * between small records of other streams are written from their records,
+ * in the group's order, and read back whole with their LSNs in that
+ * order. */
+START_TEST(a_group_of_small_and_large_records_reads_back_in_order)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal *w = open_log(1, WAL_SYNC_NONE);
+    struct wal_stream *s[2] = {wal_stream_open(w, 1, "a", 1),
+                               wal_stream_open(w, 2, "bb", 1)};
+    uint64_t lens[] = {16, 512 << 10, 40, 260 << 10, 16};
+    const void *p[5];
+    struct now_done d[5];
+    struct wal_now now;
+
+    memset(d, 0, sizeof(d));
+    atomic_store(&nwrites, 0);
+    wal__write = noting_write;
+    ck_assert(wal_hold_begin(w));
+    for (uint64_t i = 0; i < 5; i++) {
+        struct wal_rec *r = rec_pattern(i, lens[i]);
+        p[i] = wal_rec_payload(r);
+        ck_assert(!wal_submit_now(s[i % 2], r, now_done_fn, &d[i], &now));
+        wal_now_complete(&now);
+    }
+    /* Written (and so compared) before the records are completed and
+     * freed. */
+    wal_hold_end(w);
+    ck_assert_msg(written_from(p[1], (size_t)lens[1]) &&
+                  written_from(p[3], (size_t)lens[3]),
+                  "large payloads copied before they were written");
+    ck_assert(!written_from(p[0], (size_t)lens[0]));
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(atomic_load(&d[i].calls), 1);
+        ck_assert_int_eq(d[i].rc, 0);
+        if (i)
+            ck_assert_uint_eq(d[i].lsn, d[i - 1].lsn + 1);
+    }
+    wal__write = write;
+    wal_stream_close(s[0]);
+    wal_stream_close(s[1]);
+    wal_close(w);
+
+    struct pattern_seen ps = {0};
+    ck_assert_int_eq(wal_scan(tdir, &pattern_ops, &ps, &info, err), 0);
+    ck_assert_uint_eq(ps.damages, 0);
+    ck_assert_uint_eq(ps.n, 5);
+    for (int i = 0; i < 5; i++) {
+        ck_assert_uint_eq(ps.len[i], lens[i]);
+        ck_assert_msg(ps.intact[i], "record %d read back changed", i);
+    }
+}
+END_TEST
+
 /* ---- a thread leading its own group commit (wal_hold, wal_lead) ---- */
 
 struct led {
@@ -2808,6 +2997,8 @@ Suite *wal_suite(void)
     tcase_add_test(tc, inline_and_queued_records_keep_order_and_complete_once);
     tcase_add_test(tc, an_inline_write_that_fails_fails_its_record_and_stream_only);
     tcase_add_test(tc, held_records_of_many_streams_are_written_with_one_write);
+    tcase_add_test(tc, large_payloads_are_written_from_their_records_in_whole_units);
+    tcase_add_test(tc, a_group_of_small_and_large_records_reads_back_in_order);
     tcase_add_test(tc, a_held_write_that_fails_fails_every_held_record);
     tcase_add_test(tc, a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group);
     tcase_add_test(tc, a_led_group_commits_the_held_records_once_after_its_sync);

@@ -8,10 +8,12 @@
 #                       [--shape steady|sparse|bursty|quiet] [--seconds S]
 #                       [--exports N] [--pullers N] [--pull-mode changed|full]
 #                       [--restart] [--save DIR] [--keep] [--node-args "..."]
+#                       [--sparse-batch N]
 #
 # Shapes (adds through bloombench, one connection):
 #   steady  1000-key batches, 8 in flight, for --seconds (default 240)
-#   sparse  one 100-key call a second, for --seconds (default 120)
+#   sparse  one 100-key call a second, for --seconds (default 120);
+#           --sparse-batch N: N keys a call instead of 100
 #   bursty  5 s of steady, then 25 s of nothing, for --seconds (default 180)
 #   quiet   nothing at all for --seconds (default 60) after the creation
 # --exports N: N Exports of the filter at once, half way through (RSS).
@@ -52,6 +54,7 @@ RESTART=0
 KEEP=0
 SAVE=
 NODE_ARGS=
+SPARSE_BATCH=100
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -67,6 +70,7 @@ while [ $# -gt 0 ]; do
     --save) SAVE=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --node-args) NODE_ARGS=$2; shift 2 ;;
+    --sparse-batch) SPARSE_BATCH=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "ckpt_bench: unknown option $1" >&2; exit 2 ;;
   esac
@@ -145,7 +149,8 @@ load() {
     sparse)
       local i=0 end=$((SECONDS + SECS))
       while [ $SECONDS -lt $end ]; do
-        "$BB" --target "$ADDR" --filter bench --op add --batch 100 --max-keys 100 \
+        "$BB" --target "$ADDR" --filter bench --op add --batch "$SPARSE_BATCH" \
+          --max-keys "$SPARSE_BATCH" \
           --seed $((1000 + i)) --duration 1 --no-warmup >/dev/null
         i=$((i + 1)); sleep 1
       done ;;

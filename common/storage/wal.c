@@ -691,8 +691,6 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Write one batch (list, linked by next): frame, write, sync, and set each
- * record's rc and lsn.  Holder of the writing state. */
 /* Room for one more payload written in place.  0, or -ENOMEM. */
 static int in_place_reserve(struct wal *w)
 {
@@ -724,10 +722,12 @@ static int write_group(struct wal *w, size_t blen)
     return write_all(w->fd, w->buf + at, blen - at);
 }
 
-/* A batch is framed into w->buf and written as one group.  A large payload
- * (an Import's whole file, a piece of pages) is not copied into the
- * buffer: it is written from its record between the buffer's bytes, so
- * the log never holds a second copy of it. */
+/* Write one batch (list, linked by next): frame, write, sync, and set each
+ * record's rc and lsn.  Holder of the writing state.  The batch is framed
+ * into w->buf and written as one group; a large payload (an Import's
+ * whole file, a piece of pages) is not copied into the buffer but written
+ * from its record between the buffer's bytes, so the log never holds a
+ * second copy of it. */
 static void write_batch(struct wal *w, struct wal_rec *list)
 {
     uint64_t commit, first = w->next_lsn;

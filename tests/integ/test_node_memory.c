@@ -315,6 +315,58 @@ static void hwm_reset(pid_t pid)
     CHECK(fputs("5", f) >= 0 && fclose(f) == 0, "cannot write %s", path);
 }
 
+/* The filters' MiB of the import tests (BLOOMGRID_TEST_SIZE_MB, 64). */
+static uint64_t size_mb(void)
+{
+    const char *e = getenv("BLOOMGRID_TEST_SIZE_MB");
+
+    return e && atoi(e) > 0 ? (uint64_t)atoi(e) : 64;
+}
+
+/* The bytes of filter name's bits (GetFilter). */
+static uint64_t bytes_of(struct rpc_channel *ch, const char *name)
+{
+    Bloomgrid__V1__FilterInfo *fi;
+    struct rpc_status st;
+
+    CHECK(t_get(ch, name, &fi, &st) == 0, "GetFilter %s: %s", name, st.message);
+    uint64_t bytes = fi->bytes;
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    return bytes;
+}
+
+/* Keys "k-0" ... of n, added to filter name (keys_free). */
+static char **keys_added(struct rpc_channel *ch, const char *name, size_t n)
+{
+    char **k = keys_make("k", 0, n);
+
+    keys_call(ch, "Add", name, k, n, 5000, NULL);
+    return k;
+}
+
+/* Export from, then (once the allocator gave its free pages back) Import
+ * that file into `into` with n's peak resident memory started over just
+ * before: the file (caller frees), its length, the RSS before and the peak
+ * in *before and *peak, the Import's seconds in *took. */
+static size_t import_measured(struct node_proc *n, const char *from, const char *into,
+                              uint64_t at_least, uint8_t **file, uint64_t *before,
+                              uint64_t *peak, double *took)
+{
+    struct rpc_status st;
+    size_t flen = t_export_ms(n->ch, from, file, 120000, &st);
+
+    CHECK(flen > at_least, "export: %s", st.message);
+    harness_sleep_ms(2500);
+    *before = harness_status_bytes(n->pid, "VmRSS");
+    hwm_reset(n->pid);
+    double t0 = harness_now_s();
+    CHECK(t_import_ms(n->ch, into, *file, flen, NULL, 120000, &st) == 0, "import: %s",
+          st.message);
+    *took = harness_now_s() - t0;
+    *peak = harness_status_bytes(n->pid, "VmHWM");
+    return flen;
+}
+
 static void test_import_peak(const char *dir)
 {
     /* The log writes its records with durability none too (a process's
@@ -323,40 +375,28 @@ static void test_import_peak(const char *dir)
     const char *flags[] = {"--durability", "none", NULL};
     struct node_proc n;
     struct rpc_status st;
-    Bloomgrid__V1__FilterInfo *fi;
     uint8_t secret[32];
 
     node_start(&n, dir, flags);
     CHECK(node_wait_health(&n, true, 20000), "node not serving");
     /* About 64 MiB of bits at 1 % (BLOOMGRID_TEST_SIZE_MB: another size,
      * for a measurement): "src" and "f", of one secret and geometry. */
-    const char *e = getenv("BLOOMGRID_TEST_SIZE_MB");
-    uint64_t mb = e && atoi(e) > 0 ? (uint64_t)atoi(e) : 64;
+    uint64_t mb = size_mb();
     for (int i = 0; i < 32; i++)
         secret[i] = (uint8_t)(i * 11 + 3);
     CHECK(t_create_shard(n.ch, "src", 0, 1, mb * 859375, 0.01, secret, &st) == 0,
           "create src: %s", st.message);
     CHECK(t_create_shard(n.ch, "f", 0, 1, mb * 859375, 0.01, secret, &st) == 0,
           "create f: %s", st.message);
-    CHECK(t_get(n.ch, "f", &fi, &st) == 0, "GetFilter: %s", st.message);
-    uint64_t bits = fi->bytes;
-    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    uint64_t bits = bytes_of(n.ch, "f");
     /* Eight keys a 4 KiB page of src: its export sets bits in about every
      * page, so the Import writes every page of f. */
     size_t nk = (size_t)mb * 2048;
-    char **k = keys_make("k", 0, nk);
-    keys_call(n.ch, "Add", "src", k, nk, 5000, NULL);
+    char **k = keys_added(n.ch, "src", nk);
     uint8_t *file = NULL;
-    size_t flen = t_export_ms(n.ch, "src", &file, 120000, &st);
-    CHECK(flen > bits, "export: %s", st.message);
-    harness_sleep_ms(2500);   /* the allocator's free pages given back */
-    uint64_t before = harness_status_bytes(n.pid, "VmRSS");
-    hwm_reset(n.pid);
-    double t0 = harness_now_s();
-    CHECK(t_import_ms(n.ch, "f", file, flen, NULL, 120000, &st) == 0, "import: %s",
-          st.message);
-    double took = harness_now_s() - t0;
-    uint64_t peak = harness_status_bytes(n.pid, "VmHWM");
+    uint64_t before, peak;
+    double took;
+    size_t flen = import_measured(&n, "src", "f", bits, &file, &before, &peak, &took);
     uint64_t after = harness_status_bytes(n.pid, "VmRSS");
     printf("Import of %zu MiB into an empty filter of %" PRIu64 " MiB: RSS %" PRIu64
            " MiB before, %" PRIu64 " MiB after, peak %" PRIu64 " MiB (+%" PRIu64
@@ -403,32 +443,20 @@ static void test_import_peak_counting(const char *dir)
     const char *flags[] = {"--durability", "none", NULL};
     struct node_proc n;
     struct rpc_status st;
-    Bloomgrid__V1__FilterInfo *fi;
 
     node_start(&n, dir, flags);
     CHECK(node_wait_health(&n, true, 20000), "node not serving");
-    const char *e = getenv("BLOOMGRID_TEST_SIZE_MB");
-    uint64_t mb = e && atoi(e) > 0 ? (uint64_t)atoi(e) : 64;
+    uint64_t mb = size_mb();
     CHECK(t_create_sharded(n.ch, "c", mb * 218000, 0.01,
                            BLOOMGRID__V1__FILTER_KIND__FILTER_KIND_COUNTING, 1, NULL,
                            &st) == 0, "create c: %s", st.message);
-    CHECK(t_get(n.ch, "c", &fi, &st) == 0, "GetFilter: %s", st.message);
-    uint64_t bytes = fi->bytes;
-    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    uint64_t bytes = bytes_of(n.ch, "c");
     size_t nk = (size_t)mb * 2048;
-    char **k = keys_make("k", 0, nk);
-    keys_call(n.ch, "Add", "c", k, nk, 5000, NULL);
+    char **k = keys_added(n.ch, "c", nk);
     uint8_t *file = NULL;
-    size_t flen = t_export_ms(n.ch, "c", &file, 120000, &st);
-    CHECK(flen > bytes, "export: %s", st.message);
-    harness_sleep_ms(2500);   /* the allocator's free pages given back */
-    uint64_t before = harness_status_bytes(n.pid, "VmRSS");
-    hwm_reset(n.pid);
-    double t0 = harness_now_s();
-    CHECK(t_import_ms(n.ch, "c", file, flen, NULL, 120000, &st) == 0, "import: %s",
-          st.message);
-    double took = harness_now_s() - t0;
-    uint64_t peak = harness_status_bytes(n.pid, "VmHWM");
+    uint64_t before, peak;
+    double took;
+    size_t flen = import_measured(&n, "c", "c", bytes, &file, &before, &peak, &took);
     printf("Import of %zu MiB into a counting filter of %" PRIu64 " MiB: RSS %" PRIu64
            " MiB before, peak %" PRIu64 " MiB (+%" PRIu64 " MiB, %.2f x the file) in "
            "%.2f s\n", flen >> 20, bytes >> 20, before >> 20, peak >> 20,

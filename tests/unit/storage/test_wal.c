@@ -2057,6 +2057,24 @@ static void pattern_damage(void *ctx, const struct wal_damage *d)
 
 static const struct wal_scan_ops pattern_ops = {pattern_rec, pattern_damage, NULL};
 
+/* The log in tdir holds n pattern records of lens[i] bytes, every byte
+ * intact, and nothing damaged or cut. */
+static void expect_patterns(const uint64_t *lens, uint64_t n)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct pattern_seen ps = {0};
+
+    ck_assert_int_eq(wal_scan(tdir, &pattern_ops, &ps, &info, err), 0);
+    ck_assert_uint_eq(ps.damages, 0);
+    ck_assert_uint_eq(info.truncated, 0);
+    ck_assert_uint_eq(ps.n, n);
+    for (uint64_t i = 0; i < n; i++) {
+        ck_assert_uint_eq(ps.len[i], lens[i]);
+        ck_assert_msg(ps.intact[i], "record %" PRIu64 " read back changed", i);
+    }
+}
+
 /* A payload of 256 KiB or more is written from its record, not copied
  * into the log's batch buffer first (the log holds no second copy of an
  * Import's file): write() gets the record's own bytes.  With write units
@@ -2065,8 +2083,6 @@ static const struct wal_scan_ops pattern_ops = {pattern_rec, pattern_damage, NUL
  * back, in order, small records around the large ones intact. */
 START_TEST(large_payloads_are_written_from_their_records_in_whole_units)
 {
-    char err[WAL_ERRLEN];
-    struct wal_scan_info info;
     struct wal *w = open_log(1, WAL_SYNC_FSYNC);
     struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
     /* Small; large; large by a unit and a bit; exactly the threshold less
@@ -2099,16 +2115,7 @@ START_TEST(large_payloads_are_written_from_their_records_in_whole_units)
     wal__write = write;
     wal_stream_close(s);
     wal_close(w);
-
-    struct pattern_seen ps = {0};
-    ck_assert_int_eq(wal_scan(tdir, &pattern_ops, &ps, &info, err), 0);
-    ck_assert_uint_eq(ps.damages, 0);
-    ck_assert_uint_eq(info.truncated, 0);
-    ck_assert_uint_eq(ps.n, 5);
-    for (int i = 0; i < 5; i++) {
-        ck_assert_uint_eq(ps.len[i], lens[i]);
-        ck_assert_msg(ps.intact[i], "record %d read back changed", i);
-    }
+    expect_patterns(lens, 5);
 }
 END_TEST
 
@@ -2118,8 +2125,6 @@ END_TEST
  * order. */
 START_TEST(a_group_of_small_and_large_records_reads_back_in_order)
 {
-    char err[WAL_ERRLEN];
-    struct wal_scan_info info;
     struct wal *w = open_log(1, WAL_SYNC_NONE);
     struct wal_stream *s[2] = {wal_stream_open(w, 1, "a", 1),
                                wal_stream_open(w, 2, "bb", 1)};
@@ -2155,15 +2160,7 @@ START_TEST(a_group_of_small_and_large_records_reads_back_in_order)
     wal_stream_close(s[0]);
     wal_stream_close(s[1]);
     wal_close(w);
-
-    struct pattern_seen ps = {0};
-    ck_assert_int_eq(wal_scan(tdir, &pattern_ops, &ps, &info, err), 0);
-    ck_assert_uint_eq(ps.damages, 0);
-    ck_assert_uint_eq(ps.n, 5);
-    for (int i = 0; i < 5; i++) {
-        ck_assert_uint_eq(ps.len[i], lens[i]);
-        ck_assert_msg(ps.intact[i], "record %d read back changed", i);
-    }
+    expect_patterns(lens, 5);
 }
 END_TEST
 

@@ -8,12 +8,16 @@
 #                       [--shape steady|sparse|bursty|quiet] [--seconds S]
 #                       [--exports N] [--pullers N] [--pull-mode changed|full]
 #                       [--restart] [--save DIR] [--keep] [--node-args "..."]
-#                       [--sparse-batch N]
+#                       [--sparse-batch N] [--warm-log S]
 #
 # Shapes (adds through bloombench, one connection):
 #   steady  1000-key batches, 8 in flight, for --seconds (default 240)
 #   sparse  one 100-key call a second, for --seconds (default 120);
 #           --sparse-batch N: N keys a call instead of 100
+# --warm-log S: before the filter is made and anything is counted, S
+#   seconds of steady adds into another filter, then dropped, so that the
+#   log has gone round (its segments made over spares, as on a node that
+#   has run a while) instead of writing a new segment's zeros.
 #   bursty  5 s of steady, then 25 s of nothing, for --seconds (default 180)
 #   quiet   nothing at all for --seconds (default 60) after the creation
 # --exports N: N Exports of the filter at once, half way through (RSS).
@@ -55,6 +59,7 @@ KEEP=0
 SAVE=
 NODE_ARGS=
 SPARSE_BATCH=100
+WARM=0
 
 while [ $# -gt 0 ]; do
   case $1 in
@@ -71,6 +76,7 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=1; shift ;;
     --node-args) NODE_ARGS=$2; shift 2 ;;
     --sparse-batch) SPARSE_BATCH=$2; shift 2 ;;
+    --warm-log) WARM=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "ckpt_bench: unknown option $1" >&2; exit 2 ;;
   esac
@@ -135,6 +141,14 @@ sample() {  # prints: log_rec ckpt write rss_kb
 }
 
 start_node
+if [ "$WARM" -gt 0 ]; then
+  "$CLI" --server "$ADDR" create warm --capacity 10000000 --error-rate 0.01 >/dev/null
+  "$BB" --target "$ADDR" --filter warm --op add --batch 1000 --depth 8 \
+    --duration "$WARM" --max-keys 100000000000 --seed 7 >/dev/null
+  "$CLI" --server "$ADDR" drop warm >/dev/null
+  sleep 3   # its segments removed (made spares)
+  echo "# warm: $(ls "$DIR/data" | tr '\n' ' ')"
+fi
 "$CLI" --server "$ADDR" create bench --capacity "$CAP" --error-rate 0.01 --deadline 300000 >/dev/null
 BITS=$(metric bloomgrid_filter_bytes)
 read -r L0 C0 W0 _ <<<"$(sample)"

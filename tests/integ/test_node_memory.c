@@ -344,27 +344,46 @@ static char **keys_added(struct rpc_channel *ch, const char *name, size_t n)
     return k;
 }
 
-/* Export from, then (once the allocator gave its free pages back) Import
- * that file into `into` with n's peak resident memory started over just
- * before: the file (caller frees), its length, the RSS before and the peak
- * in *before and *peak, the Import's seconds in *took. */
-static size_t import_measured(struct node_proc *n, const char *from, const char *into,
-                              uint64_t at_least, uint8_t **file, uint64_t *before,
-                              uint64_t *peak, double *took)
+/* kill -9 n and start it again: every one of keys[0, n) in filter name
+ * (their records replay); then the keys are freed. */
+static void restart_keeps(struct node_proc *n, const char *dir, const char *const *flags,
+                          const char *name, char **k, size_t nk)
 {
-    struct rpc_status st;
-    size_t flen = t_export_ms(n->ch, from, file, 120000, &st);
+    node_stop(n, 9);
+    node_start(n, dir, flags);
+    CHECK(node_wait_health(n, true, 60000), "node not serving after a restart");
+    CHECK(keys_present(n->ch, name, k, nk, NULL) == nk, "keys lost in the restart");
+    keys_free(k, nk);
+}
 
-    CHECK(flen > at_least, "export: %s", st.message);
+/* An Import measured: its file (the caller frees), the RSS before it, the
+ * peak during it (VmHWM started over just before) and its seconds. */
+struct measured {
+    uint8_t *file;
+    size_t flen;
+    uint64_t before, peak;
+    double took;
+};
+
+/* Export from (more than at_least bytes), then, once the allocator gave
+ * its free pages back, Import that file into `into`, measured. */
+static struct measured import_measured(struct node_proc *n, const char *from,
+                                       const char *into, uint64_t at_least)
+{
+    struct measured m = {0};
+    struct rpc_status st;
+
+    m.flen = t_export_ms(n->ch, from, &m.file, 120000, &st);
+    CHECK(m.flen > at_least, "export: %s", st.message);
     harness_sleep_ms(2500);
-    *before = harness_status_bytes(n->pid, "VmRSS");
+    m.before = harness_status_bytes(n->pid, "VmRSS");
     hwm_reset(n->pid);
     double t0 = harness_now_s();
-    CHECK(t_import_ms(n->ch, into, *file, flen, NULL, 120000, &st) == 0, "import: %s",
+    CHECK(t_import_ms(n->ch, into, m.file, m.flen, NULL, 120000, &st) == 0, "import: %s",
           st.message);
-    *took = harness_now_s() - t0;
-    *peak = harness_status_bytes(n->pid, "VmHWM");
-    return flen;
+    m.took = harness_now_s() - t0;
+    m.peak = harness_status_bytes(n->pid, "VmHWM");
+    return m;
 }
 
 static void test_import_peak(const char *dir)
@@ -393,16 +412,13 @@ static void test_import_peak(const char *dir)
      * page, so the Import writes every page of f. */
     size_t nk = (size_t)mb * 2048;
     char **k = keys_added(n.ch, "src", nk);
-    uint8_t *file = NULL;
-    uint64_t before, peak;
-    double took;
-    size_t flen = import_measured(&n, "src", "f", bits, &file, &before, &peak, &took);
+    struct measured m = import_measured(&n, "src", "f", bits);
     uint64_t after = harness_status_bytes(n.pid, "VmRSS");
     printf("Import of %zu MiB into an empty filter of %" PRIu64 " MiB: RSS %" PRIu64
            " MiB before, %" PRIu64 " MiB after, peak %" PRIu64 " MiB (+%" PRIu64
-           " MiB, %.2f x the bits) in %.2f s\n", flen >> 20, bits >> 20, before >> 20,
-           after >> 20, peak >> 20, (peak - before) >> 20,
-           (double)(peak - before) / (double)bits, took);
+           " MiB, %.2f x the bits) in %.2f s\n", m.flen >> 20, bits >> 20, m.before >> 20,
+           after >> 20, m.peak >> 20, (m.peak - m.before) >> 20,
+           (double)(m.peak - m.before) / (double)bits, m.took);
     /* f's bits become resident (1 x), and beside them the Import holds its
      * pieces (9 MiB), never the file; what the allocator keeps of them
      * until its next release and what gRPC's receive window (grown by its
@@ -411,19 +427,15 @@ static void test_import_peak(const char *dir)
      * larger on a loaded machine).  A node holding the file in memory (its
      * log record and the filter parsed from it) needs 3 x (+218 MiB). */
 #ifndef __SANITIZE_ADDRESS__   /* its allocator keeps what is freed (quarantine) */
-    CHECK(peak <= before + bits + bits * 15 / 100 + (48u << 20),
+    CHECK(m.peak <= m.before + bits + bits * 15 / 100 + (48u << 20),
           "an Import of %zu MiB raised the node's peak from %" PRIu64 " to %" PRIu64
           " MiB: more than its %" PRIu64 " MiB of bits and a few pieces",
-          flen >> 20, before >> 20, peak >> 20, bits >> 20);
+          m.flen >> 20, m.before >> 20, m.peak >> 20, bits >> 20);
 #endif
     CHECK(keys_present(n.ch, "f", k, nk, NULL) == nk, "keys missing after the import");
     /* The pieces' records replay after a crash. */
-    node_stop(&n, 9);
-    node_start(&n, dir, flags);
-    CHECK(node_wait_health(&n, true, 60000), "node not serving after a restart");
-    CHECK(keys_present(n.ch, "f", k, nk, NULL) == nk, "keys lost in the restart");
-    keys_free(k, nk);
-    free(file);
+    restart_keeps(&n, dir, flags, "f", k, nk);
+    free(m.file);
     CHECK(node_stop(&n, 15) == 0, "node exit");
 }
 
@@ -453,30 +465,23 @@ static void test_import_peak_counting(const char *dir)
     uint64_t bytes = bytes_of(n.ch, "c");
     size_t nk = (size_t)mb * 2048;
     char **k = keys_added(n.ch, "c", nk);
-    uint8_t *file = NULL;
-    uint64_t before, peak;
-    double took;
-    size_t flen = import_measured(&n, "c", "c", bytes, &file, &before, &peak, &took);
+    struct measured m = import_measured(&n, "c", "c", bytes);
     printf("Import of %zu MiB into a counting filter of %" PRIu64 " MiB: RSS %" PRIu64
            " MiB before, peak %" PRIu64 " MiB (+%" PRIu64 " MiB, %.2f x the file) in "
-           "%.2f s\n", flen >> 20, bytes >> 20, before >> 20, peak >> 20,
-           (peak - before) >> 20, (double)(peak - before) / (double)flen, took);
+           "%.2f s\n", m.flen >> 20, bytes >> 20, m.before >> 20, m.peak >> 20,
+           (m.peak - m.before) >> 20, (double)(m.peak - m.before) / (double)m.flen, m.took);
 #ifndef __SANITIZE_ADDRESS__   /* its allocator keeps what is freed (quarantine) */
-    CHECK(peak <= before + flen + flen * 15 / 100 + (48u << 20),
+    CHECK(m.peak <= m.before + m.flen + m.flen * 15 / 100 + (48u << 20),
           "an Import of %zu MiB into a counting filter raised the node's peak from %"
           PRIu64 " to %" PRIu64 " MiB: more than the file once and a few pieces",
-          flen >> 20, before >> 20, peak >> 20);
+          m.flen >> 20, m.before >> 20, m.peak >> 20);
 #endif
     /* Counters of 2: one Remove leaves every key. */
     keys_call(n.ch, "Remove", "c", k, nk, 5000, NULL);
     CHECK(keys_present(n.ch, "c", k, nk, NULL) == nk, "keys lost: the import did "
           "not add the counters");
-    node_stop(&n, 9);
-    node_start(&n, dir, flags);
-    CHECK(node_wait_health(&n, true, 60000), "node not serving after a restart");
-    CHECK(keys_present(n.ch, "c", k, nk, NULL) == nk, "keys lost in the restart");
-    keys_free(k, nk);
-    free(file);
+    restart_keeps(&n, dir, flags, "c", k, nk);
+    free(m.file);
     CHECK(node_stop(&n, 15) == 0, "node exit");
 }
 

@@ -152,6 +152,8 @@ fi
 "$CLI" --server "$ADDR" create bench --capacity "$CAP" --error-rate 0.01 --deadline 300000 >/dev/null
 BITS=$(metric bloomgrid_filter_bytes)
 read -r L0 C0 W0 _ <<<"$(sample)"
+N0=$(metric bloomgrid_checkpoint_duration_seconds_count)   # --warm-log's own
+F0=$(metric bloomgrid_checkpoint_folds_total)
 echo "# shape=$SHAPE seconds=$SECS capacity=$CAP bits=$BITS exports=$EXPORTS pullers=$PULLERS pull_mode=$PULL_MODE node_args=$NODE_ARGS dir=$DIR"
 echo "# t log_record_bytes ckpt_bytes node_write_bytes rss_kb"
 
@@ -213,8 +215,8 @@ HWM=$(status_kb VmHWM)
 LOG=$((L1 - L0)); CK=$((C1 - C0)); WR=$((W1 - W0))
 [ -f "$DIR/load.out" ] && grep RESULT "$DIR/load.out" | sed 's/^/# /'
 [ -f "$DIR/pull.out" ] && grep RESULT "$DIR/pull.out" | sed 's/^/# pull /'
-awk -v pl="$PULLERS" -v l=$LOG -v c=$CK -v w=$WR -v h=$HWM -v b=$BITS -v s=$SHAPE -v f="$(metric bloomgrid_checkpoint_folds_total)" \
-  -v n="$(metric bloomgrid_checkpoint_duration_seconds_count)" 'BEGIN {
+awk -v pl="$PULLERS" -v l=$LOG -v c=$CK -v w=$WR -v h=$HWM -v b=$BITS -v s=$SHAPE -v f="$(( $(metric bloomgrid_checkpoint_folds_total) - F0 ))" \
+  -v n="$(( $(metric bloomgrid_checkpoint_duration_seconds_count) - N0 ))" 'BEGIN {
   printf "SUMMARY shape=%s pullers=%d log_record_bytes=%.0f ckpt_bytes=%.0f node_write_bytes=%.0f checkpoints=%d folds=%d", s, pl, l, c, w, n, f
   if (l > 0) printf " ckpt_amp=%.2f write_amp=%.2f", c / l, w / l
   printf " vmhwm_kb=%d bits=%.0f hwm_over_bits=%.3f hwm_bound_kb=%d\n", h, b, h * 1024 / b, (1.10 * b + 64 * 1048576) / 1024

@@ -2119,6 +2119,53 @@ START_TEST(large_payloads_are_written_from_their_records_in_whole_units)
 }
 END_TEST
 
+/* The write of a large payload fails (ENOSPC) after the group's first
+ * bytes went out: its record and its stream fail, nothing of it is read
+ * back (the next segment starts at its LSN, so the abandoned bytes are
+ * passed over, not reported as damage), and another stream goes on. */
+static const void *fail_buf;
+
+static ssize_t failing_payload_write(int fd, const void *buf, size_t len)
+{
+    if (buf == fail_buf) {
+        errno = ENOSPC;
+        return -1;
+    }
+    return write(fd, buf, len);
+}
+
+START_TEST(a_large_payload_whose_write_fails_is_not_read_back)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    struct wal *w = open_log(1, WAL_SYNC_FSYNC);
+    struct wal_stream *a = wal_stream_open(w, 1, "a", 1);
+    struct wal_stream *b = wal_stream_open(w, 2, "b", 1);
+    struct wal_waiter wt;
+
+    ck_assert_int_eq(append(a, 1), 0);
+    struct wal_rec *r = rec_pattern(0, 400 << 10);
+    fail_buf = wal_rec_payload(r);
+    wal__write = failing_payload_write;
+    wal_waiter_init(&wt);
+    wal_submit(b, r, wal_waiter_done, &wt);
+    ck_assert_int_eq(wal_waiter_wait(&wt), -ENOSPC);
+    ck_assert(wal_stream_failed(b, NULL));
+    wal__write = write;
+    ck_assert_int_eq(append(a, 2), 0);
+    wal_stream_close(a);
+    wal_stream_close(b);
+    wal_close(w);
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_uint_eq(seen.damages, 0);
+    ck_assert_uint_eq(seen.n, 2);
+    ck_assert_uint_eq(seen.val[0], 1);
+    ck_assert_uint_eq(seen.val[1], 2);
+    ck_assert_uint_eq(seen.id[1], 1);
+    ck_assert_uint_eq(seen.lsn[1], 2);
+}
+END_TEST
+
 /* Records held by one thread (durability none: one group): large payloads
  * between small records of other streams are written from their records,
  * in the group's order, and read back whole with their LSNs in that
@@ -2996,6 +3043,7 @@ Suite *wal_suite(void)
     tcase_add_test(tc, held_records_of_many_streams_are_written_with_one_write);
     tcase_add_test(tc, large_payloads_are_written_from_their_records_in_whole_units);
     tcase_add_test(tc, a_group_of_small_and_large_records_reads_back_in_order);
+    tcase_add_test(tc, a_large_payload_whose_write_fails_is_not_read_back);
     tcase_add_test(tc, a_held_write_that_fails_fails_every_held_record);
     tcase_add_test(tc, a_commit_delay_lets_the_writers_an_answer_frees_join_the_next_group);
     tcase_add_test(tc, a_led_group_commits_the_held_records_once_after_its_sync);

@@ -14,12 +14,12 @@
 #   steady  1000-key batches, 8 in flight, for --seconds (default 240)
 #   sparse  one 100-key call a second, for --seconds (default 120);
 #           --sparse-batch N: N keys a call instead of 100
+#   bursty  5 s of steady, then 25 s of nothing, for --seconds (default 180)
+#   quiet   nothing at all for --seconds (default 60) after the creation
 # --warm-log S: before the filter is made and anything is counted, S
 #   seconds of steady adds into another filter, then dropped, so that the
 #   log has gone round (its segments made over spares, as on a node that
 #   has run a while) instead of writing a new segment's zeros.
-#   bursty  5 s of steady, then 25 s of nothing, for --seconds (default 180)
-#   quiet   nothing at all for --seconds (default 60) after the creation
 # --exports N: N Exports of the filter at once, half way through (RSS).
 # --pullers N: N pullers (bench/pagepull, each its own connection) pull the
 #   filter's pages from the node for the whole load, one pull after the
@@ -93,6 +93,8 @@ BB=$BUILD/bench/bloombench
 CLI=$BUILD/cli/bloomgrid
 PP=$BUILD/bench/pagepull
 case $PULLERS in ''|*[!0-9]*) echo "ckpt_bench: --pullers takes a number" >&2; exit 2 ;; esac
+case $SPARSE_BATCH in ''|0|*[!0-9]*) echo "ckpt_bench: --sparse-batch takes a number > 0" >&2; exit 2 ;; esac
+case $WARM in ''|*[!0-9]*) echo "ckpt_bench: --warm-log takes seconds" >&2; exit 2 ;; esac
 case $PULL_MODE in changed|full) ;; *) echo "ckpt_bench: --pull-mode changed|full" >&2; exit 2 ;; esac
 for f in "$NODE" "$BB" "$CLI" "$PP"; do
   [ -x "$f" ] || { echo "ckpt_bench: $f is missing (build first)" >&2; exit 2; }
@@ -147,7 +149,7 @@ if [ "$WARM" -gt 0 ]; then
     --duration "$WARM" --max-keys 100000000000 --seed 7 >/dev/null
   "$CLI" --server "$ADDR" drop warm >/dev/null
   sleep 3   # its segments removed (made spares)
-  echo "# warm: $(ls "$DIR/data" | tr '\n' ' ')"
+  echo "# warm-log: $WARM s of steady adds into filter warm, then dropped"
 fi
 "$CLI" --server "$ADDR" create bench --capacity "$CAP" --error-rate 0.01 --deadline 300000 >/dev/null
 BITS=$(metric bloomgrid_filter_bytes)

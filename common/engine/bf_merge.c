@@ -192,30 +192,30 @@ uint64_t bf_counters_add(uint64_t a, uint64_t b)
     return r;
 }
 
-/* OR one layer into another.  Words that add nothing are not written, and
- * the rest use atomic ORs, so adds and queries may run meanwhile. */
-static void merge_bits(const struct bf *f, struct bf_layer *d, const struct bf_layer *s)
+/* Merge n words from src (unaligned bytes) into words [w0, w0 + n) of layer
+ * d: OR, or for the counting kind saturating addition of the counters.
+ * Words that add nothing are not written, and the rest are changed
+ * atomically, so adds and queries may run meanwhile. */
+static void merge_words(const struct bf *f, struct bf_layer *d, uint64_t w0,
+                        const void *src, uint64_t n)
 {
-    for (uint64_t w = 0; w < d->words; w++) {
-        uint64_t sv = s->body[w];
-        if (sv & ~__atomic_load_n(&d->body[w], __ATOMIC_RELAXED)) {
+    const uint8_t *p = src;
+
+    for (uint64_t j = 0; j < n; j++) {
+        uint64_t sv, w = w0 + j;
+        memcpy(&sv, p + 8 * j, 8);
+        if (!sv)
+            continue;
+        if (f->kind == BF_KIND_COUNTING) {
+            bf__stamp_word(f, d, w);
+            uint64_t old = __atomic_load_n(&d->body[w], __ATOMIC_RELAXED);
+            while (!__atomic_compare_exchange_n(&d->body[w], &old, bf_counters_add(old, sv),
+                                                true, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+                ;
+        } else if (sv & ~__atomic_load_n(&d->body[w], __ATOMIC_RELAXED)) {
             bf__stamp_word(f, d, w);
             __atomic_fetch_or(&d->body[w], sv, __ATOMIC_RELEASE);
         }
-    }
-}
-
-static void merge_counters(const struct bf *f, struct bf_layer *d, const struct bf_layer *s)
-{
-    for (uint64_t w = 0; w < d->words; w++) {
-        uint64_t sv = s->body[w];
-        if (!sv)
-            continue;
-        bf__stamp_word(f, d, w);
-        uint64_t old = __atomic_load_n(&d->body[w], __ATOMIC_RELAXED);
-        while (!__atomic_compare_exchange_n(&d->body[w], &old, bf_counters_add(old, sv),
-                                            true, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
-            ;
     }
 }
 
@@ -282,10 +282,7 @@ int bf_merge_from(struct bf *dst, const struct bf *src, char *err)
             continue;
         }
         struct bf_layer *d = &dst->layers[i];
-        if (dst->kind == BF_KIND_COUNTING)
-            merge_counters(dst, d, s);
-        else
-            merge_bits(dst, d, s);
+        merge_words(dst, d, 0, s->body, d->words);
         /* The merged count is unknown; the larger one is a lower bound. */
         if (s->count > d->count)
             d->count = s->count;
@@ -345,29 +342,11 @@ static int merge_file_body(void *ctx, uint32_t layer, uint64_t offset,
     struct merge_file *m = ctx;
     struct bf *dst = m->dst;
     struct bf_layer *d = &dst->layers[layer];
-    const uint8_t *p = data;
-    uint64_t w0 = offset / 8;
 
-    if (layer >= m->nd) {
+    if (layer >= m->nd)
         memcpy((uint8_t *)d->body + offset, data, len);
-        return 0;
-    }
-    for (size_t j = 0; j < len / 8; j++) {
-        uint64_t sv, w = w0 + j;
-        memcpy(&sv, p + 8 * j, 8);
-        if (!sv)
-            continue;
-        if (dst->kind == BF_KIND_COUNTING) {
-            bf__stamp_word(dst, d, w);
-            uint64_t old = __atomic_load_n(&d->body[w], __ATOMIC_RELAXED);
-            while (!__atomic_compare_exchange_n(&d->body[w], &old, bf_counters_add(old, sv),
-                                                true, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
-                ;
-        } else if (sv & ~__atomic_load_n(&d->body[w], __ATOMIC_RELAXED)) {
-            bf__stamp_word(dst, d, w);
-            __atomic_fetch_or(&d->body[w], sv, __ATOMIC_RELEASE);
-        }
-    }
+    else
+        merge_words(dst, d, offset / 8, data, len / 8);
     return 0;
 }
 

@@ -1695,12 +1695,14 @@ START_TEST(inline_and_queued_records_keep_order_and_complete_once)
 }
 END_TEST
 
-static int write_fails;
+static int write_fails;          /* the next this many writes fail */
+static const void *fail_buf;     /* and every write of these bytes */
 
 static ssize_t failing_once_write(int fd, const void *buf, size_t len)
 {
-    if (write_fails) {
-        write_fails--;
+    if (write_fails || (fail_buf && buf == fail_buf)) {
+        if (write_fails)
+            write_fails--;
         errno = ENOSPC;
         return -1;
     }
@@ -2123,17 +2125,6 @@ END_TEST
  * bytes went out: its record and its stream fail, nothing of it is read
  * back (the next segment starts at its LSN, so the abandoned bytes are
  * passed over, not reported as damage), and another stream goes on. */
-static const void *fail_buf;
-
-static ssize_t failing_payload_write(int fd, const void *buf, size_t len)
-{
-    if (buf == fail_buf) {
-        errno = ENOSPC;
-        return -1;
-    }
-    return write(fd, buf, len);
-}
-
 START_TEST(a_large_payload_whose_write_fails_is_not_read_back)
 {
     char err[WAL_ERRLEN];
@@ -2146,12 +2137,13 @@ START_TEST(a_large_payload_whose_write_fails_is_not_read_back)
     ck_assert_int_eq(append(a, 1), 0);
     struct wal_rec *r = rec_pattern(0, 400 << 10);
     fail_buf = wal_rec_payload(r);
-    wal__write = failing_payload_write;
+    wal__write = failing_once_write;
     wal_waiter_init(&wt);
     wal_submit(b, r, wal_waiter_done, &wt);
     ck_assert_int_eq(wal_waiter_wait(&wt), -ENOSPC);
     ck_assert(wal_stream_failed(b, NULL));
     wal__write = write;
+    fail_buf = NULL;
     ck_assert_int_eq(append(a, 2), 0);
     wal_stream_close(a);
     wal_stream_close(b);

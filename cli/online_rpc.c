@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "rpc_auth.h"
 #include "rpc_keys.h"
+#include "rpc_runtime.h"
 #include "rpc_tls.h"
 #include "rules.h"
 
@@ -94,6 +95,7 @@ int online_open(struct online *o)
     /* gRPC's own log lines (a failed handshake...) would come on top of the
      * tool's one-line message, which carries the status text. */
     gpr_set_log_function(quiet_log);
+    rpc_runtime_init();
     grpc_init();
     /* The channel keeps its own copy of the files. */
     o->ch = rpc_channel_create_tls(o->server, 0, tls);

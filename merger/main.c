@@ -39,6 +39,7 @@
 #include "rpc_auth.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
+#include "rpc_runtime.h"
 #include "rpc_tls.h"
 
 static const char *const health_names[] = {"", "bloomgrid.v1.Merger"};
@@ -179,6 +180,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     rpc_signals_block();
+    rpc_runtime_init();
     grpc_init();
     struct metrics_http *mh;
     struct rpc_metrics_conf mc = {once ? "" : cfg.metrics_listen, cfg.metrics_tls, tls,

@@ -47,6 +47,7 @@
 #include "rpc_auth.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
+#include "rpc_runtime.h"
 #include "rpc_tls.h"
 #include "settings.h"
 #include "svc_notify.h"
@@ -374,6 +375,7 @@ int main(int argc, char **argv)
         rpc_signals_on_hup(rpc_tls_reload_hook, tls);
     if (auth)
         rpc_signals_on_hup(rpc_auth_reload_hook, auth);
+    rpc_runtime_init();
     grpc_init();
     struct metrics_http *mh;
     struct rpc_metrics_conf mc = {n.cfg.metrics_listen, n.cfg.metrics_tls, tls,

@@ -34,6 +34,7 @@
 #include "rpc_auth.h"
 #include "rpc_server.h"
 #include "rpc_reflect.h"
+#include "rpc_runtime.h"
 #include "rpc_tls.h"
 #include "topo.h"
 #include "svc_notify.h"
@@ -174,6 +175,7 @@ int main(int argc, char **argv)
         rpc_signals_on_hup(rpc_tls_reload_hook, tls);
     if (auth)
         rpc_signals_on_hup(rpc_auth_reload_hook, auth);
+    rpc_runtime_init();
     grpc_init();
     struct metrics_http *mh;
     struct rpc_metrics_conf mc = {cfg.metrics_listen, cfg.metrics_tls, tls, cfg.insecure};

@@ -681,6 +681,10 @@ struct store *store_open(const struct store_options *o, char *err)
     s->retry_ms = o->recover_retry_ms ? o->recover_retry_ms
                                       : DEFAULT_RETRY_MS;
     s->max_memory = o->max_memory_bytes;
+    /* Copies of records (store_ckpt.c): a sixteenth of a small budget. */
+    s->copy_max = STORE_COPY_MAX;
+    if (s->max_memory && s->max_memory / 16 < s->copy_max)
+        s->copy_max = s->max_memory / 16;
     s->max_filters = o->max_filters;
     s->wal_unit = o->wal_block_bytes;
     s->in_group = o->in_group;

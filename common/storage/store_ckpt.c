@@ -9,8 +9,9 @@
  *     versions") is above the previous checkpoint's seq, read from the live
  *     bits a page at a time;
  *   - a delta of records: the filter's log records after the previous
- *     checkpoint's seq up to C, read back from the log (for adds, their
- *     keys' 16-byte hashes), when that is smaller;
+ *     checkpoint's seq up to C (for adds, their keys' 16-byte hashes), when
+ *     that is smaller: from the filter's copy of them when it holds them
+ *     all, read back from the log otherwise (see "Copies of records");
  *   - a new base (a fold): every non-zero page, when the deltas since the
  *     base (and this one) would weigh as much as the new base, or after
  *     STORE_FOLD_DELTAS deltas, or when there is no chain yet;
@@ -43,6 +44,20 @@
  * write_mu (store_internal.h); the log is waited for with only snap_mu
  * held.  Errors: a failed checkpoint leaves the previous manifest, what it
  * names and the log; it is counted, logged and tried again later.
+ *
+ * Copies of records: each record a filter submits is also appended, under
+ * write_mu, to the filter's copy (store_filter.copy), as a delta of
+ * records holds it (a 24-byte head of type, seq and length, then the
+ * payload), from the first record after a checkpoint began.  A checkpoint
+ * takes the copy with its seq C (under write_mu, a new one starting at
+ * C + 1) and, when it writes a delta of records and the copy holds exactly
+ * the records after its cursor up to C, writes the delta from it once they
+ * are durable (its barrier) instead of reading the log back: under small
+ * records of many filters (a router's single keys over 64 shards) reading
+ * back was the largest part of the store's thread.  A copy is bounded
+ * (STORE_COPY_*): past a bound the filter keeps none until its next
+ * checkpoint begins, which then reads its records from the log, as does
+ * any whose copy does not match its range (a failed checkpoint, a reload).
  */
 #include "store.h"
 
@@ -291,6 +306,63 @@ static void read_records(struct wal *wal, struct rec_scan **v, size_t n,
     }
 }
 
+/* ---- copies of records ---- */
+
+void store__copy_reset(struct store_filter *sf, uint64_t from)
+{
+    struct store_copy *c = &sf->copy;
+
+    if (c->cap)
+        atomic_fetch_sub(&sf->s->copied, c->cap);
+    free(c->buf);
+    *c = (struct store_copy){.from = from};
+}
+
+void store__copy_add(struct store_filter *sf, uint32_t type,
+                     const void *payload, uint64_t len)
+{
+    struct store_copy *c = &sf->copy;
+    struct store *s = sf->s;
+    uint64_t seq = c->from + c->n;
+
+    if (!c->from)
+        return;
+    if (len > STORE_COPY_RECORD || c->len + 24 + len > STORE_COPY_FILTER) {
+        store__copy_reset(sf, 0);
+        return;
+    }
+    size_t need = c->len + 24 + (size_t)len;
+    if (need > c->cap) {
+        size_t cap = c->cap ? c->cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        if (cap > STORE_COPY_FILTER)
+            cap = STORE_COPY_FILTER;
+        uint8_t *b;
+        if (atomic_fetch_add(&s->copied, cap - c->cap) + (cap - c->cap) >
+                s->copy_max ||
+            !(b = realloc(c->buf, cap))) {
+            atomic_fetch_sub(&s->copied, cap - c->cap);
+            store__copy_reset(sf, 0);
+            return;
+        }
+        c->buf = b;
+        c->cap = cap;
+    }
+    uint8_t *h = c->buf + c->len;
+    memset(h, 0, 24);
+    for (int i = 0; i < 4; i++)
+        h[i] = (uint8_t)(type >> (8 * i));
+    for (int i = 0; i < 8; i++) {
+        h[8 + i] = (uint8_t)(seq >> (8 * i));
+        h[16 + i] = (uint8_t)(len >> (8 * i));
+    }
+    if (len)
+        memcpy(h + 24, payload, (size_t)len);
+    c->len = need;
+    c->n++;
+}
+
 /* ---- the checkpoint ---- */
 
 /* Bytes of the deltas of a chain, and its base. */
@@ -359,6 +431,7 @@ struct ckpt_job {
     struct store_fname fn;
     struct rec_scan rs;          /* CK_RECORDS: its file, its records */
     uint64_t after;              /* CK_RECORDS: its last checkpoint's LSN */
+    bool copied;                 /* CK_RECORDS: written from the copy */
     uint8_t meta[BF_FILE_META_MAX];
     size_t mlen;
     uint64_t seq, lsn, logb, bytes;
@@ -463,6 +536,9 @@ static int ckpt_start(struct ckpt_job *j, struct store_filter *sf,
     }
     j->kind = kind;
     j->seq = seq;
+    /* The copy of the records up to seq; the next begins after it. */
+    struct store_copy cp = sf->copy;
+    sf->copy = (struct store_copy){.from = seq + 1};
     wal_waiter_init(&wt);
     if (wal_barrier(sf->stream, wal_waiter_done, &wt) < 0)
         wal_waiter_done(&wt, -ENOMEM, 0, 0);
@@ -510,17 +586,27 @@ static int ckpt_start(struct ckpt_job *j, struct store_filter *sf,
                  strerror(-rc));
     }
     if (rc == 0 && kind == CK_RECORDS) {
-        /* The records are durable now: they are read back (read_records)
-         * into this file. */
+        /* The records are durable now: they go into this file from the
+         * copy when it holds exactly those after the cursor, or are read
+         * back (read_records). */
         if ((rc = store__ckw_open(&w, sf->path, &j->fn, j->type, j->e2)) == 0) {
             j->rs = (struct rec_scan){w, sf->id, sf->ckpt_seq + 1, seq, 0, j->e2};
             j->after = atomic_load(&sf->ckpt_lsn);
+            if (cp.from && cp.from == sf->ckpt_seq + 1 && cp.n == seq - sf->ckpt_seq) {
+                j->rs.rc = store__ckw_stream(w, cp.buf, cp.len, j->e2);
+                j->rs.expect = seq + 1;
+                j->copied = true;
+                atomic_fetch_add(&sf->s->copy_ckpts, 1);
+            }
         } else {
             log_warn("store: checkpoint of '%s' could not open its file (%s); "
                      "the next one writes a base", sf->name, j->e2);
             sf->fold_next = true;
         }
     }
+    if (cp.cap)
+        atomic_fetch_sub(&sf->s->copied, cp.cap);
+    free(cp.buf);
     if (rc < 0)
         return ckpt_fail(j, rc, err);
     return 1;
@@ -622,7 +708,7 @@ static void checkpoint_many(struct store *s, struct store_filter **v,
         if (rc < 0)
             log_warn("store: %s", err);
         on[i] = rc == 1;
-        if (on[i] && jobs[i].kind == CK_RECORDS) {
+        if (on[i] && jobs[i].kind == CK_RECORDS && !jobs[i].copied) {
             rs[nrs++] = &jobs[i].rs;
             if (jobs[i].after < after)
                 after = jobs[i].after;
@@ -647,7 +733,7 @@ int store__filter_checkpoint(struct store_filter *sf,
 
     if (rc <= 0)
         return rc;
-    if (j.kind == CK_RECORDS) {
+    if (j.kind == CK_RECORDS && !j.copied) {
         struct rec_scan *one = &j.rs;
         read_records(sf->s->wal, &one, 1, j.after);
     }

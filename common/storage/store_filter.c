@@ -63,6 +63,7 @@ struct store_filter *store__filter_new(struct store *s, const char *name)
 void store__filter_free(struct store_filter *sf)
 {
     atomic_fetch_sub(&sf->s->charged, atomic_load(&sf->charge));
+    store__copy_reset(sf, 0);
     wal_stream_close(sf->stream);
     bf_destroy(sf->bf);
     pthread_mutex_destroy(&sf->snap_mu);
@@ -205,6 +206,8 @@ int store__filter_install(struct store_filter *sf, struct bf *f,
     if (!atomic_load(&sf->pages_epoch) || next_seq <= sf->seq_hwm)
         atomic_store(&sf->pages_epoch, store__random_id());
     sf->stream = st;
+    /* A copy of records begins with the new stream's next record. */
+    store__copy_reset(sf, next_seq);
     sf->exact = bf_kind(f) == BF_KIND_COUNTING ||
                 bf_kind(f) == BF_KIND_SCALABLE;
     /* Mutations are serialized by write_mu, so plain stores suffice. */
@@ -486,12 +489,13 @@ static void mutation_done(void *ctx, int rc, uint64_t seq, uint64_t lsn)
  * the log.  When the log wrote it at once (wal_submit_now), now holds the
  * completion: the caller runs it with wal_now_complete once its locks are
  * let go (the caller's done may submit again or take them). */
-static void submit_locked(struct store_filter *sf, struct wal_rec *rec,
-                          uint64_t bytes, struct pending *p,
-                          struct wal_now *now)
+static void submit_locked(struct store_filter *sf, uint32_t type,
+                          struct wal_rec *rec, uint64_t bytes,
+                          struct pending *p, struct wal_now *now)
 {
-    /* What a delta of records would hold (store_ckpt.c). */
+    /* What a delta of records would hold (store_ckpt.c), and its copy. */
     atomic_fetch_add(&sf->log_bytes, bytes + 24);
+    store__copy_add(sf, type, wal_rec_payload(rec), bytes);
     atomic_fetch_add(&sf->refs, 1);
     p->sf = sf;
     wal_submit_now(sf->stream, rec, mutation_done, p, now);
@@ -617,7 +621,7 @@ static int filter_mutate(struct store_filter *sf, uint32_t type,
                 out[i] = r == 0;
         }
     struct wal_now now;
-    submit_locked(sf, rec, (uint64_t)n * sizeof(*h), p, &now);
+    submit_locked(sf, type, rec, (uint64_t)n * sizeof(*h), p, &now);
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
     pthread_once(&keys_once, keys_register);
@@ -806,7 +810,7 @@ static int import_rec(struct store_filter *sf, struct wal_rec *rec, uint64_t siz
         goto fail;
     }
     struct wal_now now;
-    submit_locked(sf, rec, size, p, &now);   /* the exclusive lock orders it */
+    submit_locked(sf, WAL_REC_IMPORT, rec, size, p, &now);   /* the exclusive lock orders it */
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
     wal_now_complete(&now);
@@ -960,7 +964,7 @@ int store_or_pages(struct store_filter *sf, const struct store_page *pages,
     struct wal_now now = {.pending = false};
     if (used) {
         wal_rec_truncate(rec, used);
-        submit_locked(sf, rec, used, p, &now);
+        submit_locked(sf, WAL_REC_PAGES, rec, used, p, &now);
     } else {
         /* Every bit was there: done once the records that set them are
          * durable (they may still be in flight). */
@@ -1024,7 +1028,7 @@ int store_import_counts(struct store_filter *sf,
     store__stamp_next(sf);
     bf_merge_counts(sf->bf, c->inserts, c->keys, c->layer_counts, c->nlayers);
     struct wal_now now;
-    submit_locked(sf, rec, size, p, &now);
+    submit_locked(sf, WAL_REC_COUNTS, rec, size, p, &now);
     pthread_mutex_unlock(&sf->write_mu);
     pthread_rwlock_unlock(&sf->lock);
     wal_now_complete(&now);

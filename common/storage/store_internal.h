@@ -100,6 +100,17 @@ struct store_filter {
                                     24 bytes each), raised under write_mu */
     _Atomic uint64_t ckpt_log;   /* log_bytes at the newest checkpoint,
                                     under snap_mu */
+    /* The records submitted since the last checkpoint began, as a delta
+     * of records holds them (store_ckpt.c, "Copies of records"): under
+     * write_mu (or the exclusive lock). */
+    struct store_copy {
+        uint8_t *buf;            /* each record's 24-byte head, then its
+                                    payload */
+        size_t len, cap;
+        uint64_t from;           /* the seq of the first; 0: none kept
+                                    until the next checkpoint begins */
+        uint64_t n;              /* records */
+    } copy;
     uint64_t snap_time_ms;       /* under snap_mu */
     bool retry;                  /* FAILED by an I/O error: the store's
                                     thread re-runs recovery (under lock) */
@@ -135,6 +146,22 @@ struct store_filter {
 void store__scan_mark(struct store_filter *sf, uint64_t id, uint64_t epoch,
                       uint64_t seq, uint64_t lsn);
 
+/* Copies of records (store_ckpt.c): at most STORE_COPY_MAX bytes a
+ * store (less with a small max_memory_mb), STORE_COPY_FILTER a filter and
+ * STORE_COPY_RECORD a record; past any of them a filter keeps none until
+ * its next checkpoint begins, which then reads its records back from the
+ * log. */
+#define STORE_COPY_MAX (32u << 20)
+#define STORE_COPY_FILTER (4u << 20)
+#define STORE_COPY_RECORD (64u << 10)
+/* Note record (type, payload of len bytes), submitted next, in sf's copy.
+ * Under write_mu (or the exclusive lock). */
+void store__copy_add(struct store_filter *sf, uint32_t type,
+                     const void *payload, uint64_t len);
+/* Free sf's copy and start a new one at seq from (0: none).  Under
+ * write_mu (or the exclusive lock), or with sf unreachable. */
+void store__copy_reset(struct store_filter *sf, uint64_t from);
+
 /* A dropped filter, or the generation of an undropped one
  * (store_tomb.c). */
 struct store_tomb {
@@ -166,6 +193,11 @@ struct store {
     _Atomic uint64_t charged;    /* sum of the filters' charges; raised
                                     under mu by creations */
     _Atomic uint64_t spooled;    /* bytes of the Imports' spools (store.h) */
+    uint64_t copy_max;           /* bytes all copies of records may hold
+                                    (store_ckpt.c); 0: none kept */
+    _Atomic uint64_t copied;     /* bytes they hold (their buffers) */
+    _Atomic uint64_t copy_ckpts; /* checkpoints of records written from
+                                    a copy, not read back from the log */
     pthread_mutex_t tomb_mu;     /* a leaf lock: tombs, gens */
     struct store_tomb *tombs;    /* STORE_TOMBS_MAX, oldest first; NULL
                                     until the first */

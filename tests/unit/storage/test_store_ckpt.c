@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "bf_file.h"
 #include "durable.h"
@@ -711,6 +712,7 @@ START_TEST(checkpoints_due_together_read_the_log_once)
 
     snprintf(dir, sizeof dir, "%s/together", tdir);
     s = open_at(dir);
+    s->copy_max = 0;   /* no copies of records: they are read back */
     for (int i = 0; i < TOGETHER; i++) {
         snprintf(name, sizeof name, "shard-%d", i);
         create(s, name, BF_KIND_BLOCKED, 100000);
@@ -768,6 +770,219 @@ START_TEST(checkpoints_due_together_read_the_log_once)
 }
 END_TEST
 
+/* Records of 16 keys, n shards taking turns, rounds r0..r1-1: shard i's
+ * keys are i * 1000000 + r * 16 + k. */
+static void shard_rounds(struct store_filter **sf, int n, uint64_t r0, uint64_t r1)
+{
+    struct bf_hash h[16];
+    char err[STORE_ERRLEN];
+
+    for (uint64_t r = r0; r < r1; r++)
+        for (int i = 0; i < n; i++) {
+            for (int k = 0; k < 16; k++)
+                h[k] = unit_hash_of((uint64_t)i * 1000000 + r * 16 + (uint64_t)k);
+            ck_assert_msg(store_add_hashes(sf[i], h, 16, NULL, err) == 0, "add: %s",
+                          err);
+        }
+}
+
+/* XXH64 of a filter's bits (its layer 0). */
+static uint64_t bits_hash(struct store_filter *sf)
+{
+    struct bf *c = store_filter_copy(sf);
+    struct bf_layer_info li;
+
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(bf_layer_info(c, 0, &li), 0);
+    uint64_t v = XXH64(bf_layer_body_const(c, 0), (size_t)li.body_bytes, 0);
+    bf_destroy(c);
+    return v;
+}
+
+#define COPIED 8
+
+/* Checkpoints due together write their deltas of records from the
+ * filters' copies, without reading the log; reloaded from base and delta
+ * alone, each shard has every key and the very bits of the same shard in
+ * a store that read its records back from the log (copies off). */
+START_TEST(a_delta_of_records_is_written_from_the_copy)
+{
+    char dir[2][4200], name[16];
+    struct store *s[2];
+    struct store_filter *sf[2][COPIED];
+    struct wal_stats st0, st1;
+    uint64_t scans[2], copies[2], bits[COPIED];
+
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir[k], sizeof dir[k], "%s/copy-%d", tdir, k);
+        s[k] = open_at(dir[k]);
+        if (k == 1)
+            s[k]->copy_max = 0;
+        for (int i = 0; i < COPIED; i++) {
+            snprintf(name, sizeof name, "shard-%d", i);
+            create(s[k], name, BF_KIND_BLOCKED, 100000);
+            sf[k][i] = store_get(s[k], name);
+        }
+        shard_rounds(sf[k], COPIED, 0, 200);
+        /* Held: 200 records of 280 bytes a shard, within the bound. */
+        if (k == 0)
+            ck_assert_uint_ge(atomic_load(&s[k]->copied), COPIED * 200 * 280);
+        ck_assert_uint_le(atomic_load(&s[k]->copied), s[k]->copy_max);
+        wal_rotate(s[k]->wal);
+        uint64_t c0 = atomic_load(&s[k]->copy_ckpts);
+        s[k]->ckpt_percent = 25;   /* due now */
+        wal_stats(s[k]->wal, &st0);
+        store__housekeeping(s[k]);
+        wal_stats(s[k]->wal, &st1);
+        scans[k] = st1.rescans - st0.rescans;
+        copies[k] = atomic_load(&s[k]->copy_ckpts) - c0;
+        for (int i = 0; i < COPIED; i++) {
+            const struct store_manifest *m = sf[k][i]->chain;
+            ck_assert_msg(m->n == 2 && m->e[1].type == STORE_CKF_RECORDS,
+                          "store %d shard %d: a chain of %u (want a delta of "
+                          "records)", k, i, m->n);
+        }
+        ck_assert_int_eq(store__discard_log(s[k], false), 0);
+        for (int i = 0; i < COPIED; i++)
+            store_put(sf[k][i]);
+        store_close(s[k]);
+    }
+    ck_assert_uint_eq(copies[0], COPIED);
+    ck_assert_uint_eq(scans[0], 0);
+    ck_assert_uint_eq(copies[1], 0);
+    ck_assert_uint_ge(scans[1], 1);
+    for (int k = 0; k < 2; k++) {
+        s[k] = open_at(dir[k]);
+        for (int i = 0; i < COPIED; i++) {
+            snprintf(name, sizeof name, "shard-%d", i);
+            struct store_filter *f = store_get(s[k], name);
+            ck_assert_ptr_nonnull(f);
+            ck_assert_int_eq(store_filter_state(f, NULL), STORE_READY);
+            ck_assert_uint_eq(missing_range(f, (uint64_t)i * 1000000, 3200), 0);
+            struct bf *c = store_filter_copy(f);
+            ck_assert_ptr_nonnull(c);
+            ck_assert_uint_eq(bf_keys_added(c), 3200);
+            bf_destroy(c);
+            uint64_t b = bits_hash(f);
+            if (k == 0)
+                bits[i] = b;
+            else
+                ck_assert_msg(b == bits[i], "shard %d: other bits from the copy", i);
+            store_put(f);
+        }
+        store_close(s[k]);
+    }
+}
+END_TEST
+
+/* The manifest's fsync fails (the delta's file is written and kept). */
+static bool manifest_written;
+
+static void note_manifest(int type, int step)
+{
+    (void)type;
+    if (step == STORE_STEP_MANIFEST_WRITTEN)
+        manifest_written = true;
+}
+
+static int fail_manifest_fsync(int fd)
+{
+    return manifest_written ? -EIO : real_io.fsync(fd);
+}
+
+/* A copy is used only when it holds exactly the records after the
+ * checkpoint's cursor: after a failed checkpoint (its copy taken, its
+ * cursor unmoved) the next one reads its records back, the one after it
+ * writes from the copy.  Copies stay within the store's bound, past which
+ * filters keep none and read back. */
+START_TEST(a_copy_is_used_only_for_exactly_its_range_and_within_its_bound)
+{
+    char dir[4200], name[16];
+    struct store *s;
+    struct store_filter *sf[COPIED];
+    struct wal_stats st0, st1;
+
+    snprintf(dir, sizeof dir, "%s/copy-range", tdir);
+    s = open_at(dir);
+    create(s, "f", BF_KIND_BLOCKED, 100000);
+    sf[0] = store_get(s, "f");
+    uint32_t n0 = sf[0]->chain->n;
+    shard_rounds(sf, 1, 0, 100);
+    uint64_t c0 = atomic_load(&s->copy_ckpts);
+    manifest_written = false;
+    store__ckpt_io.fsync = fail_manifest_fsync;
+    store__ckpt_step = note_manifest;
+    s->ckpt_percent = 5;   /* due now */
+    store__housekeeping(s);
+    disarm();
+    s->ckpt_percent = 10000;
+    ck_assert(manifest_written);
+    ck_assert_uint_eq(sf[0]->chain->n, n0);   /* failed */
+    ck_assert_uint_eq(atomic_load(&s->copy_ckpts), c0 + 1);   /* its copy taken */
+    c0++;
+    shard_rounds(sf, 1, 100, 200);
+    s->ckpt_percent = 5;
+    wal_stats(s->wal, &st0);
+    store__housekeeping(s);
+    wal_stats(s->wal, &st1);
+    ck_assert_uint_eq(sf[0]->chain->n, n0 + 1);
+    ck_assert_uint_eq(atomic_load(&s->copy_ckpts), c0);   /* read back */
+    ck_assert_uint_ge(st1.rescans - st0.rescans, 1);
+    s->ckpt_percent = 10000;
+    shard_rounds(sf, 1, 200, 300);
+    s->ckpt_percent = 5;
+    store__housekeeping(s);
+    ck_assert_uint_eq(sf[0]->chain->n, n0 + 2);
+    ck_assert_uint_eq(atomic_load(&s->copy_ckpts), c0 + 1);   /* from the copy */
+    ck_assert_int_eq(store__discard_log(s, false), 0);
+    store_put(sf[0]);
+    store_close(s);
+    s = open_at(dir);
+    sf[0] = store_get(s, "f");
+    ck_assert_uint_eq(missing_range(sf[0], 0, 300 * 16), 0);
+    struct bf *c = store_filter_copy(sf[0]);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_uint_eq(bf_keys_added(c), 300 * 16);
+    bf_destroy(c);
+    store_put(sf[0]);
+    store_close(s);
+
+    /* Room for about three shards' copies of eight. */
+    snprintf(dir, sizeof dir, "%s/copy-bound", tdir);
+    s = open_at(dir);
+    s->copy_max = 3 * 65536;
+    for (int i = 0; i < COPIED; i++) {
+        snprintf(name, sizeof name, "shard-%d", i);
+        create(s, name, BF_KIND_BLOCKED, 100000);
+        sf[i] = store_get(s, name);
+    }
+    for (uint64_t r = 0; r < 200; r += 20) {
+        shard_rounds(sf, COPIED, r, r + 20);
+        ck_assert_uint_le(atomic_load(&s->copied), s->copy_max);
+    }
+    ck_assert_uint_gt(atomic_load(&s->copied), 0);
+    c0 = atomic_load(&s->copy_ckpts);
+    s->ckpt_percent = 25;
+    store__housekeeping(s);
+    uint64_t used = atomic_load(&s->copy_ckpts) - c0;
+    ck_assert_msg(used >= 1 && used < COPIED, "%" PRIu64 " of %d checkpoints from "
+                  "copies", used, COPIED);
+    ck_assert_int_eq(store__discard_log(s, false), 0);
+    for (int i = 0; i < COPIED; i++)
+        store_put(sf[i]);
+    store_close(s);
+    s = open_at(dir);
+    for (int i = 0; i < COPIED; i++) {
+        snprintf(name, sizeof name, "shard-%d", i);
+        struct store_filter *f = store_get(s, name);
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(missing_range(f, (uint64_t)i * 1000000, 3200), 0);
+        store_put(f);
+    }
+    store_close(s);
+}
+END_TEST
+
 /* A checkpoint's scan of the log passes the other filters' records over
  * by their headers without their checksums: one of x's records whose id
  * was damaged is passed over as another filter's, and x's checkpoint sees
@@ -783,6 +998,7 @@ START_TEST(a_record_passed_over_by_a_damaged_header_stops_its_checkpoint)
 
     snprintf(dir, sizeof dir, "%s/passed", tdir);
     s = open_at(dir);
+    s->copy_max = 0;   /* no copies of records: they are read back */
     create(s, "x", BF_KIND_BLOCKED, 100000);
     create(s, "y", BF_KIND_BLOCKED, 100000);
     x = store_get(s, "x");
@@ -1013,6 +1229,8 @@ Suite *store_ckpt_suite(void)
     tcase_add_test(tc, records_deltas_after_checkpoints_replay_to_the_same_bits);
     tcase_add_test(tc, checkpoints_due_together_read_the_log_once);
     tcase_add_test(tc, a_record_passed_over_by_a_damaged_header_stops_its_checkpoint);
+    tcase_add_test(tc, a_delta_of_records_is_written_from_the_copy);
+    tcase_add_test(tc, a_copy_is_used_only_for_exactly_its_range_and_within_its_bound);
     tcase_add_test(tc, pullers_and_the_checkpointer_each_get_every_change);
     tcase_add_test(tc, a_previous_release_checkpoint_opens_and_is_migrated);
     suite_add_tcase(s, tc);

@@ -58,7 +58,8 @@
  * Checkpoints (store_ckpt.c; docs/STORAGE.md, "Checkpoints and the log's
  * bound"): a checkpoint writes a delta (the 4 KiB pages whose version is
  * above the previous checkpoint's C, or the filter's log records since
- * then, whichever is smaller) or, when the deltas would weigh as much as
+ * then, whichever is smaller: from a bounded copy of them kept in memory,
+ * or read back from the log) or, when the deltas would weigh as much as
  * a new base or after 8 of them, a new base; then a manifest naming the
  * base and deltas.  Files are fsynced and renamed into place, then their
  * directory fsynced, the manifest last; files it no longer names are

@@ -537,7 +537,7 @@ static struct resp_call_box *box_new(struct resp_conn *c, const struct resp_comm
     b->cmd = cmd;
     b->shape = sh;
     b->info_field = -1;
-    b->t0_ns = resp__now_ns();
+    b->t0_ns = c->t0_ns;
     return b;
 }
 

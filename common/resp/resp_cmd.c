@@ -804,7 +804,7 @@ int resp__dispatch(struct resp_conn *c, const struct resp_args *a)
     if ((cmd->flags & RESP_CMD_FILTER) && resp__bf_must_wait(c, cmd, a))
         return 0;
     metric_add(cmd->m_calls, 1);
-    uint64_t t0 = resp__now_ns();
+    uint64_t t0 = c->t0_ns;
     c->cmd_error = false;
     c->cur = cmd;
     cmd->run(c, a);

@@ -138,6 +138,9 @@ struct resp_conn {
     size_t in_start, in_len, in_cap;
     struct resp_parser parser;
     bool parsed;                 /* parser holds a DONE command at in_start */
+    uint64_t t0_ns;              /* when process() began on the input: where
+                                    the time of its commands starts (one
+                                    clock read for all of them) */
     /* output */
     struct resp_buf out;         /* ready, not handed to the socket */
     struct resp_buf wbuf;        /* handed to uv_write */

@@ -521,6 +521,7 @@ static void process(struct resp_conn *c)
 {
     struct resp_server *s = c->srv;
 
+    c->t0_ns = resp__now_ns();
     while (!c->closing && !c->closed) {
         if (over_budget(c)) {
             c->paused = true;

@@ -484,7 +484,10 @@ void resp__call_finish(struct resp_call_box *b)
         }
         }
     }
-    metric_observe(b->cmd->m_time, (double)(resp__now_ns() - b->t0_ns) / 1e9);
+    uint64_t end = s->finish_ns ? s->finish_ns : resp__now_ns();
+    if (end < b->t0_ns)
+        end = b->t0_ns;
+    metric_observe(b->cmd->m_time, (double)(end - b->t0_ns) / 1e9);
     flight_done(b);
     resp__slot_ready(c, b->slot);
     resp__answered(c);

@@ -222,6 +222,9 @@ struct resp_server {
     pthread_mutex_t loop_mu;
     bool loop_owned;             /* the loop thread holds loop_mu */
     bool in_place;               /* another thread holds it, answering */
+    uint64_t finish_ns;          /* with the loop's state: when the calls
+                                    being finished came back (one clock
+                                    read for a list of them); 0: none */
     /* the arguments of the command being dispatched (loop thread) */
     const char **argv;
     size_t *argl, acap;

@@ -725,12 +725,14 @@ static void on_wake(uv_async_t *a)
     s->qhead = s->qtail = NULL;
     pthread_mutex_unlock(&s->qmu);
     uint64_t n_here = 0;
+    s->finish_ns = b ? resp__now_ns() : 0;
     while (b) {
         struct resp_call_box *n = b->qnext;
         resp__call_finish(b);
         n_here++;
         b = n;
     }
+    s->finish_ns = 0;
     if (n_here)
         metric_add(s->m_answered_loop, n_here);
     if (atomic_load(&s->stopping))
@@ -828,6 +830,7 @@ void resp__answer_here(struct resp_server *s, struct resp_call_box *head)
     }
     /* The loop is in its poll (or about to be): its state is ours. */
     s->in_place = true;
+    s->finish_ns = resp__now_ns();
     uint64_t n_here = 0;
     for (b = head; b; b = n) {
         n = b->qnext;
@@ -847,6 +850,7 @@ void resp__answer_here(struct resp_server *s, struct resp_call_box *head)
         resp__call_finish(b);
         n_here++;
     }
+    s->finish_ns = 0;
     if (n_here)   /* counted before the replies leave */
         metric_add(s->m_answered_in_place, n_here);
     /* Write what they answered; what cannot be written here stays dirty

@@ -728,8 +728,9 @@ void resp__commands_init(struct resp_server *s)
                                         "RESP commands answered with an error, "
                                         "by command", labels);
         cmd->m_time = metrics_histogram(m, "bloomgrid_resp_duration_seconds",
-                                        "RESP command time from its dispatch to "
-                                        "its reply, by command", labels,
+                                        "RESP command time from the read that "
+                                        "brought it to its reply, by command",
+                                        labels,
                                         metrics_latency_bounds,
                                         metrics_latency_nbounds);
     }

@@ -696,80 +696,6 @@ START_TEST(records_deltas_after_checkpoints_replay_to_the_same_bits)
 }
 END_TEST
 
-/* Shards of one filter under even load fall due together: their
- * checkpoints of records read the log once between them, not once each
- * (each read passes over the others' records), and what they wrote is
- * what the log held: with the log deleted, a restart has every key. */
-#define TOGETHER 16
-START_TEST(checkpoints_due_together_read_the_log_once)
-{
-    char dir[4200], name[16];
-    struct store *s;
-    struct store_filter *sf[TOGETHER];
-    struct bf_hash h[16];
-    char err[STORE_ERRLEN];
-    struct wal_stats st0, st1;
-
-    snprintf(dir, sizeof dir, "%s/together", tdir);
-    s = open_at(dir);
-    s->copy_max = 0;   /* no copies of records: they are read back */
-    for (int i = 0; i < TOGETHER; i++) {
-        snprintf(name, sizeof name, "shard-%d", i);
-        create(s, name, BF_KIND_BLOCKED, 100000);
-        sf[i] = store_get(s, name);
-    }
-    /* Records of 16 keys, the shards taking turns: 3 200 keys each. */
-    for (uint64_t r = 0; r < 200; r++)
-        for (int i = 0; i < TOGETHER; i++) {
-            for (int k = 0; k < 16; k++)
-                h[k] = unit_hash_of((uint64_t)i * 1000000 + r * 16 + (uint64_t)k);
-            ck_assert_msg(store_add_hashes(sf[i], h, 16, NULL, err) == 0, "add: %s",
-                          err);
-        }
-    wal_rotate(s->wal);
-    uint64_t logged = wal_bytes(s->wal);
-    /* Due now (the store was opened with checkpoints never due). */
-    s->ckpt_percent = 25;
-    wal_stats(s->wal, &st0);
-    store__housekeeping(s);
-    wal_stats(s->wal, &st1);
-    for (int i = 0; i < TOGETHER; i++) {
-        const struct store_manifest *m = sf[i]->chain;
-        ck_assert_msg(m->n == 2 && m->e[1].type == STORE_CKF_RECORDS,
-                      "shard %d: a chain of %u, its last of type %u (want a delta "
-                      "of records)", i, m->n, m->n ? m->e[m->n - 1].type : 0);
-    }
-    /* One scan (two when the store's own round ran beside this one); one
-     * per shard before. */
-    ck_assert_msg(st1.rescans - st0.rescans <= 2, "%" PRIu64 " scans of the log "
-                  "for %d checkpoints", st1.rescans - st0.rescans, TOGETHER);
-    ck_assert_msg(st1.rescan_bytes - st0.rescan_bytes <= 2 * logged,
-                  "%" PRIu64 " bytes read from a log of %" PRIu64,
-                  st1.rescan_bytes - st0.rescan_bytes, logged);
-    /* The log the checkpoints cover goes; each shard's keys come back from
-     * its base and its delta alone. */
-    ck_assert_int_eq(store__discard_log(s, false), 0);
-    ck_assert_uint_lt(wal_bytes(s->wal), logged / 16);
-    for (int i = 0; i < TOGETHER; i++)
-        store_put(sf[i]);
-    store_close(s);
-    s = open_at(dir);
-    for (int i = 0; i < TOGETHER; i++) {
-        snprintf(name, sizeof name, "shard-%d", i);
-        struct store_filter *f = store_get(s, name);
-        ck_assert_ptr_nonnull(f);
-        ck_assert_int_eq(store_filter_state(f, NULL), STORE_READY);
-        ck_assert_uint_eq(missing_range(f, (uint64_t)i * 1000000, 3200), 0);
-        struct bf *c = store_filter_copy(f);
-        ck_assert_ptr_nonnull(c);
-        ck_assert_uint_eq(bf_keys_added(c), 3200);
-        bf_destroy(c);
-        store_put(f);
-    }
-    store_close(s);
-}
-END_TEST
-
 /* Records of 16 keys, n shards taking turns, rounds r0..r1-1: shard i's
  * keys are i * 1000000 + r * 16 + k. */
 static void shard_rounds(struct store_filter **sf, int n, uint64_t r0, uint64_t r1)
@@ -799,6 +725,84 @@ static uint64_t bits_hash(struct store_filter *sf)
     return v;
 }
 
+/* Reopen the store at dir: shards shard-0 .. shard-(n-1) are READY and
+ * hold and count the keys of shard_rounds' rounds 0 .. rounds-1; bits[i]
+ * gets the XXH64 of shard i's bits when bits is not NULL. */
+static void shards_come_back(const char *dir, int n, uint64_t rounds, uint64_t *bits)
+{
+    struct store *s = open_at(dir);
+    char name[16];
+
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "shard-%d", i);
+        struct store_filter *f = store_get(s, name);
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_eq(store_filter_state(f, NULL), STORE_READY);
+        ck_assert_uint_eq(missing_range(f, (uint64_t)i * 1000000, rounds * 16), 0);
+        struct bf *c = store_filter_copy(f);
+        ck_assert_ptr_nonnull(c);
+        ck_assert_uint_eq(bf_keys_added(c), rounds * 16);
+        bf_destroy(c);
+        if (bits)
+            bits[i] = bits_hash(f);
+        store_put(f);
+    }
+    store_close(s);
+}
+
+/* Shards of one filter under even load fall due together: their
+ * checkpoints of records read the log once between them, not once each
+ * (each read passes over the others' records), and what they wrote is
+ * what the log held: with the log deleted, a restart has every key. */
+#define TOGETHER 16
+START_TEST(checkpoints_due_together_read_the_log_once)
+{
+    char dir[4200], name[16];
+    struct store *s;
+    struct store_filter *sf[TOGETHER];
+    struct wal_stats st0, st1;
+
+    snprintf(dir, sizeof dir, "%s/together", tdir);
+    s = open_at(dir);
+    s->copy_max = 0;   /* no copies of records: they are read back */
+    for (int i = 0; i < TOGETHER; i++) {
+        snprintf(name, sizeof name, "shard-%d", i);
+        create(s, name, BF_KIND_BLOCKED, 100000);
+        sf[i] = store_get(s, name);
+    }
+    /* Records of 16 keys, the shards taking turns: 3 200 keys each. */
+    shard_rounds(sf, TOGETHER, 0, 200);
+    wal_rotate(s->wal);
+    uint64_t logged = wal_bytes(s->wal);
+    /* Due now (the store was opened with checkpoints never due). */
+    s->ckpt_percent = 25;
+    wal_stats(s->wal, &st0);
+    store__housekeeping(s);
+    wal_stats(s->wal, &st1);
+    for (int i = 0; i < TOGETHER; i++) {
+        const struct store_manifest *m = sf[i]->chain;
+        ck_assert_msg(m->n == 2 && m->e[1].type == STORE_CKF_RECORDS,
+                      "shard %d: a chain of %u, its last of type %u (want a delta "
+                      "of records)", i, m->n, m->n ? m->e[m->n - 1].type : 0);
+    }
+    /* One scan (two when the store's own round ran beside this one); one
+     * per shard before. */
+    ck_assert_msg(st1.rescans - st0.rescans <= 2, "%" PRIu64 " scans of the log "
+                  "for %d checkpoints", st1.rescans - st0.rescans, TOGETHER);
+    ck_assert_msg(st1.rescan_bytes - st0.rescan_bytes <= 2 * logged,
+                  "%" PRIu64 " bytes read from a log of %" PRIu64,
+                  st1.rescan_bytes - st0.rescan_bytes, logged);
+    /* The log the checkpoints cover goes; each shard's keys come back from
+     * its base and its delta alone. */
+    ck_assert_int_eq(store__discard_log(s, false), 0);
+    ck_assert_uint_lt(wal_bytes(s->wal), logged / 16);
+    for (int i = 0; i < TOGETHER; i++)
+        store_put(sf[i]);
+    store_close(s);
+    shards_come_back(dir, TOGETHER, 200, NULL);
+}
+END_TEST
+
 #define COPIED 8
 
 /* Checkpoints due together write their deltas of records from the
@@ -811,7 +815,7 @@ START_TEST(a_delta_of_records_is_written_from_the_copy)
     struct store *s[2];
     struct store_filter *sf[2][COPIED];
     struct wal_stats st0, st1;
-    uint64_t scans[2], copies[2], bits[COPIED];
+    uint64_t scans[2], copies[2], bits[2][COPIED];
 
     for (int k = 0; k < 2; k++) {
         snprintf(dir[k], sizeof dir[k], "%s/copy-%d", tdir, k);
@@ -851,27 +855,10 @@ START_TEST(a_delta_of_records_is_written_from_the_copy)
     ck_assert_uint_eq(scans[0], 0);
     ck_assert_uint_eq(copies[1], 0);
     ck_assert_uint_ge(scans[1], 1);
-    for (int k = 0; k < 2; k++) {
-        s[k] = open_at(dir[k]);
-        for (int i = 0; i < COPIED; i++) {
-            snprintf(name, sizeof name, "shard-%d", i);
-            struct store_filter *f = store_get(s[k], name);
-            ck_assert_ptr_nonnull(f);
-            ck_assert_int_eq(store_filter_state(f, NULL), STORE_READY);
-            ck_assert_uint_eq(missing_range(f, (uint64_t)i * 1000000, 3200), 0);
-            struct bf *c = store_filter_copy(f);
-            ck_assert_ptr_nonnull(c);
-            ck_assert_uint_eq(bf_keys_added(c), 3200);
-            bf_destroy(c);
-            uint64_t b = bits_hash(f);
-            if (k == 0)
-                bits[i] = b;
-            else
-                ck_assert_msg(b == bits[i], "shard %d: other bits from the copy", i);
-            store_put(f);
-        }
-        store_close(s[k]);
-    }
+    shards_come_back(dir[0], COPIED, 200, bits[0]);
+    shards_come_back(dir[1], COPIED, 200, bits[1]);
+    for (int i = 0; i < COPIED; i++)
+        ck_assert_msg(bits[0][i] == bits[1][i], "shard %d: other bits from the copy", i);
 }
 END_TEST
 
@@ -971,15 +958,7 @@ START_TEST(a_copy_is_used_only_for_exactly_its_range_and_within_its_bound)
     for (int i = 0; i < COPIED; i++)
         store_put(sf[i]);
     store_close(s);
-    s = open_at(dir);
-    for (int i = 0; i < COPIED; i++) {
-        snprintf(name, sizeof name, "shard-%d", i);
-        struct store_filter *f = store_get(s, name);
-        ck_assert_ptr_nonnull(f);
-        ck_assert_uint_eq(missing_range(f, (uint64_t)i * 1000000, 3200), 0);
-        store_put(f);
-    }
-    store_close(s);
+    shards_come_back(dir, COPIED, 200, NULL);
 }
 END_TEST
 

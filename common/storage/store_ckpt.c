@@ -88,7 +88,7 @@ static const double ckpt_bounds[] = {0.001, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5,
                                      10, 30, 60};
 
 static struct {
-    struct metric *failures, *duration, *bytes, *folds;
+    struct metric *failures, *duration, *bytes, *folds, *read_back;
 } cm;
 static pthread_once_t cm_once = PTHREAD_ONCE_INIT;
 
@@ -106,6 +106,10 @@ static void ckpt_metrics_register(void)
                                "deltas)", NULL);
     cm.folds = metrics_counter(m, "bloomgrid_checkpoint_folds_total",
                                "checkpoints that wrote a new base", NULL);
+    cm.read_back = metrics_counter(m, "bloomgrid_checkpoint_read_back_total",
+                                   "checkpoints of records that read them back "
+                                   "from the log (no whole copy of them was "
+                                   "kept)", NULL);
 }
 
 void store_metrics_register(void)
@@ -597,6 +601,9 @@ static int ckpt_start(struct ckpt_job *j, struct store_filter *sf,
                 j->rs.expect = seq + 1;
                 j->copied = true;
                 atomic_fetch_add(&sf->s->copy_ckpts, 1);
+            } else {
+                pthread_once(&cm_once, ckpt_metrics_register);
+                metric_add(cm.read_back, 1);
             }
         } else {
             log_warn("store: checkpoint of '%s' could not open its file (%s); "

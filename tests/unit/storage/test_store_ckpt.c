@@ -35,6 +35,7 @@
 #include "bf_file.h"
 #include "durable.h"
 #include "log.h"
+#include "metrics.h"
 #include "store.h"
 #include "store_internal.h"
 #include "unit_tmpdir.h"
@@ -877,6 +878,21 @@ static int fail_manifest_fsync(int fd)
     return manifest_written ? -EIO : real_io.fsync(fd);
 }
 
+/* bloomgrid_checkpoint_read_back_total, as the process serves it. */
+static double read_backs(void)
+{
+    char *t, *at;
+    size_t n;
+    double v = -1;
+
+    ck_assert_int_eq(metrics_render_string(metrics_registry(), &t, &n), 0);
+    if ((at = strstr(t, "\nbloomgrid_checkpoint_read_back_total ")))
+        v = strtod(at + strlen("\nbloomgrid_checkpoint_read_back_total "), NULL);
+    free(t);
+    ck_assert_msg(v >= 0, "bloomgrid_checkpoint_read_back_total is not served");
+    return v;
+}
+
 /* A copy is used only when it holds exactly the records after the
  * checkpoint's cursor: after a failed checkpoint (its copy taken, its
  * cursor unmoved) the next one reads its records back, the one after it
@@ -909,18 +925,21 @@ START_TEST(a_copy_is_used_only_for_exactly_its_range_and_within_its_bound)
     c0++;
     shard_rounds(sf, 1, 100, 200);
     s->ckpt_percent = 5;
+    double rb = read_backs();
     wal_stats(s->wal, &st0);
     store__housekeeping(s);
     wal_stats(s->wal, &st1);
     ck_assert_uint_eq(sf[0]->chain->n, n0 + 1);
     ck_assert_uint_eq(atomic_load(&s->copy_ckpts), c0);   /* read back */
     ck_assert_uint_ge(st1.rescans - st0.rescans, 1);
+    ck_assert(read_backs() == rb + 1);
     s->ckpt_percent = 10000;
     shard_rounds(sf, 1, 200, 300);
     s->ckpt_percent = 5;
     store__housekeeping(s);
     ck_assert_uint_eq(sf[0]->chain->n, n0 + 2);
     ck_assert_uint_eq(atomic_load(&s->copy_ckpts), c0 + 1);   /* from the copy */
+    ck_assert(read_backs() == rb + 1);
     ck_assert_int_eq(store__discard_log(s, false), 0);
     store_put(sf[0]);
     store_close(s);

@@ -115,13 +115,13 @@ struct big {
     grpc_slice body;           /* shared, packed once */
     int code;
     char msg[RPC_MSGLEN];
+    int reconnects;            /* calls made again (big_run) */
 };
 
 /* One unary call on a connection of its own (a client of its own), sending
  * body without copying it. */
-static void *big_run(void *p)
+static void big_once(struct big *b)
 {
-    struct big *b = p;
     grpc_channel_args args;
     grpc_arg a[2];
     a[0].type = GRPC_ARG_INTEGER;
@@ -185,6 +185,24 @@ static void *big_run(void *p)
         ;
     grpc_completion_queue_destroy(cq);
     grpc_channel_destroy(ch);
+}
+
+/* big_once, made once more when its connection could not be made at all.
+ * About one run in twelve, one of the 30 channels opened at once beside
+ * the 400 held connections fails its connect on the client's side
+ * (UNAVAILABLE "failed to connect to all addresses ... No such file or
+ * directory") while the router logs nothing of it; the same with ca9b4f3's
+ * router. No byte of that call reached the router, and what the flood
+ * checks is how the router answers calls that do. */
+static void *big_run(void *p)
+{
+    struct big *b = p;
+
+    big_once(b);
+    if (b->code == GRPC_STATUS_UNAVAILABLE && strstr(b->msg, "failed to connect")) {
+        b->reconnects++;
+        big_once(b);
+    }
     return NULL;
 }
 
@@ -482,9 +500,10 @@ static void flood_run(const struct flood *fl)
         b[i].body = body;
         CHECK(pthread_create(&b[i].th, NULL, big_run, &b[i]) == 0, "thread");
     }
-    int ok = 0, refused = 0, other = 0;
+    int ok = 0, refused = 0, other = 0, again = 0;
     for (int i = 0; i < fl->calls; i++) {
         pthread_join(b[i].th, NULL);
+        again += b[i].reconnects;
         if (b[i].code == 0) {
             ok++;
         } else if (b[i].code == GRPC_STATUS_RESOURCE_EXHAUSTED &&
@@ -495,8 +514,9 @@ static void flood_run(const struct flood *fl)
             printf("big call failed: %d %s\n", b[i].code, b[i].msg);
         }
     }
-    printf("%d big calls: %d OK, %d RESOURCE_EXHAUSTED, %d otherwise, in %.1f s\n",
-           fl->calls, ok, refused, other, harness_now_s() - t0);
+    printf("%d big calls: %d OK, %d RESOURCE_EXHAUSTED, %d otherwise, in %.1f s "
+           "(%d made again after a failed connect)\n",
+           fl->calls, ok, refused, other, harness_now_s() - t0, again);
     int idled = 0;
     for (int i = 0; i < fl->imports; i++) {
         pthread_join(h[i].th, NULL);

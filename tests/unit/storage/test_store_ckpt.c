@@ -732,7 +732,7 @@ static uint64_t bits_hash(struct store_filter *sf)
 static void shards_come_back(const char *dir, int n, uint64_t rounds, uint64_t *bits)
 {
     struct store *s = open_at(dir);
-    char name[16];
+    char name[32];
 
     for (int i = 0; i < n; i++) {
         snprintf(name, sizeof name, "shard-%d", i);

@@ -234,6 +234,19 @@ static int rec_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A record's head in a delta of records: type (4 bytes), 4 zero bytes,
+ * seq and payload length (8 each), little-endian. */
+static void rec_head(uint8_t h[24], uint32_t type, uint64_t seq, uint64_t len)
+{
+    memset(h, 0, 24);
+    for (int i = 0; i < 4; i++)
+        h[i] = (uint8_t)(type >> (8 * i));
+    for (int i = 0; i < 8; i++) {
+        h[8 + i] = (uint8_t)(seq >> (8 * i));
+        h[16 + i] = (uint8_t)(len >> (8 * i));
+    }
+}
+
 static int rec_one(void *ctx, const struct wal_record *r)
 {
     struct rec_scan *sc = rec_find(ctx, r->id);
@@ -247,13 +260,7 @@ static int rec_one(void *ctx, const struct wal_record *r)
         sc->rc = -EBADMSG;
         return 0;
     }
-    memset(h, 0, sizeof h);
-    for (int i = 0; i < 4; i++)
-        h[i] = (uint8_t)(r->type >> (8 * i));
-    for (int i = 0; i < 8; i++) {
-        h[8 + i] = (uint8_t)(r->seq >> (8 * i));
-        h[16 + i] = (uint8_t)(r->len >> (8 * i));
-    }
+    rec_head(h, r->type, r->seq, r->len);
     if ((sc->rc = store__ckw_stream(sc->w, h, sizeof h, sc->err)) == 0)
         sc->rc = store__ckw_stream(sc->w, r->payload, (size_t)r->len, sc->err);
     sc->expect++;
@@ -354,13 +361,7 @@ void store__copy_add(struct store_filter *sf, uint32_t type,
         c->cap = cap;
     }
     uint8_t *h = c->buf + c->len;
-    memset(h, 0, 24);
-    for (int i = 0; i < 4; i++)
-        h[i] = (uint8_t)(type >> (8 * i));
-    for (int i = 0; i < 8; i++) {
-        h[8 + i] = (uint8_t)(seq >> (8 * i));
-        h[16 + i] = (uint8_t)(len >> (8 * i));
-    }
+    rec_head(h, type, seq, len);
     if (len)
         memcpy(h + 24, payload, (size_t)len);
     c->len = need;

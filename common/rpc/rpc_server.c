@@ -386,13 +386,31 @@ static void *pool_main(void *p)
     return NULL;
 }
 
+static void stream_leave_locked(struct rpc_server *srv, const struct slot *s)
+{
+    srv->streams_active--;
+    srv->streams_public -= !s->m->internal;
+    srv->streams_watch -= s->m->watch;
+}
+
+void rpc_server__stream_ending(struct slot *s)
+{
+    struct rpc_server *srv = s->srv;
+    pthread_mutex_lock(&srv->lock);
+    if (s->counted && !s->ending) {
+        s->ending = true;
+        stream_leave_locked(srv, s);
+    }
+    pthread_mutex_unlock(&srv->lock);
+}
+
 void rpc_server__stream_uncount(struct slot *s)
 {
     struct rpc_server *srv = s->srv;
     pthread_mutex_lock(&srv->lock);
-    srv->streams_active--;
-    srv->streams_public -= !s->m->internal;
-    srv->streams_watch -= s->m->watch;
+    if (!s->ending)
+        stream_leave_locked(srv, s);
+    srv->streams_alive--;
     pthread_cond_broadcast(&srv->cond);
     pthread_mutex_unlock(&srv->lock);
 }
@@ -430,11 +448,14 @@ static void stream_start(struct slot *s)
     if (!full && !watch_full && lmode) {
         srv->streams_active++;
         srv->streams_public += !internal;
+        srv->streams_alive++;
         s->counted = begin = true;
     } else if (!full && !watch_full) {
         srv->streams_active++;
         srv->streams_public += !internal;
         srv->streams_watch += watch;
+        srv->streams_alive++;
+        s->counted = true;
         s->job_next = NULL;
         if (srv->jobs_tail)
             srv->jobs_tail->job_next = s;
@@ -1086,7 +1107,7 @@ void rpc_server_shutdown(struct rpc_server *srv)
     grpc_completion_queue_destroy(scq);
 
     pthread_mutex_lock(&srv->lock);
-    while (srv->streams_active > 0) {
+    while (srv->streams_alive > 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += 1;

@@ -144,7 +144,8 @@ struct slot {
      * is bound to the notification queue and its batches carry loop tags;
      * lock guards these as the send queue. */
     bool lmode;
-    bool counted;                /* in streams_active */
+    bool counted;                /* in streams_alive (and streams_active) */
+    bool ending;                 /* its status started: out of streams_active */
     void *lstate;
     struct rpc_loop_tag recv_lt, send_lt, fin_lt;
     grpc_byte_buffer *lrecv;
@@ -205,12 +206,16 @@ struct rpc_server {
     size_t nmethods;
     atomic_bool stopping;
     bool started, shut;
-    pthread_mutex_t lock;        /* streams_active, the pool, health */
+    pthread_mutex_t lock;        /* the streams' counts, the pool, health */
     pthread_cond_t cond;         /* broadcast when a stream ends */
     pthread_cond_t health_cond;  /* broadcast on every health change */
-    int streams_active;          /* queued for the pool or running */
+    /* Streams against max_streams: queued for the pool or running, until
+     * their status is started (a client may open its next stream as soon
+     * as it has the last one's end, before that one's thread is back). */
+    int streams_active;
     int streams_public;          /* of those, of methods not internal */
     int streams_watch;           /* of those, health Watch streams */
+    int streams_alive;           /* counted, until their slot is given back */
     /* Stream thread pool, created at start: streams wait on job_cond. */
     pthread_t *pool;
     int npool;
@@ -289,7 +294,11 @@ void rpc_server__health_watch(void *arg, struct rpc_stream *st);
 void rpc_server__lstream_begin(struct slot *s);
 void rpc_server__lstream_refuse(struct slot *s, const struct rpc_status *st);
 void rpc_server__lstream_sweep(struct rpc_server *srv);
-/* rpc_server.c: a counted stream has ended (streams_active and the rest). */
+/* rpc_server.c: a counted stream's status is about to be started (it
+ * leaves streams_active and the rest; no-op for a stream not counted or
+ * already ending); a counted stream has ended (streams_alive, and the
+ * rest if it was not ending). */
+void rpc_server__stream_ending(struct slot *s);
 void rpc_server__stream_uncount(struct slot *s);
 
 /* rpc_server_budget.c: the request budget (see rpc_server.h).

@@ -482,6 +482,7 @@ static int finish(struct slot *s, grpc_status_code code, enum rpc_reason reason,
         msg = s->bad_msg;
     }
     rpc_server__call_done(s, code);
+    rpc_server__stream_ending(s);
     memset(ops, 0, sizeof ops);
     if (!s->md_sent) {
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -598,6 +599,7 @@ static void lsend_status(struct slot *s, const struct rpc_status *st)
     }
     s->finished = true;
     rpc_server__call_done(s, code);
+    rpc_server__stream_ending(s);
     memset(ops, 0, sizeof ops);
     if (!s->md_sent) {
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;

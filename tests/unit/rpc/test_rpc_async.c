@@ -539,6 +539,56 @@ START_TEST(sequential_streams_reuse_the_pool_threads)
 }
 END_TEST
 
+/* A handler that answers one message, finishes, and keeps its thread a
+ * while longer (work after its status, as a handler closing its channels
+ * does). */
+static struct {
+    atomic_int running, most;
+} linger;
+
+static void linger_stream(void *arg, struct rpc_stream *st)
+{
+    const uint8_t *buf;
+    size_t len;
+    (void)arg;
+    int now = atomic_fetch_add(&linger.running, 1) + 1;
+    if (now > atomic_load(&linger.most))
+        atomic_store(&linger.most, now);
+    if (rpc_stream_read(st, &buf, &len) > 0)
+        rpc_stream_write_slice(st, grpc_slice_from_copied_buffer((const char *)buf, len));
+    rpc_stream_finish(st, GRPC_STATUS_OK, "%s", "");
+    usleep(100 * 1000);
+    atomic_fetch_sub(&linger.running, 1);
+}
+
+/* A client that has a stream's end opens the next one at once: with one
+ * stream allowed, the next is not refused because the ended one's thread
+ * is not back yet; it waits for that thread, so that no more handlers run
+ * than max_streams. */
+START_TEST(a_stream_whose_client_has_its_end_no_longer_counts)
+{
+    struct fixture f;
+    struct rpc_status st;
+    atomic_store(&linger.running, 0);
+    atomic_store(&linger.most, 0);
+    start_stream(&f, linger_stream, (struct rpc_server_config){.max_streams = 1});
+    for (int i = 0; i < 5; i++) {
+        struct rpc_cstream *cs = rpc_cstream_open(f.ch, ADD_STREAM, 5000);
+        grpc_slice sl;
+        ck_assert_ptr_nonnull(cs);
+        write_id(cs, i, 0);
+        ck_assert_int_eq(rpc_cstream_close_send(cs), 0);
+        ck_assert_int_eq(rpc_cstream_read(cs, &sl), 1);
+        ck_assert_int_eq(answer_id(sl), i);
+        ck_assert_int_eq(rpc_cstream_read(cs, &sl), 0);
+        int rc = rpc_cstream_finish(cs, &st);
+        ck_assert_msg(rc == 0, "stream %d: %d %s", i, st.code, st.message);
+    }
+    ck_assert_int_eq(atomic_load(&linger.most), 1);
+    stop(&f);
+}
+END_TEST
+
 /* ---- answers posted from other threads ---- */
 
 /* A stand-in for a commit loop: requests handed over by a stream handler
@@ -993,6 +1043,7 @@ Suite *rpc_async_suite(void)
     tcase_add_test(tc, deferred_calls_past_the_bound_are_refused);
     tcase_add_test(tc, only_a_unary_handlers_reply_can_be_deferred);
     tcase_add_test(tc, sequential_streams_reuse_the_pool_threads);
+    tcase_add_test(tc, a_stream_whose_client_has_its_end_no_longer_counts);
     tcase_add_test(tc, answers_posted_from_another_thread_while_the_handler_reads);
     tcase_add_test(tc, finish_sends_pending_posts_first);
     tcase_add_test(tc, handler_return_sends_pending_posts_first);

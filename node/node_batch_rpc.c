@@ -221,8 +221,47 @@ static void entry_done(void *arg, int rc)
         rpc_stream_release(st);
 }
 
-/* Apply entry k (unless msg_prepare refused it): a read at once, a write
- * submitted to the store, its outcome in entry_done. */
+struct prefetch {
+    const struct bf_hash *h;
+    size_t n;
+};
+
+static void prefetch_read(const struct bf *f, void *ctx)
+{
+    const struct prefetch *p = ctx;
+    for (size_t i = 0; i < p->n; i++)
+        bf_prefetch_hash(f, p->h[i]);
+}
+
+/* Entries looked up and their bits' lines asked for this many entries
+ * ahead of the one applied.  A router's message holds an entry for each
+ * shard its keys fell in, mostly of one or two keys when a filter has many
+ * shards; each filter call prefetches only within its own keys, so without
+ * this every entry would wait for its line from memory in turn. */
+#define BATCH_AHEAD 8
+
+/* Find entry k's shard (unless msg_prepare refused it), decode and check
+ * its hashes, hold the shard in b->sf[k] and start loading the lines its
+ * hashes touch.  A refusal goes into b->rep[k]. */
+static void msg_find(struct batch_msg *b, size_t k)
+{
+    const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
+    size_t cnt = e->hashes.len / NODE_CLIENT_HASH_LEN;
+    struct bf_hash *h = b->h + b->off[k];
+
+    if (b->rep[k].st.code != GRPC_STATUS_OK)
+        return;
+    b->sf[k] = node_rpc__shard_check(b->s, op_of(e->op), e->filter, e->shard_index,
+                                     e->hashes.data, cnt, true, e->secret_id, h,
+                                     &b->rep[k]);
+    if (b->sf[k] && cnt) {
+        struct prefetch p = {.h = h, .n = cnt};
+        store_filter_read(b->sf[k], prefetch_read, &p);
+    }
+}
+
+/* Apply entry k, found by msg_find: a read at once (its shard let go), a
+ * write submitted to the store, its outcome in entry_done. */
 static void msg_apply(struct batch_msg *b, size_t k)
 {
     const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
@@ -231,22 +270,22 @@ static void msg_apply(struct batch_msg *b, size_t k)
     size_t cnt = e->hashes.len / NODE_CLIENT_HASH_LEN;
     struct bf_hash *h = b->h + b->off[k];
     bool *out = b->out + b->off[k];
+    struct store_filter *sf = b->sf[k];
     char err[STORE_ERRLEN] = "";
 
-    if (r->st.code != GRPC_STATUS_OK)
-        return;
-    if (op == OP_MAY_CONTAIN) {
-        node_rpc__shard_hashes(b->s, op, e->filter, e->shard_index, e->hashes.data,
-                               cnt, true, e->secret_id, h, out, &b->version[k], r);
-        return;
-    }
-    struct store_filter *sf = node_rpc__shard_check(b->s, op, e->filter, e->shard_index,
-                                                    e->hashes.data, cnt, true,
-                                                    e->secret_id, h, r);
     if (!sf)
         return;
+    if (op == OP_MAY_CONTAIN) {
+        int rc = store_may_contain_hashes(sf, h, cnt, out);
+        if (rc < 0)
+            node_rpc__shard_store_error(r, sf, e->filter, e->shard_index, rc, "");
+        else
+            b->version[k] = node_rpc__shard_version(sf);
+        store_put(sf);
+        b->sf[k] = NULL;
+        return;
+    }
     b->ctx[k] = (struct entry_ctx){.b = b, .k = k};
-    b->sf[k] = sf;
     /* Counted first: the completion may come before the call returns. */
     pthread_mutex_lock(&b->bs->mu);
     b->pending++;
@@ -417,8 +456,13 @@ static int batch_message(void *state, const uint8_t *buf, size_t len,
      * (store_log_hold_begin; their completions run at its end). */
     if (b->writes && b->s)
         store_log_hold_begin(b->s);
-    for (size_t k = 0; k < b->n; k++)
+    for (size_t k = 0; k < b->n && k < BATCH_AHEAD; k++)
+        msg_find(b, k);
+    for (size_t k = 0; k < b->n; k++) {
+        if (k + BATCH_AHEAD < b->n)
+            msg_find(b, k + BATCH_AHEAD);
         msg_apply(b, k);
+    }
     if (b->writes && b->s)
         store_log_hold_end(b->s);
     unsigned holds = 0;

@@ -270,6 +270,56 @@ static void batch_stream(struct node_proc *holder)
           "wrong shard: %d %s", r->results[1]->code, r->results[1]->message);
     bloomgrid__v1__batch_response__free_unpacked(r, NULL);
 
+    /* A message of many entries (more than the node looks ahead): adds of
+     * new hashes, entries of a shard not held between them, then reads of
+     * the same hashes later in the same message; every entry answers on
+     * its own, the reads see the adds before them. */
+    enum { NADD = 10, NMISS = 3 };
+    uint8_t many[NADD][16];
+    Bloomgrid__V1__BatchEntry me[2 * NADD + NMISS], *mp[2 * NADD + NMISS];
+    for (int i = 0; i < NADD; i++)
+        for (int b = 0; b < 16; b++)
+            many[i][b] = b < 8 ? (uint8_t)(0x40 + i) : (uint8_t)(h2 >> (8 * (b - 8)));
+    for (int i = 0; i < 2 * NADD + NMISS; i++) {
+        bloomgrid__v1__batch_entry__init(&me[i]);
+        mp[i] = &me[i];
+        me[i].filter = "part";
+        if (i >= NADD && i < NADD + NMISS) {
+            me[i].shard_index = 3;
+            me[i].op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
+            me[i].hashes.data = many[0];
+            me[i].hashes.len = 16;
+            continue;
+        }
+        int j = i < NADD ? i : i - NADD - NMISS;
+        me[i].shard_index = (uint32_t)other;
+        me[i].op = i < NADD ? BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD
+                            : BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
+        me[i].hashes.data = many[j];
+        me[i].hashes.len = 16;
+    }
+    rq.id = 50;
+    rq.n_entries = 2 * NADD + NMISS;
+    rq.entries = mp;
+    r = batch_once(cs, &rq);
+    CHECK(r && r->id == 50 && r->n_results == 2 * NADD + NMISS, "many entries: %zu results",
+          r ? r->n_results : 0);
+    for (int i = 0; i < 2 * NADD + NMISS; i++) {
+        const Bloomgrid__V1__ShardResult *x = r->results[i];
+        if (i >= NADD && i < NADD + NMISS) {
+            CHECK(x->shard_index == 3 && x->code == GRPC_STATUS_NOT_FOUND,
+                  "entry %d: code %d: %s", i, x->code, x->message);
+            continue;
+        }
+        CHECK(x->shard_index == (uint32_t)other && x->code == 0 && x->n_results == 1,
+              "entry %d: code %d (%s), %zu results", i, x->code, x->message, x->n_results);
+        if (i >= NADD)
+            CHECK(x->results[0], "entry %d: a read after its add in one message missed it",
+                  i);
+    }
+    bloomgrid__v1__batch_response__free_unpacked(r, NULL);
+    rq.entries = ents;
+
     /* Messages sent before the last is answered (a router keeps two writes
      * in flight): answered in request order, a read after a write sees
      * it, and a malformed message ends the stream after the answers of

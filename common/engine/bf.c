@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 
 #define XXH_INLINE_ALL
@@ -282,28 +281,19 @@ int bf__layer_init(struct bf_layer *l, enum bf_kind kind, uint64_t capacity,
     l->nblocks = m / BF_BLOCK_BITS;
     uint64_t bytes = bf_body_bytes(kind, m);
     l->words = bytes / 8;
-    /* Whole 2 MiB pages for big bodies so transparent huge pages can back them. */
-    size_t map = bytes >= (2u << 20) ? (size_t)((bytes + (2u << 20) - 1) & ~((2ULL << 20) - 1))
-                                     : (size_t)bytes;
-    void *mem = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) {
+    int rc = bf__body_alloc(l, bytes);
+    if (rc < 0) {
         errmsg_set(err, "cannot allocate %llu bytes for the filter: %s",
-                   (unsigned long long)bytes, strerror(errno));
+                   (unsigned long long)bytes, strerror(-rc));
         return -ENOMEM;
     }
-    if (map >= (2u << 20))
-        (void)madvise(mem, map, MADV_HUGEPAGE);
-    l->body = mem;
-    l->map_bytes = map;
     return 0;
 }
 
 void bf__layer_deinit(struct bf_layer *l)
 {
     bf__layer_untrack(l);
-    if (l->body)
-        munmap(l->body, l->map_bytes);
-    l->body = NULL;
+    bf__body_free(l);
 }
 
 static void layer_params(uint64_t capacity, double p, double growth, double tightening,

@@ -307,6 +307,11 @@ int bf_layer_info(const struct bf *f, uint32_t i, struct bf_layer_info *out);
  * pointer stays owned by the filter. */
 uint64_t *bf_layer_body(struct bf *f, uint32_t i);
 const uint64_t *bf_layer_body_const(const struct bf *f, uint32_t i);
+/* Bodies of less than 2 MiB are cut from chunks of 2 MiB shared by the
+ * process's filters and advised for transparent huge pages, so that many
+ * small filters or shards do not miss the TLB on every key; bigger ones are
+ * mappings of their own in whole 2 MiB pages.  The chunks mapped now. */
+size_t bf_body_chunks(void);
 
 /* Scan the bits and compute estimates. */
 void bf_stats(const struct bf *f, struct bf_stats *out);

@@ -17,8 +17,9 @@ struct bf_layer {
     uint8_t kmask;       /* one bit per probe among the first 8 (vector test) */
     uint64_t nblocks;    /* blocked kind: m / BF_BLOCK_BITS */
     uint64_t words;      /* 64-bit words in body */
-    uint64_t *body;      /* mmap'd, map_bytes long */
+    uint64_t *body;      /* bf__body_alloc's, map_bytes long */
     size_t map_bytes;
+    bool cut;            /* cut from a shared chunk (bf_mem.c) */
     uint64_t count;      /* adds that changed this layer; atomic */
     uint64_t *pver;      /* page versions (bf_track_pages): one per
                             BF_PAGE_BYTES of body, mmap'd; NULL when the
@@ -53,6 +54,11 @@ struct bf {
     pthread_mutex_t grow_lock;
     struct bf_layer layers[BF_MAX_LAYERS];
 };
+
+/* bf_mem.c: l->body (zeroed), l->map_bytes and l->cut for a body of
+ * bytes: 0 or -errno; and its release (nothing without a body). */
+int bf__body_alloc(struct bf_layer *l, uint64_t bytes);
+void bf__body_free(struct bf_layer *l);
 
 /* Geometry of scalable layer i of a filter with these parameters. */
 void bf__scalable_layer_params(const struct bf *f, uint32_t i, uint64_t *capacity,

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bf.h"
 #include "bf_file.h"
@@ -36,6 +37,122 @@ static size_t key_of(char *buf, const char *prefix, uint64_t i)
 {
     return (size_t)snprintf(buf, 48, "%s%llu", prefix, (unsigned long long)i);
 }
+
+/* ---- the memory of bodies ---- */
+
+#define HUGE ((uintptr_t)2 << 20)
+
+static uint64_t body_bytes_of(const struct bf *f)
+{
+    struct bf_layer_info li;
+    ck_assert_int_eq(bf_layer_info(f, 0, &li), 0);
+    return li.body_bytes;
+}
+
+/* The VmFlags of the mapping of /proc/self/smaps that holds p. */
+static void flags_of(const void *p, char *out, size_t len)
+{
+    FILE *fp = fopen("/proc/self/smaps", "r");
+    char line[512];
+    bool in = false;
+    out[0] = 0;
+    ck_assert_ptr_nonnull(fp);
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+            snprintf(out, len, "%s", line + 8);
+            break;
+        }
+    }
+    fclose(fp);
+}
+
+/* Small bodies share 2 MiB chunks advised for huge pages, none crosses a
+ * chunk's edge or another body, each keeps its own bits, and the chunks go
+ * when their bodies do; a body of 2 MiB or more is a mapping of its own. */
+START_TEST(small_bodies_share_huge_page_chunks)
+{
+    enum { N = 12, KEYS = 2000 };
+    size_t c0 = bf_body_chunks();
+    bool thp_built = access("/sys/kernel/mm/transparent_hugepage", F_OK) == 0;
+    struct bf *f[N];
+    char key[48];
+    for (int i = 0; i < N; i++)
+        f[i] = make(BF_KIND_BLOCKED, 300000, 0.01, NULL);
+    uint64_t bytes = body_bytes_of(f[0]);
+    ck_assert_uint_lt(bytes, HUGE);
+    ck_assert_uint_gt(bytes, HUGE / 8);
+    uint64_t units = (bytes + 4095) / 4096, per = 512 / units;
+    /* At most as many new chunks as N bodies need packed. */
+    ck_assert_uint_le(bf_body_chunks() - c0, (N + per - 1) / per);
+    ck_assert_uint_ge(bf_body_chunks(), c0 + 1);
+    for (int i = 0; i < N; i++) {
+        uintptr_t a = (uintptr_t)bf_layer_body_const(f[i], 0);
+        ck_assert_uint_eq(a % 4096, 0);
+        ck_assert_msg(a / HUGE == (a + bytes - 1) / HUGE, "body %d crosses a chunk's edge", i);
+        for (int j = 0; j < i; j++) {
+            uintptr_t b = (uintptr_t)bf_layer_body_const(f[j], 0);
+            ck_assert_msg(a + bytes <= b || b + bytes <= a, "bodies %d and %d overlap", i, j);
+        }
+        /* (A kernel without transparent huge pages takes no such advice.) */
+        char fl[512];
+        flags_of((const void *)a, fl, sizeof fl);
+        ck_assert_msg(strstr(fl, " hg") != NULL || !thp_built, "body %d: no huge page "
+                      "advice: %s", i, fl);
+    }
+    /* Keys in every other filter only: the others stay empty. */
+    for (int i = 0; i < N; i += 2)
+        for (uint64_t k = 0; k < KEYS; k++)
+            bf_add(f[i], key, key_of(key, "m", k));
+    for (int i = 0; i < N; i++) {
+        struct bf_stats st;
+        bf_stats(f[i], &st);
+        if (i % 2) {
+            ck_assert_uint_eq(st.set, 0);
+            continue;
+        }
+        ck_assert_uint_gt(st.set, 0);
+        for (uint64_t k = 0; k < KEYS; k++)
+            ck_assert(bf_may_contain(f[i], key, key_of(key, "m", k)));
+    }
+    for (int i = 0; i < N; i++)
+        bf_destroy(f[i]);
+    ck_assert_uint_eq(bf_body_chunks(), c0);
+
+    /* A body of 2 MiB or more takes no chunk. */
+    struct bf *big = make(BF_KIND_BLOCKED, 4000000, 0.01, NULL);
+    ck_assert_uint_ge(body_bytes_of(big), HUGE);
+    ck_assert_uint_eq(bf_body_chunks(), c0);
+    bf_add(big, "x", 1);
+    ck_assert(bf_may_contain(big, "x", 1));
+    bf_destroy(big);
+}
+END_TEST
+
+/* A freed body's units, cut again for a new filter while another body
+ * keeps their chunk, read as zeros. */
+START_TEST(a_body_cut_again_reads_zero)
+{
+    char key[48];
+    struct bf *keep = make(BF_KIND_BLOCKED, 300000, 0.01, NULL);
+    struct bf *a = make(BF_KIND_COUNTING, 50000, 0.01, NULL);
+    const void *where = bf_layer_body_const(a, 0);
+    uint64_t bytes = body_bytes_of(a);
+    for (uint64_t k = 0; k < 20000; k++)
+        bf_add(a, key, key_of(key, "z", k));
+    bf_destroy(a);
+    struct bf *b = make(BF_KIND_COUNTING, 50000, 0.01, NULL);
+    ck_assert_ptr_eq(bf_layer_body_const(b, 0), where);
+    const uint64_t *w = bf_layer_body_const(b, 0);
+    for (uint64_t i = 0; i < bytes / 8; i++)
+        ck_assert_msg(w[i] == 0, "word %llu of a body cut again is %llx",
+                      (unsigned long long)i, (unsigned long long)w[i]);
+    bf_destroy(b);
+    bf_destroy(keep);
+}
+END_TEST
 
 START_TEST(hash_known_answers)
 {
@@ -1155,6 +1272,8 @@ Suite *bf_suite(void)
     tcase_add_test(tc, merge_refuses_every_mismatch);
     tcase_add_test(tc, params_are_checked);
     tcase_add_test(tc, like_shares_fingerprint);
+    tcase_add_test(tc, small_bodies_share_huge_page_chunks);
+    tcase_add_test(tc, a_body_cut_again_reads_zero);
     tcase_add_test(tc, no_false_negatives_blocked);
     tcase_add_test(tc, no_false_negatives_classic);
     tcase_add_test(tc, no_false_negatives_counting);

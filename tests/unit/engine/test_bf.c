@@ -131,6 +131,61 @@ START_TEST(small_bodies_share_huge_page_chunks)
 }
 END_TEST
 
+/* Threads making and freeing small filters at once: each new body reads
+ * as zeros (no two filters share units) and keeps its keys, and every
+ * chunk is gone at the end. */
+struct bodies_run {
+    int t;
+    int bad;              /* filters made dirty, keys lost, creates failed */
+};
+
+static void *bodies_thread(void *arg)
+{
+    struct bodies_run *r = arg;
+    char key[48], prefix[16], err[BF_ERRLEN];
+    uint64_t x = 0x9e3779b97f4a7c15ULL * (uint64_t)(r->t + 1);
+    for (int it = 0; it < 60; it++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        struct bf_params pr = {.kind = BF_KIND_BLOCKED, .capacity = 1000 + x % 200000,
+                               .error_rate = 0.01};
+        struct bf *f = bf_create(&pr, err);
+        if (!f) {
+            r->bad++;
+            continue;
+        }
+        struct bf_stats st;
+        bf_stats(f, &st);
+        r->bad += st.set != 0;
+        snprintf(prefix, sizeof prefix, "t%d.%d.", r->t, it);
+        for (uint64_t k = 0; k < 200; k++)
+            bf_add(f, key, key_of(key, prefix, k));
+        for (uint64_t k = 0; k < 200; k++)
+            r->bad += !bf_may_contain(f, key, key_of(key, prefix, k));
+        bf_destroy(f);
+    }
+    return NULL;
+}
+
+START_TEST(bodies_made_and_freed_from_many_threads)
+{
+    enum { T = 4 };
+    size_t c0 = bf_body_chunks();
+    pthread_t th[T];
+    struct bodies_run r[T];
+    for (int t = 0; t < T; t++) {
+        r[t] = (struct bodies_run){.t = t};
+        ck_assert_int_eq(pthread_create(&th[t], NULL, bodies_thread, &r[t]), 0);
+    }
+    for (int t = 0; t < T; t++) {
+        pthread_join(th[t], NULL);
+        ck_assert_msg(r[t].bad == 0, "thread %d: %d bad filters or keys", t, r[t].bad);
+    }
+    ck_assert_uint_eq(bf_body_chunks(), c0);
+}
+END_TEST
+
 /* A freed body's units, cut again for a new filter while another body
  * keeps their chunk, read as zeros. */
 START_TEST(a_body_cut_again_reads_zero)
@@ -1274,6 +1329,7 @@ Suite *bf_suite(void)
     tcase_add_test(tc, like_shares_fingerprint);
     tcase_add_test(tc, small_bodies_share_huge_page_chunks);
     tcase_add_test(tc, a_body_cut_again_reads_zero);
+    tcase_add_test(tc, bodies_made_and_freed_from_many_threads);
     tcase_add_test(tc, no_false_negatives_blocked);
     tcase_add_test(tc, no_false_negatives_classic);
     tcase_add_test(tc, no_false_negatives_counting);

@@ -677,9 +677,10 @@ static void case_streams(void)
     /* Four Imports that sent a first message and wait take every stream.
      * A MayContain made after them on the same connection may be answered
      * before the router has taken them all: streams and unary calls
-     * arrive on different queues, served by different threads.  A held Import the router comes to after the fifth is
-     * refused, and the fifth gets its stream; that round is ended, the
-     * refusal checked, and the four held again. */
+     * arrive on different queues, served by different threads.  A held
+     * Import the router comes to after the fifth is refused, and the fifth
+     * gets its stream; that round is ended, the refusal checked, and the
+     * four held again. */
     struct rpc_cstream *held[4];
     char **k = keys_make("k", 0, 10);
     bool out[10];

@@ -4,7 +4,7 @@
  *
  * The stream is driven by its messages (struct rpc_loop_stream): the
  * node's event loop reads one BatchRequest, applies every entry
- * exactly as the one-shard call would (node_rpc__shard_hashes: placement,
+ * exactly as the one-shard call would (node_rpc__shard_check, then _apply: placement,
  * secret id, state) and answers with a BatchResponse of the same id and
  * one ShardResult per entry.  The answers of a stream come in request
  * order, and a router that keeps reads and writes on separate streams gets
@@ -276,13 +276,9 @@ static void msg_apply(struct batch_msg *b, size_t k)
     if (!sf)
         return;
     if (op == OP_MAY_CONTAIN) {
-        int rc = store_may_contain_hashes(sf, h, cnt, out);
-        if (rc < 0)
-            node_rpc__shard_store_error(r, sf, e->filter, e->shard_index, rc, "");
-        else
-            b->version[k] = node_rpc__shard_version(sf);
-        store_put(sf);
         b->sf[k] = NULL;
+        node_rpc__shard_apply(sf, op, e->filter, e->shard_index, h, cnt, out,
+                              &b->version[k], r);
         return;
     }
     b->ctx[k] = (struct entry_ctx){.b = b, .k = k};

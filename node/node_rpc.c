@@ -380,42 +380,47 @@ void node_rpc__shard_store_error(struct rpc_reply *r, struct store_filter *sf,
     node_rpc__store_error(r, sf, label, rc, err);
 }
 
+int node_rpc__shard_apply(struct store_filter *sf, enum key_op op, const char *filter,
+                          unsigned index, const struct bf_hash *h, size_t cnt, bool *out,
+                          uint64_t *version, struct rpc_reply *r)
+{
+    char err[STORE_ERRLEN] = "";
+    int src = 0;
+    /* cnt 0 still asks the store, which refuses a Remove on a kind without
+     * counters as it would with keys. */
+    switch (op) {
+    case OP_ADD:
+        src = store_add_hashes(sf, h, cnt, out, err);
+        break;
+    case OP_MAY_CONTAIN:
+        src = store_may_contain_hashes(sf, h, cnt, out);
+        break;
+    case OP_REMOVE:
+        src = store_remove_hashes(sf, h, cnt, out, err);
+        break;
+    }
+    int rc = 0;
+    if (src < 0) {
+        node_rpc__shard_store_error(r, sf, filter, index, src, err);
+        rc = -1;
+    } else {
+        *version = node_rpc__shard_version(sf);
+    }
+    store_put(sf);
+    return rc;
+}
+
 int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
                            unsigned index, const uint8_t *data, size_t cnt,
                            bool check_shard, uint64_t secret_id,
                            struct bf_hash *h, bool *out, uint64_t *version,
                            struct rpc_reply *r)
 {
-    char err[STORE_ERRLEN] = "";
     struct store_filter *sf = node_rpc__shard_check(s, op, filter, index, data, cnt,
                                                     check_shard, secret_id, h, r);
-    int rc = -1;
     if (!sf)
         return -1;
-    int src = 0;
-    {   /* cnt 0 still asks the store, which refuses a Remove on a kind
-         * without counters as it would with keys. */
-        switch (op) {
-        case OP_ADD:
-            src = store_add_hashes(sf, h, cnt, out, err);
-            break;
-        case OP_MAY_CONTAIN:
-            src = store_may_contain_hashes(sf, h, cnt, out);
-            break;
-        case OP_REMOVE:
-            src = store_remove_hashes(sf, h, cnt, out, err);
-            break;
-        }
-    }
-    if (src < 0) {
-        node_rpc__shard_store_error(r, sf, filter, index, src, err);
-        goto out;
-    }
-    *version = node_rpc__shard_version(sf);
-    rc = 0;
-out:
-    store_put(sf);
-    return rc;
+    return node_rpc__shard_apply(sf, op, filter, index, h, cnt, out, version, r);
 }
 
 /* ---- replies ---- */

@@ -225,6 +225,13 @@ int node_rpc__shard_hashes(struct store *s, enum key_op op, const char *filter,
                            struct bf_hash *h, bool *out, uint64_t *version,
                            struct rpc_reply *r);
 
+/* The second half of node_rpc__shard_hashes: apply op to the cnt hashes h
+ * on sf (held, let go here), out[i] and *version as there.  Returns 0, or
+ * -1 with r set to the shard's error. */
+int node_rpc__shard_apply(struct store_filter *sf, enum key_op op, const char *filter,
+                          unsigned index, const struct bf_hash *h, size_t cnt, bool *out,
+                          uint64_t *version, struct rpc_reply *r);
+
 /* The first half of node_rpc__shard_hashes, for callers that apply op
  * themselves (node_batch_rpc.c, with the store's _async writes): find the
  * shard, decode the hashes into h and check

@@ -3,8 +3,8 @@
  * counters of it.
  *
  * The stream is driven by its messages (struct rpc_loop_stream): the
- * node's event loop reads one BatchRequest, applies every entry
- * exactly as the one-shard call would (node_rpc__shard_check, then _apply: placement,
+ * node's event loop reads one BatchRequest, applies every entry exactly as
+ * the one-shard call would (node_rpc__shard_check, then _apply: placement,
  * secret id, state) and answers with a BatchResponse of the same id and
  * one ShardResult per entry.  The answers of a stream come in request
  * order, and a router that keeps reads and writes on separate streams gets

@@ -330,6 +330,12 @@ static int create_params(const struct resp_call *c, struct bf_params *p,
                          struct rpc_reply *r)
 {
     memset(p, 0, sizeof *p);
+    if (c->create.shards > 1) {
+        rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT, "SHARDS %u: a node's door "
+                        "makes filters of one shard (a filter of many shards is "
+                        "made through a router)", c->create.shards);
+        return -1;
+    }
     p->capacity = c->create.capacity;
     p->error_rate = c->create.error_rate;
     p->kind = c->create.nonscaling ? BF_KIND_BLOCKED : BF_KIND_SCALABLE;

@@ -206,7 +206,9 @@ static int create(struct router *r, const struct resp_call *c, struct rpc_status
     }
     struct router_create cr = {.name = c->filter, .capacity = c->create.capacity,
                                .error_rate = c->create.error_rate, .kind = kind,
-                               .shards = (uint32_t)r->cfg.default_shards};
+                               .shards = c->create.shards
+                                             ? c->create.shards
+                                             : (uint32_t)r->cfg.default_shards};
     int rc = router_create_filter(r, &cr, &d, st);
     router_filter_desc_free(&d);
     if (rc == 0) {

@@ -693,6 +693,27 @@ static void cmd_bf_mexists(struct resp_conn *c, const struct resp_args *a)
     bf_exists(c, a, true, c->cur);
 }
 
+/* SHARDS n at a->argv[i] (not one of RedisBloom's: the shard count of a
+ * filter the command creates).  False once the error is sent. */
+static bool shards_arg(struct resp_conn *c, const struct resp_command *cmd,
+                       const struct resp_args *a, size_t i, struct resp_bf_create *cr)
+{
+    long long v;
+
+    if (i + 1 == a->argc) {
+        fail_now(c, cmd, "ERR", "no shard count after SHARDS");
+        return false;
+    }
+    if (resp_arg_ll(a->argv[i + 1], a->argl[i + 1], &v) < 0 || v < 1 ||
+        v > RULES_SHARDS_MAX) {
+        fail_now(c, cmd, "ERR", "bad shard count (SHARDS takes 1 to %d)",
+                 RULES_SHARDS_MAX);
+        return false;
+    }
+    cr->shards = (unsigned)v;
+    return true;
+}
+
 static void cmd_bf_insert(struct resp_conn *c, const struct resp_args *a)
 {
     const struct resp_command *cmd = c->cur;
@@ -742,6 +763,11 @@ static void cmd_bf_insert(struct resp_conn *c, const struct resp_args *a)
                 cr.expansion = (unsigned)v;
                 cr.expansion_given = true;
             }
+        } else if (resp_arg_is(w, wl, "SHARDS")) {
+            if (!shards_arg(c, cmd, a, i, &cr))
+                return;
+            cr.given = true;
+            i++;
         } else if (resp_arg_is(w, wl, "NOCREATE")) {
             cr.allowed = false;
             cr.why_not = "NOCREATE was given";
@@ -782,7 +808,7 @@ static void cmd_bf_reserve(struct resp_conn *c, const struct resp_args *a)
     double d;
     long long v;
 
-    if (a->argc > 7) {
+    if (a->argc > 9) {
         fail_now(c, cmd, "ERR", "wrong number of arguments for 'bf.reserve' command");
         return;
     }
@@ -820,12 +846,16 @@ static void cmd_bf_reserve(struct resp_conn *c, const struct resp_args *a)
             cr.expansion = (unsigned)v;
             cr.expansion_given = true;
             i++;
+        } else if (resp_arg_is(a->argv[i], a->argl[i], "SHARDS")) {
+            if (!shards_arg(c, cmd, a, i, &cr))
+                return;
+            i++;
         } else {
             char sh[64];
             snprintf(sh, sizeof sh, "%.*s", (int)(a->argl[i] < 40 ? a->argl[i] : 40),
                      a->argv[i]);
             fail_now(c, cmd, "ERR", "unknown argument '%s' (BF.RESERVE key "
-                     "error_rate capacity [EXPANSION n] [NONSCALING])", sh);
+                     "error_rate capacity [EXPANSION n] [NONSCALING] [SHARDS n])", sh);
             return;
         }
     }
@@ -903,7 +933,8 @@ static void cmd_del(struct resp_conn *c, const struct resp_args *a)
 #define BF (RESP_CMD_FILTER | RESP_CMD_CALL)
 struct resp_command resp_bf_commands[] = {
     {"bf.reserve", -4, BF | RESP_CMD_WRITE, RESP_ROLE_ADMIN, cmd_bf_reserve, "bf",
-     "Creates a filter.", "key error_rate capacity [EXPANSION expansion] [NONSCALING]",
+     "Creates a filter.",
+     "key error_rate capacity [EXPANSION expansion] [NONSCALING] [SHARDS shards]",
      NULL, NULL, NULL},
     {"bf.add", 3, BF | RESP_CMD_WRITE | RESP_CMD_FAST, RESP_ROLE_WRITE, cmd_bf_add,
      "bf", "Adds an item (1: newly added; 0: may have existed).", "key item", NULL,
@@ -913,7 +944,7 @@ struct resp_command resp_bf_commands[] = {
     {"bf.insert", -4, BF | RESP_CMD_WRITE, RESP_ROLE_WRITE, cmd_bf_insert, "bf",
      "Adds items, creating the filter with these options if it is missing.",
      "key [CAPACITY capacity] [ERROR error] [EXPANSION expansion] [NOCREATE] "
-     "[NONSCALING] ITEMS item [item ...]", NULL, NULL, NULL},
+     "[NONSCALING] [SHARDS shards] ITEMS item [item ...]", NULL, NULL, NULL},
     {"bf.exists", 3, BF | RESP_CMD_READONLY | RESP_CMD_FAST, RESP_ROLE_READ,
      cmd_bf_exists, "bf", "1: the item may exist; 0: it definitely does not "
      "(a missing filter is an error).", "key item", NULL, NULL, NULL},

@@ -100,13 +100,16 @@ struct resp_bf_create {
     bool allowed;          /* ADD: create the filter when it is missing
                               (role, resp_autocreate and NOCREATE
                               checked); RESERVE: true */
-    bool given;            /* BF.RESERVE, or BF.INSERT with CAPACITY or
-                              ERROR: the parameters below were asked for */
+    bool given;            /* BF.RESERVE, or BF.INSERT with CAPACITY, ERROR
+                              or SHARDS: the parameters below were asked for */
     double error_rate;     /* given, or the backend's default */
     uint64_t capacity;
     unsigned expansion;    /* scaling: growth per layer (RedisBloom's 2) */
     bool nonscaling;       /* NONSCALING given */
     bool expansion_given;  /* EXPANSION given */
+    unsigned shards;       /* SHARDS given (1..RULES_SHARDS_MAX): the
+                              filter's shard count; 0: the door's own
+                              (a router's default_shards, a node's 1) */
     const char *why_not;   /* ADD, not allowed: why (for the error) */
 };
 

@@ -41,6 +41,22 @@ TABLE = [
      "(error) ERR no expansion\n(error) ERR bad expansion\n"
      "(error) Nonscaling filters cannot expand\n"
      "(error) ERR wrong number of arguments for 'bf.reserve' command\n", SAME),
+    ("reserve shards", ["BF.RESERVE s1 0.01 100 NONSCALING SHARDS 1",
+                        "BF.RESERVE s2 0.01 100 SHARDS 2", "BF.RESERVE s2 0.01 100 SHARDS 0",
+                        "BF.RESERVE s2 0.01 100 SHARDS 4097",
+                        "BF.RESERVE s2 0.01 100 SHARDS", "BF.INSERT s2 SHARDS 3 ITEMS a",
+                        "BF.INSERT s1 SHARDS 3 ITEMS a", "BF.INSERT s1 SHARDS x ITEMS a",
+                        "BF.EXISTS s2 a"], False,
+     "OK\n(error) ERR SHARDS 2: a node's door makes filters of one shard (a filter "
+     "of many shards is made through a router)\n"
+     "(error) ERR bad shard count (SHARDS takes 1 to 4096)\n"
+     "(error) ERR bad shard count (SHARDS takes 1 to 4096)\n"
+     "(error) ERR no shard count after SHARDS\n"
+     "(error) ERR SHARDS 3: a node's door makes filters of one shard (a filter "
+     "of many shards is made through a router)\n"
+     "1) (integer) 1\n(error) ERR bad shard count (SHARDS takes 1 to 4096)\n"
+     "(error) ERR not found: filter \"s2\" does not exist (a read of a missing "
+     "filter is an error here, never 0: docs/RESP.md)\n", OURS),
     ("add and exists", ["BF.RESERVE a1 0.01 1000", "BF.ADD a1 k1", "BF.ADD a1 k1",
                         "BF.EXISTS a1 k1", "BF.EXISTS a1 k2"], False,
      "OK\n(integer) 1\n(integer) 0\n(integer) 1\n(integer) 0\n", SAME),

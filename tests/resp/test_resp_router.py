@@ -22,6 +22,9 @@ usage: test_resp_router.py NODE_BIN ROUTER_BIN PART
           error; then redis-benchmark (50 connections one command each, one
           connection 32 pipelined) with BF.ADD and BF.EXISTS on the door of
           a router: no error reply, and the router counted every command
+  shards  BF.RESERVE and BF.INSERT with SHARDS n make filters of n shards
+          (the CLI's info), the router's default_shards without it; a bad
+          count is an error that creates nothing
   budget  the keys a command holds count against the router's max_memory_mb:
           with the node stopped, adds past it are answered OOM naming it,
           and every charge is given back once the calls end
@@ -54,6 +57,7 @@ usage: test_resp_router.py NODE_BIN ROUTER_BIN PART
           naming the bound (the add: nothing written), the PING after them
           answers, and nothing of the bounded adds was written
 """
+import os
 import random
 import re
 import signal
@@ -69,6 +73,8 @@ import resplib
 import routerlib
 
 NODE, ROUTER, PART = sys.argv[1], sys.argv[2], sys.argv[3]
+CLI = os.environ.get("BLOOMGRID_CLI") or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(ROUTER))), "cli", "bloomgrid")
 work = resplib.workdir("resp-router-%s-" % PART)
 
 
@@ -436,6 +442,44 @@ def part_bench():
         print("redis-benchmark: every command answered, no error")
     finally:
         cl.stop()
+
+
+def shards_of(s, name):
+    """The shard count of filter name, as the CLI reads it through router s."""
+    r = subprocess.run([CLI, "--server", s.addr, "info", name], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == 0, "bloomgrid info %s: %s" % (name, r.stdout + r.stderr))
+    return int(re.search(r"^shards: *(\d+)$", r.stdout, re.M).group(1))
+
+
+def part_shards():
+    cl, s, _, c = metered_cluster(3, "--default-shards", "8")
+    try:
+        shards_given(s, c)
+    finally:
+        cl.stop()
+
+
+def shards_given(s, c):
+    """SHARDS n of BF.RESERVE and BF.INSERT makes a filter of n shards, the
+    router's default_shards (8 here) without it; a bad count is an error that
+    creates nothing."""
+    c.execute_command("BF.RESERVE", "three", 0.01, 10000, "NONSCALING", "SHARDS", 3)
+    c.execute_command("BF.RESERVE", "eight", 0.01, 10000, "NONSCALING")
+    check(c.execute_command("BF.INSERT", "five", "SHARDS", 5, "NONSCALING", "ITEMS",
+                            "x", "y") == [1, 1], "BF.INSERT creating five")
+    check(c.execute_command("BF.INSERT", "five", "SHARDS", 2, "ITEMS", "z") == [1],
+          "BF.INSERT into five, made")
+    for name, want in (("three", 3), ("five", 5), ("eight", 8)):
+        have = shards_of(s, name)
+        check(have == want, "filter %s has %d shards, want %d" % (name, have, want))
+    check(c.execute_command("BF.MEXISTS", "five", "x", "y", "z") == [1, 1, 1],
+          "five reads its keys")
+    expect_error(c, "bad shard count", "BF.RESERVE", "bad", 0.01, 100, "NONSCALING",
+                 "SHARDS", 4097)
+    expect_error(c, "bad shard count", "BF.INSERT", "bad", "SHARDS", 0, "ITEMS", "a")
+    expect_error(c, "does not exist", "BF.EXISTS", "bad", "a")
+    print("SHARDS: filters of 3 and 5 shards, 8 without it, bad counts refused")
 
 
 def part_budget():
@@ -944,6 +988,6 @@ def metric_value(text, name):
 
 
 {"kill": part_kill, "create": part_create, "bench": part_bench,
- "budget": part_budget, "pipeline": part_pipeline, "slow": part_slow,
+ "shards": part_shards, "budget": part_budget, "pipeline": part_pipeline, "slow": part_slow,
  "readjoin": part_readjoin, "inplace": part_inplace}[PART]()
 print("ok")

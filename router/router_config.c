@@ -25,7 +25,8 @@ static const struct setting settings[] = {
      "topology file naming the shard groups (docs/TOPOLOGY.md); SIGHUP "
      "re-reads it"},
     {"default_shards", SETTING_UINT, 1, RULES_SHARDS_MAX, NULL, "64", F(default_shards),
-     "shards of a filter created with shards = 0"},
+     "shards of a filter created with shards = 0, or at the Redis door "
+     "without SHARDS n"},
     {"node_timeout_ms", SETTING_UINT, 10, 600000, NULL, "5000", F(node_timeout_ms),
      "deadline of every call forwarded to a node"},
     {"read_failover_ms", SETTING_UINT, 10, 600000, NULL, "1000", F(read_failover_ms),

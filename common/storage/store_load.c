@@ -147,14 +147,17 @@ static int apply_page(struct bf *f, uint32_t layer, uint32_t index,
 }
 
 /* Hashes of consecutive add records of one filter gathered for one
- * bf_add_hashes_sweep_mt (a blocked filter's adds in block order, about
- * twice as fast as in arrival order on a 1 GB filter, on replay_threads()
- * threads over disjoint ranges of blocks): room for one hash per 512 bytes
- * of the first filter that gathers (with as much scratch, 1/16 of its
- * bits), at least REPLAY_SWEEP_MIN and at most REPLAY_SWEEP_MAX (64 MiB
- * with the scratch). */
+ * bf_add_hashes_sweep_mt (a blocked filter's adds in block order on
+ * replay_threads() threads over disjoint ranges of blocks): room for one
+ * hash per 768 bytes of the first filter that gathers, at least
+ * REPLAY_SWEEP_MIN and at most REPLAY_SWEEP_MAX.  A sweep of at least
+ * REPLAY_SWEEP_ASYNC hashes runs on a thread of its own while the next
+ * records are read and gathered into a second buffer of the same size:
+ * three buffers with the sweep's scratch, 1/16 of the first filter's bits
+ * and at most 64 MiB. */
 #define REPLAY_SWEEP_MIN (1u << 12)
-#define REPLAY_SWEEP_MAX (1u << 21)
+#define REPLAY_SWEEP_MAX ((64u << 20) / 3 / sizeof(struct bf_hash))
+#define REPLAY_SWEEP_ASYNC (1u << 15)
 #define REPLAY_THREADS_MAX 8
 
 /* Threads a replay's sweeps and a base's first touch of memory run on:
@@ -218,34 +221,83 @@ static void populate_bits(struct bf *f)
 }
 
 struct sweep {
-    struct bf_hash *v;           /* 2 * cap hashes, or NULL */
+    struct bf_hash *v;           /* the hashes being gathered (cap), or NULL */
+    struct bf_hash *spare;       /* the other buffer (cap) */
+    struct bf_hash *tmp;         /* a sweep's scratch (cap) */
+    void *mem;                   /* the three */
     size_t n, cap;
     struct bf *f;                /* whose hashes v holds */
     uint64_t seq;                /* the seq of the last record in it */
     bool off;                    /* no memory for it: add in order */
     unsigned threads;            /* replay_threads(), once v is made */
+    /* The sweep running on its own thread (sweep_wait ends it): its
+     * filter, hashes and seq. */
+    bool running;
+    pthread_t tid;
+    struct bf *jf;
+    struct bf_hash *jv;
+    size_t jn;
+    uint64_t jseq;
 };
 
-/* Apply the gathered hashes.  Their pages are stamped with the seq of the
- * last record among them: at or past each one's, so still after the
- * checkpoint they are replayed onto, and in its next delta. */
+/* Apply the hashes of the sweep's job.  Their pages are stamped with the
+ * seq of the last record among them: at or past each one's, so still after
+ * the checkpoint they are replayed onto, and in its next delta. */
+static void *sweep_job(void *arg)
+{
+    struct sweep *sw = arg;
+
+    bf_set_stamp(sw->jf, sw->jseq);
+    bf_add_hashes_sweep_mt(sw->jf, sw->jv, sw->jn, sw->tmp, sw->threads);
+    return NULL;
+}
+
+/* The sweep under way is over: its filter may be touched again. */
+static void sweep_wait(struct sweep *sw)
+{
+    if (sw->running)
+        pthread_join(sw->tid, NULL);
+    sw->running = false;
+}
+
+/* Apply the gathered hashes: a large gathering on a thread of its own
+ * (after the sweep before it), the next records going into the other
+ * buffer meanwhile; a small one here, once the one before it is over. */
 static void sweep_flush(struct sweep *sw)
 {
     if (sw->n) {
-        bf_set_stamp(sw->f, sw->seq);
-        bf_add_hashes_sweep_mt(sw->f, sw->v, sw->n, sw->v + sw->cap,
-                               sw->threads);
+        sweep_wait(sw);
+        sw->jf = sw->f;
+        sw->jv = sw->v;
+        sw->jn = sw->n;
+        sw->jseq = sw->seq;
+        if (sw->n >= REPLAY_SWEEP_ASYNC &&
+            pthread_create(&sw->tid, NULL, sweep_job, sw) == 0) {
+            sw->running = true;
+            sw->v = sw->spare;
+            sw->spare = sw->jv;
+        } else {
+            sweep_job(sw);
+        }
     }
     sw->n = 0;
     sw->f = NULL;
 }
 
-/* Apply what was gathered and let go of the memory. */
+/* Wait for the sweep under way and let go of the memory; what was
+ * gathered and not applied is dropped. */
+static void sweep_drop(struct sweep *sw)
+{
+    sweep_wait(sw);
+    free(sw->mem);
+    *sw = (struct sweep){.off = sw->off};
+}
+
+/* Apply what was gathered, wait for it, and let go of the memory. */
 static void sweep_end(struct sweep *sw)
 {
     sweep_flush(sw);
-    free(sw->v);
-    sw->v = NULL;
+    sweep_drop(sw);
 }
 
 /* Apply record seq (type, payload, len) to f, as store__replay_apply.
@@ -260,13 +312,16 @@ static int sweep_apply(struct sweep *sw, struct bf *f, uint64_t seq,
     if (type == WAL_REC_ADD && len % sizeof(struct bf_hash) == 0 &&
         bf_kind(f) == BF_KIND_BLOCKED && !sw->off) {
         if (!sw->v) {
-            uint64_t cap = bf_bytes(f) / 512;
+            uint64_t cap = bf_bytes(f) / 768;
             cap = cap < REPLAY_SWEEP_MIN ? REPLAY_SWEEP_MIN
                   : cap > REPLAY_SWEEP_MAX ? REPLAY_SWEEP_MAX : cap;
-            if (!(sw->v = malloc(2 * cap * sizeof(struct bf_hash)))) {
+            if (!(sw->mem = malloc(3 * cap * sizeof(struct bf_hash)))) {
                 sw->off = true;
                 goto direct;
             }
+            sw->v = sw->mem;
+            sw->spare = sw->v + cap;
+            sw->tmp = sw->v + 2 * cap;
             sw->cap = (size_t)cap;
             sw->threads = replay_threads();
         }
@@ -283,6 +338,7 @@ static int sweep_apply(struct sweep *sw, struct bf *f, uint64_t seq,
     }
 direct:
     sweep_flush(sw);
+    sweep_wait(sw);
     return store__replay_apply(f, seq, type, payload, len);
 }
 
@@ -689,7 +745,7 @@ static void replay_finish(struct replay *r)
 
 static void replay_free(struct replay *r)
 {
-    free(r->sw.v);
+    sweep_drop(&r->sw);
     for (size_t i = 0; i < r->n; i++)
         bf_destroy(r->v[i].f);
     free(r->v);

@@ -453,6 +453,9 @@ def shards_of(s, name):
 
 
 def part_shards():
+    """SHARDS n of BF.RESERVE and BF.INSERT makes a filter of n shards, the
+    router's default_shards (8 here) without it; a bad count is an error that
+    creates nothing."""
     cl, s, _, c = metered_cluster(3, "--default-shards", "8")
     try:
         shards_given(s, c)
@@ -461,9 +464,6 @@ def part_shards():
 
 
 def shards_given(s, c):
-    """SHARDS n of BF.RESERVE and BF.INSERT makes a filter of n shards, the
-    router's default_shards (8 here) without it; a bad count is an error that
-    creates nothing."""
     c.execute_command("BF.RESERVE", "three", 0.01, 10000, "NONSCALING", "SHARDS", 3)
     c.execute_command("BF.RESERVE", "eight", 0.01, 10000, "NONSCALING")
     check(c.execute_command("BF.INSERT", "five", "SHARDS", 5, "NONSCALING", "ITEMS",
@@ -988,6 +988,6 @@ def metric_value(text, name):
 
 
 {"kill": part_kill, "create": part_create, "bench": part_bench,
- "shards": part_shards, "budget": part_budget, "pipeline": part_pipeline, "slow": part_slow,
- "readjoin": part_readjoin, "inplace": part_inplace}[PART]()
+ "shards": part_shards, "budget": part_budget, "pipeline": part_pipeline,
+ "slow": part_slow, "readjoin": part_readjoin, "inplace": part_inplace}[PART]()
 print("ok")

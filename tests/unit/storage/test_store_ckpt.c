@@ -88,20 +88,27 @@ static void create(struct store *s, const char *name, enum bf_kind kind,
     ck_assert_msg(store_create(s, name, &p, err) == 0, "create: %s", err);
 }
 
-/* Keys [base, base + n), acknowledged (durable) on return. */
-static void add_range(struct store_filter *sf, uint64_t base, size_t n)
+/* Keys [base, base + n) in records of per (at most 4096) hashes, each
+ * acknowledged (durable) on return. */
+static void add_records(struct store_filter *sf, uint64_t base, size_t n, size_t per)
 {
-    struct bf_hash h[256];
+    static struct bf_hash h[4096];
     char err[STORE_ERRLEN];
 
+    ck_assert_uint_le(per, 4096);
     while (n) {
-        size_t k = n < 256 ? n : 256;
+        size_t k = n < per ? n : per;
         for (size_t i = 0; i < k; i++)
             h[i] = unit_hash_of(base + i);
         ck_assert_msg(store_add_hashes(sf, h, k, NULL, err) == 0, "add: %s", err);
         base += k;
         n -= k;
     }
+}
+
+static void add_range(struct store_filter *sf, uint64_t base, size_t n)
+{
+    add_records(sf, base, n, 256);
 }
 
 static size_t missing_range(struct store_filter *sf, uint64_t base, size_t n)
@@ -629,6 +636,39 @@ START_TEST(a_replayed_record_reaches_the_next_delta)
 }
 END_TEST
 
+/* The child pid killed itself (SIGKILL) rather than exit, which it does
+ * with a code saying what failed. */
+static void killed(pid_t pid)
+{
+    int status;
+
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status), "the child exited with %d",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+/* The bits of sf's layer 0 equal those of the filter file at path, and so
+ * do its counts of keys added, of inserts and of bits set. */
+static void same_bits(struct store_filter *sf, const char *path)
+{
+    char err[STORE_ERRLEN];
+    struct bf *got = store_filter_copy(sf), *want = bf_file_load(path, err, NULL);
+    struct bf_layer_info a, b;
+
+    ck_assert_ptr_nonnull(got);
+    ck_assert_msg(want != NULL, "%s", err);
+    ck_assert_int_eq(bf_layer_info(got, 0, &a), 0);
+    ck_assert_int_eq(bf_layer_info(want, 0, &b), 0);
+    ck_assert_uint_eq(a.body_bytes, b.body_bytes);
+    ck_assert_msg(memcmp(bf_layer_body_const(got, 0), bf_layer_body_const(want, 0),
+                         a.body_bytes) == 0, "the recovered bits of %s differ", path);
+    ck_assert_uint_eq(bf_keys_added(got), bf_keys_added(want));
+    ck_assert_uint_eq(bf_insert_count(got), bf_insert_count(want));
+    ck_assert_uint_eq(a.count, b.count);
+    bf_destroy(got);
+    bf_destroy(want);
+}
+
 /* Deltas of records after checkpoints, then the log, replayed at recovery
  * (sorted by block, on every CPU) give the filter the bits and counts it
  * had when it was killed: the export of the recovered filter is byte for
@@ -636,7 +676,6 @@ END_TEST
 START_TEST(records_deltas_after_checkpoints_replay_to_the_same_bits)
 {
     char dir[4200], saved[4300], err[STORE_ERRLEN];
-    int status;
 
     snprintf(dir, sizeof dir, "%s/deltas", tdir);
     snprintf(saved, sizeof saved, "%s/before-kill.bf", tdir);
@@ -644,9 +683,9 @@ START_TEST(records_deltas_after_checkpoints_replay_to_the_same_bits)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         struct store *s = open_at(dir);
-        /* 4.8 MB of bits: a replay gathers 9 400 hashes, enough for two
-         * threads of the sort. */
-        create(s, "f", BF_KIND_BLOCKED, 4000000);
+        /* 7.2 MB of bits: a replay gathers 9 300 hashes (one per 768
+         * bytes), enough for two threads of the sort. */
+        create(s, "f", BF_KIND_BLOCKED, 6000000);
         struct store_filter *sf = store_get(s, "f");
         add_range(sf, 0, 20000);
         if (store_filter_snapshot(sf, err) < 0)
@@ -670,67 +709,24 @@ START_TEST(records_deltas_after_checkpoints_replay_to_the_same_bits)
         kill(getpid(), SIGKILL);
         _exit(1);
     }
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFSIGNALED(status), "the child exited with %d",
-                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    killed(pid);
     struct store *s = open_at(dir);
     struct store_filter *sf = store_get(s, "f");
     ck_assert_int_eq(store_filter_state(sf, NULL), STORE_READY);
-    struct bf *got = store_filter_copy(sf), *want = bf_file_load(saved, err, NULL);
+    same_bits(sf, saved);
+    struct bf *got = store_filter_copy(sf);
     ck_assert_ptr_nonnull(got);
-    ck_assert_msg(want != NULL, "%s", err);
-    struct bf_layer_info a, b;
-    ck_assert_int_eq(bf_layer_info(got, 0, &a), 0);
-    ck_assert_int_eq(bf_layer_info(want, 0, &b), 0);
-    ck_assert_uint_eq(a.body_bytes, b.body_bytes);
-    ck_assert_msg(memcmp(bf_layer_body_const(got, 0), bf_layer_body_const(want, 0),
-                         a.body_bytes) == 0, "the recovered bits differ");
-    ck_assert_uint_eq(bf_keys_added(got), bf_keys_added(want));
     ck_assert_uint_eq(bf_keys_added(got), 110000 + 3 * 5000);
-    ck_assert_uint_eq(bf_insert_count(got), bf_insert_count(want));
-    ck_assert_uint_eq(a.count, b.count);
-    ck_assert_uint_eq(missing_range(sf, 0, 110000), 0);
     bf_destroy(got);
-    bf_destroy(want);
+    ck_assert_uint_eq(missing_range(sf, 0, 110000), 0);
     store_put(sf);
     store_close(s);
 }
 END_TEST
 
-/* Keys [base, base + n) in records of 4096 hashes, each durable. */
 static void add_batches(struct store_filter *sf, uint64_t base, size_t n)
 {
-    static struct bf_hash h[4096];
-    char err[STORE_ERRLEN];
-
-    while (n) {
-        size_t k = n < 4096 ? n : 4096;
-        for (size_t i = 0; i < k; i++)
-            h[i] = unit_hash_of(base + i);
-        ck_assert_msg(store_add_hashes(sf, h, k, NULL, err) == 0, "add: %s", err);
-        base += k;
-        n -= k;
-    }
-}
-
-/* The bits of sf's layer 0 equal those of the filter file at path, and its
- * count of keys added. */
-static void same_bits(struct store_filter *sf, const char *path)
-{
-    char err[STORE_ERRLEN];
-    struct bf *got = store_filter_copy(sf), *want = bf_file_load(path, err, NULL);
-    struct bf_layer_info a, b;
-
-    ck_assert_ptr_nonnull(got);
-    ck_assert_msg(want != NULL, "%s", err);
-    ck_assert_int_eq(bf_layer_info(got, 0, &a), 0);
-    ck_assert_int_eq(bf_layer_info(want, 0, &b), 0);
-    ck_assert_uint_eq(a.body_bytes, b.body_bytes);
-    ck_assert_msg(memcmp(bf_layer_body_const(got, 0), bf_layer_body_const(want, 0),
-                         a.body_bytes) == 0, "the recovered bits of %s differ", path);
-    ck_assert_uint_eq(bf_keys_added(got), bf_keys_added(want));
-    bf_destroy(got);
-    bf_destroy(want);
+    add_records(sf, base, n, 4096);
 }
 
 /* A replay's adds gathered by the tens of thousands are swept on a thread
@@ -741,7 +737,6 @@ static void same_bits(struct store_filter *sf, const char *path)
 START_TEST(large_replay_sweeps_run_beside_the_reading)
 {
     char dir[4200], big_f[4300], small_f[4300], err[STORE_ERRLEN];
-    int status;
 
     snprintf(dir, sizeof dir, "%s/sweeps", tdir);
     snprintf(big_f, sizeof big_f, "%s/sweeps-big.bf", tdir);
@@ -766,9 +761,7 @@ START_TEST(large_replay_sweeps_run_beside_the_reading)
         kill(getpid(), SIGKILL);
         _exit(1);
     }
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert_msg(WIFSIGNALED(status), "the child exited with %d",
-                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    killed(pid);
     struct store *s = open_at(dir);
     struct store_filter *big = store_get(s, "big"), *small = store_get(s, "small");
     ck_assert_int_eq(store_filter_state(big, NULL), STORE_READY);

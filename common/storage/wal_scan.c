@@ -191,17 +191,31 @@ static bool is_pad(const uint8_t *p)
 
 /* The first intact header after off: with commit >= expect when
  * committed (a record written once LSN expect was durable), else with
- * LSN >= expect.  Returns its offset or 0. */
+ * LSN >= expect.  Returns its offset or 0.  An earlier record found intact
+ * to its last byte (an older segment's, in one made over a spare) is
+ * passed over whole: no later header begins inside it, since writing one
+ * would have changed its bytes; and what its payload holds (a client's
+ * bytes, which may look like a header) is never taken for a record. */
+static bool intact_record(const uint8_t *m, size_t size, size_t p, size_t *sz)
+{
+    return hdr_valid(m + p, size - p, sz) && !is_pad(m + p) && payload_valid(m + p);
+}
+
 static size_t next_header(const uint8_t *m, size_t size, size_t off,
                           uint64_t expect, bool committed)
 {
-    for (size_t p = off + 1; p + WAL_REC_HDR <= size; p++) {
-        size_t sz;
+    size_t sz, p = off + 1;
+
+    if (off + WAL_REC_HDR <= size && intact_record(m, size, off, &sz))
+        p = off + sz;   /* the record at off itself */
+    for (; p + WAL_REC_HDR <= size; p++) {
         if (m[p] != 0x42 || !hdr_valid(m + p, size - p, &sz))
             continue;
         if (committed ? wal__get64(m + p + WAL_O_COMMIT) >= expect
                       : wal__get64(m + p + WAL_O_LSN) >= expect)
             return p;
+        if (intact_record(m, size, p, &sz))
+            p += sz - 1;
     }
     return 0;
 }

@@ -21,6 +21,7 @@
 
 #include "log.h"
 #include "wal.h"
+#include "wal_format.h"
 #include "unit_tmpdir.h"
 #include "unit_wal.h"
 
@@ -1508,6 +1509,86 @@ START_TEST(a_crash_in_a_segment_made_over_a_spare_loses_nothing_and_is_not_torn)
     ck_assert_uint_eq(info.next_lsn, 130);
     ck_assert_uint_gt(info.truncated, 0);
     ck_assert_int_eq(file_size(path), end);
+}
+END_TEST
+
+/* append_big's record whose payload holds, at offset 64, an intact header
+ * of a record that would come long after every real one (LSN and commit
+ * 10^12, its checksum right): bytes a client's payload may hold. */
+static int append_forged(struct wal_stream *s, uint64_t i)
+{
+    uint64_t len = 4 * (uint64_t)unit - WAL_REC_HDR - 1 - 2 * WAL_REC_HDR;
+    struct wal_rec *r = wal_rec_new(WAL_REC_ADD, NULL, len);
+    struct wal_waiter wt;
+    uint8_t h[WAL_REC_HDR + 1] = {0};
+    uint32_t magic = WAL_REC_MAGIC;
+    uint16_t type = WAL_REC_ADD, nlen = 1;
+    uint64_t far = 1000000000000ull, plen = 0, sum;
+
+    ck_assert_ptr_nonnull(r);
+    memcpy(h + WAL_O_MAGIC, &magic, 4);
+    memcpy(h + WAL_O_TYPE, &type, 2);
+    memcpy(h + WAL_O_NAMELEN, &nlen, 2);
+    memcpy(h + WAL_O_LEN, &plen, 8);
+    memcpy(h + WAL_O_LSN, &far, 8);
+    memcpy(h + WAL_O_COMMIT, &far, 8);
+    memcpy(h + WAL_O_SEQ, &far, 8);
+    h[WAL_REC_HDR] = 'f';
+    sum = wal__hdr_sum(h, 1);
+    memcpy(h + WAL_O_HSUM, &sum, 8);
+    ck_assert_uint_eq(wal__get32(h), WAL_REC_MAGIC);
+    memset(wal_rec_payload(r), 0xa5, len);
+    memcpy(wal_rec_payload(r), &i, 8);
+    memcpy((uint8_t *)wal_rec_payload(r) + 64, h, sizeof(h));
+    wal_waiter_init(&wt);
+    wal_submit(s, r, wal_waiter_done, &wt);
+    return wal_waiter_wait(&wt);
+}
+
+/* A segment made over a spare whose older records carry, in their
+ * payloads, headers of records far ahead: a crash after one record of its
+ * own loses nothing, is neither torn nor damage, and the scan past the
+ * last record takes none of those payload bytes for a record (each older
+ * record intact to its last byte is passed over whole).  Reading byte by
+ * byte, it found them and reported acknowledged records lost. */
+START_TEST(headers_inside_an_older_records_payload_are_not_records)
+{
+    char err[WAL_ERRLEN];
+    struct wal_scan_info info;
+    int status;
+
+    unit_tmpdir_remove(tdir);
+    unit_tmpdir_make(tdir, sizeof(tdir), "wal");
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct wal *w = wal_open(tdir, 1, WAL_SYNC_FSYNC, SPARE_SEG, 0, err);
+        uint64_t next = 1, last = 0;
+        units_of();
+        struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+        for (int c = 0; c < 2; c++) {
+            for (int i = 0; i < 64; i++)
+                ck_assert_int_eq(append_forged(s, next++), 0);
+            for (int i = 0; i < 10000 && (!wal_closed_upto(w, &last) ||
+                                          last != wal_durable_lsn(w)); i++)
+                usleep(1000);
+            ck_assert_int_eq(wal_discard(w, last), 4);
+        }
+        ck_assert_int_eq(append_big(s, next++), 0);
+        struct wal_stats st;
+        wal_stats(w, &st);
+        ck_assert_uint_ge(st.segments_reused, 1);
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    units_of();
+    ck_assert_int_eq(scan(&info, err), 0);
+    ck_assert_msg(seen.damages == 0, "%" PRIu64 " damages: %s", seen.damages,
+                  seen.where);
+    ck_assert_uint_eq(info.truncated, 0);
+    ck_assert_uint_eq(info.next_lsn, 130);
+    ck_assert_uint_eq(seen.val[seen.n - 1], 129);
 }
 END_TEST
 
@@ -3029,6 +3110,7 @@ Suite *wal_suite(void)
     tcase_add_test(tc, a_version_1_log_is_read_and_continued);
     tcase_add_test(tc, segments_made_over_spares_write_each_byte_about_once);
     tcase_add_test(tc, a_crash_in_a_segment_made_over_a_spare_loses_nothing_and_is_not_torn);
+    tcase_add_test(tc, headers_inside_an_older_records_payload_are_not_records);
     tcase_add_test(tc, durability_none_writes_in_the_submitting_thread);
     tcase_add_test(tc, inline_and_queued_records_keep_order_and_complete_once);
     tcase_add_test(tc, an_inline_write_that_fails_fails_its_record_and_stream_only);

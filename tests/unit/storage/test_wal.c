@@ -1317,20 +1317,60 @@ static int append_big(struct wal_stream *s, uint64_t i)
     return wal_waiter_wait(&wt);
 }
 
-/* One checkpoint cycle: 4 segments' worth of records, then every closed
- * segment discarded.  *next: the payload of the next record. */
-static void spare_cycle(struct wal *w, struct wal_stream *s, uint64_t *next)
+/* append_big's record whose payload holds, at offset 64, an intact header
+ * of a record that would come long after every real one (LSN and commit
+ * 10^12, its checksum right): bytes a client's payload may hold. */
+static int append_forged(struct wal_stream *s, uint64_t i)
+{
+    uint64_t len = 4 * (uint64_t)unit - WAL_REC_HDR - 1 - 2 * WAL_REC_HDR;
+    struct wal_rec *r = wal_rec_new(WAL_REC_ADD, NULL, len);
+    struct wal_waiter wt;
+    uint8_t h[WAL_REC_HDR + 1] = {0};
+    uint32_t magic = WAL_REC_MAGIC;
+    uint16_t type = WAL_REC_ADD, nlen = 1;
+    uint64_t far = 1000000000000ull, plen = 0, sum;
+
+    ck_assert_ptr_nonnull(r);
+    memcpy(h + WAL_O_MAGIC, &magic, 4);
+    memcpy(h + WAL_O_TYPE, &type, 2);
+    memcpy(h + WAL_O_NAMELEN, &nlen, 2);
+    memcpy(h + WAL_O_LEN, &plen, 8);
+    memcpy(h + WAL_O_LSN, &far, 8);
+    memcpy(h + WAL_O_COMMIT, &far, 8);
+    memcpy(h + WAL_O_SEQ, &far, 8);
+    h[WAL_REC_HDR] = 'f';
+    sum = wal__hdr_sum(h, 1);
+    memcpy(h + WAL_O_HSUM, &sum, 8);
+    ck_assert_uint_eq(wal__get32(h), WAL_REC_MAGIC);
+    memset(wal_rec_payload(r), 0xa5, len);
+    memcpy(wal_rec_payload(r), &i, 8);
+    memcpy((uint8_t *)wal_rec_payload(r) + 64, h, sizeof(h));
+    wal_waiter_init(&wt);
+    wal_submit(s, r, wal_waiter_done, &wt);
+    return wal_waiter_wait(&wt);
+}
+
+/* One checkpoint cycle: 4 segments' worth of records appended by add,
+ * then every closed segment discarded.  *next: the payload of the next
+ * record. */
+static void spare_cycle_of(struct wal *w, struct wal_stream *s, uint64_t *next,
+                           int (*add)(struct wal_stream *, uint64_t))
 {
     uint64_t last = 0;
 
     for (int i = 0; i < 64; i++)
-        ck_assert_int_eq(append_big(s, (*next)++), 0);
+        ck_assert_int_eq(add(s, (*next)++), 0);
     /* The commit thread closes the full segment after the completion. */
     for (int i = 0; i < 10000 && (!wal_closed_upto(w, &last) ||
                                   last != wal_durable_lsn(w)); i++)
         usleep(1000);
     ck_assert_uint_eq(last, wal_durable_lsn(w));
     ck_assert_int_eq(wal_discard(w, last), 4);
+}
+
+static void spare_cycle(struct wal *w, struct wal_stream *s, uint64_t *next)
+{
+    spare_cycle_of(w, s, next, append_big);
 }
 
 static int count_spares(void)
@@ -1406,6 +1446,36 @@ START_TEST(segments_made_over_spares_write_each_byte_about_once)
 }
 END_TEST
 
+/* A process writes two checkpoint cycles of records appended by add, then
+ * k records in the segment made over a spare (two small ones for k = 2,
+ * ending mid-way through the spare's first record), and ends without
+ * closing the log. */
+static void crash_over_a_spare(int (*add)(struct wal_stream *, uint64_t), int k)
+{
+    char err[WAL_ERRLEN];
+    int status;
+    pid_t pid = fork();
+
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct wal *w = wal_open(tdir, 1, WAL_SYNC_FSYNC, SPARE_SEG, 0, err);
+        uint64_t next = 1;
+        units_of();
+        struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
+        spare_cycle_of(w, s, &next, add);
+        spare_cycle_of(w, s, &next, add);
+        for (int i = 0; i < k; i++)
+            ck_assert_int_eq(k == 2 ? append(s, next++) : append_big(s, next++), 0);
+        struct wal_stats st;
+        wal_stats(w, &st);
+        ck_assert_uint_eq(st.segments_reused, 4);
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    units_of();
+}
+
 /* A crash in a segment made over a spare: the bytes after the last record
  * are the spare's (an earlier segment's records, from anywhere in them);
  * the scan reads every acknowledged record and cuts the rest as room, not
@@ -1420,31 +1490,7 @@ START_TEST(a_crash_in_a_segment_made_over_a_spare_loses_nothing_and_is_not_torn)
     for (int k = 1; k <= 3; k++) {
         unit_tmpdir_remove(tdir);
         unit_tmpdir_make(tdir, sizeof(tdir), "wal");
-        pid_t pid = fork();
-        int status;
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-            struct wal *w = wal_open(tdir, 1, WAL_SYNC_FSYNC, SPARE_SEG, 0,
-                                     err);
-            uint64_t next = 1;
-            units_of();
-            struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
-            spare_cycle(w, s, &next);
-            spare_cycle(w, s, &next);
-            /* The segment being written is made over a spare: k records
-             * in it (two small ones for k = 2, ending mid-way through the
-             * spare's first record). */
-            for (int i = 0; i < k; i++)
-                ck_assert_int_eq(k == 2 ? append(s, next++)
-                                        : append_big(s, next++), 0);
-            struct wal_stats st;
-            wal_stats(w, &st);
-            ck_assert_uint_eq(st.segments_reused, 4);
-            _exit(0);
-        }
-        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        units_of();
+        crash_over_a_spare(append_big, k);
         seg_path(path, sizeof(path), true);
         off_t before = file_size(path);
         ck_assert_int_ge(before, (off_t)SPARE_SEG);   /* the spare's bytes */
@@ -1471,22 +1517,7 @@ START_TEST(a_crash_in_a_segment_made_over_a_spare_loses_nothing_and_is_not_torn)
      * the spare's bytes: torn, cut and counted. */
     unit_tmpdir_remove(tdir);
     unit_tmpdir_make(tdir, sizeof(tdir), "wal");
-    pid_t pid = fork();
-    int status;
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        struct wal *w = wal_open(tdir, 1, WAL_SYNC_FSYNC, SPARE_SEG, 0, err);
-        uint64_t next = 1;
-        units_of();
-        struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
-        spare_cycle(w, s, &next);
-        spare_cycle(w, s, &next);
-        ck_assert_int_eq(append_big(s, next++), 0);
-        _exit(0);
-    }
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    units_of();
+    crash_over_a_spare(append_big, 1);
     seg_path(path, sizeof(path), true);
     off_t end = 5 * (off_t)unit;
     unsigned char h[WAL_REC_HDR];
@@ -1512,39 +1543,6 @@ START_TEST(a_crash_in_a_segment_made_over_a_spare_loses_nothing_and_is_not_torn)
 }
 END_TEST
 
-/* append_big's record whose payload holds, at offset 64, an intact header
- * of a record that would come long after every real one (LSN and commit
- * 10^12, its checksum right): bytes a client's payload may hold. */
-static int append_forged(struct wal_stream *s, uint64_t i)
-{
-    uint64_t len = 4 * (uint64_t)unit - WAL_REC_HDR - 1 - 2 * WAL_REC_HDR;
-    struct wal_rec *r = wal_rec_new(WAL_REC_ADD, NULL, len);
-    struct wal_waiter wt;
-    uint8_t h[WAL_REC_HDR + 1] = {0};
-    uint32_t magic = WAL_REC_MAGIC;
-    uint16_t type = WAL_REC_ADD, nlen = 1;
-    uint64_t far = 1000000000000ull, plen = 0, sum;
-
-    ck_assert_ptr_nonnull(r);
-    memcpy(h + WAL_O_MAGIC, &magic, 4);
-    memcpy(h + WAL_O_TYPE, &type, 2);
-    memcpy(h + WAL_O_NAMELEN, &nlen, 2);
-    memcpy(h + WAL_O_LEN, &plen, 8);
-    memcpy(h + WAL_O_LSN, &far, 8);
-    memcpy(h + WAL_O_COMMIT, &far, 8);
-    memcpy(h + WAL_O_SEQ, &far, 8);
-    h[WAL_REC_HDR] = 'f';
-    sum = wal__hdr_sum(h, 1);
-    memcpy(h + WAL_O_HSUM, &sum, 8);
-    ck_assert_uint_eq(wal__get32(h), WAL_REC_MAGIC);
-    memset(wal_rec_payload(r), 0xa5, len);
-    memcpy(wal_rec_payload(r), &i, 8);
-    memcpy((uint8_t *)wal_rec_payload(r) + 64, h, sizeof(h));
-    wal_waiter_init(&wt);
-    wal_submit(s, r, wal_waiter_done, &wt);
-    return wal_waiter_wait(&wt);
-}
-
 /* A segment made over a spare whose older records carry, in their
  * payloads, headers of records far ahead: a crash after one record of its
  * own loses nothing, is neither torn nor damage, and the scan past the
@@ -1555,34 +1553,10 @@ START_TEST(headers_inside_an_older_records_payload_are_not_records)
 {
     char err[WAL_ERRLEN];
     struct wal_scan_info info;
-    int status;
 
     unit_tmpdir_remove(tdir);
     unit_tmpdir_make(tdir, sizeof(tdir), "wal");
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        struct wal *w = wal_open(tdir, 1, WAL_SYNC_FSYNC, SPARE_SEG, 0, err);
-        uint64_t next = 1, last = 0;
-        units_of();
-        struct wal_stream *s = wal_stream_open(w, 7, "f", 1);
-        for (int c = 0; c < 2; c++) {
-            for (int i = 0; i < 64; i++)
-                ck_assert_int_eq(append_forged(s, next++), 0);
-            for (int i = 0; i < 10000 && (!wal_closed_upto(w, &last) ||
-                                          last != wal_durable_lsn(w)); i++)
-                usleep(1000);
-            ck_assert_int_eq(wal_discard(w, last), 4);
-        }
-        ck_assert_int_eq(append_big(s, next++), 0);
-        struct wal_stats st;
-        wal_stats(w, &st);
-        ck_assert_uint_ge(st.segments_reused, 1);
-        _exit(0);
-    }
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    units_of();
+    crash_over_a_spare(append_forged, 1);
     ck_assert_int_eq(scan(&info, err), 0);
     ck_assert_msg(seen.damages == 0, "%" PRIu64 " damages: %s", seen.damages,
                   seen.where);

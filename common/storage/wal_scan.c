@@ -189,18 +189,21 @@ static bool is_pad(const uint8_t *p)
     return wal__get16(p + WAL_O_TYPE) == WAL_REC_PAD;
 }
 
-/* The first intact header after off: with commit >= expect when
- * committed (a record written once LSN expect was durable), else with
- * LSN >= expect.  Returns its offset or 0.  An earlier record found intact
- * to its last byte (an older segment's, in one made over a spare) is
- * passed over whole: no later header begins inside it, since writing one
- * would have changed its bytes; and what its payload holds (a client's
- * bytes, which may look like a header) is never taken for a record. */
+/* Is the record at p (not a padding record) intact to its last byte:
+ * header and payload checksums?  Fills *sz (whole record). */
 static bool intact_record(const uint8_t *m, size_t size, size_t p, size_t *sz)
 {
     return hdr_valid(m + p, size - p, sz) && !is_pad(m + p) && payload_valid(m + p);
 }
 
+/* The first intact header after off: with commit >= expect when
+ * committed (a record written once LSN expect was durable), else with
+ * LSN >= expect.  Returns its offset or 0.  A record found intact to its
+ * last byte (the one at off, or an older segment's in one made over a
+ * spare) is passed over whole: no later header begins inside it, since
+ * writing one would have changed its bytes; and what its payload holds (a
+ * client's bytes, which may look like a header) is never taken for a
+ * record. */
 static size_t next_header(const uint8_t *m, size_t size, size_t off,
                           uint64_t expect, bool committed)
 {

@@ -217,8 +217,8 @@ static size_t next_header(const uint8_t *m, size_t size, size_t off,
         if (committed ? wal__get64(m + p + WAL_O_COMMIT) >= expect
                       : wal__get64(m + p + WAL_O_LSN) >= expect)
             return p;
-        if (intact_record(m, size, p, &sz))
-            p += sz - 1;
+        if (!is_pad(m + p) && payload_valid(m + p))
+            p += sz - 1;   /* intact: its header was checked above */
     }
     return 0;
 }

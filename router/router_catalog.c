@@ -429,6 +429,26 @@ static size_t placement_unrecorded(struct fan *fn, uint32_t placement)
     return bad;
 }
 
+/* A create of a name a filter has already: ALREADY_EXISTS before anything
+ * changes.  The creation alone would find only shards of the same names (a
+ * filter of one shard is named as the filter, the shards of one of more by
+ * ".shard-i"), and so would make a second filter of another shard count
+ * under the same name.  Returns 0 (absent, or its shard 0 unreachable: the
+ * creation decides), or -1 with st set. */
+static int create_precheck(struct router *r, const struct topo *t,
+                           const struct router_create *c, struct rpc_status *st)
+{
+    struct rpc_status ls;
+    router_filter_forget(r, c->name);
+    struct router_filter *had = router_filter_lookup(r, t, c->name, &ls);
+    if (!had)
+        return 0;
+    rpc_status_set(st, GRPC_STATUS_ALREADY_EXISTS, "filter \"%s\" exists (%u shards)",
+                   c->name, had->shards);
+    router_filter_unref(had);
+    return -1;
+}
+
 /* The time in microseconds: an undrop's generation, above those of the
  * undrops before it (each node also takes one above its tombstone's). */
 static uint64_t undrop_generation(void)
@@ -559,6 +579,24 @@ nomem:
     return -1;
 }
 
+uint32_t router_default_shards(const struct router *r, const struct topo *t, int kind,
+                               uint64_t capacity, double error_rate)
+{
+    uint64_t most = r->cfg.default_shards, per = r->cfg.default_shard_mb << 20;
+    enum bf_kind k = kind == 0 ? BF_KIND_BLOCKED : (enum bf_kind)kind;
+    struct bf_params p = {.kind = k, .capacity = capacity, .error_rate = error_rate};
+    uint64_t bytes;
+
+    if (!per || k == BF_KIND_SCALABLE || bf_params_bytes(&p, &bytes) < 0)
+        return (uint32_t)most;   /* bad parameters: the creation says why */
+    uint64_t n = bytes / per + (bytes % per != 0);
+    if (n < t->ngroups)
+        n = t->ngroups;
+    if (n < 1)
+        n = 1;
+    return (uint32_t)(n < most ? n : most);
+}
+
 int router_create_filter(struct router *r, const struct router_create *c,
                          struct router_filter_desc *out, struct rpc_status *st)
 {
@@ -578,7 +616,8 @@ int router_create_filter(struct router *r, const struct router_create *c,
                        "\"Placement versions\")", placement, TOPO_PLACEMENT_NEWEST);
         goto out;
     }
-    if (c->undrop && undrop_precheck(r, t, c, &placement, st) < 0)
+    if (c->undrop ? undrop_precheck(r, t, c, &placement, st) < 0
+                  : create_precheck(r, t, c, st) < 0)
         goto out;
     if (!placement)
         placement = TOPO_PLACEMENT_NEWEST;

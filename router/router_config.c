@@ -25,8 +25,15 @@ static const struct setting settings[] = {
      "topology file naming the shard groups (docs/TOPOLOGY.md); SIGHUP "
      "re-reads it"},
     {"default_shards", SETTING_UINT, 1, RULES_SHARDS_MAX, NULL, "64", F(default_shards),
-     "shards of a filter created with shards = 0, or at the Redis door "
-     "without SHARDS n"},
+     "most shards of a filter created with shards = 0, or at the Redis door "
+     "without SHARDS n (a scaling filter gets this many; see default_shard_mb)"},
+    {"default_shard_mb", SETTING_UINT, 0, UINT64_C(1) << 30, NULL, "64",
+     F(default_shard_mb),
+     "a non-scaling filter created without a shard count gets one shard per "
+     "this many MiB of its bits (rounded up), at least one per group of the "
+     "topology and at most default_shards: a small filter is not cut into "
+     "shards it cannot use, and costs less per key; 0: every such filter gets "
+     "default_shards (docs/ROUTER.md, \"Shards and the cost of a key\")"},
     {"node_timeout_ms", SETTING_UINT, 10, 600000, NULL, "5000", F(node_timeout_ms),
      "deadline of every call forwarded to a node"},
     {"read_failover_ms", SETTING_UINT, 10, 600000, NULL, "1000", F(read_failover_ms),

@@ -28,6 +28,7 @@ struct router_config {
     uint64_t health_probe_ms;     /* between probes of the nodes */
     char topology[1024];
     uint64_t default_shards;
+    uint64_t default_shard_mb;
     uint64_t node_timeout_ms;
     uint64_t read_failover_ms;
     uint64_t secret_ttl_s;

@@ -70,12 +70,15 @@ struct shard_q {
     unsigned rot;               /* reads: the copy asked first */
     unsigned next;              /* reads: copies tried so far, from rot */
     unsigned nfail;
+    /* The copies that failed, nfail of them: TOPO_MAX_COPIES slots in the
+     * batch's fails (NULL until a copy of the batch fails: a batch that
+     * goes well never writes them). */
     struct copy_fail {
         unsigned copy;          /* member index (topo_member) */
         grpc_status_code code;
         enum rpc_reason reason;
         char msg[160];
-    } fail[TOPO_MAX_COPIES];
+    } *fail;
 };
 
 /* A thread's buffers for starting a batch, kept between batches. */
@@ -170,6 +173,7 @@ struct key_batch {
     void *arg;
     struct shard_q *q;          /* per shard asked */
     size_t nq;
+    struct copy_fail *fails;    /* TOPO_MAX_COPIES per shard asked, once one fails */
     size_t ne;                  /* entries of the round in flight */
     uint32_t *shard;            /* per key */
     struct bf_hash *hs;         /* by shard: each shard's hashes contiguous */
@@ -194,9 +198,13 @@ static struct key_batch *batch_alloc(size_t n, size_t nq, unsigned N)
                 ne * (sizeof(struct router_link_entry) + sizeof(struct router_link_call) +
                       sizeof(struct batch_set) + sizeof(size_t) + 3 * sizeof(uint32_t) + 2) +
                 n * (sizeof(struct bf_hash) + 2 * sizeof(uint32_t) + N) + 64;
-    struct key_batch *b = calloc(1, sz);
+    /* Not zeroed: every array is written before it is read (the shards'
+     * records when laid out, the entries by round_build), and the block
+     * is a few kB per shard. */
+    struct key_batch *b = malloc(sz);
     if (!b)
         return NULL;
+    memset(b, 0, sizeof *b);
     /* Widest alignment first. */
     b->q = (struct shard_q *)(b + 1);
     b->ent = (struct router_link_entry *)(b->q + nq);
@@ -223,6 +231,7 @@ static void batch_unref(struct key_batch *b)
     router_filter_unref(b->f);
     topo_unref(b->t);
     pthread_mutex_destroy(&b->mu);
+    free(b->fails);
     free(b);
 }
 
@@ -440,7 +449,10 @@ static int round_build(struct key_batch *b)
         size_t at = fill[pair_call[p]]++;
         const struct shard_q *sq = &q[pair_q[p]];
         struct router_link_entry *e = &b->ent[at];
-        memset(e, 0, sizeof *e);
+        e->st.code = GRPC_STATUS_OK;
+        e->st.reason = RPC_REASON_NONE;
+        e->st.message[0] = 0;
+        e->version = 0;
         e->shard = sq->shard;
         e->h = b->hs + sq->start;
         e->n = sq->count;
@@ -602,6 +614,22 @@ static void batch_round(struct key_batch *b)
     }
 }
 
+/* The next failure record of sq, or NULL when out of memory (caller holds
+ * what batch_count's callers hold). */
+static struct copy_fail *fail_slot(struct key_batch *b, struct shard_q *sq)
+{
+    if (!b->fails) {
+        b->fails = calloc(b->nq * TOPO_MAX_COPIES, sizeof *b->fails);
+        if (!b->fails)
+            return NULL;
+        for (size_t k = 0; k < b->nq; k++)
+            b->q[k].fail = b->fails + k * TOPO_MAX_COPIES;
+    }
+    if (sq->nfail >= TOPO_MAX_COPIES)
+        return NULL;
+    return &sq->fail[sq->nfail++];
+}
+
 /* Count the copies' answers of entries [i0, i1) of b's round; the
  * caller's out only while it has not been answered. */
 static void batch_count(struct key_batch *b, size_t i0, size_t i1)
@@ -618,7 +646,9 @@ static void batch_count(struct key_batch *b, size_t i0, size_t i1)
                     b->out[b->idx[sq->start + j]] |= e->out[j];
             continue;
         }
-        struct copy_fail *cf = &sq->fail[sq->nfail++];
+        struct copy_fail *cf = fail_slot(b, sq);
+        if (!cf)
+            continue;   /* out of memory: the shard only lacks the details */
         cf->copy = b->ent_copy[i];
         cf->code = e->st.code;
         cf->reason = e->st.reason;

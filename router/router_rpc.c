@@ -536,12 +536,17 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         .capacity = m->capacity,
         .error_rate = m->error_rate,
         .kind = m->kind,
-        .shards = m->shards ? m->shards : (uint32_t)r->cfg.default_shards,
+        .shards = m->shards,
         .secret = m->secret.len ? m->secret.data : NULL,
         .undrop = m->undrop,
         .placement = m->placement,
     };
     char err[RULES_ERRLEN];
+    if (!c.shards) {
+        struct topo *t = router_topo(r);
+        c.shards = router_default_shards(r, t, m->kind, m->capacity, m->error_rate);
+        topo_unref(t);
+    }
     /* Every rule a node applies to each shard, checked before any fan-out. */
     if (!router_rpc__name_ok(m->name, rep))
         goto out;

@@ -109,7 +109,8 @@ struct resp_bf_create {
     bool expansion_given;  /* EXPANSION given */
     unsigned shards;       /* SHARDS given (1..RULES_SHARDS_MAX): the
                               filter's shard count; 0: the door's own
-                              (a router's default_shards, a node's 1) */
+                              (a router's count from the filter's size,
+                              router_default_shards; a node's 1) */
     const char *why_not;   /* ADD, not allowed: why (for the error) */
 };
 

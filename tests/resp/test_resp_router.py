@@ -23,8 +23,11 @@ usage: test_resp_router.py NODE_BIN ROUTER_BIN PART
           connection 32 pipelined) with BF.ADD and BF.EXISTS on the door of
           a router: no error reply, and the router counted every command
   shards  BF.RESERVE and BF.INSERT with SHARDS n make filters of n shards
-          (the CLI's info), the router's default_shards without it; a bad
-          count is an error that creates nothing
+          (the CLI's info), the router's default_shards without it when
+          default_shard_mb is 0; a bad count is an error that creates
+          nothing; over 3 groups with default_shard_mb 1, a non-scaling
+          filter made without a count gets a shard per MiB of its bits, at
+          least 3 and at most default_shards, a scaling one default_shards
   budget  the keys a command holds count against the router's max_memory_mb:
           with the node stopped, adds past it are answered OOM naming it,
           and every charge is given back once the calls end
@@ -454,11 +457,62 @@ def shards_of(s, name):
 
 def part_shards():
     """SHARDS n of BF.RESERVE and BF.INSERT makes a filter of n shards, the
-    router's default_shards (8 here) without it; a bad count is an error that
-    creates nothing."""
-    cl, s, _, c = metered_cluster(3, "--default-shards", "8")
+    router's default_shards (8 here) without it when default_shard_mb is 0;
+    a bad count is an error that creates nothing.  Then the count a filter
+    made without one gets from its size."""
+    cl, s, _, c = metered_cluster(3, "--default-shards", "8", "--default-shard-mb", "0")
     try:
         shards_given(s, c)
+    finally:
+        cl.stop()
+    shards_sized()
+
+
+def file_bytes(capacity):
+    """The bytes of bits of a filter of capacity keys at 1 %, as the CLI
+    makes it offline."""
+    path = os.path.join(work, "sized-%d.bf" % capacity)
+    r = subprocess.run([CLI, "create", "--capacity", str(capacity), "--error-rate",
+                        "0.01", path], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0, "bloomgrid create: %s" % (r.stdout + r.stderr))
+    r = subprocess.run([CLI, "inspect", path], capture_output=True, text=True,
+                       timeout=60)
+    return int(re.search(r"^bytes: *(\d+)", r.stdout, re.M).group(1))
+
+
+def shards_sized():
+    """Three groups, default_shard_mb 1, default_shards 8: a filter made
+    without a count gets one shard per MiB of its bits, at least one per
+    group (3) and at most 8; a scaling filter gets 8."""
+    d = os.path.join(work, "sized")
+    os.makedirs(d, exist_ok=True)
+    cl = routerlib.Cluster(NODE, ROUTER, d, groups=3, copies=1, routers=1,
+                           router_flags=["--default-shards", "8",
+                                         "--default-shard-mb", "1"])
+    try:
+        s, c = cl.routers[0], cl.client(0)
+        mib = 1 << 20
+        for name, cap in (("small", 10000), ("middle", 4000000), ("large", 20000000)):
+            c.execute_command("BF.RESERVE", name, 0.01, cap, "NONSCALING")
+            b = file_bytes(cap)
+            want = min(8, max(3, -(-b // mib)))
+            have = shards_of(s, name)
+            check(have == want, "filter %s (%d keys, %d bytes of bits) has %d shards, "
+                  "want %d" % (name, cap, b, have, want))
+            print("%s: %d keys, %.2f MiB of bits: %d shards" % (name, cap, b / mib, have))
+        check(shards_of(s, "middle") not in (3, 8), "middle is at a bound")
+        # Its first add creates the filter too, sized the same way.
+        check(c.execute_command("BF.INSERT", "made", "CAPACITY", 4000000, "NONSCALING",
+                                "ITEMS", "x") == [1], "BF.INSERT creating made")
+        check(shards_of(s, "made") == shards_of(s, "middle"),
+              "made has %d shards, middle %d" % (shards_of(s, "made"),
+                                                  shards_of(s, "middle")))
+        c.execute_command("BF.RESERVE", "scaling", 0.01, 10000)
+        check(shards_of(s, "scaling") == 8,
+              "the scaling filter has %d shards, want 8" % shards_of(s, "scaling"))
+        check(c.execute_command("BF.EXISTS", "made", "x") == 1, "made reads x")
+        print("default_shard_mb: 3 for a small filter, one per MiB, at most 8; "
+              "a scaling filter 8")
     finally:
         cl.stop()
 

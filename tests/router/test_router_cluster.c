@@ -367,8 +367,8 @@ static void test_cluster(void)
 
     cluster_start(&c, "router-cluster", 3, 2, "none");
     struct rpc_channel *a = c.router[0].ch, *b = c.router[1].ch;
-    CHECK(t_create_sharded(a, "big", N, P, 0, 0, &fi, &st) == 0, "create: %s", st.message);
-    CHECK(fi->shards == 64, "default shards %u", fi->shards);
+    CHECK(t_create_sharded(a, "big", N, P, 0, 64, &fi, &st) == 0, "create: %s", st.message);
+    CHECK(fi->shards == 64, "shards %u", fi->shards);
     CHECK(fi->n_shard_info == 64, "shard infos %zu", fi->n_shard_info);
     bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
     for (int i = 0; i < 3; i++) {
@@ -377,6 +377,25 @@ static void test_cluster(void)
     }
     CHECK(t_create_sharded(b, "big", N, P, 0, 0, NULL, &st) == GRPC_STATUS_ALREADY_EXISTS,
           "second create: %d %s", st.code, st.message);
+    /* Without a count, a small filter gets one shard per group (its bits
+     * are far below default_shard_mb). */
+    CHECK(t_create_sharded(a, "small", 1000, P, 0, 0, &fi, &st) == 0, "create small: %s",
+          st.message);
+    CHECK(fi->shards == 3, "small: %u shards, want one per group", fi->shards);
+    bloomgrid__v1__filter_info__free_unpacked(fi, NULL);
+    /* A filter of one shard is named as the filter, those of two by
+     * ".shard-i": the same name with another count is refused all the
+     * same, and nothing is made. */
+    CHECK(t_create_sharded(a, "one", 1000, P, 0, 2, NULL, &st) == 0, "create one: %s",
+          st.message);
+    CHECK(t_create_sharded(b, "one", 1000, P, 0, 1, NULL, &st) == GRPC_STATUS_ALREADY_EXISTS,
+          "one again, of one shard: %d %s", st.code, st.message);
+    int held = 0;
+    for (int i = 0; i < 3; i++)
+        held += t_shard_count(c.node[i].ch, "one");
+    CHECK(held == 2, "the nodes hold %d shards of one, want its 2", held);
+    CHECK(t_drop(a, "small", &st) == 0 && t_drop(a, "one", &st) == 0, "drop: %s",
+          st.message);
 
     million_keys(a, b);
     request_order(a, b);

@@ -614,8 +614,9 @@ static void batch_round(struct key_batch *b)
     }
 }
 
-/* The next failure record of sq, or NULL when out of memory (caller holds
- * what batch_count's callers hold). */
+/* The next failure record of sq, or NULL when out of memory (as
+ * batch_count: under b->mu for a write; a read's round is counted on one
+ * thread). */
 static struct copy_fail *fail_slot(struct key_batch *b, struct shard_q *sq)
 {
     if (!b->fails) {

@@ -258,7 +258,7 @@ def shapes(c):
 
 def part_kill():
     cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=2,
-                           router_flags=["--default-shards", "8",
+                           router_flags=["--default-shards", "8", "--default-shard-mb", "0",
                                          "--resp-autocreate-capacity", "100000"])
     try:
         c0 = cl.client(0)
@@ -331,7 +331,7 @@ def part_create():
     # 1 in 10 000 (with 4 filters at 15 %, 0.52^4: 1 run in 14).
     cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=3, routers=2,
                            node_env={2: {"BLOOMGRID_TEST_FAIL_CREATE_SHARD": "25"}},
-                           router_flags=["--default-shards", "4",
+                           router_flags=["--default-shards", "4", "--default-shard-mb", "0",
                                          "--resp-autocreate-capacity", "100000"])
     try:
         filters = ["auto%d" % i for i in range(8)]
@@ -410,7 +410,7 @@ def metric(text, kind, cmd):
 
 def part_bench():
     cl, s, maddr, c = metered_cluster(3, "--resp-autocreate", "off",
-                                      "--default-shards", "8")
+                                      "--default-shards", "8", "--default-shard-mb", "0")
     try:
         expect_error(c, "does not exist", "BF.ADD", "bench", "a")
         expect_error(c, "does not exist", "BF.MADD", "bench", "a", "b")
@@ -581,7 +581,7 @@ def node_calls(text, lane):
 
 def part_pipeline():
     """Pipelined reads on one connection travel together, in order."""
-    cl, s, maddr, c = metered_cluster(3, "--default-shards", "4")
+    cl, s, maddr, c = metered_cluster(3, "--default-shards", "4", "--default-shard-mb", "0")
     try:
         for f in ("pa", "pb"):
             def reserve():
@@ -709,7 +709,7 @@ def part_readjoin():
     restart under a joined reader fails the commands in flight, and the
     reads go on on a new stream."""
     # node_timeout_ms: the stopped node's held message must not time out.
-    cl, s, maddr, c = metered_cluster(1, "--default-shards", "4",
+    cl, s, maddr, c = metered_cluster(1, "--default-shards", "4", "--default-shard-mb", "0",
                                       "--node-timeout-ms", "20000")
     try:
         c.execute_command("BF.RESERVE", "rj", 0.001, 100000, "NONSCALING")
@@ -871,7 +871,7 @@ def part_inplace():
     """Replies written in place by the thread that took the node's answer,
     in the order of the commands, whatever the socket and budgets do."""
     import socket
-    cl, s, maddr, c = metered_cluster(1, "--default-shards", "4")
+    cl, s, maddr, c = metered_cluster(1, "--default-shards", "4", "--default-shard-mb", "0")
     try:
         c.execute_command("BF.RESERVE", "ip", 0.001, 200000, "NONSCALING")
 

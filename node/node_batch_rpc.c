@@ -6,7 +6,10 @@
  * node's event loop reads one BatchRequest, applies every entry exactly as
  * the one-shard call would (node_rpc__shard_check, then _apply: placement,
  * secret id, state) and answers with a BatchResponse of the same id and
- * one ShardResult per entry.  The answers of a stream come in request
+ * one ShardResult per entry.  An entry may hold runs, the hashes of several
+ * shards of one filter (BatchEntry.run_shards): each run is a unit applied
+ * as an entry of its shard would be, a refused run answered in its entry's
+ * run_errors.  The answers of a stream come in request
  * order, and a router that keeps reads and writes on separate streams gets
  * its reads answered by another thread than the one that waits for a
  * write's fsync.  Messages are decoded by protobuf-c into an arena
@@ -39,6 +42,7 @@
 #include <string.h>
 
 #include "bloomgrid/v1/internal.pb-c.h"
+#include "log.h"
 #include "node.h"
 #include "node_client.h"
 #include "node_rpc.h"
@@ -72,7 +76,7 @@ void node_rpc__batch_counters(Bloomgrid__V1__NodeInfoResponse *out)
 struct batch_msg;
 struct batch_stream;
 
-/* What an entry's completion needs to find its message. */
+/* What a unit's completion needs to find its message (k: the unit). */
 struct entry_ctx {
     struct batch_msg *b;
     size_t k;
@@ -83,15 +87,23 @@ struct entry_ctx {
 struct batch_msg {
     struct store *s;
     Bloomgrid__V1__BatchRequest *m;
-    size_t n;                   /* entries */
+    size_t ne;                  /* entries */
+    /* Units: what is applied on its own, an entry of one shard or each run
+     * of an entry of runs (BatchEntry.run_shards), in entry order. */
+    size_t n;
+    uint32_t *u_entry;          /* per unit: its entry */
+    uint32_t *u_shard;          /* per unit: its shard */
+    uint32_t *u_cnt;            /* per unit: its hashes */
+    uint32_t *e_unit;           /* per entry: its first unit (ne + 1 of them) */
+    bool *e_runs;               /* per entry: answered run by run */
     size_t total;               /* hashes of the entries msg_prepare took */
-    bool writes;                /* an Add or Remove entry among them */
-    struct bf_hash *h;          /* every entry's hashes, decoded */
-    bool *out;                  /* every entry's answers */
-    size_t *off;                /* per entry: its first slot in h and out */
-    uint64_t *version;          /* per entry */
-    struct rpc_reply *rep;      /* per entry: OK, or its error */
-    /* Per write entry submitted: the held shard, the completion's rc. */
+    bool writes;                /* an Add or Remove unit among them */
+    struct bf_hash *h;          /* every unit's hashes, decoded */
+    bool *out;                  /* every unit's answers */
+    size_t *off;                /* per unit: its first slot in h and out */
+    uint64_t *version;          /* per unit */
+    struct rpc_reply *rep;      /* per unit: OK, or its error */
+    /* Per write unit submitted: the held shard, the completion's rc. */
     struct store_filter **sf;
     int *rc;
     struct entry_ctx *ctx;
@@ -144,57 +156,132 @@ static void *arena_zalloc(struct rpc_arena *a, size_t n, size_t size)
     return p;
 }
 
-/* Check the message as a whole and every entry's shape; entries that fail
- * get their error in rep and are not applied.  Returns 0, or -ENOMEM. */
+/* Runs of one entry, at most. */
+#define BATCH_RUNS_MAX 65536
+
+/* The units entry e may take: one per run when its runs are shaped right
+ * (as many shards as counts, 1 to BATCH_RUNS_MAX), else one. */
+static size_t units_of(const Bloomgrid__V1__BatchEntry *e)
+{
+    size_t r = e->n_run_shards;
+    return r && r == e->n_run_counts && r <= BATCH_RUNS_MAX ? r : 1;
+}
+
+/* Entry k's runs against its hashes: NULL when they fit, else what is
+ * wrong (in buf). */
+static const char *runs_wrong(const Bloomgrid__V1__BatchEntry *e, size_t cnt, char *buf,
+                              size_t len)
+{
+    if (e->n_run_shards != e->n_run_counts)
+        snprintf(buf, len, "%zu run shards but %zu run counts", e->n_run_shards,
+                 e->n_run_counts);
+    else if (e->n_run_shards > BATCH_RUNS_MAX)
+        snprintf(buf, len, "%zu runs; at most %d", e->n_run_shards, BATCH_RUNS_MAX);
+    else {
+        uint64_t sum = 0;
+        for (size_t j = 0; j < e->n_run_counts; j++) {
+            if (e->run_counts[j] == 0) {
+                snprintf(buf, len, "run %zu has no hashes", j);
+                return buf;
+            }
+            sum += e->run_counts[j];
+        }
+        if (sum == cnt)
+            return NULL;
+        snprintf(buf, len, "runs of %llu hashes in all, but %zu hashes",
+                 (unsigned long long)sum, cnt);
+    }
+    return buf;
+}
+
+/* Check the message as a whole and every entry's shape, and lay out the
+ * units; units that fail get their error in rep and are not applied (a
+ * malformed entry is one unit, answered as the entry).  Returns 0, or
+ * -ENOMEM. */
 static int msg_prepare(struct node *n, struct rpc_arena *a, struct batch_msg *b)
 {
     Bloomgrid__V1__BatchRequest *m = b->m;
-    size_t ne = m->n_entries, total = 0;
+    size_t ne = m->n_entries, total = 0, nu = 0;
 
-    b->n = ne;
-    b->off = arena_zalloc(a, ne, sizeof *b->off);
-    b->version = arena_zalloc(a, ne, sizeof *b->version);
-    b->rep = arena_zalloc(a, ne, sizeof *b->rep);
-    b->sf = arena_zalloc(a, ne, sizeof *b->sf);
-    b->rc = arena_zalloc(a, ne, sizeof *b->rc);
-    b->ctx = arena_zalloc(a, ne, sizeof *b->ctx);
-    if (!b->off || !b->version || !b->rep || !b->sf || !b->rc || !b->ctx)
-        return -ENOMEM;
-    for (size_t k = 0; k < ne; k++) {
-        const Bloomgrid__V1__BatchEntry *e = m->entries[k];
-        b->off[k] = total;
-        if (e->hashes.len % NODE_CLIENT_HASH_LEN == 0)
-            total += e->hashes.len / NODE_CLIENT_HASH_LEN;
-    }
-    b->total = total;
-    b->h = arena_zalloc(a, total, sizeof *b->h);
-    b->out = arena_zalloc(a, total, sizeof *b->out);
-    if (!b->h || !b->out)
+    for (size_t k = 0; k < ne; k++)
+        nu += units_of(m->entries[k]);
+    b->ne = ne;
+    b->u_entry = arena_zalloc(a, nu, sizeof *b->u_entry);
+    b->u_shard = arena_zalloc(a, nu, sizeof *b->u_shard);
+    b->u_cnt = arena_zalloc(a, nu, sizeof *b->u_cnt);
+    b->e_unit = arena_zalloc(a, ne + 1, sizeof *b->e_unit);
+    b->e_runs = arena_zalloc(a, ne, sizeof *b->e_runs);
+    b->off = arena_zalloc(a, nu, sizeof *b->off);
+    b->version = arena_zalloc(a, nu, sizeof *b->version);
+    b->rep = arena_zalloc(a, nu, sizeof *b->rep);
+    b->sf = arena_zalloc(a, nu, sizeof *b->sf);
+    b->rc = arena_zalloc(a, nu, sizeof *b->rc);
+    b->ctx = arena_zalloc(a, nu, sizeof *b->ctx);
+    if (!b->u_entry || !b->u_shard || !b->u_cnt || !b->e_unit || !b->e_runs || !b->off ||
+        !b->version || !b->rep || !b->sf || !b->rc || !b->ctx)
         return -ENOMEM;
 
     struct rpc_reply whole = {.st.code = GRPC_STATUS_OK};
     b->s = node_rpc__need_store(n, &whole);
     if (b->s && node_rpc__refuse_version(&whole, m->topology_version))
         b->s = NULL;   /* every entry gets the refusal */
-    else if (b->s && total > n->cfg.max_batch_keys)
+    size_t u = 0;
+    for (size_t k = 0; k < ne; k++) {
+        const Bloomgrid__V1__BatchEntry *e = m->entries[k];
+        bool shaped = e->hashes.len % NODE_CLIENT_HASH_LEN == 0;
+        size_t cnt = shaped ? e->hashes.len / NODE_CLIENT_HASH_LEN : 0;
+        char why[96];
+        const char *bad = NULL;
+        b->e_unit[k] = (uint32_t)u;
+        if (!op_known(e->op)) {
+            snprintf(why, sizeof why, "unknown operation %d", (int)e->op);
+            bad = why;
+        } else if (!shaped) {
+            snprintf(why, sizeof why, "hashes is %zu bytes: not a multiple of %d",
+                     e->hashes.len, NODE_CLIENT_HASH_LEN);
+            bad = why;
+        } else if (e->n_run_shards || e->n_run_counts) {
+            bad = runs_wrong(e, cnt, why, sizeof why);
+        }
+        if (bad || !e->n_run_shards) {
+            b->u_entry[u] = (uint32_t)k;
+            b->u_shard[u] = e->shard_index;
+            b->u_cnt[u] = (uint32_t)cnt;
+            b->off[u] = total;
+            if (bad)
+                rpc_reply_error(&b->rep[u], GRPC_STATUS_INVALID_ARGUMENT,
+                                "entry %zu (shard %u): %s", k, e->shard_index, bad);
+            u++;
+        } else {
+            b->e_runs[k] = true;
+            for (size_t j = 0, at = total; j < e->n_run_shards; j++) {
+                b->u_entry[u] = (uint32_t)k;
+                b->u_shard[u] = e->run_shards[j];
+                b->u_cnt[u] = e->run_counts[j];
+                b->off[u] = at;
+                at += e->run_counts[j];
+                u++;
+            }
+        }
+        total += cnt;
+    }
+    b->e_unit[ne] = (uint32_t)u;
+    b->n = u;
+    b->total = total;
+    b->h = arena_zalloc(a, total, sizeof *b->h);
+    b->out = arena_zalloc(a, total, sizeof *b->out);
+    if (!b->h || !b->out)
+        return -ENOMEM;
+    if (b->s && whole.st.code == GRPC_STATUS_OK && total > n->cfg.max_batch_keys)
         rpc_reply_error(&whole, GRPC_STATUS_RESOURCE_EXHAUSTED,
                         "%zu hashes in one batch; the limit is %llu (max_batch_keys)",
                         total, (unsigned long long)n->cfg.max_batch_keys);
-    for (size_t k = 0; k < ne; k++) {
-        const Bloomgrid__V1__BatchEntry *e = m->entries[k];
-        struct rpc_reply *r = &b->rep[k];
+    for (u = 0; u < b->n; u++) {
+        struct rpc_reply *r = &b->rep[u];
         if (whole.st.code != GRPC_STATUS_OK)
             r->st = whole.st;
-        else if (!op_known(e->op))
-            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                            "entry %zu (shard %u): unknown operation %d", k,
-                            e->shard_index, (int)e->op);
-        else if (e->hashes.len % NODE_CLIENT_HASH_LEN)
-            rpc_reply_error(r, GRPC_STATUS_INVALID_ARGUMENT,
-                            "entry %zu (shard %u): hashes is %zu bytes: not a "
-                            "multiple of %d", k, e->shard_index, e->hashes.len,
-                            NODE_CLIENT_HASH_LEN);
-        else if (op_of(e->op) != OP_MAY_CONTAIN)
+        else if (r->st.code == GRPC_STATUS_OK &&
+                 op_of(m->entries[b->u_entry[u]]->op) != OP_MAY_CONTAIN)
             b->writes = true;
     }
     return 0;
@@ -240,116 +327,151 @@ static void prefetch_read(const struct bf *f, void *ctx)
  * this every entry would wait for its line from memory in turn. */
 #define BATCH_AHEAD 8
 
-/* Find entry k's shard (unless msg_prepare refused it), decode and check
- * its hashes, hold the shard in b->sf[k] and start loading the lines its
- * hashes touch.  A refusal goes into b->rep[k]. */
-static void msg_find(struct batch_msg *b, size_t k)
+/* Entry k's hashes as the wire has them, from unit u's on. */
+static const uint8_t *unit_data(const struct batch_msg *b, size_t u)
 {
-    const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
-    size_t cnt = e->hashes.len / NODE_CLIENT_HASH_LEN;
-    struct bf_hash *h = b->h + b->off[k];
+    uint32_t k = b->u_entry[u];
+    return b->m->entries[k]->hashes.data +
+           NODE_CLIENT_HASH_LEN * (b->off[u] - b->off[b->e_unit[k]]);
+}
 
-    if (b->rep[k].st.code != GRPC_STATUS_OK)
+/* Find unit u's shard (unless msg_prepare refused it), decode and check
+ * its hashes, hold the shard in b->sf[u] and start loading the lines its
+ * hashes touch.  A refusal goes into b->rep[u]. */
+static void msg_find(struct batch_msg *b, size_t u)
+{
+    const Bloomgrid__V1__BatchEntry *e = b->m->entries[b->u_entry[u]];
+    size_t cnt = b->u_cnt[u];
+    struct bf_hash *h = b->h + b->off[u];
+
+    if (b->rep[u].st.code != GRPC_STATUS_OK)
         return;
-    b->sf[k] = node_rpc__shard_check(b->s, op_of(e->op), e->filter, e->shard_index,
-                                     e->hashes.data, cnt, true, e->secret_id, h,
-                                     &b->rep[k]);
-    if (b->sf[k] && cnt) {
+    b->sf[u] = node_rpc__shard_check(b->s, op_of(e->op), e->filter, b->u_shard[u],
+                                     unit_data(b, u), cnt, true, e->secret_id, h,
+                                     &b->rep[u]);
+    if (b->sf[u] && cnt) {
         struct prefetch p = {.h = h, .n = cnt};
-        store_filter_read(b->sf[k], prefetch_read, &p);
+        store_filter_read(b->sf[u], prefetch_read, &p);
     }
 }
 
-/* Apply entry k, found by msg_find: a read at once (its shard let go), a
+/* Apply unit u, found by msg_find: a read at once (its shard let go), a
  * write submitted to the store, its outcome in entry_done. */
-static void msg_apply(struct batch_msg *b, size_t k)
+static void msg_apply(struct batch_msg *b, size_t u)
 {
-    const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
-    struct rpc_reply *r = &b->rep[k];
+    const Bloomgrid__V1__BatchEntry *e = b->m->entries[b->u_entry[u]];
+    struct rpc_reply *r = &b->rep[u];
     enum key_op op = op_of(e->op);
-    size_t cnt = e->hashes.len / NODE_CLIENT_HASH_LEN;
-    struct bf_hash *h = b->h + b->off[k];
-    bool *out = b->out + b->off[k];
-    struct store_filter *sf = b->sf[k];
+    uint32_t shard = b->u_shard[u];
+    size_t cnt = b->u_cnt[u];
+    struct bf_hash *h = b->h + b->off[u];
+    bool *out = b->out + b->off[u];
+    struct store_filter *sf = b->sf[u];
     char err[STORE_ERRLEN] = "";
 
     if (!sf)
         return;
     if (op == OP_MAY_CONTAIN) {
-        b->sf[k] = NULL;
-        node_rpc__shard_apply(sf, op, e->filter, e->shard_index, h, cnt, out,
-                              &b->version[k], r);
+        b->sf[u] = NULL;
+        node_rpc__shard_apply(sf, op, e->filter, shard, h, cnt, out, &b->version[u], r);
         return;
     }
-    b->ctx[k] = (struct entry_ctx){.b = b, .k = k};
+    b->ctx[u] = (struct entry_ctx){.b = b, .k = u};
     /* Counted first: the completion may come before the call returns. */
     pthread_mutex_lock(&b->bs->mu);
     b->pending++;
     pthread_mutex_unlock(&b->bs->mu);
     int rc = op == OP_ADD
-                 ? store_add_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[k], err)
-                 : store_remove_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[k], err);
+                 ? store_add_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[u], err)
+                 : store_remove_hashes_async(sf, h, cnt, out, entry_done, &b->ctx[u], err);
     if (rc < 0) {
         pthread_mutex_lock(&b->bs->mu);
         b->pending--;
         pthread_mutex_unlock(&b->bs->mu);
-        node_rpc__shard_store_error(r, sf, e->filter, e->shard_index, rc, err);
+        node_rpc__shard_store_error(r, sf, e->filter, shard, rc, err);
         store_put(sf);
-        b->sf[k] = NULL;
+        b->sf[u] = NULL;
     }
 }
 
-/* Every write of b has completed: its entries' outcomes and versions. */
+/* Every write of b has completed: its units' outcomes and versions. */
 static void msg_settle(struct batch_msg *b)
 {
-    for (size_t k = 0; k < b->n; k++) {
-        struct store_filter *sf = b->sf[k];
+    for (size_t u = 0; u < b->n; u++) {
+        struct store_filter *sf = b->sf[u];
         if (!sf)
             continue;
-        const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
-        if (b->rc[k] < 0)
-            node_rpc__shard_store_error(&b->rep[k], sf, e->filter, e->shard_index,
-                                        b->rc[k], "");
+        const Bloomgrid__V1__BatchEntry *e = b->m->entries[b->u_entry[u]];
+        if (b->rc[u] < 0)
+            node_rpc__shard_store_error(&b->rep[u], sf, e->filter, b->u_shard[u],
+                                        b->rc[u], "");
         else
-            b->version[k] = node_rpc__shard_version(sf);
+            b->version[u] = node_rpc__shard_version(sf);
         store_put(sf);
-        b->sf[k] = NULL;
+        b->sf[u] = NULL;
     }
 }
 
-/* Encode the answer into the arena's arrays and post it.  Returns 0,
- * -ENOMEM or -ECANCELED (the stream is gone). */
+/* Encode the answer into the arena's arrays and post it: one ShardResult
+ * per entry, an entry of runs with its refused runs in run_errors.
+ * Returns 0, -ENOMEM or -ECANCELED (the stream is gone). */
 static int msg_answer(struct rpc_stream *st, struct rpc_arena *a, struct batch_msg *b)
 {
     Bloomgrid__V1__BatchResponse resp = BLOOMGRID__V1__BATCH_RESPONSE__INIT;
-    Bloomgrid__V1__ShardResult *res = arena_zalloc(a, b->n, sizeof *res);
-    Bloomgrid__V1__ShardResult **ptrs = arena_zalloc(a, b->n, sizeof *ptrs);
+    Bloomgrid__V1__ShardResult *res = arena_zalloc(a, b->ne, sizeof *res);
+    Bloomgrid__V1__ShardResult **ptrs = arena_zalloc(a, b->ne, sizeof *ptrs);
     protobuf_c_boolean *bools = arena_zalloc(a, b->total, sizeof *bools);
-    if (!res || !ptrs || !bools)
+    size_t nbad = 0;
+    for (size_t u = 0; u < b->n; u++)
+        nbad += b->e_runs[b->u_entry[u]] && b->rep[u].st.code != GRPC_STATUS_OK;
+    Bloomgrid__V1__RunError *errs = arena_zalloc(a, nbad, sizeof *errs);
+    Bloomgrid__V1__RunError **eptrs = arena_zalloc(a, nbad, sizeof *eptrs);
+    if (!res || !ptrs || !bools || !errs || !eptrs)
         return -ENOMEM;
     resp.id = b->m->id;
-    resp.n_results = b->n;
+    resp.n_results = b->ne;
     resp.results = ptrs;
-    for (size_t k = 0; k < b->n; k++) {
+    size_t ei = 0;
+    for (size_t k = 0; k < b->ne; k++) {
         const Bloomgrid__V1__BatchEntry *e = b->m->entries[k];
-        const struct rpc_reply *r = &b->rep[k];
+        size_t u0 = b->e_unit[k], u1 = b->e_unit[k + 1];
         Bloomgrid__V1__ShardResult *sr = &res[k];
         bloomgrid__v1__shard_result__init(sr);
         ptrs[k] = sr;
         sr->shard_index = e->shard_index;
-        if (r->st.code != GRPC_STATUS_OK) {
+        if (!b->e_runs[k] && b->rep[u0].st.code != GRPC_STATUS_OK) {
+            const struct rpc_reply *r = &b->rep[u0];
             sr->code = (int32_t)r->st.code;
             sr->message = (char *)r->st.message;
             sr->reason = (Bloomgrid__V1__ErrorReason)r->st.reason;
             continue;
         }
-        size_t cnt = e->hashes.len / NODE_CLIENT_HASH_LEN;
-        protobuf_c_boolean *o = bools + b->off[k];
-        for (size_t i = 0; i < cnt; i++)
-            o[i] = b->out[b->off[k] + i];
+        protobuf_c_boolean *o = bools + b->off[u0];
+        size_t cnt = 0, e0 = ei;
+        for (size_t u = u0; u < u1; u++) {
+            const struct rpc_reply *r = &b->rep[u];
+            bool ok = r->st.code == GRPC_STATUS_OK;
+            for (size_t i = 0; i < b->u_cnt[u]; i++)
+                o[cnt + i] = ok && b->out[b->off[u] + i];
+            cnt += b->u_cnt[u];
+            if (ok || !b->e_runs[k])
+                continue;
+            Bloomgrid__V1__RunError *re = &errs[ei];
+            bloomgrid__v1__run_error__init(re);
+            re->run = (uint32_t)(u - u0);
+            re->code = (int32_t)r->st.code;
+            re->message = (char *)r->st.message;
+            re->reason = (Bloomgrid__V1__ErrorReason)r->st.reason;
+            eptrs[ei++] = re;
+        }
         sr->n_results = cnt;
         sr->results = o;
-        sr->version = b->version[k];
+        if (b->e_runs[k]) {
+            sr->n_run_errors = ei - e0;
+            sr->run_errors = ei > e0 ? eptrs + e0 : NULL;
+        } else {
+            sr->version = b->version[u0];
+        }
     }
     size_t len = protobuf_c_message_get_packed_size(&resp.base);
     grpc_slice sl = grpc_slice_malloc(len);
@@ -409,6 +531,22 @@ static void count_kinds(const Bloomgrid__V1__BatchRequest *m, bool *reads, bool 
     *writes = w;
 }
 
+/* Tests only: BLOOMGRID_TEST_NO_RUNS=1 makes the node read entries as a
+ * node of an earlier release does, without their runs (so that a test can
+ * make a router meet one: tests/resp/test_resp_router.py).  Unset (every
+ * deployment): runs are read. */
+static bool no_runs_v;
+static pthread_once_t no_runs_once = PTHREAD_ONCE_INIT;
+
+static void no_runs_read_env(void)
+{
+    const char *v = getenv("BLOOMGRID_TEST_NO_RUNS");
+    no_runs_v = v && strcmp(v, "1") == 0;
+    if (no_runs_v)
+        log_warn("BLOOMGRID_TEST_NO_RUNS=1: entries are read without their runs "
+                 "(a test's stand-in for a node of an earlier release)");
+}
+
 /* Take one message of the stream into the window and apply it (its answer
  * goes once its writes are durable).  The reading pauses while the window
  * is full (1), and the stream ends at a malformed message (-1). */
@@ -433,6 +571,9 @@ static int batch_message(void *state, const uint8_t *buf, size_t len,
                  "malformed BatchRequest message (%zu bytes)", len);
         return -1;
     }
+    pthread_once(&no_runs_once, no_runs_read_env);
+    for (size_t k = 0; no_runs_v && k < b->m->n_entries; k++)
+        b->m->entries[k]->n_run_shards = b->m->entries[k]->n_run_counts = 0;
     count_kinds(b->m, &bs->reads, &bs->writes);
     if (msg_prepare(bs->n, a, b) < 0) {
         end->code = GRPC_STATUS_RESOURCE_EXHAUSTED;
@@ -452,12 +593,12 @@ static int batch_message(void *state, const uint8_t *buf, size_t len,
      * (store_log_hold_begin; their completions run at its end). */
     if (b->writes && b->s)
         store_log_hold_begin(b->s);
-    for (size_t k = 0; k < b->n && k < BATCH_AHEAD; k++)
-        msg_find(b, k);
-    for (size_t k = 0; k < b->n; k++) {
-        if (k + BATCH_AHEAD < b->n)
-            msg_find(b, k + BATCH_AHEAD);
-        msg_apply(b, k);
+    for (size_t u = 0; u < b->n && u < BATCH_AHEAD; u++)
+        msg_find(b, u);
+    for (size_t u = 0; u < b->n; u++) {
+        if (u + BATCH_AHEAD < b->n)
+            msg_find(b, u + BATCH_AHEAD);
+        msg_apply(b, u);
     }
     if (b->writes && b->s)
         store_log_hold_end(b->s);

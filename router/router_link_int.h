@@ -81,9 +81,10 @@ struct link_stream {
     const char *err_string;
 };
 
-/* Where a call entry's hashes sit in a message. */
+/* Where a call entry's hashes sit in a message: its wire entry, its first
+ * hash there, and its run (an entry of runs: each call entry is one). */
 struct link_slot {
-    uint32_t wire, off;
+    uint32_t wire, off, run;
 };
 
 /* A message in flight (one allocation holding every array). */
@@ -98,7 +99,8 @@ struct link_msg {
     struct link_slot *slots;    /* per call entry */
     size_t nwire;
     uint32_t *wire_n;           /* hashes per wire entry */
-    uint32_t *wire_shard;
+    uint32_t *wire_shard;       /* its shard (an entry of runs: the first's) */
+    uint32_t *wire_runs;        /* its runs; 1: an entry of one shard */
 };
 
 struct link_lane {
@@ -122,6 +124,9 @@ struct link_build {
     struct node_client_batch_scratch pack;
     struct router_link_call **wire_call;   /* the call that opened a wire entry */
     uint32_t *wire_start, *wire_n, *wire_shard;
+    uint32_t *wire_runs, *wire_rstart;     /* runs, and the first's index */
+    bool *wire_multi;                      /* keyed without its shard */
+    uint32_t *run_shard, *run_count;       /* every wire entry's runs */
     uint64_t *wire_hash;
     size_t wcap;
     int32_t *table;
@@ -152,6 +157,9 @@ struct router_link {
     struct link_set *fired;     /* sets whose last call ended: run their done
                                    once the mutex is let go */
     struct link_build b;
+    /* The node refused an entry of runs as a node of an earlier release
+     * does (WRONG_SHARD for the whole entry): one entry per shard since. */
+    bool no_runs;
     struct rpc_arena arena;     /* answers; only the thread that reads cq */
     /* bloomgrid_router_node_calls_total{code="OK"} and the latency
      * histogram of the calls to this node (other codes: looked up). */

@@ -2,12 +2,16 @@
  * handing the answer back to the calls it carried (see router_link_int.h).
  *
  * A message is built from the queue front (whole calls, up to
- * max_message_hashes hashes): entries with the same filter, secret,
- * operation and shard get one wire entry, each call entry remembering its
- * wire entry and its offset in it (struct link_slot); the answer's
+ * max_message_hashes hashes): entries with the same filter, secret and
+ * operation get one wire entry, each call entry one run of it
+ * (BatchEntry.run_shards: its shard and its hashes), remembering its wire
+ * entry, its offset and its run (struct link_slot); the answer's
  * ShardResult of that wire entry gives the call entry its slice of
- * results, or its error.  The wire entries are packed into a BatchRequest,
- * and the hashes laid out, by node_client (node_client.h).
+ * results, or its run's error, or the entry's.  A wire entry whose runs
+ * are all of one shard goes as an entry of that shard, and so does every
+ * entry to a node that refused runs as a node of an earlier release does
+ * (no_runs).  The wire entries are packed into a BatchRequest, and the
+ * hashes laid out, by node_client (node_client.h).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,6 +20,7 @@
 
 #include <xxhash.h>
 
+#include "log.h"
 #include "router_link_int.h"
 
 /* Grow *pp to n elements of size bytes; false when out of memory (*pp is
@@ -41,6 +46,11 @@ static int build_reserve(struct link_build *b, size_t wires, size_t table, size_
             !grow(&b->wire_start, cap, sizeof *b->wire_start) ||
             !grow(&b->wire_n, cap, sizeof *b->wire_n) ||
             !grow(&b->wire_shard, cap, sizeof *b->wire_shard) ||
+            !grow(&b->wire_runs, cap, sizeof *b->wire_runs) ||
+            !grow(&b->wire_rstart, cap, sizeof *b->wire_rstart) ||
+            !grow(&b->wire_multi, cap, sizeof *b->wire_multi) ||
+            !grow(&b->run_shard, cap, sizeof *b->run_shard) ||
+            !grow(&b->run_count, cap, sizeof *b->run_count) ||
             !grow(&b->wire_hash, cap, sizeof *b->wire_hash))
             return -ENOMEM;
         b->wcap = cap;
@@ -69,6 +79,11 @@ void router_link__build_free(struct link_build *b)
     free(b->wire_start);
     free(b->wire_n);
     free(b->wire_shard);
+    free(b->wire_runs);
+    free(b->wire_rstart);
+    free(b->wire_multi);
+    free(b->run_shard);
+    free(b->run_count);
     free(b->wire_hash);
     free(b->table);
     free(b->hb);
@@ -127,7 +142,7 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
     /* One block: the message and its arrays, pointers first. */
     size_t sz = sizeof(struct link_msg) + ncalls * sizeof(struct router_link_call *) +
                 ncalls * sizeof(size_t) + nent * sizeof(struct link_slot) +
-                2 * nent * sizeof(uint32_t);
+                3 * nent * sizeof(uint32_t);
     struct link_msg *m = calloc(1, sz);
     if (!m)
         return NULL;
@@ -136,6 +151,7 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
     m->slots = (struct link_slot *)(m->first + ncalls);
     m->wire_n = (uint32_t *)(m->slots + nent);
     m->wire_shard = m->wire_n + nent;
+    m->wire_runs = m->wire_shard + nent;
     m->ncalls = ncalls;
     m->id = ++ln->next_id;
 
@@ -150,34 +166,47 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
         m->first[i] = slot;
         for (size_t j = 0; j < c->n; j++, slot++) {
             const struct router_link_entry *e = &c->e[j];
-            uint64_t h = XXH3_64bits_withSeed(&e->shard, sizeof e->shard, fh);
+            /* Keyed by filter, secret and operation: the shards of one
+             * filter share a wire entry, each call entry a run of it.  By
+             * shard as well for a node that takes no runs, and for an entry
+             * of no hashes (a run holds at least one). */
+            bool multi = !l->no_runs && e->n > 0;
+            uint64_t h = multi ? fh : XXH3_64bits_withSeed(&e->shard, sizeof e->shard, fh) | 1;
             size_t t = (size_t)h & (tsize - 1);
             int32_t w;
             while ((w = b->table[t]) >= 0 &&
-                   !(b->wire_hash[w] == h && b->wire_shard[w] == e->shard &&
+                   !(b->wire_hash[w] == h && b->wire_multi[w] == multi &&
+                     (multi || b->wire_shard[w] == e->shard) &&
                      same_key(b->wire_call[w], c)))
                 t = (t + 1) & (tsize - 1);
             if (w < 0) {
                 w = (int32_t)nwire++;
                 b->table[t] = w;
                 b->wire_hash[w] = h;
+                b->wire_multi[w] = multi;
                 b->wire_shard[w] = e->shard;
                 b->wire_call[w] = c;
                 b->wire_n[w] = 0;
+                b->wire_runs[w] = 0;
             }
             m->slots[slot].wire = (uint32_t)w;
             m->slots[slot].off = b->wire_n[w];
+            m->slots[slot].run = b->wire_runs[w]++;
             b->wire_n[w] += e->n;
         }
     }
     m->nwire = nwire;
-    for (size_t w = 0, start = 0; w < nwire; w++) {
+    for (size_t w = 0, start = 0, runs = 0; w < nwire; w++) {
         b->wire_start[w] = (uint32_t)start;
+        b->wire_rstart[w] = (uint32_t)runs;
         start += b->wire_n[w];
+        runs += b->wire_runs[w];
         m->wire_n[w] = b->wire_n[w];
         m->wire_shard[w] = b->wire_shard[w];
+        /* Runs of one shard (its calls' entries) are one entry of it. */
+        m->wire_runs[w] = b->wire_runs[w];
     }
-    /* Hashes into place, each wire entry's contiguous. */
+    /* Hashes into place, each wire entry's contiguous; its runs in order. */
     for (size_t i = 0; i < ncalls; i++) {
         c = m->calls[i];
         for (size_t j = 0; j < c->n; j++) {
@@ -185,15 +214,26 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
             node_client_hashes_put(b->hb + NODE_CLIENT_HASH_LEN *
                                    ((size_t)b->wire_start[sl->wire] + sl->off),
                                    c->e[j].h, c->e[j].n);
+            size_t at = (size_t)b->wire_rstart[sl->wire] + sl->run;
+            b->run_shard[at] = c->e[j].shard;
+            b->run_count[at] = c->e[j].n;
         }
     }
     for (size_t w = 0; w < nwire; w++) {
         const struct router_link_call *wc = b->wire_call[w];
+        bool one = true;   /* every run of one shard: an entry of it */
+        for (uint32_t k = 1; k < b->wire_runs[w] && one; k++)
+            one = b->run_shard[b->wire_rstart[w] + k] == b->wire_shard[w];
+        if (one)
+            m->wire_runs[w] = 1;
         b->ent[w] = (struct node_client_batch_entry){
             .filter = wc->filter, .shard = b->wire_shard[w], .op = client_op(wc->op),
             .secret_id = wc->secret_id,
             .hashes = b->hb + NODE_CLIENT_HASH_LEN * (size_t)b->wire_start[w],
-            .n = b->wire_n[w]};
+            .n = b->wire_n[w],
+            .run_shards = b->run_shard + b->wire_rstart[w],
+            .run_counts = b->run_count + b->wire_rstart[w],
+            .nruns = one ? 0 : b->wire_runs[w]};
     }
     *out = node_client_batch_pack(&b->pack, m->id, ln->qhead->topology_version, b->ent,
                                   nwire);
@@ -218,18 +258,72 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
 }
 
 
+/* e's error: code, reason and message (the code's name when empty). */
+static void entry_error(struct router_link_entry *e, int32_t code,
+                        Bloomgrid__V1__ErrorReason reason, const char *msg)
+{
+    e->st.code = (grpc_status_code)code;
+    if ((int)reason > 0 && (int)reason <= RPC_REASON_NOT_COUNTING)
+        e->st.reason = (enum rpc_reason)reason;
+    snprintf(e->st.message, sizeof e->st.message, "%s",
+             msg && msg[0] ? msg : rpc_status_name(e->st.code));
+}
+
+/* The refusal of run `run` in r's run_errors, or NULL. */
+static const Bloomgrid__V1__RunError *run_error(const Bloomgrid__V1__ShardResult *r,
+                                                uint32_t run)
+{
+    for (size_t k = 0; k < r->n_run_errors; k++)
+        if (r->run_errors[k] && r->run_errors[k]->run == run)
+            return r->run_errors[k];
+    return NULL;
+}
+
+/* A node of an earlier release reads an entry of runs as one of its first
+ * shard, and refuses the others' hashes before it applies any: r says so
+ * for an entry of runs. */
+static bool runs_refused(const Bloomgrid__V1__ShardResult *r)
+{
+    return r && r->code != 0 &&
+           r->reason == BLOOMGRID__V1__ERROR_REASON__ERROR_REASON_WRONG_SHARD;
+}
+
 void router_link__msg_deliver(struct router_link *l, struct link_msg *m,
                               const Bloomgrid__V1__BatchResponse *resp)
 {
+    struct router_link_call *again = NULL, **tail = &again, *last = NULL;
+    size_t again_bytes = 0;
     for (size_t i = 0; i < m->ncalls; i++) {
         struct router_link_call *c = m->calls[i];
         if (!c)
             continue;
+        /* Refused as runs by a node of an earlier release: nothing of it
+         * was applied; it goes again, one entry per shard. */
+        bool resend = false;
+        for (size_t j = 0; j < c->n && !resend; j++) {
+            uint32_t w = m->slots[m->first[i] + j].wire;
+            resend = m->wire_runs[w] > 1 && w < resp->n_results &&
+                     runs_refused(resp->results[w]);
+        }
+        if (resend) {
+            if (!l->no_runs)
+                log_warn("node %s takes no entries of many shards (a node of an "
+                         "earlier release): one entry per shard from now on", l->addr);
+            l->no_runs = true;
+            c->state = CALL_QUEUED;
+            c->msg = NULL;
+            c->qnext = NULL;
+            *tail = last = c;
+            tail = &c->qnext;
+            again_bytes += c->bytes;
+            continue;
+        }
         for (size_t j = 0; j < c->n; j++) {
             struct router_link_entry *e = &c->e[j];
             const struct link_slot *sl = &m->slots[m->first[i] + j];
             const Bloomgrid__V1__ShardResult *r =
                 sl->wire < resp->n_results ? resp->results[sl->wire] : NULL;
+            bool runs = m->wire_runs[sl->wire] > 1;
             e->version = 0;
             e->st.reason = RPC_REASON_NONE;
             e->st.message[0] = 0;
@@ -242,12 +336,13 @@ void router_link__msg_deliver(struct router_link *l, struct link_msg *m,
                 continue;
             }
             if (r->code != 0) {
-                e->st.code = (grpc_status_code)r->code;
-                if ((int)r->reason > 0 && (int)r->reason <= RPC_REASON_NOT_COUNTING)
-                    e->st.reason = (enum rpc_reason)r->reason;
-                snprintf(e->st.message, sizeof e->st.message, "%s",
-                         r->message && r->message[0] ? r->message
-                                                     : rpc_status_name(e->st.code));
+                entry_error(e, r->code, r->reason, r->message);
+                continue;
+            }
+            const Bloomgrid__V1__RunError *re = runs ? run_error(r, sl->run) : NULL;
+            if (re) {
+                entry_error(e, re->code ? re->code : GRPC_STATUS_UNKNOWN, re->reason,
+                            re->message);
                 continue;
             }
             e->st.code = GRPC_STATUS_OK;
@@ -256,5 +351,14 @@ void router_link__msg_deliver(struct router_link *l, struct link_msg *m,
                 e->out[k] = r->results[sl->off + k] != 0;
         }
         router_link__call_done(l, c);
+    }
+    if (again) {
+        /* At the queue's front, in their order: the lane's next kick. */
+        struct link_lane *ln = m->s->lane;
+        *tail = ln->qhead;
+        ln->qhead = again;
+        if (!ln->qtail)
+            ln->qtail = last;
+        l->qbytes += again_bytes;
     }
 }

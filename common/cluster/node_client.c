@@ -116,6 +116,11 @@ grpc_byte_buffer *node_client_batch_pack(struct node_client_batch_scratch *sc,
         be->secret_id = e[w].secret_id;
         be->hashes.len = NODE_CLIENT_HASH_LEN * e[w].n;
         be->hashes.data = (uint8_t *)e[w].hashes;
+        if (e[w].nruns > 1) {
+            be->n_run_shards = be->n_run_counts = e[w].nruns;
+            be->run_shards = (uint32_t *)e[w].run_shards;
+            be->run_counts = (uint32_t *)e[w].run_counts;
+        }
         sc->ptr[w] = be;
     }
     rq.id = id;

@@ -87,11 +87,15 @@ enum node_client_op { NODE_CLIENT_ADD, NODE_CLIENT_MAY_CONTAIN, NODE_CLIENT_REMO
  * by node_client_hashes_put.  Borrowed for the packing. */
 struct node_client_batch_entry {
     const char *filter;
-    uint32_t shard;
+    uint32_t shard;             /* with runs: the first run's */
     enum node_client_op op;
     uint64_t secret_id;         /* XXH3-64 of the shard's secret; 0: unchecked */
     const uint8_t *hashes;
     size_t n;
+    /* Runs (BatchEntry.run_shards), nruns > 1: hashes holds run_counts[0]
+     * of shard run_shards[0], then the next run's; 0: one shard. */
+    const uint32_t *run_shards, *run_counts;
+    size_t nruns;
 };
 
 /* What a packer keeps between messages, so that packing allocates nothing

@@ -28,6 +28,10 @@ usage: test_resp_router.py NODE_BIN ROUTER_BIN PART
           nothing; over 3 groups with default_shard_mb 1, a non-scaling
           filter made without a count gets a shard per MiB of its bits, at
           least 3 and at most default_shards, a scaling one default_shards
+  oldnode  a node that reads no runs (as a node of an earlier release): the
+          router's entries of many shards are sent again one per shard, no
+          command sees an error, every key reads 1, one warning; a node
+          that reads them: no fallback
   budget  the keys a command holds count against the router's max_memory_mb:
           with the node stopped, adds past it are answered OOM naming it,
           and every charge is given back once the calls end
@@ -466,6 +470,43 @@ def part_shards():
     finally:
         cl.stop()
     shards_sized()
+
+
+def part_oldnode():
+    """A node that reads no runs (BLOOMGRID_TEST_NO_RUNS, as a node of an
+    earlier release): the router's first entry of many shards is refused
+    there before anything is applied, sent again one entry per shard, and
+    every later one goes so; no command sees an error, every key reads 1."""
+    cl = routerlib.Cluster(NODE, ROUTER, work, groups=1, copies=1, routers=1,
+                           node_env={0: {"BLOOMGRID_TEST_NO_RUNS": "1"}})
+    try:
+        c = cl.client(0)
+        c.execute_command("BF.RESERVE", "f", 0.01, 100000, "NONSCALING", "SHARDS", 8)
+        keys = ["k%d" % i for i in range(200)]
+        for i in range(0, 200, 50):
+            r = c.execute_command("BF.MADD", "f", *keys[i:i + 50])
+            check(len(r) == 50 and all(v in (0, 1) for v in r), "BF.MADD: %r" % r[:5])
+        check(c.execute_command("BF.MEXISTS", "f", *keys) == [1] * 200,
+              "a key added through the fallback reads 0")
+        warned = resplib_count(cl.router_log(0), "earlier release")
+        check(warned == 1, "the router said %d times that the node takes no runs" % warned)
+        print("a node without runs: the first entry of runs sent again per shard, "
+              "200 keys added and read, one warning")
+    finally:
+        cl.stop()
+    # A node that reads runs: the router never falls back.
+    d = os.path.join(work, "runs")
+    os.makedirs(d, exist_ok=True)
+    cl = routerlib.Cluster(NODE, ROUTER, d, groups=1, copies=1, routers=1)
+    try:
+        c = cl.client(0)
+        c.execute_command("BF.RESERVE", "f", 0.01, 100000, "NONSCALING", "SHARDS", 8)
+        check(c.execute_command("BF.MADD", "f", *keys) == [1] * 200, "BF.MADD, runs")
+        check(c.execute_command("BF.MEXISTS", "f", *keys) == [1] * 200, "BF.MEXISTS, runs")
+        check(resplib_count(cl.router_log(0), "earlier release") == 0,
+              "the router fell back from runs on a node that reads them")
+    finally:
+        cl.stop()
 
 
 def file_bytes(capacity):
@@ -1042,6 +1083,6 @@ def metric_value(text, name):
 
 
 {"kill": part_kill, "create": part_create, "bench": part_bench,
- "shards": part_shards, "budget": part_budget, "pipeline": part_pipeline,
+ "shards": part_shards, "oldnode": part_oldnode, "budget": part_budget, "pipeline": part_pipeline,
  "slow": part_slow, "readjoin": part_readjoin, "inplace": part_inplace}[PART]()
 print("ok")

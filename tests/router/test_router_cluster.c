@@ -318,6 +318,90 @@ static void batch_stream(struct node_proc *holder)
                   i);
     }
     bloomgrid__v1__batch_response__free_unpacked(r, NULL);
+
+    /* Entries of runs: each run applied and answered as an entry of its
+     * shard would be, in one ShardResult; a refused run in run_errors (a
+     * shard not held, a hash of another shard), false in the results and
+     * nothing of it changed; runs that do not fit the hashes refuse the
+     * entry. */
+    uint8_t rh[4][16];
+    uint64_t h2s3 = ((uint64_t)(((uint64_t)3 << 32) / 8) + 1) << 32;
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 16; k++)
+            rh[i][k] = k < 8 ? (uint8_t)(0x70 + i)
+                             : (uint8_t)((i == 2 ? h2s3 : h2) >> (8 * (k - 8)));
+    uint32_t rs_add[] = {(uint32_t)other, 3, (uint32_t)other};
+    uint32_t rc_add[] = {2, 1, 1};
+    uint32_t rs_read[] = {(uint32_t)other, (uint32_t)other, (uint32_t)other};
+    uint32_t rc_read[] = {1, 1, 1};
+    uint32_t rs_bad[] = {(uint32_t)other, (uint32_t)other};
+    uint32_t rc_bad[] = {1, 1};
+    Bloomgrid__V1__BatchEntry re[4], *rp[4];
+    for (int i = 0; i < 4; i++) {
+        bloomgrid__v1__batch_entry__init(&re[i]);
+        rp[i] = &re[i];
+        re[i].filter = "part";
+        re[i].shard_index = (uint32_t)other;
+        re[i].hashes.data = rh[0];
+    }
+    /* 0: add A B (other), C (shard 3, not held), D (other). */
+    re[0].op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD;
+    re[0].hashes.len = 64;
+    re[0].n_run_shards = re[0].n_run_counts = 3;
+    re[0].run_shards = rs_add;
+    re[0].run_counts = rc_add;
+    /* 1: read A, then C's hash in a run of other (wrong shard), then D. */
+    re[1].op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
+    re[1].hashes.len = 64;
+    re[1].n_run_shards = re[1].n_run_counts = 3;
+    re[1].run_shards = rs_read;
+    re[1].run_counts = rc_read;
+    /* 2: runs of 2 hashes for 3 hashes. */
+    re[2].op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
+    re[2].hashes.len = 48;
+    re[2].n_run_shards = re[2].n_run_counts = 2;
+    re[2].run_shards = rs_bad;
+    re[2].run_counts = rc_bad;
+    /* 3: two run shards, one count. */
+    re[3].op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
+    re[3].hashes.len = 32;
+    re[3].n_run_shards = 2;
+    re[3].n_run_counts = 1;
+    re[3].run_shards = rs_bad;
+    re[3].run_counts = rc_bad;
+    uint8_t readh[4][16];
+    memcpy(readh[0], rh[0], 16);
+    memcpy(readh[1], rh[2], 16);
+    memcpy(readh[2], rh[3], 16);
+    re[1].hashes.data = readh[0];
+    re[1].hashes.len = 48;
+    rq.id = 60;
+    rq.n_entries = 4;
+    rq.entries = rp;
+    r = batch_once(cs, &rq);
+    CHECK(r && r->id == 60 && r->n_results == 4, "runs: %zu results", r ? r->n_results : 0);
+    const Bloomgrid__V1__ShardResult *x = r->results[0];
+    CHECK(x->code == 0 && x->n_results == 4 && x->n_run_errors == 1 &&
+          x->run_errors[0]->run == 1 && x->run_errors[0]->code == GRPC_STATUS_NOT_FOUND &&
+          strstr(x->run_errors[0]->message, "shard 3") && x->results[0] && x->results[1] &&
+          !x->results[2] && x->results[3],
+          "add of runs: code %d (%s), %zu results, %zu run errors", x->code, x->message,
+          x->n_results, x->n_run_errors);
+    x = r->results[1];
+    CHECK(x->code == 0 && x->n_results == 3 && x->n_run_errors == 1 &&
+          x->run_errors[0]->run == 1 &&
+          x->run_errors[0]->code == GRPC_STATUS_FAILED_PRECONDITION &&
+          x->run_errors[0]->reason == BLOOMGRID__V1__ERROR_REASON__ERROR_REASON_WRONG_SHARD &&
+          x->results[0] && !x->results[1] && x->results[2],
+          "read of runs: code %d (%s), %zu results, %zu run errors", x->code, x->message,
+          x->n_results, x->n_run_errors);
+    CHECK(r->results[2]->code == GRPC_STATUS_INVALID_ARGUMENT &&
+          strstr(r->results[2]->message, "runs of 2 hashes"), "runs too short: %d %s",
+          r->results[2]->code, r->results[2]->message);
+    CHECK(r->results[3]->code == GRPC_STATUS_INVALID_ARGUMENT &&
+          strstr(r->results[3]->message, "run counts"), "runs unpaired: %d %s",
+          r->results[3]->code, r->results[3]->message);
+    bloomgrid__v1__batch_response__free_unpacked(r, NULL);
     rq.entries = ents;
 
     /* Messages sent before the last is answered (a router keeps two writes

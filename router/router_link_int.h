@@ -125,8 +125,14 @@ struct link_build {
     struct router_link_call **wire_call;   /* the call that opened a wire entry */
     uint32_t *wire_start, *wire_n, *wire_shard;
     uint32_t *wire_runs, *wire_rstart;     /* runs, and the first's index */
+    uint32_t *wire_fill;                   /* hashes of its runs placed */
     bool *wire_multi;                      /* keyed without its shard */
     uint32_t *run_shard, *run_count;       /* every wire entry's runs */
+    /* Per run, in the order they opened: its wire entry, shard, hashes,
+     * index in its wire entry and first hash there; rtable finds a run by
+     * (wire entry, shard). */
+    uint32_t *r_wire, *r_shard, *r_count, *r_local, *r_off;
+    int32_t *rtable;
     uint64_t *wire_hash;
     size_t wcap;
     int32_t *table;

@@ -3,14 +3,13 @@
  *
  * A message is built from the queue front (whole calls, up to
  * max_message_hashes hashes): entries with the same filter, secret and
- * operation get one wire entry, each call entry one run of it
- * (BatchEntry.run_shards: its shard and its hashes), remembering its wire
- * entry, its offset and its run (struct link_slot); the answer's
+ * operation get one wire entry, and within it the entries of one shard
+ * one run (BatchEntry.run_shards), each call entry remembering its wire
+ * entry, its offset in it and its run (struct link_slot); the answer's
  * ShardResult of that wire entry gives the call entry its slice of
- * results, or its run's error, or the entry's.  A wire entry whose runs
- * are all of one shard goes as an entry of that shard, and so does every
- * entry to a node that refused runs as a node of an earlier release does
- * (no_runs).  The wire entries are packed into a BatchRequest, and the
+ * results, or its run's error, or the entry's.  A wire entry of one run
+ * goes as an entry of its shard, and so does every entry to a node that
+ * refused runs as a node of an earlier release does (no_runs).  The wire entries are packed into a BatchRequest, and the
  * hashes laid out, by node_client (node_client.h).
  */
 #include <errno.h>
@@ -51,12 +50,19 @@ static int build_reserve(struct link_build *b, size_t wires, size_t table, size_
             !grow(&b->wire_multi, cap, sizeof *b->wire_multi) ||
             !grow(&b->run_shard, cap, sizeof *b->run_shard) ||
             !grow(&b->run_count, cap, sizeof *b->run_count) ||
+            !grow(&b->wire_fill, cap, sizeof *b->wire_fill) ||
+            !grow(&b->r_wire, cap, sizeof *b->r_wire) ||
+            !grow(&b->r_shard, cap, sizeof *b->r_shard) ||
+            !grow(&b->r_count, cap, sizeof *b->r_count) ||
+            !grow(&b->r_local, cap, sizeof *b->r_local) ||
+            !grow(&b->r_off, cap, sizeof *b->r_off) ||
             !grow(&b->wire_hash, cap, sizeof *b->wire_hash))
             return -ENOMEM;
         b->wcap = cap;
     }
     if (table > b->tcap) {
-        if (!grow(&b->table, table, sizeof *b->table))
+        if (!grow(&b->table, table, sizeof *b->table) ||
+            !grow(&b->rtable, table, sizeof *b->rtable))
             return -ENOMEM;
         b->tcap = table;
     }
@@ -84,6 +90,13 @@ void router_link__build_free(struct link_build *b)
     free(b->wire_multi);
     free(b->run_shard);
     free(b->run_count);
+    free(b->wire_fill);
+    free(b->r_wire);
+    free(b->r_shard);
+    free(b->r_count);
+    free(b->r_local);
+    free(b->r_off);
+    free(b->rtable);
     free(b->wire_hash);
     free(b->table);
     free(b->hb);
@@ -155,9 +168,11 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
     m->ncalls = ncalls;
     m->id = ++ln->next_id;
 
-    /* Merge entries into wire entries. */
+    /* Merge entries into wire entries, and within each, entries of one
+     * shard into one run. */
     memset(b->table, 0xff, tsize * sizeof *b->table);
-    size_t nwire = 0, slot = 0;
+    memset(b->rtable, 0xff, tsize * sizeof *b->rtable);
+    size_t nwire = 0, nrun = 0, slot = 0;
     struct router_link_call *c = ln->qhead;
     for (size_t i = 0; i < ncalls; i++, c = c->qnext) {
         uint64_t fh = XXH3_64bits(c->filter, strlen(c->filter)) ^
@@ -167,9 +182,9 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
         for (size_t j = 0; j < c->n; j++, slot++) {
             const struct router_link_entry *e = &c->e[j];
             /* Keyed by filter, secret and operation: the shards of one
-             * filter share a wire entry, each call entry a run of it.  By
-             * shard as well for a node that takes no runs, and for an entry
-             * of no hashes (a run holds at least one). */
+             * filter share a wire entry.  By shard as well for a node that
+             * takes no runs, and for an entry of no hashes (a run holds at
+             * least one). */
             bool multi = !l->no_runs && e->n > 0;
             uint64_t h = multi ? fh : XXH3_64bits_withSeed(&e->shard, sizeof e->shard, fh) | 1;
             size_t t = (size_t)h & (tsize - 1);
@@ -189,9 +204,27 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
                 b->wire_n[w] = 0;
                 b->wire_runs[w] = 0;
             }
+            /* The run of e's shard in w, opened by the first entry of it. */
+            uint64_t rh = XXH3_64bits_withSeed(&e->shard, sizeof e->shard,
+                                               (uint64_t)w * 0x9E3779B97F4A7C15ull + 1);
+            size_t rt = (size_t)rh & (tsize - 1);
+            int32_t r;
+            while ((r = b->rtable[rt]) >= 0 &&
+                   !(b->r_wire[r] == (uint32_t)w && b->r_shard[r] == e->shard))
+                rt = (rt + 1) & (tsize - 1);
+            if (r < 0) {
+                r = (int32_t)nrun++;
+                b->rtable[rt] = r;
+                b->r_wire[r] = (uint32_t)w;
+                b->r_shard[r] = e->shard;
+                b->r_count[r] = 0;
+                b->r_local[r] = b->wire_runs[w]++;
+            }
+            /* For now: the run's global index, the offset in the run. */
             m->slots[slot].wire = (uint32_t)w;
-            m->slots[slot].off = b->wire_n[w];
-            m->slots[slot].run = b->wire_runs[w]++;
+            m->slots[slot].run = (uint32_t)r;
+            m->slots[slot].off = b->r_count[r];
+            b->r_count[r] += e->n;
             b->wire_n[w] += e->n;
         }
     }
@@ -199,14 +232,28 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
     for (size_t w = 0, start = 0, runs = 0; w < nwire; w++) {
         b->wire_start[w] = (uint32_t)start;
         b->wire_rstart[w] = (uint32_t)runs;
+        b->wire_fill[w] = 0;
         start += b->wire_n[w];
         runs += b->wire_runs[w];
         m->wire_n[w] = b->wire_n[w];
         m->wire_shard[w] = b->wire_shard[w];
-        /* Runs of one shard (its calls' entries) are one entry of it. */
         m->wire_runs[w] = b->wire_runs[w];
     }
-    /* Hashes into place, each wire entry's contiguous; its runs in order. */
+    /* Each run's place in its wire entry, in the order the runs opened. */
+    for (size_t r = 0; r < nrun; r++) {
+        uint32_t w = b->r_wire[r];
+        size_t at = (size_t)b->wire_rstart[w] + b->r_local[r];
+        b->r_off[r] = b->wire_fill[w];
+        b->wire_fill[w] += b->r_count[r];
+        b->run_shard[at] = b->r_shard[r];
+        b->run_count[at] = b->r_count[r];
+    }
+    for (size_t k = 0; k < slot; k++) {
+        struct link_slot *sl = &m->slots[k];
+        sl->off += b->r_off[sl->run];
+        sl->run = b->r_local[sl->run];
+    }
+    /* Hashes into place, each wire entry's contiguous, its runs in order. */
     for (size_t i = 0; i < ncalls; i++) {
         c = m->calls[i];
         for (size_t j = 0; j < c->n; j++) {
@@ -214,18 +261,10 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
             node_client_hashes_put(b->hb + NODE_CLIENT_HASH_LEN *
                                    ((size_t)b->wire_start[sl->wire] + sl->off),
                                    c->e[j].h, c->e[j].n);
-            size_t at = (size_t)b->wire_rstart[sl->wire] + sl->run;
-            b->run_shard[at] = c->e[j].shard;
-            b->run_count[at] = c->e[j].n;
         }
     }
     for (size_t w = 0; w < nwire; w++) {
         const struct router_link_call *wc = b->wire_call[w];
-        bool one = true;   /* every run of one shard: an entry of it */
-        for (uint32_t k = 1; k < b->wire_runs[w] && one; k++)
-            one = b->run_shard[b->wire_rstart[w] + k] == b->wire_shard[w];
-        if (one)
-            m->wire_runs[w] = 1;
         b->ent[w] = (struct node_client_batch_entry){
             .filter = wc->filter, .shard = b->wire_shard[w], .op = client_op(wc->op),
             .secret_id = wc->secret_id,
@@ -233,7 +272,7 @@ struct link_msg *router_link__msg_build(struct link_lane *ln, grpc_byte_buffer *
             .n = b->wire_n[w],
             .run_shards = b->run_shard + b->wire_rstart[w],
             .run_counts = b->run_count + b->wire_rstart[w],
-            .nruns = one ? 0 : b->wire_runs[w]};
+            .nruns = b->wire_runs[w] > 1 ? b->wire_runs[w] : 0};
     }
     *out = node_client_batch_pack(&b->pack, m->id, ln->qhead->topology_version, b->ent,
                                   nwire);

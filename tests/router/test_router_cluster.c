@@ -183,6 +183,23 @@ static Bloomgrid__V1__BatchResponse *batch_once(struct rpc_cstream *cs,
     return r;
 }
 
+/* e: an entry of filter "part" with n hashes at h and the runs given. */
+static void runs_entry(Bloomgrid__V1__BatchEntry *e, uint32_t shard, Bloomgrid__V1__BatchOp op,
+                       uint8_t *h, size_t n, size_t nshards, uint32_t *shards,
+                       size_t ncounts, uint32_t *counts)
+{
+    bloomgrid__v1__batch_entry__init(e);
+    e->filter = "part";
+    e->shard_index = shard;
+    e->op = op;
+    e->hashes.data = h;
+    e->hashes.len = 16 * n;
+    e->n_run_shards = nshards;
+    e->run_shards = shards;
+    e->n_run_counts = ncounts;
+    e->run_counts = counts;
+}
+
 /* The node's Batches stream directly: each entry answers on its own, in
  * entry order, under the request's id; messages sent before the answers
  * come are answered in order; a malformed message ends the stream with
@@ -336,45 +353,25 @@ static void batch_stream(struct node_proc *holder)
     uint32_t rc_read[] = {1, 1, 1};
     uint32_t rs_bad[] = {(uint32_t)other, (uint32_t)other};
     uint32_t rc_bad[] = {1, 1};
-    Bloomgrid__V1__BatchEntry re[4], *rp[4];
-    for (int i = 0; i < 4; i++) {
-        bloomgrid__v1__batch_entry__init(&re[i]);
-        rp[i] = &re[i];
-        re[i].filter = "part";
-        re[i].shard_index = (uint32_t)other;
-        re[i].hashes.data = rh[0];
-    }
-    /* 0: add A B (other), C (shard 3, not held), D (other). */
-    re[0].op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD;
-    re[0].hashes.len = 64;
-    re[0].n_run_shards = re[0].n_run_counts = 3;
-    re[0].run_shards = rs_add;
-    re[0].run_counts = rc_add;
-    /* 1: read A, then C's hash in a run of other (wrong shard), then D. */
-    re[1].op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
-    re[1].hashes.len = 64;
-    re[1].n_run_shards = re[1].n_run_counts = 3;
-    re[1].run_shards = rs_read;
-    re[1].run_counts = rc_read;
-    /* 2: runs of 2 hashes for 3 hashes. */
-    re[2].op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
-    re[2].hashes.len = 48;
-    re[2].n_run_shards = re[2].n_run_counts = 2;
-    re[2].run_shards = rs_bad;
-    re[2].run_counts = rc_bad;
-    /* 3: two run shards, one count. */
-    re[3].op = BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN;
-    re[3].hashes.len = 32;
-    re[3].n_run_shards = 2;
-    re[3].n_run_counts = 1;
-    re[3].run_shards = rs_bad;
-    re[3].run_counts = rc_bad;
-    uint8_t readh[4][16];
+    uint8_t readh[3][16];       /* A, C (shard 3's hash), D */
     memcpy(readh[0], rh[0], 16);
     memcpy(readh[1], rh[2], 16);
     memcpy(readh[2], rh[3], 16);
-    re[1].hashes.data = readh[0];
-    re[1].hashes.len = 48;
+    Bloomgrid__V1__BatchEntry re[4], *rp[4];
+    /* 0: add A B (other), C (shard 3, not held), D (other). */
+    runs_entry(&re[0], (uint32_t)other, BLOOMGRID__V1__BATCH_OP__BATCH_OP_ADD, rh[0], 4,
+               3, rs_add, 3, rc_add);
+    /* 1: read A, then C's hash in a run of other (wrong shard), then D. */
+    runs_entry(&re[1], (uint32_t)other, BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN,
+               readh[0], 3, 3, rs_read, 3, rc_read);
+    /* 2: runs of 2 hashes for 3 hashes. */
+    runs_entry(&re[2], (uint32_t)other, BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN,
+               rh[0], 3, 2, rs_bad, 2, rc_bad);
+    /* 3: two run shards, one count. */
+    runs_entry(&re[3], (uint32_t)other, BLOOMGRID__V1__BATCH_OP__BATCH_OP_MAY_CONTAIN,
+               rh[0], 2, 2, rs_bad, 1, rc_bad);
+    for (int i = 0; i < 4; i++)
+        rp[i] = &re[i];
     rq.id = 60;
     rq.n_entries = 4;
     rq.entries = rp;

@@ -159,16 +159,20 @@ static void *arena_zalloc(struct rpc_arena *a, size_t n, size_t size)
 /* Runs of one entry, at most. */
 #define BATCH_RUNS_MAX 65536
 
-/* The units entry e may take: one per run when its runs are shaped right
- * (as many shards as counts, 1 to BATCH_RUNS_MAX), else one. */
+/* The units entry e may take: one per run when its runs may fit (as many
+ * shards as counts, 1 to BATCH_RUNS_MAX, no more than its hashes), else
+ * one (a malformed entry's). */
 static size_t units_of(const Bloomgrid__V1__BatchEntry *e)
 {
     size_t r = e->n_run_shards;
-    return r && r == e->n_run_counts && r <= BATCH_RUNS_MAX ? r : 1;
+    return r && r == e->n_run_counts && r <= BATCH_RUNS_MAX &&
+                   r <= e->hashes.len / NODE_CLIENT_HASH_LEN
+               ? r
+               : 1;
 }
 
-/* Entry k's runs against its hashes: NULL when they fit, else what is
- * wrong (in buf). */
+/* e's runs against its cnt hashes: NULL when they fit, else what is wrong
+ * (in buf).  Runs that fit are no more than units_of counted. */
 static const char *runs_wrong(const Bloomgrid__V1__BatchEntry *e, size_t cnt, char *buf,
                               size_t len)
 {

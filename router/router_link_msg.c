@@ -9,8 +9,9 @@
  * ShardResult of that wire entry gives the call entry its slice of
  * results, or its run's error, or the entry's.  A wire entry of one run
  * goes as an entry of its shard, and so does every entry to a node that
- * refused runs as a node of an earlier release does (no_runs).  The wire entries are packed into a BatchRequest, and the
- * hashes laid out, by node_client (node_client.h).
+ * refused runs as a node of an earlier release does (no_runs).  The wire
+ * entries are packed into a BatchRequest, and the hashes laid out, by
+ * node_client (node_client.h).
  */
 #include <errno.h>
 #include <stdio.h>

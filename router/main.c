@@ -260,16 +260,15 @@ int main(int argc, char **argv)
     rpc_listen_health_note(r.srv, hli, cfg.health_listen, hnote, sizeof hnote);
     resp_door_note(door, rnote, sizeof rnote);
     log_announce("bloomgrid-router listening on %s:%d%s%s", host, port, hnote, rnote);
+    char snote[128];
     if (cfg.default_shard_mb)
-        log_info("listening on %s:%d (%s; topology %s; a filter made without a shard "
-                 "count: one shard per %llu MiB of bits, at least one per group, at "
-                 "most %llu)", host, port, tls ? "TLS" : "plaintext", cfg.topology,
-                 (unsigned long long)cfg.default_shard_mb,
+        snprintf(snote, sizeof snote, "one shard per %llu MiB of bits, at least one "
+                 "per group, at most %llu", (unsigned long long)cfg.default_shard_mb,
                  (unsigned long long)cfg.default_shards);
     else
-        log_info("listening on %s:%d (%s; topology %s, %llu shards by default)", host,
-                 port, tls ? "TLS" : "plaintext", cfg.topology,
-                 (unsigned long long)cfg.default_shards);
+        snprintf(snote, sizeof snote, "%llu shards", (unsigned long long)cfg.default_shards);
+    log_info("listening on %s:%d (%s; topology %s; a filter made without a shard count: "
+             "%s)", host, port, tls ? "TLS" : "plaintext", cfg.topology, snote);
     svc_notify_ready("routing on %s:%d, topology %s", host, port, cfg.topology);
 
     int sig = rpc_signals_wait();

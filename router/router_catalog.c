@@ -579,8 +579,8 @@ nomem:
     return -1;
 }
 
-uint32_t router_default_shards(const struct router *r, const struct topo *t, int kind,
-                               uint64_t capacity, double error_rate)
+uint32_t router_default_shards(struct router *r, int kind, uint64_t capacity,
+                               double error_rate)
 {
     uint64_t most = r->cfg.default_shards, per = r->cfg.default_shard_mb << 20;
     enum bf_kind k = kind == 0 ? BF_KIND_BLOCKED : (enum bf_kind)kind;
@@ -590,8 +590,10 @@ uint32_t router_default_shards(const struct router *r, const struct topo *t, int
     if (!per || k == BF_KIND_SCALABLE || bf_params_bytes(&p, &bytes) < 0)
         return (uint32_t)most;   /* bad parameters: the creation says why */
     uint64_t n = bytes / per + (bytes % per != 0);
+    struct topo *t = router_topo(r);
     if (n < t->ngroups)
         n = t->ngroups;
+    topo_unref(t);
     if (n < 1)
         n = 1;
     return (uint32_t)(n < most ? n : most);

@@ -145,10 +145,10 @@ struct router_create {
  * the Redis door without SHARDS): default_shards for a scaling filter (its
  * bits grow) or with default_shard_mb 0; otherwise one shard per
  * default_shard_mb of the filter's bits, rounded up, at least one per
- * group of the topology t and at most default_shards (docs/ROUTER.md,
+ * group of the router's topology and at most default_shards (docs/ROUTER.md,
  * "Shards and the cost of a key").  kind is a bloomgrid.v1.FilterKind. */
-uint32_t router_default_shards(const struct router *r, const struct topo *t, int kind,
-                               uint64_t capacity, double error_rate);
+uint32_t router_default_shards(struct router *r, int kind, uint64_t capacity,
+                               double error_rate);
 
 /* Create every shard on its group, or none: shards created before a failure
  * are dropped again.  On success *out describes the new filter.  With

@@ -206,12 +206,11 @@ static int create(struct router *r, const struct resp_call *c, struct rpc_status
     }
     struct router_create cr = {.name = c->filter, .capacity = c->create.capacity,
                                .error_rate = c->create.error_rate, .kind = kind,
-                               .shards = c->create.shards};
-    if (!cr.shards) {
-        struct topo *t = router_topo(r);
-        cr.shards = router_default_shards(r, t, kind, cr.capacity, cr.error_rate);
-        topo_unref(t);
-    }
+                               .shards = c->create.shards
+                                             ? c->create.shards
+                                             : router_default_shards(
+                                                   r, kind, c->create.capacity,
+                                                   c->create.error_rate)};
     int rc = router_create_filter(r, &cr, &d, st);
     router_filter_desc_free(&d);
     if (rc == 0) {

@@ -542,11 +542,8 @@ static void h_create_filter(void *arg, const uint8_t *req, size_t len,
         .placement = m->placement,
     };
     char err[RULES_ERRLEN];
-    if (!c.shards) {
-        struct topo *t = router_topo(r);
-        c.shards = router_default_shards(r, t, m->kind, m->capacity, m->error_rate);
-        topo_unref(t);
-    }
+    if (!c.shards)
+        c.shards = router_default_shards(r, m->kind, m->capacity, m->error_rate);
     /* Every rule a node applies to each shard, checked before any fan-out. */
     if (!router_rpc__name_ok(m->name, rep))
         goto out;

@@ -107,17 +107,22 @@ void node_rpc__h_create_filter(void *arg, const uint8_t *req, size_t len,
     p.error_rate = m->error_rate;
     p.secret = m->secret.len ? m->secret.data : NULL;
     bf_params_default(&p);
+    if (!node_rpc__create_begin(s, m->name, 0, 1, r))
+        goto out;
     if (m->undrop) {
         char label[STORE_NAME_MAX + 16];
         uint64_t gen = 0;
         snprintf(label, sizeof label, "filter \"%s\"", m->name);
-        if (node_rpc__undrop(s, m->name, label, &p, undrop_generation(), &gen, r) < 0)
+        int rc = node_rpc__undrop(s, m->name, label, &p, undrop_generation(), &gen, r);
+        node_rpc__create_end();
+        if (rc < 0)
             goto out;
         log_info("undropped filter %s (%s, capacity %llu, error_rate %g): "
                  "generation %" PRIu64, m->name, bf_kind_name(p.kind),
                  (unsigned long long)p.capacity, p.error_rate, gen);
     } else {
         int rc = store_create(s, m->name, &p, err);
+        node_rpc__create_end();
         if (rc < 0) {
             node_rpc__store_error(r, NULL, m->name, rc, err);
             goto out;

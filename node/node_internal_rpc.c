@@ -175,12 +175,16 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     }
     p.placement = m->placement;
     bf_params_default(&p);
+    if (!node_rpc__create_begin(s, m->filter, m->shard_index, m->shard_count, r))
+        goto out;
     /* Marked before it exists, so a crash between the two never leaves a
      * shard that answers reads it cannot vouch for. */
     bool marked = false;
     int rc = sync_before_create(s, sname, m, &marked, r);
-    if (rc < 0)
+    if (rc < 0) {
+        node_rpc__create_end();
         goto out;
+    }
     uint64_t gen = 0;
     if (m->undrop_generation) {
         /* Undo a drop (docs/REPLICATION.md, "Undoing a drop"). */
@@ -191,6 +195,7 @@ void node_rpc__h_create_shard(void *arg, const uint8_t *req, size_t len,
     } else if ((rc = store_create(s, sname, &p, err)) < 0) {
         node_rpc__store_error(r, NULL, sname, rc, err);
     }
+    node_rpc__create_end();
     if (rc < 0) {
         if (marked)
             node_sync_clear(node_rpc__sync_get(), sname, 0, NULL);

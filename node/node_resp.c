@@ -363,9 +363,10 @@ static int create_filter(struct node *n, struct store *s, struct resp_call *c,
     char err[STORE_ERRLEN] = "";
     if (node_rpc__refuse_public_catalog(r, c->op == RESP_BF_RESERVE ? "BF.RESERVE"
                                                                       : "BF.ADD creating a filter") ||
-        create_params(c, &p, r) < 0)
+        create_params(c, &p, r) < 0 || !node_rpc__create_begin(s, c->filter, 0, 1, r))
         return -1;
     int rc = store_create(s, c->filter, &p, err);
+    node_rpc__create_end();
     if (rc == -EEXIST && c->op == RESP_BF_ADD)
         return 0;
     if (rc < 0) {

@@ -325,6 +325,36 @@ struct store_filter *node_rpc__get_shard(struct store *s, const char *filter,
     return sf;
 }
 
+static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
+
+bool node_rpc__create_begin(struct store *s, const char *filter, unsigned index,
+                            unsigned count, struct rpc_reply *r)
+{
+    char other[STORE_NAME_MAX + 1];
+    pthread_mutex_lock(&create_mu);
+    if (index != 0)
+        return true;
+    if (count > 1)
+        snprintf(other, sizeof other, "%s", filter);
+    else if (rules_shard_name(other, sizeof other, filter, 0, 2, NULL) < 0)
+        return true;   /* not a valid name: the creation says why */
+    struct store_filter *sf = store_get(s, other);
+    if (!sf)
+        return true;
+    store_put(sf);
+    pthread_mutex_unlock(&create_mu);
+    rpc_reply_error(r, GRPC_STATUS_ALREADY_EXISTS,
+                    "filter \"%s\" exists on this node with %s (as \"%s\"); a "
+                    "filter has one shard count for life", filter,
+                    count > 1 ? "one shard" : "more than one shard", other);
+    return false;
+}
+
+void node_rpc__create_end(void)
+{
+    pthread_mutex_unlock(&create_mu);
+}
+
 struct store_filter *node_rpc__shard_check(struct store *s, enum key_op op,
                                            const char *filter, unsigned index,
                                            const uint8_t *data, size_t cnt,

@@ -73,6 +73,18 @@ struct store_filter *node_rpc__get_filter(struct store *s, const char *name,
  * filter), or NULL with NOT_FOUND set. */
 struct store_filter *node_rpc__get_shard(struct store *s, const char *filter,
                                          unsigned index, struct rpc_reply *r);
+/* Creations of filters and shards here (CreateShard, a node's own
+ * CreateFilter, the Redis door's BF.RESERVE and creating BF.ADD) run one
+ * at a time from node_rpc__create_begin to node_rpc__create_end.  Begin
+ * refuses (ALREADY_EXISTS, the lock not held) shard 0 of filter with count
+ * shards when this node holds the name's other form: "<filter>" for a count
+ * above one, "<filter>.shard-0" for a count of one.  Shard 0 lives on the
+ * same group whatever the count (topo.h), so two creations of one name with
+ * different counts meet on its copies and cannot both finish.  Returns
+ * true with the lock held, or false with r set. */
+bool node_rpc__create_begin(struct store *s, const char *filter, unsigned index,
+                            unsigned count, struct rpc_reply *r);
+void node_rpc__create_end(void);
 /* Translate a store error (negative errno) about filter name to a status:
  * -ENOSPC (the node's disk is full) is UNAVAILABLE saying "no space left
  * on device", as the other failures to make a write durable; -EDQUOT

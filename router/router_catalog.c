@@ -433,8 +433,12 @@ static size_t placement_unrecorded(struct fan *fn, uint32_t placement)
  * changes.  The creation alone would find only shards of the same names (a
  * filter of one shard is named as the filter, the shards of one of more by
  * ".shard-i"), and so would make a second filter of another shard count
- * under the same name.  Returns 0 (absent, or its shard 0 unreachable: the
- * creation decides), or -1 with st set. */
+ * under the same name.  Two creations of one name with different counts
+ * at once both pass it; the copies of shard 0's group, which is the same
+ * group for every count, then take only one of them (a node refuses shard
+ * 0 in the other form: node_rpc__create_begin) and the other rolls back.
+ * Returns 0 (absent, or its shard 0 unreachable: the creation decides), or
+ * -1 with st set. */
 static int create_precheck(struct router *r, const struct topo *t,
                            const struct router_create *c, struct rpc_status *st)
 {

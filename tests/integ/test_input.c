@@ -9,7 +9,9 @@
  *            Import and Export naming "F\0junk": node and router agree and
  *            nothing is written
  *   shards   internal calls on a node: DropShard with another secret drops
- *            nothing, with the right one drops; names with a NUL refused
+ *            nothing, with the right one drops; names with a NUL refused;
+ *            a name has one shard count (CreateShard of shard 0 in the
+ *            other form is ALREADY_EXISTS, also when both come at once)
  *   rollback a failed CreateFilter through the router drops the shards it
  *            created and never a shard of the same name with another secret;
  *            a filter whose shard 0 is gone can still be dropped
@@ -20,6 +22,7 @@
  *
  * usage: test_input NODE_BINARY ROUTER_BINARY (same|shards|rollback|stall)
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,6 +362,81 @@ static bool shard_secret(struct rpc_channel *ch, const char *filter, unsigned in
 }
 
 
+/* One CreateShard of a racing pair (forms). */
+struct form_call {
+    struct rpc_channel *ch;
+    const char *name;
+    unsigned count;
+    uint8_t secret[32];
+    pthread_barrier_t *go;
+    int rc;
+    struct rpc_status st;
+};
+
+static void *form_main(void *arg)
+{
+    struct form_call *f = arg;
+    pthread_barrier_wait(f->go);
+    f->rc = create_shard(f->ch, f->name, 0, f->count, f->secret, &f->st);
+    return NULL;
+}
+
+/* A name has one shard count: a node holding shard 0 as "e" (one shard)
+ * refuses shard 0 as "e.shard-0" (of three), and the other way round, also
+ * when the two come at once. */
+static void forms(struct rpc_channel *ch)
+{
+    struct rpc_status st;
+    uint8_t s1[32], s2[32], got[32];
+    memset(s1, 1, sizeof s1);
+    memset(s2, 2, sizeof s2);
+    CHECK(create_shard(ch, "e", 0, 1, s1, &st) == 0, "CreateShard e: %s", st.message);
+    CHECK(create_shard(ch, "e", 0, 3, s2, &st) == GS(ALREADY_EXISTS),
+          "shard 0 of 3 beside the filter of one: %s: %s", rpc_status_name(st.code),
+          st.message);
+    CHECK(strstr(st.message, "one shard count"), "message: %s", st.message);
+    CHECK(shard_secret(ch, "e", 0, got) && memcmp(got, s1, 32) == 0,
+          "the filter of one shard changed");
+    CHECK(t_shard_count(ch, "e") == 1, "e has %d shards", t_shard_count(ch, "e"));
+    CHECK(drop_shard(ch, "e", 1, 0, XXH3_64bits(s1, 32), &st) == 0, "DropShard e: %s",
+          st.message);
+    CHECK(create_shard(ch, "e", 0, 3, s2, &st) == 0, "CreateShard e.shard-0: %s",
+          st.message);
+    CHECK(create_shard(ch, "e", 0, 1, s1, &st) == GS(ALREADY_EXISTS),
+          "a filter of one shard beside shard 0 of 3: %s: %s", rpc_status_name(st.code),
+          st.message);
+    CHECK(shard_secret(ch, "e", 0, got) && memcmp(got, s2, 32) == 0,
+          "shard 0 of 3 changed");
+
+    for (int i = 0; i < 12; i++) {
+        char name[16];
+        pthread_barrier_t go;
+        struct form_call f[2];
+        pthread_t th[2];
+        snprintf(name, sizeof name, "race%d", i);
+        pthread_barrier_init(&go, NULL, 2);
+        for (int k = 0; k < 2; k++) {
+            memset(&f[k], 0, sizeof f[k]);
+            f[k].ch = ch;
+            f[k].name = name;
+            f[k].count = k ? 3 : 1;
+            memset(f[k].secret, 10 + k, sizeof f[k].secret);
+            f[k].go = &go;
+            CHECK(pthread_create(&th[k], NULL, form_main, &f[k]) == 0, "pthread_create");
+        }
+        for (int k = 0; k < 2; k++)
+            pthread_join(th[k], NULL);
+        pthread_barrier_destroy(&go);
+        int won = (f[0].rc == 0) + (f[1].rc == 0);
+        int refused = (f[0].rc == GS(ALREADY_EXISTS)) + (f[1].rc == GS(ALREADY_EXISTS));
+        CHECK(won == 1 && refused == 1, "%s at once: %s (%s) and %s (%s)", name,
+              rpc_status_name(f[0].st.code), f[0].st.message,
+              rpc_status_name(f[1].st.code), f[1].st.message);
+        CHECK(t_shard_count(ch, name) == 1, "%s: %d shards after the race", name,
+              t_shard_count(ch, name));
+    }
+}
+
 static void test_shards(void)
 {
     struct cluster c;
@@ -381,6 +459,7 @@ static void test_shards(void)
           st.message);
     CHECK(!shard_secret(c.node[0].ch, "d", 2, got), "shard still there");
     CHECK(drop_shard(c.node[0].ch, "d", 1, 2, 0, &st) == GS(NOT_FOUND), "drop twice");
+    forms(c.node[0].ch);
     cluster_stop(&c);
 }
 

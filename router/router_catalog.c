@@ -595,11 +595,9 @@ uint32_t router_default_shards(struct router *r, int kind, uint64_t capacity,
         return (uint32_t)most;   /* bad parameters: the creation says why */
     uint64_t n = bytes / per + (bytes % per != 0);
     struct topo *t = router_topo(r);
-    if (n < t->ngroups)
+    if (n < t->ngroups)   /* a topology has at least one group */
         n = t->ngroups;
     topo_unref(t);
-    if (n < 1)
-        n = 1;
     return (uint32_t)(n < most ? n : most);
 }
 
